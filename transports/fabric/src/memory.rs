@@ -1,0 +1,137 @@
+//! Memory the NIC reads and writes: page-aligned, pre-faulted, locked host buffers.
+//!
+//! Registered memory is shared between the CPU and the NIC, which writes into it behind the compiler's
+//! back. Access therefore goes through short closures ([`HostBuffer::read`], [`HostBuffer::write`]) with a
+//! borrow flag, and callers only look at bytes after the completion that says the NIC is done with them.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use crate::error::{FabricError, Result};
+
+/// Where a registrable buffer lives; device kinds arrive with the CUDA layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Pinned (page-locked) host memory.
+    Host,
+}
+
+/// Memory that can be registered with a libfabric domain.
+pub trait RegistrableMemory {
+    fn address(&self) -> *mut c_void;
+    fn len(&self) -> usize;
+    fn kind(&self) -> MemoryKind;
+}
+
+/// Anonymous page-aligned host memory, pre-faulted and (when the limit allows) locked in RAM so that the
+/// NIC's registration pins real pages. Unmapped on drop.
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    locked: bool,
+    /// >0: that many readers; -1: one writer. Guards the closure accessors against re-entrance.
+    borrow: Cell<isize>,
+}
+
+impl HostBuffer {
+    /// Maps `len` bytes (rounded up to whole pages by the kernel) and tries to lock them.
+    pub fn new(len: usize) -> Result<Self> {
+        if len == 0 {
+            return Err(FabricError::Invalid("a buffer must hold at least one byte".into()));
+        }
+        // SAFETY: an anonymous private mapping with no address hint; checked for MAP_FAILED below.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(FabricError::Invalid(format!(
+                "mmap of {len} bytes failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: the mapping above is `len` bytes long and ours.
+        let locked = unsafe { libc::mlock(raw, len) } == 0;
+        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(|| FabricError::Invalid("mmap returned NULL".into()))?;
+        Ok(Self { ptr, len, locked, borrow: Cell::new(0) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `mlock` succeeded (it fails when RLIMIT_MEMLOCK is lower than the buffer).
+    pub fn is_locked(&self) -> bool {
+        self.locked
+    }
+
+    /// Reads the bytes. Call only when no operation that writes into this buffer is in flight.
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(self.borrow.get() >= 0, "HostBuffer read while it is being written");
+        self.borrow.set(self.borrow.get() + 1);
+        // SAFETY: the mapping is valid for `len` bytes; the borrow flag rules out a live &mut from `write`.
+        let result = f(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) });
+        self.borrow.set(self.borrow.get() - 1);
+        result
+    }
+
+    /// Writes the bytes. Call only when no operation that reads or writes this buffer is in flight.
+    pub fn write<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        assert_eq!(self.borrow.get(), 0, "HostBuffer written while borrowed");
+        self.borrow.set(-1);
+        // SAFETY: the mapping is valid for `len` bytes and the borrow flag makes this the only reference.
+        let result = f(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) });
+        self.borrow.set(0);
+        result
+    }
+}
+
+impl RegistrableMemory for HostBuffer {
+    fn address(&self) -> *mut c_void {
+        self.ptr.as_ptr().cast()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Host
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `new`; munmap also drops the lock.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_is_page_aligned_and_writable() {
+        let buffer = HostBuffer::new(10_000).expect("mmap");
+        assert_eq!(buffer.address() as usize % 4096, 0);
+        buffer.write(|bytes| bytes.fill(0xab));
+        assert!(buffer.read(|bytes| bytes.iter().all(|b| *b == 0xab)));
+    }
+
+    #[test]
+    fn zero_length_is_refused() {
+        assert!(HostBuffer::new(0).is_err());
+    }
+}
