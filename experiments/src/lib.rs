@@ -1,1 +1,97 @@
-//! placeholder
+//! efatop's benchmarks. Each experiment is one module that runs the same code on every rank of a
+//! [`World`]; rank 0 returns the [`Measurement`]s, every rank verifies what it received.
+
+pub mod pattern;
+pub mod results;
+pub mod sendrecv;
+pub mod sizes;
+pub mod world;
+pub mod write;
+
+pub use results::{Measurement, RunMetadata, RunResults};
+pub use world::{Bootstrap, ChannelCount, ProviderChoice, World, WorldOptions};
+
+use efatop_fabric::FabricError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// The machine or provider cannot do what was asked (exit code 2).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A flag's value cannot work with this world (exit code 2).
+    #[error("{flag}: {message}")]
+    InvalidInput { flag: &'static str, message: String },
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    #[error("data verification failed: rank {receiver} received from rank {sender} ({config}, size {size}): {detail}")]
+    Verification { receiver: usize, sender: usize, config: String, size: String, detail: String },
+    /// Another rank failed; its own message says why.
+    #[error("rank {rank} ({host}) failed: {message}")]
+    PeerFailed { rank: usize, host: String, message: String },
+}
+
+impl ExperimentError {
+    /// The process exit code: 2 for input the run cannot honour, 1 for failures while running.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Unsupported(_) | Self::InvalidInput { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The size sweep and iteration counts every experiment shares.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub sizes: Vec<u64>,
+    pub warmup: u64,
+    pub iters: u64,
+    /// Iterations kept in flight per pair (write); 1 times each operation alone, as the seed tables do.
+    pub window: usize,
+    /// Testing aid: the sender flips this byte (modulo the size) after writing its pattern, so the
+    /// receiver's verification must catch it.
+    pub corrupt_byte: Option<u64>,
+}
+
+/// After a round, every rank shares whether it is fine; any failure ends the run on every rank, with the
+/// failing rank's own message.
+pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>) -> Result<(), ExperimentError> {
+    let text = match &outcome {
+        Ok(()) => String::new(),
+        Err(err) => err.to_string(),
+    };
+    let statuses = world.bootstrap.allgather(text.as_bytes())?;
+    outcome?;
+    for (rank, status) in statuses.iter().enumerate() {
+        if !status.is_empty() {
+            return Err(ExperimentError::PeerFailed {
+                rank,
+                host: world.hosts[rank].clone(),
+                message: String::from_utf8_lossy(status).into_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses sizes the provider cannot carry in one message.
+pub(crate) fn check_sizes(world: &World<'_>, sweep: &SweepOptions) -> Result<(), ExperimentError> {
+    let limit = world.max_msg_size();
+    if let Some(largest) = sweep.sizes.iter().copied().max() {
+        if largest > limit {
+            return Err(ExperimentError::InvalidInput {
+                flag: "--max-size",
+                message: format!(
+                    "{} exceeds the {} provider's max_msg_size of {} bytes; use at most {}",
+                    sizes::format_size(largest),
+                    world.provider_stack,
+                    limit,
+                    sizes::format_size(1 << limit.ilog2())
+                ),
+            });
+        }
+    }
+    Ok(())
+}

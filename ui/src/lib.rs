@@ -1,1 +1,8 @@
-//! placeholder
+//! What efatop draws. This crate does no I/O: it turns results into text (and, with the dashboard,
+//! into ratatui widgets) for the binary to put on screen.
+
+pub mod header;
+pub mod table;
+
+pub use header::render_header;
+pub use table::render_table;

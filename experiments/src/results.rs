@@ -1,0 +1,170 @@
+//! What a run measured, as every printer (table, JSON, later the dashboard) sees it.
+
+use serde::{Deserialize, Serialize};
+
+/// One channel's NIC as recorded in the results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NicRecord {
+    pub channel: usize,
+    pub domain: String,
+    pub fabric: String,
+    pub link_gbps: Option<f64>,
+    pub pci_address: Option<String>,
+    pub mr_mode: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunMetadata {
+    pub efatop_version: String,
+    pub libfabric_version: String,
+    pub experiment: String,
+    /// The provider asked for (`efa`, `shm`, `tcp`, `sockets`), after `auto` was resolved.
+    pub provider: String,
+    /// The stack libfabric reports, e.g. `tcp;ofi_rxm`.
+    pub provider_stack: String,
+    pub ranks: usize,
+    pub hosts: Vec<String>,
+    pub channels: usize,
+    pub distinct_nics: usize,
+    pub nics: Vec<NicRecord>,
+    /// Link speed per channel used for BusBW, and where it came from (`flag`, `provider`, `unknown`).
+    pub link_gbps: Option<f64>,
+    pub link_source: String,
+    pub memory: String,
+    pub window: usize,
+    pub warmup: u64,
+    pub iters: u64,
+    pub notes: Vec<String>,
+    pub started_unix_s: u64,
+}
+
+/// Latency of one operation as the experiment defines it, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// One pair's (or one concurrent group's) share of a measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairMeasurement {
+    pub peers: Vec<usize>,
+    pub gbps: f64,
+    pub mean_us: f64,
+}
+
+/// One configuration at one size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub config: String,
+    pub size: u64,
+    /// `size / 4`, the seed tables' element count.
+    pub count: u64,
+    pub gbps: f64,
+    /// Bandwidth over the link speed of the channels the configuration uses; absent when no link speed is
+    /// known (never guessed).
+    pub busbw_percent: Option<f64>,
+    pub latency: LatencySummary,
+    /// Timed iterations per pair.
+    pub iterations: u64,
+    pub pairs: Vec<PairMeasurement>,
+    /// Every byte that arrived was checked against the sender's pattern.
+    pub verified: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResults {
+    pub metadata: RunMetadata,
+    /// Configurations in column order.
+    pub configs: Vec<String>,
+    pub measurements: Vec<Measurement>,
+}
+
+impl RunResults {
+    /// The sizes measured, ascending, each once.
+    pub fn sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> = self.measurements.iter().map(|m| m.size).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+
+    pub fn find(&self, config: &str, size: u64) -> Option<&Measurement> {
+        self.measurements.iter().find(|m| m.config == config && m.size == size)
+    }
+}
+
+/// Per-iteration latencies, recorded without allocating (fixed bounds) and merged across pairs.
+pub struct LatencyRecorder {
+    histogram: hdrhistogram::Histogram<u64>,
+}
+
+impl Default for LatencyRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyRecorder {
+    /// Nanoseconds from 1 ns to one hour at three significant digits.
+    pub fn new() -> Self {
+        let histogram = hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+            .expect("static histogram bounds are valid");
+        Self { histogram }
+    }
+
+    pub fn record(&mut self, elapsed: std::time::Duration) {
+        self.histogram.saturating_record(elapsed.as_nanos().max(1) as u64);
+    }
+
+    pub fn merge(&mut self, other: &LatencyRecorder) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.histogram.add(&other.histogram);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.histogram.is_empty()
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let us = |ns: f64| ns / 1000.0;
+        LatencySummary {
+            mean_us: us(self.histogram.mean()),
+            p50_us: us(self.histogram.value_at_quantile(0.50) as f64),
+            p99_us: us(self.histogram.value_at_quantile(0.99) as f64),
+            max_us: us(self.histogram.max() as f64),
+        }
+    }
+}
+
+/// Gigabits per second for `bytes` moved in `seconds`.
+pub fn gbps(bytes: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 { bytes * 8.0 / seconds / 1e9 } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn percentiles_come_from_what_was_recorded() {
+        let mut recorder = LatencyRecorder::new();
+        for us in 1..=100 {
+            recorder.record(Duration::from_micros(us));
+        }
+        let summary = recorder.summary();
+        assert!((summary.p50_us - 50.0).abs() < 0.1, "{summary:?}");
+        assert!((summary.p99_us - 99.0).abs() < 0.1, "{summary:?}");
+        assert!((summary.mean_us - 50.5).abs() < 0.1, "{summary:?}");
+        assert!((summary.max_us - 100.0).abs() < 0.1, "{summary:?}");
+    }
+
+    #[test]
+    fn gbps_is_bits_over_time() {
+        assert!((gbps(1.25e9, 1.0) - 10.0).abs() < 1e-9);
+        assert_eq!(gbps(1.0, 0.0), 0.0);
+    }
+}

@@ -1,0 +1,169 @@
+//! `sendrecv`: two-sided ping-pong between rank 0 and each rank k (seed `sendrecv.md`). One operation is a
+//! SEND followed by the RECV of the reply; its latency is that round trip and its bandwidth the message
+//! size over it, averaged over the pairs. Both sides pre-post their receive before the message can
+//! arrive, so no provider has to buffer an unexpected message.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use efatop_fabric::{HostBuffer, MemoryRegion};
+
+use crate::pattern::{self, PatternSeed};
+use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
+use crate::sizes::format_size;
+use crate::world::{World, progress_until};
+use crate::{ExperimentError, SweepOptions, agree, check_sizes};
+
+pub const SINGLE_HOST: &str = "SingleHost";
+const INITIATOR: usize = 0;
+const CHANNEL: usize = 0;
+
+pub fn run(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    on_measurement: &mut dyn FnMut(&Measurement),
+) -> Result<Vec<Measurement>, ExperimentError> {
+    if world.size < 2 {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--ranks",
+            message: "sendrecv needs at least 2 ranks (rank 0 ping-pongs with ranks 1..N-1)".into(),
+        });
+    }
+    check_sizes(world, sweep)?;
+    let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
+    let channel = &world.channels[CHANNEL];
+    let send_buffer = Rc::new(HostBuffer::new(largest)?);
+    let recv_buffer = Rc::new(HostBuffer::new(largest)?);
+    let send_region = channel.register(send_buffer.clone())?;
+    let recv_region = channel.register(recv_buffer.clone())?;
+
+    let mut measurements = Vec::new();
+    for &size in &sweep.sizes {
+        send_buffer.write(|bytes| {
+            let bytes = &mut bytes[..size as usize];
+            pattern::fill(bytes, PatternSeed { sender: world.rank, size, iteration: 0 });
+            if let (Some(offset), true) = (sweep.corrupt_byte, world.rank == INITIATOR) {
+                bytes[(offset % size) as usize] ^= 0xff;
+            }
+        });
+        world.bootstrap.barrier()?;
+        let mut pairs = Vec::new();
+        let mut latency = LatencyRecorder::new();
+        for peer in 1..world.size {
+            let outcome = if world.rank == INITIATOR {
+                ping(world, sweep, size, peer, &send_region, &recv_region).and_then(|(pair, recorder)| {
+                    latency.merge(&recorder);
+                    pairs.push(pair);
+                    verify(world, &recv_buffer, peer, size)
+                })
+            } else if world.rank == peer {
+                pong(world, sweep, size, &send_region, &recv_region).and_then(|()| verify(world, &recv_buffer, INITIATOR, size))
+            } else {
+                Ok(())
+            };
+            agree(world, outcome)?;
+        }
+        if world.rank == INITIATOR {
+            let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
+            let measurement = Measurement {
+                config: SINGLE_HOST.into(),
+                size,
+                count: size / 4,
+                gbps: mean_gbps,
+                busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / link),
+                latency: latency.summary(),
+                iterations: sweep.iters,
+                pairs,
+                verified: true,
+            };
+            on_measurement(&measurement);
+            measurements.push(measurement);
+        }
+    }
+    Ok(measurements)
+}
+
+fn ping(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    size: u64,
+    peer: usize,
+    send_region: &MemoryRegion,
+    recv_region: &MemoryRegion,
+) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
+    let channel = &world.channels[CHANNEL];
+    let channels = std::slice::from_ref(channel);
+    let len = size as usize;
+    let mut recorder = LatencyRecorder::new();
+    let mut timed = 0.0f64;
+    for iteration in 0..sweep.warmup + sweep.iters {
+        let reply = channel.recv(recv_region, 0, len)?;
+        let started = Instant::now();
+        let sent = channel.send(peer, send_region, 0, len)?;
+        progress_until(channels, world.op_timeout, "SEND completion", || sent.is_complete())?;
+        sent.wait()?;
+        progress_until(channels, world.op_timeout, "RECV of the reply", || reply.is_complete())?;
+        let received = reply.wait()?;
+        let round_trip = started.elapsed();
+        if received.len != len {
+            return Err(ExperimentError::Verification {
+                receiver: world.rank,
+                sender: peer,
+                config: SINGLE_HOST.into(),
+                size: format_size(size),
+                detail: format!("received {} bytes, expected {len}", received.len),
+            });
+        }
+        if iteration >= sweep.warmup {
+            recorder.record(round_trip);
+            timed += round_trip.as_secs_f64();
+        }
+    }
+    let pair = PairMeasurement {
+        peers: vec![peer],
+        gbps: gbps((size * sweep.iters) as f64, timed),
+        mean_us: recorder.summary().mean_us,
+    };
+    Ok((pair, recorder))
+}
+
+fn pong(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    size: u64,
+    send_region: &MemoryRegion,
+    recv_region: &MemoryRegion,
+) -> Result<(), ExperimentError> {
+    let channel = &world.channels[CHANNEL];
+    let channels = std::slice::from_ref(channel);
+    let len = size as usize;
+    let total = sweep.warmup + sweep.iters;
+    let mut next = Some(channel.recv(recv_region, 0, len)?);
+    for iteration in 0..total {
+        let Some(incoming) = next.take() else { break };
+        // Rank 0 may still be timing another pair: the first message is not bounded by the op timeout.
+        let timeout = if iteration == 0 { world.op_timeout * 16 } else { world.op_timeout };
+        progress_until(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
+        incoming.wait()?;
+        if iteration + 1 < total {
+            next = Some(channel.recv(recv_region, 0, len)?);
+        }
+        let sent = channel.send(INITIATOR, send_region, 0, len)?;
+        progress_until(channels, world.op_timeout, "SEND of the reply", || sent.is_complete())?;
+        sent.wait()?;
+    }
+    Ok(())
+}
+
+fn verify(world: &World<'_>, buffer: &HostBuffer, sender: usize, size: u64) -> Result<(), ExperimentError> {
+    let seed = PatternSeed { sender, size, iteration: 0 };
+    buffer.read(|bytes| pattern::verify(&bytes[..size as usize], seed)).map_err(|mismatch| {
+        ExperimentError::Verification {
+            receiver: world.rank,
+            sender,
+            config: SINGLE_HOST.into(),
+            size: format_size(size),
+            detail: mismatch.to_string(),
+        }
+    })
+}

@@ -1,0 +1,265 @@
+//! A rank's view of the run: who the other ranks are (through a [`Bootstrap`]), which provider and NICs
+//! were chosen, and the connected channels every experiment runs on.
+
+use std::time::{Duration, Instant};
+
+use efatop_fabric::{
+    Capabilities, Channel, ChannelOptions, FabricError, Nic, PeerAddress, Provider, discover_nics, mr_mode_names,
+};
+
+use crate::ExperimentError;
+
+/// Out-of-band exchange between ranks: used to set up (addresses, keys) and to agree between rounds,
+/// never on the hot path. Implemented over MPI and over efatop's own launcher.
+pub trait Bootstrap {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    /// Every rank contributes `data`; every rank gets all contributions, indexed by rank.
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError>;
+    fn barrier(&self) -> Result<(), ExperimentError> {
+        self.allgather(&[]).map(|_| ())
+    }
+}
+
+/// What the user asked for on the command line that shapes the world.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProviderChoice {
+    Auto,
+    Given(Provider),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelCount {
+    All,
+    Exactly(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct WorldOptions {
+    pub provider: ProviderChoice,
+    pub channels: ChannelCount,
+    pub capabilities: Capabilities,
+    pub max_in_flight: usize,
+    pub op_timeout: Duration,
+    /// Overrides the link speed the provider reports, for BusBW.
+    pub link_gbps: Option<f64>,
+}
+
+/// Where the link speed used for BusBW came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkSpeedSource {
+    /// `--link-gbps`.
+    Flag,
+    /// The provider's `fi_nic` link attributes.
+    Provider,
+    /// Neither: BusBW is not computed.
+    Unknown,
+}
+
+pub struct World<'b> {
+    pub bootstrap: &'b dyn Bootstrap,
+    pub rank: usize,
+    pub size: usize,
+    pub hosts: Vec<String>,
+    pub provider: Provider,
+    /// The provider stack libfabric names, e.g. `tcp;ofi_rxm`.
+    pub provider_stack: String,
+    pub channels: Vec<Channel>,
+    /// Distinct NICs the channels are spread over on this rank.
+    pub distinct_nics: usize,
+    pub link_gbps: Option<f64>,
+    pub link_source: LinkSpeedSource,
+    /// How long one operation may take before its rank is reported as hung.
+    pub op_timeout: Duration,
+    /// Things a user should know about this world (shared NICs, slow providers), for the header.
+    pub notes: Vec<String>,
+}
+
+impl<'b> World<'b> {
+    /// Chooses the provider and NICs, opens the channels and connects every rank's channel `c` to every
+    /// other rank's channel `c`.
+    pub fn establish(bootstrap: &'b dyn Bootstrap, options: &WorldOptions) -> Result<Self, ExperimentError> {
+        let rank = bootstrap.rank();
+        let size = bootstrap.size();
+        let hosts: Vec<String> = bootstrap
+            .allgather(hostname().as_bytes())?
+            .into_iter()
+            .map(|h| String::from_utf8_lossy(&h).into_owned())
+            .collect();
+
+        let provider = match &options.provider {
+            ProviderChoice::Given(provider) => *provider,
+            ProviderChoice::Auto => {
+                let efa_here = discover_nics(Provider::Efa, options.capabilities).is_ok();
+                let votes = bootstrap.allgather(&[u8::from(efa_here)])?;
+                if votes.iter().all(|v| v.first() == Some(&1)) {
+                    Provider::Efa
+                } else if hosts.iter().all(|h| *h == hosts[0]) {
+                    Provider::Shm
+                } else {
+                    Provider::Tcp
+                }
+            }
+        };
+
+        // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
+        let discovered = discover_nics(provider, options.capabilities);
+        let status = match &discovered {
+            Ok(nics) => format!("ok {}", nics.len()),
+            Err(err) => format!("err {err}"),
+        };
+        let statuses = bootstrap.allgather(status.as_bytes())?;
+        let mut nic_counts = Vec::with_capacity(size);
+        for (peer, status) in statuses.iter().enumerate() {
+            let status = String::from_utf8_lossy(status);
+            if let Some(reason) = status.strip_prefix("err ") {
+                return Err(ExperimentError::Unsupported(if peer == rank {
+                    reason.to_string()
+                } else {
+                    format!("rank {peer} ({}): {reason}", hosts[peer])
+                }));
+            }
+            nic_counts.push(status.trim_start_matches("ok ").parse::<usize>().unwrap_or(0));
+        }
+        let nics = discovered.map_err(|e| ExperimentError::Unsupported(e.to_string()))?;
+
+        let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
+        let channel_count = match options.channels {
+            ChannelCount::All => min_nics,
+            ChannelCount::Exactly(n) => n,
+        };
+        let mut notes = Vec::new();
+        if provider == Provider::Sockets {
+            notes.push("the sockets provider takes milliseconds per RDM transfer: its figures are not representative".into());
+        }
+        if channel_count > nics.len() {
+            notes.push(format!(
+                "{channel_count} channels share {} NIC{} on rank {rank}: several endpoints per NIC",
+                nics.len(),
+                if nics.len() == 1 { "" } else { "s" }
+            ));
+        }
+
+        let mut channels = Vec::with_capacity(channel_count);
+        for index in 0..channel_count {
+            let nic: &Nic = &nics[index % nics.len()];
+            let channel_options = ChannelOptions { index, max_in_flight: options.max_in_flight, op_timeout: options.op_timeout };
+            channels.push(Channel::open(nic, &channel_options).map_err(ExperimentError::Fabric)?);
+        }
+
+        // One allgather carries every channel's address: length-prefixed records.
+        let mut mine = Vec::new();
+        for channel in &channels {
+            push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
+        }
+        let everyone = bootstrap.allgather(&mine)?;
+        for (index, channel) in channels.iter().enumerate() {
+            let mut addresses = Vec::with_capacity(size);
+            for (peer, blob) in everyone.iter().enumerate() {
+                let records = split_records(blob)?;
+                let record = records.get(index).ok_or_else(|| {
+                    ExperimentError::Bootstrap(format!("rank {peer} opened fewer channels than rank {rank}"))
+                })?;
+                addresses.push(PeerAddress(record.to_vec()));
+            }
+            channel.connect(&addresses).map_err(ExperimentError::Fabric)?;
+        }
+
+        let provider_link = channels.first().and_then(|c| c.nic().link_speed_bps).map(|bps| bps as f64 / 1e9);
+        let (link_gbps, link_source) = match (options.link_gbps, provider_link) {
+            (Some(flag), _) => (Some(flag), LinkSpeedSource::Flag),
+            (None, Some(reported)) => (Some(reported), LinkSpeedSource::Provider),
+            (None, None) => (None, LinkSpeedSource::Unknown),
+        };
+        let distinct_nics = channel_count.min(nics.len());
+        let provider_stack = nics[0].provider.clone();
+        Ok(Self {
+            bootstrap,
+            rank,
+            size,
+            hosts,
+            provider,
+            provider_stack,
+            channels,
+            distinct_nics,
+            link_gbps,
+            link_source,
+            op_timeout: options.op_timeout,
+            notes,
+        })
+    }
+
+    /// The largest message every channel's provider accepts.
+    pub fn max_msg_size(&self) -> u64 {
+        self.channels.iter().map(|c| c.nic().max_msg_size).min().unwrap_or(0)
+    }
+
+    pub fn nic_records(&self) -> Vec<crate::results::NicRecord> {
+        self.channels
+            .iter()
+            .map(|c| crate::results::NicRecord {
+                channel: c.index(),
+                domain: c.nic().domain.clone(),
+                fabric: c.nic().fabric.clone(),
+                link_gbps: c.nic().link_speed_bps.map(|b| b as f64 / 1e9),
+                pci_address: c.nic().pci_address.clone(),
+                mr_mode: mr_mode_names(c.nic().mr_mode).into_iter().map(String::from).collect(),
+            })
+            .collect()
+    }
+
+    /// Reads every channel's completion queue once.
+    pub fn progress_all(&self) -> Result<(), FabricError> {
+        for channel in &self.channels {
+            channel.progress()?;
+        }
+        Ok(())
+    }
+}
+
+/// Progresses `channels` until `done()` holds, or fails after `timeout` naming `what`.
+pub fn progress_until(
+    channels: &[Channel],
+    timeout: Duration,
+    what: &'static str,
+    mut done: impl FnMut() -> bool,
+) -> Result<(), FabricError> {
+    let started = Instant::now();
+    let mut spins = 0u32;
+    while !done() {
+        for channel in channels {
+            channel.progress()?;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 && started.elapsed() > timeout {
+            return Err(FabricError::Timeout { what, channel: 0, timeout });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn push_record(out: &mut Vec<u8>, record: &[u8]) {
+    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    out.extend_from_slice(record);
+}
+
+pub(crate) fn split_records(mut blob: &[u8]) -> Result<Vec<&[u8]>, ExperimentError> {
+    let mut records = Vec::new();
+    while !blob.is_empty() {
+        let (len, rest) = blob
+            .split_first_chunk::<4>()
+            .ok_or_else(|| ExperimentError::Bootstrap("truncated record from a peer".into()))?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let record = rest.get(..len).ok_or_else(|| ExperimentError::Bootstrap("truncated record from a peer".into()))?;
+        records.push(record);
+        blob = &rest[len..];
+    }
+    Ok(records)
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}

@@ -1,0 +1,359 @@
+//! `write`: rank 0 → rank k one-sided RDMA WRITE with immediate data; the target waits on the immediate.
+//!
+//! Configurations (seed `write.md`):
+//! - `Single`: the whole buffer over channel 0, to one peer at a time;
+//! - `Multi`: the buffer split into one chunk per channel, to one peer at a time;
+//! - `RoundRobin`: every peer at once, peer k on channel `(k + rank) % channels`.
+//!
+//! Bandwidth is bytes moved over the timed iterations' wall time (for RoundRobin, all peers' bytes);
+//! Single and Multi are averaged over the peers. An iteration's latency runs from its first post to its
+//! last local completion. BusBW divides by the link speed of the channels the configuration can use.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use efatop_fabric::{Channel, HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
+
+use crate::pattern::{self, PatternSeed};
+use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
+use crate::sizes::format_size;
+use crate::world::{World, progress_until, push_record, split_records};
+use crate::{ExperimentError, SweepOptions, agree, check_sizes};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteConfig {
+    Single,
+    Multi,
+    RoundRobin,
+}
+
+impl WriteConfig {
+    pub const ALL: [WriteConfig; 3] = [WriteConfig::Single, WriteConfig::Multi, WriteConfig::RoundRobin];
+
+    /// The column name, as in the seed: configuration then memory kind.
+    pub fn column(self) -> String {
+        let base = match self {
+            WriteConfig::Single => "Single",
+            WriteConfig::Multi => "Multi",
+            WriteConfig::RoundRobin => "RoundRobin",
+        };
+        format!("{base}Pin")
+    }
+}
+
+/// One write of an iteration: which peer, on which channel, which bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub peer: usize,
+    pub channel: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The writes one iteration makes from `rank` to `peers`. Both sides compute it: the writer to post, the
+/// targets to know how many immediates to expect on which channel.
+pub fn plan(config: WriteConfig, rank: usize, peers: &[usize], size: u64, channels: usize) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    for &peer in peers {
+        match config {
+            WriteConfig::Single => segments.push(Segment { peer, channel: 0, offset: 0, len: size }),
+            WriteConfig::Multi => {
+                let channels = channels as u64;
+                for channel in 0..channels {
+                    let start = size * channel / channels;
+                    let end = size * (channel + 1) / channels;
+                    if end > start {
+                        segments.push(Segment { peer, channel: channel as usize, offset: start, len: end - start });
+                    }
+                }
+            }
+            WriteConfig::RoundRobin => {
+                segments.push(Segment { peer, channel: (peer + rank) % channels, offset: 0, len: size });
+            }
+        }
+    }
+    segments
+}
+
+/// The peer groups timed together: one peer at a time, or all at once for RoundRobin.
+fn groups(config: WriteConfig, world_size: usize) -> Vec<Vec<usize>> {
+    let peers: Vec<usize> = (1..world_size).collect();
+    match config {
+        WriteConfig::RoundRobin => vec![peers],
+        WriteConfig::Single | WriteConfig::Multi => peers.into_iter().map(|p| vec![p]).collect(),
+    }
+}
+
+const WRITER: usize = 0;
+
+/// Runs the sweep; rank 0 returns one measurement per configuration and size, in order, and hands each
+/// to `on_measurement` as soon as it exists.
+pub fn run(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    configs: &[WriteConfig],
+    on_measurement: &mut dyn FnMut(&Measurement),
+) -> Result<Vec<Measurement>, ExperimentError> {
+    if world.size < 2 {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--ranks",
+            message: "write needs at least 2 ranks (rank 0 writes to ranks 1..N-1)".into(),
+        });
+    }
+    check_sizes(world, sweep)?;
+    let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
+    let buffer = Rc::new(HostBuffer::new(largest)?);
+    let regions: Vec<MemoryRegion> =
+        world.channels.iter().map(|c| c.register(buffer.clone())).collect::<Result<_, _>>()?;
+
+    // Targets publish one region record per channel; the writer learns every target's.
+    let mut mine = Vec::new();
+    for region in &regions {
+        push_record(&mut mine, &Channel::remote_region(region).to_bytes());
+    }
+    let gathered = world.bootstrap.allgather(&mine)?;
+    let mut remotes: Vec<Vec<RemoteRegion>> = Vec::with_capacity(world.size);
+    for blob in &gathered {
+        remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
+    }
+
+    let mut measurements = Vec::new();
+    let mut expected_immediates = vec![0u64; world.channels.len()];
+    for (config_index, &config) in configs.iter().enumerate() {
+        for &size in &sweep.sizes {
+            let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
+            if world.rank == WRITER {
+                buffer.write(|bytes| {
+                    let bytes = &mut bytes[..size as usize];
+                    pattern::fill(bytes, seed);
+                    if let Some(offset) = sweep.corrupt_byte {
+                        bytes[(offset % size) as usize] ^= 0xff;
+                    }
+                });
+            }
+            let mut pairs = Vec::new();
+            let mut latency = LatencyRecorder::new();
+            for group in groups(config, world.size) {
+                let outcome = if world.rank == WRITER {
+                    time_group(world, sweep, config, size, &group, &regions, &remotes).map(|(pair, recorder)| {
+                        latency.merge(&recorder);
+                        pairs.push(pair);
+                    })
+                } else if group.contains(&world.rank) {
+                    receive_group(world, sweep, config, size, &mut expected_immediates)
+                        .and_then(|()| verify_received(world, &buffer, config, seed))
+                } else {
+                    Ok(())
+                };
+                agree(world, outcome)?;
+            }
+            if world.rank == WRITER {
+                let measurement = summarise(world, config, size, sweep.iters, pairs, &latency);
+                on_measurement(&measurement);
+                measurements.push(measurement);
+            }
+        }
+    }
+    Ok(measurements)
+}
+
+/// The writer's side of one group: warmup, then the timed iterations with up to `window` in flight.
+fn time_group(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    config: WriteConfig,
+    size: u64,
+    group: &[usize],
+    regions: &[MemoryRegion],
+    remotes: &[Vec<RemoteRegion>],
+) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
+    let segments = plan(config, world.rank, group, size, world.channels.len());
+    let window = sweep.window.max(1);
+    let mut pipeline = Pipeline {
+        world,
+        regions,
+        remotes,
+        segments: &segments,
+        in_flight: VecDeque::with_capacity(window * segments.len() + 1),
+    };
+    let depth = window * segments.len();
+    let mut recorder = LatencyRecorder::new();
+
+    for iteration in 0..sweep.warmup {
+        pipeline.post_iteration(iteration)?;
+        while pipeline.in_flight.len() >= depth {
+            pipeline.complete_oldest()?;
+        }
+    }
+    while !pipeline.in_flight.is_empty() {
+        pipeline.complete_oldest()?;
+    }
+
+    let started = Instant::now();
+    for iteration in sweep.warmup..sweep.warmup + sweep.iters {
+        pipeline.post_iteration(iteration)?;
+        while pipeline.in_flight.len() >= depth {
+            recorder.record(pipeline.complete_oldest()?);
+        }
+    }
+    while !pipeline.in_flight.is_empty() {
+        recorder.record(pipeline.complete_oldest()?);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let bytes = (size * sweep.iters * group.len() as u64) as f64;
+    let pair = PairMeasurement { peers: group.to_vec(), gbps: gbps(bytes, elapsed), mean_us: recorder.summary().mean_us };
+    Ok((pair, recorder))
+}
+
+/// The writer's operations in flight, oldest first, each with its iteration and post time. Its capacity
+/// is reserved before timing starts, so the timed loop does not allocate.
+struct Pipeline<'w> {
+    world: &'w World<'w>,
+    regions: &'w [MemoryRegion],
+    remotes: &'w [Vec<RemoteRegion>],
+    segments: &'w [Segment],
+    in_flight: VecDeque<(u64, Instant, Op<'w>)>,
+}
+
+impl<'w> Pipeline<'w> {
+    fn post_iteration(&mut self, iteration: u64) -> Result<(), ExperimentError> {
+        let posted = Instant::now();
+        let immediate = Immediate::encode(self.world.rank, iteration as u32);
+        for segment in self.segments {
+            let channel: &'w Channel = &self.world.channels[segment.channel];
+            let op = channel.write(
+                segment.peer,
+                &self.regions[segment.channel],
+                segment.offset as usize,
+                segment.len as usize,
+                self.remotes[segment.peer][segment.channel],
+                segment.offset,
+                Some(immediate),
+            )?;
+            self.in_flight.push_back((iteration, posted, op));
+        }
+        Ok(())
+    }
+
+    /// Completes the oldest iteration in flight; returns its post-to-last-completion time.
+    fn complete_oldest(&mut self) -> Result<Duration, ExperimentError> {
+        let Some(&(iteration, posted, _)) = self.in_flight.front() else { return Ok(Duration::ZERO) };
+        while self.in_flight.front().is_some_and(|(i, _, _)| *i == iteration) {
+            if let Some((_, _, op)) = self.in_flight.pop_front() {
+                progress_until(&self.world.channels, self.world.op_timeout, "RDMA write completion", || op.is_complete())?;
+                op.wait()?;
+            }
+        }
+        Ok(posted.elapsed())
+    }
+}
+
+/// The target's side: progress every channel until all immediates of this group have arrived. A target
+/// is only declared hung when no immediate arrives for the operation timeout.
+fn receive_group(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    config: WriteConfig,
+    size: u64,
+    expected: &mut [u64],
+) -> Result<(), ExperimentError> {
+    for segment in plan(config, WRITER, &[world.rank], size, world.channels.len()) {
+        expected[segment.channel] += sweep.warmup + sweep.iters;
+    }
+    let timeout = world.op_timeout;
+    let arrived = |world: &World<'_>| -> u64 { world.channels.iter().map(|c| c.immediates_from(WRITER)).sum() };
+    let mut last_count = arrived(world);
+    let mut last_change = Instant::now();
+    loop {
+        let complete =
+            world.channels.iter().zip(expected.iter()).all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
+        if complete {
+            return Ok(());
+        }
+        world.progress_all()?;
+        let now_count = arrived(world);
+        if now_count != last_count {
+            last_count = now_count;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > timeout {
+            return Err(ExperimentError::Fabric(efatop_fabric::FabricError::Timeout {
+                what: "waiting for write immediates from rank 0",
+                channel: 0,
+                timeout,
+            }));
+        }
+    }
+}
+
+fn verify_received(
+    world: &World<'_>,
+    buffer: &HostBuffer,
+    config: WriteConfig,
+    seed: PatternSeed,
+) -> Result<(), ExperimentError> {
+    buffer.read(|bytes| pattern::verify(&bytes[..seed.size as usize], seed)).map_err(|mismatch| {
+        ExperimentError::Verification {
+            receiver: world.rank,
+            sender: seed.sender,
+            config: config.column(),
+            size: format_size(seed.size),
+            detail: mismatch.to_string(),
+        }
+    })
+}
+
+
+fn summarise(
+    world: &World<'_>,
+    config: WriteConfig,
+    size: u64,
+    iters: u64,
+    pairs: Vec<PairMeasurement>,
+    latency: &LatencyRecorder,
+) -> Measurement {
+    let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
+    let channels_used = match config {
+        WriteConfig::Single => 1,
+        WriteConfig::Multi | WriteConfig::RoundRobin => world.channels.len(),
+    };
+    Measurement {
+        config: config.column(),
+        size,
+        count: size / 4,
+        gbps: mean_gbps,
+        busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
+        latency: latency.summary(),
+        iterations: iters,
+        pairs,
+        verified: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_splits_the_buffer_over_every_channel() {
+        let segments = plan(WriteConfig::Multi, 0, &[1], 1 << 20, 4);
+        assert_eq!(segments.len(), 4);
+        assert_eq!(segments.iter().map(|s| s.len).sum::<u64>(), 1 << 20);
+        assert_eq!(segments[3], Segment { peer: 1, channel: 3, offset: 3 << 18, len: 1 << 18 });
+    }
+
+    #[test]
+    fn multi_skips_empty_chunks_when_channels_outnumber_bytes() {
+        let segments = plan(WriteConfig::Multi, 0, &[1], 4, 8);
+        assert_eq!(segments.len(), 4);
+        assert_eq!(segments.iter().map(|s| s.len).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn round_robin_follows_peer_plus_rank() {
+        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 0, &[1, 2, 3], 4096, 4).iter().map(|s| s.channel).collect();
+        assert_eq!(channels, vec![1, 2, 3]);
+        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 2, &[1, 3], 4096, 2).iter().map(|s| s.channel).collect();
+        assert_eq!(channels, vec![1, 1]);
+    }
+}

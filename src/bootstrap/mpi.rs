@@ -1,0 +1,63 @@
+//! The MPI bootstrap (rsmpi): allgather of variable-length records, in two collectives.
+
+use mpi::datatype::PartitionMut;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator, CommunicatorCollectives};
+
+use efatop_experiments::{Bootstrap, ExperimentError};
+
+pub struct MpiBootstrap {
+    world: SimpleCommunicator,
+    // Finalizes MPI when dropped, after the communicator above.
+    _universe: Universe,
+}
+
+impl MpiBootstrap {
+    pub fn initialize() -> Result<Self, ExperimentError> {
+        let universe = mpi::initialize()
+            .ok_or_else(|| ExperimentError::Bootstrap("MPI was already initialized in this process".into()))?;
+        Ok(Self { world: universe.world(), _universe: universe })
+    }
+}
+
+impl Bootstrap for MpiBootstrap {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        let size = self.size();
+        let len = i32::try_from(data.len()).map_err(|_| ExperimentError::Bootstrap("record over 2 GiB".into()))?;
+        let mut lengths = vec![0i32; size];
+        self.world.all_gather_into(&len, &mut lengths[..]);
+        let displacements: Vec<i32> = lengths
+            .iter()
+            .scan(0i32, |offset, len| {
+                let start = *offset;
+                *offset += len;
+                Some(start)
+            })
+            .collect();
+        let total = lengths.iter().map(|l| *l as usize).sum();
+        let mut gathered = vec![0u8; total];
+        {
+            let mut partition = PartitionMut::new(&mut gathered[..], &lengths[..], &displacements[..]);
+            self.world.all_gather_varcount_into(data, &mut partition);
+        }
+        Ok(lengths
+            .iter()
+            .zip(&displacements)
+            .map(|(len, start)| gathered[*start as usize..(*start + *len) as usize].to_vec())
+            .collect())
+    }
+
+    fn barrier(&self) -> Result<(), ExperimentError> {
+        self.world.barrier();
+        Ok(())
+    }
+}

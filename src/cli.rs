@@ -1,0 +1,186 @@
+//! The command line. Every flag says what it takes; a bad value is refused by clap with the flag's name,
+//! the allowed values and exit code 2.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use efatop_experiments::sizes::{self, format_size};
+use efatop_experiments::write::WriteConfig;
+use efatop_experiments::{ChannelCount, ProviderChoice};
+use efatop_fabric::Provider;
+
+#[derive(Debug, Parser)]
+#[command(name = "efatop", version, about = "Measure what an EFA / libfabric fabric really delivers, rank by rank")]
+#[command(after_help = "Start ranks with `efatop run --ranks N <experiment>` on one host, or under mpirun/srun.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (Single, Multi, RoundRobin)
+    Write(WriteArgs),
+    /// Two-sided SEND/RECV ping-pong between rank 0 and each rank k
+    Sendrecv(SendrecvArgs),
+    /// Start N local ranks of an experiment, no MPI needed
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Number of ranks to start on this host
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub ranks: u16,
+    #[command(subcommand)]
+    pub experiment: Experiment,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Experiment {
+    /// One-sided RDMA WRITE with immediate data
+    Write(WriteArgs),
+    /// Two-sided SEND/RECV ping-pong
+    Sendrecv(SendrecvArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// efa when present, else shm when all ranks share a host, else tcp
+    Auto,
+    Efa,
+    Shm,
+    Tcp,
+    /// works, but takes milliseconds per transfer: not for benchmarking
+    Sockets,
+}
+
+impl ProviderArg {
+    pub fn choice(self) -> ProviderChoice {
+        match self {
+            ProviderArg::Auto => ProviderChoice::Auto,
+            ProviderArg::Efa => ProviderChoice::Given(Provider::Efa),
+            ProviderArg::Shm => ProviderChoice::Given(Provider::Shm),
+            ProviderArg::Tcp => ProviderChoice::Given(Provider::Tcp),
+            ProviderArg::Sockets => ProviderChoice::Given(Provider::Sockets),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WriteConfigArg {
+    Single,
+    Multi,
+    Roundrobin,
+}
+
+impl From<WriteConfigArg> for WriteConfig {
+    fn from(arg: WriteConfigArg) -> Self {
+        match arg {
+            WriteConfigArg::Single => WriteConfig::Single,
+            WriteConfigArg::Multi => WriteConfig::Multi,
+            WriteConfigArg::Roundrobin => WriteConfig::RoundRobin,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// libfabric provider
+    #[arg(long, value_enum, default_value_t = ProviderArg::Auto)]
+    pub provider: ProviderArg,
+    /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
+    #[arg(long, default_value = "1", value_parser = parse_channels)]
+    pub channels: ChannelCount,
+    /// Smallest message size, a power of two (K, M, G suffixes)
+    #[arg(long, default_value = "4K", value_parser = parse_size_arg)]
+    pub min_size: u64,
+    /// Largest message size, a power of two (K, M, G suffixes)
+    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    pub max_size: u64,
+    /// Untimed iterations before each size
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: u64,
+    /// Timed iterations per size and pair
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub iters: u64,
+    /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub window: u16,
+    /// Link speed per channel in Gbps for BusBW, instead of what the provider reports
+    #[arg(long, value_parser = parse_link_gbps)]
+    pub link_gbps: Option<f64>,
+    /// Write the results, with the run's metadata, to this JSON file (rewritten after every size)
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seconds an operation may take before its rank is reported as hung
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout: u64,
+    /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
+    #[arg(long, hide = true)]
+    pub debug_corrupt_byte: Option<u64>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Configurations to run, in this order
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WriteConfigArg::Single, WriteConfigArg::Multi, WriteConfigArg::Roundrobin])]
+    pub configs: Vec<WriteConfigArg>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SendrecvArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl Experiment {
+    pub fn common(&self) -> &CommonArgs {
+        match self {
+            Experiment::Write(args) => &args.common,
+            Experiment::Sendrecv(args) => &args.common,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Experiment::Write(_) => "write",
+            Experiment::Sendrecv(_) => "sendrecv",
+        }
+    }
+}
+
+fn parse_size_arg(text: &str) -> Result<u64, String> {
+    sizes::parse_size(text)
+}
+
+fn parse_channels(text: &str) -> Result<ChannelCount, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(ChannelCount::All);
+    }
+    match text.parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(ChannelCount::Exactly(n)),
+        _ => Err(format!("`{text}` is not a channel count; use a number from 1 to 256, or `all`")),
+    }
+}
+
+fn parse_link_gbps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 100_000.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a link speed; use Gbps above 0, e.g. 100 or 2.5")),
+    }
+}
+
+/// Checks that need more than one flag; returns the one-line message for exit code 2.
+pub fn validate(common: &CommonArgs) -> Result<(), String> {
+    if common.min_size > common.max_size {
+        return Err(format!(
+            "--min-size {} is larger than --max-size {}",
+            format_size(common.min_size),
+            format_size(common.max_size)
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! `efatop run --ranks N <experiment>`: starts N ranks of this same binary on this host, serves their
+//! rendezvous, and ends with the worst exit code among them. A rank that fails is named; the others are
+//! given a bounded time to notice and are then stopped.
+
+use std::ffi::OsString;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::local::Rendezvous;
+use crate::bootstrap::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
+use crate::cli::RunArgs;
+
+/// How long ranks get to stop on their own once one has failed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+pub fn launch(run: &RunArgs) -> i32 {
+    let ranks = usize::from(run.ranks);
+    if ranks < 2 {
+        eprintln!(
+            "efatop: error: --ranks {ranks}: {} needs at least 2 ranks (rank 0 and a peer)",
+            run.experiment.name()
+        );
+        return 2;
+    }
+    match launch_ranks(ranks, experiment_args()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("efatop: error: launching {ranks} ranks: {err}");
+            1
+        }
+    }
+}
+
+/// The arguments each rank gets: everything from the experiment's name on.
+fn experiment_args() -> Vec<OsString> {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let after_run = args.iter().position(|a| a == "run").map_or(0, |i| i + 1);
+    let experiment = args[after_run..]
+        .iter()
+        .position(|a| a == "write" || a == "sendrecv")
+        .map_or(after_run, |i| after_run + i);
+    args[experiment..].to_vec()
+}
+
+fn launch_ranks(ranks: usize, args: Vec<OsString>) -> std::io::Result<i32> {
+    let rendezvous = Rendezvous::bind(ranks)?;
+    let address = rendezvous.address()?;
+    std::thread::spawn(move || {
+        if let Err(err) = rendezvous.serve(Duration::from_secs(60)) {
+            eprintln!("efatop: error: rendezvous: {err}");
+        }
+    });
+    let exe = std::env::current_exe()?;
+    let mut children: Vec<Child> = Vec::with_capacity(ranks);
+    for rank in 0..ranks {
+        let child = Command::new(&exe)
+            .args(&args)
+            .env(ENV_RENDEZVOUS, &address)
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_WORLD_SIZE, ranks.to_string())
+            .spawn();
+        match child {
+            Ok(child) => children.push(child),
+            Err(err) => {
+                stop_all(&mut children);
+                return Err(err);
+            }
+        }
+    }
+    Ok(supervise(children))
+}
+
+/// Waits for every rank; once one fails, gives the rest `STOP_GRACE` and then kills them.
+fn supervise(mut children: Vec<Child>) -> i32 {
+    let mut codes: Vec<Option<i32>> = vec![None; children.len()];
+    let mut failed_at: Option<Instant> = None;
+    loop {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if codes[rank].is_some() {
+                continue;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let code = status.code().unwrap_or_else(|| {
+                    use std::os::unix::process::ExitStatusExt;
+                    let signal = status.signal().unwrap_or(0);
+                    if failed_at.is_none() {
+                        eprintln!("efatop: error: rank {rank} was killed by signal {signal}");
+                    }
+                    128 + signal
+                });
+                codes[rank] = Some(code);
+                if code != 0 && failed_at.is_none() {
+                    failed_at = Some(Instant::now());
+                }
+            }
+        }
+        if codes.iter().all(Option::is_some) {
+            break;
+        }
+        if failed_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
+            for (rank, child) in children.iter_mut().enumerate() {
+                if codes[rank].is_none() {
+                    eprintln!("efatop: error: rank {rank} did not stop within {STOP_GRACE:?} of a failure; killed");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    codes[rank] = Some(137);
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let codes: Vec<i32> = codes.into_iter().flatten().collect();
+    if codes.contains(&2) {
+        2
+    } else {
+        codes.into_iter().find(|c| *c != 0).map_or(0, |_| 1)
+    }
+}
+
+fn stop_all(children: &mut [Child]) {
+    for child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
