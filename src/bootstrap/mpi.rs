@@ -43,7 +43,11 @@ impl Bootstrap for MpiBootstrap {
                 Some(start)
             })
             .collect();
-        let total = lengths.iter().map(|l| *l as usize).sum();
+        let total: usize = lengths.iter().map(|l| *l as usize).sum();
+        if total == 0 {
+            // Nothing to move (a barrier-like round); some MPIs reject zero-length varcount buffers.
+            return Ok(vec![Vec::new(); size]);
+        }
         let mut gathered = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut gathered[..], &lengths[..], &displacements[..]);

@@ -24,6 +24,9 @@ pub trait RegistrableMemory {
     fn kind(&self) -> MemoryKind;
 }
 
+const PAGE: usize = 4096;
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Anonymous page-aligned host memory, pre-faulted and (when the limit allows) locked in RAM so that the
 /// NIC's registration pins real pages. Unmapped on drop.
 pub struct HostBuffer {
@@ -35,18 +38,23 @@ pub struct HostBuffer {
 }
 
 impl HostBuffer {
-    /// Maps `len` bytes (rounded up to whole pages by the kernel) and tries to lock them.
+    /// Maps `len` bytes (rounded up to whole pages by the kernel), asks for transparent huge pages when the
+    /// buffer spans at least one (fewer pages for the NIC or the kernel to pin and translate), faults every
+    /// page in and tries to lock them.
     pub fn new(len: usize) -> Result<Self> {
         if len == 0 {
             return Err(FabricError::Invalid("a buffer must hold at least one byte".into()));
         }
+        let huge = len >= HUGE_PAGE;
+        // Over-map by one huge page so the buffer can start on a huge-page boundary.
+        let mapped = if huge { len + HUGE_PAGE } else { len };
         // SAFETY: an anonymous private mapping with no address hint; checked for MAP_FAILED below.
         let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                mapped,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -57,9 +65,33 @@ impl HostBuffer {
                 std::io::Error::last_os_error()
             )));
         }
-        // SAFETY: the mapping above is `len` bytes long and ours.
-        let locked = unsafe { libc::mlock(raw, len) } == 0;
-        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(|| FabricError::Invalid("mmap returned NULL".into()))?;
+        let start = if huge { (raw as usize).next_multiple_of(HUGE_PAGE) } else { raw as usize };
+        if huge {
+            let head = start - raw as usize;
+            let tail = mapped - head - len;
+            // SAFETY: trimming the unaligned head and the rest of the tail of our own mapping; both ranges
+            // are page multiples inside it. A failed trim only leaves some address space mapped.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(raw, head);
+                }
+                if tail > 0 {
+                    libc::munmap((start + len.next_multiple_of(PAGE)) as *mut libc::c_void, tail - (len.next_multiple_of(PAGE) - len));
+                }
+                // Advice only: without THP the buffer still works in small pages.
+                libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+            }
+        }
+        // SAFETY: the range [start, start+len) is mapped and ours.
+        let locked = unsafe { libc::mlock(start as *const libc::c_void, len) } == 0;
+        if !locked {
+            // mlock would have faulted the pages in; do it by touching one byte per page instead.
+            for page in (0..len).step_by(PAGE) {
+                // SAFETY: inside the mapping.
+                unsafe { std::ptr::write_volatile((start + page) as *mut u8, 0) };
+            }
+        }
+        let ptr = NonNull::new(start as *mut u8).ok_or_else(|| FabricError::Invalid("mmap returned NULL".into()))?;
         Ok(Self { ptr, len, locked, borrow: Cell::new(0) })
     }
 
@@ -113,7 +145,7 @@ impl RegistrableMemory for HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `new`; munmap also drops the lock.
+        // SAFETY: unmapping what `new` kept of its mapping; munmap also drops the lock.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
@@ -128,6 +160,14 @@ mod tests {
         assert_eq!(buffer.address() as usize % 4096, 0);
         buffer.write(|bytes| bytes.fill(0xab));
         assert!(buffer.read(|bytes| bytes.iter().all(|b| *b == 0xab)));
+    }
+
+    #[test]
+    fn large_buffers_start_on_a_huge_page() {
+        let buffer = HostBuffer::new(3 << 20).expect("mmap");
+        assert_eq!(buffer.address() as usize % HUGE_PAGE, 0);
+        buffer.write(|bytes| bytes.fill(1));
+        assert_eq!(buffer.read(|bytes| bytes.iter().map(|b| usize::from(*b)).sum::<usize>()), 3 << 20);
     }
 
     #[test]
