@@ -11,7 +11,7 @@ pub const ENV_RENDEZVOUS: &str = "EFATOP_RENDEZVOUS";
 pub const ENV_RANK: &str = "EFATOP_RANK";
 pub const ENV_WORLD_SIZE: &str = "EFATOP_WORLD_SIZE";
 
-/// True when a process manager (OpenMPI, PMIx, Slurm, Hydra) started this process.
+/// True when a process manager (`OpenMPI`, `PMIx`, Slurm, Hydra) started this process.
 pub fn under_mpi_launcher() -> bool {
     ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"]
         .iter()

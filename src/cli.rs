@@ -19,7 +19,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// One-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (Single, Multi, RoundRobin)
+    /// One-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (Single, Multi, `RoundRobin`)
     Write(WriteArgs),
     /// Two-sided SEND/RECV ping-pong between rank 0 and each rank k
     Sendrecv(SendrecvArgs),
@@ -107,8 +107,8 @@ pub struct CommonArgs {
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub window: u16,
-    /// Link speed per channel in Gbps for BusBW, instead of what the provider reports
-    #[arg(long, value_parser = parse_link_gbps)]
+    /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
+    #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
     pub link_gbps: Option<f64>,
     /// Write the results, with the run's metadata, to this JSON file (rewritten after every size)
     #[arg(long)]

@@ -22,7 +22,7 @@ pub fn launch(run: &RunArgs) -> i32 {
         );
         return 2;
     }
-    match launch_ranks(ranks, experiment_args()) {
+    match launch_ranks(ranks, &experiment_args()) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("efatop: error: launching {ranks} ranks: {err}");
@@ -42,11 +42,11 @@ fn experiment_args() -> Vec<OsString> {
     args[experiment..].to_vec()
 }
 
-fn launch_ranks(ranks: usize, args: Vec<OsString>) -> std::io::Result<i32> {
+fn launch_ranks(ranks: usize, args: &[OsString]) -> std::io::Result<i32> {
     let rendezvous = Rendezvous::bind(ranks)?;
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
-        if let Err(err) = rendezvous.serve(Duration::from_secs(60)) {
+        if let Err(err) = rendezvous.serve(Duration::from_mins(1)) {
             eprintln!("efatop: error: rendezvous: {err}");
         }
     });
@@ -54,7 +54,7 @@ fn launch_ranks(ranks: usize, args: Vec<OsString>) -> std::io::Result<i32> {
     let mut children: Vec<Child> = Vec::with_capacity(ranks);
     for rank in 0..ranks {
         let child = Command::new(&exe)
-            .args(&args)
+            .args(args)
             .env(ENV_RENDEZVOUS, &address)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD_SIZE, ranks.to_string())

@@ -3,6 +3,8 @@
 //! This binary parses the command line, starts or joins the ranks (its own launcher or MPI), sets up the
 //! world, runs one experiment and prints what rank 0 measured.
 
+#![forbid(unsafe_code)]
+
 mod bootstrap;
 mod cli;
 mod launch;
@@ -15,11 +17,33 @@ use clap::Parser;
 use cli::{Cli, Command, Experiment};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
     let code = match cli.command {
         Command::Run(run) => launch::launch(&run),
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Prints clap's verdict: help and version as clap formats them; a usage error as one line naming the flag
+/// and, where clap lists them, the allowed values; exit code 2.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+        let _ = err.print();
+        return ExitCode::from(if err.use_stderr() { 2 } else { 0 });
+    }
+    let rendered = err.render().to_string();
+    let line: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:"))
+        .map(|l| l.trim_start_matches("error: "))
+        .collect();
+    eprintln!("efatop: error: {}", line.join(" "));
+    ExitCode::from(2)
 }

@@ -39,10 +39,14 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
     match run_rank(&*bootstrap, experiment) {
         Ok(()) => 0,
         Err(err) => {
-            // A rank whose peer failed stays quiet unless it is rank 0: the failing rank speaks for itself.
-            let echo = rank == 0 || !matches!(err, ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_));
-            if echo {
-                eprintln!("efatop: error: rank {rank}: {err}");
+            match &err {
+                // Rank 0 speaks for the run: what other ranks shared with it, it prints.
+                ExperimentError::Reported { .. } => {}
+                ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_) if rank != 0 => {}
+                ExperimentError::InvalidInput { .. } | ExperimentError::Unsupported(_) | ExperimentError::PeerFailed { .. } => {
+                    eprintln!("efatop: error: {err}");
+                }
+                _ => eprintln!("efatop: error: rank {rank}: {err}"),
             }
             err.exit_code()
         }

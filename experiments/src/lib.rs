@@ -1,6 +1,8 @@
 //! efatop's benchmarks. Each experiment is one module that runs the same code on every rank of a
 //! [`World`]; rank 0 returns the [`Measurement`]s, every rank verifies what it received.
 
+#![forbid(unsafe_code)]
+
 pub mod pattern;
 pub mod results;
 pub mod sendrecv;
@@ -27,6 +29,9 @@ pub enum ExperimentError {
     Bootstrap(String),
     #[error("data verification failed: rank {receiver} received from rank {sender} ({config}, size {size}): {detail}")]
     Verification { receiver: usize, sender: usize, config: String, size: String, detail: String },
+    /// This rank's failure has been shared with rank 0, which reports it for the run.
+    #[error("(reported by rank 0)")]
+    Reported { exit_code: i32 },
     /// Another rank failed; its own message says why.
     #[error("rank {rank} ({host}) failed: {message}")]
     PeerFailed { rank: usize, host: String, message: String },
@@ -37,6 +42,7 @@ impl ExperimentError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Unsupported(_) | Self::InvalidInput { .. } => 2,
+            Self::Reported { exit_code } => *exit_code,
             _ => 1,
         }
     }
@@ -63,7 +69,9 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>) -> 
         Err(err) => err.to_string(),
     };
     let statuses = world.bootstrap.allgather(text.as_bytes())?;
-    outcome?;
+    if let Err(err) = outcome {
+        return Err(if world.rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } });
+    }
     for (rank, status) in statuses.iter().enumerate() {
         if !status.is_empty() {
             return Err(ExperimentError::PeerFailed {
@@ -78,20 +86,39 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>) -> 
 
 /// Refuses sizes the provider cannot carry in one message.
 pub(crate) fn check_sizes(world: &World<'_>, sweep: &SweepOptions) -> Result<(), ExperimentError> {
-    let limit = world.max_msg_size();
-    if let Some(largest) = sweep.sizes.iter().copied().max() {
-        if largest > limit {
-            return Err(ExperimentError::InvalidInput {
-                flag: "--max-size",
-                message: format!(
-                    "{} exceeds the {} provider's max_msg_size of {} bytes; use at most {}",
-                    sizes::format_size(largest),
-                    world.provider_stack,
-                    limit,
-                    sizes::format_size(1 << limit.ilog2())
-                ),
-            });
-        }
+    match sweep.sizes.iter().copied().max() {
+        Some(largest) => size_limit(largest, world.max_msg_size(), &world.provider_stack),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The error for a largest size over the provider's `max_msg_size`, naming the flag and what would fit.
+pub fn size_limit(largest: u64, limit: u64, provider_stack: &str) -> Result<(), ExperimentError> {
+    if largest <= limit {
+        return Ok(());
+    }
+    let fits = if limit >= sizes::MIN_SIZE { sizes::format_size(1 << limit.ilog2()) } else { "nothing".into() };
+    Err(ExperimentError::InvalidInput {
+        flag: "--max-size",
+        message: format!(
+            "{} exceeds the {provider_stack} provider's max_msg_size of {limit} bytes; the largest size allowed is {fits}",
+            sizes::format_size(largest)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_over_the_provider_limit_name_the_flag_and_the_limit() {
+        assert!(size_limit(1 << 20, u64::MAX, "tcp;ofi_rxm").is_ok());
+        let err = size_limit(1 << 30, (1 << 20) + 5, "efa").expect_err("over the limit");
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            "--max-size: 1G exceeds the efa provider's max_msg_size of 1048581 bytes; the largest size allowed is 1M"
+        );
+    }
 }

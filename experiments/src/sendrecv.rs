@@ -11,7 +11,7 @@ use efatop_fabric::{HostBuffer, MemoryRegion};
 use crate::pattern::{self, PatternSeed};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
-use crate::world::{World, progress_until};
+use crate::world::World;
 use crate::{ExperimentError, SweepOptions, agree, check_sizes};
 
 pub const SINGLE_HOST: &str = "SingleHost";
@@ -100,9 +100,9 @@ fn ping(
         let reply = channel.recv(recv_region, 0, len)?;
         let started = Instant::now();
         let sent = channel.send(peer, send_region, 0, len)?;
-        progress_until(channels, world.op_timeout, "SEND completion", || sent.is_complete())?;
+        world.progress_until(channels, "SEND completion", || sent.is_complete())?;
         sent.wait()?;
-        progress_until(channels, world.op_timeout, "RECV of the reply", || reply.is_complete())?;
+        world.progress_until(channels, "RECV of the reply", || reply.is_complete())?;
         let received = reply.wait()?;
         let round_trip = started.elapsed();
         if received.len != len {
@@ -143,13 +143,13 @@ fn pong(
         let Some(incoming) = next.take() else { break };
         // Rank 0 may still be timing another pair: the first message is not bounded by the op timeout.
         let timeout = if iteration == 0 { world.op_timeout * 16 } else { world.op_timeout };
-        progress_until(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
+        world.progress_until_within(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
         incoming.wait()?;
         if iteration + 1 < total {
             next = Some(channel.recv(recv_region, 0, len)?);
         }
         let sent = channel.send(INITIATOR, send_region, 0, len)?;
-        progress_until(channels, world.op_timeout, "SEND of the reply", || sent.is_complete())?;
+        world.progress_until(channels, "SEND of the reply", || sent.is_complete())?;
         sent.wait()?;
     }
     Ok(())

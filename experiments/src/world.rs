@@ -41,11 +41,11 @@ pub struct WorldOptions {
     pub capabilities: Capabilities,
     pub max_in_flight: usize,
     pub op_timeout: Duration,
-    /// Overrides the link speed the provider reports, for BusBW.
+    /// Overrides the link speed the provider reports, for `BusBW`.
     pub link_gbps: Option<f64>,
 }
 
-/// Where the link speed used for BusBW came from.
+/// Where the link speed used for `BusBW` came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LinkSpeedSource {
@@ -53,7 +53,7 @@ pub enum LinkSpeedSource {
     Flag,
     /// The provider's `fi_nic` link attributes.
     Provider,
-    /// Neither: BusBW is not computed.
+    /// Neither: `BusBW` is not computed.
     Unknown,
 }
 
@@ -72,6 +72,9 @@ pub struct World<'b> {
     pub link_source: LinkSpeedSource,
     /// How long one operation may take before its rank is reported as hung.
     pub op_timeout: Duration,
+    /// More ranks than cores on this host: a rank that polls and finds nothing yields its core, or
+    /// busy-polling ranks would starve the one that has work for whole scheduler slices.
+    pub share_cpu: bool,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
     pub notes: Vec<String>,
 }
@@ -114,6 +117,10 @@ impl<'b> World<'b> {
         for (peer, status) in statuses.iter().enumerate() {
             let status = String::from_utf8_lossy(status);
             if let Some(reason) = status.strip_prefix("err ") {
+                if rank != 0 {
+                    // Rank 0 names the failing rank for everyone.
+                    return Err(ExperimentError::Reported { exit_code: 2 });
+                }
                 return Err(ExperimentError::Unsupported(if peer == rank {
                     reason.to_string()
                 } else {
@@ -130,6 +137,16 @@ impl<'b> World<'b> {
             ChannelCount::Exactly(n) => n,
         };
         let mut notes = Vec::new();
+        let ranks_here = hosts.iter().filter(|h| **h == hosts[rank]).count();
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let share_cpu = ranks_here > cores;
+        if share_cpu {
+            notes.push(format!(
+                "{ranks_here} ranks share {cores} cores on {}: idle ranks yield the CPU while polling, so figures \
+                 are lower than with a core per rank",
+                hosts[rank]
+            ));
+        }
         if provider == Provider::Sockets {
             notes.push("the sockets provider takes milliseconds per RDM transfer: its figures are not representative".into());
         }
@@ -186,6 +203,7 @@ impl<'b> World<'b> {
             link_gbps,
             link_source,
             op_timeout: options.op_timeout,
+            share_cpu,
             notes,
         })
     }
@@ -209,34 +227,48 @@ impl<'b> World<'b> {
             .collect()
     }
 
-    /// Reads every channel's completion queue once.
-    pub fn progress_all(&self) -> Result<(), FabricError> {
+    /// Reads every channel's completion queue once; returns how many entries were found.
+    pub fn progress_all(&self) -> Result<usize, FabricError> {
+        let mut found = 0;
         for channel in &self.channels {
-            channel.progress()?;
+            found += channel.progress()?;
+        }
+        if found == 0 && self.share_cpu {
+            std::thread::yield_now();
+        }
+        Ok(found)
+    }
+
+    /// Progresses `channels` until `done()` holds, or fails after the operation timeout naming `what`.
+    pub fn progress_until(&self, channels: &[Channel], what: &'static str, done: impl FnMut() -> bool) -> Result<(), FabricError> {
+        self.progress_until_within(channels, self.op_timeout, what, done)
+    }
+
+    /// As [`World::progress_until`], with a timeout of its own.
+    pub fn progress_until_within(
+        &self,
+        channels: &[Channel],
+        timeout: Duration,
+        what: &'static str,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<(), FabricError> {
+        let started = Instant::now();
+        let mut spins = 0u32;
+        while !done() {
+            let mut found = 0;
+            for channel in channels {
+                found += channel.progress()?;
+            }
+            if found == 0 && self.share_cpu {
+                std::thread::yield_now();
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && started.elapsed() > timeout {
+                return Err(FabricError::Timeout { what, channel: channels.first().map_or(0, Channel::index), timeout });
+            }
         }
         Ok(())
     }
-}
-
-/// Progresses `channels` until `done()` holds, or fails after `timeout` naming `what`.
-pub fn progress_until(
-    channels: &[Channel],
-    timeout: Duration,
-    what: &'static str,
-    mut done: impl FnMut() -> bool,
-) -> Result<(), FabricError> {
-    let started = Instant::now();
-    let mut spins = 0u32;
-    while !done() {
-        for channel in channels {
-            channel.progress()?;
-        }
-        spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 && started.elapsed() > timeout {
-            return Err(FabricError::Timeout { what, channel: 0, timeout });
-        }
-    }
-    Ok(())
 }
 
 pub(crate) fn push_record(out: &mut Vec<u8>, record: &[u8]) {
@@ -259,7 +291,5 @@ pub(crate) fn split_records(mut blob: &[u8]) -> Result<Vec<&[u8]>, ExperimentErr
 }
 
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".into(), |h| h.trim().to_string())
 }

@@ -5,9 +5,9 @@
 //! - `Multi`: the buffer split into one chunk per channel, to one peer at a time;
 //! - `RoundRobin`: every peer at once, peer k on channel `(k + rank) % channels`.
 //!
-//! Bandwidth is bytes moved over the timed iterations' wall time (for RoundRobin, all peers' bytes);
+//! Bandwidth is bytes moved over the timed iterations' wall time (for `RoundRobin`, all peers' bytes);
 //! Single and Multi are averaged over the peers. An iteration's latency runs from its first post to its
-//! last local completion. BusBW divides by the link speed of the channels the configuration can use.
+//! last local completion. `BusBW` divides by the link speed of the channels the configuration can use.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -18,7 +18,7 @@ use efatop_fabric::{Channel, HostBuffer, Immediate, MemoryRegion, Op, RemoteRegi
 use crate::pattern::{self, PatternSeed};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
-use crate::world::{World, progress_until, push_record, split_records};
+use crate::world::{World, push_record, split_records};
 use crate::{ExperimentError, SweepOptions, agree, check_sizes};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub fn plan(config: WriteConfig, rank: usize, peers: &[usize], size: u64, channe
     segments
 }
 
-/// The peer groups timed together: one peer at a time, or all at once for RoundRobin.
+/// The peer groups timed together: one peer at a time, or all at once for `RoundRobin`.
 fn groups(config: WriteConfig, world_size: usize) -> Vec<Vec<usize>> {
     let peers: Vec<usize> = (1..world_size).collect();
     match config {
@@ -241,7 +241,7 @@ impl<'w> Pipeline<'w> {
         let Some(&(iteration, posted, _)) = self.in_flight.front() else { return Ok(Duration::ZERO) };
         while self.in_flight.front().is_some_and(|(i, _, _)| *i == iteration) {
             if let Some((_, _, op)) = self.in_flight.pop_front() {
-                progress_until(&self.world.channels, self.world.op_timeout, "RDMA write completion", || op.is_complete())?;
+                self.world.progress_until(&self.world.channels, "RDMA write completion", || op.is_complete())?;
                 op.wait()?;
             }
         }

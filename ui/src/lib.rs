@@ -1,6 +1,8 @@
 //! What efatop draws. This crate does no I/O: it turns results into text (and, with the dashboard,
 //! into ratatui widgets) for the binary to put on screen.
 
+#![forbid(unsafe_code)]
+
 pub mod header;
 pub mod table;
 

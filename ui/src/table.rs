@@ -1,6 +1,8 @@
 //! The seed's result table: `Size | Count | <config> (Gbps) | BusBW (%) | Lat (us)` per configuration,
 //! right-aligned Markdown, plus the p50 and p99 latency the seed tables lack.
 
+use std::fmt::Write;
+
 use efatop_experiments::RunResults;
 use efatop_experiments::sizes::format_size;
 
@@ -45,7 +47,7 @@ pub fn render_table(results: &RunResults) -> String {
     let mut out = line(&header);
     out.push('\n');
     let rule: Vec<String> = widths.iter().map(|w| format!("{}:", "-".repeat(w + 1))).collect();
-    out.push_str(&format!("|{}|\n", rule.join("|")));
+    let _ = writeln!(out, "|{}|", rule.join("|"));
     for row in &rows {
         out.push_str(&line(row));
         out.push('\n');

@@ -243,16 +243,16 @@ impl Channel {
         let dest = self.peer(peer)?;
         let ep = self.stack.endpoint();
         let buf = local.local_address(offset);
-        let desc = local.desc();
+        let descriptor = local.desc();
         let addr = remote.base + remote_offset;
         self.post("fi_writedata", |context| match immediate {
             // SAFETY: buf/len lie inside a registered region borrowed by the returned Op; context is a slot
             // reserved for this operation until its completion is read.
             Some(data) => unsafe {
-                sys::fi_writedata(ep, buf, len, desc, u64::from(data), dest, addr, remote.key, context)
+                sys::fi_writedata(ep, buf, len, descriptor, u64::from(data), dest, addr, remote.key, context)
             },
             // SAFETY: as above.
-            None => unsafe { sys::fi_write(ep, buf, len, desc, dest, addr, remote.key, context) },
+            None => unsafe { sys::fi_write(ep, buf, len, descriptor, dest, addr, remote.key, context) },
         })
     }
 
@@ -262,9 +262,9 @@ impl Channel {
         let dest = self.peer(peer)?;
         let ep = self.stack.endpoint();
         let buf = local.local_address(offset);
-        let desc = local.desc();
+        let descriptor = local.desc();
         // SAFETY: as for write.
-        self.post("fi_send", |context| unsafe { sys::fi_send(ep, buf, len, desc, dest, context) })
+        self.post("fi_send", |context| unsafe { sys::fi_send(ep, buf, len, descriptor, dest, context) })
     }
 
     /// Posts a receive of up to `len` bytes into `offset` of `local` (from any peer: efatop does not ask for
@@ -273,9 +273,9 @@ impl Channel {
         self.check_span(local, offset, len)?;
         let ep = self.stack.endpoint();
         let buf = local.local_address(offset);
-        let desc = local.desc();
+        let descriptor = local.desc();
         // SAFETY: as for write.
-        self.post("fi_recv", |context| unsafe { sys::fi_recv(ep, buf, len, desc, sys::FI_ADDR_UNSPEC, context) })
+        self.post("fi_recv", |context| unsafe { sys::fi_recv(ep, buf, len, descriptor, sys::FI_ADDR_UNSPEC, context) })
     }
 
     /// Reserves a slot and posts through `call`, progressing and retrying while the provider says EAGAIN.
@@ -298,7 +298,7 @@ impl Channel {
                 return Err(err);
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && started.elapsed() > self.op_timeout {
+            if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
                 self.release_slot(slot);
                 return Err(FabricError::Timeout { what: api, channel: self.index, timeout: self.op_timeout });
             }
@@ -315,7 +315,7 @@ impl Channel {
             // Every slot is in flight: completing one frees it.
             self.progress()?;
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && started.elapsed() > self.op_timeout {
+            if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
                 return Err(FabricError::Timeout { what: "a free operation slot", channel: self.index, timeout: self.op_timeout });
             }
         }
@@ -396,7 +396,7 @@ impl Channel {
     fn read_error(&self) -> Result<()> {
         let mut entry = sys::fi_cq_err_entry::default();
         // SAFETY: reading one error entry into our struct; err_data stays valid until the next readerr.
-        let ret = unsafe { sys::fi_cq_readerr(self.stack.cq(), &mut entry, 0) };
+        let ret = unsafe { sys::fi_cq_readerr(self.stack.cq(), &raw mut entry, 0) };
         if ret < 0 {
             return if ret == -(sys::FI_EAGAIN as isize) { Ok(()) } else { Err(FabricError::call("fi_cq_readerr", ret as i64)) };
         }
@@ -436,7 +436,7 @@ impl Channel {
         while self.immediates_from(source_rank) < count {
             self.progress()?;
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && started.elapsed() > self.op_timeout {
+            if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
                 return Err(FabricError::Timeout { what: "waiting for write immediates", channel: self.index, timeout: self.op_timeout });
             }
         }
@@ -493,7 +493,7 @@ impl Op<'_> {
                 return Err(err);
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && started.elapsed() > self.channel.op_timeout {
+            if spins.is_multiple_of(1024) && started.elapsed() > self.channel.op_timeout {
                 self.abandon();
                 return Err(FabricError::Timeout { what: self.api, channel: self.channel.index, timeout: self.channel.op_timeout });
             }
@@ -534,13 +534,10 @@ impl Future for Op<'_> {
         if let Err(err) = self.channel.progress() {
             return Poll::Ready(self.take().unwrap_or(Err(err)));
         }
-        match self.take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                // Completion queues have no wakeup here (FI_WAIT_NONE): ask to be polled again.
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
+        if let Some(result) = self.take() { Poll::Ready(result) } else {
+            // Completion queues have no wakeup here (FI_WAIT_NONE): ask to be polled again.
+            cx.waker().wake_by_ref();
+            Poll::Pending
         }
     }
 }

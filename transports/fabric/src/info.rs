@@ -136,24 +136,32 @@ pub fn mr_mode_names(mode: u32) -> Vec<&'static str> {
 /// Asks libfabric for RDM endpoints of `provider` with `caps`, and returns one [`Nic`] per domain, in the
 /// order libfabric lists them.
 pub fn discover_nics(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>> {
-    match getinfo(provider, caps) {
-        Ok(nics) if !nics.is_empty() => Ok(nics),
-        Ok(_) | Err(_) if caps.rma_write => {
-            // Tell "the provider is missing" apart from "the provider lacks RMA".
-            let without_rma = Capabilities { messages: true, rma_write: false };
-            let hint = if provider == Provider::Sockets { "" } else { "; try --provider shm or tcp" };
-            match getinfo(provider, without_rma) {
-                Ok(nics) if !nics.is_empty() => Err(FabricError::Unavailable {
-                    provider: provider.to_string(),
-                    missing: "RMA WRITE with remote CQ data".into(),
-                    hint: hint.into(),
-                }),
-                _ => Err(missing_provider(provider)),
-            }
+    let found = getinfo(provider, caps);
+    if matches!(&found, Ok(nics) if !nics.is_empty()) {
+        return found;
+    }
+    if let Err(err) = &found {
+        if !err.is_code(sys::FI_ENODATA) {
+            return found;
         }
-        Ok(_) => Err(missing_provider(provider)),
-        Err(err) if err.is_code(sys::FI_ENODATA) => Err(missing_provider(provider)),
-        Err(err) => Err(err),
+    }
+    // Nothing matched: tell "the provider is missing" apart from "the provider lacks RMA".
+    let without_rma = caps.rma_write.then(|| {
+        getinfo(provider, Capabilities { messages: true, rma_write: false }).map_or(0, |nics| nics.len())
+    });
+    Err(explain_missing(provider, without_rma))
+}
+
+/// Why no NIC matched: `nics_without_rma` is how many NICs the provider offers when RMA is not asked for
+/// (`None` when RMA was not asked for in the first place).
+pub fn explain_missing(provider: Provider, nics_without_rma: Option<usize>) -> FabricError {
+    match nics_without_rma {
+        Some(n) if n > 0 => FabricError::Unavailable {
+            provider: provider.to_string(),
+            missing: "RMA WRITE with remote CQ data".into(),
+            hint: "; write needs it: try --provider efa, shm or tcp".into(),
+        },
+        _ => missing_provider(provider),
     }
 }
 
@@ -170,7 +178,7 @@ fn getinfo(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>> {
     let mut list: *mut sys::fi_info = std::ptr::null_mut();
     // SAFETY: hints is a valid fi_info from fi_allocinfo; list receives a new list we free below.
     let ret = unsafe {
-        sys::fi_getinfo(sys::EFATOP_FI_VERSION, std::ptr::null(), std::ptr::null(), 0, hints.0.as_ptr(), &mut list)
+        sys::fi_getinfo(sys::EFATOP_FI_VERSION, std::ptr::null(), std::ptr::null(), 0, hints.0.as_ptr(), &raw mut list)
     };
     check("fi_getinfo", ret)?;
     let mut nics: Vec<Nic> = Vec::new();
@@ -299,5 +307,27 @@ impl Drop for Hints {
     fn drop(&mut self) {
         // SAFETY: allocated by fi_allocinfo and owned here.
         unsafe { sys::fi_freeinfo(self.0.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_provider_without_rma_is_told_apart_from_a_missing_one() {
+        let lacks_rma = explain_missing(Provider::Sockets, Some(2)).to_string();
+        assert!(lacks_rma.contains("RMA WRITE"), "{lacks_rma}");
+        assert!(lacks_rma.contains("sockets"), "{lacks_rma}");
+        let missing = explain_missing(Provider::Efa, Some(0)).to_string();
+        assert!(missing.contains("no efa interface offers reliable-datagram"), "{missing}");
+        let missing = explain_missing(Provider::Efa, None).to_string();
+        assert!(missing.contains("fi_info -l"), "{missing}");
+    }
+
+    #[test]
+    fn mr_mode_bits_are_named() {
+        assert_eq!(mr_mode_names(sys::FI_MR_VIRT_ADDR | sys::FI_MR_PROV_KEY), vec!["FI_MR_VIRT_ADDR", "FI_MR_PROV_KEY"]);
+        assert!(mr_mode_names(0).is_empty());
     }
 }

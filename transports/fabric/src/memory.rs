@@ -21,6 +21,9 @@ pub enum MemoryKind {
 pub trait RegistrableMemory {
     fn address(&self) -> *mut c_void;
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     fn kind(&self) -> MemoryKind;
 }
 
@@ -103,7 +106,7 @@ impl HostBuffer {
         self.len == 0
     }
 
-    /// Whether `mlock` succeeded (it fails when RLIMIT_MEMLOCK is lower than the buffer).
+    /// Whether `mlock` succeeded (it fails when `RLIMIT_MEMLOCK` is lower than the buffer).
     pub fn is_locked(&self) -> bool {
         self.locked
     }

@@ -34,7 +34,7 @@ impl Drop for FabricObject {
 
 pub(crate) struct DomainObject {
     raw: NonNull<sys::fid_domain>,
-    /// Next key to request when the provider lets us choose keys (no FI_MR_PROV_KEY); unique per domain.
+    /// Next key to request when the provider lets us choose keys (no `FI_MR_PROV_KEY`); unique per domain.
     next_key: Cell<u64>,
     _fabric: Rc<FabricObject>,
 }
@@ -97,12 +97,12 @@ impl EndpointStack {
         let info = nic.info.as_ptr();
         let mut fabric_raw: *mut sys::fid_fabric = std::ptr::null_mut();
         // SAFETY: info is a valid fi_info from fi_getinfo; out-pointers are ours.
-        check("fi_fabric", unsafe { sys::fi_fabric((*info).fabric_attr, &mut fabric_raw, std::ptr::null_mut()) })?;
+        check("fi_fabric", unsafe { sys::fi_fabric((*info).fabric_attr, &raw mut fabric_raw, std::ptr::null_mut()) })?;
         let fabric = Rc::new(FabricObject(non_null(fabric_raw, "fi_fabric")?));
 
         let mut domain_raw: *mut sys::fid_domain = std::ptr::null_mut();
         // SAFETY: fabric is open; info describes one of its domains.
-        check("fi_domain", unsafe { sys::fi_domain(fabric.0.as_ptr(), info, &mut domain_raw, std::ptr::null_mut()) })?;
+        check("fi_domain", unsafe { sys::fi_domain(fabric.0.as_ptr(), info, &raw mut domain_raw, std::ptr::null_mut()) })?;
         let domain = Rc::new(DomainObject { raw: non_null(domain_raw, "fi_domain")?, next_key: Cell::new(1), _fabric: fabric });
 
         let mut cq_attr = sys::fi_cq_attr {
@@ -113,18 +113,18 @@ impl EndpointStack {
         };
         let mut cq_raw: *mut sys::fid_cq = std::ptr::null_mut();
         // SAFETY: domain is open; attr lives across the call.
-        check("fi_cq_open", unsafe { sys::fi_cq_open(domain.raw.as_ptr(), &mut cq_attr, &mut cq_raw, std::ptr::null_mut()) })?;
+        check("fi_cq_open", unsafe { sys::fi_cq_open(domain.raw.as_ptr(), &raw mut cq_attr, &raw mut cq_raw, std::ptr::null_mut()) })?;
         let cq = Rc::new(CqObject { raw: non_null(cq_raw, "fi_cq_open")?, _domain: domain.clone() });
 
         let mut av_attr = sys::fi_av_attr { type_: sys::fi_av_type_FI_AV_TABLE, ..Default::default() };
         let mut av_raw: *mut sys::fid_av = std::ptr::null_mut();
         // SAFETY: as above.
-        check("fi_av_open", unsafe { sys::fi_av_open(domain.raw.as_ptr(), &mut av_attr, &mut av_raw, std::ptr::null_mut()) })?;
+        check("fi_av_open", unsafe { sys::fi_av_open(domain.raw.as_ptr(), &raw mut av_attr, &raw mut av_raw, std::ptr::null_mut()) })?;
         let av = Rc::new(AvObject { raw: non_null(av_raw, "fi_av_open")?, _domain: domain.clone() });
 
         let mut ep_raw: *mut sys::fid_ep = std::ptr::null_mut();
         // SAFETY: as above.
-        check("fi_endpoint", unsafe { sys::fi_endpoint(domain.raw.as_ptr(), info, &mut ep_raw, std::ptr::null_mut()) })?;
+        check("fi_endpoint", unsafe { sys::fi_endpoint(domain.raw.as_ptr(), info, &raw mut ep_raw, std::ptr::null_mut()) })?;
         let endpoint = Rc::new(EndpointObject {
             raw: non_null(ep_raw, "fi_endpoint")?,
             _cq: cq.clone(),
@@ -158,7 +158,7 @@ impl EndpointStack {
         loop {
             let mut len = name.len();
             // SAFETY: name has `len` writable bytes; libfabric writes the real length back.
-            let ret = unsafe { sys::fi_getname(&raw mut (*self.endpoint()).fid, name.as_mut_ptr().cast(), &mut len) };
+            let ret = unsafe { sys::fi_getname(&raw mut (*self.endpoint()).fid, name.as_mut_ptr().cast(), &raw mut len) };
             if ret == -(sys::FI_ETOOSMALL as i32) && len > name.len() {
                 name.resize(len, 0);
                 continue;
@@ -176,7 +176,7 @@ impl EndpointStack {
             let mut fi_addr: sys::fi_addr_t = 0;
             // SAFETY: one address of the provider's format; fi_addr receives its handle.
             let ret = unsafe {
-                sys::fi_av_insert(self.av.raw.as_ptr(), name.as_ptr().cast(), 1, &mut fi_addr, 0, std::ptr::null_mut())
+                sys::fi_av_insert(self.av.raw.as_ptr(), name.as_ptr().cast(), 1, &raw mut fi_addr, 0, std::ptr::null_mut())
             };
             if ret != 1 {
                 return Err(FabricError::call("fi_av_insert", if ret < 0 { i64::from(ret) } else { -i64::from(sys::FI_EINVAL) }));
@@ -198,10 +198,11 @@ pub struct MemoryRegion {
     desc: *mut c_void,
     key: u64,
     /// What a peer puts in an RMA address for byte 0 of this region: the virtual address under
-    /// FI_MR_VIRT_ADDR, else 0 (offset addressing).
+    /// `FI_MR_VIRT_ADDR`, else 0 (offset addressing).
     remote_base: u64,
     memory: Rc<dyn RegistrableMemory>,
-    _endpoint: Option<Rc<EndpointObject>>,
+    /// Under `FI_MR_ENDPOINT` the registration is bound to the endpoint, which must outlive it.
+    bound_endpoint: Option<Rc<EndpointObject>>,
     _domain: Rc<DomainObject>,
 }
 
@@ -228,7 +229,7 @@ impl MemoryRegion {
                 0,
                 requested_key,
                 0,
-                &mut mr_raw,
+                &raw mut mr_raw,
                 std::ptr::null_mut(),
             )
         })?;
@@ -239,7 +240,7 @@ impl MemoryRegion {
             key: 0,
             remote_base: 0,
             memory,
-            _endpoint: None,
+            bound_endpoint: None,
             _domain: stack.domain.clone(),
         };
         if nic.mr_requires(sys::FI_MR_ENDPOINT) {
@@ -248,7 +249,7 @@ impl MemoryRegion {
                 check("fi_mr_bind", sys::fi_mr_bind(raw.as_ptr(), &raw mut (*stack.endpoint()).fid, 0))?;
                 check("fi_mr_enable", sys::fi_mr_enable(raw.as_ptr()))?;
             }
-            region._endpoint = Some(stack.endpoint.clone());
+            region.bound_endpoint = Some(stack.endpoint.clone());
         }
         // SAFETY: the MR is registered (and enabled where required), so key and descriptor are available.
         region.key = unsafe { sys::fi_mr_key(raw.as_ptr()) };

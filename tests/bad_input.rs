@@ -1,0 +1,59 @@
+//! Every bad input ends in one line on stderr naming the flag (and the allowed values where there is a
+//! list), exit code 2, and no hang.
+
+mod common;
+
+use common::{efatop, serial};
+
+#[test]
+fn bad_input_table() {
+    let _one = serial();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["write", "--provider", "verbs"], &["--provider", "possible values: auto, efa, shm, tcp, sockets"]),
+        (&["write", "--min-size", "3K"], &["--min-size", "not a power of two"]),
+        (&["write", "--max-size", "8G"], &["--max-size", "sizes run from 4 to 4G"]),
+        (&["write", "--max-size", "12"], &["--max-size", "not a power of two"]),
+        (&["sendrecv", "--min-size", "1M", "--max-size", "64K"], &["--min-size 1M is larger than --max-size 64K"]),
+        (&["write", "--channels", "0"], &["--channels", "or `all`"]),
+        (&["write", "--channels", "many"], &["--channels", "or `all`"]),
+        (&["write", "--configs", "single,bogus"], &["--configs", "possible values: single, multi, roundrobin"]),
+        (&["write", "--iters", "0"], &["--iters"]),
+        (&["write", "--window", "0"], &["--window"]),
+        (&["write", "--link-gbps", "-3"], &["--link-gbps", "above 0"]),
+        (&["write", "--timeout", "0"], &["--timeout"]),
+        (&["run", "--ranks", "1", "write"], &["--ranks 1", "at least 2 ranks"]),
+        (&["run", "--ranks", "1", "sendrecv"], &["--ranks 1", "at least 2 ranks"]),
+        (&["run", "--ranks", "0", "write"], &["--ranks"]),
+        (&["write", "--provider", "shm"], &["--ranks", "efatop run --ranks N write"]),
+        (&["run", "--ranks", "2", "write", "--provider", "efa"], &["no efa interface", "fi_info -l"]),
+        (
+            &["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--out", "/nonexistent/dir/r.json"],
+            &["--out", "/nonexistent/dir/r.json"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let run = efatop(args);
+        assert_eq!(run.code, Some(2), "{args:?}: stdout {} stderr {}", run.stdout, run.stderr);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?} should print one line: {lines:?}");
+        assert!(lines[0].starts_with("efatop: error: "), "{args:?}: {lines:?}");
+        for needle in *needles {
+            assert!(lines[0].contains(needle), "{args:?}: `{needle}` missing from {lines:?}");
+        }
+        assert!(!run.stderr.contains("panicked"), "{args:?}");
+    }
+}
+
+#[test]
+fn help_lists_every_experiment_and_flag() {
+    let run = efatop(&["write", "--help"]);
+    assert_eq!(run.code, Some(0));
+    for flag in ["--provider", "--channels", "--min-size", "--max-size", "--warmup", "--iters", "--window", "--link-gbps", "--out", "--timeout", "--configs"] {
+        assert!(run.stdout.contains(flag), "{flag} missing from help:\n{}", run.stdout);
+    }
+    assert!(!run.stdout.contains("debug-corrupt"), "testing aids stay hidden");
+    let run = efatop(&["--help"]);
+    for command in ["write", "sendrecv", "run"] {
+        assert!(run.stdout.contains(command), "{}", run.stdout);
+    }
+}

@@ -1,0 +1,83 @@
+//! Running the real efatop binary: one multi-rank run at a time (the CI machine has two cores, and ranks
+//! busy-poll), with a wall-clock limit so a hang fails the test instead of stalling it.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub fn efatop_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_efatop"))
+}
+
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Runs `program args` with a limit; kills it (and fails) if the limit passes.
+pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!(
+                "{program} {args:?} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let Output { status, stdout, stderr } = child.wait_with_output().expect("output");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+pub fn efatop(args: &[&str]) -> Run {
+    let path = efatop_path();
+    run_program(path.to_str().expect("utf-8 path"), args, Duration::from_mins(2))
+}
+
+/// mpirun as CI runs it: as root, more ranks than cores.
+pub fn mpirun(ranks: usize, args: &[&str]) -> Run {
+    let path = efatop_path();
+    let ranks = ranks.to_string();
+    let mut full = vec!["--allow-run-as-root", "--oversubscribe", "-np", &ranks, path.to_str().expect("utf-8 path")];
+    full.extend_from_slice(args);
+    run_program("mpirun", &full, Duration::from_mins(3))
+}
+
+/// The table rows (lines starting with `|` after the rule), split into trimmed cells.
+pub fn table_rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|-") && !l.contains("Count"))
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect()
+}

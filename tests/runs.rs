@@ -1,0 +1,167 @@
+//! Real multi-process runs over real providers, with both launchers, checking the printed table, the JSON
+//! results and that every size was verified.
+
+mod common;
+
+use common::{efatop, mpirun, serial, table_rows, Run};
+
+fn assert_complete(run: &Run, configs: &[&str], sizes: &[&str]) {
+    assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let rows = table_rows(&run.stdout);
+    let printed: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(printed, sizes, "{}", run.stdout);
+    for config in configs {
+        assert!(run.stdout.contains(&format!("{config} (Gbps)")), "no {config} column:\n{}", run.stdout);
+    }
+    for row in &rows {
+        assert_eq!(row.len(), 2 + 5 * configs.len(), "{row:?}");
+        for (i, cell) in row.iter().enumerate().skip(2).step_by(5) {
+            let gbps: f64 = cell.parse().unwrap_or_else(|_| panic!("column {i} of {row:?} is not a number"));
+            assert!(gbps > 0.0, "{row:?}");
+        }
+    }
+    assert!(run.stdout.contains("every size verified"), "{}", run.stdout);
+}
+
+const WRITE_CONFIGS: [&str; 3] = ["SinglePin", "MultiPin", "RoundRobinPin"];
+const SIZES: [&str; 4] = ["4K", "8K", "16K", "32K"];
+
+fn write_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["write", "--provider", provider, "--min-size", "4K", "--max-size", "32K", "--iters", "5", "--warmup", "1"];
+    args.extend_from_slice(extra);
+    args
+}
+
+fn sendrecv_args(provider: &str) -> Vec<&str> {
+    vec!["sendrecv", "--provider", provider, "--min-size", "4K", "--max-size", "32K", "--iters", "5", "--warmup", "1"]
+}
+
+fn local(ranks: &str, args: &[&str]) -> Run {
+    let mut full = vec!["run", "--ranks", ranks];
+    full.extend_from_slice(args);
+    efatop(&full)
+}
+
+#[test]
+fn write_two_ranks_shm() {
+    let _one = serial();
+    let run = local("2", &write_args("shm", &[]));
+    assert_complete(&run, &WRITE_CONFIGS, &SIZES);
+    assert!(run.stdout.contains("provider shm"), "{}", run.stdout);
+}
+
+#[test]
+fn write_two_ranks_tcp_with_link_speed_flag() {
+    let _one = serial();
+    let run = local("2", &write_args("tcp", &["--link-gbps", "100"]));
+    assert_complete(&run, &WRITE_CONFIGS, &SIZES);
+    assert!(run.stdout.contains("provider tcp;ofi_rxm"), "{}", run.stdout);
+    assert!(run.stdout.contains("100 Gbps per channel (from --link-gbps)"), "{}", run.stdout);
+    // BusBW = Gbps / link for Single.
+    let row = &table_rows(&run.stdout)[3];
+    let gbps: f64 = row[2].parse().expect("gbps");
+    let busbw: f64 = row[3].parse().expect("busbw");
+    assert!((busbw - gbps).abs() < 0.06, "{row:?}");
+}
+
+#[test]
+fn write_four_ranks_shm_and_tcp() {
+    let _one = serial();
+    for provider in ["shm", "tcp"] {
+        let run = local("4", &write_args(provider, &["--channels", "2"]));
+        assert_complete(&run, &WRITE_CONFIGS, &SIZES);
+        assert!(run.stdout.contains("4 ranks"), "{}", run.stdout);
+    }
+}
+
+#[test]
+fn sendrecv_two_and_four_ranks() {
+    let _one = serial();
+    for (ranks, provider) in [("2", "shm"), ("2", "tcp"), ("4", "shm"), ("4", "tcp")] {
+        let run = local(ranks, &sendrecv_args(provider));
+        assert_complete(&run, &["SingleHost"], &SIZES);
+    }
+}
+
+#[test]
+fn more_channels_than_nics_is_said() {
+    let _one = serial();
+    let run = local("2", &write_args("shm", &["--channels", "3", "--configs", "multi"]));
+    assert_complete(&run, &["MultiPin"], &SIZES);
+    assert!(run.stdout.contains("3 channels share 1 NIC"), "{}", run.stdout);
+}
+
+#[test]
+fn json_results_match_the_table() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("results.json");
+    let out_arg = out.to_str().expect("utf-8");
+    let run = local("3", &write_args("tcp", &["--out", out_arg, "--configs", "single,roundrobin"]));
+    assert_complete(&run, &["SinglePin", "RoundRobinPin"], &SIZES);
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results file")).expect("json");
+    let meta = &results["metadata"];
+    assert_eq!(meta["provider"], "tcp");
+    assert_eq!(meta["provider_stack"], "tcp;ofi_rxm");
+    assert_eq!(meta["ranks"], 3);
+    assert_eq!(meta["hosts"].as_array().map(Vec::len), Some(3));
+    assert!(meta["libfabric_version"].as_str().is_some_and(|v| v.starts_with('1') || v.starts_with('2')));
+    let measurements = results["measurements"].as_array().expect("measurements");
+    assert_eq!(measurements.len(), 2 * SIZES.len());
+    let rows = table_rows(&run.stdout);
+    for m in measurements {
+        assert_eq!(m["verified"], true);
+        let size = m["size"].as_u64().expect("size");
+        assert_eq!(m["count"].as_u64(), Some(size / 4));
+        let row = rows.iter().find(|r| efatop_size(size) == r[0]).expect("row for size");
+        let column = if m["config"] == "SinglePin" { 2 } else { 7 };
+        assert_eq!(row[column], format!("{:.2}", m["gbps"].as_f64().expect("gbps")));
+        // RoundRobin from rank 0 to ranks 1 and 2 runs as one group of both peers.
+        if m["config"] == "RoundRobinPin" {
+            assert_eq!(m["pairs"][0]["peers"], serde_json::json!([1, 2]));
+        } else {
+            assert_eq!(m["pairs"].as_array().map(Vec::len), Some(2));
+        }
+    }
+}
+
+fn efatop_size(size: u64) -> String {
+    format!("{}K", size >> 10)
+}
+
+#[test]
+fn mpirun_write_four_ranks_tcp_and_shm() {
+    let _one = serial();
+    for provider in ["tcp", "shm"] {
+        let run = mpirun(4, &write_args(provider, &[]));
+        assert_complete(&run, &WRITE_CONFIGS, &SIZES);
+        assert!(run.stdout.contains("4 ranks"), "{}", run.stdout);
+    }
+}
+
+#[test]
+fn mpirun_sendrecv_two_ranks() {
+    let _one = serial();
+    for provider in ["shm", "tcp"] {
+        let run = mpirun(2, &sendrecv_args(provider));
+        assert_complete(&run, &["SingleHost"], &SIZES);
+    }
+}
+
+#[test]
+fn planted_corruption_is_caught_with_its_offset() {
+    let _one = serial();
+    let run = local("3", &write_args("shm", &["--debug-corrupt-byte", "1000"]));
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    let errors: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(errors.len(), 1, "one line from the whole run: {errors:?}");
+    assert!(
+        errors[0].contains("data verification failed: rank 1 received from rank 0 (SinglePin, size 4K): offset 1000: expected 0x"),
+        "{errors:?}"
+    );
+    assert!(!run.stdout.contains("every size verified"), "{}", run.stdout);
+
+    let run = mpirun(2, &["sendrecv", "--provider", "tcp", "--max-size", "8K", "--iters", "2", "--debug-corrupt-byte", "7"]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("rank 1 received from rank 0 (SingleHost, size 4K): offset 7"), "{}", run.stderr);
+}
