@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod header;
+pub mod state;
 pub mod table;
 
 pub use header::render_header;
