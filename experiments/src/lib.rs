@@ -7,6 +7,7 @@ pub mod pattern;
 pub mod results;
 pub mod sendrecv;
 pub mod sizes;
+pub mod telemetry;
 pub mod world;
 pub mod write;
 

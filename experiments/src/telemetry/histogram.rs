@@ -1,0 +1,181 @@
+//! A log-linear latency histogram the hot path can record into with one relaxed atomic add.
+//!
+//! Buckets: values below 32 ns exactly; above, 16 buckets per power of two (a bucket is at most 1/16 = 6%
+//! wide), up to 2^40 ns (18 minutes). Fixed size, so recording never allocates. The sampler takes interval
+//! deltas as sparse (bucket, count) pairs, which is what travels to rank 0 and what rank 0 merges.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const EXACT: u64 = 32;
+const SUB_BITS: u32 = 4;
+const SUB: u64 = 1 << SUB_BITS;
+const MAX_EXPONENT: u32 = 40;
+pub const BUCKETS: usize = (EXACT + (MAX_EXPONENT as u64 - 5) * SUB) as usize;
+
+/// The bucket of a value in nanoseconds.
+pub fn bucket_of(ns: u64) -> usize {
+    if ns < EXACT {
+        return ns as usize;
+    }
+    let exponent = (63 - ns.leading_zeros()).min(MAX_EXPONENT - 1);
+    let mantissa = if ns >> exponent > 1 { SUB - 1 } else { (ns >> (exponent - SUB_BITS)) & (SUB - 1) };
+    (EXACT + u64::from(exponent - 5) * SUB + mantissa) as usize
+}
+
+/// The smallest value (ns) that falls in `bucket`.
+pub fn bucket_floor(bucket: usize) -> u64 {
+    let bucket = bucket as u64;
+    if bucket < EXACT {
+        return bucket;
+    }
+    let exponent = (bucket - EXACT) / SUB + 5;
+    let mantissa = (bucket - EXACT) % SUB;
+    (1 << exponent) + (mantissa << (exponent - u64::from(SUB_BITS)))
+}
+
+/// A representative value (ns) of `bucket`: its midpoint.
+pub fn bucket_value(bucket: usize) -> f64 {
+    let low = bucket_floor(bucket) as f64;
+    let high = bucket_floor(bucket + 1) as f64;
+    if bucket < EXACT as usize { low } else { (low + high) / 2.0 }
+}
+
+pub struct AtomicHistogram {
+    buckets: Box<[AtomicU64]>,
+}
+
+impl Default for AtomicHistogram {
+    fn default() -> Self {
+        Self { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
+    }
+}
+
+impl AtomicHistogram {
+    #[inline]
+    pub fn record(&self, latency: Duration) {
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts recorded since `last` (the previous snapshot, updated in place), as sparse buckets.
+    pub fn interval_since(&self, last: &mut [u64]) -> IntervalHistogram {
+        let mut buckets = Vec::new();
+        for (index, (bucket, previous)) in self.buckets.iter().zip(last.iter_mut()).enumerate() {
+            let now = bucket.load(Ordering::Relaxed);
+            let count = now.wrapping_sub(*previous);
+            *previous = now;
+            if count > 0 {
+                buckets.push((index as u16, count.min(u64::from(u32::MAX)) as u32));
+            }
+        }
+        IntervalHistogram { buckets }
+    }
+}
+
+/// The non-empty buckets of one interval, ascending by bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IntervalHistogram {
+    pub buckets: Vec<(u16, u32)>,
+}
+
+impl IntervalHistogram {
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|(_, c)| u64::from(*c)).sum()
+    }
+
+    /// The value (µs) below which `quantile` of the recorded values fall; `None` when empty.
+    pub fn quantile_us(&self, quantile: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((quantile.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (bucket, count) in &self.buckets {
+            seen += u64::from(*count);
+            if seen >= rank {
+                return Some(bucket_value(usize::from(*bucket)) / 1000.0);
+            }
+        }
+        self.max_us()
+    }
+
+    pub fn max_us(&self) -> Option<f64> {
+        self.buckets.last().map(|(bucket, _)| bucket_value(usize::from(*bucket)) / 1000.0)
+    }
+
+    /// Adds `other`'s counts (rank 0 merges channels and intervals this way).
+    pub fn merge(&mut self, other: &IntervalHistogram) {
+        let mut merged = Vec::with_capacity(self.buckets.len() + other.buckets.len());
+        let (mut i, mut j) = (0, 0);
+        while i < self.buckets.len() || j < other.buckets.len() {
+            match (self.buckets.get(i), other.buckets.get(j)) {
+                (Some(&(x, cx)), Some(&(y, cy))) if x == y => {
+                    merged.push((x, cx.saturating_add(cy)));
+                    i += 1;
+                    j += 1;
+                }
+                (Some(&mine), Some(&(y, _))) if mine.0 < y => {
+                    merged.push(mine);
+                    i += 1;
+                }
+                (_, Some(&theirs)) => {
+                    merged.push(theirs);
+                    j += 1;
+                }
+                (Some(&mine), None) => {
+                    merged.push(mine);
+                    i += 1;
+                }
+                (None, None) => break,
+            }
+        }
+        self.buckets = merged;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_ordered_and_within_six_percent() {
+        let mut previous = 0;
+        for ns in (0..5000u64).chain([1 << 20, (1 << 30) + 12345, 1 << 39]) {
+            let bucket = bucket_of(ns);
+            assert!(bucket >= previous || ns > 5000, "{ns}");
+            previous = bucket;
+            let floor = bucket_floor(bucket);
+            assert!(floor <= ns, "{ns}: floor {floor}");
+            assert!(bucket_floor(bucket + 1) > ns, "{ns}: next {}", bucket_floor(bucket + 1));
+            assert!((bucket_value(bucket) - ns as f64).abs() <= ns as f64 / 16.0 + 1.0, "{ns}");
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn quantiles_of_an_interval() {
+        let histogram = AtomicHistogram::default();
+        let mut last = vec![0; BUCKETS];
+        for us in 1..=100 {
+            histogram.record(Duration::from_micros(us));
+        }
+        let interval = histogram.interval_since(&mut last);
+        assert_eq!(interval.count(), 100);
+        let p50 = interval.quantile_us(0.5).expect("p50");
+        let p99 = interval.quantile_us(0.99).expect("p99");
+        assert!((p50 - 50.0).abs() < 50.0 / 16.0 + 0.01, "{p50}");
+        assert!((p99 - 99.0).abs() < 99.0 / 16.0 + 0.01, "{p99}");
+        assert_eq!(histogram.interval_since(&mut last).count(), 0, "the next interval starts empty");
+    }
+
+    #[test]
+    fn merging_adds_counts() {
+        let mut a = IntervalHistogram { buckets: vec![(1, 2), (40, 1)] };
+        let b = IntervalHistogram { buckets: vec![(1, 3), (7, 1), (50, 4)] };
+        a.merge(&b);
+        assert_eq!(a.buckets, vec![(1, 5), (7, 1), (40, 1), (50, 4)]);
+        assert_eq!(IntervalHistogram::default().quantile_us(0.5), None);
+    }
+}
