@@ -25,6 +25,25 @@ pub enum Command {
     Sendrecv(SendrecvArgs),
     /// Start N local ranks of an experiment, no MPI needed
     Run(RunArgs),
+    /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
+    #[command(hide = true)]
+    BenchCollector(BenchCollectorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchCollectorArgs {
+    /// Synthetic ranks, one connection each
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub ranks: u32,
+    /// Channels per rank
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub channels: u32,
+    /// Samples per second per rank
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub hz: u32,
+    /// How long to run
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=600))]
+    pub seconds: u32,
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +135,18 @@ pub struct CommonArgs {
     /// Seconds an operation may take before its rank is reported as hung
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
+    #[arg(long, conflicts_with = "no_tui")]
+    pub json: bool,
+    /// Print plain tables even on a terminal (the dashboard never starts when stdout is not a terminal)
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Telemetry sampling interval, e.g. 100ms or 1s (10ms to 10s)
+    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
+    pub interval: std::time::Duration,
+    /// Do not sample or stream telemetry (for measuring what telemetry costs)
+    #[arg(long)]
+    pub no_telemetry: bool,
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
@@ -163,6 +194,21 @@ fn parse_channels(text: &str) -> Result<ChannelCount, String> {
     match text.parse::<usize>() {
         Ok(n) if (1..=256).contains(&n) => Ok(ChannelCount::Exactly(n)),
         _ => Err(format!("`{text}` is not a channel count; use a number from 1 to 256, or `all`")),
+    }
+}
+
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let millis = if let Some(ms) = trimmed.strip_suffix("ms") {
+        ms.parse::<u64>().ok()
+    } else if let Some(s) = trimmed.strip_suffix('s') {
+        s.parse::<u64>().ok().and_then(|s| s.checked_mul(1000))
+    } else {
+        trimmed.parse::<u64>().ok()
+    };
+    match millis {
+        Some(ms) if (10..=10_000).contains(&ms) => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err(format!("`{text}` is not an interval; use 10ms to 10s, e.g. 100ms or 1s")),
     }
 }
 

@@ -5,10 +5,14 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod bootstrap;
 mod cli;
+mod dashboard;
+mod jsonl;
 mod launch;
 mod output;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -23,6 +27,7 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Run(run) => launch::launch(&run),
+        Command::BenchCollector(args) => bench::bench_collector(&args),
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
     };

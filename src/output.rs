@@ -1,17 +1,50 @@
-//! One rank's run of an experiment, and what rank 0 makes of it: the header, the seed-format table and
-//! the JSON results file (rewritten after every size, so a run that dies keeps what it measured).
+//! One rank's run of an experiment, and what rank 0 makes of it: the live dashboard (on a terminal),
+//! JSON lines (`--json`) or plain tables, and the JSON results file (rewritten after every size, so a run
+//! that dies keeps what it measured).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::results::{Measurement, RunMetadata, RunResults};
 use efatop_experiments::write::WriteConfig;
-use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, World, WorldOptions, sendrecv, sizes, write};
+use efatop_experiments::{
+    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, sendrecv, sizes, write,
+};
 use efatop_fabric::Capabilities;
+use efatop_ui::ingest::Ingest;
+use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
 
-use crate::bootstrap;
-use crate::cli::{self, Experiment};
+use crate::telemetry::{Collector, CollectorEvent, SamplerThread};
+use crate::{bootstrap, cli, dashboard, jsonl};
+use cli::Experiment;
+
+/// Everything rank 0's consumer (dashboard or JSON printer) is told, in arrival order.
+#[derive(Debug)]
+pub enum ConsumerEvent {
+    Collector(CollectorEvent),
+    Step { config: String, size: u64 },
+    Measured(Box<Measurement>),
+    Finished { error: Option<String> },
+}
+
+impl From<CollectorEvent> for ConsumerEvent {
+    fn from(event: CollectorEvent) -> Self {
+        Self::Collector(event)
+    }
+}
+
+/// How rank 0 shows the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Dashboard,
+    Json,
+    Plain,
+}
 
 /// Runs this process's rank; returns its exit code.
 pub fn rank_main(experiment: &Experiment) -> i32 {
@@ -42,8 +75,11 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
             match &err {
                 // Rank 0 speaks for the run: what other ranks shared with it, it prints.
                 ExperimentError::Reported { .. } => {}
-                ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_) if rank != 0 => {}
-                ExperimentError::InvalidInput { .. } | ExperimentError::Unsupported(_) | ExperimentError::PeerFailed { .. } => {
+                ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_) | ExperimentError::Stopped if rank != 0 => {}
+                ExperimentError::InvalidInput { .. }
+                | ExperimentError::Unsupported(_)
+                | ExperimentError::PeerFailed { .. }
+                | ExperimentError::Stopped => {
                     eprintln!("efatop: error: {err}");
                 }
                 _ => eprintln!("efatop: error: rank {rank}: {err}"),
@@ -54,8 +90,10 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 }
 
 fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), ExperimentError> {
+    let started = Instant::now();
     let common = experiment.common();
-    let results_file = match (&common.out, bootstrap.rank()) {
+    let rank = bootstrap.rank();
+    let results_file = match (&common.out, rank) {
         (Some(path), 0) => Some(ResultsFile::create(path)?),
         _ => None,
     };
@@ -85,45 +123,215 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column()).collect(),
         Experiment::Sendrecv(_) => vec![sendrecv::SINGLE_HOST.into()],
     };
-    let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
-    if world.rank == 0 {
-        print!("{}", efatop_ui::render_header(&results.metadata, &sweep.sizes));
-        let _ = std::io::stdout().flush();
+    let results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
+    let mode = if common.json {
+        Mode::Json
+    } else if common.no_tui || !dashboard::stdout_is_terminal() {
+        Mode::Plain
+    } else {
+        Mode::Dashboard
+    };
+    let telemetry_wanted = !common.no_telemetry && mode != Mode::Plain;
+
+    let (events_tx, events_rx) = mpsc::channel::<ConsumerEvent>();
+    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &events_tx)?;
+    let sampler = telemetry.sampler;
+    let collector = telemetry.collector;
+    let every_rank_nics = telemetry.nics;
+
+    if rank != 0 {
+        let outcome = run_experiment(&world, experiment, &sweep, &mut Unobserved);
+        drop(sampler);
+        return outcome;
     }
-    let mut save_error = None;
-    let mut on_measurement = |measurement: &Measurement| {
-        results.measurements.push(measurement.clone());
-        if let Some(file) = &results_file {
-            if let Err(err) = file.save(&results) {
-                save_error.get_or_insert(err);
+
+    // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
+    let stop = Arc::new(AtomicBool::new(false));
+    let consumer: Option<JoinHandle<ConsumerOutcome>> = match mode {
+        Mode::Plain => {
+            print!("{}", efatop_ui::render_header(&results.metadata, &sweep.sizes));
+            let _ = std::io::stdout().flush();
+            None
+        }
+        Mode::Json => {
+            jsonl::print_run(&results.metadata);
+            Some(std::thread::spawn(move || {
+                jsonl::print_events(&events_rx, started);
+                ConsumerOutcome::Done
+            }))
+        }
+        Mode::Dashboard => {
+            let mut state = DashboardState::default();
+            let run_info = run_info(&results, &world, &sweep);
+            let heartbeat = (common.interval * 20).max(Duration::from_secs(5));
+            let ingest = Ingest::begin(&mut state, run_info, &every_rank_nics, results.clone(), heartbeat);
+            for note in &results.metadata.notes {
+                state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
             }
+            let stop = stop.clone();
+            Some(std::thread::spawn(move || match dashboard::run(&events_rx, state, ingest, &stop, started) {
+                Ok(dashboard::Ended::Quit) => ConsumerOutcome::Quit,
+                Ok(dashboard::Ended::Dismissed) => ConsumerOutcome::Done,
+                Err(e) => ConsumerOutcome::Failed(e.to_string()),
+            }))
         }
     };
+    let mut observer = RankZero {
+        events: (mode != Mode::Plain).then(|| events_tx.clone()),
+        results,
+        file: results_file,
+        save_error: None,
+        stop: stop.clone(),
+    };
+    let outcome = run_experiment(&world, experiment, &sweep, &mut observer);
+    if let Some(sampler) = sampler {
+        sampler.finish();
+    }
+    // Let the last samples drain through the collector before the consumer is told the run is over.
+    std::thread::sleep(if collector.is_some() { common.interval.min(Duration::from_millis(200)) } else { Duration::ZERO });
+    let _ = events_tx.send(ConsumerEvent::Finished { error: outcome.as_ref().err().map(ToString::to_string) });
+    drop(events_tx);
+    let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
+    drop(collector);
+    let RankZero { results, file, save_error, .. } = observer;
+    print_final(mode, &results, &sweep, outcome.is_ok(), file.as_ref());
+    if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
+        eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
+    }
+    outcome?;
+    save_error.map_or(Ok(()), Err)
+}
+
+/// Rank 0's last word on stdout: the JSON summary, or the header and table.
+fn print_final(mode: Mode, results: &RunResults, sweep: &SweepOptions, verified: bool, file: Option<&ResultsFile>) {
+    if mode == Mode::Json {
+        jsonl::print_summary(results);
+        return;
+    }
+    if mode == Mode::Dashboard {
+        // The dashboard has left the alternate screen: leave the tables in the scrollback.
+        print!("{}", efatop_ui::render_header(&results.metadata, &sweep.sizes));
+    }
+    if !results.measurements.is_empty() {
+        println!();
+        print!("{}", efatop_ui::render_table(results));
+    }
+    if verified {
+        println!("# every size verified: all bytes received matched the sender's pattern");
+    }
+    if let Some(file) = file {
+        println!("# results written to {}", file.path.display());
+    }
+}
+
+/// This rank's telemetry: rank 0's collector (when a consumer wants samples), every rank's sampler
+/// streaming to it, and every rank's NIC names. The collector address and the NIC names travel in one
+/// bootstrap round.
+struct Telemetry {
+    collector: Option<Collector>,
+    sampler: Option<SamplerThread>,
+    nics: Vec<Vec<String>>,
+}
+
+impl Telemetry {
+    fn start(world: &World<'_>, wanted: bool, interval: Duration, events: &Sender<ConsumerEvent>) -> Result<Self, ExperimentError> {
+        let collector = if world.rank == 0 && wanted {
+            let started = Collector::start(events.clone());
+            Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry collector: {e}")))?)
+        } else {
+            None
+        };
+        let published = collector.as_ref().map_or(String::new(), |c| format!("{}:{}", world.hosts[0], c.address.port()));
+        let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
+        let gathered = world.bootstrap.allgather(format!("{published}\n{}", nic_names.join(",")).as_bytes())?;
+        let nics = gathered
+            .iter()
+            .map(|record| {
+                let text = String::from_utf8_lossy(record);
+                text.split_once('\n').map_or(Vec::new(), |(_, nics)| nics.split(',').map(String::from).collect())
+            })
+            .collect();
+        let address = String::from_utf8_lossy(&gathered[0]).split('\n').next().unwrap_or_default().to_string();
+        let sampler = if address.is_empty() {
+            None
+        } else {
+            let started = crate::telemetry::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
+                .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, interval));
+            Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
+        };
+        Ok(Self { collector, sampler, nics })
+    }
+}
+
+enum ConsumerOutcome {
+    Done,
+    Quit,
+    Failed(String),
+}
+
+fn run_experiment(
+    world: &World<'_>,
+    experiment: &Experiment,
+    sweep: &SweepOptions,
+    observer: &mut dyn Observer,
+) -> Result<(), ExperimentError> {
     match experiment {
         Experiment::Write(args) => {
             let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
-            write::run(&world, &sweep, &configs, &mut on_measurement)?;
+            write::run(world, sweep, &configs, observer).map(|_| ())
         }
-        Experiment::Sendrecv(_) => {
-            sendrecv::run(&world, &sweep, &mut on_measurement)?;
+        Experiment::Sendrecv(_) => sendrecv::run(world, sweep, observer).map(|_| ()),
+    }
+}
+
+/// Rank 0's observer: keeps the results (and their file) current and tells the consumer.
+struct RankZero {
+    events: Option<Sender<ConsumerEvent>>,
+    results: RunResults,
+    file: Option<ResultsFile>,
+    save_error: Option<ExperimentError>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Observer for RankZero {
+    fn step(&mut self, config: &str, size: u64) {
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Step { config: config.into(), size });
         }
     }
-    if world.rank == 0 {
-        println!();
-        print!("{}", efatop_ui::render_table(&results));
-        println!("# every size verified: all bytes received matched the sender's pattern");
-        if let Some(file) = &results_file {
-            println!("# results written to {}", file.path.display());
+
+    fn measured(&mut self, measurement: &Measurement) {
+        self.results.measurements.push(measurement.clone());
+        if let Some(file) = &self.file {
+            if let Err(err) = file.save(&self.results) {
+                self.save_error.get_or_insert(err);
+            }
+        }
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Measured(Box::new(measurement.clone())));
         }
     }
-    match save_error {
-        Some(err) => Err(err),
-        None => Ok(()),
+
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> RunInfo {
+    RunInfo {
+        experiment: results.metadata.experiment.clone(),
+        provider_stack: world.provider_stack.clone(),
+        ranks: world.size,
+        hosts: world.hosts.clone(),
+        channels: world.channels.len(),
+        link_gbps: world.link_gbps,
+        memory: results.metadata.memory.clone(),
+        configs: results.configs.clone(),
+        sizes: sweep.sizes.clone(),
     }
 }
 
 fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) -> RunMetadata {
-    let notes = world.notes.clone();
     RunMetadata {
         efatop_version: env!("CARGO_PKG_VERSION").into(),
         libfabric_version: efatop_fabric::runtime_version(),
@@ -144,7 +352,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         window: sweep.window,
         warmup: sweep.warmup,
         iters: sweep.iters,
-        notes,
+        notes: world.notes.clone(),
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     }
 }

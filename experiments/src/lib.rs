@@ -33,6 +33,9 @@ pub enum ExperimentError {
     /// This rank's failure has been shared with rank 0, which reports it for the run.
     #[error("(reported by rank 0)")]
     Reported { exit_code: i32 },
+    /// The user asked rank 0 to stop; every rank ends after the round in progress.
+    #[error("stopped at the user's request; the sizes finished so far are kept")]
+    Stopped,
     /// Another rank failed; its own message says why.
     #[error("rank {rank} ({host}) failed: {message}")]
     PeerFailed { rank: usize, host: String, message: String },
@@ -44,6 +47,7 @@ impl ExperimentError {
         match self {
             Self::Unsupported(_) | Self::InvalidInput { .. } => 2,
             Self::Reported { exit_code } => *exit_code,
+            Self::Stopped => 130,
             _ => 1,
         }
     }
@@ -62,18 +66,43 @@ pub struct SweepOptions {
     pub corrupt_byte: Option<u64>,
 }
 
+/// What an experiment tells the rest of efatop as it goes (rank 0 only: the dashboard, the JSON lines,
+/// the results file), and how it learns that the user wants to stop.
+pub trait Observer {
+    /// A (configuration, size) step starts.
+    fn step(&mut self, _config: &str, _size: u64) {}
+    /// A step finished with this measurement.
+    fn measured(&mut self, _measurement: &Measurement) {}
+    /// Checked by rank 0 between rounds; every rank then stops after the round in progress.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+}
+
+/// An observer that wants nothing (ranks other than 0).
+pub struct Unobserved;
+
+impl Observer for Unobserved {}
+
+/// The status a rank shares after a round to ask every rank to stop.
+const STOP: &[u8] = b"\x00stop";
+
 /// After a round, every rank shares whether it is fine; any failure ends the run on every rank, with the
-/// failing rank's own message.
-pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>) -> Result<(), ExperimentError> {
+/// failing rank's own message. Rank 0 also passes on a stop request this way.
+pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, observer: &dyn Observer) -> Result<(), ExperimentError> {
     let text = match &outcome {
-        Ok(()) => String::new(),
-        Err(err) => err.to_string(),
+        Ok(()) if world.rank == 0 && observer.stop_requested() => STOP.to_vec(),
+        Ok(()) => Vec::new(),
+        Err(err) => err.to_string().into_bytes(),
     };
-    let statuses = world.bootstrap.allgather(text.as_bytes())?;
+    let statuses = world.bootstrap.allgather(&text)?;
     if let Err(err) = outcome {
         return Err(if world.rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } });
     }
     for (rank, status) in statuses.iter().enumerate() {
+        if status.as_slice() == STOP {
+            return Err(ExperimentError::Stopped);
+        }
         if !status.is_empty() {
             return Err(ExperimentError::PeerFailed {
                 rank,

@@ -13,7 +13,7 @@ pub struct NicRecord {
     pub mr_mode: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunMetadata {
     pub efatop_version: String,
     pub libfabric_version: String,
@@ -74,7 +74,7 @@ pub struct Measurement {
     pub verified: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {
     pub metadata: RunMetadata,
     /// Configurations in column order.

@@ -12,7 +12,7 @@ use crate::pattern::{self, PatternSeed};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
 use crate::world::World;
-use crate::{ExperimentError, SweepOptions, agree, check_sizes};
+use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 
 pub const SINGLE_HOST: &str = "SingleHost";
 const INITIATOR: usize = 0;
@@ -21,7 +21,7 @@ const CHANNEL: usize = 0;
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
-    on_measurement: &mut dyn FnMut(&Measurement),
+    observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size < 2 {
         return Err(ExperimentError::InvalidInput {
@@ -39,6 +39,7 @@ pub fn run(
 
     let mut measurements = Vec::new();
     for &size in &sweep.sizes {
+        observer.step(SINGLE_HOST, size);
         send_buffer.write(|bytes| {
             let bytes = &mut bytes[..size as usize];
             pattern::fill(bytes, PatternSeed { sender: world.rank, size, iteration: 0 });
@@ -61,7 +62,7 @@ pub fn run(
             } else {
                 Ok(())
             };
-            agree(world, outcome)?;
+            agree(world, outcome, observer)?;
         }
         if world.rank == INITIATOR {
             let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
@@ -76,7 +77,7 @@ pub fn run(
                 pairs,
                 verified: true,
             };
-            on_measurement(&measurement);
+            observer.measured(&measurement);
             measurements.push(measurement);
         }
     }
@@ -102,9 +103,11 @@ fn ping(
         let sent = channel.send(peer, send_region, 0, len)?;
         world.progress_until(channels, "SEND completion", || sent.is_complete())?;
         sent.wait()?;
+        world.probe.completed(CHANNEL, peer, size, None);
         world.progress_until(channels, "RECV of the reply", || reply.is_complete())?;
         let received = reply.wait()?;
         let round_trip = started.elapsed();
+        world.probe.completed(CHANNEL, peer, received.len as u64, Some(round_trip));
         if received.len != len {
             return Err(ExperimentError::Verification {
                 receiver: world.rank,
@@ -144,13 +147,15 @@ fn pong(
         // Rank 0 may still be timing another pair: the first message is not bounded by the op timeout.
         let timeout = if iteration == 0 { world.op_timeout * 16 } else { world.op_timeout };
         world.progress_until_within(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
-        incoming.wait()?;
+        let received = incoming.wait()?;
+        world.probe.completed(CHANNEL, INITIATOR, received.len as u64, None);
         if iteration + 1 < total {
             next = Some(channel.recv(recv_region, 0, len)?);
         }
         let sent = channel.send(INITIATOR, send_region, 0, len)?;
         world.progress_until(channels, "SEND of the reply", || sent.is_complete())?;
         sent.wait()?;
+        world.probe.completed(CHANNEL, INITIATOR, size, None);
     }
     Ok(())
 }

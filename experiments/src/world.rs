@@ -75,6 +75,8 @@ pub struct World<'b> {
     /// More ranks than cores on this host: a rank that polls and finds nothing yields its core, or
     /// busy-polling ranks would starve the one that has work for whole scheduler slices.
     pub share_cpu: bool,
+    /// The hot path's telemetry counters, read by the sampler thread.
+    pub probe: std::sync::Arc<crate::telemetry::Probe>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
     pub notes: Vec<String>,
 }
@@ -204,6 +206,7 @@ impl<'b> World<'b> {
             link_source,
             op_timeout: options.op_timeout,
             share_cpu,
+            probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
             notes,
         })
     }

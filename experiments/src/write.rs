@@ -19,7 +19,7 @@ use crate::pattern::{self, PatternSeed};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
 use crate::world::{World, push_record, split_records};
-use crate::{ExperimentError, SweepOptions, agree, check_sizes};
+use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteConfig {
@@ -87,13 +87,13 @@ fn groups(config: WriteConfig, world_size: usize) -> Vec<Vec<usize>> {
 
 const WRITER: usize = 0;
 
-/// Runs the sweep; rank 0 returns one measurement per configuration and size, in order, and hands each
-/// to `on_measurement` as soon as it exists.
+/// Runs the sweep; rank 0 returns one measurement per configuration and size, in order, and tells
+/// `observer` of each step as it starts and ends.
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
     configs: &[WriteConfig],
-    on_measurement: &mut dyn FnMut(&Measurement),
+    observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size < 2 {
         return Err(ExperimentError::InvalidInput {
@@ -123,6 +123,7 @@ pub fn run(
     for (config_index, &config) in configs.iter().enumerate() {
         for &size in &sweep.sizes {
             let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
+            observer.step(&config.column(), size);
             if world.rank == WRITER {
                 buffer.write(|bytes| {
                     let bytes = &mut bytes[..size as usize];
@@ -146,11 +147,11 @@ pub fn run(
                 } else {
                     Ok(())
                 };
-                agree(world, outcome)?;
+                agree(world, outcome, observer)?;
             }
             if world.rank == WRITER {
                 let measurement = summarise(world, config, size, sweep.iters, pairs, &latency);
-                on_measurement(&measurement);
+                observer.measured(&measurement);
                 measurements.push(measurement);
             }
         }
@@ -213,7 +214,14 @@ struct Pipeline<'w> {
     regions: &'w [MemoryRegion],
     remotes: &'w [Vec<RemoteRegion>],
     segments: &'w [Segment],
-    in_flight: VecDeque<(u64, Instant, Op<'w>)>,
+    in_flight: VecDeque<InFlight<'w>>,
+}
+
+struct InFlight<'w> {
+    iteration: u64,
+    posted: Instant,
+    segment: Segment,
+    op: Op<'w>,
 }
 
 impl<'w> Pipeline<'w> {
@@ -231,18 +239,23 @@ impl<'w> Pipeline<'w> {
                 segment.offset,
                 Some(immediate),
             )?;
-            self.in_flight.push_back((iteration, posted, op));
+            self.in_flight.push_back(InFlight { iteration, posted, segment: *segment, op });
+            self.world.probe.set_in_flight(segment.channel, channel.in_flight());
         }
         Ok(())
     }
 
     /// Completes the oldest iteration in flight; returns its post-to-last-completion time.
     fn complete_oldest(&mut self) -> Result<Duration, ExperimentError> {
-        let Some(&(iteration, posted, _)) = self.in_flight.front() else { return Ok(Duration::ZERO) };
-        while self.in_flight.front().is_some_and(|(i, _, _)| *i == iteration) {
-            if let Some((_, _, op)) = self.in_flight.pop_front() {
+        let Some(oldest) = self.in_flight.front() else { return Ok(Duration::ZERO) };
+        let (iteration, posted) = (oldest.iteration, oldest.posted);
+        while self.in_flight.front().is_some_and(|f| f.iteration == iteration) {
+            if let Some(InFlight { segment, op, posted, .. }) = self.in_flight.pop_front() {
                 self.world.progress_until(&self.world.channels, "RDMA write completion", || op.is_complete())?;
                 op.wait()?;
+                let probe = &self.world.probe;
+                probe.completed(segment.channel, segment.peer, segment.len, Some(posted.elapsed()));
+                probe.set_in_flight(segment.channel, self.world.channels[segment.channel].in_flight());
             }
         }
         Ok(posted.elapsed())
@@ -258,9 +271,12 @@ fn receive_group(
     size: u64,
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
+    let mut segment_len = vec![0u64; world.channels.len()];
     for segment in plan(config, WRITER, &[world.rank], size, world.channels.len()) {
         expected[segment.channel] += sweep.warmup + sweep.iters;
+        segment_len[segment.channel] = segment.len;
     }
+    let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(WRITER)).collect();
     let timeout = world.op_timeout;
     let arrived = |world: &World<'_>| -> u64 { world.channels.iter().map(|c| c.immediates_from(WRITER)).sum() };
     let mut last_count = arrived(world);
@@ -272,6 +288,13 @@ fn receive_group(
             return Ok(());
         }
         world.progress_all()?;
+        for ((channel, seen), len) in world.channels.iter().zip(seen.iter_mut()).zip(&segment_len) {
+            let now = channel.immediates_from(WRITER);
+            if now > *seen {
+                world.probe.received(channel.index(), WRITER, (now - *seen) * len, now - *seen);
+                *seen = now;
+            }
+        }
         let now_count = arrived(world);
         if now_count != last_count {
             last_count = now_count;

@@ -3,7 +3,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dashboard;
 pub mod header;
+pub mod ingest;
 pub mod state;
 pub mod table;
 

@@ -18,7 +18,7 @@ pub fn bucket_of(ns: u64) -> usize {
     if ns < EXACT {
         return ns as usize;
     }
-    let exponent = (63 - ns.leading_zeros()).min(MAX_EXPONENT - 1);
+    let exponent = ns.ilog2().min(MAX_EXPONENT - 1);
     let mantissa = if ns >> exponent > 1 { SUB - 1 } else { (ns >> (exponent - SUB_BITS)) & (SUB - 1) };
     (EXACT + u64::from(exponent - 5) * SUB + mantissa) as usize
 }
@@ -38,7 +38,7 @@ pub fn bucket_floor(bucket: usize) -> u64 {
 pub fn bucket_value(bucket: usize) -> f64 {
     let low = bucket_floor(bucket) as f64;
     let high = bucket_floor(bucket + 1) as f64;
-    if bucket < EXACT as usize { low } else { (low + high) / 2.0 }
+    if bucket < EXACT as usize { low } else { f64::midpoint(low, high) }
 }
 
 pub struct AtomicHistogram {

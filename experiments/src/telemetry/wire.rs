@@ -194,7 +194,7 @@ mod tests {
     fn golden_frame() {
         let mut frame = Vec::new();
         encode(&sample(), &mut frame);
-        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = frame.iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
         assert_eq!(
             hex,
             concat!(

@@ -1,0 +1,174 @@
+//! `efatop bench-collector` (hidden): can rank 0's collector keep up with a large job? A synthetic sender
+//! feeds it `--ranks` × `--channels` samples at `--hz` over one connection per rank, and the real
+//! consumer path (decode, then fold into the dashboard state) runs behind it. Each second it prints what
+//! was offered, what was consumed, the backlog, and the CPU the collector thread used.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use efatop_experiments::RunResults;
+use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, PeerSample, RankSample, wire};
+use efatop_ui::ingest::Ingest;
+use efatop_ui::state::{DashboardState, RunInfo};
+
+use crate::cli::BenchCollectorArgs;
+use crate::output::ConsumerEvent;
+use crate::telemetry::{Collector, CollectorEvent};
+
+pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
+    match run(args) {
+        Ok(kept_up) => i32::from(!kept_up),
+        Err(err) => {
+            eprintln!("efatop: error: bench-collector: {err}");
+            1
+        }
+    }
+}
+
+fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
+    let ranks = args.ranks as usize;
+    let channels = args.channels as usize;
+    let (tx, rx) = mpsc::channel::<ConsumerEvent>();
+    let collector = Collector::start(tx)?;
+    let address = SocketAddr::from(([127, 0, 0, 1], collector.address.port()));
+    let collector_tid = collector_thread_id();
+
+    // The consumer: the dashboard's real ingestion.
+    let consumed = Arc::new(AtomicU64::new(0));
+    let ingest_thread = {
+        let consumed = consumed.clone();
+        std::thread::spawn(move || {
+            let mut state = DashboardState::default();
+            let run = RunInfo { ranks, hosts: vec!["bench".into(); ranks], channels, ..RunInfo::default() };
+            let nics = vec![(0..channels).map(|c| format!("nic{c}")).collect::<Vec<_>>(); ranks];
+            let results = RunResults::default();
+            let mut ingest = Ingest::begin(&mut state, run, &nics, results, Duration::from_hours(1));
+            let started = Instant::now();
+            while let Ok(event) = rx.recv() {
+                if let ConsumerEvent::Collector(CollectorEvent::Sample(sample)) = event {
+                    ingest.sample(&mut state, &sample, started.elapsed());
+                    consumed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+
+    // The senders: one connection per rank, split over two threads.
+    let offered = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let interval = Duration::from_secs_f64(1.0 / f64::from(args.hz));
+    let mut senders = Vec::new();
+    let threads = 2.min(ranks).max(1);
+    for thread in 0..threads {
+        let my_ranks: Vec<usize> = (thread..ranks).step_by(threads).collect();
+        let (offered, stop) = (offered.clone(), stop.clone());
+        senders.push(std::thread::spawn(move || -> std::io::Result<()> {
+            let mut links = Vec::with_capacity(my_ranks.len());
+            for &rank in &my_ranks {
+                let stream = TcpStream::connect(address)?;
+                stream.set_nodelay(true)?;
+                let mut frame = Vec::new();
+                wire::encode(&synthetic_sample(rank, channels), &mut frame);
+                links.push((stream, frame));
+            }
+            let mut next = Instant::now();
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for (stream, frame) in &mut links {
+                    // seq sits after length, version, kind and rank.
+                    frame[10..18].copy_from_slice(&seq.to_le_bytes());
+                    stream.write_all(frame)?;
+                    offered.fetch_add(1, Ordering::Relaxed);
+                }
+                seq += 1;
+                next += interval;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            Ok(())
+        }));
+    }
+
+    println!(
+        "# collector load: {ranks} ranks × {channels} channels at {} Hz = {} samples/s offered, one connection per rank",
+        args.hz,
+        ranks as u64 * u64::from(args.hz)
+    );
+    println!("| second | offered/s | consumed/s | backlog | collector CPU (% of one core) |");
+    println!("|-------:|----------:|-----------:|--------:|------------------------------:|");
+    let started = Instant::now();
+    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, collector_cpu_seconds(collector_tid.as_deref()));
+    let mut backlogs = Vec::new();
+    for second in 1..=args.seconds {
+        std::thread::sleep((started + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
+        let (now_offered, now_consumed, now_cpu) =
+            (offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), collector_cpu_seconds(collector_tid.as_deref()));
+        let backlog = now_offered.saturating_sub(now_consumed);
+        backlogs.push(backlog);
+        println!(
+            "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {:>29.1} |",
+            now_offered - last_offered,
+            now_consumed - last_consumed,
+            (now_cpu - last_cpu) * 100.0
+        );
+        (last_offered, last_consumed, last_cpu) = (now_offered, now_consumed, now_cpu);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for sender in senders {
+        if let Ok(Err(err)) = sender.join() {
+            eprintln!("efatop: warning: a sender stopped early: {err}");
+        }
+    }
+    // Kept up: the backlog in the second half is no larger than one interval's worth of samples and
+    // does not grow.
+    let half = &backlogs[backlogs.len() / 2..];
+    let one_interval = ranks as u64;
+    let kept_up = half.iter().all(|b| *b <= 2 * one_interval) && half.last() <= half.first().map(|f| f + one_interval).as_ref();
+    println!("# {}", if kept_up { "kept up: the backlog stayed within one interval's samples" } else { "fell behind: the backlog grew" });
+    drop(collector);
+    drop(ingest_thread);
+    Ok(kept_up)
+}
+
+/// A busy rank's sample: every channel moved data with a few latency buckets filled.
+fn synthetic_sample(rank: usize, channels: usize) -> RankSample {
+    let latency = IntervalHistogram { buckets: vec![(200, 40), (210, 9), (250, 1)] };
+    RankSample {
+        rank: rank as u32,
+        seq: 0,
+        interval_ns: 100_000_000,
+        drops: 0,
+        channels: (0..channels)
+            .map(|channel| ChannelSample {
+                channel: channel as u16,
+                bytes: 1_250_000_000,
+                ops: 50,
+                in_flight: 4,
+                latency: latency.clone(),
+            })
+            .collect(),
+        peers: vec![PeerSample { peer: 0, bytes: 1_250_000_000, ops: 50, latency }],
+    }
+}
+
+/// The collector's thread id (it is named `efatop-collector`), for its CPU time.
+fn collector_thread_id() -> Option<String> {
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|task| {
+        let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+        (name.trim() == "efatop-collecto" || name.trim() == "efatop-collector").then(|| task.file_name().to_string_lossy().into_owned())
+    })
+}
+
+fn collector_cpu_seconds(tid: Option<&str>) -> f64 {
+    let Some(tid) = tid else { return 0.0 };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0.0 };
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}

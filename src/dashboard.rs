@@ -1,0 +1,189 @@
+//! The live dashboard on rank 0: owns the terminal (raw mode, alternate screen), folds events into the
+//! dashboard state, redraws on a fixed tick and maps keys. The terminal is restored on every way out:
+//! normal return, error, and panic.
+
+use std::io::{IsTerminal, Stdout};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
+use efatop_ui::ingest::Ingest;
+use efatop_ui::state::{Action, DashboardState, Key, LogLevel};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+
+use crate::output::ConsumerEvent;
+use crate::telemetry::CollectorEvent;
+
+/// Frames per second of the redraw tick.
+const TICK: Duration = Duration::from_millis(50);
+
+pub fn stdout_is_terminal() -> bool {
+    std::io::stdout().is_terminal()
+}
+
+/// Restores the terminal when dropped, so an early return or error cannot leave it raw.
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> std::io::Result<(Self, Terminal<CrosstermBackend<Stdout>>)> {
+        enable_raw_mode()?;
+        let guard = Self;
+        crossterm::execute!(std::io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+        let terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+        Ok((guard, terminal))
+    }
+}
+
+fn restore() {
+    let _ = disable_raw_mode();
+    let _ = crossterm::execute!(std::io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// How the dashboard ended.
+pub enum Ended {
+    /// The run finished and the user dismissed the final view.
+    Dismissed,
+    /// The user quit while the run was going on.
+    Quit,
+}
+
+/// Runs the dashboard until the run has finished and a key was pressed (or the user quit and the run has
+/// stopped). `stop` is raised when the user asks to quit.
+pub fn run(
+    events: &Receiver<ConsumerEvent>,
+    mut state: DashboardState,
+    mut ingest: Ingest,
+    stop: &Arc<AtomicBool>,
+    started: Instant,
+) -> std::io::Result<Ended> {
+    let (_guard, mut terminal) = TerminalGuard::enter()?;
+    let mut frozen_view: Option<DashboardState> = None;
+    let mut quit_requested = false;
+    loop {
+        let now = started.elapsed();
+        loop {
+            match events.try_recv() {
+                Ok(event) => apply(&mut state, &mut ingest, event, now),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    state.finished = true;
+                    break;
+                }
+            }
+        }
+        if !state.finished {
+            ingest.tick(&mut state, now);
+        }
+        if state.finished && quit_requested {
+            return Ok(Ended::Quit);
+        }
+        let view = match (&mut frozen_view, state.frozen) {
+            (Some(view), true) => {
+                // Keys still act on what is drawn; only the data stays still.
+                view.frozen = true;
+                view.focus = state.focus;
+                view.show_help = state.show_help;
+                view.selected_rank = state.selected_rank;
+                view.selected_channel = state.selected_channel;
+                view.finished = state.finished;
+                &*view
+            }
+            (slot, true) => &*slot.insert(state.clone()),
+            (slot, false) => {
+                *slot = None;
+                &state
+            }
+        };
+        terminal.draw(|frame| efatop_ui::dashboard::draw(frame, view))?;
+        if event::poll(TICK)? {
+            if let Event::Key(key) = event::read()? {
+                if key.kind == KeyEventKind::Release {
+                    continue;
+                }
+                let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+                let action = if ctrl_c {
+                    Action::Quit
+                } else {
+                    map_key(key.code).map_or(Action::None, |k| efatop_ui::dashboard::handle_key(&mut state, k))
+                };
+                if action == Action::Quit {
+                    if state.finished {
+                        return Ok(Ended::Dismissed);
+                    }
+                    if !quit_requested {
+                        quit_requested = true;
+                        stop.store(true, Ordering::Relaxed);
+                        state.push_log(now, LogLevel::Warn, "stopping: every rank ends after the round in progress");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, now: Duration) {
+    match event {
+        ConsumerEvent::Collector(CollectorEvent::Sample(sample)) => ingest.sample(state, &sample, now),
+        ConsumerEvent::Collector(CollectorEvent::Malformed { from, reason }) => {
+            state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
+        }
+        ConsumerEvent::Collector(CollectorEvent::Closed { rank: Some(rank), .. }) => {
+            let finished = state.progress.done >= state.progress.total;
+            Ingest::closed(state, rank as usize, finished);
+            if !finished {
+                state.push_log(now, LogLevel::Error, format!("rank {rank}: telemetry connection closed mid-run"));
+            }
+        }
+        ConsumerEvent::Collector(CollectorEvent::Closed { rank: None, from }) => {
+            state.push_log(now, LogLevel::Warn, format!("telemetry connection from {from} closed before its first sample"));
+        }
+        ConsumerEvent::Step { config, size } => Ingest::step(state, &config, size),
+        ConsumerEvent::Measured(measurement) => {
+            let line = format!(
+                "{} {}: {:.2} Gbps, data verified",
+                measurement.config,
+                efatop_experiments::sizes::format_size(measurement.size),
+                measurement.gbps
+            );
+            Ingest::measured(state, &measurement, now);
+            state.push_log(now, LogLevel::Info, line);
+        }
+        ConsumerEvent::Finished { error } => {
+            state.finished = true;
+            match error {
+                Some(text) => state.push_log(now, LogLevel::Error, text),
+                None => state.push_log(now, LogLevel::Info, "run complete: press any key"),
+            }
+        }
+    }
+}
+
+fn map_key(code: KeyCode) -> Option<Key> {
+    Some(match code {
+        KeyCode::Char(c) => Key::Char(c),
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Tab => Key::Tab,
+        KeyCode::BackTab => Key::BackTab,
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::Left => Key::Left,
+        KeyCode::Right => Key::Right,
+        KeyCode::Enter => Key::Enter,
+        _ => return None,
+    })
+}

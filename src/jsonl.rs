@@ -1,0 +1,74 @@
+//! `--json`: a second printer over the same events, one JSON object per line on stdout:
+//! `{"type": "run" | "sample" | "step" | "result" | "warning" | "summary", "data": {...}}`.
+//! README.md documents the fields; `tests/json.rs` parses them back.
+
+use std::io::Write;
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use efatop_experiments::results::{RunMetadata, RunResults};
+use serde_json::{Value, json};
+
+use crate::output::ConsumerEvent;
+use crate::telemetry::CollectorEvent;
+
+fn line(kind: &str, data: &Value) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", json!({ "type": kind, "data": data }));
+    let _ = stdout.flush();
+}
+
+pub fn print_run(metadata: &RunMetadata) {
+    line("run", &serde_json::to_value(metadata).unwrap_or(Value::Null));
+}
+
+pub fn print_summary(results: &RunResults) {
+    line("summary", &serde_json::to_value(results).unwrap_or(Value::Null));
+}
+
+/// Prints every event until the run is over. Samples become one line per (rank, channel).
+pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant) {
+    while let Ok(event) = events.recv() {
+        if let ConsumerEvent::Finished { error } = &event {
+            if let Some(text) = error {
+                line("error", &json!({ "text": text }));
+            }
+            return;
+        }
+        print_event(event, started);
+    }
+}
+
+fn print_event(event: ConsumerEvent, started: Instant) {
+    match event {
+        ConsumerEvent::Collector(CollectorEvent::Sample(sample)) => {
+            let t_ms = started.elapsed().as_secs_f64() * 1000.0;
+            for channel in &sample.channels {
+                line(
+                    "sample",
+                    &json!({
+                        "t_ms": t_ms,
+                        "rank": sample.rank,
+                        "seq": sample.seq,
+                        "channel": channel.channel,
+                        "interval_ms": sample.interval_ns as f64 / 1e6,
+                        "bytes": channel.bytes,
+                        "gbps": efatop_experiments::telemetry::RankSample::gbps(channel.bytes, sample.interval_ns),
+                        "ops": channel.ops,
+                        "in_flight": channel.in_flight,
+                        "lat_p50_us": channel.latency.quantile_us(0.50),
+                        "lat_p99_us": channel.latency.quantile_us(0.99),
+                        "lat_max_us": channel.latency.max_us(),
+                        "drops": sample.drops,
+                    }),
+                );
+            }
+        }
+        ConsumerEvent::Collector(CollectorEvent::Malformed { from, reason }) => {
+            line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
+        }
+        ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
+        ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
+        ConsumerEvent::Collector(CollectorEvent::Closed { .. }) | ConsumerEvent::Finished { .. } => {}
+    }
+}

@@ -1,0 +1,298 @@
+//! Telemetry transport: every rank's sampler thread streams [`RankSample`] frames to a collector that
+//! rank 0 runs (tokio). The benchmark's hot path never takes part: it only bumps the probe's atomics.
+//!
+//! Back-pressure: a sampler never blocks on rank 0. Its socket is non-blocking; frames that cannot be sent
+//! wait in a bounded queue, and when that is full the oldest is dropped and counted. The count travels in
+//! every sample and is shown in red on the dashboard.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use efatop_experiments::telemetry::wire::{self, WireError};
+use efatop_experiments::telemetry::{Probe, RankSample, Sampler};
+use tokio::io::AsyncReadExt;
+
+/// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
+const QUEUE_FRAMES: usize = 64;
+
+/// A rank's sampler: reads the probe every interval and sends the sample to rank 0's collector.
+pub struct SamplerThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl SamplerThread {
+    pub fn start(rank: usize, probe: Arc<Probe>, collector: SocketAddr, interval: Duration) -> std::io::Result<Self> {
+        let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let handle = std::thread::Builder::new().name(format!("efatop-sampler-{rank}")).spawn(move || {
+            let mut link = Link { stream, queue: VecDeque::with_capacity(QUEUE_FRAMES), written: 0, drops: 0, broken: false };
+            let mut sampler = Sampler::new(rank, &probe);
+            let mut last = Instant::now();
+            let mut next = last + interval;
+            loop {
+                let stopping_now = stopping.load(Ordering::Relaxed);
+                let now = Instant::now();
+                if now >= next || stopping_now {
+                    let sample = sampler.sample(&probe, now - last, link.drops);
+                    last = now;
+                    next += interval;
+                    if next < now {
+                        next = now + interval;
+                    }
+                    link.push(&sample);
+                }
+                link.flush();
+                if stopping_now || link.broken {
+                    // One last try to deliver what is queued, bounded so exit is never held up.
+                    let deadline = Instant::now() + Duration::from_millis(200);
+                    while !link.queue.is_empty() && !link.broken && Instant::now() < deadline {
+                        link.flush();
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    return;
+                }
+                std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(20)));
+            }
+        })?;
+        Ok(Self { stop, handle: Some(handle) })
+    }
+
+    /// Sends a final sample and stops.
+    pub fn finish(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for SamplerThread {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+struct Link {
+    stream: TcpStream,
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    drops: u64,
+    broken: bool,
+}
+
+impl Link {
+    fn push(&mut self, sample: &RankSample) {
+        if self.queue.len() == QUEUE_FRAMES {
+            // Drop the oldest frame not yet started; a half-written one must be finished to keep framing.
+            let victim = usize::from(self.written > 0);
+            if self.queue.remove(victim).is_some() {
+                self.drops += 1;
+            }
+        }
+        let mut frame = Vec::with_capacity(256);
+        wire::encode(sample, &mut frame);
+        self.queue.push_back(frame);
+    }
+
+    fn flush(&mut self) {
+        while let Some(front) = self.queue.front() {
+            match self.stream.write(&front[self.written..]) {
+                Ok(0) => {
+                    self.broken = true;
+                    return;
+                }
+                Ok(n) => {
+                    self.written += n;
+                    if self.written == front.len() {
+                        self.queue.pop_front();
+                        self.written = 0;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.broken = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What the collector tells rank 0's consumer (dashboard or JSON printer).
+#[derive(Debug)]
+pub enum CollectorEvent {
+    Sample(Box<RankSample>),
+    /// A frame was rejected; the connection goes on when its length was sane.
+    Malformed { from: SocketAddr, reason: WireError },
+    /// A rank's telemetry connection closed (`rank` is known once it sent a sample).
+    Closed { from: SocketAddr, rank: Option<u32> },
+}
+
+/// Rank 0's collector: a tokio runtime on its own thread, one task per rank connection.
+pub struct Collector {
+    pub address: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Listens on all interfaces (ranks on other hosts connect too) and forwards events to `events`.
+    pub fn start<E: From<CollectorEvent> + Send + 'static>(events: Sender<E>) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("0.0.0.0:0"))?;
+        let address = listener.local_addr()?;
+        let (shutdown, mut shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = std::thread::Builder::new().name("efatop-collector".into()).spawn(move || {
+            runtime.block_on(async move {
+                loop {
+                    tokio::select! {
+                        _ = &mut shutdown_rx => return,
+                        accepted = listener.accept() => {
+                            let Ok((stream, from)) = accepted else { continue };
+                            let _ = stream.set_nodelay(true);
+                            tokio::spawn(serve_connection(stream, from, events.clone()));
+                        }
+                    }
+                }
+            });
+        })?;
+        Ok(Self { address, shutdown: Some(shutdown), handle: Some(handle) })
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Reads frames from one rank until it closes or sends a frame whose length cannot be trusted.
+pub async fn serve_connection<E: From<CollectorEvent>>(mut stream: tokio::net::TcpStream, from: SocketAddr, events: Sender<E>) {
+    let mut rank = None;
+    let mut body = Vec::new();
+    loop {
+        let mut prefix = [0u8; 4];
+        if stream.read_exact(&mut prefix).await.is_err() {
+            break;
+        }
+        let len = match wire::check_length(u32::from_le_bytes(prefix)) {
+            Ok(len) => len,
+            Err(reason) => {
+                // The stream cannot be resynchronised after a bad length: drop the connection.
+                let _ = events.send(CollectorEvent::Malformed { from, reason }.into());
+                break;
+            }
+        };
+        body.resize(len, 0);
+        if stream.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        let event = match wire::decode(&body) {
+            Ok(sample) => {
+                rank = Some(sample.rank);
+                CollectorEvent::Sample(Box::new(sample))
+            }
+            Err(reason) => CollectorEvent::Malformed { from, reason },
+        };
+        if events.send(event.into()).is_err() {
+            return;
+        }
+    }
+    let _ = events.send(CollectorEvent::Closed { from, rank }.into());
+}
+
+/// Where rank `rank` should connect to reach rank 0's collector published as `host:port`.
+pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Result<SocketAddr> {
+    let port = published.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| {
+        std::io::Error::new(ErrorKind::InvalidInput, format!("bad collector address {published}"))
+    })?;
+    if rank0_host == my_host {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    (rank0_host, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, format!("cannot resolve {rank0_host}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn collector() -> (Collector, mpsc::Receiver<CollectorEvent>) {
+        let (tx, rx) = mpsc::channel::<CollectorEvent>();
+        (Collector::start(tx).expect("collector"), rx)
+    }
+
+    fn local(address: SocketAddr) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], address.port()))
+    }
+
+    #[test]
+    fn malformed_frames_are_rejected_with_a_reason_and_good_ones_still_arrive() {
+        let (collector, events) = collector();
+        let mut stream = TcpStream::connect(local(collector.address)).expect("connect");
+        // Version 9, then a truncated body, then a good sample: the connection survives both bad frames.
+        stream.write_all(&[2, 0, 0, 0, 9, 1]).expect("write");
+        stream.write_all(&[3, 0, 0, 0, 1, 1, 0]).expect("write");
+        let mut good = Vec::new();
+        wire::encode(&RankSample { rank: 5, seq: 1, ..RankSample::default() }, &mut good);
+        stream.write_all(&good).expect("write");
+        // Then a length no frame can have: the collector hangs up.
+        stream.write_all(&u32::MAX.to_le_bytes()).expect("write");
+        let wait = Duration::from_secs(5);
+        let first = events.recv_timeout(wait).expect("event");
+        assert!(matches!(first, CollectorEvent::Malformed { reason: WireError::Version(9), .. }), "{first:?}");
+        let second = events.recv_timeout(wait).expect("event");
+        assert!(matches!(second, CollectorEvent::Malformed { reason: WireError::Truncated(_), .. }), "{second:?}");
+        let third = events.recv_timeout(wait).expect("event");
+        assert!(matches!(&third, CollectorEvent::Sample(s) if s.rank == 5), "{third:?}");
+        let fourth = events.recv_timeout(wait).expect("event");
+        assert!(matches!(fourth, CollectorEvent::Malformed { reason: WireError::TooLong(_), .. }), "{fourth:?}");
+        let fifth = events.recv_timeout(wait).expect("event");
+        assert!(matches!(fifth, CollectorEvent::Closed { rank: Some(5), .. }), "{fifth:?}");
+    }
+
+    #[test]
+    fn a_sampler_streams_what_the_probe_counts() {
+        let (collector, events) = collector();
+        let probe = Arc::new(Probe::new(2, 2));
+        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), Duration::from_millis(10))
+            .expect("sampler");
+        probe.completed(1, 0, 1 << 20, Some(Duration::from_micros(50)));
+        std::thread::sleep(Duration::from_millis(60));
+        sampler.finish();
+        let mut bytes = 0;
+        let mut ops = 0;
+        while let Ok(event) = events.recv_timeout(Duration::from_millis(500)) {
+            if let CollectorEvent::Sample(sample) = event {
+                assert_eq!(sample.rank, 1);
+                bytes += sample.channels[1].bytes;
+                ops += sample.channels[1].latency.count();
+            }
+        }
+        assert_eq!((bytes, ops), (1 << 20, 1));
+    }
+}

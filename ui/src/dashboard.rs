@@ -1,0 +1,229 @@
+//! The live dashboard rank 0 shows while a run goes on: a header, per-channel gauges, peers, the
+//! results table and the log, drawn from a [`DashboardState`] and steered by [`Key`](crate::state::Key)s
+//! through [`handle_key`]. Drawing keeps no state of its own (scrolling follows the selection and the
+//! sweep), so any frame can be redrawn at any size from the state alone.
+//!
+//! Layout: narrower than 150 columns the panels stack (gauges, peers, results, log); wider, gauges
+//! and peers sit side by side above a full-width results table. Below 30 lines of body each panel is
+//! framed by a single titled rule instead of a box, and the throughput history is left out.
+
+mod chrome;
+mod gauges;
+mod grid;
+mod header;
+mod help;
+mod keys;
+mod log;
+mod peers;
+mod results;
+#[doc(hidden)]
+pub mod sample;
+mod selection;
+mod text;
+#[cfg(test)]
+mod tests;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+use ratatui::Frame;
+
+use crate::state::{DashboardState, Panel};
+use chrome::Chrome;
+
+pub use keys::handle_key;
+
+/// From this width on, gauges and peers sit side by side.
+const SIDE_BY_SIDE_MIN_WIDTH: u16 = 150;
+/// From this body height on, panels are boxed; below it they get a single rule.
+const BOXED_MIN_HEIGHT: u16 = 30;
+/// Share of the width, in percent, of the column for peers and log beside the gauges.
+const RIGHT_COLUMN_PERCENT: u16 = 40;
+/// Log lines shown before the other panels have what they want; the log gets any lines left over.
+const LOG_LINES_WISHED: u16 = 3;
+
+/// Draws the whole dashboard over the frame.
+pub fn draw(frame: &mut Frame, state: &DashboardState) {
+    frame.render_widget(state, frame.area());
+}
+
+/// Draws one panel, boxed, into `area` (for a zoomed view, or to test a panel on its own).
+pub fn draw_panel(frame: &mut Frame, area: Rect, state: &DashboardState, panel: Panel) {
+    let area = area.intersection(frame.area());
+    render_panel(state, panel, area, frame.buffer_mut(), Chrome::Boxed);
+}
+
+impl Widget for &DashboardState {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        // The footer goes first when lines are short: once finished it says how to leave.
+        let footer_height = area.height.min(1);
+        let header_height = (area.height - footer_height).min(header::HEIGHT);
+        let header_area = Rect { height: header_height, ..area };
+        let body = Rect { y: area.y + header_height, height: area.height - footer_height - header_height, ..area };
+        let footer_area = Rect { y: body.bottom(), height: footer_height, ..area };
+
+        header::render(self, header_area, buf);
+        render_body(self, body, buf);
+        render_footer(self, footer_area, buf);
+        if self.show_help {
+            help::render(area, buf);
+        }
+    }
+}
+
+fn render_panel(state: &DashboardState, panel: Panel, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    match panel {
+        Panel::Gauges => gauges::render(state, area, buf, chrome),
+        Panel::Peers => peers::render(state, area, buf, chrome),
+        Panel::Results => results::render(state, area, buf, chrome),
+        Panel::Log => log::render(state, area, buf, chrome),
+    }
+}
+
+/// How many lines a stacked item needs at least, would like, and may take before the others have
+/// had their wish.
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    min: u16,
+    desired: u16,
+    cap: u16,
+}
+
+/// Shares `total` lines among `demands`: minimums first, then wishes up to each cap, then whole
+/// wishes, each round in `priority` order; what is left goes to `fill`.
+fn allocate(total: u16, demands: &[Demand], priority: &[usize], fill: usize) -> Vec<u16> {
+    let mut heights = vec![0_u16; demands.len()];
+    let mut left = total;
+    let rounds: [fn(&Demand) -> u16; 3] = [
+        |demand| demand.min,
+        |demand| demand.desired.min(demand.cap).max(demand.min),
+        |demand| demand.desired,
+    ];
+    for target in rounds {
+        for &index in priority {
+            let extra = target(&demands[index]).saturating_sub(heights[index]).min(left);
+            heights[index] += extra;
+            left -= extra;
+        }
+    }
+    heights[fill] += left;
+    heights
+}
+
+/// `heights` stacked from the top of `area`.
+fn stack(area: Rect, heights: &[u16]) -> Vec<Rect> {
+    let mut y = area.y;
+    heights
+        .iter()
+        .map(|&height| {
+            let rect = Rect { y, height: height.min(area.bottom().saturating_sub(y)), ..area };
+            y += rect.height;
+            rect
+        })
+        .collect()
+}
+
+fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+    if area.is_empty() {
+        return;
+    }
+    let chrome = if area.height >= BOXED_MIN_HEIGHT { Chrome::Boxed } else { Chrome::Rule };
+    let overhead = chrome.overhead();
+    let sparkline = if chrome == Chrome::Boxed { gauges::SPARKLINE_HEIGHT } else { 0 };
+    let demand = |content: u16, cap: u16| Demand {
+        min: overhead + 1,
+        desired: overhead.saturating_add(content),
+        cap,
+    };
+    let third = area.height / 3;
+    let half = area.height / 2;
+    let results_cap = if state.finished { half } else { third };
+    let gauges_lines = gauges::content_height(state).saturating_add(sparkline);
+    let log_wish = overhead + LOG_LINES_WISHED;
+
+    if area.width >= SIDE_BY_SIDE_MIN_WIDTH {
+        // Gauges on the left; peers and the log share the right; results take the full width below.
+        let right_lines = peers::content_height(state).saturating_add(log_wish);
+        let demands = [
+            demand(gauges_lines.max(right_lines), half),
+            demand(results::content_height(state), results_cap),
+        ];
+        let priority: [usize; 2] = if state.finished { [1, 0] } else { [0, 1] };
+        // Lines nobody wished for go to the top: a longer log and a taller history.
+        let areas = stack(area, &allocate(area.height, &demands, &priority, 0));
+        let share = |percent: u16| u16::try_from(u32::from(area.width) * u32::from(percent) / 100).unwrap_or(u16::MAX);
+        let right_width = peers::natural_width(state).max(share(RIGHT_COLUMN_PERCENT)).min(share(50));
+        let [gauges_area, right_area] =
+            Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(areas[0]);
+        let right_demands = [
+            demand(peers::content_height(state), u16::MAX),
+            demand(log::content_height(state), u16::MAX),
+        ];
+        let right = stack(right_area, &allocate(right_area.height, &right_demands, &[0, 1], 1));
+        gauges::render(state, gauges_area, buf, chrome);
+        peers::render(state, right[0], buf, chrome);
+        log::render(state, right[1], buf, chrome);
+        results::render(state, areas[1], buf, chrome);
+    } else {
+        let demands = [
+            demand(gauges_lines, third),
+            demand(peers::content_height(state), third),
+            demand(results::content_height(state), results_cap),
+            demand(log::content_height(state), log_wish),
+        ];
+        // Peers and results are short and say the most; the gauges scroll to the selection; the log
+        // shows its last few lines and takes whatever is left.
+        let priority: [usize; 4] = if state.finished { [2, 1, 0, 3] } else { [1, 2, 0, 3] };
+        let areas = stack(area, &allocate(area.height, &demands, &priority, 3));
+        for (panel, panel_area) in Panel::ORDER.into_iter().zip(areas) {
+            render_panel(state, panel, panel_area, buf, chrome);
+        }
+    }
+}
+
+fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+    if area.is_empty() {
+        return;
+    }
+    if state.finished {
+        let style = Style::new().fg(Color::Black).bg(Color::Green).add_modifier(Modifier::BOLD);
+        let long = " The run has ended; the final tables stay on screen. Press any key to exit. ";
+        let short = " Run ended: press any key ";
+        let message = if text::width(long) <= usize::from(area.width) { long } else { short };
+        buf.set_style(area, Style::new().bg(Color::Green));
+        Line::styled(message, style).render(area, buf);
+        return;
+    }
+    let keys = [("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")];
+    let mut spans = Vec::new();
+    for (key, what) in keys {
+        spans.push(Span::styled(format!(" {key}"), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)));
+        spans.push(Span::styled(format!(" {what} "), Style::new().fg(Color::DarkGray)));
+    }
+    Line::from(spans).render(area, buf);
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::{allocate, Demand};
+
+    const fn demand(min: u16, desired: u16, cap: u16) -> Demand {
+        Demand { min, desired, cap }
+    }
+
+    #[test]
+    fn minimums_come_first_in_priority_order() {
+        let demands = [demand(3, 10, 10), demand(3, 10, 10)];
+        assert_eq!(allocate(4, &demands, &[1, 0], 0), [1, 3]);
+    }
+
+    #[test]
+    fn caps_hold_until_everyone_has_had_a_share_then_the_rest_fills() {
+        let demands = [demand(2, 20, 5), demand(2, 6, 6), demand(2, 3, 3)];
+        assert_eq!(allocate(14, &demands, &[0, 1, 2], 2), [5, 6, 3]);
+        assert_eq!(allocate(20, &demands, &[0, 1, 2], 2), [11, 6, 3]);
+        assert_eq!(allocate(40, &demands, &[0, 1, 2], 2), [20, 6, 14]);
+    }
+}

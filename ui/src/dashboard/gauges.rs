@@ -1,0 +1,287 @@
+//! Live gauges: one row per (rank, channel), grouped under the host the rank runs on, each a bar of
+//! its throughput against the link speed (or, when that is unknown, against the highest rate seen),
+//! with NIC, operations per second and operations in flight; below them, when there is room, the
+//! selected channel's throughput history.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Sparkline, Widget};
+
+use super::chrome::{self, Chrome};
+use super::grid;
+use super::header::bar;
+use super::selection::selected_channel;
+use super::text::{cell, number, rate, speed, width, Align};
+use crate::state::{ChannelView, DashboardState, Panel, PeerState};
+
+/// Lines the history would like below the gauges: a caption and the graph.
+pub(super) const SPARKLINE_HEIGHT: u16 = 8;
+const SPARKLINE_MIN: u16 = 4;
+/// A panel this tall shows the history even when its gauges have to scroll.
+const SPARKLINE_MIN_PANEL: u16 = 16;
+const MIN_BAR: usize = 8;
+const NIC_MAX: usize = 16;
+const NIC_SHORT: usize = 10;
+
+/// What the bars are drawn against.
+struct Scale {
+    gbps: f64,
+    /// False when the link speed is unknown and the scale is the highest rate seen.
+    is_link: bool,
+}
+
+impl Scale {
+    fn of(state: &DashboardState) -> Scale {
+        if let Some(link) = state.run.link_gbps.filter(|link| link.is_finite() && *link > 0.0) {
+            return Scale { gbps: link, is_link: true };
+        }
+        let peak = state
+            .channels
+            .iter()
+            .flat_map(|view| view.history.iter().chain([&view.gbps]))
+            .copied()
+            .filter(|gbps| gbps.is_finite())
+            .fold(0.0, f64::max);
+        Scale { gbps: if peak > 0.0 { peak } else { 1.0 }, is_link: false }
+    }
+
+    fn label(&self) -> String {
+        if self.is_link {
+            format!("bars: {} Gbps link", speed(self.gbps))
+        } else {
+            format!("bars: peak {} Gbps (link speed unknown)", number(Some(self.gbps), 1))
+        }
+    }
+}
+
+enum Entry<'a> {
+    Host { name: &'a str, ranks: Vec<usize> },
+    Channel(&'a ChannelView),
+}
+
+fn host_of(state: &DashboardState, rank: usize) -> &str {
+    state.run.hosts.get(rank).map_or("unknown host", String::as_str)
+}
+
+/// Host headings followed by their channels, hosts in order of first appearance.
+fn entries(state: &DashboardState) -> Vec<Entry<'_>> {
+    let mut hosts: Vec<&str> = Vec::new();
+    for view in &state.channels {
+        let host = host_of(state, view.rank);
+        if !hosts.contains(&host) {
+            hosts.push(host);
+        }
+    }
+    let mut entries = Vec::new();
+    for host in hosts {
+        let views: Vec<&ChannelView> = state.channels.iter().filter(|view| host_of(state, view.rank) == host).collect();
+        let mut ranks: Vec<usize> = views.iter().map(|view| view.rank).collect();
+        ranks.dedup();
+        entries.push(Entry::Host { name: host, ranks });
+        entries.extend(views.into_iter().map(Entry::Channel));
+    }
+    entries
+}
+
+/// Lines the panel would like inside its frame.
+pub(super) fn content_height(state: &DashboardState) -> u16 {
+    u16::try_from(entries(state).len()).unwrap_or(u16::MAX).max(1)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// `87.3 Gbps  12.3k op/s  3 in flight`
+    Full,
+    /// `87.3G 12.3k/s 3 inf`
+    Short,
+    /// Only the rate.
+    Rate,
+}
+
+struct RowLayout {
+    id: usize,
+    nic: usize,
+    bar: usize,
+    detail: Detail,
+    in_flight: usize,
+}
+
+impl RowLayout {
+    fn fit(state: &DashboardState, columns: usize) -> RowLayout {
+        let id = state.channels.iter().map(|view| width(&id_text(view))).max().unwrap_or(0);
+        let nic = state.channels.iter().map(|view| width(&view.nic)).max().unwrap_or(0).min(NIC_MAX);
+        let in_flight = state.channels.iter().map(|view| view.in_flight.to_string().len()).max().unwrap_or(1);
+        let candidates = [
+            RowLayout { id, nic, bar: 0, detail: Detail::Full, in_flight },
+            RowLayout { id, nic: nic.min(NIC_SHORT), bar: 0, detail: Detail::Short, in_flight },
+            RowLayout { id, nic: 0, bar: 0, detail: Detail::Short, in_flight },
+        ];
+        let mut layout = candidates
+            .into_iter()
+            .find(|layout| columns >= layout.fixed_width() + MIN_BAR)
+            .unwrap_or(RowLayout { id, nic: 0, bar: 0, detail: Detail::Rate, in_flight });
+        layout.bar = columns.saturating_sub(layout.fixed_width());
+        if layout.bar < MIN_BAR {
+            layout.bar = 0;
+        }
+        layout
+    }
+
+    /// Everything on a row but the bar.
+    fn fixed_width(&self) -> usize {
+        let marker = 2;
+        let nic = if self.nic > 0 { self.nic + 1 } else { 0 };
+        let numbers = match self.detail {
+            Detail::Full => 1 + 10 + 2 + 11 + 2 + self.in_flight + 10,
+            Detail::Short => 1 + 6 + 1 + 8 + 1 + self.in_flight + 4,
+            Detail::Rate => 1 + 6,
+        };
+        marker + self.id + 1 + nic + numbers
+    }
+}
+
+fn id_text(view: &ChannelView) -> String {
+    format!("r{} c{}", view.rank, view.channel)
+}
+
+fn channel_line(view: &ChannelView, state: &DashboardState, layout: &RowLayout, scale: &Scale) -> Line<'static> {
+    let selected = view.rank == state.selected_rank && view.channel == state.selected_channel;
+    let peer_state = state.peers.iter().find(|peer| peer.rank == view.rank).map(|peer| peer.state);
+    let id_style = match peer_state {
+        Some(PeerState::Lost) => Style::new().fg(Color::Red),
+        Some(PeerState::Done) => Style::new().add_modifier(Modifier::DIM),
+        _ if selected => Style::new().add_modifier(Modifier::BOLD),
+        _ => Style::new(),
+    };
+    let marker = if selected { "▶ " } else { "  " };
+    let mut spans = vec![
+        Span::styled(marker, Style::new().fg(Color::Cyan)),
+        Span::styled(cell(&id_text(view), layout.id, Align::Left), id_style),
+        Span::raw(" "),
+    ];
+    if layout.nic > 0 {
+        spans.push(Span::styled(cell(&view.nic, layout.nic, Align::Left), Style::new().fg(Color::Blue)));
+        spans.push(Span::raw(" "));
+    }
+    if layout.bar > 0 {
+        spans.extend(bar(view.gbps / scale.gbps, layout.bar));
+    }
+    let gbps = number(Some(view.gbps), 1);
+    let in_flight = view.in_flight.to_string();
+    let numbers = match layout.detail {
+        Detail::Full => format!(
+            " {} Gbps  {} op/s  {} in flight",
+            cell(&gbps, 5, Align::Right),
+            cell(&rate(view.ops_per_s), 6, Align::Right),
+            cell(&in_flight, layout.in_flight, Align::Right),
+        ),
+        Detail::Short => format!(
+            " {}G {}/s {} inf",
+            cell(&gbps, 5, Align::Right),
+            cell(&rate(view.ops_per_s), 6, Align::Right),
+            cell(&in_flight, layout.in_flight, Align::Right),
+        ),
+        Detail::Rate => format!(" {}G", cell(&gbps, 5, Align::Right)),
+    };
+    spans.push(Span::raw(numbers));
+    Line::from(spans)
+}
+
+fn host_line(name: &str, ranks: &[usize]) -> Line<'static> {
+    let ranks: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+    let label = if ranks.len() == 1 { "rank" } else { "ranks" };
+    Line::from(vec![
+        Span::styled(name.to_string(), Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(format!("  {label} {}", ranks.join(", ")), Style::new().fg(Color::DarkGray)),
+    ])
+}
+
+pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    if area.is_empty() {
+        return;
+    }
+    let focused = state.focus == Panel::Gauges;
+    let scale = Scale::of(state);
+    let inner = chrome::block("Live channels", focused, chrome).inner(area);
+    let entries = entries(state);
+
+    let sparkline_height = if chrome == Chrome::Boxed && !entries.is_empty() {
+        let spare = inner.height.saturating_sub(u16::try_from(entries.len()).unwrap_or(u16::MAX));
+        if spare >= SPARKLINE_MIN {
+            // Lines the gauges do not need make the history taller (finer) rather than staying blank.
+            spare
+        } else if inner.height >= SPARKLINE_MIN_PANEL {
+            // The gauges scroll anyway (a p5 has 32 channels a rank); the history still earns its lines.
+            SPARKLINE_MIN
+        } else {
+            0
+        }
+    } else {
+        0
+    };
+    let [list_area, sparkline_area] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Length(sparkline_height)]).areas(inner);
+
+    // The selected channel stays on screen: scroll just far enough that it is the last visible row.
+    let visible = usize::from(list_area.height);
+    let selected_entry = entries.iter().position(|entry| {
+        matches!(entry, Entry::Channel(view) if view.rank == state.selected_rank && view.channel == state.selected_channel)
+    });
+    let offset = grid::scroll_offset(selected_entry, visible);
+
+    let mut block = chrome::block("Live channels", focused, chrome);
+    if !entries.is_empty() {
+        let label = Line::styled(format!(" {} ", scale.label()), Style::new().fg(Color::DarkGray));
+        block = block.title_top(label.right_aligned());
+    }
+    if entries.len() > visible && visible > 0 {
+        let last = (offset + visible).min(entries.len());
+        let position = format!(" {}-{} of {} ", offset + 1, last, entries.len());
+        block = block.title_top(Line::styled(position, Style::new().fg(Color::DarkGray)).centered());
+    }
+    block.render(area, buf);
+
+    if entries.is_empty() {
+        Line::styled("no channel telemetry yet", Style::new().fg(Color::DarkGray)).render(list_area, buf);
+        return;
+    }
+    let layout = RowLayout::fit(state, usize::from(list_area.width));
+    for (entry, row) in entries.iter().skip(offset).zip(list_area.rows()) {
+        let line = match entry {
+            Entry::Host { name, ranks } => host_line(name, ranks),
+            Entry::Channel(view) => channel_line(view, state, &layout, &scale),
+        };
+        line.render(row, buf);
+    }
+    render_history(state, sparkline_area, buf, &scale);
+}
+
+fn render_history(state: &DashboardState, area: Rect, buf: &mut Buffer, scale: &Scale) {
+    let Some(view) = selected_channel(state) else { return };
+    let mut rows = area.rows();
+    let Some(caption_row) = rows.next() else { return };
+    let caption = format!(
+        "r{} c{} {} history: {} samples, top {} Gbps",
+        view.rank,
+        view.channel,
+        view.nic,
+        view.history.len(),
+        speed(scale.gbps)
+    );
+    Line::styled(caption, Style::new().fg(Color::DarkGray)).render(caption_row, buf);
+    let graph = Rect { y: caption_row.y + 1, height: area.height.saturating_sub(1), ..area };
+    if graph.is_empty() {
+        return;
+    }
+    // Sparkline bars are integers: hundredths of a Gbps keep the shape of small rates.
+    let hundredths = |gbps: f64| if gbps.is_finite() { (gbps.max(0.0) * 100.0).round() as u64 } else { 0 };
+    let shown = view.history.len().saturating_sub(usize::from(graph.width));
+    let data: Vec<u64> = view.history.iter().skip(shown).map(|&gbps| hundredths(gbps)).collect();
+    Sparkline::default()
+        .data(data)
+        .max(hundredths(scale.gbps).max(1))
+        .style(Style::new().fg(Color::Green))
+        .render(graph, buf);
+}

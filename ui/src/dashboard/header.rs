@@ -1,0 +1,168 @@
+//! The two header lines: what runs where (experiment, provider, ranks and hosts, channels, memory,
+//! link speed), then where the sweep is (configuration and size, a progress bar, elapsed time and ETA,
+//! telemetry drops, and FROZEN while the view is frozen).
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+
+use super::text::{clock, plural, speed, width};
+use crate::state::DashboardState;
+
+pub(super) const HEIGHT: u16 = 2;
+const SEPARATOR: &str = " │ ";
+/// Narrower than this, the progress bar is left out rather than drawn as a stub.
+const MIN_BAR: usize = 6;
+/// Which run-line item to shorten next (by index: experiment, provider, ranks, channels, memory,
+/// link): host names go first, the experiment's name last.
+const SHORTENING: [usize; 6] = [2, 3, 2, 4, 5, 0];
+
+pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+    let mut rows = area.rows();
+    if let Some(row) = rows.next() {
+        run_line(state, row.width).render(row, buf);
+    }
+    if let Some(row) = rows.next() {
+        progress_line(state, row.width).render(row, buf);
+    }
+}
+
+/// Distinct host names in rank order.
+fn distinct_hosts(state: &DashboardState) -> Vec<&str> {
+    let mut hosts: Vec<&str> = Vec::new();
+    for host in &state.run.hosts {
+        if !hosts.contains(&host.as_str()) {
+            hosts.push(host);
+        }
+    }
+    hosts
+}
+
+fn run_line(state: &DashboardState, columns: u16) -> Line<'static> {
+    let run = &state.run;
+    let hosts = distinct_hosts(state);
+    let experiment = if run.experiment.is_empty() { "starting" } else { run.experiment.as_str() };
+    let provider = if run.provider_stack.is_empty() { "provider ?" } else { run.provider_stack.as_str() };
+    let link_long = run.link_gbps.map_or_else(|| "link speed unknown".into(), |g| format!("{} Gbps link", speed(g)));
+    let link_short = run.link_gbps.map_or_else(|| "link speed unknown".into(), |g| format!("{} Gbps", speed(g)));
+    let host_count = plural(hosts.len(), "host", "hosts");
+    let hosts_named = if hosts.is_empty() { host_count.clone() } else { format!("{host_count} ({})", hosts.join(", ")) };
+    // Each item from its longest form to its shortest.
+    let forms: [Vec<String>; 6] = [
+        vec![format!("efatop {experiment}"), experiment.to_string()],
+        vec![provider.to_string()],
+        vec![
+            format!("{} on {hosts_named}", plural(run.ranks, "rank", "ranks")),
+            format!("{} on {host_count}", plural(run.ranks, "rank", "ranks")),
+            format!("{}r/{}h", run.ranks, hosts.len()),
+        ],
+        vec![plural(run.channels, "channel", "channels"), format!("{}ch", run.channels)],
+        vec![format!("{} memory", or_unknown(&run.memory)), or_unknown(&run.memory).to_string()],
+        vec![link_long, link_short],
+    ];
+    // Shorten one item at a time, the least telling words first, until the line fits.
+    let line_width = |levels: &[usize; 6]| {
+        let items: usize = forms.iter().zip(levels).map(|(forms, &level)| width(&forms[level])).sum();
+        items + width(SEPARATOR) * (forms.len() - 1)
+    };
+    let mut levels = [0; 6];
+    for item in SHORTENING {
+        if line_width(&levels) <= usize::from(columns) {
+            break;
+        }
+        levels[item] = (levels[item] + 1).min(forms[item].len() - 1);
+    }
+    let items = forms.iter().zip(levels).map(|(forms, level)| forms[level].clone());
+    let mut spans = Vec::new();
+    for (index, item) in items.enumerate() {
+        if index > 0 {
+            spans.push(Span::styled(SEPARATOR, Style::new().fg(Color::DarkGray)));
+        }
+        let style = if index == 0 { Style::new().add_modifier(Modifier::BOLD) } else { Style::new() };
+        spans.push(Span::styled(item, style));
+    }
+    Line::from(spans)
+}
+
+fn or_unknown(text: &str) -> &str {
+    if text.is_empty() { "?" } else { text }
+}
+
+fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
+    let progress = &state.progress;
+    let step = match (&progress.config, progress.size) {
+        _ if state.finished => "finished".to_string(),
+        (Some(config), Some(size)) => format!("{config} {}", efatop_experiments::sizes::format_size(size)),
+        (Some(config), None) => config.clone(),
+        (None, Some(size)) => efatop_experiments::sizes::format_size(size),
+        (None, None) => "waiting".to_string(),
+    };
+    let eta = progress.eta.map_or_else(|| "-".to_string(), clock);
+    let percent = format!("{:.0}%", progress.ratio() * 100.0);
+    let full = vec![
+        format!("{}/{} {percent}", progress.done, progress.total),
+        format!("{} elapsed", clock(progress.elapsed)),
+        format!("ETA {eta}"),
+    ];
+    let short = vec![percent, clock(progress.elapsed), format!("ETA {eta}")];
+
+    let drops = Span::styled(
+        format!("drops {}", state.drops_total),
+        if state.drops_total > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() },
+    );
+    let frozen = state
+        .frozen
+        .then(|| Span::styled("FROZEN", Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD)));
+    let status = |timing: Vec<String>| -> Vec<Span<'static>> {
+        let mut spans = Vec::new();
+        for item in timing {
+            spans.push(Span::raw(item));
+            spans.push(Span::styled(SEPARATOR, Style::new().fg(Color::DarkGray)));
+        }
+        spans.push(drops.clone());
+        if let Some(frozen) = &frozen {
+            spans.push(Span::raw(" "));
+            spans.push(frozen.clone());
+        }
+        spans
+    };
+    let spans_width = |spans: &[Span]| spans.iter().map(Span::width).sum::<usize>();
+
+    let columns = usize::from(columns);
+    let step_span = Span::styled(step, Style::new().add_modifier(Modifier::BOLD));
+    // Room for the bar is what the step label and the status leave over; the long status is used only
+    // when a useful bar still fits beside it.
+    for timing in [full, short] {
+        let right = status(timing);
+        let fixed = step_span.width() + 1 + 1 + spans_width(&right);
+        if columns >= fixed + MIN_BAR {
+            let mut spans = vec![step_span, Span::raw(" ")];
+            spans.extend(bar(progress.ratio(), columns - fixed));
+            spans.push(Span::raw(" "));
+            spans.extend(right);
+            return Line::from(spans);
+        }
+    }
+    // Too narrow for a bar: the status alone, drops and FROZEN first so they are the last to be cut.
+    let mut spans = vec![drops];
+    if let Some(frozen) = frozen {
+        spans.push(Span::raw(" "));
+        spans.push(frozen);
+    }
+    spans.push(Span::raw(" "));
+    spans.push(step_span);
+    spans.push(Span::raw(format!(" {:.0}%", progress.ratio() * 100.0)));
+    Line::from(spans)
+}
+
+/// A bar of `columns` cells, `ratio` of them filled.
+pub(super) fn bar(ratio: f64, columns: usize) -> [Span<'static>; 2] {
+    let ratio = if ratio.is_finite() { ratio.clamp(0.0, 1.0) } else { 0.0 };
+    let filled = ((columns as f64) * ratio).round() as usize;
+    [
+        Span::styled("━".repeat(filled), Style::new().fg(Color::Green)),
+        Span::styled("─".repeat(columns - filled.min(columns)), Style::new().fg(Color::DarkGray)),
+    ]
+}

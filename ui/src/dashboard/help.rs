@@ -1,0 +1,48 @@
+//! The help overlay: every key and what it does, over the middle of the dashboard.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Clear, Widget};
+
+const KEYS: [(&str, &str); 7] = [
+    ("q  Esc", "quit: stops the run on every rank"),
+    ("Tab", "focus the next panel"),
+    ("BackTab", "focus the previous panel"),
+    ("↑ ↓", "select a rank"),
+    ("← →", "select a channel of that rank"),
+    ("p", "freeze / unfreeze the view"),
+    ("?", "show / hide this help (Esc closes it)"),
+];
+const KEY_WIDTH: usize = 9;
+
+pub(super) fn render(area: Rect, buf: &mut Buffer) {
+    let text_width = KEYS.iter().map(|(_, what)| what.chars().count()).max().unwrap_or(0) + KEY_WIDTH;
+    let width = u16::try_from(text_width + 4).unwrap_or(u16::MAX).min(area.width);
+    let height = u16::try_from(KEYS.len() + 2).unwrap_or(u16::MAX).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    if popup.is_empty() {
+        return;
+    }
+    Clear.render(popup, buf);
+    let block = Block::bordered()
+        .border_type(BorderType::Double)
+        .border_style(Style::new().fg(Color::Cyan))
+        .title(Line::styled(" Keys ", Style::new().add_modifier(Modifier::BOLD)))
+        .title_bottom(Line::styled(" Esc or ? to close ", Style::new().fg(Color::DarkGray)).right_aligned());
+    let inner = block.inner(popup);
+    block.render(popup, buf);
+    for ((key, what), row) in KEYS.iter().zip(inner.rows()) {
+        Line::from(vec![
+            Span::styled(format!(" {key:<KEY_WIDTH$}"), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+            Span::raw(*what),
+        ])
+        .render(row, buf);
+    }
+}

@@ -1,0 +1,45 @@
+//! The newest log lines, newest at the bottom; warnings in yellow, errors in red.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+
+use super::chrome::{self, Chrome};
+use super::text::clock;
+use crate::state::{DashboardState, LogLevel, Panel};
+
+/// Lines the panel would like inside its frame.
+pub(super) fn content_height(state: &DashboardState) -> u16 {
+    u16::try_from(state.log.len()).unwrap_or(u16::MAX).max(1)
+}
+
+pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    if area.is_empty() {
+        return;
+    }
+    let block = chrome::block("Log", state.focus == Panel::Log, chrome);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if inner.is_empty() {
+        return;
+    }
+    if state.log.is_empty() {
+        Line::styled("nothing logged yet", Style::new().fg(Color::DarkGray)).render(inner, buf);
+        return;
+    }
+    let newest = state.log.len().saturating_sub(usize::from(inner.height));
+    for (entry, row) in state.log.iter().skip(newest).zip(inner.rows()) {
+        let (level, style) = match entry.level {
+            LogLevel::Info => ("info ", Style::new()),
+            LogLevel::Warn => ("WARN ", Style::new().fg(Color::Yellow)),
+            LogLevel::Error => ("ERROR", Style::new().fg(Color::Red)),
+        };
+        Line::from(vec![
+            Span::styled(format!("{:>7} ", clock(entry.at)), Style::new().fg(Color::DarkGray)),
+            Span::styled(format!("{level} {}", entry.text), style),
+        ])
+        .render(row, buf);
+    }
+}

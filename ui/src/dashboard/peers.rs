@@ -1,0 +1,119 @@
+//! One row per rank: host, throughput, latency percentiles, telemetry drops, when it was last heard
+//! from and whether it is alive, lost or done.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::Widget;
+
+use super::chrome::{self, Chrome};
+use super::grid::{self, Column};
+use super::text::{ago, number, Align};
+use crate::state::{DashboardState, Panel, PeerState, PeerView};
+
+const HOST_MIN: usize = 6;
+
+/// Lines the panel would like inside its frame.
+pub(super) fn content_height(state: &DashboardState) -> u16 {
+    u16::try_from(state.peers.len() + 1).unwrap_or(u16::MAX)
+}
+
+/// Widest the panel needs to be, frame included.
+pub(super) fn natural_width(state: &DashboardState) -> u16 {
+    u16::try_from(grid::total_width(&columns(&rows(state))) + 2).unwrap_or(u16::MAX)
+}
+
+fn host(state: &DashboardState, peer: &PeerView) -> String {
+    if !peer.host.is_empty() {
+        return peer.host.clone();
+    }
+    state.run.hosts.get(peer.rank).cloned().unwrap_or_else(|| "?".into())
+}
+
+fn rows(state: &DashboardState) -> Vec<Vec<(String, Style)>> {
+    let plain = Style::new();
+    let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+    state
+        .peers
+        .iter()
+        .map(|peer| {
+            let (status, status_style) = match peer.state {
+                PeerState::Alive => ("alive", Style::new().fg(Color::Green)),
+                PeerState::Lost => ("LOST", red),
+                PeerState::Done => ("done", Style::new().add_modifier(Modifier::DIM)),
+            };
+            let row_style = if peer.state == PeerState::Done { Style::new().add_modifier(Modifier::DIM) } else { plain };
+            vec![
+                (peer.rank.to_string(), row_style),
+                (host(state, peer), row_style),
+                (number(Some(peer.gbps), 1), row_style),
+                (number(peer.lat_p50_us, 1), row_style),
+                (number(peer.lat_p99_us, 1), row_style),
+                (peer.drops.to_string(), if peer.drops > 0 { red } else { row_style }),
+                (ago(peer.last_seen), row_style),
+                (status.to_string(), status_style),
+            ]
+        })
+        .collect()
+}
+
+const TITLES: [(&str, Align); 8] = [
+    ("rank", Align::Right),
+    ("host", Align::Left),
+    ("Gbps", Align::Right),
+    ("p50 us", Align::Right),
+    ("p99 us", Align::Right),
+    ("drops", Align::Right),
+    ("seen", Align::Right),
+    ("state", Align::Left),
+];
+
+fn columns(rows: &[Vec<(String, Style)>]) -> Vec<Column> {
+    TITLES
+        .iter()
+        .enumerate()
+        .map(|(index, (title, align))| Column::fitted(title, *align, rows.iter().map(|row| row[index].0.as_str())))
+        .collect()
+}
+
+pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    if area.is_empty() {
+        return;
+    }
+    let block = chrome::block("Peers", state.focus == Panel::Peers, chrome);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if inner.is_empty() {
+        return;
+    }
+    if state.peers.is_empty() {
+        Line::styled("no peers yet", Style::new().fg(Color::DarkGray)).render(inner, buf);
+        return;
+    }
+    let mut rows = rows(state);
+    let mut columns = columns(&rows);
+    // Too narrow: first squeeze the host names, then give up the last-seen column, then p50.
+    let available = usize::from(inner.width);
+    let overflow = grid::total_width(&columns).saturating_sub(available);
+    columns[1].width = columns[1].width.saturating_sub(overflow).max(HOST_MIN.min(columns[1].width));
+    for dropped in [6, 3] {
+        if grid::total_width(&columns) > available {
+            columns.remove(dropped);
+            for row in &mut rows {
+                row.remove(dropped);
+            }
+        }
+    }
+
+    let mut lines = inner.rows();
+    if let Some(header_row) = lines.next() {
+        grid::header(&columns).render(header_row, buf);
+    }
+    let selected = state.peers.iter().position(|peer| peer.rank == state.selected_rank);
+    let visible = usize::from(inner.height.saturating_sub(1));
+    let offset = grid::scroll_offset(selected, visible);
+    for ((index, row), line_area) in rows.into_iter().enumerate().skip(offset).zip(lines) {
+        grid::row(Some(index) == selected, &columns, row).render(line_area, buf);
+    }
+}

@@ -1,0 +1,166 @@
+//! A realistic mid-run dashboard for tests and screenshots: `write` over EFA on two hosts, two ranks
+//! each, four channels per rank, SinglePin finished and MultiPin half-way, rank 3 lost after dropping
+//! telemetry. Deterministic: no clocks, no randomness.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use efatop_experiments::results::{LatencySummary, Measurement, NicRecord, RunMetadata};
+use efatop_experiments::RunResults;
+
+use crate::state::{
+    ChannelView, DashboardState, LogLevel, PeerState, PeerView, Progress, RunInfo, HISTORY_LEN,
+};
+
+const HOSTS: [&str; 2] = ["p5-node-a", "p5-node-b"];
+const NICS: [&str; 4] = ["rdmap79s0-rdm", "rdmap80s0-rdm", "rdmap81s0-rdm", "rdmap82s0-rdm"];
+const LINK_GBPS: f64 = 100.0;
+const SIZES: [u64; 6] = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20];
+
+pub fn sample_state() -> DashboardState {
+    let hosts: Vec<String> = [HOSTS[0], HOSTS[0], HOSTS[1], HOSTS[1]].map(String::from).to_vec();
+    let configs = vec!["SinglePin".to_string(), "MultiPin".to_string()];
+    let run = RunInfo {
+        experiment: "write".into(),
+        provider_stack: "efa".into(),
+        ranks: 4,
+        hosts: hosts.clone(),
+        channels: 4,
+        link_gbps: Some(LINK_GBPS),
+        memory: "host".into(),
+        configs: configs.clone(),
+        sizes: SIZES.to_vec(),
+    };
+    let progress = Progress {
+        config: Some("MultiPin".into()),
+        size: Some(SIZES[3]),
+        done: 9,
+        total: 12,
+        elapsed: Duration::from_secs(83),
+        eta: Some(Duration::from_secs(27)),
+    };
+
+    let mut state = DashboardState {
+        run,
+        progress,
+        channels: (0..4).flat_map(|rank| (0..4).map(move |channel| channel_view(rank, channel))).collect(),
+        peers: (0..4).map(|rank| peer_view(rank, &hosts)).collect(),
+        results: Some(RunResults { metadata: metadata(hosts), configs, measurements: measurements() }),
+        drops_total: 17,
+        selected_rank: 1,
+        selected_channel: 2,
+        ..DashboardState::default()
+    };
+    let at = Duration::from_millis;
+    state.push_log(at(120), LogLevel::Info, "world established: 4 ranks on 2 hosts, provider efa");
+    state.push_log(at(180), LogLevel::Info, "4 channels per rank over 4 NICs at 100 Gbps (provider)");
+    state.push_log(at(2_400), LogLevel::Info, "SinglePin 256K: 31.58 Gbps, verified");
+    state.push_log(at(41_000), LogLevel::Info, "SinglePin done (6 sizes)");
+    state.push_log(at(64_200), LogLevel::Warn, "rank 3: telemetry queue full, 17 samples dropped");
+    state.push_log(at(71_900), LogLevel::Error, "rank 3: no telemetry for 5.0s, marked lost");
+    state.push_log(at(82_500), LogLevel::Info, "MultiPin 2M started");
+    state
+}
+
+/// Rank 3 is lost, so its channels went quiet a while ago; the others carry traffic that rises and
+/// falls with the sweep.
+fn channel_view(rank: usize, channel: usize) -> ChannelView {
+    let lost = rank == 3;
+    let wave = |step: usize| -> f64 {
+        let phase = (step * 7 + rank * 13 + channel * 5) % 40;
+        let ramp = if phase < 20 { phase } else { 40 - phase };
+        20.0 + ramp as f64 * 3.5 + channel as f64
+    };
+    let history: VecDeque<f64> = (0..HISTORY_LEN)
+        .map(|step| if lost && step > HISTORY_LEN - 30 { 0.0 } else { wave(step) })
+        .collect();
+    let gbps = history.back().copied().unwrap_or_default();
+    ChannelView {
+        rank,
+        channel,
+        nic: NICS[channel].into(),
+        gbps,
+        ops_per_s: if lost { 0.0 } else { gbps * 1e9 / 8.0 / f64::from(2_u32 << 20) },
+        in_flight: if lost { 0 } else { 1 + (rank + channel) as u64 % 3 },
+        lat_p50_us: (!lost).then_some(160.0 + channel as f64 * 4.0),
+        lat_p99_us: (!lost).then_some(210.0 + channel as f64 * 6.5),
+        lat_max_us: (!lost).then_some(260.0),
+        history,
+    }
+}
+
+fn peer_view(rank: usize, hosts: &[String]) -> PeerView {
+    let lost = rank == 3;
+    PeerView {
+        rank,
+        host: hosts[rank].clone(),
+        lat_p50_us: (!lost).then_some(168.5 + rank as f64 * 2.0),
+        lat_p99_us: (!lost).then_some(231.25 + rank as f64 * 3.0),
+        gbps: if lost { 0.0 } else { 310.4 - rank as f64 * 12.5 },
+        drops: if lost { 17 } else { 0 },
+        last_seen: if lost { Duration::from_millis(11_600) } else { Duration::from_millis(200 + rank as u64 * 100) },
+        state: if lost { PeerState::Lost } else { PeerState::Alive },
+    }
+}
+
+fn metadata(hosts: Vec<String>) -> RunMetadata {
+    RunMetadata {
+        efatop_version: "0.1.0".into(),
+        libfabric_version: "1.22.0amzn4.0".into(),
+        experiment: "write".into(),
+        provider: "efa".into(),
+        provider_stack: "efa".into(),
+        ranks: 4,
+        hosts,
+        channels: 4,
+        distinct_nics: 4,
+        nics: NICS
+            .iter()
+            .enumerate()
+            .map(|(channel, domain)| NicRecord {
+                channel,
+                domain: (*domain).into(),
+                fabric: "efa".into(),
+                link_gbps: Some(LINK_GBPS),
+                pci_address: None,
+                mr_mode: vec![],
+            })
+            .collect(),
+        link_gbps: Some(LINK_GBPS),
+        link_source: "provider".into(),
+        memory: "host".into(),
+        window: 1,
+        warmup: 3,
+        iters: 20,
+        notes: vec![],
+        started_unix_s: 0,
+    }
+}
+
+/// SinglePin over all six sizes, MultiPin over the first three: the table is half filled in.
+fn measurements() -> Vec<Measurement> {
+    let single = [31.58, 52.14, 71.93, 84.27, 91.06, 94.88];
+    let multi = [45.12, 98.75, 171.40];
+    let measurement = |config: &str, size: u64, gbps: f64, channels: f64| {
+        let mean_us = size as f64 * 8.0 / gbps / 1e3;
+        Measurement {
+            config: config.into(),
+            size,
+            count: size / 4,
+            gbps,
+            busbw_percent: Some(gbps / (LINK_GBPS * channels) * 100.0),
+            latency: LatencySummary {
+                mean_us,
+                p50_us: mean_us * 0.97,
+                p99_us: mean_us * 1.31,
+                max_us: mean_us * 1.6,
+            },
+            iterations: 20,
+            pairs: vec![],
+            verified: true,
+        }
+    };
+    let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement("SinglePin", size, gbps, 1.0));
+    let multi = SIZES.iter().zip(multi).map(|(&size, gbps)| measurement("MultiPin", size, gbps, 4.0));
+    single.chain(multi).collect()
+}

@@ -1,0 +1,290 @@
+//! Snapshots of the dashboard on a fake terminal, and checks that styles carry what the text cannot
+//! (red drops, a lost peer, log levels) and that no size or state makes drawing panic.
+
+use std::time::Duration;
+
+use insta::assert_snapshot;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier};
+use ratatui::Terminal;
+
+use super::sample::sample_state;
+use super::{draw, draw_panel, header};
+use crate::state::{ChannelView, DashboardState, LogLevel, Panel, PeerState, PeerView, RunInfo};
+
+fn terminal(width: u16, height: u16) -> Terminal<TestBackend> {
+    Terminal::new(TestBackend::new(width, height)).unwrap()
+}
+
+fn dashboard(state: &DashboardState, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = terminal(width, height);
+    terminal.draw(|frame| draw(frame, state)).unwrap();
+    terminal
+}
+
+fn panel(state: &DashboardState, panel: Panel, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = terminal(width, height);
+    terminal.draw(|frame| draw_panel(frame, frame.area(), state, panel)).unwrap();
+    terminal
+}
+
+fn finished_state() -> DashboardState {
+    let mut state = sample_state();
+    state.finished = true;
+    state.progress.config = None;
+    state.progress.size = None;
+    state.progress.eta = Some(Duration::ZERO);
+    state.push_log(Duration::from_secs(90), LogLevel::Error, "run failed: rank 3 lost during MultiPin 2M");
+    state
+}
+
+/// Where `needle` first appears on screen, as (column, row).
+fn find(buffer: &Buffer, needle: &str) -> Option<(u16, u16)> {
+    let area = buffer.area;
+    (area.top()..area.bottom()).find_map(|y| {
+        let row: Vec<&str> = (area.left()..area.right()).map(|x| buffer[(x, y)].symbol()).collect();
+        let line = row.concat();
+        let byte = line.find(needle)?;
+        let column = line[..byte].chars().count();
+        Some((area.left() + u16::try_from(column).unwrap(), y))
+    })
+}
+
+fn fg_at(buffer: &Buffer, needle: &str) -> Color {
+    let (x, y) = find(buffer, needle).unwrap_or_else(|| panic!("{needle:?} not on screen:\n{buffer:?}"));
+    buffer[(x, y)].fg
+}
+
+#[test]
+fn whole_dashboard_80x24() {
+    assert_snapshot!("dashboard_80x24", dashboard(&sample_state(), 80, 24).backend());
+}
+
+#[test]
+fn whole_dashboard_200x60() {
+    assert_snapshot!("dashboard_200x60", dashboard(&sample_state(), 200, 60).backend());
+}
+
+#[test]
+fn whole_dashboard_120x40() {
+    assert_snapshot!("dashboard_120x40", dashboard(&sample_state(), 120, 40).backend());
+}
+
+#[test]
+fn each_panel_alone() {
+    let state = sample_state();
+    for (name, which) in [("gauges", Panel::Gauges), ("peers", Panel::Peers), ("results", Panel::Results), ("log", Panel::Log)] {
+        for (width, height) in [(80, 24), (200, 60)] {
+            assert_snapshot!(format!("panel_{name}_{width}x{height}"), panel(&state, which, width, height).backend());
+        }
+    }
+}
+
+#[test]
+fn header_alone() {
+    let mut state = sample_state();
+    state.frozen = true;
+    for width in [40, 80, 200] {
+        let mut terminal = terminal(width, header::HEIGHT);
+        terminal.draw(|frame| header::render(&state, frame.area(), frame.buffer_mut())).unwrap();
+        assert_snapshot!(format!("header_frozen_{width}"), terminal.backend());
+    }
+}
+
+#[test]
+fn help_overlay() {
+    let mut state = sample_state();
+    state.show_help = true;
+    assert_snapshot!("help_80x24", dashboard(&state, 80, 24).backend());
+}
+
+#[test]
+fn finished_run() {
+    let state = finished_state();
+    assert_snapshot!("finished_80x24", dashboard(&state, 80, 24).backend());
+    assert_snapshot!("finished_200x60", dashboard(&state, 200, 60).backend());
+}
+
+#[test]
+fn empty_state() {
+    let state = DashboardState::default();
+    assert_snapshot!("empty_80x24", dashboard(&state, 80, 24).backend());
+    assert_snapshot!("empty_200x60", dashboard(&state, 200, 60).backend());
+}
+
+#[test]
+fn unknown_link_speed_scales_to_the_peak_and_says_so() {
+    let mut state = sample_state();
+    state.run.link_gbps = None;
+    if let Some(results) = &mut state.results {
+        for measurement in &mut results.measurements {
+            measurement.busbw_percent = None;
+        }
+    }
+    let terminal = dashboard(&state, 120, 40);
+    assert_snapshot!("unknown_link_120x40", terminal.backend());
+    let buffer = terminal.backend().buffer();
+    assert!(find(buffer, "link speed unknown").is_some());
+    assert!(find(buffer, "peak 93.0 Gbps").is_some(), "{buffer:?}");
+}
+
+#[test]
+fn many_channels_scroll_to_keep_the_selection_visible() {
+    let mut state = sample_state();
+    state.selected_rank = 3;
+    state.selected_channel = 3;
+    let terminal = dashboard(&state, 80, 24);
+    let buffer = terminal.backend().buffer();
+    let (_, row) = find(buffer, "▶ r3 c3").expect("selected channel on screen");
+    assert!(find(buffer, "r0 c0").is_none(), "scrolled past the first rank");
+    assert!(row < 24);
+}
+
+#[test]
+fn telemetry_drops_lost_peers_and_log_levels_are_coloured() {
+    let mut state = sample_state();
+    state.focus = Panel::Peers;
+    let terminal = dashboard(&state, 200, 60);
+    let buffer = terminal.backend().buffer();
+    assert_eq!(fg_at(buffer, "drops 17"), Color::Red);
+    assert_eq!(fg_at(buffer, "LOST"), Color::Red);
+    assert_eq!(fg_at(buffer, "WARN"), Color::Yellow);
+    assert_eq!(fg_at(buffer, "ERROR"), Color::Red);
+    assert_eq!(fg_at(buffer, "info"), Color::Reset);
+
+    state.drops_total = 0;
+    let terminal = dashboard(&state, 200, 60);
+    assert_eq!(fg_at(terminal.backend().buffer(), "drops 0"), Color::Reset);
+}
+
+#[test]
+fn done_peers_are_dim() {
+    let mut state = sample_state();
+    state.peers[2].state = PeerState::Done;
+    let terminal = panel(&state, Panel::Peers, 80, 10);
+    let buffer = terminal.backend().buffer();
+    let (x, y) = find(buffer, "done").unwrap();
+    assert!(buffer[(x, y)].modifier.contains(Modifier::DIM));
+}
+
+#[test]
+fn the_focused_panel_has_a_thick_cyan_border() {
+    for focus in Panel::ORDER {
+        let state = DashboardState { focus, ..sample_state() };
+        let terminal = dashboard(&state, 200, 60);
+        let buffer = terminal.backend().buffer();
+        let title = match focus {
+            Panel::Gauges => " Live channels ",
+            Panel::Peers => " Peers ",
+            Panel::Results => " Results ",
+            Panel::Log => " Log ",
+        };
+        let (x, y) = find(buffer, title).unwrap();
+        assert_eq!(buffer[(x - 1, y)].symbol(), "┏", "{focus:?}");
+        assert_eq!(buffer[(x - 1, y)].fg, Color::Cyan, "{focus:?}");
+        assert_eq!(buffer.content.iter().filter(|cell| cell.symbol() == "┏").count(), 1, "{focus:?}");
+    }
+}
+
+#[test]
+fn frozen_shows_in_the_header() {
+    let state = DashboardState { frozen: true, ..sample_state() };
+    for (width, height) in [(80, 24), (200, 60)] {
+        assert!(find(dashboard(&state, width, height).backend().buffer(), "FROZEN").is_some(), "{width}x{height}");
+    }
+}
+
+#[test]
+fn the_finished_line_asks_for_any_key_at_every_width() {
+    for width in [30, 80, 200] {
+        let terminal = dashboard(&finished_state(), width, 24);
+        let buffer = terminal.backend().buffer();
+        assert!(find(buffer, "ress any key").is_some(), "{width}:\n{buffer:?}");
+    }
+}
+
+#[test]
+fn results_show_dashes_where_nothing_was_measured() {
+    let terminal = panel(&sample_state(), Panel::Results, 200, 12);
+    let buffer = terminal.backend().buffer();
+    let (_, row) = find(buffer, "  8M").unwrap();
+    let line: String = (0..200).map(|x| buffer[(x, row)].symbol()).collect();
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    // 8M, its count, five SinglePin numbers, then five MultiPin cells never measured.
+    assert_eq!(&cells[cells.len() - 6..cells.len() - 1], ["-", "-", "-", "-", "-"], "{line}");
+}
+
+/// Ranks beyond the host list, a selection that matches nothing, NaN rates and huge numbers.
+fn odd_state() -> DashboardState {
+    let channel = |rank, channel| ChannelView {
+        rank,
+        channel,
+        nic: "a-very-long-nic-name-that-keeps-going".into(),
+        gbps: if channel == 1 { f64::NAN } else { 1e9 },
+        ops_per_s: f64::INFINITY,
+        in_flight: u64::MAX,
+        history: [f64::NAN, -1.0, 1e300].into_iter().collect(),
+        ..ChannelView::default()
+    };
+    let mut state = DashboardState {
+        run: RunInfo { ranks: 9, hosts: vec!["only-host".into()], channels: 2, ..RunInfo::default() },
+        channels: vec![channel(0, 0), channel(7, 0), channel(7, 1), channel(8, 0)],
+        peers: vec![PeerView { rank: 8, host: String::new(), drops: u64::MAX, ..PeerView::default() }],
+        drops_total: u64::MAX,
+        selected_rank: 42,
+        selected_channel: 9,
+        frozen: true,
+        show_help: true,
+        ..DashboardState::default()
+    };
+    state.progress.done = 5;
+    state.progress.total = 2;
+    state.push_log(Duration::MAX, LogLevel::Error, "x".repeat(1000));
+    state
+}
+
+#[test]
+fn ranks_beyond_the_host_list_are_grouped_as_unknown() {
+    let state = DashboardState { show_help: false, ..odd_state() };
+    let terminal = dashboard(&state, 120, 40);
+    assert_snapshot!("odd_state_120x40", terminal.backend());
+    assert!(find(terminal.backend().buffer(), "unknown host").is_some());
+}
+
+#[test]
+fn no_size_and_no_state_makes_drawing_panic() {
+    let mut states = vec![DashboardState::default(), sample_state(), finished_state(), odd_state()];
+    states.push(DashboardState { show_help: true, ..sample_state() });
+    for state in &states {
+        for width in 0..20 {
+            for height in 0..10 {
+                dashboard(state, width, height);
+                for which in Panel::ORDER {
+                    panel(state, which, width, height);
+                }
+            }
+        }
+        let sizes = [(1, 1), (10, 3), (80, 0), (0, 24), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)];
+        for (width, height) in sizes.into_iter().chain([(u16::MAX, 4), (4, 2000)]) {
+            dashboard(state, width, height);
+        }
+    }
+}
+
+#[test]
+fn a_panel_drawn_partly_off_screen_is_clipped() {
+    let mut terminal = terminal(20, 5);
+    terminal.draw(|frame| draw_panel(frame, Rect::new(10, 2, 50, 50), &sample_state(), Panel::Results)).unwrap();
+}
+
+#[test]
+fn a_resized_terminal_redraws_like_a_fresh_one() {
+    let state = sample_state();
+    let mut terminal = dashboard(&state, 200, 60);
+    terminal.backend_mut().resize(80, 24);
+    terminal.resize(Rect::new(0, 0, 80, 24)).unwrap();
+    terminal.draw(|frame| draw(frame, &state)).unwrap();
+    assert_eq!(terminal.backend().buffer(), dashboard(&state, 80, 24).backend().buffer());
+}

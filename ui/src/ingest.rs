@@ -1,0 +1,227 @@
+//! Folding what arrives — telemetry samples from every rank, rank 0's steps and measurements — into the
+//! render-ready [`DashboardState`]. Pure state changes: times are passed in, nothing is read from a clock.
+
+use std::time::Duration;
+
+use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
+use efatop_experiments::{Measurement, RunResults};
+
+use crate::state::{ChannelView, DashboardState, HISTORY_LEN, LogLevel, PeerState, PeerView, RunInfo};
+
+/// Keeps what the state does not show but ingestion needs: when each rank was last heard from.
+pub struct Ingest {
+    last_heard: Vec<Option<Duration>>,
+    /// Index in `state.channels` of each rank's channel 0 (views are ordered by rank, then channel), so a
+    /// sample finds its views without a search: rank 0 may hear from thousands of ranks per interval.
+    first_view: Vec<usize>,
+    channels_of: Vec<usize>,
+    /// A rank silent for longer than this is shown as lost.
+    heartbeat_timeout: Duration,
+}
+
+impl Ingest {
+    /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
+    /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table.
+    pub fn begin(state: &mut DashboardState, run: RunInfo, nics: &[Vec<String>], results: RunResults, heartbeat_timeout: Duration) -> Self {
+        state.channels = nics
+            .iter()
+            .enumerate()
+            .flat_map(|(rank, names)| {
+                names.iter().enumerate().map(move |(channel, nic)| ChannelView {
+                    rank,
+                    channel,
+                    nic: nic.clone(),
+                    ..ChannelView::default()
+                })
+            })
+            .collect();
+        state.peers = (0..run.ranks)
+            .map(|rank| PeerView { rank, host: run.hosts.get(rank).cloned().unwrap_or_default(), ..PeerView::default() })
+            .collect();
+        state.progress.total = run.configs.len() * run.sizes.len();
+        state.results = Some(results);
+        let ranks = run.ranks;
+        state.run = run;
+        let channels_of: Vec<usize> = (0..ranks).map(|rank| nics.get(rank).map_or(0, Vec::len)).collect();
+        let first_view = channels_of
+            .iter()
+            .scan(0, |next, count| {
+                let first = *next;
+                *next += count;
+                Some(first)
+            })
+            .collect();
+        Self { last_heard: vec![None; ranks], first_view, channels_of, heartbeat_timeout }
+    }
+
+    /// One rank's interval arrived at `at` (time since the run started).
+    pub fn sample(&mut self, state: &mut DashboardState, sample: &RankSample, at: Duration) {
+        let rank = sample.rank as usize;
+        if let Some(heard) = self.last_heard.get_mut(rank) {
+            *heard = Some(at);
+        }
+        let mut rank_bytes = 0;
+        let mut rank_latency = IntervalHistogram::default();
+        for channel_sample in &sample.channels {
+            rank_bytes += channel_sample.bytes;
+            rank_latency.merge(&channel_sample.latency);
+            let channel = usize::from(channel_sample.channel);
+            if channel >= self.channels_of.get(rank).copied().unwrap_or(0) {
+                continue;
+            }
+            let Some(view) = state.channels.get_mut(self.first_view[rank] + channel) else { continue };
+            let seconds = sample.interval_ns as f64 / 1e9;
+            view.gbps = RankSample::gbps(channel_sample.bytes, sample.interval_ns);
+            view.ops_per_s = if seconds > 0.0 { channel_sample.ops as f64 / seconds } else { 0.0 };
+            view.in_flight = u64::from(channel_sample.in_flight);
+            view.lat_p50_us = channel_sample.latency.quantile_us(0.50);
+            view.lat_p99_us = channel_sample.latency.quantile_us(0.99);
+            view.lat_max_us = channel_sample.latency.max_us();
+            if view.history.len() == HISTORY_LEN {
+                view.history.pop_front();
+            }
+            view.history.push_back(view.gbps);
+        }
+        if let Some(peer) = state.peers.get_mut(rank) {
+            peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);
+            if peer.drops < sample.drops {
+                peer.drops = sample.drops;
+            }
+            peer.last_seen = Duration::ZERO;
+            if peer.state == PeerState::Lost {
+                peer.state = PeerState::Alive;
+            }
+            // Rank 0's own latency is over all its operations; every other rank's, as rank 0 sees it below.
+            if rank == 0 {
+                peer.lat_p50_us = rank_latency.quantile_us(0.50);
+                peer.lat_p99_us = rank_latency.quantile_us(0.99);
+            }
+        }
+        if rank == 0 {
+            for peer_sample in &sample.peers {
+                if let Some(peer) = state.peers.get_mut(peer_sample.peer as usize).filter(|p| p.rank != 0) {
+                    if peer_sample.latency.count() > 0 {
+                        peer.lat_p50_us = peer_sample.latency.quantile_us(0.50);
+                        peer.lat_p99_us = peer_sample.latency.quantile_us(0.99);
+                    }
+                }
+            }
+        }
+        state.drops_total = state.peers.iter().map(|p| p.drops).sum();
+    }
+
+    /// A (configuration, size) step started.
+    pub fn step(state: &mut DashboardState, config: &str, size: u64) {
+        state.progress.config = Some(config.to_string());
+        state.progress.size = Some(size);
+    }
+
+    /// A step finished; its row fills in and the ETA follows from the pace so far.
+    pub fn measured(state: &mut DashboardState, measurement: &Measurement, at: Duration) {
+        if let Some(results) = &mut state.results {
+            results.measurements.push(measurement.clone());
+        }
+        state.progress.done += 1;
+        state.progress.elapsed = at;
+        let progress = &mut state.progress;
+        if progress.done > 0 && progress.total >= progress.done {
+            let per_step = at.as_secs_f64() / progress.done as f64;
+            progress.eta = Some(Duration::from_secs_f64(per_step * (progress.total - progress.done) as f64));
+        }
+    }
+
+    /// Advances the clock: ages every rank's last-seen time and marks the silent ones lost.
+    pub fn tick(&mut self, state: &mut DashboardState, at: Duration) {
+        state.progress.elapsed = at;
+        let mut newly_lost = Vec::new();
+        for (peer, heard) in state.peers.iter_mut().zip(&self.last_heard) {
+            let Some(heard) = heard else { continue };
+            peer.last_seen = at.saturating_sub(*heard);
+            if peer.state == PeerState::Alive && peer.last_seen > self.heartbeat_timeout {
+                peer.state = PeerState::Lost;
+                newly_lost.push((peer.rank, peer.host.clone(), peer.last_seen));
+            }
+        }
+        for (rank, host, silent) in newly_lost {
+            state.push_log(at, LogLevel::Error, format!("rank {rank} ({host}) silent for {:.1} s", silent.as_secs_f64()));
+        }
+    }
+
+    /// A rank's telemetry connection closed.
+    pub fn closed(state: &mut DashboardState, rank: usize, finished: bool) {
+        if let Some(peer) = state.peers.get_mut(rank) {
+            peer.state = if finished { PeerState::Done } else { PeerState::Lost };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_experiments::telemetry::{ChannelSample, PeerSample};
+
+    fn run_info() -> RunInfo {
+        RunInfo {
+            experiment: "write".into(),
+            provider_stack: "shm".into(),
+            ranks: 2,
+            hosts: vec!["a".into(), "a".into()],
+            channels: 2,
+            link_gbps: Some(100.0),
+            memory: "host".into(),
+            configs: vec!["SinglePin".into()],
+            sizes: vec![4096, 8192],
+        }
+    }
+
+    fn results() -> RunResults {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "efatop_version": "0", "libfabric_version": "1.17", "experiment": "write", "provider": "shm",
+                "provider_stack": "shm", "ranks": 2, "hosts": ["a", "a"], "channels": 2, "distinct_nics": 1,
+                "nics": [], "link_gbps": 100.0, "link_source": "flag", "memory": "host", "window": 1,
+                "warmup": 1, "iters": 1, "notes": [], "started_unix_s": 0
+            },
+            "configs": ["SinglePin"],
+            "measurements": []
+        }))
+        .expect("results")
+    }
+
+    #[test]
+    fn samples_become_gauges_histories_and_peer_latency() {
+        let mut state = DashboardState::default();
+        let nics = vec![vec!["shm".to_string(), "shm".to_string()]; 2];
+        let mut ingest = Ingest::begin(&mut state, run_info(), &nics, results(), Duration::from_secs(5));
+        assert_eq!(state.channels.len(), 4);
+        assert_eq!(state.progress.total, 2);
+        let latency = IntervalHistogram { buckets: vec![(100, 3)] };
+        let sample = RankSample {
+            rank: 0,
+            seq: 0,
+            interval_ns: 100_000_000,
+            drops: 0,
+            channels: vec![
+                ChannelSample { channel: 0, bytes: 1_250_000_000 / 10, ops: 10, in_flight: 2, latency: latency.clone() },
+                ChannelSample { channel: 1, ..ChannelSample::default() },
+            ],
+            peers: vec![PeerSample { peer: 1, bytes: 1, ops: 1, latency }],
+        };
+        ingest.sample(&mut state, &sample, Duration::from_millis(100));
+        let gauge = &state.channels[0];
+        assert!((gauge.gbps - 10.0).abs() < 1e-9, "{gauge:?}");
+        assert!((gauge.ops_per_s - 100.0).abs() < 1e-9);
+        assert_eq!(gauge.in_flight, 2);
+        assert_eq!(gauge.history.len(), 1);
+        assert!(state.peers[1].lat_p50_us.is_some(), "rank 0's view of rank 1");
+        assert_eq!(state.channels[1].lat_p50_us, None, "nothing measured, nothing shown");
+
+        ingest.sample(&mut state, &RankSample { rank: 1, drops: 3, ..RankSample::default() }, Duration::from_millis(150));
+        assert_eq!(state.drops_total, 3);
+        ingest.tick(&mut state, Duration::from_secs(6));
+        assert_eq!(state.peers[0].state, PeerState::Lost);
+        assert!(state.log.iter().any(|l| l.level == LogLevel::Error && l.text.contains("rank 0")));
+        ingest.sample(&mut state, &RankSample { rank: 0, ..RankSample::default() }, Duration::from_secs(7));
+        assert_eq!(state.peers[0].state, PeerState::Alive);
+    }
+}
