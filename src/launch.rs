@@ -111,11 +111,8 @@ fn supervise(mut children: Vec<Child>) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     let codes: Vec<i32> = codes.into_iter().flatten().collect();
-    if codes.contains(&2) {
-        2
-    } else {
-        codes.into_iter().find(|c| *c != 0).map_or(0, |_| 1)
-    }
+    // Bad input (2) speaks for the run; otherwise the first failure's own code (130 for a user's stop).
+    if codes.contains(&2) { 2 } else { codes.into_iter().find(|c| *c != 0).unwrap_or(0) }
 }
 
 fn stop_all(children: &mut [Child]) {

@@ -1,0 +1,135 @@
+//! The real binary on a real terminal: efatop runs inside tmux, the test reads the screen like a user.
+//! The gauges must move while the run goes on, the final table must appear when it ends, a key must
+//! leave the dashboard with the plain table in the scrollback, and `q` must stop every rank.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{efatop_path, serial};
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(command: &str, width: u16, height: u16) -> Self {
+        let socket = format!("efatop-test-{}-{width}", std::process::id());
+        let tmux = Self { socket };
+        let status = Command::new("tmux")
+            .args(["-L", &tmux.socket, "new-session", "-d", "-s", "efatop", "-x", &width.to_string(), "-y", &height.to_string()])
+            .arg(format!("{command}; echo EFATOP-EXIT=$?; sleep 600"))
+            .status()
+            .expect("tmux is installed (scripts/setup-debian installs it)");
+        assert!(status.success(), "tmux new-session failed");
+        tmux
+    }
+
+    /// The visible screen, or with `history` lines of scrollback.
+    fn screen(&self, history: u32) -> String {
+        let start = format!("-{history}");
+        let output = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "efatop", "-S", &start])
+            .output()
+            .expect("capture-pane");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn wait_for(&self, needle: &str, limit: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            let screen = self.screen(300);
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(started.elapsed() < limit, "`{needle}` did not appear within {limit:?}; screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn keys(&self, keys: &str) {
+        let status = Command::new("tmux").args(["-L", &self.socket, "send-keys", "-t", "efatop", keys]).status().expect("send-keys");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).status();
+    }
+}
+
+/// The gauge lines of the live channels panel (`r<rank> c<channel> <nic> ... Gbps`).
+fn gauges(screen: &str) -> Vec<String> {
+    screen.lines().filter(|l| l.contains(" c0 ") && l.contains("Gbps") && l.contains("op/s")).map(str::to_string).collect()
+}
+
+fn gbps_values(lines: &[String]) -> Vec<f64> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let before = l.split(" Gbps").next()?;
+            before.split_whitespace().last()?.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn dashboard_moves_then_shows_the_final_table() {
+    let _one = serial();
+    let command = format!(
+        "{} run --ranks 4 write --provider shm --min-size 64K --max-size 32M --iters 40 --interval 50ms",
+        efatop_path().display()
+    );
+    let tmux = Tmux::start(&command, 120, 40);
+    tmux.wait_for("Live channels", Duration::from_secs(30));
+    // Two readings a moment apart: the gauges are live.
+    let mut moved = false;
+    let mut first = gauges(&tmux.screen(0));
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        let second = gauges(&tmux.screen(0));
+        if !second.is_empty() && second != first && gbps_values(&second).iter().any(|g| *g > 0.0) {
+            moved = true;
+            break;
+        }
+        first = second;
+    }
+    assert!(moved, "the gauges never moved:\n{}", tmux.screen(0));
+    assert_eq!(gauges(&tmux.screen(0)).len(), 4, "one gauge per rank and channel:\n{}", tmux.screen(0));
+
+    let finished = tmux.wait_for("The run has ended", Duration::from_secs(120));
+    assert!(finished.contains("32M"), "the results panel shows the last size:\n{finished}");
+    assert!(finished.contains("RoundRobinPin"), "{finished}");
+    tmux.keys("x");
+    let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_secs(10));
+    assert!(after.contains("EFATOP-EXIT=0"), "{after}");
+    assert!(after.contains("| Size |"), "the plain table is left in the scrollback:\n{after}");
+    assert!(after.lines().any(|l| l.starts_with("|  32M |")), "{after}");
+    assert!(after.contains("every size verified"), "{after}");
+    assert!(!after.contains("Live channels"), "the dashboard left the alternate screen:\n{after}");
+}
+
+#[test]
+fn q_stops_every_rank_and_restores_the_terminal() {
+    let _one = serial();
+    let command = format!(
+        "{} run --ranks 3 write --provider tcp --min-size 1M --max-size 64M --iters 200 --configs single",
+        efatop_path().display()
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    tmux.wait_for("Live channels", Duration::from_secs(30));
+    let started = Instant::now();
+    tmux.keys("q");
+    let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_secs(60));
+    assert!(after.contains("EFATOP-EXIT=130"), "{after}");
+    assert!(after.contains("stopped at the user's request"), "{after}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(!after.contains("Live channels"), "the terminal is back from the alternate screen:\n{after}");
+    // No rank is left behind.
+    let leftover = Command::new("pgrep").args(["-f", &format!("{} write --provider tcp --min-size 1M", efatop_path().display())]).output();
+    if let Ok(output) = leftover {
+        assert!(output.stdout.is_empty(), "ranks still running: {}", String::from_utf8_lossy(&output.stdout));
+    }
+}
