@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// Number of ranks to start on this host
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub ranks: u16,
+    /// Run rank i inside network namespace i (cycling), e.g. the nodes of scripts/emulate-cluster
+    #[arg(long, value_delimiter = ',', value_parser = parse_netns)]
+    pub netns: Vec<String>,
     #[command(subcommand)]
     pub experiment: Experiment,
 }
@@ -185,6 +188,14 @@ impl Experiment {
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
     sizes::parse_size(text)
+}
+
+fn parse_netns(text: &str) -> Result<String, String> {
+    let path = std::path::Path::new("/var/run/netns").join(text);
+    if text.is_empty() || text.contains('/') || !path.exists() {
+        return Err(format!("`{text}` is not a network namespace in /var/run/netns (see `ip netns list`)"));
+    }
+    Ok(text.to_string())
 }
 
 fn parse_channels(text: &str) -> Result<ChannelCount, String> {

@@ -22,7 +22,7 @@ pub fn launch(run: &RunArgs) -> i32 {
         );
         return 2;
     }
-    match launch_ranks(ranks, &experiment_args()) {
+    match launch_ranks(ranks, &experiment_args(), &run.netns) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("efatop: error: launching {ranks} ranks: {err}");
@@ -42,7 +42,7 @@ fn experiment_args() -> Vec<OsString> {
     args[experiment..].to_vec()
 }
 
-fn launch_ranks(ranks: usize, args: &[OsString]) -> std::io::Result<i32> {
+fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::io::Result<i32> {
     let rendezvous = Rendezvous::bind(ranks)?;
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
@@ -58,6 +58,7 @@ fn launch_ranks(ranks: usize, args: &[OsString]) -> std::io::Result<i32> {
             .env(ENV_RENDEZVOUS, &address)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD_SIZE, ranks.to_string())
+            .env(efatop_experiments::world::ENV_NETNS, if netns.is_empty() { "" } else { &netns[rank % netns.len()] })
             .spawn();
         match child {
             Ok(child) => children.push(child),

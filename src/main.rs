@@ -11,6 +11,7 @@ mod cli;
 mod dashboard;
 mod jsonl;
 mod launch;
+mod netns;
 mod output;
 mod telemetry;
 

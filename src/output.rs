@@ -97,6 +97,11 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         (Some(path), 0) => Some(ResultsFile::create(path)?),
         _ => None,
     };
+    // An emulated node's rank moves into its network namespace before libfabric looks for NICs.
+    let namespaces = match std::env::var(efatop_experiments::world::ENV_NETNS) {
+        Ok(name) if !name.is_empty() => Some(crate::netns::Namespaces::enter(&name)?),
+        _ => None,
+    };
     let capabilities = match experiment {
         Experiment::Write(_) => Capabilities { messages: true, rma_write: true },
         Experiment::Sendrecv(_) => Capabilities { messages: true, rma_write: false },
@@ -134,7 +139,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let telemetry_wanted = !common.no_telemetry && mode != Mode::Plain;
 
     let (events_tx, events_rx) = mpsc::channel::<ConsumerEvent>();
-    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &events_tx)?;
+    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &events_tx, namespaces.as_ref())?;
     let sampler = telemetry.sampler;
     let collector = telemetry.collector;
     let every_rank_nics = telemetry.nics;
@@ -234,9 +239,16 @@ struct Telemetry {
 }
 
 impl Telemetry {
-    fn start(world: &World<'_>, wanted: bool, interval: Duration, events: &Sender<ConsumerEvent>) -> Result<Self, ExperimentError> {
+    fn start(
+        world: &World<'_>,
+        wanted: bool,
+        interval: Duration,
+        events: &Sender<ConsumerEvent>,
+        namespaces: Option<&crate::netns::Namespaces>,
+    ) -> Result<Self, ExperimentError> {
+        // Telemetry sockets live in the namespace the launcher runs in, whichever node a rank emulates.
         let collector = if world.rank == 0 && wanted {
-            let started = Collector::start(events.clone());
+            let started = crate::netns::at_home(namespaces, || Collector::start(events.clone()));
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry collector: {e}")))?)
         } else {
             None
@@ -255,8 +267,10 @@ impl Telemetry {
         let sampler = if address.is_empty() {
             None
         } else {
-            let started = crate::telemetry::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
-                .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, interval));
+            let started = crate::netns::at_home(namespaces, || {
+                crate::telemetry::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
+                    .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, interval))
+            });
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
         };
         Ok(Self { collector, sampler, nics })

@@ -227,10 +227,11 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
     let port = published.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| {
         std::io::Error::new(ErrorKind::InvalidInput, format!("bad collector address {published}"))
     })?;
-    if rank0_host == my_host {
+    let (rank0_machine, my_machine) = (efatop_experiments::world::machine(rank0_host), efatop_experiments::world::machine(my_host));
+    if rank0_machine == my_machine {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    (rank0_host, port)
+    (rank0_machine, port)
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, format!("cannot resolve {rank0_host}")))

@@ -109,7 +109,15 @@ impl<'b> World<'b> {
         };
 
         // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
-        let discovered = discover_nics(provider, options.capabilities);
+        let single_host = hosts.iter().all(|h| *h == hosts[0]);
+        let discovered = discover_nics(provider, options.capabilities).map_err(|e| e.to_string()).and_then(|nics| {
+            let nics = order_nics(nics, single_host);
+            if nics.is_empty() {
+                Err(format!("{provider} offers only loopback here, which cannot reach ranks on other hosts"))
+            } else {
+                Ok(nics)
+            }
+        });
         let status = match &discovered {
             Ok(nics) => format!("ok {}", nics.len()),
             Err(err) => format!("err {err}"),
@@ -131,7 +139,7 @@ impl<'b> World<'b> {
             }
             nic_counts.push(status.trim_start_matches("ok ").parse::<usize>().unwrap_or(0));
         }
-        let nics = discovered.map_err(|e| ExperimentError::Unsupported(e.to_string()))?;
+        let nics = discovered.map_err(ExperimentError::Unsupported)?;
 
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
         let channel_count = match options.channels {
@@ -293,6 +301,30 @@ pub(crate) fn split_records(mut blob: &[u8]) -> Result<Vec<&[u8]>, ExperimentErr
     Ok(records)
 }
 
+/// The environment variable naming the network namespace a rank runs in (set by `efatop run --netns`).
+pub const ENV_NETNS: &str = "EFATOP_NETNS";
+
+/// This rank's host as the run sees it: the host name, and for a rank inside an emulated node (a network
+/// namespace) `host:namespace`, since such ranks reach each other only over the network.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".into(), |h| h.trim().to_string())
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".into(), |h| h.trim().to_string());
+    match std::env::var(ENV_NETNS) {
+        Ok(netns) if !netns.is_empty() => format!("{name}:{netns}"),
+        _ => name,
+    }
+}
+
+/// The machine part of a [`hostname`]: ranks with the same machine can reach each other on loopback.
+pub fn machine(host: &str) -> &str {
+    host.split(':').next().unwrap_or(host)
+}
+
+/// Orders NICs the same way on every rank, so that channel c pairs NIC c with NIC c (rail with rail):
+/// by PCI address, then name. Loopback is left out when the ranks span hosts, since it reaches no peer.
+pub fn order_nics(mut nics: Vec<Nic>, single_host: bool) -> Vec<Nic> {
+    if !single_host {
+        nics.retain(|nic| nic.domain != "lo" && !nic.fabric.starts_with("127.") && nic.fabric != "::1/128");
+    }
+    nics.sort_by(|a, b| (&a.pci_address, &a.domain).cmp(&(&b.pci_address, &b.domain)));
+    nics
 }
