@@ -93,20 +93,7 @@ impl<'b> World<'b> {
             .map(|h| String::from_utf8_lossy(&h).into_owned())
             .collect();
 
-        let provider = match &options.provider {
-            ProviderChoice::Given(provider) => *provider,
-            ProviderChoice::Auto => {
-                let efa_here = discover_nics(Provider::Efa, options.capabilities).is_ok();
-                let votes = bootstrap.allgather(&[u8::from(efa_here)])?;
-                if votes.iter().all(|v| v.first() == Some(&1)) {
-                    Provider::Efa
-                } else if hosts.iter().all(|h| *h == hosts[0]) {
-                    Provider::Shm
-                } else {
-                    Provider::Tcp
-                }
-            }
-        };
+        let provider = resolve_provider(bootstrap, &options.provider, options.capabilities, &hosts)?;
 
         // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
         let single_host = hosts.iter().all(|h| *h == hosts[0]);
@@ -280,6 +267,29 @@ impl<'b> World<'b> {
         }
         Ok(())
     }
+}
+
+/// `auto` is efa when every rank has it, else shm when all ranks share a host, else tcp.
+fn resolve_provider(
+    bootstrap: &dyn Bootstrap,
+    choice: &ProviderChoice,
+    capabilities: Capabilities,
+    hosts: &[String],
+) -> Result<Provider, ExperimentError> {
+    Ok(match choice {
+        ProviderChoice::Given(provider) => *provider,
+        ProviderChoice::Auto => {
+            let efa_here = discover_nics(Provider::Efa, capabilities).is_ok();
+            let votes = bootstrap.allgather(&[u8::from(efa_here)])?;
+            if votes.iter().all(|v| v.first() == Some(&1)) {
+                Provider::Efa
+            } else if hosts.iter().all(|h| *h == hosts[0]) {
+                Provider::Shm
+            } else {
+                Provider::Tcp
+            }
+        }
+    })
 }
 
 pub(crate) fn push_record(out: &mut Vec<u8>, record: &[u8]) {
