@@ -253,7 +253,6 @@ html, body {{ margin: 0; background: {bg}; }}
   display: inline-block; margin: 0; padding: {pad}px; background: {bg}; color: {fg};
   font-family: "DejaVu Sans Mono", "Liberation Mono", monospace; font-size: {size}px;
   line-height: {line}px; font-variant-ligatures: none; font-kerning: none;
-  -webkit-font-smoothing: antialiased;
 }}
 #term > div {{ height: {line}px; width: {row_width}px; white-space: pre; }}
 /* one <i> per cell */

@@ -90,6 +90,14 @@ impl ProviderArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MemoryArg {
+    /// pinned (page-locked) host memory
+    Host,
+    /// GPU memory (registered with the NIC where the provider can, else staged through pinned host memory)
+    Device,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WriteConfigArg {
     Single,
     Multi,
@@ -126,6 +134,12 @@ pub struct CommonArgs {
     /// Timed iterations per size and pair
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub iters: u64,
+    /// Memory the benchmark moves
+    #[arg(long, value_enum, default_value_t = MemoryArg::Host)]
+    pub memory: MemoryArg,
+    /// GPU for --memory device: an index, or `auto` for this rank's local rank
+    #[arg(long, default_value = "auto", value_parser = parse_gpu)]
+    pub gpu: GpuChoice,
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub window: u16,
@@ -188,6 +202,19 @@ impl Experiment {
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
     sizes::parse_size(text)
+}
+
+/// `--gpu`: an index, or `None` for the rank's local rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuChoice(pub Option<usize>);
+
+fn parse_gpu(text: &str) -> Result<GpuChoice, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(GpuChoice(None));
+    }
+    text.parse::<usize>()
+        .map(|index| GpuChoice(Some(index)))
+        .map_err(|_| format!("`{text}` is not a GPU; use an index such as 0, or `auto` (the rank's local rank)"))
 }
 
 fn parse_netns(text: &str) -> Result<String, String> {

@@ -152,6 +152,16 @@ fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, 
         ConsumerEvent::Collector(CollectorEvent::Closed { rank: None, from }) => {
             state.push_log(now, LogLevel::Warn, format!("telemetry connection from {from} closed before its first sample"));
         }
+        ConsumerEvent::Begin { columns, memory } => {
+            if let Some(results) = &mut state.results {
+                results.configs.clone_from(&columns);
+            }
+            state.run.configs = columns;
+            state.run.memory.clone_from(&memory);
+            if memory.contains("staged") {
+                state.push_log(now, LogLevel::Warn, "the provider cannot register GPU memory: staged through pinned host memory");
+            }
+        }
         ConsumerEvent::Step { config, size } => Ingest::step(state, &config, size),
         ConsumerEvent::Measured(measurement) => {
             let line = format!(

@@ -67,6 +67,7 @@ fn print_event(event: ConsumerEvent, started: Instant) {
         ConsumerEvent::Collector(CollectorEvent::Malformed { from, reason }) => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
+        ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
         ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
         ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
         ConsumerEvent::Collector(CollectorEvent::Closed { .. }) | ConsumerEvent::Finished { .. } => {}

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::results::{Measurement, RunMetadata, RunResults};
 use efatop_experiments::write::WriteConfig;
+use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
     Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, sendrecv, sizes, write,
 };
@@ -27,6 +28,7 @@ use cli::Experiment;
 #[derive(Debug)]
 pub enum ConsumerEvent {
     Collector(CollectorEvent),
+    Begin { columns: Vec<String>, memory: String },
     Step { config: String, size: u64 },
     Measured(Box<Measurement>),
     Finished { error: Option<String> },
@@ -103,8 +105,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         _ => None,
     };
     let capabilities = match experiment {
-        Experiment::Write(_) => Capabilities { messages: true, rma_write: true },
-        Experiment::Sendrecv(_) => Capabilities { messages: true, rma_write: false },
+        Experiment::Write(_) => Capabilities::MESSAGES_AND_WRITE,
+        Experiment::Sendrecv(_) => Capabilities::MESSAGES,
     };
     let window = usize::from(common.window);
     let options = WorldOptions {
@@ -115,6 +117,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         max_in_flight: (window * bootstrap.size()).max(64),
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
+        gpu: (common.memory == cli::MemoryArg::Device).then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options)?;
     let sweep = SweepOptions {
@@ -123,10 +126,15 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
+        memory: match common.memory {
+            cli::MemoryArg::Host => MemoryChoice::Host,
+            cli::MemoryArg::Device => MemoryChoice::Device { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) },
+        },
     };
     let configs: Vec<String> = match experiment {
-        Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column()).collect(),
-        Experiment::Sendrecv(_) => vec![sendrecv::SINGLE_HOST.into()],
+        // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
+        Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect(),
+        Experiment::Sendrecv(_) => vec!["SingleHost".into()],
     };
     let results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
     let mode = if common.json {
@@ -308,6 +316,14 @@ struct RankZero {
 }
 
 impl Observer for RankZero {
+    fn begin(&mut self, columns: &[String], memory: &str) {
+        self.results.configs = columns.to_vec();
+        self.results.metadata.memory = memory.to_string();
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
+        }
+    }
+
     fn step(&mut self, config: &str, size: u64) {
         if let Some(events) = &self.events {
             let _ = events.send(ConsumerEvent::Step { config: config.into(), size });
@@ -362,7 +378,10 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
-        memory: "host".into(),
+        memory: match experiment.common().memory {
+            cli::MemoryArg::Host => "host".into(),
+            cli::MemoryArg::Device => "device".into(),
+        },
         window: sweep.window,
         warmup: sweep.warmup,
         iters: sweep.iters,

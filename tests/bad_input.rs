@@ -26,6 +26,10 @@ fn bad_input_table() {
         (&["run", "--ranks", "0", "write"], &["--ranks"]),
         (&["write", "--provider", "shm"], &["--ranks", "efatop run --ranks N write"]),
         (&["run", "--ranks", "2", "write", "--provider", "efa"], &["no efa interface", "fi_info -l"]),
+        (&["write", "--memory", "gpu"], &["--memory", "possible values: host, device"]),
+        (&["write", "--gpu", "first"], &["--gpu", "or `auto`"]),
+        (&["write", "--interval", "5ms"], &["--interval", "10ms to 10s"]),
+        (&["run", "--ranks", "2", "--netns", "no-such-node", "write"], &["--netns", "ip netns list"]),
         (
             &["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--out", "/nonexistent/dir/r.json"],
             &["--out", "/nonexistent/dir/r.json"],
@@ -56,4 +60,16 @@ fn help_lists_every_experiment_and_flag() {
     for command in ["write", "sendrecv", "run"] {
         assert!(run.stdout.contains(command), "{}", run.stdout);
     }
+}
+
+/// Device memory on a machine without a GPU (CI) is refused up front, once, with exit code 2; on a GPU
+/// machine a GPU index past the last one is.
+#[test]
+fn device_memory_without_the_device_is_refused() {
+    let _one = serial();
+    let run = efatop(&["run", "--ranks", "2", "write", "--provider", "shm", "--memory", "device", "--gpu", "64", "--max-size", "4K"]);
+    assert_eq!(run.code, Some(2), "{}\n{}", run.stdout, run.stderr);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("efatop: error: --memory device: no CUDA device"), "{lines:?}");
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod pattern;
+pub mod payload;
 pub mod results;
 pub mod sendrecv;
 pub mod sizes;
@@ -38,7 +39,7 @@ pub enum ExperimentError {
     Stopped,
     /// Another rank failed; its own message says why.
     #[error("rank {rank} ({host}) failed: {message}")]
-    PeerFailed { rank: usize, host: String, message: String },
+    PeerFailed { rank: usize, host: String, message: String, exit_code: i32 },
 }
 
 impl ExperimentError {
@@ -48,6 +49,7 @@ impl ExperimentError {
             Self::Unsupported(_) | Self::InvalidInput { .. } => 2,
             Self::Reported { exit_code } => *exit_code,
             Self::Stopped => 130,
+            Self::PeerFailed { exit_code, .. } => *exit_code,
             _ => 1,
         }
     }
@@ -61,6 +63,8 @@ pub struct SweepOptions {
     pub iters: u64,
     /// Iterations kept in flight per pair (write); 1 times each operation alone, as the seed tables do.
     pub window: usize,
+    /// Host or GPU memory.
+    pub memory: payload::MemoryChoice,
     /// Testing aid: the sender flips this byte (modulo the size) after writing its pattern, so the
     /// receiver's verification must catch it.
     pub corrupt_byte: Option<u64>,
@@ -69,6 +73,9 @@ pub struct SweepOptions {
 /// What an experiment tells the rest of efatop as it goes (rank 0 only: the dashboard, the JSON lines,
 /// the results file), and how it learns that the user wants to stop.
 pub trait Observer {
+    /// The experiment is set up: its column names in order, and the memory it moves (which may be
+    /// "device (staged ...)" when the provider could not register GPU memory).
+    fn begin(&mut self, _columns: &[String], _memory: &str) {}
     /// A (configuration, size) step starts.
     fn step(&mut self, _config: &str, _size: u64) {}
     /// A step finished with this measurement.
@@ -84,6 +91,9 @@ pub struct Unobserved;
 
 impl Observer for Unobserved {}
 
+/// Separates a failing rank's exit code from its message in a shared status.
+const STATUS_SEPARATOR: char = '\u{1f}';
+
 /// The status a rank shares after a round to ask every rank to stop.
 const STOP: &[u8] = b"\x00stop";
 
@@ -93,7 +103,7 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, obs
     let text = match &outcome {
         Ok(()) if world.rank == 0 && observer.stop_requested() => STOP.to_vec(),
         Ok(()) => Vec::new(),
-        Err(err) => err.to_string().into_bytes(),
+        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
     };
     let statuses = world.bootstrap.allgather(&text)?;
     if let Err(err) = outcome {
@@ -104,14 +114,60 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, obs
             return Err(ExperimentError::Stopped);
         }
         if !status.is_empty() {
+            let status = String::from_utf8_lossy(status);
+            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
             return Err(ExperimentError::PeerFailed {
                 rank,
                 host: world.hosts[rank].clone(),
-                message: String::from_utf8_lossy(status).into_owned(),
+                message: message.to_string(),
+                exit_code: code.parse().unwrap_or(1),
             });
         }
     }
     Ok(())
+}
+
+/// [`agree_on`] before the world exists (during its setup).
+pub(crate) fn agree_with<T>(
+    bootstrap: &dyn Bootstrap,
+    rank: usize,
+    hosts: &[String],
+    outcome: Result<T, ExperimentError>,
+) -> Result<T, ExperimentError> {
+    let text = match &outcome {
+        Ok(_) => String::new(),
+        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()),
+    };
+    let statuses = bootstrap.allgather(text.as_bytes())?;
+    let value = match outcome {
+        Ok(value) => value,
+        Err(err) => return Err(if rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } }),
+    };
+    for (peer, status) in statuses.iter().enumerate() {
+        if !status.is_empty() {
+            if rank != 0 {
+                return Err(ExperimentError::Reported { exit_code: 1 });
+            }
+            let status = String::from_utf8_lossy(status);
+            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
+            return Err(ExperimentError::PeerFailed {
+                rank: peer,
+                host: hosts.get(peer).cloned().unwrap_or_default(),
+                message: message.to_string(),
+                exit_code: code.parse().unwrap_or(1),
+            });
+        }
+    }
+    Ok(value)
+}
+
+/// Shares a setup step's outcome (e.g. allocating and registering memory) like [`agree`], and returns its
+/// value on every rank when all succeeded.
+pub(crate) fn agree_on<T>(world: &World<'_>, outcome: Result<T, ExperimentError>, observer: &dyn Observer) -> Result<T, ExperimentError> {
+    match outcome {
+        Ok(value) => agree(world, Ok(()), observer).map(|()| value),
+        Err(err) => Err(agree(world, Err(err), observer).err().unwrap_or(ExperimentError::Reported { exit_code: 1 })),
+    }
 }
 
 /// Refuses sizes the provider cannot carry in one message.

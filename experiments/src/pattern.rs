@@ -12,7 +12,8 @@ pub struct PatternSeed {
 }
 
 impl PatternSeed {
-    fn key(self) -> u64 {
+    /// The 64-bit key the stream is derived from (the GPU kernels take it as their argument).
+    pub fn key(self) -> u64 {
         mix(mix(self.sender as u64 ^ 0x6566_6174_6f70) ^ self.size.rotate_left(17) ^ self.iteration.rotate_left(41))
     }
 }

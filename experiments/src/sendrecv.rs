@@ -3,18 +3,16 @@
 //! size over it, averaged over the pairs. Both sides pre-post their receive before the message can
 //! arrive, so no provider has to buffer an unexpected message.
 
-use std::rc::Rc;
 use std::time::Instant;
 
-use efatop_fabric::{HostBuffer, MemoryRegion};
 
-use crate::pattern::{self, PatternSeed};
+use crate::pattern::PatternSeed;
+use crate::payload::{MemoryChoice, Payload};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
 use crate::world::World;
-use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
+use crate::{ExperimentError, Observer, SweepOptions, agree, agree_on, check_sizes};
 
-pub const SINGLE_HOST: &str = "SingleHost";
 const INITIATOR: usize = 0;
 const CHANNEL: usize = 0;
 
@@ -31,34 +29,39 @@ pub fn run(
     }
     check_sizes(world, sweep)?;
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
-    let channel = &world.channels[CHANNEL];
-    let send_buffer = Rc::new(HostBuffer::new(largest)?);
-    let recv_buffer = Rc::new(HostBuffer::new(largest)?);
-    let send_region = channel.register(send_buffer.clone())?;
-    let recv_region = channel.register(recv_buffer.clone())?;
+    let channels = std::slice::from_ref(&world.channels[CHANNEL]);
+    let allocate = || -> Result<(Payload, Payload), ExperimentError> {
+        Ok((
+            Payload::new(sweep.memory, largest, channels, world.gpu.as_ref())?,
+            Payload::new(sweep.memory, largest, channels, world.gpu.as_ref())?,
+        ))
+    };
+    let (send, recv) = agree_on(world, allocate(), observer)?;
+    let (send, recv) = if sweep.memory == MemoryChoice::Host {
+        (send, recv)
+    } else {
+        (send.agree_path(world, channels)?, recv.agree_path(world, channels)?)
+    };
+    let column = format!("Single{}", send.suffix(false));
+    observer.begin(std::slice::from_ref(&column), send.memory_label());
 
     let mut measurements = Vec::new();
     for &size in &sweep.sizes {
-        observer.step(SINGLE_HOST, size);
-        send_buffer.write(|bytes| {
-            let bytes = &mut bytes[..size as usize];
-            pattern::fill(bytes, PatternSeed { sender: world.rank, size, iteration: 0 });
-            if let (Some(offset), true) = (sweep.corrupt_byte, world.rank == INITIATOR) {
-                bytes[(offset % size) as usize] ^= 0xff;
-            }
-        });
+        observer.step(&column, size);
+        let corrupt = if world.rank == INITIATOR { sweep.corrupt_byte } else { None };
+        send.fill(PatternSeed { sender: world.rank, size, iteration: 0 }, corrupt)?;
         world.bootstrap.barrier()?;
         let mut pairs = Vec::new();
         let mut latency = LatencyRecorder::new();
         for peer in 1..world.size {
             let outcome = if world.rank == INITIATOR {
-                ping(world, sweep, size, peer, &send_region, &recv_region).and_then(|(pair, recorder)| {
+                ping(world, sweep, size, peer, &send, &recv, &column).and_then(|(pair, recorder)| {
                     latency.merge(&recorder);
                     pairs.push(pair);
-                    verify(world, &recv_buffer, peer, size)
+                    verify(world, &recv, peer, size, &column)
                 })
             } else if world.rank == peer {
-                pong(world, sweep, size, &send_region, &recv_region).and_then(|()| verify(world, &recv_buffer, INITIATOR, size))
+                pong(world, sweep, size, &send, &recv).and_then(|()| verify(world, &recv, INITIATOR, size, &column))
             } else {
                 Ok(())
             };
@@ -67,7 +70,7 @@ pub fn run(
         if world.rank == INITIATOR {
             let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
             let measurement = Measurement {
-                config: SINGLE_HOST.into(),
+                config: column.clone(),
                 size,
                 count: size / 4,
                 gbps: mean_gbps,
@@ -89,9 +92,11 @@ fn ping(
     sweep: &SweepOptions,
     size: u64,
     peer: usize,
-    send_region: &MemoryRegion,
-    recv_region: &MemoryRegion,
+    send: &Payload,
+    recv: &Payload,
+    column: &str,
 ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
+    let (send_region, recv_region) = (&send.regions[0], &recv.regions[0]);
     let channel = &world.channels[CHANNEL];
     let channels = std::slice::from_ref(channel);
     let len = size as usize;
@@ -100,19 +105,21 @@ fn ping(
     for iteration in 0..sweep.warmup + sweep.iters {
         let reply = channel.recv(recv_region, 0, len)?;
         let started = Instant::now();
+        send.stage_out(size)?;
         let sent = channel.send(peer, send_region, 0, len)?;
         world.progress_until(channels, "SEND completion", || sent.is_complete())?;
         sent.wait()?;
         world.probe.completed(CHANNEL, peer, size, None);
         world.progress_until(channels, "RECV of the reply", || reply.is_complete())?;
         let received = reply.wait()?;
+        recv.stage_in(size)?;
         let round_trip = started.elapsed();
         world.probe.completed(CHANNEL, peer, received.len as u64, Some(round_trip));
         if received.len != len {
             return Err(ExperimentError::Verification {
                 receiver: world.rank,
                 sender: peer,
-                config: SINGLE_HOST.into(),
+                config: column.to_string(),
                 size: format_size(size),
                 detail: format!("received {} bytes, expected {len}", received.len),
             });
@@ -134,9 +141,10 @@ fn pong(
     world: &World<'_>,
     sweep: &SweepOptions,
     size: u64,
-    send_region: &MemoryRegion,
-    recv_region: &MemoryRegion,
+    send: &Payload,
+    recv: &Payload,
 ) -> Result<(), ExperimentError> {
+    let (send_region, recv_region) = (&send.regions[0], &recv.regions[0]);
     let channel = &world.channels[CHANNEL];
     let channels = std::slice::from_ref(channel);
     let len = size as usize;
@@ -149,9 +157,11 @@ fn pong(
         world.progress_until_within(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
         let received = incoming.wait()?;
         world.probe.completed(CHANNEL, INITIATOR, received.len as u64, None);
+        recv.stage_in(size)?;
         if iteration + 1 < total {
             next = Some(channel.recv(recv_region, 0, len)?);
         }
+        send.stage_out(size)?;
         let sent = channel.send(INITIATOR, send_region, 0, len)?;
         world.progress_until(channels, "SEND of the reply", || sent.is_complete())?;
         sent.wait()?;
@@ -160,15 +170,13 @@ fn pong(
     Ok(())
 }
 
-fn verify(world: &World<'_>, buffer: &HostBuffer, sender: usize, size: u64) -> Result<(), ExperimentError> {
+fn verify(world: &World<'_>, payload: &Payload, sender: usize, size: u64, column: &str) -> Result<(), ExperimentError> {
     let seed = PatternSeed { sender, size, iteration: 0 };
-    buffer.read(|bytes| pattern::verify(&bytes[..size as usize], seed)).map_err(|mismatch| {
-        ExperimentError::Verification {
-            receiver: world.rank,
-            sender,
-            config: SINGLE_HOST.into(),
-            size: format_size(size),
-            detail: mismatch.to_string(),
-        }
+    payload.verify(seed)?.map_err(|mismatch| ExperimentError::Verification {
+        receiver: world.rank,
+        sender,
+        config: column.to_string(),
+        size: format_size(size),
+        detail: mismatch.to_string(),
     })
 }

@@ -43,6 +43,8 @@ pub struct WorldOptions {
     pub op_timeout: Duration,
     /// Overrides the link speed the provider reports, for `BusBW`.
     pub link_gbps: Option<f64>,
+    /// Open a GPU for device memory: `Some(None)` picks the GPU of this rank's local rank.
+    pub gpu: Option<Option<usize>>,
 }
 
 /// Where the link speed used for `BusBW` came from.
@@ -75,6 +77,10 @@ pub struct World<'b> {
     /// More ranks than cores on this host: a rank that polls and finds nothing yields its core, or
     /// busy-polling ranks would starve the one that has work for whole scheduler slices.
     pub share_cpu: bool,
+    /// This rank's index among the ranks on its host.
+    pub local_rank: usize,
+    /// The GPU this rank moves device memory on, when `--memory device`.
+    pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
     pub probe: std::sync::Arc<crate::telemetry::Probe>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
@@ -97,7 +103,10 @@ impl<'b> World<'b> {
 
         // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
         let single_host = hosts.iter().all(|h| *h == hosts[0]);
-        let discovered = discover_nics(provider, options.capabilities).map_err(|e| e.to_string()).and_then(|nics| {
+        // Device memory: prefer NICs that can register it; without them it is staged through host memory.
+        let hmem = Capabilities { hmem: options.gpu.is_some(), ..options.capabilities };
+        let found = discover_nics(provider, hmem).or_else(|_| discover_nics(provider, options.capabilities));
+        let discovered = found.map_err(|e| e.to_string()).and_then(|nics| {
             let nics = order_nics(nics, single_host);
             if nics.is_empty() {
                 Err(format!("{provider} offers only loopback here, which cannot reach ranks on other hosts"))
@@ -128,6 +137,22 @@ impl<'b> World<'b> {
         }
         let nics = discovered.map_err(ExperimentError::Unsupported)?;
 
+        let local_rank = hosts[..rank].iter().filter(|h| **h == hosts[rank]).count();
+        let gpu = match options.gpu {
+            None => None,
+            Some(choice) => {
+                // `auto`: ranks of a host take its GPUs in turn (two ranks on a one-GPU machine share it).
+                let ordinal = match choice {
+                    Some(index) => Ok(index),
+                    None => efatop_cuda::device_count().map(|count| local_rank % count),
+                };
+                let opened = ordinal
+                    .and_then(efatop_cuda::Gpu::open)
+                    .map(std::rc::Rc::new)
+                    .map_err(crate::payload::cuda_error);
+                Some(crate::agree_with(bootstrap, rank, &hosts, opened)?)
+            }
+        };
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
         let channel_count = match options.channels {
             ChannelCount::All => min_nics,
@@ -202,6 +227,8 @@ impl<'b> World<'b> {
             op_timeout: options.op_timeout,
             share_cpu,
             probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
+            local_rank,
+            gpu,
             notes,
         })
     }

@@ -10,16 +10,16 @@
 //! last local completion. `BusBW` divides by the link speed of the channels the configuration can use.
 
 use std::collections::VecDeque;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use efatop_fabric::{Channel, HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
+use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
 
-use crate::pattern::{self, PatternSeed};
+use crate::pattern::PatternSeed;
+use crate::payload::{MemoryChoice, Payload};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
 use crate::world::{World, push_record, split_records};
-use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
+use crate::{ExperimentError, Observer, SweepOptions, agree, agree_on, check_sizes};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteConfig {
@@ -31,14 +31,14 @@ pub enum WriteConfig {
 impl WriteConfig {
     pub const ALL: [WriteConfig; 3] = [WriteConfig::Single, WriteConfig::Multi, WriteConfig::RoundRobin];
 
-    /// The column name, as in the seed: configuration then memory kind.
-    pub fn column(self) -> String {
+    /// The column name, as in the seed: configuration then memory kind (`Pin`, `DMA`, `DMA(staged)`).
+    pub fn column(self, memory_suffix: &str) -> String {
         let base = match self {
             WriteConfig::Single => "Single",
             WriteConfig::Multi => "Multi",
             WriteConfig::RoundRobin => "RoundRobin",
         };
-        format!("{base}Pin")
+        format!("{base}{memory_suffix}")
     }
 }
 
@@ -103,13 +103,16 @@ pub fn run(
     }
     check_sizes(world, sweep)?;
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
-    let buffer = Rc::new(HostBuffer::new(largest)?);
-    let regions: Vec<MemoryRegion> =
-        world.channels.iter().map(|c| c.register(buffer.clone())).collect::<Result<_, _>>()?;
+    let payload = Payload::new(sweep.memory, largest, &world.channels, world.gpu.as_ref());
+    let payload = agree_on(world, payload, observer)?;
+    let payload = if sweep.memory == MemoryChoice::Host { payload } else { payload.agree_path(world, &world.channels)? };
+    let columns: Vec<String> = configs.iter().map(|c| c.column(payload.suffix(true))).collect();
+    observer.begin(&columns, payload.memory_label());
+    let regions = &payload.regions;
 
     // Targets publish one region record per channel; the writer learns every target's.
     let mut mine = Vec::new();
-    for region in &regions {
+    for region in regions {
         push_record(&mut mine, &Channel::remote_region(region).to_bytes());
     }
     let gathered = world.bootstrap.allgather(&mine)?;
@@ -123,34 +126,29 @@ pub fn run(
     for (config_index, &config) in configs.iter().enumerate() {
         for &size in &sweep.sizes {
             let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
-            observer.step(&config.column(), size);
+            let column = &columns[config_index];
+            observer.step(column, size);
             if world.rank == WRITER {
-                buffer.write(|bytes| {
-                    let bytes = &mut bytes[..size as usize];
-                    pattern::fill(bytes, seed);
-                    if let Some(offset) = sweep.corrupt_byte {
-                        bytes[(offset % size) as usize] ^= 0xff;
-                    }
-                });
+                payload.fill(seed, sweep.corrupt_byte)?;
             }
             let mut pairs = Vec::new();
             let mut latency = LatencyRecorder::new();
             for group in groups(config, world.size) {
                 let outcome = if world.rank == WRITER {
-                    time_group(world, sweep, config, size, &group, &regions, &remotes).map(|(pair, recorder)| {
+                    time_group(world, sweep, config, size, &group, &payload, &remotes).map(|(pair, recorder)| {
                         latency.merge(&recorder);
                         pairs.push(pair);
                     })
                 } else if group.contains(&world.rank) {
                     receive_group(world, sweep, config, size, &mut expected_immediates)
-                        .and_then(|()| verify_received(world, &buffer, config, seed))
+                        .and_then(|()| verify_received(world, &payload, column, seed))
                 } else {
                     Ok(())
                 };
                 agree(world, outcome, observer)?;
             }
             if world.rank == WRITER {
-                let measurement = summarise(world, config, size, sweep.iters, pairs, &latency);
+                let measurement = summarise(world, config, column, size, sweep.iters, pairs, &latency);
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -166,14 +164,15 @@ fn time_group(
     config: WriteConfig,
     size: u64,
     group: &[usize],
-    regions: &[MemoryRegion],
+    payload: &Payload,
     remotes: &[Vec<RemoteRegion>],
 ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
     let segments = plan(config, world.rank, group, size, world.channels.len());
     let window = sweep.window.max(1);
     let mut pipeline = Pipeline {
         world,
-        regions,
+        payload,
+        size,
         remotes,
         segments: &segments,
         in_flight: VecDeque::with_capacity(window * segments.len() + 1),
@@ -211,7 +210,8 @@ fn time_group(
 /// is reserved before timing starts, so the timed loop does not allocate.
 struct Pipeline<'w> {
     world: &'w World<'w>,
-    regions: &'w [MemoryRegion],
+    payload: &'w Payload,
+    size: u64,
     remotes: &'w [Vec<RemoteRegion>],
     segments: &'w [Segment],
     in_flight: VecDeque<InFlight<'w>>,
@@ -227,12 +227,14 @@ struct InFlight<'w> {
 impl<'w> Pipeline<'w> {
     fn post_iteration(&mut self, iteration: u64) -> Result<(), ExperimentError> {
         let posted = Instant::now();
+        // Staged device memory is copied to the registered host buffer for every write: its real cost.
+        self.payload.stage_out(self.size)?;
         let immediate = Immediate::encode(self.world.rank, iteration as u32);
         for segment in self.segments {
             let channel: &'w Channel = &self.world.channels[segment.channel];
             let op = channel.write(
                 segment.peer,
-                &self.regions[segment.channel],
+                &self.payload.regions[segment.channel],
                 segment.offset as usize,
                 segment.len as usize,
                 self.remotes[segment.peer][segment.channel],
@@ -309,27 +311,21 @@ fn receive_group(
     }
 }
 
-fn verify_received(
-    world: &World<'_>,
-    buffer: &HostBuffer,
-    config: WriteConfig,
-    seed: PatternSeed,
-) -> Result<(), ExperimentError> {
-    buffer.read(|bytes| pattern::verify(&bytes[..seed.size as usize], seed)).map_err(|mismatch| {
-        ExperimentError::Verification {
-            receiver: world.rank,
-            sender: seed.sender,
-            config: config.column(),
-            size: format_size(seed.size),
-            detail: mismatch.to_string(),
-        }
+fn verify_received(world: &World<'_>, payload: &Payload, column: &str, seed: PatternSeed) -> Result<(), ExperimentError> {
+    payload.stage_in(seed.size)?;
+    payload.verify(seed)?.map_err(|mismatch| ExperimentError::Verification {
+        receiver: world.rank,
+        sender: seed.sender,
+        config: column.to_string(),
+        size: format_size(seed.size),
+        detail: mismatch.to_string(),
     })
 }
-
 
 fn summarise(
     world: &World<'_>,
     config: WriteConfig,
+    column: &str,
     size: u64,
     iters: u64,
     pairs: Vec<PairMeasurement>,
@@ -341,7 +337,7 @@ fn summarise(
         WriteConfig::Multi | WriteConfig::RoundRobin => world.channels.len(),
     };
     Measurement {
-        config: config.column(),
+        config: column.to_string(),
         size,
         count: size / 4,
         gbps: mean_gbps,

@@ -45,6 +45,13 @@ pub struct Capabilities {
     pub messages: bool,
     /// One-sided RDMA WRITE with remote CQ data.
     pub rma_write: bool,
+    /// Registration of device (GPU) memory: `FI_HMEM`, with `FI_MR_HMEM`.
+    pub hmem: bool,
+}
+
+impl Capabilities {
+    pub const MESSAGES: Capabilities = Capabilities { messages: true, rma_write: false, hmem: false };
+    pub const MESSAGES_AND_WRITE: Capabilities = Capabilities { messages: true, rma_write: true, hmem: false };
 }
 
 /// An owned, single `fi_info` entry (its `next` is NULL), duplicated out of a `fi_getinfo` list.
@@ -114,6 +121,12 @@ impl Nic {
     pub fn mr_requires(&self, bit: u32) -> bool {
         self.mr_mode & bit != 0
     }
+
+    /// The provider says it can register device memory on this NIC (it may still refuse at registration:
+    /// Debian's and Ubuntu's libfabric 1.17 advertise FI_HMEM on shm and return ENOSYS for CUDA memory).
+    pub fn offers_hmem(&self) -> bool {
+        self.caps & sys::FI_HMEM != 0
+    }
 }
 
 /// Names of the `FI_MR_*` bits set in `mode`, for headers and JSON.
@@ -147,7 +160,7 @@ pub fn discover_nics(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>>
     }
     // Nothing matched: tell "the provider is missing" apart from "the provider lacks RMA".
     let without_rma = caps.rma_write.then(|| {
-        getinfo(provider, Capabilities { messages: true, rma_write: false }).map_or(0, |nics| nics.len())
+        getinfo(provider, Capabilities { rma_write: false, ..caps }).map_or(0, |nics| nics.len())
     });
     Err(explain_missing(provider, without_rma))
 }
@@ -277,6 +290,9 @@ impl Hints {
         if caps.rma_write {
             wanted |= u64::from(sys::FI_RMA | sys::FI_WRITE | sys::FI_REMOTE_WRITE);
         }
+        if caps.hmem {
+            wanted |= sys::FI_HMEM;
+        }
         // SAFETY: all attribute pointers of an fi_allocinfo result are valid; prov_name takes ownership of a
         // malloc'd copy, which fi_freeinfo releases.
         unsafe {
@@ -288,11 +304,13 @@ impl Hints {
             (*info.fabric_attr).prov_name = libc::strdup(name.as_ptr());
             let domain = &mut *info.domain_attr;
             // Every mode bit we know how to honour; the provider keeps the ones it needs.
+            let hmem = if caps.hmem { sys::FI_MR_HMEM } else { 0 };
             domain.mr_mode = (sys::FI_MR_LOCAL
                 | sys::FI_MR_VIRT_ADDR
                 | sys::FI_MR_ALLOCATED
                 | sys::FI_MR_PROV_KEY
-                | sys::FI_MR_ENDPOINT) as i32;
+                | sys::FI_MR_ENDPOINT
+                | hmem) as i32;
             domain.threading = sys::fi_threading_FI_THREAD_DOMAIN;
             domain.av_type = sys::fi_av_type_FI_AV_TABLE;
             if caps.rma_write {

@@ -10,11 +10,13 @@ use std::ptr::NonNull;
 
 use crate::error::{FabricError, Result};
 
-/// Where a registrable buffer lives; device kinds arrive with the CUDA layer.
+/// Where a registrable buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryKind {
     /// Pinned (page-locked) host memory.
     Host,
+    /// Memory of CUDA device `device` (registered with `FI_HMEM_CUDA`).
+    Cuda { device: i32 },
 }
 
 /// Memory that can be registered with a libfabric domain.

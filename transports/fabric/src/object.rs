@@ -12,7 +12,7 @@ use efatop_libfabric_sys as sys;
 
 use crate::error::{FabricError, Result, check};
 use crate::info::Nic;
-use crate::memory::RegistrableMemory;
+use crate::memory::{MemoryKind, RegistrableMemory};
 
 /// Closes any libfabric object through its embedded `fid`.
 ///
@@ -219,20 +219,38 @@ impl MemoryRegion {
             key
         };
         let mut mr_raw: *mut sys::fid_mr = std::ptr::null_mut();
-        // SAFETY: the memory is valid for `len` bytes and outlives the registration (we hold an Rc).
-        check("fi_mr_reg", unsafe {
-            sys::fi_mr_reg(
-                stack.domain.raw.as_ptr(),
-                memory.address(),
-                memory.len(),
-                access,
-                0,
-                requested_key,
-                0,
-                &raw mut mr_raw,
-                std::ptr::null_mut(),
-            )
-        })?;
+        match memory.kind() {
+            // SAFETY: the memory is valid for `len` bytes and outlives the registration (we hold an Rc).
+            MemoryKind::Host => check("fi_mr_reg", unsafe {
+                sys::fi_mr_reg(
+                    stack.domain.raw.as_ptr(),
+                    memory.address(),
+                    memory.len(),
+                    access,
+                    0,
+                    requested_key,
+                    0,
+                    &mut mr_raw,
+                    std::ptr::null_mut(),
+                )
+            })?,
+            MemoryKind::Cuda { device } => {
+                let iov = sys::iovec { iov_base: memory.address(), iov_len: memory.len() };
+                let mut attr = sys::fi_mr_attr {
+                    mr_iov: &raw const iov,
+                    iov_count: 1,
+                    access,
+                    requested_key,
+                    iface: sys::fi_hmem_iface_FI_HMEM_CUDA,
+                    ..Default::default()
+                };
+                attr.device.cuda = device;
+                // SAFETY: attr and iov live across the call; the device memory outlives the registration.
+                check("fi_mr_regattr(FI_HMEM_CUDA)", unsafe {
+                    sys::fi_mr_regattr(stack.domain.raw.as_ptr(), &raw const attr, 0, &mut mr_raw)
+                })?;
+            }
+        }
         let raw = non_null(mr_raw, "fi_mr_reg")?;
         let mut region = Self {
             raw,

@@ -1,0 +1,226 @@
+//! The buffer an experiment moves: pinned host memory, GPU memory the NIC reads and writes directly
+//! (`FI_HMEM_CUDA`), or GPU memory staged through pinned host memory where the provider cannot register
+//! it. The experiments run the same code over all three; only how bytes are made, checked and staged
+//! differs, and the column names say which ran.
+
+use std::rc::Rc;
+
+use efatop_cuda::{DeviceBuffer, Gpu};
+use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory};
+
+use crate::ExperimentError;
+use crate::pattern::{self, Mismatch, PatternSeed};
+
+/// What `--memory` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryChoice {
+    Host,
+    Device { gpu: usize },
+}
+
+/// How device memory reaches the NIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevicePath {
+    /// Registered with the provider as CUDA memory: the NIC moves it directly.
+    Native,
+    /// Copied through a pinned host buffer on both sides, because the provider cannot register it.
+    Staged,
+}
+
+/// Native when the provider offers FI_HMEM and accepted the registration; staged otherwise.
+pub fn choose_path(offers_hmem: bool, registration: Option<&Result<(), FabricError>>) -> DevicePath {
+    match (offers_hmem, registration) {
+        (true, Some(Ok(()))) => DevicePath::Native,
+        _ => DevicePath::Staged,
+    }
+}
+
+enum Storage {
+    Host(Rc<HostBuffer>),
+    Device { gpu: Rc<Gpu>, buffer: Rc<DeviceBuffer> },
+    Staged { gpu: Rc<Gpu>, device: Rc<DeviceBuffer>, staging: Rc<HostBuffer> },
+}
+
+/// A buffer of one rank, registered with every channel.
+pub struct Payload {
+    storage: Storage,
+    /// One registration per channel, of the memory the NIC touches.
+    pub regions: Vec<MemoryRegion>,
+}
+
+impl Payload {
+    /// Allocates `len` bytes of the chosen memory and registers it with every channel. For device
+    /// memory, every rank must call [`Payload::agree_path`] afterwards.
+    pub fn new(choice: MemoryChoice, len: usize, channels: &[Channel], gpu: Option<&Rc<Gpu>>) -> Result<Self, ExperimentError> {
+        match (choice, gpu) {
+            (MemoryChoice::Host, _) => {
+                let host = Rc::new(HostBuffer::new(len)?);
+                let regions = register_all(channels, &(host.clone() as Rc<dyn RegistrableMemory>))?;
+                Ok(Self { storage: Storage::Host(host), regions })
+            }
+            (MemoryChoice::Device { .. }, Some(gpu)) => {
+                let buffer = Rc::new(gpu.alloc(len).map_err(cuda_error)?);
+                let offers = channels.iter().all(|c| c.nic().offers_hmem());
+                let attempt = offers.then(|| register_all(channels, &(buffer.clone() as Rc<dyn RegistrableMemory>)));
+                let outcome = attempt.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(|e| FabricError::Invalid(e.to_string())));
+                match (choose_path(offers, outcome.as_ref()), attempt) {
+                    (DevicePath::Native, Some(Ok(regions))) => Ok(Self { storage: Storage::Device { gpu: gpu.clone(), buffer }, regions }),
+                    _ => Self::staged(gpu, buffer, len, channels),
+                }
+            }
+            (MemoryChoice::Device { gpu }, None) => Err(ExperimentError::Unsupported(format!("--memory device: GPU {gpu} is not open"))),
+        }
+    }
+
+    fn staged(gpu: &Rc<Gpu>, device: Rc<DeviceBuffer>, len: usize, channels: &[Channel]) -> Result<Self, ExperimentError> {
+        let staging = Rc::new(HostBuffer::new(len)?);
+        let regions = register_all(channels, &(staging.clone() as Rc<dyn RegistrableMemory>))?;
+        Ok(Self { storage: Storage::Staged { gpu: gpu.clone(), device, staging }, regions })
+    }
+
+    pub fn path(&self) -> Option<DevicePath> {
+        match self.storage {
+            Storage::Host(_) => None,
+            Storage::Device { .. } => Some(DevicePath::Native),
+            Storage::Staged { .. } => Some(DevicePath::Staged),
+        }
+    }
+
+    /// Every rank must move device memory the same way for the columns to mean one thing: if any rank
+    /// had to stage, all do.
+    pub fn agree_path(self, world: &crate::World<'_>, channels: &[Channel]) -> Result<Self, ExperimentError> {
+        let mine = u8::from(self.path() == Some(DevicePath::Staged));
+        let votes = world.bootstrap.allgather(&[mine])?;
+        let anyone_staged = votes.iter().any(|v| v.first() == Some(&1));
+        match self.storage {
+            Storage::Device { gpu, buffer } if anyone_staged => {
+                drop(self.regions);
+                let len = buffer.len();
+                Self::staged(&gpu, buffer, len, channels)
+            }
+            storage => Ok(Self { storage, regions: self.regions }),
+        }
+    }
+
+    /// The suffix of a configuration's column: `Pin`/`DMA` as in the seed's write table, `Host`/`Device`
+    /// as in its sendrecv table, with `(staged)` when device memory went through host memory.
+    pub fn suffix(&self, write_style: bool) -> &'static str {
+        match (&self.storage, write_style) {
+            (Storage::Host(_), true) => "Pin",
+            (Storage::Host(_), false) => "Host",
+            (Storage::Device { .. }, true) => "DMA",
+            (Storage::Device { .. }, false) => "Device",
+            (Storage::Staged { .. }, true) => "DMA(staged)",
+            (Storage::Staged { .. }, false) => "Device(staged)",
+        }
+    }
+
+    pub fn memory_label(&self) -> &'static str {
+        match self.storage {
+            Storage::Host(_) => "host",
+            Storage::Device { .. } => "device",
+            Storage::Staged { .. } => "device (staged through pinned host memory)",
+        }
+    }
+
+    /// Writes the sender's pattern for `seed` into the first `seed.size` bytes (where the data lives:
+    /// host memory, or the GPU), flipping byte `corrupt` if given.
+    pub fn fill(&self, seed: PatternSeed, corrupt: Option<u64>) -> Result<(), ExperimentError> {
+        let size = seed.size;
+        let corrupt = corrupt.map(|offset| offset % size);
+        match &self.storage {
+            Storage::Host(host) => {
+                host.write(|bytes| {
+                    let bytes = &mut bytes[..size as usize];
+                    pattern::fill(bytes, seed);
+                    if let Some(at) = corrupt {
+                        bytes[at as usize] ^= 0xff;
+                    }
+                });
+                Ok(())
+            }
+            Storage::Device { gpu, buffer } | Storage::Staged { gpu, device: buffer, .. } => {
+                gpu.fill(buffer, size as usize, seed.key(), corrupt).map_err(cuda_error)
+            }
+        }
+    }
+
+    /// Before sending: staged memory is copied from the GPU into the registered host buffer.
+    pub fn stage_out(&self, len: u64) -> Result<(), ExperimentError> {
+        if let Storage::Staged { gpu, device, staging } = &self.storage {
+            staging.write(|bytes| gpu.to_host(device, &mut bytes[..len as usize])).map_err(cuda_error)?;
+        }
+        Ok(())
+    }
+
+    /// After receiving: staged memory is copied from the registered host buffer onto the GPU.
+    pub fn stage_in(&self, len: u64) -> Result<(), ExperimentError> {
+        if let Storage::Staged { gpu, device, staging } = &self.storage {
+            staging.read(|bytes| gpu.from_host(&bytes[..len as usize], device)).map_err(cuda_error)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the first `seed.size` bytes where the data lives (device buffers are checked on the GPU).
+    pub fn verify(&self, seed: PatternSeed) -> Result<Result<(), Mismatch>, ExperimentError> {
+        let size = seed.size as usize;
+        match &self.storage {
+            Storage::Host(host) => Ok(host.read(|bytes| pattern::verify(&bytes[..size], seed))),
+            Storage::Device { gpu, buffer } | Storage::Staged { gpu, device: buffer, .. } => {
+                match gpu.verify(buffer, size, seed.key()).map_err(cuda_error)? {
+                    None => Ok(Ok(())),
+                    Some((offset, found)) => {
+                        let mut expected = vec![0u8; (offset as usize + 1).min(size)];
+                        pattern::fill(&mut expected, seed);
+                        Ok(Err(Mismatch { offset: offset as usize, expected: expected[offset as usize], found }))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn register_all(channels: &[Channel], memory: &Rc<dyn RegistrableMemory>) -> Result<Vec<MemoryRegion>, FabricError> {
+    channels.iter().map(|c| c.register(memory.clone())).collect()
+}
+
+pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
+    match err {
+        efatop_cuda::CudaError::NoDevice(why) => ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})")),
+        other => ExperimentError::Unsupported(format!("--memory device: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_memory_goes_native_only_when_offered_and_accepted() {
+        assert_eq!(choose_path(true, Some(&Ok(()))), DevicePath::Native);
+        // Debian/Ubuntu libfabric 1.17 on shm: FI_HMEM offered, registration refused with ENOSYS.
+        let refused = Err(FabricError::Invalid("fi_mr_regattr(FI_HMEM_CUDA) failed: Function not implemented".into()));
+        assert_eq!(choose_path(true, Some(&refused)), DevicePath::Staged);
+        // tcp: no FI_HMEM at all, nothing tried.
+        assert_eq!(choose_path(false, None), DevicePath::Staged);
+    }
+
+    /// The GPU writes the host's pattern byte for byte (skips without a GPU).
+    #[test]
+    fn gpu_and_host_patterns_agree() {
+        let gpu = match Gpu::open(0) {
+            Ok(gpu) => gpu,
+            Err(efatop_cuda::CudaError::NoDevice(why)) => {
+                eprintln!("SKIPPED: no CUDA device ({why})");
+                return;
+            }
+            Err(err) => panic!("{err}"),
+        };
+        let seed = PatternSeed { sender: 3, size: 4100, iteration: 1 };
+        let buffer = gpu.alloc(4100).expect("alloc");
+        gpu.fill(&buffer, 4100, seed.key(), None).expect("fill");
+        let mut host = vec![0u8; 4100];
+        gpu.to_host(&buffer, &mut host).expect("copy");
+        assert_eq!(pattern::verify(&host, seed), Ok(()));
+    }
+}

@@ -1,0 +1,270 @@
+//! GPU memory for efatop. CUDA is found at run time (cudarc with dynamic loading): the binary builds and
+//! runs on machines with no toolkit and no GPU, and says so when device memory is asked for. The kernels
+//! that fill and check buffers are compiled at run time with NVRTC.
+//!
+//! The pattern the kernels write is byte for byte the host's (`efatop_experiments::pattern`): 8-byte words
+//! `mix(key ^ index · K)` in little-endian order, so either side can check the other's data.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use efatop_fabric::{MemoryKind, RegistrableMemory};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    #[error("NVRTC could not compile efatop's kernels: {0}")]
+    Compile(String),
+}
+
+/// The CUDA driver library can be loaded and reports at least one device; never panics.
+pub fn device_count() -> Result<usize, CudaError> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+    }
+    let count = CudaContext::device_count()?;
+    if count < 1 {
+        return Err(CudaError::NoDevice("the driver reports no GPU".into()));
+    }
+    Ok(count as usize)
+}
+
+const KERNELS: &str = r#"
+__device__ unsigned long long efatop_mix(unsigned long long x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+__device__ unsigned long long efatop_word(unsigned long long key, unsigned long long index) {
+    return efatop_mix(key ^ (index * 0xd6e8feb86659fd93ULL));
+}
+
+extern "C" __global__ void efatop_fill(unsigned char* buf, unsigned long long len, unsigned long long key,
+                                       unsigned long long corrupt) {
+    unsigned long long words = (len + 7) / 8;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < words;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long v = efatop_word(key, i);
+        for (int b = 0; b < 8; b++) {
+            unsigned long long at = i * 8 + b;
+            if (at < len) {
+                unsigned char byte = (unsigned char)(v >> (8 * b));
+                buf[at] = at == corrupt ? (unsigned char)(byte ^ 0xff) : byte;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void efatop_verify(const unsigned char* buf, unsigned long long len, unsigned long long key,
+                                         unsigned long long* first_bad_word) {
+    unsigned long long words = (len + 7) / 8;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < words;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long v = efatop_word(key, i);
+        for (int b = 0; b < 8; b++) {
+            unsigned long long at = i * 8 + b;
+            if (at < len && buf[at] != (unsigned char)(v >> (8 * b))) {
+                atomicMin(first_bad_word, i);
+                break;
+            }
+        }
+    }
+}
+"#;
+
+/// One GPU: its context, a stream, and efatop's kernels loaded.
+pub struct Gpu {
+    ordinal: usize,
+    name: String,
+    pci_bus_id: String,
+    stream: Arc<CudaStream>,
+    fill: CudaFunction,
+    verify: CudaFunction,
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice(format!("GPU {ordinal} does not exist; this node has {count} (0..{})", count - 1)));
+        }
+        let context = CudaContext::new(ordinal)?;
+        let name = context.name()?;
+        let pci_bus_id = pci_bus_id(&context)?;
+        // SAFETY: only probes whether the shared library can be opened.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::Compile("libnvrtc is not installed (or not on LD_LIBRARY_PATH)".into()));
+        }
+        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(|e| CudaError::Compile(e.to_string()))?;
+        let module = context.load_module(ptx)?;
+        let fill = module.load_function("efatop_fill")?;
+        let verify = module.load_function("efatop_verify")?;
+        Ok(Self { ordinal, name, pci_bus_id, stream: context.default_stream(), fill, verify })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `dddd:bb:dd.f`, as `nvidia-smi` prints it.
+    pub fn pci_bus_id(&self) -> &str {
+        &self.pci_bus_id
+    }
+
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
+        let slice = self.stream.alloc_zeros::<u8>(len)?;
+        let address = {
+            let (ptr, _sync) = slice.device_ptr(&self.stream);
+            ptr
+        };
+        self.stream.synchronize()?;
+        Ok(DeviceBuffer { slice: RefCell::new(slice), address, len, device: self.ordinal as i32 })
+    }
+
+    fn launch_config(words: u64) -> LaunchConfig {
+        let blocks = words.div_ceil(256).clamp(1, 4096) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// Writes the pattern of `key` over the first `len` bytes, flipping byte `corrupt` if given.
+    pub fn fill(&self, buffer: &DeviceBuffer, len: usize, key: u64, corrupt: Option<u64>) -> Result<(), CudaError> {
+        let len64 = len.min(buffer.len) as u64;
+        let corrupt = corrupt.unwrap_or(u64::MAX);
+        let mut slice = buffer.slice.borrow_mut();
+        let mut launch = self.stream.launch_builder(&self.fill);
+        launch.arg(&mut *slice).arg(&len64).arg(&key).arg(&corrupt);
+        // SAFETY: the kernel's signature is (u8*, u64, u64, u64) and it writes only below len64 ≤ the
+        // buffer's length.
+        unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Checks the first `len` bytes against the pattern of `key`; returns the offset and the found byte of
+    /// the first mismatch.
+    pub fn verify(&self, buffer: &DeviceBuffer, len: usize, key: u64) -> Result<Option<(u64, u8)>, CudaError> {
+        let len64 = len.min(buffer.len) as u64;
+        let mut first_bad = self.stream.clone_htod(&[u64::MAX])?;
+        let slice = buffer.slice.borrow();
+        let mut launch = self.stream.launch_builder(&self.verify);
+        launch.arg(&*slice).arg(&len64).arg(&key).arg(&mut first_bad);
+        // SAFETY: the kernel's signature is (const u8*, u64, u64, u64*); it reads below len64 and writes one word.
+        unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
+        let word = self.stream.clone_dtoh(&first_bad)?[0];
+        if word == u64::MAX {
+            return Ok(None);
+        }
+        let start = (word * 8) as usize;
+        let end = (start + 8).min(len);
+        let mut found = vec![0u8; end - start];
+        self.stream.memcpy_dtoh(&slice.slice(start..end), &mut found)?;
+        let expected = efatop_expected_word(key, word);
+        let at = found.iter().zip(expected).position(|(a, b)| *a != b).unwrap_or(0);
+        Ok(Some((word * 8 + at as u64, found[at])))
+    }
+
+    /// Copies `len` bytes from device to host.
+    pub fn to_host(&self, buffer: &DeviceBuffer, host: &mut [u8]) -> Result<(), CudaError> {
+        let len = host.len().min(buffer.len);
+        self.stream.memcpy_dtoh(&buffer.slice.borrow().slice(0..len), &mut host[..len])?;
+        Ok(())
+    }
+
+    /// Copies `host` to the start of the device buffer.
+    pub fn from_host(&self, host: &[u8], buffer: &DeviceBuffer) -> Result<(), CudaError> {
+        let len = host.len().min(buffer.len);
+        self.stream.memcpy_htod(&host[..len], &mut buffer.slice.borrow_mut().slice_mut(0..len))?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+}
+
+/// The host-side twin of the kernels' word, for naming the expected bytes of a mismatch.
+fn efatop_expected_word(key: u64, index: u64) -> [u8; 8] {
+    let mut x = key ^ index.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)).to_le_bytes()
+}
+
+fn pci_bus_id(context: &CudaContext) -> Result<String, CudaError> {
+    use cudarc::driver::sys::CUdevice_attribute as Attr;
+    let domain = context.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?;
+    let bus = context.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
+    let device = context.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?;
+    Ok(format!("{domain:08x}:{bus:02x}:{device:02x}.0"))
+}
+
+/// Device memory the NIC can be given (as `FI_HMEM_CUDA`).
+pub struct DeviceBuffer {
+    /// Borrowed mutably by kernels and copies that write it; the NIC sees only `address`.
+    slice: RefCell<CudaSlice<u8>>,
+    address: u64,
+    len: usize,
+    device: i32,
+}
+
+impl RegistrableMemory for DeviceBuffer {
+    fn address(&self) -> *mut c_void {
+        self.address as *mut c_void
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Cuda { device: self.device }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On machines without CUDA (CI) this says so and passes; on a GPU machine it checks the kernels.
+    #[test]
+    fn kernels_write_and_check_the_pattern() {
+        let gpu = match Gpu::open(0) {
+            Ok(gpu) => gpu,
+            Err(CudaError::NoDevice(why)) => {
+                eprintln!("SKIPPED: no CUDA device ({why})");
+                return;
+            }
+            Err(err) => panic!("{err}"),
+        };
+        let buffer = gpu.alloc(1 << 20).expect("alloc");
+        gpu.fill(&buffer, 1 << 20, 42, None).expect("fill");
+        assert_eq!(gpu.verify(&buffer, 1 << 20, 42).expect("verify"), None);
+        assert!(gpu.verify(&buffer, 1 << 20, 43).expect("verify").is_some());
+        gpu.fill(&buffer, 1000, 42, Some(777)).expect("fill");
+        let (offset, _) = gpu.verify(&buffer, 1000, 42).expect("verify").expect("the flipped byte");
+        assert_eq!(offset, 777);
+        let mut host = vec![0u8; 16];
+        gpu.to_host(&buffer, &mut host).expect("copy");
+        assert_eq!(&host[..8], &efatop_expected_word(42, 0));
+    }
+
+    #[test]
+    fn no_device_is_an_error_not_a_panic() {
+        // Wherever this runs, asking for a GPU that cannot exist is a clear error.
+        match Gpu::open(10_000) {
+            Err(CudaError::NoDevice(why)) => assert!(!why.is_empty()),
+            Err(other) => panic!("unexpected {other}"),
+            Ok(_) => panic!("GPU 10000 exists?"),
+        }
+    }
+}
