@@ -123,10 +123,13 @@ impl Ingest {
         }
         state.progress.done += 1;
         state.progress.elapsed = at;
-        let progress = &mut state.progress;
-        if progress.done > 0 && progress.total >= progress.done {
-            let per_step = at.as_secs_f64() / progress.done as f64;
-            progress.eta = Some(Duration::from_secs_f64(per_step * (progress.total - progress.done) as f64));
+        // A step's time grows with its size, so the pace is bytes per second, not steps per second: the
+        // ETA is the time left if the remaining bytes go as fast as those done.
+        let sizes_total: u64 = state.run.sizes.iter().sum();
+        let total = sizes_total as f64 * state.run.configs.len().max(1) as f64;
+        let done: f64 = state.results.as_ref().map_or(0.0, |r| r.measurements.iter().map(|m| m.size as f64).sum());
+        if done > 0.0 && total >= done {
+            state.progress.eta = Some(Duration::from_secs_f64(at.as_secs_f64() * (total - done) / done));
         }
     }
 

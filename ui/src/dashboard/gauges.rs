@@ -233,13 +233,15 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
 
     let mut block = chrome::block("Live channels", focused, chrome);
     if !entries.is_empty() {
-        let label = Line::styled(format!(" {} ", scale.label()), Style::new().fg(Color::DarkGray));
+        // One right-aligned title: two titles on one border overwrite each other on narrow terminals.
+        let position = if entries.len() > visible && visible > 0 {
+            let last = (offset + visible).min(entries.len());
+            format!("{}-{} of {} · ", offset + 1, last, entries.len())
+        } else {
+            String::new()
+        };
+        let label = Line::styled(format!(" {position}{} ", scale.label()), Style::new().fg(Color::DarkGray));
         block = block.title_top(label.right_aligned());
-    }
-    if entries.len() > visible && visible > 0 {
-        let last = (offset + visible).min(entries.len());
-        let position = format!(" {}-{} of {} ", offset + 1, last, entries.len());
-        block = block.title_top(Line::styled(position, Style::new().fg(Color::DarkGray)).centered());
     }
     block.render(area, buf);
 

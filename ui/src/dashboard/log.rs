@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use super::chrome::{self, Chrome};
-use super::text::clock;
+use super::text::{self, clock};
 use crate::state::{DashboardState, LogLevel, Panel};
 
 /// Lines the panel would like inside its frame.
@@ -36,9 +36,10 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
             LogLevel::Warn => ("WARN ", Style::new().fg(Color::Yellow)),
             LogLevel::Error => ("ERROR", Style::new().fg(Color::Red)),
         };
+        let room = usize::from(row.width).saturating_sub(8);
         Line::from(vec![
             Span::styled(format!("{:>7} ", clock(entry.at)), Style::new().fg(Color::DarkGray)),
-            Span::styled(format!("{level} {}", entry.text), style),
+            Span::styled(text::truncate(&format!("{level} {}", entry.text), room), style),
         ])
         .render(row, buf);
     }
