@@ -47,9 +47,8 @@ impl ExperimentError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Unsupported(_) | Self::InvalidInput { .. } => 2,
-            Self::Reported { exit_code } => *exit_code,
+            Self::Reported { exit_code } | Self::PeerFailed { exit_code, .. } => *exit_code,
             Self::Stopped => 130,
-            Self::PeerFailed { exit_code, .. } => *exit_code,
             _ => 1,
         }
     }

@@ -27,7 +27,7 @@ pub enum DevicePath {
     Staged,
 }
 
-/// Native when the provider offers FI_HMEM and accepted the registration; staged otherwise.
+/// Native when the provider offers `FI_HMEM` and accepted the registration; staged otherwise.
 pub fn choose_path(offers_hmem: bool, registration: Option<&Result<(), FabricError>>) -> DevicePath {
     match (offers_hmem, registration) {
         (true, Some(Ok(()))) => DevicePath::Native,

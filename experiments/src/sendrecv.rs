@@ -106,9 +106,9 @@ fn ping(
         let reply = channel.recv(recv_region, 0, len)?;
         let started = Instant::now();
         send.stage_out(size)?;
-        let sent = channel.send(peer, send_region, 0, len)?;
-        world.progress_until(channels, "SEND completion", || sent.is_complete())?;
-        sent.wait()?;
+        let ping = channel.send(peer, send_region, 0, len)?;
+        world.progress_until(channels, "SEND completion", || ping.is_complete())?;
+        ping.wait()?;
         world.probe.completed(CHANNEL, peer, size, None);
         world.progress_until(channels, "RECV of the reply", || reply.is_complete())?;
         let received = reply.wait()?;
@@ -162,9 +162,9 @@ fn pong(
             next = Some(channel.recv(recv_region, 0, len)?);
         }
         send.stage_out(size)?;
-        let sent = channel.send(INITIATOR, send_region, 0, len)?;
-        world.progress_until(channels, "SEND of the reply", || sent.is_complete())?;
-        sent.wait()?;
+        let pong = channel.send(INITIATOR, send_region, 0, len)?;
+        world.progress_until(channels, "SEND of the reply", || pong.is_complete())?;
+        pong.wait()?;
         world.probe.completed(CHANNEL, INITIATOR, size, None);
     }
     Ok(())

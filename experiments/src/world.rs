@@ -138,21 +138,7 @@ impl<'b> World<'b> {
         let nics = discovered.map_err(ExperimentError::Unsupported)?;
 
         let local_rank = hosts[..rank].iter().filter(|h| **h == hosts[rank]).count();
-        let gpu = match options.gpu {
-            None => None,
-            Some(choice) => {
-                // `auto`: ranks of a host take its GPUs in turn (two ranks on a one-GPU machine share it).
-                let ordinal = match choice {
-                    Some(index) => Ok(index),
-                    None => efatop_cuda::device_count().map(|count| local_rank % count),
-                };
-                let opened = ordinal
-                    .and_then(efatop_cuda::Gpu::open)
-                    .map(std::rc::Rc::new)
-                    .map_err(crate::payload::cuda_error);
-                Some(crate::agree_with(bootstrap, rank, &hosts, opened)?)
-            }
-        };
+        let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
         let channel_count = match options.channels {
             ChannelCount::All => min_nics,
@@ -294,6 +280,23 @@ impl<'b> World<'b> {
         }
         Ok(())
     }
+}
+
+/// Opens this rank's GPU; every rank learns whether all could (rank 0 reports a failure for the run).
+fn open_gpu(
+    bootstrap: &dyn Bootstrap,
+    rank: usize,
+    hosts: &[String],
+    choice: Option<usize>,
+    local_rank: usize,
+) -> Result<std::rc::Rc<efatop_cuda::Gpu>, ExperimentError> {
+    // `auto`: ranks of a host take its GPUs in turn (two ranks on a one-GPU machine share it).
+    let ordinal = match choice {
+        Some(index) => Ok(index),
+        None => efatop_cuda::device_count().map(|count| local_rank % count),
+    };
+    let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
+    crate::agree_with(bootstrap, rank, hosts, opened)
 }
 
 /// `auto` is efa when every rank has it, else shm when all ranks share a host, else tcp.

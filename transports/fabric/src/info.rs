@@ -123,7 +123,7 @@ impl Nic {
     }
 
     /// The provider says it can register device memory on this NIC (it may still refuse at registration:
-    /// Debian's and Ubuntu's libfabric 1.17 advertise FI_HMEM on shm and return ENOSYS for CUDA memory).
+    /// Debian's and Ubuntu's libfabric 1.17 advertise `FI_HMEM` on shm and return ENOSYS for CUDA memory).
     pub fn offers_hmem(&self) -> bool {
         self.caps & sys::FI_HMEM != 0
     }

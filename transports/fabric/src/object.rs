@@ -230,7 +230,7 @@ impl MemoryRegion {
                     0,
                     requested_key,
                     0,
-                    &mut mr_raw,
+                    &raw mut mr_raw,
                     std::ptr::null_mut(),
                 )
             })?,
@@ -247,7 +247,7 @@ impl MemoryRegion {
                 attr.device.cuda = device;
                 // SAFETY: attr and iov live across the call; the device memory outlives the registration.
                 check("fi_mr_regattr(FI_HMEM_CUDA)", unsafe {
-                    sys::fi_mr_regattr(stack.domain.raw.as_ptr(), &raw const attr, 0, &mut mr_raw)
+                    sys::fi_mr_regattr(stack.domain.raw.as_ptr(), &raw const attr, 0, &raw mut mr_raw)
                 })?;
             }
         }
