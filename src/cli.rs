@@ -28,6 +28,8 @@ pub enum Command {
     /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
     #[command(hide = true)]
     BenchCollector(BenchCollectorArgs),
+    /// Where GPUs, NICs and CPUs sit (as `nvidia-smi topo -m`), and which NICs a rank on each GPU should use
+    Topo(crate::topo::TopoArgs),
 }
 
 #[derive(Debug, Args)]

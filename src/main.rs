@@ -14,6 +14,7 @@ mod launch;
 mod netns;
 mod output;
 mod telemetry;
+mod topo;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
         Command::BenchCollector(args) => bench::bench_collector(&args),
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
+        Command::Topo(args) => topo::topo(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -1,0 +1,108 @@
+//! `efatop topo`: where this node's (or an hwloc XML's) GPUs, NICs and CPUs sit relative to each other, as
+//! `nvidia-smi topo -m` shows it, plus which NICs and CPUs a rank on each GPU should use.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use efatop_fabric::{Capabilities, Provider, discover_nics};
+use efatop_topology::{FabricNic, GpuChoice, NodeTopology, Placement, TopologyError};
+
+#[derive(Debug, Args)]
+pub struct TopoArgs {
+    /// Read an hwloc XML topology (`lstopo --of xml`, or topology/fixtures/*.xml) instead of this machine's
+    #[arg(long, value_name = "FILE")]
+    pub from_xml: Option<PathBuf>,
+    /// Print the topology as JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Also show where N local ranks would run: GPU = local rank, the NICs nearest it, its NUMA node's CPUs
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096), conflicts_with = "gpu")]
+    pub ranks: Option<u16>,
+    /// Also show where a rank on this GPU would run
+    #[arg(long, value_name = "INDEX")]
+    pub gpu: Option<usize>,
+}
+
+/// Runs `efatop topo`; returns the exit code (2 for bad input, after one line on stderr).
+pub fn topo(args: &TopoArgs) -> i32 {
+    match run(args) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("efatop: error: {message}");
+            code
+        }
+    }
+}
+
+fn run(args: &TopoArgs) -> Result<(), (i32, String)> {
+    let mut topology = match &args.from_xml {
+        Some(path) => NodeTopology::from_xml_file(path).map_err(|err| {
+            let shown = path.display();
+            (2, match err {
+                TopologyError::Read { source, .. } => format!("--from-xml {shown}: cannot read it: {source}"),
+                TopologyError::InvalidXml { detail, .. } => {
+                    let hint = "`lstopo --of xml FILE` writes one";
+                    format!("--from-xml {shown}: not an hwloc XML topology ({detail}); {hint}")
+                }
+                other => format!("--from-xml {shown}: {other}"),
+            })
+        })?,
+        None => NodeTopology::discover().map_err(|err| (1, err.to_string()))?,
+    };
+    if args.from_xml.is_none() {
+        // Only this machine's NICs are libfabric's to name; an XML describes another machine.
+        topology.attach_fabric_nics(fabric_nics());
+    }
+    let placements = placements(&topology, args)?;
+
+    let text = if args.json {
+        let report = Report { topology: &topology, placement: &placements };
+        serde_json::to_string_pretty(&report).map_err(|e| (1, e.to_string()))? + "\n"
+    } else if placements.is_empty() {
+        topology.render_text()
+    } else {
+        format!("{}\n{}", topology.render_text(), topology.render_placements(&placements))
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        // A reader that stops early (`| head`) is not an error.
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err((1, format!("writing to stdout: {err}"))),
+        _ => Ok(()),
+    }
+}
+
+/// `--json`: the topology's own fields, in its order, plus `placement` when `--ranks` or `--gpu` asked.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    topology: &'a NodeTopology,
+    #[serde(skip_serializing_if = "<[Placement]>::is_empty")]
+    placement: &'a [Placement],
+}
+
+fn placements(topology: &NodeTopology, args: &TopoArgs) -> Result<Vec<Placement>, (i32, String)> {
+    if let Some(gpu) = args.gpu {
+        // "--gpu 9: GPU 9 does not exist: this node has 8 GPUs (0-7)"
+        let placement = topology.placement(0, GpuChoice::Index(gpu)).map_err(|err| (2, format!("--gpu {gpu}: {err}")))?;
+        return Ok(vec![placement]);
+    }
+    let ranks = args.ranks.map_or(0, usize::from);
+    (0..ranks).map(|rank| topology.placement(rank, GpuChoice::Auto).map_err(|e| (1, e.to_string()))).collect()
+}
+
+/// The NICs libfabric's efa and tcp providers offer here, for matching to hwloc's. A provider that is
+/// missing offers none; that is not an error for `topo`.
+fn fabric_nics() -> Vec<FabricNic> {
+    [Provider::Efa, Provider::Tcp]
+        .into_iter()
+        .filter_map(|provider| discover_nics(provider, Capabilities::MESSAGES).ok())
+        .flatten()
+        .map(|nic| FabricNic {
+            provider: nic.provider.clone(),
+            domain: nic.domain.clone(),
+            pci_bus_id: nic.pci_address.clone(),
+            link_gbps: nic.link_speed_bps.map(|bps| bps as f64 / 1e9),
+        })
+        .collect()
+}

@@ -1,0 +1,229 @@
+//! The fixtures from scripts/make-topology-fixtures, read through hwloc: what every GPU is next to, and
+//! golden files of the text and JSON output. `EFATOP_BLESS=1 cargo test -p efatop-topology` rewrites the
+//! golden files after an intended change; review the diff.
+
+use std::path::{Path, PathBuf};
+
+use efatop_topology::{GpuChoice, Link, NicKind, NodeTopology, TopologyError};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+}
+
+fn load(name: &str) -> NodeTopology {
+    NodeTopology::from_xml_file(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn golden(file: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
+    if std::env::var_os("EFATOP_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("golden dir")).expect("create golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (EFATOP_BLESS=1 writes it)", path.display()));
+    if expected != actual {
+        // The first differing line, not the whole file: the p5 JSON is a thousand lines.
+        let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+        let at = (0..e.len().max(a.len())).find(|&i| e.get(i) != a.get(i)).unwrap_or(0);
+        panic!(
+            "{file}, line {}:\n  golden: {:?}\n  actual: {:?}\nEFATOP_BLESS=1 rewrites the golden file",
+            at + 1,
+            e.get(at),
+            a.get(at)
+        );
+    }
+}
+
+fn check_golden(name: &str) -> NodeTopology {
+    let topo = load(&format!("{name}.xml"));
+    golden(&format!("{name}.txt"), &topo.render_text());
+    let json = serde_json::to_string_pretty(&topo).expect("serialize") + "\n";
+    golden(&format!("{name}.json"), &json);
+    // The JSON is the same data: it reads back into an equal topology.
+    let back: NodeTopology = serde_json::from_str(&json).expect("deserialize");
+    assert_eq!(back, topo);
+    topo
+}
+
+/// GPU i's links to every NIC, grouped: (PIX/PXB NIC names, NODE/SYS count, others).
+fn split(topo: &NodeTopology, gpu: usize) -> (Vec<&str>, usize, usize) {
+    let links = &topo.nic_links[gpu];
+    let local = topo.nics.iter().filter(|n| links[n.index].is_pcie_local()).map(|n| n.name.as_str()).collect();
+    let far = links.iter().filter(|l| matches!(l, Link::Node | Link::Sys)).count();
+    let other = links.len() - far - links.iter().filter(|l| l.is_pcie_local()).count();
+    (local, far, other)
+}
+
+#[test]
+fn p5_every_gpu_has_its_own_four_efa() {
+    let topo = check_golden("p5.48xlarge");
+    assert_eq!(topo.gpus.len(), 8);
+    assert_eq!(topo.nics.len(), 32);
+    assert!(topo.nics.iter().all(|n| n.kind == NicKind::Efa && n.link_gbps == Some(100.0)));
+    assert_eq!(topo.numa_nodes.len(), 2);
+    let mut claimed = Vec::new();
+    for gpu in &topo.gpus {
+        let (local, far, other) = split(&topo, gpu.index);
+        assert_eq!(local.len(), 4, "GPU{}: {local:?}", gpu.index);
+        assert_eq!(far, 28, "GPU{}", gpu.index);
+        assert_eq!(other, 0, "GPU{}", gpu.index);
+        assert_eq!(gpu.nearest_nics.len(), 4);
+        assert_eq!(gpu.preferred_nics, gpu.nearest_nics, "nobody shares a p5 GPU's EFAs");
+        claimed.extend(gpu.nearest_nics.iter().copied());
+        assert_eq!(gpu.numa_node, Some(u32::from(gpu.index >= 4)));
+        assert_eq!(gpu.cpus, if gpu.index < 4 { "0-47,96-143" } else { "48-95,144-191" });
+        for (j, link) in topo.gpu_links[gpu.index].iter().enumerate() {
+            assert_eq!(*link, if j == gpu.index { Link::Same } else { Link::NvLink(Some(18)) });
+        }
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, (0..32).collect::<Vec<_>>(), "every EFA belongs to exactly one GPU");
+    // The table of NODE-FACTS.md: GPU 0 at 53:00.0 with rdmap79s0..rdmap82s0.
+    assert_eq!(topo.gpus[0].pci_bus_id, "0000:53:00.0");
+    assert_eq!(split(&topo, 0).0, ["rdmap79s0", "rdmap80s0", "rdmap81s0", "rdmap82s0"]);
+    assert_eq!(split(&topo, 7).0, ["rdmap198s0", "rdmap199s0", "rdmap200s0", "rdmap201s0"]);
+    // Same socket is NODE, the other socket SYS.
+    assert_eq!(topo.nic_links[0][4], Link::Node);
+    assert_eq!(topo.nic_links[0][16], Link::Sys);
+}
+
+#[test]
+fn p4d_each_efa_serves_two_gpus() {
+    let topo = check_golden("p4d.24xlarge");
+    assert_eq!((topo.gpus.len(), topo.nics.len()), (8, 4));
+    for nic in &topo.nics {
+        let near: Vec<usize> =
+            (0..topo.gpus.len()).filter(|&g| topo.nic_links[g][nic.index].is_pcie_local()).collect();
+        assert_eq!(near.len(), 2, "{}: {near:?}", nic.name);
+        assert_eq!(near, [2 * nic.index, 2 * nic.index + 1], "{}", nic.name);
+    }
+    for gpu in &topo.gpus {
+        assert_eq!(gpu.nearest_link, Some(Link::Pix));
+        assert_eq!(gpu.nearest_nics, [gpu.index / 2]);
+        assert_eq!(gpu.preferred_nics, [gpu.index / 2], "one EFA for two GPUs is shared, not split");
+        for (j, link) in topo.gpu_links[gpu.index].iter().enumerate() {
+            assert_eq!(*link, if j == gpu.index { Link::Same } else { Link::NvLink(Some(12)) });
+        }
+    }
+    assert_eq!(topo.nics[0].name, "rdmap16s27");
+    assert_eq!(topo.gpus[1].pci_bus_id, "0000:10:1d.0");
+    assert_eq!(topo.gpus[0].cpus, "0-23,48-71");
+}
+
+#[test]
+fn p5en_splits_a_switch_between_its_two_gpus() {
+    let topo = check_golden("p5en.48xlarge");
+    assert_eq!((topo.gpus.len(), topo.nics.len()), (8, 16));
+    assert!(topo.nics.iter().all(|n| n.link_gbps == Some(200.0) && n.pci_id == "1d0f:efa2"));
+    for gpu in &topo.gpus {
+        let (local, far, _) = split(&topo, gpu.index);
+        assert_eq!((local.len(), far), (4, 12), "GPU{}", gpu.index);
+        assert_eq!(gpu.preferred_nics.len(), 2);
+    }
+    assert_eq!(topo.gpus[0].preferred_nics, [0, 1]);
+    assert_eq!(topo.gpus[1].preferred_nics, [2, 3]);
+    assert_eq!(topo.gpus[0].pci_bus_id, "0000:59:00.0");
+    assert_eq!(topo.nics[0].name, "rdmap85s0");
+}
+
+#[test]
+fn this_machine_fixture_has_no_gpus_and_lists_its_nics() {
+    let topo = load("this-machine.xml");
+    assert!(topo.gpus.is_empty());
+    assert!(topo.nic_links.is_empty() && topo.gpu_links.is_empty());
+    assert!(!topo.nics.is_empty());
+    let text = topo.render_text();
+    assert!(text.contains("No GPUs"), "{text}");
+    for nic in &topo.nics {
+        assert!(text.contains(&nic.name), "{text}");
+    }
+}
+
+#[test]
+fn placement_follows_the_local_rank() {
+    let topo = load("p5.48xlarge.xml");
+    let p = topo.placement(5, GpuChoice::Auto).unwrap();
+    assert_eq!(p.gpu, Some(5));
+    assert_eq!(p.gpu_pci_bus_id.as_deref(), Some("0000:a8:00.0"));
+    assert_eq!(p.nics, ["rdmap164s0", "rdmap165s0", "rdmap166s0", "rdmap167s0"]);
+    assert_eq!((p.numa_node, p.cpus.as_str()), (Some(1), "48-95,144-191"));
+    // More local ranks than GPUs wrap around.
+    assert_eq!(topo.placement(9, GpuChoice::Auto).unwrap().gpu, Some(1));
+    let err = topo.placement(0, GpuChoice::Index(8)).unwrap_err();
+    assert!(matches!(err, TopologyError::NoSuchGpu { requested: 8, count: 8 }));
+    assert_eq!(err.to_string(), "GPU 8 does not exist: this node has 8 GPUs (0-7)");
+    // A rank on GPU1 ranks libfabric's NICs: its own EFAs first, by bus id or by domain name.
+    let gpu1 = topo.placement(1, GpuChoice::Auto).unwrap();
+    assert_eq!(topo.nic_preference(&gpu1, Some("0000:60:00.0"), "whatever"), Some(0));
+    assert_eq!(topo.nic_preference(&gpu1, None, "rdmap99s0-rdm"), Some(3));
+    assert_eq!(topo.nic_preference(&gpu1, Some("0000:4f:00.0"), "rdmap79s0-rdm"), None);
+    assert_eq!(topo.nic_preference(&gpu1, None, "lo"), None);
+    let p5en = load("p5en.48xlarge.xml");
+    assert_eq!(p5en.placement(1, GpuChoice::Auto).unwrap().nics, ["rdmap87s0", "rdmap88s0"]);
+    let text = topo.render_placements(&[topo.placement(0, GpuChoice::Auto).unwrap()]);
+    assert!(text.contains("rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0"), "{text}");
+}
+
+#[test]
+fn placement_without_gpus_uses_every_nic() {
+    let topo = load("this-machine.xml");
+    let p = topo.placement(3, GpuChoice::Auto).unwrap();
+    assert_eq!(p.gpu, None);
+    assert_eq!(p.nics, topo.nics.iter().map(|n| n.name.clone()).collect::<Vec<_>>());
+    assert!(!p.cpus.is_empty());
+    assert!(matches!(topo.placement(0, GpuChoice::Index(0)), Err(TopologyError::NoSuchGpu { requested: 0, count: 0 })));
+}
+
+#[test]
+fn libfabric_nics_attach_by_bus_id_then_name() {
+    use efatop_topology::FabricNic;
+    let mut topo = load("p5.48xlarge.xml");
+    let fabric = |domain: &str, bus: Option<&str>| FabricNic {
+        provider: "efa".into(),
+        domain: domain.into(),
+        pci_bus_id: bus.map(str::to_string),
+        link_gbps: Some(100.0),
+    };
+    topo.attach_fabric_nics([
+        fabric("rdmap79s0-rdm", Some("0000:4f:00.0")),
+        fabric("rdmap80s0-rdm", None),
+        fabric("lo", None),
+    ]);
+    assert_eq!(topo.nics[0].libfabric[0].domain, "rdmap79s0-rdm");
+    assert_eq!(topo.nics[1].libfabric[0].domain, "rdmap80s0-rdm");
+    assert_eq!(topo.other_fabric_nics.len(), 1);
+    assert!(topo.render_text().contains("libfabric: efa rdmap79s0-rdm"));
+    assert_eq!(topo.nic_by_name("rdmap81s0").map(|n| n.index), Some(2));
+    assert_eq!(topo.gpu_by_pci_bus_id("00000000:53:00.0").map(|g| g.index), Some(0));
+}
+
+#[test]
+fn bad_xml_is_an_error_not_a_panic() {
+    let dir = std::env::temp_dir().join(format!("efatop-topology-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.xml");
+    assert!(matches!(NodeTopology::from_xml_file(&missing), Err(TopologyError::Read { .. })));
+    for (name, text) in [
+        ("truncated.xml", "<topology><object type="),
+        ("text.xml", "not xml at all"),
+        ("empty.xml", ""),
+        ("no-objects.xml", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\"></topology>\n"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = NodeTopology::from_xml_file(&path).unwrap_err();
+        assert!(matches!(err, TopologyError::InvalidXml { .. }), "{name}: {err}");
+        assert!(err.to_string().starts_with(&format!("{name} is not an hwloc XML topology")), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn this_machine_is_discovered() {
+    let topo = NodeTopology::discover().unwrap();
+    assert_eq!(topo.source, "this machine");
+    assert!(!topo.numa_nodes.is_empty());
+    assert_eq!(topo.nic_links.len(), topo.gpus.len());
+}
