@@ -142,6 +142,9 @@ pub struct CommonArgs {
     /// GPU for --memory device: an index, or `auto` for this rank's local rank
     #[arg(long, default_value = "auto", value_parser = parse_gpu)]
     pub gpu: GpuChoice,
+    /// Do not pin each rank to the CPUs of its GPU's NUMA node
+    #[arg(long)]
+    pub no_pin: bool,
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub window: u16,

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{Measurement, RunMetadata, RunResults};
+use efatop_experiments::results::{Measurement, RankPlacement, RunMetadata, RunResults};
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
@@ -120,6 +120,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         gpu: (common.memory == cli::MemoryArg::Device).then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options)?;
+    let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
+    let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
         sizes: sizes::sweep(common.min_size, common.max_size),
         warmup: common.warmup,
@@ -136,7 +138,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect(),
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
     };
-    let results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
+    let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
+    results.metadata.placements = placements;
     let mode = if common.json {
         Mode::Json
     } else if common.no_tui || !dashboard::stdout_is_terminal() {
@@ -213,6 +216,44 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     }
     outcome?;
     save_error.map_or(Ok(()), Err)
+}
+
+/// Pins this rank's threads (the hot path and every thread it starts later) to the CPUs of its GPU's NUMA
+/// node; returns them, or `None` when the topology gave none or the kernel refused.
+fn pin_to_placement(world: &World<'_>) -> Option<String> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let cpus = world.placement.as_ref()?.cpus.clone();
+    let list = efatop_topology::parse_cpu_list(&cpus);
+    if list.is_empty() {
+        return None;
+    }
+    let mut set = CpuSet::new();
+    for cpu in list {
+        set.set(cpu as usize).ok()?;
+    }
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).ok()?;
+    Some(cpus)
+}
+
+/// Every rank's placement, for the header and the results file.
+fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<RankPlacement>, ExperimentError> {
+    let placement = world.placement.as_ref();
+    let mine = RankPlacement {
+        rank: world.rank,
+        host: world.hosts[world.rank].clone(),
+        gpu: world.gpu.as_ref().map(|g| g.ordinal()).or_else(|| placement.and_then(|p| p.gpu)),
+        gpu_pci_bus_id: placement.and_then(|p| p.gpu_pci_bus_id.clone()),
+        numa_node: placement.and_then(|p| p.numa_node),
+        nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
+        pinned_cpus: pinned,
+    };
+    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
+    world
+        .bootstrap
+        .allgather(&encoded)?
+        .iter()
+        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("placement record: {e}"))))
+        .collect()
 }
 
 /// Rank 0's last word on stdout: the JSON summary, or the header and table.
@@ -387,6 +428,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         iters: sweep.iters,
         notes: world.notes.clone(),
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        placements: Vec::new(),
     }
 }
 

@@ -106,6 +106,12 @@ fn json_results_match_the_table() {
     assert_eq!(meta["ranks"], 3);
     assert_eq!(meta["hosts"].as_array().map(Vec::len), Some(3));
     assert!(meta["libfabric_version"].as_str().is_some_and(|v| v.starts_with('1') || v.starts_with('2')));
+    let placements = meta["placements"].as_array().expect("placements");
+    assert_eq!(placements.len(), 3, "one placement per rank");
+    for (rank, placement) in placements.iter().enumerate() {
+        assert_eq!(placement["rank"], rank);
+        assert_eq!(placement["nics"].as_array().map(Vec::len), Some(1), "one channel, one NIC: {placement}");
+    }
     let measurements = results["measurements"].as_array().expect("measurements");
     assert_eq!(measurements.len(), 2 * SIZES.len());
     let rows = table_rows(&run.stdout);

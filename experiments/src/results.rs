@@ -36,6 +36,23 @@ pub struct RunMetadata {
     pub iters: u64,
     pub notes: Vec<String>,
     pub started_unix_s: u64,
+    /// Where each rank ran: its GPU, the NICs its channels use, the CPUs it was pinned to.
+    #[serde(default)]
+    pub placements: Vec<RankPlacement>,
+}
+
+/// One rank's place on its node, as chosen from the topology (or by the flags).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankPlacement {
+    pub rank: usize,
+    pub host: String,
+    pub gpu: Option<usize>,
+    pub gpu_pci_bus_id: Option<String>,
+    pub numa_node: Option<u32>,
+    /// The libfabric domain of each channel, in channel order.
+    pub nics: Vec<String>,
+    /// CPUs the rank's threads were pinned to; `None` when not pinned (`--no-pin`, or no topology).
+    pub pinned_cpus: Option<String>,
 }
 
 /// Latency of one operation as the experiment defines it, in microseconds.

@@ -7,6 +7,8 @@ use efatop_fabric::{
     Capabilities, Channel, ChannelOptions, FabricError, Nic, PeerAddress, Provider, discover_nics, mr_mode_names,
 };
 
+use efatop_topology::{GpuChoice, NodeTopology, Placement};
+
 use crate::ExperimentError;
 
 /// Out-of-band exchange between ranks: used to set up (addresses, keys) and to agree between rounds,
@@ -79,6 +81,8 @@ pub struct World<'b> {
     pub share_cpu: bool,
     /// This rank's index among the ranks on its host.
     pub local_rank: usize,
+    /// Where the topology puts this rank (GPU, nearest NICs, NUMA node's CPUs), when hwloc could tell.
+    pub placement: Option<Placement>,
     /// The GPU this rank moves device memory on, when `--memory device`.
     pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
@@ -103,19 +107,35 @@ impl<'b> World<'b> {
 
         // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
         let single_host = hosts.iter().all(|h| *h == hosts[0]);
+        let local_rank = hosts[..rank].iter().filter(|h| **h == hosts[rank]).count();
+        // Where this rank belongs on its node (hwloc): its GPU, the NICs next to it, its NUMA node's CPUs.
+        // Without a readable topology the rank still runs, on every NIC in libfabric's order.
+        let gpu_choice = match options.gpu {
+            Some(Some(index)) => GpuChoice::Index(index),
+            _ => GpuChoice::Auto,
+        };
+        let topology = NodeTopology::discover().ok();
+        let placement = topology.as_ref().and_then(|t| t.placement(local_rank, gpu_choice).ok());
+        let preference = |nic: &Nic| -> Option<usize> {
+            let (topology, placement) = (topology.as_ref()?, placement.as_ref()?);
+            topology.nic_preference(placement, nic.pci_address.as_deref(), &nic.domain)
+        };
         // Device memory: prefer NICs that can register it; without them it is staged through host memory.
         let hmem = Capabilities { hmem: options.gpu.is_some(), ..options.capabilities };
         let found = discover_nics(provider, hmem).or_else(|_| discover_nics(provider, options.capabilities));
         let discovered = found.map_err(|e| e.to_string()).and_then(|nics| {
-            let nics = order_nics(nics, single_host);
+            let nics = order_nics(nics, single_host, &preference);
             if nics.is_empty() {
                 Err(format!("{provider} offers only loopback here, which cannot reach ranks on other hosts"))
             } else {
                 Ok(nics)
             }
         });
+        // `--channels all` means the NICs next to this rank's GPU when the topology names some (a p5 GPU's
+        // four EFA), else every NIC.
+        let nearest = discovered.as_ref().map_or(0, |nics| nics.iter().filter(|nic| preference(nic).is_some()).count());
         let status = match &discovered {
-            Ok(nics) => format!("ok {}", nics.len()),
+            Ok(nics) => format!("ok {}", if nearest > 0 { nearest } else { nics.len() }),
             Err(err) => format!("err {err}"),
         };
         let statuses = bootstrap.allgather(status.as_bytes())?;
@@ -137,7 +157,6 @@ impl<'b> World<'b> {
         }
         let nics = discovered.map_err(ExperimentError::Unsupported)?;
 
-        let local_rank = hosts[..rank].iter().filter(|h| **h == hosts[rank]).count();
         let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
         let channel_count = match options.channels {
@@ -214,6 +233,7 @@ impl<'b> World<'b> {
             share_cpu,
             probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
             local_rank,
+            placement,
             gpu,
             notes,
         })
@@ -361,10 +381,11 @@ pub fn machine(host: &str) -> &str {
 
 /// Orders NICs the same way on every rank, so that channel c pairs NIC c with NIC c (rail with rail):
 /// by PCI address, then name. Loopback is left out when the ranks span hosts, since it reaches no peer.
-pub fn order_nics(mut nics: Vec<Nic>, single_host: bool) -> Vec<Nic> {
+pub fn order_nics(mut nics: Vec<Nic>, single_host: bool, preference: &dyn Fn(&Nic) -> Option<usize>) -> Vec<Nic> {
     if !single_host {
         nics.retain(|nic| nic.domain != "lo" && !nic.fabric.starts_with("127.") && nic.fabric != "::1/128");
     }
-    nics.sort_by(|a, b| (&a.pci_address, &a.domain).cmp(&(&b.pci_address, &b.domain)));
+    // The rank's own NICs (nearest its GPU) first, in the topology's order; then the rest.
+    nics.sort_by_cached_key(|nic| (preference(nic).unwrap_or(usize::MAX), nic.pci_address.clone(), nic.domain.clone()));
     nics
 }

@@ -47,6 +47,15 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
         (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
     };
+    // Where each rank runs (a few lines; large runs keep the detail in the results file).
+    for placement in meta.placements.iter().take(8) {
+        let gpu = placement.gpu.map_or_else(|| "no GPU".to_string(), |g| format!("GPU {g}"));
+        let cpus = placement.pinned_cpus.as_deref().map_or_else(|| "not pinned".to_string(), |c| format!("pinned to CPUs {c}"));
+        let _ = writeln!(out, "# rank {} on {}: {gpu}, NICs {}, {cpus}", placement.rank, placement.host, placement.nics.join(","));
+    }
+    if meta.placements.len() > 8 {
+        let _ = writeln!(out, "# ... {} more ranks: see the results file", meta.placements.len() - 8);
+    }
     for note in &meta.notes {
         let _ = writeln!(out, "# note: {note}");
     }

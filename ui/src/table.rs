@@ -80,6 +80,7 @@ mod tests {
             iters: 10,
             notes: vec![],
             started_unix_s: 0,
+            placements: vec![],
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
             config: config.into(),

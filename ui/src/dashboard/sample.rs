@@ -134,6 +134,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         iters: 20,
         notes: vec![],
         started_unix_s: 0,
+        placements: Vec::new(),
     }
 }
 
