@@ -117,6 +117,7 @@ impl From<WriteConfigArg> for WriteConfig {
 }
 
 #[derive(Debug, Clone, Args)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches
 pub struct CommonArgs {
     /// libfabric provider
     #[arg(long, value_enum, default_value_t = ProviderArg::Auto)]

@@ -121,41 +121,8 @@ impl<'b> World<'b> {
             topology.nic_preference(placement, nic.pci_address.as_deref(), &nic.domain)
         };
         // Device memory: prefer NICs that can register it; without them it is staged through host memory.
-        let hmem = Capabilities { hmem: options.gpu.is_some(), ..options.capabilities };
-        let found = discover_nics(provider, hmem).or_else(|_| discover_nics(provider, options.capabilities));
-        let discovered = found.map_err(|e| e.to_string()).and_then(|nics| {
-            let nics = order_nics(nics, single_host, &preference);
-            if nics.is_empty() {
-                Err(format!("{provider} offers only loopback here, which cannot reach ranks on other hosts"))
-            } else {
-                Ok(nics)
-            }
-        });
-        // `--channels all` means the NICs next to this rank's GPU when the topology names some (a p5 GPU's
-        // four EFA), else every NIC.
-        let nearest = discovered.as_ref().map_or(0, |nics| nics.iter().filter(|nic| preference(nic).is_some()).count());
-        let status = match &discovered {
-            Ok(nics) => format!("ok {}", if nearest > 0 { nearest } else { nics.len() }),
-            Err(err) => format!("err {err}"),
-        };
-        let statuses = bootstrap.allgather(status.as_bytes())?;
-        let mut nic_counts = Vec::with_capacity(size);
-        for (peer, status) in statuses.iter().enumerate() {
-            let status = String::from_utf8_lossy(status);
-            if let Some(reason) = status.strip_prefix("err ") {
-                if rank != 0 {
-                    // Rank 0 names the failing rank for everyone.
-                    return Err(ExperimentError::Reported { exit_code: 2 });
-                }
-                return Err(ExperimentError::Unsupported(if peer == rank {
-                    reason.to_string()
-                } else {
-                    format!("rank {peer} ({}): {reason}", hosts[peer])
-                }));
-            }
-            nic_counts.push(status.trim_start_matches("ok ").parse::<usize>().unwrap_or(0));
-        }
-        let nics = discovered.map_err(ExperimentError::Unsupported)?;
+        let (nics, nic_counts) =
+            discover_agreed(bootstrap, &hosts, provider, options, single_host, &preference)?;
 
         let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
@@ -317,6 +284,56 @@ fn open_gpu(
     };
     let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
     crate::agree_with(bootstrap, rank, hosts, opened)
+}
+
+/// Finds this rank's NICs (own NICs first) and shares with every rank how many `--channels all` would
+/// give; a rank that finds none ends the run, named by rank 0. Device memory prefers NICs that can
+/// register it; without them it is staged through host memory.
+fn discover_agreed(
+    bootstrap: &dyn Bootstrap,
+    hosts: &[String],
+    provider: Provider,
+    options: &WorldOptions,
+    single_host: bool,
+    preference: &dyn Fn(&Nic) -> Option<usize>,
+) -> Result<(Vec<Nic>, Vec<usize>), ExperimentError> {
+    let rank = bootstrap.rank();
+    let hmem = Capabilities { hmem: options.gpu.is_some(), ..options.capabilities };
+    let found = discover_nics(provider, hmem).or_else(|_| discover_nics(provider, options.capabilities));
+    let discovered = found.map_err(|e| e.to_string()).and_then(|nics| {
+        let nics = order_nics(nics, single_host, preference);
+        if nics.is_empty() {
+            Err(format!("{provider} offers only loopback here, which cannot reach ranks on other hosts"))
+        } else {
+            Ok(nics)
+        }
+    });
+    // `--channels all` means the NICs next to this rank's GPU when the topology names some (a p5 GPU's
+    // four EFA), else every NIC.
+    let nearest = discovered.as_ref().map_or(0, |nics| nics.iter().filter(|nic| preference(nic).is_some()).count());
+    let status = match &discovered {
+        Ok(nics) => format!("ok {}", if nearest > 0 { nearest } else { nics.len() }),
+        Err(err) => format!("err {err}"),
+    };
+    let statuses = bootstrap.allgather(status.as_bytes())?;
+    let mut nic_counts = Vec::with_capacity(hosts.len());
+    for (peer, status) in statuses.iter().enumerate() {
+        let status = String::from_utf8_lossy(status);
+        if let Some(reason) = status.strip_prefix("err ") {
+            if rank != 0 {
+                // Rank 0 names the failing rank for everyone.
+                return Err(ExperimentError::Reported { exit_code: 2 });
+            }
+            return Err(ExperimentError::Unsupported(if peer == rank {
+                reason.to_string()
+            } else {
+                format!("rank {peer} ({}): {reason}", hosts[peer])
+            }));
+        }
+        nic_counts.push(status.trim_start_matches("ok ").parse::<usize>().unwrap_or(0));
+    }
+    let nics = discovered.map_err(ExperimentError::Unsupported)?;
+    Ok((nics, nic_counts))
 }
 
 /// `auto` is efa when every rank has it, else shm when all ranks share a host, else tcp.
