@@ -137,9 +137,9 @@ pub struct CommonArgs {
     /// Timed iterations per size and pair
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub iters: u64,
-    /// Memory the benchmark moves
-    #[arg(long, value_enum, default_value_t = MemoryArg::Host)]
-    pub memory: MemoryArg,
+    /// Memory the benchmark moves; `host,device` runs both, their columns side by side
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [MemoryArg::Host])]
+    pub memory: Vec<MemoryArg>,
     /// GPU for --memory device: an index, or `auto` for this rank's local rank
     #[arg(long, default_value = "auto", value_parser = parse_gpu)]
     pub gpu: GpuChoice,

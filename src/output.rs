@@ -117,7 +117,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         max_in_flight: (window * bootstrap.size()).max(64),
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
-        gpu: (common.memory == cli::MemoryArg::Device).then_some(common.gpu.0),
+        gpu: common.memory.contains(&cli::MemoryArg::Device).then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options)?;
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
@@ -128,10 +128,14 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
-        memory: match common.memory {
-            cli::MemoryArg::Host => MemoryChoice::Host,
-            cli::MemoryArg::Device => MemoryChoice::Device { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) },
-        },
+        memories: common
+            .memory
+            .iter()
+            .map(|memory| match memory {
+                cli::MemoryArg::Host => MemoryChoice::Host,
+                cli::MemoryArg::Device => MemoryChoice::Device { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) },
+            })
+            .collect(),
     };
     let configs: Vec<String> = match experiment {
         // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
@@ -419,10 +423,13 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
-        memory: match experiment.common().memory {
-            cli::MemoryArg::Host => "host".into(),
-            cli::MemoryArg::Device => "device".into(),
-        },
+        memory: experiment
+            .common()
+            .memory
+            .iter()
+            .map(|memory| if *memory == cli::MemoryArg::Host { "host" } else { "device" })
+            .collect::<Vec<_>>()
+            .join(" + "),
         window: sweep.window,
         warmup: sweep.warmup,
         iters: sweep.iters,

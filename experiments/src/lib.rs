@@ -30,7 +30,13 @@ pub enum ExperimentError {
     #[error("bootstrap: {0}")]
     Bootstrap(String),
     #[error("data verification failed: rank {receiver} received from rank {sender} ({config}, size {size}): {detail}")]
-    Verification { receiver: usize, sender: usize, config: String, size: String, detail: String },
+    Verification {
+        receiver: usize,
+        sender: usize,
+        config: String,
+        size: String,
+        detail: String,
+    },
     /// This rank's failure has been shared with rank 0, which reports it for the run.
     #[error("(reported by rank 0)")]
     Reported { exit_code: i32 },
@@ -39,7 +45,12 @@ pub enum ExperimentError {
     Stopped,
     /// Another rank failed; its own message says why.
     #[error("rank {rank} ({host}) failed: {message}")]
-    PeerFailed { rank: usize, host: String, message: String, exit_code: i32 },
+    PeerFailed {
+        rank: usize,
+        host: String,
+        message: String,
+        exit_code: i32,
+    },
 }
 
 impl ExperimentError {
@@ -62,8 +73,8 @@ pub struct SweepOptions {
     pub iters: u64,
     /// Iterations kept in flight per pair (write); 1 times each operation alone, as the seed tables do.
     pub window: usize,
-    /// Host or GPU memory.
-    pub memory: payload::MemoryChoice,
+    /// Host and/or GPU memory; each gets its own columns.
+    pub memories: Vec<payload::MemoryChoice>,
     /// Testing aid: the sender flips this byte (modulo the size) after writing its pattern, so the
     /// receiver's verification must catch it.
     pub corrupt_byte: Option<u64>,
@@ -98,7 +109,11 @@ const STOP: &[u8] = b"\x00stop";
 
 /// After a round, every rank shares whether it is fine; any failure ends the run on every rank, with the
 /// failing rank's own message. Rank 0 also passes on a stop request this way.
-pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, observer: &dyn Observer) -> Result<(), ExperimentError> {
+pub(crate) fn agree(
+    world: &World<'_>,
+    outcome: Result<(), ExperimentError>,
+    observer: &dyn Observer,
+) -> Result<(), ExperimentError> {
     let text = match &outcome {
         Ok(()) if world.rank == 0 && observer.stop_requested() => STOP.to_vec(),
         Ok(()) => Vec::new(),
@@ -106,7 +121,13 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, obs
     };
     let statuses = world.bootstrap.allgather(&text)?;
     if let Err(err) = outcome {
-        return Err(if world.rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } });
+        return Err(if world.rank == 0 {
+            err
+        } else {
+            ExperimentError::Reported {
+                exit_code: err.exit_code(),
+            }
+        });
     }
     for (rank, status) in statuses.iter().enumerate() {
         if status.as_slice() == STOP {
@@ -114,7 +135,9 @@ pub(crate) fn agree(world: &World<'_>, outcome: Result<(), ExperimentError>, obs
         }
         if !status.is_empty() {
             let status = String::from_utf8_lossy(status);
-            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
+            let (code, message) = status
+                .split_once(STATUS_SEPARATOR)
+                .unwrap_or(("1", &status));
             return Err(ExperimentError::PeerFailed {
                 rank,
                 host: world.hosts[rank].clone(),
@@ -140,7 +163,15 @@ pub(crate) fn agree_with<T>(
     let statuses = bootstrap.allgather(text.as_bytes())?;
     let value = match outcome {
         Ok(value) => value,
-        Err(err) => return Err(if rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } }),
+        Err(err) => {
+            return Err(if rank == 0 {
+                err
+            } else {
+                ExperimentError::Reported {
+                    exit_code: err.exit_code(),
+                }
+            })
+        }
     };
     for (peer, status) in statuses.iter().enumerate() {
         if !status.is_empty() {
@@ -148,7 +179,9 @@ pub(crate) fn agree_with<T>(
                 return Err(ExperimentError::Reported { exit_code: 1 });
             }
             let status = String::from_utf8_lossy(status);
-            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
+            let (code, message) = status
+                .split_once(STATUS_SEPARATOR)
+                .unwrap_or(("1", &status));
             return Err(ExperimentError::PeerFailed {
                 rank: peer,
                 host: hosts.get(peer).cloned().unwrap_or_default(),
@@ -162,10 +195,16 @@ pub(crate) fn agree_with<T>(
 
 /// Shares a setup step's outcome (e.g. allocating and registering memory) like [`agree`], and returns its
 /// value on every rank when all succeeded.
-pub(crate) fn agree_on<T>(world: &World<'_>, outcome: Result<T, ExperimentError>, observer: &dyn Observer) -> Result<T, ExperimentError> {
+pub(crate) fn agree_on<T>(
+    world: &World<'_>,
+    outcome: Result<T, ExperimentError>,
+    observer: &dyn Observer,
+) -> Result<T, ExperimentError> {
     match outcome {
         Ok(value) => agree(world, Ok(()), observer).map(|()| value),
-        Err(err) => Err(agree(world, Err(err), observer).err().unwrap_or(ExperimentError::Reported { exit_code: 1 })),
+        Err(err) => Err(agree(world, Err(err), observer)
+            .err()
+            .unwrap_or(ExperimentError::Reported { exit_code: 1 })),
     }
 }
 
@@ -182,7 +221,11 @@ pub fn size_limit(largest: u64, limit: u64, provider_stack: &str) -> Result<(), 
     if largest <= limit {
         return Ok(());
     }
-    let fits = if limit >= sizes::MIN_SIZE { sizes::format_size(1 << limit.ilog2()) } else { "nothing".into() };
+    let fits = if limit >= sizes::MIN_SIZE {
+        sizes::format_size(1 << limit.ilog2())
+    } else {
+        "nothing".into()
+    };
     Err(ExperimentError::InvalidInput {
         flag: "--max-size",
         message: format!(

@@ -8,8 +8,8 @@ use std::rc::Rc;
 use efatop_cuda::{DeviceBuffer, Gpu};
 use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory};
 
-use crate::ExperimentError;
 use crate::pattern::{self, Mismatch, PatternSeed};
+use crate::ExperimentError;
 
 /// What `--memory` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +28,10 @@ pub enum DevicePath {
 }
 
 /// Native when the provider offers `FI_HMEM` and accepted the registration; staged otherwise.
-pub fn choose_path(offers_hmem: bool, registration: Option<&Result<(), FabricError>>) -> DevicePath {
+pub fn choose_path(
+    offers_hmem: bool,
+    registration: Option<&Result<(), FabricError>>,
+) -> DevicePath {
     match (offers_hmem, registration) {
         (true, Some(Ok(()))) => DevicePath::Native,
         _ => DevicePath::Staged,
@@ -37,8 +40,15 @@ pub fn choose_path(offers_hmem: bool, registration: Option<&Result<(), FabricErr
 
 enum Storage {
     Host(Rc<HostBuffer>),
-    Device { gpu: Rc<Gpu>, buffer: Rc<DeviceBuffer> },
-    Staged { gpu: Rc<Gpu>, device: Rc<DeviceBuffer>, staging: Rc<HostBuffer> },
+    Device {
+        gpu: Rc<Gpu>,
+        buffer: Rc<DeviceBuffer>,
+    },
+    Staged {
+        gpu: Rc<Gpu>,
+        device: Rc<DeviceBuffer>,
+        staging: Rc<HostBuffer>,
+    },
 }
 
 /// A buffer of one rank, registered with every channel.
@@ -51,31 +61,65 @@ pub struct Payload {
 impl Payload {
     /// Allocates `len` bytes of the chosen memory and registers it with every channel. For device
     /// memory, every rank must call [`Payload::agree_path`] afterwards.
-    pub fn new(choice: MemoryChoice, len: usize, channels: &[Channel], gpu: Option<&Rc<Gpu>>) -> Result<Self, ExperimentError> {
+    pub fn new(
+        choice: MemoryChoice,
+        len: usize,
+        channels: &[Channel],
+        gpu: Option<&Rc<Gpu>>,
+    ) -> Result<Self, ExperimentError> {
         match (choice, gpu) {
             (MemoryChoice::Host, _) => {
                 let host = Rc::new(HostBuffer::new(len)?);
                 let regions = register_all(channels, &(host.clone() as Rc<dyn RegistrableMemory>))?;
-                Ok(Self { storage: Storage::Host(host), regions })
+                Ok(Self {
+                    storage: Storage::Host(host),
+                    regions,
+                })
             }
             (MemoryChoice::Device { .. }, Some(gpu)) => {
                 let buffer = Rc::new(gpu.alloc(len).map_err(cuda_error)?);
                 let offers = channels.iter().all(|c| c.nic().offers_hmem());
-                let attempt = offers.then(|| register_all(channels, &(buffer.clone() as Rc<dyn RegistrableMemory>)));
-                let outcome = attempt.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(|e| FabricError::Invalid(e.to_string())));
+                let attempt = offers.then(|| {
+                    register_all(channels, &(buffer.clone() as Rc<dyn RegistrableMemory>))
+                });
+                let outcome = attempt.as_ref().map(|r| {
+                    r.as_ref()
+                        .map(|_| ())
+                        .map_err(|e| FabricError::Invalid(e.to_string()))
+                });
                 match (choose_path(offers, outcome.as_ref()), attempt) {
-                    (DevicePath::Native, Some(Ok(regions))) => Ok(Self { storage: Storage::Device { gpu: gpu.clone(), buffer }, regions }),
+                    (DevicePath::Native, Some(Ok(regions))) => Ok(Self {
+                        storage: Storage::Device {
+                            gpu: gpu.clone(),
+                            buffer,
+                        },
+                        regions,
+                    }),
                     _ => Self::staged(gpu, buffer, len, channels),
                 }
             }
-            (MemoryChoice::Device { gpu }, None) => Err(ExperimentError::Unsupported(format!("--memory device: GPU {gpu} is not open"))),
+            (MemoryChoice::Device { gpu }, None) => Err(ExperimentError::Unsupported(format!(
+                "--memory device: GPU {gpu} is not open"
+            ))),
         }
     }
 
-    fn staged(gpu: &Rc<Gpu>, device: Rc<DeviceBuffer>, len: usize, channels: &[Channel]) -> Result<Self, ExperimentError> {
+    fn staged(
+        gpu: &Rc<Gpu>,
+        device: Rc<DeviceBuffer>,
+        len: usize,
+        channels: &[Channel],
+    ) -> Result<Self, ExperimentError> {
         let staging = Rc::new(HostBuffer::new(len)?);
         let regions = register_all(channels, &(staging.clone() as Rc<dyn RegistrableMemory>))?;
-        Ok(Self { storage: Storage::Staged { gpu: gpu.clone(), device, staging }, regions })
+        Ok(Self {
+            storage: Storage::Staged {
+                gpu: gpu.clone(),
+                device,
+                staging,
+            },
+            regions,
+        })
     }
 
     pub fn path(&self) -> Option<DevicePath> {
@@ -88,7 +132,11 @@ impl Payload {
 
     /// Every rank must move device memory the same way for the columns to mean one thing: if any rank
     /// had to stage, all do.
-    pub fn agree_path(self, world: &crate::World<'_>, channels: &[Channel]) -> Result<Self, ExperimentError> {
+    pub fn agree_path(
+        self,
+        world: &crate::World<'_>,
+        channels: &[Channel],
+    ) -> Result<Self, ExperimentError> {
         let mine = u8::from(self.path() == Some(DevicePath::Staged));
         let votes = world.bootstrap.allgather(&[mine])?;
         let anyone_staged = votes.iter().any(|v| v.first() == Some(&1));
@@ -98,7 +146,10 @@ impl Payload {
                 let len = buffer.len();
                 Self::staged(&gpu, buffer, len, channels)
             }
-            storage => Ok(Self { storage, regions: self.regions }),
+            storage => Ok(Self {
+                storage,
+                regions: self.regions,
+            }),
         }
     }
 
@@ -139,24 +190,43 @@ impl Payload {
                 });
                 Ok(())
             }
-            Storage::Device { gpu, buffer } | Storage::Staged { gpu, device: buffer, .. } => {
-                gpu.fill(buffer, size as usize, seed.key(), corrupt).map_err(cuda_error)
-            }
+            Storage::Device { gpu, buffer }
+            | Storage::Staged {
+                gpu,
+                device: buffer,
+                ..
+            } => gpu
+                .fill(buffer, size as usize, seed.key(), corrupt)
+                .map_err(cuda_error),
         }
     }
 
     /// Before sending: staged memory is copied from the GPU into the registered host buffer.
     pub fn stage_out(&self, len: u64) -> Result<(), ExperimentError> {
-        if let Storage::Staged { gpu, device, staging } = &self.storage {
-            staging.write(|bytes| gpu.to_host(device, &mut bytes[..len as usize])).map_err(cuda_error)?;
+        if let Storage::Staged {
+            gpu,
+            device,
+            staging,
+        } = &self.storage
+        {
+            staging
+                .write(|bytes| gpu.to_host(device, &mut bytes[..len as usize]))
+                .map_err(cuda_error)?;
         }
         Ok(())
     }
 
     /// After receiving: staged memory is copied from the registered host buffer onto the GPU.
     pub fn stage_in(&self, len: u64) -> Result<(), ExperimentError> {
-        if let Storage::Staged { gpu, device, staging } = &self.storage {
-            staging.read(|bytes| gpu.from_host(&bytes[..len as usize], device)).map_err(cuda_error)?;
+        if let Storage::Staged {
+            gpu,
+            device,
+            staging,
+        } = &self.storage
+        {
+            staging
+                .read(|bytes| gpu.from_host(&bytes[..len as usize], device))
+                .map_err(cuda_error)?;
         }
         Ok(())
     }
@@ -166,27 +236,76 @@ impl Payload {
         let size = seed.size as usize;
         match &self.storage {
             Storage::Host(host) => Ok(host.read(|bytes| pattern::verify(&bytes[..size], seed))),
-            Storage::Device { gpu, buffer } | Storage::Staged { gpu, device: buffer, .. } => {
-                match gpu.verify(buffer, size, seed.key()).map_err(cuda_error)? {
-                    None => Ok(Ok(())),
-                    Some((offset, found)) => {
-                        let mut expected = vec![0u8; (offset as usize + 1).min(size)];
-                        pattern::fill(&mut expected, seed);
-                        Ok(Err(Mismatch { offset: offset as usize, expected: expected[offset as usize], found }))
-                    }
+            Storage::Device { gpu, buffer }
+            | Storage::Staged {
+                gpu,
+                device: buffer,
+                ..
+            } => match gpu.verify(buffer, size, seed.key()).map_err(cuda_error)? {
+                None => Ok(Ok(())),
+                Some((offset, found)) => {
+                    let mut expected = vec![0u8; (offset as usize + 1).min(size)];
+                    pattern::fill(&mut expected, seed);
+                    Ok(Err(Mismatch {
+                        offset: offset as usize,
+                        expected: expected[offset as usize],
+                        found,
+                    }))
                 }
-            }
+            },
         }
     }
 }
 
-fn register_all(channels: &[Channel], memory: &Rc<dyn RegistrableMemory>) -> Result<Vec<MemoryRegion>, FabricError> {
-    channels.iter().map(|c| c.register(memory.clone())).collect()
+/// One payload per memory kind asked for (`--memory host,device` gives both, columns side by side), each
+/// allocated, registered with `channels` and, for device memory, agreed on by every rank.
+pub(crate) fn prepare(
+    world: &crate::World<'_>,
+    memories: &[MemoryChoice],
+    len: usize,
+    channels: &[Channel],
+    observer: &dyn crate::Observer,
+) -> Result<Vec<Payload>, ExperimentError> {
+    let mut payloads = Vec::with_capacity(memories.len());
+    for &memory in memories {
+        let payload = crate::agree_on(
+            world,
+            Payload::new(memory, len, channels, world.gpu.as_ref()),
+            observer,
+        )?;
+        payloads.push(if memory == MemoryChoice::Host {
+            payload
+        } else {
+            payload.agree_path(world, channels)?
+        });
+    }
+    Ok(payloads)
+}
+
+/// What the run moved, e.g. `host + device`.
+pub(crate) fn memory_labels(payloads: &[Payload]) -> String {
+    payloads
+        .iter()
+        .map(Payload::memory_label)
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+fn register_all(
+    channels: &[Channel],
+    memory: &Rc<dyn RegistrableMemory>,
+) -> Result<Vec<MemoryRegion>, FabricError> {
+    channels
+        .iter()
+        .map(|c| c.register(memory.clone()))
+        .collect()
 }
 
 pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
     match err {
-        efatop_cuda::CudaError::NoDevice(why) => ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})")),
+        efatop_cuda::CudaError::NoDevice(why) => {
+            ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})"))
+        }
         other => ExperimentError::Unsupported(format!("--memory device: {other}")),
     }
 }
@@ -199,7 +318,9 @@ mod tests {
     fn device_memory_goes_native_only_when_offered_and_accepted() {
         assert_eq!(choose_path(true, Some(&Ok(()))), DevicePath::Native);
         // Debian/Ubuntu libfabric 1.17 on shm: FI_HMEM offered, registration refused with ENOSYS.
-        let refused = Err(FabricError::Invalid("fi_mr_regattr(FI_HMEM_CUDA) failed: Function not implemented".into()));
+        let refused = Err(FabricError::Invalid(
+            "fi_mr_regattr(FI_HMEM_CUDA) failed: Function not implemented".into(),
+        ));
         assert_eq!(choose_path(true, Some(&refused)), DevicePath::Staged);
         // tcp: no FI_HMEM at all, nothing tried.
         assert_eq!(choose_path(false, None), DevicePath::Staged);
@@ -216,7 +337,11 @@ mod tests {
             }
             Err(err) => panic!("{err}"),
         };
-        let seed = PatternSeed { sender: 3, size: 4100, iteration: 1 };
+        let seed = PatternSeed {
+            sender: 3,
+            size: 4100,
+            iteration: 1,
+        };
         let buffer = gpu.alloc(4100).expect("alloc");
         gpu.fill(&buffer, 4100, seed.key(), None).expect("fill");
         let mut host = vec![0u8; 4100];

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 
 use crate::pattern::PatternSeed;
-use crate::payload::{MemoryChoice, Payload};
+use crate::payload::{Payload, memory_labels, prepare};
 use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
 use crate::sizes::format_size;
 use crate::world::World;
-use crate::{ExperimentError, Observer, SweepOptions, agree, agree_on, check_sizes};
+use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 
 const INITIATOR: usize = 0;
 const CHANNEL: usize = 0;
@@ -30,24 +30,30 @@ pub fn run(
     check_sizes(world, sweep)?;
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
     let channels = std::slice::from_ref(&world.channels[CHANNEL]);
-    let allocate = || -> Result<(Payload, Payload), ExperimentError> {
-        Ok((
-            Payload::new(sweep.memory, largest, channels, world.gpu.as_ref())?,
-            Payload::new(sweep.memory, largest, channels, world.gpu.as_ref())?,
-        ))
-    };
-    let (send, recv) = agree_on(world, allocate(), observer)?;
-    let (send, recv) = if sweep.memory == MemoryChoice::Host {
-        (send, recv)
-    } else {
-        (send.agree_path(world, channels)?, recv.agree_path(world, channels)?)
-    };
-    let column = format!("Single{}", send.suffix(false));
-    observer.begin(std::slice::from_ref(&column), send.memory_label());
+    let sends = prepare(world, &sweep.memories, largest, channels, observer)?;
+    let receives = prepare(world, &sweep.memories, largest, channels, observer)?;
+    let columns: Vec<String> = sends.iter().map(|send| format!("Single{}", send.suffix(false))).collect();
+    observer.begin(&columns, &memory_labels(&sends));
 
     let mut measurements = Vec::new();
+    for ((send, recv), column) in sends.iter().zip(&receives).zip(&columns) {
+        measure_memory(world, sweep, send, recv, column, observer, &mut measurements)?;
+    }
+    Ok(measurements)
+}
+
+/// The sweep for one memory kind: every size, every pair.
+fn measure_memory(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    send: &Payload,
+    recv: &Payload,
+    column: &str,
+    observer: &mut dyn Observer,
+    measurements: &mut Vec<Measurement>,
+) -> Result<(), ExperimentError> {
     for &size in &sweep.sizes {
-        observer.step(&column, size);
+        observer.step(column, size);
         let corrupt = if world.rank == INITIATOR { sweep.corrupt_byte } else { None };
         send.fill(PatternSeed { sender: world.rank, size, iteration: 0 }, corrupt)?;
         world.bootstrap.barrier()?;
@@ -55,13 +61,13 @@ pub fn run(
         let mut latency = LatencyRecorder::new();
         for peer in 1..world.size {
             let outcome = if world.rank == INITIATOR {
-                ping(world, sweep, size, peer, &send, &recv, &column).and_then(|(pair, recorder)| {
+                ping(world, sweep, size, peer, send, recv, column).and_then(|(pair, recorder)| {
                     latency.merge(&recorder);
                     pairs.push(pair);
-                    verify(world, &recv, peer, size, &column)
+                    verify(world, recv, peer, size, column)
                 })
             } else if world.rank == peer {
-                pong(world, sweep, size, &send, &recv).and_then(|()| verify(world, &recv, INITIATOR, size, &column))
+                pong(world, sweep, size, send, recv).and_then(|()| verify(world, recv, INITIATOR, size, column))
             } else {
                 Ok(())
             };
@@ -70,7 +76,7 @@ pub fn run(
         if world.rank == INITIATOR {
             let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
             let measurement = Measurement {
-                config: column.clone(),
+                config: column.to_string(),
                 size,
                 count: size / 4,
                 gbps: mean_gbps,
@@ -84,7 +90,7 @@ pub fn run(
             measurements.push(measurement);
         }
     }
-    Ok(measurements)
+    Ok(())
 }
 
 fn ping(

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
 
 use crate::pattern::PatternSeed;
-use crate::payload::{MemoryChoice, Payload};
-use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
+use crate::payload::{memory_labels, prepare, Payload};
+use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
-use crate::world::{World, push_record, split_records};
-use crate::{ExperimentError, Observer, SweepOptions, agree, agree_on, check_sizes};
+use crate::world::{push_record, split_records, World};
+use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteConfig {
@@ -29,7 +29,11 @@ pub enum WriteConfig {
 }
 
 impl WriteConfig {
-    pub const ALL: [WriteConfig; 3] = [WriteConfig::Single, WriteConfig::Multi, WriteConfig::RoundRobin];
+    pub const ALL: [WriteConfig; 3] = [
+        WriteConfig::Single,
+        WriteConfig::Multi,
+        WriteConfig::RoundRobin,
+    ];
 
     /// The column name, as in the seed: configuration then memory kind (`Pin`, `DMA`, `DMA(staged)`).
     pub fn column(self, memory_suffix: &str) -> String {
@@ -53,23 +57,44 @@ pub struct Segment {
 
 /// The writes one iteration makes from `rank` to `peers`. Both sides compute it: the writer to post, the
 /// targets to know how many immediates to expect on which channel.
-pub fn plan(config: WriteConfig, rank: usize, peers: &[usize], size: u64, channels: usize) -> Vec<Segment> {
+pub fn plan(
+    config: WriteConfig,
+    rank: usize,
+    peers: &[usize],
+    size: u64,
+    channels: usize,
+) -> Vec<Segment> {
     let mut segments = Vec::new();
     for &peer in peers {
         match config {
-            WriteConfig::Single => segments.push(Segment { peer, channel: 0, offset: 0, len: size }),
+            WriteConfig::Single => segments.push(Segment {
+                peer,
+                channel: 0,
+                offset: 0,
+                len: size,
+            }),
             WriteConfig::Multi => {
                 let channels = channels as u64;
                 for channel in 0..channels {
                     let start = size * channel / channels;
                     let end = size * (channel + 1) / channels;
                     if end > start {
-                        segments.push(Segment { peer, channel: channel as usize, offset: start, len: end - start });
+                        segments.push(Segment {
+                            peer,
+                            channel: channel as usize,
+                            offset: start,
+                            len: end - start,
+                        });
                     }
                 }
             }
             WriteConfig::RoundRobin => {
-                segments.push(Segment { peer, channel: (peer + rank) % channels, offset: 0, len: size });
+                segments.push(Segment {
+                    peer,
+                    channel: (peer + rank) % channels,
+                    offset: 0,
+                    len: size,
+                });
             }
         }
     }
@@ -103,30 +128,54 @@ pub fn run(
     }
     check_sizes(world, sweep)?;
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
-    let payload = Payload::new(sweep.memory, largest, &world.channels, world.gpu.as_ref());
-    let payload = agree_on(world, payload, observer)?;
-    let payload = if sweep.memory == MemoryChoice::Host { payload } else { payload.agree_path(world, &world.channels)? };
-    let columns: Vec<String> = configs.iter().map(|c| c.column(payload.suffix(true))).collect();
-    observer.begin(&columns, payload.memory_label());
-    let regions = &payload.regions;
+    let payloads = prepare(world, &sweep.memories, largest, &world.channels, observer)?;
+    // Every configuration over every memory kind: SinglePin … beside SingleDMA …, as in the seed table.
+    let plans: Vec<(usize, WriteConfig, String)> = payloads
+        .iter()
+        .enumerate()
+        .flat_map(|(index, payload)| {
+            configs
+                .iter()
+                .map(move |c| (index, *c, c.column(payload.suffix(true))))
+        })
+        .collect();
+    let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();
+    observer.begin(&columns, &memory_labels(&payloads));
 
-    // Targets publish one region record per channel; the writer learns every target's.
-    let mut mine = Vec::new();
-    for region in regions {
-        push_record(&mut mine, &Channel::remote_region(region).to_bytes());
-    }
-    let gathered = world.bootstrap.allgather(&mine)?;
-    let mut remotes: Vec<Vec<RemoteRegion>> = Vec::with_capacity(world.size);
-    for blob in &gathered {
-        remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
+    // Targets publish one region record per channel and payload; the writer learns every target's.
+    let mut remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> = Vec::with_capacity(payloads.len());
+    for payload in &payloads {
+        let mut mine = Vec::new();
+        for region in &payload.regions {
+            push_record(&mut mine, &Channel::remote_region(region).to_bytes());
+        }
+        let gathered = world.bootstrap.allgather(&mine)?;
+        let mut remotes: Vec<Vec<RemoteRegion>> = Vec::with_capacity(world.size);
+        for blob in &gathered {
+            remotes.push(
+                split_records(blob)?
+                    .into_iter()
+                    .map(RemoteRegion::from_bytes)
+                    .collect::<Result<_, _>>()?,
+            );
+        }
+        remotes_by_payload.push(remotes);
     }
 
     let mut measurements = Vec::new();
     let mut expected_immediates = vec![0u64; world.channels.len()];
-    for (config_index, &config) in configs.iter().enumerate() {
+    for (plan_index, (payload_index, config, column)) in plans.iter().enumerate() {
+        let (config, payload, remotes) = (
+            *config,
+            &payloads[*payload_index],
+            &remotes_by_payload[*payload_index],
+        );
         for &size in &sweep.sizes {
-            let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
-            let column = &columns[config_index];
+            let seed = PatternSeed {
+                sender: WRITER,
+                size,
+                iteration: plan_index as u64,
+            };
             observer.step(column, size);
             if world.rank == WRITER {
                 payload.fill(seed, sweep.corrupt_byte)?;
@@ -135,20 +184,23 @@ pub fn run(
             let mut latency = LatencyRecorder::new();
             for group in groups(config, world.size) {
                 let outcome = if world.rank == WRITER {
-                    time_group(world, sweep, config, size, &group, &payload, &remotes).map(|(pair, recorder)| {
-                        latency.merge(&recorder);
-                        pairs.push(pair);
-                    })
+                    time_group(world, sweep, config, size, &group, payload, remotes).map(
+                        |(pair, recorder)| {
+                            latency.merge(&recorder);
+                            pairs.push(pair);
+                        },
+                    )
                 } else if group.contains(&world.rank) {
                     receive_group(world, sweep, config, size, &mut expected_immediates)
-                        .and_then(|()| verify_received(world, &payload, column, seed))
+                        .and_then(|()| verify_received(world, payload, column, seed))
                 } else {
                     Ok(())
                 };
                 agree(world, outcome, observer)?;
             }
             if world.rank == WRITER {
-                let measurement = summarise(world, config, column, size, sweep.iters, pairs, &latency);
+                let measurement =
+                    summarise(world, config, column, size, sweep.iters, pairs, &latency);
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -202,7 +254,11 @@ fn time_group(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = (size * sweep.iters * group.len() as u64) as f64;
-    let pair = PairMeasurement { peers: group.to_vec(), gbps: gbps(bytes, elapsed), mean_us: recorder.summary().mean_us };
+    let pair = PairMeasurement {
+        peers: group.to_vec(),
+        gbps: gbps(bytes, elapsed),
+        mean_us: recorder.summary().mean_us,
+    };
     Ok((pair, recorder))
 }
 
@@ -241,23 +297,53 @@ impl<'w> Pipeline<'w> {
                 segment.offset,
                 Some(immediate),
             )?;
-            self.in_flight.push_back(InFlight { iteration, posted, segment: *segment, op });
-            self.world.probe.set_in_flight(segment.channel, channel.in_flight());
+            self.in_flight.push_back(InFlight {
+                iteration,
+                posted,
+                segment: *segment,
+                op,
+            });
+            self.world
+                .probe
+                .set_in_flight(segment.channel, channel.in_flight());
         }
         Ok(())
     }
 
     /// Completes the oldest iteration in flight; returns its post-to-last-completion time.
     fn complete_oldest(&mut self) -> Result<Duration, ExperimentError> {
-        let Some(oldest) = self.in_flight.front() else { return Ok(Duration::ZERO) };
+        let Some(oldest) = self.in_flight.front() else {
+            return Ok(Duration::ZERO);
+        };
         let (iteration, posted) = (oldest.iteration, oldest.posted);
-        while self.in_flight.front().is_some_and(|f| f.iteration == iteration) {
-            if let Some(InFlight { segment, op, posted, .. }) = self.in_flight.pop_front() {
-                self.world.progress_until(&self.world.channels, "RDMA write completion", || op.is_complete())?;
+        while self
+            .in_flight
+            .front()
+            .is_some_and(|f| f.iteration == iteration)
+        {
+            if let Some(InFlight {
+                segment,
+                op,
+                posted,
+                ..
+            }) = self.in_flight.pop_front()
+            {
+                self.world
+                    .progress_until(&self.world.channels, "RDMA write completion", || {
+                        op.is_complete()
+                    })?;
                 op.wait()?;
                 let probe = &self.world.probe;
-                probe.completed(segment.channel, segment.peer, segment.len, Some(posted.elapsed()));
-                probe.set_in_flight(segment.channel, self.world.channels[segment.channel].in_flight());
+                probe.completed(
+                    segment.channel,
+                    segment.peer,
+                    segment.len,
+                    Some(posted.elapsed()),
+                );
+                probe.set_in_flight(
+                    segment.channel,
+                    self.world.channels[segment.channel].in_flight(),
+                );
             }
         }
         Ok(posted.elapsed())
@@ -278,14 +364,27 @@ fn receive_group(
         expected[segment.channel] += sweep.warmup + sweep.iters;
         segment_len[segment.channel] = segment.len;
     }
-    let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(WRITER)).collect();
+    let mut seen: Vec<u64> = world
+        .channels
+        .iter()
+        .map(|c| c.immediates_from(WRITER))
+        .collect();
     let timeout = world.op_timeout;
-    let arrived = |world: &World<'_>| -> u64 { world.channels.iter().map(|c| c.immediates_from(WRITER)).sum() };
+    let arrived = |world: &World<'_>| -> u64 {
+        world
+            .channels
+            .iter()
+            .map(|c| c.immediates_from(WRITER))
+            .sum()
+    };
     let mut last_count = arrived(world);
     let mut last_change = Instant::now();
     loop {
-        let complete =
-            world.channels.iter().zip(expected.iter()).all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
+        let complete = world
+            .channels
+            .iter()
+            .zip(expected.iter())
+            .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
         if complete {
             return Ok(());
         }
@@ -293,7 +392,9 @@ fn receive_group(
         for ((channel, seen), len) in world.channels.iter().zip(seen.iter_mut()).zip(&segment_len) {
             let now = channel.immediates_from(WRITER);
             if now > *seen {
-                world.probe.received(channel.index(), WRITER, (now - *seen) * len, now - *seen);
+                world
+                    .probe
+                    .received(channel.index(), WRITER, (now - *seen) * len, now - *seen);
                 *seen = now;
             }
         }
@@ -302,24 +403,33 @@ fn receive_group(
             last_count = now_count;
             last_change = Instant::now();
         } else if last_change.elapsed() > timeout {
-            return Err(ExperimentError::Fabric(efatop_fabric::FabricError::Timeout {
-                what: "waiting for write immediates from rank 0",
-                channel: 0,
-                timeout,
-            }));
+            return Err(ExperimentError::Fabric(
+                efatop_fabric::FabricError::Timeout {
+                    what: "waiting for write immediates from rank 0",
+                    channel: 0,
+                    timeout,
+                },
+            ));
         }
     }
 }
 
-fn verify_received(world: &World<'_>, payload: &Payload, column: &str, seed: PatternSeed) -> Result<(), ExperimentError> {
+fn verify_received(
+    world: &World<'_>,
+    payload: &Payload,
+    column: &str,
+    seed: PatternSeed,
+) -> Result<(), ExperimentError> {
     payload.stage_in(seed.size)?;
-    payload.verify(seed)?.map_err(|mismatch| ExperimentError::Verification {
-        receiver: world.rank,
-        sender: seed.sender,
-        config: column.to_string(),
-        size: format_size(seed.size),
-        detail: mismatch.to_string(),
-    })
+    payload
+        .verify(seed)?
+        .map_err(|mismatch| ExperimentError::Verification {
+            receiver: world.rank,
+            sender: seed.sender,
+            config: column.to_string(),
+            size: format_size(seed.size),
+            detail: mismatch.to_string(),
+        })
 }
 
 fn summarise(
@@ -341,7 +451,9 @@ fn summarise(
         size,
         count: size / 4,
         gbps: mean_gbps,
-        busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
+        busbw_percent: world
+            .link_gbps
+            .map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
         latency: latency.summary(),
         iterations: iters,
         pairs,
@@ -358,7 +470,15 @@ mod tests {
         let segments = plan(WriteConfig::Multi, 0, &[1], 1 << 20, 4);
         assert_eq!(segments.len(), 4);
         assert_eq!(segments.iter().map(|s| s.len).sum::<u64>(), 1 << 20);
-        assert_eq!(segments[3], Segment { peer: 1, channel: 3, offset: 3 << 18, len: 1 << 18 });
+        assert_eq!(
+            segments[3],
+            Segment {
+                peer: 1,
+                channel: 3,
+                offset: 3 << 18,
+                len: 1 << 18
+            }
+        );
     }
 
     #[test]
@@ -370,9 +490,15 @@ mod tests {
 
     #[test]
     fn round_robin_follows_peer_plus_rank() {
-        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 0, &[1, 2, 3], 4096, 4).iter().map(|s| s.channel).collect();
+        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 0, &[1, 2, 3], 4096, 4)
+            .iter()
+            .map(|s| s.channel)
+            .collect();
         assert_eq!(channels, vec![1, 2, 3]);
-        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 2, &[1, 3], 4096, 2).iter().map(|s| s.channel).collect();
+        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 2, &[1, 3], 4096, 2)
+            .iter()
+            .map(|s| s.channel)
+            .collect();
         assert_eq!(channels, vec![1, 1]);
     }
 }

@@ -9,6 +9,12 @@ use efatop_experiments::sizes::format_size;
 /// A cell with nothing measured behind it is shown as this, never as a number.
 const NOT_MEASURED: &str = "-";
 
+/// Two decimals as in the seed, except that a measured rate below 0.01 keeps its first digits rather than
+/// reading as zero.
+fn gbps(value: f64) -> String {
+    if value > 0.0 && value < 0.01 { format!("{value:.4}") } else { format!("{value:.2}") }
+}
+
 pub fn render_table(results: &RunResults) -> String {
     let mut header = vec!["Size".to_string(), "Count".to_string()];
     for config in &results.configs {
@@ -26,7 +32,7 @@ pub fn render_table(results: &RunResults) -> String {
         for config in &results.configs {
             match results.find(config, size) {
                 Some(m) => row.extend([
-                    format!("{:.2}", m.gbps),
+                    gbps(m.gbps),
                     m.busbw_percent.map_or_else(|| NOT_MEASURED.into(), |b| format!("{b:.1}")),
                     format!("{:.2}", m.latency.mean_us),
                     format!("{:.2}", m.latency.p50_us),
@@ -109,6 +115,13 @@ mod tests {
 |   1G | 268435456 |            97.68 |      97.7 |    66.54 |    65.00 |    70.25 |               - |         - |        - |        - |        - |
 ";
         assert_eq!(render_table(&sample()), expected);
+    }
+
+    #[test]
+    fn a_slow_rate_is_not_printed_as_zero() {
+        assert_eq!(gbps(0.0045), "0.0045");
+        assert_eq!(gbps(12.345), "12.35");
+        assert_eq!(gbps(0.0), "0.00");
     }
 
     #[test]
