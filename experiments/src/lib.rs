@@ -114,74 +114,37 @@ pub(crate) fn agree(
     outcome: Result<(), ExperimentError>,
     observer: &dyn Observer,
 ) -> Result<(), ExperimentError> {
-    let text = match &outcome {
-        Ok(()) if world.rank == 0 && observer.stop_requested() => STOP.to_vec(),
-        Ok(()) => Vec::new(),
-        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
-    };
-    let statuses = world.bootstrap.allgather(&text)?;
-    if let Err(err) = outcome {
-        return Err(if world.rank == 0 {
-            err
-        } else {
-            ExperimentError::Reported {
-                exit_code: err.exit_code(),
-            }
-        });
-    }
-    for (rank, status) in statuses.iter().enumerate() {
-        if status.as_slice() == STOP {
-            return Err(ExperimentError::Stopped);
-        }
-        if !status.is_empty() {
-            let status = String::from_utf8_lossy(status);
-            let (code, message) = status
-                .split_once(STATUS_SEPARATOR)
-                .unwrap_or(("1", &status));
-            return Err(ExperimentError::PeerFailed {
-                rank,
-                host: world.hosts[rank].clone(),
-                message: message.to_string(),
-                exit_code: code.parse().unwrap_or(1),
-            });
-        }
-    }
-    Ok(())
+    agree_on(world, outcome, observer)
 }
 
-/// [`agree_on`] before the world exists (during its setup).
+/// [`agree`] before the world exists (during its setup), for any value; `stop` passes rank 0's stop
+/// request on.
 pub(crate) fn agree_with<T>(
     bootstrap: &dyn Bootstrap,
     rank: usize,
     hosts: &[String],
     outcome: Result<T, ExperimentError>,
+    stop: bool,
 ) -> Result<T, ExperimentError> {
     let text = match &outcome {
-        Ok(_) => String::new(),
-        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()),
+        Ok(_) if stop => STOP.to_vec(),
+        Ok(_) => Vec::new(),
+        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
     };
-    let statuses = bootstrap.allgather(text.as_bytes())?;
+    let statuses = bootstrap.allgather(&text)?;
     let value = match outcome {
         Ok(value) => value,
         Err(err) => {
-            return Err(if rank == 0 {
-                err
-            } else {
-                ExperimentError::Reported {
-                    exit_code: err.exit_code(),
-                }
-            })
+            return Err(if rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } });
         }
     };
     for (peer, status) in statuses.iter().enumerate() {
+        if status.as_slice() == STOP {
+            return Err(ExperimentError::Stopped);
+        }
         if !status.is_empty() {
-            if rank != 0 {
-                return Err(ExperimentError::Reported { exit_code: 1 });
-            }
             let status = String::from_utf8_lossy(status);
-            let (code, message) = status
-                .split_once(STATUS_SEPARATOR)
-                .unwrap_or(("1", &status));
+            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
             return Err(ExperimentError::PeerFailed {
                 rank: peer,
                 host: hosts.get(peer).cloned().unwrap_or_default(),
@@ -200,12 +163,8 @@ pub(crate) fn agree_on<T>(
     outcome: Result<T, ExperimentError>,
     observer: &dyn Observer,
 ) -> Result<T, ExperimentError> {
-    match outcome {
-        Ok(value) => agree(world, Ok(()), observer).map(|()| value),
-        Err(err) => Err(agree(world, Err(err), observer)
-            .err()
-            .unwrap_or(ExperimentError::Reported { exit_code: 1 })),
-    }
+    let stop = world.rank == 0 && observer.stop_requested();
+    agree_with(world.bootstrap, world.rank, &world.hosts, outcome, stop)
 }
 
 /// Refuses sizes the provider cannot carry in one message.

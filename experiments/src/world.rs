@@ -283,7 +283,7 @@ fn open_gpu(
         None => efatop_cuda::device_count().map(|count| local_rank % count),
     };
     let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
-    crate::agree_with(bootstrap, rank, hosts, opened)
+    crate::agree_with(bootstrap, rank, hosts, opened, false)
 }
 
 /// Finds this rank's NICs (own NICs first) and shares with every rank how many `--channels all` would
