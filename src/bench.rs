@@ -35,13 +35,13 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let (tx, rx) = mpsc::channel::<ConsumerEvent>();
     let collector = Collector::start(tx)?;
     let address = SocketAddr::from(([127, 0, 0, 1], collector.address.port()));
-    let collector_tid = collector_thread_id();
+    let collector_tid = thread_id("efatop-collecto");
 
     // The consumer: the dashboard's real ingestion.
     let consumed = Arc::new(AtomicU64::new(0));
     let ingest_thread = {
         let consumed = consumed.clone();
-        std::thread::spawn(move || {
+        std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
             let mut state = DashboardState::default();
             let run = RunInfo { ranks, hosts: vec!["bench".into(); ranks], channels, ..RunInfo::default() };
             let nics = vec![(0..channels).map(|c| format!("nic{c}")).collect::<Vec<_>>(); ranks];
@@ -54,7 +54,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
                     consumed.fetch_add(1, Ordering::Relaxed);
                 }
             }
-        })
+        })?
     };
 
     // The senders: one connection per rank, split over two threads.
@@ -97,10 +97,12 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         args.hz,
         ranks as u64 * u64::from(args.hz)
     );
-    println!("| second | offered/s | consumed/s | backlog | collector CPU (% of one core) |");
-    println!("|-------:|----------:|-----------:|--------:|------------------------------:|");
+    println!("| second | offered/s | consumed/s | backlog | collector CPU (% of one core) | ingest CPU (% of one core) |");
+    println!("|-------:|----------:|-----------:|--------:|------------------------------:|---------------------------:|");
+    let ingest_tid = thread_id("efatop-ingest");
     let started = Instant::now();
     let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, collector_cpu_seconds(collector_tid.as_deref()));
+    let mut last_ingest_cpu = collector_cpu_seconds(ingest_tid.as_deref());
     let mut backlogs = Vec::new();
     for second in 1..=args.seconds {
         std::thread::sleep((started + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
@@ -108,12 +110,15 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
             (offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), collector_cpu_seconds(collector_tid.as_deref()));
         let backlog = now_offered.saturating_sub(now_consumed);
         backlogs.push(backlog);
+        let ingest_cpu = collector_cpu_seconds(ingest_tid.as_deref());
         println!(
-            "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {:>29.1} |",
+            "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {:>29.1} | {:>26.1} |",
             now_offered - last_offered,
             now_consumed - last_consumed,
-            (now_cpu - last_cpu) * 100.0
+            (now_cpu - last_cpu) * 100.0,
+            (ingest_cpu - last_ingest_cpu) * 100.0
         );
+        last_ingest_cpu = ingest_cpu;
         (last_offered, last_consumed, last_cpu) = (now_offered, now_consumed, now_cpu);
     }
     stop.store(true, Ordering::Relaxed);
@@ -154,12 +159,12 @@ fn synthetic_sample(rank: usize, channels: usize) -> RankSample {
     }
 }
 
-/// The collector's thread id (it is named `efatop-collector`), for its CPU time.
-fn collector_thread_id() -> Option<String> {
+/// The id of this process's thread whose name (as the kernel keeps it, 15 characters) is `name`.
+fn thread_id(name: &str) -> Option<String> {
     std::thread::sleep(Duration::from_millis(50));
     std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|task| {
-        let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
-        (name.trim() == "efatop-collecto" || name.trim() == "efatop-collector").then(|| task.file_name().to_string_lossy().into_owned())
+        let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+        (comm.trim() == name).then(|| task.file_name().to_string_lossy().into_owned())
     })
 }
 

@@ -85,6 +85,8 @@ impl Ingest {
         if let Some(peer) = state.peers.get_mut(rank) {
             peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);
             if peer.drops < sample.drops {
+                // Kept as a running total: summing every rank's drops per sample is quadratic in ranks.
+                state.drops_total += sample.drops - peer.drops;
                 peer.drops = sample.drops;
             }
             peer.last_seen = Duration::ZERO;
@@ -107,7 +109,6 @@ impl Ingest {
                 }
             }
         }
-        state.drops_total = state.peers.iter().map(|p| p.drops).sum();
     }
 
     /// A (configuration, size) step started.
