@@ -23,6 +23,11 @@ use clap::Parser;
 use cli::{Cli, Command, Experiment};
 
 fn main() -> ExitCode {
+    // CUDA numbers GPUs fastest-first unless told otherwise; hwloc, nvidia-smi and `efatop topo` number
+    // them in PCI bus order. Make them agree before CUDA is loaded, so `--gpu N` means one GPU everywhere.
+    if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
+        std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),

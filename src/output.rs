@@ -246,7 +246,12 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         rank: world.rank,
         host: world.hosts[world.rank].clone(),
         gpu: world.gpu.as_ref().map(|g| g.ordinal()).or_else(|| placement.and_then(|p| p.gpu)),
-        gpu_pci_bus_id: placement.and_then(|p| p.gpu_pci_bus_id.clone()),
+        // The bus id of the GPU actually opened, else the one the topology assigned.
+        gpu_pci_bus_id: world
+            .gpu
+            .as_ref()
+            .map(|g| g.pci_bus_id().to_string())
+            .or_else(|| placement.and_then(|p| p.gpu_pci_bus_id.clone())),
         numa_node: placement.and_then(|p| p.numa_node),
         nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
         pinned_cpus: pinned,
@@ -403,6 +408,7 @@ fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> Ru
         memory: results.metadata.memory.clone(),
         configs: results.configs.clone(),
         sizes: sweep.sizes.clone(),
+        placements: results.metadata.placements.clone(),
     }
 }
 

@@ -20,6 +20,7 @@ mod results;
 pub mod sample;
 mod selection;
 mod text;
+mod topology;
 #[cfg(test)]
 mod tests;
 
@@ -130,6 +131,10 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         return;
     }
     let chrome = if area.height >= BOXED_MIN_HEIGHT { Chrome::Boxed } else { Chrome::Rule };
+    if state.show_topology {
+        topology::render(state, area, buf, chrome);
+        return;
+    }
     let overhead = chrome.overhead();
     let sparkline = if chrome == Chrome::Boxed { gauges::SPARKLINE_HEIGHT } else { 0 };
     let demand = |content: u16, cap: u16| Demand {

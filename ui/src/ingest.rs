@@ -175,6 +175,7 @@ mod tests {
             memory: "host".into(),
             configs: vec!["SinglePin".into()],
             sizes: vec![4096, 8192],
+            placements: Vec::new(),
         }
     }
 

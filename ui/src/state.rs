@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use efatop_experiments::RunResults;
+use efatop_experiments::results::RankPlacement;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
 pub const HISTORY_LEN: usize = 240;
@@ -28,6 +29,8 @@ pub struct RunInfo {
     /// Configuration columns in order, e.g. `SinglePin`, `MultiPin`.
     pub configs: Vec<String>,
     pub sizes: Vec<u64>,
+    /// Where each rank runs: GPU, NICs its channels use, pinned CPUs (from the node topology).
+    pub placements: Vec<RankPlacement>,
 }
 
 /// Where the sweep is.
@@ -146,6 +149,7 @@ pub enum Action {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
+#[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
 pub struct DashboardState {
     pub run: RunInfo,
     pub progress: Progress,
@@ -163,6 +167,8 @@ pub struct DashboardState {
     /// `p`: the view is frozen while the run goes on.
     pub frozen: bool,
     pub show_help: bool,
+    /// `t`: the topology view (hosts, ranks, GPUs, NICs in use) replaces the panels.
+    pub show_topology: bool,
     pub focus: Panel,
     /// Selection in the gauges and peers panels.
     pub selected_rank: usize,

@@ -6,13 +6,14 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Widget};
 
-const KEYS: [(&str, &str); 7] = [
+const KEYS: [(&str, &str); 8] = [
     ("q  Esc", "quit: stops the run on every rank"),
     ("Tab", "focus the next panel"),
     ("BackTab", "focus the previous panel"),
     ("↑ ↓", "select a rank"),
     ("← →", "select a channel of that rank"),
     ("p", "freeze / unfreeze the view"),
+    ("t", "show / hide the topology (GPUs, NICs in use, CPUs)"),
     ("?", "show / hide this help (Esc closes it)"),
 ];
 const KEY_WIDTH: usize = 9;

@@ -10,7 +10,7 @@ use crate::state::{Action, DashboardState, Key, Panel};
 ///   nothing changes behind the overlay;
 /// - `q` or `Esc` quits; `Tab` and `BackTab` cycle the focused panel; `Up` and `Down` select a rank,
 ///   `Left` and `Right` one of its channels (clamped at the ends); `p` freezes or unfreezes the view;
-///   `?` opens the help.
+///   `t` shows or hides the topology view; `?` opens the help.
 pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
     if state.finished {
         return Action::Quit;
@@ -29,6 +29,7 @@ pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
         Key::Char('q') | Key::Esc => return Action::Quit,
         Key::Char('?') => state.show_help = true,
         Key::Char('p') => state.frozen = !state.frozen,
+        Key::Char('t') => state.show_topology = !state.show_topology,
         Key::Tab => state.focus = cycle(state.focus, true),
         Key::BackTab => state.focus = cycle(state.focus, false),
         Key::Up => move_rank(state, false),
@@ -52,6 +53,15 @@ mod tests {
     use super::*;
     use crate::dashboard::sample::sample_state;
     use crate::state::{ChannelView, PeerView};
+
+    #[test]
+    fn t_toggles_the_topology_view() {
+        let mut state = DashboardState::default();
+        assert_eq!(handle_key(&mut state, Key::Char('t')), Action::None);
+        assert!(state.show_topology);
+        handle_key(&mut state, Key::Char('t'));
+        assert!(!state.show_topology);
+    }
 
     #[test]
     fn q_and_esc_quit() {

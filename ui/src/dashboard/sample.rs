@@ -30,6 +30,7 @@ pub fn sample_state() -> DashboardState {
         memory: "host".into(),
         configs: configs.clone(),
         sizes: SIZES.to_vec(),
+        placements: Vec::new(),
     };
     let progress = Progress {
         config: Some("MultiPin".into()),
