@@ -101,16 +101,16 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     println!("|-------:|----------:|-----------:|--------:|------------------------------:|---------------------------:|");
     let ingest_tid = thread_id("efatop-ingest");
     let started = Instant::now();
-    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, collector_cpu_seconds(collector_tid.as_deref()));
-    let mut last_ingest_cpu = collector_cpu_seconds(ingest_tid.as_deref());
+    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, thread_cpu_seconds(collector_tid.as_deref()));
+    let mut last_ingest_cpu = thread_cpu_seconds(ingest_tid.as_deref());
     let mut backlogs = Vec::new();
     for second in 1..=args.seconds {
         std::thread::sleep((started + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
         let (now_offered, now_consumed, now_cpu) =
-            (offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), collector_cpu_seconds(collector_tid.as_deref()));
+            (offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), thread_cpu_seconds(collector_tid.as_deref()));
         let backlog = now_offered.saturating_sub(now_consumed);
         backlogs.push(backlog);
-        let ingest_cpu = collector_cpu_seconds(ingest_tid.as_deref());
+        let ingest_cpu = thread_cpu_seconds(ingest_tid.as_deref());
         println!(
             "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {:>29.1} | {:>26.1} |",
             now_offered - last_offered,
@@ -168,7 +168,7 @@ fn thread_id(name: &str) -> Option<String> {
     })
 }
 
-fn collector_cpu_seconds(tid: Option<&str>) -> f64 {
+fn thread_cpu_seconds(tid: Option<&str>) -> f64 {
     let Some(tid) = tid else { return 0.0 };
     let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0.0 };
     // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.

@@ -227,8 +227,13 @@ impl<'b> World<'b> {
 
     /// Reads every channel's completion queue once; returns how many entries were found.
     pub fn progress_all(&self) -> Result<usize, FabricError> {
+        self.progress_once(&self.channels)
+    }
+
+    /// Reads each of `channels`' completion queues once; a rank sharing its core yields when all were empty.
+    fn progress_once(&self, channels: &[Channel]) -> Result<usize, FabricError> {
         let mut found = 0;
-        for channel in &self.channels {
+        for channel in channels {
             found += channel.progress()?;
         }
         if found == 0 && self.share_cpu {
@@ -253,13 +258,7 @@ impl<'b> World<'b> {
         let started = Instant::now();
         let mut spins = 0u32;
         while !done() {
-            let mut found = 0;
-            for channel in channels {
-                found += channel.progress()?;
-            }
-            if found == 0 && self.share_cpu {
-                std::thread::yield_now();
-            }
+            self.progress_once(channels)?;
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(1024) && started.elapsed() > timeout {
                 return Err(FabricError::Timeout { what, channel: channels.first().map_or(0, Channel::index), timeout });

@@ -370,14 +370,6 @@ fn receive_group(
         .map(|c| c.immediates_from(WRITER))
         .collect();
     let timeout = world.op_timeout;
-    let arrived = |world: &World<'_>| -> u64 {
-        world
-            .channels
-            .iter()
-            .map(|c| c.immediates_from(WRITER))
-            .sum()
-    };
-    let mut last_count = arrived(world);
     let mut last_change = Instant::now();
     loop {
         let complete = world
@@ -389,6 +381,7 @@ fn receive_group(
             return Ok(());
         }
         world.progress_all()?;
+        let mut advanced = false;
         for ((channel, seen), len) in world.channels.iter().zip(seen.iter_mut()).zip(&segment_len) {
             let now = channel.immediates_from(WRITER);
             if now > *seen {
@@ -396,11 +389,10 @@ fn receive_group(
                     .probe
                     .received(channel.index(), WRITER, (now - *seen) * len, now - *seen);
                 *seen = now;
+                advanced = true;
             }
         }
-        let now_count = arrived(world);
-        if now_count != last_count {
-            last_count = now_count;
+        if advanced {
             last_change = Instant::now();
         } else if last_change.elapsed() > timeout {
             return Err(ExperimentError::Fabric(
