@@ -142,7 +142,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect(),
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
     };
-    let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, measurements: Vec::new() };
+    let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, ..RunResults::default() };
     results.metadata.placements = placements;
     let mode = if common.json {
         Mode::Json

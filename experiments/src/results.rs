@@ -97,6 +97,19 @@ pub struct RunResults {
     /// Configurations in column order.
     pub configs: Vec<String>,
     pub measurements: Vec<Measurement>,
+    /// All-to-all only: the bandwidth of every sender→receiver pair, per configuration and size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pair_matrices: Vec<PairMatrix>,
+}
+
+/// All-to-all: what each sender→receiver pair delivered at one configuration and size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairMatrix {
+    pub config: String,
+    pub size: u64,
+    /// `gbps[sender][receiver]`: bytes the sender wrote to that receiver over the time the sender's timed
+    /// iterations took. `None` on the diagonal (a rank does not write to itself).
+    pub gbps: Vec<Vec<Option<f64>>>,
 }
 
 impl RunResults {

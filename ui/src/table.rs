@@ -103,6 +103,7 @@ mod tests {
             metadata,
             configs: vec!["SinglePin".into(), "MultiPin".into()],
             measurements: vec![m("SinglePin", 262_144, 31.58), m("MultiPin", 262_144, 32.76), m("SinglePin", 1 << 30, 97.68)],
+            ..RunResults::default()
         }
     }
 

@@ -46,7 +46,7 @@ pub fn sample_state() -> DashboardState {
         progress,
         channels: (0..4).flat_map(|rank| (0..4).map(move |channel| channel_view(rank, channel))).collect(),
         peers: (0..4).map(|rank| peer_view(rank, &hosts)).collect(),
-        results: Some(RunResults { metadata: metadata(hosts), configs, measurements: measurements() }),
+        results: Some(RunResults { metadata: metadata(hosts), configs, measurements: measurements(), ..RunResults::default() }),
         drops_total: 17,
         selected_rank: 1,
         selected_channel: 2,
