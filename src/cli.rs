@@ -30,6 +30,12 @@ pub enum Command {
     BenchCollector(BenchCollectorArgs),
     /// Where GPUs, NICs and CPUs sit (as `nvidia-smi topo -m`), and which NICs a rank on each GPU should use
     Topo(crate::topo::TopoArgs),
+    /// Render a saved results file as a table, CSV, Markdown or JSON, and plot it
+    Report(crate::report::ReportArgs),
+    /// Compare two saved runs per configuration and size; exit code 1 when one regressed
+    Compare(crate::report::CompareArgs),
+    /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
+    Monitor(crate::monitor::MonitorArgs),
 }
 
 #[derive(Debug, Args)]

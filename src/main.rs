@@ -11,8 +11,10 @@ mod cli;
 mod dashboard;
 mod jsonl;
 mod launch;
+mod monitor;
 mod netns;
 mod output;
+mod report;
 mod telemetry;
 mod topo;
 
@@ -38,6 +40,9 @@ fn main() -> ExitCode {
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
         Command::Topo(args) => topo::topo(&args),
+        Command::Report(args) => report::report(&args),
+        Command::Compare(args) => report::compare(&args),
+        Command::Monitor(args) => monitor::monitor(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
