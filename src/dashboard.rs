@@ -136,21 +136,31 @@ pub fn run(
     }
 }
 
-fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, now: Duration) {
+fn apply_telemetry(state: &mut DashboardState, ingest: &mut Ingest, event: CollectorEvent, now: Duration) {
     match event {
-        ConsumerEvent::Collector(CollectorEvent::Sample(sample)) => ingest.sample(state, &sample, now),
-        ConsumerEvent::Collector(CollectorEvent::Malformed { from, reason }) => {
+        CollectorEvent::Sample(sample) => ingest.sample(state, &sample, now),
+        CollectorEvent::Malformed { from, reason } => {
             state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
         }
-        ConsumerEvent::Collector(CollectorEvent::Closed { rank: Some(rank), .. }) => {
+        CollectorEvent::Closed { rank: Some(rank), .. } => {
             let finished = state.progress.done >= state.progress.total;
             Ingest::closed(state, rank as usize, finished);
             if !finished {
                 state.push_log(now, LogLevel::Error, format!("rank {rank}: telemetry connection closed mid-run"));
             }
         }
-        ConsumerEvent::Collector(CollectorEvent::Closed { rank: None, from }) => {
+        CollectorEvent::Closed { rank: None, from } => {
             state.push_log(now, LogLevel::Warn, format!("telemetry connection from {from} closed before its first sample"));
+        }
+    }
+}
+
+fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, now: Duration) {
+    match event {
+        ConsumerEvent::Telemetry(events) => {
+            for event in events {
+                apply_telemetry(state, ingest, event, now);
+            }
         }
         ConsumerEvent::Begin { columns, memory } => {
             if let Some(results) = &mut state.results {

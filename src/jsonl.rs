@@ -41,7 +41,21 @@ pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant) {
 
 fn print_event(event: ConsumerEvent, started: Instant) {
     match event {
-        ConsumerEvent::Collector(CollectorEvent::Sample(sample)) => {
+        ConsumerEvent::Telemetry(events) => {
+            for event in events {
+                print_telemetry(event, started);
+            }
+        }
+        ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
+        ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
+        ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
+        ConsumerEvent::Finished { .. } => {}
+    }
+}
+
+fn print_telemetry(event: CollectorEvent, started: Instant) {
+    match event {
+        CollectorEvent::Sample(sample) => {
             let t_ms = started.elapsed().as_secs_f64() * 1000.0;
             for channel in &sample.channels {
                 line(
@@ -64,12 +78,9 @@ fn print_event(event: ConsumerEvent, started: Instant) {
                 );
             }
         }
-        ConsumerEvent::Collector(CollectorEvent::Malformed { from, reason }) => {
+        CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
-        ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
-        ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
-        ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
-        ConsumerEvent::Collector(CollectorEvent::Closed { .. }) | ConsumerEvent::Finished { .. } => {}
+        CollectorEvent::Closed { .. } => {}
     }
 }

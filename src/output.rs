@@ -27,16 +27,17 @@ use cli::Experiment;
 /// Everything rank 0's consumer (dashboard or JSON printer) is told, in arrival order.
 #[derive(Debug)]
 pub enum ConsumerEvent {
-    Collector(CollectorEvent),
+    /// What the collector decoded since its last batch, in arrival order per rank.
+    Telemetry(Vec<CollectorEvent>),
     Begin { columns: Vec<String>, memory: String },
     Step { config: String, size: u64 },
     Measured(Box<Measurement>),
     Finished { error: Option<String> },
 }
 
-impl From<CollectorEvent> for ConsumerEvent {
-    fn from(event: CollectorEvent) -> Self {
-        Self::Collector(event)
+impl From<Vec<CollectorEvent>> for ConsumerEvent {
+    fn from(events: Vec<CollectorEvent>) -> Self {
+        Self::Telemetry(events)
     }
 }
 
