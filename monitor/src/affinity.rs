@@ -1,0 +1,96 @@
+//! Which GPU each NIC sits next to, from the topology (`efatop-topology`: hwloc on this machine, or an
+//! hwloc XML such as the p5 fixture): a NIC belongs to every GPU that has it among its nearest NICs. NICs
+//! are matched by PCI address first and by name second.
+
+use std::collections::BTreeMap;
+
+use efatop_topology::{normalize_bus_id, NodeTopology};
+use serde::{Deserialize, Serialize};
+
+/// A GPU as the topology names it, for group headings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopologyGpu {
+    pub index: usize,
+    pub pci_bus_id: String,
+    pub model: Option<String>,
+}
+
+/// NIC → nearby GPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Affinity {
+    gpus: Vec<TopologyGpu>,
+    by_bus_id: BTreeMap<String, Vec<usize>>,
+    by_name: BTreeMap<String, Vec<usize>>,
+}
+
+impl Affinity {
+    /// No GPUs known: every NIC is ungrouped.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn from_topology(topology: &NodeTopology) -> Self {
+        let mut affinity = Self {
+            gpus: topology
+                .gpus
+                .iter()
+                .map(|gpu| TopologyGpu { index: gpu.index, pci_bus_id: gpu.pci_bus_id.clone(), model: gpu.model.clone() })
+                .collect(),
+            ..Self::default()
+        };
+        for gpu in &topology.gpus {
+            for &nic_index in &gpu.nearest_nics {
+                let Some(nic) = topology.nics.get(nic_index) else { continue };
+                affinity.by_bus_id.entry(nic.pci_bus_id.clone()).or_default().push(gpu.index);
+                for name in nic.os_devices.iter().chain([&nic.name]) {
+                    let gpus = affinity.by_name.entry(name.clone()).or_default();
+                    if !gpus.contains(&gpu.index) {
+                        gpus.push(gpu.index);
+                    }
+                }
+            }
+        }
+        affinity
+    }
+
+    /// The GPUs the topology names, in its (PCI bus) order.
+    pub fn gpus(&self) -> &[TopologyGpu] {
+        &self.gpus
+    }
+
+    /// The GPUs next to the NIC with this name and PCI address; empty when the topology does not place it.
+    pub fn gpus_of(&self, name: &str, pci_bus_id: Option<&str>) -> Vec<usize> {
+        let by_bus = pci_bus_id.and_then(normalize_bus_id).and_then(|bus| self.by_bus_id.get(&bus));
+        by_bus.or_else(|| self.by_name.get(name)).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn fixture(name: &str) -> NodeTopology {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/fixtures").join(name);
+        NodeTopology::from_xml_file(&path).expect("fixture loads")
+    }
+
+    #[test]
+    fn p5_gpus_each_have_their_four_efa() {
+        let affinity = Affinity::from_topology(&fixture("p5.48xlarge.xml"));
+        assert_eq!(affinity.gpus().len(), 8);
+        assert_eq!(affinity.gpus()[0].pci_bus_id, "0000:53:00.0");
+        // By address (rdmap79s0 is 4f:00.0) and by name.
+        assert_eq!(affinity.gpus_of("whatever", Some("0000:4f:00.0")), [0]);
+        assert_eq!(affinity.gpus_of("rdmap82s0", None), [0]);
+        assert_eq!(affinity.gpus_of("rdmap201s0", None), [7]);
+        assert_eq!(affinity.gpus_of("eth0", None), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn p4d_nics_are_shared_by_two_gpus() {
+        let affinity = Affinity::from_topology(&fixture("p4d.24xlarge.xml"));
+        assert_eq!(affinity.gpus_of("rdmap16s27", None), [0, 1]);
+    }
+}

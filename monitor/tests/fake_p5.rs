@@ -1,0 +1,79 @@
+//! The monitor over a fake p5 tree: rates from counters the test moves between reads, GPU grouping from
+//! the p5 topology fixture, wraps and a vanishing device.
+
+use std::path::Path;
+use std::time::Duration;
+
+use efatop_monitor::{Affinity, FakeSysfs, GpuPanel, GpuReader, Monitor, NicStats, Snapshot, Sysfs};
+use efatop_topology::NodeTopology;
+
+fn p5_monitor(fake: &FakeSysfs) -> Monitor {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/fixtures/p5.48xlarge.xml");
+    let topology = NodeTopology::from_xml_file(&fixture).expect("the p5 fixture loads");
+    Monitor::new("p5-fake", Sysfs::new(fake.root()), Affinity::from_topology(&topology), GpuReader::unavailable("fake tree"))
+}
+
+fn nic<'a>(snapshot: &'a Snapshot, name: &str) -> &'a NicStats {
+    snapshot.nics.iter().find(|nic| nic.name == name).unwrap_or_else(|| panic!("{name} missing"))
+}
+
+#[test]
+fn rates_follow_the_counters_the_test_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let mut monitor = p5_monitor(&fake);
+    let first = monitor.sample(Duration::ZERO);
+    assert_eq!(first.nics.len(), 34);
+    assert!(first.nics.iter().all(|nic| nic.tx_gbps.is_none()));
+    assert_eq!(first.gpus, GpuPanel::Unavailable { reason: "fake tree".into() });
+    assert_eq!(first.topology_gpus.len(), 8);
+
+    // GPU 3's second EFA sends 37.5 GB in 0.5 s (600 Gbps is more than the link: the rate is what the
+    // counters say, not clamped) and receives 1.25 GB; lo gets 10 MB both ways.
+    fake.advance("rdmap131s0", "tx_bytes", 37_500_000_000).unwrap();
+    fake.advance("rdmap131s0", "rx_bytes", 1_250_000_000).unwrap();
+    fake.advance("rdmap131s0", "retrans_pkts", 3).unwrap();
+    fake.advance("rdmap131s0", "rdma_write_wr_err", 2).unwrap();
+    fake.advance("lo", "tx_bytes", 10_000_000).unwrap();
+    fake.advance("lo", "rx_bytes", 10_000_000).unwrap();
+    let second = monitor.sample(Duration::from_millis(500));
+    assert_eq!(second.interval_ms, Some(500.0));
+    let busy = nic(&second, "rdmap131s0");
+    assert_eq!(busy.gpus, [3]);
+    assert_eq!(busy.link_gbps, Some(100.0));
+    assert!((busy.tx_gbps.unwrap() - 600.0).abs() < 1e-9, "{busy:?}");
+    assert!((busy.rx_gbps.unwrap() - 20.0).abs() < 1e-9);
+    assert_eq!((busy.retransmits_delta, busy.errors_delta), (3, 2));
+    assert_eq!(busy.counters["rdma_write_wr_err"].per_s, Some(4.0));
+    let idle = nic(&second, "rdmap79s0");
+    assert_eq!((idle.tx_gbps, idle.rx_gbps, idle.gpus.as_slice()), (Some(0.0), Some(0.0), &[0][..]));
+    let lo = nic(&second, "lo");
+    assert!((lo.tx_gbps.unwrap() - 0.16).abs() < 1e-9 && lo.gpus.is_empty(), "{lo:?}");
+}
+
+#[test]
+fn a_wrapped_counter_and_a_vanished_device_do_not_break_the_next_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let mut monitor = p5_monitor(&fake);
+    fake.set("rdmap150s0", "tx_bytes", u64::MAX - 1_000).unwrap();
+    monitor.sample(Duration::ZERO);
+    // The counter wraps past 2^64; another device is unbound.
+    fake.advance("rdmap150s0", "tx_bytes", 2_000).unwrap();
+    fake.remove("rdmap96s0").unwrap();
+    let second = monitor.sample(Duration::from_secs(1));
+    let wrapped = nic(&second, "rdmap150s0");
+    assert_eq!(wrapped.tx_gbps, None);
+    assert_eq!(wrapped.went_backwards, ["tx_bytes"]);
+    let gone = nic(&second, "rdmap96s0");
+    assert!(!gone.present && gone.tx_gbps.is_none());
+    assert_eq!(gone.gpus, [1], "a gone NIC keeps its place");
+    fake.advance("rdmap150s0", "tx_bytes", 250_000_000).unwrap();
+    let third = monitor.sample(Duration::from_secs(2));
+    assert!((nic(&third, "rdmap150s0").tx_gbps.unwrap() - 2.0).abs() < 1e-9);
+    assert!(!nic(&third, "rdmap96s0").present);
+    // The JSON form of a snapshot with a gone device is still one parseable object.
+    let line = serde_json::to_string(&third).unwrap();
+    let back: Snapshot = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, third);
+}
