@@ -1,11 +1,292 @@
-//! `efatop monitor`: a live view of a node's NIC and GPU-link counters (logic in `efatop-monitor`).
+//! `efatop monitor`: a live view of a node's NIC and GPU-link counters with no benchmark running (logic in
+//! `efatop-monitor`, drawing in `efatop_ui::monitor`). On a terminal: the ratatui view, redrawn on a tick,
+//! fed by a reader thread every `--interval`. Otherwise, or with `--json` / `--once`: text or JSON lines
+//! on stdout.
+
+use std::io::{IsTerminal, Stdout, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
+use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
+use efatop_topology::NodeTopology;
+use efatop_ui::monitor::{MonitorView, plain_text};
+use efatop_ui::state::{Action, Key};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
 
 #[derive(Debug, Args)]
-pub struct MonitorArgs {}
+pub struct MonitorArgs {
+    /// Time between reads, e.g. 500ms, 1s, 2.5s (10ms to 60s); rates are the change over it
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Read twice, --interval apart, print one snapshot with rates and exit
+    #[arg(long)]
+    pub once: bool,
+    /// Print JSON lines, {"type":"snapshot","data":{...}} per read, instead of drawing
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after N snapshots (without --once: the first one, which has no rates, counts)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Read sysfs under this directory instead of / (a fake tree: scripts/make-fake-sysfs)
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub sysfs_root: PathBuf,
+    /// Place NICs next to GPUs by this hwloc XML topology (e.g. topology/fixtures/p5.48xlarge.xml) instead
+    /// of this machine's
+    #[arg(long, value_name = "FILE")]
+    pub topology_xml: Option<PathBuf>,
+    /// Show only NICs whose name (or `gpuN`) contains one of these comma-separated words
+    #[arg(long, value_name = "WORDS", default_value = "")]
+    pub filter: String,
+    /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub write_fake_p5: Option<PathBuf>,
+}
 
-pub fn monitor(_args: &MonitorArgs) -> i32 {
-    eprintln!("efatop: error: monitor is not built yet");
-    2
+/// `500ms`, `1s`, `2.5s`, `2` (seconds).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let bad = || format!("`{text}` is not an interval; use 10ms to 60s, e.g. 500ms or 1s");
+    let trimmed = text.trim();
+    let seconds = if let Some(ms) = trimmed.strip_suffix("ms") {
+        ms.trim().parse::<f64>().map_err(|_| bad())? / 1e3
+    } else {
+        trimmed.strip_suffix('s').unwrap_or(trimmed).trim().parse::<f64>().map_err(|_| bad())?
+    };
+    if !(0.01..=60.0).contains(&seconds) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Runs `efatop monitor`; returns the exit code (2 for bad input, after one line on stderr).
+pub fn monitor(args: &MonitorArgs) -> i32 {
+    match run(args) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("efatop: error: {message}");
+            code
+        }
+    }
+}
+
+type Failure = (i32, String);
+
+fn run(args: &MonitorArgs) -> Result<(), Failure> {
+    if let Some(dir) = &args.write_fake_p5 {
+        FakeSysfs::p5(dir).map_err(|err| (1, format!("--write-fake-p5 {}: {err}", dir.display())))?;
+        println!("{}", dir.display());
+        return Ok(());
+    }
+    if !args.sysfs_root.is_dir() {
+        return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
+    }
+    let mut monitor = build_monitor(args)?;
+    let started = Instant::now();
+    if args.once {
+        monitor.sample(started.elapsed());
+        std::thread::sleep(args.interval);
+        let snapshot = monitor.sample(started.elapsed());
+        let mut view = MonitorView::new(&args.filter);
+        view.push(snapshot.clone());
+        return print(&snapshot, &view, args.json);
+    }
+    if !args.json && std::io::stdout().is_terminal() {
+        return run_terminal(monitor, args, started).map_err(|err| (1, format!("terminal: {err}")));
+    }
+    let mut view = MonitorView::new(&args.filter);
+    let mut printed = 0_u64;
+    loop {
+        let snapshot = monitor.sample(started.elapsed());
+        view.push(snapshot.clone());
+        print(&snapshot, &view, args.json)?;
+        printed += 1;
+        if args.count.is_some_and(|count| printed >= count) {
+            return Ok(());
+        }
+        std::thread::sleep(args.interval);
+    }
+}
+
+fn build_monitor(args: &MonitorArgs) -> Result<Monitor, Failure> {
+    let this_machine = args.sysfs_root == Path::new("/");
+    let affinity = match &args.topology_xml {
+        Some(path) => {
+            let topology = NodeTopology::from_xml_file(path).map_err(|err| (2, format!("--topology-xml {}: {err}", path.display())))?;
+            Affinity::from_topology(&topology)
+        }
+        // This machine's topology says nothing about another tree's devices.
+        None if this_machine => NodeTopology::discover().map_or_else(|_| Affinity::none(), |t| Affinity::from_topology(&t)),
+        None => Affinity::none(),
+    };
+    let gpus = if this_machine {
+        GpuReader::open()
+    } else {
+        GpuReader::unavailable(format!("not read: --sysfs-root {} is not this machine", args.sysfs_root.display()))
+    };
+    Ok(Monitor::new(host_name(), Sysfs::new(&args.sysfs_root), affinity, gpus))
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
+}
+
+/// `{"type": "snapshot", "data": {...}}`, as the benchmarks' `--json` lines are shaped.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    data: &'a Snapshot,
+}
+
+/// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
+fn print(snapshot: &Snapshot, view: &MonitorView, json: bool) -> Result<(), Failure> {
+    let text = if json {
+        let line = JsonLine { kind: "snapshot", data: snapshot };
+        serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
+    } else {
+        let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
+        format!("{}\n", plain_text(view, columns))
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        // A reader that stops early (`| head`) ends the monitor quietly.
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(err) => Err((1, format!("writing to stdout: {err}"))),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// Frames per second of the redraw tick.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Restores the terminal when dropped, so an early return or error cannot leave it raw (as the
+/// dashboard's guard does).
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> std::io::Result<(Self, Terminal<CrosstermBackend<Stdout>>)> {
+        enable_raw_mode()?;
+        let guard = Self;
+        crossterm::execute!(std::io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+        Ok((guard, Terminal::new(CrosstermBackend::new(std::io::stdout()))?))
+    }
+}
+
+fn restore() {
+    let _ = disable_raw_mode();
+    let _ = crossterm::execute!(std::io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Reads on its own thread every `interval` (so a slow sysfs or NVML never stalls the keys) and sends
+/// the snapshots; it ends when the view hangs up.
+fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> Receiver<Snapshot> {
+    let (sender, receiver) = mpsc::sync_channel(4);
+    std::thread::spawn(move || {
+        let mut next = Instant::now();
+        loop {
+            if sender.send(monitor.sample(started.elapsed())).is_err() {
+                return;
+            }
+            next += interval;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    });
+    receiver
+}
+
+fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::io::Result<()> {
+    let snapshots = spawn_reader(monitor, args.interval, started);
+    let (_guard, mut terminal) = TerminalGuard::enter()?;
+    let mut view = MonitorView::new(&args.filter);
+    let mut taken = 0_u64;
+    loop {
+        loop {
+            match snapshots.try_recv() {
+                Ok(snapshot) => {
+                    view.push(snapshot);
+                    taken += 1;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+        if args.count.is_some_and(|count| taken >= count) {
+            return Ok(());
+        }
+        terminal.draw(|frame| efatop_ui::monitor::draw(frame, &view))?;
+        if !event::poll(TICK)? {
+            continue;
+        }
+        let Event::Key(key) = event::read()? else { continue };
+        if key.kind == KeyEventKind::Release {
+            continue;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            return Ok(());
+        }
+        if let Some(key) = map_key(key.code) {
+            if view.handle_key(key) == Action::Quit {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn map_key(code: KeyCode) -> Option<Key> {
+    Some(match code {
+        KeyCode::Char(c) => Key::Char(c),
+        // The view's filter prompt takes backspace as the control character.
+        KeyCode::Backspace => Key::Char('\u{8}'),
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Tab => Key::Tab,
+        KeyCode::BackTab => Key::BackTab,
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::Left => Key::Left,
+        KeyCode::Right => Key::Right,
+        KeyCode::Enter => Key::Enter,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("2.5s"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_interval("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("fast").unwrap_err().contains("`fast` is not an interval"));
+    }
+
+    #[test]
+    fn the_reader_thread_sends_snapshots_of_a_fake_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        FakeSysfs::p5(dir.path()).unwrap();
+        let monitor = Monitor::new("t", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
+        let receiver = spawn_reader(monitor, Duration::from_millis(20), Instant::now());
+        let first = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
+        let second = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(first.nics.len(), 34);
+        assert!(second.interval_ms.is_some_and(|ms| ms > 10.0));
+    }
 }

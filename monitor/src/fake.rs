@@ -11,6 +11,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::rates::{is_error_counter, is_retransmit_counter};
+use crate::sysfs::NicKind;
+
 /// First EFA bus (decimal) behind each of the 8 GPUs' PCIe switches; each switch has 4 consecutive ones.
 pub const P5_EFA_FIRST_BUSES: [u32; 8] = [79, 96, 113, 130, 147, 164, 181, 198];
 
@@ -88,7 +91,10 @@ pub fn p5_efa_devices() -> Vec<(String, String)> {
 /// A starting value that differs per device and counter, so a test that mixes two up fails.
 fn initial_value(device_index: usize, counter_index: usize, counter: &str) -> u64 {
     let scale: u64 = if counter.ends_with("bytes") { 1_000_000_000 } else { 1_000 };
-    let error_like = counter.contains("err") || counter.contains("drop") || counter.contains("events");
+    let error_like = is_error_counter(NicKind::Rdma, counter)
+        || is_retransmit_counter(NicKind::Rdma, counter)
+        || counter.contains("err")
+        || counter.contains("drop");
     if error_like {
         // Errors start small and mostly at zero, as on a healthy node.
         return (device_index % 3) as u64;
@@ -204,7 +210,7 @@ impl FakeSysfs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sysfs::{NicKind, Sysfs};
+    use crate::sysfs::Sysfs;
 
     #[test]
     fn the_fake_p5_reads_back_as_32_efa_at_100_gbps_and_two_interfaces() {

@@ -1,0 +1,165 @@
+//! `efatop monitor` as a user runs it, on a fake p5 sysfs tree (`--sysfs-root`): rates from counters
+//! this test moves between two reads, a wrapped counter and a vanished device, the p5 topology's
+//! grouping, the GPU panel's state, and bad input.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{efatop, efatop_path};
+use efatop_monitor::FakeSysfs;
+use serde_json::Value;
+
+fn p5_fixture() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml").display().to_string()
+}
+
+fn nic<'a>(snapshot: &'a Value, name: &str) -> &'a Value {
+    snapshot["data"]["nics"]
+        .as_array()
+        .expect("nics")
+        .iter()
+        .find(|nic| nic["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {snapshot}"))
+}
+
+/// Starts a streaming `--json` monitor on `root` and hands each line to `between` before reading the
+/// next, so the test can move counters between two reads it knows have happened.
+fn stream(root: &Path, lines: usize, interval: &str, mut between: impl FnMut(usize)) -> Vec<Value> {
+    let count = lines.to_string();
+    let fixture = p5_fixture();
+    let args = ["monitor", "--json", "--interval", interval, "--count", &count, "--sysfs-root", root.to_str().expect("utf-8 path"), "--topology-xml", &fixture];
+    let mut child = Command::new(efatop_path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
+    let mut reader = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut parsed = Vec::new();
+    for index in 0..lines {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("a line");
+        parsed.push(serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("line {index} {line:?}: {e}")));
+        between(index);
+    }
+    let status = child.wait().expect("efatop ends");
+    assert!(status.success(), "{status}");
+    parsed
+}
+
+#[test]
+fn rates_are_the_bytes_moved_between_two_reads_over_the_time_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let snapshots = stream(fake.root(), 2, "1s", |index| {
+        if index == 0 {
+            // 6.25 GB out and 1.25 GB in on GPU 5's first EFA; RDMA writes; a retransmit; lo both ways.
+            fake.advance("rdmap164s0", "tx_bytes", 6_250_000_000).unwrap();
+            fake.advance("rdmap164s0", "rdma_write_bytes", 6_000_000_000).unwrap();
+            fake.advance("rdmap164s0", "rx_bytes", 1_250_000_000).unwrap();
+            fake.advance("rdmap164s0", "retrans_pkts", 7).unwrap();
+            fake.advance("lo", "rx_bytes", 500_000_000).unwrap();
+            fake.advance("lo", "tx_bytes", 500_000_000).unwrap();
+        }
+    });
+    let [first, second] = [&snapshots[0], &snapshots[1]];
+    assert_eq!(first["type"], "snapshot");
+    assert!(first["data"]["interval_ms"].is_null());
+    assert!(nic(first, "rdmap164s0")["tx_gbps"].is_null(), "no rate from one read");
+    let seconds = second["data"]["interval_ms"].as_f64().unwrap() / 1e3;
+    assert!((0.9..1.5).contains(&seconds), "{seconds}");
+    let busy = nic(second, "rdmap164s0");
+    let expect = |bytes: f64| bytes * 8.0 / seconds / 1e9;
+    for (field, bytes) in [("tx_gbps", 6_250_000_000.0), ("rx_gbps", 1_250_000_000.0)] {
+        let got = busy[field].as_f64().unwrap();
+        assert!((got - expect(bytes)).abs() < 1e-6, "{field}: {got} vs {}", expect(bytes));
+    }
+    let write_rate = busy["counters"]["rdma_write_bytes"]["per_s"].as_f64().unwrap();
+    assert!((write_rate - 6e9 / seconds).abs() < 1.0, "{write_rate}");
+    assert_eq!(busy["retransmits_delta"], 7);
+    assert_eq!(busy["gpus"], serde_json::json!([5]));
+    assert_eq!(busy["link_gbps"], 100.0);
+    assert_eq!(nic(second, "rdmap165s0")["tx_gbps"], 0.0, "its neighbour stayed idle");
+    let lo = nic(second, "lo");
+    assert!((lo["rx_gbps"].as_f64().unwrap() - expect(5e8)).abs() < 1e-6);
+    assert_eq!(second["data"]["topology_gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(second["data"]["gpus"]["state"], "unavailable");
+}
+
+#[test]
+fn a_wrapped_counter_and_a_vanished_device_leave_the_monitor_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    fake.set("rdmap150s0", "tx_bytes", u64::MAX - 100).unwrap();
+    let snapshots = stream(fake.root(), 3, "300ms", |index| match index {
+        0 => {
+            fake.advance("rdmap150s0", "tx_bytes", 1_000).unwrap();
+            fake.remove("rdmap96s0").unwrap();
+        }
+        1 => {
+            fake.advance("rdmap150s0", "tx_bytes", 37_500_000).unwrap();
+        }
+        _ => {}
+    });
+    let wrapped = nic(&snapshots[1], "rdmap150s0");
+    assert!(wrapped["tx_gbps"].is_null(), "no bogus rate after a wrap: {wrapped}");
+    assert_eq!(wrapped["went_backwards"], serde_json::json!(["tx_bytes"]));
+    let gone = nic(&snapshots[1], "rdmap96s0");
+    assert_eq!((gone["present"].as_bool(), gone["tx_gbps"].is_null()), (Some(false), true));
+    let seconds = snapshots[2]["data"]["interval_ms"].as_f64().unwrap() / 1e3;
+    let resumed = nic(&snapshots[2], "rdmap150s0")["tx_gbps"].as_f64().unwrap();
+    assert!((resumed - 0.3 / seconds).abs() < 1e-6, "{resumed}");
+    assert_eq!(nic(&snapshots[2], "rdmap96s0")["present"], false);
+}
+
+#[test]
+fn once_prints_one_snapshot_grouped_under_the_p5_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let root = fake.root().to_str().unwrap();
+    let fixture = p5_fixture();
+    let run = efatop(&["monitor", "--once", "--interval", "100ms", "--sysfs-root", root, "--topology-xml", &fixture]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].contains("34 NICs") && lines[0].contains("tx 0.00 rx 0.00 Gbps"), "{}", run.stdout);
+    assert!(lines[1].contains("GPUs: not read: --sysfs-root"), "{}", run.stdout);
+    let gpu3 = lines.iter().position(|l| l.starts_with("GPU3 0000:86:00.0")).expect("GPU3 heading");
+    let under: Vec<&str> = lines[gpu3 + 1..gpu3 + 5].iter().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(under, ["rdmap130s0", "rdmap131s0", "rdmap132s0", "rdmap133s0"]);
+    assert!(lines.iter().any(|l| l.starts_with("not next to a GPU")));
+
+    let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms", "--sysfs-root", root, "--filter", "rdmap79"]);
+    let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(run.stdout.lines().count(), 1);
+    let first = nic(&snapshot, "rdmap79s0");
+    assert_eq!(first["pci_bus_id"], "0000:4f:00.0");
+    assert_eq!(first["tx_gbps"], 0.0);
+    assert_eq!(first["counters"].as_object().unwrap().len(), 34, "every counter the device has");
+}
+
+#[test]
+fn this_machine_has_lo_and_a_gpu_panel_that_says_what_it_found() {
+    let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(nic(&snapshot, "lo")["kind"], "net");
+    let gpus = &snapshot["data"]["gpus"];
+    match gpus["state"].as_str() {
+        Some("unavailable") => assert_eq!(gpus["reason"], efatop_monitor::NO_DRIVER),
+        Some("gpus") => assert!(!gpus["gpus"].as_array().unwrap().is_empty()),
+        other => panic!("{other:?}: {snapshot}"),
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_flag_and_exit_code_2() {
+    for (args, wanted) in [
+        (vec!["monitor", "--interval", "soon"], "--interval"),
+        (vec!["monitor", "--interval", "0ms"], "--interval"),
+        (vec!["monitor", "--sysfs-root", "/no/such/dir", "--once"], "--sysfs-root /no/such/dir: not a directory"),
+        (vec!["monitor", "--topology-xml", "/no/such.xml", "--once"], "--topology-xml /no/such.xml"),
+    ] {
+        let run = efatop(&args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(wanted), "{args:?}: {}", run.stderr);
+    }
+}
