@@ -1,2 +1,17 @@
 //! Saved runs, rendered for people: tables, plots, and comparisons between two runs.
+//!
+//! Everything here works on a [`RunResults`] read back from the file a run wrote (`--out`); nothing is
+//! measured again. The binary's `efatop report` and `efatop compare` are thin layers over these functions.
 #![forbid(unsafe_code)]
+
+pub mod compare;
+pub mod formats;
+pub mod load;
+pub mod plot;
+
+pub use compare::{compare, parse_threshold, Comparison};
+pub use formats::{render, Format};
+pub use load::{load_results, ReportError};
+pub use plot::{plot, sidecar_path, PlotSpec};
+
+pub use efatop_experiments::RunResults;

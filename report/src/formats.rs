@@ -1,0 +1,253 @@
+//! A saved run as text: the seed-format table the run printed, CSV for spreadsheets and scripts, a
+//! Markdown document for issues and wikis, or the results JSON again.
+
+use std::fmt::Write;
+
+use efatop_experiments::results::{Measurement, PairMatrix};
+use efatop_experiments::sizes::format_size;
+use efatop_experiments::RunResults;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The header and seed-layout table, as a run prints them at its end.
+    Table,
+    /// One row per configuration and size, every field, full precision.
+    Csv,
+    /// Metadata and one table per configuration (and the pair matrices of an all-to-all run).
+    Markdown,
+    /// The results file itself, pretty-printed.
+    Json,
+}
+
+pub fn render(results: &RunResults, format: Format) -> String {
+    match format {
+        Format::Table => render_table(results),
+        Format::Csv => render_csv(results),
+        Format::Markdown => render_markdown(results),
+        Format::Json => {
+            // Serializing plain data (strings, numbers, vectors) cannot fail.
+            let mut text = serde_json::to_string_pretty(results).unwrap_or_default();
+            text.push('\n');
+            text
+        }
+    }
+}
+
+/// Measurements in the order a reader expects: configurations in column order, each by ascending size;
+/// any configuration missing from `configs` (a hand-edited file) after them, in file order.
+pub fn ordered_measurements(results: &RunResults) -> Vec<&Measurement> {
+    let mut ordered: Vec<&Measurement> = Vec::with_capacity(results.measurements.len());
+    for config in &results.configs {
+        let mut of_config: Vec<&Measurement> = results
+            .measurements
+            .iter()
+            .filter(|m| &m.config == config)
+            .collect();
+        of_config.sort_by_key(|m| m.size);
+        ordered.extend(of_config);
+    }
+    ordered.extend(
+        results
+            .measurements
+            .iter()
+            .filter(|m| !results.configs.contains(&m.config)),
+    );
+    ordered
+}
+
+fn render_table(results: &RunResults) -> String {
+    let mut out = efatop_ui::render_header(&results.metadata, &results.sizes());
+    if !results.measurements.is_empty() {
+        out.push('\n');
+        out.push_str(&efatop_ui::render_table(results));
+    }
+    out.push_str(&verification_line(results));
+    out
+}
+
+/// Whether every measurement's bytes were checked, or which were not.
+fn verification_line(results: &RunResults) -> String {
+    let unverified: Vec<String> = ordered_measurements(results)
+        .iter()
+        .filter(|m| !m.verified)
+        .map(|m| format!("{} {}", m.config, format_size(m.size)))
+        .collect();
+    if results.measurements.is_empty() {
+        "# no measurements in this file\n".to_string()
+    } else if unverified.is_empty() {
+        "# every size verified: all bytes received matched the sender's pattern\n".to_string()
+    } else {
+        format!("# NOT verified: {}\n", unverified.join(", "))
+    }
+}
+
+/// CSV field: quoted when it holds a separator, a quote or a line break (RFC 4180).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn render_csv(results: &RunResults) -> String {
+    let mut out =
+        String::from("config,size,count,gbps,busbw_percent,lat_mean_us,lat_p50_us,lat_p99_us,lat_max_us,iterations,verified\n");
+    for m in ordered_measurements(results) {
+        // `{}` on f64 prints the shortest text that reads back as the same number: no precision is lost.
+        let busbw = m.busbw_percent.map(|b| b.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{busbw},{},{},{},{},{},{}",
+            csv_field(&m.config),
+            m.size,
+            m.count,
+            m.gbps,
+            m.latency.mean_us,
+            m.latency.p50_us,
+            m.latency.p99_us,
+            m.latency.max_us,
+            m.iterations,
+            m.verified,
+        );
+    }
+    out
+}
+
+/// Markdown cell text: a `|` would end the cell.
+fn md_cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+fn render_markdown(results: &RunResults) -> String {
+    let meta = &results.metadata;
+    let mut hosts = meta.hosts.clone();
+    hosts.dedup();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# efatop {}: {} ranks, provider {}\n",
+        md_cell(&meta.experiment),
+        meta.ranks,
+        md_cell(&meta.provider)
+    );
+    let nics: Vec<&str> = meta.nics.iter().map(|n| n.domain.as_str()).collect();
+    let link = match meta.link_gbps {
+        Some(gbps) => format!("{gbps} Gbps per channel ({})", meta.link_source),
+        None => "unknown (BusBW not computed)".to_string(),
+    };
+    let facts = [
+        ("efatop", meta.efatop_version.clone()),
+        ("libfabric", meta.libfabric_version.clone()),
+        (
+            "provider",
+            format!("{} [{}]", meta.provider_stack, meta.provider),
+        ),
+        ("hosts", hosts.join(", ")),
+        (
+            "channels",
+            format!(
+                "{} over {} NIC(s): {}",
+                meta.channels,
+                meta.distinct_nics,
+                nics.join(", ")
+            ),
+        ),
+        ("link speed", link),
+        ("memory", meta.memory.clone()),
+        (
+            "window, warmup, iters",
+            format!("{}, {}, {}", meta.window, meta.warmup, meta.iters),
+        ),
+        ("started (unix s)", meta.started_unix_s.to_string()),
+    ];
+    for (name, value) in facts {
+        let _ = writeln!(out, "- **{name}:** {}", md_cell(&value));
+    }
+    for note in &meta.notes {
+        let _ = writeln!(out, "- **note:** {}", md_cell(note));
+    }
+    let ordered = ordered_measurements(results);
+    let mut configs: Vec<&str> = results.configs.iter().map(String::as_str).collect();
+    for m in &ordered {
+        if !configs.contains(&m.config.as_str()) {
+            configs.push(&m.config);
+        }
+    }
+    for config in configs {
+        let _ = writeln!(out, "\n## {}\n", md_cell(config));
+        out.push_str(
+            "| Size | Gbps | BusBW (%) | mean (us) | p50 (us) | p99 (us) | max (us) | verified |\n",
+        );
+        out.push_str(
+            "|-----:|-----:|----------:|----------:|---------:|---------:|---------:|:--------:|\n",
+        );
+        for m in ordered.iter().filter(|m| m.config == config) {
+            let busbw = m
+                .busbw_percent
+                .map_or_else(|| "-".to_string(), |b| format!("{b:.1}"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {busbw} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+                format_size(m.size),
+                gbps_text(m.gbps),
+                m.latency.mean_us,
+                m.latency.p50_us,
+                m.latency.p99_us,
+                m.latency.max_us,
+                if m.verified { "yes" } else { "**no**" },
+            );
+        }
+        if let Some(matrix) = largest_matrix(results, config) {
+            out.push_str(&markdown_matrix(matrix));
+        }
+    }
+    out
+}
+
+/// As the seed table prints rates: two decimals, but a slow rate keeps its first digits.
+fn gbps_text(value: f64) -> String {
+    if value > 0.0 && value < 0.01 {
+        format!("{value:.4}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// The pair matrix of a configuration's largest measured size: where the fabric is busiest and uneven
+/// pairs show most.
+pub fn largest_matrix<'a>(results: &'a RunResults, config: &str) -> Option<&'a PairMatrix> {
+    results
+        .pair_matrices
+        .iter()
+        .filter(|p| p.config == config)
+        .max_by_key(|p| p.size)
+}
+
+fn markdown_matrix(matrix: &PairMatrix) -> String {
+    let mut out = format!(
+        "\nPair bandwidth at {}, Gbps (rows send, columns receive):\n\n",
+        format_size(matrix.size)
+    );
+    let ranks = matrix.gbps.len();
+    out.push_str("| sender |");
+    for receiver in 0..ranks {
+        let _ = write!(out, " to {receiver} |");
+    }
+    out.push_str("\n|-------:|");
+    out.push_str(&"-----:|".repeat(ranks));
+    out.push('\n');
+    for (sender, row) in matrix.gbps.iter().enumerate() {
+        let _ = write!(out, "| {sender} |");
+        for cell in row {
+            match cell {
+                Some(gbps) => {
+                    let _ = write!(out, " {} |", gbps_text(*gbps));
+                }
+                None => out.push_str(" - |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,90 @@
+//! Reading a results file back, with errors that name the file.
+
+use std::path::{Path, PathBuf};
+
+use efatop_experiments::RunResults;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: cannot read: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not an efatop results file: {source}", .path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: cannot write: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", .path.display())]
+    Plot { path: PathBuf, message: String },
+    /// Plot text needs a TrueType font file; none was found where we looked.
+    #[error("no font for plot text: {0}")]
+    Font(String),
+    /// Comparing a write run with a sendrecv run compares different operations; refused unless asked for.
+    #[error(
+        "{} is a `{baseline_experiment}` run and {} a `{candidate_experiment}` run; compare runs of one \
+         experiment, or pass --allow-different to compare them anyway",
+        .baseline.display(),
+        .candidate.display()
+    )]
+    DifferentExperiments {
+        baseline: PathBuf,
+        baseline_experiment: String,
+        candidate: PathBuf,
+        candidate_experiment: String,
+    },
+    /// A gate that compares nothing would pass whatever the candidate did.
+    #[error("{} and {} have no configuration and size in common: nothing to compare", .baseline.display(), .candidate.display())]
+    NothingInCommon {
+        baseline: PathBuf,
+        candidate: PathBuf,
+    },
+}
+
+/// Reads and parses a results file written by `efatop run ... --out FILE`.
+pub fn load_results(path: &Path) -> Result<RunResults, ReportError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ReportError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let err = load_results(Path::new("/nonexistent/run.json")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("/nonexistent/run.json: cannot read:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_json_is_named_with_its_position() {
+        let dir = std::env::temp_dir().join(format!("efatop-report-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broken.json");
+        std::fs::write(&path, "{\"metadata\": ").unwrap();
+        let text = load_results(&path).unwrap_err().to_string();
+        assert!(
+            text.starts_with(&format!("{}: not an efatop results file:", path.display())),
+            "{text}"
+        );
+        assert!(text.contains("line 1"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

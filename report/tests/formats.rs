@@ -1,0 +1,82 @@
+//! Every text format of a saved run, against golden files made from the fixtures.
+
+mod common;
+
+use common::{golden, load};
+use efatop_report::{render, Format};
+
+#[test]
+fn csv_has_every_field_of_every_measurement() {
+    let results = load("write-p5.json");
+    let csv = render(&results, Format::Csv);
+    golden("write-p5.csv", &csv);
+    // One header and one row per measurement, in column order then size order.
+    assert_eq!(csv.lines().count(), 1 + results.measurements.len());
+    let second = csv.lines().nth(2).expect("a second row");
+    assert!(
+        second.starts_with("SinglePin,524288,131072,48.04,48,"),
+        "{second}"
+    );
+}
+
+#[test]
+fn markdown_documents_metadata_and_each_configuration() {
+    golden(
+        "write-p5.md",
+        &render(&load("write-p5.json"), Format::Markdown),
+    );
+    let markdown = render(&load("all2all-p5.json"), Format::Markdown);
+    golden("all2all-p5.md", &markdown);
+    // The largest size's pair matrix follows each configuration's table.
+    assert_eq!(
+        markdown.matches("Pair bandwidth at 4M").count(),
+        2,
+        "{markdown}"
+    );
+}
+
+#[test]
+fn table_is_the_header_and_seed_table_a_run_prints() {
+    let results = load("write-p5.json");
+    let table = render(&results, Format::Table);
+    let header = efatop_ui::render_header(&results.metadata, &results.sizes());
+    let seed_table = efatop_ui::render_table(&results);
+    assert_eq!(table, format!("{header}\n{seed_table}# every size verified: all bytes received matched the sender's pattern\n"));
+    assert!(seed_table.contains("SinglePin (Gbps)"), "{seed_table}");
+}
+
+#[test]
+fn unverified_sizes_are_named_under_the_table() {
+    let mut results = load("write-p5.json");
+    results.measurements[4].verified = false;
+    let table = render(&results, Format::Table);
+    assert!(
+        table.ends_with("# NOT verified: MultiPin 512K\n"),
+        "{table}"
+    );
+}
+
+#[test]
+fn json_reads_back_as_the_same_results() {
+    let results = load("all2all-p5.json");
+    let json = render(&results, Format::Json);
+    let back: efatop_report::RunResults = serde_json::from_str(&json).expect("valid JSON");
+    assert_eq!(back, results);
+}
+
+#[test]
+fn csv_quotes_a_config_name_with_a_comma() {
+    let mut results = load("write-p5.json");
+    for m in &mut results.measurements {
+        m.config = m.config.replace("SinglePin", "Single,\"Pin\"");
+    }
+    results.configs[0] = "Single,\"Pin\"".into();
+    let csv = render(&results, Format::Csv);
+    assert!(
+        csv.lines()
+            .nth(1)
+            .expect("row")
+            .starts_with("\"Single,\"\"Pin\"\"\",262144,"),
+        "{csv}"
+    );
+}
