@@ -6,11 +6,15 @@
 //! Layout: narrower than 150 columns the panels stack (gauges, peers, results, log); wider, gauges
 //! and peers sit side by side above a full-width results table. Below 30 lines of body each panel is
 //! framed by a single titled rule instead of a box, and the throughput history is left out.
+//!
+//! All-to-all runs add the pair heatmap: wide, it sits left of the gauges; narrow, it takes the gauges'
+//! place, and the gauges come back while they have the focus.
 
 mod chrome;
 mod gauges;
 mod grid;
 mod header;
+mod heatmap;
 mod help;
 mod keys;
 mod log;
@@ -44,6 +48,8 @@ const BOXED_MIN_HEIGHT: u16 = 30;
 const RIGHT_COLUMN_PERCENT: u16 = 40;
 /// Log lines shown before the other panels have what they want; the log gets any lines left over.
 const LOG_LINES_WISHED: u16 = 3;
+/// Most of the gauges' row, in percent, the pair heatmap takes beside them.
+const HEATMAP_MAX_PERCENT: u16 = 50;
 
 /// Draws the whole dashboard over the frame.
 pub fn draw(frame: &mut Frame, state: &DashboardState) {
@@ -69,7 +75,7 @@ impl Widget for &DashboardState {
         render_body(self, body, buf);
         render_footer(self, footer_area, buf);
         if self.show_help {
-            help::render(area, buf);
+            help::render(self, area, buf);
         }
     }
 }
@@ -80,6 +86,7 @@ fn render_panel(state: &DashboardState, panel: Panel, area: Rect, buf: &mut Buff
         Panel::Peers => peers::render(state, area, buf, chrome),
         Panel::Results => results::render(state, area, buf, chrome),
         Panel::Log => log::render(state, area, buf, chrome),
+        Panel::Pairs => heatmap::render(state, area, buf, chrome),
     }
 }
 
@@ -146,13 +153,14 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
     let half = area.height / 2;
     let results_cap = if state.finished { half } else { third };
     let gauges_lines = gauges::content_height(state).saturating_add(sparkline);
+    let heatmap_lines = if state.pairs.is_some() { heatmap::content_height(state) } else { 0 };
     let log_wish = overhead + LOG_LINES_WISHED;
 
     if area.width >= SIDE_BY_SIDE_MIN_WIDTH {
         // Gauges on the left; peers and the log share the right; results take the full width below.
         let right_lines = peers::content_height(state).saturating_add(log_wish);
         let demands = [
-            demand(gauges_lines.max(right_lines), half),
+            demand(gauges_lines.max(right_lines).max(heatmap_lines), half),
             demand(results::content_height(state), results_cap),
         ];
         let priority: [usize; 2] = if state.finished { [1, 0] } else { [0, 1] };
@@ -167,22 +175,44 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
             demand(log::content_height(state), u16::MAX),
         ];
         let right = stack(right_area, &allocate(right_area.height, &right_demands, &[0, 1], 1));
+        let gauges_area = if state.pairs.is_some() {
+            let most = u16::try_from(u32::from(gauges_area.width) * u32::from(HEATMAP_MAX_PERCENT) / 100).unwrap_or(u16::MAX);
+            let [heatmap_area, rest] = Layout::horizontal([
+                Constraint::Length(heatmap::natural_width(state).min(most)),
+                Constraint::Fill(1),
+            ])
+            .areas(gauges_area);
+            heatmap::render(state, heatmap_area, buf, chrome);
+            rest
+        } else {
+            gauges_area
+        };
         gauges::render(state, gauges_area, buf, chrome);
         peers::render(state, right[0], buf, chrome);
         log::render(state, right[1], buf, chrome);
         results::render(state, areas[1], buf, chrome);
     } else {
+        // The heatmap takes the gauges' place, unless the gauges have the focus.
+        let heatmap_first = state.pairs.is_some() && state.focus != Panel::Gauges;
+        let top = if heatmap_first { demand(heatmap_lines, half) } else { demand(gauges_lines, third) };
         let demands = [
-            demand(gauges_lines, third),
+            top,
             demand(peers::content_height(state), third),
             demand(results::content_height(state), results_cap),
             demand(log::content_height(state), log_wish),
         ];
         // Peers and results are short and say the most; the gauges scroll to the selection; the log
-        // shows its last few lines and takes whatever is left.
-        let priority: [usize; 4] = if state.finished { [2, 1, 0, 3] } else { [1, 2, 0, 3] };
+        // shows its last few lines and takes whatever is left. The heatmap is the point of an
+        // all-to-all run: it comes right after the peers.
+        let priority: [usize; 4] = match (state.finished, heatmap_first) {
+            (true, _) => [2, 1, 0, 3],
+            (false, true) => [1, 0, 2, 3],
+            (false, false) => [1, 2, 0, 3],
+        };
         let areas = stack(area, &allocate(area.height, &demands, &priority, 3));
-        for (panel, panel_area) in Panel::ORDER.into_iter().zip(areas) {
+        let top_panel = if heatmap_first { Panel::Pairs } else { Panel::Gauges };
+        let panels = [top_panel, Panel::Peers, Panel::Results, Panel::Log];
+        for (panel, panel_area) in panels.into_iter().zip(areas) {
             render_panel(state, panel, panel_area, buf, chrome);
         }
     }
@@ -201,9 +231,13 @@ fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         Line::styled(message, style).render(area, buf);
         return;
     }
-    let keys = [("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")];
+    let keys: &[(&str, &str)] = if state.focus == Panel::Pairs {
+        &[("q", "quit"), ("Tab", "panel"), ("↑↓", "sender"), ("←→", "receiver"), ("p", "freeze"), ("?", "help")]
+    } else {
+        &[("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")]
+    };
     let mut spans = Vec::new();
-    for (key, what) in keys {
+    for &(key, what) in keys {
         spans.push(Span::styled(format!(" {key}"), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)));
         spans.push(Span::styled(format!(" {what} "), Style::new().fg(Color::DarkGray)));
     }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
 use efatop_experiments::{Measurement, RunResults};
 
-use crate::state::{ChannelView, DashboardState, HISTORY_LEN, LogLevel, PeerState, PeerView, RunInfo};
+use crate::state::{
+    ChannelView, DashboardState, HISTORY_LEN, LogLevel, PairMatrixView, Panel, PeerState, PeerView, RunInfo,
+    ALLTOALL_EXPERIMENT,
+};
 
 /// Keeps what the state does not show but ingestion needs: when each rank was last heard from.
 pub struct Ingest {
@@ -21,7 +24,8 @@ pub struct Ingest {
 
 impl Ingest {
     /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
-    /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table.
+    /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table; for an all-to-all
+    /// run also the pair matrix, with the heatmap focused.
     pub fn begin(state: &mut DashboardState, run: RunInfo, nics: &[Vec<String>], results: RunResults, heartbeat_timeout: Duration) -> Self {
         state.channels = nics
             .iter()
@@ -40,6 +44,11 @@ impl Ingest {
             .collect();
         state.progress.total = run.configs.len() * run.sizes.len();
         state.results = Some(results);
+        // Only all-to-all runs pay for the matrix: it grows with the square of the ranks (up to a cap).
+        state.pairs = (run.experiment == ALLTOALL_EXPERIMENT).then(|| PairMatrixView::new(run.ranks));
+        if state.pairs.is_some() {
+            state.focus = Panel::Pairs;
+        }
         let ranks = run.ranks;
         state.run = run;
         let channels_of: Vec<usize> = (0..ranks).map(|rank| nics.get(rank).map_or(0, Vec::len)).collect();
@@ -64,7 +73,10 @@ impl Ingest {
         let mut rank_latency = IntervalHistogram::default();
         for channel_sample in &sample.channels {
             rank_bytes += channel_sample.bytes;
-            rank_latency.merge(&channel_sample.latency);
+            if rank == 0 {
+                // Only rank 0's own latency is shown over all its channels (see below).
+                rank_latency.merge(&channel_sample.latency);
+            }
             let channel = usize::from(channel_sample.channel);
             if channel >= self.channels_of.get(rank).copied().unwrap_or(0) {
                 continue;
@@ -98,6 +110,9 @@ impl Ingest {
                 peer.lat_p50_us = rank_latency.quantile_us(0.50);
                 peer.lat_p99_us = rank_latency.quantile_us(0.99);
             }
+        }
+        if let Some(pairs) = &mut state.pairs {
+            pairs.record(rank, sample.interval_ns, &sample.peers);
         }
         if rank == 0 {
             for peer_sample in &sample.peers {
@@ -162,6 +177,7 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::{PairLatest, PAIR_MATRIX_MAX_CELLS};
     use efatop_experiments::telemetry::{ChannelSample, PeerSample};
 
     fn run_info() -> RunInfo {
@@ -228,5 +244,80 @@ mod tests {
         assert!(state.log.iter().any(|l| l.level == LogLevel::Error && l.text.contains("rank 0")));
         ingest.sample(&mut state, &RankSample { rank: 0, ..RankSample::default() }, Duration::from_secs(7));
         assert_eq!(state.peers[0].state, PeerState::Alive);
+    }
+
+    fn alltoall_run(ranks: usize) -> RunInfo {
+        RunInfo { experiment: ALLTOALL_EXPERIMENT.into(), ranks, hosts: vec!["a".into(); ranks], ..run_info() }
+    }
+
+    /// `bytes` in a 100 ms interval, with latency samples at `latency_ns` when given.
+    fn peer(peer: u32, bytes: u64, latency_ns: Option<u64>) -> PeerSample {
+        let buckets = latency_ns
+            .map(|ns| vec![(u16::try_from(efatop_experiments::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
+            .unwrap_or_default();
+        PeerSample { peer, bytes, ops: 4, latency: IntervalHistogram { buckets } }
+    }
+
+    #[test]
+    fn only_alltoall_runs_get_a_pair_matrix() {
+        let mut state = DashboardState::default();
+        Ingest::begin(&mut state, run_info(), &[], results(), Duration::from_secs(5));
+        assert!(state.pairs.is_none());
+        assert_eq!(state.focus, Panel::Gauges);
+        Ingest::begin(&mut state, alltoall_run(3), &[], results(), Duration::from_secs(5));
+        let pairs = state.pairs.as_ref().expect("all-to-all has a matrix");
+        assert_eq!((pairs.ranks(), pairs.columns(), pairs.receivers_per_column()), (3, 3, 1));
+        assert_eq!(state.focus, Panel::Pairs);
+    }
+
+    #[test]
+    fn peer_samples_fill_their_senders_row() {
+        let mut state = DashboardState::default();
+        let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results(), Duration::from_secs(5));
+        let interval_ns = 100_000_000;
+        let sample = RankSample {
+            rank: 1,
+            interval_ns,
+            peers: vec![peer(0, 125_000_000, Some(20_000)), peer(2, 12_500_000, None), peer(7, 1, None), peer(1, 9, None)],
+            ..RankSample::default()
+        };
+        ingest.sample(&mut state, &sample, Duration::from_millis(100));
+        let pairs = state.pairs.as_ref().expect("matrix");
+        let to_0 = pairs.latest(1, 0).expect("rank 1 reported");
+        assert!((to_0.gbps - 10.0).abs() < 1e-6, "{to_0:?}");
+        let p50 = to_0.lat_p50_us.expect("measured");
+        assert!((15.0..25.0).contains(&p50), "{p50}");
+        let to_2 = pairs.latest(1, 2).expect("rank 1 reported");
+        assert!((to_2.gbps - 1.0).abs() < 1e-6);
+        assert_eq!(to_2.lat_p99_us, None, "nothing completed, nothing shown");
+        assert_eq!(pairs.latest(0, 1), None, "rank 0 has not reported");
+        assert_eq!(pairs.history(1, 0).map(std::collections::VecDeque::len), Some(1));
+
+        // The next interval moved nothing to rank 2: the pair reads 0, not its old rate.
+        let sample = RankSample { rank: 1, interval_ns, peers: vec![peer(0, 125_000_000, None)], ..RankSample::default() };
+        ingest.sample(&mut state, &sample, Duration::from_millis(200));
+        let pairs = state.pairs.as_ref().expect("matrix");
+        assert_eq!(pairs.latest(1, 2), Some(PairLatest::default()));
+        let history: Vec<f32> = pairs.history(1, 2).expect("kept").iter().copied().collect();
+        assert_eq!(history, [1.0, 0.0]);
+        assert_eq!(pairs.history(1, 1).map(std::collections::VecDeque::len), Some(0), "no pair with itself");
+    }
+
+    #[test]
+    fn large_runs_keep_blocks_of_receivers_and_no_histories() {
+        let ranks = 4096;
+        let mut pairs = PairMatrixView::new(ranks);
+        assert!(pairs.ranks() * pairs.columns() <= PAIR_MATRIX_MAX_CELLS);
+        let block = pairs.receivers_per_column();
+        assert_eq!(block, 64);
+        // Sender 0 writes 8 Gbps to every receiver of block 1 but the first, which gets nothing.
+        let peers: Vec<PeerSample> =
+            (block + 1..2 * block).map(|receiver| peer(u32::try_from(receiver).unwrap(), 100_000_000, Some(5_000))).collect();
+        pairs.record(0, 100_000_000, &peers);
+        let mean = pairs.latest(0, 1).expect("reported").gbps;
+        assert!((mean - 8.0 * 63.0 / 64.0).abs() < 1e-3, "{mean}");
+        // Block 0 holds the sender itself: its mean is over the 63 others, all idle.
+        assert_eq!(pairs.latest(0, 0).map(|p| p.gbps), Some(0.0));
+        assert_eq!(pairs.history(0, 1), None);
     }
 }

@@ -6,11 +6,21 @@ use std::time::Duration;
 
 use efatop_experiments::RunResults;
 use efatop_experiments::results::RankPlacement;
+use efatop_experiments::telemetry::PeerSample;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
 pub const HISTORY_LEN: usize = 240;
 /// How many log lines are kept.
 pub const LOG_LEN: usize = 500;
+/// `RunInfo::experiment` of the all-to-all experiment: only its runs get a [`PairMatrixView`].
+pub const ALLTOALL_EXPERIMENT: &str = "alltoall";
+/// Most (sender, column) cells the pair matrix keeps: every pair exactly up to 512 ranks; beyond, each
+/// sender's row is kept per block of receivers so that memory stays near 4 MiB even at 4096 ranks.
+pub const PAIR_MATRIX_MAX_CELLS: usize = 512 * 512;
+/// Up to this many ranks every pair also keeps a throughput history for its sparkline.
+pub const PAIR_HISTORY_MAX_RANKS: usize = 64;
+/// Points in a pair's history (one per telemetry interval of its sender).
+pub const PAIR_HISTORY_LEN: usize = 120;
 
 /// What is running: fixed once the world is established.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -97,6 +107,169 @@ pub struct PeerView {
     pub state: PeerState,
 }
 
+/// What one sender moved to one receiver (or, in a blocked matrix, to one block of receivers) in the
+/// sender's latest interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PairLatest {
+    /// For a block of receivers, the mean over its pairs.
+    pub gbps: f64,
+    /// Latency of the writes completed in the interval; `None` when none completed. For a block of
+    /// receivers, the worst pair's.
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+}
+
+/// One stored (sender, column) cell. `f32` and a generation instead of options keep it at 16 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct PairCell {
+    gbps: f32,
+    /// NaN when nothing completed.
+    lat_p50_us: f32,
+    lat_p99_us: f32,
+    /// The sender's sample that last wrote the cell; older than the row's means the sender moved
+    /// nothing to these receivers in its latest interval (peers without activity are left out of a
+    /// sample, and zeroing the whole row per sample would be quadratic in ranks).
+    generation: u32,
+}
+
+/// All-to-all: live bandwidth of every sender→receiver pair, row = sender, column = receiver.
+///
+/// Up to `sqrt(PAIR_MATRIX_MAX_CELLS)` ranks a column is one receiver; beyond, a column is a block of
+/// [`Self::receivers_per_column`] consecutive receivers holding their mean. Recording a sample costs
+/// O(peers in the sample) (plus O(ranks) for histories, kept only up to [`PAIR_HISTORY_MAX_RANKS`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PairMatrixView {
+    ranks: usize,
+    receivers_per_column: usize,
+    /// `ranks × columns`, row-major.
+    cells: Vec<PairCell>,
+    /// Samples recorded per sender; 0 = never heard from.
+    row_generation: Vec<u32>,
+    /// `ranks × ranks` throughput histories, oldest first; empty beyond `PAIR_HISTORY_MAX_RANKS`.
+    histories: Vec<VecDeque<f32>>,
+    /// The selected pair, in ranks (arrow keys move it while the pairs panel has the focus).
+    pub selected_sender: usize,
+    pub selected_receiver: usize,
+}
+
+impl PairMatrixView {
+    pub fn new(ranks: usize) -> Self {
+        let columns_max = (PAIR_MATRIX_MAX_CELLS / ranks.max(1)).max(1);
+        let receivers_per_column = ranks.div_ceil(columns_max).max(1);
+        let columns = ranks.div_ceil(receivers_per_column);
+        let history_pairs = if ranks <= PAIR_HISTORY_MAX_RANKS { ranks * ranks } else { 0 };
+        Self {
+            ranks,
+            receivers_per_column,
+            cells: vec![PairCell::default(); ranks * columns],
+            row_generation: vec![0; ranks],
+            histories: vec![VecDeque::new(); history_pairs],
+            selected_sender: 0,
+            selected_receiver: usize::from(ranks > 1),
+        }
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// 1 when every pair is kept on its own; more at large rank counts (see the type's documentation).
+    pub fn receivers_per_column(&self) -> usize {
+        self.receivers_per_column
+    }
+
+    pub fn columns(&self) -> usize {
+        self.ranks.div_ceil(self.receivers_per_column)
+    }
+
+    /// The column holding `receiver`.
+    pub fn column_of(&self, receiver: usize) -> usize {
+        receiver / self.receivers_per_column
+    }
+
+    /// `sender`'s latest interval towards `column`; `None` until the sender has reported (or when out of
+    /// range). A reported sender that moved nothing to the column reads 0 Gbps with no latency.
+    pub fn latest(&self, sender: usize, column: usize) -> Option<PairLatest> {
+        let generation = *self.row_generation.get(sender).filter(|&&generation| generation > 0)?;
+        if column >= self.columns() {
+            return None;
+        }
+        let cell = self.cells[sender * self.columns() + column];
+        if cell.generation != generation {
+            return Some(PairLatest::default());
+        }
+        let measured = |us: f32| (!us.is_nan()).then_some(f64::from(us));
+        Some(PairLatest {
+            gbps: f64::from(cell.gbps),
+            lat_p50_us: measured(cell.lat_p50_us),
+            lat_p99_us: measured(cell.lat_p99_us),
+        })
+    }
+
+    /// The pair's recent throughput, oldest first; `None` beyond `PAIR_HISTORY_MAX_RANKS` ranks.
+    pub fn history(&self, sender: usize, receiver: usize) -> Option<&VecDeque<f32>> {
+        if sender >= self.ranks || receiver >= self.ranks {
+            return None;
+        }
+        self.histories.get(sender * self.ranks + receiver)
+    }
+
+    /// Receivers in `column` other than `sender`: what a block's mean divides by.
+    fn receivers_in(&self, column: usize, sender: usize) -> usize {
+        let first = column * self.receivers_per_column;
+        let end = (first + self.receivers_per_column).min(self.ranks);
+        (end - first) - usize::from((first..end).contains(&sender))
+    }
+
+    /// `sender`'s interval of `interval_ns`: what it moved to each peer. Peers out of range and the
+    /// sender itself are ignored.
+    pub fn record(&mut self, sender: usize, interval_ns: u64, peers: &[PeerSample]) {
+        let Some(generation) = self.row_generation.get_mut(sender) else { return };
+        *generation = generation.wrapping_add(1).max(1);
+        let generation = *generation;
+        let columns = self.columns();
+        let row_start = sender * columns;
+        let track_history = !self.histories.is_empty();
+        let mut now = vec![0.0_f32; if track_history { self.ranks } else { 0 }];
+        for peer in peers {
+            let receiver = peer.peer as usize;
+            if receiver >= self.ranks || receiver == sender {
+                continue;
+            }
+            let column = self.column_of(receiver);
+            let share = self.receivers_in(column, sender).max(1) as f64;
+            let gbps = efatop_experiments::telemetry::RankSample::gbps(peer.bytes, interval_ns);
+            let cell = &mut self.cells[row_start + column];
+            if cell.generation != generation {
+                *cell = PairCell { gbps: 0.0, lat_p50_us: f32::NAN, lat_p99_us: f32::NAN, generation };
+            }
+            cell.gbps += (gbps / share) as f32;
+            // A block's latency is its worst pair's: percentiles of different pairs cannot be averaged.
+            let worst = |kept: f32, new: Option<f64>| match new {
+                Some(new) if kept.is_nan() || new as f32 > kept => new as f32,
+                _ => kept,
+            };
+            cell.lat_p50_us = worst(cell.lat_p50_us, peer.latency.quantile_us(0.50));
+            cell.lat_p99_us = worst(cell.lat_p99_us, peer.latency.quantile_us(0.99));
+            if let Some(point) = now.get_mut(receiver) {
+                *point += gbps as f32;
+            }
+        }
+        if track_history {
+            let row = &mut self.histories[sender * self.ranks..(sender + 1) * self.ranks];
+            for (receiver, (history, gbps)) in row.iter_mut().zip(now).enumerate() {
+                if receiver == sender {
+                    continue;
+                }
+                if history.len() == PAIR_HISTORY_LEN {
+                    history.pop_front();
+                }
+                history.push_back(gbps);
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogLevel {
     Info,
@@ -120,10 +293,15 @@ pub enum Panel {
     Peers,
     Results,
     Log,
+    /// The all-to-all pair heatmap; only in all-to-all runs.
+    Pairs,
 }
 
 impl Panel {
+    /// Tab order of a run without a pair matrix.
     pub const ORDER: [Panel; 4] = [Panel::Gauges, Panel::Peers, Panel::Results, Panel::Log];
+    /// Tab order of an all-to-all run: the heatmap first.
+    pub const ALLTOALL_ORDER: [Panel; 5] = [Panel::Pairs, Panel::Gauges, Panel::Peers, Panel::Results, Panel::Log];
 }
 
 /// A key press, as the dashboard understands it (the binary maps terminal events onto these).
@@ -173,9 +351,17 @@ pub struct DashboardState {
     /// Selection in the gauges and peers panels.
     pub selected_rank: usize,
     pub selected_channel: usize,
+    /// All-to-all runs only: every sender→receiver pair's live bandwidth and the selected pair.
+    pub pairs: Option<PairMatrixView>,
 }
 
 impl DashboardState {
+    /// The panels Tab cycles through in this run.
+    pub fn panel_order(&self) -> &'static [Panel] {
+        if self.pairs.is_some() { &Panel::ALLTOALL_ORDER } else { &Panel::ORDER }
+    }
+
+
     pub fn push_log(&mut self, at: Duration, level: LogLevel, text: impl Into<String>) {
         if self.log.len() == LOG_LEN {
             self.log.pop_front();

@@ -6,6 +6,8 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Widget};
 
+use crate::state::DashboardState;
+
 const KEYS: [(&str, &str); 8] = [
     ("q  Esc", "quit: stops the run on every rank"),
     ("Tab", "focus the next panel"),
@@ -16,12 +18,22 @@ const KEYS: [(&str, &str); 8] = [
     ("t", "show / hide the topology (GPUs, NICs in use, CPUs)"),
     ("?", "show / hide this help (Esc closes it)"),
 ];
+/// Only all-to-all runs have the heatmap, so only their help lists its keys (after the arrows').
+const PAIR_KEYS: [(&str, &str); 2] = [
+    ("↑ ↓", "heatmap focused: select the sender (row)"),
+    ("← →", "heatmap focused: select the receiver (column)"),
+];
+const PAIR_KEYS_AFTER: usize = 5;
 const KEY_WIDTH: usize = 9;
 
-pub(super) fn render(area: Rect, buf: &mut Buffer) {
-    let text_width = KEYS.iter().map(|(_, what)| what.chars().count()).max().unwrap_or(0) + KEY_WIDTH;
+pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+    let mut keys = KEYS.to_vec();
+    if state.pairs.is_some() {
+        keys.splice(PAIR_KEYS_AFTER..PAIR_KEYS_AFTER, PAIR_KEYS);
+    }
+    let text_width = keys.iter().map(|(_, what)| what.chars().count()).max().unwrap_or(0) + KEY_WIDTH;
     let width = u16::try_from(text_width + 4).unwrap_or(u16::MAX).min(area.width);
-    let height = u16::try_from(KEYS.len() + 2).unwrap_or(u16::MAX).min(area.height);
+    let height = u16::try_from(keys.len() + 2).unwrap_or(u16::MAX).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - width) / 2,
         y: area.y + (area.height - height) / 2,
@@ -39,7 +51,7 @@ pub(super) fn render(area: Rect, buf: &mut Buffer) {
         .title_bottom(Line::styled(" Esc or ? to close ", Style::new().fg(Color::DarkGray)).right_aligned());
     let inner = block.inner(popup);
     block.render(popup, buf);
-    for ((key, what), row) in KEYS.iter().zip(inner.rows()) {
+    for ((key, what), row) in keys.iter().zip(inner.rows()) {
         Line::from(vec![
             Span::styled(format!(" {key:<KEY_WIDTH$}"), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
             Span::raw(*what),

@@ -1,6 +1,6 @@
 //! What each key does to the dashboard.
 
-use super::selection::{move_channel, move_rank};
+use super::selection::{move_channel, move_pair, move_rank, PairEnd};
 use crate::state::{Action, DashboardState, Key, Panel};
 
 /// Applies `key` to `state` and says whether the binary should quit.
@@ -9,7 +9,8 @@ use crate::state::{Action, DashboardState, Key, Panel};
 /// - with the help overlay open, `Esc` and `?` close it, `q` quits, and other keys are ignored so
 ///   nothing changes behind the overlay;
 /// - `q` or `Esc` quits; `Tab` and `BackTab` cycle the focused panel; `Up` and `Down` select a rank,
-///   `Left` and `Right` one of its channels (clamped at the ends); `p` freezes or unfreezes the view;
+///   `Left` and `Right` one of its channels (clamped at the ends) — with the pairs heatmap focused, they
+///   move the selected pair's sender and receiver instead; `p` freezes or unfreezes the view;
 ///   `t` shows or hides the topology view; `?` opens the help.
 pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
     if state.finished {
@@ -30,8 +31,12 @@ pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
         Key::Char('?') => state.show_help = true,
         Key::Char('p') => state.frozen = !state.frozen,
         Key::Char('t') => state.show_topology = !state.show_topology,
-        Key::Tab => state.focus = cycle(state.focus, true),
-        Key::BackTab => state.focus = cycle(state.focus, false),
+        Key::Tab => state.focus = cycle(state.panel_order(), state.focus, true),
+        Key::BackTab => state.focus = cycle(state.panel_order(), state.focus, false),
+        Key::Up if state.focus == Panel::Pairs => move_pair(state, PairEnd::Sender, false),
+        Key::Down if state.focus == Panel::Pairs => move_pair(state, PairEnd::Sender, true),
+        Key::Left if state.focus == Panel::Pairs => move_pair(state, PairEnd::Receiver, false),
+        Key::Right if state.focus == Panel::Pairs => move_pair(state, PairEnd::Receiver, true),
         Key::Up => move_rank(state, false),
         Key::Down => move_rank(state, true),
         Key::Left => move_channel(state, false),
@@ -41,18 +46,18 @@ pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
     Action::None
 }
 
-fn cycle(focus: Panel, forward: bool) -> Panel {
-    let count = Panel::ORDER.len();
-    let position = Panel::ORDER.iter().position(|&panel| panel == focus).unwrap_or(0);
+fn cycle(order: &[Panel], focus: Panel, forward: bool) -> Panel {
+    let count = order.len();
+    let position = order.iter().position(|&panel| panel == focus).unwrap_or(0);
     let next = if forward { (position + 1) % count } else { (position + count - 1) % count };
-    Panel::ORDER[next]
+    order[next]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dashboard::sample::sample_state;
-    use crate::state::{ChannelView, PeerView};
+    use crate::state::{ChannelView, PairMatrixView, PeerView};
 
     #[test]
     fn t_toggles_the_topology_view() {
@@ -197,6 +202,41 @@ mod tests {
         assert_eq!((state.selected_rank, state.selected_channel), (2, 2));
         handle_key(&mut state, Key::Right);
         assert_eq!(state.selected_channel, 2);
+    }
+
+    #[test]
+    fn alltoall_runs_cycle_through_the_heatmap_too() {
+        let mut state = DashboardState { pairs: Some(PairMatrixView::new(4)), focus: Panel::Pairs, ..DashboardState::default() };
+        let mut seen = vec![state.focus];
+        for _ in 1..Panel::ALLTOALL_ORDER.len() {
+            handle_key(&mut state, Key::Tab);
+            seen.push(state.focus);
+        }
+        assert_eq!(seen, Panel::ALLTOALL_ORDER);
+        handle_key(&mut state, Key::Tab);
+        assert_eq!(state.focus, Panel::Pairs);
+        handle_key(&mut state, Key::BackTab);
+        assert_eq!(state.focus, Panel::Log);
+    }
+
+    #[test]
+    fn arrows_move_the_selected_pair_when_the_heatmap_is_focused_and_clamp() {
+        let mut state = DashboardState { pairs: Some(PairMatrixView::new(3)), focus: Panel::Pairs, ..DashboardState::default() };
+        let selected = |state: &DashboardState| state.pairs.as_ref().map(|p| (p.selected_sender, p.selected_receiver));
+        assert_eq!(selected(&state), Some((0, 1)));
+        for key in [Key::Down, Key::Down, Key::Down, Key::Left, Key::Left] {
+            handle_key(&mut state, key);
+        }
+        assert_eq!(selected(&state), Some((2, 0)));
+        for key in [Key::Right, Key::Right, Key::Right, Key::Up] {
+            handle_key(&mut state, key);
+        }
+        assert_eq!(selected(&state), Some((1, 2)));
+        assert_eq!((state.selected_rank, state.selected_channel), (0, 0), "rank selection untouched");
+
+        state.focus = Panel::Gauges;
+        handle_key(&mut state, Key::Up);
+        assert_eq!(selected(&state), Some((1, 2)), "only the focused heatmap takes the arrows");
     }
 
     #[test]

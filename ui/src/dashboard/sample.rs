@@ -6,10 +6,13 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use efatop_experiments::results::{LatencySummary, Measurement, NicRecord, RunMetadata};
+use efatop_experiments::telemetry::histogram::bucket_of;
+use efatop_experiments::telemetry::{IntervalHistogram, PeerSample};
 use efatop_experiments::RunResults;
 
 use crate::state::{
-    ChannelView, DashboardState, LogLevel, PeerState, PeerView, Progress, RunInfo, HISTORY_LEN,
+    ChannelView, DashboardState, LogLevel, PairMatrixView, Panel, PeerState, PeerView, Progress, RunInfo,
+    ALLTOALL_EXPERIMENT, HISTORY_LEN,
 };
 
 const HOSTS: [&str; 2] = ["p5-node-a", "p5-node-b"];
@@ -165,4 +168,112 @@ fn measurements() -> Vec<Measurement> {
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement("SinglePin", size, gbps, 1.0));
     let multi = SIZES.iter().zip(multi).map(|(&size, gbps)| measurement("MultiPin", size, gbps, 4.0));
     single.chain(multi).collect()
+}
+
+/// Telemetry intervals the all-to-all sample has recorded (its histories' length).
+const ALLTOALL_INTERVALS: u64 = 40;
+const INTERVAL_NS: u64 = 100_000_000;
+/// A pair touching the slow host moves this share of what the others move.
+pub const SLOW_SHARE: f64 = 0.2;
+
+/// An all-to-all run mid-sweep on `hosts` hosts of `ranks_per_host` ranks, one channel per rank, where
+/// every pair with a rank on host `slow_host` (as sender or receiver) runs at [`SLOW_SHARE`] of the
+/// others' rate with four times their latency. The matrix is filled through the ingest path
+/// ([`PairMatrixView::record`]) from `ALLTOALL_INTERVALS` intervals of peer samples. Deterministic.
+pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usize) -> DashboardState {
+    let ranks = hosts * ranks_per_host;
+    let host_names: Vec<String> = (0..ranks).map(|rank| format!("p5-node-{:02}", rank / ranks_per_host)).collect();
+    let configs = vec!["AllToAllPin".to_string()];
+    let run = RunInfo {
+        experiment: ALLTOALL_EXPERIMENT.into(),
+        provider_stack: "efa".into(),
+        ranks,
+        hosts: host_names.clone(),
+        channels: 1,
+        link_gbps: Some(LINK_GBPS),
+        memory: "host".into(),
+        configs: configs.clone(),
+        sizes: SIZES.to_vec(),
+        placements: Vec::new(),
+    };
+    let slow = |rank: usize| rank / ranks_per_host == slow_host;
+    // Each sender splits its link among the others.
+    let fair_share = LINK_GBPS * 0.9 / ranks.saturating_sub(1).max(1) as f64;
+    let mut pairs = PairMatrixView::new(ranks);
+    for interval in 0..ALLTOALL_INTERVALS {
+        for sender in 0..ranks {
+            let peers: Vec<PeerSample> = (0..ranks)
+                .filter(|&receiver| receiver != sender)
+                .map(|receiver| {
+                    let jitter = ((sender * 7 + receiver * 13 + interval as usize * 5) % 11) as f64 / 100.0;
+                    let share = if slow(sender) || slow(receiver) { SLOW_SHARE } else { 1.0 };
+                    let gbps = fair_share * share * (0.95 + jitter);
+                    let latency_ns = if share < 1.0 { 80_000 } else { 20_000 } + (receiver as u64 % 4) * 1_000;
+                    PeerSample {
+                        peer: u32::try_from(receiver).unwrap_or(u32::MAX),
+                        bytes: (gbps * INTERVAL_NS as f64 / 8.0) as u64,
+                        ops: 8,
+                        latency: IntervalHistogram {
+                            buckets: vec![(u16::try_from(bucket_of(latency_ns)).unwrap_or(u16::MAX), 8)],
+                        },
+                    }
+                })
+                .collect();
+            pairs.record(sender, INTERVAL_NS, &peers);
+        }
+    }
+    pairs.selected_sender = slow_host * ranks_per_host;
+    pairs.selected_receiver = usize::from(slow_host == 0) * ranks_per_host;
+    let per_rank = fair_share * (ranks.saturating_sub(1)) as f64;
+    let mut state = DashboardState {
+        run,
+        progress: Progress {
+            config: Some("AllToAllPin".into()),
+            size: Some(SIZES[2]),
+            done: 2,
+            total: SIZES.len(),
+            elapsed: Duration::from_secs(21),
+            eta: Some(Duration::from_secs(40)),
+        },
+        channels: (0..ranks)
+            .map(|rank| {
+                let gbps = if slow(rank) { per_rank * SLOW_SHARE } else { per_rank };
+                ChannelView {
+                    rank,
+                    channel: 0,
+                    nic: NICS[0].into(),
+                    gbps,
+                    ops_per_s: gbps * 1e9 / 8.0 / f64::from(1_u32 << 20),
+                    in_flight: ranks.saturating_sub(1) as u64,
+                    lat_p50_us: Some(if slow(rank) { 80.0 } else { 20.0 }),
+                    lat_p99_us: Some(if slow(rank) { 96.0 } else { 24.0 }),
+                    lat_max_us: Some(120.0),
+                    history: std::iter::repeat_n(gbps, 60).collect(),
+                }
+            })
+            .collect(),
+        peers: (0..ranks)
+            .map(|rank| PeerView {
+                rank,
+                host: host_names[rank].clone(),
+                lat_p50_us: Some(if slow(rank) { 80.0 } else { 20.0 }),
+                lat_p99_us: Some(if slow(rank) { 96.0 } else { 24.0 }),
+                gbps: if slow(rank) { per_rank * SLOW_SHARE } else { per_rank },
+                last_seen: Duration::from_millis(100),
+                ..PeerView::default()
+            })
+            .collect(),
+        results: Some(RunResults {
+            metadata: RunMetadata { experiment: ALLTOALL_EXPERIMENT.into(), ranks, hosts: host_names, ..metadata(Vec::new()) },
+            configs,
+            measurements: Vec::new(),
+            ..RunResults::default()
+        }),
+        focus: Panel::Pairs,
+        pairs: Some(pairs),
+        ..DashboardState::default()
+    };
+    state.push_log(Duration::from_millis(150), LogLevel::Info, format!("world established: {ranks} ranks on {hosts} hosts, provider efa"));
+    state.push_log(Duration::from_secs(20), LogLevel::Info, "AllToAllPin 1M started");
+    state
 }

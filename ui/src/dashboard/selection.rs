@@ -64,6 +64,24 @@ pub(super) fn move_channel(state: &mut DashboardState, forward: bool) {
     }
 }
 
+/// Which end of the selected pair an arrow key moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PairEnd {
+    Sender,
+    Receiver,
+}
+
+/// Moves the selected pair's sender (↑↓) or receiver (←→) by one rank, clamped to the ranks.
+pub(super) fn move_pair(state: &mut DashboardState, end: PairEnd, forward: bool) {
+    let Some(pairs) = &mut state.pairs else { return };
+    let last = pairs.ranks().saturating_sub(1);
+    let rank = match end {
+        PairEnd::Sender => &mut pairs.selected_sender,
+        PairEnd::Receiver => &mut pairs.selected_receiver,
+    };
+    *rank = if forward { (*rank + 1).min(last) } else { rank.saturating_sub(1).min(last) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -180,6 +180,7 @@ fn the_focused_panel_has_a_thick_cyan_border() {
             Panel::Peers => " Peers ",
             Panel::Results => " Results ",
             Panel::Log => " Log ",
+            Panel::Pairs => " Pairs ",
         };
         let (x, y) = find(buffer, title).unwrap();
         assert_eq!(buffer[(x - 1, y)].symbol(), "┏", "{focus:?}");
@@ -287,4 +288,191 @@ fn a_resized_terminal_redraws_like_a_fresh_one() {
     terminal.resize(Rect::new(0, 0, 80, 24)).unwrap();
     terminal.draw(|frame| draw(frame, &state)).unwrap();
     assert_eq!(terminal.backend().buffer(), dashboard(&state, 80, 24).backend().buffer());
+}
+
+// ---- All-to-all: the pair heatmap ----
+
+use super::sample::alltoall_sample_state;
+
+/// Four hosts of one rank each, host 2 slow.
+fn alltoall_4() -> DashboardState {
+    alltoall_sample_state(4, 1, 2)
+}
+
+/// Sixteen hosts of four ranks each, host 5 (ranks 20-23) slow.
+fn alltoall_64() -> DashboardState {
+    alltoall_sample_state(16, 4, 5)
+}
+
+#[test]
+fn alltoall_dashboard_snapshots() {
+    for (name, state) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
+        for (width, height) in [(80, 24), (200, 60)] {
+            assert_snapshot!(format!("{name}_{width}x{height}"), dashboard(&state, width, height).backend());
+        }
+    }
+}
+
+#[test]
+fn alltoall_heatmap_panel_snapshots() {
+    for (name, state) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
+        for (width, height) in [(80, 24), (200, 60)] {
+            assert_snapshot!(format!("panel_pairs_{name}_{width}x{height}"), panel(&state, Panel::Pairs, width, height).backend());
+        }
+    }
+}
+
+/// Symbol, colour and modifiers of each heatmap cell on the row labelled `label`: `groups` cells of
+/// `cell_width` columns, starting where the axis line's `to r `/`to h ` prefix ends.
+fn heat_row(buffer: &Buffer, label: &str, groups: usize, cell_width: usize) -> Vec<(String, Color, Modifier)> {
+    let (axis_x, _) = find(buffer, "to r ").or_else(|| find(buffer, "to h ")).expect("axis line on screen");
+    let (_, y) = find(buffer, label).unwrap_or_else(|| panic!("{label:?} not on screen:\n{buffer:?}"));
+    (0..groups)
+        .map(|group| {
+            let cell = &buffer[(axis_x + 5 + u16::try_from(group * cell_width).unwrap(), y)];
+            (cell.symbol().to_string(), cell.fg, cell.modifier)
+        })
+        .collect()
+}
+
+fn is_slow(colour: Color) -> bool {
+    matches!(colour, Color::Red | Color::LightRed)
+}
+
+#[test]
+fn the_slow_hosts_row_and_column_are_drawn_slow_and_the_rest_fast() {
+    let state = alltoall_64();
+    for (width, height) in [(200, 60), (120, 40)] {
+        let terminal = panel(&state, Panel::Pairs, width, height);
+        let buffer = terminal.backend().buffer();
+        assert!(find(buffer, "Pairs by host").is_some(), "{buffer:?}");
+        for host in 0..16 {
+            let label = format!("h{host} p5-node-{host:02}");
+            let row = heat_row(buffer, &label, 16, 2);
+            for (column, (symbol, colour, _)) in row.iter().enumerate() {
+                let slow_pair = host == 5 || column == 5;
+                assert_eq!(is_slow(*colour), slow_pair, "{width}x{height} h{host}→h{column}: {symbol} {colour:?}");
+                if !slow_pair {
+                    assert_eq!(*colour, Color::Green, "h{host}→h{column}");
+                }
+            }
+        }
+        // The selected pair (r20 → r0) lies in cell h5 → h0, which is highlighted.
+        assert!(heat_row(buffer, "h5 p5-node-05", 16, 2)[0].2.contains(Modifier::REVERSED));
+        assert!(!heat_row(buffer, "h5 p5-node-05", 16, 2)[1].2.contains(Modifier::REVERSED));
+        assert!(find(buffer, "r20→r0 0.29 Gbps  p50 79.9  p99 79.9 us · h5→h0 mean 0.29").is_some(), "{buffer:?}");
+    }
+}
+
+#[test]
+fn four_ranks_get_a_cell_each_with_a_blank_diagonal() {
+    let terminal = panel(&alltoall_4(), Panel::Pairs, 80, 24);
+    let buffer = terminal.backend().buffer();
+    assert!(find(buffer, "Pairs by").is_none(), "not aggregated:\n{buffer:?}");
+    for rank in 0..4 {
+        let marker = if rank == 2 { "▶" } else { " " };
+        let row = heat_row(buffer, &format!("{marker} r{rank} "), 4, 2);
+        for (column, (symbol, colour, _)) in row.iter().enumerate() {
+            if column == rank {
+                assert_eq!(symbol, " ", "r{rank} with itself");
+            } else {
+                assert_eq!(is_slow(*colour), rank == 2 || column == 2, "r{rank}→r{column}: {symbol} {colour:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn when_hosts_do_not_fit_ranks_are_grouped_in_blocks_of_whole_hosts() {
+    let terminal = panel(&alltoall_64(), Panel::Pairs, 80, 12);
+    let buffer = terminal.backend().buffer();
+    // 10 lines inside the box: the axis, the detail line and 8 rows, so 8 blocks of 2 hosts.
+    assert!(find(buffer, "Pairs by block of 8 ranks, 2 hosts").is_some(), "{buffer:?}");
+    // Block r16-23 holds the slow host and a fast one: half its pairs are slow, so its mean is below
+    // the others' but not below half of the peak.
+    let row = heat_row(buffer, "r0-7 ", 8, 2);
+    assert_eq!(row.iter().map(|cell| cell.1).collect::<Vec<_>>()[..4], [Color::Green, Color::Green, Color::Yellow, Color::Green]);
+    assert!(is_slow(heat_row(buffer, "r16-23", 8, 2)[2].1), "the slow host's pairs with itself and its neighbour");
+    assert!(find(buffer, "r56-63").is_some());
+}
+
+#[test]
+fn narrow_the_heatmap_gives_way_to_the_gauges_while_they_have_the_focus() {
+    let mut state = alltoall_4();
+    let buffer_has = |state: &DashboardState, text: &str| find(dashboard(state, 80, 24).backend().buffer(), text).is_some();
+    assert!(buffer_has(&state, " Pairs "));
+    assert!(!buffer_has(&state, " Live channels "));
+    state.focus = Panel::Gauges;
+    assert!(!buffer_has(&state, " Pairs "));
+    assert!(buffer_has(&state, " Live channels "));
+    // Wide, both are on screen whatever has the focus.
+    let wide = dashboard(&state, 200, 60);
+    assert!(find(wide.backend().buffer(), " Pairs ").is_some() && find(wide.backend().buffer(), " Live channels ").is_some());
+}
+
+#[test]
+fn help_lists_the_heatmap_keys_only_for_alltoall_runs() {
+    let mut state = alltoall_4();
+    state.show_help = true;
+    let terminal = dashboard(&state, 80, 24);
+    assert!(find(terminal.backend().buffer(), "select the sender (row)").is_some());
+    assert!(find(terminal.backend().buffer(), "select the receiver (column)").is_some());
+    let write = DashboardState { show_help: true, ..sample_state() };
+    assert!(find(dashboard(&write, 80, 24).backend().buffer(), "select the sender").is_none());
+}
+
+#[test]
+fn the_pairs_panel_of_a_run_without_a_matrix_says_so() {
+    let terminal = panel(&sample_state(), Panel::Pairs, 40, 5);
+    assert!(find(terminal.backend().buffer(), "not an all-to-all run").is_some());
+}
+
+/// 4096 ranks: the matrix keeps blocks of 64 receivers; the heatmap groups further to fit.
+fn alltoall_4096() -> DashboardState {
+    use crate::state::PairMatrixView;
+    use efatop_experiments::telemetry::PeerSample;
+    let ranks = 4096;
+    let mut pairs = PairMatrixView::new(ranks);
+    let peers: Vec<PeerSample> = (0..ranks as u32).map(|peer| PeerSample { peer, bytes: 1_000_000, ..PeerSample::default() }).collect();
+    for sender in (0..ranks).step_by(97) {
+        pairs.record(sender, 100_000_000, &peers);
+    }
+    pairs.selected_sender = 97 * 41;
+    pairs.selected_receiver = 17;
+    let hosts = (0..ranks).map(|rank| format!("node{}", rank / 8)).collect();
+    DashboardState {
+        run: RunInfo { experiment: "alltoall".into(), ranks, hosts, ..RunInfo::default() },
+        pairs: Some(pairs),
+        focus: Panel::Pairs,
+        ..DashboardState::default()
+    }
+}
+
+#[test]
+fn a_4096_rank_run_draws_in_blocks() {
+    let terminal = panel(&alltoall_4096(), Panel::Pairs, 200, 60);
+    let buffer = terminal.backend().buffer();
+    assert!(find(buffer, "Pairs by block of").is_some(), "{buffer:?}");
+    assert!(find(buffer, "r3977→r0-63 mean 0.08 Gbps").is_some(), "{buffer:?}");
+}
+
+#[test]
+fn alltoall_states_draw_at_any_size_without_panicking() {
+    for state in [alltoall_4(), alltoall_64(), alltoall_4096()] {
+        for width in 0..24 {
+            for height in 0..12 {
+                dashboard(&state, width, height);
+                for &which in state.panel_order() {
+                    panel(&state, which, width, height);
+                }
+            }
+        }
+        for (width, height) in [(1, 1), (10, 3), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)] {
+            dashboard(&state, width, height);
+            panel(&state, Panel::Pairs, width, height);
+        }
+    }
+    // Tiny areas draw what fits and nothing outside them.
+    let terminal = panel(&alltoall_64(), Panel::Pairs, 10, 3);
+    assert!(find(terminal.backend().buffer(), "Pairs").is_some());
 }
