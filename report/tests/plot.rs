@@ -37,8 +37,18 @@ impl Image {
             .map(|p| [p[0], p[1], p[2]])
     }
 
-    fn count(&self, color: [u8; 3]) -> usize {
-        self.pixels(0..self.height).filter(|p| *p == color).count()
+    /// Pixels of exactly `color` in the given columns and rows.
+    fn count_in(
+        &self,
+        color: [u8; 3],
+        columns: std::ops::Range<u32>,
+        rows: std::ops::Range<u32>,
+    ) -> usize {
+        let width = self.width as usize;
+        self.pixels(rows)
+            .enumerate()
+            .filter(|(at, p)| columns.contains(&((at % width) as u32)) && *p == color)
+            .count()
     }
 
     fn non_white_fraction(&self, rows: std::ops::Range<u32>) -> f64 {
@@ -132,13 +142,37 @@ fn write_run_plots_bandwidth_and_latency_with_link_lines() {
     assert_eq!(links, [100.0, 400.0]);
     assert!(sidecar["heatmaps"].as_array().expect("heatmaps").is_empty());
 
-    // Every line left its colour on the picture: a series that was not drawn would leave none.
+    // Every line left its colour in the bandwidth chart (the left half, below the title). Its markers and
+    // legend entry alone leave about 500 pixels; the line across the chart adds over a thousand.
+    let bandwidth_area = (0..image.width / 2, 56..image.height);
     for series in bandwidth["series"].as_array().expect("series") {
-        let pixels = image.count(hex(&series["color"]));
-        assert!(pixels > 400, "{} drew {pixels} pixels", series["name"]);
+        let pixels = image.count_in(
+            hex(&series["color"]),
+            bandwidth_area.0.clone(),
+            bandwidth_area.1.clone(),
+        );
+        assert!(pixels > 1_200, "{} drew {pixels} pixels", series["name"]);
     }
-    let reference = image.count(hex(&bandwidth["reference_lines"][0]["color"]));
-    assert!(reference > 300, "link lines drew {reference} pixels");
+    // The latency chart (the right half) draws each configuration's p50 and p99 in its colour.
+    for series in latency["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .step_by(2)
+    {
+        let pixels = image.count_in(
+            hex(&series["color"]),
+            image.width / 2..image.width,
+            56..image.height,
+        );
+        assert!(pixels > 1_200, "{} drew {pixels} pixels", series["name"]);
+    }
+    let reference = image.count_in(
+        hex(&bandwidth["reference_lines"][0]["color"]),
+        bandwidth_area.0,
+        bandwidth_area.1,
+    );
+    assert!(reference > 1_000, "link lines drew {reference} pixels");
 }
 
 #[test]
