@@ -33,6 +33,7 @@ pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
     }
 }
 
+#[allow(clippy::too_many_lines)] // one bench, read top to bottom: setup, load, per-second table, verdict
 fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let ranks = args.ranks as usize;
     let channels = args.channels as usize;

@@ -23,6 +23,8 @@ pub enum Command {
     Write(WriteArgs),
     /// Two-sided SEND/RECV ping-pong between rank 0 and each rank k
     Sendrecv(SendrecvArgs),
+    /// Every rank writes its buffer to every other rank at once (RDMA WRITE with immediate data)
+    Alltoall(WriteArgs),
     /// Start N local ranks of an experiment, no MPI needed
     Run(RunArgs),
     /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
@@ -72,6 +74,8 @@ pub enum Experiment {
     Write(WriteArgs),
     /// Two-sided SEND/RECV ping-pong
     Sendrecv(SendrecvArgs),
+    /// Every rank writes to every other rank at once
+    Alltoall(WriteArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -199,7 +203,7 @@ pub struct SendrecvArgs {
 impl Experiment {
     pub fn common(&self) -> &CommonArgs {
         match self {
-            Experiment::Write(args) => &args.common,
+            Experiment::Write(args) | Experiment::Alltoall(args) => &args.common,
             Experiment::Sendrecv(args) => &args.common,
         }
     }
@@ -208,6 +212,7 @@ impl Experiment {
         match self {
             Experiment::Write(_) => "write",
             Experiment::Sendrecv(_) => "sendrecv",
+            Experiment::Alltoall(_) => "alltoall",
         }
     }
 }

@@ -173,6 +173,8 @@ fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, 
             }
         }
         ConsumerEvent::Step { config, size } => Ingest::step(state, &config, size),
+        // The heatmap follows the live samples; the final matrices go to the results file and JSON.
+        ConsumerEvent::PairMatrix(_) => {}
         ConsumerEvent::Measured(measurement) => {
             let line = format!(
                 "{} {}: {:.2} Gbps, data verified",

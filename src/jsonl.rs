@@ -49,6 +49,7 @@ fn print_event(event: ConsumerEvent, started: Instant) {
         ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
         ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
         ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
+        ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
         ConsumerEvent::Finished { .. } => {}
     }
 }

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::BenchCollector(args) => bench::bench_collector(&args),
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
+        Command::Alltoall(args) => output::rank_main(&Experiment::Alltoall(args)),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => report::compare(&args),

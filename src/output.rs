@@ -10,11 +10,11 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{Measurement, RankPlacement, RunMetadata, RunResults};
+use efatop_experiments::results::{Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults};
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
-    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, sendrecv, sizes, write,
+    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, sendrecv, sizes, write,
 };
 use efatop_fabric::Capabilities;
 use efatop_ui::ingest::Ingest;
@@ -32,6 +32,7 @@ pub enum ConsumerEvent {
     Begin { columns: Vec<String>, memory: String },
     Step { config: String, size: u64 },
     Measured(Box<Measurement>),
+    PairMatrix(Box<PairMatrix>),
     Finished { error: Option<String> },
 }
 
@@ -92,6 +93,7 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
     }
 }
 
+#[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
 fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
@@ -106,7 +108,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         _ => None,
     };
     let capabilities = match experiment {
-        Experiment::Write(_) => Capabilities::MESSAGES_AND_WRITE,
+        Experiment::Write(_) | Experiment::Alltoall(_) => Capabilities::MESSAGES_AND_WRITE,
         Experiment::Sendrecv(_) => Capabilities::MESSAGES,
     };
     let window = usize::from(common.window);
@@ -140,7 +142,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     };
     let configs: Vec<String> = match experiment {
         // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
-        Experiment::Write(args) => args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect(),
+        Experiment::Write(args) | Experiment::Alltoall(args) => {
+            args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect()
+        }
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
     };
     let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, ..RunResults::default() };
@@ -354,6 +358,10 @@ fn run_experiment(
             write::run(world, sweep, &configs, observer).map(|_| ())
         }
         Experiment::Sendrecv(_) => sendrecv::run(world, sweep, observer).map(|_| ()),
+        Experiment::Alltoall(args) => {
+            let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
+            alltoall::run(world, sweep, &configs, observer).map(|_| ())
+        }
     }
 }
 
@@ -390,6 +398,14 @@ impl Observer for RankZero {
         }
         if let Some(events) = &self.events {
             let _ = events.send(ConsumerEvent::Measured(Box::new(measurement.clone())));
+        }
+    }
+
+    fn pair_matrix(&mut self, matrix: &PairMatrix) {
+        // Saved with the step's measurement, which follows at once.
+        self.results.pair_matrices.push(matrix.clone());
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
         }
     }
 

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod alltoall;
 pub mod pattern;
 pub mod payload;
 pub mod results;
@@ -37,6 +38,9 @@ pub enum ExperimentError {
         size: String,
         detail: String,
     },
+    /// Nothing moved for the operation timeout (`--timeout`); says what this rank waited for, and from whom.
+    #[error("no progress for {:.0} s (--timeout): {waiting}", timeout.as_secs_f64())]
+    Stalled { waiting: String, timeout: std::time::Duration },
     /// This rank's failure has been shared with rank 0, which reports it for the run.
     #[error("(reported by rank 0)")]
     Reported { exit_code: i32 },
@@ -90,6 +94,8 @@ pub trait Observer {
     fn step(&mut self, _config: &str, _size: u64) {}
     /// A step finished with this measurement.
     fn measured(&mut self, _measurement: &Measurement) {}
+    /// All-to-all: every pair's bandwidth at a step, told just before the step's measurement.
+    fn pair_matrix(&mut self, _matrix: &results::PairMatrix) {}
     /// Checked by rank 0 between rounds; every rank then stops after the round in progress.
     fn stop_requested(&self) -> bool {
         false

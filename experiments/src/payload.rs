@@ -177,12 +177,18 @@ impl Payload {
     /// Writes the sender's pattern for `seed` into the first `seed.size` bytes (where the data lives:
     /// host memory, or the GPU), flipping byte `corrupt` if given.
     pub fn fill(&self, seed: PatternSeed, corrupt: Option<u64>) -> Result<(), ExperimentError> {
+        self.fill_at(0, seed, corrupt)
+    }
+
+    /// As [`Payload::fill`], into the `seed.size` bytes from `offset` (a multiple of 8).
+    pub fn fill_at(&self, offset: u64, seed: PatternSeed, corrupt: Option<u64>) -> Result<(), ExperimentError> {
         let size = seed.size;
-        let corrupt = corrupt.map(|offset| offset % size);
+        let corrupt = corrupt.map(|at| at % size);
+        let range = offset as usize..(offset + size) as usize;
         match &self.storage {
             Storage::Host(host) => {
                 host.write(|bytes| {
-                    let bytes = &mut bytes[..size as usize];
+                    let bytes = &mut bytes[range];
                     pattern::fill(bytes, seed);
                     if let Some(at) = corrupt {
                         bytes[at as usize] ^= 0xff;
@@ -196,21 +202,27 @@ impl Payload {
                 device: buffer,
                 ..
             } => gpu
-                .fill(buffer, size as usize, seed.key(), corrupt)
+                .fill(buffer, range, seed.key(), corrupt)
                 .map_err(cuda_error),
         }
     }
 
     /// Before sending: staged memory is copied from the GPU into the registered host buffer.
     pub fn stage_out(&self, len: u64) -> Result<(), ExperimentError> {
+        self.stage_out_range(0, len)
+    }
+
+    /// As [`Payload::stage_out`], for the `len` bytes from `offset`.
+    pub fn stage_out_range(&self, offset: u64, len: u64) -> Result<(), ExperimentError> {
         if let Storage::Staged {
             gpu,
             device,
             staging,
         } = &self.storage
         {
+            let range = offset as usize..(offset + len) as usize;
             staging
-                .write(|bytes| gpu.to_host(device, &mut bytes[..len as usize]))
+                .write(|bytes| gpu.to_host(device, range.start, &mut bytes[range]))
                 .map_err(cuda_error)?;
         }
         Ok(())
@@ -218,14 +230,20 @@ impl Payload {
 
     /// After receiving: staged memory is copied from the registered host buffer onto the GPU.
     pub fn stage_in(&self, len: u64) -> Result<(), ExperimentError> {
+        self.stage_in_range(0, len)
+    }
+
+    /// As [`Payload::stage_in`], for the `len` bytes from `offset`.
+    pub fn stage_in_range(&self, offset: u64, len: u64) -> Result<(), ExperimentError> {
         if let Storage::Staged {
             gpu,
             device,
             staging,
         } = &self.storage
         {
+            let range = offset as usize..(offset + len) as usize;
             staging
-                .read(|bytes| gpu.from_host(&bytes[..len as usize], device))
+                .read(|bytes| gpu.from_host(&bytes[range.clone()], device, range.start))
                 .map_err(cuda_error)?;
         }
         Ok(())
@@ -233,15 +251,21 @@ impl Payload {
 
     /// Checks the first `seed.size` bytes where the data lives (device buffers are checked on the GPU).
     pub fn verify(&self, seed: PatternSeed) -> Result<Result<(), Mismatch>, ExperimentError> {
+        self.verify_at(0, seed)
+    }
+
+    /// As [`Payload::verify`], for the `seed.size` bytes from `offset`; a mismatch's offset counts from there.
+    pub fn verify_at(&self, offset: u64, seed: PatternSeed) -> Result<Result<(), Mismatch>, ExperimentError> {
         let size = seed.size as usize;
+        let range = offset as usize..offset as usize + size;
         match &self.storage {
-            Storage::Host(host) => Ok(host.read(|bytes| pattern::verify(&bytes[..size], seed))),
+            Storage::Host(host) => Ok(host.read(|bytes| pattern::verify(&bytes[range], seed))),
             Storage::Device { gpu, buffer }
             | Storage::Staged {
                 gpu,
                 device: buffer,
                 ..
-            } => match gpu.verify(buffer, size, seed.key()).map_err(cuda_error)? {
+            } => match gpu.verify(buffer, range, seed.key()).map_err(cuda_error)? {
                 None => Ok(Ok(())),
                 Some((offset, found)) => {
                     let mut expected = vec![0u8; (offset as usize + 1).min(size)];
@@ -343,9 +367,9 @@ mod tests {
             iteration: 1,
         };
         let buffer = gpu.alloc(4100).expect("alloc");
-        gpu.fill(&buffer, 4100, seed.key(), None).expect("fill");
+        gpu.fill(&buffer, 0..4100, seed.key(), None).expect("fill");
         let mut host = vec![0u8; 4100];
-        gpu.to_host(&buffer, &mut host).expect("copy");
+        gpu.to_host(&buffer, 0, &mut host).expect("copy");
         assert_eq!(pattern::verify(&host, seed), Ok(()));
     }
 }

@@ -83,6 +83,11 @@ pub struct Measurement {
     /// Bandwidth over the link speed of the channels the configuration uses; absent when no link speed is
     /// known (never guessed).
     pub busbw_percent: Option<f64>,
+    /// All-to-all only: what nccl-tests calls busbw, the bytes each rank puts on the wire per second
+    /// ((N-1) × size per iteration), in Gbps. `gbps` keeps the seed's definition (one rank's buffer per
+    /// iteration time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_busbw_gbps: Option<f64>,
     pub latency: LatencySummary,
     /// Timed iterations per pair.
     pub iterations: u64,

@@ -81,6 +81,7 @@ fn measure_memory(
                 count: size / 4,
                 gbps: mean_gbps,
                 busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / link),
+                nccl_busbw_gbps: None,
                 latency: latency.summary(),
                 iterations: sweep.iters,
                 pairs,

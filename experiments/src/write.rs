@@ -446,6 +446,7 @@ fn summarise(
         busbw_percent: world
             .link_gbps
             .map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
+        nccl_busbw_gbps: None,
         latency: latency.summary(),
         iterations: iters,
         pairs,

@@ -47,6 +47,14 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
         (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
     };
+    if meta.experiment == "alltoall" {
+        let _ = writeln!(
+            out,
+            "# all-to-all: Gbps = one rank's buffer (size) per iteration time, as the seed table; BusBW = that over \
+             link x channels used; nccl-tests busbw = (N-1) x size per iteration time (what each rank puts on the wire), \
+             in its own table below"
+        );
+    }
     // Where each rank runs (a few lines; large runs keep the detail in the results file).
     for placement in meta.placements.iter().take(8) {
         let gpu = placement.gpu.map_or_else(|| "no GPU".to_string(), |g| format!("GPU {g}"));

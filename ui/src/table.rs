@@ -16,6 +16,35 @@ fn gbps(value: f64) -> String {
 }
 
 pub fn render_table(results: &RunResults) -> String {
+    let mut out = render_seed_table(results);
+    if results.measurements.iter().any(|m| m.nccl_busbw_gbps.is_some()) {
+        out.push('\n');
+        out.push_str(&render_nccl_busbw_table(results));
+    }
+    out
+}
+
+/// All-to-all's second reading of the same runs: nccl-tests' busbw, (N-1) × size per iteration time.
+fn render_nccl_busbw_table(results: &RunResults) -> String {
+    let mut header = vec!["Size".to_string()];
+    header.extend(results.configs.iter().map(|config| format!("{config} busbw (Gbps)")));
+    let rows: Vec<Vec<String>> = results
+        .sizes()
+        .into_iter()
+        .map(|size| {
+            let mut row = vec![format_size(size)];
+            row.extend(results.configs.iter().map(|config| {
+                results.find(config, size).and_then(|m| m.nccl_busbw_gbps).map_or_else(|| NOT_MEASURED.into(), gbps)
+            }));
+            row
+        })
+        .collect();
+    let mut out = format!("nccl-tests alltoall busbw, (N-1) x size per iteration time, N = {} ranks:\n", results.metadata.ranks);
+    out.push_str(&markdown(&header, &rows));
+    out
+}
+
+fn render_seed_table(results: &RunResults) -> String {
     let mut header = vec!["Size".to_string(), "Count".to_string()];
     for config in &results.configs {
         header.extend([
@@ -43,6 +72,11 @@ pub fn render_table(results: &RunResults) -> String {
         }
         rows.push(row);
     }
+    markdown(&header, &rows)
+}
+
+/// Right-aligned Markdown, each column as wide as its widest cell.
+fn markdown(header: &[String], rows: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|col| rows.iter().map(|r| r[col].len()).chain([header[col].len()]).max().unwrap_or(0))
         .collect();
@@ -50,11 +84,11 @@ pub fn render_table(results: &RunResults) -> String {
         let body: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!(" {cell:>width$} ")).collect();
         format!("|{}|", body.join("|"))
     };
-    let mut out = line(&header);
+    let mut out = line(header);
     out.push('\n');
     let rule: Vec<String> = widths.iter().map(|w| format!("{}:", "-".repeat(w + 1))).collect();
     let _ = writeln!(out, "|{}|", rule.join("|"));
-    for row in &rows {
+    for row in rows {
         out.push_str(&line(row));
         out.push('\n');
     }
@@ -94,6 +128,7 @@ mod tests {
             count: size / 4,
             gbps,
             busbw_percent: Some(gbps),
+            nccl_busbw_gbps: None,
             latency: LatencySummary { mean_us: 66.54, p50_us: 65.0, p99_us: 70.25, max_us: 71.0 },
             iterations: 10,
             pairs: vec![],

@@ -5,6 +5,7 @@
 //! The pattern the kernels write is byte for byte the host's (`efatop_experiments::pattern`): 8-byte words
 //! `mix(key ^ index · K)` in little-endian order, so either side can check the other's data.
 
+use std::ops::Range;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -138,28 +139,34 @@ impl Gpu {
         LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
     }
 
-    /// Writes the pattern of `key` over the first `len` bytes, flipping byte `corrupt` if given.
-    pub fn fill(&self, buffer: &DeviceBuffer, len: usize, key: u64, corrupt: Option<u64>) -> Result<(), CudaError> {
-        let len64 = len.min(buffer.len) as u64;
+    /// Writes the pattern of `key` over `bytes` of the buffer (the pattern's word 0 at `bytes.start`, which
+    /// must be a multiple of 8), flipping byte `corrupt` (counted from `bytes.start`) if given.
+    pub fn fill(&self, buffer: &DeviceBuffer, bytes: Range<usize>, key: u64, corrupt: Option<u64>) -> Result<(), CudaError> {
+        let bytes = clamp(bytes, buffer.len);
+        let len64 = bytes.len() as u64;
         let corrupt = corrupt.unwrap_or(u64::MAX);
         let mut slice = buffer.slice.borrow_mut();
+        let mut view = slice.slice_mut(bytes);
         let mut launch = self.stream.launch_builder(&self.fill);
-        launch.arg(&mut *slice).arg(&len64).arg(&key).arg(&corrupt);
-        // SAFETY: the kernel's signature is (u8*, u64, u64, u64) and it writes only below len64 ≤ the
-        // buffer's length.
+        launch.arg(&mut view).arg(&len64).arg(&key).arg(&corrupt);
+        // SAFETY: the kernel's signature is (u8*, u64, u64, u64) and it writes only below len64, the
+        // view's length.
         unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
         self.stream.synchronize()?;
         Ok(())
     }
 
-    /// Checks the first `len` bytes against the pattern of `key`; returns the offset and the found byte of
-    /// the first mismatch.
-    pub fn verify(&self, buffer: &DeviceBuffer, len: usize, key: u64) -> Result<Option<(u64, u8)>, CudaError> {
-        let len64 = len.min(buffer.len) as u64;
+    /// Checks `bytes` of the buffer against the pattern of `key` (word 0 at `bytes.start`); returns the
+    /// offset (from `bytes.start`) and the found byte of the first mismatch.
+    pub fn verify(&self, buffer: &DeviceBuffer, bytes: Range<usize>, key: u64) -> Result<Option<(u64, u8)>, CudaError> {
+        let bytes = clamp(bytes, buffer.len);
+        let (base, len) = (bytes.start, bytes.len());
+        let len64 = len as u64;
         let mut first_bad = self.stream.clone_htod(&[u64::MAX])?;
         let slice = buffer.slice.borrow();
+        let view = slice.slice(bytes);
         let mut launch = self.stream.launch_builder(&self.verify);
-        launch.arg(&*slice).arg(&len64).arg(&key).arg(&mut first_bad);
+        launch.arg(&view).arg(&len64).arg(&key).arg(&mut first_bad);
         // SAFETY: the kernel's signature is (const u8*, u64, u64, u64*); it reads below len64 and writes one word.
         unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
         let word = self.stream.clone_dtoh(&first_bad)?[0];
@@ -169,26 +176,33 @@ impl Gpu {
         let start = (word * 8) as usize;
         let end = (start + 8).min(len);
         let mut found = vec![0u8; end - start];
-        self.stream.memcpy_dtoh(&slice.slice(start..end), &mut found)?;
+        self.stream.memcpy_dtoh(&slice.slice(base + start..base + end), &mut found)?;
         let expected = efatop_expected_word(key, word);
         let at = found.iter().zip(expected).position(|(a, b)| *a != b).unwrap_or(0);
         Ok(Some((word * 8 + at as u64, found[at])))
     }
 
-    /// Copies `len` bytes from device to host.
-    pub fn to_host(&self, buffer: &DeviceBuffer, host: &mut [u8]) -> Result<(), CudaError> {
-        let len = host.len().min(buffer.len);
-        self.stream.memcpy_dtoh(&buffer.slice.borrow().slice(0..len), &mut host[..len])?;
+    /// Copies device bytes from `offset` into `host`.
+    pub fn to_host(&self, buffer: &DeviceBuffer, offset: usize, host: &mut [u8]) -> Result<(), CudaError> {
+        let bytes = clamp(offset..offset + host.len(), buffer.len);
+        let len = bytes.len();
+        self.stream.memcpy_dtoh(&buffer.slice.borrow().slice(bytes), &mut host[..len])?;
         Ok(())
     }
 
-    /// Copies `host` to the start of the device buffer.
-    pub fn from_host(&self, host: &[u8], buffer: &DeviceBuffer) -> Result<(), CudaError> {
-        let len = host.len().min(buffer.len);
-        self.stream.memcpy_htod(&host[..len], &mut buffer.slice.borrow_mut().slice_mut(0..len))?;
+    /// Copies `host` into the device buffer at `offset`.
+    pub fn from_host(&self, host: &[u8], buffer: &DeviceBuffer, offset: usize) -> Result<(), CudaError> {
+        let bytes = clamp(offset..offset + host.len(), buffer.len);
+        let len = bytes.len();
+        self.stream.memcpy_htod(&host[..len], &mut buffer.slice.borrow_mut().slice_mut(bytes))?;
         self.stream.synchronize()?;
         Ok(())
     }
+}
+
+/// `bytes` cut to a buffer of `len` bytes (an empty range past its end).
+fn clamp(bytes: Range<usize>, len: usize) -> Range<usize> {
+    bytes.start.min(len)..bytes.end.min(len)
 }
 
 /// The host-side twin of the kernels' word, for naming the expected bytes of a mismatch.
@@ -247,15 +261,20 @@ mod tests {
             Err(err) => panic!("{err}"),
         };
         let buffer = gpu.alloc(1 << 20).expect("alloc");
-        gpu.fill(&buffer, 1 << 20, 42, None).expect("fill");
-        assert_eq!(gpu.verify(&buffer, 1 << 20, 42).expect("verify"), None);
-        assert!(gpu.verify(&buffer, 1 << 20, 43).expect("verify").is_some());
-        gpu.fill(&buffer, 1000, 42, Some(777)).expect("fill");
-        let (offset, _) = gpu.verify(&buffer, 1000, 42).expect("verify").expect("the flipped byte");
+        gpu.fill(&buffer, 0..1 << 20, 42, None).expect("fill");
+        assert_eq!(gpu.verify(&buffer, 0..1 << 20, 42).expect("verify"), None);
+        assert!(gpu.verify(&buffer, 0..1 << 20, 43).expect("verify").is_some());
+        gpu.fill(&buffer, 0..1000, 42, Some(777)).expect("fill");
+        let (offset, _) = gpu.verify(&buffer, 0..1000, 42).expect("verify").expect("the flipped byte");
         assert_eq!(offset, 777);
         let mut host = vec![0u8; 16];
-        gpu.to_host(&buffer, &mut host).expect("copy");
+        gpu.to_host(&buffer, 0, &mut host).expect("copy");
         assert_eq!(&host[..8], &efatop_expected_word(42, 0));
+        // A slot further in: the pattern starts over at its first byte, and mismatches count from there.
+        gpu.fill(&buffer, 4096..8192, 7, Some(5)).expect("fill");
+        assert_eq!(gpu.verify(&buffer, 4096..8192, 7).expect("verify").map(|(at, _)| at), Some(5));
+        gpu.to_host(&buffer, 4096 + 8, &mut host).expect("copy");
+        assert_eq!(&host[..8], &efatop_expected_word(7, 1));
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn measurements() -> Vec<Measurement> {
             count: size / 4,
             gbps,
             busbw_percent: Some(gbps / (LINK_GBPS * channels) * 100.0),
+            nccl_busbw_gbps: None,
             latency: LatencySummary {
                 mean_us,
                 p50_us: mean_us * 0.97,

@@ -1,0 +1,451 @@
+//! `alltoall`: every rank writes its buffer to every other rank at once (RDMA WRITE with immediate data).
+//!
+//! A rank's iteration ends when its own writes have completed and the immediates of all N-1 peers for that
+//! iteration have arrived. Configurations (seed `all2all.md`):
+//! - `Single`: every peer over channel 0;
+//! - `Multi`: each peer's buffer split over all channels;
+//! - `RoundRobin`: peer p over channel `(p + rank) % channels`.
+//!
+//! Memory layout: every rank holds one registered buffer of N slots, slot s being where rank s's data
+//! lives on every rank. A rank sends from its own slot into its slot at each peer, so no two writers ever
+//! touch the same bytes, and each receiver checks every peer's slot against that peer's pattern.
+//!
+//! What is reported (README "All-to-all"): `Gbps` as in the seed table, one rank's buffer (`size`) over the
+//! time of one iteration, averaged over ranks; `BusBW (%)` that over the link speed of the channels the
+//! configuration uses. nccl-tests' alltoall busbw counts what each rank really puts on the wire, (N-1) ×
+//! size per iteration, which is (N-1) times the seed's figure; both are in the results, and the table
+//! prints the second under its own heading.
+
+use std::time::{Duration, Instant};
+
+use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
+
+use crate::pattern::PatternSeed;
+use crate::payload::{memory_labels, prepare, Payload};
+use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
+use crate::sizes::format_size;
+use crate::world::{push_record, split_records, World};
+use crate::write::{plan, Segment, WriteConfig};
+use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
+
+/// The all-to-all configurations, in the seed's order of columns (`Single`, `Multi`, `RoundRobin`).
+pub const CONFIGS: [WriteConfig; 3] = WriteConfig::ALL;
+
+/// Slots start on this boundary: device kernels and NICs like aligned buffers, and a slot's pattern
+/// starts over at its first byte.
+const SLOT_ALIGN: u64 = 4096;
+
+/// The distance between two ranks' slots for a largest size of `size`.
+pub fn slot_stride(size: u64) -> u64 {
+    size.div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+}
+
+/// The writes rank `rank` makes in one iteration: to every other rank, from its own slot into its slot.
+pub fn segments(config: WriteConfig, rank: usize, world_size: usize, size: u64, channels: usize) -> Vec<Segment> {
+    let peers: Vec<usize> = (0..world_size).filter(|p| *p != rank).collect();
+    plan(config, rank, &peers, size, channels)
+}
+
+/// One rank's share of a step, as it tells rank 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[allow(clippy::struct_field_names)] // each is a time in nanoseconds, and says so
+struct RankReport {
+    /// Wall time of the timed iterations.
+    elapsed_ns: u64,
+    /// Per peer, the summed time from each iteration's first post to the last local completion of the
+    /// writes to that peer (0 for the rank itself).
+    pair_busy_ns: Vec<u64>,
+    /// Every timed iteration's latency, so rank 0's percentiles are over all ranks' iterations.
+    iteration_ns: Vec<u64>,
+}
+
+impl RankReport {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + 8 * (self.pair_busy_ns.len() + self.iteration_ns.len()));
+        out.extend_from_slice(&self.elapsed_ns.to_le_bytes());
+        out.extend_from_slice(&(self.pair_busy_ns.len() as u64).to_le_bytes());
+        for value in self.pair_busy_ns.iter().chain(&self.iteration_ns) {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        out
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Result<Self, ExperimentError> {
+        let malformed = || ExperimentError::Bootstrap("malformed all-to-all report from a rank".into());
+        let words: Vec<u64> = bytes
+            .chunks(8)
+            .map(|chunk| <[u8; 8]>::try_from(chunk).map(u64::from_le_bytes).map_err(|_| malformed()))
+            .collect::<Result<_, _>>()?;
+        let (&elapsed_ns, rest) = words.split_first().ok_or_else(malformed)?;
+        let (&peers, rest) = rest.split_first().ok_or_else(malformed)?;
+        let peers = usize::try_from(peers).ok().filter(|p| *p <= rest.len()).ok_or_else(malformed)?;
+        Ok(Self { elapsed_ns, pair_busy_ns: rest[..peers].to_vec(), iteration_ns: rest[peers..].to_vec() })
+    }
+}
+
+/// Runs the sweep on every rank; rank 0 returns one measurement per configuration and size, and the pair
+/// matrices, telling `observer` of each step as it starts and ends.
+pub fn run(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    configs: &[WriteConfig],
+    observer: &mut dyn Observer,
+) -> Result<(Vec<Measurement>, Vec<PairMatrix>), ExperimentError> {
+    if world.size < 2 {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--ranks",
+            message: "alltoall needs at least 2 ranks".into(),
+        });
+    }
+    if sweep.window > 1 {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--window",
+            message: format!(
+                "alltoall times each iteration as a whole (every rank's writes and immediates), so it takes 1, not {}",
+                sweep.window
+            ),
+        });
+    }
+    check_sizes(world, sweep)?;
+    let largest = sweep.sizes.iter().copied().max().unwrap_or(4);
+    let stride = slot_stride(largest);
+    let payloads = prepare(world, &sweep.memories, (stride * world.size as u64) as usize, &world.channels, observer)?;
+    let plans: Vec<(usize, WriteConfig, String)> = payloads
+        .iter()
+        .enumerate()
+        .flat_map(|(index, payload)| configs.iter().map(move |c| (index, *c, c.column(payload.suffix(true)))))
+        .collect();
+    let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();
+    observer.begin(&columns, &memory_labels(&payloads));
+
+    // Every rank learns every rank's regions, per payload and channel.
+    let mut remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> = Vec::with_capacity(payloads.len());
+    for payload in &payloads {
+        let mut mine = Vec::new();
+        for region in &payload.regions {
+            push_record(&mut mine, &Channel::remote_region(region).to_bytes());
+        }
+        let gathered = world.bootstrap.allgather(&mine)?;
+        let mut remotes = Vec::with_capacity(world.size);
+        for blob in &gathered {
+            remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
+        }
+        remotes_by_payload.push(remotes);
+    }
+
+    let mut measurements = Vec::new();
+    let mut matrices = Vec::new();
+    // Immediates counted so far per channel and source: the targets of later steps add to them.
+    let mut expected = vec![vec![0u64; world.size]; world.channels.len()];
+    for (plan_index, (payload_index, config, column)) in plans.iter().enumerate() {
+        let (config, payload, remotes) = (*config, &payloads[*payload_index], &remotes_by_payload[*payload_index]);
+        for &size in &sweep.sizes {
+            observer.step(column, size);
+            let seed_of = |sender: usize| PatternSeed { sender, size, iteration: plan_index as u64 };
+            let corrupt = sweep.corrupt_byte.filter(|_| world.rank == 0);
+            let filled = payload
+                .fill_at(world.rank as u64 * stride, seed_of(world.rank), corrupt)
+                .and_then(|()| payload.stage_out_range(world.rank as u64 * stride, size));
+            agree(world, filled, observer)?;
+            let exchange = Exchange { world, config, size, stride, payload, remotes };
+            let timed = exchange.time(sweep, &mut expected);
+            let report = agree_on(world, timed, observer)?;
+            let checked = (0..world.size).filter(|s| *s != world.rank).try_for_each(|sender| {
+                payload.stage_in_range(sender as u64 * stride, size)?;
+                payload.verify_at(sender as u64 * stride, seed_of(sender))?.map_err(|mismatch| {
+                    ExperimentError::Verification {
+                        receiver: world.rank,
+                        sender,
+                        config: column.clone(),
+                        size: format_size(size),
+                        detail: mismatch.to_string(),
+                    }
+                })
+            });
+            agree(world, checked, observer)?;
+            let reports = world.bootstrap.allgather(&report.to_bytes())?;
+            if world.rank == 0 {
+                let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
+                let (measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
+                observer.pair_matrix(&matrix);
+                observer.measured(&measurement);
+                measurements.push(measurement);
+                matrices.push(matrix);
+            }
+        }
+    }
+    Ok((measurements, matrices))
+}
+
+/// One step's exchange from this rank's side.
+struct Exchange<'a> {
+    world: &'a World<'a>,
+    config: WriteConfig,
+    size: u64,
+    stride: u64,
+    payload: &'a Payload,
+    remotes: &'a [Vec<RemoteRegion>],
+}
+
+/// A write of the current iteration, until its local completion is seen.
+struct Posted<'w> {
+    segment: Segment,
+    op: Option<Op<'w>>,
+}
+
+/// What one rank tracks across its iterations, sized before the timed loop so that loop never allocates.
+struct Tracking<'w> {
+    /// This rank's writes of one iteration.
+    mine: Vec<Segment>,
+    /// `incoming_writes[channel][source]`: writes (and so immediates) that source sends this rank on that
+    /// channel per iteration.
+    incoming_writes: Vec<Vec<u64>>,
+    /// `expected[channel][source]`: immediates promised so far, over every step of the run.
+    expected: &'w mut [Vec<u64>],
+    /// Immediates counted into telemetry so far, per channel and source.
+    seen: Vec<Vec<u64>>,
+    posted: Vec<Posted<'w>>,
+    /// When the last write of this iteration to each peer completed locally.
+    pair_done: Vec<Duration>,
+}
+
+impl<'a> Exchange<'a> {
+    /// Warmup, then the timed iterations; `expected[channel][source]` counts the immediates this rank has
+    /// been promised so far.
+    fn time(&'a self, sweep: &SweepOptions, expected: &'a mut [Vec<u64>]) -> Result<RankReport, ExperimentError> {
+        let world = self.world;
+        let channels = world.channels.len();
+        let mine = segments(self.config, world.rank, world.size, self.size, channels);
+        let mut incoming_writes = vec![vec![0u64; world.size]; channels];
+        for source in (0..world.size).filter(|s| *s != world.rank) {
+            for segment in segments(self.config, source, world.size, self.size, channels) {
+                if segment.peer == world.rank {
+                    incoming_writes[segment.channel][source] += 1;
+                }
+            }
+        }
+        let seen = world.channels.iter().map(|c| (0..world.size).map(|s| c.immediates_from(s)).collect()).collect();
+        let mut tracking = Tracking {
+            posted: Vec::with_capacity(mine.len()),
+            mine,
+            incoming_writes,
+            expected,
+            seen,
+            pair_done: vec![Duration::ZERO; world.size],
+        };
+        let mut report = RankReport {
+            pair_busy_ns: vec![0; world.size],
+            iteration_ns: Vec::with_capacity(sweep.iters as usize),
+            ..RankReport::default()
+        };
+        for iteration in 0..sweep.warmup {
+            self.iteration(iteration, &mut tracking)?;
+        }
+        let started = Instant::now();
+        for iteration in sweep.warmup..sweep.warmup + sweep.iters {
+            let took = self.iteration(iteration, &mut tracking)?;
+            report.iteration_ns.push(took.as_nanos() as u64);
+            for (busy, done) in report.pair_busy_ns.iter_mut().zip(&tracking.pair_done) {
+                *busy += done.as_nanos() as u64;
+            }
+        }
+        report.elapsed_ns = started.elapsed().as_nanos() as u64;
+        Ok(report)
+    }
+
+    /// Posts one iteration's writes to every peer and waits for them and for every peer's immediates.
+    /// Returns the iteration's time.
+    fn iteration(&'a self, iteration: u64, tracking: &mut Tracking<'a>) -> Result<Duration, ExperimentError> {
+        let world = self.world;
+        let base = world.rank as u64 * self.stride;
+        for (want, writes) in tracking.expected.iter_mut().zip(&tracking.incoming_writes) {
+            for (want, writes) in want.iter_mut().zip(writes) {
+                *want += writes;
+            }
+        }
+        let started = Instant::now();
+        let immediate = Immediate::encode(world.rank, iteration as u32);
+        tracking.posted.clear();
+        for segment in &tracking.mine {
+            let channel = &world.channels[segment.channel];
+            let op = channel.write(
+                segment.peer,
+                &self.payload.regions[segment.channel],
+                (base + segment.offset) as usize,
+                segment.len as usize,
+                self.remotes[segment.peer][segment.channel],
+                base + segment.offset,
+                Some(immediate),
+            )?;
+            world.probe.set_in_flight(segment.channel, channel.in_flight());
+            tracking.posted.push(Posted { segment: *segment, op: Some(op) });
+        }
+        tracking.pair_done.fill(Duration::ZERO);
+        let mut outstanding = tracking.posted.len();
+        let mut last_change = Instant::now();
+        loop {
+            let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
+                want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
+            });
+            if outstanding == 0 && arrived_all {
+                return Ok(started.elapsed());
+            }
+            world.progress_all()?;
+            let mut advanced = false;
+            for entry in &mut tracking.posted {
+                if entry.op.as_ref().is_some_and(Op::is_complete) {
+                    if let Some(op) = entry.op.take() {
+                        op.wait()?;
+                    }
+                    let segment = entry.segment;
+                    let now = started.elapsed();
+                    tracking.pair_done[segment.peer] = tracking.pair_done[segment.peer].max(now);
+                    world.probe.completed(segment.channel, segment.peer, segment.len, Some(now));
+                    world.probe.set_in_flight(segment.channel, world.channels[segment.channel].in_flight());
+                    outstanding -= 1;
+                    advanced = true;
+                }
+            }
+            // Arrivals count as progress. They are not added to telemetry: a rank's per-peer counters are
+            // what it sent, so the dashboard's heatmap row is the sender's and its column the receiver's.
+            for (channel, seen) in world.channels.iter().zip(tracking.seen.iter_mut()) {
+                for (source, seen) in seen.iter_mut().enumerate() {
+                    let now = channel.immediates_from(source);
+                    if now > *seen {
+                        *seen = now;
+                        advanced = true;
+                    }
+                }
+            }
+            if advanced {
+                last_change = Instant::now();
+            } else if last_change.elapsed() > world.op_timeout {
+                return Err(self.stalled(tracking, outstanding));
+            }
+        }
+    }
+
+    /// Names what never came: the peers whose immediates are missing, or this rank's own writes.
+    fn stalled(&self, tracking: &Tracking<'_>, outstanding: usize) -> ExperimentError {
+        let world = self.world;
+        let mut silent: Vec<usize> = (0..world.size)
+            .filter(|&source| {
+                world.channels.iter().zip(tracking.expected.iter()).any(|(c, want)| c.immediates_from(source) < want[source])
+            })
+            .collect();
+        silent.dedup();
+        let waiting = if silent.is_empty() {
+            format!("{outstanding} all-to-all writes of rank {} never completed", world.rank)
+        } else {
+            let names: Vec<String> = silent.iter().map(|r| format!("rank {r} ({})", world.hosts[*r])).collect();
+            format!("rank {} waited for all-to-all data from {}", world.rank, names.join(", "))
+        };
+        ExperimentError::Stalled { waiting, timeout: world.op_timeout }
+    }
+}
+
+/// Rank 0's view of a step from every rank's report.
+fn summarise(
+    world: &World<'_>,
+    config: WriteConfig,
+    column: &str,
+    size: u64,
+    iters: u64,
+    reports: &[RankReport],
+) -> (Measurement, PairMatrix) {
+    let ranks = reports.len();
+    let mut latency = LatencyRecorder::new();
+    for report in reports {
+        for &ns in &report.iteration_ns {
+            latency.record(Duration::from_nanos(ns));
+        }
+    }
+    let per_rank: Vec<f64> =
+        reports.iter().map(|r| gbps((size * iters) as f64, r.elapsed_ns as f64 / 1e9)).collect();
+    let mean_gbps = per_rank.iter().sum::<f64>() / ranks.max(1) as f64;
+    let channels_used = match config {
+        WriteConfig::Single => 1,
+        WriteConfig::Multi | WriteConfig::RoundRobin => world.channels.len(),
+    };
+    let pairs = per_rank
+        .iter()
+        .zip(reports)
+        .enumerate()
+        .map(|(rank, (gbps, report))| PairMeasurement {
+            peers: vec![rank],
+            gbps: *gbps,
+            mean_us: report.elapsed_ns as f64 / 1e3 / iters.max(1) as f64,
+        })
+        .collect();
+    let matrix = PairMatrix {
+        config: column.to_string(),
+        size,
+        gbps: reports
+            .iter()
+            .enumerate()
+            .map(|(sender, report)| {
+                (0..ranks)
+                    .map(|receiver| {
+                        let busy = report.pair_busy_ns.get(receiver).copied().unwrap_or(0);
+                        (receiver != sender && busy > 0).then(|| gbps((size * iters) as f64, busy as f64 / 1e9))
+                    })
+                    .collect()
+            })
+            .collect(),
+    };
+    let summary: LatencySummary = latency.summary();
+    let measurement = Measurement {
+        config: column.to_string(),
+        size,
+        count: size / 4,
+        gbps: mean_gbps,
+        busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
+        nccl_busbw_gbps: Some(mean_gbps * (ranks.saturating_sub(1)) as f64),
+        latency: summary,
+        iterations: iters,
+        pairs,
+        verified: true,
+    };
+    (measurement, matrix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_writes_every_other_rank_once_per_channel_share() {
+        let writes = segments(WriteConfig::Multi, 1, 4, 1 << 20, 4);
+        assert_eq!(writes.len(), 3 * 4);
+        assert!(writes.iter().all(|s| s.peer != 1));
+        for peer in [0, 2, 3] {
+            assert_eq!(writes.iter().filter(|s| s.peer == peer).map(|s| s.len).sum::<u64>(), 1 << 20);
+        }
+    }
+
+    #[test]
+    fn round_robin_spreads_peers_over_channels_by_peer_plus_rank() {
+        let channels: Vec<(usize, usize)> =
+            segments(WriteConfig::RoundRobin, 2, 4, 4096, 4).iter().map(|s| (s.peer, s.channel)).collect();
+        assert_eq!(channels, vec![(0, 2), (1, 3), (3, 1)]);
+    }
+
+    #[test]
+    fn slots_are_aligned_and_hold_the_largest_size() {
+        assert_eq!(slot_stride(4), 4096);
+        assert_eq!(slot_stride(4096), 4096);
+        assert_eq!(slot_stride(4097), 8192);
+        assert_eq!(slot_stride(1 << 26), 1 << 26);
+    }
+
+    #[test]
+    fn reports_survive_the_trip_to_rank_zero() {
+        let report = RankReport { elapsed_ns: 7, pair_busy_ns: vec![0, 5, 6], iteration_ns: vec![1, 2] };
+        assert_eq!(RankReport::from_bytes(&report.to_bytes()).expect("decode"), report);
+        assert!(RankReport::from_bytes(&[1, 2, 3]).is_err());
+        assert!(RankReport::from_bytes(&[0; 16]).is_ok());
+        let mut lying = report.to_bytes();
+        lying[8] = 200; // more peers than words follow
+        assert!(RankReport::from_bytes(&lying).is_err());
+    }
+}
