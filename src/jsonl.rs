@@ -1,5 +1,5 @@
 //! `--json`: a second printer over the same events, one JSON object per line on stdout:
-//! `{"type": "run" | "sample" | "step" | "result" | "warning" | "summary", "data": {...}}`.
+//! `{"type": "run" | "sample" | "pair" | "step" | "result" | "pair_matrix" | "warning" | "summary", "data": {...}}`.
 //! README.md documents the fields; `tests/json.rs` parses them back.
 
 use std::io::Write;
@@ -26,8 +26,15 @@ pub fn print_summary(results: &RunResults) {
     line("summary", &serde_json::to_value(results).unwrap_or(Value::Null));
 }
 
-/// Prints every event until the run is over. Samples become one line per (rank, channel).
-pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant) {
+/// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
+/// receiver) too.
+#[derive(Clone, Copy)]
+pub struct SampleLines {
+    pub pairs: bool,
+}
+
+/// Prints every event until the run is over.
+pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant, lines: SampleLines) {
     while let Ok(event) = events.recv() {
         if let ConsumerEvent::Finished { error } = &event {
             if let Some(text) = error {
@@ -35,15 +42,15 @@ pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant) {
             }
             return;
         }
-        print_event(event, started);
+        print_event(event, started, lines);
     }
 }
 
-fn print_event(event: ConsumerEvent, started: Instant) {
+fn print_event(event: ConsumerEvent, started: Instant, lines: SampleLines) {
     match event {
         ConsumerEvent::Telemetry(events) => {
             for event in events {
-                print_telemetry(event, started);
+                print_telemetry(event, started, lines);
             }
         }
         ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
@@ -54,9 +61,29 @@ fn print_event(event: ConsumerEvent, started: Instant) {
     }
 }
 
-fn print_telemetry(event: CollectorEvent, started: Instant) {
+fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) {
     match event {
         CollectorEvent::Sample(sample) => {
+            if lines.pairs {
+                let t_ms = started.elapsed().as_secs_f64() * 1000.0;
+                // All-to-all ranks count each peer where its data lands: the sample's rank is the receiver.
+                for peer in sample.peers.iter().filter(|p| p.peer != sample.rank) {
+                    let Some(gbps) = peer.landing_gbps() else { continue };
+                    line(
+                        "pair",
+                        &json!({
+                            "t_ms": t_ms,
+                            "sender": peer.peer,
+                            "receiver": sample.rank,
+                            "landings": peer.ops,
+                            "bytes": peer.bytes,
+                            "gbps": gbps,
+                            "lat_p50_us": peer.latency.quantile_us(0.50),
+                            "lat_p99_us": peer.latency.quantile_us(0.99),
+                        }),
+                    );
+                }
+            }
             let t_ms = started.elapsed().as_secs_f64() * 1000.0;
             for channel in &sample.channels {
                 line(

@@ -180,8 +180,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         }
         Mode::Json => {
             jsonl::print_run(&results.metadata);
+            let lines = jsonl::SampleLines { pairs: matches!(experiment, Experiment::Alltoall(_)) };
             Some(std::thread::spawn(move || {
-                jsonl::print_events(&events_rx, started);
+                jsonl::print_events(&events_rx, started, lines);
                 ConsumerOutcome::Done
             }))
         }

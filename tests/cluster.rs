@@ -21,7 +21,11 @@ struct Cluster;
 
 impl Cluster {
     fn up() -> Option<Self> {
-        let output = Command::new(script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", "1gbit"]).output().ok()?;
+        Self::up_at("1gbit")
+    }
+
+    fn up_at(rate: &str) -> Option<Self> {
+        let output = Command::new(script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", rate]).output().ok()?;
         if output.status.success() {
             Some(Cluster)
         } else {
@@ -82,4 +86,92 @@ fn write_table_keeps_the_seed_shape_at_the_shaped_rate() {
     assert!(round_robin >= 0.9 * 3.0 * RATE_GBPS, "RoundRobin {round_robin:.2} < 0.9 × 3R");
     // Nothing is faster than the links allow: the shaping, not loopback, carried the traffic.
     assert!(single <= 1.05 * RATE_GBPS && multi <= 1.05 * 4.0 * RATE_GBPS, "faster than the shaped links");
+}
+
+/// All-to-all moves 4 × 3 streams at once through the emulated links, and each rank polls its own: at
+/// 1 Gbit/s that is more TCP than two cores carry, so these tests shape to 250 Mbit/s.
+const ALLTOALL_RATE: &str = "250mbit";
+const ALLTOALL_RATE_GBPS: &str = "0.25";
+
+fn alltoall(configs: &str, extra: &[&str]) -> common::Run {
+    let netns = NODES.join(",");
+    let mut args = vec![
+        "run", "--ranks", "4", "--netns", &netns, "alltoall", "--provider", "tcp", "--channels", "all", "--link-gbps",
+        ALLTOALL_RATE_GBPS, "--min-size", "8M", "--max-size", "8M", "--iters", "3", "--warmup", "1", "--configs", configs,
+    ];
+    args.extend_from_slice(extra);
+    efatop(&args)
+}
+
+#[test]
+fn alltoall_multi_is_the_channel_count_times_single() {
+    let _one = serial();
+    let Some(_cluster) = Cluster::up_at(ALLTOALL_RATE) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("alltoall.json");
+    let run = alltoall("single,multi", &["--out", out.to_str().expect("utf-8")]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results")).expect("json");
+    let gbps = |config: &str| -> f64 {
+        results["measurements"].as_array().expect("measurements").iter().find(|m| m["config"] == config).and_then(|m| m["gbps"].as_f64()).expect(config)
+    };
+    let (single, multi) = (gbps("SinglePin"), gbps("MultiPin"));
+    println!(
+        "emulated 4×4 at R = {ALLTOALL_RATE}, alltoall 8M: Single {single:.3} Gbps, Multi {multi:.3} Gbps, Multi/Single = {:.2} \
+         (ideal: Single R/3, Multi 4R/3)",
+        multi / single
+    );
+    assert!(multi >= 3.5 * single, "Multi {multi:.3} < 3.5 × Single {single:.3}");
+}
+
+#[test]
+fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
+    let _one = serial();
+    let Some(_cluster) = Cluster::up_at(ALLTOALL_RATE) else { return };
+    let slow_node = 2;
+    let slowed = Command::new(script()).args(["slow", "--node", "2", "--rate", "60mbit"]).output().expect("script");
+    assert!(slowed.status.success(), "{}", String::from_utf8_lossy(&slowed.stderr));
+    let run = alltoall("multi", &["--json", "--interval", "200ms"]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let lines: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+
+    // What the dashboard's heatmap is fed: live landings per (sender, receiver), averaged over the run.
+    let mut live = [[(0.0_f64, 0_u32); 4]; 4];
+    for pair in lines.iter().filter(|l| l["type"] == "pair").map(|l| &l["data"]) {
+        let (sender, receiver) = (pair["sender"].as_u64().expect("sender") as usize, pair["receiver"].as_u64().expect("receiver") as usize);
+        let cell = &mut live[sender][receiver];
+        *cell = (cell.0 + pair["gbps"].as_f64().expect("gbps"), cell.1 + 1);
+    }
+    let live: Vec<Vec<Option<f64>>> = live
+        .iter()
+        .enumerate()
+        .map(|(s, row)| row.iter().enumerate().map(|(r, (sum, n))| (s != r && *n > 0).then(|| sum / f64::from(*n))).collect())
+        .collect();
+    // And the final matrix of the results.
+    let matrix: Vec<Vec<Option<f64>>> = lines
+        .iter()
+        .find(|l| l["type"] == "pair_matrix")
+        .map(|l| serde_json::from_value(l["data"]["gbps"].clone()).expect("matrix"))
+        .expect("a pair matrix");
+    for (name, cells) in [("live", &live), ("final", &matrix)] {
+        println!("{name} pair Gbps (row sender, column receiver), node {slow_node} at 60 Mbit/s per NIC:");
+        for row in cells {
+            println!("  {}", row.iter().map(|c| c.map_or("   -  ".into(), |g| format!("{g:6.3}"))).collect::<Vec<_>>().join(" "));
+        }
+        let touches_slow = |s: usize, r: usize| s == slow_node || r == slow_node;
+        let mut slow_cells = Vec::new();
+        let mut other_cells = Vec::new();
+        for (s, row) in cells.iter().enumerate() {
+            for (r, cell) in row.iter().enumerate().filter(|(r, _)| *r != s) {
+                let gbps = cell.unwrap_or_else(|| panic!("{name}: pair {s}→{r} never measured"));
+                if touches_slow(s, r) { slow_cells.push(gbps) } else { other_cells.push(gbps) }
+            }
+        }
+        let slowest_other = other_cells.iter().copied().fold(f64::INFINITY, f64::min);
+        let fastest_slow = slow_cells.iter().copied().fold(0.0, f64::max);
+        assert!(
+            fastest_slow < slowest_other,
+            "{name}: node {slow_node}'s row and column should be the slowest: its fastest pair {fastest_slow:.3} ≥ another pair's {slowest_other:.3}"
+        );
+    }
 }

@@ -171,3 +171,61 @@ fn planted_corruption_is_caught_with_its_offset() {
     assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("rank 1 received from rank 0 (SingleHost, size 4K): offset 7"), "{}", run.stderr);
 }
+
+fn alltoall_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["alltoall", "--provider", provider, "--min-size", "4K", "--max-size", "32K", "--iters", "5", "--warmup", "1"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn alltoall_four_ranks_shm_and_tcp_verify_every_peer() {
+    let _one = serial();
+    for (provider, channels) in [("shm", "1"), ("tcp", "2")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("alltoall.json");
+        let run = local("4", &alltoall_args(provider, &["--channels", channels, "--out", out.to_str().expect("utf-8")]));
+        // The seed's table first, then nccl-tests' busbw in a table of its own, then the verdict.
+        let (seed_table, busbw_table) =
+            run.stdout.split_once("nccl-tests alltoall busbw, (N-1) x size per iteration time, N = 4 ranks").expect("busbw table");
+        let verdict = busbw_table.lines().filter(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        let seed_only = Run { stdout: format!("{seed_table}{verdict}"), stderr: run.stderr.clone(), ..run };
+        assert_complete(&seed_only, &WRITE_CONFIGS, &SIZES);
+        let busbw_sizes: Vec<String> = table_rows(busbw_table).into_iter().map(|r| r[0].clone()).filter(|s| s != "Size").collect();
+        assert_eq!(busbw_sizes, SIZES, "{busbw_table}");
+        let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results")).expect("json");
+        let matrices = results["pair_matrices"].as_array().expect("pair matrices");
+        assert_eq!(matrices.len(), WRITE_CONFIGS.len() * SIZES.len());
+        for matrix in matrices {
+            let rows = matrix["gbps"].as_array().expect("rows");
+            assert_eq!(rows.len(), 4);
+            for (sender, row) in rows.iter().enumerate() {
+                for (receiver, cell) in row.as_array().expect("row").iter().enumerate() {
+                    if sender == receiver {
+                        assert!(cell.is_null(), "a rank does not write to itself: {matrix}");
+                    } else {
+                        assert!(cell.as_f64().is_some_and(|g| g > 0.0), "pair {sender}→{receiver} not measured: {matrix}");
+                    }
+                }
+            }
+        }
+        // The seed's Gbps and nccl-tests' busbw differ by N-1 exactly.
+        for m in results["measurements"].as_array().expect("measurements") {
+            let (gbps, busbw) = (m["gbps"].as_f64().expect("gbps"), m["nccl_busbw_gbps"].as_f64().expect("busbw"));
+            assert!((busbw - 3.0 * gbps).abs() < 1e-9 * busbw.max(1.0), "{m}");
+        }
+    }
+}
+
+#[test]
+fn alltoall_corruption_names_every_receiver_side() {
+    let _one = serial();
+    let run = local("3", &alltoall_args("shm", &["--debug-corrupt-byte", "100", "--configs", "multi"]));
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("data verification failed: rank 1 received from rank 0 (MultiPin, size 4K): offset 100: expected 0x"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("every size verified"), "{}", run.stdout);
+}

@@ -50,21 +50,22 @@ pub fn segments(config: WriteConfig, rank: usize, world_size: usize, size: u64, 
 #[derive(Clone, Debug, Default, PartialEq)]
 #[allow(clippy::struct_field_names)] // each is a time in nanoseconds, and says so
 struct RankReport {
-    /// Wall time of the timed iterations.
+    /// Wall time of the timed iterations, start-together rounds included.
     elapsed_ns: u64,
-    /// Per peer, the summed time from each iteration's first post to the last local completion of the
-    /// writes to that peer (0 for the rank itself).
-    pair_busy_ns: Vec<u64>,
+    /// Per source rank, the summed time from this rank's start of each iteration until the last write of
+    /// that source for the iteration had landed here (its immediates arrived); 0 for the rank itself.
+    /// Measured where the data lands: a sender's local completion can come early, from buffers on the way.
+    arrival_ns: Vec<u64>,
     /// Every timed iteration's latency, so rank 0's percentiles are over all ranks' iterations.
     iteration_ns: Vec<u64>,
 }
 
 impl RankReport {
     fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + 8 * (self.pair_busy_ns.len() + self.iteration_ns.len()));
+        let mut out = Vec::with_capacity(16 + 8 * (self.arrival_ns.len() + self.iteration_ns.len()));
         out.extend_from_slice(&self.elapsed_ns.to_le_bytes());
-        out.extend_from_slice(&(self.pair_busy_ns.len() as u64).to_le_bytes());
-        for value in self.pair_busy_ns.iter().chain(&self.iteration_ns) {
+        out.extend_from_slice(&(self.arrival_ns.len() as u64).to_le_bytes());
+        for value in self.arrival_ns.iter().chain(&self.iteration_ns) {
             out.extend_from_slice(&value.to_le_bytes());
         }
         out
@@ -79,7 +80,7 @@ impl RankReport {
         let (&elapsed_ns, rest) = words.split_first().ok_or_else(malformed)?;
         let (&peers, rest) = rest.split_first().ok_or_else(malformed)?;
         let peers = usize::try_from(peers).ok().filter(|p| *p <= rest.len()).ok_or_else(malformed)?;
-        Ok(Self { elapsed_ns, pair_busy_ns: rest[..peers].to_vec(), iteration_ns: rest[peers..].to_vec() })
+        Ok(Self { elapsed_ns, arrival_ns: rest[..peers].to_vec(), iteration_ns: rest[peers..].to_vec() })
     }
 }
 
@@ -205,8 +206,8 @@ struct Tracking<'w> {
     /// Immediates counted into telemetry so far, per channel and source.
     seen: Vec<Vec<u64>>,
     posted: Vec<Posted<'w>>,
-    /// When the last write of this iteration to each peer completed locally.
-    pair_done: Vec<Duration>,
+    /// When the last write of this iteration from each source had landed (zero until then).
+    arrived: Vec<Duration>,
 }
 
 impl<'a> Exchange<'a> {
@@ -231,10 +232,10 @@ impl<'a> Exchange<'a> {
             incoming_writes,
             expected,
             seen,
-            pair_done: vec![Duration::ZERO; world.size],
+            arrived: vec![Duration::ZERO; world.size],
         };
         let mut report = RankReport {
-            pair_busy_ns: vec![0; world.size],
+            arrival_ns: vec![0; world.size],
             iteration_ns: Vec::with_capacity(sweep.iters as usize),
             ..RankReport::default()
         };
@@ -245,8 +246,8 @@ impl<'a> Exchange<'a> {
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
             let took = self.iteration(iteration, &mut tracking)?;
             report.iteration_ns.push(took.as_nanos() as u64);
-            for (busy, done) in report.pair_busy_ns.iter_mut().zip(&tracking.pair_done) {
-                *busy += done.as_nanos() as u64;
+            for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
+                *total += arrived.as_nanos() as u64;
             }
         }
         report.elapsed_ns = started.elapsed().as_nanos() as u64;
@@ -280,15 +281,18 @@ impl<'a> Exchange<'a> {
             world.probe.set_in_flight(segment.channel, channel.in_flight());
             tracking.posted.push(Posted { segment: *segment, op: Some(op) });
         }
-        tracking.pair_done.fill(Duration::ZERO);
+        tracking.arrived.fill(Duration::ZERO);
+        let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
         let mut last_change = Instant::now();
         loop {
             let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
                 want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
             });
-            if outstanding == 0 && arrived_all {
-                return Ok(started.elapsed());
+            if outstanding == 0 && arrived_all && sources_pending == 0 {
+                let took = started.elapsed();
+                self.start_together(iteration, tracking)?;
+                return Ok(took);
             }
             world.progress_all()?;
             let mut advanced = false;
@@ -299,8 +303,7 @@ impl<'a> Exchange<'a> {
                     }
                     let segment = entry.segment;
                     let now = started.elapsed();
-                    tracking.pair_done[segment.peer] = tracking.pair_done[segment.peer].max(now);
-                    world.probe.completed(segment.channel, segment.peer, segment.len, Some(now));
+                    world.probe.channel_completed(segment.channel, segment.len, now);
                     world.probe.set_in_flight(segment.channel, world.channels[segment.channel].in_flight());
                     outstanding -= 1;
                     advanced = true;
@@ -319,10 +322,61 @@ impl<'a> Exchange<'a> {
             }
             if advanced {
                 last_change = Instant::now();
+                let now = started.elapsed();
+                for (source, arrived) in tracking.arrived.iter_mut().enumerate() {
+                    if source != world.rank
+                        && arrived.is_zero()
+                        && world.channels.iter().zip(tracking.expected.iter()).all(|(c, want)| c.immediates_from(source) >= want[source])
+                    {
+                        // Never zero once set: an arrival in the same nanosecond as the start still counts.
+                        *arrived = now.max(Duration::from_nanos(1));
+                        sources_pending -= 1;
+                        // Peers are counted where their data lands: the dashboard's pair matrix is
+                        // filled column by column from the receivers' samples.
+                        world.probe.landed_from(source, self.size, *arrived);
+                    }
+                }
             } else if last_change.elapsed() > world.op_timeout {
                 return Err(self.stalled(tracking, outstanding));
             }
         }
+    }
+
+    /// Every rank starts the next iteration within one message latency of the others: each tells every
+    /// peer it is done (a small write with immediate into its own slot there, the bytes it already wrote)
+    /// and waits for all peers to say the same. Without it a rank that finished early would start its
+    /// next writes while a slow peer still waited, and data would seem to land before it was sent.
+    fn start_together(&'a self, iteration: u64, tracking: &mut Tracking<'a>) -> Result<(), ExperimentError> {
+        let world = self.world;
+        let base = world.rank as u64 * self.stride;
+        let len = self.size.min(8);
+        let immediate = Immediate::encode(world.rank, iteration as u32);
+        tracking.posted.clear();
+        for peer in (0..world.size).filter(|p| *p != world.rank) {
+            tracking.expected[0][peer] += 1;
+            let op = world.channels[0].write(
+                peer,
+                &self.payload.regions[0],
+                base as usize,
+                len as usize,
+                self.remotes[peer][0],
+                base,
+                Some(immediate),
+            )?;
+            tracking.posted.push(Posted { segment: Segment { peer, channel: 0, offset: 0, len }, op: Some(op) });
+        }
+        let (posted, expected) = (&mut tracking.posted, &*tracking.expected);
+        let channel = &world.channels[0];
+        world.progress_until(&world.channels, "all-to-all start of the next iteration", || {
+            for entry in posted.iter_mut() {
+                if entry.op.as_ref().is_some_and(Op::is_complete) {
+                    entry.op = None;
+                }
+            }
+            posted.iter().all(|entry| entry.op.is_none())
+                && expected[0].iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
+        })?;
+        Ok(())
     }
 
     /// Names what never came: the peers whose immediates are missing, or this rank's own writes.
@@ -360,8 +414,12 @@ fn summarise(
             latency.record(Duration::from_nanos(ns));
         }
     }
-    let per_rank: Vec<f64> =
-        reports.iter().map(|r| gbps((size * iters) as f64, r.elapsed_ns as f64 / 1e9)).collect();
+    // As the seed: a rank's buffer over its mean iteration time (the start-together round in between is
+    // not part of an iteration).
+    let per_rank: Vec<f64> = reports
+        .iter()
+        .map(|r| gbps((size * r.iteration_ns.len() as u64) as f64, r.iteration_ns.iter().sum::<u64>() as f64 / 1e9))
+        .collect();
     let mean_gbps = per_rank.iter().sum::<f64>() / ranks.max(1) as f64;
     let channels_used = match config {
         WriteConfig::Single => 1,
@@ -374,20 +432,21 @@ fn summarise(
         .map(|(rank, (gbps, report))| PairMeasurement {
             peers: vec![rank],
             gbps: *gbps,
-            mean_us: report.elapsed_ns as f64 / 1e3 / iters.max(1) as f64,
+            mean_us: report.iteration_ns.iter().sum::<u64>() as f64 / 1e3 / report.iteration_ns.len().max(1) as f64,
         })
         .collect();
     let matrix = PairMatrix {
         config: column.to_string(),
         size,
-        gbps: reports
-            .iter()
-            .enumerate()
-            .map(|(sender, report)| {
-                (0..ranks)
-                    .map(|receiver| {
-                        let busy = report.pair_busy_ns.get(receiver).copied().unwrap_or(0);
-                        (receiver != sender && busy > 0).then(|| gbps((size * iters) as f64, busy as f64 / 1e9))
+        // Row = sender, column = receiver; each receiver timed its senders' data landing.
+        gbps: (0..ranks)
+            .map(|sender| {
+                reports
+                    .iter()
+                    .enumerate()
+                    .map(|(receiver, report)| {
+                        let took = report.arrival_ns.get(sender).copied().unwrap_or(0);
+                        (receiver != sender && took > 0).then(|| gbps((size * iters) as f64, took as f64 / 1e9))
                     })
                     .collect()
             })
@@ -440,7 +499,7 @@ mod tests {
 
     #[test]
     fn reports_survive_the_trip_to_rank_zero() {
-        let report = RankReport { elapsed_ns: 7, pair_busy_ns: vec![0, 5, 6], iteration_ns: vec![1, 2] };
+        let report = RankReport { elapsed_ns: 7, arrival_ns: vec![0, 5, 6], iteration_ns: vec![1, 2] };
         assert_eq!(RankReport::from_bytes(&report.to_bytes()).expect("decode"), report);
         assert!(RankReport::from_bytes(&[1, 2, 3]).is_err());
         assert!(RankReport::from_bytes(&[0; 16]).is_ok());

@@ -70,6 +70,28 @@ impl Probe {
         }
     }
 
+    /// An operation of `bytes` completed on `channel`, counted for the channel alone (all-to-all counts its
+    /// peers where data lands, with [`Probe::landed_from`]).
+    #[inline]
+    pub fn channel_completed(&self, channel: usize, bytes: u64, latency: Duration) {
+        if let Some(probe) = self.channels.get(channel) {
+            probe.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+            probe.counters.ops.fetch_add(1, Ordering::Relaxed);
+            probe.counters.latency.record(latency);
+        }
+    }
+
+    /// All of `bytes` that `peer` sent in one round has landed here, `latency` after the round started;
+    /// counted for the peer alone.
+    #[inline]
+    pub fn landed_from(&self, peer: usize, bytes: u64, latency: Duration) {
+        if let Some(counters) = self.peers.get(peer) {
+            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+            counters.ops.fetch_add(1, Ordering::Relaxed);
+            counters.latency.record(latency);
+        }
+    }
+
     /// Bytes that arrived on `channel` from `peer` without a local operation (RDMA writes into our memory).
     #[inline]
     pub fn received(&self, channel: usize, peer: usize, bytes: u64, ops: u64) {
@@ -108,6 +130,15 @@ pub struct PeerSample {
     pub bytes: u64,
     pub ops: u64,
     pub latency: IntervalHistogram,
+}
+
+impl PeerSample {
+    /// For peers counted where their data lands (all-to-all): the transfer rate of a landing, its bytes
+    /// over the time it took (the median of the interval's landings); `None` when nothing landed.
+    pub fn landing_gbps(&self) -> Option<f64> {
+        let p50_us = self.latency.quantile_us(0.50).filter(|us| *us > 0.0)?;
+        (self.ops > 0).then(|| (self.bytes as f64 / self.ops as f64) * 8.0 / (p50_us * 1e3))
+    }
 }
 
 /// One rank's telemetry for one interval; also its heartbeat (sent even when idle).

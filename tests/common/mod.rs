@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -25,8 +25,10 @@ pub struct Run {
     pub elapsed: Duration,
 }
 
-/// Runs `program args` with a limit; kills it (and fails) if the limit passes.
+/// Runs `program args` with a limit; kills it (and fails) if the limit passes. Its output is read while it
+/// runs: a program that writes more than a pipe holds (`--json` samples) must not block on a full pipe.
 pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
+    use std::io::Read;
     let started = Instant::now();
     let mut child = Command::new(program)
         .args(args)
@@ -35,26 +37,34 @@ pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if started.elapsed() > limit {
             let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
+            let _ = child.wait();
             panic!(
                 "{program} {args:?} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
+                stdout.join().unwrap_or_default(),
+                stderr.join().unwrap_or_default()
             );
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let Output { status, stdout, stderr } = child.wait_with_output().expect("output");
+    };
     Run {
         code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
         elapsed: started.elapsed(),
     }
 }

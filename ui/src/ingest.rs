@@ -112,7 +112,8 @@ impl Ingest {
             }
         }
         if let Some(pairs) = &mut state.pairs {
-            pairs.record(rank, sample.interval_ns, &sample.peers);
+            // All-to-all ranks count their peers where the data lands: the sample is a receiver's column.
+            pairs.record_received(rank, &sample.peers);
         }
         if rank == 0 {
             for peer_sample in &sample.peers {
@@ -177,7 +178,7 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{PairLatest, PAIR_MATRIX_MAX_CELLS};
+    use crate::state::PAIR_MATRIX_MAX_CELLS;
     use efatop_experiments::telemetry::{ChannelSample, PeerSample};
 
     fn run_info() -> RunInfo {
@@ -271,35 +272,40 @@ mod tests {
     }
 
     #[test]
-    fn peer_samples_fill_their_senders_row() {
+    fn landings_fill_their_receivers_column_at_their_transfer_rate() {
         let mut state = DashboardState::default();
         let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results(), Duration::from_secs(5));
-        let interval_ns = 100_000_000;
+        // Rank 1 received one 1.25 MB round from rank 0 that took 1 ms (10 Gbps), and two 125 KB rounds
+        // from rank 2 of 1 ms each (1 Gbps); ranks out of range and rank 1 itself are ignored.
         let sample = RankSample {
             rank: 1,
-            interval_ns,
-            peers: vec![peer(0, 125_000_000, Some(20_000)), peer(2, 12_500_000, None), peer(7, 1, None), peer(1, 9, None)],
+            interval_ns: 100_000_000,
+            peers: vec![
+                PeerSample { ops: 1, ..peer(0, 1_250_000, Some(1_000_000)) },
+                PeerSample { ops: 2, ..peer(2, 250_000, Some(1_000_000)) },
+                peer(7, 1, Some(1000)),
+                peer(1, 9, Some(1000)),
+            ],
             ..RankSample::default()
         };
         ingest.sample(&mut state, &sample, Duration::from_millis(100));
         let pairs = state.pairs.as_ref().expect("matrix");
-        let to_0 = pairs.latest(1, 0).expect("rank 1 reported");
-        assert!((to_0.gbps - 10.0).abs() < 1e-6, "{to_0:?}");
-        let p50 = to_0.lat_p50_us.expect("measured");
-        assert!((15.0..25.0).contains(&p50), "{p50}");
-        let to_2 = pairs.latest(1, 2).expect("rank 1 reported");
-        assert!((to_2.gbps - 1.0).abs() < 1e-6);
-        assert_eq!(to_2.lat_p99_us, None, "nothing completed, nothing shown");
-        assert_eq!(pairs.latest(0, 1), None, "rank 0 has not reported");
-        assert_eq!(pairs.history(1, 0).map(std::collections::VecDeque::len), Some(1));
+        let from_0 = pairs.latest(0, 1).expect("rank 0 → rank 1 landed");
+        assert!((from_0.gbps - 10.0).abs() < 0.5, "{from_0:?}");
+        let p50 = from_0.lat_p50_us.expect("measured");
+        assert!((900.0..1100.0).contains(&p50), "{p50}");
+        let from_2 = pairs.latest(2, 1).expect("rank 2 → rank 1 landed");
+        assert!((from_2.gbps - 1.0).abs() < 0.05, "{from_2:?}");
+        assert_eq!(pairs.latest(1, 0), None, "nothing from rank 1 has landed anywhere yet");
+        assert_eq!(pairs.history(0, 1).map(std::collections::VecDeque::len), Some(1));
 
-        // The next interval moved nothing to rank 2: the pair reads 0, not its old rate.
-        let sample = RankSample { rank: 1, interval_ns, peers: vec![peer(0, 125_000_000, None)], ..RankSample::default() };
+        // An interval without a landing from rank 2 keeps the pair's last rate: a lock-stepped exchange
+        // lands once per round, whatever the sampling interval.
+        let sample = RankSample { rank: 1, interval_ns: 100_000_000, peers: vec![PeerSample { ops: 1, ..peer(0, 1_250_000, Some(2_000_000)) }], ..RankSample::default() };
         ingest.sample(&mut state, &sample, Duration::from_millis(200));
         let pairs = state.pairs.as_ref().expect("matrix");
-        assert_eq!(pairs.latest(1, 2), Some(PairLatest::default()));
-        let history: Vec<f32> = pairs.history(1, 2).expect("kept").iter().copied().collect();
-        assert_eq!(history, [1.0, 0.0]);
+        assert!((pairs.latest(0, 1).expect("landed").gbps - 5.0).abs() < 0.25);
+        assert!((pairs.latest(2, 1).expect("kept").gbps - 1.0).abs() < 0.05);
         assert_eq!(pairs.history(1, 1).map(std::collections::VecDeque::len), Some(0), "no pair with itself");
     }
 

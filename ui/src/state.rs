@@ -221,6 +221,45 @@ impl PairMatrixView {
         (end - first) - usize::from((first..end).contains(&sender))
     }
 
+    /// `receiver`'s interval: what landed from each sender (`peers[i].peer` is the sender; `bytes` over
+    /// `ops` landings, each `latency` after its round started). All-to-all measures pairs where the data
+    /// lands, so its matrix fills column by column, and a cell is the pair's transfer rate at its latest
+    /// landing — one round's bytes over the time they took — not bytes per sampling interval, which in a
+    /// lock-stepped exchange would read zero between landings. A cell in a block of receivers (beyond
+    /// `PAIR_MATRIX_MAX_CELLS`) is a running mean over the block's receivers.
+    pub fn record_received(&mut self, receiver: usize, peers: &[PeerSample]) {
+        if receiver >= self.ranks {
+            return;
+        }
+        let columns = self.columns();
+        let column = self.column_of(receiver);
+        for peer in peers {
+            let sender = peer.peer as usize;
+            let (Some(gbps), Some(p50)) = (peer.landing_gbps(), peer.latency.quantile_us(0.50)) else { continue };
+            if sender >= self.ranks || sender == receiver {
+                continue;
+            }
+            let gbps = gbps as f32;
+            // Received cells are never stale by generation: each keeps its receiver's latest landing.
+            self.row_generation[sender] = 1;
+            let share = self.receivers_in(column, sender).max(1) as f32;
+            let cell = &mut self.cells[sender * columns + column];
+            if cell.generation == 1 {
+                cell.gbps += (gbps - cell.gbps) / share;
+            } else {
+                *cell = PairCell { gbps, lat_p50_us: f32::NAN, lat_p99_us: f32::NAN, generation: 1 };
+            }
+            cell.lat_p50_us = p50 as f32;
+            cell.lat_p99_us = peer.latency.quantile_us(0.99).map_or(f32::NAN, |p99| p99 as f32);
+            if let Some(history) = self.histories.get_mut(sender * self.ranks + receiver) {
+                if history.len() == PAIR_HISTORY_LEN {
+                    history.pop_front();
+                }
+                history.push_back(gbps);
+            }
+        }
+    }
+
     /// `sender`'s interval of `interval_ns`: what it moved to each peer. Peers out of range and the
     /// sender itself are ignored.
     pub fn record(&mut self, sender: usize, interval_ns: u64, peers: &[PeerSample]) {
