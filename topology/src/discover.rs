@@ -48,11 +48,48 @@ impl NodeTopology {
     /// The topology described by hwloc XML text; `source` names it in the output.
     pub fn from_xml_str(xml: &str, source: &str) -> Result<Self, TopologyError> {
         let invalid = |detail: &str| TopologyError::InvalidXml { name: source.to_string(), detail: detail.to_string() };
+        if has_object_without_type(xml) {
+            return Err(invalid("an <object> has no type"));
+        }
         // hwloc says no more than EINVAL either way; what failed is the most we can add.
         let builder = Topology::builder().from_xml(xml).map_err(|_| invalid("hwloc cannot parse it"))?;
         let topology = keep_all_io(builder)?.build().map_err(|_| invalid("hwloc finds no machine in it"))?;
         Ok(build(&topology, source.to_string(), false))
     }
+}
+
+/// hwloc's DTD requires every `<object>` to name its `type`, but hwloc 2.9's loader does not check it: an
+/// untyped object holding a NUMA node makes `hwloc_topology_load` dereference NULL (`lstopo --input` crashes
+/// the same way). Such files are refused before hwloc sees them. Attributes are read as XML writes them
+/// (`name="value"` or `name='value'`); an object whose attributes cannot be read so up to its `type` counts
+/// as untyped.
+fn has_object_without_type(xml: &str) -> bool {
+    let mut rest = xml;
+    while let Some(at) = rest.find("<object") {
+        rest = &rest[at + "<object".len()..];
+        // `<objects ...>` or `<object_x>` is another element.
+        if !rest.starts_with(|c: char| c.is_ascii_whitespace() || c == '/' || c == '>') {
+            continue;
+        }
+        let mut attributes = rest;
+        let mut typed = false;
+        loop {
+            attributes = attributes.trim_start();
+            if attributes.is_empty() || attributes.starts_with('>') || attributes.starts_with("/>") {
+                break;
+            }
+            let Some((name, after_name)) = attributes.split_once('=') else { break };
+            let after_equals = after_name.trim_start();
+            let Some(quote) = after_equals.chars().next().filter(|c| *c == '"' || *c == '\'') else { break };
+            let Some(end) = after_equals[1..].find(quote) else { break };
+            typed |= name.trim() == "type";
+            attributes = &after_equals[1 + end + 1..];
+        }
+        if !typed {
+            return true;
+        }
+    }
+    false
 }
 
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {
@@ -335,5 +372,35 @@ fn gpu_model(device_id: u16) -> Option<&'static str> {
         0x2335 => Some("NVIDIA H200"),
         0x2901 => Some("NVIDIA B200"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `scripts/fuzz` (`topology_xml`): hwloc 2.9 crashed with SIGSEGV loading this, and efatop with it.
+    const UNTYPED_OBJECT_OVER_NUMA_NODE: &str = concat!(
+        r#"<?xml version="1.0"?><topology version="2.0">"#,
+        r#"<object type="Machine" os_index="0" cpuset="0xff" nodeset="0x1"><object cpuset="0xf">"#,
+        r#"<object type="NUMANode" os_index="0" cpuset="0xff" nodeset="0x1"/></object></object></topology>"#,
+    );
+
+    #[test]
+    fn an_untyped_object_is_refused_before_hwloc_crashes_on_it() {
+        let err = NodeTopology::from_xml_str(UNTYPED_OBJECT_OVER_NUMA_NODE, "fuzzed.xml").expect_err("refused");
+        assert_eq!(err.to_string(), "fuzzed.xml is not an hwloc XML topology (an <object> has no type)");
+    }
+
+    #[test]
+    fn objects_are_typed_whatever_the_attribute_order_or_quotes() {
+        assert!(!has_object_without_type(r#"<object os_index="0" type="Machine"><object type='PU'/></object>"#));
+        assert!(!has_object_without_type("<object\n  cpuset=\"0x1\"\n  type = \"Core\">"));
+        assert!(!has_object_without_type(r#"<objects/><object_x/><info name="type" value="x"/>"#));
+        assert!(!has_object_without_type(r#"<object name="a>b" type="Misc"/>"#));
+        assert!(has_object_without_type(r#"<object type="Machine"><object cpuset="0xf"></object></object>"#));
+        assert!(has_object_without_type(r#"<object typeindex="0"/>"#));
+        assert!(has_object_without_type("<object>"));
+        assert!(has_object_without_type("<object cpuset=0xf type=\"PU\">"));
     }
 }
