@@ -48,8 +48,8 @@ impl NodeTopology {
     /// The topology described by hwloc XML text; `source` names it in the output.
     pub fn from_xml_str(xml: &str, source: &str) -> Result<Self, TopologyError> {
         let invalid = |detail: &str| TopologyError::InvalidXml { name: source.to_string(), detail: detail.to_string() };
-        if has_object_without_type(xml) {
-            return Err(invalid("an <object> has no type"));
+        if has_cpuset_without_complete_cpuset(xml) {
+            return Err(invalid("an <object> has a cpuset but no complete_cpuset"));
         }
         // hwloc says no more than EINVAL either way; what failed is the most we can add.
         let builder = Topology::builder().from_xml(xml).map_err(|_| invalid("hwloc cannot parse it"))?;
@@ -58,38 +58,39 @@ impl NodeTopology {
     }
 }
 
-/// hwloc's DTD requires every `<object>` to name its `type`, but hwloc 2.9's loader does not check it: an
-/// untyped object holding a NUMA node makes `hwloc_topology_load` dereference NULL (`lstopo --input` crashes
-/// the same way). Such files are refused before hwloc sees them. Attributes are read as XML writes them
-/// (`name="value"` or `name='value'`); an object whose attributes cannot be read so up to its `type` counts
-/// as untyped.
-fn has_object_without_type(xml: &str) -> bool {
+/// hwloc's XML writer gives every object with a `cpuset` its `complete_cpuset` too, and hwloc 2.9's loader
+/// relies on it without checking: it orders sibling objects by their complete cpusets and dereferences NULL
+/// when one has none (`lstopo --input` crashes the same way). Such files are refused before hwloc sees them.
+fn has_cpuset_without_complete_cpuset(xml: &str) -> bool {
+    object_attribute_names(xml).any(|names| names.contains(&"cpuset") && !names.contains(&"complete_cpuset"))
+}
+
+/// The attribute names of each `<object>` tag, read as XML writes them (`name="value"` or `name='value'`);
+/// a tag is read up to anything else.
+fn object_attribute_names(xml: &str) -> impl Iterator<Item = Vec<&str>> {
     let mut rest = xml;
-    while let Some(at) = rest.find("<object") {
+    std::iter::from_fn(move || loop {
+        let at = rest.find("<object")?;
         rest = &rest[at + "<object".len()..];
         // `<objects ...>` or `<object_x>` is another element.
         if !rest.starts_with(|c: char| c.is_ascii_whitespace() || c == '/' || c == '>') {
             continue;
         }
-        let mut attributes = rest;
-        let mut typed = false;
+        let mut names = Vec::new();
         loop {
-            attributes = attributes.trim_start();
-            if attributes.is_empty() || attributes.starts_with('>') || attributes.starts_with("/>") {
-                break;
-            }
-            let Some((name, after_name)) = attributes.split_once('=') else { break };
+            rest = rest.trim_start();
+            let Some((name, after_name)) = rest.split_once('=') else { break };
             let after_equals = after_name.trim_start();
             let Some(quote) = after_equals.chars().next().filter(|c| *c == '"' || *c == '\'') else { break };
             let Some(end) = after_equals[1..].find(quote) else { break };
-            typed |= name.trim() == "type";
-            attributes = &after_equals[1 + end + 1..];
+            if name.contains(['<', '>']) {
+                break;
+            }
+            names.push(name.trim_end());
+            rest = &after_equals[1 + end + 1..];
         }
-        if !typed {
-            return true;
-        }
-    }
-    false
+        return Some(names);
+    })
 }
 
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {
@@ -379,28 +380,41 @@ fn gpu_model(device_id: u16) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    /// Found by `scripts/fuzz` (`topology_xml`): hwloc 2.9 crashed with SIGSEGV loading this, and efatop with it.
-    const UNTYPED_OBJECT_OVER_NUMA_NODE: &str = concat!(
+    /// Found by `scripts/fuzz` (`topology_xml`), reduced: hwloc 2.9 crashed with SIGSEGV loading this (a
+    /// fixture with one `complete_cpuset` left out did too), and efatop with it.
+    const CPUSET_WITHOUT_COMPLETE_CPUSET: &str = concat!(
         r#"<?xml version="1.0"?><topology version="2.0">"#,
         r#"<object type="Machine" os_index="0" cpuset="0xff" nodeset="0x1"><object cpuset="0xf">"#,
         r#"<object type="NUMANode" os_index="0" cpuset="0xff" nodeset="0x1"/></object></object></topology>"#,
     );
 
     #[test]
-    fn an_untyped_object_is_refused_before_hwloc_crashes_on_it() {
-        let err = NodeTopology::from_xml_str(UNTYPED_OBJECT_OVER_NUMA_NODE, "fuzzed.xml").expect_err("refused");
-        assert_eq!(err.to_string(), "fuzzed.xml is not an hwloc XML topology (an <object> has no type)");
+    fn a_cpuset_without_its_complete_cpuset_is_refused_before_hwloc_crashes_on_it() {
+        let err = NodeTopology::from_xml_str(CPUSET_WITHOUT_COMPLETE_CPUSET, "fuzzed.xml").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "fuzzed.xml is not an hwloc XML topology (an <object> has a cpuset but no complete_cpuset)"
+        );
+        let fixture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/p5.48xlarge.xml"))
+            .expect("the p5 fixture");
+        let (head, tail) = fixture.split_at(fixture.find(r#"type="PU""#).expect("a PU"));
+        let pu_without_complete_cpuset = format!("{head}{}", tail.replacen("complete_cpuset=", "complete_cpusets=", 1));
+        assert!(NodeTopology::from_xml_str(&pu_without_complete_cpuset, "p5.xml").is_err());
+        assert!(NodeTopology::from_xml_str(&fixture, "p5.xml").is_ok());
     }
 
     #[test]
-    fn objects_are_typed_whatever_the_attribute_order_or_quotes() {
-        assert!(!has_object_without_type(r#"<object os_index="0" type="Machine"><object type='PU'/></object>"#));
-        assert!(!has_object_without_type("<object\n  cpuset=\"0x1\"\n  type = \"Core\">"));
-        assert!(!has_object_without_type(r#"<objects/><object_x/><info name="type" value="x"/>"#));
-        assert!(!has_object_without_type(r#"<object name="a>b" type="Misc"/>"#));
-        assert!(has_object_without_type(r#"<object type="Machine"><object cpuset="0xf"></object></object>"#));
-        assert!(has_object_without_type(r#"<object typeindex="0"/>"#));
-        assert!(has_object_without_type("<object>"));
-        assert!(has_object_without_type("<object cpuset=0xf type=\"PU\">"));
+    fn object_attributes_are_read_whatever_their_order_or_quotes() {
+        let names = |xml| object_attribute_names(xml).collect::<Vec<_>>();
+        assert_eq!(
+            names("<object os_index=\"0\" type='Core'><object\n  cpuset = \"0x1\"/></object>"),
+            vec![vec!["os_index", "type"], vec!["cpuset"]]
+        );
+        assert_eq!(names(r#"<objects a="1"/><object_x b="2"/><info name="cpuset"/>"#), Vec::<Vec<&str>>::new());
+        assert_eq!(names(r#"<object name="a>b" cpuset="0x1"/>"#), vec![vec!["name", "cpuset"]]);
+        assert_eq!(names("<object>text<x a=\"1\"/><object cpuset=0x1 type=\"PU\">"), vec![Vec::<&str>::new(), Vec::new()]);
+        assert!(has_cpuset_without_complete_cpuset(r#"<object cpuset="0x1"/>"#));
+        assert!(!has_cpuset_without_complete_cpuset(r#"<object complete_cpuset="0x1" cpuset="0x1"/>"#));
+        assert!(!has_cpuset_without_complete_cpuset(r#"<object type="OSDev" name="eth0"/>"#));
     }
 }
