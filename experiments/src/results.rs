@@ -131,6 +131,47 @@ impl RunResults {
     }
 }
 
+/// Why a results file cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsFileError {
+    #[error("not an efatop results file: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{config} at size {size} is measured but not among the configurations {configs:?}")]
+    UnlistedConfig { config: String, size: u64, configs: Vec<String> },
+    #[error("{config} at size {size} is measured twice")]
+    MeasuredTwice { config: String, size: u64 },
+    #[error("the pair matrix of {config} at size {size} is not square ({rows} senders, a row of {columns} receivers)")]
+    PairMatrixShape { config: String, size: u64, rows: usize, columns: usize },
+}
+
+impl RunResults {
+    /// Reads a results file (`--out`) back. Beyond its shape, checks what readers of it rely on: every
+    /// measurement's configuration is listed (tables have one column per listed configuration, so an
+    /// unlisted one would vanish silently), each configuration and size is measured once (so [`Self::find`]
+    /// is not ambiguous), and each pair matrix is square (it is indexed `[sender][receiver]`).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, ResultsFileError> {
+        let results: Self = serde_json::from_slice(bytes)?;
+        let mut measured = std::collections::BTreeSet::new();
+        for measurement in &results.measurements {
+            let (config, size) = (measurement.config.clone(), measurement.size);
+            if !results.configs.contains(&config) {
+                return Err(ResultsFileError::UnlistedConfig { config, size, configs: results.configs.clone() });
+            }
+            if !measured.insert((&measurement.config, size)) {
+                return Err(ResultsFileError::MeasuredTwice { config, size });
+            }
+        }
+        for matrix in &results.pair_matrices {
+            let rows = matrix.gbps.len();
+            if let Some(row) = matrix.gbps.iter().find(|row| row.len() != rows) {
+                let (config, size, columns) = (matrix.config.clone(), matrix.size, row.len());
+                return Err(ResultsFileError::PairMatrixShape { config, size, rows, columns });
+            }
+        }
+        Ok(results)
+    }
+}
+
 /// Per-iteration latencies, recorded without allocating (fixed bounds) and merged across pairs.
 pub struct LatencyRecorder {
     histogram: hdrhistogram::Histogram<u64>,
@@ -195,6 +236,53 @@ mod tests {
         assert!((summary.p99_us - 99.0).abs() < 0.1, "{summary:?}");
         assert!((summary.mean_us - 50.5).abs() < 0.1, "{summary:?}");
         assert!((summary.max_us - 100.0).abs() < 0.1, "{summary:?}");
+    }
+
+    fn saved_run() -> RunResults {
+        let latency = LatencySummary { mean_us: 2.0, p50_us: 2.0, p99_us: 3.0, max_us: 4.0 };
+        let measurement = |config: &str, size: u64| Measurement {
+            config: config.into(),
+            size,
+            count: size / 4,
+            gbps: 1.5,
+            busbw_percent: None,
+            latency,
+            iterations: 20,
+            pairs: vec![PairMeasurement { peers: vec![1], gbps: 1.5, mean_us: 2.0 }],
+            verified: true,
+        };
+        RunResults {
+            metadata: RunMetadata { experiment: "write".into(), ranks: 2, ..RunMetadata::default() },
+            configs: vec!["SinglePin".into(), "MultiPin".into()],
+            measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
+            pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]] }],
+        }
+    }
+
+    #[test]
+    fn a_saved_file_reads_back_as_it_was() {
+        let saved = saved_run();
+        let bytes = serde_json::to_vec_pretty(&saved).expect("serializes");
+        assert_eq!(RunResults::from_json(&bytes).expect("reads back"), saved);
+    }
+
+    #[test]
+    fn files_readers_cannot_rely_on_are_refused_with_the_reason() {
+        let read = |results: &RunResults| RunResults::from_json(&serde_json::to_vec(results).expect("serializes"));
+        let mut unlisted = saved_run();
+        unlisted.configs.pop();
+        let err = read(&unlisted).expect_err("MultiPin is not listed");
+        assert!(matches!(&err, ResultsFileError::UnlistedConfig { config, size: 4096, .. } if config == "MultiPin"), "{err}");
+        let mut twice = saved_run();
+        twice.measurements.push(twice.measurements[0].clone());
+        let err = read(&twice).expect_err("measured twice");
+        assert_eq!(err.to_string(), "SinglePin at size 4096 is measured twice");
+        let mut ragged = saved_run();
+        ragged.pair_matrices[0].gbps[1].pop();
+        let err = read(&ragged).expect_err("not square");
+        assert!(matches!(err, ResultsFileError::PairMatrixShape { rows: 2, columns: 1, .. }), "{err}");
+        assert!(matches!(RunResults::from_json(b"{\"metadata\": 1}"), Err(ResultsFileError::Json(_))));
+        assert!(matches!(RunResults::from_json(&[0xff, 0xfe]), Err(ResultsFileError::Json(_))));
     }
 
     #[test]

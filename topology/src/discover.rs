@@ -48,11 +48,49 @@ impl NodeTopology {
     /// The topology described by hwloc XML text; `source` names it in the output.
     pub fn from_xml_str(xml: &str, source: &str) -> Result<Self, TopologyError> {
         let invalid = |detail: &str| TopologyError::InvalidXml { name: source.to_string(), detail: detail.to_string() };
+        if has_cpuset_without_complete_cpuset(xml) {
+            return Err(invalid("an <object> has a cpuset but no complete_cpuset"));
+        }
         // hwloc says no more than EINVAL either way; what failed is the most we can add.
         let builder = Topology::builder().from_xml(xml).map_err(|_| invalid("hwloc cannot parse it"))?;
         let topology = keep_all_io(builder)?.build().map_err(|_| invalid("hwloc finds no machine in it"))?;
         Ok(build(&topology, source.to_string(), false))
     }
+}
+
+/// hwloc's XML writer gives every object with a `cpuset` its `complete_cpuset` too, and hwloc 2.9's loader
+/// relies on it without checking: it orders sibling objects by their complete cpusets and dereferences NULL
+/// when one has none (`lstopo --input` crashes the same way). Such files are refused before hwloc sees them.
+fn has_cpuset_without_complete_cpuset(xml: &str) -> bool {
+    object_attribute_names(xml).any(|names| names.contains(&"cpuset") && !names.contains(&"complete_cpuset"))
+}
+
+/// The attribute names of each `<object>` tag, read as XML writes them (`name="value"` or `name='value'`);
+/// a tag is read up to anything else.
+fn object_attribute_names(xml: &str) -> impl Iterator<Item = Vec<&str>> {
+    let mut rest = xml;
+    std::iter::from_fn(move || loop {
+        let at = rest.find("<object")?;
+        rest = &rest[at + "<object".len()..];
+        // `<objects ...>` or `<object_x>` is another element.
+        if !rest.starts_with(|c: char| c.is_ascii_whitespace() || c == '/' || c == '>') {
+            continue;
+        }
+        let mut names = Vec::new();
+        loop {
+            rest = rest.trim_start();
+            let Some((name, after_name)) = rest.split_once('=') else { break };
+            let after_equals = after_name.trim_start();
+            let Some(quote) = after_equals.chars().next().filter(|c| *c == '"' || *c == '\'') else { break };
+            let Some(end) = after_equals[1..].find(quote) else { break };
+            if name.contains(['<', '>']) {
+                break;
+            }
+            names.push(name.trim_end());
+            rest = &after_equals[1 + end + 1..];
+        }
+        return Some(names);
+    })
 }
 
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {
@@ -335,5 +373,48 @@ fn gpu_model(device_id: u16) -> Option<&'static str> {
         0x2335 => Some("NVIDIA H200"),
         0x2901 => Some("NVIDIA B200"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `scripts/fuzz` (`topology_xml`), reduced: hwloc 2.9 crashed with SIGSEGV loading this (a
+    /// fixture with one `complete_cpuset` left out did too), and efatop with it.
+    const CPUSET_WITHOUT_COMPLETE_CPUSET: &str = concat!(
+        r#"<?xml version="1.0"?><topology version="2.0">"#,
+        r#"<object type="Machine" os_index="0" cpuset="0xff" nodeset="0x1"><object cpuset="0xf">"#,
+        r#"<object type="NUMANode" os_index="0" cpuset="0xff" nodeset="0x1"/></object></object></topology>"#,
+    );
+
+    #[test]
+    fn a_cpuset_without_its_complete_cpuset_is_refused_before_hwloc_crashes_on_it() {
+        let err = NodeTopology::from_xml_str(CPUSET_WITHOUT_COMPLETE_CPUSET, "fuzzed.xml").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "fuzzed.xml is not an hwloc XML topology (an <object> has a cpuset but no complete_cpuset)"
+        );
+        let fixture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/p5.48xlarge.xml"))
+            .expect("the p5 fixture");
+        let (head, tail) = fixture.split_at(fixture.find(r#"type="PU""#).expect("a PU"));
+        let pu_without_complete_cpuset = format!("{head}{}", tail.replacen("complete_cpuset=", "complete_cpusets=", 1));
+        assert!(NodeTopology::from_xml_str(&pu_without_complete_cpuset, "p5.xml").is_err());
+        assert!(NodeTopology::from_xml_str(&fixture, "p5.xml").is_ok());
+    }
+
+    #[test]
+    fn object_attributes_are_read_whatever_their_order_or_quotes() {
+        let names = |xml| object_attribute_names(xml).collect::<Vec<_>>();
+        assert_eq!(
+            names("<object os_index=\"0\" type='Core'><object\n  cpuset = \"0x1\"/></object>"),
+            vec![vec!["os_index", "type"], vec!["cpuset"]]
+        );
+        assert_eq!(names(r#"<objects a="1"/><object_x b="2"/><info name="cpuset"/>"#), Vec::<Vec<&str>>::new());
+        assert_eq!(names(r#"<object name="a>b" cpuset="0x1"/>"#), vec![vec!["name", "cpuset"]]);
+        assert_eq!(names("<object>text<x a=\"1\"/><object cpuset=0x1 type=\"PU\">"), vec![Vec::<&str>::new(), Vec::new()]);
+        assert!(has_cpuset_without_complete_cpuset(r#"<object cpuset="0x1"/>"#));
+        assert!(!has_cpuset_without_complete_cpuset(r#"<object complete_cpuset="0x1" cpuset="0x1"/>"#));
+        assert!(!has_cpuset_without_complete_cpuset(r#"<object type="OSDev" name="eth0"/>"#));
     }
 }

@@ -1,0 +1,38 @@
+//! Bytes as rank 0's collector reads them off a rank's connection: frames back to back, each a `u32` length
+//! prefix and a body. Whatever arrives, the decoder answers with a sample or a `WireError`, never a panic;
+//! a body that decodes re-encodes to a frame that decodes to the same sample; and the latency queries rank 0
+//! runs on every decoded histogram (percentiles, max, merging into a rank's total) hold up too.
+
+#![no_main]
+
+use efatop_experiments::telemetry::wire;
+use efatop_experiments::telemetry::IntervalHistogram;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|stream: &[u8]| {
+    let mut rest = stream;
+    while let Some((prefix, after_prefix)) = rest.split_first_chunk::<4>() {
+        // The collector hangs up on a length it cannot trust, and waits for more bytes on a short body.
+        let Ok(len) = wire::check_length(u32::from_le_bytes(*prefix)) else { return };
+        let Some(body) = after_prefix.get(..len) else { return };
+        rest = &after_prefix[len..];
+        let Ok(sample) = wire::decode(body) else { continue };
+
+        let mut frame = Vec::new();
+        wire::encode(&sample, &mut frame);
+        let (length, reencoded_body) = frame.split_first_chunk::<4>().expect("a frame starts with its length");
+        assert_eq!(u32::from_le_bytes(*length) as usize, reencoded_body.len(), "length prefix of the re-encoded frame");
+        assert_eq!(wire::decode(reencoded_body).as_ref(), Ok(&sample), "re-encoded frame decodes to another sample");
+
+        let mut all_channels = IntervalHistogram::default();
+        let histograms = sample.channels.iter().map(|c| &c.latency).chain(sample.peers.iter().map(|p| &p.latency));
+        for histogram in histograms {
+            for quantile in [0.0, 0.5, 0.99, 1.0] {
+                let _ = histogram.quantile_us(quantile);
+            }
+            let _ = histogram.max_us();
+            all_channels.merge(histogram);
+        }
+        let _ = all_channels.quantile_us(0.5);
+    }
+});
