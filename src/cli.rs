@@ -162,7 +162,7 @@ pub struct CommonArgs {
     /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
     #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
     pub link_gbps: Option<f64>,
-    /// Write the results, with the run's metadata, to this JSON file (rewritten after every size)
+    /// Results file (JSON, rewritten after every size); default efatop-results/<experiment>-<UTC time>-<pid>.json
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Seconds an operation may take before its rank is reported as hung

@@ -98,9 +98,12 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
-    let results_file = match (&common.out, rank) {
-        (Some(path), 0) => Some(ResultsFile::create(path)?),
-        _ => None,
+    // Every run keeps what it measured: in --out, or else a timestamped file under ./efatop-results/.
+    let results_file = if rank == 0 {
+        let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
+        Some(ResultsFile::create(&path)?)
+    } else {
+        None
     };
     // An emulated node's rank moves into its network namespace before libfabric looks for NICs.
     let namespaces = match std::env::var(efatop_experiments::world::ENV_NETNS) {
@@ -468,8 +471,46 @@ struct ResultsFile {
     path: PathBuf,
 }
 
+/// Where a run's results go without `--out`.
+pub const DEFAULT_RESULTS_DIR: &str = "efatop-results";
+
+/// `efatop-results/<experiment>-<UTC date>T<time>Z-<pid>.json`: sortable, and two runs started in the same
+/// second do not overwrite each other.
+fn default_results_path(experiment: &str, now: SystemTime) -> PathBuf {
+    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_date(days);
+    let stamp = format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    );
+    Path::new(DEFAULT_RESULTS_DIR).join(format!("{experiment}-{stamp}-{}.json", std::process::id()))
+}
+
+/// The proleptic Gregorian date of a count of days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 impl ResultsFile {
     fn create(path: &Path) -> Result<Self, ExperimentError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            std::fs::create_dir_all(dir).map_err(|e| ExperimentError::InvalidInput {
+                flag: "--out",
+                message: format!("cannot create {}: {e}", dir.display()),
+            })?;
+        }
         std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| ExperimentError::InvalidInput {
             flag: "--out",
             message: format!("cannot write {}: {e}", path.display()),
@@ -484,5 +525,18 @@ impl ResultsFile {
         staging.push(".tmp");
         std::fs::write(&staging, json).map_err(|e| failed(&e))?;
         std::fs::rename(&staging, &self.path).map_err(|e| failed(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_results_names_sort_by_time_in_utc() {
+        let at = |s: u64| super::default_results_path("write", std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        let pid = std::process::id();
+        assert_eq!(at(0), std::path::Path::new("efatop-results").join(format!("write-19700101T000000Z-{pid}.json")));
+        // 2026-11-23 12:38:46 UTC, and a leap day.
+        assert_eq!(at(1_795_437_526).file_name().and_then(|n| n.to_str()), Some(format!("write-20261123T123846Z-{pid}.json").as_str()));
+        assert_eq!(super::civil_date(19_782), (2024, 2, 29));
     }
 }

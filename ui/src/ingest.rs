@@ -69,10 +69,10 @@ impl Ingest {
         if let Some(heard) = self.last_heard.get_mut(rank) {
             *heard = Some(at);
         }
-        let mut rank_bytes = 0;
+        let mut rank_bytes: u64 = 0;
         let mut rank_latency = IntervalHistogram::default();
         for channel_sample in &sample.channels {
-            rank_bytes += channel_sample.bytes;
+            rank_bytes = rank_bytes.saturating_add(channel_sample.bytes);
             if rank == 0 {
                 // Only rank 0's own latency is shown over all its channels (see below).
                 rank_latency.merge(&channel_sample.latency);
@@ -98,7 +98,7 @@ impl Ingest {
             peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);
             if peer.drops < sample.drops {
                 // Kept as a running total: summing every rank's drops per sample is quadratic in ranks.
-                state.drops_total += sample.drops - peer.drops;
+                state.drops_total = state.drops_total.saturating_add(sample.drops - peer.drops);
                 peer.drops = sample.drops;
             }
             peer.last_seen = Duration::ZERO;
