@@ -43,7 +43,7 @@ impl TerminalGuard {
     }
 }
 
-fn restore() {
+pub fn restore() {
     let _ = disable_raw_mode();
     let _ = crossterm::execute!(std::io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
 }

@@ -10,8 +10,13 @@ use crate::bootstrap::local::Rendezvous;
 use crate::bootstrap::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 use crate::cli::RunArgs;
 
-/// How long ranks get to stop on their own once one has failed.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long rank 0 gets, once a rank has failed, to name it and save what was measured.
+const REPORT_GRACE: Duration = Duration::from_secs(6);
+/// Rank 0 ends on its own once a rank failed (its watchdog sees to it) but may show the failure on its
+/// dashboard until a key is pressed; it is only stopped if it has not ended this long after the failure.
+const RANK0_GRACE: Duration = Duration::from_mins(1);
+/// How long the ranks still running get between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
 
 pub fn launch(run: &RunArgs) -> i32 {
     let ranks = usize::from(run.ranks);
@@ -77,10 +82,17 @@ fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::io::R
     Ok(supervise(children))
 }
 
-/// Waits for every rank; once one fails, gives the rest `STOP_GRACE` and then kills them.
+/// Waits for every rank. Once one fails, rank 0 gets `REPORT_GRACE` to name it and save the results (its
+/// watchdog notices a dead or silent rank within seconds); then the ranks still running are asked to stop
+/// (SIGCONT for a stopped one, then SIGTERM) and killed `KILL_GRACE` later. Every rank has ended within
+/// `REPORT_GRACE + KILL_GRACE` of the first failure.
 fn supervise(mut children: Vec<Child>) -> i32 {
     let mut codes: Vec<Option<i32>> = vec![None; children.len()];
     let mut failed_at: Option<Instant> = None;
+    // When the other ranks, and (much later, if ever) rank 0, were sent SIGTERM.
+    let mut others_terminated_at: Option<Instant> = None;
+    let mut rank0_terminated_at: Option<Instant> = None;
+    let host = efatop_experiments::world::hostname();
     loop {
         for (rank, child) in children.iter_mut().enumerate() {
             if codes[rank].is_some() {
@@ -90,8 +102,8 @@ fn supervise(mut children: Vec<Child>) -> i32 {
                 let code = status.code().unwrap_or_else(|| {
                     use std::os::unix::process::ExitStatusExt;
                     let signal = status.signal().unwrap_or(0);
-                    if failed_at.is_none() {
-                        eprintln!("efatop: error: rank {rank} was killed by signal {signal}");
+                    if others_terminated_at.is_none() {
+                        eprintln!("efatop: error: rank {rank} ({host}) was killed by signal {signal}");
                     }
                     128 + signal
                 });
@@ -104,22 +116,58 @@ fn supervise(mut children: Vec<Child>) -> i32 {
         if codes.iter().all(Option::is_some) {
             break;
         }
-        if failed_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
-            for (rank, child) in children.iter_mut().enumerate() {
-                if codes[rank].is_none() {
-                    eprintln!("efatop: error: rank {rank} did not stop within {STOP_GRACE:?} of a failure; killed");
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    codes[rank] = Some(137);
+        if let Some(failed) = failed_at {
+            let rank0_done = codes[0].is_some();
+            if others_terminated_at.is_none() && (rank0_done || failed.elapsed() > REPORT_GRACE) {
+                terminate(&children, &codes, 1..children.len());
+                others_terminated_at = Some(Instant::now());
+            }
+            if others_terminated_at.is_some_and(|at| at.elapsed() > KILL_GRACE) {
+                kill_running(&mut children, &mut codes, 1.., &host);
+            }
+            if !rank0_done && failed.elapsed() > RANK0_GRACE {
+                match rank0_terminated_at {
+                    None => {
+                        terminate(&children, &codes, 0..1);
+                        rank0_terminated_at = Some(Instant::now());
+                    }
+                    Some(at) if at.elapsed() > KILL_GRACE => kill_running(&mut children, &mut codes, 0..1, &host),
+                    Some(_) => {}
                 }
             }
-            break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let codes: Vec<i32> = codes.into_iter().flatten().collect();
-    // Bad input (2) speaks for the run; otherwise the first failure's own code (130 for a user's stop).
-    if codes.contains(&2) { 2 } else { codes.into_iter().find(|c| *c != 0).unwrap_or(0) }
+    // Bad input (2) speaks for the run; otherwise rank 0's verdict (it names the failed rank), else the
+    // first failure's own code (130 for a user's stop).
+    if codes.contains(&2) {
+        2
+    } else if codes[0] != 0 {
+        codes[0]
+    } else {
+        codes.into_iter().find(|c| *c != 0).unwrap_or(0)
+    }
+}
+
+/// Asks the ranks in `which` that are still running to stop: SIGCONT first, for a rank that was stopped.
+fn terminate(children: &[Child], codes: &[Option<i32>], which: std::ops::Range<usize>) {
+    for rank in which.filter(|rank| codes[*rank].is_none()) {
+        let pid = nix::unistd::Pid::from_raw(children[rank].id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
+fn kill_running(children: &mut [Child], codes: &mut [Option<i32>], which: impl std::ops::RangeBounds<usize>, host: &str) {
+    for (rank, child) in children.iter_mut().enumerate().filter(|(rank, _)| which.contains(rank)) {
+        if codes[rank].is_none() {
+            eprintln!("efatop: error: rank {rank} ({host}) did not stop after SIGTERM; killed");
+            let _ = child.kill();
+            let _ = child.wait();
+            codes[rank] = Some(137);
+        }
+    }
 }
 
 fn stop_all(children: &mut [Child]) {

@@ -17,6 +17,7 @@ mod output;
 mod report;
 mod telemetry;
 mod topo;
+mod watchdog;
 
 use std::process::ExitCode;
 

@@ -159,10 +159,21 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     } else {
         Mode::Dashboard
     };
-    let telemetry_wanted = !common.no_telemetry && mode != Mode::Plain;
+    // Telemetry runs in every mode: besides the live view, it is rank 0's heartbeat of every rank.
+    let telemetry_wanted = !common.no_telemetry;
 
     let (events_tx, events_rx) = mpsc::channel::<ConsumerEvent>();
-    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &events_tx, namespaces.as_ref())?;
+    let watchdog = if rank == 0 && telemetry_wanted {
+        let consumer = (mode != Mode::Plain).then(|| events_tx.clone());
+        let heartbeat = crate::watchdog::heartbeat_for(common.interval);
+        let started = crate::watchdog::Watchdog::start(consumer, world.hosts.clone(), world.abort.clone(), heartbeat, mode == Mode::Dashboard);
+        Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry watchdog: {e}")))?)
+    } else {
+        None
+    };
+    let collector_events = watchdog.as_ref().map_or_else(|| events_tx.clone(), |w| w.events.clone());
+    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &collector_events, namespaces.as_ref())?;
+    drop(collector_events);
     let sampler = telemetry.sampler;
     let collector = telemetry.collector;
     let every_rank_nics = telemetry.nics;
@@ -190,6 +201,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
             }))
         }
         Mode::Dashboard => {
+            crate::watchdog::restore_terminal_on_sigterm();
             let mut state = DashboardState::default();
             let run_info = run_info(&results, &world, &sweep);
             let heartbeat = (common.interval * 20).max(Duration::from_secs(5));
@@ -213,6 +225,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         stop: stop.clone(),
     };
     let outcome = run_experiment(&world, experiment, &sweep, &mut observer);
+    if let Some(watchdog) = &watchdog {
+        watchdog.run_over.store(true, Ordering::Relaxed);
+    }
     if let Some(sampler) = sampler {
         sampler.finish();
     }
@@ -220,6 +235,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     std::thread::sleep(if collector.is_some() { common.interval.min(Duration::from_millis(200)) } else { Duration::ZERO });
     let _ = events_tx.send(ConsumerEvent::Finished { error: outcome.as_ref().err().map(ToString::to_string) });
     drop(events_tx);
+    drop(watchdog);
     let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
     drop(collector);
     let RankZero { results, file, save_error, .. } = observer;

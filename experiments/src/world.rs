@@ -87,8 +87,37 @@ pub struct World<'b> {
     pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
     pub probe: std::sync::Arc<crate::telemetry::Probe>,
+    /// Raised from outside the hot path (rank 0's watchdog, a signal) to make every wait give up.
+    pub abort: std::sync::Arc<Abort>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
     pub notes: Vec<String>,
+}
+
+/// A request, from outside the hot path, that every wait of this rank give up, with the reason to report.
+#[derive(Debug, Default)]
+pub struct Abort {
+    raised: std::sync::atomic::AtomicBool,
+    reason: std::sync::Mutex<String>,
+}
+
+impl Abort {
+    /// The first reason wins: it names what went wrong first.
+    pub fn raise(&self, reason: impl Into<String>) {
+        let mut kept = self.reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !self.raised.load(std::sync::atomic::Ordering::Acquire) {
+            *kept = reason.into();
+            self.raised.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    #[inline]
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn reason(&self) -> String {
+        self.reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 impl<'b> World<'b> {
@@ -199,6 +228,7 @@ impl<'b> World<'b> {
             op_timeout: options.op_timeout,
             share_cpu,
             probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
+            abort: std::sync::Arc::new(Abort::default()),
             local_rank,
             placement,
             gpu,
@@ -236,8 +266,14 @@ impl<'b> World<'b> {
         for channel in channels {
             found += channel.progress()?;
         }
-        if found == 0 && self.share_cpu {
-            std::thread::yield_now();
+        if found == 0 {
+            // Only idle spins look: one relaxed load, while nothing else is happening anyway.
+            if self.abort.is_raised() {
+                return Err(FabricError::Abandoned(self.abort.reason()));
+            }
+            if self.share_cpu {
+                std::thread::yield_now();
+            }
         }
         Ok(found)
     }

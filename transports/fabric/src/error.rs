@@ -14,6 +14,9 @@ pub enum FabricError {
     Timeout { what: &'static str, channel: usize, timeout: Duration },
     #[error("{0}")]
     Invalid(String),
+    /// The wait was given up on purpose: another rank failed, or this rank was told to stop.
+    #[error("{0}")]
+    Abandoned(String),
 }
 
 pub type Result<T, E = FabricError> = std::result::Result<T, E>;
