@@ -246,6 +246,7 @@ mod tests {
             count: size / 4,
             gbps: 1.5,
             busbw_percent: None,
+            nccl_busbw_gbps: None,
             latency,
             iterations: 20,
             pairs: vec![PairMeasurement { peers: vec![1], gbps: 1.5, mean_us: 2.0 }],
