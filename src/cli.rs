@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use efatop_experiments::sizes::{self, format_size};
+use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::{ChannelCount, ProviderChoice};
 use efatop_fabric::Provider;
@@ -25,6 +26,10 @@ pub enum Command {
     Sendrecv(SendrecvArgs),
     /// Every rank writes its buffer to every other rank at once (RDMA WRITE with immediate data)
     Alltoall(WriteArgs),
+    /// GPU-initiated RDMA WRITEs through a CPU proxy, rank 0's GPU → rank 1 (blocking and NBI)
+    Proxy(ProxyArgs),
+    /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency
+    Queue(crate::queue::QueueArgs),
     /// Start N local ranks of an experiment, no MPI needed
     Run(RunArgs),
     /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
@@ -76,6 +81,8 @@ pub enum Experiment {
     Sendrecv(SendrecvArgs),
     /// Every rank writes to every other rank at once
     Alltoall(WriteArgs),
+    /// GPU-initiated writes through a CPU proxy
+    Proxy(ProxyArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -194,6 +201,36 @@ pub struct WriteArgs {
     pub configs: Vec<WriteConfigArg>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProxyConfigArg {
+    Single,
+    Multi,
+    #[value(name = "single-nbi")]
+    SingleNbi,
+    #[value(name = "multi-nbi")]
+    MultiNbi,
+}
+
+impl From<ProxyConfigArg> for ProxyConfig {
+    fn from(arg: ProxyConfigArg) -> Self {
+        match arg {
+            ProxyConfigArg::Single => ProxyConfig::Single,
+            ProxyConfigArg::Multi => ProxyConfig::Multi,
+            ProxyConfigArg::SingleNbi => ProxyConfig::SingleNbi,
+            ProxyConfigArg::MultiNbi => ProxyConfig::MultiNbi,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Configurations to run, in this order (blocking: Quiet after each write; NBI: Quiet once at the end)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ProxyConfigArg::Single, ProxyConfigArg::Multi, ProxyConfigArg::SingleNbi, ProxyConfigArg::MultiNbi])]
+    pub configs: Vec<ProxyConfigArg>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct SendrecvArgs {
     #[command(flatten)]
@@ -205,6 +242,7 @@ impl Experiment {
         match self {
             Experiment::Write(args) | Experiment::Alltoall(args) => &args.common,
             Experiment::Sendrecv(args) => &args.common,
+            Experiment::Proxy(args) => &args.common,
         }
     }
 
@@ -213,6 +251,7 @@ impl Experiment {
             Experiment::Write(_) => "write",
             Experiment::Sendrecv(_) => "sendrecv",
             Experiment::Alltoall(_) => "alltoall",
+            Experiment::Proxy(_) => "proxy",
         }
     }
 }

@@ -14,6 +14,7 @@ mod launch;
 mod monitor;
 mod netns;
 mod output;
+mod queue;
 mod report;
 mod telemetry;
 mod topo;
@@ -47,6 +48,8 @@ fn main() -> ExitCode {
         Command::Write(args) => output::rank_main(&Experiment::Write(args)),
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
         Command::Alltoall(args) => output::rank_main(&Experiment::Alltoall(args)),
+        Command::Proxy(args) => output::rank_main(&Experiment::Proxy(args)),
+        Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => report::compare(&args),

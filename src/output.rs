@@ -11,10 +11,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::results::{Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults};
+use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
-    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, sendrecv, sizes, write,
+    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, proxy, sendrecv, sizes, write,
 };
 use efatop_fabric::Capabilities;
 use efatop_ui::ingest::Ingest;
@@ -111,7 +112,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         _ => None,
     };
     let capabilities = match experiment {
-        Experiment::Write(_) | Experiment::Alltoall(_) => Capabilities::MESSAGES_AND_WRITE,
+        Experiment::Write(_) | Experiment::Alltoall(_) | Experiment::Proxy(_) => Capabilities::MESSAGES_AND_WRITE,
         Experiment::Sendrecv(_) => Capabilities::MESSAGES,
     };
     let window = usize::from(common.window);
@@ -123,9 +124,17 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         max_in_flight: (window * bootstrap.size()).max(64),
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
-        gpu: common.memory.contains(&cli::MemoryArg::Device).then_some(common.gpu.0),
+        // The proxy experiment's writer is a GPU kernel: it always needs the GPU.
+        gpu: (common.memory.contains(&cli::MemoryArg::Device) || matches!(experiment, Experiment::Proxy(_)))
+            .then_some(common.gpu.0),
     };
-    let world = World::establish(bootstrap, &options)?;
+    let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
+        // The proxy needs a GPU whatever --memory says: name the experiment, not the flag.
+        (ExperimentError::Unsupported(message), Experiment::Proxy(_)) => {
+            ExperimentError::Unsupported(message.replacen("--memory device:", "proxy:", 1))
+        }
+        (err, _) => err,
+    })?;
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
@@ -149,6 +158,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
             args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect()
         }
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
+        Experiment::Proxy(args) => args.configs.iter().map(|c| ProxyConfig::from(*c).column("DMA")).collect(),
     };
     let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, ..RunResults::default() };
     results.metadata.placements = placements;
@@ -378,6 +388,10 @@ fn run_experiment(
             write::run(world, sweep, &configs, observer).map(|_| ())
         }
         Experiment::Sendrecv(_) => sendrecv::run(world, sweep, observer).map(|_| ()),
+        Experiment::Proxy(args) => {
+            let configs: Vec<ProxyConfig> = args.configs.iter().map(|c| ProxyConfig::from(*c)).collect();
+            proxy::run(world, sweep, &configs, observer).map(|_| ())
+        }
         Experiment::Alltoall(args) => {
             let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
             alltoall::run(world, sweep, &configs, observer).map(|_| ())

@@ -6,6 +6,8 @@
 pub mod alltoall;
 pub mod pattern;
 pub mod payload;
+pub mod proxy;
+pub mod queue;
 pub mod results;
 pub mod sendrecv;
 pub mod sizes;

@@ -5,6 +5,10 @@
 //! The pattern the kernels write is byte for byte the host's (`efatop_experiments::pattern`): 8-byte words
 //! `mix(key ^ index · K)` in little-endian order, so either side can check the other's data.
 
+pub mod mapped;
+pub mod ring;
+pub mod ring_gpu;
+
 use std::ops::Range;
 use std::cell::RefCell;
 use std::ffi::c_void;

@@ -1,0 +1,405 @@
+//! The GPU→CPU request ring: many producers (GPU threads, or CPU threads in tests), one consumer (the
+//! CPU proxy). One protocol, written twice: in Rust here ([`RingView::push`], [`Consumer`]) and in CUDA C
+//! ([`RING_CUDA`]), over the same words.
+//!
+//! Layout, in 64-bit words of memory both sides see (mapped host memory on a GPU):
+//!
+//! | words | what | written by | read by |
+//! |---|---|---|---|
+//! | [`HEAD`] | requests consumed so far | consumer | producers (room left) |
+//! | [`COMPLETED`] | requests whose write completed, counted in ticket order | consumer | `Quiet` |
+//! | [`ABORT`] | non-zero: the consumer gave up; producers return | consumer | producers |
+//! | [`QUIETS`] | Quiet calls the proxy writer made so far | the writer's one thread | dashboard |
+//! | [`SLOTS`].. | `capacity` slots of [`SLOT_WORDS`] words | producers | consumer |
+//!
+//! A slot: `[sequence, target | channel << 32, offset, len, immediate, tag, push time, -]`.
+//!
+//! Push: claim a ticket with an atomic add on a tail counter only producers touch (on a GPU, in device
+//! memory); wait until `ticket - head < capacity` (the slot's previous request has been consumed); write
+//! the fields; fence; publish by storing `sequence = ticket + 1`. Pop: the slot at `head` is ready when its
+//! sequence is `head + 1`; read the fields; store `head + 1`. A sequence is never reset: after a wrap the
+//! slot still holds the previous round's `ticket + 1 - capacity`, which is not `head + 1`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const HEAD: usize = 0;
+pub const COMPLETED: usize = 8;
+pub const ABORT: usize = 16;
+pub const QUIETS: usize = 24;
+/// Each control word on its own 64-byte line, so the consumer's stores do not bounce producers' slot lines.
+pub const SLOTS: usize = 32;
+pub const SLOT_WORDS: usize = 8;
+
+/// The words a ring of `capacity` slots occupies.
+pub fn words_for(capacity: u64) -> usize {
+    SLOTS + capacity as usize * SLOT_WORDS
+}
+
+/// A write request, as a producer publishes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub target: u32,
+    pub channel: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub immediate: u32,
+    /// The producer's own label (the queue benchmark: producer id << 32 | index).
+    pub tag: u64,
+}
+
+/// The ring over words someone else owns (mapped host memory, or a `Vec` in tests).
+#[derive(Clone, Copy)]
+pub struct RingView<'w> {
+    words: &'w [AtomicU64],
+    capacity: u64,
+}
+
+impl<'w> RingView<'w> {
+    /// `capacity` must be a power of two and `words` at least [`words_for`] it.
+    pub fn new(words: &'w [AtomicU64], capacity: u64) -> Option<Self> {
+        (capacity.is_power_of_two() && words.len() >= words_for(capacity)).then_some(Self { words, capacity })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn slot(&self, ticket: u64) -> &'w [AtomicU64] {
+        let start = SLOTS + (ticket & (self.capacity - 1)) as usize * SLOT_WORDS;
+        &self.words[start..start + SLOT_WORDS]
+    }
+
+    /// A CPU producer's push (the GPU's is `efatop_ring_push` in [`RING_CUDA`]); returns the ticket, or
+    /// `None` if the consumer aborted while this producer waited for room.
+    pub fn push(&self, tail: &AtomicU64, request: &Request) -> Option<u64> {
+        let ticket = tail.fetch_add(1, Ordering::Relaxed);
+        let mut spins = 0u32;
+        // Acquire: the consumer read this slot's previous request before it stored the head we see, so
+        // our writes below cannot be seen by that read.
+        while ticket - self.words[HEAD].load(Ordering::Acquire) >= self.capacity {
+            if self.words[ABORT].load(Ordering::Relaxed) != 0 {
+                return None;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let slot = self.slot(ticket);
+        slot[1].store(u64::from(request.target) | (u64::from(request.channel) << 32), Ordering::Relaxed);
+        slot[2].store(request.offset, Ordering::Relaxed);
+        slot[3].store(request.len, Ordering::Relaxed);
+        slot[4].store(u64::from(request.immediate), Ordering::Relaxed);
+        slot[5].store(request.tag, Ordering::Relaxed);
+        // Release: the fields above are visible to whoever sees the sequence (the GPU's
+        // __threadfence_system() before its publishing store).
+        slot[0].store(ticket + 1, Ordering::Release);
+        Some(ticket)
+    }
+
+    /// The single consumer; there must be only one at a time.
+    pub fn consumer(&self) -> Consumer<'w> {
+        Consumer { ring: *self, head: self.words[HEAD].load(Ordering::Relaxed) }
+    }
+
+    /// Requests consumed so far (what producers see).
+    pub fn head(&self) -> u64 {
+        self.words[HEAD].load(Ordering::Acquire)
+    }
+
+    /// Quiet calls the proxy writer has made (it publishes the count as it goes).
+    pub fn quiet_calls(&self) -> u64 {
+        self.words[QUIETS].load(Ordering::Relaxed)
+    }
+
+    /// Tells waiting producers to return.
+    pub fn abort(&self) {
+        self.words[ABORT].store(1, Ordering::Release);
+    }
+}
+
+/// The consumer's side: pops in ticket order and publishes how many writes completed.
+pub struct Consumer<'w> {
+    ring: RingView<'w>,
+    head: u64,
+}
+
+impl Consumer<'_> {
+    /// The next request if its producer has published it, with its ticket.
+    pub fn try_pop(&mut self) -> Option<(u64, Request)> {
+        let slot = self.ring.slot(self.head);
+        // Acquire: pairs with the producer's release (or fence) before it stored the sequence, so the
+        // fields read below are the ones it wrote.
+        if slot[0].load(Ordering::Acquire) != self.head + 1 {
+            return None;
+        }
+        let route = slot[1].load(Ordering::Relaxed);
+        let request = Request {
+            target: route as u32,
+            channel: (route >> 32) as u32,
+            offset: slot[2].load(Ordering::Relaxed),
+            len: slot[3].load(Ordering::Relaxed),
+            immediate: slot[4].load(Ordering::Relaxed) as u32,
+            tag: slot[5].load(Ordering::Relaxed),
+        };
+        let ticket = self.head;
+        self.head += 1;
+        // Release: our reads of the slot happen before a producer that sees this head reuses it.
+        self.ring.words[HEAD].store(self.head, Ordering::Release);
+        Some((ticket, request))
+    }
+
+    /// Requests popped so far.
+    pub fn consumed(&self) -> u64 {
+        self.head
+    }
+
+    /// Requests claimed (by tail) but not yet consumed, given the producers' tail.
+    pub fn depth(&self, tail: u64) -> u64 {
+        tail.saturating_sub(self.head)
+    }
+
+    /// Publishes that the writes of tickets `0..completed` have all completed (what `Quiet` waits on).
+    pub fn set_completed(&self, completed: u64) {
+        // Release: any bookkeeping done for those writes is visible before Quiet returns on the GPU.
+        self.ring.words[COMPLETED].store(completed, Ordering::Release);
+    }
+
+    pub fn abort(&self) {
+        self.ring.abort();
+    }
+}
+
+/// Counts every (producer, index) request the queue benchmark and the tests push, and says whether each
+/// was consumed exactly once and in each producer's order.
+pub struct ExactlyOnce {
+    next: Vec<u64>,
+    per_producer: u64,
+    errors: Vec<String>,
+}
+
+impl ExactlyOnce {
+    pub fn new(producers: usize, per_producer: u64) -> Self {
+        Self { next: vec![0; producers], per_producer, errors: Vec::new() }
+    }
+
+    /// The tag a producer puts on its `index`-th request.
+    pub fn tag(producer: u64, index: u64) -> u64 {
+        (producer << 32) | index
+    }
+
+    /// Records one consumed request; the producer also wrote itself and the index into `offset` and
+    /// `len`, so a torn slot (fields of two requests) is caught too.
+    pub fn record(&mut self, request: &Request) {
+        let (producer, index) = (request.tag >> 32, request.tag & 0xffff_ffff);
+        if request.offset != producer || request.len != index {
+            self.fail(format!("torn request: tag says producer {producer} #{index}, fields say {} #{}", request.offset, request.len));
+            return;
+        }
+        let Some(&next) = self.next.get(producer as usize) else {
+            self.fail(format!("request from producer {producer}, which does not exist"));
+            return;
+        };
+        if index != next {
+            let what = if index < next { "again (duplicate)" } else { "before earlier ones (lost or reordered)" };
+            self.fail(format!("producer {producer}'s request #{index} consumed {what}; expected #{next}"));
+        }
+        self.next[producer as usize] = next.max(index + 1);
+    }
+
+    fn fail(&mut self, message: String) {
+        if self.errors.len() < 8 {
+            self.errors.push(message);
+        }
+    }
+
+    /// `Ok` when every producer's requests were each consumed once, in order; else the first problems.
+    pub fn finish(&self) -> Result<(), String> {
+        let mut errors = self.errors.clone();
+        for (producer, next) in self.next.iter().enumerate() {
+            if *next != self.per_producer && errors.len() < 8 {
+                errors.push(format!("producer {producer}: {next} of {} requests consumed", self.per_producer));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// The producer's side in CUDA C, for NVRTC; the constants are the ones above.
+pub const RING_CUDA: &str = r#"
+#define EFATOP_HEAD 0
+#define EFATOP_COMPLETED 8
+#define EFATOP_ABORT 16
+#define EFATOP_QUIETS 24
+#define EFATOP_SLOTS 32
+#define EFATOP_SLOT_WORDS 8
+#define EFATOP_ABORTED 0xffffffffffffffffULL
+
+__device__ __forceinline__ unsigned long long efatop_now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// A word the CPU writes (head, completed, abort): an acquire load at system scope, so it is read from
+// host memory every time (never a stale cached copy) and later accesses are not moved before it.
+__device__ __forceinline__ unsigned long long efatop_load_acquire_sys(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Claims a slot, waits for room, writes the request and publishes it. Returns the ticket, or
+// EFATOP_ABORTED when the CPU gave up while we waited.
+__device__ unsigned long long efatop_ring_push(unsigned long long* words, unsigned long long* tail,
+        unsigned long long capacity, unsigned long long route, unsigned long long offset,
+        unsigned long long len, unsigned long long immediate, unsigned long long tag) {
+    // Only producers (threads of this GPU) touch tail, and it lives in device memory: a device-scope
+    // atomic gives each producer a distinct ticket without PCIe atomics to host memory.
+    unsigned long long ticket = atomicAdd(tail, 1ULL);
+    unsigned int backoff = 32;
+    while (ticket - efatop_load_acquire_sys(words + EFATOP_HEAD) >= capacity) {
+        if (efatop_load_acquire_sys(words + EFATOP_ABORT)) return EFATOP_ABORTED;
+        // Thousands of producers polling one host word would saturate PCIe reads; back off.
+        __nanosleep(backoff);
+        if (backoff < 2048) backoff *= 2;
+    }
+    // The head we saw means the CPU finished reading this slot's previous request; order our slot
+    // writes after that observation at system scope (the acquire load already does; the fence keeps
+    // the intent explicit and covers compilers that split it).
+    __threadfence_system();
+    volatile unsigned long long* slot = words + EFATOP_SLOTS + (ticket & (capacity - 1)) * EFATOP_SLOT_WORDS;
+    slot[1] = route;
+    slot[2] = offset;
+    slot[3] = len;
+    slot[4] = immediate;
+    slot[5] = tag;
+    slot[6] = efatop_now_ns();
+    // The CPU reads the fields as soon as it sees the sequence: they must reach host memory first.
+    // Writes over PCIe may become visible out of order without a system-scope fence.
+    __threadfence_system();
+    slot[0] = ticket + 1;
+    return ticket;
+}
+
+// nvshmem_quiet for the proxy: waits until the writes of every ticket up to `ticket` completed.
+// Returns 0 when the CPU aborted.
+__device__ int efatop_quiet(unsigned long long* words, unsigned long long ticket) {
+    while (efatop_load_acquire_sys(words + EFATOP_COMPLETED) <= ticket) {
+        if (efatop_load_acquire_sys(words + EFATOP_ABORT)) return 0;
+    }
+    // Whatever the GPU does next (reuse the source buffer, signal a peer) happens after the writes.
+    __threadfence_system();
+    return 1;
+}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(capacity: u64) -> Vec<AtomicU64> {
+        (0..words_for(capacity)).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn request(producer: u64, index: u64) -> Request {
+        Request { target: 1, channel: 0, offset: producer, len: index, immediate: 7, tag: ExactlyOnce::tag(producer, index) }
+    }
+
+    /// 8 CPU producers × 100k pushes through 64 slots (the ring wraps 12,500 times): every request is
+    /// consumed exactly once, in each producer's order.
+    #[test]
+    fn many_producers_every_request_consumed_exactly_once() {
+        const PRODUCERS: u64 = 8;
+        const PER_PRODUCER: u64 = 100_000;
+        let memory = words(64);
+        let ring = RingView::new(&memory, 64).expect("ring");
+        let tail = AtomicU64::new(0);
+        let mut check = ExactlyOnce::new(PRODUCERS as usize, PER_PRODUCER);
+        std::thread::scope(|scope| {
+            for producer in 0..PRODUCERS {
+                let (ring, tail) = (&ring, &tail);
+                scope.spawn(move || {
+                    for index in 0..PER_PRODUCER {
+                        ring.push(tail, &request(producer, index)).expect("not aborted");
+                    }
+                });
+            }
+            let mut consumer = ring.consumer();
+            let mut tickets = 0;
+            let mut idle = 0u32;
+            while consumer.consumed() < PRODUCERS * PER_PRODUCER {
+                if let Some((ticket, request)) = consumer.try_pop() {
+                    assert_eq!(ticket, tickets, "tickets come out in order");
+                    tickets += 1;
+                    check.record(&request);
+                    idle = 0;
+                } else {
+                    idle += 1;
+                    if idle.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            assert!(consumer.try_pop().is_none(), "nothing beyond what was pushed");
+        });
+        assert_eq!(tail.load(Ordering::Relaxed), PRODUCERS * PER_PRODUCER);
+        check.finish().expect("exactly once");
+    }
+
+    #[test]
+    fn the_checker_catches_lost_duplicated_and_torn_requests() {
+        let mut lost = ExactlyOnce::new(2, 3);
+        for index in [0, 2] {
+            lost.record(&request(0, index));
+        }
+        for index in 0..3 {
+            lost.record(&request(1, index));
+        }
+        assert!(lost.finish().expect_err("lost #1").contains("expected #1"));
+
+        let mut duplicated = ExactlyOnce::new(1, 2);
+        for index in [0, 1, 1] {
+            duplicated.record(&request(0, index));
+        }
+        assert!(duplicated.finish().expect_err("dup").contains("duplicate"));
+
+        let mut short = ExactlyOnce::new(1, 2);
+        short.record(&request(0, 0));
+        assert!(short.finish().expect_err("short").contains("1 of 2"));
+
+        let mut torn = ExactlyOnce::new(1, 1);
+        torn.record(&Request { len: 5, ..request(0, 0) });
+        assert!(torn.finish().expect_err("torn").contains("torn"));
+    }
+
+    #[test]
+    fn a_full_ring_holds_its_producers_until_the_consumer_pops_and_abort_releases_them() {
+        let memory = words(4);
+        let ring = RingView::new(&memory, 4).expect("ring");
+        let tail = AtomicU64::new(0);
+        for index in 0..4 {
+            assert_eq!(ring.push(&tail, &request(0, index)), Some(index));
+        }
+        std::thread::scope(|scope| {
+            let blocked = scope.spawn(|| ring.push(&tail, &request(0, 4)));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!blocked.is_finished(), "the fifth push waits for room");
+            let mut consumer = ring.consumer();
+            assert_eq!(consumer.try_pop().map(|(t, r)| (t, r.len)), Some((0, 0)));
+            assert_eq!(blocked.join().expect("producer"), Some(4));
+            // Full again: a sixth producer waits until the consumer aborts.
+            let waiting = scope.spawn(|| ring.push(&tail, &request(0, 5)));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            consumer.abort();
+            assert_eq!(waiting.join().expect("producer"), None);
+        });
+        assert!(RingView::new(&memory, 3).is_none(), "capacity must be a power of two");
+    }
+}
