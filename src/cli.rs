@@ -314,6 +314,19 @@ fn parse_link_gbps(text: &str) -> Result<f64, String> {
 }
 
 /// Checks that need more than one flag; returns the one-line message for exit code 2.
+/// What clap cannot check alone, for one experiment: checked by the launcher before any rank starts (one
+/// line, not one per rank) and by each rank under MPI.
+pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
+    validate(experiment.common())?;
+    if matches!(experiment, Experiment::Alltoall(_)) && experiment.common().window > 1 {
+        return Err(format!(
+            "--window {}: alltoall times each iteration as a whole (every rank's writes and immediates), so it takes 1",
+            experiment.common().window
+        ));
+    }
+    Ok(())
+}
+
 pub fn validate(common: &CommonArgs) -> Result<(), String> {
     if common.min_size > common.max_size {
         return Err(format!(

@@ -27,6 +27,10 @@ pub fn launch(run: &RunArgs) -> i32 {
         );
         return 2;
     }
+    if let Err(message) = crate::cli::validate_experiment(&run.experiment) {
+        eprintln!("efatop: error: {message}");
+        return 2;
+    }
     match launch_ranks(ranks, &experiment_args(), &run.netns) {
         Ok(code) => code,
         Err(err) => {

@@ -53,8 +53,7 @@ enum Mode {
 
 /// Runs this process's rank; returns its exit code.
 pub fn rank_main(experiment: &Experiment) -> i32 {
-    let common = experiment.common();
-    if let Err(message) = cli::validate(common) {
+    if let Err(message) = cli::validate_experiment(experiment) {
         eprintln!("efatop: error: {message}");
         return 2;
     }
@@ -102,7 +101,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     // Every run keeps what it measured: in --out, or else a timestamped file under ./efatop-results/.
     let results_file = if rank == 0 {
         let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
-        Some(ResultsFile::create(&path)?)
+        // The default folder is made on first use; a folder named in --out must exist.
+        Some(ResultsFile::create(&path, common.out.is_none())?)
     } else {
         None
     };
@@ -534,8 +534,8 @@ fn civil_date(days: u64) -> (u64, u64, u64) {
 }
 
 impl ResultsFile {
-    fn create(path: &Path) -> Result<Self, ExperimentError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+    fn create(path: &Path, make_folder: bool) -> Result<Self, ExperimentError> {
+        if let Some(dir) = path.parent().filter(|d| make_folder && !d.as_os_str().is_empty() && !d.exists()) {
             std::fs::create_dir_all(dir).map_err(|e| ExperimentError::InvalidInput {
                 flag: "--out",
                 message: format!("cannot create {}: {e}", dir.display()),

@@ -34,6 +34,22 @@ fn bad_input_table() {
             &["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--out", "/nonexistent/dir/r.json"],
             &["--out", "/nonexistent/dir/r.json"],
         ),
+        (&["run", "--ranks", "2", "alltoall", "--provider", "shm", "--window", "4"], &["--window 4", "takes 1"]),
+        (&["alltoall", "--configs", "pairwise"], &["--configs", "possible values: single, multi, roundrobin"]),
+        (&["write", "--warmup", "many"], &["--warmup"]),
+        (&["write", "--iters", "x"], &["--iters"]),
+        (&["write", "--timeout", "99999"], &["--timeout", "1..=3600"]),
+        (&["write", "--interval", "1h"], &["--interval", "10ms to 10s"]),
+        (&["write", "--min-size", "0"], &["--min-size"]),
+        (&["run", "--ranks", "99999", "write"], &["--ranks"]),
+        (&["report", "/nonexistent/run.json"], &["/nonexistent/run.json", "cannot read"]),
+        (&["report", "--format", "xml", "/dev/null"], &["--format", "possible values: table, csv, md, json"]),
+        (&["compare", "a.json", "b.json", "--threshold", "abc"], &["--threshold", "percentage"]),
+        (&["monitor", "--interval", "0s"], &["--interval", "10ms to 60s"]),
+        (&["monitor", "--sysfs-root", "/nonexistent/sysfs", "--once"], &["--sysfs-root"]),
+        (&["topo", "--from-xml", "/nonexistent/topo.xml"], &["--from-xml /nonexistent/topo.xml", "cannot read"]),
+        (&["queue", "--blocks", "0"], &["--blocks", "1..=65536"]),
+        (&["bench-collector", "--hz", "0"], &["--hz"]),
     ];
     for (args, needles) in cases {
         let run = efatop(args);
