@@ -112,24 +112,32 @@ fn dashboard_moves_then_shows_the_final_table() {
 }
 
 #[test]
-fn q_stops_every_rank_and_restores_the_terminal() {
+fn q_or_ctrl_c_stops_every_rank_restores_the_terminal_and_keeps_the_results() {
     let _one = serial();
-    let command = format!(
-        "{} run --ranks 3 write --provider tcp --min-size 1M --max-size 64M --iters 200 --configs single",
-        efatop_path().display()
-    );
-    let tmux = Tmux::start(&command, 100, 30);
-    tmux.wait_for("Live channels", Duration::from_secs(30));
-    let started = Instant::now();
-    tmux.keys("q");
-    let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_mins(1));
-    assert!(after.contains("EFATOP-EXIT=130"), "{after}");
-    assert!(after.contains("stopped at the user's request"), "{after}");
-    assert!(started.elapsed() < Duration::from_mins(1));
-    assert!(!after.contains("Live channels"), "the terminal is back from the alternate screen:\n{after}");
-    // No rank is left behind.
-    let leftover = Command::new("pgrep").args(["-f", &format!("{} write --provider tcp --min-size 1M", efatop_path().display())]).output();
-    if let Ok(output) = leftover {
-        assert!(output.stdout.is_empty(), "ranks still running: {}", String::from_utf8_lossy(&output.stdout));
+    for key in ["q", "C-c"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let results = dir.path().join("stopped.json");
+        let command = format!(
+            "{} run --ranks 3 write --provider tcp --min-size 1M --max-size 64M --iters 200 --configs single --out {}",
+            efatop_path().display(),
+            results.display()
+        );
+        let tmux = Tmux::start(&command, 100, 30);
+        // Stop once at least one size is done, so there is something to keep.
+        tmux.wait_for("data verified", Duration::from_secs(60));
+        let started = Instant::now();
+        tmux.keys(key);
+        let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_mins(1));
+        assert!(after.contains("EFATOP-EXIT=130"), "{key}: {after}");
+        assert!(after.contains("stopped at the user's request"), "{key}: {after}");
+        assert!(started.elapsed() < Duration::from_mins(1));
+        assert!(!after.contains("Live channels"), "{key}: the terminal is back from the alternate screen:\n{after}");
+        let kept = efatop_experiments::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
+        assert!(!kept.measurements.is_empty(), "{key}: the sizes finished before the stop are kept");
+        // No rank is left behind.
+        let leftover = Command::new("pgrep").args(["-f", &format!("{} write --provider tcp --min-size 1M", efatop_path().display())]).output();
+        if let Ok(output) = leftover {
+            assert!(output.stdout.is_empty(), "{key}: ranks still running: {}", String::from_utf8_lossy(&output.stdout));
+        }
     }
 }
