@@ -97,7 +97,19 @@ fn supervise(mut children: Vec<Child>) -> i32 {
     let mut others_terminated_at: Option<Instant> = None;
     let mut rank0_terminated_at: Option<Instant> = None;
     let host = efatop_experiments::world::hostname();
+    // While rank 0 may be drawing its dashboard, lines written now would land on top of it: they are kept
+    // and printed once rank 0 has left the screen.
+    let mut held: Vec<String> = Vec::new();
+    let hold = crate::dashboard::stdout_is_terminal();
+    let mut say = |line: String, rank0_running: bool| {
+        if hold && rank0_running {
+            held.push(line);
+        } else {
+            eprintln!("{line}");
+        }
+    };
     loop {
+        let rank0_running = codes[0].is_none();
         for (rank, child) in children.iter_mut().enumerate() {
             if codes[rank].is_some() {
                 continue;
@@ -107,7 +119,7 @@ fn supervise(mut children: Vec<Child>) -> i32 {
                     use std::os::unix::process::ExitStatusExt;
                     let signal = status.signal().unwrap_or(0);
                     if others_terminated_at.is_none() {
-                        eprintln!("efatop: error: rank {rank} ({host}) was killed by signal {signal}");
+                        say(format!("efatop: error: rank {rank} ({host}) was killed by signal {signal}"), rank0_running && rank != 0);
                     }
                     128 + signal
                 });
@@ -127,7 +139,9 @@ fn supervise(mut children: Vec<Child>) -> i32 {
                 others_terminated_at = Some(Instant::now());
             }
             if others_terminated_at.is_some_and(|at| at.elapsed() > KILL_GRACE) {
-                kill_running(&mut children, &mut codes, 1.., &host);
+                for line in kill_running(&mut children, &mut codes, 1.., &host) {
+                    say(line, codes[0].is_none());
+                }
             }
             if !rank0_done && failed.elapsed() > RANK0_GRACE {
                 match rank0_terminated_at {
@@ -135,12 +149,19 @@ fn supervise(mut children: Vec<Child>) -> i32 {
                         terminate(&children, &codes, 0..1);
                         rank0_terminated_at = Some(Instant::now());
                     }
-                    Some(at) if at.elapsed() > KILL_GRACE => kill_running(&mut children, &mut codes, 0..1, &host),
+                    Some(at) if at.elapsed() > KILL_GRACE => {
+                        for line in kill_running(&mut children, &mut codes, 0..1, &host) {
+                            say(line, false);
+                        }
+                    }
                     Some(_) => {}
                 }
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    for line in held {
+        eprintln!("{line}");
     }
     let codes: Vec<i32> = codes.into_iter().flatten().collect();
     // Bad input (2) speaks for the run; otherwise rank 0's verdict (it names the failed rank), else the
@@ -163,15 +184,23 @@ fn terminate(children: &[Child], codes: &[Option<i32>], which: std::ops::Range<u
     }
 }
 
-fn kill_running(children: &mut [Child], codes: &mut [Option<i32>], which: impl std::ops::RangeBounds<usize>, host: &str) {
+/// Kills the ranks in `which` still running; returns what to tell the user.
+fn kill_running(
+    children: &mut [Child],
+    codes: &mut [Option<i32>],
+    which: impl std::ops::RangeBounds<usize>,
+    host: &str,
+) -> Vec<String> {
+    let mut said = Vec::new();
     for (rank, child) in children.iter_mut().enumerate().filter(|(rank, _)| which.contains(rank)) {
         if codes[rank].is_none() {
-            eprintln!("efatop: error: rank {rank} ({host}) did not stop after SIGTERM; killed");
+            said.push(format!("efatop: error: rank {rank} ({host}) did not stop after SIGTERM; killed"));
             let _ = child.kill();
             let _ = child.wait();
             codes[rank] = Some(137);
         }
     }
+    said
 }
 
 fn stop_all(children: &mut [Child]) {
