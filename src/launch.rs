@@ -100,9 +100,9 @@ fn supervise(mut children: Vec<Child>) -> i32 {
     // While rank 0 may be drawing its dashboard, lines written now would land on top of it: they are kept
     // and printed once rank 0 has left the screen.
     let mut held: Vec<String> = Vec::new();
-    let hold = crate::dashboard::stdout_is_terminal();
+    let dashboard_may_be_up = crate::dashboard::stdout_is_terminal();
     let mut say = |line: String, rank0_running: bool| {
-        if hold && rank0_running {
+        if dashboard_may_be_up && rank0_running {
             held.push(line);
         } else {
             eprintln!("{line}");

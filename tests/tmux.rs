@@ -124,7 +124,7 @@ fn q_or_ctrl_c_stops_every_rank_restores_the_terminal_and_keeps_the_results() {
         );
         let tmux = Tmux::start(&command, 100, 30);
         // Stop once at least one size is done, so there is something to keep.
-        tmux.wait_for("data verified", Duration::from_secs(60));
+        tmux.wait_for("data verified", Duration::from_mins(1));
         let started = Instant::now();
         tmux.keys(key);
         let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_mins(1));
