@@ -234,7 +234,11 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         save_error: None,
         stop: stop.clone(),
     };
-    let outcome = run_experiment(&world, experiment, &sweep, &mut observer);
+    let mut outcome = run_experiment(&world, experiment, &sweep, &mut observer);
+    if outcome.is_err() && world.abort.is_raised() {
+        // The watchdog saw why first (a rank died or hung); whatever broke here followed from it.
+        outcome = Err(ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(world.abort.reason())));
+    }
     if let Some(watchdog) = &watchdog {
         watchdog.run_over.store(true, Ordering::Relaxed);
     }

@@ -122,17 +122,50 @@ impl Rendezvous {
                 Err(e) => return Err(e),
             }
         }
-        let mut ranks: Vec<_> = ranks.into_iter().flatten().collect();
+        let ranks: Vec<_> = ranks.into_iter().flatten().collect();
+        // One reader per rank, so a rank that dies is noticed at once, not only when its turn to be read
+        // comes: the others may be waiting on a round that can no longer complete.
+        let (arrivals, arrived) = std::sync::mpsc::channel::<(usize, Option<Vec<u8>>)>();
+        let mut writers = Vec::with_capacity(ranks.len());
+        let mut sockets = Vec::with_capacity(ranks.len());
+        for (rank, (mut reader, writer)) in ranks.into_iter().enumerate() {
+            sockets.push(writer.get_ref().try_clone()?);
+            writers.push(writer);
+            let arrivals = arrivals.clone();
+            std::thread::spawn(move || {
+                loop {
+                    let frame = read_frame(&mut reader).ok();
+                    let gone = frame.is_none();
+                    if arrivals.send((rank, frame)).is_err() || gone {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(arrivals);
+        // A rank left (normally: at exit): shutting every socket down tells the rest at once.
+        let close_all = |sockets: &[TcpStream]| {
+            for socket in sockets {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+            }
+        };
         loop {
-            let mut frames = Vec::with_capacity(self.size);
-            for (reader, _) in &mut ranks {
-                match read_frame(reader) {
-                    Ok(frame) => frames.push(frame),
-                    // A rank left: dropping every stream tells the rest.
-                    Err(_) => return Ok(()),
+            let mut frames: Vec<Option<Vec<u8>>> = vec![None; self.size];
+            let mut missing = self.size;
+            while missing > 0 {
+                match arrived.recv() {
+                    Ok((rank, Some(frame))) if frames[rank].is_none() => {
+                        frames[rank] = Some(frame);
+                        missing -= 1;
+                    }
+                    _ => {
+                        close_all(&sockets);
+                        return Ok(());
+                    }
                 }
             }
-            for (_, writer) in &mut ranks {
+            let frames: Vec<Vec<u8>> = frames.into_iter().flatten().collect();
+            for writer in &mut writers {
                 let mut reply = || -> std::io::Result<()> {
                     writer.write_all(&(frames.len() as u32).to_le_bytes())?;
                     for frame in &frames {
@@ -141,6 +174,7 @@ impl Rendezvous {
                     writer.flush()
                 };
                 if reply().is_err() {
+                    close_all(&sockets);
                     return Ok(());
                 }
             }
