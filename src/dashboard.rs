@@ -175,6 +175,7 @@ fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, 
         ConsumerEvent::Step { config, size } => Ingest::step(state, &config, size),
         // The heatmap follows the live samples; the final matrices go to the results file and JSON.
         ConsumerEvent::PairMatrix(_) => {}
+        ConsumerEvent::Note(line) => state.push_log(now, LogLevel::Info, line),
         ConsumerEvent::Measured(measurement) => {
             let line = format!(
                 "{} {}: {:.2} Gbps, data verified",

@@ -57,6 +57,7 @@ fn print_event(event: ConsumerEvent, started: Instant, lines: SampleLines) {
         ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
         ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
         ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
+        ConsumerEvent::Note(text) => line("note", &json!({ "text": text })),
         ConsumerEvent::Finished { .. } => {}
     }
 }

@@ -34,6 +34,8 @@ pub enum ConsumerEvent {
     Step { config: String, size: u64 },
     Measured(Box<Measurement>),
     PairMatrix(Box<PairMatrix>),
+    /// A line for the log, told by the experiment while a step runs.
+    Note(String),
     Finished { error: Option<String> },
 }
 
@@ -444,6 +446,12 @@ impl Observer for RankZero {
         self.results.pair_matrices.push(matrix.clone());
         if let Some(events) = &self.events {
             let _ = events.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
+        }
+    }
+
+    fn note(&mut self, line: &str) {
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Note(line.to_string()));
         }
     }
 

@@ -98,6 +98,8 @@ pub trait Observer {
     fn measured(&mut self, _measurement: &Measurement) {}
     /// All-to-all: every pair's bandwidth at a step, told just before the step's measurement.
     fn pair_matrix(&mut self, _matrix: &results::PairMatrix) {}
+    /// A line for the run's log while a step runs (the proxy's queue, once a second).
+    fn note(&mut self, _line: &str) {}
     /// Checked by rank 0 between rounds; every rank then stops after the round in progress.
     fn stop_requested(&self) -> bool {
         false

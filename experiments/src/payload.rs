@@ -228,6 +228,15 @@ impl Payload {
         Ok(())
     }
 
+    /// For staged memory, the GPU and the device buffer behind the staging copy (for a caller that stages
+    /// asynchronously into a buffer of its own).
+    pub fn staged_device(&self) -> Option<(&Rc<Gpu>, &DeviceBuffer)> {
+        match &self.storage {
+            Storage::Staged { gpu, device, .. } => Some((gpu, device)),
+            _ => None,
+        }
+    }
+
     /// After receiving: staged memory is copied from the registered host buffer onto the GPU.
     pub fn stage_in(&self, len: u64) -> Result<(), ExperimentError> {
         self.stage_in_range(0, len)
@@ -315,7 +324,7 @@ pub(crate) fn memory_labels(payloads: &[Payload]) -> String {
         .join(" + ")
 }
 
-fn register_all(
+pub(crate) fn register_all(
     channels: &[Channel],
     memory: &Rc<dyn RegistrableMemory>,
 ) -> Result<Vec<MemoryRegion>, FabricError> {

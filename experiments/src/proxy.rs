@@ -16,16 +16,24 @@
 //! return; for NBI, the push interval, with the final Quiet in the last iteration).
 //!
 //! Where the provider cannot register GPU memory (shm and tcp here), the proxy copies each requested
-//! range device → pinned host before posting its write, and the columns say `DMA(staged)`.
+//! range device → host memory page-locked for CUDA before posting its write, and the columns say
+//! `DMA(staged)`. The copies are asynchronous (a stream and an event per request) into a staging area of
+//! twice the largest size, handed out in request order: a write is posted only once its own copy has
+//! finished, and while it is in flight the next request's copy runs on the copy engine. Only NBI can
+//! use that overlap; a blocking configuration has one request outstanding at a time.
 
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use efatop_cuda::ring::Request;
 use efatop_cuda::ring_gpu::{RingKernels, WriterPlan};
-use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
+use efatop_cuda::stager::AsyncStager;
+use efatop_cuda::DeviceBuffer;
+use efatop_fabric::{Channel, HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
 
 use crate::pattern::PatternSeed;
-use crate::payload::{cuda_error, memory_labels, prepare, MemoryChoice, Payload};
+use crate::payload::{cuda_error, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
 use crate::world::{push_record, split_records, World};
@@ -73,6 +81,14 @@ const TARGET: usize = 1;
 const RING_SLOTS: u64 = 1024;
 /// Writes the proxy keeps posted at once before it completes the oldest.
 const MAX_OUTSTANDING: usize = 48;
+/// The staging area holds this many of the largest write: one being sent while the next is copied.
+const STAGING_COPIES: usize = 2;
+/// Progress calls per pass of the proxy's loop. shm moves a large write a bounded piece per progress call,
+/// so the rest of a pass (ring polls, copy events) should not dilute them. On one H100 run, 4 rounds put
+/// every NBI column ahead of blocking where 1 had not; shm's spread between machines is as large (README).
+const PROGRESS_ROUNDS: usize = 4;
+/// How often rank 0's proxy tells the log its queue's depth, requests/s and Quiet calls.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(
     world: &World<'_>,
@@ -111,6 +127,14 @@ pub fn run(
         remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
     }
 
+    // Every rank agrees, so a writer that cannot set its staging up ends the run everywhere.
+    let staging = if let (WRITER, Some((gpu, device))) = (world.rank, payload.staged_device()) {
+        Some(agree_on(world, Staging::new(world, gpu, device, largest), observer)?)
+    } else {
+        agree_on(world, Ok(()), observer)?;
+        None
+    };
+
     let mut measurements = Vec::new();
     let mut expected_immediates = vec![0u64; world.channels.len()];
     for (config_index, (config, column)) in configs.iter().zip(&columns).enumerate() {
@@ -119,8 +143,8 @@ pub fn run(
             observer.step(column, size);
             let outcome = match (world.rank, &kernels) {
                 (WRITER, Some(kernels)) => payload.fill(seed, sweep.corrupt_byte).and_then(|()| {
-                    let proxy = Proxy { world, sweep, payload, remotes: &remotes, kernels };
-                    proxy.run(*config, size).map(|(pair, latency)| {
+                    let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref() };
+                    proxy.run(*config, column, size, observer).map(|(pair, latency)| {
                         Some(summarise(world, *config, column, size, sweep.iters, pair, &latency))
                     })
                 }),
@@ -139,26 +163,79 @@ pub fn run(
     Ok(measurements)
 }
 
+/// Where the proxy stages GPU bytes when the provider cannot register GPU memory: host memory registered
+/// with CUDA (asynchronous copies) and with every channel (the NIC reads it).
+struct Staging<'p> {
+    device: &'p DeviceBuffer,
+    stager: AsyncStager,
+    regions: Vec<MemoryRegion>,
+    capacity: u64,
+}
+
+impl<'p> Staging<'p> {
+    fn new(world: &World<'_>, gpu: &efatop_cuda::Gpu, device: &'p DeviceBuffer, largest: usize) -> Result<Self, ExperimentError> {
+        let host = Rc::new(HostBuffer::new(largest * STAGING_COPIES)?);
+        let stager = AsyncStager::new(gpu, host.clone(), MAX_OUTSTANDING).map_err(cuda_error)?;
+        let regions = register_all(&world.channels, &(host as Rc<dyn efatop_fabric::RegistrableMemory>))?;
+        Ok(Self { device, stager, regions, capacity: (largest * STAGING_COPIES) as u64 })
+    }
+
+    /// Where a copy of `len` bytes can go, given the area's oldest and newest live copies (handed out and
+    /// given back in request order, so the live bytes are one arc of a circle); `None` when it is full.
+    fn place(&self, len: u64, oldest_start: Option<u64>, newest_end: Option<u64>) -> Option<u64> {
+        place(self.capacity, len, oldest_start, newest_end)
+    }
+}
+
+/// [`Staging::place`] in an area of `capacity` bytes.
+fn place(capacity: u64, len: u64, oldest_start: Option<u64>, newest_end: Option<u64>) -> Option<u64> {
+    let (Some(oldest), Some(newest)) = (oldest_start, newest_end) else {
+        return (len <= capacity).then_some(0);
+    };
+    if newest > oldest {
+        // Live bytes are oldest..newest: room after them, or else from the start up to the oldest.
+        if newest + len <= capacity {
+            Some(newest)
+        } else {
+            (len <= oldest).then_some(0)
+        }
+    } else {
+        // Wrapped: live bytes are oldest..capacity and 0..newest.
+        (newest + len <= oldest).then_some(newest)
+    }
+}
+
 /// Rank 0's CPU proxy for one (configuration, size).
 struct Proxy<'a, 'w> {
     world: &'a World<'w>,
     sweep: &'a SweepOptions,
     payload: &'a Payload,
+    staging: Option<&'a Staging<'a>>,
     remotes: &'a [Vec<RemoteRegion>],
     kernels: &'a RingKernels,
 }
 
+/// A request the proxy accepted: being staged (no `op` yet), then posted.
 struct Posted<'c> {
-    op: Op<'c>,
-    channel: usize,
-    len: u64,
+    request: Request,
+    /// Its bytes' place in the staging area, when staged.
+    staged_at: Option<u64>,
+    /// Its staging event (the request's sequence number, modulo the pool).
+    slot: usize,
+    op: Option<Op<'c>>,
     started: Instant,
 }
 
 impl Proxy<'_, '_> {
     /// Launches the GPU's schedule and serves its requests until every write completed; returns the
     /// bandwidth measured on the GPU's clock and each timed iteration's duration.
-    fn run(&self, config: ProxyConfig, size: u64) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
+    fn run(
+        &self,
+        config: ProxyConfig,
+        column: &str,
+        size: u64,
+        observer: &mut dyn Observer,
+    ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
         let world = self.world;
         let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
         let writes_per_iteration = plan(config.layout(), WRITER, &[TARGET], size, world.channels.len()).len() as u64;
@@ -181,11 +258,15 @@ impl Proxy<'_, '_> {
         let mut consumer = view.consumer();
         let mut in_flight: VecDeque<Posted<'_>> = VecDeque::with_capacity(MAX_OUTSTANDING);
         let mut completed = 0u64;
+        let mut accepted = 0usize;
+        // A request popped while the staging area was full waits here (the ring keeps the rest).
+        let mut waiting: Option<Request> = None;
+        let mut report = QueueReport::new(column, size);
         let mut last_change = Instant::now();
         while completed < expected {
             let mut advanced = false;
             while in_flight.len() < MAX_OUTSTANDING {
-                let Some((_ticket, request)) = consumer.try_pop() else { break };
+                let Some(request) = waiting.take().or_else(|| consumer.try_pop().map(|(_, r)| r)) else { break };
                 let (channel, len) = (request.channel as usize, request.len);
                 if request.target as usize != TARGET
                     || channel >= channels_used
@@ -195,32 +276,43 @@ impl Proxy<'_, '_> {
                         "proxy: the GPU asked for a write outside its plan: {request:?} (size {size}, {channels_used} channels)"
                     )));
                 }
-                // Staged memory: the requested bytes go device → pinned host first, as part of the write.
-                self.payload.stage_out_range(request.offset, len)?;
-                let op = world.channels[channel].write(
-                    TARGET,
-                    &self.payload.regions[channel],
-                    request.offset as usize,
-                    len as usize,
-                    self.remotes[TARGET][channel],
-                    request.offset,
-                    Some(request.immediate),
-                )?;
-                in_flight.push_back(Posted { op, channel, len, started: Instant::now() });
-                world.probe.set_in_flight(channel, world.channels[channel].in_flight());
+                let slot = accepted % MAX_OUTSTANDING;
+                let staged_at = match self.staging {
+                    Some(staging) => {
+                        let oldest = in_flight.iter().find_map(|p| p.staged_at);
+                        let newest = in_flight.iter().rev().find_map(|p| p.staged_at.map(|at| at + p.request.len.max(1)));
+                        let Some(at) = staging.place(len.max(1), oldest, newest) else {
+                            waiting = Some(request);
+                            break;
+                        };
+                        staging
+                            .stager
+                            .copy_out(staging.device, request.offset as usize, at as usize, len as usize, slot)
+                            .map_err(cuda_error)?;
+                        Some(at)
+                    }
+                    None => None,
+                };
+                accepted += 1;
+                in_flight.push_back(Posted { request, staged_at, slot, op: None, started: Instant::now() });
                 advanced = true;
             }
-            world.progress_all()?;
+            advanced |= self.post_ready(&mut in_flight)?;
+            for _ in 0..PROGRESS_ROUNDS {
+                world.progress_all()?;
+            }
             // Completions are published in ticket order: Quiet's "everything so far" is a prefix.
-            while in_flight.front().is_some_and(|p| p.op.is_complete()) {
-                let Some(Posted { op, channel, len, started }) = in_flight.pop_front() else { break };
+            while in_flight.front().is_some_and(|p| p.op.as_ref().is_some_and(Op::is_complete)) {
+                let Some(Posted { op: Some(op), request, started, .. }) = in_flight.pop_front() else { break };
                 op.wait()?;
                 completed += 1;
                 consumer.set_completed(completed);
-                world.probe.completed(channel, TARGET, len, Some(started.elapsed()));
+                let channel = request.channel as usize;
+                world.probe.completed(channel, TARGET, request.len, Some(started.elapsed()));
                 world.probe.set_in_flight(channel, world.channels[channel].in_flight());
                 advanced = true;
             }
+            report.tick(observer, &consumer, view.quiet_calls(), in_flight.len());
             if advanced {
                 last_change = Instant::now();
             } else if last_change.elapsed() > world.op_timeout {
@@ -249,6 +341,72 @@ impl Proxy<'_, '_> {
             mean_us: latency.summary().mean_us,
         };
         Ok((measured, latency))
+    }
+
+    /// Posts, in request order, every accepted write whose bytes are ready (staged: its copy's event has
+    /// fired); says whether it posted any.
+    fn post_ready<'c>(&'c self, in_flight: &mut VecDeque<Posted<'c>>) -> Result<bool, ExperimentError> {
+        let world = self.world;
+        let mut posted_any = false;
+        for posted in in_flight.iter_mut().filter(|p| p.op.is_none()) {
+            if let Some(staging) = self.staging {
+                if !staging.stager.is_done(posted.slot).map_err(cuda_error)? {
+                    break;
+                }
+            }
+            let request = &posted.request;
+            let channel = request.channel as usize;
+            let (local, local_offset) = match (self.staging, posted.staged_at) {
+                (Some(staging), Some(at)) => (&staging.regions[channel], at),
+                _ => (&self.payload.regions[channel], request.offset),
+            };
+            posted.op = Some(world.channels[channel].write(
+                TARGET,
+                local,
+                local_offset as usize,
+                request.len as usize,
+                self.remotes[TARGET][channel],
+                request.offset,
+                Some(request.immediate),
+            )?);
+            world.probe.set_in_flight(channel, world.channels[channel].in_flight());
+            posted_any = true;
+        }
+        Ok(posted_any)
+    }
+}
+
+/// Rank 0's line for the dashboard's log, once a second while a step runs: requests waiting in the ring,
+/// those the proxy holds (staging or posted), requests/s popped since the last line, and Quiet calls.
+/// Only the clock is read on other passes; the line is made and sent once a second.
+struct QueueReport<'c> {
+    column: &'c str,
+    size: u64,
+    since: Instant,
+    consumed_then: u64,
+}
+
+impl<'c> QueueReport<'c> {
+    fn new(column: &'c str, size: u64) -> Self {
+        Self { column, size, since: Instant::now(), consumed_then: 0 }
+    }
+
+    fn tick(&mut self, observer: &mut dyn Observer, consumer: &efatop_cuda::ring::Consumer<'_>, quiet_calls: u64, held: usize) {
+        let elapsed = self.since.elapsed();
+        if elapsed < REPORT_EVERY {
+            return;
+        }
+        let popped = consumer.consumed();
+        let rate = (popped - self.consumed_then) as f64 / elapsed.as_secs_f64();
+        observer.note(&format!(
+            "proxy queue ({} {}): {} waiting in the ring, {held} held by the proxy, {:.0} requests/s, {quiet_calls} Quiet calls",
+            self.column,
+            format_size(self.size),
+            consumer.waiting(),
+            rate
+        ));
+        self.since = Instant::now();
+        self.consumed_then = popped;
     }
 }
 
@@ -302,6 +460,25 @@ fn summarise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staging_is_handed_out_in_request_order_and_never_overlaps_live_copies() {
+        // Empty: from the start, if it fits at all.
+        assert_eq!(place(100, 60, None, None), Some(0));
+        assert_eq!(place(100, 101, None, None), None);
+        // Live 0..60: the next 40 fit after it; 50 do not, nor before it (the oldest starts at 0).
+        assert_eq!(place(100, 40, Some(0), Some(60)), Some(60));
+        assert_eq!(place(100, 50, Some(0), Some(60)), None);
+        // Live 30..90: 20 wrap to the start (room up to 30), 40 do not.
+        assert_eq!(place(100, 20, Some(30), Some(90)), Some(0));
+        assert_eq!(place(100, 40, Some(30), Some(90)), None);
+        // Wrapped, live 30..100 and 0..20: room only between 20 and 30.
+        assert_eq!(place(100, 10, Some(30), Some(20)), Some(20));
+        assert_eq!(place(100, 11, Some(30), Some(20)), None);
+        // Two of the largest write fill it exactly: the third waits for the first to complete.
+        assert_eq!(place(200, 100, Some(0), Some(100)), Some(100));
+        assert_eq!(place(200, 100, Some(0), Some(200)), None);
+    }
 
     #[test]
     fn columns_follow_the_seed_with_the_memory_suffix() {

@@ -8,6 +8,7 @@
 pub mod mapped;
 pub mod ring;
 pub mod ring_gpu;
+pub mod stager;
 
 use std::ops::Range;
 use std::cell::RefCell;

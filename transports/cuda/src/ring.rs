@@ -156,6 +156,14 @@ impl Consumer<'_> {
         self.head
     }
 
+    /// Requests published and not yet popped (the producers' tail lives on the GPU; this needs only the
+    /// slots): counts consecutive published slots from the head, up to the ring's capacity.
+    pub fn waiting(&self) -> u64 {
+        (0..self.ring.capacity)
+            .take_while(|i| self.ring.slot(self.head + i)[0].load(Ordering::Acquire) == self.head + i + 1)
+            .count() as u64
+    }
+
     /// Requests claimed (by tail) but not yet consumed, given the producers' tail.
     pub fn depth(&self, tail: u64) -> u64 {
         tail.saturating_sub(self.head)
@@ -377,6 +385,26 @@ mod tests {
         let mut torn = ExactlyOnce::new(1, 1);
         torn.record(&Request { len: 5, ..request(0, 0) });
         assert!(torn.finish().expect_err("torn").contains("torn"));
+    }
+
+    #[test]
+    fn waiting_counts_published_requests_not_yet_popped() {
+        let memory = words(4);
+        let ring = RingView::new(&memory, 4).expect("ring");
+        let tail = AtomicU64::new(0);
+        let mut consumer = ring.consumer();
+        assert_eq!(consumer.waiting(), 0);
+        for index in 0..3 {
+            ring.push(&tail, &request(0, index)).expect("room");
+        }
+        assert_eq!(consumer.waiting(), 3);
+        consumer.try_pop().expect("published");
+        assert_eq!(consumer.waiting(), 2);
+        // Across the wrap: a full ring counts every slot once.
+        for index in 3..5 {
+            ring.push(&tail, &request(0, index)).expect("room");
+        }
+        assert_eq!(consumer.waiting(), 4);
     }
 
     #[test]
