@@ -382,6 +382,23 @@ mod tests {
     }
 
     #[test]
+    fn a_node_sender_reaches_the_collector_as_node_events_then_closes() {
+        let (collector, mut next_event) = collector();
+        let mut sender = NodeSender::connect(local(collector.address)).expect("connect");
+        for seq in 1..=2 {
+            sender.send(&NodeSample { rank: 3, seq, host: "n3".into(), ..NodeSample::default() }).expect("send");
+        }
+        sender.finish(Duration::from_secs(2));
+        let wait = Duration::from_secs(5);
+        for seq in 1..=2 {
+            let event = next_event(wait).expect("event");
+            assert!(matches!(&event, CollectorEvent::Node(s) if s.rank == 3 && s.seq == seq && s.host == "n3"), "{event:?}");
+        }
+        let closed = next_event(wait).expect("event");
+        assert!(matches!(closed, CollectorEvent::Closed { rank: Some(3), .. }), "{closed:?}");
+    }
+
+    #[test]
     fn a_sampler_streams_what_the_probe_counts() {
         let (collector, mut next_event) = collector();
         let probe = Arc::new(Probe::new(2, 2));

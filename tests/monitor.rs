@@ -171,7 +171,9 @@ fn two_nodes_stream_their_own_rates_to_rank_0() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = [FakeSysfs::p5(dir.path().join("node0")).unwrap(), FakeSysfs::p5(dir.path().join("node1")).unwrap()];
     let root = dir.path().join("node{rank}");
-    let args = ["monitor", "--ranks", "2", "--json", "--interval", "1s", "--count", "2", "--sysfs-root", root.to_str().unwrap()];
+    let fixture = p5_fixture();
+    let args =
+        ["monitor", "--ranks", "2", "--json", "--interval", "1s", "--count", "2", "--sysfs-root", root.to_str().unwrap(), "--topology-xml", &fixture];
     let mut child = Command::new(efatop_path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
     let mut reader = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut read_line = || {
@@ -206,6 +208,9 @@ fn two_nodes_stream_their_own_rates_to_rank_0() {
         assert_eq!(nic(line, busy)["retransmits_delta"], if rank == 1 { 3 } else { 0 });
         assert_eq!(nic(line, busy)["link_gbps"], 100.0);
         assert_eq!(nic(line, busy)["present"], true);
+        // The topology's grouping travels too: rank 0 draws each node's NICs under its GPUs.
+        assert_eq!(line["data"]["topology_gpus"].as_array().map(Vec::len), Some(8), "{line}");
+        assert_eq!(nic(line, "rdmap164s0")["gpus"], serde_json::json!([5]));
     }
 }
 

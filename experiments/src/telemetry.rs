@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
-pub use node::{NodeGpu, NodeGpus, NodeNic, NodeSample};
+pub use node::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 
 /// Counters for one channel or one peer, written by the hot path.
 #[derive(Default)]

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use efatop_experiments::Bootstrap;
-use efatop_experiments::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample};
-use efatop_monitor::{GpuPanel, GpuStats, NicKind, NicStats, Snapshot};
+use efatop_experiments::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
+use efatop_monitor::{GpuPanel, GpuStats, NicKind, NicStats, Snapshot, TopologyGpu};
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::Action;
 
@@ -192,6 +192,15 @@ pub fn to_wire(snapshot: &Snapshot, rank: u32, seq: u64, drops: u64) -> NodeSamp
         interval_ms: snapshot.interval_ms,
         drops,
         host: snapshot.host.clone(),
+        topology_gpus: snapshot
+            .topology_gpus
+            .iter()
+            .map(|gpu| NodeTopologyGpu {
+                index: u32::try_from(gpu.index).unwrap_or(u32::MAX),
+                pci_bus_id: gpu.pci_bus_id.clone(),
+                model: gpu.model.clone().unwrap_or_default(),
+            })
+            .collect(),
         nics: snapshot
             .nics
             .iter()
@@ -229,13 +238,21 @@ pub fn to_wire(snapshot: &Snapshot, rank: u32, seq: u64, drops: u64) -> NodeSamp
     }
 }
 
-/// A node's snapshot as rank 0 shows it; per-counter detail and the topology's GPU list stay on the node.
+/// A node's snapshot as rank 0 shows it; per-counter detail and PCI addresses of NICs stay on the node.
 pub fn from_wire(sample: NodeSample) -> Snapshot {
     Snapshot {
         host: sample.host,
         t_ms: sample.t_ms,
         interval_ms: sample.interval_ms,
-        topology_gpus: Vec::new(),
+        topology_gpus: sample
+            .topology_gpus
+            .into_iter()
+            .map(|gpu| TopologyGpu {
+                index: gpu.index as usize,
+                pci_bus_id: gpu.pci_bus_id,
+                model: (!gpu.model.is_empty()).then_some(gpu.model),
+            })
+            .collect(),
         nics: sample
             .nics
             .into_iter()
@@ -274,5 +291,49 @@ pub fn from_wire(sample: NodeSample) -> Snapshot {
                     .collect(),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_experiments::telemetry::wire;
+    use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+
+    #[test]
+    fn a_snapshot_crosses_the_wire_with_what_the_view_draws() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeSysfs::p5(dir.path()).unwrap();
+        let mut monitor = Monitor::new("n", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("no driver"));
+        monitor.sample(Duration::ZERO);
+        fake.advance("rdmap79s0", "tx_bytes", 1_250_000_000).unwrap();
+        fake.advance("rdmap79s0", "retrans_pkts", 4).unwrap();
+        let mut snapshot = monitor.sample(Duration::from_secs(1));
+        snapshot.gpus = GpuPanel::Gpus {
+            gpus: vec![GpuStats {
+                index: 0,
+                name: "H100".into(),
+                pci_bus_id: "0000:53:00.0".into(),
+                pcie_tx_gbps: Some(1.5),
+                pcie_rx_gbps: None,
+                nvlink_tx_gbps: Some(0.0),
+                nvlink_rx_gbps: Some(0.0),
+                note: Some("PCIe only".into()),
+            }],
+        };
+        let mut frame = Vec::new();
+        wire::encode_node(&to_wire(&snapshot, 1, 9, 0), &mut frame).unwrap();
+        let Ok(wire::Frame::Node(sample)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
+        let arrived = from_wire(sample);
+        // What stays on the node: every counter's own figures and the NICs' PCI addresses.
+        let mut expected = snapshot.clone();
+        for nic in &mut expected.nics {
+            nic.counters.clear();
+            nic.pci_bus_id = None;
+            nic.went_backwards.clear();
+        }
+        assert_eq!(arrived, expected);
+        let busy = arrived.nics.iter().find(|nic| nic.name == "rdmap79s0").unwrap();
+        assert_eq!((busy.tx_gbps, busy.retransmits_delta), (Some(10.0), 4));
     }
 }

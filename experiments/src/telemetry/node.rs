@@ -13,8 +13,19 @@ pub struct NodeSample {
     /// Snapshots the node's queue dropped because rank 0 was not reading.
     pub drops: u64,
     pub host: String,
+    /// The GPUs the node's topology names, which its NICs are grouped under.
+    pub topology_gpus: Vec<NodeTopologyGpu>,
     pub nics: Vec<NodeNic>,
     pub gpus: NodeGpus,
+}
+
+/// A GPU as the node's topology names it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeTopologyGpu {
+    pub index: u32,
+    pub pci_bus_id: String,
+    /// Empty when the topology does not say.
+    pub model: String,
 }
 
 /// One NIC of a node.

@@ -16,6 +16,7 @@
 //!
 //! ```text
 //! u32 rank, u64 seq, u64 t_ms, f64 interval_ms, u64 drops, str host,
+//! u16 topology GPU count, per GPU: u32 index, str pci_bus_id, str model (empty: not known)
 //! u16 nic count, per NIC: str name, u8 flags (1: RDMA device, 2: present), f64 link_gbps, f64 tx_gbps,
 //!                         f64 rx_gbps, u64 errors, u64 errors_delta, u64 retransmits, u64 retransmits_delta,
 //!                         u16 GPU count, u16 per GPU
@@ -30,7 +31,7 @@
 //! golden test below pins the bytes.
 
 use super::histogram::{BUCKETS, IntervalHistogram};
-use super::{ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, PeerSample, RankSample};
+use super::{ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, PeerSample, RankSample};
 
 pub const VERSION: u8 = 1;
 pub const KIND_RANK_SAMPLE: u8 = 1;
@@ -127,6 +128,12 @@ pub fn encode_node(sample: &NodeSample, out: &mut Vec<u8>) -> Result<(), WireErr
     put_figure(sample.interval_ms, out);
     out.extend_from_slice(&sample.drops.to_le_bytes());
     put_text(&sample.host, "host", out)?;
+    put_count(sample.topology_gpus.len(), "topology GPU count", out)?;
+    for gpu in &sample.topology_gpus {
+        out.extend_from_slice(&gpu.index.to_le_bytes());
+        put_text(&gpu.pci_bus_id, "topology GPU bus id", out)?;
+        put_text(&gpu.model, "topology GPU model", out)?;
+    }
     put_count(sample.nics.len(), "NIC count", out)?;
     for nic in &sample.nics {
         put_text(&nic.name, "NIC name", out)?;
@@ -201,6 +208,15 @@ fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
         host: reader.text("host")?,
         ..NodeSample::default()
     };
+    let topology_gpus = reader.u16("topology GPU count")?;
+    sample.topology_gpus.reserve(usize::from(topology_gpus).min(reader.bytes.len() / 8));
+    for _ in 0..topology_gpus {
+        sample.topology_gpus.push(NodeTopologyGpu {
+            index: reader.u32("topology GPU index")?,
+            pci_bus_id: reader.text("topology GPU bus id")?,
+            model: reader.text("topology GPU model")?,
+        });
+    }
     let nics = reader.u16("NIC count")?;
     // A NIC takes at least 61 bytes: capacity never follows a count the body cannot hold.
     sample.nics.reserve(usize::from(nics).min(reader.bytes.len() / 61));
@@ -430,6 +446,7 @@ mod tests {
             interval_ms: Some(500.0),
             drops: 0,
             host: "n1".into(),
+            topology_gpus: vec![NodeTopologyGpu { index: 5, pci_bus_id: "97:00".into(), model: String::new() }],
             nics: vec![NodeNic {
                 name: "efa0".into(),
                 rdma: true,
@@ -470,11 +487,12 @@ mod tests {
         assert_eq!(
             hex,
             concat!(
-                "a5000000", "01", "02", "02000000", "0400000000000000", "e803000000000000", "0000000000407f40",
-                "0000000000000000", "0200", "6e31", "0100", "0400", "65666130", "03", "0000000000005940",
-                "0000000000002940", "000000000000f87f", "0300000000000000", "0100000000000000", "0700000000000000",
-                "0200000000000000", "0100", "0500", "01", "0100", "00000000", "0400", "48313030", "0500",
-                "35333a3030", "000000000000f83f", "0000000000000040", "000000000000f87f", "000000000000f87f", "0000",
+                "b4000000", "01", "02", "02000000", "0400000000000000", "e803000000000000", "0000000000407f40",
+                "0000000000000000", "0200", "6e31", "0100", "05000000", "0500", "39373a3030", "0000", "0100", "0400",
+                "65666130", "03", "0000000000005940", "0000000000002940", "000000000000f87f", "0300000000000000",
+                "0100000000000000", "0700000000000000", "0200000000000000", "0100", "0500", "01", "0100", "00000000",
+                "0400", "48313030", "0500", "35333a3030", "000000000000f83f", "0000000000000040", "000000000000f87f",
+                "000000000000f87f", "0000",
             )
         );
         assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Node(node())));
@@ -500,8 +518,9 @@ mod tests {
         let mut longer = body.to_vec();
         longer.push(0);
         assert_eq!(decode_frame(&longer), Err(WireError::Trailing(1)));
-        // version, kind, rank, seq, t_ms, interval, drops, host (2 + 2), NIC count, NIC name (2 + 4): flags.
-        let flags_at = 2 + 4 + 8 + 8 + 8 + 8 + 4 + 2 + 6;
+        // version, kind, rank, seq, t_ms, interval, drops, host (2 + 2), topology GPUs (2 + 4 + 2 + 5 + 2),
+        // NIC count, NIC name (2 + 4): flags.
+        let flags_at = 2 + 4 + 8 + 8 + 8 + 8 + 4 + 15 + 2 + 6;
         assert_eq!(body[flags_at], NIC_RDMA | NIC_PRESENT);
         let mut bad_flags = body.to_vec();
         bad_flags[flags_at] = 0x80;
