@@ -103,6 +103,13 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     }
     let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
+        // Checked here once, so that bad input is one line rather than one per rank.
+        for rank in 0..ranks {
+            let root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &rank.to_string()));
+            if !root.is_dir() {
+                return Err((2, format!("--sysfs-root {}: not a directory", root.display())));
+            }
+        }
         return launch_local_nodes(ranks);
     }
     let bootstrap = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;

@@ -222,3 +222,14 @@ fn hosts_is_refused_with_how_to_watch_many_nodes() {
     assert!(run.stderr.contains("mpirun"), "{}", run.stderr);
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 }
+
+#[test]
+fn a_missing_tree_for_one_of_the_local_ranks_is_one_line_before_any_rank_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    FakeSysfs::p5(dir.path().join("node0")).unwrap();
+    let root = dir.path().join("node{rank}");
+    let run = efatop(&["monitor", "--ranks", "2", "--once", "--sysfs-root", root.to_str().unwrap()]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.trim_end().ends_with("node1: not a directory"), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}
