@@ -139,6 +139,8 @@ pub fn run(
 fn apply_telemetry(state: &mut DashboardState, ingest: &mut Ingest, event: CollectorEvent, now: Duration) {
     match event {
         CollectorEvent::Sample(sample) => ingest.sample(state, &sample, now),
+        // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do.
+        CollectorEvent::Node(_) => {}
         CollectorEvent::Malformed { from, reason } => {
             state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
         }

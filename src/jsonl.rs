@@ -110,6 +110,6 @@ fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) 
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
-        CollectorEvent::Closed { .. } => {}
+        CollectorEvent::Closed { .. } | CollectorEvent::Node(_) => {}
     }
 }

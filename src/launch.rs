@@ -57,7 +57,7 @@ fn experiment_args() -> Vec<OsString> {
     args[experiment..].to_vec()
 }
 
-fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::io::Result<i32> {
+pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::io::Result<i32> {
     let rendezvous = Rendezvous::bind(ranks)?;
     let address = rendezvous.address()?;
     std::thread::spawn(move || {

@@ -1,7 +1,9 @@
 //! `efatop monitor`: a live view of a node's NIC and GPU-link counters with no benchmark running (logic in
 //! `efatop-monitor`, drawing in `efatop_ui::monitor`). On a terminal: the ratatui view, redrawn on a tick,
 //! fed by a reader thread every `--interval`. Otherwise, or with `--json` / `--once`: text or JSON lines
-//! on stdout.
+//! on stdout. Under mpirun or srun, one rank per node, rank 0 shows every node ([`nodes`]).
+
+mod nodes;
 
 use std::io::{IsTerminal, Stdout, Write};
 use std::path::{Path, PathBuf};
@@ -42,6 +44,14 @@ pub struct MonitorArgs {
     /// Show only NICs whose name (or `gpuN`) contains one of these comma-separated words
     #[arg(long, value_name = "WORDS", default_value = "")]
     pub filter: String,
+    /// Other hosts to watch: not supported (efatop starts no remote processes); start one monitor per node
+    /// with mpirun or srun instead, and rank 0 shows every node
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// Start N monitors on this machine as if each were a node (to try the many-node view on one machine;
+    /// `{rank}` in --sysfs-root gives each its own tree)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
+    pub ranks: Option<u16>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
     #[arg(long, value_name = "DIR", hide = true)]
     pub write_fake_p5: Option<PathBuf>,
@@ -81,10 +91,37 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         println!("{}", dir.display());
         return Ok(());
     }
-    if !args.sysfs_root.is_dir() {
-        return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
+    if !args.hosts.is_empty() {
+        return Err((
+            2,
+            format!(
+                "--hosts {}: efatop does not start monitors on other hosts; run one per node under mpirun or srun \
+                 (e.g. `mpirun -N 1 efatop monitor`) and rank 0 shows them all",
+                args.hosts.join(",")
+            ),
+        ));
     }
-    let mut monitor = build_monitor(args)?;
+    let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
+    if let (Some(ranks), false) = (args.ranks, launched) {
+        // Checked here once, so that bad input is one line rather than one per rank.
+        for rank in 0..ranks {
+            let root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &rank.to_string()));
+            if !root.is_dir() {
+                return Err((2, format!("--sysfs-root {}: not a directory", root.display())));
+            }
+        }
+        return launch_local_nodes(ranks);
+    }
+    let bootstrap = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
+    // `{rank}` lets ranks sharing a machine each read their own fake tree.
+    let sysfs_root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &bootstrap.rank().to_string()));
+    if !sysfs_root.is_dir() {
+        return Err((2, format!("--sysfs-root {}: not a directory", sysfs_root.display())));
+    }
+    if bootstrap.size() > 1 {
+        return nodes::run(args, bootstrap.as_ref(), &sysfs_root);
+    }
+    let mut monitor = build_monitor(args, &sysfs_root)?;
     let started = Instant::now();
     if args.once {
         monitor.sample(started.elapsed());
@@ -92,7 +129,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         let snapshot = monitor.sample(started.elapsed());
         let mut view = MonitorView::new(&args.filter);
         view.push(snapshot.clone());
-        return print(&snapshot, &view, args.json);
+        return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
         return run_terminal(monitor, args, started).map_err(|err| (1, format!("terminal: {err}")));
@@ -102,7 +139,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     loop {
         let snapshot = monitor.sample(started.elapsed());
         view.push(snapshot.clone());
-        print(&snapshot, &view, args.json)?;
+        print_line(&snapshot, None, &view, args.json)?;
         printed += 1;
         if args.count.is_some_and(|count| printed >= count) {
             return Ok(());
@@ -111,8 +148,18 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     }
 }
 
-fn build_monitor(args: &MonitorArgs) -> Result<Monitor, Failure> {
-    let this_machine = args.sysfs_root == Path::new("/");
+/// `--ranks N`: this binary N times as the launcher's ranks, each a node of the many-node view.
+fn launch_local_nodes(ranks: u16) -> Result<(), Failure> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    match crate::launch::launch_ranks(usize::from(ranks), &args, &[]) {
+        Ok(0) => Ok(()),
+        Ok(code) => std::process::exit(code),
+        Err(err) => Err((1, format!("starting {ranks} monitors: {err}"))),
+    }
+}
+
+fn build_monitor(args: &MonitorArgs, sysfs_root: &Path) -> Result<Monitor, Failure> {
+    let this_machine = sysfs_root == Path::new("/");
     let affinity = match &args.topology_xml {
         Some(path) => {
             let topology = NodeTopology::from_xml_file(path).map_err(|err| (2, format!("--topology-xml {}: {err}", path.display())))?;
@@ -125,9 +172,9 @@ fn build_monitor(args: &MonitorArgs) -> Result<Monitor, Failure> {
     let gpus = if this_machine {
         GpuReader::open()
     } else {
-        GpuReader::unavailable(format!("not read: --sysfs-root {} is not this machine", args.sysfs_root.display()))
+        GpuReader::unavailable(format!("not read: --sysfs-root {} is not this machine", sysfs_root.display()))
     };
-    Ok(Monitor::new(host_name(), Sysfs::new(&args.sysfs_root), affinity, gpus))
+    Ok(Monitor::new(host_name(), Sysfs::new(sysfs_root), affinity, gpus))
 }
 
 fn host_name() -> String {
@@ -139,17 +186,22 @@ fn host_name() -> String {
 struct JsonLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    /// The node's rank when several are shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rank: Option<u32>,
     data: &'a Snapshot,
 }
 
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
-fn print(snapshot: &Snapshot, view: &MonitorView, json: bool) -> Result<(), Failure> {
+fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
-        let line = JsonLine { kind: "snapshot", data: snapshot };
+        let line = JsonLine { kind: "snapshot", rank, data: snapshot };
         serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
     } else {
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
-        format!("{}\n", plain_text(view, columns))
+        // Ranks sharing a machine share a host name: the rank tells their tables apart.
+        let node = rank.map_or(String::new(), |rank| format!(" node: rank {rank} on {}\n", snapshot.host));
+        format!("{node}{}\n", plain_text(view, columns))
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::telemetry::wire::{self, WireError};
-use efatop_experiments::telemetry::{Probe, RankSample, Sampler};
+use efatop_experiments::telemetry::{NodeSample, Probe, RankSample, Sampler};
 use tokio::io::AsyncReadExt;
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
@@ -97,6 +97,12 @@ struct Link {
 
 impl Link {
     fn push(&mut self, sample: &RankSample) {
+        let mut frame = Vec::with_capacity(256);
+        wire::encode(sample, &mut frame);
+        self.push_frame(frame);
+    }
+
+    fn push_frame(&mut self, frame: Vec<u8>) {
         if self.queue.len() == QUEUE_FRAMES {
             // Drop the oldest frame not yet started; a half-written one must be finished to keep framing.
             let victim = usize::from(self.written > 0);
@@ -104,8 +110,6 @@ impl Link {
                 self.drops += 1;
             }
         }
-        let mut frame = Vec::with_capacity(256);
-        wire::encode(sample, &mut frame);
         self.queue.push_back(frame);
     }
 
@@ -134,10 +138,50 @@ impl Link {
     }
 }
 
+/// A node's `efatop monitor` sending its snapshots to rank 0's collector, with a sampler's rules: it never
+/// blocks (a bounded queue that drops its oldest frame and counts it) and gives up on a broken connection.
+pub struct NodeSender {
+    link: Link,
+}
+
+impl NodeSender {
+    pub fn connect(collector: SocketAddr) -> std::io::Result<Self> {
+        let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(Self { link: Link { stream, queue: VecDeque::with_capacity(QUEUE_FRAMES), written: 0, drops: 0, broken: false } })
+    }
+
+    /// Snapshots dropped so far; the next one sent should carry it.
+    pub fn drops(&self) -> u64 {
+        self.link.drops
+    }
+
+    /// Queues one snapshot and sends what the socket takes now; an error once rank 0 has gone.
+    pub fn send(&mut self, sample: &NodeSample) -> std::io::Result<()> {
+        let mut frame = Vec::with_capacity(1024);
+        wire::encode_node(sample, &mut frame).map_err(|err| std::io::Error::new(ErrorKind::InvalidData, err))?;
+        self.link.push_frame(frame);
+        self.link.flush();
+        if self.link.broken { Err(std::io::Error::new(ErrorKind::BrokenPipe, "rank 0's collector hung up")) } else { Ok(()) }
+    }
+
+    /// Delivers what is queued, waiting at most `within`.
+    pub fn finish(mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.link.queue.is_empty() && !self.link.broken && Instant::now() < deadline {
+            self.link.flush();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
 /// What the collector tells rank 0's consumer (dashboard or JSON printer).
 #[derive(Debug)]
 pub enum CollectorEvent {
     Sample(Box<RankSample>),
+    /// A node's `efatop monitor` snapshot.
+    Node(Box<NodeSample>),
     /// A frame was rejected; the connection goes on when its length was sane.
     Malformed { from: SocketAddr, reason: WireError },
     /// A rank's telemetry connection closed (`rank` is known once it sent a sample).
@@ -257,10 +301,14 @@ async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, p
                 }
             };
             let Some(body) = buffer.get(consumed + 4..consumed + 4 + len) else { break };
-            let event = match wire::decode(body) {
-                Ok(sample) => {
+            let event = match wire::decode_frame(body) {
+                Ok(wire::Frame::Rank(sample)) => {
                     rank = Some(sample.rank);
                     CollectorEvent::Sample(Box::new(sample))
+                }
+                Ok(wire::Frame::Node(sample)) => {
+                    rank = Some(sample.rank);
+                    CollectorEvent::Node(Box::new(sample))
                 }
                 Err(reason) => CollectorEvent::Malformed { from, reason },
             };
@@ -331,6 +379,23 @@ mod tests {
         assert!(matches!(fourth, CollectorEvent::Malformed { reason: WireError::TooLong(_), .. }), "{fourth:?}");
         let fifth = next_event(wait).expect("event");
         assert!(matches!(fifth, CollectorEvent::Closed { rank: Some(5), .. }), "{fifth:?}");
+    }
+
+    #[test]
+    fn a_node_sender_reaches_the_collector_as_node_events_then_closes() {
+        let (collector, mut next_event) = collector();
+        let mut sender = NodeSender::connect(local(collector.address)).expect("connect");
+        for seq in 1..=2 {
+            sender.send(&NodeSample { rank: 3, seq, host: "n3".into(), ..NodeSample::default() }).expect("send");
+        }
+        sender.finish(Duration::from_secs(2));
+        let wait = Duration::from_secs(5);
+        for seq in 1..=2 {
+            let event = next_event(wait).expect("event");
+            assert!(matches!(&event, CollectorEvent::Node(s) if s.rank == 3 && s.seq == seq && s.host == "n3"), "{event:?}");
+        }
+        let closed = next_event(wait).expect("event");
+        assert!(matches!(closed, CollectorEvent::Closed { rank: Some(3), .. }), "{closed:?}");
     }
 
     #[test]

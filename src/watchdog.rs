@@ -112,7 +112,7 @@ fn watch(
                                     ));
                                 }
                             }
-                            CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } => {}
+                            CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Node(_) => {}
                         }
                     }
                 }

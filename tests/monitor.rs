@@ -163,3 +163,73 @@ fn bad_input_is_one_line_naming_the_flag_and_exit_code_2() {
         assert!(run.stderr.contains(wanted), "{args:?}: {}", run.stderr);
     }
 }
+
+/// Two monitors, each on its own fake node (`{rank}` in `--sysfs-root`), started as two ranks: rank 0's
+/// collector receives both nodes' snapshots over the telemetry wire and prints each with its own rates.
+#[test]
+fn two_nodes_stream_their_own_rates_to_rank_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = [FakeSysfs::p5(dir.path().join("node0")).unwrap(), FakeSysfs::p5(dir.path().join("node1")).unwrap()];
+    let root = dir.path().join("node{rank}");
+    let fixture = p5_fixture();
+    let args =
+        ["monitor", "--ranks", "2", "--json", "--interval", "1s", "--count", "2", "--sysfs-root", root.to_str().unwrap(), "--topology-xml", &fixture];
+    let mut child = Command::new(efatop_path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
+    let mut reader = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut read_line = || {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("a line");
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    };
+    let firsts = [read_line(), read_line()];
+    let mut first_ranks: Vec<u64> = firsts.iter().map(|line| line["rank"].as_u64().expect("rank")).collect();
+    first_ranks.sort_unstable();
+    assert_eq!(first_ranks, [0, 1], "{firsts:?}");
+    assert!(firsts.iter().all(|line| line["data"]["interval_ms"].is_null()));
+    // Between the two reads: node 0 sends 2.5 GB on one EFA, node 1 receives 5 GB on another and retransmits.
+    nodes[0].advance("rdmap164s0", "tx_bytes", 2_500_000_000).unwrap();
+    nodes[1].advance("rdmap79s0", "rx_bytes", 5_000_000_000).unwrap();
+    nodes[1].advance("rdmap79s0", "retrans_pkts", 3).unwrap();
+    let mut seconds = [read_line(), read_line()];
+    seconds.sort_by_key(|line| line["rank"].as_u64());
+    let status = child.wait().expect("efatop ends");
+    assert!(status.success(), "{status}");
+    for (rank, line) in seconds.iter().enumerate() {
+        assert_eq!(line["rank"], rank as u64, "{line}");
+        let interval = line["data"]["interval_ms"].as_f64().expect("a rated snapshot") / 1e3;
+        assert!((0.9..1.5).contains(&interval), "{interval}");
+        let gbps = |bytes: f64| bytes * 8.0 / interval / 1e9;
+        let (busy, field, bytes, idle) =
+            if rank == 0 { ("rdmap164s0", "tx_gbps", 2.5e9, "rdmap79s0") } else { ("rdmap79s0", "rx_gbps", 5e9, "rdmap164s0") };
+        let got = nic(line, busy)[field].as_f64().unwrap();
+        assert!((got - gbps(bytes)).abs() < 1e-6, "rank {rank} {busy} {field}: {got} vs {}", gbps(bytes));
+        assert_eq!(nic(line, idle)["tx_gbps"], 0.0, "rank {rank}: {idle} stayed idle");
+        assert_eq!(nic(line, idle)["rx_gbps"], 0.0, "rank {rank}: {idle} stayed idle");
+        assert_eq!(nic(line, busy)["retransmits_delta"], if rank == 1 { 3 } else { 0 });
+        assert_eq!(nic(line, busy)["link_gbps"], 100.0);
+        assert_eq!(nic(line, busy)["present"], true);
+        // The topology's grouping travels too: rank 0 draws each node's NICs under its GPUs.
+        assert_eq!(line["data"]["topology_gpus"].as_array().map(Vec::len), Some(8), "{line}");
+        assert_eq!(nic(line, "rdmap164s0")["gpus"], serde_json::json!([5]));
+    }
+}
+
+#[test]
+fn hosts_is_refused_with_how_to_watch_many_nodes() {
+    let run = efatop(&["monitor", "--hosts", "a,b"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("--hosts a,b: efatop does not start monitors on other hosts"), "{}", run.stderr);
+    assert!(run.stderr.contains("mpirun"), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}
+
+#[test]
+fn a_missing_tree_for_one_of_the_local_ranks_is_one_line_before_any_rank_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    FakeSysfs::p5(dir.path().join("node0")).unwrap();
+    let root = dir.path().join("node{rank}");
+    let run = efatop(&["monitor", "--ranks", "2", "--once", "--sysfs-root", root.to_str().unwrap()]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.trim_end().ends_with("node1: not a directory"), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}

@@ -6,12 +6,14 @@
 //! interval) and hands it on; [`wire`] is how samples travel to rank 0.
 
 pub mod histogram;
+pub mod node;
 pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
+pub use node::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 
 /// Counters for one channel or one peer, written by the hot path.
 #[derive(Default)]

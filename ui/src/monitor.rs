@@ -7,6 +7,7 @@
 //! keys; [`draw`] paints it and keeps nothing, so any frame can be drawn at any size from the state.
 
 mod draw;
+mod nodes;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +18,7 @@ use efatop_monitor::{NicStats, Snapshot};
 use crate::state::{Action, Key};
 
 pub use draw::{draw, plain_text, render};
+pub use nodes::{NodesView, draw_nodes, render_nodes};
 
 /// Samples of history kept per NIC (the widest sparkline).
 pub const HISTORY_LEN: usize = 120;

@@ -11,15 +11,34 @@
 //! histogram: u16 bucket count, per bucket: u16 bucket, u32 count (buckets ascending)
 //! ```
 //!
+//! Version 1 also knows [`KIND_NODE_SNAPSHOT`], one node's `efatop monitor` read ([`NodeSample`]); a
+//! decoder that predates it rejects it as an unknown kind and goes on:
+//!
+//! ```text
+//! u32 rank, u64 seq, u64 t_ms, f64 interval_ms, u64 drops, str host,
+//! u16 topology GPU count, per GPU: u32 index, str pci_bus_id, str model (empty: not known)
+//! u16 nic count, per NIC: str name, u8 flags (1: RDMA device, 2: present), f64 link_gbps, f64 tx_gbps,
+//!                         f64 rx_gbps, u64 errors, u64 errors_delta, u64 retransmits, u64 retransmits_delta,
+//!                         u16 GPU count, u16 per GPU
+//! u8 GPU state: 0 then str reason (no GPU figures), or 1 then u16 GPU count,
+//!               per GPU: u32 index, str name, str pci_bus_id, f64 pcie_tx_gbps, f64 pcie_rx_gbps,
+//!                        f64 nvlink_tx_gbps, f64 nvlink_rx_gbps, str note
+//! str: u16 byte length, then UTF-8; f64: a figure not known is NaN
+//! ```
+//!
 //! A decoder never panics: a frame of another version, an unknown kind, a short or over-long body, or an
 //! out-of-range bucket is a [`WireError`] naming what was wrong. Changing any of this is a new version; the
 //! golden test below pins the bytes.
 
 use super::histogram::{BUCKETS, IntervalHistogram};
-use super::{ChannelSample, PeerSample, RankSample};
+use super::{ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, PeerSample, RankSample};
 
 pub const VERSION: u8 = 1;
 pub const KIND_RANK_SAMPLE: u8 = 1;
+pub const KIND_NODE_SNAPSHOT: u8 = 2;
+/// [`NodeNic`] flags.
+const NIC_RDMA: u8 = 1;
+const NIC_PRESENT: u8 = 2;
 /// No frame is larger: 4096 peers with every bucket filled would not reach it.
 pub const MAX_FRAME: u32 = 16 << 20;
 
@@ -37,6 +56,21 @@ pub enum WireError {
     Trailing(usize),
     #[error("bucket {0} out of range")]
     Bucket(u16),
+    #[error("{0} is not UTF-8")]
+    Text(&'static str),
+    #[error("unknown NIC flags {0:#04x}")]
+    NicFlags(u8),
+    #[error("unknown GPU panel state {0}")]
+    GpuState(u8),
+    #[error("{0} is longer than a frame string can be")]
+    TooLongText(&'static str),
+}
+
+/// A decoded frame of any kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Rank(RankSample),
+    Node(NodeSample),
 }
 
 /// Appends one framed sample to `out`.
@@ -79,6 +113,164 @@ fn encode_histogram(histogram: &IntervalHistogram, out: &mut Vec<u8>) {
 /// Checks a frame's length prefix before its body is read.
 pub fn check_length(len: u32) -> Result<usize, WireError> {
     if len > MAX_FRAME { Err(WireError::TooLong(len)) } else { Ok(len as usize) }
+}
+
+/// Appends one framed node snapshot to `out`. A string longer than 65535 bytes cannot be framed; host,
+/// device and GPU names never come close, and the node would rather say so than send a cut name.
+pub fn encode_node(sample: &NodeSample, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.push(VERSION);
+    out.push(KIND_NODE_SNAPSHOT);
+    out.extend_from_slice(&sample.rank.to_le_bytes());
+    out.extend_from_slice(&sample.seq.to_le_bytes());
+    out.extend_from_slice(&sample.t_ms.to_le_bytes());
+    put_figure(sample.interval_ms, out);
+    out.extend_from_slice(&sample.drops.to_le_bytes());
+    put_text(&sample.host, "host", out)?;
+    put_count(sample.topology_gpus.len(), "topology GPU count", out)?;
+    for gpu in &sample.topology_gpus {
+        out.extend_from_slice(&gpu.index.to_le_bytes());
+        put_text(&gpu.pci_bus_id, "topology GPU bus id", out)?;
+        put_text(&gpu.model, "topology GPU model", out)?;
+    }
+    put_count(sample.nics.len(), "NIC count", out)?;
+    for nic in &sample.nics {
+        put_text(&nic.name, "NIC name", out)?;
+        out.push(if nic.rdma { NIC_RDMA } else { 0 } | if nic.present { NIC_PRESENT } else { 0 });
+        for figure in [nic.link_gbps, nic.tx_gbps, nic.rx_gbps] {
+            put_figure(figure, out);
+        }
+        for count in [nic.errors, nic.errors_delta, nic.retransmits, nic.retransmits_delta] {
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+        put_count(nic.gpus.len(), "NIC GPU count", out)?;
+        for gpu in &nic.gpus {
+            out.extend_from_slice(&gpu.to_le_bytes());
+        }
+    }
+    match &sample.gpus {
+        NodeGpus::Unavailable(reason) => {
+            out.push(0);
+            put_text(reason, "GPU reason", out)?;
+        }
+        NodeGpus::Gpus(gpus) => {
+            out.push(1);
+            put_count(gpus.len(), "GPU count", out)?;
+            for gpu in gpus {
+                out.extend_from_slice(&gpu.index.to_le_bytes());
+                put_text(&gpu.name, "GPU name", out)?;
+                put_text(&gpu.pci_bus_id, "GPU bus id", out)?;
+                for figure in [gpu.pcie_tx_gbps, gpu.pcie_rx_gbps, gpu.nvlink_tx_gbps, gpu.nvlink_rx_gbps] {
+                    put_figure(figure, out);
+                }
+                put_text(&gpu.note, "GPU note", out)?;
+            }
+        }
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+fn put_figure(figure: Option<f64>, out: &mut Vec<u8>) {
+    out.extend_from_slice(&figure.unwrap_or(f64::NAN).to_le_bytes());
+}
+
+fn put_count(count: usize, what: &'static str, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let count = u16::try_from(count).map_err(|_| WireError::TooLongText(what))?;
+    out.extend_from_slice(&count.to_le_bytes());
+    Ok(())
+}
+
+fn put_text(text: &str, what: &'static str, out: &mut Vec<u8>) -> Result<(), WireError> {
+    put_count(text.len(), what, out)?;
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+/// Decodes one frame body of either kind.
+pub fn decode_frame(body: &[u8]) -> Result<Frame, WireError> {
+    match body.get(..2) {
+        Some(&[VERSION, KIND_NODE_SNAPSHOT]) => decode_node(&body[2..]).map(Frame::Node),
+        _ => decode(body).map(Frame::Rank),
+    }
+}
+
+fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
+    let mut reader = Reader { bytes: body };
+    let mut sample = NodeSample {
+        rank: reader.u32("rank")?,
+        seq: reader.u64("seq")?,
+        t_ms: reader.u64("t_ms")?,
+        interval_ms: reader.figure("interval")?,
+        drops: reader.u64("drops")?,
+        host: reader.text("host")?,
+        ..NodeSample::default()
+    };
+    let topology_gpus = reader.u16("topology GPU count")?;
+    sample.topology_gpus.reserve(usize::from(topology_gpus).min(reader.bytes.len() / 8));
+    for _ in 0..topology_gpus {
+        sample.topology_gpus.push(NodeTopologyGpu {
+            index: reader.u32("topology GPU index")?,
+            pci_bus_id: reader.text("topology GPU bus id")?,
+            model: reader.text("topology GPU model")?,
+        });
+    }
+    let nics = reader.u16("NIC count")?;
+    // A NIC takes at least 61 bytes: capacity never follows a count the body cannot hold.
+    sample.nics.reserve(usize::from(nics).min(reader.bytes.len() / 61));
+    for _ in 0..nics {
+        let name = reader.text("NIC name")?;
+        let flags = reader.u8("NIC flags")?;
+        if flags & !(NIC_RDMA | NIC_PRESENT) != 0 {
+            return Err(WireError::NicFlags(flags));
+        }
+        let mut nic = NodeNic {
+            name,
+            rdma: flags & NIC_RDMA != 0,
+            present: flags & NIC_PRESENT != 0,
+            link_gbps: reader.figure("link rate")?,
+            tx_gbps: reader.figure("tx rate")?,
+            rx_gbps: reader.figure("rx rate")?,
+            errors: reader.u64("errors")?,
+            errors_delta: reader.u64("errors delta")?,
+            retransmits: reader.u64("retransmits")?,
+            retransmits_delta: reader.u64("retransmits delta")?,
+            gpus: Vec::new(),
+        };
+        let gpus = reader.u16("NIC GPU count")?;
+        nic.gpus.reserve(usize::from(gpus).min(reader.bytes.len() / 2));
+        for _ in 0..gpus {
+            nic.gpus.push(reader.u16("NIC GPU")?);
+        }
+        sample.nics.push(nic);
+    }
+    sample.gpus = match reader.u8("GPU state")? {
+        0 => NodeGpus::Unavailable(reader.text("GPU reason")?),
+        1 => {
+            let count = reader.u16("GPU count")?;
+            let mut gpus = Vec::with_capacity(usize::from(count).min(reader.bytes.len() / 42));
+            for _ in 0..count {
+                gpus.push(NodeGpu {
+                    index: reader.u32("GPU index")?,
+                    name: reader.text("GPU name")?,
+                    pci_bus_id: reader.text("GPU bus id")?,
+                    pcie_tx_gbps: reader.figure("PCIe tx")?,
+                    pcie_rx_gbps: reader.figure("PCIe rx")?,
+                    nvlink_tx_gbps: reader.figure("NVLink tx")?,
+                    nvlink_rx_gbps: reader.figure("NVLink rx")?,
+                    note: reader.text("GPU note")?,
+                });
+            }
+            NodeGpus::Gpus(gpus)
+        }
+        other => return Err(WireError::GpuState(other)),
+    };
+    if !reader.bytes.is_empty() {
+        return Err(WireError::Trailing(reader.bytes.len()));
+    }
+    Ok(sample)
 }
 
 /// Decodes one frame body (everything after the length prefix).
@@ -152,6 +344,18 @@ impl Reader<'_> {
 
     fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.take(what)?))
+    }
+
+    fn figure(&mut self, what: &'static str) -> Result<Option<f64>, WireError> {
+        let value = f64::from_le_bytes(self.take(what)?);
+        Ok((!value.is_nan()).then_some(value))
+    }
+
+    fn text(&mut self, what: &'static str) -> Result<String, WireError> {
+        let len = usize::from(self.u16(what)?);
+        let Some((head, rest)) = self.bytes.split_at_checked(len) else { return Err(WireError::Truncated(what)) };
+        self.bytes = rest;
+        String::from_utf8(head.to_vec()).map_err(|_| WireError::Text(what))
     }
 
     fn histogram(&mut self) -> Result<IntervalHistogram, WireError> {
@@ -232,5 +436,106 @@ mod tests {
         let mut lying = body[..34].to_vec();
         lying.extend_from_slice(&u16::MAX.to_le_bytes());
         assert!(matches!(decode(&lying), Err(WireError::Truncated(_))));
+    }
+
+    fn node() -> NodeSample {
+        NodeSample {
+            rank: 2,
+            seq: 4,
+            t_ms: 1000,
+            interval_ms: Some(500.0),
+            drops: 0,
+            host: "n1".into(),
+            topology_gpus: vec![NodeTopologyGpu { index: 5, pci_bus_id: "97:00".into(), model: String::new() }],
+            nics: vec![NodeNic {
+                name: "efa0".into(),
+                rdma: true,
+                present: true,
+                gpus: vec![5],
+                link_gbps: Some(100.0),
+                tx_gbps: Some(12.5),
+                rx_gbps: None,
+                errors: 3,
+                errors_delta: 1,
+                retransmits: 7,
+                retransmits_delta: 2,
+            }],
+            gpus: NodeGpus::Gpus(vec![NodeGpu {
+                index: 0,
+                name: "H100".into(),
+                pci_bus_id: "53:00".into(),
+                pcie_tx_gbps: Some(1.5),
+                pcie_rx_gbps: Some(2.0),
+                nvlink_tx_gbps: None,
+                nvlink_rx_gbps: None,
+                note: String::new(),
+            }]),
+        }
+    }
+
+    fn node_frame(sample: &NodeSample) -> Vec<u8> {
+        let mut frame = Vec::new();
+        encode_node(sample, &mut frame).expect("short names frame");
+        frame
+    }
+
+    /// The bytes of a version 1 node snapshot. If this fails, the format changed: bump VERSION.
+    #[test]
+    fn golden_node_frame() {
+        let frame = node_frame(&node());
+        let hex: String = frame.iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+        assert_eq!(
+            hex,
+            concat!(
+                "b4000000", "01", "02", "02000000", "0400000000000000", "e803000000000000", "0000000000407f40",
+                "0000000000000000", "0200", "6e31", "0100", "05000000", "0500", "39373a3030", "0000", "0100", "0400",
+                "65666130", "03", "0000000000005940", "0000000000002940", "000000000000f87f", "0300000000000000",
+                "0100000000000000", "0700000000000000", "0200000000000000", "0100", "0500", "01", "0100", "00000000",
+                "0400", "48313030", "0500", "35333a3030", "000000000000f83f", "0000000000000040", "000000000000f87f",
+                "000000000000f87f", "0000",
+            )
+        );
+        assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Node(node())));
+        let unavailable = NodeSample { gpus: NodeGpus::Unavailable("no NVIDIA driver".into()), ..node() };
+        assert_eq!(decode_frame(&node_frame(&unavailable)[4..]), Ok(Frame::Node(unavailable)));
+    }
+
+    #[test]
+    fn rank_frames_still_decode_through_decode_frame_and_old_decoders_skip_node_frames() {
+        let mut frame = Vec::new();
+        encode(&sample(), &mut frame);
+        assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Rank(sample())));
+        assert_eq!(decode(&node_frame(&node())[4..]), Err(WireError::Kind(KIND_NODE_SNAPSHOT)));
+    }
+
+    #[test]
+    fn malformed_node_frames_are_named_not_panicked_on() {
+        let frame = node_frame(&node());
+        let body = &frame[4..];
+        for cut in 0..body.len() {
+            assert!(decode_frame(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = body.to_vec();
+        longer.push(0);
+        assert_eq!(decode_frame(&longer), Err(WireError::Trailing(1)));
+        // version, kind, rank, seq, t_ms, interval, drops, host (2 + 2), topology GPUs (2 + 4 + 2 + 5 + 2),
+        // NIC count, NIC name (2 + 4): flags.
+        let flags_at = 2 + 4 + 8 + 8 + 8 + 8 + 4 + 15 + 2 + 6;
+        assert_eq!(body[flags_at], NIC_RDMA | NIC_PRESENT);
+        let mut bad_flags = body.to_vec();
+        bad_flags[flags_at] = 0x80;
+        assert_eq!(decode_frame(&bad_flags), Err(WireError::NicFlags(0x80)));
+        let mut bad_text = body.to_vec();
+        bad_text[flags_at - 4] = 0xff;
+        assert_eq!(decode_frame(&bad_text), Err(WireError::Text("NIC name")));
+        let state_at = flags_at + 1 + 3 * 8 + 4 * 8 + 2 + 2;
+        let mut bad_state = body.to_vec();
+        bad_state[state_at] = 7;
+        assert_eq!(decode_frame(&bad_state), Err(WireError::GpuState(7)));
+        let mut huge_count = body[..flags_at - 8].to_vec();
+        huge_count.extend_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(decode_frame(&huge_count), Err(WireError::Truncated(_))));
+        let long_name = NodeSample { host: "h".repeat(70_000), ..node() };
+        assert_eq!(encode_node(&long_name, &mut Vec::new()), Err(WireError::TooLongText("host")));
     }
 }

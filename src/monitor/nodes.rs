@@ -1,0 +1,339 @@
+//! `efatop monitor` on many nodes: started once per node by mpirun or srun (or several times on one machine
+//! by `--ranks N`), every rank reads its node and sends each snapshot, as a node frame of the benchmarks'
+//! telemetry wire format, to a collector that rank 0 runs; rank 0 draws or prints every node.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use efatop_experiments::Bootstrap;
+use efatop_experiments::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
+use efatop_monitor::{GpuPanel, GpuStats, NicKind, NicStats, Snapshot, TopologyGpu};
+use efatop_ui::monitor::NodesView;
+use efatop_ui::state::Action;
+
+use super::{Failure, MonitorArgs, TICK, TerminalGuard, build_monitor, map_key, print_line};
+use crate::telemetry::{Collector, CollectorEvent, NodeSender};
+
+/// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
+const ONCE_GRACE: Duration = Duration::from_secs(30);
+
+/// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
+pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, sysfs_root: &Path) -> Result<(), Failure> {
+    let (rank, size) = (bootstrap.rank(), bootstrap.size());
+    let lost = |err: &dyn std::fmt::Display| (1, format!("rank {rank}: {err}"));
+    let (events, received) = mpsc::channel::<Vec<CollectorEvent>>();
+    let collector = if rank == 0 { Some(Collector::start(events).map_err(|e| lost(&e))?) } else { None };
+    let host = efatop_experiments::world::hostname();
+    let published = collector.as_ref().map_or(String::new(), |c| format!("{host}:{}", c.address.port()));
+    let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
+    let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
+    let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
+    let target = crate::telemetry::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
+    let monitor = build_monitor(args, sysfs_root)?;
+    let reads = Reads::of(args);
+    let sender = NodeSender::connect(target).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
+    let interval = args.interval;
+    let rank_on_wire = u32::try_from(rank).map_err(|e| lost(&e))?;
+    let reader = std::thread::Builder::new()
+        .name("efatop-monitor-node".into())
+        .spawn(move || send_reads(monitor, sender, rank_on_wire, interval, reads))
+        .map_err(|e| lost(&e))?;
+    if rank != 0 {
+        let _ = reader.join();
+        return Ok(());
+    }
+    // Rank 0's own reader ends when its next send finds the collector gone.
+    let outcome = show(args, size, &received);
+    drop(collector);
+    outcome
+}
+
+/// How many reads a node sends, and which.
+#[derive(Clone, Copy)]
+enum Reads {
+    /// Two reads `--interval` apart; only the second (with rates) is sent.
+    Once,
+    Count(u64),
+    Forever,
+}
+
+impl Reads {
+    fn of(args: &MonitorArgs) -> Self {
+        match (args.once, args.count) {
+            (true, _) => Self::Once,
+            (false, Some(count)) => Self::Count(count),
+            (false, None) => Self::Forever,
+        }
+    }
+}
+
+fn send_reads(mut monitor: efatop_monitor::Monitor, mut sender: NodeSender, rank: u32, interval: Duration, reads: Reads) {
+    let started = Instant::now();
+    let mut next = Instant::now();
+    let mut seq = 0_u64;
+    loop {
+        let snapshot = monitor.sample(started.elapsed());
+        let skip_first = matches!(reads, Reads::Once) && snapshot.interval_ms.is_none();
+        if !skip_first {
+            seq += 1;
+            let sample = to_wire(&snapshot, rank, seq, sender.drops());
+            if sender.send(&sample).is_err() {
+                // Rank 0 has gone: nothing is left to show this node's reads.
+                return;
+            }
+            let done = match reads {
+                Reads::Once => true,
+                Reads::Count(count) => seq >= count,
+                Reads::Forever => false,
+            };
+            if done {
+                sender.finish(Duration::from_secs(2));
+                return;
+            }
+        }
+        next += interval;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Rank 0: takes every node's snapshots off the collector and draws or prints them.
+fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>>) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    if !args.once && !args.json && std::io::stdout().is_terminal() {
+        return show_terminal(args, size, received).map_err(|err| (1, format!("terminal: {err}")));
+    }
+    let deadline = args.once.then(|| Instant::now() + args.interval * 2 + ONCE_GRACE);
+    let mut view = NodesView::new(&args.filter, size);
+    let mut closed = BTreeSet::new();
+    let mut latest: BTreeMap<u32, Snapshot> = BTreeMap::new();
+    while closed.len() < size {
+        let batch = match received.recv_timeout(TICK) {
+            Ok(batch) => batch,
+            Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() > d) => break,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        for event in batch {
+            match event {
+                CollectorEvent::Node(sample) => {
+                    let (rank, snapshot) = (sample.rank, from_wire(*sample));
+                    view.push(rank, snapshot.clone());
+                    if args.once {
+                        latest.insert(rank, snapshot);
+                    } else if let Some(node) = view.nodes.get(&rank) {
+                        print_line(&snapshot, Some(rank), node, args.json)?;
+                    }
+                }
+                CollectorEvent::Closed { rank, from } => {
+                    closed.insert(rank.map_or_else(|| from.to_string(), |r| r.to_string()));
+                }
+                CollectorEvent::Malformed { from, reason } => eprintln!("efatop: warning: frame from {from} rejected: {reason}"),
+                CollectorEvent::Sample(_) => {}
+            }
+        }
+    }
+    for (rank, snapshot) in &latest {
+        if let Some(node) = view.nodes.get(rank) {
+            print_line(snapshot, Some(*rank), node, args.json)?;
+        }
+    }
+    if args.once && latest.len() < size {
+        let missing: Vec<String> = (0..size).filter(|r| !latest.keys().any(|got| *got as usize == *r)).map(|r| r.to_string()).collect();
+        return Err((1, format!("no snapshot from rank {} of {size}", missing.join(", "))));
+    }
+    Ok(())
+}
+
+fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>>) -> std::io::Result<()> {
+    let (_guard, mut terminal) = TerminalGuard::enter()?;
+    let mut view = NodesView::new(&args.filter, size);
+    let mut closed = 0;
+    loop {
+        while let Ok(batch) = received.try_recv() {
+            for event in batch {
+                match event {
+                    CollectorEvent::Node(sample) => view.push(sample.rank, from_wire(*sample)),
+                    CollectorEvent::Closed { .. } => closed += 1,
+                    CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) => {}
+                }
+            }
+        }
+        if args.count.is_some() && closed >= size {
+            return Ok(());
+        }
+        terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, &view))?;
+        if !event::poll(TICK)? {
+            continue;
+        }
+        let Event::Key(key) = event::read()? else { continue };
+        if key.kind == KeyEventKind::Release {
+            continue;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            return Ok(());
+        }
+        if let Some(key) = map_key(key.code) {
+            if view.handle_key(key) == Action::Quit {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// What a node sends: the view's figures, not every counter.
+pub fn to_wire(snapshot: &Snapshot, rank: u32, seq: u64, drops: u64) -> NodeSample {
+    NodeSample {
+        rank,
+        seq,
+        t_ms: snapshot.t_ms,
+        interval_ms: snapshot.interval_ms,
+        drops,
+        host: snapshot.host.clone(),
+        topology_gpus: snapshot
+            .topology_gpus
+            .iter()
+            .map(|gpu| NodeTopologyGpu {
+                index: u32::try_from(gpu.index).unwrap_or(u32::MAX),
+                pci_bus_id: gpu.pci_bus_id.clone(),
+                model: gpu.model.clone().unwrap_or_default(),
+            })
+            .collect(),
+        nics: snapshot
+            .nics
+            .iter()
+            .map(|nic| NodeNic {
+                name: nic.name.clone(),
+                rdma: nic.kind == NicKind::Rdma,
+                present: nic.present,
+                gpus: nic.gpus.iter().filter_map(|gpu| u16::try_from(*gpu).ok()).collect(),
+                link_gbps: nic.link_gbps,
+                tx_gbps: nic.tx_gbps,
+                rx_gbps: nic.rx_gbps,
+                errors: nic.errors,
+                errors_delta: nic.errors_delta,
+                retransmits: nic.retransmits,
+                retransmits_delta: nic.retransmits_delta,
+            })
+            .collect(),
+        gpus: match &snapshot.gpus {
+            GpuPanel::Unavailable { reason } => NodeGpus::Unavailable(reason.clone()),
+            GpuPanel::Gpus { gpus } => NodeGpus::Gpus(
+                gpus.iter()
+                    .map(|gpu| NodeGpu {
+                        index: u32::try_from(gpu.index).unwrap_or(u32::MAX),
+                        name: gpu.name.clone(),
+                        pci_bus_id: gpu.pci_bus_id.clone(),
+                        pcie_tx_gbps: gpu.pcie_tx_gbps,
+                        pcie_rx_gbps: gpu.pcie_rx_gbps,
+                        nvlink_tx_gbps: gpu.nvlink_tx_gbps,
+                        nvlink_rx_gbps: gpu.nvlink_rx_gbps,
+                        note: gpu.note.clone().unwrap_or_default(),
+                    })
+                    .collect(),
+            ),
+        },
+    }
+}
+
+/// A node's snapshot as rank 0 shows it; per-counter detail and PCI addresses of NICs stay on the node.
+pub fn from_wire(sample: NodeSample) -> Snapshot {
+    Snapshot {
+        host: sample.host,
+        t_ms: sample.t_ms,
+        interval_ms: sample.interval_ms,
+        topology_gpus: sample
+            .topology_gpus
+            .into_iter()
+            .map(|gpu| TopologyGpu {
+                index: gpu.index as usize,
+                pci_bus_id: gpu.pci_bus_id,
+                model: (!gpu.model.is_empty()).then_some(gpu.model),
+            })
+            .collect(),
+        nics: sample
+            .nics
+            .into_iter()
+            .map(|nic| NicStats {
+                name: nic.name,
+                kind: if nic.rdma { NicKind::Rdma } else { NicKind::Net },
+                pci_bus_id: None,
+                gpus: nic.gpus.into_iter().map(usize::from).collect(),
+                link_gbps: nic.link_gbps,
+                present: nic.present,
+                tx_gbps: nic.tx_gbps,
+                rx_gbps: nic.rx_gbps,
+                errors: nic.errors,
+                errors_delta: nic.errors_delta,
+                retransmits: nic.retransmits,
+                retransmits_delta: nic.retransmits_delta,
+                went_backwards: Vec::new(),
+                counters: BTreeMap::new(),
+            })
+            .collect(),
+        gpus: match sample.gpus {
+            NodeGpus::Unavailable(reason) => GpuPanel::Unavailable { reason },
+            NodeGpus::Gpus(gpus) => GpuPanel::Gpus {
+                gpus: gpus
+                    .into_iter()
+                    .map(|gpu| GpuStats {
+                        index: gpu.index as usize,
+                        name: gpu.name,
+                        pci_bus_id: gpu.pci_bus_id,
+                        pcie_tx_gbps: gpu.pcie_tx_gbps,
+                        pcie_rx_gbps: gpu.pcie_rx_gbps,
+                        nvlink_tx_gbps: gpu.nvlink_tx_gbps,
+                        nvlink_rx_gbps: gpu.nvlink_rx_gbps,
+                        note: (!gpu.note.is_empty()).then_some(gpu.note),
+                    })
+                    .collect(),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_experiments::telemetry::wire;
+    use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+
+    #[test]
+    fn a_snapshot_crosses_the_wire_with_what_the_view_draws() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeSysfs::p5(dir.path()).unwrap();
+        let mut monitor = Monitor::new("n", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("no driver"));
+        monitor.sample(Duration::ZERO);
+        fake.advance("rdmap79s0", "tx_bytes", 1_250_000_000).unwrap();
+        fake.advance("rdmap79s0", "retrans_pkts", 4).unwrap();
+        let mut snapshot = monitor.sample(Duration::from_secs(1));
+        snapshot.gpus = GpuPanel::Gpus {
+            gpus: vec![GpuStats {
+                index: 0,
+                name: "H100".into(),
+                pci_bus_id: "0000:53:00.0".into(),
+                pcie_tx_gbps: Some(1.5),
+                pcie_rx_gbps: None,
+                nvlink_tx_gbps: Some(0.0),
+                nvlink_rx_gbps: Some(0.0),
+                note: Some("PCIe only".into()),
+            }],
+        };
+        let mut frame = Vec::new();
+        wire::encode_node(&to_wire(&snapshot, 1, 9, 0), &mut frame).unwrap();
+        let Ok(wire::Frame::Node(sample)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
+        let arrived = from_wire(sample);
+        // What stays on the node: every counter's own figures and the NICs' PCI addresses.
+        let mut expected = snapshot.clone();
+        for nic in &mut expected.nics {
+            nic.counters.clear();
+            nic.pci_bus_id = None;
+            nic.went_backwards.clear();
+        }
+        assert_eq!(arrived, expected);
+        let busy = arrived.nics.iter().find(|nic| nic.name == "rdmap79s0").unwrap();
+        assert_eq!((busy.tx_gbps, busy.retransmits_delta), (Some(10.0), 4));
+    }
+}

@@ -1,0 +1,184 @@
+//! Several nodes' monitors in one view (`efatop monitor` under mpirun, one rank per node): one node's
+//! panel at a time under a line naming every node; Tab / `]` shows the next node, Shift-Tab / `[` the
+//! previous one. Every other key goes to the node shown.
+
+use std::collections::BTreeMap;
+
+use efatop_monitor::Snapshot;
+use ratatui::Frame;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+
+use super::{MonitorView, render};
+use crate::state::{Action, Key};
+
+/// Every node's view, by rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodesView {
+    filter: String,
+    /// The nodes expected (the job's ranks), so the tab line can say how many have not reported yet.
+    pub expected: usize,
+    pub nodes: BTreeMap<u32, MonitorView>,
+    /// Index into `nodes`, in rank order.
+    pub selected: usize,
+}
+
+impl NodesView {
+    pub fn new(filter: &str, expected: usize) -> Self {
+        Self { filter: filter.to_string(), expected, ..Self::default() }
+    }
+
+    /// Folds in one snapshot of the node that is rank `rank`.
+    pub fn push(&mut self, rank: u32, snapshot: Snapshot) {
+        let filter = &self.filter;
+        self.nodes.entry(rank).or_insert_with(|| MonitorView::new(filter)).push(snapshot);
+    }
+
+    pub fn shown(&self) -> Option<&MonitorView> {
+        self.nodes.values().nth(self.selected)
+    }
+
+    /// Each node's name on the tab line: its host, with its rank where hosts repeat (several ranks on one
+    /// machine, as when testing on one).
+    pub fn labels(&self) -> Vec<String> {
+        let host = |view: &MonitorView| view.snapshot.as_ref().map_or("?", |s| s.host.as_str()).to_string();
+        let hosts: Vec<String> = self.nodes.values().map(host).collect();
+        self.nodes
+            .keys()
+            .zip(&hosts)
+            .map(|(rank, name)| {
+                if hosts.iter().filter(|other| *other == name).count() > 1 { format!("{name}#{rank}") } else { name.clone() }
+            })
+            .collect()
+    }
+
+    pub fn handle_key(&mut self, key: Key) -> Action {
+        let typing = self.shown().is_some_and(|view| view.filter_input.is_some());
+        let count = self.nodes.len().max(1);
+        match key {
+            Key::Tab | Key::Char(']') if !typing => self.selected = (self.selected + 1) % count,
+            Key::BackTab | Key::Char('[') if !typing => self.selected = (self.selected + count - 1) % count,
+            _ => {
+                let selected = self.selected;
+                return self.nodes.values_mut().nth(selected).map_or_else(
+                    || if matches!(key, Key::Char('q') | Key::Esc) { Action::Quit } else { Action::None },
+                    |view| view.handle_key(key),
+                );
+            }
+        }
+        Action::None
+    }
+}
+
+pub fn draw_nodes(frame: &mut Frame, view: &NodesView) {
+    let area = frame.area();
+    render_nodes(view, area, frame.buffer_mut());
+}
+
+/// The tab line, then the shown node's view below it.
+pub fn render_nodes(view: &NodesView, area: Rect, buf: &mut Buffer) {
+    if area.is_empty() {
+        return;
+    }
+    let mut spans = vec![Span::raw(" nodes ")];
+    for (index, label) in view.labels().into_iter().enumerate() {
+        let style = if index == view.selected {
+            Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)
+        } else {
+            Style::new()
+        };
+        spans.push(Span::styled(format!(" {label} "), style));
+    }
+    let missing = view.expected.saturating_sub(view.nodes.len());
+    if missing > 0 {
+        spans.push(Span::styled(format!("  waiting for {missing} of {}", view.expected), Style::new().fg(Color::Yellow)));
+    }
+    spans.push(Span::styled("  Tab/[ ] switch node", Style::new().fg(Color::DarkGray)));
+    Line::from(spans).render(Rect { height: 1, ..area }, buf);
+    let rest = Rect { y: area.y + 1, height: area.height - 1, ..area };
+    if let Some(shown) = view.shown() {
+        render(shown, rest, buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_monitor::{GpuPanel, NicKind, NicStats};
+
+    fn snapshot(host: &str, nic: &str) -> Snapshot {
+        Snapshot {
+            host: host.into(),
+            t_ms: 0,
+            interval_ms: Some(1000.0),
+            topology_gpus: Vec::new(),
+            nics: vec![NicStats {
+                name: nic.into(),
+                kind: NicKind::Rdma,
+                pci_bus_id: None,
+                gpus: Vec::new(),
+                link_gbps: Some(100.0),
+                present: true,
+                tx_gbps: Some(10.0),
+                rx_gbps: Some(0.0),
+                errors: 0,
+                errors_delta: 0,
+                retransmits: 0,
+                retransmits_delta: 0,
+                went_backwards: Vec::new(),
+                counters: BTreeMap::new(),
+            }],
+            gpus: GpuPanel::Unavailable { reason: "none".into() },
+        }
+    }
+
+    fn screen(view: &NodesView, width: u16, height: u16) -> String {
+        let area = Rect::new(0, 0, width, height);
+        let mut buf = Buffer::empty(area);
+        render_nodes(view, area, &mut buf);
+        (0..height).map(|y| (0..width).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n").collect()
+    }
+
+    #[test]
+    fn monitor_nodes_switch_with_tab_and_brackets_and_show_one_node_at_a_time() {
+        let mut view = NodesView::new("", 3);
+        view.push(1, snapshot("b", "efa-b"));
+        view.push(0, snapshot("a", "efa-a"));
+        let first = screen(&view, 120, 12);
+        assert!(first.contains(" a  b "), "{first}");
+        assert!(first.contains("waiting for 1 of 3"), "{first}");
+        assert!(first.contains("efa-a") && !first.contains("efa-b"), "{first}");
+        assert_eq!(view.handle_key(Key::Tab), Action::None);
+        let second = screen(&view, 120, 12);
+        assert!(second.contains("efa-b") && !second.contains("efa-a"), "{second}");
+        view.handle_key(Key::Char(']'));
+        assert_eq!(view.selected, 0, "wraps around");
+        view.handle_key(Key::Char('['));
+        assert_eq!(view.selected, 1);
+        // While the filter prompt is open, brackets are typed, not switching.
+        view.handle_key(Key::Char('/'));
+        view.handle_key(Key::Char('['));
+        assert_eq!(view.selected, 1);
+        assert_eq!(view.shown().and_then(|v| v.filter_input.clone()).as_deref(), Some("["));
+        view.handle_key(Key::Esc);
+        assert_eq!(view.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    #[test]
+    fn monitor_nodes_on_one_host_are_told_apart_by_rank_and_tiny_areas_do_not_panic() {
+        let mut view = NodesView::new("", 2);
+        view.push(0, snapshot("h", "x"));
+        view.push(1, snapshot("h", "y"));
+        assert_eq!(view.labels(), ["h#0", "h#1"]);
+        for (width, height) in [(0, 0), (1, 1), (5, 2), (30, 3)] {
+            screen(&view, width, height);
+        }
+        let mut empty = NodesView::new("", 2);
+        assert!(screen(&empty, 60, 3).contains("waiting for 2 of 2"));
+        assert_eq!(empty.handle_key(Key::Tab), Action::None);
+        assert_eq!(empty.handle_key(Key::Char('q')), Action::Quit);
+    }
+}
