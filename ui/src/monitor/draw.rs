@@ -253,7 +253,8 @@ fn caption_line(columns: &Columns) -> String {
     text
 }
 
-/// What a NIC with no known link speed is drawn against: the highest load any of those has shown.
+/// What a NIC with no known link speed is drawn against: the highest load any of those has shown, but
+/// at least 1 Gbps, so that a near-idle interface (loopback's housekeeping) does not fill its own bar.
 fn unknown_link_scale(view: &MonitorView) -> f64 {
     let Some(snapshot) = &view.snapshot else { return 1.0 };
     let peak = snapshot
@@ -264,11 +265,7 @@ fn unknown_link_scale(view: &MonitorView) -> f64 {
         .flat_map(|history| history.load.iter().copied())
         .filter(|v| v.is_finite())
         .fold(0.0, f64::max);
-    if peak > 0.0 {
-        peak
-    } else {
-        1.0
-    }
+    peak.max(1.0)
 }
 
 fn gpu_line(index: Option<usize>, topology: Option<&TopologyGpu>, stats: Option<&GpuStats>) -> Line<'static> {
