@@ -1,7 +1,9 @@
 //! Bytes as rank 0's collector reads them off a rank's connection: frames back to back, each a `u32` length
 //! prefix and a body. Whatever arrives, the decoder answers with a sample or a `WireError`, never a panic;
 //! a body that decodes re-encodes to a frame that decodes to the same sample; and the latency queries rank 0
-//! runs on every decoded histogram (percentiles, max, merging into a rank's total) hold up too.
+//! runs on every decoded histogram (percentiles, max, merging into a rank's total) hold up too. Node
+//! snapshots (`efatop monitor` across nodes) share the stream: one that decodes re-encodes to the same bytes
+//! (compared as bytes: a rate may be NaN, which equals nothing).
 
 #![no_main]
 
@@ -16,7 +18,22 @@ fuzz_target!(|stream: &[u8]| {
         let Ok(len) = wire::check_length(u32::from_le_bytes(*prefix)) else { return };
         let Some(body) = after_prefix.get(..len) else { return };
         rest = &after_prefix[len..];
-        let Ok(sample) = wire::decode(body) else { continue };
+        let sample = match wire::decode_frame(body) {
+            Ok(wire::Frame::Rank(sample)) => sample,
+            Ok(wire::Frame::Node(node)) => {
+                let mut first = Vec::new();
+                if wire::encode_node(&node, &mut first).is_ok() {
+                    let Ok(wire::Frame::Node(again)) = wire::decode_frame(&first[4..]) else {
+                        panic!("a re-encoded node frame does not decode")
+                    };
+                    let mut second = Vec::new();
+                    wire::encode_node(&again, &mut second).expect("what decoded encodes");
+                    assert_eq!(first, second, "node frame changes on a round trip");
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
 
         let mut frame = Vec::new();
         wire::encode(&sample, &mut frame);

@@ -51,9 +51,18 @@ impl NodeTopology {
         if has_cpuset_without_complete_cpuset(xml) {
             return Err(invalid("an <object> has a cpuset but no complete_cpuset"));
         }
-        // hwloc says no more than EINVAL either way; what failed is the most we can add.
-        let builder = Topology::builder().from_xml(xml).map_err(|_| invalid("hwloc cannot parse it"))?;
-        let topology = keep_all_io(builder)?.build().map_err(|_| invalid("hwloc finds no machine in it"))?;
+        // hwloc says no more than EINVAL either way; what failed is the most we can add. hwlocality treats
+        // any other errno from hwloc's XML loader as impossible and panics; hwloc gives EILSEQ for a file
+        // declaring an encoding it cannot convert (`encoding="UTF-7"`, found by fuzzing). Such a file is one
+        // we cannot read, not a crash: the panic is caught, its message kept off the terminal.
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let loaded = std::panic::catch_unwind(|| -> Result<_, TopologyError> {
+            let builder = Topology::builder().from_xml(xml).map_err(|_| invalid("hwloc cannot parse it"))?;
+            keep_all_io(builder)?.build().map_err(|_| invalid("hwloc finds no machine in it"))
+        });
+        std::panic::set_hook(quiet);
+        let topology = loaded.map_err(|_| invalid("hwloc cannot read its encoding or text"))??;
         Ok(build(&topology, source.to_string(), false))
     }
 }
@@ -387,6 +396,14 @@ mod tests {
         r#"<object type="Machine" os_index="0" cpuset="0xff" nodeset="0x1"><object cpuset="0xf">"#,
         r#"<object type="NUMANode" os_index="0" cpuset="0xff" nodeset="0x1"/></object></object></topology>"#,
     );
+
+    #[test]
+    fn an_encoding_hwloc_cannot_convert_is_refused_not_a_panic() {
+        // Found by `scripts/fuzz` (`topology_xml`): hwlocality panicked on hwloc's EILSEQ.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzzed/utf7-declaration.xml");
+        let err = NodeTopology::from_xml_file(&path).expect_err("refused");
+        assert!(err.to_string().contains("is not an hwloc XML topology"), "{err}");
+    }
 
     #[test]
     fn a_cpuset_without_its_complete_cpuset_is_refused_before_hwloc_crashes_on_it() {
