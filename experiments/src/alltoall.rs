@@ -18,13 +18,13 @@
 
 use std::time::{Duration, Instant};
 
-use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
+use efatop_fabric::{Immediate, Op, RemoteRegion};
 
 use crate::pattern::PatternSeed;
-use crate::payload::{memory_labels, prepare, Payload};
+use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
 use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
 use crate::sizes::format_size;
-use crate::world::{push_record, split_records, World};
+use crate::world::World;
 use crate::write::{plan, Segment, WriteConfig};
 use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
@@ -120,19 +120,8 @@ pub fn run(
     observer.begin(&columns, &memory_labels(&payloads));
 
     // Every rank learns every rank's regions, per payload and channel.
-    let mut remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> = Vec::with_capacity(payloads.len());
-    for payload in &payloads {
-        let mut mine = Vec::new();
-        for region in &payload.regions {
-            push_record(&mut mine, &Channel::remote_region(region).to_bytes());
-        }
-        let gathered = world.bootstrap.allgather(&mine)?;
-        let mut remotes = Vec::with_capacity(world.size);
-        for blob in &gathered {
-            remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
-        }
-        remotes_by_payload.push(remotes);
-    }
+    let remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> =
+        payloads.iter().map(|payload| exchange_regions(world, payload)).collect::<Result<_, _>>()?;
 
     let mut measurements = Vec::new();
     let mut matrices = Vec::new();

@@ -315,6 +315,29 @@ pub(crate) fn prepare(
     Ok(payloads)
 }
 
+/// Every rank learns every rank's registration of `payload`: `remotes[rank][channel]`, in one bootstrap
+/// round (one record per channel from each rank).
+pub(crate) fn exchange_regions(
+    world: &crate::World<'_>,
+    payload: &Payload,
+) -> Result<Vec<Vec<efatop_fabric::RemoteRegion>>, ExperimentError> {
+    let mut mine = Vec::new();
+    for region in &payload.regions {
+        crate::world::push_record(&mut mine, &Channel::remote_region(region).to_bytes());
+    }
+    world
+        .bootstrap
+        .allgather(&mine)?
+        .iter()
+        .map(|blob| {
+            crate::world::split_records(blob)?
+                .into_iter()
+                .map(|record| efatop_fabric::RemoteRegion::from_bytes(record).map_err(ExperimentError::from))
+                .collect()
+        })
+        .collect()
+}
+
 /// What the run moved, e.g. `host + device`.
 pub(crate) fn memory_labels(payloads: &[Payload]) -> String {
     payloads

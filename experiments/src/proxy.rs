@@ -30,13 +30,13 @@ use efatop_cuda::ring::Request;
 use efatop_cuda::ring_gpu::{RingKernels, WriterPlan};
 use efatop_cuda::stager::AsyncStager;
 use efatop_cuda::DeviceBuffer;
-use efatop_fabric::{Channel, HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
+use efatop_fabric::{HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
 
 use crate::pattern::PatternSeed;
-use crate::payload::{cuda_error, memory_labels, prepare, register_all, MemoryChoice, Payload};
+use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
-use crate::world::{push_record, split_records, World};
+use crate::world::World;
 use crate::write::{plan, WriteConfig};
 use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
@@ -118,14 +118,7 @@ pub fn run(
     let columns: Vec<String> = configs.iter().map(|c| c.column(payload.suffix(true))).collect();
     observer.begin(&columns, &memory_labels(&payloads));
 
-    let mut mine = Vec::new();
-    for region in &payload.regions {
-        push_record(&mut mine, &Channel::remote_region(region).to_bytes());
-    }
-    let mut remotes: Vec<Vec<RemoteRegion>> = Vec::with_capacity(world.size);
-    for blob in &world.bootstrap.allgather(&mine)? {
-        remotes.push(split_records(blob)?.into_iter().map(RemoteRegion::from_bytes).collect::<Result<_, _>>()?);
-    }
+    let remotes: Vec<Vec<RemoteRegion>> = exchange_regions(world, payload)?;
 
     // Every rank agrees, so a writer that cannot set its staging up ends the run everywhere.
     let staging = if let (WRITER, Some((gpu, device))) = (world.rank, payload.staged_device()) {
