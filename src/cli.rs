@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use efatop_experiments::sizes::{self, format_size};
+use efatop_experiments::ipc::IpcConfig;
 use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::{ChannelCount, ProviderChoice};
@@ -28,6 +29,8 @@ pub enum Command {
     Alltoall(WriteArgs),
     /// GPU-initiated RDMA WRITEs through a CPU proxy, rank 0's GPU → rank 1 (blocking and NBI)
     Proxy(ProxyArgs),
+    /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
+    Ipc(IpcArgs),
     /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency
     Queue(crate::queue::QueueArgs),
     /// Start N local ranks of an experiment, no MPI needed
@@ -83,6 +86,8 @@ pub enum Experiment {
     Alltoall(WriteArgs),
     /// GPU-initiated writes through a CPU proxy
     Proxy(ProxyArgs),
+    /// NVLink writes between two GPUs through CUDA IPC
+    Ipc(IpcArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -142,12 +147,12 @@ pub struct CommonArgs {
     /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
     #[arg(long, default_value = "1", value_parser = parse_channels)]
     pub channels: ChannelCount,
-    /// Smallest message size, a power of two (K, M, G suffixes)
-    #[arg(long, default_value = "4K", value_parser = parse_size_arg)]
-    pub min_size: u64,
-    /// Largest message size, a power of two (K, M, G suffixes)
-    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
-    pub max_size: u64,
+    /// Smallest message size, a power of two (K, M, G suffixes) [default: 4K; ipc: 1M]
+    #[arg(long, value_parser = parse_size_arg)]
+    pub min_size: Option<u64>,
+    /// Largest message size, a power of two (K, M, G suffixes) [default: 64M; ipc: 1G]
+    #[arg(long, value_parser = parse_size_arg)]
+    pub max_size: Option<u64>,
     /// Untimed iterations before each size
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub warmup: u64,
@@ -232,6 +237,52 @@ pub struct ProxyArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct IpcArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Store kernel grids to run (blocks per launch), e.g. 1,16,128
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16, 128], value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub grid: Vec<u32>,
+    /// Store kernel blocks to run (threads per block): multiples of 32 from 32 to 1024
+    #[arg(long, value_delimiter = ',', default_values_t = [256u32], value_parser = parse_block)]
+    pub block: Vec<u32>,
+    /// Sweep every grid 1, 2, 4 … 256 with every block 64, 128 … 1024 (instead of --grid and --block)
+    #[arg(long, conflicts_with_all = ["grid", "block"])]
+    pub sweep: bool,
+    /// Leave out the copy-engine baseline (`CE`)
+    #[arg(long)]
+    pub no_copy_engine: bool,
+    /// Let both ranks use one GPU: checks the IPC path on a one-GPU machine (bytes cross HBM, not NVLink)
+    #[arg(long, hide = true)]
+    pub same_gpu: bool,
+}
+
+impl IpcArgs {
+    /// The kernel configurations in column order (grid-major), then the copy engine.
+    pub fn configs(&self) -> Vec<IpcConfig> {
+        let (grids, blocks): (Vec<u32>, Vec<u32>) = if self.sweep {
+            ((0..=8).map(|p| 1 << p).collect(), (6..=10).map(|p| 1 << p).collect())
+        } else {
+            (self.grid.clone(), self.block.clone())
+        };
+        let mut configs: Vec<IpcConfig> =
+            grids.iter().flat_map(|&grid| blocks.iter().map(move |&block| IpcConfig::kernel(grid, block))).collect();
+        configs.dedup();
+        if !self.no_copy_engine {
+            configs.push(IpcConfig::COPY_ENGINE);
+        }
+        configs
+    }
+}
+
+fn parse_block(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(block) if (32..=1024).contains(&block) && block % 32 == 0 => Ok(block),
+        _ => Err(format!("`{text}` is not a block size; use threads per block, a multiple of 32 from 32 to 1024")),
+    }
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct SendrecvArgs {
     #[command(flatten)]
     pub common: CommonArgs,
@@ -243,7 +294,18 @@ impl Experiment {
             Experiment::Write(args) | Experiment::Alltoall(args) => &args.common,
             Experiment::Sendrecv(args) => &args.common,
             Experiment::Proxy(args) => &args.common,
+            Experiment::Ipc(args) => &args.common,
         }
+    }
+
+    /// `--min-size`/`--max-size`, or this experiment's defaults: NVLink needs larger sizes to fill.
+    pub fn size_range(&self) -> (u64, u64) {
+        let (min, max) = match self {
+            Experiment::Ipc(_) => (1 << 20, 1 << 30),
+            _ => (4 << 10, 64 << 20),
+        };
+        let common = self.common();
+        (common.min_size.unwrap_or(min), common.max_size.unwrap_or(max))
     }
 
     pub fn name(&self) -> &'static str {
@@ -252,6 +314,7 @@ impl Experiment {
             Experiment::Sendrecv(_) => "sendrecv",
             Experiment::Alltoall(_) => "alltoall",
             Experiment::Proxy(_) => "proxy",
+            Experiment::Ipc(_) => "ipc",
         }
     }
 }
@@ -317,7 +380,15 @@ fn parse_link_gbps(text: &str) -> Result<f64, String> {
 /// What clap cannot check alone, for one experiment: checked by the launcher before any rank starts (one
 /// line, not one per rank) and by each rank under MPI.
 pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
-    validate(experiment.common())?;
+    let (min_size, max_size) = experiment.size_range();
+    if min_size > max_size {
+        return Err(format!("--min-size {} is larger than --max-size {}", format_size(min_size), format_size(max_size)));
+    }
+    if let Experiment::Ipc(args) = experiment {
+        if args.common.memory != [MemoryArg::Host] {
+            return Err("--memory: ipc always moves GPU memory; leave --memory out".into());
+        }
+    }
     if matches!(experiment, Experiment::Alltoall(_)) && experiment.common().window > 1 {
         return Err(format!(
             "--window {}: alltoall times each iteration as a whole (every rank's writes and immediates), so it takes 1",
@@ -327,13 +398,3 @@ pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
     Ok(())
 }
 
-pub fn validate(common: &CommonArgs) -> Result<(), String> {
-    if common.min_size > common.max_size {
-        return Err(format!(
-            "--min-size {} is larger than --max-size {}",
-            format_size(common.min_size),
-            format_size(common.max_size)
-        ));
-    }
-    Ok(())
-}

@@ -13,6 +13,7 @@ mod jsonl;
 mod launch;
 mod monitor;
 mod netns;
+mod nvlink;
 mod output;
 mod queue;
 mod report;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
         Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
         Command::Alltoall(args) => output::rank_main(&Experiment::Alltoall(args)),
         Command::Proxy(args) => output::rank_main(&Experiment::Proxy(args)),
+        Command::Ipc(args) => output::rank_main(&Experiment::Ipc(args)),
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),

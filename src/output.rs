@@ -15,7 +15,7 @@ use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
-    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, proxy, sendrecv, sizes, write,
+    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, ipc, proxy, sendrecv, sizes, write,
 };
 use efatop_fabric::Capabilities;
 use efatop_ui::ingest::Ingest;
@@ -115,7 +115,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     };
     let capabilities = match experiment {
         Experiment::Write(_) | Experiment::Alltoall(_) | Experiment::Proxy(_) => Capabilities::MESSAGES_AND_WRITE,
-        Experiment::Sendrecv(_) => Capabilities::MESSAGES,
+        // ipc moves nothing over libfabric; its world still gives it the bootstrap, telemetry and placement.
+        Experiment::Sendrecv(_) | Experiment::Ipc(_) => Capabilities::MESSAGES,
     };
     let window = usize::from(common.window);
     let options = WorldOptions {
@@ -127,20 +128,23 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
         // The proxy experiment's writer is a GPU kernel: it always needs the GPU.
-        gpu: (common.memory.contains(&cli::MemoryArg::Device) || matches!(experiment, Experiment::Proxy(_)))
+        gpu: (common.memory.contains(&cli::MemoryArg::Device) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
             .then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
         // The proxy needs a GPU whatever --memory says: name the experiment, not the flag.
-        (ExperimentError::Unsupported(message), Experiment::Proxy(_)) => {
-            ExperimentError::Unsupported(message.replacen("--memory device:", "proxy:", 1))
+        (ExperimentError::Unsupported(message), Experiment::Proxy(_) | Experiment::Ipc(_)) => {
+            ExperimentError::Unsupported(message.replacen("--memory device:", &format!("{}:", experiment.name()), 1))
         }
         (err, _) => err,
     })?;
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
-        sizes: sizes::sweep(common.min_size, common.max_size),
+        sizes: {
+            let (min_size, max_size) = experiment.size_range();
+            sizes::sweep(min_size, max_size)
+        },
         warmup: common.warmup,
         iters: common.iters,
         window,
@@ -161,8 +165,21 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         }
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
         Experiment::Proxy(args) => args.configs.iter().map(|c| ProxyConfig::from(*c).column("DMA")).collect(),
+        Experiment::Ipc(args) => args.configs().iter().map(|c| c.column()).collect(),
     };
     let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, ..RunResults::default() };
+    // ipc's BusBW is against the GPU pair's NVLink peak, not a NIC's link speed.
+    let nvlink_peak = match experiment {
+        Experiment::Ipc(_) => crate::nvlink::peak_between_ranks(&placements),
+        _ => None,
+    };
+    if let Some(peak) = &nvlink_peak {
+        results.metadata.link_gbps = Some(peak.gbytes_per_s * 8.0);
+        results.metadata.link_source = format!("nvlink: {}", peak.source);
+    } else if matches!(experiment, Experiment::Ipc(_)) {
+        results.metadata.link_gbps = None;
+        results.metadata.link_source = "nvlink".into();
+    }
     results.metadata.placements = placements;
     let mode = if common.json {
         Mode::Json
@@ -191,7 +208,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let every_rank_nics = telemetry.nics;
 
     if rank != 0 {
-        let outcome = run_experiment(&world, experiment, &sweep, &mut Unobserved);
+        let outcome = run_experiment(&world, experiment, &sweep, None, &mut Unobserved);
         drop(sampler);
         return outcome;
     }
@@ -236,7 +253,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         save_error: None,
         stop: stop.clone(),
     };
-    let mut outcome = run_experiment(&world, experiment, &sweep, &mut observer);
+    let mut outcome = run_experiment(&world, experiment, &sweep, nvlink_peak, &mut observer);
     if outcome.is_err() && world.abort.is_raised() {
         // The watchdog saw why first (a rank died or hung); whatever broke here followed from it.
         outcome = Err(ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(world.abort.reason())));
@@ -386,6 +403,7 @@ fn run_experiment(
     world: &World<'_>,
     experiment: &Experiment,
     sweep: &SweepOptions,
+    nvlink_peak: Option<ipc::PairPeak>,
     observer: &mut dyn Observer,
 ) -> Result<(), ExperimentError> {
     match experiment {
@@ -401,6 +419,10 @@ fn run_experiment(
         Experiment::Alltoall(args) => {
             let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
             alltoall::run(world, sweep, &configs, observer).map(|_| ())
+        }
+        Experiment::Ipc(args) => {
+            let options = ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu };
+            ipc::run(world, sweep, &options, observer).map(|_| ())
         }
     }
 }
@@ -492,13 +514,17 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
-        memory: experiment
-            .common()
-            .memory
-            .iter()
-            .map(|memory| if *memory == cli::MemoryArg::Host { "host" } else { "device" })
-            .collect::<Vec<_>>()
-            .join(" + "),
+        memory: if matches!(experiment, Experiment::Ipc(_)) {
+            "device".into()
+        } else {
+            experiment
+                .common()
+                .memory
+                .iter()
+                .map(|memory| if *memory == cli::MemoryArg::Host { "host" } else { "device" })
+                .collect::<Vec<_>>()
+                .join(" + ")
+        },
         window: sweep.window,
         warmup: sweep.warmup,
         iters: sweep.iters,

@@ -49,6 +49,14 @@ fn bad_input_table() {
         (&["monitor", "--sysfs-root", "/nonexistent/sysfs", "--once"], &["--sysfs-root"]),
         (&["topo", "--from-xml", "/nonexistent/topo.xml"], &["--from-xml /nonexistent/topo.xml", "cannot read"]),
         (&["queue", "--blocks", "0"], &["--blocks", "1..=65536"]),
+        (&["ipc", "--block", "48"], &["--block", "a multiple of 32 from 32 to 1024"]),
+        (&["ipc", "--block", "2048"], &["--block", "a multiple of 32 from 32 to 1024"]),
+        (&["ipc", "--grid", "0"], &["--grid", "1..=65535"]),
+        (&["ipc", "--sweep", "--grid", "4"], &["--sweep", "--grid"]),
+        (&["run", "--ranks", "2", "ipc", "--memory", "device"], &["--memory", "ipc always moves GPU memory"]),
+        (&["run", "--ranks", "2", "ipc", "--min-size", "2G"], &["--min-size 2G is larger than --max-size 1G"]),
+        // No GPU 64 anywhere: refused with the experiment named, on CI (no driver) and on GPU machines alike.
+        (&["run", "--ranks", "2", "ipc", "--gpu", "64"], &["ipc: no CUDA device"]),
         (&["bench-collector", "--hz", "0"], &["--hz"]),
     ];
     for (args, needles) in cases {
@@ -73,7 +81,7 @@ fn help_lists_every_experiment_and_flag() {
     }
     assert!(!run.stdout.contains("debug-corrupt"), "testing aids stay hidden");
     let run = efatop(&["--help"]);
-    for command in ["write", "sendrecv", "run"] {
+    for command in ["write", "sendrecv", "run", "ipc"] {
         assert!(run.stdout.contains(command), "{}", run.stdout);
     }
 }

@@ -12,41 +12,49 @@ fn plural(n: usize) -> &'static str {
 pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
     let mut hosts = meta.hosts.clone();
     hosts.dedup();
-    let nics: Vec<&str> = meta.nics.iter().map(|n| n.domain.as_str()).collect();
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# efatop {} — {} ranks on {} host{} ({}), provider {} [{}], libfabric {}",
-        meta.experiment,
-        meta.ranks,
-        hosts.len(),
-        plural(hosts.len()),
-        hosts.join(", "),
-        meta.provider_stack,
-        meta.provider,
-        meta.libfabric_version,
-    );
-    let _ = write!(
-        out,
-        "# channels: {} over {} NIC{} ({}), {} memory, window {}, warmup {}, iters {}",
-        meta.channels,
-        meta.distinct_nics,
-        plural(meta.distinct_nics),
-        nics.join(", "),
-        meta.memory,
-        meta.window,
-        meta.warmup,
-        meta.iters,
-    );
-    if let (Some(first), Some(last)) = (sizes.first(), sizes.last()) {
-        let _ = write!(out, ", sizes {}..{}", format_size(*first), format_size(*last));
-    }
-    out.push('\n');
-    let _ = match (meta.link_gbps, meta.link_source.as_str()) {
-        (Some(link), "flag") => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
-        (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
-        (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
+    let sizes = match (sizes.first(), sizes.last()) {
+        (Some(first), Some(last)) => format!(", sizes {}..{}", format_size(*first), format_size(*last)),
+        _ => String::new(),
     };
+    let host_list = format!("{} ranks on {} host{} ({})", meta.ranks, hosts.len(), plural(hosts.len()), hosts.join(", "));
+    if meta.experiment == "ipc" {
+        // No NIC moves ipc's bytes: the header names the GPUs (in the rank lines) and the NVLink peak.
+        let _ = writeln!(out, "# efatop ipc — {host_list}, CUDA IPC between the ranks' GPUs");
+        let _ = writeln!(out, "# {} memory, warmup {}, iters {}{sizes}", meta.memory, meta.warmup, meta.iters);
+        let _ = match (meta.link_gbps, meta.link_source.strip_prefix("nvlink: ")) {
+            (Some(link), Some(source)) => writeln!(
+                out,
+                "# NVLink peak {:.0} GB/s ({link:.0} Gbps) per direction ({source}), used for BusBW",
+                link / 8.0
+            ),
+            _ => writeln!(out, "# NVLink peak unknown (no NVML, no NVLink seen): BusBW not computed"),
+        };
+    } else {
+        let nics: Vec<&str> = meta.nics.iter().map(|n| n.domain.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "# efatop {} — {host_list}, provider {} [{}], libfabric {}",
+            meta.experiment, meta.provider_stack, meta.provider, meta.libfabric_version,
+        );
+        let _ = writeln!(
+            out,
+            "# channels: {} over {} NIC{} ({}), {} memory, window {}, warmup {}, iters {}{sizes}",
+            meta.channels,
+            meta.distinct_nics,
+            plural(meta.distinct_nics),
+            nics.join(", "),
+            meta.memory,
+            meta.window,
+            meta.warmup,
+            meta.iters,
+        );
+        let _ = match (meta.link_gbps, meta.link_source.as_str()) {
+            (Some(link), "flag") => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
+            (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
+            (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
+        };
+    }
     if meta.experiment == "alltoall" {
         let _ = writeln!(
             out,
@@ -68,4 +76,29 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         let _ = writeln!(out, "# note: {note}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipc_names_the_nvlink_peak_not_a_nic() {
+        let mut meta = crate::table::tests::sample().metadata;
+        meta.experiment = "ipc".into();
+        meta.memory = "device".into();
+        meta.link_gbps = Some(3600.0);
+        meta.link_source = "nvlink: NVML, 18 links x 25 GB/s".into();
+        let header = render_header(&meta, &[1 << 20, 1 << 30]);
+        assert!(header.starts_with("# efatop ipc — 2 ranks on 1 host (node-a), CUDA IPC between the ranks' GPUs\n"), "{header}");
+        assert!(header.contains("# device memory, warmup 1, iters 10, sizes 1M..1G\n"), "{header}");
+        assert!(header.contains("# NVLink peak 450 GB/s (3600 Gbps) per direction (NVML, 18 links x 25 GB/s), used for BusBW\n"));
+        assert!(!header.contains("provider") && !header.contains("NIC"), "{header}");
+        meta.link_gbps = None;
+        meta.link_source = "nvlink".into();
+        assert!(render_header(&meta, &[]).contains("# NVLink peak unknown (no NVML, no NVLink seen): BusBW not computed\n"));
+        // Other experiments keep their fabric lines.
+        let fabric = render_header(&crate::table::tests::sample().metadata, &[4096]);
+        assert!(fabric.contains("provider shm [shm]") && fabric.contains("# link speed 100 Gbps per channel (from --link-gbps)"));
+    }
 }

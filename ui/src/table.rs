@@ -21,6 +21,96 @@ pub fn render_table(results: &RunResults) -> String {
         out.push('\n');
         out.push_str(&render_nccl_busbw_table(results));
     }
+    if results.metadata.experiment == "ipc" {
+        out.push_str(&render_ipc_tables(results));
+    }
+    out
+}
+
+/// NVLink is quoted in GB/s (bytes); the tables keep Gbps like every experiment, this summary gives both.
+fn gbytes(gbps: f64) -> String {
+    format!("{:.1}", gbps / 8.0)
+}
+
+/// `ipc`: every store-kernel configuration beside the copy engine measured in the same run, per size, with
+/// the best kernel's share of the copy engine; and, when the run swept several grids and blocks, the grid ×
+/// block matrix at the largest size.
+fn render_ipc_tables(results: &RunResults) -> String {
+    let kernels: Vec<(&String, u32, u32)> = results
+        .configs
+        .iter()
+        .filter_map(|config| {
+            let (grid, block) = config.strip_prefix("IPC ")?.split_once('x')?;
+            Some((config, grid.parse().ok()?, block.parse().ok()?))
+        })
+        .collect();
+    if kernels.is_empty() {
+        return String::new();
+    }
+    let copy_engine = results.configs.iter().any(|c| c == "CE");
+    let mut header = vec!["Size".to_string()];
+    // Every kernel column when they fit on a line; a sweep shows only its best per size here.
+    let each_kernel = kernels.len() <= 8;
+    if each_kernel {
+        header.extend(kernels.iter().map(|(config, ..)| format!("{config} (GB/s)")));
+    }
+    header.extend(["Best kernel".to_string(), "(GB/s)".to_string()]);
+    if copy_engine {
+        header.extend(["CE (GB/s)".to_string(), "Best / CE".to_string()]);
+    }
+    let rows: Vec<Vec<String>> = results
+        .sizes()
+        .into_iter()
+        .map(|size| {
+            let mut row = vec![format_size(size)];
+            let rate = |config: &str| results.find(config, size).map(|m| m.gbps);
+            if each_kernel {
+                row.extend(kernels.iter().map(|(config, ..)| rate(config).map_or_else(|| NOT_MEASURED.into(), gbytes)));
+            }
+            let best = kernels
+                .iter()
+                .filter_map(|(config, ..)| rate(config).map(|gbps| (config, gbps)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            match best {
+                Some((config, gbps)) => row.extend([config.trim_start_matches("IPC ").to_string(), gbytes(gbps)]),
+                None => row.extend([NOT_MEASURED.to_string(), NOT_MEASURED.to_string()]),
+            }
+            if copy_engine {
+                let ce = rate("CE");
+                row.push(ce.map_or_else(|| NOT_MEASURED.into(), gbytes));
+                row.push(match (best, ce) {
+                    (Some((_, kernel)), Some(ce)) if ce > 0.0 => format!("{:.2}", kernel / ce),
+                    _ => NOT_MEASURED.into(),
+                });
+            }
+            row
+        })
+        .collect();
+    let mut out = String::from("\nNVLink IPC write, GB/s: the store kernel (grid x block) and the copy engine (CE), same pair and run:\n");
+    out.push_str(&markdown(&header, &rows));
+
+    let mut grids: Vec<u32> = kernels.iter().map(|k| k.1).collect();
+    let mut blocks: Vec<u32> = kernels.iter().map(|k| k.2).collect();
+    grids.sort_unstable();
+    grids.dedup();
+    blocks.sort_unstable();
+    blocks.dedup();
+    if let (true, Some(&largest)) = (grids.len() > 1 && blocks.len() > 1, results.sizes().last()) {
+        let mut header = vec!["grid \\ block".to_string()];
+        header.extend(blocks.iter().map(u32::to_string));
+        let rows: Vec<Vec<String>> = grids
+            .iter()
+            .map(|grid| {
+                let mut row = vec![grid.to_string()];
+                row.extend(blocks.iter().map(|block| {
+                    results.find(&format!("IPC {grid}x{block}"), largest).map_or_else(|| NOT_MEASURED.into(), |m| gbytes(m.gbps))
+                }));
+                row
+            })
+            .collect();
+        let _ = write!(out, "\nStore kernel GB/s at {} by grid (rows) and block (columns):\n", format_size(largest));
+        out.push_str(&markdown(&header, &rows));
+    }
     out
 }
 
@@ -96,7 +186,7 @@ fn markdown(header: &[String], rows: &[Vec<String>]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use efatop_experiments::results::{LatencySummary, Measurement, RunMetadata};
 
@@ -151,6 +241,57 @@ mod tests {
 |   1G | 268435456 |            97.68 |      97.7 |    66.54 |    65.00 |    70.25 |               - |         - |        - |        - |        - |
 ";
         assert_eq!(render_table(&sample()), expected);
+    }
+
+    #[test]
+    fn ipc_summary_puts_each_kernel_beside_the_copy_engine_with_the_ratio() {
+        let mut results = sample();
+        results.metadata.experiment = "ipc".into();
+        results.configs = vec!["IPC 1x256".into(), "IPC 128x256".into(), "CE".into()];
+        let m = |config: &str, size: u64, gbps: f64| Measurement { config: config.into(), size, gbps, ..sample().measurements[0].clone() };
+        results.measurements = vec![
+            m("IPC 1x256", 1 << 20, 800.0),
+            m("IPC 128x256", 1 << 20, 1600.0),
+            m("CE", 1 << 20, 2000.0),
+            m("IPC 1x256", 1 << 30, 2800.0),
+            m("IPC 128x256", 1 << 30, 2971.0),
+            m("CE", 1 << 30, 3100.0),
+        ];
+        let table = render_table(&results);
+        let summary = table.split("NVLink IPC write").nth(1).expect("the ipc summary");
+        let expected = "\
+| Size | IPC 1x256 (GB/s) | IPC 128x256 (GB/s) | Best kernel | (GB/s) | CE (GB/s) | Best / CE |
+|-----:|-----------------:|-------------------:|------------:|-------:|----------:|----------:|
+|   1M |            100.0 |              200.0 |     128x256 |  200.0 |     250.0 |      0.80 |
+|   1G |            350.0 |              371.4 |     128x256 |  371.4 |     387.5 |      0.96 |
+";
+        assert!(summary.ends_with(expected), "{summary}");
+        // One block size: no grid x block matrix.
+        assert!(!table.contains("by grid (rows)"));
+    }
+
+    #[test]
+    fn ipc_sweep_adds_the_grid_by_block_matrix_at_the_largest_size() {
+        let mut results = sample();
+        results.metadata.experiment = "ipc".into();
+        let mut configs = Vec::new();
+        results.measurements.clear();
+        for grid in [1, 128] {
+            for block in [64, 256] {
+                let config = format!("IPC {grid}x{block}");
+                let gbps = f64::from(grid * block) / 10.0;
+                results.measurements.push(Measurement { config: config.clone(), size: 1 << 30, gbps, ..sample().measurements[0].clone() });
+                configs.push(config);
+            }
+        }
+        results.configs = configs;
+        let table = render_table(&results);
+        assert!(!table.contains("CE (GB/s)"), "no copy engine was run: no CE column");
+        let matrix = table.split("by grid (rows) and block (columns):\n").nth(1).expect("a matrix");
+        // Cells are right-aligned to the widest of their column.
+        assert_eq!(matrix.lines().count(), 4, "{matrix}");
+        assert!(matrix.lines().nth(3).is_some_and(|row| row.contains("102.4") && row.contains("409.6")), "{matrix}");
+        assert!(matrix.lines().nth(2).is_some_and(|row| row.contains(" 0.8 ") && row.contains(" 3.2 ")), "{matrix}");
     }
 
     #[test]

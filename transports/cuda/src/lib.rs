@@ -5,13 +5,13 @@
 //! The pattern the kernels write is byte for byte the host's (`efatop_experiments::pattern`): 8-byte words
 //! `mix(key ^ index · K)` in little-endian order, so either side can check the other's data.
 
+pub mod ipc;
 pub mod mapped;
 pub mod ring;
 pub mod ring_gpu;
 pub mod stager;
 
 use std::ops::Range;
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -136,7 +136,23 @@ impl Gpu {
             ptr
         };
         self.stream.synchronize()?;
-        Ok(DeviceBuffer { slice: RefCell::new(slice), address, len, device: self.ordinal as i32 })
+        Ok(DeviceBuffer { allocation: Allocation::Stream(slice), address, len, device: self.ordinal as i32 })
+    }
+
+    /// Device memory another process can map (CUDA IPC): a plain `cuMemAlloc`, because `cuIpcGetMemHandle`
+    /// refuses the stream-ordered pool allocations that [`Gpu::alloc`] gets on GPUs with memory pools.
+    pub fn alloc_shareable(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
+        let context = self.stream.context().clone();
+        context.bind_to_thread()?;
+        let mut address = 0;
+        // SAFETY: writes one device pointer; freed exactly once, in `DeviceBuffer`'s drop.
+        unsafe { cudarc::driver::sys::cuMemAlloc_v2(&raw mut address, len.max(1)) }.result()?;
+        let buffer =
+            DeviceBuffer { allocation: Allocation::Shareable { context }, address, len, device: self.ordinal as i32 };
+        // SAFETY: the whole allocation just made; nothing else refers to it yet.
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(address, 0, len, self.stream.cu_stream()) }.result()?;
+        self.stream.synchronize()?;
+        Ok(buffer)
     }
 
     fn launch_config(words: u64) -> LaunchConfig {
@@ -150,12 +166,11 @@ impl Gpu {
         let bytes = clamp(bytes, buffer.len);
         let len64 = bytes.len() as u64;
         let corrupt = corrupt.unwrap_or(u64::MAX);
-        let mut slice = buffer.slice.borrow_mut();
-        let mut view = slice.slice_mut(bytes);
+        let start = buffer.address + bytes.start as u64;
         let mut launch = self.stream.launch_builder(&self.fill);
-        launch.arg(&mut view).arg(&len64).arg(&key).arg(&corrupt);
-        // SAFETY: the kernel's signature is (u8*, u64, u64, u64) and it writes only below len64, the
-        // view's length.
+        launch.arg(&start).arg(&len64).arg(&key).arg(&corrupt);
+        // SAFETY: the kernel's signature is (u8*, u64, u64, u64) and it writes only the len64 bytes from
+        // `start`, which `clamp` kept inside the buffer; `&self`/`&buffer` keep both alive until the sync.
         unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
         self.stream.synchronize()?;
         Ok(())
@@ -168,10 +183,9 @@ impl Gpu {
         let (base, len) = (bytes.start, bytes.len());
         let len64 = len as u64;
         let mut first_bad = self.stream.clone_htod(&[u64::MAX])?;
-        let slice = buffer.slice.borrow();
-        let view = slice.slice(bytes);
+        let start = buffer.address + base as u64;
         let mut launch = self.stream.launch_builder(&self.verify);
-        launch.arg(&view).arg(&len64).arg(&key).arg(&mut first_bad);
+        launch.arg(&start).arg(&len64).arg(&key).arg(&mut first_bad);
         // SAFETY: the kernel's signature is (const u8*, u64, u64, u64*); it reads below len64 and writes one word.
         unsafe { launch.launch(Self::launch_config(len64.div_ceil(8))) }?;
         let word = self.stream.clone_dtoh(&first_bad)?[0];
@@ -181,7 +195,7 @@ impl Gpu {
         let start = (word * 8) as usize;
         let end = (start + 8).min(len);
         let mut found = vec![0u8; end - start];
-        self.stream.memcpy_dtoh(&slice.slice(base + start..base + end), &mut found)?;
+        self.to_host(buffer, base + start, &mut found)?;
         let expected = efatop_expected_word(key, word);
         let at = found.iter().zip(expected).position(|(a, b)| *a != b).unwrap_or(0);
         Ok(Some((word * 8 + at as u64, found[at])))
@@ -190,17 +204,21 @@ impl Gpu {
     /// Copies device bytes from `offset` into `host`.
     pub fn to_host(&self, buffer: &DeviceBuffer, offset: usize, host: &mut [u8]) -> Result<(), CudaError> {
         let bytes = clamp(offset..offset + host.len(), buffer.len);
-        let len = bytes.len();
-        self.stream.memcpy_dtoh(&buffer.slice.borrow().slice(bytes), &mut host[..len])?;
+        self.stream.synchronize()?;
+        // SAFETY: `clamp` kept the device range inside the buffer and the host range is as long; the stream
+        // is idle, so no kernel is writing those device bytes, and the copy is synchronous.
+        unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), buffer.address + bytes.start as u64, bytes.len()) }
+            .result()?;
         Ok(())
     }
 
     /// Copies `host` into the device buffer at `offset`.
     pub fn from_host(&self, host: &[u8], buffer: &DeviceBuffer, offset: usize) -> Result<(), CudaError> {
         let bytes = clamp(offset..offset + host.len(), buffer.len);
-        let len = bytes.len();
-        self.stream.memcpy_htod(&host[..len], &mut buffer.slice.borrow_mut().slice_mut(bytes))?;
         self.stream.synchronize()?;
+        // SAFETY: as in `to_host`, the other way round.
+        unsafe { cudarc::driver::sys::cuMemcpyHtoD_v2(buffer.address + bytes.start as u64, host.as_ptr().cast(), bytes.len()) }
+            .result()?;
         Ok(())
     }
 }
@@ -227,13 +245,39 @@ fn pci_bus_id(context: &CudaContext) -> Result<String, CudaError> {
     Ok(format!("{domain:08x}:{bus:02x}:{device:02x}.0"))
 }
 
-/// Device memory the NIC can be given (as `FI_HMEM_CUDA`).
+/// Device memory the NIC can be given (as `FI_HMEM_CUDA`). Kernels and copies reach it by `address`.
 pub struct DeviceBuffer {
-    /// Borrowed mutably by kernels and copies that write it; the NIC sees only `address`.
-    slice: RefCell<CudaSlice<u8>>,
+    allocation: Allocation,
     address: u64,
     len: usize,
     device: i32,
+}
+
+/// What keeps a [`DeviceBuffer`]'s memory alive, and how it is given back.
+enum Allocation {
+    /// cudarc's allocation on the GPU's stream (from its memory pool where the GPU has one), held only so
+    /// that it lives as long as the buffer.
+    Stream(#[allow(dead_code)] CudaSlice<u8>),
+    /// `cuMemAlloc` memory, shareable through CUDA IPC; freed in `drop`.
+    Shareable { context: Arc<cudarc::driver::CudaContext> },
+}
+
+impl DeviceBuffer {
+    /// The device this memory is on.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Allocation::Shareable { context } = &self.allocation {
+            // Nothing queued on the context may still use the memory.
+            let _ = context.bind_to_thread().and_then(|()| context.synchronize());
+            // SAFETY: the pointer came from `cuMemAlloc_v2` in `alloc_shareable` and is freed only here.
+            let _ = unsafe { cudarc::driver::sys::cuMemFree_v2(self.address) };
+        }
+    }
 }
 
 impl RegistrableMemory for DeviceBuffer {

@@ -1,0 +1,283 @@
+//! `ipc`: NVLink writes between two GPUs of one host through CUDA IPC (seed `overview.md`, NVLink section).
+//!
+//! Rank 1 allocates its target buffer with `cuMemAlloc` and shares a CUDA IPC handle to it through the
+//! bootstrap; rank 0 maps it and moves its own device buffer into it, for each configuration:
+//! - `IPC <grid>x<block>`: a store kernel of that grid and block, each thread storing 16-byte vectors into
+//!   the peer's memory, then a system-scope fence (the seed's kernel);
+//! - `CE`: the copy engine (`cuMemcpyDtoDAsync` into the mapped buffer), the baseline in the same run.
+//!
+//! Each (configuration, size) step: rank 0 fills its source with the step's pattern and rank 1 poisons its
+//! target; then `warmup` untimed passes and `iters` timed passes, each followed by a CUDA event, so
+//! Gbps = bytes of the timed passes / the GPU time from the first to the last event, and the latency
+//! columns are per pass. Rank 1 then checks every byte of its target against the pattern.
+//!
+//! GB/s (bytes) is how NVLink is usually quoted; the table keeps Gbps like every other experiment, and the
+//! ipc summary gives both. BusBW is against the pair's NVLink peak per direction, when it is known.
+
+use crate::pattern::PatternSeed;
+use crate::payload::cuda_error;
+use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
+use crate::sizes::format_size;
+use crate::world::World;
+use crate::{agree_on, ExperimentError, Observer, SweepOptions};
+
+use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
+use efatop_cuda::DeviceBuffer;
+
+const WRITER: usize = 0;
+const TARGET: usize = 1;
+/// Rank 1 fills its target with this key's pattern before each step, so bytes left from an earlier step
+/// cannot pass for this one's.
+const POISON: u64 = 0x706f_6973_6f6e;
+
+/// One column of the ipc table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpcConfig(pub Mover);
+
+impl IpcConfig {
+    pub const COPY_ENGINE: IpcConfig = IpcConfig(Mover::CopyEngine);
+
+    pub fn kernel(grid: u32, block: u32) -> Self {
+        Self(Mover::Kernel { grid, block })
+    }
+
+    /// `IPC 128x256` (grid x block) or `CE`.
+    pub fn column(self) -> String {
+        match self.0 {
+            Mover::Kernel { grid, block } => format!("IPC {grid}x{block}"),
+            Mover::CopyEngine => "CE".into(),
+        }
+    }
+
+    /// The configuration a column name stands for (reports read them back).
+    pub fn from_column(column: &str) -> Option<Self> {
+        if column == "CE" {
+            return Some(Self::COPY_ENGINE);
+        }
+        let (grid, block) = column.strip_prefix("IPC ")?.split_once('x')?;
+        Some(Self::kernel(grid.parse().ok()?, block.parse().ok()?))
+    }
+}
+
+/// The NVLink peak per direction between two GPUs (GB/s) and where that figure came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairPeak {
+    pub gbytes_per_s: f64,
+    pub source: String,
+}
+
+/// What the `ipc` run needs beyond the sweep.
+#[derive(Clone, Debug)]
+pub struct IpcOptions {
+    pub configs: Vec<IpcConfig>,
+    /// Rank 0: the pair's NVLink peak, for BusBW and the gauges; `None` where nobody can tell (BusBW is
+    /// then left out, never guessed).
+    pub peak: Option<PairPeak>,
+    /// Testing aid: let both ranks use one GPU (the bytes then cross HBM, not NVLink).
+    pub same_gpu: bool,
+}
+
+pub fn run(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    options: &IpcOptions,
+    observer: &mut dyn Observer,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    if world.size != 2 {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--ranks",
+            message: format!("ipc runs 2 ranks (rank 0's GPU writes into rank 1's), not {}", world.size),
+        });
+    }
+    if world.hosts[WRITER] != world.hosts[TARGET] {
+        return Err(ExperimentError::Unsupported(format!(
+            "ipc: CUDA IPC maps memory between processes of one host, but rank 0 is on {} and rank 1 on {}",
+            world.hosts[WRITER], world.hosts[TARGET]
+        )));
+    }
+    let Some(gpu) = world.gpu.as_ref() else {
+        return Err(ExperimentError::Unsupported("ipc: no GPU is open on this rank".into()));
+    };
+    let gpus = world.bootstrap.allgather(gpu.pci_bus_id().as_bytes())?;
+    if gpus[WRITER] == gpus[TARGET] && !options.same_gpu {
+        let count = efatop_cuda::device_count().unwrap_or(1);
+        return Err(ExperimentError::Unsupported(format!(
+            "ipc needs two GPUs, one per rank, but both ranks got GPU {} ({}): this host has {count} GPU{}",
+            gpu.ordinal(),
+            gpu.pci_bus_id(),
+            if count == 1 { "" } else { "s (pick them with --gpu auto, the default)" }
+        )));
+    }
+    let largest = sweep.sizes.iter().copied().max().unwrap_or(16) as usize;
+
+    // Rank 1's target is shareable memory; rank 0 gets its handle and maps it.
+    let (buffer, writer) = agree_on(world, setup(world, gpu, largest), observer)?;
+    let handles = world.bootstrap.allgather(&export(world, &buffer, observer)?)?;
+    let peer = agree_on(
+        world,
+        match (world.rank, handles[TARGET].as_slice().try_into()) {
+            (WRITER, Ok(handle)) => PeerMemory::open(gpu, handle, largest).map(Some).map_err(cuda_error),
+            (WRITER, Err(_)) => Err(ExperimentError::Bootstrap("ipc: rank 1's IPC handle did not arrive whole".into())),
+            _ => Ok(None),
+        },
+        observer,
+    )?;
+
+    let columns: Vec<String> = options.configs.iter().map(|c| c.column()).collect();
+    let (from, to) = (String::from_utf8_lossy(&gpus[WRITER]).into_owned(), String::from_utf8_lossy(&gpus[TARGET]).into_owned());
+    observer.begin(&columns, &format!("device, CUDA IPC {from} -> {to}"));
+    match &options.peak {
+        Some(peak) => observer.note(&format!(
+            "NVLink peak {from} -> {to}: {:.0} GB/s per direction ({}); BusBW is against it",
+            peak.gbytes_per_s, peak.source
+        )),
+        None if world.rank == WRITER => {
+            observer.note(&format!("NVLink peak {from} -> {to} unknown (no NVML, no NVLink seen): BusBW left out"));
+        }
+        None => {}
+    }
+    let peak_gbytes_per_s = options.peak.as_ref().map(|p| p.gbytes_per_s);
+
+    let mut measurements = Vec::new();
+    for (config_index, (config, column)) in options.configs.iter().zip(&columns).enumerate() {
+        for &size in &sweep.sizes {
+            observer.step(column, size);
+            let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
+            let bytes = 0..size as usize;
+            // Both sides set up before anything moves.
+            let prepared = if world.rank == WRITER {
+                gpu.fill(&buffer, bytes.clone(), seed.key(), sweep.corrupt_byte.map(|b| b % size))
+            } else {
+                gpu.fill(&buffer, bytes.clone(), seed.key() ^ POISON, None)
+            };
+            agree_on(world, prepared.map_err(cuda_error), observer)?;
+            let moved = match (&writer, &peer) {
+                (Some(writer), Some(peer)) => {
+                    move_bytes(world, writer, config.0, &buffer, peer, size, sweep).map(|timing| Some((timing, size)))
+                }
+                _ => Ok(None),
+            };
+            let moved = agree_on(world, moved, observer)?;
+            let verified = if world.rank == TARGET {
+                gpu.verify(&buffer, bytes, seed.key()).map_err(cuda_error).and_then(|mismatch| match mismatch {
+                    None => Ok(()),
+                    Some((offset, found)) => Err(ExperimentError::Verification {
+                        receiver: TARGET,
+                        sender: WRITER,
+                        config: column.clone(),
+                        size: format_size(size),
+                        detail: format!("offset {offset}: found {found:#04x}, not the pattern's byte"),
+                    }),
+                })
+            } else {
+                Ok(())
+            };
+            agree_on(world, verified, observer)?;
+            if let Some(((each, total_ns), size)) = moved {
+                let measurement = summarise(column, size, &each, total_ns, peak_gbytes_per_s);
+                observer.measured(&measurement);
+                measurements.push(measurement);
+            }
+        }
+    }
+    Ok(measurements)
+}
+
+/// Rank 0: its source buffer and a writer; rank 1: its shareable target.
+fn setup(world: &World<'_>, gpu: &efatop_cuda::Gpu, largest: usize) -> Result<(DeviceBuffer, Option<IpcWriter>), ExperimentError> {
+    if world.rank == WRITER {
+        let buffer = gpu.alloc(largest).map_err(cuda_error)?;
+        Ok((buffer, Some(IpcWriter::new(gpu).map_err(cuda_error)?)))
+    } else {
+        Ok((gpu.alloc_shareable(largest).map_err(cuda_error)?, None))
+    }
+}
+
+/// Rank 1's handle (rank 0 shares nothing); a rank that cannot export fails the run everywhere.
+fn export(world: &World<'_>, buffer: &DeviceBuffer, observer: &dyn Observer) -> Result<Vec<u8>, ExperimentError> {
+    let handle = if world.rank == TARGET { export_handle(buffer).map(|h| h.to_vec()).map_err(cuda_error) } else { Ok(Vec::new()) };
+    let handle = agree_on(world, handle, observer)?;
+    debug_assert!(world.rank != TARGET || handle.len() == HANDLE_LEN);
+    Ok(handle)
+}
+
+/// Rank 0: the warmup, then the timed passes, telling the probe of each pass as it lands (the CPU only
+/// watches events; it is not in the data path). Returns each timed pass's and all passes' GPU time (ns).
+fn move_bytes(
+    world: &World<'_>,
+    writer: &IpcWriter,
+    mover: Mover,
+    source: &DeviceBuffer,
+    peer: &PeerMemory,
+    size: u64,
+    sweep: &SweepOptions,
+) -> Result<(Vec<u64>, u64), ExperimentError> {
+    let len = size as usize;
+    if sweep.warmup > 0 {
+        writer.start(mover, source, peer, len, sweep.warmup as usize).and_then(efatop_cuda::ipc::Passes::finish).map_err(cuda_error)?;
+    }
+    let mut passes = writer.start(mover, source, peer, len, sweep.iters as usize).map_err(cuda_error)?;
+    while passes.finished() < passes.total() {
+        let landed = passes.poll().map_err(cuda_error)?;
+        if landed > 0 {
+            tell_probe(world, size * landed as u64);
+        } else if world.abort.is_raised() {
+            return Err(efatop_fabric::FabricError::Abandoned(world.abort.reason()).into());
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    passes.finish().map_err(cuda_error)
+}
+
+/// Until the probe has NVLink counters: nothing.
+fn tell_probe(_world: &World<'_>, _bytes: u64) {}
+
+fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
+    let mut latency = LatencyRecorder::new();
+    for ns in each_ns {
+        latency.record(std::time::Duration::from_nanos(*ns));
+    }
+    let summary: LatencySummary = latency.summary();
+    let rate = gbps((size * each_ns.len() as u64) as f64, total_ns.max(1) as f64 / 1e9);
+    Measurement {
+        config: column.to_string(),
+        size,
+        count: size / 4,
+        gbps: rate,
+        busbw_percent: peak_gbytes_per_s.map(|peak| 100.0 * rate / (peak * 8.0)),
+        nccl_busbw_gbps: None,
+        latency: summary,
+        iterations: each_ns.len() as u64,
+        pairs: vec![PairMeasurement { peers: vec![TARGET], gbps: rate, mean_us: summary.mean_us }],
+        verified: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_name_grid_and_block_and_read_back() {
+        let configs = [IpcConfig::kernel(128, 256), IpcConfig::kernel(1, 32), IpcConfig::COPY_ENGINE];
+        let columns: Vec<String> = configs.iter().map(|c| c.column()).collect();
+        assert_eq!(columns, ["IPC 128x256", "IPC 1x32", "CE"]);
+        for (config, column) in configs.iter().zip(&columns) {
+            assert_eq!(IpcConfig::from_column(column), Some(*config));
+        }
+        assert_eq!(IpcConfig::from_column("IPC 12"), None);
+        assert_eq!(IpcConfig::from_column("SinglePin"), None);
+    }
+
+    #[test]
+    fn bandwidth_is_timed_bytes_over_gpu_time_and_busbw_needs_a_peak() {
+        // 4 passes of 1 GB in 10 ms: 3200 Gbps, which is 400 GB/s; against a 450 GB/s peak, 88.9 %.
+        let m = summarise("IPC 128x256", 1 << 30, &[2_500_000; 4], 10_000_000, Some(450.0));
+        let expected = (4u64 << 30) as f64 * 8.0 / 0.01 / 1e9;
+        assert!((m.gbps - expected).abs() < 1e-6, "{}", m.gbps);
+        assert!((m.busbw_percent.expect("peak") - 100.0 * expected / 3600.0).abs() < 1e-6);
+        assert!((m.latency.mean_us - 2500.0).abs() < 50.0, "{:?}", m.latency);
+        assert_eq!(summarise("CE", 1 << 20, &[1000], 1000, None).busbw_percent, None);
+    }
+}
