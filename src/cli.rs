@@ -246,7 +246,7 @@ pub struct IpcArgs {
     /// Store kernel blocks to run (threads per block): multiples of 32 from 32 to 1024
     #[arg(long, value_delimiter = ',', default_values_t = [256u32], value_parser = parse_block)]
     pub block: Vec<u32>,
-    /// Sweep every grid 1, 2, 4 … 256 with every block 64, 128 … 1024 (instead of --grid and --block)
+    /// Sweep every grid 1, 2, 4 … 512 with every block 64, 128 … 1024 (instead of --grid and --block)
     #[arg(long, conflicts_with_all = ["grid", "block"])]
     pub sweep: bool,
     /// Leave out the copy-engine baseline (`CE`)
@@ -261,7 +261,7 @@ impl IpcArgs {
     /// The kernel configurations in column order (grid-major), then the copy engine.
     pub fn configs(&self) -> Vec<IpcConfig> {
         let (grids, blocks): (Vec<u32>, Vec<u32>) = if self.sweep {
-            ((0..=8).map(|p| 1 << p).collect(), (6..=10).map(|p| 1 << p).collect())
+            ((0..=9).map(|p| 1 << p).collect(), (6..=10).map(|p| 1 << p).collect())
         } else {
             (self.grid.clone(), self.block.clone())
         };
