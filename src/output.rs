@@ -421,8 +421,10 @@ fn run_experiment(
             alltoall::run(world, sweep, &configs, observer).map(|_| ())
         }
         Experiment::Ipc(args) => {
-            let options = ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu };
-            ipc::run(world, sweep, &options, observer).map(|_| ())
+            let link_counters = (world.rank == 0).then(|| crate::nvlink::writer_link_counters(world));
+            let mut options =
+                ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu, link_counters };
+            ipc::run(world, sweep, &mut options, observer).map(|_| ())
         }
     }
 }

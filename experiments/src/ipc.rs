@@ -14,6 +14,8 @@
 //! GB/s (bytes) is how NVLink is usually quoted; the table keeps Gbps like every other experiment, and the
 //! ipc summary gives both. BusBW is against the pair's NVLink peak per direction, when it is known.
 
+use std::time::{Duration, Instant};
+
 use crate::pattern::PatternSeed;
 use crate::payload::cuda_error;
 use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
@@ -66,8 +68,11 @@ pub struct PairPeak {
     pub source: String,
 }
 
+/// Rank 0: a line about the writer GPU's NVLink traffic as the driver counts it (NVML), asked about once a
+/// second while bytes move; `None` when there is nothing to say.
+pub type LinkCounters = Box<dyn FnMut() -> Option<String>>;
+
 /// What the `ipc` run needs beyond the sweep.
-#[derive(Clone, Debug)]
 pub struct IpcOptions {
     pub configs: Vec<IpcConfig>,
     /// Rank 0: the pair's NVLink peak, for BusBW and the gauges; `None` where nobody can tell (BusBW is
@@ -75,12 +80,14 @@ pub struct IpcOptions {
     pub peak: Option<PairPeak>,
     /// Testing aid: let both ranks use one GPU (the bytes then cross HBM, not NVLink).
     pub same_gpu: bool,
+    /// The driver's own count of the link's traffic, beside ours, for the log.
+    pub link_counters: Option<LinkCounters>,
 }
 
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
-    options: &IpcOptions,
+    options: &mut IpcOptions,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size != 2 {
@@ -137,6 +144,7 @@ pub fn run(
         None => {}
     }
     let peak_gbytes_per_s = options.peak.as_ref().map(|p| p.gbytes_per_s);
+    let mut counters = LinkNotes { read: options.link_counters.take(), last: Instant::now() };
 
     let mut measurements = Vec::new();
     for (config_index, (config, column)) in options.configs.iter().zip(&columns).enumerate() {
@@ -153,7 +161,8 @@ pub fn run(
             agree_on(world, prepared.map_err(cuda_error), observer)?;
             let moved = match (&writer, &peer) {
                 (Some(writer), Some(peer)) => {
-                    move_bytes(world, writer, config.0, &buffer, peer, size, sweep).map(|timing| Some((timing, size)))
+                    move_bytes(world, writer, config.0, &buffer, peer, size, sweep, &mut counters, observer)
+                        .map(|timing| Some((timing, size)))
                 }
                 _ => Ok(None),
             };
@@ -201,8 +210,27 @@ fn export(world: &World<'_>, buffer: &DeviceBuffer, observer: &dyn Observer) -> 
     Ok(handle)
 }
 
+/// Rank 0's NVML lines, at most one a second.
+struct LinkNotes {
+    read: Option<LinkCounters>,
+    last: Instant,
+}
+
+impl LinkNotes {
+    fn tick(&mut self, observer: &mut dyn Observer) {
+        if self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Instant::now();
+        if let Some(line) = self.read.as_mut().and_then(|read| read()) {
+            observer.note(&line);
+        }
+    }
+}
+
 /// Rank 0: the warmup, then the timed passes, telling the probe of each pass as it lands (the CPU only
 /// watches events; it is not in the data path). Returns each timed pass's and all passes' GPU time (ns).
+#[allow(clippy::too_many_arguments)] // one step's whole context; a struct would only rename it
 fn move_bytes(
     world: &World<'_>,
     writer: &IpcWriter,
@@ -211,6 +239,8 @@ fn move_bytes(
     peer: &PeerMemory,
     size: u64,
     sweep: &SweepOptions,
+    counters: &mut LinkNotes,
+    observer: &mut dyn Observer,
 ) -> Result<(Vec<u64>, u64), ExperimentError> {
     let len = size as usize;
     if sweep.warmup > 0 {
@@ -224,6 +254,7 @@ fn move_bytes(
         } else if world.abort.is_raised() {
             return Err(efatop_fabric::FabricError::Abandoned(world.abort.reason()).into());
         } else {
+            counters.tick(observer);
             std::thread::yield_now();
         }
     }
