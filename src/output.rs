@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults};
+use efatop_experiments::results::{GpuPairRecord, Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults};
 use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
@@ -18,6 +18,8 @@ use efatop_experiments::{
     Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, ipc, proxy, sendrecv, sizes, write,
 };
 use efatop_fabric::Capabilities;
+use efatop_monitor::NvlinkSurvey;
+use efatop_topology::NodeTopology;
 use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
 
@@ -181,6 +183,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         results.metadata.link_source = "nvlink".into();
     }
     results.metadata.placements = placements;
+    if world.rank == 0 {
+        results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
+    }
     let mode = if common.json {
         Mode::Json
     } else if common.no_tui || !dashboard::stdout_is_terminal() {
@@ -321,6 +326,39 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         .iter()
         .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("placement record: {e}"))))
         .collect()
+}
+
+/// How the GPUs the run uses on rank 0's host reach each other, for the dashboard's topology view and the
+/// results file: NVML there (the only host rank 0 can ask), else its hwloc topology. Pairs neither can
+/// answer are left out.
+fn gpu_pairs(placements: &[RankPlacement]) -> Vec<GpuPairRecord> {
+    let Some(host) = placements.first().map(|p| p.host.as_str()) else { return Vec::new() };
+    let mut gpus: Vec<(usize, &str)> = placements
+        .iter()
+        .filter(|p| p.host == host)
+        .filter_map(|p| Some((p.gpu?, p.gpu_pci_bus_id.as_deref()?)))
+        .collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    if gpus.len() < 2 {
+        return Vec::new();
+    }
+    let survey = NvlinkSurvey::read().ok();
+    let topology = std::cell::OnceCell::new();
+    let inferred = |a: &str, b: &str| {
+        let topology: &NodeTopology = topology.get_or_init(|| NodeTopology::discover().ok()).as_ref()?;
+        topology.pair_link(topology.gpu_by_pci_bus_id(a)?.index, topology.gpu_by_pci_bus_id(b)?.index)
+    };
+    let mut pairs = Vec::new();
+    for (i, &(gpu_a, bus_a)) in gpus.iter().enumerate() {
+        for &(gpu_b, bus_b) in &gpus[i + 1..] {
+            let from_nvml = survey.as_ref().and_then(|survey| survey.pair(bus_a, bus_b).ok());
+            if let Some(pair) = from_nvml.or_else(|| inferred(bus_a, bus_b)) {
+                pairs.push(GpuPairRecord { host: host.to_string(), gpu_a, gpu_b, pair });
+            }
+        }
+    }
+    pairs
 }
 
 /// Rank 0's last word on stdout: the JSON summary, or the header and table.
@@ -533,6 +571,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         notes: world.notes.clone(),
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         placements: Vec::new(),
+        gpu_pairs: Vec::new(),
     }
 }
 
@@ -600,6 +639,24 @@ impl ResultsFile {
 
 #[cfg(test)]
 mod tests {
+    use efatop_experiments::results::RankPlacement;
+
+    fn on(host: &str, gpu: usize, bus: &str) -> RankPlacement {
+        RankPlacement { host: host.into(), gpu: Some(gpu), gpu_pci_bus_id: Some(bus.into()), ..RankPlacement::default() }
+    }
+
+    #[test]
+    fn gpu_pairs_need_two_gpus_on_rank_0s_host() {
+        // One GPU on rank 0's host (the other host's are not rank 0's to ask about): no pair.
+        let placements = [on("a", 0, "0000:53:00.0"), on("b", 1, "0000:64:00.0"), on("a", 0, "0000:53:00.0")];
+        assert!(super::gpu_pairs(&placements).is_empty());
+        assert!(super::gpu_pairs(&[]).is_empty());
+        // Two GPUs that neither NVML nor hwloc knows here (no driver, no GPUs on a build machine): left out.
+        if efatop_monitor::NvlinkSurvey::read().is_err() && efatop_topology::NodeTopology::discover().is_ok_and(|t| t.gpus.is_empty()) {
+            assert!(super::gpu_pairs(&[on("a", 0, "0000:53:00.0"), on("a", 1, "0000:64:00.0")]).is_empty());
+        }
+    }
+
     #[test]
     fn default_results_names_sort_by_time_in_utc() {
         let at = |s: u64| super::default_results_path("write", std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));

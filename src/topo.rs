@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use efatop_fabric::{Capabilities, Provider, discover_nics};
-use efatop_topology::{FabricNic, GpuChoice, NodeTopology, Placement, TopologyError};
+use efatop_monitor::NvlinkSurvey;
+use efatop_topology::{FabricNic, GpuChoice, GpuLinkSource, NodeTopology, Placement, TopologyError};
 
 #[derive(Debug, Args)]
 pub struct TopoArgs {
@@ -51,8 +52,9 @@ fn run(args: &TopoArgs) -> Result<(), (i32, String)> {
         None => NodeTopology::discover().map_err(|err| (1, err.to_string()))?,
     };
     if args.from_xml.is_none() {
-        // Only this machine's NICs are libfabric's to name; an XML describes another machine.
+        // Only this machine's NICs are libfabric's to name, and its GPUs NVML's; an XML describes another machine.
         topology.attach_fabric_nics(fabric_nics());
+        nvml_gpu_links(&mut topology);
     }
     let placements = placements(&topology, args)?;
 
@@ -91,6 +93,19 @@ fn placements(topology: &NodeTopology, args: &TopoArgs) -> Result<Vec<Placement>
     (0..ranks).map(|rank| topology.placement(rank, GpuChoice::Auto).map_err(|e| (1, e.to_string()))).collect()
 }
 
+/// Replaces hwloc's inferred GPU–GPU cells with NVML's active link counts when NVML can answer for every
+/// pair; otherwise the topology keeps hwloc's and says why NVML was not used.
+fn nvml_gpu_links(topology: &mut NodeTopology) {
+    if topology.gpus.len() < 2 {
+        return;
+    }
+    let answered = NvlinkSurvey::read()
+        .and_then(|survey| topology.replace_gpu_links(|a, b| survey.pair(a, b), GpuLinkSource::Nvml));
+    if let Err(reason) = answered {
+        topology.gpu_link_note = Some(reason);
+    }
+}
+
 /// The NICs libfabric's efa and tcp providers offer here, for matching to hwloc's. A provider that is
 /// missing offers none; that is not an error for `topo`.
 fn fabric_nics() -> Vec<FabricNic> {
@@ -105,4 +120,27 @@ fn fabric_nics() -> Vec<FabricNic> {
             link_gbps: nic.link_speed_bps.map(|bps| bps as f64 / 1e9),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_topology::Link;
+
+    #[test]
+    fn without_nvml_the_inferred_links_stay_and_the_legend_says_why() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
+        let mut topology = NodeTopology::from_xml_file(&path).expect("p5 fixture");
+        let Err(reason) = NvlinkSurvey::read() else {
+            // A machine with the driver answers for its own GPUs, not the fixture's: nothing to check here.
+            return;
+        };
+        nvml_gpu_links(&mut topology);
+        assert_eq!(topology.gpu_link_source, GpuLinkSource::Hwloc);
+        assert_eq!(topology.gpu_links[0][1], Link::NvLink(Some(18)));
+        assert_eq!(topology.gpu_link_note.as_deref(), Some(reason.as_str()));
+        let text = topology.render_text();
+        assert!(text.contains(&format!("(NVML not used: {reason})")), "{text}");
+        assert!(text.contains("NVLink peak per direction: NV18 = 450 GB/s (18 x 25 GB/s)"), "{text}");
+    }
 }

@@ -1,5 +1,6 @@
 //! What a run measured, as every printer (table, JSON, later the dashboard) sees it.
 
+use efatop_topology::PairLink;
 use serde::{Deserialize, Serialize};
 
 /// One channel's NIC as recorded in the results.
@@ -39,6 +40,19 @@ pub struct RunMetadata {
     /// Where each rank ran: its GPU, the NICs its channels use, the CPUs it was pinned to.
     #[serde(default)]
     pub placements: Vec<RankPlacement>,
+    /// How the GPUs of rank 0's host that the run uses reach each other, with the NVLink peak: from NVML
+    /// there (the only host rank 0 can ask), else from its topology. Empty with fewer than two such GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_pairs: Vec<GpuPairRecord>,
+}
+
+/// One pair of a host's GPUs (`gpu_a` < `gpu_b`, the ranks' GPU indices) and how they are connected.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuPairRecord {
+    pub host: String,
+    pub gpu_a: usize,
+    pub gpu_b: usize,
+    pub pair: PairLink,
 }
 
 /// One rank's place on its node, as chosen from the topology (or by the flags).
@@ -265,6 +279,15 @@ mod tests {
         let saved = saved_run();
         let bytes = serde_json::to_vec_pretty(&saved).expect("serializes");
         assert_eq!(RunResults::from_json(&bytes).expect("reads back"), saved);
+        // GPU pairs too, with their link in nvidia-smi's words.
+        let mut with_pairs = saved_run();
+        let pair = efatop_topology::PairLink::nvlink(Some(18), Some(25.0), efatop_topology::GpuLinkSource::Nvml);
+        with_pairs.metadata.gpu_pairs = vec![GpuPairRecord { host: "a".into(), gpu_a: 0, gpu_b: 1, pair }];
+        let json = serde_json::to_value(&with_pairs).expect("serializes");
+        assert_eq!(json["metadata"]["gpu_pairs"][0]["pair"]["link"], "NV18");
+        assert_eq!(json["metadata"]["gpu_pairs"][0]["pair"]["peak_gbytes_per_s"], 450.0);
+        let bytes = serde_json::to_vec(&with_pairs).expect("serializes");
+        assert_eq!(RunResults::from_json(&bytes).expect("reads back"), with_pairs);
     }
 
     #[test]

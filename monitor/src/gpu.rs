@@ -45,7 +45,7 @@ pub const NO_DRIVER: &str = "no NVIDIA driver (libnvidia-ml.so not found)";
 /// NVML, loaded once for the process: GPM samples borrow it, and a monitor keeps them for its whole life.
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
 
-fn nvml() -> Result<&'static Nvml, String> {
+pub(crate) fn nvml() -> Result<&'static Nvml, String> {
     NVML.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 

@@ -10,6 +10,7 @@
 mod affinity;
 mod fake;
 mod gpu;
+pub mod nvlink;
 mod rates;
 mod sysfs;
 
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use affinity::{Affinity, TopologyGpu};
 pub use fake::{p5_efa_devices, FakeSysfs, EFA_DEVICE_COUNTERS, EFA_PORT_COUNTERS, P5_EFA_FIRST_BUSES};
 pub use gpu::{GpuPanel, GpuReader, GpuStats, NO_DRIVER};
+pub use nvlink::{NvlinkSurvey, pair_link, pair_link_or_inferred};
 pub use rates::{is_error_counter, is_retransmit_counter, CounterStats, NicSnapshot, NicStats, RateTracker};
 pub use sysfs::{parse_net_speed, parse_rdma_rate, NicKind, NicReading, Sysfs};
 

@@ -13,6 +13,7 @@ use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
 use crate::TopologyError;
 use crate::link::{Hop, Link, pcie_link};
 use crate::model::{Gpu, Nic, NicKind, NodeTopology, NumaNode};
+use crate::pair::GpuLinkSource;
 use crate::placement::format_cpu_list;
 
 const NVIDIA: u16 = 0x10de;
@@ -170,6 +171,24 @@ fn build(topology: &Topology, source: String, live: bool) -> NodeTopology {
         })
         .collect();
 
+    // Through NVSwitches a pair's peak is its link count at the slower GPU's per-link rate.
+    let gpu_peak_gbytes_per_s: Vec<Vec<Option<f64>>> = gpu_links
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .map(|(j, link)| match link {
+                    Link::NvLink(Some(count)) => {
+                        let rate = |found: &Found<'_>| nvlink_gbytes_per_s_per_link(found.pci.device_id());
+                        rate(&gpus_found[i]).zip(rate(&gpus_found[j])).map(|(a, b)| f64::from(*count) * a.min(b))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+
     let mut gpus: Vec<Gpu> = gpus_found.iter().enumerate().map(|(index, found)| gpu_of(index, found)).collect();
     choose_nics(&mut gpus, &nics, &nic_links);
 
@@ -181,6 +200,9 @@ fn build(topology: &Topology, source: String, live: bool) -> NodeTopology {
         nics,
         nvswitches,
         gpu_links,
+        gpu_peak_gbytes_per_s,
+        gpu_link_source: GpuLinkSource::Hwloc,
+        gpu_link_note: None,
         nic_links,
         other_fabric_nics: Vec::new(),
     }
@@ -369,6 +391,17 @@ fn nvlinks_per_gpu(device_id: u16) -> Option<u8> {
     match device_id {
         0x20b0 | 0x20b2 => Some(12),
         0x2330 | 0x2335 | 0x2901 => Some(18),
+        _ => None,
+    }
+}
+
+/// One NVLink's rate in GB/s per direction, by PCI device ID: each datasheet's bidirectional NVLink total
+/// over its link count, halved. A100: 600 GB/s over 12 links; H100 SXM5 and H200 SXM: 900 GB/s over 18
+/// (NVLink 3 and 4 both run 25 GB/s a link each way); B200: 1.8 TB/s over 18 (NVLink 5, 50 GB/s).
+fn nvlink_gbytes_per_s_per_link(device_id: u16) -> Option<f64> {
+    match device_id {
+        0x20b0 | 0x20b2 | 0x2330 | 0x2335 => Some(25.0),
+        0x2901 => Some(50.0),
         _ => None,
     }
 }

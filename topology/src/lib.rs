@@ -19,12 +19,14 @@
 mod discover;
 mod link;
 mod model;
+mod pair;
 mod placement;
 mod render;
 
 use std::path::PathBuf;
 
 pub use link::Link;
+pub use pair::{GpuLinkSource, PairLink, format_gbytes};
 pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, normalize_bus_id};
 pub use placement::{GpuChoice, Placement, format_cpu_list, parse_cpu_list};
 

@@ -39,7 +39,7 @@ impl Link {
         ("PHB", "PCIe through a PCIe host bridge (the CPU)"),
         ("PXB", "PCIe through several PCIe switches, no host bridge"),
         ("PIX", "PCIe through at most one PCIe switch"),
-        ("NV#", "a bonded set of # NVLinks (here: through NVSwitches)"),
+        ("NV#", "a bonded set of # NVLinks, direct or through NVSwitches"),
     ];
 
     /// Whether the two devices share a PCIe switch (or a tree of them) without going through the CPU:

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::link::Link;
+use crate::pair::GpuLinkSource;
 
 /// GPUs, NICs and NUMA nodes of one host, and how every GPU reaches every GPU and NIC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,6 +22,16 @@ pub struct NodeTopology {
     pub nvswitches: usize,
     /// `gpu_links[i][j]`: how GPU i reaches GPU j.
     pub gpu_links: Vec<Vec<Link>>,
+    /// `gpu_peak_gbytes_per_s[i][j]`: what NVLink carries from GPU i to GPU j, GB/s in one direction;
+    /// `None` without NVLink or when the rate is unknown.
+    #[serde(default)]
+    pub gpu_peak_gbytes_per_s: Vec<Vec<Option<f64>>>,
+    /// Where the GPU–GPU cells came from: NVML on a machine with the NVIDIA driver, else hwloc.
+    #[serde(default)]
+    pub gpu_link_source: GpuLinkSource,
+    /// Why NVML did not give the GPU–GPU cells on this machine (`no NVIDIA driver ...`), when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_link_note: Option<String>,
     /// `nic_links[i][k]`: how GPU i reaches NIC k.
     pub nic_links: Vec<Vec<Link>>,
     /// NICs libfabric offers that hwloc does not show under any PCI device (loopback, virtual

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::link::Link;
 use crate::model::{Nic, NodeTopology};
+use crate::pair::{GpuLinkSource, format_gbytes};
 use crate::placement::Placement;
 
 impl NodeTopology {
@@ -60,15 +61,51 @@ impl NodeTopology {
         for (word, meaning) in Link::LEGEND {
             let _ = writeln!(out, "  {word:<4} = {meaning}");
         }
-        if self.nvswitches > 0 {
-            let _ = writeln!(
-                out,
-                "  (NV# inferred from {} NVSwitch PCI device{}; the count is the GPU model's link count)",
-                self.nvswitches,
-                if self.nvswitches == 1 { "" } else { "s" }
-            );
+        if self.gpus.len() > 1 {
+            self.gpu_link_legend(out);
         }
         out.push('\n');
+    }
+
+    /// Where the GPU–GPU cells came from, and what each NV# carries.
+    fn gpu_link_legend(&self, out: &mut String) {
+        match self.gpu_link_source {
+            GpuLinkSource::Nvml => out.push_str("  GPU-GPU cells from NVML: each pair's active NVLinks, direct or through NVSwitches\n"),
+            GpuLinkSource::Hwloc if self.nvswitches > 0 => {
+                let _ = writeln!(
+                    out,
+                    "  GPU-GPU cells inferred from hwloc: {} NVSwitch PCI device{}, so every pair has the GPU model's NVLinks",
+                    self.nvswitches,
+                    if self.nvswitches == 1 { "" } else { "s" }
+                );
+            }
+            GpuLinkSource::Hwloc => {
+                out.push_str("  GPU-GPU cells from hwloc's PCI tree: no NVSwitch seen (NVLink bridges need NVML to be seen)\n");
+            }
+        }
+        if let Some(note) = &self.gpu_link_note {
+            let _ = writeln!(out, "  (NVML not used: {note})");
+        }
+        // Each distinct NV# with its peak, in the order the matrix first shows them.
+        let mut peaks: Vec<String> = Vec::new();
+        for (i, j) in (0..self.gpus.len()).flat_map(|i| (0..self.gpus.len()).map(move |j| (i, j))) {
+            let Some(pair) = self.pair_link(i, j) else { continue };
+            if !matches!(pair.link, Link::NvLink(_)) {
+                continue;
+            }
+            let text = match (pair.peak_gbytes_per_s, pair.per_link_gbytes_per_s) {
+                (Some(peak), Some(rate)) => {
+                    format!("{} = {} GB/s ({} x {} GB/s)", pair.link, format_gbytes(peak), pair.active_links.unwrap_or(0), format_gbytes(rate))
+                }
+                _ => format!("{} = rate unknown", pair.link),
+            };
+            if !peaks.contains(&text) {
+                peaks.push(text);
+            }
+        }
+        if !peaks.is_empty() {
+            let _ = writeln!(out, "  NVLink peak per direction: {}", peaks.join(", "));
+        }
     }
 
     fn nic_table(&self, out: &mut String) {

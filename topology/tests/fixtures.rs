@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_topology::{GpuChoice, Link, NicKind, NodeTopology, TopologyError};
+use efatop_topology::{GpuChoice, GpuLinkSource, Link, NicKind, NodeTopology, PairLink, TopologyError};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
@@ -139,6 +139,59 @@ fn this_machine_fixture_has_no_gpus_and_lists_its_nics() {
     for nic in &topo.nics {
         assert!(text.contains(&nic.name), "{text}");
     }
+}
+
+#[test]
+fn nvswitch_pairs_peak_at_the_gpu_models_links_times_its_link_rate() {
+    // H100: 18 NVLink 4 links at 25 GB/s each way (900 GB/s bidirectional in the datasheet).
+    let p5 = load("p5.48xlarge.xml");
+    let pair = p5.pair_link(0, 7).expect("GPU0 and GPU7 exist");
+    assert_eq!(pair.link, Link::NvLink(Some(18)));
+    assert_eq!((pair.active_links, pair.per_link_gbytes_per_s, pair.peak_gbytes_per_s), (Some(18), Some(25.0), Some(450.0)));
+    assert_eq!(pair.source, GpuLinkSource::Hwloc);
+    // A100: 12 NVLink 3 links, 600 GB/s bidirectional.
+    let p4d = load("p4d.24xlarge.xml");
+    assert_eq!(p4d.pair_link(1, 2).and_then(|p| p.peak_gbytes_per_s), Some(300.0));
+    // A GPU with itself, and GPUs that do not exist.
+    assert_eq!(p5.pair_link(3, 3).map(|p| (p.link, p.peak_gbytes_per_s)), Some((Link::Same, None)));
+    assert!(p5.pair_link(0, 8).is_none());
+}
+
+#[test]
+fn nvml_links_replace_the_inferred_ones_all_or_nothing() {
+    let mut topo = load("p5.48xlarge.xml");
+    let before = topo.clone();
+    // The NVML side failing on one pair keeps every inferred cell.
+    let failed = topo.replace_gpu_links(
+        |a, b| if b == "0000:ca:00.0" { Err(format!("{a}-{b}: NVML error")) } else { Ok(PairLink::pcie(Link::Sys, GpuLinkSource::Nvml)) },
+        GpuLinkSource::Nvml,
+    );
+    assert!(failed.is_err());
+    assert_eq!(topo, before);
+    // GPU0-GPU1 with 4 direct links and everything else PCIe, as NVML might say for bridged PCIe cards.
+    let bridged = |a: &str, b: &str| -> Result<PairLink, String> {
+        let pair = [a, b];
+        Ok(if pair.contains(&"0000:53:00.0") && pair.contains(&"0000:64:00.0") {
+            PairLink::nvlink(Some(4), Some(25.0), GpuLinkSource::Nvml)
+        } else {
+            PairLink::pcie(Link::Node, GpuLinkSource::Nvml)
+        })
+    };
+    topo.replace_gpu_links(bridged, GpuLinkSource::Nvml).expect("every pair answered");
+    assert_eq!(topo.gpu_links[0][1], Link::NvLink(Some(4)));
+    assert_eq!(topo.gpu_links[1][0], Link::NvLink(Some(4)));
+    assert_eq!(topo.gpu_links[0][2], Link::Node);
+    assert_eq!(topo.gpu_links[5][5], Link::Same);
+    assert_eq!(topo.pair_link(1, 0).and_then(|p| p.peak_gbytes_per_s), Some(100.0));
+    let text = topo.render_text();
+    assert!(text.contains("GPU-GPU cells from NVML: each pair's active NVLinks"), "{text}");
+    assert!(text.contains("NVLink peak per direction: NV4 = 100 GB/s (4 x 25 GB/s)"), "{text}");
+    assert!(!text.contains("inferred from hwloc"), "{text}");
+    // The JSON says where the cells came from and reads back the same.
+    let json = serde_json::to_value(&topo).expect("serialize");
+    assert_eq!(json["gpu_link_source"], "nvml");
+    assert_eq!(json["gpu_peak_gbytes_per_s"][0][1], 100.0);
+    assert_eq!(serde_json::from_value::<NodeTopology>(json).expect("deserialize"), topo);
 }
 
 #[test]

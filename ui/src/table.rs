@@ -211,6 +211,7 @@ pub(crate) mod tests {
             notes: vec![],
             started_unix_s: 0,
             placements: vec![],
+            gpu_pairs: vec![],
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
             config: config.into(),

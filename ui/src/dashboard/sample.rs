@@ -139,6 +139,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         notes: vec![],
         started_unix_s: 0,
         placements: Vec::new(),
+        gpu_pairs: Vec::new(),
     }
 }
 
