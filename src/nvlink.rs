@@ -1,14 +1,22 @@
-//! The NVLink peak between two GPUs of this host, for `ipc`'s BusBW and gauges.
+//! The NVLink between the two GPUs of an `ipc` run: its peak (for BusBW and the gauges) and NVML's count
+//! of its traffic (for the log).
 
 use efatop_experiments::ipc::PairPeak;
 use efatop_experiments::results::RankPlacement;
+use efatop_topology::NodeTopology;
 
-/// Rank 0 and rank 1's GPUs, as their placements name them; `None` until NVML is asked (filled in when
-/// the NVML pair-link lookup lands).
+/// Rank 0's and rank 1's GPUs, as their placements name them: NVML's active links × per-link rate, else the
+/// hwloc topology's inference; `None` when neither knows of an NVLink between them (PCIe is not guessed).
 pub fn peak_between_ranks(placements: &[RankPlacement]) -> Option<PairPeak> {
     let bus = |rank: usize| placements.iter().find(|p| p.rank == rank).and_then(|p| p.gpu_pci_bus_id.clone());
-    let (_from, _to) = (bus(0)?, bus(1)?);
-    None
+    let (from, to) = (bus(0)?, bus(1)?);
+    let pair = efatop_monitor::pair_link_or_inferred(NodeTopology::discover().ok().as_ref(), &from, &to).ok()?;
+    let peak = pair.peak_gbytes_per_s?;
+    let detail = match (pair.active_links, pair.per_link_gbytes_per_s) {
+        (Some(links), Some(rate)) => format!("{}, {links} links x {rate} GB/s", pair.source.label()),
+        _ => pair.source.label().to_string(),
+    };
+    Some(PairPeak { gbytes_per_s: peak, source: detail })
 }
 
 /// NVML's count of this rank's GPU's NVLink traffic (GPM, Hopper and newer), as a log line beside what the
