@@ -228,6 +228,7 @@ mod tests {
                 ChannelSample { channel: 1, ..ChannelSample::default() },
             ],
             peers: vec![PeerSample { peer: 1, bytes: 1, ops: 1, latency }],
+            ..RankSample::default()
         };
         ingest.sample(&mut state, &sample, Duration::from_millis(100));
         let gauge = &state.channels[0];
