@@ -208,6 +208,7 @@ fn synthetic_sample(rank: usize, channels: usize) -> RankSample {
             })
             .collect(),
         peers: vec![PeerSample { peer: 0, bytes: 1_250_000_000, ops: 50, latency }],
+        ..RankSample::default()
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use efatop_experiments::results::{RunMetadata, RunResults};
+use efatop_experiments::telemetry::RankSample;
 use serde_json::{Value, json};
 
 use crate::output::ConsumerEvent;
@@ -86,30 +87,164 @@ fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) 
                 }
             }
             let t_ms = started.elapsed().as_secs_f64() * 1000.0;
-            for channel in &sample.channels {
-                line(
-                    "sample",
-                    &json!({
-                        "t_ms": t_ms,
-                        "rank": sample.rank,
-                        "seq": sample.seq,
-                        "channel": channel.channel,
-                        "interval_ms": sample.interval_ns as f64 / 1e6,
-                        "bytes": channel.bytes,
-                        "gbps": efatop_experiments::telemetry::RankSample::gbps(channel.bytes, sample.interval_ns),
-                        "ops": channel.ops,
-                        "in_flight": channel.in_flight,
-                        "lat_p50_us": channel.latency.quantile_us(0.50),
-                        "lat_p99_us": channel.latency.quantile_us(0.99),
-                        "lat_max_us": channel.latency.max_us(),
-                        "drops": sample.drops,
-                    }),
-                );
+            for data in sample_lines(&sample, t_ms) {
+                line("sample", &data);
             }
         }
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
         CollectorEvent::Closed { .. } | CollectorEvent::Node(_) => {}
+    }
+}
+
+/// A rank's interval as `sample` lines' data: one per channel. The rank's GPU figures, when it has any
+/// (`queue`: the proxy's request queue; `nvlink`: what its GPU wrote into peers' GPUs), ride on its first
+/// line only, so that summing lines never counts them twice; a rank with GPU figures and no channel gets
+/// one line with a null `channel` to carry them.
+fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
+    let interval_ns = sample.interval_ns;
+    let mut lines: Vec<Value> = sample
+        .channels
+        .iter()
+        .map(|channel| {
+            json!({
+                "t_ms": t_ms,
+                "rank": sample.rank,
+                "seq": sample.seq,
+                "channel": channel.channel,
+                "interval_ms": interval_ns as f64 / 1e6,
+                "bytes": channel.bytes,
+                "gbps": RankSample::gbps(channel.bytes, interval_ns),
+                "ops": channel.ops,
+                "in_flight": channel.in_flight,
+                "lat_p50_us": channel.latency.quantile_us(0.50),
+                "lat_p99_us": channel.latency.quantile_us(0.99),
+                "lat_max_us": channel.latency.max_us(),
+                "drops": sample.drops,
+            })
+        })
+        .collect();
+    if sample.queue.is_none() && sample.nvlink.is_empty() {
+        return lines;
+    }
+    if lines.is_empty() {
+        lines.push(json!({
+            "t_ms": t_ms,
+            "rank": sample.rank,
+            "seq": sample.seq,
+            "channel": Value::Null,
+            "interval_ms": interval_ns as f64 / 1e6,
+            "drops": sample.drops,
+        }));
+    }
+    if let Some(Value::Object(first)) = lines.first_mut() {
+        if let Some(queue) = &sample.queue {
+            first.insert(
+                "queue".into(),
+                json!({
+                    "depth": queue.depth,
+                    "capacity": queue.capacity,
+                    "requests": queue.requests,
+                    "requests_per_s": queue.requests_per_s(interval_ns),
+                    "quiet_calls": queue.quiet_calls,
+                    "quiet_calls_per_s": queue.quiet_calls_per_s(interval_ns),
+                    "held": queue.held,
+                }),
+            );
+        }
+        if !sample.nvlink.is_empty() {
+            let pairs = sample.nvlink.iter().map(|pair| {
+                json!({
+                    "peer": pair.peer,
+                    "gpu": pair.gpu,
+                    "peer_gpu": pair.peer_gpu,
+                    "bytes": pair.bytes,
+                    "gbytes_per_s": pair.gbytes_per_s(interval_ns),
+                    "peak_gbytes_per_s": pair.peak_gbytes_per_s,
+                })
+            });
+            first.insert("nvlink".into(), Value::Array(pairs.collect()));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use efatop_experiments::telemetry::{ChannelSample, NvlinkSample, QueueSample, RankSample};
+    use serde_json::json;
+
+    use super::sample_lines;
+
+    fn plain() -> RankSample {
+        RankSample {
+            rank: 2,
+            seq: 7,
+            interval_ns: 100_000_000,
+            drops: 1,
+            channels: vec![
+                ChannelSample { channel: 0, bytes: 1_250_000_000, ops: 10, in_flight: 2, ..ChannelSample::default() },
+                ChannelSample { channel: 1, ..ChannelSample::default() },
+            ],
+            ..RankSample::default()
+        }
+    }
+
+    #[test]
+    fn samples_without_gpu_figures_have_exactly_the_channel_fields() {
+        let lines = sample_lines(&plain(), 12.5);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["gbps"], json!(100.0));
+        for line in &lines {
+            let mut keys: Vec<&str> = line.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                [
+                    "bytes", "channel", "drops", "gbps", "in_flight", "interval_ms", "lat_max_us", "lat_p50_us", "lat_p99_us",
+                    "ops", "rank", "seq", "t_ms"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn gpu_figures_ride_on_the_first_line_of_the_rank() {
+        let sample = RankSample {
+            queue: Some(QueueSample { depth: 412, capacity: 1024, requests: 538, quiet_calls: 20, held: 48 }),
+            nvlink: vec![
+                NvlinkSample { peer: 3, gpu: 2, peer_gpu: 3, bytes: 37_120_000_000, peak_gbytes_per_s: Some(450.0) },
+                NvlinkSample { peer: 0, gpu: 2, peer_gpu: 0, bytes: 0, peak_gbytes_per_s: None },
+            ],
+            ..plain()
+        };
+        let lines = sample_lines(&sample, 12.5);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            lines[0]["queue"],
+            json!({
+                "depth": 412, "capacity": 1024, "requests": 538, "requests_per_s": 5380.0, "quiet_calls": 20,
+                "quiet_calls_per_s": 200.0, "held": 48
+            })
+        );
+        assert_eq!(
+            lines[0]["nvlink"],
+            json!([
+                {"peer": 3, "gpu": 2, "peer_gpu": 3, "bytes": 37_120_000_000_u64, "gbytes_per_s": 371.2, "peak_gbytes_per_s": 450.0},
+                {"peer": 0, "gpu": 2, "peer_gpu": 0, "bytes": 0, "gbytes_per_s": 0.0, "peak_gbytes_per_s": null},
+            ])
+        );
+        assert_eq!(lines[0]["channel"], json!(0));
+        assert!(lines[1].get("queue").is_none() && lines[1].get("nvlink").is_none(), "only once per interval: {}", lines[1]);
+
+        // Only NVLink, and no channel to carry it: a line of its own.
+        let alone = RankSample { channels: Vec::new(), queue: None, ..sample };
+        let lines = sample_lines(&alone, 12.5);
+        assert_eq!(lines.len(), 1);
+        assert_eq!((&lines[0]["rank"], &lines[0]["channel"]), (&json!(2), &json!(null)));
+        assert!(lines[0].get("queue").is_none());
+        assert_eq!(lines[0]["nvlink"].as_array().map(Vec::len), Some(2));
+        assert!(sample_lines(&RankSample { channels: Vec::new(), ..plain() }, 0.0).is_empty());
     }
 }

@@ -33,6 +33,8 @@ fn json_lines_carry_samples_results_and_a_matching_summary() {
         for field in ["lat_p50_us", "lat_p99_us", "lat_max_us"] {
             assert!(sample[field].is_number() || sample[field].is_null(), "{field} missing from {sample}");
         }
+        // Only ranks with GPU-side figures (proxy, ipc) add `queue`/`nvlink`; the unit tests in jsonl.rs cover them.
+        assert!(sample.get("queue").is_none() && sample.get("nvlink").is_none(), "a write run has no GPU figures: {sample}");
         ranks_seen.insert(sample["rank"].as_u64().expect("rank"));
     }
     assert_eq!(ranks_seen.into_iter().collect::<Vec<_>>(), vec![0, 1, 2], "every rank streams telemetry");

@@ -36,6 +36,7 @@ use crate::pattern::PatternSeed;
 use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
+use crate::telemetry::Probe;
 use crate::world::World;
 use crate::write::{plan, WriteConfig};
 use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
@@ -89,6 +90,10 @@ const STAGING_COPIES: usize = 2;
 const PROGRESS_ROUNDS: usize = 4;
 /// How often rank 0's proxy tells the log its queue's depth, requests/s and Quiet calls.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// How often the proxy reads its ring's depth for the dashboard: counting waiting slots reads up to
+/// `RING_SLOTS` of them, too many for every pass of a loop that is being measured; a tenth of the
+/// default telemetry interval keeps the gauge current.
+const DEPTH_EVERY: Duration = Duration::from_millis(10);
 
 pub fn run(
     world: &World<'_>,
@@ -254,7 +259,7 @@ impl Proxy<'_, '_> {
         let mut accepted = 0usize;
         // A request popped while the staging area was full waits here (the ring keeps the rest).
         let mut waiting: Option<Request> = None;
-        let mut report = QueueReport::new(column, size);
+        let mut report = QueueReport::new(column, size, &world.probe);
         let mut last_change = Instant::now();
         while completed < expected {
             let mut advanced = false;
@@ -372,20 +377,52 @@ impl Proxy<'_, '_> {
 /// Rank 0's line for the dashboard's log, once a second while a step runs: requests waiting in the ring,
 /// those the proxy holds (staging or posted), requests/s popped since the last line, and Quiet calls.
 /// Only the clock is read on other passes; the line is made and sent once a second.
+///
+/// Every pass also gives the telemetry probe the queue's figures (relaxed stores; the depth is re-read
+/// every [`DEPTH_EVERY`]), which the dashboard's GPU panel draws live.
 struct QueueReport<'c> {
     column: &'c str,
     size: u64,
     since: Instant,
     consumed_then: u64,
+    probe: &'c Probe,
+    /// What earlier steps' rings counted: each step's ring counts from zero, the probe's totals never go back.
+    consumed_before: u64,
+    quiet_calls_before: u64,
+    depth: u64,
+    depth_read: Option<Instant>,
 }
 
 impl<'c> QueueReport<'c> {
-    fn new(column: &'c str, size: u64) -> Self {
-        Self { column, size, since: Instant::now(), consumed_then: 0 }
+    fn new(column: &'c str, size: u64, probe: &'c Probe) -> Self {
+        let (consumed_before, quiet_calls_before) = probe.queue_totals();
+        Self {
+            column,
+            size,
+            since: Instant::now(),
+            consumed_then: 0,
+            probe,
+            consumed_before,
+            quiet_calls_before,
+            depth: 0,
+            depth_read: None,
+        }
     }
 
     fn tick(&mut self, observer: &mut dyn Observer, consumer: &efatop_cuda::ring::Consumer<'_>, quiet_calls: u64, held: usize) {
-        let elapsed = self.since.elapsed();
+        let now = Instant::now();
+        if self.depth_read.is_none_or(|read| now.duration_since(read) >= DEPTH_EVERY) {
+            self.depth = consumer.waiting();
+            self.depth_read = Some(now);
+        }
+        self.probe.set_queue(
+            self.depth,
+            RING_SLOTS,
+            self.consumed_before + consumer.consumed(),
+            self.quiet_calls_before + quiet_calls,
+            held as u64,
+        );
+        let elapsed = now.duration_since(self.since);
         if elapsed < REPORT_EVERY {
             return;
         }

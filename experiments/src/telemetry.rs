@@ -4,12 +4,16 @@
 //! nothing it could wait on. A sampler thread reads the probe every interval, turns the counters into one
 //! [`RankSample`] (per channel and per peer: bytes, operations, in-flight, a latency histogram of the
 //! interval) and hands it on; [`wire`] is how samples travel to rank 0.
+//!
+//! GPU-side figures travel the same way when an experiment has them: the proxy's request queue
+//! ([`Probe::set_queue`]) and the bytes a rank's GPU writes into its peers' GPUs over NVLink
+//! ([`Probe::set_nvlink_pair`], [`Probe::nvlink_moved`]). A rank that never sets them sends none.
 
 pub mod histogram;
 pub mod node;
 pub mod wire;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
@@ -30,10 +34,37 @@ pub struct ChannelProbe {
     pub in_flight: AtomicU64,
 }
 
+/// The proxy's request queue as its CPU side last saw it (see [`Probe::set_queue`]).
+#[derive(Default)]
+struct QueueProbe {
+    /// False until the first [`Probe::set_queue`]: a rank without a proxy sends no queue.
+    reported: AtomicBool,
+    depth: AtomicU64,
+    capacity: AtomicU64,
+    consumed_total: AtomicU64,
+    quiet_calls_total: AtomicU64,
+    held: AtomicU64,
+}
+
+/// What this rank's GPU wrote into one peer rank's GPU over NVLink.
+#[derive(Default)]
+struct NvlinkProbe {
+    /// False until [`Probe::set_nvlink_pair`]: only described pairs are sent.
+    described: AtomicBool,
+    local_gpu: AtomicU32,
+    peer_gpu: AtomicU32,
+    /// `f64` bits of the pair's peak in GB/s; NaN when not known.
+    peak_bits: AtomicU64,
+    bytes: AtomicU64,
+}
+
 /// A rank's probe: one set of counters per channel and per peer rank. Shared (`Arc`) with the sampler.
 pub struct Probe {
     channels: Box<[ChannelProbe]>,
     peers: Box<[Counters]>,
+    queue: QueueProbe,
+    /// Indexed by peer rank, allocated up front so that the hot path never allocates.
+    nvlink: Box<[NvlinkProbe]>,
 }
 
 impl Probe {
@@ -41,6 +72,8 @@ impl Probe {
         Self {
             channels: (0..channels).map(|_| ChannelProbe::default()).collect(),
             peers: (0..ranks).map(|_| Counters::default()).collect(),
+            queue: QueueProbe::default(),
+            nvlink: (0..ranks).map(|_| NvlinkProbe::default()).collect(),
         }
     }
 
@@ -113,6 +146,50 @@ impl Probe {
             probe.in_flight.store(in_flight as u64, Ordering::Relaxed);
         }
     }
+
+    /// The proxy's request queue now: `depth` requests waiting in a ring of `capacity` slots,
+    /// `held_by_proxy` popped but not yet completed (staging or posted). `consumed_total` (requests popped)
+    /// and `quiet_calls_total` (the GPU's Quiet calls) count over the probe's life and never go back: the
+    /// sampler turns them into per-interval rates. Only the proxy's own thread calls this.
+    #[inline]
+    pub fn set_queue(&self, depth: u64, capacity: u64, consumed_total: u64, quiet_calls_total: u64, held_by_proxy: u64) {
+        let queue = &self.queue;
+        queue.depth.store(depth, Ordering::Relaxed);
+        queue.capacity.store(capacity, Ordering::Relaxed);
+        queue.consumed_total.store(consumed_total, Ordering::Relaxed);
+        queue.quiet_calls_total.store(quiet_calls_total, Ordering::Relaxed);
+        queue.held.store(held_by_proxy, Ordering::Relaxed);
+        queue.reported.store(true, Ordering::Relaxed);
+    }
+
+    /// The `(consumed_total, quiet_calls_total)` last given to [`Probe::set_queue`]: where a proxy whose
+    /// ring (and so its counters) starts afresh each step continues from.
+    pub fn queue_totals(&self) -> (u64, u64) {
+        (self.queue.consumed_total.load(Ordering::Relaxed), self.queue.quiet_calls_total.load(Ordering::Relaxed))
+    }
+
+    /// Describes the NVLink pair from this rank's GPU `local_gpu` to `peer_rank`'s GPU `peer_gpu` (GPU
+    /// indices as the node numbers them), with the pair's peak in GB/s when known; a peak that is not a
+    /// positive number counts as unknown. Call it once before the step that writes: from then on the
+    /// pair is in every sample, idle or not. A peer rank out of range is ignored.
+    pub fn set_nvlink_pair(&self, peer_rank: usize, local_gpu: u32, peer_gpu: u32, peak_gbytes_per_s: Option<f64>) {
+        let Some(pair) = self.nvlink.get(peer_rank) else { return };
+        let peak = peak_gbytes_per_s.filter(|peak| peak.is_finite() && *peak > 0.0).unwrap_or(f64::NAN);
+        pair.local_gpu.store(local_gpu, Ordering::Relaxed);
+        pair.peer_gpu.store(peer_gpu, Ordering::Relaxed);
+        pair.peak_bits.store(peak.to_bits(), Ordering::Relaxed);
+        // Release: a sampler that sees the pair described sees its GPUs and peak too (this is no hot path).
+        pair.described.store(true, Ordering::Release);
+    }
+
+    /// This rank's GPU wrote `bytes` more into `peer_rank`'s GPU. Counted even before the pair is
+    /// described, but sent only once it is.
+    #[inline]
+    pub fn nvlink_moved(&self, peer_rank: usize, bytes: u64) {
+        if let Some(pair) = self.nvlink.get(peer_rank) {
+            pair.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One channel's interval.
@@ -143,6 +220,54 @@ impl PeerSample {
     }
 }
 
+/// The proxy's request queue at the end of an interval, and what went through it during the interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueSample {
+    /// Requests waiting in the ring.
+    pub depth: u64,
+    /// Slots of the ring.
+    pub capacity: u64,
+    /// Requests the proxy popped during the interval.
+    pub requests: u64,
+    /// Quiet calls the GPU made during the interval.
+    pub quiet_calls: u64,
+    /// Requests popped and not yet completed (staging or posted).
+    pub held: u64,
+}
+
+impl QueueSample {
+    pub fn requests_per_s(&self, interval_ns: u64) -> f64 {
+        per_second(self.requests, interval_ns)
+    }
+
+    pub fn quiet_calls_per_s(&self, interval_ns: u64) -> f64 {
+        per_second(self.quiet_calls, interval_ns)
+    }
+}
+
+/// What this rank's GPU wrote into one peer's GPU over NVLink during the interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NvlinkSample {
+    pub peer: u32,
+    /// This rank's GPU and the peer's, as their node numbers them.
+    pub gpu: u32,
+    pub peer_gpu: u32,
+    pub bytes: u64,
+    /// The pair's peak in GB/s; `None` when not known. Never NaN, zero or negative.
+    pub peak_gbytes_per_s: Option<f64>,
+}
+
+impl NvlinkSample {
+    /// GB/s (10^9 bytes per second, as NVLink peaks are quoted) over an interval of `interval_ns`.
+    pub fn gbytes_per_s(&self, interval_ns: u64) -> f64 {
+        if interval_ns == 0 { 0.0 } else { self.bytes as f64 / interval_ns as f64 }
+    }
+}
+
+fn per_second(count: u64, interval_ns: u64) -> f64 {
+    if interval_ns == 0 { 0.0 } else { count as f64 * 1e9 / interval_ns as f64 }
+}
+
 /// One rank's telemetry for one interval; also its heartbeat (sent even when idle).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RankSample {
@@ -156,6 +281,10 @@ pub struct RankSample {
     pub channels: Vec<ChannelSample>,
     /// Only the peers with activity in the interval.
     pub peers: Vec<PeerSample>,
+    /// The proxy's request queue, on the rank that runs one.
+    pub queue: Option<QueueSample>,
+    /// Every NVLink pair this rank described, idle ones too, in peer order.
+    pub nvlink: Vec<NvlinkSample>,
 }
 
 impl RankSample {
@@ -170,6 +299,10 @@ pub struct Sampler {
     seq: u64,
     last_channels: Vec<(u64, u64, Vec<u64>)>,
     last_peers: Vec<(u64, u64, Vec<u64>)>,
+    /// The queue's `(consumed_total, quiet_calls_total)` at the previous sample.
+    last_queue: (u64, u64),
+    /// Each peer's NVLink bytes at the previous sample.
+    last_nvlink: Vec<u64>,
 }
 
 impl Sampler {
@@ -180,6 +313,8 @@ impl Sampler {
             seq: 0,
             last_channels: (0..probe.channel_count()).map(|_| zero()).collect(),
             last_peers: (0..probe.rank_count()).map(|_| zero()).collect(),
+            last_queue: (0, 0),
+            last_nvlink: vec![0; probe.nvlink.len()],
         }
     }
 
@@ -192,6 +327,8 @@ impl Sampler {
             drops,
             channels: Vec::with_capacity(probe.channels.len()),
             peers: Vec::new(),
+            queue: None,
+            nvlink: Vec::new(),
         };
         self.seq += 1;
         for (index, (channel, last)) in probe.channels.iter().zip(&mut self.last_channels).enumerate() {
@@ -209,6 +346,35 @@ impl Sampler {
             if ops > 0 || bytes > 0 {
                 sample.peers.push(PeerSample { peer: peer as u32, bytes, ops, latency });
             }
+        }
+        let queue = &probe.queue;
+        if queue.reported.load(Ordering::Relaxed) {
+            let totals = probe.queue_totals();
+            // The caller promises totals that never go back; one that did would otherwise read as ~2^64.
+            sample.queue = Some(QueueSample {
+                depth: queue.depth.load(Ordering::Relaxed),
+                capacity: queue.capacity.load(Ordering::Relaxed),
+                requests: totals.0.saturating_sub(self.last_queue.0),
+                quiet_calls: totals.1.saturating_sub(self.last_queue.1),
+                held: queue.held.load(Ordering::Relaxed),
+            });
+            self.last_queue = totals;
+        }
+        for (peer, (pair, last)) in probe.nvlink.iter().zip(&mut self.last_nvlink).enumerate() {
+            // Bytes moved before the pair was described are left for the first interval that sends it.
+            if !pair.described.load(Ordering::Acquire) {
+                continue;
+            }
+            let bytes = pair.bytes.load(Ordering::Relaxed);
+            let peak = f64::from_bits(pair.peak_bits.load(Ordering::Relaxed));
+            sample.nvlink.push(NvlinkSample {
+                peer: peer as u32,
+                gpu: pair.local_gpu.load(Ordering::Relaxed),
+                peer_gpu: pair.peer_gpu.load(Ordering::Relaxed),
+                bytes: bytes.wrapping_sub(*last),
+                peak_gbytes_per_s: (!peak.is_nan()).then_some(peak),
+            });
+            *last = bytes;
         }
         sample
     }
@@ -249,6 +415,46 @@ mod tests {
         assert_eq!(second.drops, 5);
         assert!(second.channels.iter().all(|c| c.bytes == 0 && c.latency.count() == 0));
         assert!(second.peers.is_empty(), "idle peers are left out");
+    }
+
+    #[test]
+    fn gpu_figures_are_sent_once_set_as_interval_counts() {
+        let probe = Probe::new(1, 4);
+        let mut sampler = Sampler::new(0, &probe);
+        probe.nvlink_moved(2, 1000);
+        let quiet = sampler.sample(&probe, Duration::from_millis(100), 0);
+        assert_eq!((quiet.queue, quiet.nvlink.len()), (None, 0), "nothing set, nothing extra sent");
+
+        probe.set_queue(18, 1024, 500, 40, 3);
+        probe.set_nvlink_pair(2, 0, 1, Some(450.0));
+        probe.set_nvlink_pair(3, 0, 2, Some(f64::INFINITY));
+        probe.set_nvlink_pair(9, 0, 3, None);
+        probe.nvlink_moved(2, 37_120_000_000);
+        let first = sampler.sample(&probe, Duration::from_millis(100), 0);
+        assert_eq!(first.queue, Some(QueueSample { depth: 18, capacity: 1024, requests: 500, quiet_calls: 40, held: 3 }));
+        let interval_ns = first.interval_ns;
+        assert!((first.queue.map_or(0.0, |q| q.requests_per_s(interval_ns)) - 5000.0).abs() < 1e-6);
+        assert!((first.queue.map_or(0.0, |q| q.quiet_calls_per_s(interval_ns)) - 400.0).abs() < 1e-6);
+        // Rank 9 is out of range; an infinite peak is no peak; the 1000 bytes counted before the pair
+        // was described arrive with its first interval.
+        assert_eq!(
+            first.nvlink,
+            vec![
+                NvlinkSample { peer: 2, gpu: 0, peer_gpu: 1, bytes: 37_120_001_000, peak_gbytes_per_s: Some(450.0) },
+                NvlinkSample { peer: 3, gpu: 0, peer_gpu: 2, bytes: 0, peak_gbytes_per_s: None },
+            ]
+        );
+        assert!((first.nvlink[0].gbytes_per_s(interval_ns) - 371.2).abs() < 1e-3);
+
+        probe.set_queue(0, 1024, 700, 40, 0);
+        probe.nvlink_moved(3, 5);
+        let second = sampler.sample(&probe, Duration::from_millis(100), 0);
+        assert_eq!(second.queue, Some(QueueSample { depth: 0, capacity: 1024, requests: 200, quiet_calls: 0, held: 0 }));
+        assert_eq!(second.nvlink.iter().map(|pair| pair.bytes).collect::<Vec<_>>(), [0, 5], "idle pairs stay");
+        // A caller whose totals went back gets no wrapped count.
+        probe.set_queue(0, 1024, 10, 0, 0);
+        assert_eq!(sampler.sample(&probe, Duration::from_millis(100), 0).queue.map(|q| (q.requests, q.quiet_calls)), Some((0, 0)));
+        assert_eq!(probe.queue_totals(), (10, 0));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Bytes as rank 0's collector reads them off a rank's connection: frames back to back, each a `u32` length
 //! prefix and a body. Whatever arrives, the decoder answers with a sample or a `WireError`, never a panic;
-//! a body that decodes re-encodes to a frame that decodes to the same sample; and the latency queries rank 0
-//! runs on every decoded histogram (percentiles, max, merging into a rank's total) hold up too. Node
+//! a body that decodes re-encodes to a frame that decodes to the same sample (rank samples with a GPU section,
+//! kind 3, included: the proxy's queue and NVLink pairs, whose decoded peaks are positive rates or none); and
+//! the latency queries rank 0 runs on every decoded histogram (percentiles, max, merging into a rank's total)
+//! and the rates it computes from a GPU section hold up too. Node
 //! snapshots (`efatop monitor` across nodes) share the stream: one that decodes re-encodes to the same bytes
 //! (compared as bytes: a rate may be NaN, which equals nothing).
 
@@ -40,6 +42,15 @@ fuzz_target!(|stream: &[u8]| {
         let (length, reencoded_body) = frame.split_first_chunk::<4>().expect("a frame starts with its length");
         assert_eq!(u32::from_le_bytes(*length) as usize, reencoded_body.len(), "length prefix of the re-encoded frame");
         assert_eq!(wire::decode(reencoded_body).as_ref(), Ok(&sample), "re-encoded frame decodes to another sample");
+
+        // What the dashboard and JSON lines compute from a GPU section (kind 3): rates of any interval.
+        if let Some(queue) = &sample.queue {
+            let _ = (queue.requests_per_s(sample.interval_ns), queue.quiet_calls_per_s(sample.interval_ns));
+        }
+        for pair in &sample.nvlink {
+            let _ = pair.gbytes_per_s(sample.interval_ns);
+            assert!(pair.peak_gbytes_per_s.is_none_or(|peak| peak.is_finite() && peak > 0.0), "a decoded peak is a rate");
+        }
 
         let mut all_channels = IntervalHistogram::default();
         let histograms = sample.channels.iter().map(|c| &c.latency).chain(sample.peers.iter().map(|p| &p.latency));

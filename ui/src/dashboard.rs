@@ -9,9 +9,14 @@
 //!
 //! All-to-all runs add the pair heatmap: wide, it sits left of the gauges; narrow, it takes the gauges'
 //! place, and the gauges come back while they have the focus.
+//!
+//! Runs whose ranks report GPU-side figures (the proxy's request queue, NVLink pairs) add the GPU panel:
+//! wide, under the gauges; narrow, right after the top panel. It takes no focus; without such figures
+//! it is not drawn and the layout is exactly as above.
 
 mod chrome;
 mod gauges;
+mod gpu;
 mod grid;
 mod header;
 mod heatmap;
@@ -154,13 +159,15 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
     let results_cap = if state.finished { half } else { third };
     let gauges_lines = gauges::content_height(state).saturating_add(sparkline);
     let heatmap_lines = if state.pairs.is_some() { heatmap::content_height(state) } else { 0 };
+    let gpu_lines = gpu::content_height(state);
     let log_wish = overhead + LOG_LINES_WISHED;
 
     if area.width >= SIDE_BY_SIDE_MIN_WIDTH {
         // Gauges on the left; peers and the log share the right; results take the full width below.
         let right_lines = peers::content_height(state).saturating_add(log_wish);
+        let gpu_block = if gpu_lines > 0 { gpu_lines.saturating_add(overhead) } else { 0 };
         let demands = [
-            demand(gauges_lines.max(right_lines).max(heatmap_lines), half),
+            demand(gauges_lines.saturating_add(gpu_block).max(right_lines).max(heatmap_lines), half),
             demand(results::content_height(state), results_cap),
         ];
         let priority: [usize; 2] = if state.finished { [1, 0] } else { [0, 1] };
@@ -187,7 +194,16 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         } else {
             gauges_area
         };
-        gauges::render(state, gauges_area, buf, chrome);
+        if gpu_lines > 0 {
+            // The GPU panel under the gauges gets its rows first, up to half the column; the gauges
+            // (and their history) take the rest.
+            let column = [demand(gauges_lines, u16::MAX), demand(gpu_lines, gauges_area.height / 2)];
+            let areas = stack(gauges_area, &allocate(gauges_area.height, &column, &[1, 0], 0));
+            gauges::render(state, areas[0], buf, chrome);
+            gpu::render(state, areas[1], buf, chrome);
+        } else {
+            gauges::render(state, gauges_area, buf, chrome);
+        }
         peers::render(state, right[0], buf, chrome);
         log::render(state, right[1], buf, chrome);
         results::render(state, areas[1], buf, chrome);
@@ -195,7 +211,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         // The heatmap takes the gauges' place, unless the gauges have the focus.
         let heatmap_first = state.pairs.is_some() && state.focus != Panel::Gauges;
         let top = if heatmap_first { demand(heatmap_lines, half) } else { demand(gauges_lines, third) };
-        let demands = [
+        let mut demands = vec![
             top,
             demand(peers::content_height(state), third),
             demand(results::content_height(state), results_cap),
@@ -204,16 +220,30 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         // Peers and results are short and say the most; the gauges scroll to the selection; the log
         // shows its last few lines and takes whatever is left. The heatmap is the point of an
         // all-to-all run: it comes right after the peers.
-        let priority: [usize; 4] = match (state.finished, heatmap_first) {
-            (true, _) => [2, 1, 0, 3],
-            (false, true) => [1, 0, 2, 3],
-            (false, false) => [1, 2, 0, 3],
+        let mut priority = match (state.finished, heatmap_first) {
+            (true, _) => vec![2, 1, 0, 3],
+            (false, true) => vec![1, 0, 2, 3],
+            (false, false) => vec![1, 2, 0, 3],
         };
-        let areas = stack(area, &allocate(area.height, &demands, &priority, 3));
+        // Top to bottom, as indices into `demands` (4: the GPU panel).
+        let mut order = vec![0, 1, 2, 3];
+        if gpu_lines > 0 {
+            // A few lines that are the point of the runs that have them: served right after the peers,
+            // drawn right under the top panel.
+            demands.push(demand(gpu_lines, third));
+            let after_peers = priority.iter().position(|&index| index == 1).map_or(0, |at| at + 1);
+            priority.insert(after_peers, 4);
+            order.insert(1, 4);
+        }
+        let heights = allocate(area.height, &demands, &priority, 3);
+        let areas = stack(area, &order.iter().map(|&index| heights[index]).collect::<Vec<_>>());
         let top_panel = if heatmap_first { Panel::Pairs } else { Panel::Gauges };
         let panels = [top_panel, Panel::Peers, Panel::Results, Panel::Log];
-        for (panel, panel_area) in panels.into_iter().zip(areas) {
-            render_panel(state, panel, panel_area, buf, chrome);
+        for (&index, panel_area) in order.iter().zip(areas) {
+            match panels.get(index) {
+                Some(&panel) => render_panel(state, panel, panel_area, buf, chrome),
+                None => gpu::render(state, panel_area, buf, chrome),
+            }
         }
     }
 }

@@ -7,8 +7,8 @@ use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
 use efatop_experiments::{Measurement, RunResults};
 
 use crate::state::{
-    ChannelView, DashboardState, HISTORY_LEN, LogLevel, PairMatrixView, Panel, PeerState, PeerView, RunInfo,
-    ALLTOALL_EXPERIMENT,
+    ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
+    PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
 };
 
 /// Keeps what the state does not show but ingestion needs: when each rank was last heard from.
@@ -44,6 +44,9 @@ impl Ingest {
             .collect();
         state.progress.total = run.configs.len() * run.sizes.len();
         state.results = Some(results);
+        // GPU figures come with the samples: a new run starts without them (and without the GPU panel).
+        state.queues.clear();
+        state.nvlink.clear();
         // Only all-to-all runs pay for the matrix: it grows with the square of the ranks (up to a cap).
         state.pairs = (run.experiment == ALLTOALL_EXPERIMENT).then(|| PairMatrixView::new(run.ranks));
         if state.pairs.is_some() {
@@ -124,6 +127,51 @@ impl Ingest {
                     }
                 }
             }
+        }
+        if rank < self.last_heard.len() {
+            Self::gpu_figures(state, sample);
+        }
+    }
+
+    /// The sample's proxy queue and NVLink pairs, into views kept sorted (a binary search finds them:
+    /// a rank may write to every GPU of its node, and rank 0 hears from thousands of ranks). A rank that
+    /// stops reporting a pair keeps its last figures. Only ranks of the run come here; a pair towards a
+    /// rank outside it is dropped, like a channel the rank does not have.
+    fn gpu_figures(state: &mut DashboardState, sample: &RankSample) {
+        let rank = sample.rank as usize;
+        let ranks = state.peers.len();
+        if let Some(queue) = &sample.queue {
+            let view = QueueView {
+                rank,
+                depth: queue.depth,
+                capacity: queue.capacity,
+                requests_per_s: queue.requests_per_s(sample.interval_ns),
+                quiet_calls_per_s: queue.quiet_calls_per_s(sample.interval_ns),
+                held: queue.held,
+            };
+            match state.queues.binary_search_by_key(&rank, |view| view.rank) {
+                Ok(at) => state.queues[at] = view,
+                Err(at) => state.queues.insert(at, view),
+            }
+        }
+        for pair in sample.nvlink.iter().filter(|pair| (pair.peer as usize) < ranks) {
+            let key = (rank, pair.peer as usize);
+            let at = match state.nvlink.binary_search_by_key(&key, |view| (view.rank, view.peer)) {
+                Ok(at) => at,
+                Err(at) => {
+                    state.nvlink.insert(at, NvlinkView { rank, peer: key.1, ..NvlinkView::default() });
+                    at
+                }
+            };
+            let view = &mut state.nvlink[at];
+            view.gpu = pair.gpu;
+            view.peer_gpu = pair.peer_gpu;
+            view.gbytes_per_s = pair.gbytes_per_s(sample.interval_ns);
+            view.peak_gbytes_per_s = pair.peak_gbytes_per_s;
+            if view.history.len() == NVLINK_HISTORY_LEN {
+                view.history.pop_front();
+            }
+            view.history.push_back(view.gbytes_per_s);
         }
     }
 
@@ -228,6 +276,7 @@ mod tests {
                 ChannelSample { channel: 1, ..ChannelSample::default() },
             ],
             peers: vec![PeerSample { peer: 1, bytes: 1, ops: 1, latency }],
+            ..RankSample::default()
         };
         ingest.sample(&mut state, &sample, Duration::from_millis(100));
         let gauge = &state.channels[0];
@@ -245,6 +294,118 @@ mod tests {
         assert!(state.log.iter().any(|l| l.level == LogLevel::Error && l.text.contains("rank 0")));
         ingest.sample(&mut state, &RankSample { rank: 0, ..RankSample::default() }, Duration::from_secs(7));
         assert_eq!(state.peers[0].state, PeerState::Alive);
+    }
+
+    #[test]
+    fn queues_and_nvlink_pairs_become_sorted_views_with_rates_and_histories() {
+        use efatop_experiments::telemetry::{NvlinkSample, QueueSample};
+        let mut state = DashboardState::default();
+        let four = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
+        let mut ingest = Ingest::begin(&mut state, four.clone(), &[], results(), Duration::from_secs(5));
+        ingest.sample(&mut state, &RankSample { rank: 1, interval_ns: 100_000_000, ..RankSample::default() }, Duration::ZERO);
+        assert!(!state.has_gpu_figures(), "a rank without GPU figures adds no panel");
+
+        let pair = |peer, bytes, peak| NvlinkSample { peer, gpu: 1, peer_gpu: peer, bytes, peak_gbytes_per_s: peak };
+        let from_1 = RankSample {
+            rank: 1,
+            interval_ns: 100_000_000,
+            nvlink: vec![pair(3, 37_120_000_000, Some(450.0)), pair(0, 1_000_000_000, None)],
+            ..RankSample::default()
+        };
+        ingest.sample(&mut state, &from_1, Duration::from_millis(100));
+        let queue = QueueSample { depth: 18, capacity: 1024, requests: 1234, quiet_calls: 41, held: 3 };
+        let from_0 = RankSample {
+            rank: 0,
+            interval_ns: 100_000_000,
+            queue: Some(queue),
+            nvlink: vec![pair(1, 0, Some(450.0))],
+            ..RankSample::default()
+        };
+        ingest.sample(&mut state, &from_0, Duration::from_millis(100));
+        assert!(state.has_gpu_figures());
+        assert_eq!(state.queues.len(), 1);
+        let view = &state.queues[0];
+        assert_eq!((view.rank, view.depth, view.capacity, view.held), (0, 18, 1024, 3));
+        assert!((view.requests_per_s - 12_340.0).abs() < 1e-6 && (view.quiet_calls_per_s - 410.0).abs() < 1e-6, "{view:?}");
+        let order: Vec<(usize, usize)> = state.nvlink.iter().map(|view| (view.rank, view.peer)).collect();
+        assert_eq!(order, [(0, 1), (1, 0), (1, 3)]);
+        let fast = &state.nvlink[2];
+        assert!((fast.gbytes_per_s - 371.2).abs() < 1e-9, "{fast:?}");
+        assert_eq!((fast.gpu, fast.peer_gpu, fast.peak_gbytes_per_s), (1, 3, Some(450.0)));
+        assert_eq!(state.nvlink[1].peak_gbytes_per_s, None);
+
+        // The next interval updates the same views; histories grow, and are bounded.
+        for step in 0..NVLINK_HISTORY_LEN {
+            let idle = RankSample { queue: Some(QueueSample { requests: 0, ..queue }), ..from_0.clone() };
+            ingest.sample(&mut state, &idle, Duration::from_millis(200 + step as u64 * 100));
+        }
+        ingest.sample(&mut state, &from_1, Duration::from_secs(20));
+        assert_eq!((state.queues.len(), state.nvlink.len()), (1, 3));
+        assert!(state.queues[0].requests_per_s.abs() < f64::EPSILON);
+        assert_eq!(state.nvlink[0].history.len(), NVLINK_HISTORY_LEN);
+        assert_eq!(state.nvlink[2].history.len(), 2, "rank 1 sent twice");
+
+        // A rank outside the run, or a pair towards one, is no view.
+        let stray = RankSample { rank: 4, queue: Some(queue), ..from_1.clone() };
+        ingest.sample(&mut state, &stray, Duration::from_secs(21));
+        let beyond = RankSample { nvlink: vec![pair(4, 1, None), pair(u32::MAX, 1, None)], ..from_1.clone() };
+        ingest.sample(&mut state, &beyond, Duration::from_secs(21));
+        assert_eq!((state.queues.len(), state.nvlink.len()), (1, 3));
+        // The next run starts without them.
+        Ingest::begin(&mut state, four, &[], results(), Duration::from_secs(5));
+        assert!(!state.has_gpu_figures());
+    }
+
+    /// The whole path of the GPU figures: what the proxy and an NVLink writer give the probe, sampled,
+    /// framed and decoded as rank 0's collector does, then ingested, is what the GPU panel draws.
+    #[test]
+    fn gpu_figures_travel_from_the_probe_to_the_dashboard_state() {
+        use efatop_experiments::telemetry::{wire, Probe, Sampler};
+        let mut state = DashboardState::default();
+        let run = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
+        let mut ingest = Ingest::begin(&mut state, run, &[], results(), Duration::from_secs(5));
+        let probe = Probe::new(2, 4);
+        let mut sampler = Sampler::new(2, &probe);
+        let interval = Duration::from_millis(100);
+        let through_the_wire = |sample| {
+            let mut frame = Vec::new();
+            wire::encode(&sample, &mut frame);
+            assert_eq!(frame[5], wire::KIND_RANK_SAMPLE_GPU);
+            match wire::decode_frame(&frame[4..]) {
+                Ok(wire::Frame::Rank(decoded)) => decoded,
+                other => panic!("{other:?}"),
+            }
+        };
+
+        probe.set_queue(412, 1024, 538, 20, 48);
+        probe.set_nvlink_pair(3, 2, 3, Some(450.0));
+        probe.set_nvlink_pair(0, 2, 0, None);
+        probe.nvlink_moved(3, 37_120_000_000);
+        probe.nvlink_moved(0, 12_240_000_000);
+        let first = through_the_wire(sampler.sample(&probe, interval, 0));
+        ingest.sample(&mut state, &first, Duration::from_millis(100));
+
+        let queue = &state.queues[..];
+        assert_eq!(queue.len(), 1);
+        assert_eq!((queue[0].rank, queue[0].depth, queue[0].capacity, queue[0].held), (2, 412, 1024, 48));
+        assert!((queue[0].requests_per_s - 5380.0).abs() < 1e-6, "{:?}", queue[0]);
+        assert!((queue[0].quiet_calls_per_s - 200.0).abs() < 1e-6, "{:?}", queue[0]);
+        let pairs: Vec<(usize, usize, u32, u32, Option<f64>)> =
+            state.nvlink.iter().map(|view| (view.rank, view.peer, view.gpu, view.peer_gpu, view.peak_gbytes_per_s)).collect();
+        assert_eq!(pairs, [(2, 0, 2, 0, None), (2, 3, 2, 3, Some(450.0))]);
+        assert!((state.nvlink[0].gbytes_per_s - 122.4).abs() < 1e-9, "{:?}", state.nvlink[0]);
+        assert!((state.nvlink[1].gbytes_per_s - 371.2).abs() < 1e-9, "{:?}", state.nvlink[1]);
+
+        // The next interval is counted from the first: rates, not totals; idle pairs stay, at zero.
+        probe.set_queue(0, 1024, 538 + 100, 20, 0);
+        probe.nvlink_moved(3, 1_000_000_000);
+        let second = through_the_wire(sampler.sample(&probe, interval, 0));
+        ingest.sample(&mut state, &second, Duration::from_millis(200));
+        assert_eq!((state.queues[0].depth, state.queues[0].held), (0, 0));
+        assert!((state.queues[0].requests_per_s - 1000.0).abs() < 1e-6 && state.queues[0].quiet_calls_per_s.abs() < 1e-9);
+        assert!(state.nvlink[0].gbytes_per_s.abs() < 1e-9);
+        assert!((state.nvlink[1].gbytes_per_s - 10.0).abs() < 1e-9);
+        assert_eq!(state.nvlink[1].history.iter().copied().collect::<Vec<_>>(), [371.2, 10.0]);
     }
 
     fn alltoall_run(ranks: usize) -> RunInfo {

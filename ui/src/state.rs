@@ -21,6 +21,8 @@ pub const PAIR_MATRIX_MAX_CELLS: usize = 512 * 512;
 pub const PAIR_HISTORY_MAX_RANKS: usize = 64;
 /// Points in a pair's history (one per telemetry interval of its sender).
 pub const PAIR_HISTORY_LEN: usize = 120;
+/// Points in an NVLink pair's history (one per telemetry interval of its rank).
+pub const NVLINK_HISTORY_LEN: usize = 120;
 
 /// What is running: fixed once the world is established.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -105,6 +107,36 @@ pub struct PeerView {
     /// Time since its last telemetry frame.
     pub last_seen: Duration,
     pub state: PeerState,
+}
+
+/// A rank's proxy request queue (GPU kernel → CPU proxy), as of the rank's last interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueView {
+    pub rank: usize,
+    /// Requests waiting in the ring, of `capacity` slots.
+    pub depth: u64,
+    pub capacity: u64,
+    /// Requests the proxy popped per second over the interval.
+    pub requests_per_s: f64,
+    /// The GPU's Quiet calls per second over the interval.
+    pub quiet_calls_per_s: f64,
+    /// Requests popped and not yet completed.
+    pub held: u64,
+}
+
+/// What one rank's GPU wrote into a peer rank's GPU over NVLink, as of the rank's last interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NvlinkView {
+    pub rank: usize,
+    pub peer: usize,
+    /// The two GPUs as their node numbers them.
+    pub gpu: u32,
+    pub peer_gpu: u32,
+    pub gbytes_per_s: f64,
+    /// The pair's peak; `None` when not known (the gauge then shows the rate without a bar).
+    pub peak_gbytes_per_s: Option<f64>,
+    /// Recent GB/s, oldest first, at most `NVLINK_HISTORY_LEN` points.
+    pub history: VecDeque<f64>,
 }
 
 /// What one sender moved to one receiver (or, in a blocked matrix, to one block of receivers) in the
@@ -392,6 +424,10 @@ pub struct DashboardState {
     pub selected_channel: usize,
     /// All-to-all runs only: every sender→receiver pair's live bandwidth and the selected pair.
     pub pairs: Option<PairMatrixView>,
+    /// Proxy request queues of the ranks that report one, ordered by rank.
+    pub queues: Vec<QueueView>,
+    /// NVLink pairs the ranks report, ordered by rank then peer.
+    pub nvlink: Vec<NvlinkView>,
 }
 
 impl DashboardState {
@@ -400,6 +436,10 @@ impl DashboardState {
         if self.pairs.is_some() { &Panel::ALLTOALL_ORDER } else { &Panel::ORDER }
     }
 
+    /// Some rank reports GPU-side figures, so the dashboard draws its GPU panel.
+    pub fn has_gpu_figures(&self) -> bool {
+        !self.queues.is_empty() || !self.nvlink.is_empty()
+    }
 
     pub fn push_log(&mut self, at: Duration, level: LogLevel, text: impl Into<String>) {
         if self.log.len() == LOG_LEN {

@@ -26,16 +26,34 @@
 //! str: u16 byte length, then UTF-8; f64: a figure not known is NaN
 //! ```
 //!
+//! Version 1 also knows [`KIND_RANK_SAMPLE_GPU`]: a rank sample with GPU-side figures (the proxy's
+//! request queue, NVLink pairs), sent instead of [`KIND_RANK_SAMPLE`] only by a rank that has them, so
+//! every other rank's frames stay byte for byte as above. Its body is a rank sample's, then:
+//!
+//! ```text
+//! u8 queue state: 0 (no queue), or 1 then u64 depth, u64 capacity, u64 requests, u64 quiet_calls, u64 held
+//! u32 NVLink pair count, per pair: u32 peer, u32 gpu, u32 peer_gpu, u64 bytes, f64 peak_gbytes_per_s
+//!                                  (NaN: not known; otherwise positive and finite)
+//! ```
+//!
+//! A frame of this kind with neither a queue nor a pair is malformed: that sample travels as kind 1.
+//!
 //! A decoder never panics: a frame of another version, an unknown kind, a short or over-long body, or an
 //! out-of-range bucket is a [`WireError`] naming what was wrong. Changing any of this is a new version; the
 //! golden test below pins the bytes.
 
 use super::histogram::{BUCKETS, IntervalHistogram};
-use super::{ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, PeerSample, RankSample};
+use super::{
+    ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, NvlinkSample, PeerSample, QueueSample, RankSample,
+};
 
 pub const VERSION: u8 = 1;
 pub const KIND_RANK_SAMPLE: u8 = 1;
 pub const KIND_NODE_SNAPSHOT: u8 = 2;
+pub const KIND_RANK_SAMPLE_GPU: u8 = 3;
+/// The GPU section's queue state.
+const NO_QUEUE: u8 = 0;
+const QUEUE: u8 = 1;
 /// [`NodeNic`] flags.
 const NIC_RDMA: u8 = 1;
 const NIC_PRESENT: u8 = 2;
@@ -64,6 +82,12 @@ pub enum WireError {
     GpuState(u8),
     #[error("{0} is longer than a frame string can be")]
     TooLongText(&'static str),
+    #[error("unknown queue state {0}")]
+    QueueState(u8),
+    #[error("NVLink peak towards rank {0} is not a positive rate")]
+    NvlinkPeak(u32),
+    #[error("GPU section with neither a queue nor an NVLink pair")]
+    EmptyGpuSection,
 }
 
 /// A decoded frame of any kind.
@@ -73,12 +97,14 @@ pub enum Frame {
     Node(NodeSample),
 }
 
-/// Appends one framed sample to `out`.
+/// Appends one framed sample to `out`: a [`KIND_RANK_SAMPLE`] frame, or a [`KIND_RANK_SAMPLE_GPU`] one
+/// when the sample has a queue or NVLink pairs.
 pub fn encode(sample: &RankSample, out: &mut Vec<u8>) {
     let start = out.len();
+    let gpu = sample.queue.is_some() || !sample.nvlink.is_empty();
     out.extend_from_slice(&[0; 4]);
     out.push(VERSION);
-    out.push(KIND_RANK_SAMPLE);
+    out.push(if gpu { KIND_RANK_SAMPLE_GPU } else { KIND_RANK_SAMPLE });
     out.extend_from_slice(&sample.rank.to_le_bytes());
     out.extend_from_slice(&sample.seq.to_le_bytes());
     out.extend_from_slice(&sample.interval_ns.to_le_bytes());
@@ -98,8 +124,36 @@ pub fn encode(sample: &RankSample, out: &mut Vec<u8>) {
         out.extend_from_slice(&peer.ops.to_le_bytes());
         encode_histogram(&peer.latency, out);
     }
+    if gpu {
+        encode_gpu_section(sample, out);
+    }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn encode_gpu_section(sample: &RankSample, out: &mut Vec<u8>) {
+    match &sample.queue {
+        None => out.push(NO_QUEUE),
+        Some(queue) => {
+            out.push(QUEUE);
+            for figure in [queue.depth, queue.capacity, queue.requests, queue.quiet_calls, queue.held] {
+                out.extend_from_slice(&figure.to_le_bytes());
+            }
+        }
+    }
+    out.extend_from_slice(&(sample.nvlink.len() as u32).to_le_bytes());
+    for pair in &sample.nvlink {
+        out.extend_from_slice(&pair.peer.to_le_bytes());
+        out.extend_from_slice(&pair.gpu.to_le_bytes());
+        out.extend_from_slice(&pair.peer_gpu.to_le_bytes());
+        out.extend_from_slice(&pair.bytes.to_le_bytes());
+        // A peak the decoder would refuse goes as unknown: one bad figure must not cost the whole sample.
+        put_figure(pair.peak_gbytes_per_s.filter(|peak| is_rate(*peak)), out);
+    }
+}
+
+fn is_rate(figure: f64) -> bool {
+    figure.is_finite() && figure > 0.0
 }
 
 fn encode_histogram(histogram: &IntervalHistogram, out: &mut Vec<u8>) {
@@ -281,7 +335,7 @@ pub fn decode(body: &[u8]) -> Result<RankSample, WireError> {
         return Err(WireError::Version(version));
     }
     let kind = reader.u8("kind")?;
-    if kind != KIND_RANK_SAMPLE {
+    if kind != KIND_RANK_SAMPLE && kind != KIND_RANK_SAMPLE_GPU {
         return Err(WireError::Kind(kind));
     }
     let mut sample = RankSample {
@@ -313,10 +367,45 @@ pub fn decode(body: &[u8]) -> Result<RankSample, WireError> {
             latency: reader.histogram()?,
         });
     }
+    if kind == KIND_RANK_SAMPLE_GPU {
+        decode_gpu_section(&mut reader, &mut sample)?;
+    }
     if !reader.bytes.is_empty() {
         return Err(WireError::Trailing(reader.bytes.len()));
     }
     Ok(sample)
+}
+
+fn decode_gpu_section(reader: &mut Reader<'_>, sample: &mut RankSample) -> Result<(), WireError> {
+    sample.queue = match reader.u8("queue state")? {
+        NO_QUEUE => None,
+        QUEUE => Some(QueueSample {
+            depth: reader.u64("queue depth")?,
+            capacity: reader.u64("queue capacity")?,
+            requests: reader.u64("queue requests")?,
+            quiet_calls: reader.u64("Quiet calls")?,
+            held: reader.u64("requests held")?,
+        }),
+        other => return Err(WireError::QueueState(other)),
+    };
+    let pairs = reader.u32("NVLink pair count")?;
+    // A pair takes 28 bytes: capacity never follows a count the body cannot hold.
+    sample.nvlink.reserve((pairs as usize).min(reader.bytes.len() / 28));
+    for _ in 0..pairs {
+        let peer = reader.u32("NVLink peer")?;
+        let gpu = reader.u32("NVLink GPU")?;
+        let peer_gpu = reader.u32("NVLink peer GPU")?;
+        let bytes = reader.u64("NVLink bytes")?;
+        let peak_gbytes_per_s = reader.figure("NVLink peak")?;
+        if peak_gbytes_per_s.is_some_and(|peak| !is_rate(peak)) {
+            return Err(WireError::NvlinkPeak(peer));
+        }
+        sample.nvlink.push(NvlinkSample { peer, gpu, peer_gpu, bytes, peak_gbytes_per_s });
+    }
+    if sample.queue.is_none() && sample.nvlink.is_empty() {
+        return Err(WireError::EmptyGpuSection);
+    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -390,6 +479,7 @@ mod tests {
                 latency: IntervalHistogram { buckets: vec![(40, 1)] },
             }],
             peers: vec![PeerSample { peer: 0, bytes: 4096, ops: 1, latency: IntervalHistogram::default() }],
+            ..RankSample::default()
         }
     }
 
@@ -500,11 +590,103 @@ mod tests {
         assert_eq!(decode_frame(&node_frame(&unavailable)[4..]), Ok(Frame::Node(unavailable)));
     }
 
+    /// `sample()` on the rank that runs the proxy and writes to two peers' GPUs over NVLink.
+    fn gpu_sample() -> RankSample {
+        RankSample {
+            queue: Some(QueueSample { depth: 18, capacity: 1024, requests: 500, quiet_calls: 40, held: 3 }),
+            nvlink: vec![
+                NvlinkSample { peer: 1, gpu: 3, peer_gpu: 1, bytes: 37_120_000_000, peak_gbytes_per_s: Some(450.0) },
+                NvlinkSample { peer: 2, gpu: 3, peer_gpu: 2, bytes: 0, peak_gbytes_per_s: None },
+            ],
+            ..sample()
+        }
+    }
+
+    fn gpu_frame(sample: &RankSample) -> Vec<u8> {
+        let mut frame = Vec::new();
+        encode(sample, &mut frame);
+        frame
+    }
+
+    /// The bytes of a version 1 rank sample with its GPU section: the rank sample's bytes exactly as in
+    /// `golden_frame` (bar the length and kind), then the section. If this fails, the format changed.
+    #[test]
+    fn golden_gpu_frame() {
+        let frame = gpu_frame(&gpu_sample());
+        let hex: String = frame.iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+        assert_eq!(
+            hex,
+            concat!(
+                "bd000000", "01", "03", "03000000", "0700000000000000", "00e1f50500000000", "0200000000000000",
+                "0100", "0100", "0010000000000000", "0100000000000000", "05000000", "0100", "2800", "01000000",
+                "01000000", "00000000", "0010000000000000", "0100000000000000", "0000",
+                // queue: depth, capacity, requests, Quiet calls, held
+                "01", "1200000000000000", "0004000000000000", "f401000000000000", "2800000000000000", "0300000000000000",
+                // two pairs: peer, GPU, peer GPU, bytes, peak (450 GB/s; NaN: unknown)
+                "02000000",
+                "01000000", "03000000", "01000000", "004086a408000000", "0000000000207c40",
+                "02000000", "03000000", "02000000", "0000000000000000", "000000000000f87f",
+            )
+        );
+        assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Rank(gpu_sample())));
+        // Either half alone is a GPU section too.
+        for half in [RankSample { nvlink: Vec::new(), ..gpu_sample() }, RankSample { queue: None, ..gpu_sample() }] {
+            let frame = gpu_frame(&half);
+            assert_eq!(frame[5], KIND_RANK_SAMPLE_GPU);
+            assert_eq!(decode(&frame[4..]), Ok(half));
+        }
+    }
+
+    #[test]
+    fn a_peak_the_decoder_would_refuse_is_sent_as_unknown() {
+        let mut odd = gpu_sample();
+        odd.nvlink[0].peak_gbytes_per_s = Some(-1.0);
+        odd.nvlink[1].peak_gbytes_per_s = Some(f64::INFINITY);
+        let decoded = decode(&gpu_frame(&odd)[4..]).expect("decodes");
+        assert_eq!(decoded.nvlink.iter().map(|pair| pair.peak_gbytes_per_s).collect::<Vec<_>>(), [None, None]);
+    }
+
+    #[test]
+    fn malformed_gpu_sections_are_named_not_panicked_on() {
+        let frame = gpu_frame(&gpu_sample());
+        let body = &frame[4..];
+        for cut in 0..body.len() {
+            assert!(decode_frame(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = body.to_vec();
+        longer.push(0);
+        assert_eq!(decode(&longer), Err(WireError::Trailing(1)));
+        // The section starts where the plain rank sample ends.
+        let section_at = gpu_frame(&sample()).len() - 4;
+        let mut bad_state = body.to_vec();
+        bad_state[section_at] = 2;
+        assert_eq!(decode(&bad_state), Err(WireError::QueueState(2)));
+        // The first pair's peak: after the state, the queue's five figures, the count and four fields.
+        let peak_at = section_at + 1 + 5 * 8 + 4 + 4 + 4 + 4 + 8;
+        assert_eq!(&body[peak_at..peak_at + 8], 450.0_f64.to_le_bytes());
+        for bad_peak in [0.0, -450.0, f64::INFINITY] {
+            let mut bad = body.to_vec();
+            bad[peak_at..peak_at + 8].copy_from_slice(&f64::to_le_bytes(bad_peak));
+            assert_eq!(decode(&bad), Err(WireError::NvlinkPeak(1)), "{bad_peak}");
+        }
+        // A GPU kind over a plain body, or with an empty section: neither is what an encoder sends.
+        let mut plain = gpu_frame(&sample());
+        plain[5] = KIND_RANK_SAMPLE_GPU;
+        assert_eq!(decode(&plain[4..]), Err(WireError::Truncated("queue state")));
+        plain.extend_from_slice(&[NO_QUEUE, 0, 0, 0, 0]);
+        assert_eq!(decode(&plain[4..]), Err(WireError::EmptyGpuSection));
+        // A huge pair count with no bytes behind it fails without allocating for it.
+        let mut lying = body[..section_at + 1 + 40].to_vec();
+        lying.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode(&lying), Err(WireError::Truncated("NVLink peer")));
+    }
+
     #[test]
     fn rank_frames_still_decode_through_decode_frame_and_old_decoders_skip_node_frames() {
         let mut frame = Vec::new();
         encode(&sample(), &mut frame);
         assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Rank(sample())));
+        assert_eq!(frame[5], KIND_RANK_SAMPLE, "a rank without GPU figures sends the frame it always did");
         assert_eq!(decode(&node_frame(&node())[4..]), Err(WireError::Kind(KIND_NODE_SNAPSHOT)));
     }
 

@@ -11,8 +11,8 @@ use efatop_experiments::telemetry::{IntervalHistogram, PeerSample};
 use efatop_experiments::RunResults;
 
 use crate::state::{
-    ChannelView, DashboardState, LogLevel, PairMatrixView, Panel, PeerState, PeerView, Progress, RunInfo,
-    ALLTOALL_EXPERIMENT, HISTORY_LEN,
+    ChannelView, DashboardState, LogLevel, NvlinkView, PairMatrixView, Panel, PeerState, PeerView, Progress, QueueView,
+    RunInfo, ALLTOALL_EXPERIMENT, HISTORY_LEN, NVLINK_HISTORY_LEN,
 };
 
 const HOSTS: [&str; 2] = ["p5-node-a", "p5-node-b"];
@@ -49,7 +49,12 @@ pub fn sample_state() -> DashboardState {
         progress,
         channels: (0..4).flat_map(|rank| (0..4).map(move |channel| channel_view(rank, channel))).collect(),
         peers: (0..4).map(|rank| peer_view(rank, &hosts)).collect(),
-        results: Some(RunResults { metadata: metadata(hosts), configs, measurements: measurements(), ..RunResults::default() }),
+        results: Some(RunResults {
+            metadata: metadata(hosts),
+            configs,
+            measurements: measurements("SinglePin", "MultiPin"),
+            ..RunResults::default()
+        }),
         drops_total: 17,
         selected_rank: 1,
         selected_channel: 2,
@@ -64,6 +69,102 @@ pub fn sample_state() -> DashboardState {
     state.push_log(at(71_900), LogLevel::Error, "rank 3: no telemetry for 5.0s, marked lost");
     state.push_log(at(82_500), LogLevel::Info, "MultiPin 2M started");
     state
+}
+
+/// A `proxy` run mid-sweep on one host: rank 0's GPU pushes write requests into the ring faster than its
+/// CPU proxy drains them (`ProxyMultiNBI`, 2M), so the queue is 40% full; rank 1 receives. Two channels.
+pub fn proxy_sample_state() -> DashboardState {
+    let hosts = vec![HOSTS[0].to_string(); 2];
+    let configs = vec!["ProxySingleNBIDMA(staged)".to_string(), "ProxyMultiNBIDMA(staged)".to_string()];
+    let run = RunInfo {
+        experiment: "proxy".into(),
+        provider_stack: "efa".into(),
+        ranks: 2,
+        hosts: hosts.clone(),
+        channels: 2,
+        link_gbps: Some(LINK_GBPS),
+        memory: "device".into(),
+        configs: configs.clone(),
+        sizes: SIZES.to_vec(),
+        placements: Vec::new(),
+    };
+    let mut state = DashboardState {
+        run,
+        progress: Progress {
+            config: Some(configs[1].clone()),
+            size: Some(SIZES[3]),
+            done: 9,
+            total: 12,
+            elapsed: Duration::from_secs(47),
+            eta: Some(Duration::from_secs(16)),
+        },
+        channels: (0..2).flat_map(|rank| (0..2).map(move |channel| channel_view(rank, channel))).collect(),
+        peers: (0..2).map(|rank| peer_view(rank, &hosts)).collect(),
+        results: Some(RunResults {
+            metadata: RunMetadata { experiment: "proxy".into(), ranks: 2, ..metadata(hosts.clone()) },
+            configs: configs.clone(),
+            measurements: measurements(&configs[0], &configs[1]),
+            ..RunResults::default()
+        }),
+        queues: vec![QueueView {
+            rank: 0,
+            depth: 412,
+            capacity: 1024,
+            requests_per_s: 5_380.0,
+            quiet_calls_per_s: 0.0,
+            held: 48,
+        }],
+        ..DashboardState::default()
+    };
+    state.push_log(Duration::from_millis(150), LogLevel::Info, "world established: 2 ranks on 1 host, provider efa");
+    state.push_log(Duration::from_secs(46), LogLevel::Info, "ProxyMultiNBIDMA(staged) 2M started");
+    state.push_log(
+        Duration::from_secs(47),
+        LogLevel::Info,
+        "proxy queue (ProxyMultiNBIDMA(staged) 2M): 412 waiting in the ring, 48 held by the proxy, 5380 requests/s, 0 Quiet calls",
+    );
+    state
+}
+
+/// Four ranks on one host, one GPU each, each GPU writing into the next one's over NVLink (a ring),
+/// with `peak` as every pair's peak; rank 2's pair runs at a third of the others. Rank 3 is lost.
+pub fn nvlink_sample_state(peak: Option<f64>) -> DashboardState {
+    let mut state = DashboardState { nvlink: nvlink_ring(4, peak), ..sample_state() };
+    state.run.experiment = "ipc".into();
+    state.run.hosts = vec![HOSTS[0].to_string(); 4];
+    state.run.memory = "device".into();
+    for peer in &mut state.peers {
+        peer.host = HOSTS[0].into();
+    }
+    state
+}
+
+/// `ranks` ranks, rank r on GPU r writing into rank r+1's GPU (the last into the first's), each pair with
+/// a full history around its rate (idle for its first six intervals).
+pub fn nvlink_ring(ranks: usize, peak: Option<f64>) -> Vec<NvlinkView> {
+    (0..ranks)
+        .map(|rank| {
+            let peer = (rank + 1) % ranks;
+            let rate = if rank == 2 { 122.4 } else { 371.2 - rank as f64 * 3.1 };
+            let history = (0..NVLINK_HISTORY_LEN - 1)
+                .map(|step| {
+                    let phase = (step * 5 + rank * 11) % 24;
+                    let ramp = if phase < 12 { phase } else { 24 - phase };
+                    if step < 6 { 0.0 } else { rate * (0.7 + ramp as f64 * 0.025) }
+                })
+                .chain([rate])
+                .collect();
+            NvlinkView {
+                rank,
+                peer,
+                gpu: rank as u32,
+                peer_gpu: peer as u32,
+                gbytes_per_s: rate,
+                peak_gbytes_per_s: peak,
+                history,
+            }
+        })
+        .collect()
 }
 
 /// Rank 3 is lost, so its channels went quiet a while ago; the others carry traffic that rises and
@@ -143,8 +244,9 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
     }
 }
 
-/// SinglePin over all six sizes, MultiPin over the first three: the table is half filled in.
-fn measurements() -> Vec<Measurement> {
+/// `single` (SinglePin) over all six sizes, `multi` (MultiPin) over the first three: the table is half
+/// filled in.
+fn measurements(single_config: &str, multi_config: &str) -> Vec<Measurement> {
     let single = [31.58, 52.14, 71.93, 84.27, 91.06, 94.88];
     let multi = [45.12, 98.75, 171.40];
     let measurement = |config: &str, size: u64, gbps: f64, channels: f64| {
@@ -167,8 +269,8 @@ fn measurements() -> Vec<Measurement> {
             verified: true,
         }
     };
-    let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement("SinglePin", size, gbps, 1.0));
-    let multi = SIZES.iter().zip(multi).map(|(&size, gbps)| measurement("MultiPin", size, gbps, 4.0));
+    let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));
+    let multi = SIZES.iter().zip(multi).map(|(&size, gbps)| measurement(multi_config, size, gbps, 4.0));
     single.chain(multi).collect()
 }
 

@@ -476,3 +476,112 @@ fn alltoall_states_draw_at_any_size_without_panicking() {
     let terminal = panel(&alltoall_64(), Panel::Pairs, 10, 3);
     assert!(find(terminal.backend().buffer(), "Pairs").is_some());
 }
+
+// ---- The GPU panel: the proxy's request queue and NVLink pairs ----
+
+use super::sample::{nvlink_sample_state, proxy_sample_state};
+
+/// The whole dashboard of each GPU state at the two sizes the dashboard promises.
+#[test]
+fn gpu_panel_snapshots() {
+    let states = [
+        ("proxy_queue", proxy_sample_state()),
+        ("nvlink_peak", nvlink_sample_state(Some(450.0))),
+        ("nvlink_unknown_peak", nvlink_sample_state(None)),
+    ];
+    for (name, state) in states {
+        for (width, height) in [(80, 24), (200, 60)] {
+            assert_snapshot!(format!("gpu_{name}_{width}x{height}"), dashboard(&state, width, height).backend());
+        }
+    }
+}
+
+/// What the panel's title and rows say of each state, at the two sizes: never a bar against a peak
+/// nobody knows, and a slow pair without a peak looks slow beside the fast ones.
+#[test]
+fn gpu_panel_says_what_its_bars_and_histories_are_drawn_against() {
+    let title_row = |state: &DashboardState, width| {
+        let terminal = dashboard(state, width, 60);
+        let buffer = terminal.backend().buffer().clone();
+        let (_, y) = find(&buffer, " GPU ").unwrap_or_else(|| panic!("no GPU panel:\n{buffer:?}"));
+        row_text(&buffer, y)
+    };
+    for width in [80, 200] {
+        let known = title_row(&nvlink_sample_state(Some(450.0)), width);
+        assert!(known.contains("bars: NVLink peak ") && !known.contains("unknown"), "{known}");
+        let unknown = title_row(&nvlink_sample_state(None), width);
+        assert!(!unknown.contains("bars:") && unknown.contains("NVLink peak unknown"), "{unknown}");
+        assert!(unknown.contains("history top 371.2 GB/s"), "{unknown}");
+        let queue = title_row(&proxy_sample_state(), width);
+        assert!(queue.contains("bars: ring slots"), "{queue}");
+    }
+    let mut mixed = nvlink_sample_state(Some(450.0));
+    mixed.nvlink[2].peak_gbytes_per_s = None;
+    let title = title_row(&mixed, 200);
+    assert!(title.contains("bars: NVLink peak where known · no peak: history top 122.4 GB/s"), "{title}");
+
+    // Rank 2's pair runs at a third of the others: its history sits low, theirs high.
+    let terminal = dashboard(&nvlink_sample_state(None), 200, 60);
+    let buffer = terminal.backend().buffer();
+    let history = |needle: &str| {
+        let (_, y) = find(buffer, needle).unwrap_or_else(|| panic!("{needle:?} not on screen:\n{buffer:?}"));
+        let row = row_text(buffer, y);
+        let levels: Vec<usize> = row.chars().filter_map(|c| "▁▂▃▄▅▆▇█".chars().position(|level| level == c)).collect();
+        assert!(!levels.is_empty(), "no history in {row}");
+        levels.iter().max().copied().unwrap_or(0)
+    };
+    assert!(history("GPU2→GPU3") <= 3, "the slow pair reaches high");
+    assert!(history("GPU0→GPU1") == 7, "the fastest pair does not reach the top");
+}
+
+/// Without queue or NVLink figures there is no GPU panel (the other snapshots pin that the layout is
+/// as before); with more rows than lines, the rows start at the selected rank's.
+#[test]
+fn gpu_panel_only_when_figures_and_scrolled_to_the_selected_rank() {
+    for (width, height) in [(80, 24), (200, 60)] {
+        let terminal = dashboard(&sample_state(), width, height);
+        assert!(find(terminal.backend().buffer(), " GPU ").is_none());
+    }
+    let mut state = nvlink_sample_state(Some(450.0));
+    state.nvlink = super::sample::nvlink_ring(16, Some(450.0));
+    state.selected_rank = 9;
+    let terminal = dashboard(&state, 80, 24);
+    let buffer = terminal.backend().buffer();
+    let (_, y) = find(buffer, " GPU ").unwrap_or_else(|| panic!("no GPU panel:\n{buffer:?}"));
+    let title = row_text(buffer, y);
+    assert!(title.contains("10-15 of 16 · bars: NVLink peak"), "{title}");
+    assert!(row_text(buffer, y + 1).contains("r9 GPU9→GPU10"), "{buffer:?}");
+    // Near the end the rows stop at the last one.
+    state.selected_rank = 15;
+    let terminal = dashboard(&state, 80, 24);
+    let buffer = terminal.backend().buffer();
+    assert!(find(buffer, "11-16 of 16").is_some() && find(buffer, "r10 GPU10→GPU11").is_some(), "{buffer:?}");
+    assert!(find(buffer, "r15 GPU15→GPU0").is_some(), "{buffer:?}");
+}
+
+#[test]
+fn gpu_states_draw_at_any_size_without_panicking() {
+    let mut many = nvlink_sample_state(None);
+    many.nvlink = super::sample::nvlink_ring(64, None);
+    many.queues = proxy_sample_state().queues;
+    let mut odd = proxy_sample_state();
+    odd.queues[0].capacity = 0;
+    odd.queues[0].requests_per_s = f64::NAN;
+    odd.nvlink = super::sample::nvlink_ring(2, Some(f64::INFINITY));
+    odd.nvlink[0].gbytes_per_s = f64::INFINITY;
+    odd.nvlink[1].history.clear();
+    for state in [proxy_sample_state(), nvlink_sample_state(Some(450.0)), nvlink_sample_state(None), many, odd] {
+        for width in 0..40 {
+            for height in 0..16 {
+                dashboard(&state, width, height);
+            }
+        }
+        for (width, height) in [(1, 1), (10, 3), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)] {
+            dashboard(&state, width, height);
+        }
+    }
+}
+
+fn row_text(buffer: &Buffer, y: u16) -> String {
+    (buffer.area.left()..buffer.area.right()).map(|x| buffer[(x, y)].symbol()).collect()
+}
