@@ -105,8 +105,18 @@ pub fn run(
     let Some(gpu) = world.gpu.as_ref() else {
         return Err(ExperimentError::Unsupported("ipc: no GPU is open on this rank".into()));
     };
-    let gpus = world.bootstrap.allgather(gpu.pci_bus_id().as_bytes())?;
-    if gpus[WRITER] == gpus[TARGET] && !options.same_gpu {
+    // Each rank's GPU: its ordinal on the host and its PCI bus id.
+    let gpus: Vec<(u32, String)> = world
+        .bootstrap
+        .allgather(format!("{} {}", gpu.ordinal(), gpu.pci_bus_id()).as_bytes())?
+        .iter()
+        .map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            let (ordinal, bus) = text.split_once(' ').unwrap_or(("0", &text));
+            (ordinal.parse().unwrap_or(0), bus.to_string())
+        })
+        .collect();
+    if gpus[WRITER].1 == gpus[TARGET].1 && !options.same_gpu {
         let count = efatop_cuda::device_count().unwrap_or(1);
         return Err(ExperimentError::Unsupported(format!(
             "ipc needs two GPUs, one per rank, but both ranks got GPU {} ({}): this host has {count} GPU{}",
@@ -131,7 +141,7 @@ pub fn run(
     )?;
 
     let columns: Vec<String> = options.configs.iter().map(|c| c.column()).collect();
-    let (from, to) = (String::from_utf8_lossy(&gpus[WRITER]).into_owned(), String::from_utf8_lossy(&gpus[TARGET]).into_owned());
+    let (from, to) = (&gpus[WRITER].1, &gpus[TARGET].1);
     observer.begin(&columns, &format!("device, CUDA IPC {from} -> {to}"));
     match &options.peak {
         Some(peak) => observer.note(&format!(
@@ -144,6 +154,10 @@ pub fn run(
         None => {}
     }
     let peak_gbytes_per_s = options.peak.as_ref().map(|p| p.gbytes_per_s);
+    if world.rank == WRITER {
+        // The dashboard's NVLink gauge for this pair, against its peak when known.
+        world.probe.set_nvlink_pair(TARGET, gpus[WRITER].0, gpus[TARGET].0, peak_gbytes_per_s);
+    }
     let mut counters = LinkNotes { read: options.link_counters.take(), last: Instant::now() };
 
     let mut measurements = Vec::new();
@@ -250,7 +264,7 @@ fn move_bytes(
     while passes.finished() < passes.total() {
         let landed = passes.poll().map_err(cuda_error)?;
         if landed > 0 {
-            tell_probe(world, size * landed as u64);
+            world.probe.nvlink_moved(TARGET, size * landed as u64);
         } else if world.abort.is_raised() {
             return Err(efatop_fabric::FabricError::Abandoned(world.abort.reason()).into());
         } else {
@@ -260,9 +274,6 @@ fn move_bytes(
     }
     passes.finish().map_err(cuda_error)
 }
-
-/// Until the probe has NVLink counters: nothing.
-fn tell_probe(_world: &World<'_>, _bytes: u64) {}
 
 fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
     let mut latency = LatencyRecorder::new();
