@@ -142,7 +142,8 @@ pub fn run(
 
     let columns: Vec<String> = options.configs.iter().map(|c| c.column()).collect();
     let (from, to) = (&gpus[WRITER].1, &gpus[TARGET].1);
-    observer.begin(&columns, &format!("device, CUDA IPC {from} -> {to}"));
+    observer.begin(&columns, "device");
+    observer.note(&format!("CUDA IPC: rank 0's GPU {from} writes into rank 1's GPU {to}"));
     match &options.peak {
         Some(peak) => observer.note(&format!(
             "NVLink peak {from} -> {to}: {:.0} GB/s per direction ({}); BusBW is against it",

@@ -161,11 +161,14 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
     let heatmap_lines = if state.pairs.is_some() { heatmap::content_height(state) } else { 0 };
     let gpu_lines = gpu::content_height(state);
     let log_wish = overhead + LOG_LINES_WISHED;
+    // ipc moves nothing over libfabric: its NVLink gauges take the channel gauges' place.
+    let gpu_instead_of_gauges = state.run.experiment == "ipc" && gpu_lines > 0;
+    let gauges_lines = if gpu_instead_of_gauges { gpu_lines } else { gauges_lines };
 
     if area.width >= SIDE_BY_SIDE_MIN_WIDTH {
         // Gauges on the left; peers and the log share the right; results take the full width below.
         let right_lines = peers::content_height(state).saturating_add(log_wish);
-        let gpu_block = if gpu_lines > 0 { gpu_lines.saturating_add(overhead) } else { 0 };
+        let gpu_block = if gpu_lines > 0 && !gpu_instead_of_gauges { gpu_lines.saturating_add(overhead) } else { 0 };
         let demands = [
             demand(gauges_lines.saturating_add(gpu_block).max(right_lines).max(heatmap_lines), half),
             demand(results::content_height(state), results_cap),
@@ -194,7 +197,9 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         } else {
             gauges_area
         };
-        if gpu_lines > 0 {
+        if gpu_instead_of_gauges {
+            gpu::render(state, gauges_area, buf, chrome);
+        } else if gpu_lines > 0 {
             // The GPU panel under the gauges gets its rows first, up to half the column; the gauges
             // (and their history) take the rest.
             let column = [demand(gauges_lines, u16::MAX), demand(gpu_lines, gauges_area.height / 2)];
@@ -227,7 +232,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         };
         // Top to bottom, as indices into `demands` (4: the GPU panel).
         let mut order = vec![0, 1, 2, 3];
-        if gpu_lines > 0 {
+        if gpu_lines > 0 && !gpu_instead_of_gauges {
             // A few lines that are the point of the runs that have them: served right after the peers,
             // drawn right under the top panel.
             demands.push(demand(gpu_lines, third));
@@ -241,6 +246,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         let panels = [top_panel, Panel::Peers, Panel::Results, Panel::Log];
         for (&index, panel_area) in order.iter().zip(areas) {
             match panels.get(index) {
+                Some(Panel::Gauges) if gpu_instead_of_gauges => gpu::render(state, panel_area, buf, chrome),
                 Some(&panel) => render_panel(state, panel, panel_area, buf, chrome),
                 None => gpu::render(state, panel_area, buf, chrome),
             }

@@ -44,9 +44,21 @@ fn run_line(state: &DashboardState, columns: u16) -> Line<'static> {
     let run = &state.run;
     let hosts = distinct_hosts(state);
     let experiment = if run.experiment.is_empty() { "starting" } else { run.experiment.as_str() };
-    let provider = if run.provider_stack.is_empty() { "provider ?" } else { run.provider_stack.as_str() };
-    let link_long = run.link_gbps.map_or_else(|| "link speed unknown".into(), |g| format!("{} Gbps link", speed(g)));
-    let link_short = run.link_gbps.map_or_else(|| "link speed unknown".into(), |g| format!("{} Gbps", speed(g)));
+    let ipc = run.experiment == "ipc";
+    let provider = if ipc {
+        // ipc's bytes cross NVLink; its world's provider only carries the bootstrap.
+        "CUDA IPC"
+    } else if run.provider_stack.is_empty() {
+        "provider ?"
+    } else {
+        run.provider_stack.as_str()
+    };
+    let (link_long, link_short) = match (ipc, run.link_gbps) {
+        (true, Some(g)) => (format!("NVLink {:.0} GB/s peak", g / 8.0), format!("{:.0} GB/s", g / 8.0)),
+        (true, None) => ("NVLink peak unknown".into(), "peak ?".into()),
+        (false, Some(g)) => (format!("{} Gbps link", speed(g)), format!("{} Gbps", speed(g))),
+        (false, None) => ("link speed unknown".into(), "link speed unknown".into()),
+    };
     let host_count = plural(hosts.len(), "host", "hosts");
     let hosts_named = if hosts.is_empty() { host_count.clone() } else { format!("{host_count} ({})", hosts.join(", ")) };
     // Each item from its longest form to its shortest.
@@ -58,7 +70,11 @@ fn run_line(state: &DashboardState, columns: u16) -> Line<'static> {
             format!("{} on {host_count}", plural(run.ranks, "rank", "ranks")),
             format!("{}r/{}h", run.ranks, hosts.len()),
         ],
-        vec![plural(run.channels, "channel", "channels"), format!("{}ch", run.channels)],
+        if ipc {
+            vec!["1 pair of GPUs".into(), "1 pair".into()]
+        } else {
+            vec![plural(run.channels, "channel", "channels"), format!("{}ch", run.channels)]
+        },
         vec![format!("{} memory", or_unknown(&run.memory)), or_unknown(&run.memory).to_string()],
         vec![link_long, link_short],
     ];

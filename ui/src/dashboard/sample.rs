@@ -133,6 +133,8 @@ pub fn nvlink_sample_state(peak: Option<f64>) -> DashboardState {
     state.run.experiment = "ipc".into();
     state.run.hosts = vec![HOSTS[0].to_string(); 4];
     state.run.memory = "device".into();
+    // ipc's header reads the pair's NVLink peak (GB/s) from the run's link speed (Gbps).
+    state.run.link_gbps = peak.map(|p| p * 8.0);
     for peer in &mut state.peers {
         peer.host = HOSTS[0].into();
     }
