@@ -140,7 +140,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
-        sizes: sizes::sweep(common.min_size, common.max_size),
+        sizes: { let (min, max) = experiment.sizes(); sizes::sweep(min, max) },
         warmup: common.warmup,
         iters: common.iters,
         window,
