@@ -18,9 +18,13 @@
 //! Where the provider cannot register GPU memory (shm and tcp here), the proxy copies each requested
 //! range device → host memory page-locked for CUDA before posting its write, and the columns say
 //! `DMA(staged)`. The copies are asynchronous (a stream and an event per request) into a staging area of
-//! twice the largest size, handed out in request order: a write is posted only once its own copy has
-//! finished, and while it is in flight the next request's copy runs on the copy engine. Only NBI can
-//! use that overlap; a blocking configuration has one request outstanding at a time.
+//! twice the largest size, cut for each step into fixed slots per channel: a blocking configuration holds
+//! one request at a time and reuses one slot; NBI double-buffers (small requests: up to 16 MiB ahead), so
+//! while request k's write is in flight request k+1's copy runs on the copy engine. A write is posted only
+//! once its own copy has finished, without waiting inside the provider (EAGAIN leaves it queued), and a
+//! slot is reused only once its write completed. After each step rank 0 logs where its requests spent
+//! their time (`proxy stages`). Where a provider offers `FI_HMEM` but cannot register GPU memory (shm in
+//! libfabric 1.17), the world opens its endpoints without it, which keeps shm's single-copy CMA path.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -262,8 +266,8 @@ struct Posted<'c> {
     op: Option<Op<'c>>,
     /// When the proxy popped it, saw its copy finish, and posted its write.
     started: Instant,
-    copied: Option<Instant>,
-    posted: Option<Instant>,
+    copied_at: Option<Instant>,
+    sent_at: Option<Instant>,
 }
 
 /// Where one step's requests spent their time on rank 0's CPU, summed over the step; told to the log
@@ -312,6 +316,7 @@ impl Stages {
 impl Proxy<'_, '_> {
     /// Launches the GPU's schedule and serves its requests until every write completed; returns the
     /// bandwidth measured on the GPU's clock and each timed iteration's duration.
+    #[allow(clippy::too_many_lines)] // one loop: accept and stage, post, progress, complete, in that order
     fn run(
         &self,
         config: ProxyConfig,
@@ -391,8 +396,8 @@ impl Proxy<'_, '_> {
                     event: accepted % events,
                     op: None,
                     started: Instant::now(),
-                    copied: None,
-                    posted: None,
+                    copied_at: None,
+                    sent_at: None,
                 });
                 accepted += 1;
                 advanced = true;
@@ -403,13 +408,13 @@ impl Proxy<'_, '_> {
             }
             // Completions are published in ticket order: Quiet's "everything so far" is a prefix.
             while in_flight.front().is_some_and(|p| p.op.as_ref().is_some_and(Op::is_complete)) {
-                let Some(Posted { op: Some(op), request, started, posted, staged_at, .. }) = in_flight.pop_front() else { break };
+                let Some(Posted { op: Some(op), request, started, sent_at, staged_at, .. }) = in_flight.pop_front() else { break };
                 op.wait()?;
                 completed += 1;
                 consumer.set_completed(completed);
                 let now = Instant::now();
                 stages.requests += 1;
-                stages.write += posted.map_or(Duration::ZERO, |at| now - at);
+                stages.write += sent_at.map_or(Duration::ZERO, |at| now - at);
                 let channel = request.channel as usize;
                 if let Some((slot, _)) = staged_at {
                     slots[channel].give_back(slot);
@@ -462,13 +467,13 @@ impl Proxy<'_, '_> {
         let mut posted_any = false;
         for posted in in_flight.iter_mut().filter(|p| p.op.is_none()) {
             if let Some(staging) = self.staging {
-                if posted.copied.is_none() {
+                if posted.copied_at.is_none() {
                     if !staging.stager.is_done(posted.event).map_err(cuda_error)? {
                         break;
                     }
                     let now = Instant::now();
                     stages.copy += now - posted.started;
-                    posted.copied = Some(now);
+                    posted.copied_at = Some(now);
                 }
             }
             let request = &posted.request;
@@ -490,9 +495,9 @@ impl Proxy<'_, '_> {
             let after = Instant::now();
             stages.post_call += after - before;
             let Some(op) = op else { break };
-            stages.queued += before - posted.copied.unwrap_or(posted.started);
+            stages.queued += before - posted.copied_at.unwrap_or(posted.started);
             posted.op = Some(op);
-            posted.posted = Some(after);
+            posted.sent_at = Some(after);
             world.probe.set_in_flight(channel, world.channels[channel].in_flight());
             posted_any = true;
         }
