@@ -147,10 +147,10 @@ pub struct CommonArgs {
     /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
     #[arg(long, default_value = "1", value_parser = parse_channels)]
     pub channels: ChannelCount,
-    /// Smallest message size, a power of two (K, M, G suffixes) [default: 4K; ipc: 1M]
+    /// Smallest message size, a power of two (K, M, G suffixes) [default: 4K; proxy: 8M, as its seed; ipc: 1M]
     #[arg(long, value_parser = parse_size_arg)]
     pub min_size: Option<u64>,
-    /// Largest message size, a power of two (K, M, G suffixes) [default: 64M; ipc: 1G]
+    /// Largest message size, a power of two (K, M, G suffixes) [default: 64M; proxy and ipc: 1G]
     #[arg(long, value_parser = parse_size_arg)]
     pub max_size: Option<u64>,
     /// Untimed iterations before each size
@@ -298,14 +298,20 @@ impl Experiment {
         }
     }
 
-    /// `--min-size`/`--max-size`, or this experiment's defaults: NVLink needs larger sizes to fill.
-    pub fn size_range(&self) -> (u64, u64) {
+    /// The sweep's smallest and largest size: the flags, else the experiment's defaults. The proxy's seed
+    /// table runs 8M..1G (below that its staged shm figures are about per-request overhead, not the
+    /// pipeline); ipc's 1M..1G (NVLink needs large sizes to fill); every other experiment's 4K..64M.
+    pub fn sizes(&self) -> (u64, u64) {
+        let common = self.common();
         let (min, max) = match self {
+            Experiment::Proxy(_) => (8 << 20, 1 << 30),
             Experiment::Ipc(_) => (1 << 20, 1 << 30),
             _ => (4 << 10, 64 << 20),
         };
-        let common = self.common();
-        (common.min_size.unwrap_or(min), common.max_size.unwrap_or(max))
+        // With one end given, the other default gives way rather than empty the sweep.
+        let max = common.max_size.unwrap_or_else(|| max.max(common.min_size.unwrap_or(0)));
+        let min = common.min_size.unwrap_or_else(|| min.min(max));
+        (min, max)
     }
 
     pub fn name(&self) -> &'static str {
@@ -380,9 +386,9 @@ fn parse_link_gbps(text: &str) -> Result<f64, String> {
 /// What clap cannot check alone, for one experiment: checked by the launcher before any rank starts (one
 /// line, not one per rank) and by each rank under MPI.
 pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
-    let (min_size, max_size) = experiment.size_range();
-    if min_size > max_size {
-        return Err(format!("--min-size {} is larger than --max-size {}", format_size(min_size), format_size(max_size)));
+    let (min, max) = experiment.sizes();
+    if min > max {
+        return Err(format!("--min-size {} is larger than --max-size {}", format_size(min), format_size(max)));
     }
     if let Experiment::Ipc(args) = experiment {
         if args.common.memory != [MemoryArg::Host] {
@@ -398,3 +404,34 @@ pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
     Ok(())
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn sizes(args: &[&str]) -> (u64, u64) {
+        let cli = Cli::try_parse_from(std::iter::once("efatop").chain(args.iter().copied())).expect("parses");
+        match cli.command {
+            Command::Proxy(args) => Experiment::Proxy(args).sizes(),
+            Command::Write(args) => Experiment::Write(args).sizes(),
+            Command::Ipc(args) => Experiment::Ipc(args).sizes(),
+            _ => unreachable!("only proxy, write and ipc here"),
+        }
+    }
+
+    #[test]
+    fn proxy_sweeps_the_seeds_sizes_unless_told_and_the_others_keep_theirs() {
+        const K: u64 = 1 << 10;
+        const M: u64 = 1 << 20;
+        assert_eq!(sizes(&["proxy"]), (8 * M, 1024 * M));
+        assert_eq!(sizes(&["write"]), (4 * K, 64 * M));
+        assert_eq!(sizes(&["proxy", "--min-size", "64K", "--max-size", "256M"]), (64 * K, 256 * M));
+        // One end given: the other default, unless that would leave nothing to sweep.
+        assert_eq!(sizes(&["proxy", "--max-size", "4M"]), (4 * M, 4 * M));
+        assert_eq!(sizes(&["proxy", "--min-size", "64M"]), (64 * M, 1024 * M));
+        assert_eq!(sizes(&["write", "--min-size", "1G"]), (1024 * M, 1024 * M));
+        assert_eq!(sizes(&["write", "--max-size", "1M"]), (4 * K, M));
+        assert_eq!(sizes(&["ipc"]), (M, 1024 * M));
+    }
+}

@@ -144,8 +144,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
         sizes: {
-            let (min_size, max_size) = experiment.size_range();
-            sizes::sweep(min_size, max_size)
+            let (min, max) = experiment.sizes();
+            sizes::sweep(min, max)
         },
         warmup: common.warmup,
         iters: common.iters,

@@ -54,7 +54,7 @@ fn bad_input_table() {
         (&["ipc", "--grid", "0"], &["--grid", "1..=65535"]),
         (&["ipc", "--sweep", "--grid", "4"], &["--sweep", "--grid"]),
         (&["run", "--ranks", "2", "ipc", "--memory", "device"], &["--memory", "ipc always moves GPU memory"]),
-        (&["run", "--ranks", "2", "ipc", "--min-size", "2G"], &["--min-size 2G is larger than --max-size 1G"]),
+        (&["run", "--ranks", "2", "ipc", "--min-size", "2M", "--max-size", "1M"], &["--min-size 2M is larger than --max-size 1M"]),
         // No GPU 64 anywhere: refused with the experiment named, on CI (no driver) and on GPU machines alike.
         (&["run", "--ranks", "2", "ipc", "--gpu", "64"], &["ipc: no CUDA device"]),
         (&["bench-collector", "--hz", "0"], &["--hz"]),

@@ -18,9 +18,13 @@
 //! Where the provider cannot register GPU memory (shm and tcp here), the proxy copies each requested
 //! range device → host memory page-locked for CUDA before posting its write, and the columns say
 //! `DMA(staged)`. The copies are asynchronous (a stream and an event per request) into a staging area of
-//! twice the largest size, handed out in request order: a write is posted only once its own copy has
-//! finished, and while it is in flight the next request's copy runs on the copy engine. Only NBI can
-//! use that overlap; a blocking configuration has one request outstanding at a time.
+//! twice the largest size, cut for each step into fixed slots per channel: a blocking configuration holds
+//! one request at a time and reuses one slot; NBI double-buffers (small requests: up to 16 MiB ahead), so
+//! while request k's write is in flight request k+1's copy runs on the copy engine. A write is posted only
+//! once its own copy has finished, without waiting inside the provider (EAGAIN leaves it queued), and a
+//! slot is reused only once its write completed. After each step rank 0 logs where its requests spent
+//! their time (`proxy stages`). Where a provider offers `FI_HMEM` but cannot register GPU memory (shm in
+//! libfabric 1.17), the world opens its endpoints without it, which keeps shm's single-copy CMA path.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -82,8 +86,15 @@ const TARGET: usize = 1;
 const RING_SLOTS: u64 = 1024;
 /// Writes the proxy keeps posted at once before it completes the oldest.
 const MAX_OUTSTANDING: usize = 48;
-/// The staging area holds this many of the largest write: one being sent while the next is copied.
+/// The staging area holds this many of the largest write (rounded up to whole channels): one being sent
+/// while the next is copied.
 const STAGING_COPIES: usize = 2;
+/// NBI keeps each channel's pipeline at least this many staged bytes ahead (one request being written,
+/// the next ones copied), so the peer always finds the next write queued even when a request is small
+/// and the proxy's pass (completion, copy launch, event poll, post) takes about as long as the write.
+const AHEAD_BYTES: u64 = 16 << 20;
+/// At most this many requests per channel in an NBI pipeline (and at least 2: one sent, one copied).
+const MAX_DEPTH: usize = 16;
 /// Progress calls per pass of the proxy's loop. shm moves a large write a bounded piece per progress call,
 /// so the rest of a pass (ring polls, copy events) should not dilute them. On one H100 run, 4 rounds put
 /// every NBI column ahead of blocking where 1 had not; shm's spread between machines is as large (README).
@@ -135,8 +146,11 @@ pub fn run(
 
     let mut measurements = Vec::new();
     let mut expected_immediates = vec![0u64; world.channels.len()];
-    for (config_index, (config, column)) in configs.iter().zip(&columns).enumerate() {
-        for &size in &sweep.sizes {
+    // Size by size, every configuration back to back: the columns a reader compares (blocking against
+    // NBI) are measured seconds apart, not a whole sweep apart, so drift on the host (shm's placement,
+    // other tenants) moves them together.
+    for &size in &sweep.sizes {
+        for (config_index, (config, column)) in configs.iter().zip(&columns).enumerate() {
             let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
             observer.step(column, size);
             let outcome = match (world.rank, &kernels) {
@@ -172,34 +186,68 @@ struct Staging<'p> {
 
 impl<'p> Staging<'p> {
     fn new(world: &World<'_>, gpu: &efatop_cuda::Gpu, device: &'p DeviceBuffer, largest: usize) -> Result<Self, ExperimentError> {
-        let host = Rc::new(HostBuffer::new(largest * STAGING_COPIES)?);
-        let stager = AsyncStager::new(gpu, host.clone(), MAX_OUTSTANDING).map_err(cuda_error)?;
+        let capacity = staging_capacity(largest as u64, world.channels.len());
+        let host = Rc::new(HostBuffer::new(capacity as usize)?);
+        let events = event_pool(world.channels.len());
+        let stager = AsyncStager::new(gpu, host.clone(), events).map_err(cuda_error)?;
         let regions = register_all(&world.channels, &(host as Rc<dyn efatop_fabric::RegistrableMemory>))?;
-        Ok(Self { device, stager, regions, capacity: (largest * STAGING_COPIES) as u64 })
-    }
-
-    /// Where a copy of `len` bytes can go, given the area's oldest and newest live copies (handed out and
-    /// given back in request order, so the live bytes are one arc of a circle); `None` when it is full.
-    fn place(&self, len: u64, oldest_start: Option<u64>, newest_end: Option<u64>) -> Option<u64> {
-        place(self.capacity, len, oldest_start, newest_end)
+        Ok(Self { device, stager, regions, capacity })
     }
 }
 
-/// [`Staging::place`] in an area of `capacity` bytes.
-fn place(capacity: u64, len: u64, oldest_start: Option<u64>, newest_end: Option<u64>) -> Option<u64> {
-    let (Some(oldest), Some(newest)) = (oldest_start, newest_end) else {
-        return (len <= capacity).then_some(0);
-    };
-    if newest > oldest {
-        // Live bytes are oldest..newest: room after them, or else from the start up to the oldest.
-        if newest + len <= capacity {
-            Some(newest)
-        } else {
-            (len <= oldest).then_some(0)
-        }
-    } else {
-        // Wrapped: live bytes are oldest..capacity and 0..newest.
-        (newest + len <= oldest).then_some(newest)
+/// Room for [`STAGING_COPIES`] of the largest write, each split over up to `channels` channels.
+fn staging_capacity(largest: u64, channels: usize) -> u64 {
+    STAGING_COPIES as u64 * largest.max(1).next_multiple_of(channels.max(1) as u64)
+}
+
+/// Copy events in flight at most: every channel's whole pipeline.
+fn event_pool(channels: usize) -> usize {
+    MAX_OUTSTANDING.max(channels * MAX_DEPTH)
+}
+
+/// How one step cuts the staging area: per channel, `depth` fixed slots of `slot_len` bytes, reused from
+/// request to request. Blocking holds one request at a time and so always reuses slot 0 (its bytes stay
+/// in the CPU's cache and TLB between the copy and shm's read of them); NBI alternates between its
+/// slots, double (or, for small requests, multiple) buffering, instead of walking the whole area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SlotPlan {
+    slot_len: u64,
+    /// Requests a channel may hold at once (its pipeline).
+    depth: usize,
+    /// Slots each channel's range of the area is cut into (= `depth`).
+    per_channel: usize,
+}
+
+impl SlotPlan {
+    fn new(capacity: u64, size: u64, channels_used: usize, nbi: bool) -> Self {
+        let channels_used = channels_used.max(1);
+        let slot_len = size.div_ceil(channels_used as u64).max(1);
+        let fit = usize::try_from(capacity / (slot_len * channels_used as u64)).unwrap_or(usize::MAX).max(1);
+        let wanted = if nbi { usize::try_from(AHEAD_BYTES / slot_len).unwrap_or(MAX_DEPTH).clamp(2, MAX_DEPTH) } else { 1 };
+        let depth = wanted.min(fit);
+        Self { slot_len, depth, per_channel: depth }
+    }
+
+    /// Where slot `slot` of `channel` starts.
+    fn offset(&self, channel: usize, slot: usize) -> u64 {
+        (channel * self.per_channel + slot) as u64 * self.slot_len
+    }
+}
+
+/// Which of a channel's slots are in use (bit i: slot i).
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotsInUse(u64);
+
+impl SlotsInUse {
+    /// The lowest free slot, if the channel holds fewer than `plan.depth` requests.
+    fn take(&mut self, plan: &SlotPlan) -> Option<usize> {
+        let slot = (0..plan.depth.min(64)).find(|i| self.0 & (1 << i) == 0)?;
+        self.0 |= 1 << slot;
+        Some(slot)
+    }
+
+    fn give_back(&mut self, slot: usize) {
+        self.0 &= !(1 << slot);
     }
 }
 
@@ -216,17 +264,64 @@ struct Proxy<'a, 'w> {
 /// A request the proxy accepted: being staged (no `op` yet), then posted.
 struct Posted<'c> {
     request: Request,
-    /// Its bytes' place in the staging area, when staged.
-    staged_at: Option<u64>,
+    /// Its staging slot (of its channel) and where that starts in the staging area, when staged.
+    staged_at: Option<(usize, u64)>,
     /// Its staging event (the request's sequence number, modulo the pool).
-    slot: usize,
+    event: usize,
     op: Option<Op<'c>>,
+    /// When the proxy popped it, saw its copy finish, and posted its write.
     started: Instant,
+    copied_at: Option<Instant>,
+    sent_at: Option<Instant>,
+}
+
+/// Where one step's requests spent their time on rank 0's CPU, summed over the step; told to the log
+/// (and the JSON `note` lines) once the step ends, so a slow column can be explained, not guessed at.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stages {
+    requests: u64,
+    /// Popped → its copy seen finished (staged only).
+    copy: Duration,
+    /// Copy finished (or popped) → posted, including time waiting for an earlier write on its channel.
+    queued: Duration,
+    /// Time inside the provider's write call (shm retries EAGAIN there while a transfer to that peer runs).
+    post_call: Duration,
+    /// Posted → its completion seen.
+    write: Duration,
+    /// Time the proxy held nothing and waited for the GPU's next request (for blocking configurations,
+    /// the round trip: completion published → Quiet returns → next push seen).
+    idle: Duration,
+    passes: u64,
+}
+
+impl Stages {
+    fn line(&self, column: &str, size: u64, pinned: Option<bool>, wall: Duration) -> String {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / self.requests.max(1) as f64;
+        format!(
+            "proxy stages ({column} {}): {} requests in {:.1} ms, per request: copy {:.1} us, queued {:.1} us, \
+             post call {:.1} us, write {:.1} us, idle {:.1} us, {:.1} passes{}",
+            format_size(size),
+            self.requests,
+            wall.as_secs_f64() * 1e3,
+            per(self.copy),
+            per(self.queued),
+            per(self.post_call),
+            per(self.write),
+            per(self.idle),
+            self.passes as f64 / self.requests.max(1) as f64,
+            match pinned {
+                Some(true) => ", staging pinned",
+                Some(false) => ", staging NOT pinned (synchronous copies)",
+                None => "",
+            }
+        )
+    }
 }
 
 impl Proxy<'_, '_> {
     /// Launches the GPU's schedule and serves its requests until every write completed; returns the
     /// bandwidth measured on the GPU's clock and each timed iteration's duration.
+    #[allow(clippy::too_many_lines)] // one loop: accept and stage, post, progress, complete, in that order
     fn run(
         &self,
         config: ProxyConfig,
@@ -261,10 +356,20 @@ impl Proxy<'_, '_> {
         let mut waiting: Option<Request> = None;
         let mut report = QueueReport::new(column, size, &world.probe);
         let mut last_change = Instant::now();
+        let mut stages = Stages::default();
+        let step_started = Instant::now();
+        let mut idle_since: Option<Instant> = Some(step_started);
+        let plan = self.staging.map(|staging| SlotPlan::new(staging.capacity, size, channels_used, !config.quiet_each()));
+        let mut slots = vec![SlotsInUse::default(); world.channels.len()];
+        let events = event_pool(world.channels.len());
         while completed < expected {
+            stages.passes += 1;
             let mut advanced = false;
             while in_flight.len() < MAX_OUTSTANDING {
                 let Some(request) = waiting.take().or_else(|| consumer.try_pop().map(|(_, r)| r)) else { break };
+                if let Some(since) = idle_since.take() {
+                    stages.idle += since.elapsed();
+                }
                 let (channel, len) = (request.channel as usize, request.len);
                 if request.target as usize != TARGET
                     || channel >= channels_used
@@ -274,41 +379,57 @@ impl Proxy<'_, '_> {
                         "proxy: the GPU asked for a write outside its plan: {request:?} (size {size}, {channels_used} channels)"
                     )));
                 }
-                let slot = accepted % MAX_OUTSTANDING;
-                let staged_at = match self.staging {
-                    Some(staging) => {
-                        let oldest = in_flight.iter().find_map(|p| p.staged_at);
-                        let newest = in_flight.iter().rev().find_map(|p| p.staged_at.map(|at| at + p.request.len.max(1)));
-                        let Some(at) = staging.place(len.max(1), oldest, newest) else {
+                let staged_at = match (self.staging, plan.as_ref()) {
+                    (Some(staging), Some(plan)) => {
+                        let Some(slot) = slots[channel].take(plan) else {
+                            // This channel's pipeline is full: the request waits for its oldest write.
                             waiting = Some(request);
                             break;
                         };
+                        let at = plan.offset(channel, slot);
                         staging
                             .stager
-                            .copy_out(staging.device, request.offset as usize, at as usize, len as usize, slot)
+                            .copy_out(staging.device, request.offset as usize, at as usize, len as usize, accepted % events)
                             .map_err(cuda_error)?;
-                        Some(at)
+                        Some((slot, at))
                     }
-                    None => None,
+                    _ => None,
                 };
+                in_flight.push_back(Posted {
+                    request,
+                    staged_at,
+                    event: accepted % events,
+                    op: None,
+                    started: Instant::now(),
+                    copied_at: None,
+                    sent_at: None,
+                });
                 accepted += 1;
-                in_flight.push_back(Posted { request, staged_at, slot, op: None, started: Instant::now() });
                 advanced = true;
             }
-            advanced |= self.post_ready(&mut in_flight)?;
+            advanced |= self.post_ready(&mut in_flight, &mut stages)?;
             for _ in 0..PROGRESS_ROUNDS {
                 world.progress_all()?;
             }
             // Completions are published in ticket order: Quiet's "everything so far" is a prefix.
             while in_flight.front().is_some_and(|p| p.op.as_ref().is_some_and(Op::is_complete)) {
-                let Some(Posted { op: Some(op), request, started, .. }) = in_flight.pop_front() else { break };
+                let Some(Posted { op: Some(op), request, started, sent_at, staged_at, .. }) = in_flight.pop_front() else { break };
                 op.wait()?;
                 completed += 1;
                 consumer.set_completed(completed);
+                let now = Instant::now();
+                stages.requests += 1;
+                stages.write += sent_at.map_or(Duration::ZERO, |at| now - at);
                 let channel = request.channel as usize;
+                if let Some((slot, _)) = staged_at {
+                    slots[channel].give_back(slot);
+                }
                 world.probe.completed(channel, TARGET, request.len, Some(started.elapsed()));
                 world.probe.set_in_flight(channel, world.channels[channel].in_flight());
                 advanced = true;
+            }
+            if in_flight.is_empty() && waiting.is_none() && idle_since.is_none() {
+                idle_since = Some(Instant::now());
             }
             report.tick(observer, &consumer, view.quiet_calls(), in_flight.len());
             if advanced {
@@ -323,6 +444,7 @@ impl Proxy<'_, '_> {
                 });
             }
         }
+        observer.note(&stages.line(column, size, self.staging.map(|s| s.stager.is_pinned()), step_started.elapsed()));
         running.finish().map_err(cuda_error)?;
         if let Some((_, extra)) = consumer.try_pop() {
             return Err(ExperimentError::Unsupported(format!("proxy: the GPU pushed more requests than planned: {extra:?}")));
@@ -342,31 +464,45 @@ impl Proxy<'_, '_> {
     }
 
     /// Posts, in request order, every accepted write whose bytes are ready (staged: its copy's event has
-    /// fired); says whether it posted any.
-    fn post_ready<'c>(&'c self, in_flight: &mut VecDeque<Posted<'c>>) -> Result<bool, ExperimentError> {
+    /// fired) and that the provider takes now; says whether it posted any. A write the provider cannot
+    /// take yet (EAGAIN: shm's bounce-buffer protocol moves one transfer per peer at a time) stays queued
+    /// for the next pass, so the loop keeps serving the ring, the copies and the completions meanwhile.
+    fn post_ready<'c>(&'c self, in_flight: &mut VecDeque<Posted<'c>>, stages: &mut Stages) -> Result<bool, ExperimentError> {
         let world = self.world;
         let mut posted_any = false;
         for posted in in_flight.iter_mut().filter(|p| p.op.is_none()) {
             if let Some(staging) = self.staging {
-                if !staging.stager.is_done(posted.slot).map_err(cuda_error)? {
-                    break;
+                if posted.copied_at.is_none() {
+                    if !staging.stager.is_done(posted.event).map_err(cuda_error)? {
+                        break;
+                    }
+                    let now = Instant::now();
+                    stages.copy += now - posted.started;
+                    posted.copied_at = Some(now);
                 }
             }
             let request = &posted.request;
             let channel = request.channel as usize;
             let (local, local_offset) = match (self.staging, posted.staged_at) {
-                (Some(staging), Some(at)) => (&staging.regions[channel], at),
+                (Some(staging), Some((_, at))) => (&staging.regions[channel], at),
                 _ => (&self.payload.regions[channel], request.offset),
             };
-            posted.op = Some(world.channels[channel].write(
+            let before = Instant::now();
+            let op = world.channels[channel].try_write(
                 TARGET,
                 local,
                 local_offset as usize,
                 request.len as usize,
                 self.remotes[TARGET][channel],
                 request.offset,
-                Some(request.immediate),
-            )?);
+                request.immediate,
+            )?;
+            let after = Instant::now();
+            stages.post_call += after - before;
+            let Some(op) = op else { break };
+            stages.queued += before - posted.copied_at.unwrap_or(posted.started);
+            posted.op = Some(op);
+            posted.sent_at = Some(after);
             world.probe.set_in_flight(channel, world.channels[channel].in_flight());
             posted_any = true;
         }
@@ -492,22 +628,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn staging_is_handed_out_in_request_order_and_never_overlaps_live_copies() {
-        // Empty: from the start, if it fits at all.
-        assert_eq!(place(100, 60, None, None), Some(0));
-        assert_eq!(place(100, 101, None, None), None);
-        // Live 0..60: the next 40 fit after it; 50 do not, nor before it (the oldest starts at 0).
-        assert_eq!(place(100, 40, Some(0), Some(60)), Some(60));
-        assert_eq!(place(100, 50, Some(0), Some(60)), None);
-        // Live 30..90: 20 wrap to the start (room up to 30), 40 do not.
-        assert_eq!(place(100, 20, Some(30), Some(90)), Some(0));
-        assert_eq!(place(100, 40, Some(30), Some(90)), None);
-        // Wrapped, live 30..100 and 0..20: room only between 20 and 30.
-        assert_eq!(place(100, 10, Some(30), Some(20)), Some(20));
-        assert_eq!(place(100, 11, Some(30), Some(20)), None);
-        // Two of the largest write fill it exactly: the third waits for the first to complete.
-        assert_eq!(place(200, 100, Some(0), Some(100)), Some(100));
-        assert_eq!(place(200, 100, Some(0), Some(200)), None);
+    fn blocking_reuses_one_slot_and_nbi_double_buffers_large_requests() {
+        let capacity = staging_capacity(1 << 30, 1);
+        // Blocking: one request at a time, always slot 0 (its bytes stay warm between copy and send).
+        let blocking = SlotPlan::new(capacity, 64 << 20, 1, false);
+        assert_eq!((blocking.depth, blocking.per_channel, blocking.slot_len), (1, 1, 64 << 20));
+        let mut slots = SlotsInUse::default();
+        for _ in 0..3 {
+            assert_eq!(slots.take(&blocking), Some(0));
+            assert_eq!(slots.take(&blocking), None, "a second request waits");
+            slots.give_back(0);
+        }
+        // NBI, large: two slots, alternating as writes complete in order; never a third.
+        let nbi = SlotPlan::new(capacity, 64 << 20, 1, true);
+        assert_eq!(nbi.depth, 2);
+        let mut slots = SlotsInUse::default();
+        assert_eq!(slots.take(&nbi), Some(0));
+        assert_eq!(slots.take(&nbi), Some(1));
+        assert_eq!(slots.take(&nbi), None);
+        slots.give_back(0);
+        assert_eq!(slots.take(&nbi), Some(0));
+        assert_eq!((nbi.offset(0, 0), nbi.offset(0, 1)), (0, 64 << 20));
+        // The largest size itself: exactly two copies fit.
+        assert_eq!(SlotPlan::new(capacity, 1 << 30, 1, true).depth, 2);
+    }
+
+    #[test]
+    fn nbi_keeps_small_requests_deeper_but_within_the_area_and_the_cap() {
+        let capacity = staging_capacity(1 << 30, 2);
+        assert_eq!(SlotPlan::new(capacity, 1 << 20, 1, true).depth, 16, "16 MiB ahead of 1 MiB requests");
+        assert_eq!(SlotPlan::new(capacity, 4 << 20, 1, true).depth, 4);
+        assert_eq!(SlotPlan::new(capacity, 8 << 20, 2, true).depth, 4, "4 MiB per channel");
+        assert_eq!(SlotPlan::new(capacity, 64 << 10, 1, true).depth, MAX_DEPTH);
+        // A sweep whose largest size is small: the area limits the depth, never below one.
+        let small = staging_capacity(1 << 20, 1);
+        assert_eq!(SlotPlan::new(small, 1 << 20, 1, true).depth, 2);
+        // Channels' slots never overlap, and the last one ends inside the area.
+        for (size, channels) in [(1u64 << 30, 2usize), ((1 << 30) - 1, 3), (12345, 2), (1 << 20, 2)] {
+            let capacity = staging_capacity(1 << 30, channels);
+            let plan = SlotPlan::new(capacity, size, channels, true);
+            let end = plan.offset(channels - 1, plan.per_channel - 1) + plan.slot_len;
+            assert!(end <= capacity, "{size} over {channels}: {end} > {capacity}");
+            assert!(plan.offset(1, 0) >= plan.offset(0, plan.per_channel - 1) + plan.slot_len);
+            assert!(plan.slot_len * channels as u64 >= size, "every channel's share fits its slot");
+        }
     }
 
     #[test]

@@ -154,12 +154,16 @@ impl<'b> World<'b> {
             discover_agreed(bootstrap, &hosts, provider, options, single_host, &preference)?;
 
         let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
+        let mut notes = Vec::new();
+        let nics = match &gpu {
+            Some(gpu) => keep_hmem_only_if_usable(bootstrap, provider, options, nics, gpu, single_host, &preference, &mut notes)?,
+            None => nics,
+        };
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
         let channel_count = match options.channels {
             ChannelCount::All => min_nics,
             ChannelCount::Exactly(n) => n,
         };
-        let mut notes = Vec::new();
         let ranks_here = hosts.iter().filter(|h| **h == hosts[rank]).count();
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let share_cpu = ranks_here > cores;
@@ -319,6 +323,48 @@ fn open_gpu(
     };
     let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
     crate::agree_with(bootstrap, rank, hosts, opened, false)
+}
+
+/// libfabric 1.17's shm offers `FI_HMEM` but refuses to register CUDA memory (ENOSYS), and an shm
+/// endpoint opened with `FI_HMEM` turns off CMA, its single-copy path, so every transfer, host memory
+/// included, goes through bounce buffers. Device memory is staged through host memory where it cannot be
+/// registered anyway, so unless every rank can register its GPU's memory with the NICs found, they are
+/// found again without `FI_HMEM`. One small registration on a throwaway endpoint tells.
+#[allow(clippy::too_many_arguments)]
+fn keep_hmem_only_if_usable(
+    bootstrap: &dyn Bootstrap,
+    provider: Provider,
+    options: &WorldOptions,
+    nics: Vec<Nic>,
+    gpu: &efatop_cuda::Gpu,
+    single_host: bool,
+    preference: &dyn Fn(&Nic) -> Option<usize>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Nic>, ExperimentError> {
+    let offered = nics.first().is_some_and(Nic::offers_hmem);
+    let usable = offered && registers_device_memory(&nics[0], gpu, options);
+    let votes = bootstrap.allgather(&[u8::from(!offered || usable)])?;
+    if !offered || votes.iter().all(|v| v.first() == Some(&1)) {
+        return Ok(nics);
+    }
+    match discover_nics(provider, options.capabilities) {
+        Ok(plain) if plain.len() == nics.len() => {
+            notes.push(format!(
+                "{} offers FI_HMEM but cannot register GPU memory here: its endpoints are opened without it \
+                 (keeping {provider}'s own fast paths) and device memory is staged through host memory",
+                nics[0].provider
+            ));
+            Ok(order_nics(plain, single_host, preference))
+        }
+        _ => Ok(nics),
+    }
+}
+
+/// Whether `nic` accepts a registration of `gpu`'s memory (on an endpoint opened for the question).
+fn registers_device_memory(nic: &Nic, gpu: &efatop_cuda::Gpu, options: &WorldOptions) -> bool {
+    let probe = ChannelOptions { index: 0, max_in_flight: 1, op_timeout: options.op_timeout };
+    let (Ok(channel), Ok(buffer)) = (Channel::open(nic, &probe), gpu.alloc(4096)) else { return false };
+    channel.register(std::rc::Rc::new(buffer)).is_ok()
 }
 
 /// Finds this rank's NICs (own NICs first) and shares with every rank how many `--channels all` would

@@ -256,6 +256,54 @@ impl Channel {
         })
     }
 
+    /// As [`Channel::write`], but never waits: `Ok(None)` when no operation slot is free or the provider
+    /// says EAGAIN (shm does while an earlier transfer to that peer is still being copied through its
+    /// bounce buffers), after one progress call. A caller with other work (a proxy serving a queue) tries
+    /// again later instead of spinning inside the provider.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_write<'c>(
+        &'c self,
+        peer: usize,
+        local: &'c MemoryRegion,
+        offset: usize,
+        len: usize,
+        remote: RemoteRegion,
+        remote_offset: u64,
+        immediate: u32,
+    ) -> Result<Option<Op<'c>>> {
+        self.check_span(local, offset, len)?;
+        if remote_offset + len as u64 > remote.len {
+            return Err(FabricError::Invalid(format!(
+                "write of {len} bytes at {remote_offset} exceeds the peer's region of {} bytes",
+                remote.len
+            )));
+        }
+        let dest = self.peer(peer)?;
+        let ep = self.stack.endpoint();
+        let buf = local.local_address(offset);
+        let descriptor = local.desc();
+        let addr = remote.base + remote_offset;
+        if self.free_head.get() == NO_SLOT {
+            self.progress()?;
+            return Ok(None);
+        }
+        let slot = self.reserve_slot()?;
+        let context = self.slots[slot as usize].context.get().cast();
+        // SAFETY: as for write.
+        let ret = unsafe { sys::fi_writedata(ep, buf, len, descriptor, u64::from(immediate), dest, addr, remote.key, context) };
+        if ret == 0 {
+            self.slots[slot as usize].state.set(SlotState::Posted);
+            self.in_flight.set(self.in_flight.get() + 1);
+            return Ok(Some(Op { channel: self, slot, api: "fi_writedata", finished: false }));
+        }
+        self.release_slot(slot);
+        if ret != -(sys::FI_EAGAIN as isize) {
+            return Err(FabricError::call("fi_writedata", ret as i64));
+        }
+        self.progress()?;
+        Ok(None)
+    }
+
     /// Two-sided SEND of `len` bytes at `offset` of `local` to rank `peer`.
     pub fn send<'c>(&'c self, peer: usize, local: &'c MemoryRegion, offset: usize, len: usize) -> Result<Op<'c>> {
         self.check_span(local, offset, len)?;

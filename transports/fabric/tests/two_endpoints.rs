@@ -107,6 +107,51 @@ fn send_recv_is_awaitable(provider: Provider) {
     );
 }
 
+/// `try_write` never waits: the writer retries what the provider did not take (shm's EAGAIN while an
+/// earlier transfer to the peer is in progress, or no free slot), and every write still lands, once.
+fn try_writes_all_land(provider: Provider) {
+    const WRITES: usize = 16;
+    two_ranks(
+        provider,
+        |channel, from1, to1| {
+            let src = Rc::new(HostBuffer::new(WRITES * LEN).expect("src"));
+            src.write(|bytes| bytes.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 253) as u8));
+            let mr = channel.register(src).expect("reg");
+            let remote = RemoteRegion::from_bytes(&from1.recv().expect("region")).expect("decode");
+            assert!(channel.try_write(1, &mr, 0, 2 * WRITES * LEN, remote, 0, 0).is_err(), "span outside the region");
+            let mut ops = Vec::new();
+            let mut retries = 0u64;
+            for k in 0..WRITES {
+                loop {
+                    match channel.try_write(1, &mr, k * LEN, LEN, remote, (k * LEN) as u64, Immediate::encode(0, k as u32)).expect("post") {
+                        Some(op) => break ops.push(op),
+                        None => retries += 1,
+                    }
+                    assert!(retries < 50_000_000, "the provider never took write {k}");
+                }
+            }
+            for op in ops {
+                op.wait().expect("write");
+            }
+            to1.send(vec![]).expect("done");
+        },
+        |channel, from0, to0| {
+            let dst = Rc::new(HostBuffer::new(WRITES * LEN).expect("dst"));
+            let mr = channel.register(dst.clone()).expect("reg");
+            to0.send(Channel::remote_region(&mr).to_bytes().to_vec()).expect("region");
+            channel.wait_immediates(0, WRITES as u64).expect("immediates");
+            from0.recv().expect("done");
+            dst.read(|bytes| assert!(bytes.iter().enumerate().all(|(i, v)| *v == (i % 253) as u8), "every byte once"));
+            assert_eq!(channel.immediates_from(0), WRITES as u64);
+        },
+    );
+}
+
+#[test]
+fn shm_try_write() {
+    try_writes_all_land(Provider::Shm);
+}
+
 #[test]
 fn shm_write_with_immediate() {
     write_with_immediate(Provider::Shm);
