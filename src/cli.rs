@@ -234,6 +234,19 @@ pub struct ProxyArgs {
     /// Configurations to run, in this order (blocking: Quiet after each write; NBI: Quiet once at the end)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ProxyConfigArg::Single, ProxyConfigArg::Multi, ProxyConfigArg::SingleNbi, ProxyConfigArg::MultiNbi])]
     pub configs: Vec<ProxyConfigArg>,
+    /// Largest write the GPU asks for: each channel's share of a size goes out in writes of at most this
+    /// size, and blocking configurations Quiet after every one (a power of two, or `whole` for one write
+    /// per channel per iteration)
+    #[arg(long, default_value = "1M", value_parser = parse_chunk)]
+    pub chunk: u64,
+}
+
+/// `--chunk`: a size, or `whole` (0).
+fn parse_chunk(text: &str) -> Result<u64, String> {
+    if text.eq_ignore_ascii_case("whole") {
+        return Ok(0);
+    }
+    sizes::parse_size(text).map_err(|why| format!("{why}; or `whole` for one write per channel per iteration"))
 }
 
 #[derive(Debug, Clone, Args)]

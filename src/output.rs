@@ -182,6 +182,13 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         results.metadata.link_gbps = None;
         results.metadata.link_source = "nvlink".into();
     }
+    if let Experiment::Proxy(args) = experiment {
+        results.metadata.notes.push(if args.chunk == 0 {
+            "proxy: one write per channel per iteration (--chunk whole); blocking Quiets after each".into()
+        } else {
+            format!("proxy: writes of at most {} (--chunk); blocking Quiets after each", sizes::format_size(args.chunk))
+        });
+    }
     results.metadata.placements = placements;
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
@@ -452,7 +459,7 @@ fn run_experiment(
         Experiment::Sendrecv(_) => sendrecv::run(world, sweep, observer).map(|_| ()),
         Experiment::Proxy(args) => {
             let configs: Vec<ProxyConfig> = args.configs.iter().map(|c| ProxyConfig::from(*c)).collect();
-            proxy::run(world, sweep, &configs, observer).map(|_| ())
+            proxy::run(world, sweep, &configs, args.chunk, observer).map(|_| ())
         }
         Experiment::Alltoall(args) => {
             let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
@@ -554,7 +561,8 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
-        memory: if matches!(experiment, Experiment::Ipc(_)) {
+        // The proxy's and ipc's writers move GPU memory whatever --memory says.
+        memory: if matches!(experiment, Experiment::Ipc(_) | Experiment::Proxy(_)) {
             "device".into()
         } else {
             experiment

@@ -42,7 +42,7 @@ use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
 use crate::telemetry::Probe;
 use crate::world::World;
-use crate::write::{plan, WriteConfig};
+use crate::write::WriteConfig;
 use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,10 +106,17 @@ const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// default telemetry interval keeps the gauge current.
 const DEPTH_EVERY: Duration = Duration::from_millis(10);
 
+/// The default largest write the GPU asks for (`--chunk`): a kernel that sends per tile or per expert
+/// issues many writes of a bounded size, and a blocking configuration waits on every one of them.
+pub const DEFAULT_CHUNK: u64 = 1 << 20;
+
+/// `chunk` is the largest write the GPU asks for (each channel's share of a size goes out in writes of at
+/// most that many bytes; 0 = one write per channel per iteration).
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
     configs: &[ProxyConfig],
+    chunk: u64,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size < 2 {
@@ -155,12 +162,12 @@ pub fn run(
             observer.step(column, size);
             let outcome = match (world.rank, &kernels) {
                 (WRITER, Some(kernels)) => payload.fill(seed, sweep.corrupt_byte).and_then(|()| {
-                    let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref() };
+                    let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref(), chunk };
                     proxy.run(*config, column, size, observer).map(|(pair, latency)| {
                         Some(summarise(world, *config, column, size, sweep.iters, pair, &latency))
                     })
                 }),
-                (TARGET, _) => receive(world, sweep, *config, size, &mut expected_immediates)
+                (TARGET, _) => receive(world, sweep, *config, size, chunk, &mut expected_immediates)
                     .and_then(|()| verify(world, payload, column, seed))
                     .map(|()| None),
                 _ => Ok(None),
@@ -219,9 +226,10 @@ struct SlotPlan {
 }
 
 impl SlotPlan {
-    fn new(capacity: u64, size: u64, channels_used: usize, nbi: bool) -> Self {
+    /// `largest` is the largest single write of the step (see [`largest_write`]).
+    fn new(capacity: u64, largest: u64, channels_used: usize, nbi: bool) -> Self {
         let channels_used = channels_used.max(1);
-        let slot_len = size.div_ceil(channels_used as u64).max(1);
+        let slot_len = largest.max(1);
         let fit = usize::try_from(capacity / (slot_len * channels_used as u64)).unwrap_or(usize::MAX).max(1);
         let wanted = if nbi { usize::try_from(AHEAD_BYTES / slot_len).unwrap_or(MAX_DEPTH).clamp(2, MAX_DEPTH) } else { 1 };
         let depth = wanted.min(fit);
@@ -259,6 +267,8 @@ struct Proxy<'a, 'w> {
     staging: Option<&'a Staging<'a>>,
     remotes: &'a [Vec<RemoteRegion>],
     kernels: &'a RingKernels,
+    /// The largest write the GPU asks for (0: whole shares).
+    chunk: u64,
 }
 
 /// A request the proxy accepted: being staged (no `op` yet), then posted.
@@ -331,7 +341,7 @@ impl Proxy<'_, '_> {
     ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
         let world = self.world;
         let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
-        let writes_per_iteration = plan(config.layout(), WRITER, &[TARGET], size, world.channels.len()).len() as u64;
+        let writes_per_iteration: u64 = writes_per_channel(size, channels_used, self.chunk).iter().sum();
         let (warmup, iters) = (self.sweep.warmup, self.sweep.iters);
         let expected = (warmup + iters) * writes_per_iteration;
         let ring = self.kernels.ring(RING_SLOTS).map_err(cuda_error)?;
@@ -342,6 +352,7 @@ impl Proxy<'_, '_> {
             tag_mask: (1 << Immediate::TAG_BITS) - 1,
             size,
             channels: channels_used as u64,
+            chunk: self.chunk,
             warmup,
             iters,
             quiet_each: config.quiet_each(),
@@ -359,7 +370,7 @@ impl Proxy<'_, '_> {
         let mut stages = Stages::default();
         let step_started = Instant::now();
         let mut idle_since: Option<Instant> = Some(step_started);
-        let plan = self.staging.map(|staging| SlotPlan::new(staging.capacity, size, channels_used, !config.quiet_each()));
+        let plan = self.staging.map(|staging| SlotPlan::new(staging.capacity, largest_write(size, channels_used, self.chunk), channels_used, !config.quiet_each()));
         let mut slots = vec![SlotsInUse::default(); world.channels.len()];
         let events = event_pool(world.channels.len());
         while completed < expected {
@@ -576,10 +587,36 @@ impl<'c> QueueReport<'c> {
     }
 }
 
+/// Writes per iteration on each of `channels` channels: the GPU's kernel gives channel c the bytes
+/// `size·c/channels .. size·(c+1)/channels` and sends them in writes of at most `chunk` (0: one write).
+fn writes_per_channel(size: u64, channels: usize, chunk: u64) -> Vec<u64> {
+    let channels = channels.max(1) as u64;
+    (0..channels)
+        .map(|c| {
+            let share = size * (c + 1) / channels - size * c / channels;
+            if chunk == 0 { u64::from(share > 0) } else { share.div_ceil(chunk) }
+        })
+        .collect()
+}
+
+/// The largest single write of a step.
+fn largest_write(size: u64, channels: usize, chunk: u64) -> u64 {
+    let share = size.div_ceil(channels.max(1) as u64);
+    if chunk == 0 { share } else { share.min(chunk) }
+}
+
 /// Rank 1: waits for every write's immediate on each channel the configuration uses.
-fn receive(world: &World<'_>, sweep: &SweepOptions, config: ProxyConfig, size: u64, expected: &mut [u64]) -> Result<(), ExperimentError> {
-    for segment in plan(config.layout(), WRITER, &[world.rank], size, world.channels.len()) {
-        expected[segment.channel] += sweep.warmup + sweep.iters;
+fn receive(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    config: ProxyConfig,
+    size: u64,
+    chunk: u64,
+    expected: &mut [u64],
+) -> Result<(), ExperimentError> {
+    let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
+    for (channel, writes) in writes_per_channel(size, channels_used, chunk).into_iter().enumerate() {
+        expected[channel] += (sweep.warmup + sweep.iters) * writes;
     }
     world.progress_until(&world.channels, "proxy write immediates from rank 0", || {
         world.channels.iter().zip(expected.iter()).all(|(channel, want)| channel.immediates_from(WRITER) >= *want)
@@ -658,7 +695,8 @@ mod tests {
         let capacity = staging_capacity(1 << 30, 2);
         assert_eq!(SlotPlan::new(capacity, 1 << 20, 1, true).depth, 16, "16 MiB ahead of 1 MiB requests");
         assert_eq!(SlotPlan::new(capacity, 4 << 20, 1, true).depth, 4);
-        assert_eq!(SlotPlan::new(capacity, 8 << 20, 2, true).depth, 4, "4 MiB per channel");
+        assert_eq!(SlotPlan::new(capacity, largest_write(8 << 20, 2, 0), 2, true).depth, 4, "4 MiB per channel");
+        assert_eq!(SlotPlan::new(capacity, largest_write(1 << 30, 2, 1 << 20), 2, true).depth, 16, "1 MiB chunks");
         assert_eq!(SlotPlan::new(capacity, 64 << 10, 1, true).depth, MAX_DEPTH);
         // A sweep whose largest size is small: the area limits the depth, never below one.
         let small = staging_capacity(1 << 20, 1);
@@ -666,12 +704,28 @@ mod tests {
         // Channels' slots never overlap, and the last one ends inside the area.
         for (size, channels) in [(1u64 << 30, 2usize), ((1 << 30) - 1, 3), (12345, 2), (1 << 20, 2)] {
             let capacity = staging_capacity(1 << 30, channels);
-            let plan = SlotPlan::new(capacity, size, channels, true);
+            let plan = SlotPlan::new(capacity, largest_write(size, channels, 0), channels, true);
             let end = plan.offset(channels - 1, plan.per_channel - 1) + plan.slot_len;
             assert!(end <= capacity, "{size} over {channels}: {end} > {capacity}");
             assert!(plan.offset(1, 0) >= plan.offset(0, plan.per_channel - 1) + plan.slot_len);
             assert!(plan.slot_len * channels as u64 >= size, "every channel's share fits its slot");
         }
+    }
+
+    #[test]
+    fn chunks_cover_each_channels_share_exactly_as_the_kernel_cuts_it() {
+        // One channel: 8M in 1M writes; a share that is not a multiple ends in a short write.
+        assert_eq!(writes_per_channel(8 << 20, 1, 1 << 20), [8]);
+        assert_eq!(writes_per_channel((8 << 20) + 1, 1, 1 << 20), [9]);
+        // Whole shares: one write per channel, none for a channel with no bytes.
+        assert_eq!(writes_per_channel(3, 4, 0), [0, 1, 1, 1]);
+        // Two channels of a 3M size in 1M chunks: 1.5M each, two writes each.
+        assert_eq!(writes_per_channel(3 << 20, 2, 1 << 20), [2, 2]);
+        // Chunks larger than the share change nothing.
+        assert_eq!(writes_per_channel(64 << 10, 2, 1 << 20), [1, 1]);
+        assert_eq!(largest_write(1 << 30, 2, 1 << 20), 1 << 20);
+        assert_eq!(largest_write(64 << 10, 2, 1 << 20), 32 << 10);
+        assert_eq!(largest_write(1 << 30, 4, 0), 256 << 20);
     }
 
     #[test]

@@ -34,31 +34,43 @@ extern "C" __global__ void efatop_queue_producers(unsigned long long* words, uns
 }
 
 // The proxy experiment's schedule, run by one GPU thread: `warmup + iters` iterations, each writing
-// [0, size) to `peer`, split over `channels` channels. Blocking: Quiet after every write. NBI: Quiet
-// once after the warmup and once at the end. ends[0] is the timed start, ends[k] the end of timed
-// iteration k (NBI's last one after its Quiet). The immediate is `immediate_base | iteration`.
+// [0, size) to `peer`, split over `channels` channels, each channel's share in writes of at most `chunk`
+// bytes (the channels take turns, chunk by chunk). Blocking: Quiet after every write. NBI: Quiet once
+// after the warmup and once at the end. ends[0] is the timed start, ends[k] the end of timed iteration k
+// (NBI's last one after its Quiet). The immediate is `immediate_base | iteration`.
 extern "C" __global__ void efatop_proxy_writer(unsigned long long* words, unsigned long long* tail,
         unsigned long long capacity, unsigned long long peer, unsigned long long immediate_base,
         unsigned long long tag_mask, unsigned long long size, unsigned long long channels,
-        unsigned long long warmup, unsigned long long iters, int quiet_each, unsigned long long* ends) {
+        unsigned long long chunk, unsigned long long warmup, unsigned long long iters, int quiet_each,
+        unsigned long long* ends) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     unsigned long long last = EFATOP_ABORTED, quiet_calls = 0;
     // Only this thread writes the count; the CPU reads it for the dashboard, so plain volatile stores.
     volatile unsigned long long* quiets = words + EFATOP_QUIETS;
+    // The most writes any channel takes per iteration.
+    unsigned long long rounds = 0;
+    for (unsigned long long c = 0; c < channels; c++) {
+        unsigned long long share = size * (c + 1) / channels - size * c / channels;
+        unsigned long long writes = (share + chunk - 1) / chunk;
+        if (writes > rounds) rounds = writes;
+    }
     for (unsigned long long it = 0; it < warmup + iters; it++) {
         if (it == warmup) {
             if (last != EFATOP_ABORTED && !efatop_quiet(words, last)) return;
             ends[0] = efatop_now_ns();
         }
-        for (unsigned long long c = 0; c < channels; c++) {
-            unsigned long long start = size * c / channels, end = size * (c + 1) / channels;
-            if (end <= start) continue;
-            last = efatop_ring_push(words, tail, capacity, peer | (c << 32), start, end - start,
-                                    immediate_base | (it & tag_mask), it);
-            if (last == EFATOP_ABORTED) return;
-            if (quiet_each) {
-                if (!efatop_quiet(words, last)) return;
-                *quiets = ++quiet_calls;
+        for (unsigned long long round = 0; round < rounds; round++) {
+            for (unsigned long long c = 0; c < channels; c++) {
+                unsigned long long start = size * c / channels + round * chunk, end = size * (c + 1) / channels;
+                if (end <= start) continue;
+                unsigned long long len = end - start < chunk ? end - start : chunk;
+                last = efatop_ring_push(words, tail, capacity, peer | (c << 32), start, len,
+                                        immediate_base | (it & tag_mask), it);
+                if (last == EFATOP_ABORTED) return;
+                if (quiet_each) {
+                    if (!efatop_quiet(words, last)) return;
+                    *quiets = ++quiet_calls;
+                }
             }
         }
         if (it >= warmup) {
@@ -161,6 +173,8 @@ impl RingKernels {
         let ends_address = device_address(ends, &self.stream);
         let words = ring.memory.device_address();
         let quiet_each = i32::from(plan.quiet_each);
+        // 0 (or anything past the size) is one write per channel per iteration.
+        let chunk = if plan.chunk == 0 { plan.size.max(1) } else { plan.chunk };
         let mut launch = self.stream.launch_builder(&self.writer);
         launch
             .arg(&words)
@@ -171,6 +185,7 @@ impl RingKernels {
             .arg(&plan.tag_mask)
             .arg(&plan.size)
             .arg(&plan.channels)
+            .arg(&chunk)
             .arg(&plan.warmup)
             .arg(&plan.iters)
             .arg(&quiet_each)
@@ -201,6 +216,8 @@ pub struct WriterPlan {
     pub tag_mask: u64,
     pub size: u64,
     pub channels: u64,
+    /// The largest write: each channel's share goes out in writes of at most this many bytes (0: whole).
+    pub chunk: u64,
     pub warmup: u64,
     pub iters: u64,
     pub quiet_each: bool,
