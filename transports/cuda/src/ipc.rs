@@ -129,16 +129,16 @@ impl IpcWriter {
         Ok(Self { stream: context.new_stream()?, store })
     }
 
-    /// Queues `passes` moves of the first `len` bytes of `source` to the start of `target`, each followed
-    /// by a timing event, and returns at once; the [`Passes`] follow them.
-    pub fn start(
-        &self,
+    /// Starts `passes` moves of the first `len` bytes of `source` to the start of `target`, each followed
+    /// by a timing event, and returns at once; the [`Passes`] follow them and queue the rest.
+    pub fn start<'w>(
+        &'w self,
         mover: Mover,
-        source: &DeviceBuffer,
-        target: &PeerMemory,
+        source: &'w DeviceBuffer,
+        target: &'w PeerMemory,
         len: usize,
         passes: usize,
-    ) -> Result<Passes, CudaError> {
+    ) -> Result<Passes<'w>, CudaError> {
         if len > source.len || len > target.len {
             return Err(CudaError::Driver(cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)));
         }
@@ -153,18 +153,17 @@ impl IpcWriter {
         let start = timing()?;
         let ends = (0..passes).map(|_| timing()).collect::<Result<Vec<_>, _>>()?;
         start.record(&self.stream)?;
-        for end in &ends {
-            self.queue_one(mover, source.address, target.address, len)?;
-            end.record(&self.stream)?;
-        }
-        Ok(Passes { start, ends, done: 0 })
+        let mut passes = Passes { writer: self, mover, source, target, len, start, ends, queued: 0, done: 0 };
+        passes.top_up()?;
+        Ok(passes)
     }
 
     fn queue_one(&self, mover: Mover, source: u64, target: u64, len: usize) -> Result<(), CudaError> {
         match mover {
             Mover::CopyEngine => {
                 // SAFETY: `start` checked that both buffers hold `len` bytes; both outlive the stream's work
-                // (`PeerMemory` and `DeviceBuffer` synchronise before they free or unmap).
+                // (`Passes` borrows them, and `PeerMemory` and `DeviceBuffer` synchronise before they free
+                // or unmap).
                 unsafe { sys::cuMemcpyDtoDAsync_v2(target, source, len, self.stream.cu_stream()) }.result()?;
             }
             Mover::Kernel { grid, block } => {
@@ -183,20 +182,42 @@ impl IpcWriter {
     }
 }
 
-/// Passes queued by [`IpcWriter::start`], followed as they finish.
-pub struct Passes {
+/// Passes queued ahead of the GPU at most. CUDA's launch queue holds about a thousand entries and a full
+/// one blocks the caller: queueing a whole long run at once would leave the CPU stuck in a launch, unable
+/// to report progress, for as long as the run takes. 256 passes (and their events) keep the GPU fed.
+const QUEUED_AHEAD: usize = 256;
+
+/// Passes started by [`IpcWriter::start`], queued a window at a time and followed as they finish.
+pub struct Passes<'w> {
+    writer: &'w IpcWriter,
+    mover: Mover,
+    source: &'w DeviceBuffer,
+    target: &'w PeerMemory,
+    len: usize,
     start: CudaEvent,
     ends: Vec<CudaEvent>,
+    queued: usize,
     done: usize,
 }
 
-impl Passes {
-    /// How many more passes have finished since the last call (never waits).
+impl Passes<'_> {
+    /// Queues passes until [`QUEUED_AHEAD`] are outstanding or all are queued.
+    fn top_up(&mut self) -> Result<(), CudaError> {
+        while self.queued < self.ends.len() && self.queued < self.done + QUEUED_AHEAD {
+            self.writer.queue_one(self.mover, self.source.address, self.target.address, self.len)?;
+            self.ends[self.queued].record(&self.writer.stream)?;
+            self.queued += 1;
+        }
+        Ok(())
+    }
+
+    /// How many more passes have finished since the last call (never waits), queueing more behind them.
     pub fn poll(&mut self) -> Result<usize, CudaError> {
         let before = self.done;
-        while self.done < self.ends.len() && self.ends[self.done].try_is_complete()? {
+        while self.done < self.queued && self.ends[self.done].try_is_complete()? {
             self.done += 1;
         }
+        self.top_up()?;
         Ok(self.done - before)
     }
 
@@ -210,9 +231,14 @@ impl Passes {
 
     /// Waits for every pass; returns each pass's time and the time of all of them, in nanoseconds on the
     /// GPU's clock (CUDA events resolve about half a microsecond).
-    pub fn finish(self) -> Result<(Vec<u64>, u64), CudaError> {
+    pub fn finish(mut self) -> Result<(Vec<u64>, u64), CudaError> {
+        // Oldest first, topping up behind it, so the GPU never waits for the CPU to queue the next pass.
+        while self.done < self.ends.len() {
+            self.top_up()?;
+            self.ends[self.done].synchronize()?;
+            self.done += 1;
+        }
         let Some(last) = self.ends.last() else { return Ok((Vec::new(), 0)) };
-        last.synchronize()?;
         let ns = |from: &CudaEvent, to: &CudaEvent| -> Result<u64, CudaError> {
             Ok((f64::from(from.elapsed_ms(to)?) * 1e6).round().max(0.0) as u64)
         };
@@ -260,6 +286,15 @@ mod tests {
             assert!(total > 0 && each.iter().sum::<u64>().abs_diff(total) < 10_000, "{each:?} vs {total}");
             assert_eq!(gpu.verify(&target, 0..len, key).expect("verify"), None, "{mover:?}");
         }
+        // More passes than are queued at once: the rest are queued as the first ones finish.
+        gpu.fill(&source, 0..len, 8, None).expect("fill");
+        let mut passes = writer.start(Mover::Kernel { grid: 64, block: 128 }, &source, &local, 4096, QUEUED_AHEAD * 2 + 3).expect("start");
+        while passes.finished() < passes.total() {
+            passes.poll().expect("poll");
+        }
+        let (each, _) = passes.finish().expect("finish");
+        assert_eq!(each.len(), QUEUED_AHEAD * 2 + 3);
+        assert_eq!(gpu.verify(&target, 0..4096, 8).expect("verify"), None);
         assert!(writer.start(Mover::Kernel { grid: 1, block: 16 }, &source, &local, len, 1).is_err());
         assert!(writer.start(Mover::CopyEngine, &source, &local, len + 1, 1).is_err());
         // `local` does not own the mapping: do not close it.
