@@ -162,8 +162,10 @@ pub fn run(
     let mut counters = LinkNotes { read: options.link_counters.take(), last: Instant::now() };
 
     let mut measurements = Vec::new();
-    for (config_index, (config, column)) in options.configs.iter().zip(&columns).enumerate() {
-        for &size in &sweep.sizes {
+    // Size by size, every configuration of a size back to back: the kernel and the copy engine compared at a
+    // size were measured moments apart, not a whole sweep apart (clocks, other tenants).
+    for &size in &sweep.sizes {
+        for (config_index, (config, column)) in options.configs.iter().zip(&columns).enumerate() {
             observer.step(column, size);
             let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
             let bytes = 0..size as usize;
