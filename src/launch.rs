@@ -163,6 +163,11 @@ fn supervise(mut children: Vec<Child>) -> i32 {
     for line in held {
         eprintln!("{line}");
     }
+    // A rank killed by a signal leaves its shm regions behind, and a later process given its pid could not
+    // open an shm endpoint; every rank has been reaped, so whatever is left under its pid is stale.
+    for child in &children {
+        efatop_fabric::shm_regions::remove_regions_of_ended_process(child.id());
+    }
     let codes: Vec<i32> = codes.into_iter().flatten().collect();
     // Bad input (2) speaks for the run; otherwise rank 0's verdict (it names the failed rank), else the
     // first failure's own code (130 for a user's stop).

@@ -229,3 +229,48 @@ fn alltoall_corruption_names_every_receiver_side() {
     );
     assert!(!run.stdout.contains("every size verified"), "{}", run.stdout);
 }
+
+/// libfabric 1.17's shm names a region `/dev/shm/<pid>:<domain>:<endpoint>` and cannot open an endpoint
+/// whose name exists. A rank killed by a signal leaves its regions; with pids reused, a later rank that gets
+/// that pid must still start (efatop removes the dead one's region first), and a rank that really cannot
+/// open its endpoint is named by rank 0 while every rank ends at once (not one gone and three waiting).
+#[test]
+fn a_stale_shm_region_is_cleared_and_an_endpoint_that_cannot_open_ends_every_rank() {
+    let _one = serial();
+    let efatop = common::efatop_path();
+    let efatop = efatop.to_str().expect("utf-8 path");
+    // Rank 3 leaves something under its own pid before efatop (exec keeps the pid) opens its endpoint.
+    let run_with = |prepare: &str, out: &str| {
+        let script = format!(
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = 3 ]; then {prepare}; fi; exec {efatop} write --provider shm \
+             --min-size 4K --max-size 8K --iters 2 --warmup 1 --no-tui --out {out}"
+        );
+        common::run_program(
+            "mpirun",
+            &["--allow-run-as-root", "--oversubscribe", "-np", "4", "sh", "-c", &script],
+            std::time::Duration::from_mins(1),
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("efatop-stale-shm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let pid_file = dir.join("pid");
+
+    // A stale region (a plain file, as a killed rank leaves it): removed, and the run completes.
+    let out = dir.join("stale.json");
+    let run = run_with("touch /dev/shm/$$:0:0", out.to_str().expect("utf-8"));
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("every size verified"), "{}", run.stdout);
+
+    // Something that cannot be removed as a region (a directory): rank 3's endpoint fails, rank 0 names
+    // it, and the run ends within seconds.
+    let out = dir.join("busy.json");
+    let prepare = format!("mkdir /dev/shm/$$:0:0; echo $$ > {}", pid_file.display());
+    let run = run_with(&prepare, out.to_str().expect("utf-8"));
+    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+        let _ = std::fs::remove_dir(format!("/dev/shm/{}:0:0", pid.trim()));
+    }
+    assert_ne!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("rank 3 (") && run.stderr.contains("fi_enable failed"), "{}", run.stderr);
+    assert!(run.elapsed < std::time::Duration::from_secs(30), "took {:?}", run.elapsed);
+    let _ = std::fs::remove_dir_all(&dir);
+}

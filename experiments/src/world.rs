@@ -185,20 +185,27 @@ impl<'b> World<'b> {
             ));
         }
 
-        let mut channels = Vec::with_capacity(channel_count);
-        for index in 0..channel_count {
-            let nic: &Nic = &nics[index % nics.len()];
-            let channel_options = ChannelOptions { index, max_in_flight: options.max_in_flight, op_timeout: options.op_timeout };
-            channels.push(Channel::open(nic, &channel_options).map_err(ExperimentError::Fabric)?);
-        }
-
-        // One allgather carries every channel's address: length-prefixed records.
-        let mut mine = Vec::new();
-        for channel in &channels {
-            push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
-        }
+        // A rank whose endpoint cannot be opened or connected says so to every rank, which all end with
+        // its reason: one that simply left would leave the others in the next collective (under MPI,
+        // its MPI_Finalize would wait for them, and nobody would end).
+        let opened = (0..channel_count)
+            .map(|index| {
+                let nic: &Nic = &nics[index % nics.len()];
+                let channel_options = ChannelOptions { index, max_in_flight: options.max_in_flight, op_timeout: options.op_timeout };
+                Channel::open(nic, &channel_options).map_err(ExperimentError::Fabric)
+            })
+            .collect::<Result<Vec<Channel>, _>>()
+            .and_then(|channels| {
+                // One allgather carries every channel's address: length-prefixed records.
+                let mut mine = Vec::new();
+                for channel in &channels {
+                    push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
+                }
+                Ok((channels, mine))
+            });
+        let (channels, mine) = crate::agree_with(bootstrap, rank, &hosts, opened, false)?;
         let everyone = bootstrap.allgather(&mine)?;
-        for (index, channel) in channels.iter().enumerate() {
+        let connected = channels.iter().enumerate().try_for_each(|(index, channel)| {
             let mut addresses = Vec::with_capacity(size);
             for (peer, blob) in everyone.iter().enumerate() {
                 let records = split_records(blob)?;
@@ -207,8 +214,9 @@ impl<'b> World<'b> {
                 })?;
                 addresses.push(PeerAddress(record.to_vec()));
             }
-            channel.connect(&addresses).map_err(ExperimentError::Fabric)?;
-        }
+            channel.connect(&addresses).map_err(ExperimentError::Fabric)
+        });
+        crate::agree_with(bootstrap, rank, &hosts, connected, false)?;
 
         let provider_link = channels.first().and_then(|c| c.nic().link_speed_bps).map(|bps| bps as f64 / 1e9);
         let (link_gbps, link_source) = match (options.link_gbps, provider_link) {

@@ -136,6 +136,9 @@ pub struct Channel {
 impl Channel {
     pub fn open(nic: &Nic, options: &ChannelOptions) -> Result<Self> {
         let slot_count = options.max_in_flight.clamp(1, NO_SLOT as usize - 1);
+        if nic.provider.starts_with("shm") {
+            crate::shm_regions::remove_stale_regions_of_this_pid();
+        }
         let stack = EndpointStack::open(nic, (slot_count * 2).max(128))?;
         let slots: Box<[OpSlot]> = (0..slot_count)
             .map(|i| OpSlot {

@@ -13,6 +13,7 @@ pub mod info;
 pub mod memory;
 pub mod object;
 pub mod channel;
+pub mod shm_regions;
 
 pub use channel::{Channel, ChannelCounters, ChannelOptions, Completion, Immediate, Op, PeerAddress, RemoteRegion, block_on};
 pub use error::{FabricError, Result};

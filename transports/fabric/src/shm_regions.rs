@@ -1,0 +1,76 @@
+//! Shared-memory regions that libfabric 1.17's `shm` provider leaves behind when a process is killed.
+//!
+//! shm names each endpoint's region `/dev/shm/<pid>:<domain>:<endpoint>` and fails `fi_enable` with EBUSY
+//! when that name exists. A rank killed by a signal never unlinks its regions, and pids come round again
+//! (`pid_max` is often 32768), so a later process that gets the dead one's pid cannot open its first
+//! endpoint. Seen in CI after the reliability tests had `SIGKILL`ed ranks: `fi_enable failed: Device or
+//! resource busy (error 16)`.
+
+use std::path::Path;
+use std::sync::Once;
+
+const SHM_DIR: &str = "/dev/shm";
+
+/// Whether `name` is one of shm's region names for `pid`: `<pid>:<digits>:<digits>`.
+fn is_region_of(name: &str, pid: u32) -> bool {
+    let mut parts = name.split(':');
+    let numeric = |part: Option<&str>| part.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    parts.next() == Some(pid.to_string().as_str()) && numeric(parts.next()) && numeric(parts.next()) && parts.next().is_none()
+}
+
+/// Removes the regions named for `pid` from `dir`; returns how many.
+fn remove_in(dir: &Path, pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| is_region_of(name, pid)))
+        .filter(|entry| std::fs::remove_file(entry.path()).is_ok())
+        .count()
+}
+
+/// Removes the regions of a process that has ended (the launcher calls it for each rank it reaped: a rank
+/// that exited normally has none left, one killed by a signal may).
+pub fn remove_regions_of_ended_process(pid: u32) -> usize {
+    remove_in(Path::new(SHM_DIR), pid)
+}
+
+/// Before this process opens its first shm endpoint, no region with its pid can be its own: any that
+/// exists is a dead predecessor's and would make `fi_enable` fail. Removed once per process.
+pub(crate) fn remove_stale_regions_of_this_pid() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        remove_in(Path::new(SHM_DIR), std::process::id());
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shm_region_names_of_that_pid_are_matched() {
+        assert!(is_region_of("1234:0:0", 1234));
+        assert!(is_region_of("1234:1:17", 1234));
+        assert!(!is_region_of("12345:0:0", 1234));
+        assert!(!is_region_of("1234:0", 1234));
+        assert!(!is_region_of("1234:0:0:0", 1234));
+        assert!(!is_region_of("1234:a:0", 1234));
+        assert!(!is_region_of("fi_shm_1234", 1234));
+        assert!(!is_region_of("1234::0", 1234));
+    }
+
+    #[test]
+    fn removes_that_pids_regions_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("efatop-shm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for name in ["777:0:0", "777:0:1", "7777:0:0", "other", "777:x:0"] {
+            std::fs::write(dir.join(name), b"").expect("file");
+        }
+        assert_eq!(remove_in(&dir, 777), 2);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).expect("read").flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+        left.sort();
+        assert_eq!(left, ["7777:0:0", "777:x:0", "other"]);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}
