@@ -57,6 +57,9 @@ enum Titles {
     WithUnits,
     /// `SinglePin`, `BusBW%`: units are in the panel's legend.
     Bare,
+    /// The names without what all of them share (`ProxySingleNBIDMA(staged)` → `SingleNBI`); the legend
+    /// says what was taken off.
+    Short,
     /// Configuration names cut to the width of their numbers.
     Cut,
 }
@@ -69,13 +72,32 @@ struct Shape {
     titles: Titles,
 }
 
-const SHAPES: [Shape; 5] = [
+const SHAPES: [Shape; 6] = [
     Shape { count: true, percentiles: true, titles: Titles::WithUnits },
     Shape { count: true, percentiles: false, titles: Titles::WithUnits },
     Shape { count: true, percentiles: false, titles: Titles::Bare },
     Shape { count: false, percentiles: false, titles: Titles::Bare },
+    Shape { count: false, percentiles: false, titles: Titles::Short },
     Shape { count: false, percentiles: false, titles: Titles::Cut },
 ];
+
+/// The experiment's prefix (`Proxy`) and the memory suffix (`Pin`, `DMA`, `DMA(staged)`) when every
+/// configuration name has the same ones and each keeps something without them; `None` otherwise. Only
+/// these come off: the rest of a name (`NBI`, `RoundRobin`) is what tells the columns apart.
+fn shared_affixes(configs: &[&str]) -> Option<(usize, usize)> {
+    let first = configs.first()?;
+    let prefix = ["Proxy"].into_iter().find(|p| configs.iter().all(|c| c.starts_with(p))).map_or(0, str::len);
+    let suffix = ["DMA(staged)", "DMA", "Pin"].into_iter().find(|x| configs.iter().all(|c| c.ends_with(x))).map_or(0, str::len);
+    let fits = configs.iter().all(|c| c.len() > prefix + suffix);
+    (configs.len() > 1 && fits && prefix + suffix > 0 && first.is_ascii()).then_some((prefix, suffix))
+}
+
+fn short_name(config: &str, affixes: Option<(usize, usize)>) -> &str {
+    match affixes {
+        Some((prefix, suffix)) => &config[prefix..config.len() - suffix],
+        None => config,
+    }
+}
 
 type Cells = Vec<(String, Style)>;
 
@@ -90,9 +112,10 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
         titles.push(("Count".into(), Align::Right));
     }
     let per_config = if shape.percentiles { 5 } else { 3 };
+    let affixes = if shape.titles == Titles::Short { shared_affixes(&configs) } else { None };
     for config in &configs {
         let with_units = shape.titles == Titles::WithUnits;
-        let rate_title = if with_units { format!("{config} Gbps") } else { (*config).to_string() };
+        let rate_title = if with_units { format!("{config} Gbps") } else { short_name(config, affixes).to_string() };
         titles.push((rate_title, Align::Right));
         titles.push((if with_units { "BusBW %" } else { "BusBW%" }.into(), Align::Right));
         titles.push(("Lat us".into(), Align::Right));
@@ -161,7 +184,26 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
         return;
     }
     let experiment = if state.run.experiment.is_empty() { String::new() } else { format!("{}: ", state.run.experiment) };
-    let legend = format!(" {experiment}Gbps, BusBW % of link, latency in us ");
+    // The shape is chosen first: a shortened table says in its legend what its names lost.
+    let inner_width = usize::from(chrome::block("Results", false, chrome).inner(area).width);
+    let (shape, (columns, rows)) = SHAPES
+        .iter()
+        .map(|&shape| (shape, table(state, shape)))
+        .find(|(_, (columns, _))| grid::total_width(columns) <= inner_width)
+        .unwrap_or_else(|| (SHAPES[SHAPES.len() - 1], table(state, SHAPES[SHAPES.len() - 1])));
+    let configs_now = configs(state);
+    let shortened = match (shape.titles, shared_affixes(&configs_now), configs_now.first()) {
+        (Titles::Short, Some((prefix, suffix)), Some(first)) => {
+            let (head, tail) = (&first[..prefix], &first[first.len() - suffix..]);
+            format!("without {head}…{tail}: ")
+        }
+        _ => String::new(),
+    };
+    let legend = if shortened.is_empty() {
+        format!(" {experiment}Gbps, BusBW % of link, latency in us ")
+    } else {
+        format!(" {experiment}{shortened}Gbps, BusBW %, us ")
+    };
     let block = chrome::block("Results", state.focus == Panel::Results, chrome)
         .title_top(Line::styled(legend, Style::new().fg(Color::DarkGray)).right_aligned());
     let inner = block.inner(area);
@@ -169,17 +211,10 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     if inner.is_empty() {
         return;
     }
-    if configs(state).is_empty() || sizes(state).is_empty() {
+    if configs_now.is_empty() || sizes(state).is_empty() {
         Line::styled("no measurements yet", Style::new().fg(Color::DarkGray)).render(inner, buf);
         return;
     }
-
-    let available = usize::from(inner.width);
-    let (columns, rows) = SHAPES
-        .iter()
-        .map(|&shape| table(state, shape))
-        .find(|(columns, _)| grid::total_width(columns) <= available)
-        .unwrap_or_else(|| table(state, SHAPES[SHAPES.len() - 1]));
 
     let mut lines = inner.rows();
     if let Some(header_row) = lines.next() {
@@ -191,5 +226,29 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     let offset = grid::scroll_offset(anchor, usize::from(inner.height.saturating_sub(1)));
     for ((size, row), line_area) in sizes.iter().zip(rows).skip(offset).zip(lines) {
         grid::row(Some(*size) == in_progress, &columns, row).render(line_area, buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_affixes_come_off_only_when_every_name_keeps_something() {
+        let proxy = ["ProxySingleDMA(staged)", "ProxyMultiDMA(staged)", "ProxySingleNBIDMA(staged)", "ProxyMultiNBIDMA(staged)"];
+        let affixes = shared_affixes(&proxy);
+        let short: Vec<&str> = proxy.iter().map(|c| short_name(c, affixes)).collect();
+        assert_eq!(short, ["Single", "Multi", "SingleNBI", "MultiNBI"]);
+        let write = ["SinglePin", "MultiPin", "RoundRobinPin"];
+        let short: Vec<&str> = write.iter().map(|c| short_name(c, shared_affixes(&write))).collect();
+        assert_eq!(short, ["Single", "Multi", "RoundRobin"]);
+        // One name, nothing shared, or a name that would be left empty: names stay whole.
+        assert_eq!(shared_affixes(&["SinglePin"]), None);
+        assert_eq!(shared_affixes(&["IPC 1x256", "CE"]), None);
+        assert_eq!(shared_affixes(&["Pin", "SinglePin"]), None);
+        // What tells two columns apart stays, even when both share it.
+        let nbi = ["ProxySingleNBIDMA(staged)", "ProxyMultiNBIDMA(staged)"];
+        let short: Vec<&str> = nbi.iter().map(|c| short_name(c, shared_affixes(&nbi))).collect();
+        assert_eq!(short, ["SingleNBI", "MultiNBI"]);
     }
 }
