@@ -29,6 +29,6 @@ pub fn writer_link_counters(world: &efatop_experiments::World<'_>) -> efatop_exp
         let GpuPanel::Gpus { gpus } = reader.read() else { return None };
         let gpu = gpus.iter().find(|g| efatop_topology::normalize_bus_id(&g.pci_bus_id) == bus)?;
         let (tx, rx) = (gpu.nvlink_tx_gbps?, gpu.nvlink_rx_gbps?);
-        Some(format!("NVML: GPU {} NVLink tx {:.1} GB/s, rx {:.1} GB/s over the last second", gpu.index, tx / 8.0, rx / 8.0))
+        Some(format!("NVML: GPU {} NVLink tx {:.1} GB/s, rx {:.1} GB/s since the last such line", gpu.index, tx / 8.0, rx / 8.0))
     })
 }

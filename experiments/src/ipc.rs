@@ -68,8 +68,8 @@ pub struct PairPeak {
     pub source: String,
 }
 
-/// Rank 0: a line about the writer GPU's NVLink traffic as the driver counts it (NVML), asked about once a
-/// second while bytes move; `None` when there is nothing to say.
+/// Rank 0: a line about the writer GPU's NVLink traffic as the driver counts it (NVML), asked about every
+/// few seconds while bytes move; `None` when there is nothing to say.
 pub type LinkCounters = Box<dyn FnMut() -> Option<String>>;
 
 /// What the `ipc` run needs beyond the sweep.
@@ -227,7 +227,10 @@ fn export(world: &World<'_>, buffer: &DeviceBuffer, observer: &dyn Observer) -> 
     Ok(handle)
 }
 
-/// Rank 0's NVML lines, at most one a second.
+const NVML_EVERY: Duration = Duration::from_secs(5);
+
+/// Rank 0's NVML lines, one every [`NVML_EVERY`] while bytes move (the live gauge shows ours every interval;
+/// the driver's count is a cross-check, not worth a log line a second).
 struct LinkNotes {
     read: Option<LinkCounters>,
     last: Instant,
@@ -235,7 +238,7 @@ struct LinkNotes {
 
 impl LinkNotes {
     fn tick(&mut self, observer: &mut dyn Observer) {
-        if self.last.elapsed() < Duration::from_secs(1) {
+        if self.last.elapsed() < NVML_EVERY {
             return;
         }
         self.last = Instant::now();
