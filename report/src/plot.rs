@@ -1,7 +1,8 @@
 //! A saved run as a PNG: bandwidth and latency against message size (log2 axis, one line per
 //! configuration, dashed lines at the link speed), and for all-to-all runs one pair heatmap per
 //! configuration. Next to the PNG goes a sidecar JSON with exactly what was drawn, so scripts and tests can
-//! read the series without decoding pixels.
+//! read the series without decoding pixels. `ipc` runs, whose columns are kernel launch shapes, get a plot
+//! of their own (`plot/ipc.rs`): the copy engine and the best kernel by size, and GB/s by the kernel's grid.
 //!
 //! The plot is first described as a [`PlotSpec`] (pure data, serialized as the sidecar) and then drawn
 //! from that description, so the sidecar cannot disagree with the picture.

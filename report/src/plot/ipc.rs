@@ -387,3 +387,32 @@ fn grid_chart(results: &RunResults, kernels: &[Kernel<'_>], largest: u64) -> Opt
         legend: Legend::Clearest,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn more_block_sizes_than_lines_are_thinned_evenly_keeping_both_ends() {
+        let five = [64, 128, 256, 512, 1024];
+        assert_eq!(shown_blocks(&five), five);
+        let eight = [32, 64, 128, 256, 512, 1024, 2048, 4096];
+        assert_eq!(shown_blocks(&eight), [32, 64, 256, 512, 2048, 4096]);
+    }
+
+    #[test]
+    fn past_twelve_sizes_the_best_kernel_is_named_where_it_changes() {
+        let few = [(1, 1.0, "IPC 1x256"), (2, 2.0, "IPC 1x256")];
+        assert_eq!(best_kernel_labels(&few), ["1x256", "1x256"]);
+        let mut many: Vec<(u64, f64, &str)> =
+            (0..13).map(|i| (1 << i, 1.0, "IPC 16x256")).collect();
+        many[5].2 = "IPC 128x256";
+        many[6].2 = "IPC 128x256";
+        let labels = best_kernel_labels(&many);
+        assert_eq!(
+            &labels[..8],
+            ["16x256", "", "", "", "", "128x256", "", "16x256"]
+        );
+        assert!(labels[8..].iter().all(String::is_empty));
+    }
+}
