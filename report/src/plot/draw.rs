@@ -316,18 +316,29 @@ fn draw_series(
                 .map_err(|e| e.to_string())?;
         }
         if !series.labels.is_empty() {
-            // Point labels sit just below their point, in the line's colour.
+            // Point labels sit just below their point, in the line's colour, on a pale patch so that
+            // the line they hang from does not run through them.
             let style = font(POINT_LABEL_SIZE)
                 .color(&color)
                 .pos(Pos::new(HPos::Center, VPos::Top));
-            let labelled = points
-                .iter()
-                .zip(&series.labels)
-                .filter(|(_, t)| !t.is_empty());
-            plot.draw_series(labelled.map(|(p, text)| {
-                EmptyElement::at(*p) + Text::new(text.clone(), (0, POINT_LABEL_DROP), style.clone())
-            }))
-            .map_err(|e| e.to_string())?;
+            let mut labels = Vec::new();
+            for (p, text) in points.iter().zip(&series.labels) {
+                if text.is_empty() {
+                    continue;
+                }
+                let (w, h) = style.font.box_size(text).map_err(|e| e.to_string())?;
+                let (half, h) = (w as i32 / 2 + 2, h as i32);
+                let patch = [
+                    (-half, POINT_LABEL_DROP - 1),
+                    (half, POINT_LABEL_DROP + h + 1),
+                ];
+                labels.push(
+                    EmptyElement::at(*p)
+                        + Rectangle::new(patch, WHITE.mix(0.85).filled())
+                        + Text::new(text.clone(), (0, POINT_LABEL_DROP), style.clone()),
+                );
+            }
+            plot.draw_series(labels).map_err(|e| e.to_string())?;
         }
     }
     Ok(())
