@@ -1,12 +1,14 @@
 //! A saved run as a PNG: bandwidth and latency against message size (log2 axis, one line per
 //! configuration, dashed lines at the link speed), and for all-to-all runs one pair heatmap per
 //! configuration. Next to the PNG goes a sidecar JSON with exactly what was drawn, so scripts and tests can
-//! read the series without decoding pixels.
+//! read the series without decoding pixels. `ipc` runs, whose columns are kernel launch shapes, get a plot
+//! of their own (`plot/ipc.rs`): the copy engine and the best kernel by size, and GB/s by the kernel's grid.
 //!
 //! The plot is first described as a [`PlotSpec`] (pure data, serialized as the sidecar) and then drawn
 //! from that description, so the sidecar cannot disagree with the picture.
 
 mod draw;
+mod ipc;
 
 use std::path::{Path, PathBuf};
 
@@ -42,13 +44,35 @@ pub enum Scale {
     Log10,
 }
 
-/// One axis in data units (bytes, Gbps, microseconds), before any log transform.
+/// How an axis's tick labels read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ticks {
+    /// The scale's own: sizes on log2 (`4K`, `1M`), microseconds on log10, plain numbers on linear.
+    #[default]
+    Default,
+    /// Plain whole numbers on a log2 axis (`1`, `16`, `512`): the ipc store kernel's grid or block.
+    Counts,
+}
+
+impl Ticks {
+    /// Every axis but ipc's grid has the default, which the sidecar leaves out: plots from before counts
+    /// existed read the same.
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_default(&self) -> bool {
+        *self == Ticks::Default
+    }
+}
+
+/// One axis in data units (bytes, Gbps, GB/s, microseconds, grid), before any log transform.
 #[derive(Clone, Debug, Serialize)]
 pub struct Axis {
     pub label: String,
     pub scale: Scale,
     pub min: f64,
     pub max: f64,
+    #[serde(skip_serializing_if = "Ticks::is_default")]
+    pub ticks: Ticks,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -57,8 +81,13 @@ pub struct Series {
     /// `#rrggbb`, exactly the colour of the line's pixels.
     pub color: String,
     pub dashed: bool,
-    /// (message size in bytes, value) in ascending size.
+    /// (x, value) in ascending x: x is the message size in bytes, or on ipc's grid chart the grid (or the
+    /// block, when the run had a single grid).
     pub points: Vec<(u64, f64)>,
+    /// Text drawn below the points, one per point, `""` where a point has none (ipc's best kernel names
+    /// its grid x block); usually none at all, and then left out of the sidecar.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// A horizontal dashed line at a fixed value, such as the link speed.
@@ -69,6 +98,15 @@ pub struct ReferenceLine {
     pub color: String,
 }
 
+/// Where a chart's legend goes. Not part of the sidecar: it moves no data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Legend {
+    #[default]
+    UpperLeft,
+    /// The corner of the plot that the lines cross least (ipc's charts, whose lines sit anywhere).
+    Clearest,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LineChart {
     pub title: String,
@@ -76,6 +114,8 @@ pub struct LineChart {
     pub y: Axis,
     pub series: Vec<Series>,
     pub reference_lines: Vec<ReferenceLine>,
+    #[serde(skip)]
+    pub legend: Legend,
 }
 
 /// All-to-all: what each sender delivered to each receiver, at one configuration and size.
@@ -155,6 +195,9 @@ pub fn describe(results: &RunResults, png: &Path) -> Result<PlotSpec, String> {
     let (Some(&smallest), Some(&largest)) = (sizes.first(), sizes.last()) else {
         return Err("the results file has no measurements to plot".to_string());
     };
+    if results.metadata.experiment == "ipc" {
+        return Ok(ipc::describe(results, png, smallest, largest));
+    }
     let configs = config_order(results);
     let measured = ordered_measurements(results);
     let size_axis = Axis {
@@ -162,6 +205,7 @@ pub fn describe(results: &RunResults, png: &Path) -> Result<PlotSpec, String> {
         scale: Scale::Log2,
         min: smallest as f64,
         max: largest as f64,
+        ticks: Ticks::Default,
     };
     let heatmaps = heatmaps(results, &configs);
     let heatmap_rows = heatmaps.len().div_ceil(HEATMAPS_PER_ROW) as u32;
@@ -219,6 +263,7 @@ fn bandwidth_chart(
                 .filter(|m| &m.config == config)
                 .map(|m| (m.size, m.gbps))
                 .collect(),
+            labels: vec![],
         })
         .collect();
     let mut reference_lines = Vec::new();
@@ -253,9 +298,11 @@ fn bandwidth_chart(
             scale: Scale::Linear,
             min: 0.0,
             max: if top_gbps > 0.0 { top_gbps * 1.12 } else { 1.0 },
+            ticks: Ticks::Default,
         },
         series,
         reference_lines,
+        legend: Legend::UpperLeft,
     }
 }
 
@@ -273,6 +320,7 @@ fn latency_chart(configs: &[String], measured: &[&Measurement], size_axis: Axis)
                 .iter()
                 .map(|m| (m.size, m.latency.p50_us))
                 .collect(),
+            labels: vec![],
         });
         series.push(Series {
             name: format!("{config} p99"),
@@ -282,6 +330,7 @@ fn latency_chart(configs: &[String], measured: &[&Measurement], size_axis: Axis)
                 .iter()
                 .map(|m| (m.size, m.latency.p99_us))
                 .collect(),
+            labels: vec![],
         });
     }
     let positive = || {
@@ -305,9 +354,11 @@ fn latency_chart(configs: &[String], measured: &[&Measurement], size_axis: Axis)
             scale: Scale::Log10,
             min,
             max,
+            ticks: Ticks::Default,
         },
         series,
         reference_lines: vec![],
+        legend: Legend::UpperLeft,
     }
 }
 

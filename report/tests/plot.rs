@@ -141,6 +141,18 @@ fn write_run_plots_bandwidth_and_latency_with_link_lines() {
         .collect();
     assert_eq!(links, [100.0, 400.0]);
     assert!(sidecar["heatmaps"].as_array().expect("heatmaps").is_empty());
+    // Fields only ipc's plot uses stay out of every other sidecar.
+    for axis in [
+        &bandwidth["x"],
+        &bandwidth["y"],
+        &latency["x"],
+        &latency["y"],
+    ] {
+        assert!(axis.get("ticks").is_none(), "{axis}");
+    }
+    for series in bandwidth["series"].as_array().expect("series") {
+        assert!(series.get("labels").is_none(), "{series}");
+    }
 
     // Every line left its colour in the bandwidth chart (the left half, below the title). Its markers and
     // legend entry alone leave about 500 pixels; the line across the chart adds over a thousand.
@@ -225,4 +237,288 @@ fn nothing_measured_is_an_error_naming_the_file() {
         "{err}"
     );
     assert!(!png.exists());
+}
+
+fn points(series: &Value) -> Vec<(u64, f64)> {
+    series["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| (p[0].as_u64().expect("x"), p[1].as_f64().expect("value")))
+        .collect()
+}
+
+fn near(actual: f64, expected: f64) -> bool {
+    (actual - expected).abs() < 0.01
+}
+
+fn read_sidecar(png: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(sidecar_path(png)).expect("sidecar"))
+        .expect("json")
+}
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn ipc_sweep_plots_the_best_kernel_and_one_line_per_block_not_fifty_one_lines() {
+    let scratch = Scratch::new("plot-ipc-sweep");
+    let png = scratch.path("ipc.png");
+    let spec = plot(&load("ipc-sweep-h100-same-gpu.json"), &png).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        spec.title,
+        "efatop ipc: CUDA IPC writes GPU 0 (00000000:00:06.0) → GPU 0 (00000000:00:06.0), one GPU: \
+         HBM, not NVLink; 50 kernels + CE, sizes 512M..1G"
+    );
+    let image = Image::read(&png);
+    assert_eq!((image.width, image.height), (1600, 656));
+    let inked = image.non_white_fraction(0..image.height);
+    assert!(
+        (0.03..0.5).contains(&inked),
+        "{inked} of the pixels are not white"
+    );
+
+    let sidecar = read_sidecar(&png);
+    assert_eq!(sidecar["title"], spec.title);
+    let charts = sidecar["charts"].as_array().expect("charts");
+    assert_eq!(charts.len(), 2, "no latency chart: the grid chart instead");
+    let (by_size, by_grid) = (&charts[0], &charts[1]);
+
+    // By size: only the copy engine and the best kernel (fifty kernels are too many to draw one by one).
+    assert_eq!(names(by_size), ["CE", "best kernel"]);
+    let y_label = by_size["y"]["label"].as_str().expect("label");
+    assert!(
+        y_label.starts_with("GB/s") && y_label.contains("bytes"),
+        "{y_label}"
+    );
+    assert_eq!(by_size["x"]["scale"], "log2");
+    assert!(
+        by_size["x"].get("ticks").is_none(),
+        "sizes are the default ticks"
+    );
+    let (ce, best) = (&by_size["series"][0], &by_size["series"][1]);
+    let ce_points = points(ce);
+    assert_eq!(ce_points.len(), 2);
+    assert!(near(ce_points[1].1, 1498.53), "{ce_points:?}");
+    let best_points = points(best);
+    assert_eq!(
+        best_points.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [GIB / 2, GIB]
+    );
+    assert!(
+        near(best_points[0].1, 1406.99) && near(best_points[1].1, 1419.03),
+        "{best_points:?}"
+    );
+    assert_eq!(best["labels"], serde_json::json!(["128x1024", "128x1024"]));
+    assert_eq!(best["dashed"], false);
+    assert!(
+        by_size["reference_lines"]
+            .as_array()
+            .expect("lines")
+            .is_empty(),
+        "no NVLink peak known"
+    );
+
+    // By grid at 1G: a line per block size, grids 1..512 on a log2 axis read as counts, CE dashed across.
+    assert_eq!(
+        names(by_grid),
+        [
+            "block 64",
+            "block 128",
+            "block 256",
+            "block 512",
+            "block 1024"
+        ]
+    );
+    assert_eq!(by_grid["x"]["scale"], "log2");
+    assert_eq!(by_grid["x"]["ticks"], "counts");
+    assert_eq!(
+        (by_grid["x"]["min"].as_f64(), by_grid["x"]["max"].as_f64()),
+        (Some(1.0), Some(512.0))
+    );
+    for series in by_grid["series"].as_array().expect("series") {
+        let line = points(series);
+        let grids: Vec<u64> = line.iter().map(|p| p.0).collect();
+        assert_eq!(
+            grids,
+            [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+            "{}",
+            series["name"]
+        );
+        // Bandwidth rises with the grid: the widest grid moves over ten times what one block does.
+        assert!(line[9].1 > 10.0 * line[0].1, "{}: {line:?}", series["name"]);
+    }
+    let block_256 = points(&by_grid["series"][2]);
+    assert!(
+        near(block_256[0].1, 30.42) && near(block_256[9].1, 1415.85),
+        "{block_256:?}"
+    );
+    let reference = &by_grid["reference_lines"][0];
+    assert_eq!(reference["name"], "CE 1498.5 GB/s");
+    assert!(near(reference["value"].as_f64().expect("value"), 1498.53));
+    assert_eq!(
+        reference["color"], ce["color"],
+        "CE keeps its colour across both charts"
+    );
+
+    // Each line left its colour in its own half; the CE reference crosses the right one.
+    let (left, right, below_title) = (
+        0..image.width / 2,
+        image.width / 2..image.width,
+        56..image.height,
+    );
+    for series in by_size["series"].as_array().expect("series") {
+        let pixels = image.count_in(hex(&series["color"]), left.clone(), below_title.clone());
+        assert!(pixels > 800, "{} drew {pixels} pixels", series["name"]);
+    }
+    for series in by_grid["series"].as_array().expect("series") {
+        let pixels = image.count_in(hex(&series["color"]), right.clone(), below_title.clone());
+        assert!(pixels > 800, "{} drew {pixels} pixels", series["name"]);
+    }
+    let ce_line = image.count_in(hex(&reference["color"]), right, below_title);
+    assert!(ce_line > 1_000, "the CE reference drew {ce_line} pixels");
+}
+
+#[test]
+fn ipc_default_run_draws_each_kernel_and_the_best_dashed_over_them() {
+    let scratch = Scratch::new("plot-ipc-default");
+    let png = scratch.path("ipc.png");
+    let spec =
+        plot(&load("ipc-default-h100-same-gpu.json"), &png).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        spec.title
+            .ends_with("one GPU: HBM, not NVLink; 3 kernels + CE, sizes 1M..1G"),
+        "{}",
+        spec.title
+    );
+    assert!(
+        !spec.title.contains("shm") && !spec.title.contains("channel"),
+        "{}",
+        spec.title
+    );
+    let image = Image::read(&png);
+    assert_eq!((image.width, image.height), (1600, 656));
+
+    let sidecar = read_sidecar(&png);
+    let (by_size, by_grid) = (&sidecar["charts"][0], &sidecar["charts"][1]);
+    assert_eq!(
+        names(by_size),
+        [
+            "IPC 1x256",
+            "IPC 16x256",
+            "IPC 128x256",
+            "CE",
+            "best kernel"
+        ]
+    );
+    let best = &by_size["series"][4];
+    assert_eq!(
+        best["dashed"], true,
+        "dashed over the kernel line it follows"
+    );
+    assert!(
+        best.get("labels").is_none(),
+        "the kernels' own lines say which is best"
+    );
+    let best_points = points(best);
+    assert_eq!(best_points.len(), 11);
+    // 16x256 wins at 1M, 128x256 from 2M on.
+    assert!(near(best_points[0].1, 145.73), "{best_points:?}");
+    assert_eq!(&best_points[1..], &points(&by_size["series"][2])[1..]);
+
+    assert_eq!(names(by_grid), ["block 256"]);
+    let line = points(&by_grid["series"][0]);
+    assert_eq!(line.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 16, 128]);
+    assert!(near(line[2].1, 1328.66), "{line:?}");
+
+    for series in by_size["series"].as_array().expect("series") {
+        let pixels = image.count_in(hex(&series["color"]), 0..image.width / 2, 56..image.height);
+        assert!(pixels > 500, "{} drew {pixels} pixels", series["name"]);
+    }
+}
+
+#[test]
+fn ipc_between_two_gpus_names_both_and_draws_the_nvlink_peak() {
+    let mut results = load("ipc-default-h100-same-gpu.json");
+    results.metadata.link_gbps = Some(3600.0);
+    results.metadata.link_source = "nvlink: NVML, 18 links x 25 GB/s".into();
+    results.metadata.placements[1].gpu = Some(1);
+    results.metadata.placements[1].gpu_pci_bus_id = Some("00000000:2A:00.0".into());
+    let spec = efatop_report::plot::describe(&results, std::path::Path::new("ipc.png"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        spec.title,
+        "efatop ipc: CUDA IPC writes GPU 0 (00000000:00:06.0) → GPU 1 (00000000:2A:00.0); 3 kernels + CE, \
+         sizes 1M..1G"
+    );
+    let peak = |chart: &efatop_report::plot::LineChart| -> Vec<(String, f64)> {
+        chart
+            .reference_lines
+            .iter()
+            .map(|l| (l.name.clone(), l.value))
+            .collect()
+    };
+    assert_eq!(
+        peak(&spec.charts[0]),
+        [("NVLink peak 450 GB/s".to_string(), 450.0)]
+    );
+    assert!(
+        spec.charts[0].title.ends_with("(dashed: NVLink peak)"),
+        "{}",
+        spec.charts[0].title
+    );
+    let on_grid = peak(&spec.charts[1]);
+    assert_eq!(on_grid.len(), 2);
+    assert_eq!(on_grid[1], ("NVLink peak 450 GB/s".to_string(), 450.0));
+
+    // Without placements the ranks stand in for the GPUs.
+    results.metadata.placements.clear();
+    let spec = efatop_report::plot::describe(&results, std::path::Path::new("ipc.png"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        spec.title
+            .starts_with("efatop ipc: CUDA IPC writes rank 0 → rank 1; "),
+        "{}",
+        spec.title
+    );
+}
+
+#[test]
+fn ipc_with_one_grid_plots_against_the_block() {
+    let mut results = load("ipc-sweep-h100-same-gpu.json");
+    results
+        .measurements
+        .retain(|m| m.config == "CE" || m.config.starts_with("IPC 128x"));
+    results
+        .configs
+        .retain(|c| c == "CE" || c.starts_with("IPC 128x"));
+    let spec = efatop_report::plot::describe(&results, std::path::Path::new("ipc.png"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let by_size: Vec<&str> = spec.charts[0]
+        .series
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        by_size,
+        [
+            "IPC 128x64",
+            "IPC 128x128",
+            "IPC 128x256",
+            "IPC 128x512",
+            "IPC 128x1024",
+            "CE",
+            "best kernel"
+        ],
+        "five kernels are few enough to draw"
+    );
+    let by_block = &spec.charts[1];
+    assert!(
+        by_block.x.label.starts_with("block"),
+        "{}",
+        by_block.x.label
+    );
+    assert_eq!(by_block.series.len(), 1);
+    assert_eq!(by_block.series[0].name, "grid 128");
+    let blocks: Vec<u64> = by_block.series[0].points.iter().map(|p| p.0).collect();
+    assert_eq!(blocks, [64, 128, 256, 512, 1024]);
 }

@@ -12,7 +12,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{
-    Heatmap, LineChart, PlotSpec, Scale, Series, CHART_ROW_HEIGHT, HEATMAPS_PER_ROW, TITLE_HEIGHT,
+    Axis, Heatmap, Legend, LineChart, PlotSpec, Scale, Series, Ticks, CHART_ROW_HEIGHT,
+    HEATMAPS_PER_ROW, TITLE_HEIGHT,
 };
 use crate::load::ReportError;
 
@@ -201,8 +202,9 @@ fn ticked(scale: Scale, range: std::ops::Range<f64>) -> TickedAxis {
     TickedAxis { range, ticks }
 }
 
-fn tick_label(scale: Scale, value: f64) -> String {
-    match scale {
+fn tick_label(axis: &Axis, value: f64) -> String {
+    match axis.scale {
+        Scale::Log2 if axis.ticks == Ticks::Counts => format!("{}", 2f64.powf(value).round()),
         Scale::Log2 => size_label(value),
         Scale::Log10 => microseconds_label(value),
         Scale::Linear => {
@@ -226,8 +228,8 @@ fn draw_line_chart(
             ticked(chart.y.scale, axis_range(&chart.y)),
         )
         .map_err(|e| e.to_string())?;
-    let x_label = |v: &f64| tick_label(chart.x.scale, *v);
-    let y_label = |v: &f64| tick_label(chart.y.scale, *v);
+    let x_label = |v: &f64| tick_label(&chart.x, *v);
+    let y_label = |v: &f64| tick_label(&chart.y, *v);
     plot.configure_mesh()
         .x_desc(&chart.x.label)
         .y_desc(&chart.y.label)
@@ -239,15 +241,25 @@ fn draw_line_chart(
         .draw()
         .map_err(|e| e.to_string())?;
     draw_series(&mut plot, chart)?;
+    let position = match chart.legend {
+        Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+        Legend::Clearest => clearest_corner(&plot, chart)?,
+    };
     plot.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(180, 180, 180))
-        .label_font(font(15))
-        .legend_area_size(30)
+        .label_font(font(LEGEND_FONT_SIZE))
+        .legend_area_size(LEGEND_AREA)
         .draw()
         .map_err(|e| e.to_string())
 }
+
+const LEGEND_FONT_SIZE: u32 = 15;
+/// Pixels of a legend row given to the line sample, left of its name.
+const LEGEND_AREA: i32 = 30;
+/// plotters' default space inside the legend box.
+const LEGEND_MARGIN: i32 = 10;
 
 fn draw_series(
     plot: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<TickedAxis, TickedAxis>>,
@@ -303,8 +315,127 @@ fn draw_series(
             plot.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
                 .map_err(|e| e.to_string())?;
         }
+        if !series.labels.is_empty() {
+            // Point labels sit just below their point, in the line's colour, on a pale patch so that
+            // the line they hang from does not run through them.
+            let style = font(POINT_LABEL_SIZE)
+                .color(&color)
+                .pos(Pos::new(HPos::Center, VPos::Top));
+            let mut labels = Vec::new();
+            for (p, text) in points.iter().zip(&series.labels) {
+                if text.is_empty() {
+                    continue;
+                }
+                let (w, h) = style.font.box_size(text).map_err(|e| e.to_string())?;
+                let (half, h) = (w as i32 / 2 + 2, h as i32);
+                let patch = [
+                    (-half, POINT_LABEL_DROP - 1),
+                    (half, POINT_LABEL_DROP + h + 1),
+                ];
+                labels.push(
+                    EmptyElement::at(*p)
+                        + Rectangle::new(patch, WHITE.mix(0.85).filled())
+                        + Text::new(text.clone(), (0, POINT_LABEL_DROP), style.clone()),
+                );
+            }
+            plot.draw_series(labels).map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
+}
+
+const POINT_LABEL_SIZE: u32 = 14;
+/// Pixels from a point down to the top of its label.
+const POINT_LABEL_DROP: i32 = 8;
+
+/// The corner of the plotting area where the legend (as plotters will lay it out) covers the fewest
+/// pixels of lines, reference lines and point labels; the upper left on a tie.
+fn clearest_corner(
+    plot: &ChartContext<'_, BitMapBackend<'_>, Cartesian2d<TickedAxis, TickedAxis>>,
+    chart: &LineChart,
+) -> Result<SeriesLabelPosition, String> {
+    let style = font(LEGEND_FONT_SIZE);
+    let mut text = MultiLineText::<_, String>::new((0, 0), &style);
+    for name in chart
+        .reference_lines
+        .iter()
+        .map(|l| &l.name)
+        .chain(chart.series.iter().map(|s| &s.name))
+    {
+        text.push_line(name.clone());
+    }
+    let (w, h) = text.estimate_dimension().map_err(|e| e.to_string())?;
+    let (w, h) = (w + LEGEND_AREA + 2 * LEGEND_MARGIN, h + 2 * LEGEND_MARGIN);
+    let area = plot.plotting_area();
+    let base = area.get_base_pixel();
+    let (area_w, area_h) = area.dim_in_pixel();
+    let (area_w, area_h) = (area_w as i32, area_h as i32);
+    let pixel = |x: f64, y: f64| {
+        let (px, py) = area.map_coordinate(&(x, y));
+        (px - base.0, py - base.1)
+    };
+    // Every line walked in steps of a few pixels, in plotting-area pixels.
+    let mut ink: Vec<(i32, i32)> = Vec::new();
+    let mut walk = |from: (i32, i32), to: (i32, i32)| {
+        let steps = ((to.0 - from.0).abs().max((to.1 - from.1).abs()) / 3).max(1);
+        for k in 0..=steps {
+            ink.push((
+                from.0 + (to.0 - from.0) * k / steps,
+                from.1 + (to.1 - from.1) * k / steps,
+            ));
+        }
+    };
+    for line in &chart.reference_lines {
+        let y = to_axis(chart.y.scale, line.value);
+        let x = axis_range(&chart.x);
+        walk(pixel(x.start, y), pixel(x.end, y));
+    }
+    for series in &chart.series {
+        let points: Vec<(i32, i32)> = series
+            .points
+            .iter()
+            .filter(|(_, v)| chart.y.scale != Scale::Log10 || *v > 0.0)
+            .map(|&(x, v)| pixel(to_axis(chart.x.scale, x as f64), to_axis(chart.y.scale, v)))
+            .collect();
+        for pair in points.windows(2) {
+            walk(pair[0], pair[1]);
+        }
+        if let [only] = points[..] {
+            walk(only, only);
+        }
+        for (p, label) in points
+            .iter()
+            .zip(&series.labels)
+            .filter(|(_, t)| !t.is_empty())
+        {
+            let half = label.len() as i32 * POINT_LABEL_SIZE as i32 / 4;
+            let y = p.1 + POINT_LABEL_DROP + POINT_LABEL_SIZE as i32 / 2;
+            walk((p.0 - half, y), (p.0 + half, y));
+        }
+    }
+    let candidates = [
+        SeriesLabelPosition::UpperLeft,
+        SeriesLabelPosition::UpperRight,
+        SeriesLabelPosition::LowerRight,
+        SeriesLabelPosition::LowerLeft,
+    ];
+    // Where plotters puts the box: 5 pixels in from the corner.
+    let corner = |at: &SeriesLabelPosition| match at {
+        SeriesLabelPosition::UpperRight => (area_w - w - 5, 5),
+        SeriesLabelPosition::LowerRight => (area_w - w - 5, area_h - h - 5),
+        SeriesLabelPosition::LowerLeft => (5, area_h - h - 5),
+        _ => (5, 5),
+    };
+    let covered = |at: &SeriesLabelPosition| {
+        let (x0, y0) = corner(at);
+        ink.iter()
+            .filter(|(x, y)| (x0..=x0 + w).contains(x) && (y0..=y0 + h).contains(y))
+            .count()
+    };
+    Ok(candidates
+        .into_iter()
+        .min_by_key(|at| covered(at))
+        .unwrap_or(SeriesLabelPosition::UpperLeft))
 }
 
 /// A dashed stroke in the legend, like the line it stands for.
