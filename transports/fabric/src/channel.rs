@@ -236,18 +236,8 @@ impl Channel {
         remote_offset: u64,
         immediate: Option<u32>,
     ) -> Result<Op<'c>> {
-        self.check_span(local, offset, len)?;
-        if remote_offset + len as u64 > remote.len {
-            return Err(FabricError::Invalid(format!(
-                "write of {len} bytes at {remote_offset} exceeds the peer's region of {} bytes",
-                remote.len
-            )));
-        }
-        let dest = self.peer(peer)?;
+        let WriteTarget { dest, buf, descriptor, addr } = self.write_target(peer, local, offset, len, remote, remote_offset)?;
         let ep = self.stack.endpoint();
-        let buf = local.local_address(offset);
-        let descriptor = local.desc();
-        let addr = remote.base + remote_offset;
         self.post("fi_writedata", |context| match immediate {
             // SAFETY: buf/len lie inside a registered region borrowed by the returned Op; context is a slot
             // reserved for this operation until its completion is read.
@@ -274,18 +264,8 @@ impl Channel {
         remote_offset: u64,
         immediate: u32,
     ) -> Result<Option<Op<'c>>> {
-        self.check_span(local, offset, len)?;
-        if remote_offset + len as u64 > remote.len {
-            return Err(FabricError::Invalid(format!(
-                "write of {len} bytes at {remote_offset} exceeds the peer's region of {} bytes",
-                remote.len
-            )));
-        }
-        let dest = self.peer(peer)?;
+        let WriteTarget { dest, buf, descriptor, addr } = self.write_target(peer, local, offset, len, remote, remote_offset)?;
         let ep = self.stack.endpoint();
-        let buf = local.local_address(offset);
-        let descriptor = local.desc();
-        let addr = remote.base + remote_offset;
         if self.free_head.get() == NO_SLOT {
             self.progress()?;
             return Ok(None);
@@ -295,9 +275,7 @@ impl Channel {
         // SAFETY: as for write.
         let ret = unsafe { sys::fi_writedata(ep, buf, len, descriptor, u64::from(immediate), dest, addr, remote.key, context) };
         if ret == 0 {
-            self.slots[slot as usize].state.set(SlotState::Posted);
-            self.in_flight.set(self.in_flight.get() + 1);
-            return Ok(Some(Op { channel: self, slot, api: "fi_writedata", finished: false }));
+            return Ok(Some(self.posted(slot, "fi_writedata")));
         }
         self.release_slot(slot);
         if ret != -(sys::FI_EAGAIN as isize) {
@@ -330,6 +308,39 @@ impl Channel {
     }
 
     /// Reserves a slot and posts through `call`, progressing and retrying while the provider says EAGAIN.
+    /// Checks a write's local and remote spans and resolves where it goes (shared by `write` and
+    /// `try_write`).
+    fn write_target(
+        &self,
+        peer: usize,
+        local: &MemoryRegion,
+        offset: usize,
+        len: usize,
+        remote: RemoteRegion,
+        remote_offset: u64,
+    ) -> Result<WriteTarget> {
+        self.check_span(local, offset, len)?;
+        if remote_offset + len as u64 > remote.len {
+            return Err(FabricError::Invalid(format!(
+                "write of {len} bytes at {remote_offset} exceeds the peer's region of {} bytes",
+                remote.len
+            )));
+        }
+        Ok(WriteTarget {
+            dest: self.peer(peer)?,
+            buf: local.local_address(offset),
+            descriptor: local.desc(),
+            addr: remote.base + remote_offset,
+        })
+    }
+
+    /// A slot whose operation the provider accepted: counted in flight, followed by the returned `Op`.
+    fn posted(&self, slot: u32, api: &'static str) -> Op<'_> {
+        self.slots[slot as usize].state.set(SlotState::Posted);
+        self.in_flight.set(self.in_flight.get() + 1);
+        Op { channel: self, slot, api, finished: false }
+    }
+
     fn post(&self, api: &'static str, mut call: impl FnMut(*mut std::ffi::c_void) -> isize) -> Result<Op<'_>> {
         let slot = self.reserve_slot()?;
         let context = self.slots[slot as usize].context.get().cast();
@@ -354,9 +365,7 @@ impl Channel {
                 return Err(FabricError::Timeout { what: api, channel: self.index, timeout: self.op_timeout });
             }
         }
-        self.slots[slot as usize].state.set(SlotState::Posted);
-        self.in_flight.set(self.in_flight.get() + 1);
-        Ok(Op { channel: self, slot, api, finished: false })
+        Ok(self.posted(slot, api))
     }
 
     fn reserve_slot(&self) -> Result<u32> {
@@ -505,6 +514,14 @@ impl Drop for Channel {
             }
         }
     }
+}
+
+/// Where a checked write goes: the peer's address, the local bytes and their descriptor, the remote address.
+struct WriteTarget {
+    dest: sys::fi_addr_t,
+    buf: *mut std::ffi::c_void,
+    descriptor: *mut std::ffi::c_void,
+    addr: u64,
 }
 
 /// An operation in flight on a channel. Completes when its CQ entry is read. Dropping an `Op` that has not
