@@ -42,7 +42,7 @@ use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
 use crate::telemetry::Probe;
 use crate::world::World;
-use crate::write::WriteConfig;
+use crate::write::{verify_received, WriteConfig};
 use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +168,7 @@ pub fn run(
                     })
                 }),
                 (TARGET, _) => receive(world, sweep, *config, size, chunk, &mut expected_immediates)
-                    .and_then(|()| verify(world, payload, column, seed))
+                    .and_then(|()| verify_received(world, payload, column, seed))
                     .map(|()| None),
                 _ => Ok(None),
             };
@@ -622,17 +622,6 @@ fn receive(
         world.channels.iter().zip(expected.iter()).all(|(channel, want)| channel.immediates_from(WRITER) >= *want)
     })?;
     Ok(())
-}
-
-fn verify(world: &World<'_>, payload: &Payload, column: &str, seed: PatternSeed) -> Result<(), ExperimentError> {
-    payload.stage_in(seed.size)?;
-    payload.verify(seed)?.map_err(|mismatch| ExperimentError::Verification {
-        receiver: world.rank,
-        sender: seed.sender,
-        config: column.to_string(),
-        size: format_size(seed.size),
-        detail: mismatch.to_string(),
-    })
 }
 
 fn summarise(

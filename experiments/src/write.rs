@@ -390,7 +390,9 @@ fn receive_group(
     }
 }
 
-fn verify_received(
+/// The receiver's check of one step: stage the bytes in (device memory) and compare them with the
+/// sender's pattern, naming receiver, sender, column and size on a mismatch (proxy's receiver too).
+pub(crate) fn verify_received(
     world: &World<'_>,
     payload: &Payload,
     column: &str,
