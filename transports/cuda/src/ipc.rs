@@ -261,14 +261,7 @@ mod tests {
     /// including a tail that is not a whole vector, between two local buffers through the same code path.
     #[test]
     fn store_kernel_and_copy_engine_move_every_byte() {
-        let gpu = match Gpu::open(0) {
-            Ok(gpu) => gpu,
-            Err(CudaError::NoDevice(why)) => {
-                eprintln!("SKIPPED: no CUDA device ({why})");
-                return;
-            }
-            Err(err) => panic!("{err}"),
-        };
+        let Some(gpu) = crate::tests::gpu_or_skip() else { return };
         let len = (1 << 20) + 13;
         let source = gpu.alloc(len).expect("alloc");
         let target = gpu.alloc_shareable(len).expect("alloc");

@@ -295,20 +295,26 @@ impl RegistrableMemory for DeviceBuffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// GPU 0, or `None` after saying the test is skipped where there is no CUDA device (CI); any other
+    /// failure to open it fails the test.
+    pub(crate) fn gpu_or_skip() -> Option<Gpu> {
+        match Gpu::open(0) {
+            Ok(gpu) => Some(gpu),
+            Err(CudaError::NoDevice(why)) => {
+                eprintln!("SKIPPED: no CUDA device ({why})");
+                None
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
 
     /// On machines without CUDA (CI) this says so and passes; on a GPU machine it checks the kernels.
     #[test]
     fn kernels_write_and_check_the_pattern() {
-        let gpu = match Gpu::open(0) {
-            Ok(gpu) => gpu,
-            Err(CudaError::NoDevice(why)) => {
-                eprintln!("SKIPPED: no CUDA device ({why})");
-                return;
-            }
-            Err(err) => panic!("{err}"),
-        };
+        let Some(gpu) = crate::tests::gpu_or_skip() else { return };
         let buffer = gpu.alloc(1 << 20).expect("alloc");
         gpu.fill(&buffer, 0..1 << 20, 42, None).expect("fill");
         assert_eq!(gpu.verify(&buffer, 0..1 << 20, 42).expect("verify"), None);

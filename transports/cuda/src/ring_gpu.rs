@@ -274,17 +274,9 @@ mod tests {
     use crate::ring::ExactlyOnce;
 
     fn open() -> Option<(Gpu, RingKernels)> {
-        match Gpu::open(0) {
-            Ok(gpu) => {
-                let kernels = RingKernels::new(&gpu).expect("ring kernels compile");
-                Some((gpu, kernels))
-            }
-            Err(CudaError::NoDevice(why)) => {
-                eprintln!("SKIPPED: no CUDA device ({why})");
-                None
-            }
-            Err(err) => panic!("{err}"),
-        }
+        let gpu = crate::tests::gpu_or_skip()?;
+        let kernels = RingKernels::new(&gpu).expect("ring kernels compile");
+        Some((gpu, kernels))
     }
 
     /// 64 blocks × 128 GPU threads × 64 pushes through 256 slots: every request consumed exactly once.
