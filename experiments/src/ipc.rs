@@ -51,6 +51,14 @@ impl IpcConfig {
         }
     }
 
+    /// The store kernel's grid and block; `None` for the copy engine.
+    pub fn grid_block(self) -> Option<(u32, u32)> {
+        match self.0 {
+            Mover::Kernel { grid, block } => Some((grid, block)),
+            Mover::CopyEngine => None,
+        }
+    }
+
     /// The configuration a column name stands for (reports read them back).
     pub fn from_column(column: &str) -> Option<Self> {
         if column == "CE" {

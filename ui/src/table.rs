@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use efatop_experiments::ipc::IpcConfig;
 use efatop_experiments::RunResults;
 use efatop_experiments::sizes::format_size;
 
@@ -40,14 +41,15 @@ fn render_ipc_tables(results: &RunResults) -> String {
         .configs
         .iter()
         .filter_map(|config| {
-            let (grid, block) = config.strip_prefix("IPC ")?.split_once('x')?;
-            Some((config, grid.parse().ok()?, block.parse().ok()?))
+            let (grid, block) = IpcConfig::from_column(config)?.grid_block()?;
+            Some((config, grid, block))
         })
         .collect();
+    let copy_engine_column = IpcConfig::COPY_ENGINE.column();
     if kernels.is_empty() {
         return String::new();
     }
-    let copy_engine = results.configs.iter().any(|c| c == "CE");
+    let copy_engine = results.configs.contains(&copy_engine_column);
     let mut header = vec!["Size".to_string()];
     // Every kernel column when they fit on a line; a sweep shows only its best per size here.
     let each_kernel = kernels.len() <= 8;
@@ -76,7 +78,7 @@ fn render_ipc_tables(results: &RunResults) -> String {
                 None => row.extend([NOT_MEASURED.to_string(), NOT_MEASURED.to_string()]),
             }
             if copy_engine {
-                let ce = rate("CE");
+                let ce = rate(&copy_engine_column);
                 row.push(ce.map_or_else(|| NOT_MEASURED.into(), gbytes));
                 row.push(match (best, ce) {
                     (Some((_, kernel)), Some(ce)) if ce > 0.0 => format!("{:.2}", kernel / ce),
@@ -103,7 +105,7 @@ fn render_ipc_tables(results: &RunResults) -> String {
             .map(|grid| {
                 let mut row = vec![grid.to_string()];
                 row.extend(blocks.iter().map(|block| {
-                    results.find(&format!("IPC {grid}x{block}"), largest).map_or_else(|| NOT_MEASURED.into(), |m| gbytes(m.gbps))
+                    results.find(&IpcConfig::kernel(*grid, *block).column(), largest).map_or_else(|| NOT_MEASURED.into(), |m| gbytes(m.gbps))
                 }));
                 row
             })

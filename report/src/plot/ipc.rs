@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use efatop_experiments::ipc::IpcConfig;
 use efatop_experiments::results::Measurement;
 use efatop_experiments::sizes::format_size;
 use efatop_experiments::RunResults;
@@ -60,12 +61,8 @@ fn kernels(results: &RunResults) -> Vec<Kernel<'_>> {
         .into_iter()
         .filter(|column| results.measurements.iter().any(|m| m.config == *column))
         .filter_map(|column| {
-            let (grid, block) = column.strip_prefix("IPC ")?.split_once('x')?;
-            Some(Kernel {
-                column,
-                grid: grid.parse().ok()?,
-                block: block.parse().ok()?,
-            })
+            let (grid, block) = IpcConfig::from_column(column)?.grid_block()?;
+            Some(Kernel { column, grid: grid.into(), block: block.into() })
         })
         .collect()
 }
