@@ -281,22 +281,39 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::
             return Ok(());
         }
         terminal.draw(|frame| efatop_ui::monitor::draw(frame, &view))?;
-        if !event::poll(TICK)? {
-            continue;
-        }
-        let Event::Key(key) = event::read()? else { continue };
-        if key.kind == KeyEventKind::Release {
-            continue;
-        }
-        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
-            return Ok(());
-        }
-        if let Some(key) = map_key(key.code) {
-            if view.handle_key(key) == Action::Quit {
-                return Ok(());
+        match next_key()? {
+            KeyPoll::Nothing => {}
+            KeyPoll::Interrupt => return Ok(()),
+            KeyPoll::Key(key) => {
+                if view.handle_key(key) == Action::Quit {
+                    return Ok(());
+                }
             }
         }
     }
+}
+
+/// What the terminal said within one tick, for the monitor's views (one node or several).
+enum KeyPoll {
+    Nothing,
+    /// Ctrl-C (raw mode delivers it as a key).
+    Interrupt,
+    Key(Key),
+}
+
+/// Waits up to a tick for a key press the views understand.
+fn next_key() -> std::io::Result<KeyPoll> {
+    if !event::poll(TICK)? {
+        return Ok(KeyPoll::Nothing);
+    }
+    let Event::Key(key) = event::read()? else { return Ok(KeyPoll::Nothing) };
+    if key.kind == KeyEventKind::Release {
+        return Ok(KeyPoll::Nothing);
+    }
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        return Ok(KeyPoll::Interrupt);
+    }
+    Ok(map_key(key.code).map_or(KeyPoll::Nothing, KeyPoll::Key))
 }
 
 fn map_key(code: KeyCode) -> Option<Key> {

@@ -7,14 +7,13 @@ use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use efatop_experiments::Bootstrap;
 use efatop_experiments::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 use efatop_monitor::{GpuPanel, GpuStats, NicKind, NicStats, Snapshot, TopologyGpu};
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::Action;
 
-use super::{Failure, MonitorArgs, TICK, TerminalGuard, build_monitor, map_key, print_line};
+use super::{Failure, KeyPoll, MonitorArgs, TICK, TerminalGuard, build_monitor, next_key, print_line};
 use crate::telemetry::{Collector, CollectorEvent, NodeSender};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
@@ -165,19 +164,13 @@ fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<Collec
             return Ok(());
         }
         terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, &view))?;
-        if !event::poll(TICK)? {
-            continue;
-        }
-        let Event::Key(key) = event::read()? else { continue };
-        if key.kind == KeyEventKind::Release {
-            continue;
-        }
-        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
-            return Ok(());
-        }
-        if let Some(key) = map_key(key.code) {
-            if view.handle_key(key) == Action::Quit {
-                return Ok(());
+        match next_key()? {
+            KeyPoll::Nothing => {}
+            KeyPoll::Interrupt => return Ok(()),
+            KeyPoll::Key(key) => {
+                if view.handle_key(key) == Action::Quit {
+                    return Ok(());
+                }
             }
         }
     }
