@@ -90,27 +90,14 @@ pub enum Experiment {
     Ipc(IpcArgs),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProviderArg {
-    /// efa when present, else shm when all ranks share a host, else tcp
-    Auto,
-    Efa,
-    Shm,
-    Tcp,
-    /// works, but takes milliseconds per transfer: not for benchmarking
-    Sockets,
-}
-
-impl ProviderArg {
-    pub fn choice(self) -> ProviderChoice {
-        match self {
-            ProviderArg::Auto => ProviderChoice::Auto,
-            ProviderArg::Efa => ProviderChoice::Given(Provider::Efa),
-            ProviderArg::Shm => ProviderChoice::Given(Provider::Shm),
-            ProviderArg::Tcp => ProviderChoice::Given(Provider::Tcp),
-            ProviderArg::Sockets => ProviderChoice::Given(Provider::Sockets),
-        }
+/// `--provider`: `auto`, one of [`Provider::KNOWN`], or any other provider name `fi_info -l` lists.
+fn parse_provider(text: &str) -> Result<ProviderChoice, String> {
+    if text == "auto" {
+        return Ok(ProviderChoice::Auto);
     }
+    Provider::parse(text).map(ProviderChoice::Given).ok_or_else(|| {
+        format!("`{text}` is not a provider name; use auto, {}, or another name `fi_info -l` lists", Provider::KNOWN.join(", "))
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,9 +128,15 @@ impl From<WriteConfigArg> for WriteConfig {
 #[derive(Debug, Clone, Args)]
 #[allow(clippy::struct_excessive_bools)] // command-line switches
 pub struct CommonArgs {
-    /// libfabric provider
-    #[arg(long, value_enum, default_value_t = ProviderArg::Auto)]
-    pub provider: ProviderArg,
+    /// libfabric provider: auto (efa when every rank has it, else shm when all ranks share a host, else
+    /// tcp), efa (the efa fabric), efa-direct, shm, tcp, udp (rxd over UDP), sockets (milliseconds per
+    /// transfer: not for benchmarking), or any other provider `fi_info -l` lists
+    #[arg(long, default_value = "auto", value_parser = parse_provider)]
+    pub provider: ProviderChoice,
+    /// On efa, let same-host peers use libfabric's shared-memory shortcut (measures shm, not the NIC);
+    /// same-host pairs are then marked in tables and results
+    #[arg(long)]
+    pub allow_shm: bool,
     /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
     #[arg(long, default_value = "1", value_parser = parse_channels)]
     pub channels: ChannelCount,

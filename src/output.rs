@@ -120,9 +120,10 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         // ipc moves nothing over libfabric; its world still gives it the bootstrap, telemetry and placement.
         Experiment::Sendrecv(_) | Experiment::Ipc(_) => Capabilities::MESSAGES,
     };
+    let capabilities = Capabilities { same_host_shortcut: common.allow_shm, ..capabilities };
     let window = usize::from(common.window);
     let options = WorldOptions {
-        provider: common.provider.choice(),
+        provider: common.provider.clone(),
         channels: common.channels,
         capabilities,
         // Room for every iteration in flight to every peer, plus the control traffic around them.

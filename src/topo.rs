@@ -111,7 +111,7 @@ fn nvml_gpu_links(topology: &mut NodeTopology) {
 fn fabric_nics() -> Vec<FabricNic> {
     [Provider::Efa, Provider::Tcp]
         .into_iter()
-        .filter_map(|provider| discover_nics(provider, Capabilities::MESSAGES).ok())
+        .filter_map(|provider| discover_nics(&provider, Capabilities::MESSAGES).ok())
         .flatten()
         .map(|nic| FabricNic {
             provider: nic.provider.clone(),

@@ -21,6 +21,12 @@ pub trait Bootstrap {
     fn barrier(&self) -> Result<(), ExperimentError> {
         self.allgather(&[]).map(|_| ())
     }
+    /// [`Bootstrap::allgather`], calling `idle` while waiting for the other ranks (implementations that can
+    /// wait without blocking do; the default blocks).
+    fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        let _ = idle;
+        self.allgather(data)
+    }
 }
 
 /// What the user asked for on the command line that shapes the world.
@@ -138,25 +144,33 @@ impl<'b> World<'b> {
         let single_host = hosts.iter().all(|h| *h == hosts[0]);
         let local_rank = hosts[..rank].iter().filter(|h| **h == hosts[rank]).count();
         // Where this rank belongs on its node (hwloc): its GPU, the NICs next to it, its NUMA node's CPUs.
-        // Without a readable topology the rank still runs, on every NIC in libfabric's order.
+        // The GPU is opened first, and the NICs follow the PCI bus id of the GPU actually opened: under
+        // CUDA_VISIBLE_DEVICES, CUDA's ordinal and hwloc's index name different GPUs. Without a readable
+        // topology the rank still runs, on every NIC in libfabric's order.
+        let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
         let gpu_choice = match options.gpu {
             Some(Some(index)) => GpuChoice::Index(index),
             _ => GpuChoice::Auto,
         };
         let topology = NodeTopology::discover().ok();
-        let placement = topology.as_ref().and_then(|t| t.placement(local_rank, gpu_choice).ok());
+        let placement = topology.as_ref().and_then(|t| match &gpu {
+            Some(gpu) => t.placement_of_gpu(local_rank, gpu.pci_bus_id()),
+            None => t.placement(local_rank, gpu_choice).ok(),
+        });
         let preference = |nic: &Nic| -> Option<usize> {
             let (topology, placement) = (topology.as_ref()?, placement.as_ref()?);
             topology.nic_preference(placement, nic.pci_address.as_deref(), &nic.domain)
         };
         // Device memory: prefer NICs that can register it; without them it is staged through host memory.
         let (nics, nic_counts) =
-            discover_agreed(bootstrap, &hosts, provider, options, single_host, &preference)?;
+            discover_agreed(bootstrap, &hosts, &provider, options, single_host, &preference)?;
 
-        let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
         let mut notes = Vec::new();
+        if let Some(warning) = efatop_fabric::version_warning() {
+            notes.push(warning);
+        }
         let nics = match &gpu {
-            Some(gpu) => keep_hmem_only_if_usable(bootstrap, provider, options, nics, gpu, single_host, &preference, &mut notes)?,
+            Some(gpu) => keep_hmem_only_if_usable(bootstrap, &provider, options, nics, gpu, single_host, &preference, &mut notes)?,
             None => nics,
         };
         let min_nics = nic_counts.iter().copied().min().unwrap_or(1).max(1);
@@ -191,7 +205,13 @@ impl<'b> World<'b> {
         let opened = (0..channel_count)
             .map(|index| {
                 let nic: &Nic = &nics[index % nics.len()];
-                let channel_options = ChannelOptions { index, max_in_flight: options.max_in_flight, op_timeout: options.op_timeout };
+                let channel_options = ChannelOptions {
+                    index,
+                    max_in_flight: options.max_in_flight,
+                    op_timeout: options.op_timeout,
+                    remote_in_flight: size.saturating_sub(1) * options.max_in_flight,
+                    device_memory: gpu.is_some(),
+                };
                 Channel::open(nic, &channel_options).map_err(ExperimentError::Fabric)
             })
             .collect::<Result<Vec<Channel>, _>>()
@@ -341,7 +361,7 @@ fn open_gpu(
 #[allow(clippy::too_many_arguments)]
 fn keep_hmem_only_if_usable(
     bootstrap: &dyn Bootstrap,
-    provider: Provider,
+    provider: &Provider,
     options: &WorldOptions,
     nics: Vec<Nic>,
     gpu: &efatop_cuda::Gpu,
@@ -370,7 +390,13 @@ fn keep_hmem_only_if_usable(
 
 /// Whether `nic` accepts a registration of `gpu`'s memory (on an endpoint opened for the question).
 fn registers_device_memory(nic: &Nic, gpu: &efatop_cuda::Gpu, options: &WorldOptions) -> bool {
-    let probe = ChannelOptions { index: 0, max_in_flight: 1, op_timeout: options.op_timeout };
+    let probe = ChannelOptions {
+        index: 0,
+        max_in_flight: 1,
+        op_timeout: options.op_timeout,
+        remote_in_flight: 0,
+        device_memory: true,
+    };
     let (Ok(channel), Ok(buffer)) = (Channel::open(nic, &probe), gpu.alloc(4096)) else { return false };
     channel.register(std::rc::Rc::new(buffer)).is_ok()
 }
@@ -381,7 +407,7 @@ fn registers_device_memory(nic: &Nic, gpu: &efatop_cuda::Gpu, options: &WorldOpt
 fn discover_agreed(
     bootstrap: &dyn Bootstrap,
     hosts: &[String],
-    provider: Provider,
+    provider: &Provider,
     options: &WorldOptions,
     single_host: bool,
     preference: &dyn Fn(&Nic) -> Option<usize>,
@@ -433,9 +459,9 @@ fn resolve_provider(
     hosts: &[String],
 ) -> Result<Provider, ExperimentError> {
     Ok(match choice {
-        ProviderChoice::Given(provider) => *provider,
+        ProviderChoice::Given(provider) => provider.clone(),
         ProviderChoice::Auto => {
-            let efa_here = discover_nics(Provider::Efa, capabilities).is_ok();
+            let efa_here = discover_nics(&Provider::Efa, capabilities).is_ok();
             let votes = bootstrap.allgather(&[u8::from(efa_here)])?;
             if votes.iter().all(|v| v.first() == Some(&1)) {
                 Provider::Efa

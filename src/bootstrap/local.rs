@@ -36,6 +36,22 @@ fn write_frame(writer: &mut impl Write, frame: &[u8]) -> std::io::Result<()> {
     writer.write_all(frame)
 }
 
+/// Returns once `stream` has a byte to read (or is closed), calling `idle` between non-blocking polls.
+fn wait_readable(stream: &TcpStream, idle: &mut dyn FnMut()) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    let mut byte = [0u8; 1];
+    let outcome = loop {
+        match stream.peek(&mut byte) {
+            Ok(_) => break Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => idle(),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => break Err(err),
+        }
+    };
+    stream.set_nonblocking(false)?;
+    outcome
+}
+
 /// A rank's side.
 pub struct LocalBootstrap {
     rank: usize,
@@ -64,12 +80,22 @@ impl Bootstrap for LocalBootstrap {
     }
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        self.allgather_while(data, &mut || {})
+    }
+
+    /// Sends this rank's frame, then calls `idle` until the launcher's answer starts to arrive (the socket
+    /// polled without blocking), and reads the answer whole: a rank on a manual-progress provider keeps
+    /// reading its completion queues while the others catch up.
+    fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
         let lost = |e: std::io::Error| {
             ExperimentError::Bootstrap(format!("lost the launcher's rendezvous ({e}): another rank has failed"))
         };
         let mut guard = self.stream.lock().map_err(|_| ExperimentError::Bootstrap("poisoned".into()))?;
         let (reader, writer) = &mut *guard;
         write_frame(writer, data).and_then(|()| writer.flush()).map_err(lost)?;
+        if reader.buffer().is_empty() {
+            wait_readable(reader.get_ref(), idle).map_err(lost)?;
+        }
         let count = read_u32(reader).map_err(lost)? as usize;
         if count != self.size {
             return Err(ExperimentError::Bootstrap(format!("the launcher answered for {count} ranks, not {}", self.size)));

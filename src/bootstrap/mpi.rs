@@ -31,10 +31,27 @@ impl Bootstrap for MpiBootstrap {
     }
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        self.allgather_while(data, &mut || {})
+    }
+
+    /// Non-blocking collectives (`MPI_Iallgather`/`MPI_Iallgatherv`) tested in a loop that calls `idle`
+    /// between tests, so a rank on a manual-progress provider keeps reading its completion queues.
+    fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
         let size = self.size();
         let len = i32::try_from(data.len()).map_err(|_| ExperimentError::Bootstrap("record over 2 GiB".into()))?;
         let mut lengths = vec![0i32; size];
-        self.world.all_gather_into(&len, &mut lengths[..]);
+        mpi::request::scope(|scope| {
+            let mut request = self.world.immediate_all_gather_into(scope, &len, &mut lengths[..]);
+            loop {
+                match request.test() {
+                    Ok(_) => break,
+                    Err(pending) => {
+                        request = pending;
+                        idle();
+                    }
+                }
+            }
+        });
         let displacements: Vec<i32> = lengths
             .iter()
             .scan(0i32, |offset, len| {
@@ -51,7 +68,18 @@ impl Bootstrap for MpiBootstrap {
         let mut gathered = vec![0u8; total];
         {
             let mut partition = PartitionMut::new(&mut gathered[..], &lengths[..], &displacements[..]);
-            self.world.all_gather_varcount_into(data, &mut partition);
+            mpi::request::scope(|scope| {
+                let mut request = self.world.immediate_all_gather_varcount_into(scope, data, &mut partition);
+                loop {
+                    match request.test() {
+                        Ok(_) => break,
+                        Err(pending) => {
+                            request = pending;
+                            idle();
+                        }
+                    }
+                }
+            });
         }
         Ok(lengths
             .iter()

@@ -59,6 +59,15 @@ impl NodeTopology {
         })
     }
 
+    /// The placement of the GPU a rank actually opened, found by its PCI bus id (as CUDA reports it,
+    /// `00000000:53:00.0`). Under `CUDA_VISIBLE_DEVICES` CUDA's ordinal and hwloc's index differ; the bus
+    /// id does not. `None` when hwloc does not list that GPU.
+    pub fn placement_of_gpu(&self, local_rank: usize, pci_bus_id: &str) -> Option<Placement> {
+        let wanted = crate::model::normalize_bus_id(pci_bus_id)?;
+        let index = self.gpus.iter().position(|gpu| crate::model::normalize_bus_id(&gpu.pci_bus_id).as_deref() == Some(&wanted))?;
+        self.placement(local_rank, GpuChoice::Index(index)).ok()
+    }
+
     /// Where a libfabric NIC (found by PCI address, else by domain name, e.g. `rdmap96s0-rdm` or `eth0`)
     /// stands in `placement`'s order: its position in [`Placement::nics`], `None` when the rank should
     /// not prefer it. Sorting a rank's libfabric NICs by this key (`None` last) puts its own first, which

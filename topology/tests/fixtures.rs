@@ -220,6 +220,18 @@ fn placement_follows_the_local_rank() {
 }
 
 #[test]
+fn placement_follows_the_gpu_actually_opened_not_the_local_rank() {
+    // Under CUDA_VISIBLE_DEVICES=5 rank 0 opens CUDA ordinal 0, which is hwloc's GPU 5 (bus a8): its NICs
+    // must be GPU 5's, found by the bus id CUDA reports (8-digit domain), not GPU 0's.
+    let topo = load("p5.48xlarge.xml");
+    let p = topo.placement_of_gpu(0, "00000000:A8:00.0").expect("GPU a8 is on a p5");
+    assert_eq!((p.local_rank, p.gpu), (0, Some(5)));
+    assert_eq!(p.nics, ["rdmap164s0", "rdmap165s0", "rdmap166s0", "rdmap167s0"]);
+    assert_eq!(topo.placement_of_gpu(0, "0000:53:00.0").and_then(|p| p.gpu), Some(0));
+    assert!(topo.placement_of_gpu(0, "0000:ff:00.0").is_none(), "a bus id hwloc does not list");
+}
+
+#[test]
 fn placement_without_gpus_uses_every_nic() {
     let topo = load("this-machine.xml");
     let p = topo.placement(3, GpuChoice::Auto).unwrap();

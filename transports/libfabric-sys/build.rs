@@ -16,6 +16,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LIBFABRIC_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=efatop_shim.h");
+    println!("cargo:rerun-if-changed=efatop_shim.c");
 
     let include_dirs = locate_libfabric();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -23,9 +25,9 @@ fn main() {
 
     let mut builder = bindgen::Builder::default()
         .header("wrapper.h")
-        .allowlist_function("fi_.*")
+        .allowlist_function("fi_.*|efatop_.*")
         .allowlist_type("fi_.*|fid.*")
-        .allowlist_var("FI_.*")
+        .allowlist_var("FI_.*|EFATOP_.*")
         .wrap_static_fns(true)
         .wrap_static_fns_path(&shim_stem)
         .derive_default(true)
@@ -41,7 +43,9 @@ fn main() {
         .expect("writing bindings.rs");
 
     let mut shim = cc::Build::new();
+    // The generated wrappers, and efatop's own C for calls whose shape differs between 1.x and 2.x headers.
     shim.file(shim_stem.with_extension("c"))
+        .file("efatop_shim.c")
         .include(env::current_dir().expect("cwd"))
         .warnings(false);
     for dir in &include_dirs {

@@ -6,3 +6,4 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
+#include "efatop_shim.h"

@@ -29,6 +29,24 @@ pub struct ChannelOptions {
     pub max_in_flight: usize,
     /// How long an operation (or a wait for immediates) may take before it is reported as hung.
     pub op_timeout: Duration,
+    /// Writes with immediate data that peers may have in flight towards this channel at once (peers ×
+    /// window): the completion queue must hold them beside our own operations (efa-direct's hardware CQ is
+    /// exactly the size asked for), and where writes consume receives this many are kept posted.
+    pub remote_in_flight: usize,
+    /// The endpoint will carry device memory: on efa, libfabric is told not to call the CUDA API itself
+    /// (`FI_OPT_CUDA_API_PERMITTED` off, as aws-ofi-nccl does).
+    pub device_memory: bool,
+}
+
+/// What opening a channel found out about its endpoint (read back, not assumed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointReport {
+    /// The efa fabric may send to same-host peers through shm (`None`: not an efa endpoint).
+    pub shm_permitted: Option<bool>,
+    /// RDMA WRITE is emulated over sends (`FI_OPT_EFA_EMULATED_WRITE`; `None`: the provider does not say).
+    pub emulated_write: Option<bool>,
+    /// libfabric may call the CUDA API for this endpoint (`None`: not set or not known).
+    pub cuda_api_permitted: Option<bool>,
 }
 
 /// An endpoint's address, as exchanged through the bootstrap.
@@ -130,6 +148,12 @@ pub struct Channel {
     peers: RefCell<Vec<sys::fi_addr_t>>,
     immediates_by_source: RefCell<Vec<u64>>,
     op_timeout: Duration,
+    report: EndpointReport,
+    /// Receives kept posted for writes' immediate data where writes consume one (`FI_RX_CQ_DATA`), and
+    /// which of them wait to be posted again (the provider said EAGAIN).
+    cq_data_receives: Box<[UnsafeCell<sys::fi_context2>]>,
+    cq_data_repost: Box<[Cell<bool>]>,
+    cq_data_reposts_pending: Cell<usize>,
     pub counters: ChannelCounters,
 }
 
@@ -139,7 +163,9 @@ impl Channel {
         if nic.provider.starts_with("shm") {
             crate::shm_regions::remove_stale_regions_of_this_pid();
         }
-        let stack = EndpointStack::open(nic, (slot_count * 2).max(128))?;
+        let cq_size = (slot_count * 2 + options.remote_in_flight).max(128);
+        let (stack, report) = EndpointStack::open(nic, cq_size, options.device_memory)?;
+        let receives = if nic.writes_consume_receives() { options.remote_in_flight.max(slot_count) } else { 0 };
         let slots: Box<[OpSlot]> = (0..slot_count)
             .map(|i| OpSlot {
                 context: UnsafeCell::new(sys::fi_context2::default()),
@@ -158,8 +184,17 @@ impl Channel {
             peers: RefCell::new(Vec::new()),
             immediates_by_source: RefCell::new(Vec::new()),
             op_timeout: options.op_timeout,
+            report,
+            cq_data_receives: (0..receives).map(|_| UnsafeCell::new(sys::fi_context2::default())).collect(),
+            cq_data_repost: (0..receives).map(|_| Cell::new(false)).collect(),
+            cq_data_reposts_pending: Cell::new(0),
             counters: ChannelCounters::default(),
         })
+    }
+
+    /// What opening the endpoint found out: shm shortcut, emulated writes, CUDA API use.
+    pub fn report(&self) -> EndpointReport {
+        self.report
     }
 
     pub fn index(&self) -> usize {
@@ -187,7 +222,43 @@ impl Channel {
         let names: Vec<Vec<u8>> = addresses.iter().map(|a| a.0.clone()).collect();
         *self.peers.borrow_mut() = self.stack.insert_addresses(&names)?;
         *self.immediates_by_source.borrow_mut() = vec![0; addresses.len()];
+        for index in 0..self.cq_data_receives.len() {
+            self.cq_data_repost[index].set(true);
+        }
+        self.cq_data_reposts_pending.set(self.cq_data_receives.len());
+        self.post_cq_data_receives()
+    }
+
+    /// Posts the immediate-data receives that wait to be posted; leaves the rest for the next progress call
+    /// when the provider says EAGAIN.
+    fn post_cq_data_receives(&self) -> Result<()> {
+        let ep = self.stack.endpoint();
+        for (index, context) in self.cq_data_receives.iter().enumerate() {
+            if !self.cq_data_repost[index].get() {
+                continue;
+            }
+            // SAFETY: a zero-length receive (no buffer, no descriptor) whose context lives as long as the
+            // channel; the endpoint is closed (cancelling it) before the contexts are freed.
+            let ret = unsafe {
+                sys::fi_recv(ep, std::ptr::null_mut(), 0, std::ptr::null_mut(), sys::FI_ADDR_UNSPEC, context.get().cast())
+            };
+            if ret == -(sys::FI_EAGAIN as isize) {
+                return Ok(());
+            }
+            if ret != 0 {
+                return Err(FabricError::call("fi_recv(immediate data)", ret as i64));
+            }
+            self.cq_data_repost[index].set(false);
+            self.cq_data_reposts_pending.set(self.cq_data_reposts_pending.get() - 1);
+        }
         Ok(())
+    }
+
+    fn cq_data_receive_of(&self, context: *mut std::ffi::c_void) -> Option<usize> {
+        let base = self.cq_data_receives.as_ptr() as usize;
+        let offset = (context as usize).checked_sub(base)?;
+        let index = offset / size_of::<UnsafeCell<sys::fi_context2>>();
+        (offset % size_of::<UnsafeCell<sys::fi_context2>>() == 0 && index < self.cq_data_receives.len()).then_some(index)
     }
 
     /// Registers memory with this channel's domain.
@@ -401,6 +472,9 @@ impl Channel {
     /// Reads this channel's completion queue once and applies what it finds. Returns the number of entries.
     pub fn progress(&self) -> Result<usize> {
         const BATCH: usize = 32;
+        if self.cq_data_reposts_pending.get() > 0 {
+            self.post_cq_data_receives()?;
+        }
         let mut entries = [sys::fi_cq_data_entry::default(); BATCH];
         // SAFETY: the CQ was opened with FI_CQ_FORMAT_DATA, so entries are fi_cq_data_entry; BATCH fit.
         let ret = unsafe { sys::fi_cq_read(self.stack.cq(), entries.as_mut_ptr().cast(), BATCH) };
@@ -428,18 +502,29 @@ impl Channel {
                     self.counters.ops_completed.set(self.counters.ops_completed.get() + 1);
                     self.counters.bytes_completed.set(self.counters.bytes_completed.get() + entry.len as u64);
                 }
-                // A write with immediate data from a peer: it consumed no posted receive of ours.
-                None if has_data => {
-                    self.counters.immediates_received.set(self.counters.immediates_received.get() + 1);
-                    let source = Immediate::source(entry.data);
-                    if let Some(count) = self.immediates_by_source.borrow_mut().get_mut(source) {
-                        *count += 1;
+                // A write with immediate data from a peer, on a provider where it consumed one of the
+                // receives kept posted for that: count it below and post that receive again.
+                None if has_data && self.cq_data_receive_of(entry.op_context).is_some() => {
+                    if let Some(index) = self.cq_data_receive_of(entry.op_context) {
+                        self.cq_data_repost[index].set(true);
+                        self.cq_data_reposts_pending.set(self.cq_data_reposts_pending.get() + 1);
                     }
+                    self.count_immediate(entry.data);
                 }
+                // A write with immediate data from a peer: it consumed no posted receive of ours.
+                None if has_data => self.count_immediate(entry.data),
                 None => {}
             }
         }
         Ok(count)
+    }
+
+    fn count_immediate(&self, data: u64) {
+        self.counters.immediates_received.set(self.counters.immediates_received.get() + 1);
+        let source = Immediate::source(data);
+        if let Some(count) = self.immediates_by_source.borrow_mut().get_mut(source) {
+            *count += 1;
+        }
     }
 
     fn finish_slot(&self, slot: u32, state: SlotState) {

@@ -8,33 +8,88 @@ use efatop_libfabric_sys as sys;
 
 use crate::error::{FabricError, Result, check};
 
-/// The libfabric providers efatop knows how to drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The libfabric provider (and, for efa, the fabric) a run uses.
+///
+/// Since libfabric 2.1 the efa provider lists two fabrics over the same devices and domain names:
+/// `efa-direct` (the device's own queues: no protocol emulation, messages up to about the MTU, `FI_MR_LOCAL`)
+/// first, then `efa` (the RDM protocol layer production code uses: segmentation, emulation, shm for
+/// same-host peers). `--provider efa` means the `efa` fabric; `efa-direct` is its own choice.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Provider {
     Efa,
+    EfaDirect,
     Shm,
     Tcp,
+    /// rxd over UDP (`udp;ofi_rxd`).
+    Udp,
     Sockets,
+    /// Any other provider `fi_info -l` lists, by name.
+    Other(String),
 }
 
 impl Provider {
-    pub const ALL: [Provider; 4] = [Provider::Efa, Provider::Shm, Provider::Tcp, Provider::Sockets];
+    /// The providers efatop names in help and errors (any other listed provider is accepted by name).
+    pub const KNOWN: [&'static str; 6] = ["efa", "efa-direct", "shm", "tcp", "udp", "sockets"];
 
-    /// The name libfabric matches in `fabric_attr->prov_name`. For tcp, libfabric 1.17 layers the
-    /// `ofi_rxm` utility provider over it to give RDM endpoints; the core name still selects it.
-    pub fn libfabric_name(self) -> &'static str {
+    /// Parses a `--provider` value: a known name, or any other provider name libfabric might list
+    /// (letters, digits, `_`, `-`, `;`). `None` for anything else.
+    pub fn parse(name: &str) -> Option<Provider> {
+        Some(match name {
+            "efa" => Provider::Efa,
+            "efa-direct" => Provider::EfaDirect,
+            "shm" => Provider::Shm,
+            "tcp" => Provider::Tcp,
+            "udp" => Provider::Udp,
+            "sockets" => Provider::Sockets,
+            other
+                if !other.is_empty()
+                    && other.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ';')) =>
+            {
+                Provider::Other(other.to_string())
+            }
+            _ => return None,
+        })
+    }
+
+    /// The name libfabric matches in `fabric_attr->prov_name`. For tcp and udp, libfabric layers a utility
+    /// provider (`ofi_rxm`, `ofi_rxd`) over the core one where needed for RDM endpoints; the core name
+    /// still selects it. Both efa fabrics belong to the `efa` provider.
+    pub fn libfabric_name(&self) -> &str {
         match self {
-            Provider::Efa => "efa",
+            Provider::Efa | Provider::EfaDirect => "efa",
             Provider::Shm => "shm",
             Provider::Tcp => "tcp",
+            Provider::Udp => "udp",
             Provider::Sockets => "sockets",
+            Provider::Other(name) => name,
+        }
+    }
+
+    /// The efa provider's fabrics: same-host shortcuts and fabric names apply.
+    pub fn is_efa(&self) -> bool {
+        matches!(self, Provider::Efa | Provider::EfaDirect)
+    }
+
+    /// Whether an `fi_info` entry of fabric `fabric` belongs to this choice. libfabric 1.x names the efa
+    /// fabric after the device's GID prefix (`EFA-fe80::…`), 2.x names it `efa` and adds `efa-direct`.
+    pub fn accepts_fabric(&self, fabric: &str) -> bool {
+        match self {
+            Provider::Efa => !fabric.eq_ignore_ascii_case(EFA_DIRECT_FABRIC),
+            Provider::EfaDirect => fabric.eq_ignore_ascii_case(EFA_DIRECT_FABRIC),
+            _ => true,
         }
     }
 }
 
+/// The fabric name of efa's device-direct path (libfabric ≥ 2.1, prov/efa/src/efa.h).
+pub const EFA_DIRECT_FABRIC: &str = "efa-direct";
+
 impl fmt::Display for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.libfabric_name())
+        match self {
+            Provider::EfaDirect => f.write_str(EFA_DIRECT_FABRIC),
+            other => f.write_str(other.libfabric_name()),
+        }
     }
 }
 
@@ -47,11 +102,52 @@ pub struct Capabilities {
     pub rma_write: bool,
     /// Registration of device (GPU) memory: `FI_HMEM`, with `FI_MR_HMEM`.
     pub hmem: bool,
+    /// Let the efa fabric reach same-host peers through shared memory (`--allow-shm`). Off by default, so
+    /// that every byte crosses the NIC: efatop asks for `FI_REMOTE_COMM` without `FI_LOCAL_COMM` and turns
+    /// `FI_OPT_SHARED_MEMORY_PERMITTED` off, as aws-ofi-nccl does.
+    pub same_host_shortcut: bool,
 }
 
 impl Capabilities {
-    pub const MESSAGES: Capabilities = Capabilities { messages: true, rma_write: false, hmem: false };
-    pub const MESSAGES_AND_WRITE: Capabilities = Capabilities { messages: true, rma_write: true, hmem: false };
+    pub const MESSAGES: Capabilities =
+        Capabilities { messages: true, rma_write: false, hmem: false, same_host_shortcut: false };
+    pub const MESSAGES_AND_WRITE: Capabilities =
+        Capabilities { messages: true, rma_write: true, hmem: false, same_host_shortcut: false };
+
+    /// The `caps` efatop puts in its hints for `provider`.
+    pub fn hint_caps(self, provider: &Provider) -> u64 {
+        let mut wanted = 0u64;
+        if self.messages {
+            wanted |= u64::from(sys::FI_MSG | sys::FI_SEND | sys::FI_RECV);
+        }
+        if self.rma_write {
+            wanted |= u64::from(sys::FI_RMA | sys::FI_WRITE | sys::FI_REMOTE_WRITE);
+        }
+        if self.hmem {
+            wanted |= sys::FI_HMEM;
+        }
+        if provider.is_efa() {
+            // efa_user_info.c: FI_REMOTE_COMM without FI_LOCAL_COMM clears FI_LOCAL_COMM in the answer, and
+            // the endpoint then sends to same-host peers through the NIC, not shm.
+            wanted |= sys::FI_REMOTE_COMM;
+            if self.same_host_shortcut {
+                wanted |= sys::FI_LOCAL_COMM;
+            }
+        }
+        wanted
+    }
+
+    /// The `mode` bits efatop can honour in its hints for `provider`. Every operation gets an
+    /// `fi_context2`. efa-direct on devices without unsolicited write receive returns no RMA unless the
+    /// application takes `FI_RX_CQ_DATA` (a write with immediate data consumes a posted receive), which
+    /// efatop honours for that fabric only.
+    pub fn hint_mode(self, provider: &Provider) -> u64 {
+        let mut mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
+        if *provider == Provider::EfaDirect && self.rma_write {
+            mode |= sys::FI_RX_CQ_DATA;
+        }
+        mode
+    }
 }
 
 /// An owned, single `fi_info` entry (its `next` is NULL), duplicated out of a `fi_getinfo` list.
@@ -102,6 +198,9 @@ pub struct Nic {
     pub mr_mode: u32,
     pub mode: u64,
     pub caps: u64,
+    /// Transmit and receive queue depths the provider offers.
+    pub tx_size: usize,
+    pub rx_size: usize,
     pub(crate) info: OwnedInfo,
 }
 
@@ -127,6 +226,63 @@ impl Nic {
     pub fn offers_hmem(&self) -> bool {
         self.caps & sys::FI_HMEM != 0
     }
+
+    /// A write with remote CQ data consumes a receive the target posted (`FI_RX_CQ_DATA`: efa-direct on
+    /// devices without unsolicited write receive).
+    pub fn writes_consume_receives(&self) -> bool {
+        self.mode & sys::FI_RX_CQ_DATA != 0
+    }
+
+    /// The efa fabric may send to same-host peers through shm: the provider kept `FI_LOCAL_COMM`.
+    pub fn may_use_shm(&self) -> bool {
+        self.provider == "efa" && !self.fabric.eq_ignore_ascii_case(EFA_DIRECT_FABRIC) && self.caps & sys::FI_LOCAL_COMM != 0
+    }
+}
+
+/// What efatop reads of one `fi_getinfo` entry to choose among them. Plain data, so that the choice
+/// ([`select_entries`]) is tested on lists shaped exactly as providers report them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EntryFacts {
+    pub provider: String,
+    pub fabric: String,
+    pub domain: String,
+    /// The entry addresses with IPv4 (`FI_SOCKADDR_IN`).
+    pub ipv4: bool,
+    pub caps: u64,
+    pub mode: u64,
+    pub mr_mode: u32,
+    pub max_msg_size: u64,
+    pub inject_size: usize,
+    pub cq_data_size: usize,
+    pub tx_size: usize,
+    pub rx_size: usize,
+}
+
+/// Which entries of a `fi_getinfo` answer become NICs, in the order listed: those of the chosen fabric
+/// (`efa` and `efa-direct` list the same domains), with the capabilities asked for and room for the 4-byte
+/// immediate data efatop's writes carry; one per domain, preferring IPv4 addressing where a domain offers
+/// several formats (tcp lists v4 and v6).
+pub fn select_entries(provider: &Provider, caps: Capabilities, entries: &[EntryFacts]) -> Vec<usize> {
+    // FI_REMOTE_COMM/FI_LOCAL_COMM are requests about shortcuts, not capabilities an entry must show.
+    let needed = caps.hint_caps(provider) & !(sys::FI_REMOTE_COMM | sys::FI_LOCAL_COMM);
+    let mut chosen: Vec<usize> = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let usable = provider.accepts_fabric(&entry.fabric)
+            && entry.caps & needed == needed
+            && (!caps.rma_write || entry.cq_data_size >= 4);
+        if !usable {
+            continue;
+        }
+        match chosen.iter().position(|&i| entries[i].domain == entry.domain) {
+            Some(slot) => {
+                if !entries[chosen[slot]].ipv4 && entry.ipv4 {
+                    chosen[slot] = index;
+                }
+            }
+            None => chosen.push(index),
+        }
+    }
+    chosen
 }
 
 /// Names of the `FI_MR_*` bits set in `mode`, for headers and JSON.
@@ -148,7 +304,7 @@ pub fn mr_mode_names(mode: u32) -> Vec<&'static str> {
 
 /// Asks libfabric for RDM endpoints of `provider` with `caps`, and returns one [`Nic`] per domain, in the
 /// order libfabric lists them.
-pub fn discover_nics(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>> {
+pub fn discover_nics(provider: &Provider, caps: Capabilities) -> Result<Vec<Nic>> {
     let found = getinfo(provider, caps);
     if matches!(&found, Ok(nics) if !nics.is_empty()) {
         return found;
@@ -167,18 +323,22 @@ pub fn discover_nics(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>>
 
 /// Why no NIC matched: `nics_without_rma` is how many NICs the provider offers when RMA is not asked for
 /// (`None` when RMA was not asked for in the first place).
-pub fn explain_missing(provider: Provider, nics_without_rma: Option<usize>) -> FabricError {
+pub fn explain_missing(provider: &Provider, nics_without_rma: Option<usize>) -> FabricError {
     match nics_without_rma {
         Some(n) if n > 0 => FabricError::Unavailable {
             provider: provider.to_string(),
             missing: "RMA WRITE with remote CQ data".into(),
-            hint: "; write needs it: try --provider efa, shm or tcp".into(),
+            hint: if *provider == Provider::EfaDirect {
+                "; efa-direct offers RMA only where the device supports RDMA write: try --provider efa".into()
+            } else {
+                "; write needs it: try --provider efa, shm or tcp".into()
+            },
         },
         _ => missing_provider(provider),
     }
 }
 
-fn missing_provider(provider: Provider) -> FabricError {
+fn missing_provider(provider: &Provider) -> FabricError {
     FabricError::Unavailable {
         provider: provider.to_string(),
         missing: "reliable-datagram (RDM) endpoints".into(),
@@ -186,36 +346,54 @@ fn missing_provider(provider: Provider) -> FabricError {
     }
 }
 
-fn getinfo(provider: Provider, caps: Capabilities) -> Result<Vec<Nic>> {
+fn getinfo(provider: &Provider, caps: Capabilities) -> Result<Vec<Nic>> {
     let hints = Hints::new(provider, caps)?;
     let mut list: *mut sys::fi_info = std::ptr::null_mut();
     // SAFETY: hints is a valid fi_info from fi_allocinfo; list receives a new list we free below.
     let ret = unsafe {
-        sys::fi_getinfo(sys::EFATOP_FI_VERSION, std::ptr::null(), std::ptr::null(), 0, hints.0.as_ptr(), &raw mut list)
+        sys::fi_getinfo(crate::api_version(), std::ptr::null(), std::ptr::null(), 0, hints.0.as_ptr(), &raw mut list)
     };
     check("fi_getinfo", ret)?;
-    let mut nics: Vec<Nic> = Vec::new();
+    let mut entries: Vec<NonNull<sys::fi_info>> = Vec::new();
     let mut cursor = list;
     while let Some(entry) = NonNull::new(cursor) {
         // SAFETY: entries of the list stay valid until fi_freeinfo(list).
-        let entry_ref = unsafe { entry.as_ref() };
-        cursor = entry_ref.next;
-        let nic = nic_from_entry(entry)?;
-        match nics.iter().position(|n| n.domain == nic.domain) {
-            // Prefer IPv4 addressing for a domain that offers several formats (tcp lists v4 and v6).
-            Some(i) => {
-                if nics[i].info.get().addr_format != sys::FI_SOCKADDR_IN
-                    && nic.info.get().addr_format == sys::FI_SOCKADDR_IN
-                {
-                    nics[i] = nic;
-                }
-            }
-            None => nics.push(nic),
-        }
+        cursor = unsafe { entry.as_ref() }.next;
+        entries.push(entry);
     }
+    // SAFETY: as above: every entry is live until the list is freed.
+    let facts: Vec<EntryFacts> = entries.iter().map(|entry| unsafe { entry_facts(entry.as_ref()) }).collect();
+    let nics = select_entries(provider, caps, &facts)
+        .into_iter()
+        .map(|index| nic_from_entry(entries[index]))
+        .collect::<Result<Vec<Nic>>>();
     // SAFETY: list came from fi_getinfo and every entry we keep was duplicated.
     unsafe { sys::fi_freeinfo(list) };
-    Ok(nics)
+    nics
+}
+
+/// Reads the selection facts of one entry.
+///
+/// # Safety
+/// `raw` is a live entry of an `fi_getinfo` answer (attribute pointers filled in).
+unsafe fn entry_facts(raw: &sys::fi_info) -> EntryFacts {
+    // SAFETY: fi_getinfo fills fabric, domain, ep and tx/rx attributes for every entry.
+    let (fabric_attr, domain_attr, ep_attr, tx_attr, rx_attr) =
+        unsafe { (&*raw.fabric_attr, &*raw.domain_attr, &*raw.ep_attr, &*raw.tx_attr, &*raw.rx_attr) };
+    EntryFacts {
+        provider: c_string(fabric_attr.prov_name),
+        fabric: c_string(fabric_attr.name),
+        domain: c_string(domain_attr.name),
+        ipv4: raw.addr_format == sys::FI_SOCKADDR_IN,
+        caps: raw.caps,
+        mode: raw.mode,
+        mr_mode: domain_attr.mr_mode as u32,
+        max_msg_size: ep_attr.max_msg_size as u64,
+        inject_size: tx_attr.inject_size,
+        cq_data_size: domain_attr.cq_data_size,
+        tx_size: tx_attr.size,
+        rx_size: rx_attr.size,
+    }
 }
 
 fn nic_from_entry(entry: NonNull<sys::fi_info>) -> Result<Nic> {
@@ -229,22 +407,23 @@ fn nic_from_entry(entry: NonNull<sys::fi_info>) -> Result<Nic> {
     };
     let info = OwnedInfo(NonNull::new(dup).ok_or_else(|| FabricError::Invalid("fi_dupinfo: out of memory".into()))?);
     let raw = info.get();
-    // SAFETY: fi_getinfo fills fabric, domain, ep and tx attributes for every entry; nic may be NULL.
-    let (fabric_attr, domain_attr, ep_attr, tx_attr) =
-        unsafe { (&*raw.fabric_attr, &*raw.domain_attr, &*raw.ep_attr, &*raw.tx_attr) };
+    // SAFETY: a duplicated entry keeps every attribute of the original; nic may be NULL.
+    let facts = unsafe { entry_facts(raw) };
     let (link_speed_bps, pci_address) = unsafe { nic_attributes(raw.nic) };
     Ok(Nic {
-        provider: c_string(fabric_attr.prov_name),
-        fabric: c_string(fabric_attr.name),
-        domain: c_string(domain_attr.name),
+        provider: facts.provider,
+        fabric: facts.fabric,
+        domain: facts.domain,
         link_speed_bps,
         pci_address,
-        max_msg_size: ep_attr.max_msg_size as u64,
-        inject_size: tx_attr.inject_size,
-        cq_data_size: domain_attr.cq_data_size,
-        mr_mode: domain_attr.mr_mode as u32,
-        mode: raw.mode,
-        caps: raw.caps,
+        max_msg_size: facts.max_msg_size,
+        inject_size: facts.inject_size,
+        cq_data_size: facts.cq_data_size,
+        mr_mode: facts.mr_mode,
+        mode: facts.mode,
+        caps: facts.caps,
+        tx_size: facts.tx_size,
+        rx_size: facts.rx_size,
         info,
     })
 }
@@ -278,28 +457,17 @@ fn c_string(ptr: *const std::os::raw::c_char) -> String {
 struct Hints(NonNull<sys::fi_info>);
 
 impl Hints {
-    fn new(provider: Provider, caps: Capabilities) -> Result<Self> {
+    fn new(provider: &Provider, caps: Capabilities) -> Result<Self> {
         // SAFETY: fi_allocinfo returns a zeroed fi_info with all attribute structs allocated, or NULL.
         let raw = unsafe { sys::fi_allocinfo() };
         let hints = Self(NonNull::new(raw).ok_or_else(|| FabricError::Invalid("fi_allocinfo: out of memory".into()))?);
         let name = CString::new(provider.libfabric_name()).map_err(|e| FabricError::Invalid(e.to_string()))?;
-        let mut wanted = 0u64;
-        if caps.messages {
-            wanted |= u64::from(sys::FI_MSG | sys::FI_SEND | sys::FI_RECV);
-        }
-        if caps.rma_write {
-            wanted |= u64::from(sys::FI_RMA | sys::FI_WRITE | sys::FI_REMOTE_WRITE);
-        }
-        if caps.hmem {
-            wanted |= sys::FI_HMEM;
-        }
         // SAFETY: all attribute pointers of an fi_allocinfo result are valid; prov_name takes ownership of a
         // malloc'd copy, which fi_freeinfo releases.
         unsafe {
             let info = &mut *raw;
-            info.caps = wanted;
-            // We give every operation an fi_context2 (the largest context any provider asks for).
-            info.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
+            info.caps = caps.hint_caps(provider);
+            info.mode = caps.hint_mode(provider);
             (*info.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
             (*info.fabric_attr).prov_name = libc::strdup(name.as_ptr());
             let domain = &mut *info.domain_attr;
@@ -334,12 +502,12 @@ mod tests {
 
     #[test]
     fn a_provider_without_rma_is_told_apart_from_a_missing_one() {
-        let lacks_rma = explain_missing(Provider::Sockets, Some(2)).to_string();
+        let lacks_rma = explain_missing(&Provider::Sockets, Some(2)).to_string();
         assert!(lacks_rma.contains("RMA WRITE"), "{lacks_rma}");
         assert!(lacks_rma.contains("sockets"), "{lacks_rma}");
-        let missing = explain_missing(Provider::Efa, Some(0)).to_string();
+        let missing = explain_missing(&Provider::Efa, Some(0)).to_string();
         assert!(missing.contains("no efa interface offers reliable-datagram"), "{missing}");
-        let missing = explain_missing(Provider::Efa, None).to_string();
+        let missing = explain_missing(&Provider::Efa, None).to_string();
         assert!(missing.contains("fi_info -l"), "{missing}");
     }
 

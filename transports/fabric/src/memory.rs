@@ -19,6 +19,38 @@ pub enum MemoryKind {
     Cuda { device: i32 },
 }
 
+/// A dma-buf that exports a buffer's pages (for `FI_MR_DMABUF`): the file descriptor, and where the buffer
+/// starts inside it. The memory that handed it out closes the descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmabufHandle {
+    pub fd: i32,
+    pub offset: u64,
+}
+
+/// How a buffer was registered with the NIC, in the order production code tries them for device memory
+/// (aws-ofi-nccl: dma-buf, then the virtual address, which needs nvidia-peermem on EFA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegistrationPath {
+    /// Host memory, by virtual address.
+    Host,
+    /// Device memory through a dma-buf file descriptor (`FI_MR_DMABUF`).
+    Dmabuf,
+    /// Device memory by virtual address (`FI_HMEM_CUDA`; on EFA this needs nvidia-peermem).
+    VirtualAddress,
+}
+
+impl RegistrationPath {
+    /// The short name used in column labels and results files.
+    pub fn label(self) -> &'static str {
+        match self {
+            RegistrationPath::Host => "host",
+            RegistrationPath::Dmabuf => "dmabuf",
+            RegistrationPath::VirtualAddress => "va",
+        }
+    }
+}
+
 /// Memory that can be registered with a libfabric domain.
 pub trait RegistrableMemory {
     fn address(&self) -> *mut c_void;
@@ -27,6 +59,11 @@ pub trait RegistrableMemory {
         self.len() == 0
     }
     fn kind(&self) -> MemoryKind;
+    /// A dma-buf exporting this memory, when its allocator can give one (CUDA device memory on drivers
+    /// with dma-buf support). Host memory has none.
+    fn dmabuf(&self) -> Option<DmabufHandle> {
+        None
+    }
 }
 
 const PAGE: usize = 4096;

@@ -11,8 +11,9 @@ use std::rc::Rc;
 use efatop_libfabric_sys as sys;
 
 use crate::error::{FabricError, Result, check};
+use crate::channel::EndpointReport;
 use crate::info::Nic;
-use crate::memory::{MemoryKind, RegistrableMemory};
+use crate::memory::{MemoryKind, RegistrableMemory, RegistrationPath};
 
 /// Closes any libfabric object through its embedded `fid`.
 ///
@@ -93,7 +94,9 @@ pub(crate) struct EndpointStack {
 }
 
 impl EndpointStack {
-    pub(crate) fn open(nic: &Nic, cq_size: usize) -> Result<Self> {
+    /// Opens the stack; efa endpoints get their options set before `fi_enable` (shm shortcut off unless
+    /// the answer kept `FI_LOCAL_COMM`, CUDA API calls off for device memory) and report what they do.
+    pub(crate) fn open(nic: &Nic, cq_size: usize, device_memory: bool) -> Result<(Self, EndpointReport)> {
         let info = nic.info.as_ptr();
         let mut fabric_raw: *mut sys::fid_fabric = std::ptr::null_mut();
         // SAFETY: info is a valid fi_info from fi_getinfo; out-pointers are ours.
@@ -139,9 +142,27 @@ impl EndpointStack {
                 sys::fi_ep_bind(ep, &raw mut (*cq.raw.as_ptr()).fid, u64::from(sys::FI_TRANSMIT | sys::FI_RECV)),
             )?;
             check("fi_ep_bind(av)", sys::fi_ep_bind(ep, &raw mut (*av.raw.as_ptr()).fid, 0))?;
-            check("fi_enable", sys::fi_enable(ep))?;
         }
-        Ok(Self { endpoint, cq, av, domain })
+        let mut report = EndpointReport::default();
+        if nic.provider == "efa" {
+            let efa_fabric = !nic.fabric.eq_ignore_ascii_case(crate::info::EFA_DIRECT_FABRIC);
+            if efa_fabric {
+                // Belt and braces with the hints (FI_REMOTE_COMM without FI_LOCAL_COMM): aws-ofi-nccl sets the
+                // option too. Headers older than 1.18 lack it; the hints alone then decide.
+                let permitted = nic.may_use_shm();
+                let set = set_bool(ep, sys::EFATOP_OPT_SHARED_MEMORY_PERMITTED, permitted);
+                report.shm_permitted = Some(if set.is_ok() { permitted } else { nic.may_use_shm() });
+            }
+            if device_memory && set_bool(ep, sys::EFATOP_OPT_CUDA_API_PERMITTED, false).is_ok() {
+                report.cuda_api_permitted = Some(false);
+            }
+        }
+        // SAFETY: the endpoint is bound to its CQ and AV.
+        check("fi_enable", unsafe { sys::fi_enable(ep) })?;
+        if nic.provider == "efa" {
+            report.emulated_write = get_bool(ep, sys::EFATOP_OPT_EFA_EMULATED_WRITE).ok();
+        }
+        Ok((Self { endpoint, cq, av, domain }, report))
     }
 
     pub(crate) fn endpoint(&self) -> *mut sys::fid_ep {
@@ -187,6 +208,20 @@ impl EndpointStack {
     }
 }
 
+/// `fi_setopt` of one of the shim's bool endpoint options.
+fn set_bool(ep: *mut sys::fid_ep, option: u32, value: bool) -> Result<()> {
+    // SAFETY: ep is a live endpoint; the shim passes a bool of the right size.
+    check("fi_setopt", unsafe { sys::efatop_ep_set_bool(ep, option as i32, value) })
+}
+
+/// `fi_getopt` of one of the shim's bool endpoint options.
+fn get_bool(ep: *mut sys::fid_ep, option: u32) -> Result<bool> {
+    let mut value = false;
+    // SAFETY: ep is a live endpoint; value is a bool the shim writes.
+    check("fi_getopt", unsafe { sys::efatop_ep_get_bool(ep, option as i32, &raw mut value) })?;
+    Ok(value)
+}
+
 fn non_null<T>(ptr: *mut T, api: &'static str) -> Result<NonNull<T>> {
     NonNull::new(ptr).ok_or_else(|| FabricError::Invalid(format!("{api} returned success but no object")))
 }
@@ -201,6 +236,7 @@ pub struct MemoryRegion {
     /// `FI_MR_VIRT_ADDR`, else 0 (offset addressing).
     remote_base: u64,
     memory: Rc<dyn RegistrableMemory>,
+    path: RegistrationPath,
     /// Under `FI_MR_ENDPOINT` the registration is bound to the endpoint, which must outlive it.
     bound_endpoint: Option<Rc<EndpointObject>>,
     _domain: Rc<DomainObject>,
@@ -219,37 +255,54 @@ impl MemoryRegion {
             key
         };
         let mut mr_raw: *mut sys::fid_mr = std::ptr::null_mut();
-        match memory.kind() {
+        let (iface, device) = match memory.kind() {
+            MemoryKind::Host => (sys::fi_hmem_iface_FI_HMEM_SYSTEM, 0),
+            MemoryKind::Cuda { device } => (sys::fi_hmem_iface_FI_HMEM_CUDA, device),
+        };
+        let mut path = RegistrationPath::Host;
+        if iface != sys::fi_hmem_iface_FI_HMEM_SYSTEM {
+            path = RegistrationPath::VirtualAddress;
+            // dma-buf first where both the API in use and the memory offer it; a provider that refuses it
+            // (no dma-buf support in its HMEM layer) still gets the virtual address below.
+            if let Some(handle) = memory.dmabuf().filter(|_| crate::api_at_least(1, 20)) {
+                // SAFETY: the dma-buf exports `len` bytes of the memory at `handle.offset`; the memory (and
+                // with it the descriptor) outlives the registration (we hold an Rc).
+                let ret = unsafe {
+                    sys::efatop_mr_reg_dmabuf(
+                        stack.domain.raw.as_ptr(),
+                        handle.fd,
+                        handle.offset,
+                        memory.len(),
+                        memory.address(),
+                        access,
+                        requested_key,
+                        iface as i32,
+                        device,
+                        &raw mut mr_raw,
+                    )
+                };
+                if ret == 0 {
+                    path = RegistrationPath::Dmabuf;
+                } else {
+                    mr_raw = std::ptr::null_mut();
+                }
+            }
+        }
+        if path != RegistrationPath::Dmabuf {
+            let api = if path == RegistrationPath::Host { "fi_mr_regattr" } else { "fi_mr_regattr(FI_HMEM_CUDA)" };
             // SAFETY: the memory is valid for `len` bytes and outlives the registration (we hold an Rc).
-            MemoryKind::Host => check("fi_mr_reg", unsafe {
-                sys::fi_mr_reg(
+            check(api, unsafe {
+                sys::efatop_mr_reg_iov(
                     stack.domain.raw.as_ptr(),
                     memory.address(),
                     memory.len(),
                     access,
-                    0,
                     requested_key,
-                    0,
+                    iface as i32,
+                    device,
                     &raw mut mr_raw,
-                    std::ptr::null_mut(),
                 )
-            })?,
-            MemoryKind::Cuda { device } => {
-                let iov = sys::iovec { iov_base: memory.address(), iov_len: memory.len() };
-                let mut attr = sys::fi_mr_attr {
-                    mr_iov: &raw const iov,
-                    iov_count: 1,
-                    access,
-                    requested_key,
-                    iface: sys::fi_hmem_iface_FI_HMEM_CUDA,
-                    ..Default::default()
-                };
-                attr.device.cuda = device;
-                // SAFETY: attr and iov live across the call; the device memory outlives the registration.
-                check("fi_mr_regattr(FI_HMEM_CUDA)", unsafe {
-                    sys::fi_mr_regattr(stack.domain.raw.as_ptr(), &raw const attr, 0, &raw mut mr_raw)
-                })?;
-            }
+            })?;
         }
         let raw = non_null(mr_raw, "fi_mr_reg")?;
         let mut region = Self {
@@ -258,6 +311,7 @@ impl MemoryRegion {
             key: 0,
             remote_base: 0,
             memory,
+            path,
             bound_endpoint: None,
             _domain: stack.domain.clone(),
         };
@@ -283,6 +337,11 @@ impl MemoryRegion {
 
     pub fn key(&self) -> u64 {
         self.key
+    }
+
+    /// How the memory was registered (dma-buf, virtual address, or host).
+    pub fn path(&self) -> RegistrationPath {
+        self.path
     }
 
     pub fn len(&self) -> usize {

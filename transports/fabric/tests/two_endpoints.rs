@@ -16,8 +16,14 @@ const LEN: usize = 65536;
 
 fn open(provider: Provider) -> Channel {
     let caps = Capabilities::MESSAGES_AND_WRITE;
-    let nics = discover_nics(provider, caps).expect("discover");
-    let options = ChannelOptions { index: 0, max_in_flight: 64, op_timeout: Duration::from_secs(10) };
+    let nics = discover_nics(&provider, caps).expect("discover");
+    let options = ChannelOptions {
+        index: 0,
+        max_in_flight: 64,
+        op_timeout: Duration::from_secs(10),
+        remote_in_flight: 64,
+        device_memory: false,
+    };
     Channel::open(&nics[0], &options).expect("open")
 }
 
@@ -174,6 +180,6 @@ fn tcp_send_recv() {
 
 #[test]
 fn missing_provider_is_named() {
-    let err = discover_nics(Provider::Efa, Capabilities::MESSAGES_AND_WRITE).expect_err("no efa here");
+    let err = discover_nics(&Provider::Efa, Capabilities::MESSAGES_AND_WRITE).expect_err("no efa here");
     assert!(err.to_string().contains("efa"), "{err}");
 }

@@ -9,8 +9,8 @@ pub const fn make_fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
 }
 
-/// The API version efatop asks for. 1.14 has everything we use and is older than any install we support.
-pub const EFATOP_FI_VERSION: u32 = make_fi_version(1, 14);
+/// The oldest libfabric API efatop supports (Debian bookworm ships 1.17).
+pub const EFATOP_MIN_FI_VERSION: u32 = make_fi_version(1, 14);
 
 /// `FI_ADDR_UNSPEC` is `((uint64_t) -1)` in `fabric.h`.
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
