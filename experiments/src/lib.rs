@@ -137,12 +137,23 @@ pub(crate) fn agree_with<T>(
     outcome: Result<T, ExperimentError>,
     stop: bool,
 ) -> Result<T, ExperimentError> {
+    agree_gathering(|text| bootstrap.allgather(text), rank, hosts, outcome, stop)
+}
+
+/// [`agree_with`] over any allgather (the world's keeps its channels progressing while it waits).
+fn agree_gathering<T>(
+    gather: impl FnOnce(&[u8]) -> Result<Vec<Vec<u8>>, ExperimentError>,
+    rank: usize,
+    hosts: &[String],
+    outcome: Result<T, ExperimentError>,
+    stop: bool,
+) -> Result<T, ExperimentError> {
     let text = match &outcome {
         Ok(_) if stop => STOP.to_vec(),
         Ok(_) => Vec::new(),
         Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
     };
-    let statuses = bootstrap.allgather(&text)?;
+    let statuses = gather(&text)?;
     let value = match outcome {
         Ok(value) => value,
         Err(err) => {
@@ -175,7 +186,7 @@ pub(crate) fn agree_on<T>(
     observer: &dyn Observer,
 ) -> Result<T, ExperimentError> {
     let stop = world.rank == 0 && observer.stop_requested();
-    agree_with(world.bootstrap, world.rank, &world.hosts, outcome, stop)
+    agree_gathering(|text| world.allgather(text), world.rank, &world.hosts, outcome, stop)
 }
 
 /// Refuses sizes the provider cannot carry in one message.
