@@ -192,6 +192,10 @@ pub(crate) fn agree_on<T>(
 /// Refuses sizes the provider cannot carry in one message.
 pub(crate) fn check_sizes(world: &World<'_>, sweep: &SweepOptions) -> Result<(), ExperimentError> {
     match sweep.sizes.iter().copied().max() {
+        // efa-direct carries messages of about the MTU: name the fabric, which is what the user chose.
+        Some(largest) if world.provider == efatop_fabric::Provider::EfaDirect => {
+            size_limit(largest, world.max_msg_size(), "efa-direct")
+        }
         Some(largest) => size_limit(largest, world.max_msg_size(), &world.provider_stack),
         None => Ok(()),
     }
@@ -228,6 +232,12 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "--max-size: 1G exceeds the efa provider's max_msg_size of 1048581 bytes; the largest size allowed is 1M"
+        );
+        // efa-direct's sends are limited to the device MTU (8928 on a p5's EFA).
+        let err = size_limit(64 << 20, 8928, "efa-direct").expect_err("over the MTU");
+        assert_eq!(
+            err.to_string(),
+            "--max-size: 64M exceeds the efa-direct provider's max_msg_size of 8928 bytes; the largest size allowed is 8K"
         );
     }
 }
