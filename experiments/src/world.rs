@@ -194,6 +194,13 @@ impl<'b> World<'b> {
                 hosts[rank]
             ));
         }
+        if provider == Provider::Udp {
+            notes.push(
+                "udp is reliability emulated over UDP datagrams (ofi_rxd): lost datagrams wait for its retransmit \
+                 timer, so figures swing and are not representative of RDMA"
+                    .into(),
+            );
+        }
         if provider == Provider::Sockets {
             notes.push("the sockets provider takes milliseconds per RDM transfer: its figures are not representative".into());
         }
