@@ -135,6 +135,7 @@ impl Abort {
 impl<'b> World<'b> {
     /// Chooses the provider and NICs, opens the channels and connects every rank's channel `c` to every
     /// other rank's channel `c`.
+    #[allow(clippy::too_many_lines)] // one agreed sequence of setup rounds, each commented
     pub fn establish(bootstrap: &'b dyn Bootstrap, options: &WorldOptions) -> Result<Self, ExperimentError> {
         let rank = bootstrap.rank();
         let size = bootstrap.size();
@@ -154,15 +155,12 @@ impl<'b> World<'b> {
         // CUDA_VISIBLE_DEVICES, CUDA's ordinal and hwloc's index name different GPUs. Without a readable
         // topology the rank still runs, on every NIC in libfabric's order.
         let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
+        let topology = NodeTopology::discover().ok();
         let gpu_choice = match options.gpu {
             Some(Some(index)) => GpuChoice::Index(index),
             _ => GpuChoice::Auto,
         };
-        let topology = NodeTopology::discover().ok();
-        let placement = topology.as_ref().and_then(|t| match &gpu {
-            Some(gpu) => t.placement_of_gpu(local_rank, gpu.pci_bus_id()),
-            None => t.placement(local_rank, gpu_choice).ok(),
-        });
+        let placement = topology.as_ref().and_then(|t| place(t, local_rank, gpu_choice, gpu.as_deref()));
         let preference = |nic: &Nic| -> Option<usize> {
             let (topology, placement) = (topology.as_ref()?, placement.as_ref()?);
             topology.nic_preference(placement, nic.pci_address.as_deref(), &nic.domain)
@@ -386,6 +384,15 @@ impl<'b> World<'b> {
             }
         }
         Ok(())
+    }
+}
+
+/// This rank's place on its node: by the PCI bus id of the GPU it opened (CUDA's ordinal and hwloc's
+/// index differ under `CUDA_VISIBLE_DEVICES`), else by `--gpu` or the local rank.
+fn place(topology: &NodeTopology, local_rank: usize, choice: GpuChoice, opened: Option<&efatop_cuda::Gpu>) -> Option<Placement> {
+    match opened {
+        Some(gpu) => topology.placement_of_gpu(local_rank, gpu.pci_bus_id()),
+        None => topology.placement(local_rank, choice).ok(),
     }
 }
 

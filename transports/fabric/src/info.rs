@@ -95,6 +95,7 @@ impl fmt::Display for Provider {
 
 /// What an experiment needs from the endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // independent requests, each a libfabric capability bit
 pub struct Capabilities {
     /// Two-sided SEND/RECV.
     pub messages: bool,

@@ -13,6 +13,8 @@
 //!
 //! Domain names are a p5.48xlarge's (rdma-core names devices `rdmap<bus>s<slot>`; libfabric adds `-rdm`).
 
+#![allow(clippy::doc_markdown)] // the header cites C identifiers from prov/efa as they are spelled there
+
 use efatop_fabric::{Capabilities, EntryFacts, Provider, efa_may_use_shm, select_entries};
 use efatop_libfabric_sys as sys;
 
@@ -99,7 +101,7 @@ fn efa_hints_ask_for_remote_comm_without_local_comm_unless_shm_is_allowed() {
     let hinted = caps.hint_caps(&Provider::Efa);
     assert_ne!(hinted & sys::FI_REMOTE_COMM, 0, "NIC-only traffic needs FI_REMOTE_COMM");
     assert_eq!(hinted & sys::FI_LOCAL_COMM, 0, "FI_LOCAL_COMM would let efa send to same-host peers through shm");
-    assert_ne!(hinted & RMA & !(sys::FI_READ | sys::FI_REMOTE_READ) as u64, 0);
+    assert_ne!(hinted & RMA & !u64::from(sys::FI_READ | sys::FI_REMOTE_READ), 0);
     let allowed = Capabilities { same_host_shortcut: true, ..caps }.hint_caps(&Provider::Efa);
     assert_eq!(allowed & (sys::FI_LOCAL_COMM | sys::FI_REMOTE_COMM), sys::FI_LOCAL_COMM | sys::FI_REMOTE_COMM);
     // Neither flag for providers without a shortcut to turn off (shm is local only: FI_REMOTE_COMM would
