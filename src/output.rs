@@ -131,7 +131,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
         // The proxy experiment's writer is a GPU kernel: it always needs the GPU.
-        gpu: (common.memory.contains(&cli::MemoryArg::Device) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
+        gpu: (common.memory.iter().any(|m| *m != cli::MemoryArg::Host) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
             .then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
@@ -155,11 +155,21 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         memories: common
             .memory
             .iter()
-            .map(|memory| match memory {
-                cli::MemoryArg::Host => MemoryChoice::Host,
-                cli::MemoryArg::Device => MemoryChoice::Device { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) },
+            .map(|memory| {
+                let gpu = world.gpu.as_ref().map_or(0, |g| g.ordinal());
+                match memory {
+                    cli::MemoryArg::Host => MemoryChoice::Host,
+                    cli::MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
+                    cli::MemoryArg::Device | cli::MemoryArg::Staged => MemoryChoice::Staged { gpu },
+                }
             })
-            .collect(),
+            // `--staged` folds `device,staged` into one staged column set.
+            .fold(Vec::new(), |mut memories, memory| {
+                if !memories.contains(&memory) {
+                    memories.push(memory);
+                }
+                memories
+            }),
     };
     let configs: Vec<String> = match experiment {
         // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
@@ -486,6 +496,11 @@ struct RankZero {
 
 impl Observer for RankZero {
     fn begin(&mut self, columns: &[String], memory: &str) {
+        // Plain output printed its header before the memory was registered: say how it was (native
+        // dma-buf or virtual address, or staged), which the results file records per configuration.
+        if self.events.is_none() && memory != self.results.metadata.memory {
+            println!("# memory as registered: {memory}");
+        }
         self.results.configs = columns.to_vec();
         self.results.metadata.memory = memory.to_string();
         if let Some(events) = &self.events {

@@ -56,7 +56,7 @@ extern "C" __global__ void efatop_ipc_store(const uint4* __restrict__ source, ui
 /// The handle another process of this host opens with [`PeerMemory::open`]. Only memory from
 /// [`Gpu::alloc_shareable`] can be exported.
 pub fn export_handle(buffer: &DeviceBuffer) -> Result<[u8; HANDLE_LEN], CudaError> {
-    let crate::Allocation::Shareable { context } = &buffer.allocation else {
+    let crate::Allocation::Shareable { context, .. } = &buffer.allocation else {
         return Err(CudaError::NoDevice("CUDA IPC needs memory from Gpu::alloc_shareable (cuMemAlloc)".into()));
     };
     context.bind_to_thread()?;
