@@ -193,6 +193,13 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         results.metadata.link_gbps = None;
         results.metadata.link_source = "nvlink".into();
     }
+    if world.gpu.is_some() && std::env::var(crate::launch::ENV_PEER_COPIES).is_ok_and(|v| v == "synchronous") {
+        results.metadata.notes.push(
+            "receiving ranks run with CUDA_LAUNCH_BLOCKING=1: a provider's device-to-device cudaMemcpy (shm's CUDA \
+             IPC) then completes only once the data has landed"
+                .into(),
+        );
+    }
     if let Experiment::Proxy(args) = experiment {
         results.metadata.notes.push(if args.chunk == 0 {
             "proxy: one write per channel per iteration (--chunk whole); blocking Quiets after each".into()
