@@ -152,24 +152,29 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
-        memories: common
-            .memory
-            .iter()
-            .map(|memory| {
-                let gpu = world.gpu.as_ref().map_or(0, |g| g.ordinal());
-                match memory {
-                    cli::MemoryArg::Host => MemoryChoice::Host,
-                    cli::MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
-                    cli::MemoryArg::Device | cli::MemoryArg::Staged => MemoryChoice::Staged { gpu },
-                }
-            })
-            // `--staged` folds `device,staged` into one staged column set.
-            .fold(Vec::new(), |mut memories, memory| {
-                if !memories.contains(&memory) {
-                    memories.push(memory);
-                }
-                memories
-            }),
+        // The proxy always moves GPU memory: `--staged` (or `--memory staged`) picks its staging pipeline.
+        memories: if matches!(experiment, Experiment::Proxy(_)) && common.staged {
+            vec![MemoryChoice::Staged { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) }]
+        } else {
+            common
+                .memory
+                .iter()
+                .map(|memory| {
+                    let gpu = world.gpu.as_ref().map_or(0, |g| g.ordinal());
+                    match memory {
+                        cli::MemoryArg::Host => MemoryChoice::Host,
+                        cli::MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
+                        cli::MemoryArg::Device | cli::MemoryArg::Staged => MemoryChoice::Staged { gpu },
+                    }
+                })
+                // `--staged` folds `device,staged` into one staged column set.
+                .fold(Vec::new(), |mut memories, memory| {
+                    if !memories.contains(&memory) {
+                        memories.push(memory);
+                    }
+                    memories
+                })
+        },
     };
     let configs: Vec<String> = match experiment {
         // The experiment names its columns once its memory is set up (`begin`); until then, the host names.

@@ -142,7 +142,7 @@ impl Gpu {
 
     /// cudarc's allocation on the GPU's stream (from its memory pool where the GPU has one): not exportable
     /// through CUDA IPC nor as a dma-buf. Only for comparisons (`EFATOP_CUDA_ALLOC=pool`).
-    fn alloc_pooled(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
+    pub(crate) fn alloc_pooled(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
         let slice = self.stream.alloc_zeros::<u8>(len)?;
         let address = {
             let (ptr, _sync) = slice.device_ptr(&self.stream);
