@@ -106,6 +106,9 @@ pub enum MemoryArg {
     Host,
     /// GPU memory (registered with the NIC where the provider can, else staged through pinned host memory)
     Device,
+    /// GPU memory always staged through pinned host memory (columns `...DMA(staged)`), beside `device`
+    /// to compare the two paths in one run
+    Staged,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -158,6 +161,10 @@ pub struct CommonArgs {
     /// GPU for --memory device: an index, or `auto` for this rank's local rank
     #[arg(long, default_value = "auto", value_parser = parse_gpu)]
     pub gpu: GpuChoice,
+    /// Stage GPU memory through pinned host memory even where the provider registers it natively
+    /// (`--memory device` becomes `staged`; the proxy uses its staging pipeline)
+    #[arg(long)]
+    pub staged: bool,
     /// Do not pin each rank to the CPUs of its GPU's NUMA node
     #[arg(long)]
     pub no_pin: bool,

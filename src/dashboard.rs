@@ -171,7 +171,7 @@ fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, 
             state.run.configs = columns;
             state.run.memory.clone_from(&memory);
             if memory.contains("staged") {
-                state.push_log(now, LogLevel::Warn, "the provider cannot register GPU memory: staged through pinned host memory");
+                state.push_log(now, LogLevel::Warn, "GPU memory staged through pinned host memory (the provider cannot register it, or --staged)");
             }
         }
         ConsumerEvent::Step { config, size } => Ingest::step(state, &config, size),

@@ -67,8 +67,18 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::i
     });
     let exe = std::env::current_exe()?;
     let mut children: Vec<Child> = Vec::with_capacity(ranks);
+    let synchronous = args.first().is_some_and(|experiment| copies_into_gpu_memory(experiment))
+        && std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none();
     for rank in 0..ranks {
-        let child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        if synchronous {
+            command.env(ENV_PEER_COPIES, "synchronous");
+            // The proxy's writer (rank 0) runs a persistent kernel whose launch must not block.
+            if args.first().is_none_or(|e| e != "proxy") || rank != 0 {
+                command.env(CUDA_LAUNCH_BLOCKING, "1");
+            }
+        }
+        let child = command
             .args(args)
             .env(ENV_RENDEZVOUS, &address)
             .env(ENV_RANK, rank.to_string())
@@ -84,6 +94,20 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::i
         }
     }
     Ok(supervise(children))
+}
+
+const CUDA_LAUNCH_BLOCKING: &str = "CUDA_LAUNCH_BLOCKING";
+/// Set to `synchronous` in every rank when the launcher made the receiving ranks' CUDA copies synchronous.
+pub const ENV_PEER_COPIES: &str = "EFATOP_PEER_COPIES";
+
+/// Experiments whose receiving ranks may have a provider copy into their GPU memory. libfabric's shm
+/// (CUDA IPC protocol) copies with `cudaMemcpy` device→device, which returns before the copy is done
+/// (CUDA's documented behaviour for device→device), and then completes the write: the initiator's
+/// completion and the target's immediate would come before the data lands, and bandwidth would be a rate
+/// of queuing (libfabric issue 11231). With `CUDA_LAUNCH_BLOCKING=1` in the receiving ranks those copies
+/// return once done. An explicit `CUDA_LAUNCH_BLOCKING` in the environment is left as it is.
+fn copies_into_gpu_memory(experiment: &OsString) -> bool {
+    ["write", "sendrecv", "alltoall", "proxy"].iter().any(|name| experiment == name)
 }
 
 /// Waits for every rank. Once one fails, rank 0 gets `REPORT_GRACE` to name it and save the results (its

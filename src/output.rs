@@ -131,7 +131,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
         // The proxy experiment's writer is a GPU kernel: it always needs the GPU.
-        gpu: (common.memory.contains(&cli::MemoryArg::Device) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
+        gpu: (common.memory.iter().any(|m| *m != cli::MemoryArg::Host) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
             .then_some(common.gpu.0),
     };
     let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
@@ -152,14 +152,29 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
-        memories: common
-            .memory
-            .iter()
-            .map(|memory| match memory {
-                cli::MemoryArg::Host => MemoryChoice::Host,
-                cli::MemoryArg::Device => MemoryChoice::Device { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) },
-            })
-            .collect(),
+        // The proxy always moves GPU memory: `--staged` (or `--memory staged`) picks its staging pipeline.
+        memories: if matches!(experiment, Experiment::Proxy(_)) && common.staged {
+            vec![MemoryChoice::Staged { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) }]
+        } else {
+            common
+                .memory
+                .iter()
+                .map(|memory| {
+                    let gpu = world.gpu.as_ref().map_or(0, |g| g.ordinal());
+                    match memory {
+                        cli::MemoryArg::Host => MemoryChoice::Host,
+                        cli::MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
+                        cli::MemoryArg::Device | cli::MemoryArg::Staged => MemoryChoice::Staged { gpu },
+                    }
+                })
+                // `--staged` folds `device,staged` into one staged column set.
+                .fold(Vec::new(), |mut memories, memory| {
+                    if !memories.contains(&memory) {
+                        memories.push(memory);
+                    }
+                    memories
+                })
+        },
     };
     let configs: Vec<String> = match experiment {
         // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
@@ -182,6 +197,13 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     } else if matches!(experiment, Experiment::Ipc(_)) {
         results.metadata.link_gbps = None;
         results.metadata.link_source = "nvlink".into();
+    }
+    if world.gpu.is_some() && std::env::var(crate::launch::ENV_PEER_COPIES).is_ok_and(|v| v == "synchronous") {
+        results.metadata.notes.push(
+            "receiving ranks run with CUDA_LAUNCH_BLOCKING=1: a provider's device-to-device cudaMemcpy (shm's CUDA \
+             IPC) then completes only once the data has landed"
+                .into(),
+        );
     }
     if let Experiment::Proxy(args) = experiment {
         results.metadata.notes.push(if args.chunk == 0 {
@@ -486,6 +508,11 @@ struct RankZero {
 
 impl Observer for RankZero {
     fn begin(&mut self, columns: &[String], memory: &str) {
+        // Plain output printed its header before the memory was registered: say how it was (native
+        // dma-buf or virtual address, or staged), which the results file records per configuration.
+        if self.events.is_none() && memory != self.results.metadata.memory {
+            println!("# memory as registered: {memory}");
+        }
         self.results.configs = columns.to_vec();
         self.results.metadata.memory = memory.to_string();
         if let Some(events) = &self.events {

@@ -156,7 +156,8 @@ pub fn run(
             let reports = world.allgather(&report.to_bytes())?;
             if world.rank == 0 {
                 let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
-                let (measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
+                let (mut measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
+                measurement.registration = Some(payload.registration().into());
                 observer.pair_matrix(&matrix);
                 observer.measured(&measurement);
                 measurements.push(measurement);
@@ -453,6 +454,7 @@ fn summarise(
         iterations: iters,
         pairs,
         verified: true,
+        registration: None,
     };
     (measurement, matrix)
 }

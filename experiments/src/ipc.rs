@@ -307,6 +307,7 @@ fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbyte
         iterations: each_ns.len() as u64,
         pairs: vec![PairMeasurement { peers: vec![TARGET], gbps: rate, mean_us: summary.mean_us }],
         verified: true,
+        registration: None,
     }
 }
 

@@ -6,7 +6,7 @@
 use std::rc::Rc;
 
 use efatop_cuda::{DeviceBuffer, Gpu};
-use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory};
+use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory, RegistrationPath};
 
 use crate::pattern::{self, Mismatch, PatternSeed};
 use crate::ExperimentError;
@@ -15,7 +15,11 @@ use crate::ExperimentError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryChoice {
     Host,
+    /// GPU memory, registered with the NIC where the provider can, else staged.
     Device { gpu: usize },
+    /// GPU memory always staged through pinned host memory (`--staged`, or `--memory staged`), to compare
+    /// with the native path in one run.
+    Staged { gpu: usize },
 }
 
 /// How device memory reaches the NIC.
@@ -98,9 +102,13 @@ impl Payload {
                     _ => Self::staged(gpu, buffer, len, channels),
                 }
             }
-            (MemoryChoice::Device { gpu }, None) => Err(ExperimentError::Unsupported(format!(
-                "--memory device: GPU {gpu} is not open"
-            ))),
+            (MemoryChoice::Staged { .. }, Some(gpu)) => {
+                let buffer = Rc::new(gpu.alloc(len).map_err(cuda_error)?);
+                Self::staged(gpu, buffer, len, channels)
+            }
+            (MemoryChoice::Device { gpu } | MemoryChoice::Staged { gpu }, None) => Err(
+                ExperimentError::Unsupported(format!("--memory device: GPU {gpu} is not open")),
+            ),
         }
     }
 
@@ -166,11 +174,36 @@ impl Payload {
         }
     }
 
-    pub fn memory_label(&self) -> &'static str {
+    /// How the NIC got this memory, as the results file records it per configuration: `host`, `dmabuf`
+    /// or `va` (device memory registered natively, through a dma-buf or by virtual address), `staged`.
+    pub fn registration(&self) -> &'static str {
         match self.storage {
             Storage::Host(_) => "host",
-            Storage::Device { .. } => "device",
-            Storage::Staged { .. } => "device (staged through pinned host memory)",
+            Storage::Device { .. } => self.native_path().unwrap_or(RegistrationPath::VirtualAddress).label(),
+            Storage::Staged { .. } => "staged",
+        }
+    }
+
+    /// For natively registered device memory, how this rank's regions were registered (the first channel's;
+    /// every channel tries the same way).
+    pub fn native_path(&self) -> Option<RegistrationPath> {
+        match self.storage {
+            Storage::Device { .. } => self.regions.first().map(MemoryRegion::path),
+            _ => None,
+        }
+    }
+
+    pub fn memory_label(&self) -> String {
+        match self.storage {
+            Storage::Host(_) => "host".into(),
+            Storage::Device { .. } => format!(
+                "device (native: {} registration, no staging)",
+                match self.native_path() {
+                    Some(RegistrationPath::Dmabuf) => "dma-buf",
+                    _ => "virtual-address",
+                }
+            ),
+            Storage::Staged { .. } => "device (staged through pinned host memory)".into(),
         }
     }
 
@@ -306,10 +339,10 @@ pub(crate) fn prepare(
             Payload::new(memory, len, channels, world.gpu.as_ref()),
             observer,
         )?;
-        payloads.push(if memory == MemoryChoice::Host {
-            payload
-        } else {
+        payloads.push(if matches!(memory, MemoryChoice::Device { .. }) {
             payload.agree_path(world, channels)?
+        } else {
+            payload
         });
     }
     Ok(payloads)
@@ -388,7 +421,9 @@ mod tests {
         let gpu = match Gpu::open(0) {
             Ok(gpu) => gpu,
             Err(efatop_cuda::CudaError::NoDevice(why)) => {
-                eprintln!("SKIPPED: no CUDA device ({why})");
+                // Straight to stderr, not through `eprintln!`, which the test harness captures: the skip shows
+                // in a plain `cargo test` run.
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("SKIPPED: no CUDA device ({why})\n").as_bytes());
                 return;
             }
             Err(err) => panic!("{err}"),

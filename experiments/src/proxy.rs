@@ -15,7 +15,9 @@
 //! start); Lat = time per iteration as the kernel sees it (for blocking configurations, push to Quiet's
 //! return; for NBI, the push interval, with the final Quiet in the last iteration).
 //!
-//! Where the provider cannot register GPU memory (shm and tcp here), the proxy copies each requested
+//! Where the provider registers GPU memory (efa with dma-buf or nvidia-peermem, shm of a libfabric built
+//! with CUDA), each write goes straight from the GPU's buffer: no copy, columns `ProxySingleDMA` ….
+//! Where it cannot (tcp; shm of libfabric 1.17), or with `--staged`, the proxy copies each requested
 //! range device → host memory page-locked for CUDA before posting its write, and the columns say
 //! `DMA(staged)`. The copies are asynchronous (a stream and an event per request) into a staging area of
 //! twice the largest size, cut for each step into fixed slots per channel: a blocking configuration holds
@@ -130,7 +132,10 @@ pub fn run(
         return Err(ExperimentError::Unsupported("proxy: no GPU is open on this rank".into()));
     };
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
-    let memory = [MemoryChoice::Device { gpu: gpu.ordinal() }];
+    // Native (the GPU's memory registered with the NIC, written with no copy) unless the provider cannot
+    // register it or `--staged` asked for the staging pipeline.
+    let staged = sweep.memories.iter().any(|m| matches!(m, MemoryChoice::Staged { .. }));
+    let memory = [if staged { MemoryChoice::Staged { gpu: gpu.ordinal() } } else { MemoryChoice::Device { gpu: gpu.ordinal() } }];
     let payloads = prepare(world, &memory, largest, &world.channels, observer)?;
     let payload = &payloads[0];
     let kernels = agree_on(
@@ -165,7 +170,9 @@ pub fn run(
                 (WRITER, Some(kernels)) => payload.fill(seed, sweep.corrupt_byte).and_then(|()| {
                     let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref(), chunk };
                     proxy.run(*config, column, size, observer).map(|(pair, latency)| {
-                        Some(summarise(world, *config, column, size, sweep.iters, pair, &latency))
+                        let mut measurement = summarise(world, *config, column, size, sweep.iters, pair, &latency);
+                        measurement.registration = Some(payload.registration().into());
+                        Some(measurement)
                     })
                 }),
                 (TARGET, _) => receive(world, sweep, *config, size, chunk, &mut expected_immediates)
@@ -647,6 +654,7 @@ fn summarise(
         pairs: vec![pair],
         // Told to the observer only after rank 1 verified and every rank agreed.
         verified: true,
+        registration: None,
     }
 }
 

@@ -120,6 +120,11 @@ pub struct Measurement {
     pub pairs: Vec<PairMeasurement>,
     /// Every byte that arrived was checked against the sender's pattern.
     pub verified: bool,
+    /// How the configuration's memory reached the NIC: `host`, `dmabuf` or `va` (GPU memory registered
+    /// natively, through a dma-buf or by virtual address), `staged` (GPU memory copied through pinned host
+    /// memory). Absent in files written before it was recorded, and for experiments without a NIC (ipc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -277,6 +282,7 @@ mod tests {
             iterations: 20,
             pairs: vec![PairMeasurement { peers: vec![1], gbps: 1.5, mean_us: 2.0 }],
             verified: true,
+            registration: None,
         };
         RunResults {
             metadata: RunMetadata { experiment: "write".into(), ranks: 2, ..RunMetadata::default() },
@@ -300,6 +306,22 @@ mod tests {
         assert_eq!(json["metadata"]["gpu_pairs"][0]["pair"]["peak_gbytes_per_s"], 450.0);
         let bytes = serde_json::to_vec(&with_pairs).expect("serializes");
         assert_eq!(RunResults::from_json(&bytes).expect("reads back"), with_pairs);
+    }
+
+    #[test]
+    fn the_registration_path_is_recorded_per_configuration_and_old_files_still_read() {
+        let mut run = saved_run();
+        run.measurements[0].registration = Some("dmabuf".into());
+        let json = serde_json::to_value(&run).expect("serializes");
+        assert_eq!(json["measurements"][0]["registration"], "dmabuf");
+        // Absent (not null) where nothing was recorded, so files stay as they were.
+        assert!(json["measurements"][1].get("registration").is_none());
+        let bytes = serde_json::to_vec(&run).expect("serializes");
+        assert_eq!(RunResults::from_json(&bytes).expect("reads back"), run);
+        // A file written before the field existed reads, with no path.
+        let old = serde_json::to_vec(&saved_run()).expect("serializes");
+        let read = RunResults::from_json(&old).expect("old file reads");
+        assert!(read.measurements.iter().all(|m| m.registration.is_none()));
     }
 
     #[test]

@@ -86,6 +86,7 @@ fn measure_memory(
                 iterations: sweep.iters,
                 pairs,
                 verified: true,
+                registration: Some(send.registration().into()),
             };
             observer.measured(&measurement);
             measurements.push(measurement);

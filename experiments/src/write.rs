@@ -183,8 +183,9 @@ pub fn run(
                 agree(world, outcome, observer)?;
             }
             if world.rank == WRITER {
-                let measurement =
+                let mut measurement =
                     summarise(world, config, column, size, sweep.iters, pairs, &latency);
+                measurement.registration = Some(payload.registration().into());
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -437,6 +438,7 @@ fn summarise(
         iterations: iters,
         pairs,
         verified: true,
+        registration: None,
     }
 }
 

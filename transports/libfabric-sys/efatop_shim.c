@@ -13,6 +13,17 @@ uint32_t efatop_header_version(void)
 	return EFATOP_HEADER_VERSION;
 }
 
+/* FI_HMEM_DEVICE_ONLY where asked for and the headers have it (all 1.17+ do). */
+static uint64_t device_only_flag(bool device_only)
+{
+#ifdef FI_HMEM_DEVICE_ONLY
+	return device_only ? FI_HMEM_DEVICE_ONLY : 0;
+#else
+	(void)device_only;
+	return 0;
+#endif
+}
+
 static void set_device(struct fi_mr_attr *attr, int iface, int device)
 {
 	attr->iface = (enum fi_hmem_iface)iface;
@@ -21,7 +32,7 @@ static void set_device(struct fi_mr_attr *attr, int iface, int device)
 }
 
 int efatop_mr_reg_iov(struct fid_domain *domain, void *addr, size_t len, uint64_t access, uint64_t requested_key,
-		      int iface, int device, struct fid_mr **mr)
+		      int iface, int device, bool device_only, struct fid_mr **mr)
 {
 	struct iovec iov = { .iov_base = addr, .iov_len = len };
 	struct fi_mr_attr attr;
@@ -32,11 +43,12 @@ int efatop_mr_reg_iov(struct fid_domain *domain, void *addr, size_t len, uint64_
 	attr.access = access;
 	attr.requested_key = requested_key;
 	set_device(&attr, iface, device);
-	return fi_mr_regattr(domain, &attr, 0, mr);
+	return fi_mr_regattr(domain, &attr, device_only_flag(device_only), mr);
 }
 
 int efatop_mr_reg_dmabuf(struct fid_domain *domain, int fd, uint64_t offset, size_t len, void *base_addr,
-			 uint64_t access, uint64_t requested_key, int iface, int device, struct fid_mr **mr)
+			 uint64_t access, uint64_t requested_key, int iface, int device, bool device_only,
+			 struct fid_mr **mr)
 {
 #if FI_VERSION_GE(EFATOP_HEADER_VERSION, FI_VERSION(1, 20))
 	struct fi_mr_dmabuf dmabuf = { .fd = fd, .offset = offset, .len = len, .base_addr = base_addr };
@@ -48,10 +60,10 @@ int efatop_mr_reg_dmabuf(struct fid_domain *domain, int fd, uint64_t offset, siz
 	attr.access = access;
 	attr.requested_key = requested_key;
 	set_device(&attr, iface, device);
-	return fi_mr_regattr(domain, &attr, FI_MR_DMABUF, mr);
+	return fi_mr_regattr(domain, &attr, FI_MR_DMABUF | device_only_flag(device_only), mr);
 #else
 	(void)domain; (void)fd; (void)offset; (void)len; (void)base_addr; (void)access;
-	(void)requested_key; (void)iface; (void)device; (void)mr;
+	(void)requested_key; (void)iface; (void)device; (void)device_only; (void)mr;
 	return -FI_ENOSYS;
 #endif
 }

@@ -17,13 +17,16 @@
 /* FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION) of the headers compiled in. */
 uint32_t efatop_header_version(void);
 
-/* fi_mr_regattr over one virtual-address range of `iface` memory (FI_HMEM_SYSTEM for host memory). */
+/* fi_mr_regattr over one virtual-address range of `iface` memory (FI_HMEM_SYSTEM for host memory).
+ * `device_only`: the memory is device memory the host cannot touch (cuMemAlloc, not managed), passed as
+ * FI_HMEM_DEVICE_ONLY: shm uses its CUDA IPC protocol only for regions registered with it. */
 int efatop_mr_reg_iov(struct fid_domain *domain, void *addr, size_t len, uint64_t access, uint64_t requested_key,
-		      int iface, int device, struct fid_mr **mr);
+		      int iface, int device, bool device_only, struct fid_mr **mr);
 
 /* fi_mr_regattr with FI_MR_DMABUF: `len` bytes at `offset` into the dma-buf `fd`, mapped at `base_addr`. */
 int efatop_mr_reg_dmabuf(struct fid_domain *domain, int fd, uint64_t offset, size_t len, void *base_addr,
-			 uint64_t access, uint64_t requested_key, int iface, int device, struct fid_mr **mr);
+			 uint64_t access, uint64_t requested_key, int iface, int device, bool device_only,
+			 struct fid_mr **mr);
 
 /* fi_setopt(FI_OPT_ENDPOINT, ...) of a bool option, by efatop's own option number (below). */
 int efatop_ep_set_bool(struct fid_ep *ep, int option, bool value);

@@ -230,6 +230,7 @@ pub(crate) mod tests {
             iterations: 10,
             pairs: vec![],
             verified: true,
+            registration: None,
         };
         RunResults {
             metadata,

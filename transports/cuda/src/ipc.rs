@@ -56,7 +56,7 @@ extern "C" __global__ void efatop_ipc_store(const uint4* __restrict__ source, ui
 /// The handle another process of this host opens with [`PeerMemory::open`]. Only memory from
 /// [`Gpu::alloc_shareable`] can be exported.
 pub fn export_handle(buffer: &DeviceBuffer) -> Result<[u8; HANDLE_LEN], CudaError> {
-    let crate::Allocation::Shareable { context } = &buffer.allocation else {
+    let crate::Allocation::Shareable { context, .. } = &buffer.allocation else {
         return Err(CudaError::NoDevice("CUDA IPC needs memory from Gpu::alloc_shareable (cuMemAlloc)".into()));
     };
     context.bind_to_thread()?;
@@ -267,7 +267,9 @@ mod tests {
         let target = gpu.alloc_shareable(len).expect("alloc");
         let handle = export_handle(&target).expect("export");
         assert!(PeerMemory::open(&gpu, &handle, len).is_err(), "the driver maps IPC handles only in other processes");
-        assert!(export_handle(&source).is_err(), "pool memory cannot be exported");
+        // Buffers are plain cuMemAlloc now (exportable); cudarc's stream-ordered pool still cannot be.
+        assert!(export_handle(&source).is_ok(), "Gpu::alloc memory is exportable");
+        assert!(export_handle(&gpu.alloc_pooled(4096).expect("alloc")).is_err(), "pool memory cannot be exported");
         // The same process reaches its own buffer directly: a PeerMemory over a local address.
         let local = PeerMemory { context: gpu.stream.context().clone(), address: target.address, len };
         let writer = IpcWriter::new(&gpu).expect("writer");

@@ -16,7 +16,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
-use efatop_fabric::{MemoryKind, RegistrableMemory};
+use efatop_fabric::{DmabufHandle, MemoryKind, RegistrableMemory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -129,28 +129,53 @@ impl Gpu {
         &self.pci_bus_id
     }
 
+    /// Device memory for the NIC (and CUDA IPC): a plain `cuMemAlloc`, not cudarc's stream-ordered pool.
+    /// Pool memory cannot be exported through CUDA IPC (`cuIpcGetMemHandle` refuses it), so libfabric's shm
+    /// falls back from its IPC protocol to a segmented copy through host memory, and efa rejects it
+    /// (libfabric issue 12853). `EFATOP_CUDA_ALLOC=pool` still takes the pool, to measure the difference.
     pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
+        if std::env::var("EFATOP_CUDA_ALLOC").is_ok_and(|v| v == "pool") {
+            return self.alloc_pooled(len);
+        }
+        self.alloc_shareable(len)
+    }
+
+    /// cudarc's allocation on the GPU's stream (from its memory pool where the GPU has one): not exportable
+    /// through CUDA IPC nor as a dma-buf. Only for comparisons (`EFATOP_CUDA_ALLOC=pool`).
+    pub(crate) fn alloc_pooled(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
         let slice = self.stream.alloc_zeros::<u8>(len)?;
         let address = {
             let (ptr, _sync) = slice.device_ptr(&self.stream);
             ptr
         };
         self.stream.synchronize()?;
-        Ok(DeviceBuffer { allocation: Allocation::Stream(slice), address, len, device: self.ordinal as i32 })
+        Ok(DeviceBuffer {
+            allocation: Allocation::Stream(slice),
+            address,
+            len,
+            device: self.ordinal as i32,
+            dmabuf: std::sync::OnceLock::new(),
+        })
     }
 
-    /// Device memory another process can map (CUDA IPC): a plain `cuMemAlloc`, because `cuIpcGetMemHandle`
-    /// refuses the stream-ordered pool allocations that [`Gpu::alloc`] gets on GPUs with memory pools.
+    /// Device memory another process can map (CUDA IPC) and the NIC can take as a dma-buf: a plain
+    /// `cuMemAlloc` of whole 64 KiB pages, so that the dma-buf range (host pages) stays inside it.
     pub fn alloc_shareable(&self, len: usize) -> Result<DeviceBuffer, CudaError> {
         let context = self.stream.context().clone();
         context.bind_to_thread()?;
         let mut address = 0;
+        let allocated = len.max(1).next_multiple_of(ALLOC_GRANULE);
         // SAFETY: writes one device pointer; freed exactly once, in `DeviceBuffer`'s drop.
-        unsafe { cudarc::driver::sys::cuMemAlloc_v2(&raw mut address, len.max(1)) }.result()?;
-        let buffer =
-            DeviceBuffer { allocation: Allocation::Shareable { context }, address, len, device: self.ordinal as i32 };
+        unsafe { cudarc::driver::sys::cuMemAlloc_v2(&raw mut address, allocated) }.result()?;
+        let buffer = DeviceBuffer {
+            allocation: Allocation::Shareable { context, allocated },
+            address,
+            len,
+            device: self.ordinal as i32,
+            dmabuf: std::sync::OnceLock::new(),
+        };
         // SAFETY: the whole allocation just made; nothing else refers to it yet.
-        unsafe { cudarc::driver::sys::cuMemsetD8Async(address, 0, len, self.stream.cu_stream()) }.result()?;
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(address, 0, allocated, self.stream.cu_stream()) }.result()?;
         self.stream.synchronize()?;
         Ok(buffer)
     }
@@ -245,12 +270,20 @@ fn pci_bus_id(context: &CudaContext) -> Result<String, CudaError> {
     Ok(format!("{domain:08x}:{bus:02x}:{device:02x}.0"))
 }
 
+/// `cuMemAlloc` sizes are rounded up to this, so that a dma-buf of whole host pages fits inside.
+const ALLOC_GRANULE: usize = 64 << 10;
+/// The host page size dma-buf ranges are aligned to.
+const HOST_PAGE: u64 = 4096;
+
 /// Device memory the NIC can be given (as `FI_HMEM_CUDA`). Kernels and copies reach it by `address`.
 pub struct DeviceBuffer {
     allocation: Allocation,
     address: u64,
     len: usize,
     device: i32,
+    /// The dma-buf exporting it, asked for once (on the first registration) and closed on drop; `None`
+    /// inside when the driver refused (no dma-buf support, or pool memory).
+    dmabuf: std::sync::OnceLock<Option<DmabufHandle>>,
 }
 
 /// What keeps a [`DeviceBuffer`]'s memory alive, and how it is given back.
@@ -258,8 +291,8 @@ enum Allocation {
     /// cudarc's allocation on the GPU's stream (from its memory pool where the GPU has one), held only so
     /// that it lives as long as the buffer.
     Stream(#[allow(dead_code)] CudaSlice<u8>),
-    /// `cuMemAlloc` memory, shareable through CUDA IPC; freed in `drop`.
-    Shareable { context: Arc<cudarc::driver::CudaContext> },
+    /// `cuMemAlloc` memory of `allocated` bytes, shareable through CUDA IPC; freed in `drop`.
+    Shareable { context: Arc<cudarc::driver::CudaContext>, allocated: usize },
 }
 
 impl DeviceBuffer {
@@ -267,11 +300,55 @@ impl DeviceBuffer {
     pub fn device(&self) -> i32 {
         self.device
     }
+
+    /// Whether the memory is a plain `cuMemAlloc` (exportable through CUDA IPC and as a dma-buf), not
+    /// cudarc's stream-ordered pool.
+    pub fn is_plain_allocation(&self) -> bool {
+        matches!(self.allocation, Allocation::Shareable { .. })
+    }
+
+    /// Asks the driver for a dma-buf of the page-aligned range around the buffer.
+    fn export_dmabuf(&self) -> Option<DmabufHandle> {
+        use cudarc::driver::sys::{self, CUdevice_attribute, CUmemRangeHandleType};
+        let Allocation::Shareable { context, allocated } = &self.allocation else { return None };
+        if std::env::var("EFATOP_NO_DMABUF").is_ok_and(|v| v == "1") {
+            return None;
+        }
+        // Drivers before dma-buf support report 0 (or do not know the attribute): do not ask.
+        if context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).ok()? != 1 {
+            return None;
+        }
+        context.bind_to_thread().ok()?;
+        let base = self.address & !(HOST_PAGE - 1);
+        let end = (self.address + self.len.max(1) as u64).next_multiple_of(HOST_PAGE);
+        // The range must lie inside the allocation, which `alloc_shareable` rounded up to whole granules.
+        if end > self.address + *allocated as u64 {
+            return None;
+        }
+        let mut fd: libc::c_int = -1;
+        // SAFETY: writes one int (the descriptor) for a range inside our own live allocation; the
+        // descriptor is ours and closed exactly once, in drop.
+        let ret = unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&raw mut fd).cast(),
+                base,
+                (end - base) as usize,
+                CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        };
+        (ret == sys::CUresult::CUDA_SUCCESS && fd >= 0).then_some(DmabufHandle { fd, offset: self.address - base })
+    }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if let Allocation::Shareable { context } = &self.allocation {
+        if let Some(Some(handle)) = self.dmabuf.get() {
+            // SAFETY: the descriptor came from cuMemGetHandleForAddressRange and is closed only here; every
+            // registration that used it holds this buffer, so none outlives the close.
+            unsafe { libc::close(handle.fd) };
+        }
+        if let Allocation::Shareable { context, .. } = &self.allocation {
             // Nothing queued on the context may still use the memory.
             let _ = context.bind_to_thread().and_then(|()| context.synchronize());
             // SAFETY: the pointer came from `cuMemAlloc_v2` in `alloc_shareable` and is freed only here.
@@ -292,6 +369,10 @@ impl RegistrableMemory for DeviceBuffer {
     fn kind(&self) -> MemoryKind {
         MemoryKind::Cuda { device: self.device }
     }
+
+    fn dmabuf(&self) -> Option<DmabufHandle> {
+        *self.dmabuf.get_or_init(|| self.export_dmabuf())
+    }
 }
 
 #[cfg(test)]
@@ -304,7 +385,9 @@ pub(crate) mod tests {
         match Gpu::open(0) {
             Ok(gpu) => Some(gpu),
             Err(CudaError::NoDevice(why)) => {
-                eprintln!("SKIPPED: no CUDA device ({why})");
+                // Straight to stderr, not through `eprintln!`, which the test harness captures: the skip shows
+                // in a plain `cargo test` run.
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("SKIPPED: no CUDA device ({why})\n").as_bytes());
                 None
             }
             Err(err) => panic!("{err}"),
@@ -330,6 +413,27 @@ pub(crate) mod tests {
         assert_eq!(gpu.verify(&buffer, 4096..8192, 7).expect("verify").map(|(at, _)| at), Some(5));
         gpu.to_host(&buffer, 4096 + 8, &mut host).expect("copy");
         assert_eq!(&host[..8], &efatop_expected_word(7, 1));
+    }
+
+    /// NIC buffers are plain `cuMemAlloc` memory (CUDA IPC and dma-buf can export it); the dma-buf, where
+    /// the driver gives one, is asked for once and covers the buffer from a page-aligned start.
+    #[test]
+    fn device_buffers_are_plain_allocations_with_a_page_aligned_dmabuf() {
+        let Some(gpu) = crate::tests::gpu_or_skip() else { return };
+        let buffer = gpu.alloc(3 << 20).expect("alloc");
+        assert!(buffer.is_plain_allocation(), "NIC buffers must not come from the stream-ordered pool");
+        match buffer.dmabuf() {
+            Some(handle) => {
+                assert!(handle.fd >= 0);
+                assert!(handle.offset < HOST_PAGE, "{handle:?}");
+                assert_eq!((buffer.address - handle.offset) % HOST_PAGE, 0);
+                assert_eq!(buffer.dmabuf(), Some(handle), "the descriptor is obtained once");
+                eprintln!("dma-buf: fd {} offset {}", handle.fd, handle.offset);
+            }
+            None => eprintln!("NOTE: this driver gives no dma-buf for device memory (registration falls back to the virtual address)"),
+        }
+        // CUDA IPC can export it too (the pool's memory cannot).
+        crate::ipc::export_handle(&buffer).expect("cuIpcGetMemHandle on a plain allocation");
     }
 
     #[test]

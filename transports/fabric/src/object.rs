@@ -260,6 +260,11 @@ impl MemoryRegion {
             MemoryKind::Cuda { device } => (sys::fi_hmem_iface_FI_HMEM_CUDA, device),
         };
         let mut path = RegistrationPath::Host;
+        // Device memory is device-only (cuMemAlloc, never managed memory): FI_HMEM_DEVICE_ONLY lets shm use
+        // CUDA IPC (without it shm copies through host memory in segments) and efa accepts it.
+        // `EFATOP_MR_DEVICE_ONLY=0` leaves it out, to measure the difference.
+        let device_only = iface != sys::fi_hmem_iface_FI_HMEM_SYSTEM
+            && std::env::var("EFATOP_MR_DEVICE_ONLY").map_or(true, |v| v != "0");
         if iface != sys::fi_hmem_iface_FI_HMEM_SYSTEM {
             path = RegistrationPath::VirtualAddress;
             // dma-buf first where both the API in use and the memory offer it; a provider that refuses it
@@ -278,6 +283,7 @@ impl MemoryRegion {
                         requested_key,
                         iface as i32,
                         device,
+                        device_only,
                         &raw mut mr_raw,
                     )
                 };
@@ -300,6 +306,7 @@ impl MemoryRegion {
                     requested_key,
                     iface as i32,
                     device,
+                    device_only,
                     &raw mut mr_raw,
                 )
             })?;

@@ -273,6 +273,7 @@ fn measurements(single_config: &str, multi_config: &str) -> Vec<Measurement> {
             iterations: 20,
             pairs: vec![],
             verified: true,
+            registration: None,
         }
     };
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));
