@@ -256,7 +256,12 @@ mod tests {
             assert!(silent_from.elapsed() < Duration::from_secs(5), "never named");
         };
         assert!(silent_from.elapsed() >= Duration::from_millis(700), "named too early: {:?}", silent_from.elapsed());
-        assert!(reason.starts_with("rank 1 (b) stopped responding: no telemetry for 0.9"), "{reason}");
+        let silent: f64 = reason
+            .strip_prefix("rank 1 (b) stopped responding: no telemetry for ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|figure| figure.parse().ok())
+            .unwrap_or_else(|| panic!("{reason}"));
+        assert!((0.9..2.0).contains(&silent), "{reason}");
         assert!(reason.contains("--hang-timeout 1 s"), "{reason}");
         assert!(liveness.lock().silence(1, Duration::from_secs(3600)).is_some());
         dog.run_over.store(true, Ordering::Relaxed);

@@ -302,6 +302,7 @@ mod tests {
             configs: vec!["SinglePin".into(), "MultiPin".into()],
             measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
             pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]] }],
+            status: None,
         }
     }
 

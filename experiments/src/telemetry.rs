@@ -577,6 +577,43 @@ mod tests {
         assert_eq!(probe.queue_totals(), (10, 0));
     }
 
+    /// The sampler thread must not allocate (an allocation can wait seconds on the memory map lock while
+    /// the hot path locks a large buffer): sampling into a sample from `room` reuses its memory, whatever
+    /// the interval held.
+    #[test]
+    fn sampling_into_room_reuses_its_memory() {
+        let probe = Probe::new(2, 4);
+        let mut sampler = Sampler::new(0, &probe);
+        let mut sample = Sampler::room(&probe);
+        let addresses = |sample: &RankSample| {
+            let mut all: Vec<(usize, usize)> = vec![(sample.channels.as_ptr() as usize, sample.channels.capacity())];
+            all.push((sample.peers.as_ptr() as usize, sample.peers.capacity()));
+            all.extend(sample.channels.iter().map(|c| (c.latency.buckets.as_ptr() as usize, c.latency.buckets.capacity())));
+            all
+        };
+        sampler.sample_into(&probe, Duration::from_millis(100), 0, &mut sample);
+        let before = addresses(&sample);
+        let mut peer_buffers = std::collections::BTreeSet::new();
+        for round in 0..50u64 {
+            // Every bucket of every channel, and a changing set of peers.
+            for bucket in 0..histogram::BUCKETS as u64 {
+                probe.completed((round % 2) as usize, (round % 4) as usize, 1, Some(Duration::from_nanos(bucket_ns(bucket))));
+            }
+            probe.completed(1, ((round + 1) % 4) as usize, 1, Some(Duration::from_micros(3)));
+            sampler.sample_into(&probe, Duration::from_millis(100), 0, &mut sample);
+            assert_eq!(addresses(&sample), before, "round {round}");
+            assert!(sample.peers.len() <= 2 && !sample.peers.is_empty());
+            peer_buffers.extend(sample.peers.iter().map(|p| (p.latency.buckets.as_ptr() as usize, p.latency.buckets.capacity())));
+        }
+        // Only the peer samples made up front ever carry a histogram: one per rank, none made since.
+        assert!(peer_buffers.len() <= 4, "{peer_buffers:?}");
+        assert!(peer_buffers.iter().all(|(_, capacity)| *capacity >= histogram::BUCKETS));
+    }
+
+    fn bucket_ns(bucket: u64) -> u64 {
+        histogram::bucket_floor(bucket as usize)
+    }
+
     #[test]
     fn gbps_of_an_interval() {
         assert!((RankSample::gbps(1_250_000_000, 1_000_000_000) - 10.0).abs() < 1e-9);
