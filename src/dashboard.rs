@@ -140,10 +140,9 @@ pub fn run(
 fn apply_telemetry(state: &mut DashboardState, ingest: &mut Ingest, event: CollectorEvent, now: Duration) {
     match event {
         CollectorEvent::Sample(sample) => ingest.sample(state, &sample, now),
-        // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do.
-        CollectorEvent::Node(_) => {}
-        // Phases reach the rank table through the liveness clock, which the watchdog keeps.
-        CollectorEvent::Phase(_) => {}
+        // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do. Phases reach the rank
+        // table through the liveness clock, which the watchdog keeps.
+        CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
         CollectorEvent::Malformed { from, reason } => {
             state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
         }

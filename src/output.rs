@@ -122,6 +122,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
         // The default folder is made on first use; a folder named in --out must exist.
         let file = ResultsFile::create(&path, common.out.is_none(), &early_results(experiment, bootstrap.size()))?;
+        let dashboard = !common.json && !common.no_tui && dashboard::stdout_is_terminal();
+        crate::watchdog::end_on_sigterm(dashboard, Some(path.clone()));
         *results_path = Some(path);
         Some(file)
     } else {
@@ -277,7 +279,6 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
             }))
         }
         Mode::Dashboard => {
-            crate::watchdog::restore_terminal_on_sigterm();
             let mut state = DashboardState::default();
             let run_info = run_info(&results, &world, &sweep);
             let ingest = Ingest::begin(&mut state, run_info, &every_rank_nics, results.clone());

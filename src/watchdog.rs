@@ -170,16 +170,25 @@ fn watch(incoming: &Receiver<ConsumerEvent>, consumer: Option<&Sender<ConsumerEv
     }
 }
 
-/// On a dashboard, SIGTERM (mpirun ending the job, the launcher stopping a rank that outlived a failure)
-/// must not leave the user's terminal in raw mode: restore it, say so, and exit as SIGTERM would.
-pub fn restore_terminal_on_sigterm() {
-    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(|| {
+/// SIGTERM (mpirun ending the job, the launcher stopping a rank 0 that outlived a failure) ends rank 0
+/// with its results file saying so, and on a dashboard without leaving the user's terminal in raw mode.
+/// Installed as soon as the results file exists, so even a rank 0 stuck in the bootstrap leaves a file
+/// that says why the run ended.
+pub fn end_on_sigterm(dashboard: bool, results: Option<PathBuf>) {
+    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
         runtime.block_on(async {
             let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
             if terminate.recv().await.is_some() {
-                crate::dashboard::restore();
-                eprintln!("efatop: error: stopped by SIGTERM; sizes finished so far are in the results file");
+                let reason = "stopped by SIGTERM (the launcher or mpirun ended the job)";
+                let kept = results.as_ref().map_or_else(String::new, |path| match crate::output::record_end(path, Err(reason)) {
+                    Ok(()) => format!("; sizes finished so far are in {}", path.display()),
+                    Err(err) => format!("; {err}"),
+                });
+                if dashboard {
+                    crate::dashboard::restore();
+                }
+                eprintln!("efatop: error: {reason}{kept}");
                 std::process::exit(143);
             }
         });
@@ -263,7 +272,7 @@ mod tests {
             .unwrap_or_else(|| panic!("{reason}"));
         assert!((0.9..2.0).contains(&silent), "{reason}");
         assert!(reason.contains("--hang-timeout 1 s"), "{reason}");
-        assert!(liveness.lock().silence(1, Duration::from_secs(3600)).is_some());
+        assert!(liveness.lock().silence(1, Duration::from_hours(1)).is_some());
         dog.run_over.store(true, Ordering::Relaxed);
     }
 

@@ -111,7 +111,8 @@ fn a_4_rank_tcp_sweep_to_256m_under_memory_load_finishes_verified() {
 }
 
 /// The results file is valid JSON from the moment it exists: a run that fails before its first size
-/// (here a rank killed while the 1 GiB buffers are being set up) leaves a readable file that says why.
+/// (here a rank killed while the 1 GiB buffers are being set up, or earlier, in the launcher's
+/// rendezvous, where rank 0 waits until the launcher stops it) leaves a readable file that says why.
 #[test]
 fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_why() {
     let _one = serial();
@@ -152,7 +153,8 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
         if let Some(status) = launcher.try_wait().expect("wait") {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        // A rank 0 stuck in the rendezvous is stopped by the launcher a minute after the failure.
+        if started.elapsed() > Duration::from_secs(90) {
             ours.kill_all();
             panic!("the run did not end after its rank 1 was killed");
         }
@@ -167,10 +169,8 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     let run_status = results.status.expect("status");
     println!("stderr:\n{stderr}\nstatus: {run_status:?}, {} sizes", results.measurements.len());
     assert_eq!(run_status.state, efatop_experiments::results::RunState::Failed, "{run_status:?}\n{stderr}");
-    assert!(run_status.reason.as_deref().is_some_and(|r| r.contains("rank 1")), "{run_status:?}");
-    assert_eq!(results.metadata.experiment, "write");
-    // Whatever the message says is in the results file is there.
-    if stderr.contains("in the results file") || stderr.contains("are in ") {
-        assert_eq!(results.metadata.hang_timeout_s, 60);
-    }
+    // The reason is what rank 0 said as it ended (a lost rank, or the rendezvous it shared with it).
+    let reason = run_status.reason.as_deref().unwrap_or_default();
+    assert!(!reason.is_empty() && stderr.contains(reason), "{run_status:?}\n{stderr}");
+    assert_eq!((results.metadata.experiment.as_str(), results.metadata.hang_timeout_s), ("write", 60));
 }

@@ -455,7 +455,7 @@ impl Sampler {
             out.in_flight = channel.in_flight.load(Ordering::Relaxed).min(u64::from(u32::MAX)) as u32;
         }
         // Only peers with activity are sent; the others' samples wait in `spare_peers`, room kept.
-        self.spare_peers.extend(sample.peers.drain(..));
+        self.spare_peers.append(&mut sample.peers);
         for (peer, (counters, last)) in probe.peers.iter().zip(&mut self.last_peers).enumerate() {
             let mut out = self.spare_peers.pop().unwrap_or_default();
             let (bytes, ops) = delta(counters, last, &mut out.latency);

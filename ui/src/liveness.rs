@@ -93,8 +93,7 @@ impl Liveness {
     pub fn silence(&self, rank: usize, at: Duration) -> Option<Duration> {
         let heard = (*self.heard.get(rank)?)?;
         // Up to the last moment rank 0 heard from anyone, but never past `at`.
-        let until = self.latest.min(at).max(heard);
-        Some(until - heard)
+        Some(self.latest.min(at).saturating_sub(heard))
     }
 
     pub fn health(&self, rank: usize, at: Duration) -> Health {
