@@ -319,7 +319,12 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     drop(watchdog);
     let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
     drop(collector);
-    let RankZero { results, file, save_error, .. } = observer;
+    let RankZero { mut results, file, save_error, .. } = observer;
+    // As the file will say once `rank_main` records the end.
+    results.status = Some(match &outcome {
+        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
+        Err(err) => RunStatus { state: RunState::Failed, reason: Some(err.to_string()) },
+    });
     print_final(mode, &results, &sweep, outcome.is_ok(), file.as_ref());
     if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
