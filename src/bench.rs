@@ -58,7 +58,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
             let run = RunInfo { ranks, hosts: vec!["bench".into(); ranks], channels, ..RunInfo::default() };
             let nics = vec![(0..channels).map(|c| format!("nic{c}")).collect::<Vec<_>>(); ranks];
             let results = RunResults::default();
-            let mut ingest = Ingest::begin(&mut state, run, &nics, results, Duration::from_hours(1));
+            let mut ingest = Ingest::begin(&mut state, run, &nics, results);
             let started = Instant::now();
             while let Ok(event) = rx.recv() {
                 let ConsumerEvent::Telemetry(events) = event else { continue };

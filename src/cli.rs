@@ -180,6 +180,10 @@ pub struct CommonArgs {
     /// Seconds an operation may take before its rank is reported as hung
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// Seconds a rank may send no telemetry (no sample, no progress) before rank 0 names it hung; a rank
+    /// that exits is named at once whatever this says
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub hang_timeout: u64,
     /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
     #[arg(long, conflicts_with = "no_tui")]
     pub json: bool,

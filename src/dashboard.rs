@@ -70,6 +70,7 @@ pub fn run(
     mut ingest: Ingest,
     stop: &Arc<AtomicBool>,
     started: Instant,
+    liveness: &crate::watchdog::SharedLiveness,
 ) -> std::io::Result<Ended> {
     let (_guard, mut terminal) = TerminalGuard::enter()?;
     let mut frozen_view: Option<DashboardState> = None;
@@ -87,7 +88,7 @@ pub fn run(
             }
         }
         if !state.finished {
-            ingest.tick(&mut state, now);
+            ingest.tick(&mut state, now, &liveness.lock());
         }
         if state.finished && quit_requested {
             return Ok(Ended::Quit);
@@ -139,8 +140,9 @@ pub fn run(
 fn apply_telemetry(state: &mut DashboardState, ingest: &mut Ingest, event: CollectorEvent, now: Duration) {
     match event {
         CollectorEvent::Sample(sample) => ingest.sample(state, &sample, now),
-        // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do.
-        CollectorEvent::Node(_) => {}
+        // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do. Phases reach the rank
+        // table through the liveness clock, which the watchdog keeps.
+        CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
         CollectorEvent::Malformed { from, reason } => {
             state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
         }

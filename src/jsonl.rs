@@ -94,7 +94,7 @@ fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) 
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
-        CollectorEvent::Closed { .. } | CollectorEvent::Node(_) => {}
+        CollectorEvent::Closed { .. } | CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
     }
 }
 

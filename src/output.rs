@@ -10,7 +10,9 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{GpuPairRecord, Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults};
+use efatop_experiments::results::{
+    GpuPairRecord, Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults, RunState, RunStatus,
+};
 use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
@@ -21,9 +23,11 @@ use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::NodeTopology;
 use efatop_ui::ingest::Ingest;
+use efatop_ui::liveness::Liveness;
 use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
 
 use crate::telemetry::{Collector, CollectorEvent, SamplerThread};
+use crate::watchdog::{SharedLiveness, WatchdogOptions};
 use crate::{bootstrap, cli, dashboard, jsonl};
 use cli::Experiment;
 
@@ -77,7 +81,16 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
         );
         return 2;
     }
-    match run_rank(&*bootstrap, experiment) {
+    let mut results_path = None;
+    let outcome = run_rank(&*bootstrap, experiment, &mut results_path);
+    // The results file says how the run ended, whichever way it did.
+    if let Some(path) = &results_path {
+        let reason = outcome.as_ref().err().map(ToString::to_string);
+        if let Err(err) = record_end(path, reason.as_deref().map_or(Ok(()), Err)) {
+            eprintln!("efatop: warning: {err}");
+        }
+    }
+    match outcome {
         Ok(()) => 0,
         Err(err) => {
             match &err {
@@ -98,15 +111,21 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 }
 
 #[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), ExperimentError> {
+fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<(), ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
     // Every run keeps what it measured: in --out, or else a timestamped file under ./efatop-results/.
+    // It holds valid JSON from the start (what is known of the run, no measurements, "running"), so a run
+    // that fails before its first size still leaves a readable file that says why.
     let results_file = if rank == 0 {
         let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
         // The default folder is made on first use; a folder named in --out must exist.
-        Some(ResultsFile::create(&path, common.out.is_none())?)
+        let file = ResultsFile::create(&path, common.out.is_none(), &early_results(experiment, bootstrap.size()))?;
+        let dashboard = !common.json && !common.no_tui && dashboard::stdout_is_terminal();
+        crate::watchdog::end_on_sigterm(dashboard, Some(path.clone()));
+        *results_path = Some(path);
+        Some(file)
     } else {
         None
     };
@@ -185,7 +204,12 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
         Experiment::Proxy(args) => args.configs.iter().map(|c| ProxyConfig::from(*c).column("DMA")).collect(),
         Experiment::Ipc(args) => args.configs().iter().map(|c| c.column()).collect(),
     };
-    let mut results = RunResults { metadata: metadata(&world, experiment, &sweep), configs, ..RunResults::default() };
+    let mut results = RunResults {
+        metadata: metadata(&world, experiment, &sweep),
+        configs,
+        status: Some(RunStatus::default()),
+        ..RunResults::default()
+    };
     // ipc's BusBW is against the GPU pair's NVLink peak, not a NIC's link speed.
     let nvlink_peak = match experiment {
         Experiment::Ipc(_) => crate::nvlink::peak_between_ranks(&placements),
@@ -216,6 +240,10 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
     }
+    if let Some(file) = &results_file {
+        // The whole of the run's metadata, before its first size.
+        file.save(&results)?;
+    }
     let mode = if common.json {
         Mode::Json
     } else if common.no_tui || !dashboard::stdout_is_terminal() {
@@ -227,10 +255,19 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     let telemetry_wanted = !common.no_telemetry;
 
     let (events_tx, events_rx) = mpsc::channel::<ConsumerEvent>();
+    // Rank 0's one liveness clock: the watchdog keeps it and judges by it, the dashboard shows it.
+    let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
     let watchdog = if rank == 0 && telemetry_wanted {
         let consumer = (mode != Mode::Plain).then(|| events_tx.clone());
-        let heartbeat = crate::watchdog::heartbeat_for(common.interval);
-        let started = crate::watchdog::Watchdog::start(consumer, world.hosts.clone(), world.abort.clone(), heartbeat, mode == Mode::Dashboard);
+        let options = WatchdogOptions {
+            hosts: world.hosts.clone(),
+            abort: world.abort.clone(),
+            liveness: liveness.clone(),
+            started,
+            dashboard: mode == Mode::Dashboard,
+            results: results_path.clone(),
+        };
+        let started = crate::watchdog::Watchdog::start(consumer, options);
         Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry watchdog: {e}")))?)
     } else {
         None
@@ -265,16 +302,15 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
             }))
         }
         Mode::Dashboard => {
-            crate::watchdog::restore_terminal_on_sigterm();
             let mut state = DashboardState::default();
             let run_info = run_info(&results, &world, &sweep);
-            let heartbeat = (common.interval * 20).max(Duration::from_secs(5));
-            let ingest = Ingest::begin(&mut state, run_info, &every_rank_nics, results.clone(), heartbeat);
+            let ingest = Ingest::begin(&mut state, run_info, &every_rank_nics, results.clone());
             for note in &results.metadata.notes {
                 state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
             }
             let stop = stop.clone();
-            Some(std::thread::spawn(move || match dashboard::run(&events_rx, state, ingest, &stop, started) {
+            let liveness = liveness.clone();
+            Some(std::thread::spawn(move || match dashboard::run(&events_rx, state, ingest, &stop, started, &liveness) {
                 Ok(dashboard::Ended::Quit) => ConsumerOutcome::Quit,
                 Ok(dashboard::Ended::Dismissed) => ConsumerOutcome::Done,
                 Err(e) => ConsumerOutcome::Failed(e.to_string()),
@@ -306,7 +342,12 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment) -> Result<(), Ex
     drop(watchdog);
     let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
     drop(collector);
-    let RankZero { results, file, save_error, .. } = observer;
+    let RankZero { mut results, file, save_error, .. } = observer;
+    // As the file will say once `rank_main` records the end.
+    results.status = Some(match &outcome {
+        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
+        Err(err) => RunStatus { state: RunState::Failed, reason: Some(err.to_string()) },
+    });
     print_final(mode, &results, &sweep, outcome.is_ok(), file.as_ref());
     if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
@@ -612,7 +653,62 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         placements: Vec::new(),
         gpu_pairs: Vec::new(),
+        hang_timeout_s: experiment.common().hang_timeout,
     }
+}
+
+/// What the results file says before the world is up: what the command line and the bootstrap tell.
+fn early_results(experiment: &Experiment, ranks: usize) -> RunResults {
+    let common = experiment.common();
+    RunResults {
+        metadata: RunMetadata {
+            efatop_version: env!("CARGO_PKG_VERSION").into(),
+            libfabric_version: efatop_fabric::runtime_version(),
+            experiment: experiment.name().into(),
+            provider: format!("{:?}", common.provider).to_lowercase(),
+            ranks,
+            warmup: common.warmup,
+            iters: common.iters,
+            window: usize::from(common.window),
+            started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            hang_timeout_s: common.hang_timeout,
+            ..RunMetadata::default()
+        },
+        status: Some(RunStatus::default()),
+        ..RunResults::default()
+    }
+}
+
+/// Records in the results file at `path` how the run ended: complete, or failed with the reason. The file
+/// is read back (it is valid JSON from its creation) and replaced atomically, so this works from any
+/// thread that knows the path, including the watchdog ending a stuck process.
+pub fn record_end(path: &Path, outcome: Result<(), &str>) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("cannot record the run's end in {}: {e}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
+    let mut results: RunResults = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
+    // A reason already recorded (the watchdog's, which saw the cause first) is kept.
+    if results.status.as_ref().is_some_and(|status| status.state == RunState::Failed) {
+        return Ok(());
+    }
+    results.status = Some(match outcome {
+        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
+        Err(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.to_string()) },
+    });
+    let json = serde_json::to_vec_pretty(&results).map_err(|e| failed(&e))?;
+    write_atomically(path, "end", &json).map_err(|e| failed(&e))
+}
+
+/// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees
+/// the old file or the new one, never a part of either. Writers that may overlap use different tags.
+fn write_atomically(path: &Path, tag: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let mut staging = path.to_path_buf().into_os_string();
+    staging.push(format!(".{tag}.tmp"));
+    let staging = PathBuf::from(staging);
+    let written = std::fs::write(&staging, bytes).and_then(|()| std::fs::rename(&staging, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&staging);
+    }
+    written
 }
 
 /// The results file, replaced atomically (write to a sibling, rename) after every measurement.
@@ -653,14 +749,16 @@ fn civil_date(days: u64) -> (u64, u64, u64) {
 }
 
 impl ResultsFile {
-    fn create(path: &Path, make_folder: bool) -> Result<Self, ExperimentError> {
+    /// Creates the file holding `first` (valid JSON from the moment the file exists).
+    fn create(path: &Path, make_folder: bool, first: &RunResults) -> Result<Self, ExperimentError> {
         if let Some(dir) = path.parent().filter(|d| make_folder && !d.as_os_str().is_empty() && !d.exists()) {
             std::fs::create_dir_all(dir).map_err(|e| ExperimentError::InvalidInput {
                 flag: "--out",
                 message: format!("cannot create {}: {e}", dir.display()),
             })?;
         }
-        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| ExperimentError::InvalidInput {
+        let json = serde_json::to_vec_pretty(first).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
+        write_atomically(path, "save", &json).map_err(|e| ExperimentError::InvalidInput {
             flag: "--out",
             message: format!("cannot write {}: {e}", path.display()),
         })?;
@@ -670,10 +768,7 @@ impl ResultsFile {
     fn save(&self, results: &RunResults) -> Result<(), ExperimentError> {
         let failed = |e: &dyn std::fmt::Display| ExperimentError::Bootstrap(format!("saving {}: {e}", self.path.display()));
         let json = serde_json::to_vec_pretty(results).map_err(|e| failed(&e))?;
-        let mut staging = self.path.clone().into_os_string();
-        staging.push(".tmp");
-        std::fs::write(&staging, json).map_err(|e| failed(&e))?;
-        std::fs::rename(&staging, &self.path).map_err(|e| failed(&e))
+        write_atomically(&self.path, "save", &json).map_err(|e| failed(&e))
     }
 }
 

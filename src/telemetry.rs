@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::telemetry::wire::{self, WireError};
-use efatop_experiments::telemetry::{NodeSample, Probe, RankSample, Sampler};
+use efatop_experiments::telemetry::{NodeSample, PhaseReport, Probe, RankSample, Sampler};
 use tokio::io::AsyncReadExt;
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
@@ -34,16 +34,31 @@ impl SamplerThread {
         stream.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        let (ready_tx, ready) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new().name(format!("efatop-sampler-{rank}")).spawn(move || {
-            let mut link = Link { stream, queue: VecDeque::with_capacity(QUEUE_FRAMES), written: 0, drops: 0, broken: false };
+            // Everything this thread will touch is allocated and faulted in now, before the hot path
+            // starts: from here on it never calls the allocator and never faults a fresh page, so it
+            // never waits on the process's memory map, which a large mlock or registration on the hot
+            // path holds for seconds on a loaded node (NOTES-issue18.md).
+            prefault_stack();
+            let mut link = Link::new(stream, frame_room(&probe));
             let mut sampler = Sampler::new(rank, &probe);
+            let mut sample = Sampler::room(&probe);
+            let mut last_phase = 0;
+            // The hot path starts only once all of this is in place (`start` waits for it).
+            let _ = ready_tx.send(());
             let mut last = Instant::now();
             let mut next = last + interval;
             loop {
                 let stopping_now = stopping.load(Ordering::Relaxed);
                 let now = Instant::now();
+                // A phase change goes out at once: it is the rank's progress report.
+                if let Some(report) = probe.phase(rank).filter(|report| report.changes != last_phase) {
+                    last_phase = report.changes;
+                    link.push_bytes(&wire::encode_phase(&report));
+                }
                 if now >= next || stopping_now {
-                    let sample = sampler.sample(&probe, now - last, link.drops);
+                    sampler.sample_into(&probe, now - last, link.drops, &mut sample);
                     last = now;
                     next += interval;
                     if next < now {
@@ -64,6 +79,8 @@ impl SamplerThread {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(20)));
             }
         })?;
+        // Whatever the thread allocates, it allocates before the hot path maps and locks its buffers.
+        let _ = ready.recv_timeout(Duration::from_secs(10));
         Ok(Self { stop, handle: Some(handle) })
     }
 
@@ -89,16 +106,66 @@ impl Drop for SamplerThread {
 struct Link {
     stream: TcpStream,
     queue: VecDeque<Vec<u8>>,
+    /// Frame buffers not in the queue, kept for reuse: a sampler that recycles them never allocates.
+    spare: Vec<Vec<u8>>,
     /// Bytes of the front frame already written.
     written: usize,
     drops: u64,
     broken: bool,
 }
 
+/// Room set aside per frame buffer: a whole frame of a small run; a frame of thousands of peers grows its
+/// buffer once, and the buffer keeps that room.
+fn frame_room(probe: &Probe) -> usize {
+    let histogram = 2 + 6 * efatop_experiments::telemetry::histogram::BUCKETS;
+    let bound = 64 + probe.channel_count() * (24 + histogram) + probe.rank_count() * (48 + histogram);
+    bound.min(64 << 10)
+}
+
+/// Touches the first 64 KiB of this thread's stack, so that sampling never faults a stack page in.
+#[allow(clippy::large_stack_arrays)] // the point: stack pages, touched now
+fn prefault_stack() {
+    let mut room = [0u8; 64 << 10];
+    for page in room.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(&room);
+}
+
 impl Link {
+    fn new(stream: TcpStream, room: usize) -> Self {
+        Self {
+            stream,
+            queue: VecDeque::with_capacity(QUEUE_FRAMES),
+            // Every queue slot, plus the frame being built.
+            spare: (0..=QUEUE_FRAMES).map(|_| Vec::with_capacity(room)).collect(),
+            written: 0,
+            drops: 0,
+            broken: false,
+        }
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        let mut buffer = self.spare.pop().unwrap_or_default();
+        buffer.clear();
+        buffer
+    }
+
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare.len() <= QUEUE_FRAMES {
+            self.spare.push(buffer);
+        }
+    }
+
     fn push(&mut self, sample: &RankSample) {
-        let mut frame = Vec::with_capacity(256);
+        let mut frame = self.buffer();
         wire::encode(sample, &mut frame);
+        self.push_frame(frame);
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        let mut frame = self.buffer();
+        frame.extend_from_slice(bytes);
         self.push_frame(frame);
     }
 
@@ -106,8 +173,9 @@ impl Link {
         if self.queue.len() == QUEUE_FRAMES {
             // Drop the oldest frame not yet started; a half-written one must be finished to keep framing.
             let victim = usize::from(self.written > 0);
-            if self.queue.remove(victim).is_some() {
+            if let Some(dropped) = self.queue.remove(victim) {
                 self.drops += 1;
+                self.recycle(dropped);
             }
         }
         self.queue.push_back(frame);
@@ -123,7 +191,9 @@ impl Link {
                 Ok(n) => {
                     self.written += n;
                     if self.written == front.len() {
-                        self.queue.pop_front();
+                        if let Some(sent) = self.queue.pop_front() {
+                            self.recycle(sent);
+                        }
                         self.written = 0;
                     }
                 }
@@ -149,7 +219,7 @@ impl NodeSender {
         let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        Ok(Self { link: Link { stream, queue: VecDeque::with_capacity(QUEUE_FRAMES), written: 0, drops: 0, broken: false } })
+        Ok(Self { link: Link::new(stream, 1024) })
     }
 
     /// Snapshots dropped so far; the next one sent should carry it.
@@ -159,7 +229,7 @@ impl NodeSender {
 
     /// Queues one snapshot and sends what the socket takes now; an error once rank 0 has gone.
     pub fn send(&mut self, sample: &NodeSample) -> std::io::Result<()> {
-        let mut frame = Vec::with_capacity(1024);
+        let mut frame = self.link.buffer();
         wire::encode_node(sample, &mut frame).map_err(|err| std::io::Error::new(ErrorKind::InvalidData, err))?;
         self.link.push_frame(frame);
         self.link.flush();
@@ -186,6 +256,8 @@ pub enum CollectorEvent {
     Malformed { from: SocketAddr, reason: WireError },
     /// A rank's telemetry connection closed (`rank` is known once it sent a sample).
     Closed { from: SocketAddr, rank: Option<u32> },
+    /// A rank started a phase (allocating, registering, verifying ...): progress, counted as alive.
+    Phase(PhaseReport),
 }
 
 /// Rank 0's collector: a tokio runtime on its own thread, one task per rank connection.
@@ -309,6 +381,10 @@ async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, p
                 Ok(wire::Frame::Node(sample)) => {
                     rank = Some(sample.rank);
                     CollectorEvent::Node(Box::new(sample))
+                }
+                Ok(wire::Frame::Phase(report)) => {
+                    rank = Some(report.rank);
+                    CollectorEvent::Phase(report)
                 }
                 Err(reason) => CollectorEvent::Malformed { from, reason },
             };

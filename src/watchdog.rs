@@ -1,15 +1,23 @@
 //! Rank 0's watchdog: telemetry doubles as a heartbeat. A rank whose telemetry connection closes before the
-//! run is over has died; a rank silent for longer than the heartbeat has hung (or been stopped). Either way
-//! the watchdog raises the world's abort with the rank and its host, so rank 0's hot path gives up its wait
-//! at once instead of after `--timeout`, reports the rank, and keeps every size measured so far.
+//! run is over has died, and is named at once. A rank silent (no sample, no phase change) for longer than
+//! `--hang-timeout` has hung or been stopped. Either way the watchdog raises the world's abort with the rank
+//! and its host, so rank 0's hot path gives up its wait at once instead of after `--timeout`, reports the
+//! rank, and keeps every size measured so far.
+//!
+//! Silence is read from rank 0's one liveness clock ([`Liveness`]), which the watchdog keeps and the
+//! dashboard reads: a rank shown slow or silent there is the same rank, by the same clock, that may later
+//! be named here.
 
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use efatop_experiments::telemetry::Phase;
 use efatop_experiments::world::Abort;
+use efatop_ui::liveness::Liveness;
 
 use crate::output::ConsumerEvent;
 use crate::telemetry::CollectorEvent;
@@ -20,13 +28,22 @@ const TICK: Duration = Duration::from_millis(200);
 /// How long rank 0 gets to end on its own once the abort is raised. Its hot path gives up at once when
 /// it is waiting on the fabric; but a wait inside the bootstrap (an MPI collective, the local rendezvous)
 /// cannot be interrupted, and then the watchdog ends the process itself: the results file already holds
-/// every size finished, and under mpirun rank 0's exit ends the job.
+/// every size finished, and the watchdog records why the run ended in it first.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 
-/// A rank silent for this long is reported: long enough that a rank briefly starved of CPU by its
-/// neighbours is not, short enough that rank 0 names a hung rank within 5 s.
-pub fn heartbeat_for(interval: Duration) -> Duration {
-    (interval * 3).max(Duration::from_millis(2500))
+/// Rank 0's liveness clock, shared by the watchdog (which writes it) and the dashboard (which reads it).
+/// Neither is the hot path.
+#[derive(Clone)]
+pub struct SharedLiveness(Arc<Mutex<Liveness>>);
+
+impl SharedLiveness {
+    pub fn new(liveness: Liveness) -> Self {
+        Self(Arc::new(Mutex::new(liveness)))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Liveness> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 pub struct Watchdog {
@@ -37,28 +54,41 @@ pub struct Watchdog {
     handle: Option<JoinHandle<()>>,
 }
 
+/// What the watchdog needs besides the events.
+pub struct WatchdogOptions {
+    pub hosts: Vec<String>,
+    pub abort: Arc<Abort>,
+    pub liveness: SharedLiveness,
+    /// The run's start: the liveness clock's zero.
+    pub started: Instant,
+    /// The terminal is in raw mode and must be restored if the watchdog ends the process.
+    pub dashboard: bool,
+    /// The results file, told why the run ended if the watchdog ends the process.
+    pub results: Option<PathBuf>,
+}
+
 impl Watchdog {
     /// Watches what the collector sends, then passes it on to `consumer` (the dashboard or JSON printer),
     /// if there is one.
-    /// `dashboard`: the terminal is in raw mode and must be restored if the watchdog ends the process.
-    pub fn start(
-        consumer: Option<Sender<ConsumerEvent>>,
-        hosts: Vec<String>,
-        abort: Arc<Abort>,
-        heartbeat: Duration,
-        dashboard: bool,
-    ) -> std::io::Result<Self> {
+    pub fn start(consumer: Option<Sender<ConsumerEvent>>, options: WatchdogOptions) -> std::io::Result<Self> {
         let (events, incoming) = mpsc::channel::<ConsumerEvent>();
         let run_over = Arc::new(AtomicBool::new(false));
         let over = run_over.clone();
         let handle = std::thread::Builder::new().name("efatop-watchdog".into()).spawn(move || {
-            watch(&incoming, consumer.as_ref(), &hosts, &abort, heartbeat, &over);
-            if abort.is_raised() && !over.load(Ordering::Relaxed) {
+            watch(&incoming, consumer.as_ref(), &options, &over);
+            if options.abort.is_raised() && !over.load(Ordering::Relaxed) {
                 // Still running EXIT_GRACE after the abort: rank 0 is stuck outside the fabric.
-                if dashboard {
+                let reason = options.abort.reason();
+                let kept = options.results.as_ref().map_or_else(String::new, |path| {
+                    match crate::output::record_end(path, Err(&reason)) {
+                        Ok(()) => format!("; sizes finished so far are in {}", path.display()),
+                        Err(err) => format!("; the results file could not be updated: {err}"),
+                    }
+                });
+                if options.dashboard {
                     crate::dashboard::restore();
                 }
-                eprintln!("efatop: error: {} (rank 0 stopped waiting; sizes finished so far are in the results file)", abort.reason());
+                eprintln!("efatop: error: {reason} (rank 0 stopped waiting{kept})");
                 std::process::exit(1);
             }
         })?;
@@ -75,36 +105,27 @@ impl Drop for Watchdog {
     }
 }
 
-fn watch(
-    incoming: &Receiver<ConsumerEvent>,
-    consumer: Option<&Sender<ConsumerEvent>>,
-    hosts: &[String],
-    abort: &Abort,
-    heartbeat: Duration,
-    run_over: &AtomicBool,
-) {
-    let started = Instant::now();
-    // Every rank but rank 0 (whose own hot path is what we would be stopping), from the start: a rank
-    // that never sends anything is as silent as one that stopped.
-    let mut last_heard: Vec<Option<Instant>> = (0..hosts.len()).map(|rank| (rank != 0).then_some(started)).collect();
+fn watch(incoming: &Receiver<ConsumerEvent>, consumer: Option<&Sender<ConsumerEvent>>, options: &WatchdogOptions, run_over: &AtomicBool) {
+    let WatchdogOptions { hosts, abort, liveness, started, .. } = options;
     let host = |rank: usize| hosts.get(rank).map_or("?", String::as_str);
     let mut raised_at: Option<Instant> = None;
     loop {
         match incoming.recv_timeout(TICK) {
             Ok(event) => {
                 if let ConsumerEvent::Telemetry(batch) = &event {
+                    let at = started.elapsed();
+                    let mut live = liveness.lock();
                     for telemetry in batch {
                         match telemetry {
-                            CollectorEvent::Sample(sample) => {
-                                if let Some(heard) = last_heard.get_mut(sample.rank as usize).and_then(Option::as_mut) {
-                                    *heard = Instant::now();
+                            CollectorEvent::Sample(sample) => live.heard(sample.rank as usize, at),
+                            CollectorEvent::Phase(report) => {
+                                if let Some(phase) = Phase::from_code(report.phase) {
+                                    live.phase(report.rank as usize, phase, report.bytes, at);
                                 }
                             }
                             CollectorEvent::Closed { rank: Some(rank), .. } => {
                                 let rank = *rank as usize;
-                                if let Some(heard) = last_heard.get_mut(rank) {
-                                    *heard = None;
-                                }
+                                live.closed(rank);
                                 if rank != 0 && !run_over.load(Ordering::Relaxed) {
                                     abort.raise(format!(
                                         "rank {rank} ({}) exited mid-run: its telemetry connection closed",
@@ -134,32 +155,40 @@ fn watch(
             }
             continue;
         }
-        let now = Instant::now();
-        if let Some((rank, silent)) = last_heard
-            .iter()
-            .enumerate()
-            .filter_map(|(rank, heard)| heard.map(|at| (rank, now - at)))
-            .find(|(_, silent)| *silent > heartbeat)
-        {
+        let live = liveness.lock();
+        if let Some((rank, silent)) = live.hung(started.elapsed()) {
+            let doing = live
+                .last_phase(rank)
+                .map_or(String::new(), |(phase, bytes)| format!("; it last said: {} {}", phase.label(), efatop_experiments::sizes::format_size(bytes)));
             abort.raise(format!(
-                "rank {rank} ({}) stopped responding: no telemetry for {:.1} s (hung, stopped or starved)",
+                "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
                 host(rank),
-                silent.as_secs_f64()
+                silent.as_secs_f64(),
+                live.hang_timeout.as_secs_f64()
             ));
         }
     }
 }
 
-/// On a dashboard, SIGTERM (mpirun ending the job, the launcher stopping a rank that outlived a failure)
-/// must not leave the user's terminal in raw mode: restore it, say so, and exit as SIGTERM would.
-pub fn restore_terminal_on_sigterm() {
-    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(|| {
+/// SIGTERM (mpirun ending the job, the launcher stopping a rank 0 that outlived a failure) ends rank 0
+/// with its results file saying so, and on a dashboard without leaving the user's terminal in raw mode.
+/// Installed as soon as the results file exists, so even a rank 0 stuck in the bootstrap leaves a file
+/// that says why the run ended.
+pub fn end_on_sigterm(dashboard: bool, results: Option<PathBuf>) {
+    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
         runtime.block_on(async {
             let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
             if terminate.recv().await.is_some() {
-                crate::dashboard::restore();
-                eprintln!("efatop: error: stopped by SIGTERM; sizes finished so far are in the results file");
+                let reason = "stopped by SIGTERM (the launcher or mpirun ended the job)";
+                let kept = results.as_ref().map_or_else(String::new, |path| match crate::output::record_end(path, Err(reason)) {
+                    Ok(()) => format!("; sizes finished so far are in {}", path.display()),
+                    Err(err) => format!("; {err}"),
+                });
+                if dashboard {
+                    crate::dashboard::restore();
+                }
+                eprintln!("efatop: error: {reason}{kept}");
                 std::process::exit(143);
             }
         });
@@ -172,7 +201,7 @@ pub fn restore_terminal_on_sigterm() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::telemetry::RankSample;
+    use efatop_experiments::telemetry::{PhaseReport, RankSample};
 
     fn sample(rank: u32) -> ConsumerEvent {
         ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(RankSample { rank, ..RankSample::default() }))])
@@ -189,12 +218,24 @@ mod tests {
         None
     }
 
+    fn start(consumer: Option<Sender<ConsumerEvent>>, hosts: &[&str], hang_timeout: Duration) -> (Watchdog, Arc<Abort>, SharedLiveness) {
+        let abort = Arc::new(Abort::default());
+        let liveness = SharedLiveness::new(Liveness::new(hosts.len(), Duration::from_millis(100), hang_timeout));
+        let options = WatchdogOptions {
+            hosts: hosts.iter().map(|h| (*h).to_string()).collect(),
+            abort: abort.clone(),
+            liveness: liveness.clone(),
+            started: Instant::now(),
+            dashboard: false,
+            results: None,
+        };
+        (Watchdog::start(consumer, options).expect("watchdog"), abort, liveness)
+    }
+
     #[test]
     fn a_closed_connection_mid_run_names_the_rank_and_host() {
-        let abort = Arc::new(Abort::default());
         let (out, forwarded) = mpsc::channel();
-        let dog = Watchdog::start(Some(out), vec!["a".into(), "b".into(), "c".into()], abort.clone(), Duration::from_mins(1), false)
-            .expect("watchdog");
+        let (dog, abort, _) = start(Some(out), &["a", "b", "c"], Duration::from_mins(1));
         dog.events.send(sample(2)).expect("send");
         let from = "127.0.0.1:1".parse().expect("address");
         dog.events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Closed { from, rank: Some(2) }])).expect("send");
@@ -206,23 +247,69 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_rank_is_named_after_the_heartbeat_and_not_before() {
-        let abort = Arc::new(Abort::default());
-        let dog = Watchdog::start(None, vec!["a".into(), "b".into()], abort.clone(), Duration::from_millis(600), false).expect("watchdog");
+    fn a_silent_rank_is_named_after_the_hang_timeout_and_not_before() {
+        let (dog, abort, liveness) = start(None, &["a", "b"], Duration::from_millis(900));
+        // Both speak for a while; then only rank 0 (its own sampler) does.
         for _ in 0..5 {
             dog.events.send(sample(1)).expect("send");
+            dog.events.send(sample(0)).expect("send");
             std::thread::sleep(Duration::from_millis(150));
         }
         assert!(!abort.is_raised(), "rank 1 spoke every 150 ms: {}", abort.reason());
-        let reason = wait_for(&abort, Duration::from_secs(3)).expect("raised");
-        assert!(reason.starts_with("rank 1 (b) stopped responding: no telemetry for 0."), "{reason}");
+        let silent_from = Instant::now();
+        let reason = loop {
+            dog.events.send(sample(0)).expect("send");
+            if let Some(reason) = wait_for(&abort, Duration::from_millis(100)) {
+                break reason;
+            }
+            assert!(silent_from.elapsed() < Duration::from_secs(5), "never named");
+        };
+        assert!(silent_from.elapsed() >= Duration::from_millis(700), "named too early: {:?}", silent_from.elapsed());
+        let silent: f64 = reason
+            .strip_prefix("rank 1 (b) stopped responding: no telemetry for ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|figure| figure.parse().ok())
+            .unwrap_or_else(|| panic!("{reason}"));
+        assert!((0.9..2.0).contains(&silent), "{reason}");
+        assert!(reason.contains("--hang-timeout 1 s"), "{reason}");
+        assert!(liveness.lock().silence(1, Duration::from_hours(1)).is_some());
+        dog.run_over.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn progress_reports_keep_a_rank_alive() {
+        let (dog, abort, _) = start(None, &["a", "b"], Duration::from_millis(600));
+        for changes in 1..=10 {
+            // Rank 1 sends no samples at all (its sampler's interval is long), only phase changes.
+            let report = PhaseReport { rank: 1, changes, phase: Phase::Verifying.code(), bytes: 1 << 30 };
+            dog.events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Phase(report)])).expect("send");
+            dog.events.send(sample(0)).expect("send");
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        assert!(!abort.is_raised(), "{}", abort.reason());
+        let reason = loop {
+            dog.events.send(sample(0)).expect("send");
+            if let Some(reason) = wait_for(&abort, Duration::from_millis(100)) {
+                break reason;
+            }
+        };
+        assert!(reason.ends_with("(hung or stopped; it last said: verifying 1G)"), "{reason}");
+        dog.run_over.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn when_rank_0_hears_nobody_no_rank_is_blamed() {
+        // Rank 0's collector is held up (nothing arrives from anyone): nobody is named however long.
+        let (dog, abort, _) = start(None, &["a", "b"], Duration::from_millis(300));
+        dog.events.send(sample(0)).expect("send");
+        dog.events.send(sample(1)).expect("send");
+        assert_eq!(wait_for(&abort, Duration::from_secs(1)), None);
         dog.run_over.store(true, Ordering::Relaxed);
     }
 
     #[test]
     fn after_the_run_ranks_may_close_and_fall_silent() {
-        let abort = Arc::new(Abort::default());
-        let dog = Watchdog::start(None, vec!["a".into(), "b".into()], abort.clone(), Duration::from_millis(300), false).expect("watchdog");
+        let (dog, abort, _) = start(None, &["a", "b"], Duration::from_millis(300));
         dog.run_over.store(true, Ordering::Relaxed);
         let from = "127.0.0.1:1".parse().expect("address");
         dog.events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Closed { from, rank: Some(1) }])).expect("send");

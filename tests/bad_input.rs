@@ -21,6 +21,8 @@ fn bad_input_table() {
         (&["write", "--window", "0"], &["--window"]),
         (&["write", "--link-gbps", "-3"], &["--link-gbps", "above 0"]),
         (&["write", "--timeout", "0"], &["--timeout"]),
+        (&["write", "--hang-timeout", "0"], &["--hang-timeout", "1..=86400"]),
+        (&["write", "--hang-timeout", "soon"], &["--hang-timeout"]),
         (&["run", "--ranks", "1", "write"], &["--ranks 1", "at least 2 ranks"]),
         (&["run", "--ranks", "1", "sendrecv"], &["--ranks 1", "at least 2 ranks"]),
         (&["run", "--ranks", "0", "write"], &["--ranks"]),
@@ -81,7 +83,7 @@ fn bad_input_table() {
 fn help_lists_every_experiment_and_flag() {
     let run = efatop(&["write", "--help"]);
     assert_eq!(run.code, Some(0));
-    for flag in ["--provider", "--channels", "--min-size", "--max-size", "--warmup", "--iters", "--window", "--link-gbps", "--out", "--timeout", "--configs"] {
+    for flag in ["--provider", "--channels", "--min-size", "--max-size", "--warmup", "--iters", "--window", "--link-gbps", "--out", "--timeout", "--hang-timeout", "--configs"] {
         assert!(run.stdout.contains(flag), "{flag} missing from help:\n{}", run.stdout);
     }
     assert!(!run.stdout.contains("debug-corrupt"), "testing aids stay hidden");

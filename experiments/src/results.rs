@@ -56,6 +56,34 @@ pub struct RunMetadata {
     /// there (the only host rank 0 can ask), else from its topology. Empty with fewer than two such GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_pairs: Vec<GpuPairRecord>,
+    /// Seconds of silence after which rank 0 names a rank hung (`--hang-timeout`); 0 in older files.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hang_timeout_s: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// How a run ended, as its results file tells it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Still going (or ended without a word: killed outright).
+    #[default]
+    Running,
+    /// Every size measured.
+    Complete,
+    /// Ended early; the reason says why.
+    Failed,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStatus {
+    pub state: RunState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One pair of a host's GPUs (`gpu_a` < `gpu_b`, the ranks' GPU indices) and how they are connected.
@@ -136,6 +164,9 @@ pub struct RunResults {
     /// All-to-all only: the bandwidth of every sender→receiver pair, per configuration and size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pair_matrices: Vec<PairMatrix>,
+    /// Whether the run is going, complete or failed (and why). Absent in files from before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
 }
 
 /// All-to-all: what each sender→receiver pair delivered at one configuration and size.
@@ -289,6 +320,7 @@ mod tests {
             configs: vec!["SinglePin".into(), "MultiPin".into()],
             measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
             pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]] }],
+            status: None,
         }
     }
 

@@ -13,7 +13,7 @@ pub mod histogram;
 pub mod node;
 pub mod wire;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
@@ -58,6 +58,70 @@ struct NvlinkProbe {
     bytes: AtomicU64,
 }
 
+/// What a rank is doing between transfers, told to rank 0 as progress: a rank busy locking, registering
+/// or verifying a large buffer moves no bytes for a while, and is not hung.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Phase {
+    /// Mapping, faulting in and locking a buffer.
+    Allocating = 1,
+    /// Registering a buffer with the provider.
+    Registering = 2,
+    /// Writing the pattern into the send buffer.
+    Filling = 3,
+    /// Moving bytes.
+    Transferring = 4,
+    /// Checking received bytes against the sender's pattern.
+    Verifying = 5,
+}
+
+impl Phase {
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => Self::Allocating,
+            2 => Self::Registering,
+            3 => Self::Filling,
+            4 => Self::Transferring,
+            5 => Self::Verifying,
+            _ => return None,
+        })
+    }
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Allocating => "allocating",
+            Self::Registering => "registering",
+            Self::Filling => "filling",
+            Self::Transferring => "transferring",
+            Self::Verifying => "verifying",
+        }
+    }
+}
+
+/// A phase change as it travels to rank 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseReport {
+    pub rank: u32,
+    /// Phase changes this rank has made so far (it only grows: the same phase twice is two changes).
+    pub changes: u64,
+    /// [`Phase::code`].
+    pub phase: u8,
+    /// The bytes the phase is about (the buffer being registered, the size being verified).
+    pub bytes: u64,
+}
+
+/// The phase the hot path last set: three relaxed stores, nothing to wait on.
+#[derive(Default)]
+struct PhaseProbe {
+    changes: AtomicU64,
+    code: AtomicU8,
+    bytes: AtomicU64,
+}
+
 /// A rank's probe: one set of counters per channel and per peer rank. Shared (`Arc`) with the sampler.
 pub struct Probe {
     channels: Box<[ChannelProbe]>,
@@ -65,6 +129,7 @@ pub struct Probe {
     queue: QueueProbe,
     /// Indexed by peer rank, allocated up front so that the hot path never allocates.
     nvlink: Box<[NvlinkProbe]>,
+    phase: PhaseProbe,
 }
 
 impl Probe {
@@ -74,7 +139,29 @@ impl Probe {
             peers: (0..ranks).map(|_| Counters::default()).collect(),
             queue: QueueProbe::default(),
             nvlink: (0..ranks).map(|_| NvlinkProbe::default()).collect(),
+            phase: PhaseProbe::default(),
         }
+    }
+
+    /// This rank starts `phase` over `bytes`; the sampler tells rank 0 at its next look (within tens of
+    /// milliseconds), which counts as the rank being alive.
+    #[inline]
+    pub fn set_phase(&self, phase: Phase, bytes: u64) {
+        self.phase.code.store(phase.code(), Ordering::Relaxed);
+        self.phase.bytes.store(bytes, Ordering::Relaxed);
+        // Release: a sampler that sees the new count sees the phase and bytes stored before it.
+        self.phase.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// The phase last set, as a report from `rank`; `None` before the first.
+    pub fn phase(&self, rank: usize) -> Option<PhaseReport> {
+        let changes = self.phase.changes.load(Ordering::Acquire);
+        (changes > 0).then(|| PhaseReport {
+            rank: rank as u32,
+            changes,
+            phase: self.phase.code.load(Ordering::Relaxed),
+            bytes: self.phase.bytes.load(Ordering::Relaxed),
+        })
     }
 
     pub fn channel_count(&self) -> usize {
@@ -303,6 +390,8 @@ pub struct Sampler {
     last_queue: (u64, u64),
     /// Each peer's NVLink bytes at the previous sample.
     last_nvlink: Vec<u64>,
+    /// Peer samples with room for a full histogram, not in use by the last sample.
+    spare_peers: Vec<PeerSample>,
 }
 
 impl Sampler {
@@ -315,36 +404,68 @@ impl Sampler {
             last_peers: (0..probe.rank_count()).map(|_| zero()).collect(),
             last_queue: (0, 0),
             last_nvlink: vec![0; probe.nvlink.len()],
+            spare_peers: (0..probe.peers.len())
+                .map(|_| PeerSample { latency: IntervalHistogram { buckets: Vec::with_capacity(histogram::BUCKETS) }, ..PeerSample::default() })
+                .collect(),
         }
     }
 
     /// Reads the probe and returns what changed since the previous call.
     pub fn sample(&mut self, probe: &Probe, interval: Duration, drops: u64) -> RankSample {
-        let mut sample = RankSample {
-            rank: self.rank,
-            seq: self.seq,
-            interval_ns: interval.as_nanos() as u64,
-            drops,
-            channels: Vec::with_capacity(probe.channels.len()),
-            peers: Vec::new(),
-            queue: None,
-            nvlink: Vec::new(),
-        };
-        self.seq += 1;
-        for (index, (channel, last)) in probe.channels.iter().zip(&mut self.last_channels).enumerate() {
-            let (bytes, ops, latency) = delta(&channel.counters, last);
-            sample.channels.push(ChannelSample {
-                channel: index as u16,
-                bytes,
-                ops,
-                in_flight: channel.in_flight.load(Ordering::Relaxed).min(u64::from(u32::MAX)) as u32,
-                latency,
-            });
+        let mut sample = Self::room(probe);
+        self.sample_into(probe, interval, drops, &mut sample);
+        sample
+    }
+
+    /// A sample with room for everything `probe` can report: given to [`Self::sample_into`] again and
+    /// again, sampling allocates nothing.
+    pub fn room(probe: &Probe) -> RankSample {
+        let histogram = || IntervalHistogram { buckets: Vec::with_capacity(histogram::BUCKETS) };
+        RankSample {
+            channels: (0..probe.channels.len())
+                .map(|_| ChannelSample { latency: histogram(), ..ChannelSample::default() })
+                .collect(),
+            peers: Vec::with_capacity(probe.peers.len()),
+            nvlink: Vec::with_capacity(probe.nvlink.len()),
+            ..RankSample::default()
         }
+    }
+
+    /// Reads the probe into `sample`, reusing its vectors (see [`Self::room`]): the sampler thread must
+    /// not allocate, since an allocation can wait on the process's memory map while the hot path locks or
+    /// registers a large buffer.
+    pub fn sample_into(&mut self, probe: &Probe, interval: Duration, drops: u64, sample: &mut RankSample) {
+        sample.rank = self.rank;
+        sample.seq = self.seq;
+        sample.interval_ns = interval.as_nanos() as u64;
+        sample.drops = drops;
+        sample.queue = None;
+        sample.nvlink.clear();
+        self.seq += 1;
+        sample.channels.truncate(probe.channels.len());
+        for (index, (channel, last)) in probe.channels.iter().zip(&mut self.last_channels).enumerate() {
+            if sample.channels.len() == index {
+                sample.channels.push(ChannelSample::default());
+            }
+            let out = &mut sample.channels[index];
+            let (bytes, ops) = delta(&channel.counters, last, &mut out.latency);
+            out.channel = index as u16;
+            out.bytes = bytes;
+            out.ops = ops;
+            out.in_flight = channel.in_flight.load(Ordering::Relaxed).min(u64::from(u32::MAX)) as u32;
+        }
+        // Only peers with activity are sent; the others' samples wait in `spare_peers`, room kept.
+        self.spare_peers.append(&mut sample.peers);
         for (peer, (counters, last)) in probe.peers.iter().zip(&mut self.last_peers).enumerate() {
-            let (bytes, ops, latency) = delta(counters, last);
+            let mut out = self.spare_peers.pop().unwrap_or_default();
+            let (bytes, ops) = delta(counters, last, &mut out.latency);
             if ops > 0 || bytes > 0 {
-                sample.peers.push(PeerSample { peer: peer as u32, bytes, ops, latency });
+                out.peer = peer as u32;
+                out.bytes = bytes;
+                out.ops = ops;
+                sample.peers.push(out);
+            } else {
+                self.spare_peers.push(out);
             }
         }
         let queue = &probe.queue;
@@ -376,15 +497,14 @@ impl Sampler {
             });
             *last = bytes;
         }
-        sample
     }
 }
 
-fn delta(counters: &Counters, last: &mut (u64, u64, Vec<u64>)) -> (u64, u64, IntervalHistogram) {
+fn delta(counters: &Counters, last: &mut (u64, u64, Vec<u64>), latency: &mut IntervalHistogram) -> (u64, u64) {
     let bytes = counters.bytes.load(Ordering::Relaxed);
     let ops = counters.ops.load(Ordering::Relaxed);
-    let latency = counters.latency.interval_since(&mut last.2);
-    let result = (bytes.wrapping_sub(last.0), ops.wrapping_sub(last.1), latency);
+    counters.latency.interval_into(&mut last.2, latency);
+    let result = (bytes.wrapping_sub(last.0), ops.wrapping_sub(last.1));
     last.0 = bytes;
     last.1 = ops;
     result
@@ -455,6 +575,43 @@ mod tests {
         probe.set_queue(0, 1024, 10, 0, 0);
         assert_eq!(sampler.sample(&probe, Duration::from_millis(100), 0).queue.map(|q| (q.requests, q.quiet_calls)), Some((0, 0)));
         assert_eq!(probe.queue_totals(), (10, 0));
+    }
+
+    /// The sampler thread must not allocate (an allocation can wait seconds on the memory map lock while
+    /// the hot path locks a large buffer): sampling into a sample from `room` reuses its memory, whatever
+    /// the interval held.
+    #[test]
+    fn sampling_into_room_reuses_its_memory() {
+        let probe = Probe::new(2, 4);
+        let mut sampler = Sampler::new(0, &probe);
+        let mut sample = Sampler::room(&probe);
+        let addresses = |sample: &RankSample| {
+            let mut all: Vec<(usize, usize)> = vec![(sample.channels.as_ptr() as usize, sample.channels.capacity())];
+            all.push((sample.peers.as_ptr() as usize, sample.peers.capacity()));
+            all.extend(sample.channels.iter().map(|c| (c.latency.buckets.as_ptr() as usize, c.latency.buckets.capacity())));
+            all
+        };
+        sampler.sample_into(&probe, Duration::from_millis(100), 0, &mut sample);
+        let before = addresses(&sample);
+        let mut peer_buffers = std::collections::BTreeSet::new();
+        for round in 0..50u64 {
+            // Every bucket of every channel, and a changing set of peers.
+            for bucket in 0..histogram::BUCKETS as u64 {
+                probe.completed((round % 2) as usize, (round % 4) as usize, 1, Some(Duration::from_nanos(bucket_ns(bucket))));
+            }
+            probe.completed(1, ((round + 1) % 4) as usize, 1, Some(Duration::from_micros(3)));
+            sampler.sample_into(&probe, Duration::from_millis(100), 0, &mut sample);
+            assert_eq!(addresses(&sample), before, "round {round}");
+            assert!(sample.peers.len() <= 2 && !sample.peers.is_empty());
+            peer_buffers.extend(sample.peers.iter().map(|p| (p.latency.buckets.as_ptr() as usize, p.latency.buckets.capacity())));
+        }
+        // Only the peer samples made up front ever carry a histogram: one per rank, none made since.
+        assert!(peer_buffers.len() <= 4, "{peer_buffers:?}");
+        assert!(peer_buffers.iter().all(|(_, capacity)| *capacity >= histogram::BUCKETS));
+    }
+
+    fn bucket_ns(bucket: u64) -> u64 {
+        histogram::bucket_floor(bucket as usize)
     }
 
     #[test]

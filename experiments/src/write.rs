@@ -18,6 +18,7 @@ use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
 use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use crate::sizes::format_size;
+use crate::telemetry::Phase;
 use crate::world::World;
 use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
 
@@ -162,8 +163,10 @@ pub fn run(
             };
             observer.step(column, size);
             if world.rank == WRITER {
+                world.probe.set_phase(Phase::Filling, size);
                 payload.fill(seed, sweep.corrupt_byte)?;
             }
+            world.probe.set_phase(Phase::Transferring, size);
             let mut pairs = Vec::new();
             let mut latency = LatencyRecorder::new();
             for group in groups(config, world.size) {
@@ -399,6 +402,7 @@ pub(crate) fn verify_received(
     column: &str,
     seed: PatternSeed,
 ) -> Result<(), ExperimentError> {
+    world.probe.set_phase(Phase::Verifying, seed.size);
     payload.stage_in(seed.size)?;
     payload
         .verify(seed)?

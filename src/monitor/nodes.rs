@@ -130,7 +130,7 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
                     closed.insert(rank.map_or_else(|| from.to_string(), |r| r.to_string()));
                 }
                 CollectorEvent::Malformed { from, reason } => eprintln!("efatop: warning: frame from {from} rejected: {reason}"),
-                CollectorEvent::Sample(_) => {}
+                CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
         }
     }
@@ -156,7 +156,7 @@ fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<Collec
                 match event {
                     CollectorEvent::Node(sample) => view.push(sample.rank, from_wire(*sample)),
                     CollectorEvent::Closed { .. } => closed += 1,
-                    CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) => {}
+                    CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
                 }
             }
         }

@@ -91,3 +91,72 @@ pub fn table_rows(stdout: &str) -> Vec<Vec<String>> {
         .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
         .collect()
 }
+
+/// Every descendant of `root` (itself included), from /proc's children lists.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for task in std::fs::read_dir(format!("/proc/{parent}/task")).into_iter().flatten().flatten() {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                    if !found.contains(&child) {
+                        found.push(child);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// A process's start time (clock ticks after boot): with the pid, it names one process even after the
+/// pid is reused.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which may hold spaces, in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // state is field 3, starttime field 22 of stat(5).
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Processes a test started (a launcher and what it started), by pid and start time: the only ones it
+/// may signal. Tests never signal processes by name.
+#[derive(Default)]
+pub struct Tracked {
+    processes: Vec<(u32, u64)>,
+}
+
+impl Tracked {
+    pub fn add(&mut self, pid: u32) {
+        if let Some(started) = start_time(pid) {
+            if !self.processes.contains(&(pid, started)) {
+                self.processes.push((pid, started));
+            }
+        }
+    }
+
+    pub fn add_descendants(&mut self, root: u32) {
+        for pid in descendants(root) {
+            self.add(pid);
+        }
+    }
+
+    /// Those still running (not exited, not zombies), by pid.
+    pub fn alive(&self) -> Vec<u32> {
+        self.processes.iter().filter(|(pid, started)| start_time(*pid) == Some(*started)).map(|(pid, _)| *pid).collect()
+    }
+
+    /// SIGCONT then SIGKILL to each of ours still running.
+    pub fn kill_all(&self) {
+        for pid in self.alive() {
+            let _ = Command::new("kill").args(["-CONT", &pid.to_string()]).status();
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}

@@ -57,6 +57,13 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
         };
     }
+    if meta.hang_timeout_s > 0 {
+        let _ = writeln!(
+            out,
+            "# liveness: a rank that exits is named at once; one silent for {} s is named hung (--hang-timeout)",
+            meta.hang_timeout_s
+        );
+    }
     if meta.experiment == "alltoall" {
         let _ = writeln!(
             out,

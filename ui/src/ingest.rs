@@ -4,29 +4,32 @@
 use std::time::Duration;
 
 use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
+use efatop_experiments::sizes::format_size;
 use efatop_experiments::{Measurement, RunResults};
 
+use crate::liveness::{Health, Liveness};
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
     PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
 };
 
-/// Keeps what the state does not show but ingestion needs: when each rank was last heard from.
+/// Keeps what the state does not show but ingestion needs. When each rank was last heard from is not
+/// kept here: that is rank 0's one liveness clock ([`Liveness`]), which [`Ingest::tick`] reads.
 pub struct Ingest {
-    last_heard: Vec<Option<Duration>>,
+    ranks: usize,
     /// Index in `state.channels` of each rank's channel 0 (views are ordered by rank, then channel), so a
     /// sample finds its views without a search: rank 0 may hear from thousands of ranks per interval.
     first_view: Vec<usize>,
     channels_of: Vec<usize>,
-    /// A rank silent for longer than this is shown as lost.
-    heartbeat_timeout: Duration,
+    /// Ranks already named in the log as slow, silent or hung, so each is logged once per spell.
+    reported: Vec<PeerState>,
 }
 
 impl Ingest {
     /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
     /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table; for an all-to-all
     /// run also the pair matrix, with the heatmap focused.
-    pub fn begin(state: &mut DashboardState, run: RunInfo, nics: &[Vec<String>], results: RunResults, heartbeat_timeout: Duration) -> Self {
+    pub fn begin(state: &mut DashboardState, run: RunInfo, nics: &[Vec<String>], results: RunResults) -> Self {
         state.channels = nics
             .iter()
             .enumerate()
@@ -63,15 +66,13 @@ impl Ingest {
                 Some(first)
             })
             .collect();
-        Self { last_heard: vec![None; ranks], first_view, channels_of, heartbeat_timeout }
+        Self { ranks, first_view, channels_of, reported: vec![PeerState::Alive; ranks] }
     }
 
     /// One rank's interval arrived at `at` (time since the run started).
-    pub fn sample(&mut self, state: &mut DashboardState, sample: &RankSample, at: Duration) {
+    /// (`_at` is kept for callers' symmetry: when a rank was heard is the liveness clock's business.)
+    pub fn sample(&mut self, state: &mut DashboardState, sample: &RankSample, _at: Duration) {
         let rank = sample.rank as usize;
-        if let Some(heard) = self.last_heard.get_mut(rank) {
-            *heard = Some(at);
-        }
         let mut rank_bytes: u64 = 0;
         let mut rank_latency = IntervalHistogram::default();
         for channel_sample in &sample.channels {
@@ -105,7 +106,7 @@ impl Ingest {
                 peer.drops = sample.drops;
             }
             peer.last_seen = Duration::ZERO;
-            if peer.state == PeerState::Lost {
+            if matches!(peer.state, PeerState::Slow | PeerState::Silent) {
                 peer.state = PeerState::Alive;
             }
             // Rank 0's own latency is over all its operations; every other rank's, as rank 0 sees it below.
@@ -128,7 +129,7 @@ impl Ingest {
                 }
             }
         }
-        if rank < self.last_heard.len() {
+        if rank < self.ranks {
             Self::gpu_figures(state, sample);
         }
     }
@@ -198,20 +199,48 @@ impl Ingest {
         }
     }
 
-    /// Advances the clock: ages every rank's last-seen time and marks the silent ones lost.
-    pub fn tick(&mut self, state: &mut DashboardState, at: Duration) {
+    /// Advances the clock: every rank's last-seen time and state as rank 0's liveness clock has them.
+    /// A rank is shown slow, then silent, before the watchdog ever names it hung (lost); each change for
+    /// the worse is logged once.
+    pub fn tick(&mut self, state: &mut DashboardState, at: Duration, liveness: &Liveness) {
         state.progress.elapsed = at;
-        let mut newly_lost = Vec::new();
-        for (peer, heard) in state.peers.iter_mut().zip(&self.last_heard) {
-            let Some(heard) = heard else { continue };
-            peer.last_seen = at.saturating_sub(*heard);
-            if peer.state == PeerState::Alive && peer.last_seen > self.heartbeat_timeout {
-                peer.state = PeerState::Lost;
-                newly_lost.push((peer.rank, peer.host.clone(), peer.last_seen));
+        let mut news = Vec::new();
+        for (rank, peer) in state.peers.iter_mut().enumerate() {
+            if peer.state == PeerState::Done {
+                continue;
+            }
+            peer.phase = liveness.last_phase(rank).map(|(phase, bytes)| format!("{} {}", phase.label(), format_size(bytes)));
+            let health = liveness.health(rank, at);
+            let (seen, next) = match health {
+                // A closed connection is `closed`'s to show; here only the clock is.
+                Health::Closed => continue,
+                Health::Alive => (liveness.silence(rank, at).unwrap_or_default(), PeerState::Alive),
+                Health::Slow(silent) => (silent, PeerState::Slow),
+                Health::Silent(silent) => (silent, PeerState::Silent),
+                Health::Hung(silent) => (silent, PeerState::Lost),
+            };
+            peer.last_seen = seen;
+            // A rank named lost stays lost; rank 0 itself is never judged by its silence.
+            if peer.state == PeerState::Lost || (rank == 0 && next != PeerState::Alive) {
+                continue;
+            }
+            peer.state = next;
+            let before = self.reported.get(rank).copied().unwrap_or_default();
+            if severity(next) > severity(before) {
+                news.push((rank, peer.host.clone(), seen, next, peer.phase.clone()));
+            }
+            if let Some(slot) = self.reported.get_mut(rank) {
+                *slot = next;
             }
         }
-        for (rank, host, silent) in newly_lost {
-            state.push_log(at, LogLevel::Error, format!("rank {rank} ({host}) silent for {:.1} s", silent.as_secs_f64()));
+        for (rank, host, silent, now, phase) in news {
+            let doing = phase.map_or(String::new(), |phase| format!("; last said: {phase}"));
+            let (level, what) = match now {
+                PeerState::Lost => (LogLevel::Error, format!("hung: silent for {:.1} s", silent.as_secs_f64())),
+                PeerState::Silent => (LogLevel::Warn, format!("silent for {:.0} s (named hung after {:.0} s)", silent.as_secs_f64(), liveness.hang_timeout.as_secs_f64())),
+                _ => (LogLevel::Info, format!("slow: silent for {:.1} s", silent.as_secs_f64())),
+            };
+            state.push_log(at, level, format!("rank {rank} ({host}) {what}{doing}"));
         }
     }
 
@@ -220,6 +249,15 @@ impl Ingest {
         if let Some(peer) = state.peers.get_mut(rank) {
             peer.state = if finished { PeerState::Done } else { PeerState::Lost };
         }
+    }
+}
+
+fn severity(state: PeerState) -> u8 {
+    match state {
+        PeerState::Alive | PeerState::Done => 0,
+        PeerState::Slow => 1,
+        PeerState::Silent => 2,
+        PeerState::Lost => 3,
     }
 }
 
@@ -262,7 +300,7 @@ mod tests {
     fn samples_become_gauges_histories_and_peer_latency() {
         let mut state = DashboardState::default();
         let nics = vec![vec!["shm".to_string(), "shm".to_string()]; 2];
-        let mut ingest = Ingest::begin(&mut state, run_info(), &nics, results(), Duration::from_secs(5));
+        let mut ingest = Ingest::begin(&mut state, run_info(), &nics, results());
         assert_eq!(state.channels.len(), 4);
         assert_eq!(state.progress.total, 2);
         let latency = IntervalHistogram { buckets: vec![(100, 3)] };
@@ -289,10 +327,38 @@ mod tests {
 
         ingest.sample(&mut state, &RankSample { rank: 1, drops: 3, ..RankSample::default() }, Duration::from_millis(150));
         assert_eq!(state.drops_total, 3);
-        ingest.tick(&mut state, Duration::from_secs(6));
-        assert_eq!(state.peers[0].state, PeerState::Lost);
-        assert!(state.log.iter().any(|l| l.level == LogLevel::Error && l.text.contains("rank 0")));
-        ingest.sample(&mut state, &RankSample { rank: 0, ..RankSample::default() }, Duration::from_secs(7));
+    }
+
+    /// The rank table follows rank 0's one liveness clock: slow, then silent, then lost only once the
+    /// hang timeout has passed; a phase change brings a rank back and says what it is doing.
+    #[test]
+    fn a_silent_rank_is_shown_slow_then_silent_then_lost_by_the_liveness_clock() {
+        use efatop_experiments::telemetry::Phase;
+        let mut state = DashboardState::default();
+        let mut ingest = Ingest::begin(&mut state, run_info(), &[], results());
+        let mut live = Liveness::new(2, Duration::from_millis(100), Duration::from_secs(30));
+        let at = Duration::from_secs;
+        let tick = |ingest: &mut Ingest, state: &mut DashboardState, live: &mut Liveness, second: u64| {
+            // Rank 0 keeps speaking; rank 1 does not.
+            live.heard(0, at(second));
+            ingest.tick(state, at(second), live);
+        };
+        tick(&mut ingest, &mut state, &mut live, 2);
+        assert_eq!(state.peers[1].state, PeerState::Alive);
+        tick(&mut ingest, &mut state, &mut live, 4);
+        assert_eq!((state.peers[1].state, state.peers[1].last_seen), (PeerState::Slow, at(4)));
+        tick(&mut ingest, &mut state, &mut live, 12);
+        assert_eq!(state.peers[1].state, PeerState::Silent);
+        assert!(state.log.iter().any(|l| l.level == LogLevel::Warn && l.text.contains("rank 1 (a) silent for 12 s")), "{:?}", state.log);
+        tick(&mut ingest, &mut state, &mut live, 29);
+        assert_eq!(state.peers[1].state, PeerState::Silent, "not lost before the hang timeout");
+        assert!(!state.log.iter().any(|l| l.level == LogLevel::Error));
+        live.phase(1, Phase::Verifying, 1 << 30, at(29));
+        tick(&mut ingest, &mut state, &mut live, 30);
+        assert_eq!((state.peers[1].state, state.peers[1].phase.as_deref()), (PeerState::Alive, Some("verifying 1G")));
+        tick(&mut ingest, &mut state, &mut live, 61);
+        assert_eq!(state.peers[1].state, PeerState::Lost);
+        assert!(state.log.iter().any(|l| l.level == LogLevel::Error && l.text.contains("rank 1 (a) hung: silent for 32.0 s; last said: verifying 1G")), "{:?}", state.log);
         assert_eq!(state.peers[0].state, PeerState::Alive);
     }
 
@@ -301,7 +367,7 @@ mod tests {
         use efatop_experiments::telemetry::{NvlinkSample, QueueSample};
         let mut state = DashboardState::default();
         let four = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
-        let mut ingest = Ingest::begin(&mut state, four.clone(), &[], results(), Duration::from_secs(5));
+        let mut ingest = Ingest::begin(&mut state, four.clone(), &[], results());
         ingest.sample(&mut state, &RankSample { rank: 1, interval_ns: 100_000_000, ..RankSample::default() }, Duration::ZERO);
         assert!(!state.has_gpu_figures(), "a rank without GPU figures adds no panel");
 
@@ -352,7 +418,7 @@ mod tests {
         ingest.sample(&mut state, &beyond, Duration::from_secs(21));
         assert_eq!((state.queues.len(), state.nvlink.len()), (1, 3));
         // The next run starts without them.
-        Ingest::begin(&mut state, four, &[], results(), Duration::from_secs(5));
+        Ingest::begin(&mut state, four, &[], results());
         assert!(!state.has_gpu_figures());
     }
 
@@ -363,7 +429,7 @@ mod tests {
         use efatop_experiments::telemetry::{wire, Probe, Sampler};
         let mut state = DashboardState::default();
         let run = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
-        let mut ingest = Ingest::begin(&mut state, run, &[], results(), Duration::from_secs(5));
+        let mut ingest = Ingest::begin(&mut state, run, &[], results());
         let probe = Probe::new(2, 4);
         let mut sampler = Sampler::new(2, &probe);
         let interval = Duration::from_millis(100);
@@ -423,10 +489,10 @@ mod tests {
     #[test]
     fn only_alltoall_runs_get_a_pair_matrix() {
         let mut state = DashboardState::default();
-        Ingest::begin(&mut state, run_info(), &[], results(), Duration::from_secs(5));
+        Ingest::begin(&mut state, run_info(), &[], results());
         assert!(state.pairs.is_none());
         assert_eq!(state.focus, Panel::Gauges);
-        Ingest::begin(&mut state, alltoall_run(3), &[], results(), Duration::from_secs(5));
+        Ingest::begin(&mut state, alltoall_run(3), &[], results());
         let pairs = state.pairs.as_ref().expect("all-to-all has a matrix");
         assert_eq!((pairs.ranks(), pairs.columns(), pairs.receivers_per_column()), (3, 3, 1));
         assert_eq!(state.focus, Panel::Pairs);
@@ -435,7 +501,7 @@ mod tests {
     #[test]
     fn landings_fill_their_receivers_column_at_their_transfer_rate() {
         let mut state = DashboardState::default();
-        let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results(), Duration::from_secs(5));
+        let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results());
         // Rank 1 received one 1.25 MB round from rank 0 that took 1 ms (10 Gbps), and two 125 KB rounds
         // from rank 2 of 1 ms each (1 Gbps); ranks out of range and rank 1 itself are ignored.
         let sample = RankSample {

@@ -6,6 +6,7 @@
 pub mod dashboard;
 pub mod header;
 pub mod ingest;
+pub mod liveness;
 pub mod monitor;
 pub mod state;
 pub mod table;

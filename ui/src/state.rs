@@ -87,7 +87,11 @@ pub struct ChannelView {
 pub enum PeerState {
     #[default]
     Alive,
-    /// No telemetry for longer than the heartbeat allows, or the rank exited in error.
+    /// Not heard from for a few intervals: shown, not judged (a 1 GiB registration, a starved thread).
+    Slow,
+    /// Not heard from for longer still, but not yet for `--hang-timeout`.
+    Silent,
+    /// Named as hung (silent for `--hang-timeout`), or its telemetry connection closed mid-run.
     Lost,
     /// The rank finished its part.
     Done,
@@ -106,6 +110,8 @@ pub struct PeerView {
     pub drops: u64,
     /// Time since its last telemetry frame.
     pub last_seen: Duration,
+    /// What it last said it was doing (a phase such as "verifying 1G"), when it said so.
+    pub phase: Option<String>,
     pub state: PeerState,
 }
 

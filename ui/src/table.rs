@@ -213,6 +213,7 @@ pub(crate) mod tests {
             memory: "host".into(),
             window: 1,
             warmup: 1,
+            hang_timeout_s: 0,
             iters: 10,
             notes: vec![],
             started_unix_s: 0,

@@ -60,16 +60,23 @@ impl AtomicHistogram {
 
     /// The counts recorded since `last` (the previous snapshot, updated in place), as sparse buckets.
     pub fn interval_since(&self, last: &mut [u64]) -> IntervalHistogram {
-        let mut buckets = Vec::new();
+        let mut interval = IntervalHistogram::default();
+        self.interval_into(last, &mut interval);
+        interval
+    }
+
+    /// As [`Self::interval_since`], into `out` (cleared first): with `out` holding room for [`BUCKETS`]
+    /// buckets, nothing is allocated.
+    pub fn interval_into(&self, last: &mut [u64], out: &mut IntervalHistogram) {
+        out.buckets.clear();
         for (index, (bucket, previous)) in self.buckets.iter().zip(last.iter_mut()).enumerate() {
             let now = bucket.load(Ordering::Relaxed);
             let count = now.wrapping_sub(*previous);
             *previous = now;
             if count > 0 {
-                buckets.push((index as u16, count.min(u64::from(u32::MAX)) as u32));
+                out.buckets.push((index as u16, count.min(u64::from(u32::MAX)) as u32));
             }
         }
-        IntervalHistogram { buckets }
     }
 }
 

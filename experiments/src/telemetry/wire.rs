@@ -38,19 +38,32 @@
 //!
 //! A frame of this kind with neither a queue nor a pair is malformed: that sample travels as kind 1.
 //!
+//! Version 1 also knows [`KIND_RANK_PHASE`]: a rank's phase change ([`PhaseReport`]), sent by its sampler
+//! as soon as it sees one, beside its samples (which stay byte for byte as above). Rank 0 counts it as
+//! progress; a decoder that predates it rejects it as an unknown kind and goes on:
+//!
+//! ```text
+//! u32 rank, u64 changes, u8 phase (1 allocating, 2 registering, 3 filling, 4 transferring, 5 verifying),
+//! u64 bytes
+//! ```
+//!
 //! A decoder never panics: a frame of another version, an unknown kind, a short or over-long body, or an
 //! out-of-range bucket is a [`WireError`] naming what was wrong. Changing any of this is a new version; the
 //! golden test below pins the bytes.
 
 use super::histogram::{BUCKETS, IntervalHistogram};
 use super::{
-    ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, NvlinkSample, PeerSample, QueueSample, RankSample,
+    ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, NvlinkSample, PeerSample, Phase, PhaseReport,
+    QueueSample, RankSample,
 };
 
 pub const VERSION: u8 = 1;
 pub const KIND_RANK_SAMPLE: u8 = 1;
 pub const KIND_NODE_SNAPSHOT: u8 = 2;
 pub const KIND_RANK_SAMPLE_GPU: u8 = 3;
+pub const KIND_RANK_PHASE: u8 = 4;
+/// A phase frame's length: version, kind, rank, changes, phase, bytes.
+pub const PHASE_FRAME_LEN: usize = 4 + 2 + 4 + 8 + 1 + 8;
 /// The GPU section's queue state.
 const NO_QUEUE: u8 = 0;
 const QUEUE: u8 = 1;
@@ -88,6 +101,8 @@ pub enum WireError {
     NvlinkPeak(u32),
     #[error("GPU section with neither a queue nor an NVLink pair")]
     EmptyGpuSection,
+    #[error("unknown phase {0}")]
+    Phase(u8),
 }
 
 /// A decoded frame of any kind.
@@ -95,6 +110,37 @@ pub enum WireError {
 pub enum Frame {
     Rank(RankSample),
     Node(NodeSample),
+    Phase(PhaseReport),
+}
+
+/// One framed phase change, into a fixed array: the sampler sends it without allocating.
+pub fn encode_phase(report: &PhaseReport) -> [u8; PHASE_FRAME_LEN] {
+    let mut frame = [0; PHASE_FRAME_LEN];
+    frame[..4].copy_from_slice(&((PHASE_FRAME_LEN - 4) as u32).to_le_bytes());
+    frame[4] = VERSION;
+    frame[5] = KIND_RANK_PHASE;
+    frame[6..10].copy_from_slice(&report.rank.to_le_bytes());
+    frame[10..18].copy_from_slice(&report.changes.to_le_bytes());
+    frame[18] = report.phase;
+    frame[19..27].copy_from_slice(&report.bytes.to_le_bytes());
+    frame
+}
+
+fn decode_phase(body: &[u8]) -> Result<PhaseReport, WireError> {
+    let mut reader = Reader { bytes: body };
+    let report = PhaseReport {
+        rank: reader.u32("rank")?,
+        changes: reader.u64("phase changes")?,
+        phase: reader.u8("phase")?,
+        bytes: reader.u64("phase bytes")?,
+    };
+    if Phase::from_code(report.phase).is_none() {
+        return Err(WireError::Phase(report.phase));
+    }
+    if !reader.bytes.is_empty() {
+        return Err(WireError::Trailing(reader.bytes.len()));
+    }
+    Ok(report)
 }
 
 /// Appends one framed sample to `out`: a [`KIND_RANK_SAMPLE`] frame, or a [`KIND_RANK_SAMPLE_GPU`] one
@@ -247,6 +293,7 @@ fn put_text(text: &str, what: &'static str, out: &mut Vec<u8>) -> Result<(), Wir
 pub fn decode_frame(body: &[u8]) -> Result<Frame, WireError> {
     match body.get(..2) {
         Some(&[VERSION, KIND_NODE_SNAPSHOT]) => decode_node(&body[2..]).map(Frame::Node),
+        Some(&[VERSION, KIND_RANK_PHASE]) => decode_phase(&body[2..]).map(Frame::Phase),
         _ => decode(body).map(Frame::Rank),
     }
 }
@@ -719,5 +766,38 @@ mod tests {
         assert!(matches!(decode_frame(&huge_count), Err(WireError::Truncated(_))));
         let long_name = NodeSample { host: "h".repeat(70_000), ..node() };
         assert_eq!(encode_node(&long_name, &mut Vec::new()), Err(WireError::TooLongText("host")));
+    }
+
+    /// The bytes of a version 1 phase frame. If this fails, the format changed: bump VERSION.
+    #[test]
+    fn golden_phase_frame() {
+        let report = PhaseReport { rank: 3, changes: 9, phase: Phase::Registering.code(), bytes: 1 << 30 };
+        let frame = encode_phase(&report);
+        let hex: String = frame.iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+        assert_eq!(hex, concat!("17000000", "01", "04", "03000000", "0900000000000000", "02", "0000004000000000"));
+        assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Phase(report)));
+        // Old decoders (rank samples only) reject it by kind, as they do node frames, and go on.
+        assert_eq!(decode(&frame[4..]), Err(WireError::Kind(KIND_RANK_PHASE)));
+        // And rank frames are unchanged by it.
+        let mut rank = Vec::new();
+        encode(&sample(), &mut rank);
+        assert_eq!(decode_frame(&rank[4..]), Ok(Frame::Rank(sample())));
+    }
+
+    #[test]
+    fn malformed_phase_frames_are_named_not_panicked_on() {
+        let frame = encode_phase(&PhaseReport { rank: 1, changes: 1, phase: Phase::Verifying.code(), bytes: 4096 });
+        let body = &frame[4..];
+        for cut in 0..body.len() {
+            assert!(decode_frame(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = body.to_vec();
+        longer.push(0);
+        assert_eq!(decode_frame(&longer), Err(WireError::Trailing(1)));
+        let mut unknown = body.to_vec();
+        unknown[2 + 4 + 8] = 0;
+        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(0)));
+        unknown[2 + 4 + 8] = 6;
+        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(6)));
     }
 }

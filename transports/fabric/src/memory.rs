@@ -124,8 +124,7 @@ impl HostBuffer {
                 libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
             }
         }
-        // SAFETY: the range [start, start+len) is mapped and ours.
-        let locked = unsafe { libc::mlock(start as *const libc::c_void, len) } == 0;
+        let locked = lock_in_chunks(start, len);
         if !locked {
             // mlock would have faulted the pages in; do it by touching one byte per page instead.
             for page in (0..len).step_by(PAGE) {
@@ -185,10 +184,42 @@ impl RegistrableMemory for HostBuffer {
     }
 }
 
+/// The most a single mlock or munmap covers. Locking faults every page in while holding the process's
+/// memory map lock; over 1 GiB on a loaded node that takes seconds, and every other thread of the process
+/// that maps, unmaps or grows its heap (an allocation) waits all that time. In chunks, the lock is let go
+/// between them: another thread waits for one chunk at most.
+const LOCK_CHUNK: usize = 32 << 20;
+
+/// Locks `[start, start + len)` chunk by chunk; on a refusal, unlocks what was locked and returns false.
+fn lock_in_chunks(start: usize, len: usize) -> bool {
+    let mut done = 0;
+    while done < len {
+        let chunk = LOCK_CHUNK.min(len - done);
+        // SAFETY: the range is inside the mapping `new` made and keeps.
+        if unsafe { libc::mlock((start + done) as *const libc::c_void, chunk) } != 0 {
+            if done > 0 {
+                // SAFETY: as above; unlocking what this call locked.
+                unsafe { libc::munlock(start as *const libc::c_void, done) };
+            }
+            return false;
+        }
+        done += chunk;
+    }
+    true
+}
+
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: unmapping what `new` kept of its mapping; munmap also drops the lock.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // In chunks, for the reason given at LOCK_CHUNK: munmap of a locked gigabyte holds the memory map
+        // lock while it frees every page. munmap also drops the lock.
+        let mut done = 0;
+        while done < self.len {
+            let chunk = LOCK_CHUNK.min(self.len - done);
+            // SAFETY: unmapping what `new` kept of its mapping, a page-aligned chunk at a time (the last
+            // chunk may end mid-page; munmap rounds it up to the page the mapping ends with).
+            unsafe { libc::munmap(self.ptr.as_ptr().add(done).cast(), chunk) };
+            done += chunk;
+        }
     }
 }
 

@@ -38,10 +38,17 @@ fn rows(state: &DashboardState) -> Vec<Vec<(String, Style)>> {
         .peers
         .iter()
         .map(|peer| {
+            let doing = peer.phase.as_deref().map_or(String::new(), |phase| format!(" ({phase})"));
             let (status, status_style) = match peer.state {
-                PeerState::Alive => ("alive", Style::new().fg(Color::Green)),
-                PeerState::Lost => ("LOST", red),
-                PeerState::Done => ("done", Style::new().add_modifier(Modifier::DIM)),
+                PeerState::Alive => ("alive".to_string(), Style::new().fg(Color::Green)),
+                // Not judged yet: rank 0 names it hung only after --hang-timeout.
+                PeerState::Slow => (format!("slow{doing}"), Style::new().fg(Color::Yellow)),
+                PeerState::Silent => (
+                    format!("silent {} s{doing}", peer.last_seen.as_secs()),
+                    Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+                ),
+                PeerState::Lost => ("LOST".to_string(), red),
+                PeerState::Done => ("done".to_string(), Style::new().add_modifier(Modifier::DIM)),
             };
             let row_style = if peer.state == PeerState::Done { Style::new().add_modifier(Modifier::DIM) } else { plain };
             vec![
@@ -52,7 +59,7 @@ fn rows(state: &DashboardState) -> Vec<Vec<(String, Style)>> {
                 (number(peer.lat_p99_us, 1), row_style),
                 (peer.drops.to_string(), if peer.drops > 0 { red } else { row_style }),
                 (ago(peer.last_seen), row_style),
-                (status.to_string(), status_style),
+                (status, status_style),
             ]
         })
         .collect()

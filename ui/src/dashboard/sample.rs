@@ -207,6 +207,7 @@ fn peer_view(rank: usize, hosts: &[String]) -> PeerView {
         drops: if lost { 17 } else { 0 },
         last_seen: if lost { Duration::from_millis(11_600) } else { Duration::from_millis(200 + rank as u64 * 100) },
         state: if lost { PeerState::Lost } else { PeerState::Alive },
+        phase: None,
     }
 }
 
@@ -242,6 +243,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         memory: "host".into(),
         window: 1,
         warmup: 3,
+        hang_timeout_s: 0,
         iters: 20,
         notes: vec![],
         started_unix_s: 0,
