@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
-use efatop_experiments::{Measurement, RunResults};
+use efatop_proto::telemetry::{IntervalHistogram, RankSample};
+use efatop_proto::{Measurement, RunResults};
 
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
@@ -227,7 +227,7 @@ impl Ingest {
 mod tests {
     use super::*;
     use crate::state::PAIR_MATRIX_MAX_CELLS;
-    use efatop_experiments::telemetry::{ChannelSample, PeerSample};
+    use efatop_proto::telemetry::{ChannelSample, PeerSample};
 
     fn run_info() -> RunInfo {
         RunInfo {
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn queues_and_nvlink_pairs_become_sorted_views_with_rates_and_histories() {
-        use efatop_experiments::telemetry::{NvlinkSample, QueueSample};
+        use efatop_proto::telemetry::{NvlinkSample, QueueSample};
         let mut state = DashboardState::default();
         let four = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
         let mut ingest = Ingest::begin(&mut state, four.clone(), &[], results(), Duration::from_secs(5));
@@ -360,7 +360,7 @@ mod tests {
     /// framed and decoded as rank 0's collector does, then ingested, is what the GPU panel draws.
     #[test]
     fn gpu_figures_travel_from_the_probe_to_the_dashboard_state() {
-        use efatop_experiments::telemetry::{wire, Probe, Sampler};
+        use efatop_proto::telemetry::{wire, Probe, Sampler};
         let mut state = DashboardState::default();
         let run = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
         let mut ingest = Ingest::begin(&mut state, run, &[], results(), Duration::from_secs(5));
@@ -415,7 +415,7 @@ mod tests {
     /// `bytes` in a 100 ms interval, with latency samples at `latency_ns` when given.
     fn peer(peer: u32, bytes: u64, latency_ns: Option<u64>) -> PeerSample {
         let buckets = latency_ns
-            .map(|ns| vec![(u16::try_from(efatop_experiments::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
+            .map(|ns| vec![(u16::try_from(efatop_proto::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
             .unwrap_or_default();
         PeerSample { peer, bytes, ops: 4, latency: IntervalHistogram { buckets } }
     }

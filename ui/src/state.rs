@@ -4,9 +4,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use efatop_experiments::RunResults;
-use efatop_experiments::results::RankPlacement;
-use efatop_experiments::telemetry::PeerSample;
+use efatop_proto::RunResults;
+use efatop_proto::results::RankPlacement;
+use efatop_proto::telemetry::PeerSample;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
 pub const HISTORY_LEN: usize = 240;
@@ -309,7 +309,7 @@ impl PairMatrixView {
             }
             let column = self.column_of(receiver);
             let share = self.receivers_in(column, sender).max(1) as f64;
-            let gbps = efatop_experiments::telemetry::RankSample::gbps(peer.bytes, interval_ns);
+            let gbps = efatop_proto::telemetry::RankSample::gbps(peer.bytes, interval_ns);
             let cell = &mut self.cells[row_start + column];
             if cell.generation != generation {
                 *cell = PairCell { gbps: 0.0, lat_p50_us: f32::NAN, lat_p99_us: f32::NAN, generation };

@@ -110,9 +110,9 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
     let progress = &state.progress;
     let step = match (&progress.config, progress.size) {
         _ if state.finished => "finished".to_string(),
-        (Some(config), Some(size)) => format!("{config} {}", efatop_experiments::sizes::format_size(size)),
+        (Some(config), Some(size)) => format!("{config} {}", efatop_proto::sizes::format_size(size)),
         (Some(config), None) => config.clone(),
-        (None, Some(size)) => efatop_experiments::sizes::format_size(size),
+        (None, Some(size)) => efatop_proto::sizes::format_size(size),
         (None, None) => "waiting".to_string(),
     };
     let eta = progress.eta.map_or_else(|| "-".to_string(), clock);
