@@ -6,6 +6,7 @@ use std::time::Duration;
 use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use efatop_proto::{Measurement, RunResults};
 
+use crate::state::gauges::GaugeIndex;
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
     PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
@@ -54,6 +55,8 @@ impl Ingest {
         }
         let ranks = run.ranks;
         state.run = run;
+        // What the gauges read every frame, kept up to date by `sample` from here on.
+        state.gauges = GaugeIndex::build(state);
         let channels_of: Vec<usize> = (0..ranks).map(|rank| nics.get(rank).map_or(0, Vec::len)).collect();
         let first_view = channels_of
             .iter()
@@ -84,7 +87,9 @@ impl Ingest {
             if channel >= self.channels_of.get(rank).copied().unwrap_or(0) {
                 continue;
             }
-            let Some(view) = state.channels.get_mut(self.first_view[rank] + channel) else { continue };
+            let at = self.first_view[rank] + channel;
+            let Some(view) = state.channels.get_mut(at) else { continue };
+            let in_flight_was = view.in_flight;
             let seconds = sample.interval_ns as f64 / 1e9;
             view.gbps = RankSample::gbps(channel_sample.bytes, sample.interval_ns);
             view.ops_per_s = if seconds > 0.0 { channel_sample.ops as f64 / seconds } else { 0.0 };
@@ -92,10 +97,12 @@ impl Ingest {
             view.lat_p50_us = channel_sample.latency.quantile_us(0.50);
             view.lat_p99_us = channel_sample.latency.quantile_us(0.99);
             view.lat_max_us = channel_sample.latency.max_us();
-            if view.history.len() == HISTORY_LEN {
+            let popped = view.history.len() == HISTORY_LEN;
+            if popped {
                 view.history.pop_front();
             }
             view.history.push_back(view.gbps);
+            state.gauges.record(at, view.gbps, popped, in_flight_was, view.in_flight);
         }
         if let Some(peer) = state.peers.get_mut(rank) {
             peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);

@@ -1,6 +1,8 @@
 //! Everything the dashboard draws, ready to render. The binary's collector fills it from telemetry and
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
+pub mod gauges;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -428,6 +430,10 @@ pub struct DashboardState {
     pub queues: Vec<QueueView>,
     /// NVLink pairs the ranks report, ordered by rank then peer.
     pub nvlink: Vec<NvlinkView>,
+    /// The gauges' rows, widths and scale, kept by [`Ingest`](crate::ingest::Ingest) as samples arrive
+    /// (views changed any other way are not seen in it: a state built by hand leaves it empty, and the
+    /// gauges then build their own per frame).
+    pub gauges: gauges::GaugeIndex,
 }
 
 impl DashboardState {
