@@ -88,7 +88,7 @@ impl PeakTracker {
             node /= 2;
             let highest = self.tree[2 * node].max(self.tree[2 * node + 1]);
             // Nodes above depend on this one alone: once it stays, they do (most samples stop here).
-            if self.tree[node] == highest {
+            if self.tree[node].to_bits() == highest.to_bits() {
                 break;
             }
             self.tree[node] = highest;
@@ -187,8 +187,9 @@ impl GaugeIndex {
     /// oldest point was dropped when `popped`; its operations in flight went from `in_flight_was` to
     /// `in_flight`. O(log channels).
     pub fn record(&mut self, at: usize, gbps: f64, popped: bool, in_flight_was: u64, in_flight: u64) {
-        if !self.built_for.is_some_and(|count| at < count) {
-            return;
+        match self.built_for {
+            Some(count) if at < count => {}
+            _ => return,
         }
         self.in_flight_digits[digits(in_flight_was)] -= 1;
         self.in_flight_digits[digits(in_flight)] += 1;
@@ -297,7 +298,7 @@ mod tests {
                 .filter(|gbps| gbps.is_finite())
                 .fold(0.0, f64::max);
             let in_flight = state.channels.iter().map(|view| view.in_flight.to_string().len()).max().unwrap();
-            assert_eq!(state.gauges.peak_gbps(), peak, "peak after interval {seq}");
+            assert_eq!(state.gauges.peak_gbps().to_bits(), peak.to_bits(), "peak after interval {seq}");
             assert_eq!(state.gauges.in_flight_width(), in_flight, "in flight after interval {seq}");
         }
         assert!(state.gauges.peak_gbps() < 100.0, "the spike has aged out");
