@@ -25,6 +25,7 @@ use crate::{agree_on, ExperimentError, Observer, SweepOptions};
 
 use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
 use efatop_cuda::DeviceBuffer;
+use efatop_proto::ipc::Mover as Column;
 
 const WRITER: usize = 0;
 const TARGET: usize = 1;
@@ -32,40 +33,13 @@ const TARGET: usize = 1;
 /// cannot pass for this one's.
 const POISON: u64 = 0x706f_6973_6f6e;
 
-/// One column of the ipc table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpcConfig(pub Mover);
+pub use efatop_proto::ipc::IpcConfig;
 
-impl IpcConfig {
-    pub const COPY_ENGINE: IpcConfig = IpcConfig(Mover::CopyEngine);
-
-    pub fn kernel(grid: u32, block: u32) -> Self {
-        Self(Mover::Kernel { grid, block })
-    }
-
-    /// `IPC 128x256` (grid x block) or `CE`.
-    pub fn column(self) -> String {
-        match self.0 {
-            Mover::Kernel { grid, block } => format!("IPC {grid}x{block}"),
-            Mover::CopyEngine => "CE".into(),
-        }
-    }
-
-    /// The store kernel's grid and block; `None` for the copy engine.
-    pub fn grid_block(self) -> Option<(u32, u32)> {
-        match self.0 {
-            Mover::Kernel { grid, block } => Some((grid, block)),
-            Mover::CopyEngine => None,
-        }
-    }
-
-    /// The configuration a column name stands for (reports read them back).
-    pub fn from_column(column: &str) -> Option<Self> {
-        if column == "CE" {
-            return Some(Self::COPY_ENGINE);
-        }
-        let (grid, block) = column.strip_prefix("IPC ")?.split_once('x')?;
-        Some(Self::kernel(grid.parse().ok()?, block.parse().ok()?))
+/// The CUDA side's name for a column's mover.
+fn mover(config: IpcConfig) -> Mover {
+    match config.0 {
+        Column::Kernel { grid, block } => Mover::Kernel { grid, block },
+        Column::CopyEngine => Mover::CopyEngine,
     }
 }
 
@@ -186,7 +160,7 @@ pub fn run(
             agree_on(world, prepared.map_err(cuda_error), observer)?;
             let moved = match (&writer, &peer) {
                 (Some(writer), Some(peer)) => {
-                    move_bytes(world, writer, config.0, &buffer, peer, size, sweep, &mut counters, observer)
+                    move_bytes(world, writer, mover(*config), &buffer, peer, size, sweep, &mut counters, observer)
                         .map(|timing| Some((timing, size)))
                 }
                 _ => Ok(None),
@@ -314,18 +288,6 @@ fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbyte
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn columns_name_grid_and_block_and_read_back() {
-        let configs = [IpcConfig::kernel(128, 256), IpcConfig::kernel(1, 32), IpcConfig::COPY_ENGINE];
-        let columns: Vec<String> = configs.iter().map(|c| c.column()).collect();
-        assert_eq!(columns, ["IPC 128x256", "IPC 1x32", "CE"]);
-        for (config, column) in configs.iter().zip(&columns) {
-            assert_eq!(IpcConfig::from_column(column), Some(*config));
-        }
-        assert_eq!(IpcConfig::from_column("IPC 12"), None);
-        assert_eq!(IpcConfig::from_column("SinglePin"), None);
-    }
 
     #[test]
     fn bandwidth_is_timed_bytes_over_gpu_time_and_busbw_needs_a_peak() {

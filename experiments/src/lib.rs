@@ -9,13 +9,12 @@ pub mod pattern;
 pub mod payload;
 pub mod proxy;
 pub mod queue;
-pub mod results;
 pub mod sendrecv;
-pub mod sizes;
-pub mod telemetry;
 pub mod world;
 pub mod write;
 
+// The shared types live in efatop-proto; these keep their old paths.
+pub use efatop_proto::{results, sizes, telemetry};
 pub use results::{Measurement, RunMetadata, RunResults};
 pub use world::{Bootstrap, ChannelCount, ProviderChoice, World, WorldOptions};
 

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use efatop_experiments::RunResults;
+use efatop_proto::RunResults;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {

@@ -9,8 +9,8 @@
 
 #![no_main]
 
-use efatop_experiments::telemetry::wire;
-use efatop_experiments::telemetry::IntervalHistogram;
+use efatop_proto::telemetry::wire;
+use efatop_proto::telemetry::IntervalHistogram;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|stream: &[u8]| {

@@ -13,6 +13,7 @@ mod gpu;
 pub mod nvlink;
 mod rates;
 mod sysfs;
+pub mod wire;
 
 use std::time::Duration;
 

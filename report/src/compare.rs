@@ -4,9 +4,9 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use efatop_experiments::results::Measurement;
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::RunResults;
+use efatop_proto::results::Measurement;
+use efatop_proto::sizes::format_size;
+use efatop_proto::RunResults;
 use serde::Serialize;
 
 use crate::formats::ordered_measurements;

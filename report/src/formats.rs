@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use efatop_experiments::results::{Measurement, PairMatrix};
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::RunResults;
+use efatop_proto::results::{Measurement, PairMatrix};
+use efatop_proto::sizes::format_size;
+use efatop_proto::RunResults;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {

@@ -14,4 +14,4 @@ pub use formats::{render, Format};
 pub use load::{load_results, ReportError};
 pub use plot::{plot, sidecar_path, PlotSpec};
 
-pub use efatop_experiments::RunResults;
+pub use efatop_proto::RunResults;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_experiments::RunResults;
+use efatop_proto::RunResults;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -14,7 +14,7 @@ pub enum ReportError {
     #[error("{}: not an efatop results file: {source}", .path.display())]
     Parse {
         path: PathBuf,
-        source: efatop_experiments::results::ResultsFileError,
+        source: efatop_proto::results::ResultsFileError,
     },
     #[error("{}: cannot write: {source}", .path.display())]
     Write {

@@ -12,9 +12,9 @@ mod ipc;
 
 use std::path::{Path, PathBuf};
 
-use efatop_experiments::results::Measurement;
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::RunResults;
+use efatop_proto::results::Measurement;
+use efatop_proto::sizes::format_size;
+use efatop_proto::RunResults;
 use serde::Serialize;
 
 use crate::formats::{largest_matrix, ordered_measurements};

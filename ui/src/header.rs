@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use efatop_experiments::RunMetadata;
-use efatop_experiments::sizes::format_size;
+use efatop_proto::RunMetadata;
+use efatop_proto::sizes::format_size;
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }

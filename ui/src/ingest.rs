@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use efatop_experiments::telemetry::{IntervalHistogram, RankSample};
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::{Measurement, RunResults};
+use efatop_proto::telemetry::{IntervalHistogram, RankSample};
+use efatop_proto::sizes::format_size;
+use efatop_proto::{Measurement, RunResults};
 
 use crate::liveness::{Health, Liveness};
+use crate::state::gauges::GaugeIndex;
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
     PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
@@ -57,6 +58,8 @@ impl Ingest {
         }
         let ranks = run.ranks;
         state.run = run;
+        // What the gauges read every frame, kept up to date by `sample` from here on.
+        state.gauges = GaugeIndex::build(state);
         let channels_of: Vec<usize> = (0..ranks).map(|rank| nics.get(rank).map_or(0, Vec::len)).collect();
         let first_view = channels_of
             .iter()
@@ -85,7 +88,9 @@ impl Ingest {
             if channel >= self.channels_of.get(rank).copied().unwrap_or(0) {
                 continue;
             }
-            let Some(view) = state.channels.get_mut(self.first_view[rank] + channel) else { continue };
+            let at = self.first_view[rank] + channel;
+            let Some(view) = state.channels.get_mut(at) else { continue };
+            let in_flight_was = view.in_flight;
             let seconds = sample.interval_ns as f64 / 1e9;
             view.gbps = RankSample::gbps(channel_sample.bytes, sample.interval_ns);
             view.ops_per_s = if seconds > 0.0 { channel_sample.ops as f64 / seconds } else { 0.0 };
@@ -93,10 +98,12 @@ impl Ingest {
             view.lat_p50_us = channel_sample.latency.quantile_us(0.50);
             view.lat_p99_us = channel_sample.latency.quantile_us(0.99);
             view.lat_max_us = channel_sample.latency.max_us();
-            if view.history.len() == HISTORY_LEN {
+            let popped = view.history.len() == HISTORY_LEN;
+            if popped {
                 view.history.pop_front();
             }
             view.history.push_back(view.gbps);
+            state.gauges.record(at, view.gbps, popped, in_flight_was, view.in_flight);
         }
         if let Some(peer) = state.peers.get_mut(rank) {
             peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);
@@ -265,7 +272,7 @@ fn severity(state: PeerState) -> u8 {
 mod tests {
     use super::*;
     use crate::state::PAIR_MATRIX_MAX_CELLS;
-    use efatop_experiments::telemetry::{ChannelSample, PeerSample};
+    use efatop_proto::telemetry::{ChannelSample, PeerSample};
 
     fn run_info() -> RunInfo {
         RunInfo {
@@ -333,7 +340,7 @@ mod tests {
     /// hang timeout has passed; a phase change brings a rank back and says what it is doing.
     #[test]
     fn a_silent_rank_is_shown_slow_then_silent_then_lost_by_the_liveness_clock() {
-        use efatop_experiments::telemetry::Phase;
+        use efatop_proto::telemetry::Phase;
         let mut state = DashboardState::default();
         let mut ingest = Ingest::begin(&mut state, run_info(), &[], results());
         let mut live = Liveness::new(2, Duration::from_millis(100), Duration::from_secs(30));
@@ -364,7 +371,7 @@ mod tests {
 
     #[test]
     fn queues_and_nvlink_pairs_become_sorted_views_with_rates_and_histories() {
-        use efatop_experiments::telemetry::{NvlinkSample, QueueSample};
+        use efatop_proto::telemetry::{NvlinkSample, QueueSample};
         let mut state = DashboardState::default();
         let four = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
         let mut ingest = Ingest::begin(&mut state, four.clone(), &[], results());
@@ -426,7 +433,7 @@ mod tests {
     /// framed and decoded as rank 0's collector does, then ingested, is what the GPU panel draws.
     #[test]
     fn gpu_figures_travel_from_the_probe_to_the_dashboard_state() {
-        use efatop_experiments::telemetry::{wire, Probe, Sampler};
+        use efatop_proto::telemetry::{wire, Probe, Sampler};
         let mut state = DashboardState::default();
         let run = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
         let mut ingest = Ingest::begin(&mut state, run, &[], results());
@@ -481,7 +488,7 @@ mod tests {
     /// `bytes` in a 100 ms interval, with latency samples at `latency_ns` when given.
     fn peer(peer: u32, bytes: u64, latency_ns: Option<u64>) -> PeerSample {
         let buckets = latency_ns
-            .map(|ns| vec![(u16::try_from(efatop_experiments::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
+            .map(|ns| vec![(u16::try_from(efatop_proto::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
             .unwrap_or_default();
         PeerSample { peer, bytes, ops: 4, latency: IntervalHistogram { buckets } }
     }

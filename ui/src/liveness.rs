@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use efatop_experiments::telemetry::Phase;
+use efatop_proto::telemetry::Phase;
 
 /// What rank 0 makes of a rank's silence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,12 +1,14 @@
 //! Everything the dashboard draws, ready to render. The binary's collector fills it from telemetry and
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
+pub mod gauges;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use efatop_experiments::RunResults;
-use efatop_experiments::results::RankPlacement;
-use efatop_experiments::telemetry::PeerSample;
+use efatop_proto::RunResults;
+use efatop_proto::results::RankPlacement;
+use efatop_proto::telemetry::PeerSample;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
 pub const HISTORY_LEN: usize = 240;
@@ -315,7 +317,7 @@ impl PairMatrixView {
             }
             let column = self.column_of(receiver);
             let share = self.receivers_in(column, sender).max(1) as f64;
-            let gbps = efatop_experiments::telemetry::RankSample::gbps(peer.bytes, interval_ns);
+            let gbps = efatop_proto::telemetry::RankSample::gbps(peer.bytes, interval_ns);
             let cell = &mut self.cells[row_start + column];
             if cell.generation != generation {
                 *cell = PairCell { gbps: 0.0, lat_p50_us: f32::NAN, lat_p99_us: f32::NAN, generation };
@@ -434,6 +436,10 @@ pub struct DashboardState {
     pub queues: Vec<QueueView>,
     /// NVLink pairs the ranks report, ordered by rank then peer.
     pub nvlink: Vec<NvlinkView>,
+    /// The gauges' rows, widths and scale, kept by [`Ingest`](crate::ingest::Ingest) as samples arrive
+    /// (views changed any other way are not seen in it: a state built by hand leaves it empty, and the
+    /// gauges then build their own per frame).
+    pub gauges: gauges::GaugeIndex,
 }
 
 impl DashboardState {

@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use efatop_experiments::ipc::IpcConfig;
-use efatop_experiments::RunResults;
-use efatop_experiments::sizes::format_size;
+use efatop_proto::ipc::IpcConfig;
+use efatop_proto::RunResults;
+use efatop_proto::sizes::format_size;
 
 /// A cell with nothing measured behind it is shown as this, never as a number.
 const NOT_MEASURED: &str = "-";
@@ -190,7 +190,7 @@ fn markdown(header: &[String], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use efatop_experiments::results::{LatencySummary, Measurement, RunMetadata};
+    use efatop_proto::results::{LatencySummary, Measurement, RunMetadata};
 
     pub(crate) fn sample() -> RunResults {
         let metadata = RunMetadata {

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use efatop_experiments::sizes::format_size;
+use efatop_proto::sizes::format_size;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

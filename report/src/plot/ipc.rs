@@ -11,10 +11,10 @@
 
 use std::path::Path;
 
-use efatop_experiments::ipc::IpcConfig;
-use efatop_experiments::results::Measurement;
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::RunResults;
+use efatop_proto::ipc::IpcConfig;
+use efatop_proto::results::Measurement;
+use efatop_proto::sizes::format_size;
+use efatop_proto::RunResults;
 
 use super::{
     Axis, Legend, LineChart, PlotSpec, ReferenceLine, Scale, Series, Ticks, CHART_ROW_HEIGHT,

@@ -12,8 +12,8 @@ use ratatui::widgets::{Sparkline, Widget};
 use super::chrome::{self, Chrome};
 use super::grid;
 use super::header::bar;
-use super::selection::selected_channel;
-use super::text::{cell, number, rate, speed, width, Align};
+use super::text::{cell, number, rate, speed, Align};
+use crate::state::gauges::{id_text, GaugeIndex, GaugeRow};
 use crate::state::{ChannelView, DashboardState, Panel, PeerState};
 
 /// Lines the history would like below the gauges: a caption and the graph.
@@ -33,17 +33,11 @@ struct Scale {
 }
 
 impl Scale {
-    fn of(state: &DashboardState) -> Scale {
+    fn of(state: &DashboardState, index: &GaugeIndex) -> Scale {
         if let Some(link) = state.run.link_gbps.filter(|link| link.is_finite() && *link > 0.0) {
             return Scale { gbps: link, is_link: true };
         }
-        let peak = state
-            .channels
-            .iter()
-            .flat_map(|view| view.history.iter().chain([&view.gbps]))
-            .copied()
-            .filter(|gbps| gbps.is_finite())
-            .fold(0.0, f64::max);
+        let peak = index.peak_gbps();
         Scale { gbps: if peak > 0.0 { peak } else { 1.0 }, is_link: false }
     }
 
@@ -56,38 +50,19 @@ impl Scale {
     }
 }
 
-enum Entry<'a> {
-    Host { name: &'a str, ranks: Vec<usize> },
-    Channel(&'a ChannelView),
-}
-
-fn host_of(state: &DashboardState, rank: usize) -> &str {
-    state.run.hosts.get(rank).map_or("unknown host", String::as_str)
-}
-
-/// Host headings followed by their channels, hosts in order of first appearance.
-fn entries(state: &DashboardState) -> Vec<Entry<'_>> {
-    let mut hosts: Vec<&str> = Vec::new();
-    for view in &state.channels {
-        let host = host_of(state, view.rank);
-        if !hosts.contains(&host) {
-            hosts.push(host);
-        }
+/// The state's own index when it matches its views (kept by ingestion), else one built for this frame.
+fn with_index<T>(state: &DashboardState, read: impl FnOnce(&GaugeIndex) -> T) -> T {
+    if state.gauges.is_current(state) {
+        read(&state.gauges)
+    } else {
+        read(&GaugeIndex::build(state))
     }
-    let mut entries = Vec::new();
-    for host in hosts {
-        let views: Vec<&ChannelView> = state.channels.iter().filter(|view| host_of(state, view.rank) == host).collect();
-        let mut ranks: Vec<usize> = views.iter().map(|view| view.rank).collect();
-        ranks.dedup();
-        entries.push(Entry::Host { name: host, ranks });
-        entries.extend(views.into_iter().map(Entry::Channel));
-    }
-    entries
 }
 
 /// Lines the panel would like inside its frame.
 pub(super) fn content_height(state: &DashboardState) -> u16 {
-    u16::try_from(entries(state).len()).unwrap_or(u16::MAX).max(1)
+    let rows = if state.gauges.is_current(state) { state.gauges.rows.len() } else { GaugeIndex::build(state).rows.len() };
+    u16::try_from(rows).unwrap_or(u16::MAX).max(1)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,10 +84,10 @@ struct RowLayout {
 }
 
 impl RowLayout {
-    fn fit(state: &DashboardState, columns: usize) -> RowLayout {
-        let id = state.channels.iter().map(|view| width(&id_text(view))).max().unwrap_or(0);
-        let nic = state.channels.iter().map(|view| width(&view.nic)).max().unwrap_or(0).min(NIC_MAX);
-        let in_flight = state.channels.iter().map(|view| view.in_flight.to_string().len()).max().unwrap_or(1);
+    fn fit(index: &GaugeIndex, columns: usize) -> RowLayout {
+        let id = index.id_width;
+        let nic = index.nic_width.min(NIC_MAX);
+        let in_flight = index.in_flight_width();
         let candidates = [
             RowLayout { id, nic, bar: 0, detail: Detail::Full, in_flight },
             RowLayout { id, nic: nic.min(NIC_SHORT), bar: 0, detail: Detail::Short, in_flight },
@@ -142,13 +117,11 @@ impl RowLayout {
     }
 }
 
-fn id_text(view: &ChannelView) -> String {
-    format!("r{} c{}", view.rank, view.channel)
-}
-
 fn channel_line(view: &ChannelView, state: &DashboardState, layout: &RowLayout, scale: &Scale) -> Line<'static> {
     let selected = view.rank == state.selected_rank && view.channel == state.selected_channel;
-    let peer_state = state.peers.iter().find(|peer| peer.rank == view.rank).map(|peer| peer.state);
+    // Peers are indexed by rank (`Ingest::begin`); a search would cost a scan per row.
+    let peer = state.peers.get(view.rank).filter(|peer| peer.rank == view.rank);
+    let peer_state = peer.or_else(|| state.peers.iter().find(|peer| peer.rank == view.rank)).map(|peer| peer.state);
     let id_style = match peer_state {
         Some(PeerState::Lost) => Style::new().fg(Color::Red),
         Some(PeerState::Done) => Style::new().add_modifier(Modifier::DIM),
@@ -202,10 +175,14 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     if area.is_empty() {
         return;
     }
+    with_index(state, |index| render_with(state, index, area, buf, chrome));
+}
+
+fn render_with(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     let focused = state.focus == Panel::Gauges;
-    let scale = Scale::of(state);
+    let scale = Scale::of(state, index);
     let inner = chrome::block("Live channels", focused, chrome).inner(area);
-    let entries = entries(state);
+    let entries = &index.rows;
 
     let sparkline_height = if chrome == Chrome::Boxed && !entries.is_empty() {
         let spare = inner.height.saturating_sub(u16::try_from(entries.len()).unwrap_or(u16::MAX));
@@ -226,9 +203,8 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
 
     // The selected channel stays on screen: scroll just far enough that it is the last visible row.
     let visible = usize::from(list_area.height);
-    let selected_entry = entries.iter().position(|entry| {
-        matches!(entry, Entry::Channel(view) if view.rank == state.selected_rank && view.channel == state.selected_channel)
-    });
+    let selected_entry =
+        index.view(state, state.selected_rank, state.selected_channel).and_then(|at| index.row_of(at));
     let offset = grid::scroll_offset(selected_entry, visible);
 
     let mut block = chrome::block("Live channels", focused, chrome);
@@ -249,19 +225,31 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
         Line::styled("no channel telemetry yet", Style::new().fg(Color::DarkGray)).render(list_area, buf);
         return;
     }
-    let layout = RowLayout::fit(state, usize::from(list_area.width));
+    let layout = RowLayout::fit(index, usize::from(list_area.width));
     for (entry, row) in entries.iter().skip(offset).zip(list_area.rows()) {
-        let line = match entry {
-            Entry::Host { name, ranks } => host_line(name, ranks),
-            Entry::Channel(view) => channel_line(view, state, &layout, &scale),
+        let line = match *entry {
+            GaugeRow::Host(host) => {
+                let host = &index.hosts[host];
+                host_line(&host.name, &host.ranks)
+            }
+            GaugeRow::Channel(at) => channel_line(&state.channels[at], state, &layout, &scale),
         };
         line.render(row, buf);
     }
-    render_history(state, sparkline_area, buf, &scale);
+    render_history(state, index, sparkline_area, buf, &scale);
 }
 
-fn render_history(state: &DashboardState, area: Rect, buf: &mut Buffer, scale: &Scale) {
-    let Some(view) = selected_channel(state) else { return };
+/// The channel the selection points at; failing an exact match, the selected rank's first channel
+/// (without a scan over the channels).
+fn selected_view<'a>(state: &'a DashboardState, index: &GaugeIndex) -> Option<&'a ChannelView> {
+    let at = index
+        .view(state, state.selected_rank, state.selected_channel)
+        .or_else(|| index.first_view_of(state, state.selected_rank))?;
+    state.channels.get(at)
+}
+
+fn render_history(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut Buffer, scale: &Scale) {
+    let Some(view) = selected_view(state, index) else { return };
     let mut rows = area.rows();
     let Some(caption_row) = rows.next() else { return };
     let caption = format!(

@@ -31,13 +31,9 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer) {
 
 /// Distinct host names in rank order.
 fn distinct_hosts(state: &DashboardState) -> Vec<&str> {
-    let mut hosts: Vec<&str> = Vec::new();
-    for host in &state.run.hosts {
-        if !hosts.contains(&host.as_str()) {
-            hosts.push(host);
-        }
-    }
-    hosts
+    // A set, not a search of the list so far: a 1024-host run would compare names millions of times a frame.
+    let mut seen = std::collections::HashSet::new();
+    state.run.hosts.iter().map(String::as_str).filter(|host| seen.insert(*host)).collect()
 }
 
 fn run_line(state: &DashboardState, columns: u16) -> Line<'static> {
@@ -110,9 +106,9 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
     let progress = &state.progress;
     let step = match (&progress.config, progress.size) {
         _ if state.finished => "finished".to_string(),
-        (Some(config), Some(size)) => format!("{config} {}", efatop_experiments::sizes::format_size(size)),
+        (Some(config), Some(size)) => format!("{config} {}", efatop_proto::sizes::format_size(size)),
         (Some(config), None) => config.clone(),
-        (None, Some(size)) => efatop_experiments::sizes::format_size(size),
+        (None, Some(size)) => efatop_proto::sizes::format_size(size),
         (None, None) => "waiting".to_string(),
     };
     let eta = progress.eta.map_or_else(|| "-".to_string(), clock);

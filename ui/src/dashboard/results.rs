@@ -8,8 +8,8 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::Widget;
 
-use efatop_experiments::sizes::format_size;
-use efatop_experiments::Measurement;
+use efatop_proto::sizes::format_size;
+use efatop_proto::Measurement;
 
 use super::chrome::{self, Chrome};
 use super::grid::{self, Column};

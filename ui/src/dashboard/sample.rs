@@ -5,10 +5,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use efatop_experiments::results::{LatencySummary, Measurement, NicRecord, RunMetadata};
-use efatop_experiments::telemetry::histogram::bucket_of;
-use efatop_experiments::telemetry::{IntervalHistogram, PeerSample};
-use efatop_experiments::RunResults;
+use efatop_proto::results::{LatencySummary, Measurement, NicRecord, RunMetadata};
+use efatop_proto::telemetry::histogram::bucket_of;
+use efatop_proto::telemetry::{IntervalHistogram, PeerSample};
+use efatop_proto::RunResults;
 
 use crate::state::{
     ChannelView, DashboardState, LogLevel, NvlinkView, PairMatrixView, Panel, PeerState, PeerView, Progress, QueueView,

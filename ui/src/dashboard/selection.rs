@@ -1,7 +1,7 @@
 //! Which rank and channel are selected, and how the arrow keys move that selection. The state stores
 //! plain numbers; these helpers keep them pointing at ranks and channels that exist.
 
-use crate::state::{ChannelView, DashboardState};
+use crate::state::DashboardState;
 
 /// Every rank the dashboard knows of, from the peers and from the channels, ascending.
 pub(super) fn ranks(state: &DashboardState) -> Vec<usize> {
@@ -19,16 +19,6 @@ pub(super) fn channels_of(state: &DashboardState, rank: usize) -> Vec<usize> {
     channels.sort_unstable();
     channels.dedup();
     channels
-}
-
-/// The channel the selection points at; failing an exact match, the selected rank's first channel.
-pub(super) fn selected_channel(state: &DashboardState) -> Option<&ChannelView> {
-    let on_rank = |view: &&ChannelView| view.rank == state.selected_rank;
-    state
-        .channels
-        .iter()
-        .find(|view| view.rank == state.selected_rank && view.channel == state.selected_channel)
-        .or_else(|| state.channels.iter().find(on_rank))
 }
 
 /// One step through `values` from `current`, clamped at both ends. A `current` that is not in `values`

@@ -430,7 +430,7 @@ fn the_pairs_panel_of_a_run_without_a_matrix_says_so() {
 /// 4096 ranks: the matrix keeps blocks of 64 receivers; the heatmap groups further to fit.
 fn alltoall_4096() -> DashboardState {
     use crate::state::PairMatrixView;
-    use efatop_experiments::telemetry::PeerSample;
+    use efatop_proto::telemetry::PeerSample;
     let ranks = 4096;
     let mut pairs = PairMatrixView::new(ranks);
     let peers: Vec<PeerSample> = (0..ranks as u32).map(|peer| PeerSample { peer, bytes: 1_000_000, ..PeerSample::default() }).collect();

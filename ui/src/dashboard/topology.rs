@@ -8,7 +8,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
-use efatop_experiments::results::GpuPairRecord;
+use efatop_proto::results::GpuPairRecord;
 use efatop_topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
 
 use super::chrome::{self, Chrome};
@@ -158,8 +158,8 @@ fn gpu_pair_lines(pairs: &[&GpuPairRecord], width: usize) -> Vec<Line<'static>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::RunResults;
-    use efatop_experiments::results::{RankPlacement, RunMetadata};
+    use efatop_proto::RunResults;
+    use efatop_proto::results::{RankPlacement, RunMetadata};
     use efatop_topology::{NodeTopology, PairLink};
     use insta::assert_snapshot;
     use ratatui::Terminal;

@@ -1,0 +1,19 @@
+//! What travels between efatop's parts, as plain types with no fabric, CUDA or async runtime behind them:
+//! - [`telemetry`]: a rank's interval sample (and a node's monitor read), the probe and sampler that make
+//!   them, and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
+//! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
+//!   the reports read it;
+//! - [`sizes`]: message sizes as flags and tables write them;
+//! - [`ipc`]: the ipc experiment's column names.
+//!
+//! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
+//! re-exports it at its old paths.
+
+#![forbid(unsafe_code)]
+
+pub mod ipc;
+pub mod results;
+pub mod sizes;
+pub mod telemetry;
+
+pub use results::{Measurement, RunMetadata, RunResults};
