@@ -13,6 +13,7 @@ use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, PeerSample, Rank
 use efatop_proto::RunResults;
 use efatop_ui::dashboard;
 use efatop_ui::ingest::Ingest;
+use efatop_ui::liveness::Liveness;
 use efatop_ui::state::{DashboardState, RunInfo, HISTORY_LEN};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -101,7 +102,9 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
         placements: Vec::new(),
     };
     let mut state = DashboardState::default();
-    let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default(), Duration::from_secs(5));
+    let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
+    // Rank 0's one liveness clock, as the watchdog keeps it: every rank heard as its samples arrive.
+    let mut liveness = Liveness::new(ranks, Duration::from_millis(100), Duration::from_secs(60));
 
     // Fill every channel's history, as after a long run.
     let started = Instant::now();
@@ -126,8 +129,9 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
         let seq = HISTORY_LEN as u64 + frame as u64;
         for rank in (frame % 16..ranks).step_by(16) {
             ingest.sample(&mut state, &sample(rank, seq, options.channels), Duration::from_millis(seq * 100));
+            liveness.heard(rank, Duration::from_millis(seq * 100));
         }
-        ingest.tick(&mut state, Duration::from_millis(seq * 100));
+        ingest.tick(&mut state, Duration::from_millis(seq * 100), &liveness);
         let cpu = thread_cpu();
         let started = Instant::now();
         if let Err(err) = terminal.draw(|f| dashboard::draw(f, &state)) {

@@ -268,7 +268,7 @@ mod tests {
         let run = RunInfo { ranks: 5, hosts, channels: 2, ..RunInfo::default() };
         let nics = vec![vec!["nic0".to_string(), "a-longer-nic1".to_string()]; 5];
         let mut state = DashboardState::default();
-        let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default(), Duration::from_secs(5));
+        let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
         for seq in 0..HISTORY_LEN as u64 * 2 + 7 {
             for rank in 0..5_u32 {
                 // One spike early on, which must age out of the peak once it leaves the history.
