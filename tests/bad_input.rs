@@ -9,7 +9,7 @@ use common::{efatop, serial};
 fn bad_input_table() {
     let _one = serial();
     let cases: &[(&[&str], &[&str])] = &[
-        (&["write", "--provider", "verbs"], &["--provider", "possible values: auto, efa, shm, tcp, sockets"]),
+        (&["write", "--provider", "a b"], &["--provider", "auto, efa, efa-direct, shm, tcp, udp, sockets"]),
         (&["write", "--min-size", "3K"], &["--min-size", "not a power of two"]),
         (&["write", "--max-size", "8G"], &["--max-size", "sizes run from 4 to 4G"]),
         (&["write", "--max-size", "12"], &["--max-size", "not a power of two"]),
@@ -26,6 +26,10 @@ fn bad_input_table() {
         (&["run", "--ranks", "0", "write"], &["--ranks"]),
         (&["write", "--provider", "shm"], &["--ranks", "efatop run --ranks N write"]),
         (&["run", "--ranks", "2", "write", "--provider", "efa"], &["no efa interface", "fi_info -l"]),
+        (&["run", "--ranks", "2", "write", "--provider", "efa-direct"], &["no efa-direct interface", "fi_info -l"]),
+        (&["run", "--ranks", "2", "sendrecv", "--provider", "efa-direct"], &["no efa-direct interface", "fi_info -l"]),
+        // Any provider name is accepted and looked up; one this libfabric lacks ends in the same one line.
+        (&["run", "--ranks", "2", "write", "--provider", "verbs"], &["no verbs interface", "fi_info -l"]),
         (&["write", "--memory", "gpu"], &["--memory", "possible values: host, device"]),
         (&["write", "--gpu", "first"], &["--gpu", "or `auto`"]),
         (&["write", "--interval", "5ms"], &["--interval", "10ms to 10s"]),

@@ -114,7 +114,7 @@ pub fn run(
     let plans: Vec<(usize, WriteConfig, String)> = payloads
         .iter()
         .enumerate()
-        .flat_map(|(index, payload)| configs.iter().map(move |c| (index, *c, c.column(payload.suffix(true)))))
+        .flat_map(|(index, payload)| configs.iter().map(move |c| (index, *c, format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix()))))
         .collect();
     let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();
     observer.begin(&columns, &memory_labels(&payloads));
@@ -153,7 +153,7 @@ pub fn run(
                 })
             });
             agree(world, checked, observer)?;
-            let reports = world.bootstrap.allgather(&report.to_bytes())?;
+            let reports = world.allgather(&report.to_bytes())?;
             if world.rank == 0 {
                 let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
                 let (measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);

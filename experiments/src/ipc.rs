@@ -137,7 +137,7 @@ pub fn run(
 
     // Rank 1's target is shareable memory; rank 0 gets its handle and maps it.
     let (buffer, writer) = agree_on(world, setup(world, gpu, largest), observer)?;
-    let handles = world.bootstrap.allgather(&export(world, &buffer, observer)?)?;
+    let handles = world.allgather(&export(world, &buffer, observer)?)?;
     let peer = agree_on(
         world,
         match (world.rank, handles[TARGET].as_slice().try_into()) {

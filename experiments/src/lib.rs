@@ -137,12 +137,23 @@ pub(crate) fn agree_with<T>(
     outcome: Result<T, ExperimentError>,
     stop: bool,
 ) -> Result<T, ExperimentError> {
+    agree_gathering(|text| bootstrap.allgather(text), rank, hosts, outcome, stop)
+}
+
+/// [`agree_with`] over any allgather (the world's keeps its channels progressing while it waits).
+fn agree_gathering<T>(
+    gather: impl FnOnce(&[u8]) -> Result<Vec<Vec<u8>>, ExperimentError>,
+    rank: usize,
+    hosts: &[String],
+    outcome: Result<T, ExperimentError>,
+    stop: bool,
+) -> Result<T, ExperimentError> {
     let text = match &outcome {
         Ok(_) if stop => STOP.to_vec(),
         Ok(_) => Vec::new(),
         Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
     };
-    let statuses = bootstrap.allgather(&text)?;
+    let statuses = gather(&text)?;
     let value = match outcome {
         Ok(value) => value,
         Err(err) => {
@@ -175,12 +186,16 @@ pub(crate) fn agree_on<T>(
     observer: &dyn Observer,
 ) -> Result<T, ExperimentError> {
     let stop = world.rank == 0 && observer.stop_requested();
-    agree_with(world.bootstrap, world.rank, &world.hosts, outcome, stop)
+    agree_gathering(|text| world.allgather(text), world.rank, &world.hosts, outcome, stop)
 }
 
 /// Refuses sizes the provider cannot carry in one message.
 pub(crate) fn check_sizes(world: &World<'_>, sweep: &SweepOptions) -> Result<(), ExperimentError> {
     match sweep.sizes.iter().copied().max() {
+        // efa-direct carries messages of about the MTU: name the fabric, which is what the user chose.
+        Some(largest) if world.provider == efatop_fabric::Provider::EfaDirect => {
+            size_limit(largest, world.max_msg_size(), "efa-direct")
+        }
         Some(largest) => size_limit(largest, world.max_msg_size(), &world.provider_stack),
         None => Ok(()),
     }
@@ -217,6 +232,12 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "--max-size: 1G exceeds the efa provider's max_msg_size of 1048581 bytes; the largest size allowed is 1M"
+        );
+        // efa-direct's sends are limited to the device MTU (8928 on a p5's EFA).
+        let err = size_limit(64 << 20, 8928, "efa-direct").expect_err("over the MTU");
+        assert_eq!(
+            err.to_string(),
+            "--max-size: 64M exceeds the efa-direct provider's max_msg_size of 8928 bytes; the largest size allowed is 8K"
         );
     }
 }

@@ -138,7 +138,7 @@ impl Payload {
         channels: &[Channel],
     ) -> Result<Self, ExperimentError> {
         let mine = u8::from(self.path() == Some(DevicePath::Staged));
-        let votes = world.bootstrap.allgather(&[mine])?;
+        let votes = world.allgather(&[mine])?;
         let anyone_staged = votes.iter().any(|v| v.first() == Some(&1));
         match self.storage {
             Storage::Device { gpu, buffer } if anyone_staged => {

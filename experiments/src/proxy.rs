@@ -138,7 +138,8 @@ pub fn run(
         if world.rank == WRITER { RingKernels::new(gpu).map(Some).map_err(cuda_error) } else { Ok(None) },
         observer,
     )?;
-    let columns: Vec<String> = configs.iter().map(|c| c.column(payload.suffix(true))).collect();
+    let columns: Vec<String> =
+        configs.iter().map(|c| format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix())).collect();
     observer.begin(&columns, &memory_labels(&payloads));
 
     let remotes: Vec<Vec<RemoteRegion>> = exchange_regions(world, payload)?;

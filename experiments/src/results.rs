@@ -23,6 +23,18 @@ pub struct RunMetadata {
     pub provider: String,
     /// The stack libfabric reports, e.g. `tcp;ofi_rxm`.
     pub provider_stack: String,
+    /// The fabric libfabric named (`efa`, `efa-direct`, a subnet for tcp); empty in files from before.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fabric: String,
+    /// The libfabric API version efatop ran at: the lower of its headers' and the library's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub libfabric_api: String,
+    /// efa: RDMA WRITE was emulated over sends on some rank's endpoint (write columns say `(emulated)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated_write: Option<bool>,
+    /// efa: same-host peers could use libfabric's shared-memory shortcut (`--allow-shm`) rather than the NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_shortcut: Option<bool>,
     pub ranks: usize,
     pub hosts: Vec<String>,
     pub channels: usize,

@@ -56,7 +56,7 @@ fn measure_memory(
         observer.step(column, size);
         let corrupt = if world.rank == INITIATOR { sweep.corrupt_byte } else { None };
         send.fill(PatternSeed { sender: world.rank, size, iteration: 0 }, corrupt)?;
-        world.bootstrap.barrier()?;
+        world.barrier()?;
         let mut pairs = Vec::new();
         let mut latency = LatencyRecorder::new();
         for peer in 1..world.size {

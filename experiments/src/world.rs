@@ -75,6 +75,12 @@ pub struct World<'b> {
     pub provider: Provider,
     /// The provider stack libfabric names, e.g. `tcp;ofi_rxm`.
     pub provider_stack: String,
+    /// The fabric libfabric named for the channels (`efa`, `efa-direct`, a subnet for tcp).
+    pub fabric: String,
+    /// What the endpoints report, over every channel: RDMA WRITE emulated on any of them, shm shortcut
+    /// permitted on any of them (efa only; `None` where the provider does not say).
+    pub emulated_write: Option<bool>,
+    pub shm_shortcut: Option<bool>,
     pub channels: Vec<Channel>,
     /// Distinct NICs the channels are spread over on this rank.
     pub distinct_nics: usize,
@@ -129,6 +135,7 @@ impl Abort {
 impl<'b> World<'b> {
     /// Chooses the provider and NICs, opens the channels and connects every rank's channel `c` to every
     /// other rank's channel `c`.
+    #[allow(clippy::too_many_lines)] // one agreed sequence of setup rounds, each commented
     pub fn establish(bootstrap: &'b dyn Bootstrap, options: &WorldOptions) -> Result<Self, ExperimentError> {
         let rank = bootstrap.rank();
         let size = bootstrap.size();
@@ -148,15 +155,12 @@ impl<'b> World<'b> {
         // CUDA_VISIBLE_DEVICES, CUDA's ordinal and hwloc's index name different GPUs. Without a readable
         // topology the rank still runs, on every NIC in libfabric's order.
         let gpu = options.gpu.map(|choice| open_gpu(bootstrap, rank, &hosts, choice, local_rank)).transpose()?;
+        let topology = NodeTopology::discover().ok();
         let gpu_choice = match options.gpu {
             Some(Some(index)) => GpuChoice::Index(index),
             _ => GpuChoice::Auto,
         };
-        let topology = NodeTopology::discover().ok();
-        let placement = topology.as_ref().and_then(|t| match &gpu {
-            Some(gpu) => t.placement_of_gpu(local_rank, gpu.pci_bus_id()),
-            None => t.placement(local_rank, gpu_choice).ok(),
-        });
+        let placement = topology.as_ref().and_then(|t| place(t, local_rank, gpu_choice, gpu.as_deref()));
         let preference = |nic: &Nic| -> Option<usize> {
             let (topology, placement) = (topology.as_ref()?, placement.as_ref()?);
             topology.nic_preference(placement, nic.pci_address.as_deref(), &nic.domain)
@@ -187,6 +191,13 @@ impl<'b> World<'b> {
                  are lower than with a core per rank",
                 hosts[rank]
             ));
+        }
+        if provider == Provider::Udp {
+            notes.push(
+                "udp is reliability emulated over UDP datagrams (ofi_rxd): lost datagrams wait for its retransmit \
+                 timer, so figures swing and are not representative of RDMA"
+                    .into(),
+            );
         }
         if provider == Provider::Sockets {
             notes.push("the sockets provider takes milliseconds per RDM transfer: its figures are not representative".into());
@@ -246,6 +257,13 @@ impl<'b> World<'b> {
         };
         let distinct_nics = channel_count.min(nics.len());
         let provider_stack = nics[0].provider.clone();
+        let fabric = nics[0].fabric.clone();
+        let any = |get: &dyn Fn(&Channel) -> Option<bool>| {
+            channels.iter().filter_map(get).reduce(|a, b| a || b)
+        };
+        let emulated_write = any(&|c| c.report().emulated_write);
+        let shm_shortcut = any(&|c| c.report().shm_permitted);
+        notes.extend(endpoint_notes(&provider, emulated_write, shm_shortcut, &hosts, rank));
         Ok(Self {
             bootstrap,
             rank,
@@ -253,6 +271,9 @@ impl<'b> World<'b> {
             hosts,
             provider,
             provider_stack,
+            fabric,
+            emulated_write,
+            shm_shortcut,
             channels,
             distinct_nics,
             link_gbps,
@@ -266,6 +287,11 @@ impl<'b> World<'b> {
             gpu,
             notes,
         })
+    }
+
+    /// The suffix write columns carry when RDMA WRITE is emulated over sends: `SinglePin(emulated)`.
+    pub fn write_column_suffix(&self) -> &'static str {
+        if self.emulated_write == Some(true) { "(emulated)" } else { "" }
     }
 
     /// The largest message every channel's provider accepts.
@@ -285,6 +311,31 @@ impl<'b> World<'b> {
                 mr_mode: mr_mode_names(c.nic().mr_mode).into_iter().map(String::from).collect(),
             })
             .collect()
+    }
+
+    /// Every rank contributes `data` and gets all contributions, while this rank keeps reading its
+    /// channels' completion queues: on manual-progress providers (efa RDM) a peer can be waiting for a
+    /// packet this rank only sends from inside a CQ read (the long-read protocol's next step), and would
+    /// otherwise wait until the round is over. A CQ error seen while waiting fails the round.
+    pub fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        let mut failure: Option<FabricError> = None;
+        let gathered = self.bootstrap.allgather_while(data, &mut || {
+            if failure.is_none() {
+                if let Err(err) = self.progress_once(&self.channels) {
+                    failure = Some(err);
+                }
+            }
+        })?;
+        match failure {
+            // An abort raised by rank 0 is reported where the experiment next looks, not here.
+            Some(err) if !matches!(err, FabricError::Abandoned(_)) => Err(ExperimentError::Fabric(err)),
+            _ => Ok(gathered),
+        }
+    }
+
+    /// A barrier that keeps progress going (see [`World::allgather`]).
+    pub fn barrier(&self) -> Result<(), ExperimentError> {
+        self.allgather(&[]).map(|_| ())
     }
 
     /// Reads every channel's completion queue once; returns how many entries were found.
@@ -334,6 +385,45 @@ impl<'b> World<'b> {
         }
         Ok(())
     }
+}
+
+/// This rank's place on its node: by the PCI bus id of the GPU it opened (CUDA's ordinal and hwloc's
+/// index differ under `CUDA_VISIBLE_DEVICES`), else by `--gpu` or the local rank.
+fn place(topology: &NodeTopology, local_rank: usize, choice: GpuChoice, opened: Option<&efatop_cuda::Gpu>) -> Option<Placement> {
+    match opened {
+        Some(gpu) => topology.placement_of_gpu(local_rank, gpu.pci_bus_id()),
+        None => topology.placement(local_rank, choice).ok(),
+    }
+}
+
+/// What the header says about an efa endpoint: emulated writes (aws-ofi-nccl refuses to run so), and
+/// whether same-host peers cross the NIC.
+fn endpoint_notes(
+    provider: &Provider,
+    emulated_write: Option<bool>,
+    shm_shortcut: Option<bool>,
+    hosts: &[String],
+    rank: usize,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if emulated_write == Some(true) {
+        notes.push(format!(
+            "{provider} emulates RDMA WRITE over sends on rank {rank} (FI_OPT_EFA_EMULATED_WRITE: device RDMA off, or \
+             peers disagree): write columns are marked (emulated), and are not what a p5's RDMA delivers"
+        ));
+    }
+    let same_host_peers = hosts.iter().enumerate().any(|(peer, host)| peer != rank && *host == hosts[rank]);
+    if provider.is_efa() && same_host_peers {
+        notes.push(match shm_shortcut {
+            Some(true) => format!(
+                "--allow-shm: same-host pairs on {} move through shared memory, not the NIC (marked same-host)",
+                hosts[rank]
+            ),
+            Some(false) => "same-host peers go through the NIC (efa's shm shortcut off; --allow-shm measures it)".into(),
+            None => "same-host peers: libfabric does not say whether efa uses shm for them".into(),
+        });
+    }
+    notes
 }
 
 /// Opens this rank's GPU; every rank learns whether all could (rank 0 reports a failure for the run).

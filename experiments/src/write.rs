@@ -136,7 +136,7 @@ pub fn run(
         .flat_map(|(index, payload)| {
             configs
                 .iter()
-                .map(move |c| (index, *c, c.column(payload.suffix(true))))
+                .map(move |c| (index, *c, format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix())))
         })
         .collect();
     let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();

@@ -32,9 +32,11 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         };
     } else {
         let nics: Vec<&str> = meta.nics.iter().map(|n| n.domain.as_str()).collect();
+        let fabric = if meta.fabric.is_empty() { String::new() } else { format!(", fabric {}", meta.fabric) };
+        let api = if meta.libfabric_api.is_empty() { String::new() } else { format!(" (API {})", meta.libfabric_api) };
         let _ = writeln!(
             out,
-            "# efatop {} — {host_list}, provider {} [{}], libfabric {}",
+            "# efatop {} — {host_list}, provider {} [{}]{fabric}, libfabric {}{api}",
             meta.experiment, meta.provider_stack, meta.provider, meta.libfabric_version,
         );
         let _ = writeln!(

@@ -95,6 +95,7 @@ impl fmt::Display for Provider {
 
 /// What an experiment needs from the endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // independent requests, each a libfabric capability bit
 pub struct Capabilities {
     /// Two-sided SEND/RECV.
     pub messages: bool,
@@ -235,8 +236,14 @@ impl Nic {
 
     /// The efa fabric may send to same-host peers through shm: the provider kept `FI_LOCAL_COMM`.
     pub fn may_use_shm(&self) -> bool {
-        self.provider == "efa" && !self.fabric.eq_ignore_ascii_case(EFA_DIRECT_FABRIC) && self.caps & sys::FI_LOCAL_COMM != 0
+        efa_may_use_shm(&self.provider, &self.fabric, self.caps)
     }
+}
+
+/// Whether an entry of `provider`/`fabric` with `caps` lets same-host peers go through shm: only the efa
+/// fabric has that shortcut, and it keeps it while the answer has `FI_LOCAL_COMM`.
+pub fn efa_may_use_shm(provider: &str, fabric: &str, caps: u64) -> bool {
+    provider == "efa" && !fabric.eq_ignore_ascii_case(EFA_DIRECT_FABRIC) && caps & sys::FI_LOCAL_COMM != 0
 }
 
 /// What efatop reads of one `fi_getinfo` entry to choose among them. Plain data, so that the choice

@@ -17,7 +17,7 @@ pub mod shm_regions;
 
 pub use channel::{Channel, ChannelCounters, ChannelOptions, EndpointReport, Completion, Immediate, Op, PeerAddress, RemoteRegion, block_on};
 pub use error::{FabricError, Result};
-pub use info::{Capabilities, EntryFacts, Nic, Provider, discover_nics, mr_mode_names, select_entries};
+pub use info::{Capabilities, EntryFacts, Nic, Provider, discover_nics, efa_may_use_shm, mr_mode_names, select_entries};
 pub use memory::{DmabufHandle, HostBuffer, MemoryKind, RegistrableMemory, RegistrationPath};
 pub use object::MemoryRegion;
 
@@ -36,6 +36,11 @@ pub fn header_version() -> String {
 /// library hide what the newer API adds, e.g. `FI_MR_DMABUF` needs 1.20).
 pub fn api_version() -> u32 {
     header_api().min(runtime_api())
+}
+
+/// [`api_version`] as `major.minor`.
+pub fn api_version_string() -> String {
+    version_string(api_version())
 }
 
 /// A warning when the library loaded at run time is older than the headers efatop was built against (the

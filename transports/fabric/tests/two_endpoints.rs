@@ -14,9 +14,9 @@ use efatop_fabric::{
 
 const LEN: usize = 65536;
 
-fn open(provider: Provider) -> Channel {
+fn open(provider: &Provider) -> Channel {
     let caps = Capabilities::MESSAGES_AND_WRITE;
-    let nics = discover_nics(&provider, caps).expect("discover");
+    let nics = discover_nics(provider, caps).expect("discover");
     let options = ChannelOptions {
         index: 0,
         max_in_flight: 64,
@@ -35,15 +35,16 @@ fn two_ranks(
 ) {
     let (to1, from0) = mpsc::channel::<Vec<u8>>();
     let (to0, from1) = mpsc::channel::<Vec<u8>>();
+    let provider_for_rank1 = provider.clone();
     let second = thread::spawn(move || {
-        let channel = open(provider);
+        let channel = open(&provider_for_rank1);
         to0.send(channel.address().expect("name").0).expect("send name");
         let peer = PeerAddress(from0.recv().expect("peer name"));
         let own = channel.address().expect("name");
         channel.connect(&[peer, own]).expect("connect");
         rank1(channel, from0, to0);
     });
-    let channel = open(provider);
+    let channel = open(&provider);
     to1.send(channel.address().expect("name").0).expect("send name");
     let peer = PeerAddress(from1.recv().expect("peer name"));
     let own = channel.address().expect("name");
