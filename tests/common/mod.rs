@@ -18,6 +18,25 @@ pub fn efatop_path() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_efatop"))
 }
 
+/// The library directory of the libfabric these tests were built against when `LIBFABRIC_DIR` named one
+/// (`None`: pkg-config's, e.g. Debian's 1.17, which the loader finds by default).
+pub fn built_libfabric_lib_dir() -> Option<PathBuf> {
+    let prefix = PathBuf::from(option_env!("LIBFABRIC_DIR")?);
+    ["lib64", "lib"].into_iter().map(|lib| prefix.join(lib)).find(|dir| dir.join("libfabric.so.1").exists())
+}
+
+/// `LD_LIBRARY_PATH` for the programs the tests start: the built-against libfabric first. efatop carries
+/// that directory as RUNPATH, but `LD_LIBRARY_PATH` outranks RUNPATH, so an inherited one naming another
+/// libfabric would win; and ranks started through `sh -c` or mpirun must load the same library.
+pub fn library_path() -> Option<String> {
+    let dir = built_libfabric_lib_dir()?;
+    let dir = dir.to_str().expect("utf-8 path").to_string();
+    Some(match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{dir}:{old}"),
+        _ => dir,
+    })
+}
+
 pub struct Run {
     pub code: Option<i32>,
     pub stdout: String,
@@ -30,13 +49,12 @@ pub struct Run {
 pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
     use std::io::Read;
     let started = Instant::now();
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(path) = library_path() {
+        command.env("LD_LIBRARY_PATH", path);
+    }
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
