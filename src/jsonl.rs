@@ -1,6 +1,6 @@
 //! `--json`: a second printer over the same events, one JSON object per line on stdout:
 //! `{"type": "run" | "sample" | "pair" | "step" | "result" | "pair_matrix" | "warning" | "summary", "data": {...}}`.
-//! README.md documents the fields; `tests/json.rs` parses them back.
+//! docs/output.md documents the fields; `tests/json.rs` parses them back.
 
 use std::io::Write;
 use std::sync::mpsc::Receiver;
