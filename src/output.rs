@@ -325,6 +325,15 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         stop: stop.clone(),
     };
     let mut outcome = run_experiment(&world, experiment, &sweep, nvlink_peak, &mut observer);
+    if matches!(outcome, Err(ExperimentError::Bootstrap(_))) && watchdog.is_some() {
+        // The launcher's rendezvous closes when any rank dies, and the same death closes that rank's
+        // telemetry connection, which the watchdog names: give it a moment to say which rank it was, rather
+        // than reporting only that the rendezvous was lost.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !world.abort.is_raised() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     if outcome.is_err() && world.abort.is_raised() {
         // The watchdog saw why first (a rank died or hung); whatever broke here followed from it.
         outcome = Err(ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(world.abort.reason())));
