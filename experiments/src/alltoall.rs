@@ -441,6 +441,9 @@ fn summarise(
                     .collect()
             })
             .collect(),
+        // Only where the efa fabric was allowed its shm shortcut (--allow-shm) do same-host pairs bypass the
+        // NIC; elsewhere every pair crossed it and nothing is marked.
+        same_host: if world.shm_shortcut == Some(true) { PairMatrix::same_host_pairs(&world.hosts) } else { Vec::new() },
     };
     let summary: LatencySummary = latency.summary();
     let measurement = Measurement {

@@ -177,6 +177,26 @@ pub struct PairMatrix {
     /// `gbps[sender][receiver]`: bytes the sender wrote to that receiver over the time the sender's timed
     /// iterations took. `None` on the diagonal (a rank does not write to itself).
     pub gbps: Vec<Vec<Option<f64>>>,
+    /// `same_host[sender][receiver]`: the pair shares a host and libfabric could take its shared-memory
+    /// shortcut (efa with `--allow-shm`), so its figure is memcpy, not the NIC. Empty when no pair could.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_host: Vec<Vec<bool>>,
+}
+
+impl PairMatrix {
+    /// `same_host` for `hosts` (indexed by rank): true where two different ranks share a host.
+    pub fn same_host_pairs(hosts: &[String]) -> Vec<Vec<bool>> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(sender, a)| hosts.iter().enumerate().map(|(receiver, b)| sender != receiver && a == b).collect())
+            .collect()
+    }
+
+    /// Whether the sender→receiver figure went through a same-host shortcut.
+    pub fn is_same_host(&self, sender: usize, receiver: usize) -> bool {
+        self.same_host.get(sender).and_then(|row| row.get(receiver)).copied().unwrap_or(false)
+    }
 }
 
 impl RunResults {
@@ -319,7 +339,7 @@ mod tests {
             metadata: RunMetadata { experiment: "write".into(), ranks: 2, ..RunMetadata::default() },
             configs: vec!["SinglePin".into(), "MultiPin".into()],
             measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
-            pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]] }],
+            pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]], same_host: Vec::new() }],
             status: None,
         }
     }

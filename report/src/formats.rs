@@ -239,15 +239,19 @@ fn markdown_matrix(matrix: &PairMatrix) -> String {
     out.push('\n');
     for (sender, row) in matrix.gbps.iter().enumerate() {
         let _ = write!(out, "| {sender} |");
-        for cell in row {
+        for (receiver, cell) in row.iter().enumerate() {
+            let mark = if matrix.is_same_host(sender, receiver) { " (same host)" } else { "" };
             match cell {
                 Some(gbps) => {
-                    let _ = write!(out, " {} |", gbps_text(*gbps));
+                    let _ = write!(out, " {}{mark} |", gbps_text(*gbps));
                 }
                 None => out.push_str(" - |"),
             }
         }
         out.push('\n');
+    }
+    if matrix.same_host.iter().flatten().any(|same| *same) {
+        out.push_str("\n(same host): the pair shares a host and libfabric's shared-memory shortcut was allowed (--allow-shm): memcpy, not the NIC.\n");
     }
     out
 }

@@ -80,3 +80,30 @@ fn csv_quotes_a_config_name_with_a_comma() {
         "{csv}"
     );
 }
+
+#[test]
+fn same_host_pairs_are_marked_only_where_the_shm_shortcut_was_allowed() {
+    // The p5 all-to-all fixture's 4 ranks, seen as two per host. Nothing is marked unless the run says
+    // same-host pairs could take libfabric's shm shortcut (efa with --allow-shm).
+    let mut results = load("all2all-p5.json");
+    assert!(!render(&results, Format::Markdown).contains("(same host)"));
+    let hosts: Vec<String> = ["p5-node-0", "p5-node-0", "p5-node-1", "p5-node-1"].map(String::from).to_vec();
+    assert_eq!(hosts.len(), results.pair_matrices[0].gbps.len());
+    for matrix in &mut results.pair_matrices {
+        matrix.same_host = efatop_proto::results::PairMatrix::same_host_pairs(&hosts);
+    }
+    let markdown = render(&results, Format::Markdown);
+    let matrix = markdown.split("Pair bandwidth at 4M").nth(1).expect("a matrix");
+    let same_host_cells = hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(a, ha)| hosts.iter().enumerate().filter(move |(b, hb)| a != *b && ha == *hb))
+        .count();
+    let table = matrix.split("\n\n").nth(1).expect("the matrix table");
+    assert_eq!(same_host_cells, 4);
+    assert_eq!(table.matches("(same host)").count(), same_host_cells, "{matrix}");
+    assert!(matrix.contains("memcpy, not the NIC"), "{matrix}");
+    // And the JSON a pair_matrix line carries says the same, per cell.
+    let json = serde_json::to_value(&results.pair_matrices[0]).expect("json");
+    assert_eq!(json["same_host"][0][0], false);
+}
