@@ -2,57 +2,20 @@
 //! dashboard state, redraws on a fixed tick and maps keys. The terminal is restored on every way out:
 //! normal return, error, and panic.
 
-use std::io::{IsTerminal, Stdout};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
 use efatop_ui::ingest::Ingest;
-use efatop_ui::state::{Action, DashboardState, Key, LogLevel};
-use ratatui::Terminal;
-use ratatui::backend::CrosstermBackend;
+use efatop_ui::state::{Action, DashboardState, LogLevel};
 
-use crate::output::ConsumerEvent;
-use crate::telemetry::CollectorEvent;
+use crate::event::ConsumerEvent;
+use crate::term::{KeyPoll, TerminalGuard, next_key};
+use crate::collector::CollectorEvent;
 
 /// Frames per second of the redraw tick.
 const TICK: Duration = Duration::from_millis(50);
-
-pub fn stdout_is_terminal() -> bool {
-    std::io::stdout().is_terminal()
-}
-
-/// Restores the terminal when dropped, so an early return or error cannot leave it raw.
-struct TerminalGuard;
-
-impl TerminalGuard {
-    fn enter() -> std::io::Result<(Self, Terminal<CrosstermBackend<Stdout>>)> {
-        enable_raw_mode()?;
-        let guard = Self;
-        crossterm::execute!(std::io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            restore();
-            previous(info);
-        }));
-        let terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
-        Ok((guard, terminal))
-    }
-}
-
-pub fn restore() {
-    let _ = disable_raw_mode();
-    let _ = crossterm::execute!(std::io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        restore();
-    }
-}
 
 /// How the dashboard ended.
 pub enum Ended {
@@ -111,27 +74,19 @@ pub fn run(
             }
         };
         terminal.draw(|frame| efatop_ui::dashboard::draw(frame, view))?;
-        if event::poll(TICK)? {
-            if let Event::Key(key) = event::read()? {
-                if key.kind == KeyEventKind::Release {
-                    continue;
-                }
-                let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
-                let action = if ctrl_c {
-                    Action::Quit
-                } else {
-                    map_key(key.code).map_or(Action::None, |k| efatop_ui::dashboard::handle_key(&mut state, k))
-                };
-                if action == Action::Quit {
-                    if state.finished {
-                        return Ok(Ended::Dismissed);
-                    }
-                    if !quit_requested {
-                        quit_requested = true;
-                        stop.store(true, Ordering::Relaxed);
-                        state.push_log(now, LogLevel::Warn, "stopping: every rank ends after the round in progress");
-                    }
-                }
+        let action = match next_key(TICK)? {
+            KeyPoll::Nothing => Action::None,
+            KeyPoll::Interrupt => Action::Quit,
+            KeyPoll::Key(key) => efatop_ui::dashboard::handle_key(&mut state, key),
+        };
+        if action == Action::Quit {
+            if state.finished {
+                return Ok(Ended::Dismissed);
+            }
+            if !quit_requested {
+                quit_requested = true;
+                stop.store(true, Ordering::Relaxed);
+                state.push_log(now, LogLevel::Warn, "stopping: every rank ends after the round in progress");
             }
         }
     }
@@ -198,19 +153,4 @@ fn apply(state: &mut DashboardState, ingest: &mut Ingest, event: ConsumerEvent, 
             }
         }
     }
-}
-
-fn map_key(code: KeyCode) -> Option<Key> {
-    Some(match code {
-        KeyCode::Char(c) => Key::Char(c),
-        KeyCode::Esc => Key::Esc,
-        KeyCode::Tab => Key::Tab,
-        KeyCode::BackTab => Key::BackTab,
-        KeyCode::Up => Key::Up,
-        KeyCode::Down => Key::Down,
-        KeyCode::Left => Key::Left,
-        KeyCode::Right => Key::Right,
-        KeyCode::Enter => Key::Enter,
-        _ => return None,
-    })
 }
