@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod app;
 mod bench;
 mod bootstrap;
 mod cli;

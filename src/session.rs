@@ -12,6 +12,7 @@ use efatop_experiments::{ExperimentError, Observer};
 use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
 
+use crate::app::{App, Ended};
 use crate::event::ConsumerEvent;
 use crate::printer::{Mode, dashboard, jsonl, plain};
 use crate::results_file::ResultsFile;
@@ -58,9 +59,10 @@ pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<JoinHandle<ConsumerOut
             for note in &metadata.notes {
                 state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
             }
-            Some(std::thread::spawn(move || match dashboard::run(&events, state, ingest, &stop, started, &liveness) {
-                Ok(dashboard::Ended::Quit) => ConsumerOutcome::Quit,
-                Ok(dashboard::Ended::Dismissed) => ConsumerOutcome::Done,
+            let app = App::new(state, ingest, liveness);
+            Some(std::thread::spawn(move || match dashboard::run(&events, app, &stop, started) {
+                Ok(Ended::Quit) => ConsumerOutcome::Quit,
+                Ok(Ended::Dismissed) => ConsumerOutcome::Done,
                 Err(e) => ConsumerOutcome::Failed(e.to_string()),
             }))
         }
