@@ -20,8 +20,8 @@ use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{DashboardState, RunInfo};
 
 use crate::cli::BenchCollectorArgs;
-use crate::output::ConsumerEvent;
-use crate::telemetry::{Collector, CollectorEvent};
+use crate::event::ConsumerEvent;
+use crate::collector::{Collector, CollectorEvent};
 
 pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
     match run(args) {

@@ -11,6 +11,10 @@ use efatop_experiments::write::WriteConfig;
 use efatop_experiments::{ChannelCount, ProviderChoice};
 use efatop_fabric::Provider;
 
+mod tools;
+
+pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
+
 #[derive(Debug, Parser)]
 #[command(name = "efatop", version, about = "Measure what an EFA / libfabric fabric really delivers, rank by rank")]
 #[command(after_help = "Start ranks with `efatop run --ranks N <experiment>` on one host, or under mpirun/srun.")]
@@ -32,20 +36,20 @@ pub enum Command {
     /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
     Ipc(IpcArgs),
     /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency
-    Queue(crate::queue::QueueArgs),
+    Queue(QueueArgs),
     /// Start N local ranks of an experiment, no MPI needed
     Run(RunArgs),
     /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
     #[command(hide = true)]
     BenchCollector(BenchCollectorArgs),
     /// Where GPUs, NICs and CPUs sit (as `nvidia-smi topo -m`), and which NICs a rank on each GPU should use
-    Topo(crate::topo::TopoArgs),
+    Topo(TopoArgs),
     /// Render a saved results file as a table, CSV, Markdown or JSON, and plot it
-    Report(crate::report::ReportArgs),
+    Report(ReportArgs),
     /// Compare two saved runs per configuration and size; exit code 1 when one regressed
-    Compare(crate::report::CompareArgs),
+    Compare(CompareArgs),
     /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
-    Monitor(crate::monitor::MonitorArgs),
+    Monitor(MonitorArgs),
 }
 
 #[derive(Debug, Args)]

@@ -124,7 +124,7 @@ fn supervise(mut children: Vec<Child>) -> i32 {
     // While rank 0 may be drawing its dashboard, lines written now would land on top of it: they are kept
     // and printed once rank 0 has left the screen.
     let mut held: Vec<String> = Vec::new();
-    let dashboard_may_be_up = crate::dashboard::stdout_is_terminal();
+    let dashboard_may_be_up = crate::term::stdout_is_terminal();
     let mut say = |line: String, rank0_running: bool| {
         if dashboard_may_be_up && rank0_running {
             held.push(line);

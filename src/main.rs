@@ -5,19 +5,23 @@
 
 #![forbid(unsafe_code)]
 
+mod app;
 mod bench;
 mod bootstrap;
 mod cli;
-mod dashboard;
-mod jsonl;
+mod collector;
+mod event;
 mod launch;
 mod monitor;
 mod netns;
 mod nvlink;
-mod output;
+mod printer;
 mod queue;
+mod rank;
 mod report;
-mod telemetry;
+mod results_file;
+mod session;
+mod term;
 mod topo;
 mod watchdog;
 
@@ -46,11 +50,11 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(run) => launch::launch(&run),
         Command::BenchCollector(args) => bench::bench_collector(&args),
-        Command::Write(args) => output::rank_main(&Experiment::Write(args)),
-        Command::Sendrecv(args) => output::rank_main(&Experiment::Sendrecv(args)),
-        Command::Alltoall(args) => output::rank_main(&Experiment::Alltoall(args)),
-        Command::Proxy(args) => output::rank_main(&Experiment::Proxy(args)),
-        Command::Ipc(args) => output::rank_main(&Experiment::Ipc(args)),
+        Command::Write(args) => rank::rank_main(&Experiment::Write(args)),
+        Command::Sendrecv(args) => rank::rank_main(&Experiment::Sendrecv(args)),
+        Command::Alltoall(args) => rank::rank_main(&Experiment::Alltoall(args)),
+        Command::Proxy(args) => rank::rank_main(&Experiment::Proxy(args)),
+        Command::Ipc(args) => rank::rank_main(&Experiment::Ipc(args)),
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),

@@ -5,72 +5,18 @@
 
 mod nodes;
 
-use std::io::{IsTerminal, Stdout, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use clap::Args;
-use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
-use efatop_ui::state::{Action, Key};
-use ratatui::Terminal;
-use ratatui::backend::CrosstermBackend;
+use efatop_ui::state::Action;
 
-#[derive(Debug, Args)]
-pub struct MonitorArgs {
-    /// Time between reads, e.g. 500ms, 1s, 2.5s (10ms to 60s); rates are the change over it
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
-    pub interval: Duration,
-    /// Read twice, --interval apart, print one snapshot with rates and exit
-    #[arg(long)]
-    pub once: bool,
-    /// Print JSON lines, {"type":"snapshot","data":{...}} per read, instead of drawing
-    #[arg(long)]
-    pub json: bool,
-    /// Stop after N snapshots (without --once: the first one, which has no rates, counts)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
-    /// Read sysfs under this directory instead of / (a fake tree: scripts/make-fake-sysfs)
-    #[arg(long, value_name = "PATH", default_value = "/")]
-    pub sysfs_root: PathBuf,
-    /// Place NICs next to GPUs by this hwloc XML topology (e.g. topology/fixtures/p5.48xlarge.xml) instead
-    /// of this machine's
-    #[arg(long, value_name = "FILE")]
-    pub topology_xml: Option<PathBuf>,
-    /// Show only NICs whose name (or `gpuN`) contains one of these comma-separated words
-    #[arg(long, value_name = "WORDS", default_value = "")]
-    pub filter: String,
-    /// Other hosts to watch: not supported (efatop starts no remote processes); start one monitor per node
-    /// with mpirun or srun instead, and rank 0 shows every node
-    #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
-    pub hosts: Vec<String>,
-    /// Start N monitors on this machine as if each were a node (to try the many-node view on one machine;
-    /// `{rank}` in --sysfs-root gives each its own tree)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
-    pub ranks: Option<u16>,
-    /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
-    #[arg(long, value_name = "DIR", hide = true)]
-    pub write_fake_p5: Option<PathBuf>,
-}
-
-/// `500ms`, `1s`, `2.5s`, `2` (seconds).
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not an interval; use 10ms to 60s, e.g. 500ms or 1s");
-    let trimmed = text.trim();
-    let seconds = if let Some(ms) = trimmed.strip_suffix("ms") {
-        ms.trim().parse::<f64>().map_err(|_| bad())? / 1e3
-    } else {
-        trimmed.strip_suffix('s').unwrap_or(trimmed).trim().parse::<f64>().map_err(|_| bad())?
-    };
-    if !(0.01..=60.0).contains(&seconds) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
+use crate::cli::MonitorArgs;
+use crate::term::{KeyPoll, TerminalGuard, next_key};
 
 /// Runs `efatop monitor`; returns the exit code (2 for bad input, after one line on stderr).
 pub fn monitor(args: &MonitorArgs) -> i32 {
@@ -215,35 +161,6 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
 /// Frames per second of the redraw tick.
 const TICK: Duration = Duration::from_millis(50);
 
-/// Restores the terminal when dropped, so an early return or error cannot leave it raw (as the
-/// dashboard's guard does).
-struct TerminalGuard;
-
-impl TerminalGuard {
-    fn enter() -> std::io::Result<(Self, Terminal<CrosstermBackend<Stdout>>)> {
-        enable_raw_mode()?;
-        let guard = Self;
-        crossterm::execute!(std::io::stdout(), EnterAlternateScreen, crossterm::cursor::Hide)?;
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            restore();
-            previous(info);
-        }));
-        Ok((guard, Terminal::new(CrosstermBackend::new(std::io::stdout()))?))
-    }
-}
-
-fn restore() {
-    let _ = disable_raw_mode();
-    let _ = crossterm::execute!(std::io::stdout(), LeaveAlternateScreen, crossterm::cursor::Show);
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        restore();
-    }
-}
-
 /// Reads on its own thread every `interval` (so a slow sysfs or NVML never stalls the keys) and sends
 /// the snapshots; it ends when the view hangs up.
 fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> Receiver<Snapshot> {
@@ -281,7 +198,7 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::
             return Ok(());
         }
         terminal.draw(|frame| efatop_ui::monitor::draw(frame, &view))?;
-        match next_key()? {
+        match next_key(TICK)? {
             KeyPoll::Nothing => {}
             KeyPoll::Interrupt => return Ok(()),
             KeyPoll::Key(key) => {
@@ -293,59 +210,9 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::
     }
 }
 
-/// What the terminal said within one tick, for the monitor's views (one node or several).
-enum KeyPoll {
-    Nothing,
-    /// Ctrl-C (raw mode delivers it as a key).
-    Interrupt,
-    Key(Key),
-}
-
-/// Waits up to a tick for a key press the views understand.
-fn next_key() -> std::io::Result<KeyPoll> {
-    if !event::poll(TICK)? {
-        return Ok(KeyPoll::Nothing);
-    }
-    let Event::Key(key) = event::read()? else { return Ok(KeyPoll::Nothing) };
-    if key.kind == KeyEventKind::Release {
-        return Ok(KeyPoll::Nothing);
-    }
-    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
-        return Ok(KeyPoll::Interrupt);
-    }
-    Ok(map_key(key.code).map_or(KeyPoll::Nothing, KeyPoll::Key))
-}
-
-fn map_key(code: KeyCode) -> Option<Key> {
-    Some(match code {
-        KeyCode::Char(c) => Key::Char(c),
-        // The view's filter prompt takes backspace as the control character.
-        KeyCode::Backspace => Key::Char('\u{8}'),
-        KeyCode::Esc => Key::Esc,
-        KeyCode::Tab => Key::Tab,
-        KeyCode::BackTab => Key::BackTab,
-        KeyCode::Up => Key::Up,
-        KeyCode::Down => Key::Down,
-        KeyCode::Left => Key::Left,
-        KeyCode::Right => Key::Right,
-        KeyCode::Enter => Key::Enter,
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn intervals_parse_and_bad_ones_say_why() {
-        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_interval("2.5s"), Ok(Duration::from_millis(2500)));
-        assert_eq!(parse_interval("2"), Ok(Duration::from_secs(2)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("fast").unwrap_err().contains("`fast` is not an interval"));
-    }
 
     #[test]
     fn the_reader_thread_sends_snapshots_of_a_fake_tree() {

@@ -2,43 +2,8 @@
 
 use std::io::Write;
 
-use clap::Args;
+use crate::cli::QueueArgs;
 use efatop_experiments::queue::{self, QueueOptions, QueueRow};
-
-#[derive(Debug, Clone, Args)]
-pub struct QueueArgs {
-    /// GPU whose kernel pushes the requests
-    #[arg(long, default_value_t = 0)]
-    pub gpu: usize,
-    /// Producer blocks to try (the kernel's grid)
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 8, 64, 132], value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub blocks: Vec<u32>,
-    /// Producer threads per block to try
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 32, 256], value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub threads: Vec<u32>,
-    /// Requests per shape in the open-loop (requests/s) pass; each producer pushes at least 16
-    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
-    pub requests: u64,
-    /// Requests per shape in the closed-loop (latency) pass; each producer pushes at least 4
-    #[arg(long, default_value_t = 1 << 16, value_parser = clap::value_parser!(u64).range(1..=1 << 28))]
-    pub latency_requests: u64,
-    /// Ring slots (a power of two); producers wait when the consumer is this far behind
-    #[arg(long, default_value_t = 1024, value_parser = parse_slots)]
-    pub slots: u64,
-    /// Seconds without a request before the run is declared hung
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub timeout: u64,
-    /// One JSON object per shape instead of a table
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn parse_slots(text: &str) -> Result<u64, String> {
-    match text.parse::<u64>() {
-        Ok(n) if n.is_power_of_two() && (2..=1 << 20).contains(&n) => Ok(n),
-        _ => Err(format!("`{text}` is not a ring size; use a power of two from 2 to 1048576")),
-    }
-}
 
 pub fn queue(args: &QueueArgs) -> i32 {
     let options = QueueOptions {

@@ -2,28 +2,12 @@
 //! `nvidia-smi topo -m` shows it, plus which NICs and CPUs a rank on each GPU should use.
 
 use std::io::Write;
-use std::path::PathBuf;
 
-use clap::Args;
 use efatop_fabric::{Capabilities, Provider, discover_nics};
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::{FabricNic, GpuChoice, GpuLinkSource, NodeTopology, Placement, TopologyError};
 
-#[derive(Debug, Args)]
-pub struct TopoArgs {
-    /// Read an hwloc XML topology (`lstopo --of xml`, or topology/fixtures/*.xml) instead of this machine's
-    #[arg(long, value_name = "FILE")]
-    pub from_xml: Option<PathBuf>,
-    /// Print the topology as JSON instead of text
-    #[arg(long)]
-    pub json: bool,
-    /// Also show where N local ranks would run: GPU = local rank, the NICs nearest it, its NUMA node's CPUs
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096), conflicts_with = "gpu")]
-    pub ranks: Option<u16>,
-    /// Also show where a rank on this GPU would run
-    #[arg(long, value_name = "INDEX")]
-    pub gpu: Option<usize>,
-}
+use crate::cli::TopoArgs;
 
 /// Runs `efatop topo`; returns the exit code (2 for bad input, after one line on stderr).
 pub fn topo(args: &TopoArgs) -> i32 {

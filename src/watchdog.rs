@@ -19,8 +19,8 @@ use efatop_experiments::telemetry::Phase;
 use efatop_experiments::world::Abort;
 use efatop_ui::liveness::Liveness;
 
-use crate::output::ConsumerEvent;
-use crate::telemetry::CollectorEvent;
+use crate::event::ConsumerEvent;
+use crate::collector::CollectorEvent;
 
 /// How often the watchdog looks at the clock when no telemetry arrives.
 const TICK: Duration = Duration::from_millis(200);
@@ -80,13 +80,13 @@ impl Watchdog {
                 // Still running EXIT_GRACE after the abort: rank 0 is stuck outside the fabric.
                 let reason = options.abort.reason();
                 let kept = options.results.as_ref().map_or_else(String::new, |path| {
-                    match crate::output::record_end(path, Err(&reason)) {
+                    match crate::results_file::record_end(path, Err(&reason)) {
                         Ok(()) => format!("; sizes finished so far are in {}", path.display()),
                         Err(err) => format!("; the results file could not be updated: {err}"),
                     }
                 });
                 if options.dashboard {
-                    crate::dashboard::restore();
+                    crate::term::restore();
                 }
                 eprintln!("efatop: error: {reason} (rank 0 stopped waiting{kept})");
                 std::process::exit(1);
@@ -181,12 +181,12 @@ pub fn end_on_sigterm(dashboard: bool, results: Option<PathBuf>) {
             let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
             if terminate.recv().await.is_some() {
                 let reason = "stopped by SIGTERM (the launcher or mpirun ended the job)";
-                let kept = results.as_ref().map_or_else(String::new, |path| match crate::output::record_end(path, Err(reason)) {
+                let kept = results.as_ref().map_or_else(String::new, |path| match crate::results_file::record_end(path, Err(reason)) {
                     Ok(()) => format!("; sizes finished so far are in {}", path.display()),
                     Err(err) => format!("; {err}"),
                 });
                 if dashboard {
-                    crate::dashboard::restore();
+                    crate::term::restore();
                 }
                 eprintln!("efatop: error: {reason}{kept}");
                 std::process::exit(143);

@@ -13,8 +13,9 @@ use efatop_monitor::Snapshot;
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::Action;
 
-use super::{Failure, KeyPoll, MonitorArgs, TICK, TerminalGuard, build_monitor, next_key, print_line};
-use crate::telemetry::{Collector, CollectorEvent, NodeSender};
+use super::{Failure, MonitorArgs, TICK, build_monitor, print_line};
+use crate::term::{KeyPoll, TerminalGuard, next_key};
+use crate::collector::{Collector, CollectorEvent, NodeSender};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
 const ONCE_GRACE: Duration = Duration::from_secs(30);
@@ -30,7 +31,7 @@ pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, sysfs_root: &Path) -> 
     let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
     let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
     let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
-    let target = crate::telemetry::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
+    let target = crate::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
     let monitor = build_monitor(args, sysfs_root)?;
     let reads = Reads::of(args);
     let sender = NodeSender::connect(target).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
@@ -164,7 +165,7 @@ fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<Collec
             return Ok(());
         }
         terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, &view))?;
-        match next_key()? {
+        match next_key(TICK)? {
             KeyPoll::Nothing => {}
             KeyPoll::Interrupt => return Ok(()),
             KeyPoll::Key(key) => {

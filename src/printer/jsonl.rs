@@ -10,8 +10,8 @@ use efatop_experiments::results::{RunMetadata, RunResults};
 use efatop_experiments::telemetry::RankSample;
 use serde_json::{Value, json};
 
-use crate::output::ConsumerEvent;
-use crate::telemetry::CollectorEvent;
+use crate::event::ConsumerEvent;
+use crate::collector::CollectorEvent;
 
 fn line(kind: &str, data: &Value) {
     let mut stdout = std::io::stdout().lock();

@@ -1,18 +1,14 @@
-//! One rank's run of an experiment, and what rank 0 makes of it: the live dashboard (on a terminal),
-//! JSON lines (`--json`) or plain tables, and the JSON results file (rewritten after every size, so a run
-//! that dies keeps what it measured).
+//! One rank's run of an experiment: its world, pinning and placement, NVML pairs, telemetry wiring and
+//! the results file (rewritten after every size, so a run that dies keeps what it measured). What rank 0
+//! shows of the run is [`session`]'s.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{
-    GpuPairRecord, Measurement, PairMatrix, RankPlacement, RunMetadata, RunResults, RunState, RunStatus,
-};
+use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunState, RunStatus};
 use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
@@ -22,42 +18,17 @@ use efatop_experiments::{
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::NodeTopology;
-use efatop_ui::ingest::Ingest;
 use efatop_ui::liveness::Liveness;
-use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
+use efatop_ui::state::RunInfo;
 
-use crate::telemetry::{Collector, CollectorEvent, SamplerThread};
+use crate::cli::{self, Experiment};
+use crate::collector::{Collector, SamplerThread};
+use crate::event::ConsumerEvent;
+use crate::results_file::{ResultsFile, default_results_path, record_end};
+use crate::printer::Mode;
+use crate::session::{ConsumerOutcome, RankZero};
 use crate::watchdog::{SharedLiveness, WatchdogOptions};
-use crate::{bootstrap, cli, dashboard, jsonl};
-use cli::Experiment;
-
-/// Everything rank 0's consumer (dashboard or JSON printer) is told, in arrival order.
-#[derive(Debug)]
-pub enum ConsumerEvent {
-    /// What the collector decoded since its last batch, in arrival order per rank.
-    Telemetry(Vec<CollectorEvent>),
-    Begin { columns: Vec<String>, memory: String },
-    Step { config: String, size: u64 },
-    Measured(Box<Measurement>),
-    PairMatrix(Box<PairMatrix>),
-    /// A line for the log, told by the experiment while a step runs.
-    Note(String),
-    Finished { error: Option<String> },
-}
-
-impl From<Vec<CollectorEvent>> for ConsumerEvent {
-    fn from(events: Vec<CollectorEvent>) -> Self {
-        Self::Telemetry(events)
-    }
-}
-
-/// How rank 0 shows the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Dashboard,
-    Json,
-    Plain,
-}
+use crate::{bootstrap, printer, session, term};
 
 /// Runs this process's rank; returns its exit code.
 pub fn rank_main(experiment: &Experiment) -> i32 {
@@ -122,7 +93,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
         // The default folder is made on first use; a folder named in --out must exist.
         let file = ResultsFile::create(&path, common.out.is_none(), &early_results(experiment, bootstrap.size()))?;
-        let dashboard = !common.json && !common.no_tui && dashboard::stdout_is_terminal();
+        let dashboard = !common.json && !common.no_tui && term::stdout_is_terminal();
         crate::watchdog::end_on_sigterm(dashboard, Some(path.clone()));
         *results_path = Some(path);
         Some(file)
@@ -246,7 +217,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     }
     let mode = if common.json {
         Mode::Json
-    } else if common.no_tui || !dashboard::stdout_is_terminal() {
+    } else if common.no_tui || !term::stdout_is_terminal() {
         Mode::Plain
     } else {
         Mode::Dashboard
@@ -287,36 +258,17 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
 
     // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
     let stop = Arc::new(AtomicBool::new(false));
-    let consumer: Option<JoinHandle<ConsumerOutcome>> = match mode {
-        Mode::Plain => {
-            print!("{}", efatop_ui::render_header(&results.metadata, &sweep.sizes));
-            let _ = std::io::stdout().flush();
-            None
-        }
-        Mode::Json => {
-            jsonl::print_run(&results.metadata);
-            let lines = jsonl::SampleLines { pairs: matches!(experiment, Experiment::Alltoall(_)) };
-            Some(std::thread::spawn(move || {
-                jsonl::print_events(&events_rx, started, lines);
-                ConsumerOutcome::Done
-            }))
-        }
-        Mode::Dashboard => {
-            let mut state = DashboardState::default();
-            let run_info = run_info(&results, &world, &sweep);
-            let ingest = Ingest::begin(&mut state, run_info, &every_rank_nics, results.clone());
-            for note in &results.metadata.notes {
-                state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
-            }
-            let stop = stop.clone();
-            let liveness = liveness.clone();
-            Some(std::thread::spawn(move || match dashboard::run(&events_rx, state, ingest, &stop, started, &liveness) {
-                Ok(dashboard::Ended::Quit) => ConsumerOutcome::Quit,
-                Ok(dashboard::Ended::Dismissed) => ConsumerOutcome::Done,
-                Err(e) => ConsumerOutcome::Failed(e.to_string()),
-            }))
-        }
-    };
+    let consumer = session::start_consumer(session::ConsumerSetup {
+        mode,
+        metadata: &results.metadata,
+        sizes: &sweep.sizes,
+        dashboard: (mode == Mode::Dashboard).then(|| (run_info(&results, &world, &sweep), every_rank_nics, results.clone())),
+        pairs: matches!(experiment, Experiment::Alltoall(_)),
+        events: events_rx,
+        started,
+        stop: stop.clone(),
+        liveness: liveness.clone(),
+    });
     let mut observer = RankZero {
         events: (mode != Mode::Plain).then(|| events_tx.clone()),
         results,
@@ -357,7 +309,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         Ok(()) => RunStatus { state: RunState::Complete, reason: None },
         Err(err) => RunStatus { state: RunState::Failed, reason: Some(err.to_string()) },
     });
-    print_final(mode, &results, &sweep, outcome.is_ok(), file.as_ref());
+    printer::plain::print_final(mode, &results, &sweep.sizes, outcome.is_ok(), file.as_ref().map(|f| f.path.as_path()));
     if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
     }
@@ -441,28 +393,6 @@ fn gpu_pairs(placements: &[RankPlacement]) -> Vec<GpuPairRecord> {
     pairs
 }
 
-/// Rank 0's last word on stdout: the JSON summary, or the header and table.
-fn print_final(mode: Mode, results: &RunResults, sweep: &SweepOptions, verified: bool, file: Option<&ResultsFile>) {
-    if mode == Mode::Json {
-        jsonl::print_summary(results);
-        return;
-    }
-    if mode == Mode::Dashboard {
-        // The dashboard has left the alternate screen: leave the tables in the scrollback.
-        print!("{}", efatop_ui::render_header(&results.metadata, &sweep.sizes));
-    }
-    if !results.measurements.is_empty() {
-        println!();
-        print!("{}", efatop_ui::render_table(results));
-    }
-    if verified {
-        println!("# every size verified: all bytes received matched the sender's pattern");
-    }
-    if let Some(file) = file {
-        println!("# results written to {}", file.path.display());
-    }
-}
-
 /// This rank's telemetry: rank 0's collector (when a consumer wants samples), every rank's sampler
 /// streaming to it, and every rank's NIC names. The collector address and the NIC names travel in one
 /// bootstrap round.
@@ -502,19 +432,13 @@ impl Telemetry {
             None
         } else {
             let started = crate::netns::at_home(namespaces, || {
-                crate::telemetry::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
+                crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
                     .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, interval))
             });
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
         };
         Ok(Self { collector, sampler, nics })
     }
-}
-
-enum ConsumerOutcome {
-    Done,
-    Quit,
-    Failed(String),
 }
 
 fn run_experiment(
@@ -544,66 +468,6 @@ fn run_experiment(
                 ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu, link_counters };
             ipc::run(world, sweep, &mut options, observer).map(|_| ())
         }
-    }
-}
-
-/// Rank 0's observer: keeps the results (and their file) current and tells the consumer.
-struct RankZero {
-    events: Option<Sender<ConsumerEvent>>,
-    results: RunResults,
-    file: Option<ResultsFile>,
-    save_error: Option<ExperimentError>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Observer for RankZero {
-    fn begin(&mut self, columns: &[String], memory: &str) {
-        // Plain output printed its header before the memory was registered: say how it was (native
-        // dma-buf or virtual address, or staged), which the results file records per configuration.
-        if self.events.is_none() && memory != self.results.metadata.memory {
-            println!("# memory as registered: {memory}");
-        }
-        self.results.configs = columns.to_vec();
-        self.results.metadata.memory = memory.to_string();
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
-        }
-    }
-
-    fn step(&mut self, config: &str, size: u64) {
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::Step { config: config.into(), size });
-        }
-    }
-
-    fn measured(&mut self, measurement: &Measurement) {
-        self.results.measurements.push(measurement.clone());
-        if let Some(file) = &self.file {
-            if let Err(err) = file.save(&self.results) {
-                self.save_error.get_or_insert(err);
-            }
-        }
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::Measured(Box::new(measurement.clone())));
-        }
-    }
-
-    fn pair_matrix(&mut self, matrix: &PairMatrix) {
-        // Saved with the step's measurement, which follows at once.
-        self.results.pair_matrices.push(matrix.clone());
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
-        }
-    }
-
-    fn note(&mut self, line: &str) {
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::Note(line.to_string()));
-        }
-    }
-
-    fn stop_requested(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
     }
 }
 
@@ -688,99 +552,6 @@ fn early_results(experiment: &Experiment, ranks: usize) -> RunResults {
     }
 }
 
-/// Records in the results file at `path` how the run ended: complete, or failed with the reason. The file
-/// is read back (it is valid JSON from its creation) and replaced atomically, so this works from any
-/// thread that knows the path, including the watchdog ending a stuck process.
-pub fn record_end(path: &Path, outcome: Result<(), &str>) -> Result<(), String> {
-    let failed = |e: &dyn std::fmt::Display| format!("cannot record the run's end in {}: {e}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
-    let mut results: RunResults = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
-    // A reason already recorded (the watchdog's, which saw the cause first) is kept.
-    if results.status.as_ref().is_some_and(|status| status.state == RunState::Failed) {
-        return Ok(());
-    }
-    results.status = Some(match outcome {
-        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
-        Err(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.to_string()) },
-    });
-    let json = serde_json::to_vec_pretty(&results).map_err(|e| failed(&e))?;
-    write_atomically(path, "end", &json).map_err(|e| failed(&e))
-}
-
-/// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees
-/// the old file or the new one, never a part of either. Writers that may overlap use different tags.
-fn write_atomically(path: &Path, tag: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let mut staging = path.to_path_buf().into_os_string();
-    staging.push(format!(".{tag}.tmp"));
-    let staging = PathBuf::from(staging);
-    let written = std::fs::write(&staging, bytes).and_then(|()| std::fs::rename(&staging, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&staging);
-    }
-    written
-}
-
-/// The results file, replaced atomically (write to a sibling, rename) after every measurement.
-struct ResultsFile {
-    path: PathBuf,
-}
-
-/// Where a run's results go without `--out`.
-pub const DEFAULT_RESULTS_DIR: &str = "efatop-results";
-
-/// `efatop-results/<experiment>-<UTC date>T<time>Z-<pid>.json`: sortable, and two runs started in the same
-/// second do not overwrite each other.
-fn default_results_path(experiment: &str, now: SystemTime) -> PathBuf {
-    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_date(days);
-    let stamp = format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60
-    );
-    Path::new(DEFAULT_RESULTS_DIR).join(format!("{experiment}-{stamp}-{}.json", std::process::id()))
-}
-
-/// The proleptic Gregorian date of a count of days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_date(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
-impl ResultsFile {
-    /// Creates the file holding `first` (valid JSON from the moment the file exists).
-    fn create(path: &Path, make_folder: bool, first: &RunResults) -> Result<Self, ExperimentError> {
-        if let Some(dir) = path.parent().filter(|d| make_folder && !d.as_os_str().is_empty() && !d.exists()) {
-            std::fs::create_dir_all(dir).map_err(|e| ExperimentError::InvalidInput {
-                flag: "--out",
-                message: format!("cannot create {}: {e}", dir.display()),
-            })?;
-        }
-        let json = serde_json::to_vec_pretty(first).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-        write_atomically(path, "save", &json).map_err(|e| ExperimentError::InvalidInput {
-            flag: "--out",
-            message: format!("cannot write {}: {e}", path.display()),
-        })?;
-        Ok(Self { path: path.to_path_buf() })
-    }
-
-    fn save(&self, results: &RunResults) -> Result<(), ExperimentError> {
-        let failed = |e: &dyn std::fmt::Display| ExperimentError::Bootstrap(format!("saving {}: {e}", self.path.display()));
-        let json = serde_json::to_vec_pretty(results).map_err(|e| failed(&e))?;
-        write_atomically(&self.path, "save", &json).map_err(|e| failed(&e))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use efatop_experiments::results::RankPlacement;
@@ -799,15 +570,5 @@ mod tests {
         if efatop_monitor::NvlinkSurvey::read().is_err() && efatop_topology::NodeTopology::discover().is_ok_and(|t| t.gpus.is_empty()) {
             assert!(super::gpu_pairs(&[on("a", 0, "0000:53:00.0"), on("a", 1, "0000:64:00.0")]).is_empty());
         }
-    }
-
-    #[test]
-    fn default_results_names_sort_by_time_in_utc() {
-        let at = |s: u64| super::default_results_path("write", std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
-        let pid = std::process::id();
-        assert_eq!(at(0), std::path::Path::new("efatop-results").join(format!("write-19700101T000000Z-{pid}.json")));
-        // 2026-11-23 12:38:46 UTC, and a leap day.
-        assert_eq!(at(1_795_437_526).file_name().and_then(|n| n.to_str()), Some(format!("write-20261123T123846Z-{pid}.json").as_str()));
-        assert_eq!(super::civil_date(19_782), (2024, 2, 29));
     }
 }

@@ -1,0 +1,242 @@
+//! Rank 0's dashboard as one fold: [`App::update`] takes one [`Event`] at a time (the run's events on
+//! their one channel, keys, the redraw tick) with the time it happened, and says what the session must do
+//! ([`Effect`]). Pure state changes: nothing here reads a clock, a terminal or a socket, so a test drives
+//! it with scripted samples and keys.
+//!
+//! The data (what the run measured, folded by [`Ingest`]) is kept apart from the view (focus, selection,
+//! overlays, freezing): `p` freezes a copy of the data only, and keys keep acting on the view drawn over it.
+
+use std::time::Duration;
+
+use efatop_experiments::sizes::format_size;
+use efatop_ui::ingest::Ingest;
+use efatop_ui::state::{Action, DashboardState, Key, LogLevel, Panel};
+
+use crate::collector::CollectorEvent;
+use crate::event::ConsumerEvent;
+use crate::watchdog::SharedLiveness;
+
+/// Everything the fold hears.
+#[derive(Debug)]
+pub enum Event {
+    /// From the run's one channel: telemetry frames (through the collector) and the experiment's events.
+    Run(ConsumerEvent),
+    /// Every sender of the run's channel is gone: the run is over.
+    RunGone,
+    Key(Key),
+    /// Ctrl-C on the dashboard (raw mode delivers it as a key): quit, as `q` does.
+    Interrupt,
+    /// The redraw tick: the liveness clock moves on.
+    Tick,
+}
+
+/// What the session must do after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Ask every rank to stop after the round in progress (the user quit mid-run).
+    StopRun,
+    /// Leave the dashboard.
+    Exit(Ended),
+}
+
+/// How the dashboard ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The run finished and the user dismissed the final view.
+    Dismissed,
+    /// The user quit while the run was going on.
+    Quit,
+}
+
+/// What the user looks at, apart from what is there to see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
+struct View {
+    frozen: bool,
+    show_help: bool,
+    show_topology: bool,
+    focus: Panel,
+    selected_rank: usize,
+    selected_channel: usize,
+}
+
+impl View {
+    fn of(state: &DashboardState) -> Self {
+        Self {
+            frozen: state.frozen,
+            show_help: state.show_help,
+            show_topology: state.show_topology,
+            focus: state.focus,
+            selected_rank: state.selected_rank,
+            selected_channel: state.selected_channel,
+        }
+    }
+
+    fn apply(self, state: &mut DashboardState) {
+        state.frozen = self.frozen;
+        state.show_help = self.show_help;
+        state.show_topology = self.show_topology;
+        state.focus = self.focus;
+        state.selected_rank = self.selected_rank;
+        state.selected_channel = self.selected_channel;
+    }
+}
+
+pub struct App {
+    /// The run's data as it stands (its view fields are not read: [`View`] holds those).
+    data: DashboardState,
+    /// `p`: the data as it stood when frozen.
+    frozen: Option<Box<DashboardState>>,
+    view: View,
+    ingest: Ingest,
+    /// Rank 0's one liveness clock, kept by the watchdog, read here on every tick.
+    liveness: SharedLiveness,
+    quit_requested: bool,
+}
+
+impl App {
+    /// `state` as [`Ingest::begin`] set it up for the run.
+    pub fn new(state: DashboardState, ingest: Ingest, liveness: SharedLiveness) -> Self {
+        let view = View::of(&state);
+        Self { data: state, frozen: None, view, ingest, liveness, quit_requested: false }
+    }
+
+    /// Folds one event that happened at `now` (time since the run started).
+    pub fn update(&mut self, event: Event, now: Duration) -> Vec<Effect> {
+        match event {
+            Event::Run(event) => {
+                self.apply(event, now);
+                Vec::new()
+            }
+            Event::RunGone => {
+                self.data.finished = true;
+                self.after_run_event()
+            }
+            Event::Tick => {
+                if !self.data.finished {
+                    self.ingest.tick(&mut self.data, now, &self.liveness.lock());
+                }
+                self.after_run_event()
+            }
+            Event::Interrupt => self.quit(now),
+            Event::Key(key) => {
+                let action = {
+                    let shown = self.shown_mut();
+                    let action = efatop_ui::dashboard::handle_key(shown, key);
+                    let view = View::of(shown);
+                    self.view = view;
+                    action
+                };
+                match (action, self.view.frozen, self.frozen.is_some()) {
+                    (Action::Quit, ..) => return self.quit(now),
+                    // Frozen: a copy of the data stays on screen while the live data goes on.
+                    (_, true, false) => self.frozen = Some(Box::new(self.data.clone())),
+                    (_, false, true) => self.frozen = None,
+                    _ => {}
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// The state to draw: the live or frozen data under the current view.
+    pub fn shown(&mut self) -> &DashboardState {
+        self.shown_mut()
+    }
+
+    fn shown_mut(&mut self) -> &mut DashboardState {
+        let finished = self.data.finished;
+        let view = self.view;
+        let shown = match &mut self.frozen {
+            Some(frozen) => {
+                // A run that ends while frozen says so.
+                frozen.finished = finished;
+                &mut **frozen
+            }
+            None => &mut self.data,
+        };
+        view.apply(shown);
+        shown
+    }
+
+    /// Once the run has ended, a quit asked for earlier leaves.
+    fn after_run_event(&self) -> Vec<Effect> {
+        if self.data.finished && self.quit_requested {
+            vec![Effect::Exit(Ended::Quit)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn quit(&mut self, now: Duration) -> Vec<Effect> {
+        if self.data.finished {
+            return vec![Effect::Exit(Ended::Dismissed)];
+        }
+        if self.quit_requested {
+            return Vec::new();
+        }
+        self.quit_requested = true;
+        self.data.push_log(now, LogLevel::Warn, "stopping: every rank ends after the round in progress");
+        vec![Effect::StopRun]
+    }
+
+    fn apply_telemetry(&mut self, event: CollectorEvent, now: Duration) {
+        let state = &mut self.data;
+        match event {
+            CollectorEvent::Sample(sample) => self.ingest.sample(state, &sample, now),
+            // Only `efatop monitor` sends node snapshots; a benchmark's ranks never do. Phases reach the rank
+            // table through the liveness clock, which the watchdog keeps.
+            CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
+            CollectorEvent::Malformed { from, reason } => {
+                state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
+            }
+            CollectorEvent::Closed { rank: Some(rank), .. } => {
+                let finished = state.progress.done >= state.progress.total;
+                Ingest::closed(state, rank as usize, finished);
+                if !finished {
+                    state.push_log(now, LogLevel::Error, format!("rank {rank}: telemetry connection closed mid-run"));
+                }
+            }
+            CollectorEvent::Closed { rank: None, from } => {
+                state.push_log(now, LogLevel::Warn, format!("telemetry connection from {from} closed before its first sample"));
+            }
+        }
+    }
+
+    fn apply(&mut self, event: ConsumerEvent, now: Duration) {
+        match event {
+            ConsumerEvent::Telemetry(events) => {
+                for event in events {
+                    self.apply_telemetry(event, now);
+                }
+            }
+            ConsumerEvent::Begin { columns, memory } => {
+                let state = &mut self.data;
+                if let Some(results) = &mut state.results {
+                    results.configs.clone_from(&columns);
+                }
+                state.run.configs = columns;
+                state.run.memory.clone_from(&memory);
+                if memory.contains("staged") {
+                    state.push_log(now, LogLevel::Warn, "GPU memory staged through pinned host memory (the provider cannot register it, or --staged)");
+                }
+            }
+            ConsumerEvent::Step { config, size } => Ingest::step(&mut self.data, &config, size),
+            // The heatmap follows the live samples; the final matrices go to the results file and JSON.
+            ConsumerEvent::PairMatrix(_) => {}
+            ConsumerEvent::Note(line) => self.data.push_log(now, LogLevel::Info, line),
+            ConsumerEvent::Measured(measurement) => {
+                let line = format!("{} {}: {:.2} Gbps, data verified", measurement.config, format_size(measurement.size), measurement.gbps);
+                Ingest::measured(&mut self.data, &measurement, now);
+                self.data.push_log(now, LogLevel::Info, line);
+            }
+            ConsumerEvent::Finished { error } => {
+                self.data.finished = true;
+                match error {
+                    Some(text) => self.data.push_log(now, LogLevel::Error, text),
+                    None => self.data.push_log(now, LogLevel::Info, "run complete: press any key"),
+                }
+            }
+        }
+    }
+}

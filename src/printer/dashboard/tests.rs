@@ -1,0 +1,270 @@
+//! Scripted sessions: the dashboard's session loop on `TestBackend`, driven by scripted samples, run
+//! events, keys and times, asserted on the rendered screen. (tmux, in `tests/tmux.rs`, stays the
+//! end-to-end test on a real terminal.)
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+use efatop_experiments::results::{LatencySummary, Measurement, RunResults};
+use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, RankSample};
+use efatop_ui::ingest::Ingest;
+use efatop_ui::liveness::Liveness;
+use efatop_ui::state::{DashboardState, Key, RunInfo};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+use super::{frame, run_on};
+use crate::app::{App, Ended};
+use crate::collector::CollectorEvent;
+use crate::event::ConsumerEvent;
+use crate::term::KeyPoll;
+use crate::watchdog::SharedLiveness;
+
+const INTERVAL: Duration = Duration::from_millis(100);
+const HANG_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A two-rank `write` run on one host, as rank 0's session starts it, with its channel and clock.
+struct Session {
+    terminal: Terminal<TestBackend>,
+    app: App,
+    events: Receiver<ConsumerEvent>,
+    send: Option<Sender<ConsumerEvent>>,
+    /// The watchdog's part: it keeps the liveness clock the dashboard reads.
+    liveness: SharedLiveness,
+    stop: AtomicBool,
+}
+
+fn run_info() -> RunInfo {
+    RunInfo {
+        experiment: "write".into(),
+        provider_stack: "shm".into(),
+        ranks: 2,
+        hosts: vec!["hosta".into(), "hosta".into()],
+        channels: 1,
+        link_gbps: Some(100.0),
+        memory: "host".into(),
+        configs: vec!["SinglePin".into()],
+        sizes: vec![4096, 8192],
+        placements: Vec::new(),
+    }
+}
+
+impl Session {
+    fn start() -> Self {
+        let mut state = DashboardState::default();
+        let results = RunResults { configs: vec!["SinglePin".into()], ..RunResults::default() };
+        let nics = vec![vec!["shm0".to_string()], vec!["shm1".to_string()]];
+        let ingest = Ingest::begin(&mut state, run_info(), &nics, results);
+        let liveness = SharedLiveness::new(Liveness::new(2, INTERVAL, HANG_TIMEOUT));
+        let (send, events) = mpsc::channel();
+        Self {
+            terminal: Terminal::new(TestBackend::new(120, 40)).expect("terminal"),
+            app: App::new(state, ingest, liveness.clone()),
+            events,
+            send: Some(send),
+            liveness,
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    fn send(&self, event: ConsumerEvent) {
+        self.send.as_ref().expect("the run is going on").send(event).expect("the session listens");
+    }
+
+    /// Rank `rank` says it moved `gbps` over its channel in the last interval, heard at `at`.
+    fn sample(&self, rank: u32, seq: u64, gbps: f64, at: Duration) {
+        let interval_ns = INTERVAL.as_nanos() as u64;
+        let bytes = (gbps * 1e9 / 8.0 * INTERVAL.as_secs_f64()) as u64;
+        let latency = IntervalHistogram { buckets: vec![(12, 40)] };
+        let channel = ChannelSample { channel: 0, bytes, ops: 40, in_flight: 4, latency };
+        let sample = RankSample { rank, seq, interval_ns, channels: vec![channel], ..RankSample::default() };
+        self.liveness.lock().heard(rank as usize, at);
+        self.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(sample))]));
+    }
+
+    fn frame(&mut self, at: Duration) -> Option<Ended> {
+        frame(&mut self.terminal, &mut self.app, &self.events, &self.stop, at).expect("drawn")
+    }
+
+    fn key(&mut self, key: Key, at: Duration) -> Option<Ended> {
+        let effects = self.app.update(crate::app::Event::Key(key), at);
+        super::perform(&effects, &self.stop)
+    }
+
+    fn screen(&self) -> String {
+        let buffer = self.terminal.backend().buffer();
+        let width = buffer.area.width as usize;
+        buffer.content().chunks(width).map(|row| row.iter().map(ratatui::buffer::Cell::symbol).collect::<String>() + "\n").collect()
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+fn measurement(size: u64, gbps: f64) -> Measurement {
+    Measurement {
+        config: "SinglePin".into(),
+        size,
+        count: size / 4,
+        gbps,
+        busbw_percent: Some(gbps),
+        nccl_busbw_gbps: None,
+        latency: LatencySummary { mean_us: 3.0, p50_us: 2.5, p99_us: 7.5, max_us: 9.0 },
+        iterations: 10,
+        pairs: Vec::new(),
+        verified: true,
+        registration: Some("host".into()),
+    }
+}
+
+/// The screen row that holds `needle`.
+fn row<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen.lines().find(|line| line.contains(needle)).unwrap_or_else(|| panic!("`{needle}` not on screen:\n{screen}"))
+}
+
+/// Both ranks speak every interval from `from` (in intervals) for `count` intervals, a frame each.
+fn speak(session: &mut Session, ranks: &[u32], from: u64, count: u64, gbps: f64) {
+    for seq in from..from + count {
+        for rank in ranks {
+            session.sample(*rank, seq, gbps, ms(seq * 100));
+        }
+        assert_eq!(session.frame(ms(seq * 100)), None);
+    }
+}
+
+#[test]
+fn a_runs_samples_fill_the_gauges() {
+    let mut session = Session::start();
+    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    session.frame(ms(0));
+    let before = session.screen();
+    assert!(row(&before, "r1 c0 shm1").contains("0.0 Gbps"), "{before}");
+    assert!(row(&before, "SinglePin 4K").contains("0/2"), "{before}");
+    speak(&mut session, &[0, 1], 0, 10, 40.0);
+    let screen = session.screen();
+    for gauge in ["r0 c0 shm0", "r1 c0 shm1"] {
+        let line = row(&screen, gauge);
+        assert!(line.contains("40.0 Gbps") && line.contains("400 op/s") && line.contains("4 in flight"), "{line}");
+        // 40 of 100 Gbps: a bar, partly filled.
+        assert!(line.contains("━━━━━━━━━━") && line.contains("──────────"), "{line}");
+    }
+    assert!(screen.contains("history: 10 samples"), "{screen}");
+    assert!(row(&screen, "alive").contains("40.0"), "{screen}");
+}
+
+#[test]
+fn a_rank_going_silent_is_shown_slow_then_lost() {
+    let mut session = Session::start();
+    speak(&mut session, &[0, 1], 0, 10, 40.0);
+    assert!(row(&session.screen(), "     1  hosta").contains("alive"));
+    // From 1 s on only rank 0 speaks; rank 1's last word was at 0.9 s.
+    speak(&mut session, &[0], 10, 20, 40.0);
+    assert!(row(&session.screen(), "     1  hosta").contains("alive"), "silent 2 s is not yet slow");
+    speak(&mut session, &[0], 30, 6, 40.0);
+    let screen = session.screen();
+    assert!(row(&screen, "     1  hosta").contains("slow"), "{screen}");
+    assert!(row(&screen, "rank 1 (hosta) slow: silent for").contains("info"), "{screen}");
+    // Past --hang-timeout (3 s): lost, and said once in red.
+    speak(&mut session, &[0], 36, 10, 40.0);
+    let screen = session.screen();
+    assert!(row(&screen, "     1  hosta").contains("LOST"), "{screen}");
+    assert!(row(&screen, "rank 1 (hosta) hung: silent for").contains("ERROR"), "{screen}");
+    assert!(row(&screen, "    0  hosta").contains("alive"), "{screen}");
+    assert_eq!(screen.matches("hung: silent for").count(), 1, "{screen}");
+}
+
+#[test]
+fn freezing_keeps_the_data_still_while_the_run_goes_on() {
+    let mut session = Session::start();
+    speak(&mut session, &[0, 1], 0, 10, 40.0);
+    assert_eq!(session.key(Key::Char('p'), ms(1000)), None);
+    speak(&mut session, &[0, 1], 10, 10, 90.0);
+    let frozen = session.screen();
+    assert!(row(&frozen, "SinglePin").contains("FROZEN") || frozen.contains("FROZEN"), "{frozen}");
+    assert!(row(&frozen, "r0 c0 shm0").contains("40.0 Gbps"), "the data moved while frozen:\n{frozen}");
+    assert!(frozen.contains("history: 10 samples"), "{frozen}");
+    // Keys still act on what is drawn: the selection moves over the frozen data.
+    session.key(Key::Down, ms(2000));
+    session.frame(ms(2000));
+    let moved = session.screen();
+    assert!(row(&moved, "r1 c0 shm1").contains('▶'), "{moved}");
+    assert!(row(&moved, "r1 c0 shm1").contains("40.0 Gbps"), "{moved}");
+    // Unfrozen: the live data, which went on meanwhile, with the selection kept.
+    session.key(Key::Char('p'), ms(2000));
+    session.frame(ms(2000));
+    let live = session.screen();
+    assert!(!live.contains("FROZEN"), "{live}");
+    assert!(row(&live, "r1 c0 shm1").contains("90.0 Gbps") && row(&live, "r1 c0 shm1").contains('▶'), "{live}");
+    assert!(live.contains("history: 20 samples"), "{live}");
+}
+
+#[test]
+fn the_final_tables_fill_in_when_the_run_ends_and_any_key_leaves() {
+    let mut session = Session::start();
+    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    speak(&mut session, &[0, 1], 0, 5, 40.0);
+    session.send(ConsumerEvent::Measured(Box::new(measurement(4096, 38.5))));
+    session.frame(ms(600));
+    let half = session.screen();
+    assert!(row(&half, "   4K   1024").contains("38.50"), "{half}");
+    assert!(row(&half, "   8K   2048").contains('-'), "{half}");
+    assert!(row(&half, "1/2").contains("50%"), "{half}");
+    session.send(ConsumerEvent::Measured(Box::new(measurement(8192, 39.5))));
+    session.send(ConsumerEvent::Finished { error: None });
+    session.send = None;
+    assert_eq!(session.frame(ms(700)), None);
+    let done = session.screen();
+    assert!(row(&done, "   8K   2048").contains("39.50") && row(&done, "   8K   2048").contains("7.50"), "{done}");
+    assert!(row(&done, "finished").contains("2/2 100%"), "{done}");
+    assert!(done.contains("run complete: press any key"), "{done}");
+    assert!(done.contains("SinglePin 8K: 39.50 Gbps, data verified"), "{done}");
+    assert!(!session.stop.load(Ordering::Relaxed));
+    assert_eq!(session.key(Key::Char('x'), ms(800)), Some(Ended::Dismissed));
+}
+
+#[test]
+fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
+    let mut session = Session::start();
+    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    speak(&mut session, &[0, 1], 0, 3, 40.0);
+    // The session loop itself, with scripted keys: `q`, then nothing while the ranks finish their round;
+    // the run then ends (the experiment returns `Stopped`) and the channel closes.
+    let send = session.send.take().expect("sender");
+    let mut script = vec![KeyPoll::Key(Key::Char('q')), KeyPoll::Nothing, KeyPoll::Key(Key::Char('q')), KeyPoll::Nothing].into_iter();
+    let mut tick = 300;
+    let mut calls = 0;
+    let stop = &session.stop;
+    let mut after_q = Vec::new();
+    let ended = run_on(
+        &mut session.terminal,
+        &mut session.app,
+        &session.events,
+        stop,
+        || {
+            tick += 50;
+            ms(tick)
+        },
+        || {
+            calls += 1;
+            after_q.push(stop.load(Ordering::Relaxed));
+            if let Some(key) = script.next() {
+                Ok(key)
+            } else {
+                // Every rank has stopped: rank 0's experiment ends with `Stopped` (exit code 130).
+                let _ = send.send(ConsumerEvent::Finished { error: Some("stopped: q pressed".into()) });
+                Ok(KeyPoll::Nothing)
+            }
+        },
+    )
+    .expect("session");
+    assert_eq!(ended, Ended::Quit);
+    assert!(!after_q[0], "nothing stopped before q");
+    assert!(after_q[1..].iter().all(|s| *s), "q raised the stop: {after_q:?}");
+    assert!(calls > 4);
+    assert!(session.stop.load(Ordering::Relaxed));
+    assert_eq!(efatop_experiments::ExperimentError::Stopped.exit_code(), 130);
+    let screen = session.screen();
+    assert_eq!(screen.matches("stopping: every rank ends after the round in progress").count(), 1, "{screen}");
+}

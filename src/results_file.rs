@@ -1,0 +1,102 @@
+//! The run's JSON results file: valid JSON from the moment it exists, replaced atomically after every
+//! measurement, and told how the run ended by whichever thread sees the end first.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use efatop_experiments::ExperimentError;
+use efatop_experiments::results::{RunResults, RunState, RunStatus};
+use time::OffsetDateTime;
+
+/// Records in the results file at `path` how the run ended: complete, or failed with the reason. The file
+/// is read back (it is valid JSON from its creation) and replaced atomically, so this works from any
+/// thread that knows the path, including the watchdog ending a stuck process.
+pub fn record_end(path: &Path, outcome: Result<(), &str>) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("cannot record the run's end in {}: {e}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
+    let mut results: RunResults = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
+    // A reason already recorded (the watchdog's, which saw the cause first) is kept.
+    if results.status.as_ref().is_some_and(|status| status.state == RunState::Failed) {
+        return Ok(());
+    }
+    results.status = Some(match outcome {
+        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
+        Err(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.to_string()) },
+    });
+    let json = serde_json::to_vec_pretty(&results).map_err(|e| failed(&e))?;
+    write_atomically(path, "end", &json).map_err(|e| failed(&e))
+}
+
+/// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees
+/// the old file or the new one, never a part of either. Writers that may overlap use different tags.
+fn write_atomically(path: &Path, tag: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let mut staging = path.to_path_buf().into_os_string();
+    staging.push(format!(".{tag}.tmp"));
+    let staging = PathBuf::from(staging);
+    let written = std::fs::write(&staging, bytes).and_then(|()| std::fs::rename(&staging, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&staging);
+    }
+    written
+}
+
+/// The results file, replaced atomically (write to a sibling, rename) after every measurement.
+pub struct ResultsFile {
+    pub path: PathBuf,
+}
+
+/// Where a run's results go without `--out`.
+pub const DEFAULT_RESULTS_DIR: &str = "efatop-results";
+
+/// `efatop-results/<experiment>-<UTC date>T<time>Z-<pid>.json`: sortable, and two runs started in the same
+/// second do not overwrite each other.
+pub fn default_results_path(experiment: &str, now: SystemTime) -> PathBuf {
+    let at = OffsetDateTime::from(now);
+    let stamp = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    Path::new(DEFAULT_RESULTS_DIR).join(format!("{experiment}-{stamp}-{}.json", std::process::id()))
+}
+
+impl ResultsFile {
+    /// Creates the file holding `first` (valid JSON from the moment the file exists).
+    pub fn create(path: &Path, make_folder: bool, first: &RunResults) -> Result<Self, ExperimentError> {
+        if let Some(dir) = path.parent().filter(|d| make_folder && !d.as_os_str().is_empty() && !d.exists()) {
+            std::fs::create_dir_all(dir).map_err(|e| ExperimentError::InvalidInput {
+                flag: "--out",
+                message: format!("cannot create {}: {e}", dir.display()),
+            })?;
+        }
+        let json = serde_json::to_vec_pretty(first).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
+        write_atomically(path, "save", &json).map_err(|e| ExperimentError::InvalidInput {
+            flag: "--out",
+            message: format!("cannot write {}: {e}", path.display()),
+        })?;
+        Ok(Self { path: path.to_path_buf() })
+    }
+
+    pub fn save(&self, results: &RunResults) -> Result<(), ExperimentError> {
+        let failed = |e: &dyn std::fmt::Display| ExperimentError::Bootstrap(format!("saving {}: {e}", self.path.display()));
+        let json = serde_json::to_vec_pretty(results).map_err(|e| failed(&e))?;
+        write_atomically(&self.path, "save", &json).map_err(|e| failed(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_results_names_sort_by_time_in_utc() {
+        let at = |s: u64| super::default_results_path("write", std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        let pid = std::process::id();
+        assert_eq!(at(0), std::path::Path::new("efatop-results").join(format!("write-19700101T000000Z-{pid}.json")));
+        // 2026-11-23 12:38:46 UTC, and a leap day (2024-02-29, day 19 782 since 1970).
+        assert_eq!(at(1_795_437_526).file_name().and_then(|n| n.to_str()), Some(format!("write-20261123T123846Z-{pid}.json").as_str()));
+        assert_eq!(at(19_782 * 86_400 + 1).file_name().and_then(|n| n.to_str()), Some(format!("write-20240229T000001Z-{pid}.json").as_str()));
+    }
+}

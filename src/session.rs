@@ -1,0 +1,134 @@
+//! Rank 0's session: the consumer of the run's events for the chosen printer (dashboard, JSON lines or
+//! plain), and the observer through which the experiment tells it (and the results file) what it measured.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use efatop_experiments::results::{Measurement, PairMatrix, RunMetadata, RunResults};
+use efatop_experiments::{ExperimentError, Observer};
+use efatop_ui::ingest::Ingest;
+use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
+
+use crate::app::{App, Ended};
+use crate::event::ConsumerEvent;
+use crate::printer::{Mode, dashboard, jsonl, plain};
+use crate::results_file::ResultsFile;
+use crate::watchdog::SharedLiveness;
+
+/// How rank 0's consumer ended.
+pub enum ConsumerOutcome {
+    Done,
+    Quit,
+    Failed(String),
+}
+
+/// What rank 0's consumer starts from.
+pub struct ConsumerSetup<'a> {
+    pub mode: Mode,
+    pub metadata: &'a RunMetadata,
+    pub sizes: &'a [u64],
+    /// The dashboard's run, every rank's NIC names and the results so far (the dashboard only).
+    pub dashboard: Option<(RunInfo, Vec<Vec<String>>, RunResults)>,
+    /// JSON lines per (sender, receiver) pair too: all-to-all runs.
+    pub pairs: bool,
+    pub events: Receiver<ConsumerEvent>,
+    pub started: Instant,
+    /// Raised when the user asks to quit.
+    pub stop: Arc<AtomicBool>,
+    pub liveness: SharedLiveness,
+}
+
+/// Starts the consumer for `setup.mode`: plain output prints its header here and needs no thread.
+pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<JoinHandle<ConsumerOutcome>> {
+    let ConsumerSetup { mode, metadata, sizes, dashboard, pairs, events, started, stop, liveness } = setup;
+    match (mode, dashboard) {
+        (Mode::Json, _) => {
+            jsonl::print_run(metadata);
+            let lines = jsonl::SampleLines { pairs };
+            Some(std::thread::spawn(move || {
+                jsonl::print_events(&events, started, lines);
+                ConsumerOutcome::Done
+            }))
+        }
+        (Mode::Dashboard, Some((run_info, nics, results))) => {
+            let mut state = DashboardState::default();
+            let ingest = Ingest::begin(&mut state, run_info, &nics, results);
+            for note in &metadata.notes {
+                state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
+            }
+            let app = App::new(state, ingest, liveness);
+            Some(std::thread::spawn(move || match dashboard::run(&events, app, &stop, started) {
+                Ok(Ended::Quit) => ConsumerOutcome::Quit,
+                Ok(Ended::Dismissed) => ConsumerOutcome::Done,
+                Err(e) => ConsumerOutcome::Failed(e.to_string()),
+            }))
+        }
+        (Mode::Plain | Mode::Dashboard, _) => {
+            plain::print_header(metadata, sizes);
+            None
+        }
+    }
+}
+
+/// Rank 0's observer: keeps the results (and their file) current and tells the consumer.
+pub struct RankZero {
+    pub events: Option<Sender<ConsumerEvent>>,
+    pub results: RunResults,
+    pub file: Option<ResultsFile>,
+    pub save_error: Option<ExperimentError>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Observer for RankZero {
+    fn begin(&mut self, columns: &[String], memory: &str) {
+        // Plain output printed its header before the memory was registered: say how it was (native
+        // dma-buf or virtual address, or staged), which the results file records per configuration.
+        if self.events.is_none() && memory != self.results.metadata.memory {
+            println!("# memory as registered: {memory}");
+        }
+        self.results.configs = columns.to_vec();
+        self.results.metadata.memory = memory.to_string();
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
+        }
+    }
+
+    fn step(&mut self, config: &str, size: u64) {
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Step { config: config.into(), size });
+        }
+    }
+
+    fn measured(&mut self, measurement: &Measurement) {
+        self.results.measurements.push(measurement.clone());
+        if let Some(file) = &self.file {
+            if let Err(err) = file.save(&self.results) {
+                self.save_error.get_or_insert(err);
+            }
+        }
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Measured(Box::new(measurement.clone())));
+        }
+    }
+
+    fn pair_matrix(&mut self, matrix: &PairMatrix) {
+        // Saved with the step's measurement, which follows at once.
+        self.results.pair_matrices.push(matrix.clone());
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
+        }
+    }
+
+    fn note(&mut self, line: &str) {
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Note(line.to_string()));
+        }
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
