@@ -41,16 +41,7 @@ impl Bootstrap for MpiBootstrap {
         let len = i32::try_from(data.len()).map_err(|_| ExperimentError::Bootstrap("record over 2 GiB".into()))?;
         let mut lengths = vec![0i32; size];
         mpi::request::scope(|scope| {
-            let mut request = self.world.immediate_all_gather_into(scope, &len, &mut lengths[..]);
-            loop {
-                match request.test() {
-                    Ok(_) => break,
-                    Err(pending) => {
-                        request = pending;
-                        idle();
-                    }
-                }
-            }
+            complete_while(self.world.immediate_all_gather_into(scope, &len, &mut lengths[..]), idle);
         });
         let displacements: Vec<i32> = lengths
             .iter()
@@ -69,16 +60,7 @@ impl Bootstrap for MpiBootstrap {
         {
             let mut partition = PartitionMut::new(&mut gathered[..], &lengths[..], &displacements[..]);
             mpi::request::scope(|scope| {
-                let mut request = self.world.immediate_all_gather_varcount_into(scope, data, &mut partition);
-                loop {
-                    match request.test() {
-                        Ok(_) => break,
-                        Err(pending) => {
-                            request = pending;
-                            idle();
-                        }
-                    }
-                }
+                complete_while(self.world.immediate_all_gather_varcount_into(scope, data, &mut partition), idle);
             });
         }
         Ok(lengths
@@ -91,5 +73,18 @@ impl Bootstrap for MpiBootstrap {
     fn barrier(&self) -> Result<(), ExperimentError> {
         self.world.barrier();
         Ok(())
+    }
+}
+
+/// Tests `request` until it completes, calling `idle` between tests.
+fn complete_while<'a, D: ?Sized, S: mpi::request::Scope<'a>>(mut request: mpi::request::Request<'a, D, S>, idle: &mut dyn FnMut()) {
+    loop {
+        match request.test() {
+            Ok(_) => return,
+            Err(pending) => {
+                request = pending;
+                idle();
+            }
+        }
     }
 }
