@@ -80,21 +80,31 @@ impl Bootstrap for LocalBootstrap {
     }
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
-        self.allgather_while(data, &mut || {})
+        self.round(data, None)
     }
 
     /// Sends this rank's frame, then calls `idle` until the launcher's answer starts to arrive (the socket
     /// polled without blocking), and reads the answer whole: a rank on a manual-progress provider keeps
     /// reading its completion queues while the others catch up.
     fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        self.round(data, Some(idle))
+    }
+}
+
+impl LocalBootstrap {
+    /// One allgather round: this rank's frame out, everyone's back. With `idle`, the wait for the answer
+    /// polls the socket and calls it between polls; without, it blocks in the read (sleeping, not spinning).
+    fn round(&self, data: &[u8], idle: Option<&mut dyn FnMut()>) -> Result<Vec<Vec<u8>>, ExperimentError> {
         let lost = |e: std::io::Error| {
             ExperimentError::Bootstrap(format!("lost the launcher's rendezvous ({e}): another rank has failed"))
         };
         let mut guard = self.stream.lock().map_err(|_| ExperimentError::Bootstrap("poisoned".into()))?;
         let (reader, writer) = &mut *guard;
         write_frame(writer, data).and_then(|()| writer.flush()).map_err(lost)?;
-        if reader.buffer().is_empty() {
-            wait_readable(reader.get_ref(), idle).map_err(lost)?;
+        if let Some(idle) = idle {
+            if reader.buffer().is_empty() {
+                wait_readable(reader.get_ref(), idle).map_err(lost)?;
+            }
         }
         let count = read_u32(reader).map_err(lost)? as usize;
         if count != self.size {

@@ -31,17 +31,32 @@ impl Bootstrap for MpiBootstrap {
     }
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, ExperimentError> {
-        self.allgather_while(data, &mut || {})
+        self.gather(data, None)
     }
 
     /// Non-blocking collectives (`MPI_Iallgather`/`MPI_Iallgatherv`) tested in a loop that calls `idle`
     /// between tests, so a rank on a manual-progress provider keeps reading its completion queues.
     fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
+        self.gather(data, Some(idle))
+    }
+
+    fn barrier(&self) -> Result<(), ExperimentError> {
+        self.world.barrier();
+        Ok(())
+    }
+}
+
+impl MpiBootstrap {
+    /// Variable-length allgather in two collectives (lengths, then records). With `idle`: non-blocking
+    /// collectives (`MPI_Iallgather`/`MPI_Iallgatherv`) tested in a loop that calls it between tests, so a
+    /// rank on a manual-progress provider keeps reading its completion queues; without, the plain
+    /// blocking ones.
+    fn gather(&self, data: &[u8], mut idle: Option<&mut dyn FnMut()>) -> Result<Vec<Vec<u8>>, ExperimentError> {
         let size = self.size();
         let len = i32::try_from(data.len()).map_err(|_| ExperimentError::Bootstrap("record over 2 GiB".into()))?;
         let mut lengths = vec![0i32; size];
         mpi::request::scope(|scope| {
-            complete_while(self.world.immediate_all_gather_into(scope, &len, &mut lengths[..]), idle);
+            complete_while(self.world.immediate_all_gather_into(scope, &len, &mut lengths[..]), &mut idle);
         });
         let displacements: Vec<i32> = lengths
             .iter()
@@ -60,7 +75,7 @@ impl Bootstrap for MpiBootstrap {
         {
             let mut partition = PartitionMut::new(&mut gathered[..], &lengths[..], &displacements[..]);
             mpi::request::scope(|scope| {
-                complete_while(self.world.immediate_all_gather_varcount_into(scope, data, &mut partition), idle);
+                complete_while(self.world.immediate_all_gather_varcount_into(scope, data, &mut partition), &mut idle);
             });
         }
         Ok(lengths
@@ -69,15 +84,18 @@ impl Bootstrap for MpiBootstrap {
             .map(|(len, start)| gathered[*start as usize..(*start + *len) as usize].to_vec())
             .collect())
     }
-
-    fn barrier(&self) -> Result<(), ExperimentError> {
-        self.world.barrier();
-        Ok(())
-    }
 }
 
 /// Tests `request` until it completes, calling `idle` between tests.
-fn complete_while<'a, D: ?Sized, S: mpi::request::Scope<'a>>(mut request: mpi::request::Request<'a, D, S>, idle: &mut dyn FnMut()) {
+/// Without `idle`, waits for it (blocking, as MPI's blocking collectives do).
+fn complete_while<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
+    mut request: mpi::request::Request<'a, D, S>,
+    idle: &mut Option<&mut dyn FnMut()>,
+) {
+    let Some(idle) = idle else {
+        request.wait_without_status();
+        return;
+    };
     loop {
         match request.test() {
             Ok(_) => return,
