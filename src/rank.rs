@@ -296,9 +296,24 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     if let Some(sampler) = sampler {
         sampler.finish();
     }
-    // Let the last samples drain through the collector before the consumer is told the run is over.
-    std::thread::sleep(if collector.is_some() { common.interval.min(Duration::from_millis(200)) } else { Duration::ZERO });
-    let _ = events_tx.send(ConsumerEvent::Finished { error: outcome.as_ref().err().map(ToString::to_string) });
+    let finished = ConsumerEvent::Finished { error: outcome.as_ref().err().map(ToString::to_string) };
+    match &watchdog {
+        Some(watchdog) => {
+            // The last samples drain through the collector before the consumer is told the run is over: each
+            // rank closes its telemetry after its last sample, so once the collector has said every rank
+            // closed, nothing is left in flight. `Finished` then follows them down the same channel. A rank
+            // that never closes (hung, or its host gone) is waited for only so long.
+            let limit = if outcome.is_ok() { DRAIN_LIMIT } else { common.interval.min(Duration::from_millis(200)) };
+            let until = Instant::now() + limit;
+            while !every_rank_closed(&liveness) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = watchdog.events.send(finished);
+        }
+        None => {
+            let _ = events_tx.send(finished);
+        }
+    }
     drop(events_tx);
     drop(watchdog);
     let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
@@ -315,6 +330,16 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     }
     outcome?;
     save_error.map_or(Ok(()), Err)
+}
+
+/// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// The collector has told the watchdog (which keeps the liveness clock) that every rank's telemetry
+/// connection closed.
+fn every_rank_closed(liveness: &SharedLiveness) -> bool {
+    let live = liveness.lock();
+    (0..live.ranks()).all(|rank| live.silence(rank, Duration::ZERO).is_none())
 }
 
 /// Pins this rank's threads (the hot path and every thread it starts later) to the CPUs of its GPU's NUMA

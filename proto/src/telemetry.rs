@@ -380,6 +380,31 @@ impl RankSample {
     }
 }
 
+/// What one channel's interval comes to: the rate and latency figures the dashboard and `--json` show,
+/// derived here once for both.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ChannelRates {
+    pub gbps: f64,
+    pub ops_per_s: f64,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub lat_max_us: Option<f64>,
+}
+
+impl ChannelSample {
+    /// This channel's figures over an interval of `interval_ns` (zero rates for an empty interval).
+    pub fn rates(&self, interval_ns: u64) -> ChannelRates {
+        let seconds = interval_ns as f64 / 1e9;
+        ChannelRates {
+            gbps: RankSample::gbps(self.bytes, interval_ns),
+            ops_per_s: if seconds > 0.0 { self.ops as f64 / seconds } else { 0.0 },
+            lat_p50_us: self.latency.quantile_us(0.50),
+            lat_p99_us: self.latency.quantile_us(0.99),
+            lat_max_us: self.latency.max_us(),
+        }
+    }
+}
+
 /// Turns a probe's running counters into interval samples; owned by the sampler thread.
 pub struct Sampler {
     rank: u32,
@@ -612,6 +637,16 @@ mod tests {
 
     fn bucket_ns(bucket: u64) -> u64 {
         histogram::bucket_floor(bucket as usize)
+    }
+
+    #[test]
+    fn a_channels_rates_are_derived_once() {
+        let channel = ChannelSample { channel: 0, bytes: 125_000_000, ops: 50, in_flight: 1, latency: IntervalHistogram::default() };
+        let rates = channel.rates(100_000_000);
+        assert!((rates.gbps - 10.0).abs() < 1e-9, "{rates:?}");
+        assert!((rates.ops_per_s - 500.0).abs() < 1e-9, "{rates:?}");
+        assert_eq!((rates.lat_p50_us, rates.lat_p99_us, rates.lat_max_us), (None, None, None));
+        assert_eq!(channel.rates(0), ChannelRates { lat_p50_us: None, ..ChannelRates::default() });
     }
 
     #[test]

@@ -108,6 +108,7 @@ fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
         .channels
         .iter()
         .map(|channel| {
+            let rates = channel.rates(interval_ns);
             json!({
                 "t_ms": t_ms,
                 "rank": sample.rank,
@@ -115,12 +116,12 @@ fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
                 "channel": channel.channel,
                 "interval_ms": interval_ns as f64 / 1e6,
                 "bytes": channel.bytes,
-                "gbps": RankSample::gbps(channel.bytes, interval_ns),
+                "gbps": rates.gbps,
                 "ops": channel.ops,
                 "in_flight": channel.in_flight,
-                "lat_p50_us": channel.latency.quantile_us(0.50),
-                "lat_p99_us": channel.latency.quantile_us(0.99),
-                "lat_max_us": channel.latency.max_us(),
+                "lat_p50_us": rates.lat_p50_us,
+                "lat_p99_us": rates.lat_p99_us,
+                "lat_max_us": rates.lat_max_us,
                 "drops": sample.drops,
             })
         })

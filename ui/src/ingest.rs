@@ -91,13 +91,13 @@ impl Ingest {
             let at = self.first_view[rank] + channel;
             let Some(view) = state.channels.get_mut(at) else { continue };
             let in_flight_was = view.in_flight;
-            let seconds = sample.interval_ns as f64 / 1e9;
-            view.gbps = RankSample::gbps(channel_sample.bytes, sample.interval_ns);
-            view.ops_per_s = if seconds > 0.0 { channel_sample.ops as f64 / seconds } else { 0.0 };
+            let rates = channel_sample.rates(sample.interval_ns);
+            view.gbps = rates.gbps;
+            view.ops_per_s = rates.ops_per_s;
             view.in_flight = u64::from(channel_sample.in_flight);
-            view.lat_p50_us = channel_sample.latency.quantile_us(0.50);
-            view.lat_p99_us = channel_sample.latency.quantile_us(0.99);
-            view.lat_max_us = channel_sample.latency.max_us();
+            view.lat_p50_us = rates.lat_p50_us;
+            view.lat_p99_us = rates.lat_p99_us;
+            view.lat_max_us = rates.lat_max_us;
             let popped = view.history.len() == HISTORY_LEN;
             if popped {
                 view.history.pop_front();
