@@ -12,8 +12,10 @@ use efatop_experiments::{ChannelCount, ProviderChoice};
 use efatop_fabric::Provider;
 
 mod tools;
+mod view;
 
 pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
+pub use view::{AttachArgs, ReplayArgs, parse_serve};
 
 #[derive(Debug, Parser)]
 #[command(name = "efatop", version, about = "Measure what an EFA / libfabric fabric really delivers, rank by rank")]
@@ -50,6 +52,10 @@ pub enum Command {
     Compare(CompareArgs),
     /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
     Monitor(MonitorArgs),
+    /// Watch a run that rank 0 serves (`--serve`): its live dashboard, or its JSON lines
+    Attach(AttachArgs),
+    /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines
+    Replay(ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +206,14 @@ pub struct CommonArgs {
     /// Do not sample or stream telemetry (for measuring what telemetry costs)
     #[arg(long)]
     pub no_telemetry: bool,
+    /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1
+    /// (another address is served beyond this host, and the header says so); port 0 picks a free port and
+    /// prints it
+    #[arg(long, value_name = "ADDR", value_parser = parse_serve)]
+    pub serve: Option<std::net::SocketAddr>,
+    /// Rank 0 records the run's events, timestamped and compressed, into FILE for `efatop replay`
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
