@@ -209,6 +209,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
             format!("proxy: writes of at most {} (--chunk); blocking Quiets after each", sizes::format_size(args.chunk))
         });
     }
+    if let Some(address) = outlets.as_ref().and_then(|o| o.serving).filter(|a| !a.ip().is_loopback()) {
+        results.metadata.notes.push(format!("--serve {address}: the run is served beyond this host; whoever reaches it can watch"));
+    }
     results.metadata.placements = placements;
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
