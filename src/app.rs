@@ -112,7 +112,7 @@ impl App {
     /// Shows `line` on the progress line (who else watches the run, or where this view's events come
     /// from); `alert` draws it in colour.
     pub fn set_source(&mut self, line: Option<efatop_ui::state::SourceLine>) {
-        self.data.source = line.clone();
+        self.data.source.clone_from(&line);
         if let Some(frozen) = &mut self.frozen {
             frozen.source = line;
         }

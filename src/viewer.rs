@@ -24,8 +24,15 @@ use crate::watchdog::SharedLiveness;
 pub struct Tally {
     pub results: RunResults,
     pub sizes: Vec<u64>,
-    /// The run's end was told: with its error, if it failed.
-    pub ended: Option<Option<String>>,
+    /// The run's end, once told.
+    pub ended: Option<RunEnd>,
+}
+
+/// How a watched run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    Complete,
+    Failed(String),
 }
 
 impl Tally {
@@ -46,7 +53,7 @@ impl Tally {
                     None => RunStatus { state: RunState::Complete, reason: None },
                     Some(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.clone()) },
                 });
-                self.ended = Some(error.clone());
+                self.ended = Some(error.clone().map_or(RunEnd::Complete, RunEnd::Failed));
             }
             ConsumerEvent::Telemetry(_) | ConsumerEvent::Step { .. } | ConsumerEvent::Note(_) => {}
         }
@@ -54,12 +61,12 @@ impl Tally {
 
     /// The run ended well.
     pub fn succeeded(&self) -> bool {
-        matches!(self.ended, Some(None))
+        self.ended == Some(RunEnd::Complete)
     }
 
     /// Exit code of a viewer: 1 when the run it watched failed, else 0.
     pub fn exit_code(&self) -> i32 {
-        i32::from(matches!(self.ended, Some(Some(_))))
+        i32::from(matches!(self.ended, Some(RunEnd::Failed(_))))
     }
 
     /// The tables a dashboard leaves on the terminal when it closes, as the run's own does.
@@ -159,16 +166,13 @@ where
     loop {
         let now = feed.advance(&mut watched);
         let source = feed.source();
-        match &mut watched {
-            Some(watched) => {
-                watched.app.update(Event::Tick, now);
-                watched.app.set_source(Some(source));
-                terminal.draw(|frame| efatop_ui::dashboard::draw(frame, watched.app.shown())).map_err(std::io::Error::other)?;
-            }
-            None => {
-                let shown = efatop_ui::state::DashboardState { source: Some(source), ..waiting.clone() };
-                terminal.draw(|frame| efatop_ui::dashboard::draw(frame, &shown)).map_err(std::io::Error::other)?;
-            }
+        if let Some(watched) = &mut watched {
+            watched.app.update(Event::Tick, now);
+            watched.app.set_source(Some(source));
+            terminal.draw(|frame| efatop_ui::dashboard::draw(frame, watched.app.shown())).map_err(std::io::Error::other)?;
+        } else {
+            let shown = efatop_ui::state::DashboardState { source: Some(source), ..waiting.clone() };
+            terminal.draw(|frame| efatop_ui::dashboard::draw(frame, &shown)).map_err(std::io::Error::other)?;
         }
         let key = match keys()? {
             KeyPoll::Nothing => continue,

@@ -55,9 +55,7 @@ fn two_viewers_get_the_run_info_samples_and_every_measurement_of_a_served_run() 
     let mut said = String::new();
     let address = loop {
         let mut line = String::new();
-        if stderr.read_line(&mut line).expect("stderr") == 0 {
-            panic!("the run ended without saying where it serves:\n{said}");
-        }
+        assert!(stderr.read_line(&mut line).expect("stderr") > 0, "the run ended without saying where it serves:\n{said}");
         said.push_str(&line);
         if let Some(address) = line.trim().strip_prefix("efatop: serving the run on ") {
             break address.to_string();

@@ -55,13 +55,11 @@ pub fn parse_hello(line: &[u8], magic: &str) -> Hello {
     let text = String::from_utf8_lossy(line);
     let text = text.trim_end_matches(['\n', '\r']);
     let version = text.strip_prefix(magic).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.parse::<u32>().ok());
-    match version {
-        Some(version) => Hello::Efatop { version },
-        None => {
-            let shown: String = text.chars().take(40).map(|c| if c.is_control() { '.' } else { c }).collect();
-            Hello::Foreign(shown)
-        }
+    if let Some(version) = version {
+        return Hello::Efatop { version };
     }
+    let shown: String = text.chars().take(40).map(|c| if c.is_control() { '.' } else { c }).collect();
+    Hello::Foreign(shown)
 }
 
 /// Appends `message` framed: length, then JSON.
