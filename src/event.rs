@@ -3,4 +3,4 @@
 //! ([`efatop_proto::events`]), serializable, so that viewers (`efatop attach`) and recordings
 //! (`efatop replay`) fold the very same events.
 
-pub use efatop_proto::events::{ConsumerEvent, RunStart};
+pub use efatop_proto::events::{ConsumerEvent, RunInfo, RunStart};

@@ -22,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::ExperimentError;
-use efatop_experiments::telemetry::RankSample;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::collector::CollectorEvent;
@@ -166,8 +165,8 @@ struct HubState {
     run: Option<Frame>,
     /// Every event but telemetry, as sent, in order.
     history: Vec<Frame>,
-    /// Every rank's latest sample, and when it came.
-    latest: BTreeMap<u32, RankSample>,
+    /// Every rank's latest sample (and a served monitor's every node's latest read), and when it came.
+    latest: BTreeMap<(bool, u32), CollectorEvent>,
     latest_t_us: u64,
     viewers: Vec<Arc<Viewer>>,
     ended: bool,
@@ -188,9 +187,12 @@ impl Hub {
             }
             ConsumerEvent::Telemetry(batch) => {
                 for telemetry in batch {
-                    if let CollectorEvent::Sample(sample) = telemetry {
-                        state.latest.insert(sample.rank, (**sample).clone());
-                    }
+                    let key = match telemetry {
+                        CollectorEvent::Sample(sample) => (false, sample.rank),
+                        CollectorEvent::Node(sample) => (true, sample.rank),
+                        _ => continue,
+                    };
+                    state.latest.insert(key, telemetry.clone());
                 }
                 state.latest_t_us = t_us;
                 false
@@ -209,7 +211,7 @@ impl Hub {
         if let Some(run) = &state.run {
             viewer.offer(run, true);
             if !state.latest.is_empty() {
-                let samples = state.latest.values().map(|sample| CollectorEvent::Sample(Box::new(sample.clone()))).collect();
+                let samples = state.latest.values().cloned().collect();
                 let mut frame = Vec::new();
                 if stream::encode_event(state.latest_t_us, &ConsumerEvent::Telemetry(samples), &mut frame).is_ok() {
                     viewer.offer(&Arc::new(frame), true);
@@ -380,3 +382,57 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
     viewer.write_out(&mut stream);
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
+
+/// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
+/// monitor sends rank 0 ([`efatop_monitor::wire::to_wire`]), in a telemetry batch of its own.
+pub struct MonitorStream {
+    events: Option<mpsc::Sender<ConsumerEvent>>,
+    outlets: Outlets,
+    seq: u64,
+}
+
+impl MonitorStream {
+    /// The outlets `serve` and `record` ask for, fed from here; `None` when neither is asked for.
+    pub fn open(serve: Option<SocketAddr>, record: Option<&Path>, host: &str, interval: Duration) -> Result<Option<Self>, (i32, String)> {
+        let opened = Outlets::open(serve, record).map_err(|err| (err.exit_code(), err.to_string()))?;
+        let Some(mut outlets) = opened else { return Ok(None) };
+        let (events, received) = mpsc::channel();
+        let start = RunStart {
+            info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
+            results: efatop_experiments::RunResults {
+                metadata: efatop_experiments::RunMetadata {
+                    efatop_version: env!("CARGO_PKG_VERSION").into(),
+                    experiment: MONITOR.into(),
+                    ranks: 1,
+                    hosts: vec![host.to_string()],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            serving: outlets.serving,
+            interval_ms: interval.as_millis() as u64,
+            ..RunStart::default()
+        };
+        drop(outlets.tee(start, received, Instant::now(), false));
+        Ok(Some(Self { events: Some(events), outlets, seq: 0 }))
+    }
+
+    pub fn send(&mut self, snapshot: &efatop_monitor::Snapshot) {
+        self.seq += 1;
+        let sample = efatop_monitor::wire::to_wire(snapshot, 0, self.seq, 0);
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
+        }
+    }
+
+    /// The monitor's end, told to viewers and the recording.
+    pub fn finish(mut self) {
+        if let Some(events) = self.events.take() {
+            let _ = events.send(ConsumerEvent::Finished { error: None });
+        }
+        self.outlets.finish();
+    }
+}
+
+/// `RunInfo::experiment` of a served or recorded `efatop monitor`.
+pub const MONITOR: &str = "monitor";

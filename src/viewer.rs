@@ -11,7 +11,10 @@ use efatop_ui::state::{Key, SourceLine};
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 
+use efatop_ui::monitor::NodesView;
+
 use crate::app::{App, Effect, Event};
+use crate::collector::CollectorEvent;
 use crate::event::{ConsumerEvent, RunStart};
 use crate::printer::jsonl::{self, SampleLines};
 use crate::printer::{Mode, plain};
@@ -97,6 +100,8 @@ impl JsonViewer {
 /// A dashboard over events told from elsewhere.
 pub struct Watched {
     pub app: App,
+    /// A served or recorded `efatop monitor`: its nodes' view, drawn instead of the benchmark's.
+    nodes: Option<NodesView>,
     liveness: SharedLiveness,
     pub tally: Tally,
 }
@@ -110,7 +115,8 @@ impl Watched {
         let app = App::for_run(start.clone(), liveness.clone());
         let mut tally = Tally::default();
         tally.add(&ConsumerEvent::Run(Box::new(start.clone())));
-        Self { app, liveness, tally }
+        let nodes = (start.info.experiment == crate::serve::MONITOR).then(|| NodesView::new("", start.info.ranks.max(1)));
+        Self { app, nodes, liveness, tally }
     }
 
     /// Folds one event that happened `at` after the run started, as rank 0's session does (the liveness
@@ -120,6 +126,9 @@ impl Watched {
             let mut live = self.liveness.lock();
             for telemetry in batch {
                 crate::watchdog::note_telemetry(&mut live, telemetry, at);
+                if let (Some(nodes), CollectorEvent::Node(sample)) = (&mut self.nodes, telemetry) {
+                    nodes.push(sample.rank, efatop_monitor::wire::from_wire((**sample).clone()));
+                }
             }
         }
         self.tally.add(&event);
@@ -166,7 +175,9 @@ where
     loop {
         let now = feed.advance(&mut watched);
         let source = feed.source();
-        if let Some(watched) = &mut watched {
+        if let Some(nodes) = watched.as_ref().and_then(|watched| watched.nodes.as_ref()) {
+            terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, nodes)).map_err(std::io::Error::other)?;
+        } else if let Some(watched) = &mut watched {
             watched.app.update(Event::Tick, now);
             watched.app.set_source(Some(source));
             terminal.draw(|frame| efatop_ui::dashboard::draw(frame, watched.app.shown())).map_err(std::io::Error::other)?;
@@ -188,6 +199,12 @@ where
             }
             continue;
         };
+        if let Some(nodes) = &mut shown.nodes {
+            if nodes.handle_key(key) == efatop_ui::state::Action::Quit {
+                return Ok(watched);
+            }
+            continue;
+        }
         let help_open = shown.app.shown().show_help;
         if matches!(key, Key::Char('q')) || (key == Key::Esc && !help_open) {
             return Ok(watched);

@@ -158,3 +158,33 @@ fn attach_to_something_that_is_not_an_efatop_run_ends_in_one_line() {
     assert_eq!(refused.code, Some(2));
     assert!(refused.stderr.contains("nothing serves a run at") && refused.stderr.lines().count() == 1, "{}", refused.stderr);
 }
+
+#[test]
+fn a_served_monitor_reaches_a_viewer_read_by_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = dir.path().join("p5");
+    let fake_arg = fake.to_str().expect("path");
+    assert_eq!(efatop(&["monitor", "--write-fake-p5", fake_arg]).code, Some(0));
+    let mut monitor = Command::new(efatop_path());
+    monitor
+        .args(["monitor", "--sysfs-root", fake_arg, "--json", "--count", "20", "--interval", "100ms", "--serve", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut monitor = monitor.spawn().expect("start the monitor");
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("stderr");
+    let address = line.trim().strip_prefix("efatop: serving the run on ").expect("where it serves").to_string();
+    let viewer = efatop(&["attach", &address, "--json"]);
+    assert!(monitor.wait().expect("wait").success());
+    assert_eq!(viewer.code, Some(0), "{}", viewer.stderr);
+    assert_eq!(lines_of(&viewer.stdout, "run")[0]["experiment"], "monitor");
+    let nodes = lines_of(&viewer.stdout, "node");
+    assert!(!nodes.is_empty(), "{}", viewer.stdout);
+    // The latest read first, then every read after it, in order, each with the fake tree's 34 NICs.
+    let seqs: Vec<u64> = nodes.iter().map(|node| node["seq"].as_u64().expect("seq")).collect();
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1) && seqs.last() == Some(&20), "{seqs:?}");
+    assert!(nodes.iter().all(|node| node["nics"].as_array().map(Vec::len) == Some(34)));
+    assert_eq!(lines_of(&viewer.stdout, "summary").len(), 1);
+}

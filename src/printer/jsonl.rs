@@ -101,7 +101,9 @@ fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
-        CollectorEvent::Closed { .. } | CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
+        // Only a served or recorded `efatop monitor` has node reads; a benchmark's ranks never send them.
+        CollectorEvent::Node(sample) => line("node", &serde_json::to_value(&*sample).unwrap_or(Value::Null)),
+        CollectorEvent::Closed { .. } | CollectorEvent::Phase(_) => {}
     }
 }
 
