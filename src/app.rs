@@ -13,7 +13,7 @@ use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{Action, DashboardState, Key, LogLevel, Panel};
 
 use crate::collector::CollectorEvent;
-use crate::event::ConsumerEvent;
+use crate::event::{ConsumerEvent, RunStart};
 use crate::watchdog::SharedLiveness;
 
 /// Everything the fold hears.
@@ -99,6 +99,28 @@ impl App {
     pub fn new(state: DashboardState, ingest: Ingest, liveness: SharedLiveness) -> Self {
         let view = View::of(&state);
         Self { data: state, frozen: None, view, ingest, liveness, quit_requested: false }
+    }
+
+    /// The dashboard of the run `start` describes, as it stands before the run's first event (a viewer
+    /// starts from the run's first event this way; rank 0 from what it is about to send).
+    pub fn for_run(start: RunStart, liveness: SharedLiveness) -> Self {
+        let mut state = DashboardState::default();
+        let ingest = begin(&mut state, start);
+        Self::new(state, ingest, liveness)
+    }
+
+    /// Shows `line` on the progress line (who else watches the run, or where this view's events come
+    /// from); `alert` draws it in colour.
+    pub fn set_source(&mut self, line: Option<efatop_ui::state::SourceLine>) {
+        self.data.source.clone_from(&line);
+        if let Some(frozen) = &mut self.frozen {
+            frozen.source = line;
+        }
+    }
+
+    /// Keys the session adds to the help overlay (a replay's playback keys).
+    pub fn add_help(&mut self, keys: &[(&'static str, &'static str)]) {
+        self.data.extra_keys.extend_from_slice(keys);
     }
 
     /// Folds one event that happened at `now` (time since the run started).
@@ -205,6 +227,13 @@ impl App {
 
     fn apply(&mut self, event: ConsumerEvent, now: Duration) {
         match event {
+            ConsumerEvent::Run(start) => {
+                // A run told again from its start (a viewer's stream): the data starts over, the view stays.
+                let (source, extra_keys) = (self.data.source.take(), std::mem::take(&mut self.data.extra_keys));
+                let mut state = DashboardState { source, extra_keys, ..DashboardState::default() };
+                self.ingest = begin(&mut state, *start);
+                self.data = state;
+            }
             ConsumerEvent::Telemetry(events) => {
                 for event in events {
                     self.apply_telemetry(event, now);
@@ -239,4 +268,21 @@ impl App {
             }
         }
     }
+}
+
+/// Sets `state` up for the run `start` describes: what [`Ingest::begin`] sets, the run's notes in the log,
+/// and, when rank 0 serves the run, where (in colour when beyond this host).
+fn begin(state: &mut DashboardState, start: RunStart) -> Ingest {
+    let RunStart { info, nics, results, serving, .. } = start;
+    let notes = results.metadata.notes.clone();
+    let ingest = Ingest::begin(state, info, &nics, results);
+    for note in notes {
+        state.push_log(Duration::ZERO, LogLevel::Warn, note);
+    }
+    if let Some(address) = serving {
+        let everywhere = !address.ip().is_loopback();
+        let text = if everywhere { format!("serving on {address} (beyond this host)") } else { format!("serving on {address}") };
+        state.source = Some(efatop_ui::state::SourceLine { text, alert: everywhere });
+    }
+    ingest
 }

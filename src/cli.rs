@@ -6,8 +6,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::experiment::Experiment;
 
 mod tools;
+mod view;
 
 pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
+pub use crate::experiment::parse_serve;
+pub use view::{AttachArgs, ReplayArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "efatop", version, about = "Measure what an EFA / libfabric fabric really delivers, rank by rank")]
@@ -37,6 +40,10 @@ pub enum Command {
     Compare(CompareArgs),
     /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
     Monitor(MonitorArgs),
+    /// Watch a run that rank 0 serves (`--serve`): its live dashboard, or its JSON lines
+    Attach(AttachArgs),
+    /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines
+    Replay(ReplayArgs),
 }
 
 #[derive(Debug, Args)]

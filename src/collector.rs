@@ -14,8 +14,8 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_experiments::telemetry::wire::{self, WireError};
-use efatop_experiments::telemetry::{NodeSample, PhaseReport, Probe, RankSample, Sampler};
+use efatop_experiments::telemetry::wire;
+use efatop_experiments::telemetry::{NodeSample, Probe, RankSample, Sampler};
 use tokio::io::AsyncReadExt;
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
@@ -246,19 +246,7 @@ impl NodeSender {
     }
 }
 
-/// What the collector tells rank 0's consumer (dashboard or JSON printer).
-#[derive(Debug)]
-pub enum CollectorEvent {
-    Sample(Box<RankSample>),
-    /// A node's `efatop monitor` snapshot.
-    Node(Box<NodeSample>),
-    /// A frame was rejected; the connection goes on when its length was sane.
-    Malformed { from: SocketAddr, reason: WireError },
-    /// A rank's telemetry connection closed (`rank` is known once it sent a sample).
-    Closed { from: SocketAddr, rank: Option<u32> },
-    /// A rank started a phase (allocating, registering, verifying ...): progress, counted as alive.
-    Phase(PhaseReport),
-}
+pub use efatop_proto::events::CollectorEvent;
 
 /// Rank 0's collector: a tokio runtime on its own thread, one task per rank connection.
 ///
@@ -413,6 +401,7 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use efatop_experiments::telemetry::wire::WireError;
     use std::sync::mpsc;
 
     /// The collector, and its events one by one (they arrive in batches).

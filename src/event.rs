@@ -1,26 +1,6 @@
 //! What rank 0's session hears from the run, on one channel: the collector's telemetry batches and the
-//! experiment's own events (steps, measurements, notes, the end).
+//! experiment's own events (steps, measurements, notes, the end). The type lives in `efatop-proto`
+//! ([`efatop_proto::events`]), serializable, so that viewers (`efatop attach`) and recordings
+//! (`efatop replay`) fold the very same events.
 
-use efatop_experiments::results::{Measurement, PairMatrix};
-
-use crate::collector::CollectorEvent;
-
-/// Everything rank 0's consumer (dashboard or JSON printer) is told, in arrival order.
-#[derive(Debug)]
-pub enum ConsumerEvent {
-    /// What the collector decoded since its last batch, in arrival order per rank.
-    Telemetry(Vec<CollectorEvent>),
-    Begin { columns: Vec<String>, memory: String },
-    Step { config: String, size: u64 },
-    Measured(Box<Measurement>),
-    PairMatrix(Box<PairMatrix>),
-    /// A line for the log, told by the experiment while a step runs.
-    Note(String),
-    Finished { error: Option<String> },
-}
-
-impl From<Vec<CollectorEvent>> for ConsumerEvent {
-    fn from(events: Vec<CollectorEvent>) -> Self {
-        Self::Telemetry(events)
-    }
-}
+pub use efatop_proto::events::{ConsumerEvent, RunInfo, RunStart};

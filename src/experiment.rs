@@ -6,6 +6,7 @@
 //! The flags every experiment shares ([`CommonArgs`]) live here too: they are the experiments', and the
 //! rest of the command line (`cli.rs`) builds on them.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -257,9 +258,26 @@ pub struct CommonArgs {
     /// Do not sample or stream telemetry (for measuring what telemetry costs)
     #[arg(long)]
     pub no_telemetry: bool,
+    /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1
+    /// (another address is served beyond this host, and the header says so); port 0 picks a free port and
+    /// prints it
+    #[arg(long, value_name = "ADDR", value_parser = parse_serve)]
+    pub serve: Option<SocketAddr>,
+    /// Rank 0 records the run's events, timestamped and compressed, into FILE for `efatop replay`
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
+}
+
+/// `--serve`: `IP:PORT`, or a bare port on 127.0.0.1.
+pub fn parse_serve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    text.parse::<SocketAddr>()
+        .map_err(|_| format!("`{text}` is not an address to serve on; use IP:PORT (e.g. 127.0.0.1:0, 0.0.0.0:7420) or a port"))
 }
 
 pub fn parse_size_arg(text: &str) -> Result<u64, String> {

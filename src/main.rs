@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod app;
+mod attach;
 mod bench;
 mod bootstrap;
 mod cli;
@@ -19,11 +20,15 @@ mod nvlink;
 mod printer;
 mod queue;
 mod rank;
+mod record;
+mod replay;
 mod report;
 mod results_file;
+mod serve;
 mod session;
 mod term;
 mod topo;
+mod viewer;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -57,6 +62,8 @@ fn main() -> ExitCode {
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => report::compare(&args),
         Command::Monitor(args) => monitor::monitor(&args),
+        Command::Attach(args) => attach::attach(&args),
+        Command::Replay(args) => replay::replay(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

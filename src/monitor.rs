@@ -65,25 +65,44 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         return Err((2, format!("--sysfs-root {}: not a directory", sysfs_root.display())));
     }
     if bootstrap.size() > 1 {
+        if args.serve.is_some() || args.record.is_some() {
+            return Err((2, "--serve/--record: one node's monitor only; serve each node's, or watch them all on rank 0".into()));
+        }
         return nodes::run(args, bootstrap.as_ref(), &sysfs_root);
     }
-    let mut monitor = build_monitor(args, &sysfs_root)?;
+    let monitor = build_monitor(args, &sysfs_root)?;
+    let mut served = crate::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
+    let outcome = watch(monitor, args, served.as_mut());
+    if let Some(served) = served {
+        served.finish();
+    }
+    outcome
+}
+
+/// One node's monitor until `--count` reads or the user quits, each read also to `served`'s viewers.
+fn watch(mut monitor: Monitor, args: &MonitorArgs, mut served: Option<&mut crate::serve::MonitorStream>) -> Result<(), Failure> {
     let started = Instant::now();
     if args.once {
         monitor.sample(started.elapsed());
         std::thread::sleep(args.interval);
         let snapshot = monitor.sample(started.elapsed());
+        if let Some(served) = served.as_mut() {
+            served.send(&snapshot);
+        }
         let mut view = MonitorView::new(&args.filter);
         view.push(snapshot.clone());
         return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
-        return run_terminal(monitor, args, started).map_err(|err| (1, format!("terminal: {err}")));
+        return run_terminal(monitor, args, started, served).map_err(|err| (1, format!("terminal: {err}")));
     }
     let mut view = MonitorView::new(&args.filter);
     let mut printed = 0_u64;
     loop {
         let snapshot = monitor.sample(started.elapsed());
+        if let Some(served) = served.as_mut() {
+            served.send(&snapshot);
+        }
         view.push(snapshot.clone());
         print_line(&snapshot, None, &view, args.json)?;
         printed += 1;
@@ -178,7 +197,12 @@ fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> R
     receiver
 }
 
-fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::io::Result<()> {
+fn run_terminal(
+    monitor: Monitor,
+    args: &MonitorArgs,
+    started: Instant,
+    mut served: Option<&mut crate::serve::MonitorStream>,
+) -> std::io::Result<()> {
     let snapshots = spawn_reader(monitor, args.interval, started);
     let (_guard, mut terminal) = TerminalGuard::enter()?;
     let mut view = MonitorView::new(&args.filter);
@@ -187,6 +211,9 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::
         loop {
             match snapshots.try_recv() {
                 Ok(snapshot) => {
+                    if let Some(served) = served.as_mut() {
+                        served.send(&snapshot);
+                    }
                     view.push(snapshot);
                     taken += 1;
                 }

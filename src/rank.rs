@@ -18,7 +18,7 @@ use efatop_ui::state::RunInfo;
 
 use crate::experiment::{Experiment, MemoryArg};
 use crate::collector::{Collector, SamplerThread};
-use crate::event::ConsumerEvent;
+use crate::event::{ConsumerEvent, RunStart};
 use crate::results_file::{ResultsFile, default_results_path, record_end};
 use crate::printer::Mode;
 use crate::session::{ConsumerOutcome, RankZero};
@@ -95,6 +95,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     } else {
         None
     };
+    // --serve / --record: bound and created before the world, so a viewer can attach while it starts.
+    let mut outlets = if rank == 0 { crate::serve::Outlets::open(common.serve, common.record.as_deref())? } else { None };
     // An emulated node's rank moves into its network namespace before libfabric looks for NICs.
     let namespaces = match std::env::var(efatop_experiments::world::ENV_NETNS) {
         Ok(name) if !name.is_empty() => Some(crate::netns::Namespaces::enter(&name)?),
@@ -150,6 +152,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         );
     }
     let planned = descriptor.plan(&world, &placements, &mut results.metadata);
+    if let Some(address) = outlets.as_ref().and_then(|o| o.serving).filter(|a| !a.ip().is_loopback()) {
+        results.metadata.notes.push(format!("--serve {address}: the run is served beyond this host; whoever reaches it can watch"));
+    }
     results.metadata.placements = placements;
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
@@ -172,7 +177,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     // Rank 0's one liveness clock: the watchdog keeps it and judges by it, the dashboard shows it.
     let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
     let watchdog = if rank == 0 && telemetry_wanted {
-        let consumer = (mode != Mode::Plain).then(|| events_tx.clone());
+        let consumer = (mode != Mode::Plain || outlets.is_some()).then(|| events_tx.clone());
         let options = WatchdogOptions {
             hosts: world.hosts.clone(),
             abort: world.abort.clone(),
@@ -201,11 +206,23 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
 
     // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
     let stop = Arc::new(AtomicBool::new(false));
+    let start = RunStart {
+        info: run_info(&results, &world, &sweep),
+        nics: every_rank_nics,
+        results: results.clone(),
+        pairs: descriptor.pair_matrices(),
+        serving: outlets.as_ref().and_then(|o| o.serving),
+        interval_ms: common.interval.as_millis() as u64,
+    };
+    let events_rx = match &mut outlets {
+        Some(outlets) => outlets.tee(start.clone(), events_rx, started, mode != Mode::Plain),
+        None => events_rx,
+    };
     let consumer = session::start_consumer(session::ConsumerSetup {
         mode,
         metadata: &results.metadata,
         sizes: &sweep.sizes,
-        dashboard: (mode == Mode::Dashboard).then(|| (run_info(&results, &world, &sweep), every_rank_nics, results.clone())),
+        dashboard: (mode == Mode::Dashboard).then_some(start),
         pairs: descriptor.pair_matrices(),
         events: events_rx,
         started,
@@ -213,7 +230,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         liveness: liveness.clone(),
     });
     let mut observer = RankZero {
-        events: (mode != Mode::Plain).then(|| events_tx.clone()),
+        events: (mode != Mode::Plain || outlets.is_some()).then(|| events_tx.clone()),
+        plain: mode == Mode::Plain,
         results,
         file: results_file,
         save_error: None,
@@ -261,6 +279,11 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     drop(watchdog);
     let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
     drop(collector);
+    if let Some(outlets) = outlets {
+        // The tee ends once the run's channel has no sender left: the observer's is the last.
+        drop(observer.events.take());
+        outlets.finish();
+    }
     let RankZero { mut results, file, save_error, .. } = observer;
     // As the file will say once `rank_main` records the end.
     results.status = Some(match &outcome {

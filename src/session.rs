@@ -5,15 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use efatop_experiments::results::{Measurement, PairMatrix, RunMetadata, RunResults};
 use efatop_experiments::{ExperimentError, Observer};
-use efatop_ui::ingest::Ingest;
-use efatop_ui::state::{DashboardState, LogLevel, RunInfo};
-
 use crate::app::{App, Ended};
-use crate::event::ConsumerEvent;
+use crate::event::{ConsumerEvent, RunStart};
 use crate::printer::{Mode, dashboard, jsonl, plain};
 use crate::results_file::ResultsFile;
 use crate::watchdog::SharedLiveness;
@@ -31,7 +28,7 @@ pub struct ConsumerSetup<'a> {
     pub metadata: &'a RunMetadata,
     pub sizes: &'a [u64],
     /// The dashboard's run, every rank's NIC names and the results so far (the dashboard only).
-    pub dashboard: Option<(RunInfo, Vec<Vec<String>>, RunResults)>,
+    pub dashboard: Option<RunStart>,
     /// JSON lines per (sender, receiver) pair too: all-to-all runs.
     pub pairs: bool,
     pub events: Receiver<ConsumerEvent>,
@@ -47,19 +44,14 @@ pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<JoinHandle<ConsumerOut
     match (mode, dashboard) {
         (Mode::Json, _) => {
             jsonl::print_run(metadata);
-            let lines = jsonl::SampleLines { pairs };
+            let mut lines = jsonl::SampleLines { pairs };
             Some(std::thread::spawn(move || {
-                jsonl::print_events(&events, started, lines);
+                jsonl::print_events(&events, || started.elapsed(), &mut lines);
                 ConsumerOutcome::Done
             }))
         }
-        (Mode::Dashboard, Some((run_info, nics, results))) => {
-            let mut state = DashboardState::default();
-            let ingest = Ingest::begin(&mut state, run_info, &nics, results);
-            for note in &metadata.notes {
-                state.push_log(Duration::ZERO, LogLevel::Warn, note.clone());
-            }
-            let app = App::new(state, ingest, liveness);
+        (Mode::Dashboard, Some(start)) => {
+            let app = App::for_run(start, liveness);
             Some(std::thread::spawn(move || match dashboard::run(&events, app, &stop, started) {
                 Ok(Ended::Quit) => ConsumerOutcome::Quit,
                 Ok(Ended::Dismissed) => ConsumerOutcome::Done,
@@ -76,6 +68,8 @@ pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<JoinHandle<ConsumerOut
 /// Rank 0's observer: keeps the results (and their file) current and tells the consumer.
 pub struct RankZero {
     pub events: Option<Sender<ConsumerEvent>>,
+    /// Plain tables on stdout (the events, if any, go only to viewers and the recording).
+    pub plain: bool,
     pub results: RunResults,
     pub file: Option<ResultsFile>,
     pub save_error: Option<ExperimentError>,
@@ -86,7 +80,7 @@ impl Observer for RankZero {
     fn begin(&mut self, columns: &[String], memory: &str) {
         // Plain output printed its header before the memory was registered: say how it was (native
         // dma-buf or virtual address, or staged), which the results file records per configuration.
-        if self.events.is_none() && memory != self.results.metadata.memory {
+        if self.plain && memory != self.results.metadata.memory {
             println!("# memory as registered: {memory}");
         }
         self.results.configs = columns.to_vec();

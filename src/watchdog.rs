@@ -116,24 +116,10 @@ fn watch(incoming: &Receiver<ConsumerEvent>, consumer: Option<&Sender<ConsumerEv
                     let at = started.elapsed();
                     let mut live = liveness.lock();
                     for telemetry in batch {
-                        match telemetry {
-                            CollectorEvent::Sample(sample) => live.heard(sample.rank as usize, at),
-                            CollectorEvent::Phase(report) => {
-                                if let Some(phase) = Phase::from_code(report.phase) {
-                                    live.phase(report.rank as usize, phase, report.bytes, at);
-                                }
+                        if let Some(rank) = note_telemetry(&mut live, telemetry, at) {
+                            if rank != 0 && !run_over.load(Ordering::Relaxed) {
+                                abort.raise(format!("rank {rank} ({}) exited mid-run: its telemetry connection closed", host(rank)));
                             }
-                            CollectorEvent::Closed { rank: Some(rank), .. } => {
-                                let rank = *rank as usize;
-                                live.closed(rank);
-                                if rank != 0 && !run_over.load(Ordering::Relaxed) {
-                                    abort.raise(format!(
-                                        "rank {rank} ({}) exited mid-run: its telemetry connection closed",
-                                        host(rank)
-                                    ));
-                                }
-                            }
-                            CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Node(_) => {}
                         }
                     }
                 }
@@ -168,6 +154,27 @@ fn watch(incoming: &Receiver<ConsumerEvent>, consumer: Option<&Sender<ConsumerEv
             ));
         }
     }
+}
+
+/// Moves the liveness clock on with one telemetry event heard `at` after the run started (a sample or a
+/// phase change is a sign of life); returns the rank whose telemetry connection closed, if it did. The
+/// watchdog and every viewer of a served or recorded run keep their clock this one way.
+pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Duration) -> Option<usize> {
+    match telemetry {
+        CollectorEvent::Sample(sample) => live.heard(sample.rank as usize, at),
+        CollectorEvent::Phase(report) => {
+            if let Some(phase) = Phase::from_code(report.phase) {
+                live.phase(report.rank as usize, phase, report.bytes, at);
+            }
+        }
+        CollectorEvent::Closed { rank: Some(rank), .. } => {
+            let rank = *rank as usize;
+            live.closed(rank);
+            return Some(rank);
+        }
+        CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Node(_) => {}
+    }
+    None
 }
 
 /// SIGTERM (mpirun ending the job, the launcher stopping a rank 0 that outlived a failure) ends rank 0

@@ -141,3 +141,45 @@ fn q_or_ctrl_c_stops_every_rank_restores_the_terminal_and_keeps_the_results() {
         }
     }
 }
+
+#[test]
+fn a_recorded_run_replays_in_the_dashboard_to_its_final_table() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recording = dir.path().join("run.efarec");
+    let record = std::process::Command::new(efatop_path())
+        .args(["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "1M", "--interval", "50ms", "--no-tui", "--record"])
+        .arg(&recording)
+        .arg("--out")
+        .arg(dir.path().join("recorded.json"))
+        .output()
+        .expect("record a run");
+    assert!(record.status.success(), "{}", String::from_utf8_lossy(&record.stderr));
+
+    let command = format!("{} replay {} --speed 8", efatop_path().display(), recording.display());
+    let tmux = Tmux::start(&command, 120, 40);
+    let finished = tmux.wait_for("The run has ended", Duration::from_mins(1));
+    assert!(finished.contains("replay 8x"), "the progress line says what plays:\n{finished}");
+    assert!(finished.contains("1M"), "the results panel shows the last size:\n{finished}");
+    assert!(finished.contains("RoundRobinPin"), "{finished}");
+    // Paused, back one step: the run is shown as it stood then, not finished.
+    tmux.keys("Space");
+    tmux.wait_for("PAUSED", Duration::from_secs(10));
+    tmux.keys("[");
+    let started = Instant::now();
+    while tmux.screen(0).contains("The run has ended") {
+        assert!(started.elapsed() < Duration::from_secs(10), "`[` did not step back:\n{}", tmux.screen(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The playback keys are in the help.
+    tmux.keys("?");
+    tmux.wait_for("replay: pause / play", Duration::from_secs(10));
+    tmux.keys("Escape");
+    // Played on, it ends again.
+    tmux.keys("Space");
+    tmux.wait_for("The run has ended", Duration::from_mins(1));
+    tmux.keys("x");
+    let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_secs(10));
+    assert!(after.contains("EFATOP-EXIT=0"), "{after}");
+    assert!(after.lines().any(|l| l.starts_with("|   1M |")), "the plain table is left in the scrollback:\n{after}");
+}

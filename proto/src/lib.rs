@@ -4,16 +4,20 @@
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
 //! - [`sizes`]: message sizes as flags and tables write them;
-//! - [`ipc`]: the ipc experiment's column names.
+//! - [`ipc`]: the ipc experiment's column names;
+//! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
+//!   and into recordings.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
 
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod ipc;
 pub mod results;
 pub mod sizes;
+pub mod stream;
 pub mod telemetry;
 
 pub use results::{Measurement, RunMetadata, RunResults};

@@ -103,7 +103,7 @@ impl Phase {
 }
 
 /// A phase change as it travels to rank 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PhaseReport {
     pub rank: u32,
     /// Phase changes this rank has made so far (it only grows: the same phase twice is two changes).
@@ -280,7 +280,7 @@ impl Probe {
 }
 
 /// One channel's interval.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelSample {
     pub channel: u16,
     pub bytes: u64,
@@ -290,7 +290,7 @@ pub struct ChannelSample {
 }
 
 /// What this rank did with one peer during the interval.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PeerSample {
     pub peer: u32,
     pub bytes: u64,
@@ -308,7 +308,7 @@ impl PeerSample {
 }
 
 /// The proxy's request queue at the end of an interval, and what went through it during the interval.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueSample {
     /// Requests waiting in the ring.
     pub depth: u64,
@@ -333,7 +333,7 @@ impl QueueSample {
 }
 
 /// What this rank's GPU wrote into one peer's GPU over NVLink during the interval.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NvlinkSample {
     pub peer: u32,
     /// This rank's GPU and the peer's, as their node numbers them.
@@ -356,7 +356,7 @@ fn per_second(count: u64, interval_ns: u64) -> f64 {
 }
 
 /// One rank's telemetry for one interval; also its heartbeat (sent even when idle).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankSample {
     pub rank: u32,
     /// Sequence number; gaps are samples dropped on the way.

@@ -139,6 +139,13 @@ pub struct MonitorArgs {
     /// `{rank}` in --sysfs-root gives each its own tree)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
     pub ranks: Option<u16>,
+    /// Serve the monitor's reads to `efatop attach` viewers at ADDR (IP:PORT, or a port on 127.0.0.1; port
+    /// 0 picks one and prints it); one node (not with mpirun/srun)
+    #[arg(long, value_name = "ADDR", value_parser = super::parse_serve)]
+    pub serve: Option<std::net::SocketAddr>,
+    /// Record the monitor's reads, timestamped and compressed, into FILE for `efatop replay`; one node
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
     #[arg(long, value_name = "DIR", hide = true)]
     pub write_fake_p5: Option<PathBuf>,

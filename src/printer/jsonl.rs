@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::sync::mpsc::Receiver;
-use std::time::Instant;
+use std::time::Duration;
 
 use efatop_experiments::results::{RunMetadata, RunResults};
 use efatop_experiments::telemetry::RankSample;
@@ -29,29 +29,38 @@ pub fn print_summary(results: &RunResults) {
 
 /// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
 /// receiver) too.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct SampleLines {
     pub pairs: bool,
 }
 
-/// Prints every event until the run is over.
-pub fn print_events(events: &Receiver<ConsumerEvent>, started: Instant, lines: SampleLines) {
+/// Prints every event until the run is over; `clock` is the time since the run started.
+pub fn print_events(events: &Receiver<ConsumerEvent>, clock: impl Fn() -> Duration, lines: &mut SampleLines) {
     while let Ok(event) = events.recv() {
-        if let ConsumerEvent::Finished { error } = &event {
-            if let Some(text) = error {
-                line("error", &json!({ "text": text }));
-            }
+        if print_event(event, clock(), lines) {
             return;
         }
-        print_event(event, started, lines);
     }
 }
 
-fn print_event(event: ConsumerEvent, started: Instant, lines: SampleLines) {
+/// Prints one event that happened `at` after the run started; says whether it was the run's end.
+pub fn print_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bool {
+    let t_ms = at.as_secs_f64() * 1000.0;
     match event {
+        ConsumerEvent::Finished { error } => {
+            if let Some(text) = error {
+                line("error", &json!({ "text": text }));
+            }
+            return true;
+        }
+        // A viewer's first event: the line the run's own `--json` starts with.
+        ConsumerEvent::Run(start) => {
+            lines.pairs = start.pairs;
+            print_run(&start.results.metadata);
+        }
         ConsumerEvent::Telemetry(events) => {
             for event in events {
-                print_telemetry(event, started, lines);
+                print_telemetry(event, t_ms, *lines);
             }
         }
         ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
@@ -59,15 +68,14 @@ fn print_event(event: ConsumerEvent, started: Instant, lines: SampleLines) {
         ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
         ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
         ConsumerEvent::Note(text) => line("note", &json!({ "text": text })),
-        ConsumerEvent::Finished { .. } => {}
     }
+    false
 }
 
-fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) {
+fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
     match event {
         CollectorEvent::Sample(sample) => {
             if lines.pairs {
-                let t_ms = started.elapsed().as_secs_f64() * 1000.0;
                 // All-to-all ranks count each peer where its data lands: the sample's rank is the receiver.
                 for peer in sample.peers.iter().filter(|p| p.peer != sample.rank) {
                     let Some(gbps) = peer.landing_gbps() else { continue };
@@ -86,7 +94,6 @@ fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) 
                     );
                 }
             }
-            let t_ms = started.elapsed().as_secs_f64() * 1000.0;
             for data in sample_lines(&sample, t_ms) {
                 line("sample", &data);
             }
@@ -94,7 +101,9 @@ fn print_telemetry(event: CollectorEvent, started: Instant, lines: SampleLines) 
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
-        CollectorEvent::Closed { .. } | CollectorEvent::Node(_) | CollectorEvent::Phase(_) => {}
+        // Only a served or recorded `efatop monitor` has node reads; a benchmark's ranks never send them.
+        CollectorEvent::Node(sample) => line("node", &serde_json::to_value(&*sample).unwrap_or(Value::Null)),
+        CollectorEvent::Closed { .. } | CollectorEvent::Phase(_) => {}
     }
 }
 

@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use efatop_proto::RunResults;
-use efatop_proto::results::RankPlacement;
 use efatop_proto::telemetry::PeerSample;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
@@ -26,26 +25,7 @@ pub const PAIR_HISTORY_LEN: usize = 120;
 /// Points in an NVLink pair's history (one per telemetry interval of its rank).
 pub const NVLINK_HISTORY_LEN: usize = 120;
 
-/// What is running: fixed once the world is established.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RunInfo {
-    pub experiment: String,
-    /// e.g. `tcp;ofi_rxm`.
-    pub provider_stack: String,
-    pub ranks: usize,
-    /// Host name of each rank, indexed by rank.
-    pub hosts: Vec<String>,
-    pub channels: usize,
-    /// Link speed per channel in Gbps, if known (gauges are drawn against it; without it they scale to the
-    /// highest rate seen and say so).
-    pub link_gbps: Option<f64>,
-    pub memory: String,
-    /// Configuration columns in order, e.g. `SinglePin`, `MultiPin`.
-    pub configs: Vec<String>,
-    pub sizes: Vec<u64>,
-    /// Where each rank runs: GPU, NICs its channels use, pinned CPUs (from the node topology).
-    pub placements: Vec<RankPlacement>,
-}
+pub use efatop_proto::events::RunInfo;
 
 /// Where the sweep is.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -440,6 +420,19 @@ pub struct DashboardState {
     /// (views changed any other way are not seen in it: a state built by hand leaves it empty, and the
     /// gauges then build their own per frame).
     pub gauges: gauges::GaugeIndex,
+    /// Where these events come from, or who else watches them (`serving on ...`, `attached to ...`,
+    /// `replay 4x`): on the progress line when set.
+    pub source: Option<SourceLine>,
+    /// Keys a session adds to the help overlay (a replay's playback keys).
+    pub extra_keys: Vec<(&'static str, &'static str)>,
+}
+
+/// A short status on the progress line; `alert` draws it in colour (serving beyond this host, events
+/// this viewer lost).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceLine {
+    pub text: String,
+    pub alert: bool,
 }
 
 impl DashboardState {

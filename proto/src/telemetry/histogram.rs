@@ -81,7 +81,7 @@ impl AtomicHistogram {
 }
 
 /// The non-empty buckets of one interval, ascending by bucket.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IntervalHistogram {
     pub buckets: Vec<(u16, u32)>,
 }

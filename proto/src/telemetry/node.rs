@@ -2,7 +2,7 @@
 //! detail (which stays on the node, for its own `--json`). Plain data; [`super::wire`] frames it.
 
 /// One node's monitor read.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeSample {
     pub rank: u32,
     pub seq: u64,
@@ -20,7 +20,7 @@ pub struct NodeSample {
 }
 
 /// A GPU as the node's topology names it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeTopologyGpu {
     pub index: u32,
     pub pci_bus_id: String,
@@ -29,7 +29,7 @@ pub struct NodeTopologyGpu {
 }
 
 /// One NIC of a node.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeNic {
     pub name: String,
     /// An RDMA device (EFA) rather than a network interface.
@@ -47,7 +47,7 @@ pub struct NodeNic {
 }
 
 /// A node's GPU panel.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum NodeGpus {
     Unavailable(String),
     Gpus(Vec<NodeGpu>),
@@ -60,7 +60,7 @@ impl Default for NodeGpus {
 }
 
 /// One GPU's links on a node.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeGpu {
     pub index: u32,
     pub name: String,

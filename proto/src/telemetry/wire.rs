@@ -103,6 +103,9 @@ pub enum WireError {
     EmptyGpuSection,
     #[error("unknown phase {0}")]
     Phase(u8),
+    /// A rejection as another efatop told it (a served or recorded run's rank 0), in its words.
+    #[error("{0}")]
+    Told(String),
 }
 
 /// A decoded frame of any kind.

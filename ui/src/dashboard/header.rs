@@ -127,6 +127,10 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
     let frozen = state
         .frozen
         .then(|| Span::styled("FROZEN", Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD)));
+    let source = state.source.as_ref().map(|source| {
+        let style = if source.alert { Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD) } else { Style::new().fg(Color::Cyan) };
+        Span::styled(source.text.clone(), style)
+    });
     let status = |timing: Vec<String>| -> Vec<Span<'static>> {
         let mut spans = Vec::new();
         for item in timing {
@@ -137,6 +141,10 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
         if let Some(frozen) = &frozen {
             spans.push(Span::raw(" "));
             spans.push(frozen.clone());
+        }
+        if let Some(source) = &source {
+            spans.push(Span::styled(SEPARATOR, Style::new().fg(Color::DarkGray)));
+            spans.push(source.clone());
         }
         spans
     };
@@ -159,6 +167,10 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
     }
     // Too narrow for a bar: the status alone, drops and FROZEN first so they are the last to be cut.
     let mut spans = vec![drops];
+    if let Some(source) = source.filter(|source| source.style.fg == Some(Color::Yellow)) {
+        spans.push(Span::raw(" "));
+        spans.push(source);
+    }
     if let Some(frozen) = frozen {
         spans.push(Span::raw(" "));
         spans.push(frozen);

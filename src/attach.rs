@@ -1,0 +1,209 @@
+//! `efatop attach HOST:PORT`: watch a run that rank 0 serves (`--serve`), in the same dashboard or as the
+//! same JSON lines as the run's own. The viewer says its handshake line, checks rank 0's, then only reads.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use efatop_proto::stream::{self, Hello, StreamMessage};
+use efatop_ui::state::{Key, SourceLine};
+
+use crate::cli::AttachArgs;
+use crate::event::ConsumerEvent;
+use crate::printer::dashboard::TICK;
+use crate::term::{self, TerminalGuard};
+use crate::viewer::{Feed, JsonViewer, Watched};
+
+/// How long connecting and the peer's handshake line may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+const KEYS: [(&str, &str); 1] = [("q", "viewer: leave (the run goes on)")];
+
+pub fn attach(args: &AttachArgs) -> i32 {
+    let reader = match connect(&args.address) {
+        Ok(reader) => reader,
+        Err(line) => {
+            eprintln!("efatop: error: attach: {line}");
+            return 2;
+        }
+    };
+    if args.json || !term::stdout_is_terminal() {
+        json(reader, &args.address)
+    } else {
+        dashboard(reader, &args.address)
+    }
+}
+
+/// Connects and shakes hands: one line each way, naming efatop's stream and its version.
+fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
+    let targets: Vec<_> = address
+        .to_socket_addrs()
+        .map_err(|err| format!("`{address}` is not an address to attach to ({err}); use HOST:PORT, as the run's --serve printed it"))?
+        .collect();
+    let mut refused = None;
+    let mut stream = None;
+    for target in &targets {
+        match TcpStream::connect_timeout(target, CONNECT_WAIT) {
+            Ok(connected) => {
+                stream = Some(connected);
+                break;
+            }
+            Err(err) => refused = Some(err),
+        }
+    }
+    let Some(mut stream) = stream else {
+        let why = refused.map_or_else(|| "no address".to_string(), |err| err.to_string());
+        return Err(format!("nothing serves a run at {address} ({why}); start the run with --serve ADDR"));
+    };
+    let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
+    stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
+    stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    let read = std::io::Read::take(&mut reader, stream::MAX_HELLO as u64).read_until(b'\n', &mut line);
+    match read {
+        Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            return Err(not_efatop(&format!("it said nothing within {} s", CONNECT_WAIT.as_secs())));
+        }
+        Err(err) => return Err(not_efatop(&format!("the connection failed: {err}"))),
+        Ok(0) => return Err(not_efatop("it closed the connection without a greeting")),
+        Ok(_) => {}
+    }
+    match stream::parse_hello(&line, stream::MAGIC) {
+        Hello::Efatop { version } if version == stream::VERSION => {}
+        Hello::Efatop { version } => {
+            return Err(format!(
+                "{address} serves efatop's stream version {version}; this efatop reads version {}: attach with the efatop the run uses",
+                stream::VERSION
+            ));
+        }
+        Hello::Foreign(text) => return Err(not_efatop(&format!("it answered `{text}`"))),
+    }
+    reader.get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
+    Ok(reader)
+}
+
+/// What the connection said, message by message, then how it ended (`None`: it closed cleanly).
+enum Incoming {
+    Message(StreamMessage),
+    End(Option<String>),
+}
+
+fn read_all(mut reader: BufReader<TcpStream>, mut each: impl FnMut(Incoming) -> bool) {
+    loop {
+        let incoming = match stream::read_message(&mut reader) {
+            Ok(Some(message)) => Incoming::Message(message),
+            Ok(None) => Incoming::End(None),
+            Err(err) => Incoming::End(Some(err.to_string())),
+        };
+        let end = matches!(incoming, Incoming::End(_));
+        if !each(incoming) || end {
+            return;
+        }
+    }
+}
+
+fn json(reader: BufReader<TcpStream>, address: &str) -> i32 {
+    let mut viewer = JsonViewer::default();
+    let mut dropped = 0;
+    let mut cut = None;
+    read_all(reader, |incoming| match incoming {
+        Incoming::Message(StreamMessage::Event { t_us, event }) => {
+            viewer.event(event, Duration::from_micros(t_us));
+            viewer.tally.ended.is_none()
+        }
+        Incoming::Message(StreamMessage::Dropped { total }) => {
+            dropped = total;
+            true
+        }
+        Incoming::End(reason) => {
+            cut = Some(reason.unwrap_or_else(|| "the connection closed".into()));
+            false
+        }
+    });
+    if dropped > 0 {
+        eprintln!("efatop: warning: attach: this viewer fell behind and lost {dropped} telemetry batches (every result arrived)");
+    }
+    if viewer.tally.ended.is_none() {
+        eprintln!("efatop: error: attach: the stream from {address} ended before the run did ({})", cut.unwrap_or_default());
+        return 1;
+    }
+    viewer.tally.exit_code()
+}
+
+/// A served run's stream as a dashboard's feed: the run's clock runs on from its last event.
+struct Attached {
+    address: String,
+    incoming: Receiver<Incoming>,
+    /// The run's time at the last event, and when it arrived here.
+    last: (Duration, Instant),
+    dropped: u64,
+    ended: bool,
+}
+
+impl Feed for Attached {
+    fn advance(&mut self, watched: &mut Option<Watched>) -> Duration {
+        loop {
+            match self.incoming.try_recv() {
+                Ok(Incoming::Message(StreamMessage::Event { t_us, event })) => {
+                    let at = Duration::from_micros(t_us);
+                    self.last = (at, Instant::now());
+                    crate::viewer::take(watched, event, at, &KEYS);
+                }
+                Ok(Incoming::Message(StreamMessage::Dropped { total })) => self.dropped = total,
+                Ok(Incoming::End(reason)) => {
+                    self.ended = true;
+                    if let Some(watched) = watched.as_mut().filter(|w| w.tally.ended.is_none()) {
+                        let why = reason.unwrap_or_else(|| "the connection closed".into());
+                        let error = format!("the stream from {} ended before the run did ({why})", self.address);
+                        watched.fold(ConsumerEvent::Finished { error: Some(error) }, self.last.0);
+                    }
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let over = self.ended || watched.as_ref().is_some_and(|w| w.tally.ended.is_some());
+        if over { self.last.0 } else { self.last.0 + self.last.1.elapsed() }
+    }
+
+    fn key(&mut self, _key: Key, _watched: &mut Option<Watched>) -> bool {
+        false
+    }
+
+    fn source(&self) -> SourceLine {
+        match self.dropped {
+            0 => SourceLine { text: format!("attached to {}", self.address), alert: false },
+            dropped => SourceLine { text: format!("attached to {}: {dropped} batches lost here", self.address), alert: true },
+        }
+    }
+}
+
+fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
+    let (send, incoming) = mpsc::channel();
+    let spawned = std::thread::Builder::new().name("efatop-attach".into()).spawn(move || read_all(reader, |incoming| send.send(incoming).is_ok()));
+    if let Err(err) = spawned {
+        eprintln!("efatop: error: attach: {err}");
+        return 1;
+    }
+    let mut feed = Attached { address: address.to_string(), incoming, last: (Duration::ZERO, Instant::now()), dropped: 0, ended: false };
+    let watched = match TerminalGuard::enter() {
+        Ok((guard, mut terminal)) => {
+            let watched = crate::viewer::dashboard(&mut terminal, &mut feed, || term::next_key(TICK));
+            drop(guard);
+            watched
+        }
+        Err(err) => Err(err),
+    };
+    match watched {
+        Ok(Some(watched)) => {
+            watched.tally.print_tables();
+            watched.tally.exit_code()
+        }
+        Ok(None) => 1,
+        Err(err) => {
+            eprintln!("efatop: error: attach: the dashboard failed: {err}");
+            1
+        }
+    }
+}

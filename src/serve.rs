@@ -1,0 +1,438 @@
+//! `--serve ADDR` and `--record FILE` on rank 0: the run's events, as its own consumer folds them, go to
+//! any number of viewers (`efatop attach`) and into a recording (`efatop replay`).
+//!
+//! One thread (the tee) sits between the run's one channel and rank 0's consumer: it serializes each event
+//! once, appends it to the recording, offers it to every viewer's queue, and hands it on. Nothing here is
+//! on the hot path or in the collector: both send on an unbounded channel as before.
+//!
+//! Viewers never slow the run: each has a bounded queue that its own thread writes out. When a viewer
+//! does not keep up, telemetry batches meant for it are dropped and counted, and the count is sent to it
+//! before its next message; the run's other events (steps, measurements, notes, the end: a few per size)
+//! are always queued, so a slow viewer still ends with every measurement. Nothing is read from a viewer
+//! but its handshake line. A viewer that joins late first gets the run's start, the latest sample of
+//! every rank and every other event so far, then the live stream.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use efatop_experiments::ExperimentError;
+use efatop_proto::stream::{self, Hello, StreamMessage};
+
+use crate::collector::CollectorEvent;
+use crate::event::{ConsumerEvent, RunStart};
+use crate::record::Recorder;
+
+/// Telemetry batches a viewer may have waiting (a batch leaves the collector at most every 10 ms): a few
+/// seconds of a small run.
+const QUEUE_BATCHES: usize = 512;
+/// Bytes of telemetry a viewer may have waiting, whatever the batches' size.
+const QUEUE_BYTES: usize = 32 << 20;
+/// How long a viewer has to say its handshake line.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// At the run's end, viewers get this long to take the last events, as long as they keep taking them...
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// ... and a viewer that took nothing for this long is left behind (a stalled viewer costs the run this).
+const DRAIN_STALL: Duration = Duration::from_millis(100);
+
+type Frame = Arc<Vec<u8>>;
+
+/// Rank 0's outlets for the run's events: the server, the recording, and the tee that feeds both.
+pub struct Outlets {
+    pub serving: Option<SocketAddr>,
+    hub: Arc<Hub>,
+    recorder: Option<Recorder>,
+    tee: Option<JoinHandle<()>>,
+}
+
+impl Outlets {
+    /// Binds `serve` (printing where, on stderr) and creates `record`; `None` when neither is asked for.
+    pub fn open(serve: Option<SocketAddr>, record: Option<&Path>) -> Result<Option<Self>, ExperimentError> {
+        if serve.is_none() && record.is_none() {
+            return Ok(None);
+        }
+        let hub = Arc::new(Hub::default());
+        let serving = match serve {
+            Some(address) => {
+                let listener = TcpListener::bind(address).map_err(|err| ExperimentError::InvalidInput {
+                    flag: "--serve",
+                    message: format!("cannot listen on {address}: {err}"),
+                })?;
+                let bound = listener.local_addr().map_err(|err| ExperimentError::Bootstrap(format!("--serve: {err}")))?;
+                let hub = hub.clone();
+                std::thread::Builder::new()
+                    .name("efatop-serve".into())
+                    .spawn(move || accept(&listener, &hub))
+                    .map_err(|err| ExperimentError::Bootstrap(format!("--serve: {err}")))?;
+                if bound.ip().is_loopback() {
+                    eprintln!("efatop: serving the run on {bound}");
+                } else {
+                    eprintln!("efatop: serving the run on {bound} (beyond this host: whoever reaches it can watch the run)");
+                }
+                Some(bound)
+            }
+            None => None,
+        };
+        let recorder = match record {
+            Some(path) => Some(Recorder::create(path).map_err(|err| ExperimentError::InvalidInput {
+                flag: "--record",
+                message: format!("cannot create {}: {err}", path.display()),
+            })?),
+            None => None,
+        };
+        Ok(Some(Self { serving, hub, recorder, tee: None }))
+    }
+
+    /// Starts the tee: the run's start first, then every event of `events`, each serialized once for the
+    /// viewers and the recording and then handed on, unchanged, to the receiver returned (rank 0's
+    /// consumer; `forward` false when there is none). Times are since `started`.
+    pub fn tee(&mut self, start: RunStart, events: Receiver<ConsumerEvent>, started: Instant, forward: bool) -> Receiver<ConsumerEvent> {
+        let (consumer, received) = mpsc::channel();
+        let consumer = forward.then_some(consumer);
+        let hub = self.hub.clone();
+        let mut recorder = self.recorder.take();
+        let spawned = std::thread::Builder::new().name("efatop-tee".into()).spawn(move || {
+            let mut frame = Vec::new();
+            let mut publish = |event: &ConsumerEvent| {
+                let t_us = started.elapsed().as_micros() as u64;
+                frame.clear();
+                if stream::encode_event(t_us, event, &mut frame).is_err() {
+                    return;
+                }
+                let durable = !matches!(event, ConsumerEvent::Telemetry(_));
+                if let Some(recorder) = &mut recorder {
+                    recorder.add(&frame, durable);
+                }
+                hub.publish(event, t_us, &frame);
+            };
+            publish(&ConsumerEvent::Run(Box::new(start)));
+            while let Ok(event) = events.recv() {
+                publish(&event);
+                if let Some(consumer) = &consumer {
+                    // A consumer that has gone (the dashboard was dismissed) needs nothing more.
+                    let _ = consumer.send(event);
+                }
+            }
+            drop(recorder);
+            hub.end();
+        });
+        match spawned {
+            Ok(handle) => self.tee = Some(handle),
+            Err(err) => eprintln!("efatop: warning: --serve/--record: {err}; the run goes on without them"),
+        }
+        received
+    }
+
+    /// Once every sender of the run's channel is gone: the recording is sealed, and viewers get a moment to
+    /// take the last events (bounded; a stalled viewer is left behind at once).
+    pub fn finish(mut self) {
+        if let Some(tee) = self.tee.take() {
+            let _ = tee.join();
+        }
+        drop(self.recorder.take());
+        let now = Instant::now();
+        let deadline = now + DRAIN_LIMIT;
+        let viewers = self.hub.state().viewers.clone();
+        for viewer in viewers {
+            loop {
+                let (pending, taken_at) = {
+                    let queue = viewer.queue();
+                    (!queue.frames.is_empty() || queue.writing, queue.taken_at)
+                };
+                if !pending || Instant::now() >= deadline || taken_at.max(now).elapsed() >= DRAIN_STALL {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+/// What the tee and the viewers share: what a late joiner is sent first, and the viewers' queues.
+#[derive(Default)]
+struct Hub {
+    state: Mutex<HubState>,
+}
+
+#[derive(Default)]
+struct HubState {
+    /// The run's start, as sent.
+    run: Option<Frame>,
+    /// Every event but telemetry, as sent, in order.
+    history: Vec<Frame>,
+    /// Every rank's latest sample (and a served monitor's every node's latest read), and when it came.
+    latest: BTreeMap<(bool, u32), CollectorEvent>,
+    latest_t_us: u64,
+    viewers: Vec<Arc<Viewer>>,
+    ended: bool,
+}
+
+impl Hub {
+    fn state(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish(&self, event: &ConsumerEvent, t_us: u64, frame: &[u8]) {
+        let frame: Frame = Arc::new(frame.to_vec());
+        let mut state = self.state();
+        let durable = match event {
+            ConsumerEvent::Run(_) => {
+                state.run = Some(frame.clone());
+                true
+            }
+            ConsumerEvent::Telemetry(batch) => {
+                for telemetry in batch {
+                    let key = match telemetry {
+                        CollectorEvent::Sample(sample) => (false, sample.rank),
+                        CollectorEvent::Node(sample) => (true, sample.rank),
+                        _ => continue,
+                    };
+                    state.latest.insert(key, telemetry.clone());
+                }
+                state.latest_t_us = t_us;
+                false
+            }
+            _ => {
+                state.history.push(frame.clone());
+                true
+            }
+        };
+        state.viewers.retain(|viewer| viewer.offer(&frame, durable));
+    }
+
+    /// A viewer that has shaken hands: what the run has said so far, then everything from now on.
+    fn join(&self, viewer: &Arc<Viewer>) {
+        let mut state = self.state();
+        if let Some(run) = &state.run {
+            viewer.offer(run, true);
+            if !state.latest.is_empty() {
+                let samples = state.latest.values().cloned().collect();
+                let mut frame = Vec::new();
+                if stream::encode_event(state.latest_t_us, &ConsumerEvent::Telemetry(samples), &mut frame).is_ok() {
+                    viewer.offer(&Arc::new(frame), true);
+                }
+            }
+        }
+        for frame in &state.history {
+            viewer.offer(frame, true);
+        }
+        if state.ended {
+            viewer.end();
+        } else {
+            state.viewers.push(viewer.clone());
+        }
+    }
+
+    fn end(&self) {
+        let mut state = self.state();
+        state.ended = true;
+        for viewer in &state.viewers {
+            viewer.end();
+        }
+    }
+}
+
+/// One viewer's queue, filled by the tee and emptied by the viewer's own thread.
+struct Viewer {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+struct Queue {
+    /// Frames and whether each may be dropped (telemetry).
+    frames: VecDeque<(Frame, bool)>,
+    droppable: usize,
+    droppable_bytes: usize,
+    /// Telemetry batches dropped for this viewer so far.
+    dropped: u64,
+    /// The viewer's thread is writing what it took.
+    writing: bool,
+    /// When the viewer's thread last took frames.
+    taken_at: Instant,
+    /// The run has no more events.
+    ended: bool,
+    /// The viewer has gone.
+    closed: bool,
+}
+
+impl Viewer {
+    fn new() -> Self {
+        let queue = Queue {
+            frames: VecDeque::new(),
+            droppable: 0,
+            droppable_bytes: 0,
+            dropped: 0,
+            writing: false,
+            taken_at: Instant::now(),
+            ended: false,
+            closed: false,
+        };
+        Self { queue: Mutex::new(queue), ready: Condvar::new() }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `frame` unless it is telemetry and the queue is full (then it is counted); false once the
+    /// viewer has gone.
+    fn offer(&self, frame: &Frame, durable: bool) -> bool {
+        let mut queue = self.queue();
+        if queue.closed {
+            return false;
+        }
+        if !durable {
+            if queue.droppable >= QUEUE_BATCHES || queue.droppable_bytes + frame.len() > QUEUE_BYTES {
+                queue.dropped += 1;
+                return true;
+            }
+            queue.droppable += 1;
+            queue.droppable_bytes += frame.len();
+        }
+        queue.frames.push_back((frame.clone(), !durable));
+        drop(queue);
+        self.ready.notify_one();
+        true
+    }
+
+    fn end(&self) {
+        self.queue().ended = true;
+        self.ready.notify_one();
+    }
+
+    /// Writes the queue out until the run has ended and everything is sent, or the viewer goes.
+    fn write_out(&self, stream: &mut TcpStream) {
+        let mut dropped_told = 0;
+        let mut message = Vec::new();
+        loop {
+            let (frames, dropped) = {
+                let mut queue = self.queue();
+                while queue.frames.is_empty() && !queue.ended {
+                    queue = self.ready.wait(queue).unwrap_or_else(PoisonError::into_inner);
+                }
+                if queue.frames.is_empty() {
+                    return;
+                }
+                queue.droppable = 0;
+                queue.droppable_bytes = 0;
+                queue.writing = true;
+                queue.taken_at = Instant::now();
+                (std::mem::take(&mut queue.frames), queue.dropped)
+            };
+            let mut written = Ok(());
+            if dropped > dropped_told {
+                dropped_told = dropped;
+                message.clear();
+                if stream::encode(&StreamMessage::Dropped { total: dropped }, &mut message).is_ok() {
+                    written = stream.write_all(&message);
+                }
+            }
+            for (frame, _) in &frames {
+                if written.is_err() {
+                    break;
+                }
+                written = stream.write_all(frame);
+            }
+            let mut queue = self.queue();
+            queue.writing = false;
+            queue.taken_at = Instant::now();
+            if written.is_err() {
+                queue.closed = true;
+                queue.frames.clear();
+                return;
+            }
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, hub: &Arc<Hub>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let hub = hub.clone();
+        let _ = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || serve_viewer(stream, &hub));
+    }
+}
+
+/// One viewer: its handshake line, ours, then the run's events until they end or the viewer goes.
+fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
+    let _ = stream.set_nodelay(true);
+    if stream.set_read_timeout(Some(HANDSHAKE_WAIT)).is_err() {
+        return;
+    }
+    let mut line = Vec::new();
+    {
+        let Ok(reading) = stream.try_clone() else { return };
+        let mut reader = BufReader::new(reading.take(stream::MAX_HELLO as u64));
+        if reader.read_until(b'\n', &mut line).is_err() {
+            return;
+        }
+    }
+    let Hello::Efatop { version } = stream::parse_hello(&line, stream::MAGIC) else { return };
+    // Both sides say their version; on a mismatch the viewer names both and leaves.
+    if stream.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
+        return;
+    }
+    let viewer = Arc::new(Viewer::new());
+    hub.join(&viewer);
+    viewer.write_out(&mut stream);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
+/// monitor sends rank 0 ([`efatop_monitor::wire::to_wire`]), in a telemetry batch of its own.
+pub struct MonitorStream {
+    events: Option<mpsc::Sender<ConsumerEvent>>,
+    outlets: Outlets,
+    seq: u64,
+}
+
+impl MonitorStream {
+    /// The outlets `serve` and `record` ask for, fed from here; `None` when neither is asked for.
+    pub fn open(serve: Option<SocketAddr>, record: Option<&Path>, host: &str, interval: Duration) -> Result<Option<Self>, (i32, String)> {
+        let opened = Outlets::open(serve, record).map_err(|err| (err.exit_code(), err.to_string()))?;
+        let Some(mut outlets) = opened else { return Ok(None) };
+        let (events, received) = mpsc::channel();
+        let start = RunStart {
+            info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
+            results: efatop_experiments::RunResults {
+                metadata: efatop_experiments::RunMetadata {
+                    efatop_version: env!("CARGO_PKG_VERSION").into(),
+                    experiment: MONITOR.into(),
+                    ranks: 1,
+                    hosts: vec![host.to_string()],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            serving: outlets.serving,
+            interval_ms: interval.as_millis() as u64,
+            ..RunStart::default()
+        };
+        drop(outlets.tee(start, received, Instant::now(), false));
+        Ok(Some(Self { events: Some(events), outlets, seq: 0 }))
+    }
+
+    pub fn send(&mut self, snapshot: &efatop_monitor::Snapshot) {
+        self.seq += 1;
+        let sample = efatop_monitor::wire::to_wire(snapshot, 0, self.seq, 0);
+        if let Some(events) = &self.events {
+            let _ = events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
+        }
+    }
+
+    /// The monitor's end, told to viewers and the recording.
+    pub fn finish(mut self) {
+        if let Some(events) = self.events.take() {
+            let _ = events.send(ConsumerEvent::Finished { error: None });
+        }
+        self.outlets.finish();
+    }
+}
+
+/// `RunInfo::experiment` of a served or recorded `efatop monitor`.
+pub const MONITOR: &str = "monitor";
