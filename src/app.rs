@@ -229,6 +229,12 @@ impl App {
                 let line = format!("{} {}: {:.2} Gbps, data verified", measurement.config, format_size(measurement.size), measurement.gbps);
                 Ingest::measured(&mut self.data, &measurement, now);
                 self.data.push_log(now, LogLevel::Info, line);
+                if let Some(counters) = efatop_ui::counters::step_line(&measurement) {
+                    self.data.push_log(now, LogLevel::Info, counters);
+                }
+                for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+                    self.data.push_log(now, LogLevel::Warn, warning.message.clone());
+                }
             }
             ConsumerEvent::Finished { error } => {
                 self.data.finished = true;

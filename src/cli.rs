@@ -203,6 +203,14 @@ pub struct CommonArgs {
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
+    /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)
+    /// instead of this machine's; the run's notes say so (docs/counters.md)
+    #[arg(long, hide = true)]
+    pub sysfs_root: Option<PathBuf>,
+    /// Testing aid: the NIC of each channel for its counters, e.g. `0=rdmap79s0,1=rdmap80s0`, where the
+    /// domain does not name it (docs/counters.md)
+    #[arg(long, hide = true, value_parser = efatop_experiments::counters::parse_nic_map)]
+    pub nic_map: Option<std::collections::BTreeMap<usize, String>>,
 }
 
 #[derive(Debug, Clone, Args)]

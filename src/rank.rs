@@ -124,13 +124,17 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         gpu: (common.memory.iter().any(|m| *m != cli::MemoryArg::Host) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
             .then_some(common.gpu.0),
     };
-    let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
+    let mut world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
         // The proxy needs a GPU whatever --memory says: name the experiment, not the flag.
         (ExperimentError::Unsupported(message), Experiment::Proxy(_) | Experiment::Ipc(_)) => {
             ExperimentError::Unsupported(message.replacen("--memory device:", &format!("{}:", experiment.name()), 1))
         }
         (err, _) => err,
     })?;
+    if common.sysfs_root.is_some() || common.nic_map.is_some() {
+        let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
+        world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
+    }
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {

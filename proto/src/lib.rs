@@ -4,13 +4,15 @@
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
 //! - [`sizes`]: message sizes as flags and tables write them;
-//! - [`ipc`]: the ipc experiment's column names.
+//! - [`ipc`]: the ipc experiment's column names;
+//! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
 
 #![forbid(unsafe_code)]
 
+pub mod counters;
 pub mod ipc;
 pub mod results;
 pub mod sizes;
