@@ -85,6 +85,9 @@ pub fn parse_nic_map(text: &str) -> Result<BTreeMap<usize, String>, String> {
 struct CounterFiles {
     name: &'static str,
     files: Vec<File>,
+    /// Where `files` were opened: a fake tree's counters are replaced by renames (so that its readers
+    /// never see half a number), and are opened again at each read.
+    paths: Vec<PathBuf>,
 }
 
 /// How one NIC's counters are read.
@@ -123,6 +126,8 @@ pub struct NicCounters {
     /// `/proc/thread-self/net/snmp`, for TCP's retransmitted segments.
     snmp: Option<File>,
     tcp_before: Option<u64>,
+    /// Counter files are opened again at each read (a fake tree, see [`CounterFiles::paths`]).
+    reopen: bool,
     /// Room for one read of a proc file, allocated once.
     buffer: Vec<u8>,
     /// Says where the counters came from when it is not this machine's NICs.
@@ -136,6 +141,12 @@ pub struct ChannelNic<'a> {
     pub domain: &'a str,
 }
 
+fn open_counter(name: &'static str, paths: Vec<PathBuf>) -> CounterFiles {
+    let opened: Vec<(File, PathBuf)> = paths.into_iter().filter_map(|path| Some((File::open(&path).ok()?, path))).collect();
+    let (files, paths) = opened.into_iter().unzip();
+    CounterFiles { name, files, paths }
+}
+
 fn read_number(file: &File, scratch: &mut [u8; 32]) -> Option<u64> {
     let len = file.read_at(scratch, 0).ok()?;
     std::str::from_utf8(&scratch[..len]).ok()?.trim().parse().ok()
@@ -147,7 +158,7 @@ fn open_rdma(root: &Path, device: &str) -> Option<Vec<CounterFiles>> {
     port_dirs.sort();
     let counters: Vec<CounterFiles> = RDMA_COUNTERS
         .iter()
-        .map(|name| CounterFiles { name, files: port_dirs.iter().filter_map(|dir| File::open(dir.join(name)).ok()).collect() })
+        .map(|name| open_counter(name, port_dirs.iter().map(|dir| dir.join(name)).collect()))
         .filter(|counter| !counter.files.is_empty())
         .collect();
     (!counters.is_empty()).then_some(counters)
@@ -156,7 +167,7 @@ fn open_rdma(root: &Path, device: &str) -> Option<Vec<CounterFiles>> {
 fn open_net_sysfs(root: &Path, interface: &str) -> Option<Vec<CounterFiles>> {
     let dir = root.join("sys/class/net").join(interface).join("statistics");
     let counters: Vec<CounterFiles> =
-        NET_COUNTERS.iter().filter_map(|name| Some(CounterFiles { name, files: vec![File::open(dir.join(name)).ok()?] })).collect();
+        NET_COUNTERS.iter().map(|name| open_counter(name, vec![dir.join(name)])).filter(|c| !c.files.is_empty()).collect();
     (!counters.is_empty()).then_some(counters)
 }
 
@@ -291,18 +302,18 @@ impl NicCounters {
                 mapped.join(", ")
             )
         });
-        Ok(Self { channels: watched, others, net_dev, snmp, tcp_before: None, buffer, note })
+        Ok(Self { channels: watched, others, net_dev, snmp, tcp_before: None, reopen: !this_machine, buffer, note })
     }
 
     /// Reads every counter before a step; `app_bytes(channel)` is the application's count so far.
     pub fn begin(&mut self, app_bytes: impl Fn(usize) -> u64) {
         let text = read_proc(self.net_dev.as_ref(), &mut self.buffer);
         for (index, channel) in self.channels.iter_mut().enumerate() {
-            read_into(&channel.reader, text, &mut channel.before);
+            read_into(&channel.reader, self.reopen, text, &mut channel.before);
             channel.app_before = app_bytes(index);
         }
         for other in &mut self.others {
-            read_into(&other.reader, text, &mut other.before);
+            read_into(&other.reader, self.reopen, text, &mut other.before);
         }
         self.tcp_before = read_proc(self.snmp.as_ref(), &mut self.buffer).and_then(tcp_retransmits);
     }
@@ -312,7 +323,7 @@ impl NicCounters {
         let text = read_proc(self.net_dev.as_ref(), &mut self.buffer);
         let mut reading = RankReading { rank, ..RankReading::default() };
         for (index, channel) in self.channels.iter_mut().enumerate() {
-            read_into(&channel.reader, text, &mut channel.after);
+            read_into(&channel.reader, self.reopen, text, &mut channel.after);
             let names = reader_names(&channel.reader);
             let deltas = names
                 .iter()
@@ -327,7 +338,7 @@ impl NicCounters {
             });
         }
         for other in &mut self.others {
-            read_into(&other.reader, text, &mut other.after);
+            read_into(&other.reader, self.reopen, text, &mut other.after);
             let names = reader_names(&other.reader);
             let bytes: u64 = names
                 .iter()
@@ -373,12 +384,16 @@ fn reader_names(reader: &Reader) -> Vec<&'static str> {
     }
 }
 
-fn read_into(reader: &Reader, net_dev: Option<&str>, out: &mut [Option<u64>]) {
+fn read_into(reader: &Reader, reopen: bool, net_dev: Option<&str>, out: &mut [Option<u64>]) {
     match reader {
         Reader::Files(counters) => {
             let mut scratch = [0_u8; 32];
             for (slot, counter) in out.iter_mut().zip(counters) {
-                *slot = counter.files.iter().map(|file| read_number(file, &mut scratch)).try_fold(0_u64, |sum, v| v.map(|v| sum.wrapping_add(v)));
+                *slot = if reopen {
+                    counter.paths.iter().map(|path| File::open(path).ok().and_then(|file| read_number(&file, &mut scratch))).try_fold(0_u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
+                } else {
+                    counter.files.iter().map(|file| read_number(file, &mut scratch)).try_fold(0_u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
+                };
             }
         }
         Reader::ProcNetDev { interface } => match net_dev {

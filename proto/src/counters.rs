@@ -350,14 +350,14 @@ impl StepCounters {
     /// channel had both figures.
     pub fn summary(&self) -> String {
         let mut line = match (self.ratio, &self.counter) {
-            (Some(ratio), Some(counter)) => format!("NIC/app {ratio:.2} ({counter})"),
-            (Some(ratio), None) => format!("NIC/app {ratio:.2}"),
+            (Some(ratio), Some(counter)) => format!("NIC/app {ratio:.3} ({counter})"),
+            (Some(ratio), None) => format!("NIC/app {ratio:.3}"),
             (None, _) if self.warns(WarningKind::NoNic) => "NIC/app - (bytes crossed no NIC)".to_string(),
             (None, _) => "NIC/app - (no NIC counters)".to_string(),
         };
         let with_ratio = self.channels.iter().filter(|c| c.ratio.is_some()).count();
         if let (Some((low, high)), true) = (self.ratio_range(), with_ratio > 1) {
-            let _ = write!(line, ", channels {low:.2}-{high:.2} over {with_ratio}");
+            let _ = write!(line, ", channels {low:.3}-{high:.3} over {with_ratio}");
         }
         if self.warns(WarningKind::EmulatedWrite) {
             line.push_str(", emulated RDMA");
@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(warnings[0].kind, WarningKind::EmulatedWrite);
         assert!(warnings[0].message.contains("emulated RDMA"), "{}", warnings[0].message);
         let step = StepCounters::gather(StepOp::Write, &[RankReading { rank: 1, channels: vec![rdma(0, 1000, &[("rdma_write_bytes", 0), ("send_bytes", 1100), ("rdma_write_recv_bytes", 0), ("recv_bytes", 0)])], ..RankReading::default() }]);
-        assert_eq!(step.summary(), "NIC/app 1.10 (send_bytes), emulated RDMA, 1 warning");
+        assert_eq!(step.summary(), "NIC/app 1.100 (send_bytes), emulated RDMA, 1 warning");
     }
 
     #[test]
@@ -443,7 +443,7 @@ mod tests {
             &[RankReading { rank: 0, channels: vec![net(0, 1000, 1040, 20), net(1, 1000, 1080, 20), net(2, 0, 0, 0)], ..RankReading::default() }],
         );
         assert!((step.ratio.unwrap() - 1.08).abs() < 1e-9);
-        assert_eq!(step.summary(), "NIC/app 1.08 (tx_bytes+rx_bytes), channels 1.06-1.10 over 2");
+        assert_eq!(step.summary(), "NIC/app 1.080 (tx_bytes+rx_bytes), channels 1.060-1.100 over 2");
         let json = serde_json::to_string(&step).unwrap();
         assert_eq!(serde_json::from_str::<StepCounters>(&json).unwrap(), step);
     }

@@ -24,7 +24,7 @@ pub fn render_counters(results: &RunResults) -> String {
             .iter()
             .filter(|c| c.app_bytes > 0)
             .map(|c| {
-                let ratio = c.ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}"));
+                let ratio = c.ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.3}"));
                 format!("r{}c{} {} {ratio}", c.rank, c.channel, c.nic.as_deref().unwrap_or("no NIC"))
             })
             .collect();
@@ -57,7 +57,7 @@ mod tests {
         results.measurements[0].counters = Some(StepCounters::gather(StepOp::Write, &[reading]));
         let text = render_counters(&results);
         let first = &results.measurements[0];
-        assert!(text.starts_with(&format!("# {} {}: NIC/app 1.03 (tx_bytes+rx_bytes)\n#   r1c0 efa0 1.03\n", first.config, format_size(first.size))), "{text}");
+        assert!(text.starts_with(&format!("# {} {}: NIC/app 1.030 (tx_bytes+rx_bytes)\n#   r1c0 efa0 1.030\n", first.config, format_size(first.size))), "{text}");
         assert_eq!(text.lines().count(), 2, "measurements without counters print nothing: {text}");
     }
 }
