@@ -11,6 +11,8 @@ mod affinity;
 mod fake;
 mod gpu;
 pub mod nvlink;
+pub mod prometheus;
+pub mod rails;
 mod rates;
 mod sysfs;
 pub mod wire;
