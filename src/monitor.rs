@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
+use efatop_monitor::prometheus::Exporter;
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
@@ -68,6 +69,12 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         return nodes::run(args, bootstrap.as_ref(), &sysfs_root);
     }
     let mut monitor = build_monitor(args, &sysfs_root)?;
+    let exporter = start_exporter(args)?;
+    let offer = |snapshot: &Snapshot| {
+        if let Some(exporter) = &exporter {
+            exporter.offer(vec![snapshot.clone()]);
+        }
+    };
     let started = Instant::now();
     if args.once {
         monitor.sample(started.elapsed());
@@ -78,12 +85,13 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
-        return run_terminal(monitor, args, started).map_err(|err| (1, format!("terminal: {err}")));
+        return run_terminal(monitor, args, started, exporter.as_ref()).map_err(|err| (1, format!("terminal: {err}")));
     }
     let mut view = MonitorView::new(&args.filter);
     let mut printed = 0_u64;
     loop {
         let snapshot = monitor.sample(started.elapsed());
+        offer(&snapshot);
         view.push(snapshot.clone());
         print_line(&snapshot, None, &view, args.json)?;
         printed += 1;
@@ -147,7 +155,9 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
         // Ranks sharing a machine share a host name: the rank tells their tables apart.
         let node = rank.map_or(String::new(), |rank| format!(" node: rank {rank} on {}\n", snapshot.host));
-        format!("{node}{}\n", plain_text(view, columns))
+        // A NIC far off its rail is drawn red on a terminal; here it gets a line.
+        let rails = view.snapshot.as_ref().map(rail_lines).unwrap_or_default();
+        format!("{node}{}{rails}\n", plain_text(view, columns))
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
@@ -156,6 +166,24 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         Err(err) => Err((1, format!("writing to stdout: {err}"))),
         Ok(()) => Ok(()),
     }
+}
+
+/// ` rail 1 off: rdmap165s0 (GPU 5) 0.10× the rail's median of 160.00 Gbps` per NIC far off its rail.
+fn rail_lines(snapshot: &Snapshot) -> String {
+    efatop_monitor::rails::balance(&[snapshot])
+        .iter()
+        .filter(|load| load.off)
+        .map(|load| {
+            format!(
+                " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps\n",
+                load.rail,
+                load.nic,
+                load.gpu,
+                load.ratio.unwrap_or(0.0),
+                load.rail_median_gbps
+            )
+        })
+        .collect()
 }
 
 /// Frames per second of the redraw tick.
@@ -178,7 +206,17 @@ fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> R
     receiver
 }
 
-fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::io::Result<()> {
+/// `--prometheus ADDR`: the endpoint, listening before the first read (exit code 2 when it cannot).
+fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter>, Failure> {
+    let Some(address) = args.prometheus else { return Ok(None) };
+    let exporter = Exporter::start(address).map_err(|err| (2, format!("--prometheus {address}: {err}")))?;
+    if !args.json {
+        eprintln!("efatop: serving http://{}/metrics", exporter.address);
+    }
+    Ok(Some(exporter))
+}
+
+fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, exporter: Option<&Exporter>) -> std::io::Result<()> {
     let snapshots = spawn_reader(monitor, args.interval, started);
     let (_guard, mut terminal) = TerminalGuard::enter()?;
     let mut view = MonitorView::new(&args.filter);
@@ -187,6 +225,9 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant) -> std::
         loop {
             match snapshots.try_recv() {
                 Ok(snapshot) => {
+                    if let Some(exporter) = exporter {
+                        exporter.offer(vec![snapshot.clone()]);
+                    }
                     view.push(snapshot);
                     taken += 1;
                 }
