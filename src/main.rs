@@ -18,6 +18,7 @@ mod nvlink;
 mod printer;
 mod queue;
 mod rank;
+mod run_metrics;
 mod report;
 mod results_file;
 mod session;

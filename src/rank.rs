@@ -248,11 +248,22 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         None
     };
     let collector_events = watchdog.as_ref().map_or_else(|| events_tx.clone(), |w| w.events.clone());
+    // `--prometheus`: rank 0's view of the job, folded from the telemetry on its way to the watchdog.
+    let (collector_events, run_metrics) = match (rank, common.prometheus) {
+        (0, Some(address)) => {
+            let (tee, metrics) = crate::run_metrics::tee(address, experiment.name(), &world.hosts, collector_events)?;
+            (tee, Some(metrics))
+        }
+        _ => (collector_events, None),
+    };
     let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &collector_events, namespaces.as_ref())?;
     drop(collector_events);
     let sampler = telemetry.sampler;
     let collector = telemetry.collector;
     let every_rank_nics = telemetry.nics;
+    if let Some(metrics) = &run_metrics {
+        metrics.set_nics(every_rank_nics.clone());
+    }
 
     if rank != 0 {
         let outcome = run_experiment(&world, experiment, &sweep, None, &mut Unobserved);

@@ -13,6 +13,7 @@ mod gpu;
 pub mod nvlink;
 pub mod prometheus;
 pub mod rails;
+pub mod run_metrics;
 mod rates;
 mod sysfs;
 pub mod wire;

@@ -195,54 +195,65 @@ pub fn render(snapshots: Vec<Snapshot>) -> Result<String, std::fmt::Error> {
     Ok(text)
 }
 
-/// The endpoint, serving on its own thread until dropped.
-pub struct Exporter {
-    snapshots: SyncSender<Vec<Snapshot>>,
+/// What an endpoint serves: the OpenMetrics text of its latest state.
+pub trait Exposition: Send + 'static {
+    fn render(&self) -> Result<String, std::fmt::Error>;
+}
+
+impl Exposition for Vec<Snapshot> {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        render(self.clone())
+    }
+}
+
+/// The endpoint, serving on its own thread until dropped; it serves the latest state offered.
+pub struct Exporter<T: Exposition = Vec<Snapshot>> {
+    states: SyncSender<T>,
     pub address: SocketAddr,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Exporter {
+impl<T: Exposition> Exporter<T> {
     /// Listens on `address` (port 0 picks one; [`Exporter::address`] says which).
     pub fn start(address: SocketAddr) -> Result<Self, String> {
         let server = tiny_http::Server::http(address).map_err(|err| format!("cannot listen on {address}: {err}"))?;
         let bound = server.server_addr().to_ip().ok_or_else(|| format!("{address} is not an IP address"))?;
-        let (snapshots, received) = mpsc::sync_channel(4);
+        let (states, received) = mpsc::sync_channel(4);
         let thread = std::thread::Builder::new()
             .name("efatop-prometheus".into())
             .spawn(move || serve(&server, &received))
             .map_err(|err| format!("cannot start the endpoint's thread: {err}"))?;
-        Ok(Self { snapshots, address: bound, thread: Some(thread) })
+        Ok(Self { states, address: bound, thread: Some(thread) })
     }
 
-    /// Offers the latest read (every node's, in a many-node view); dropped when the endpoint is behind.
-    pub fn offer(&self, snapshots: Vec<Snapshot>) {
-        match self.snapshots.try_send(snapshots) {
+    /// Offers the latest state (every node's snapshots, a run's view); dropped when the endpoint is behind.
+    pub fn offer(&self, state: T) {
+        match self.states.try_send(state) {
             Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
         }
     }
 }
 
-impl Drop for Exporter {
+impl<T: Exposition> Drop for Exporter<T> {
     fn drop(&mut self) {
         // Closing the queue ends the serving loop at its next look.
         let (closed, _) = mpsc::sync_channel(1);
-        self.snapshots = closed;
+        self.states = closed;
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-/// How often the serving loop looks for a newer snapshot while no request comes.
+/// How often the serving loop looks for a newer state while no request comes.
 const POLL: Duration = Duration::from_millis(100);
 
-fn serve(server: &tiny_http::Server, snapshots: &Receiver<Vec<Snapshot>>) {
-    let mut latest: Option<Vec<Snapshot>> = None;
+fn serve<T: Exposition>(server: &tiny_http::Server, states: &Receiver<T>) {
+    let mut latest: Option<T> = None;
     loop {
         loop {
-            match snapshots.try_recv() {
-                Ok(read) => latest = Some(read),
+            match states.try_recv() {
+                Ok(state) => latest = Some(state),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,
             }
@@ -250,12 +261,12 @@ fn serve(server: &tiny_http::Server, snapshots: &Receiver<Vec<Snapshot>>) {
         let Ok(Some(request)) = server.recv_timeout(POLL) else { continue };
         let path = request.url().split('?').next().unwrap_or_default().to_string();
         let response = match (path.as_str(), &latest) {
-            ("/metrics", Some(read)) => match render(read.clone()) {
+            ("/metrics", Some(state)) => match state.render() {
                 Ok(text) => text_response(text, 200, CONTENT_TYPE),
                 Err(err) => text_response(format!("encoding failed: {err}\n"), 500, "text/plain; charset=utf-8"),
             },
             ("/metrics", None) => text_response("no read yet\n".into(), 503, "text/plain; charset=utf-8"),
-            _ => text_response("efatop monitor: metrics are at /metrics\n".into(), 404, "text/plain; charset=utf-8"),
+            _ => text_response("efatop: metrics are at /metrics\n".into(), 404, "text/plain; charset=utf-8"),
         };
         let _ = request.respond(response);
     }
@@ -303,7 +314,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         FakeSysfs::p5(dir.path()).unwrap();
         let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
-        let exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let exporter: Exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
         exporter.offer(vec![monitor.sample(Duration::ZERO)]);
         let get = |path: &str| {
             // The snapshot reaches the serving thread at its next look: ask until it has.
