@@ -203,8 +203,8 @@ pub struct CommonArgs {
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
-    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank) at
-    /// http://ADDR/metrics for Prometheus while it runs, e.g. 127.0.0.1:9401
+    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank) for Prometheus at
+    /// /metrics on ADDR while it runs, e.g. 127.0.0.1:9401
     #[arg(long, value_name = "ADDR", value_parser = tools::parse_listen_address)]
     pub prometheus: Option<std::net::SocketAddr>,
     /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)

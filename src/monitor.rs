@@ -170,20 +170,20 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
 
 /// ` rail 1 off: rdmap165s0 (GPU 5) 0.10× the rail's median of 160.00 Gbps` per NIC far off its rail.
 fn rail_lines(snapshot: &Snapshot) -> String {
-    efatop_monitor::rails::balance(&[snapshot])
-        .iter()
-        .filter(|load| load.off)
-        .map(|load| {
-            format!(
-                " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps\n",
-                load.rail,
-                load.nic,
-                load.gpu,
-                load.ratio.unwrap_or(0.0),
-                load.rail_median_gbps
-            )
-        })
-        .collect()
+    use std::fmt::Write as _;
+    let mut lines = String::new();
+    for load in efatop_monitor::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
+        let _ = writeln!(
+            lines,
+            " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps",
+            load.rail,
+            load.nic,
+            load.gpu,
+            load.ratio.unwrap_or(0.0),
+            load.rail_median_gbps
+        );
+    }
+    lines
 }
 
 /// Frames per second of the redraw tick.

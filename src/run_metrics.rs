@@ -1,5 +1,5 @@
 //! `--prometheus ADDR` on a benchmark run: rank 0's view of the job (every rank's per-channel bytes,
-//! rates and p50/p99) at http://ADDR/metrics, from the telemetry rank 0 already collects
+//! rates and p50/p99) at `http://ADDR/metrics`, from the telemetry rank 0 already collects
 //! (`efatop_monitor::run_metrics`). A thread between the collector and the watchdog folds each sample
 //! batch in and passes the batch on unchanged; the endpoint gets the folded view by `try_send`, so a
 //! scrape never holds up the telemetry.

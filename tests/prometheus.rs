@@ -163,11 +163,11 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
         .expect("start prometheus");
     let _server = Started(server);
 
-    wait_for("prometheus ready", Duration::from_secs(60), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
+    wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
     // Enough scrapes that a 4 s window holds 16 of them.
     let window = "4s";
     let samples = format!(r#"count_over_time(efatop_nic_rdma_write_bytes_total{{nic="rdmap80s0"}}[{window}])"#);
-    wait_for("16 scrapes of the fake NIC", Duration::from_secs(60), &logs, || {
+    wait_for("16 scrapes of the fake NIC", Duration::from_mins(1), &logs, || {
         query(web, &samples).first().and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok()).filter(|n| *n >= 16.0)
     });
     let result = query(web, &format!(r#"rate(efatop_nic_rdma_write_bytes_total{{nic="rdmap80s0"}}[{window}])"#));

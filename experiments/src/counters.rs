@@ -183,7 +183,9 @@ fn net_dev_interfaces(text: &str) -> Vec<String> {
 
 /// One interface's `NET_COUNTERS` from `/proc/.../net/dev`: receive bytes, packets, ... then transmit.
 fn net_dev_values(text: &str, interface: &str, out: &mut [Option<u64>]) {
-    out.iter_mut().for_each(|v| *v = None);
+    for value in out.iter_mut() {
+        *value = None;
+    }
     let Some(fields) = text.lines().filter_map(|line| line.split_once(':')).find(|(name, _)| name.trim() == interface).map(|(_, rest)| rest)
     else {
         return;

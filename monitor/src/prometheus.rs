@@ -1,4 +1,4 @@
-//! `--prometheus ADDR`: the monitor's latest snapshot as an OpenMetrics text endpoint at `/metrics`, for a
+//! `--prometheus ADDR`: the monitor's latest snapshot as an `OpenMetrics` text endpoint at `/metrics`, for a
 //! Prometheus server to scrape. The exposition format comes from `prometheus-client` (a [`Collector`] over
 //! one owned snapshot, encoded per scrape), the HTTP from `tiny_http`, on a thread of its own: the reader
 //! hands it snapshots through a bounded queue with `try_send`, so a slow scrape never holds up a read, and
@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 use crate::rails::{balance, rails_of};
 use crate::{GpuPanel, Snapshot};
 
-/// The content type of OpenMetrics text, which `prometheus-client` writes.
+/// The content type of `OpenMetrics` text, which `prometheus-client` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Labels of a NIC's series.
@@ -186,7 +186,7 @@ impl Collector for Snapshots {
     }
 }
 
-/// The OpenMetrics text of these snapshots.
+/// The `OpenMetrics` text of these snapshots.
 pub fn render(snapshots: Vec<Snapshot>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshots(snapshots)));
@@ -195,7 +195,7 @@ pub fn render(snapshots: Vec<Snapshot>) -> Result<String, std::fmt::Error> {
     Ok(text)
 }
 
-/// What an endpoint serves: the OpenMetrics text of its latest state.
+/// What an endpoint serves: the `OpenMetrics` text of its latest state.
 pub trait Exposition: Send + 'static {
     fn render(&self) -> Result<String, std::fmt::Error>;
 }

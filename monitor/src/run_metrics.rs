@@ -116,12 +116,12 @@ impl RunView {
     }
 }
 
-fn gauges<L: EncodeLabelSet>(encoder: &mut DescriptorEncoder, name: &str, help: &str, series: Vec<(L, f64)>) -> Result<(), std::fmt::Error> {
+fn gauges<L: EncodeLabelSet>(encoder: &mut DescriptorEncoder, name: &str, help: &str, series: &[(L, f64)]) -> Result<(), std::fmt::Error> {
     if series.is_empty() {
         return Ok(());
     }
     let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
-    for (labels, value) in &series {
+    for (labels, value) in series {
         ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
     }
     Ok(())
@@ -144,16 +144,16 @@ impl Collector for RunView {
         let series = |pick: &dyn Fn(&ChannelState) -> Option<f64>| -> Vec<(ChannelLabels, f64)> {
             channels.iter().filter_map(|(labels, c)| Some((labels.clone(), pick(c)?))).collect()
         };
-        gauges(&mut encoder, "efatop_run_channel_bytes_per_second", "the channel's bytes per second over the last telemetry interval", series(&|c| Some(c.bytes_per_second)))?;
-        gauges(&mut encoder, "efatop_run_channel_latency_p50_seconds", "median operation latency on the channel over the last interval", series(&|c| c.p50_s))?;
-        gauges(&mut encoder, "efatop_run_channel_latency_p99_seconds", "99th percentile operation latency on the channel over the last interval", series(&|c| c.p99_s))?;
+        gauges(&mut encoder, "efatop_run_channel_bytes_per_second", "the channel's bytes per second over the last telemetry interval", &series(&|c| Some(c.bytes_per_second)))?;
+        gauges(&mut encoder, "efatop_run_channel_latency_p50_seconds", "median operation latency on the channel over the last interval", &series(&|c| c.p50_s))?;
+        gauges(&mut encoder, "efatop_run_channel_latency_p99_seconds", "99th percentile operation latency on the channel over the last interval", &series(&|c| c.p99_s))?;
         let ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| -> Vec<(RankLabels, f64)> {
             self.ranks.iter().enumerate().filter_map(|(rank, state)| Some((self.rank_labels(rank), pick(state)?))).collect()
         };
-        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", ranks(&|r| Some(r.bytes_per_second)))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", ranks(&|r| r.p50_s))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", ranks(&|r| r.p99_s))?;
-        gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", ranks(&|r| Some(r.drops as f64)))?;
+        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", &ranks(&|r| Some(r.bytes_per_second)))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", &ranks(&|r| r.p50_s))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", &ranks(&|r| r.p99_s))?;
+        gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", &ranks(&|r| Some(r.drops as f64)))?;
         Ok(())
     }
 }

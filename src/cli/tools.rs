@@ -139,8 +139,8 @@ pub struct MonitorArgs {
     /// `{rank}` in --sysfs-root gives each its own tree)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
     pub ranks: Option<u16>,
-    /// Serve the counters, rates and rail balance at http://ADDR/metrics for Prometheus (OpenMetrics
-    /// text), e.g. 127.0.0.1:9400 or 0.0.0.0:9400; see docs/counters.md
+    /// Serve the counters, rates and rail balance for Prometheus at /metrics on ADDR, e.g. 127.0.0.1:9400
+    /// or 0.0.0.0:9400; see docs/counters.md
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub prometheus: Option<std::net::SocketAddr>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
