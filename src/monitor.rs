@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use efatop_monitor::prometheus::Exporter;
+use efatop_monitor::prometheus::{Exporter, FreshCounters};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
@@ -70,9 +70,10 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     }
     let mut monitor = build_monitor(args, &sysfs_root)?;
     let exporter = start_exporter(args)?;
+    let sysfs = Sysfs::new(&sysfs_root);
     let offer = |snapshot: &Snapshot| {
         if let Some(exporter) = &exporter {
-            exporter.offer(vec![snapshot.clone()]);
+            exporter.offer(FreshCounters { sysfs: sysfs.clone(), snapshot: snapshot.clone() });
         }
     };
     let started = Instant::now();
@@ -85,7 +86,8 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
-        return run_terminal(monitor, args, started, exporter.as_ref()).map_err(|err| (1, format!("terminal: {err}")));
+        let exporter = exporter.as_ref().map(|exporter| (exporter, &sysfs));
+        return run_terminal(monitor, args, started, exporter).map_err(|err| (1, format!("terminal: {err}")));
     }
     let mut view = MonitorView::new(&args.filter);
     let mut printed = 0_u64;
@@ -207,7 +209,7 @@ fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> R
 }
 
 /// `--prometheus ADDR`: the endpoint, listening before the first read (exit code 2 when it cannot).
-fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter>, Failure> {
+fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter<FreshCounters>>, Failure> {
     let Some(address) = args.prometheus else { return Ok(None) };
     let exporter = Exporter::start(address).map_err(|err| (2, format!("--prometheus {address}: {err}")))?;
     if !args.json {
@@ -216,7 +218,12 @@ fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter>, Failure> {
     Ok(Some(exporter))
 }
 
-fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, exporter: Option<&Exporter>) -> std::io::Result<()> {
+fn run_terminal(
+    monitor: Monitor,
+    args: &MonitorArgs,
+    started: Instant,
+    exporter: Option<(&Exporter<FreshCounters>, &Sysfs)>,
+) -> std::io::Result<()> {
     let snapshots = spawn_reader(monitor, args.interval, started);
     let (_guard, mut terminal) = TerminalGuard::enter()?;
     let mut view = MonitorView::new(&args.filter);
@@ -225,8 +232,8 @@ fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, exporter
         loop {
             match snapshots.try_recv() {
                 Ok(snapshot) => {
-                    if let Some(exporter) = exporter {
-                        exporter.offer(vec![snapshot.clone()]);
+                    if let Some((exporter, sysfs)) = exporter {
+                        exporter.offer(FreshCounters { sysfs: sysfs.clone(), snapshot: snapshot.clone() });
                     }
                     view.push(snapshot);
                     taken += 1;

@@ -206,6 +206,32 @@ impl Exposition for Vec<Snapshot> {
     }
 }
 
+/// One node's latest snapshot whose counters are read again at each scrape, as node_exporter reads at
+/// scrape time: Prometheus stamps a sample with the scrape's time, and a value read up to an interval
+/// earlier (longer when the reader was held up) would bend `rate()`. The rates, rails and GPU figures stay
+/// the snapshot's.
+#[derive(Clone, Debug)]
+pub struct FreshCounters {
+    pub sysfs: crate::Sysfs,
+    pub snapshot: Snapshot,
+}
+
+impl Exposition for FreshCounters {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut snapshot = self.snapshot.clone();
+        let readings = self.sysfs.read_all();
+        for nic in &mut snapshot.nics {
+            let Some(reading) = readings.iter().find(|r| r.name == nic.name) else { continue };
+            for (name, stats) in &mut nic.counters {
+                if let Some(value) = reading.counters.get(name) {
+                    stats.value = *value;
+                }
+            }
+        }
+        render(vec![snapshot])
+    }
+}
+
 /// The endpoint, serving on its own thread until dropped; it serves the latest state offered.
 pub struct Exporter<T: Exposition = Vec<Snapshot>> {
     states: SyncSender<T>,
