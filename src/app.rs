@@ -255,9 +255,20 @@ impl App {
             ConsumerEvent::PairMatrix(_) => {}
             ConsumerEvent::Note(line) => self.data.push_log(now, LogLevel::Info, line),
             ConsumerEvent::Measured(measurement) => {
-                let line = format!("{} {}: {:.2} Gbps, data verified", measurement.config, format_size(measurement.size), measurement.gbps);
+                let mut line = format!("{} {}: {:.2} Gbps, data verified", measurement.config, format_size(measurement.size), measurement.gbps);
+                // The step's NIC/app figure on the same line; each NIC-counter warning once while it is in
+                // the log (every step's own are in the results file and JSON).
+                if let Some(counters) = &measurement.counters {
+                    line.push_str("; ");
+                    line.push_str(&counters.summary());
+                }
                 Ingest::measured(&mut self.data, &measurement, now);
                 self.data.push_log(now, LogLevel::Info, line);
+                for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+                    if !self.data.log.iter().any(|logged| logged.text == warning.headline) {
+                        self.data.push_log(now, LogLevel::Warn, warning.headline.clone());
+                    }
+                }
             }
             ConsumerEvent::Finished { error } => {
                 self.data.finished = true;

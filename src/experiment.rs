@@ -266,6 +266,18 @@ pub struct CommonArgs {
     /// Rank 0 records the run's events, timestamped and compressed, into FILE for `efatop replay`
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank) for Prometheus at
+    /// /metrics on ADDR while it runs, e.g. 127.0.0.1:9401
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
+    pub prometheus: Option<SocketAddr>,
+    /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)
+    /// instead of this machine's; the run's notes say so (docs/counters.md)
+    #[arg(long, hide = true)]
+    pub sysfs_root: Option<PathBuf>,
+    /// Testing aid: the NIC of each channel for its counters, e.g. `0=rdmap79s0,1=rdmap80s0`, where the
+    /// domain does not name it (docs/counters.md)
+    #[arg(long, hide = true, value_parser = efatop_experiments::counters::parse_nic_map)]
+    pub nic_map: Option<std::collections::BTreeMap<usize, String>>,
     /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
     #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
@@ -278,6 +290,11 @@ pub fn parse_serve(text: &str) -> Result<SocketAddr, String> {
     }
     text.parse::<SocketAddr>()
         .map_err(|_| format!("`{text}` is not an address to serve on; use IP:PORT (e.g. 127.0.0.1:0, 0.0.0.0:7420) or a port"))
+}
+
+/// `--prometheus`: an IP address and port to listen on.
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| format!("`{text}` is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400"))
 }
 
 pub fn parse_size_arg(text: &str) -> Result<u64, String> {

@@ -22,6 +22,7 @@ mod queue;
 mod rank;
 mod record;
 mod replay;
+mod run_metrics;
 mod report;
 mod results_file;
 mod serve;

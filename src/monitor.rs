@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
+use efatop_monitor::prometheus::{Exporter, FreshCounters};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
@@ -71,38 +72,54 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         return nodes::run(args, bootstrap.as_ref(), &sysfs_root);
     }
     let monitor = build_monitor(args, &sysfs_root)?;
+    let exporter = start_exporter(args)?;
+    let sysfs = Sysfs::new(&sysfs_root);
     let mut served = crate::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
-    let outcome = watch(monitor, args, served.as_mut());
+    let outlets = Outlets { served: served.as_mut(), exporter: exporter.as_ref().map(|exporter| (exporter, &sysfs)) };
+    let outcome = watch(monitor, args, outlets);
     if let Some(served) = served {
         served.finish();
     }
     outcome
 }
 
-/// One node's monitor until `--count` reads or the user quits, each read also to `served`'s viewers.
-fn watch(mut monitor: Monitor, args: &MonitorArgs, mut served: Option<&mut crate::serve::MonitorStream>) -> Result<(), Failure> {
+/// Where each read goes besides the screen: `--serve`/`--record`'s viewers and `--prometheus`'s endpoint.
+struct Outlets<'a> {
+    served: Option<&'a mut crate::serve::MonitorStream>,
+    exporter: Option<(&'a Exporter<FreshCounters>, &'a Sysfs)>,
+}
+
+impl Outlets<'_> {
+    fn send(&mut self, snapshot: &Snapshot) {
+        if let Some(served) = self.served.as_mut() {
+            served.send(snapshot);
+        }
+        if let Some((exporter, sysfs)) = self.exporter {
+            exporter.offer(FreshCounters { sysfs: sysfs.clone(), snapshot: snapshot.clone() });
+        }
+    }
+}
+
+/// One node's monitor until `--count` reads or the user quits, each read also to its outlets.
+fn watch(mut monitor: Monitor, args: &MonitorArgs, mut outlets: Outlets<'_>) -> Result<(), Failure> {
     let started = Instant::now();
     if args.once {
         monitor.sample(started.elapsed());
         std::thread::sleep(args.interval);
         let snapshot = monitor.sample(started.elapsed());
-        if let Some(served) = served.as_mut() {
-            served.send(&snapshot);
-        }
+        outlets.send(&snapshot);
         let mut view = MonitorView::new(&args.filter);
         view.push(snapshot.clone());
         return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
-        return run_terminal(monitor, args, started, served).map_err(|err| (1, format!("terminal: {err}")));
+        return run_terminal(monitor, args, started, outlets).map_err(|err| (1, format!("terminal: {err}")));
     }
     let mut view = MonitorView::new(&args.filter);
     let mut printed = 0_u64;
     loop {
         let snapshot = monitor.sample(started.elapsed());
-        if let Some(served) = served.as_mut() {
-            served.send(&snapshot);
-        }
+        outlets.send(&snapshot);
         view.push(snapshot.clone());
         print_line(&snapshot, None, &view, args.json)?;
         printed += 1;
@@ -166,7 +183,9 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
         // Ranks sharing a machine share a host name: the rank tells their tables apart.
         let node = rank.map_or(String::new(), |rank| format!(" node: rank {rank} on {}\n", snapshot.host));
-        format!("{node}{}\n", plain_text(view, columns))
+        // A NIC far off its rail is drawn red on a terminal; here it gets a line.
+        let rails = view.snapshot.as_ref().map(rail_lines).unwrap_or_default();
+        format!("{node}{}{rails}\n", plain_text(view, columns))
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
@@ -175,6 +194,24 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         Err(err) => Err((1, format!("writing to stdout: {err}"))),
         Ok(()) => Ok(()),
     }
+}
+
+/// ` rail 1 off: rdmap165s0 (GPU 5) 0.10× the rail's median of 160.00 Gbps` per NIC far off its rail.
+fn rail_lines(snapshot: &Snapshot) -> String {
+    use std::fmt::Write as _;
+    let mut lines = String::new();
+    for load in efatop_monitor::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
+        let _ = writeln!(
+            lines,
+            " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps",
+            load.rail,
+            load.nic,
+            load.gpu,
+            load.ratio.unwrap_or(0.0),
+            load.rail_median_gbps
+        );
+    }
+    lines
 }
 
 /// Frames per second of the redraw tick.
@@ -197,11 +234,21 @@ fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> R
     receiver
 }
 
+/// `--prometheus ADDR`: the endpoint, listening before the first read (exit code 2 when it cannot).
+fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter<FreshCounters>>, Failure> {
+    let Some(address) = args.prometheus else { return Ok(None) };
+    let exporter = Exporter::start(address).map_err(|err| (2, format!("--prometheus {address}: {err}")))?;
+    if !args.json {
+        eprintln!("efatop: serving http://{}/metrics", exporter.address);
+    }
+    Ok(Some(exporter))
+}
+
 fn run_terminal(
     monitor: Monitor,
     args: &MonitorArgs,
     started: Instant,
-    mut served: Option<&mut crate::serve::MonitorStream>,
+    mut outlets: Outlets<'_>,
 ) -> std::io::Result<()> {
     let snapshots = spawn_reader(monitor, args.interval, started);
     let (_guard, mut terminal) = TerminalGuard::enter()?;
@@ -211,9 +258,7 @@ fn run_terminal(
         loop {
             match snapshots.try_recv() {
                 Ok(snapshot) => {
-                    if let Some(served) = served.as_mut() {
-                        served.send(&snapshot);
-                    }
+                    outlets.send(&snapshot);
                     view.push(snapshot);
                     taken += 1;
                 }

@@ -116,13 +116,17 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         // The proxy's writer is a GPU kernel and ipc's a GPU's stores: they always need the GPU.
         gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(common.gpu.0),
     };
-    let world = World::establish(bootstrap, &options).map_err(|err| match err {
+    let mut world = World::establish(bootstrap, &options).map_err(|err| match err {
         // Those need a GPU whatever --memory says: name the experiment, not the flag.
         ExperimentError::Unsupported(message) if descriptor.always_gpu() => {
             ExperimentError::Unsupported(message.replacen("--memory device:", &format!("{}:", experiment.name()), 1))
         }
         err => err,
     })?;
+    if common.sysfs_root.is_some() || common.nic_map.is_some() {
+        let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
+        world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
+    }
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
     let sweep = SweepOptions {
@@ -192,11 +196,22 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         None
     };
     let collector_events = watchdog.as_ref().map_or_else(|| events_tx.clone(), |w| w.events.clone());
+    // `--prometheus`: rank 0's view of the job, folded from the telemetry on its way to the watchdog.
+    let (collector_events, run_metrics) = match (rank, common.prometheus) {
+        (0, Some(address)) => {
+            let (tee, metrics) = crate::run_metrics::tee(address, experiment.name(), &world.hosts, collector_events)?;
+            (tee, Some(metrics))
+        }
+        _ => (collector_events, None),
+    };
     let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &collector_events, namespaces.as_ref())?;
     drop(collector_events);
     let sampler = telemetry.sampler;
     let collector = telemetry.collector;
     let every_rank_nics = telemetry.nics;
+    if let Some(metrics) = &run_metrics {
+        metrics.set_nics(every_rank_nics.clone());
+    }
 
     if rank != 0 {
         let outcome = planned(&sweep, &mut Unobserved);

@@ -97,6 +97,20 @@ impl Observer for RankZero {
     }
 
     fn measured(&mut self, measurement: &Measurement) {
+        // Each NIC-counter warning once in the run's notes (the results file's header); every step's
+        // figures and warnings stay in its measurement.
+        for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+            let note = format!("NIC counters: {}", warning.headline);
+            if !self.results.metadata.notes.contains(&note) {
+                self.results.metadata.notes.push(note);
+                if self.events.is_none() {
+                    println!("# warning: {}", warning.message);
+                }
+            }
+        }
+        if let (None, Some(line)) = (&self.events, efatop_ui::counters::step_line(measurement)) {
+            println!("# {line}");
+        }
         self.results.measurements.push(measurement.clone());
         if let Some(file) = &self.file {
             if let Err(err) = file.save(&self.results) {

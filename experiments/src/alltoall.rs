@@ -458,6 +458,7 @@ fn summarise(
         pairs,
         verified: true,
         registration: None,
+        counters: None,
     };
     (measurement, matrix)
 }

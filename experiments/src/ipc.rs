@@ -282,6 +282,7 @@ fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbyte
         pairs: vec![PairMeasurement { peers: vec![TARGET], gbps: rate, mean_us: summary.mean_us }],
         verified: true,
         registration: None,
+        counters: None,
     }
 }
 

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alltoall;
+pub mod counters;
 pub mod ipc;
 pub mod pattern;
 pub mod payload;

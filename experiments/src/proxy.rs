@@ -655,6 +655,7 @@ fn summarise(
         // Told to the observer only after rank 1 verified and every rank agreed.
         verified: true,
         registration: None,
+        counters: None,
     }
 }
 

@@ -57,6 +57,7 @@ fn measure_memory(
         let corrupt = if world.rank == INITIATOR { sweep.corrupt_byte } else { None };
         send.fill(PatternSeed { sender: world.rank, size, iteration: 0 }, corrupt)?;
         world.barrier()?;
+        world.counters_before_step();
         let mut pairs = Vec::new();
         let mut latency = LatencyRecorder::new();
         for peer in 1..world.size {
@@ -73,6 +74,7 @@ fn measure_memory(
             };
             agree(world, outcome, observer)?;
         }
+        let counters = world.counters_after_step(efatop_proto::counters::StepOp::Send)?;
         if world.rank == INITIATOR {
             let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
             let measurement = Measurement {
@@ -87,6 +89,7 @@ fn measure_memory(
                 pairs,
                 verified: true,
                 registration: Some(send.registration().into()),
+                counters,
             };
             observer.measured(&measurement);
             measurements.push(measurement);

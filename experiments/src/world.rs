@@ -103,6 +103,9 @@ pub struct World<'b> {
     pub abort: std::sync::Arc<Abort>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
     pub notes: Vec<String>,
+    /// The channels' NIC counters, read around every measured step (`counters`); `None` where they could
+    /// not be opened at all.
+    nic_counters: std::cell::RefCell<Option<crate::counters::NicCounters>>,
 }
 
 /// A request, from outside the hot path, that every wait of this rank give up, with the reason to report.
@@ -264,6 +267,13 @@ impl<'b> World<'b> {
         let emulated_write = any(&|c| c.report().emulated_write);
         let shm_shortcut = any(&|c| c.report().shm_permitted);
         notes.extend(endpoint_notes(&provider, emulated_write, shm_shortcut, &hosts, rank));
+        let channel_nics: Vec<crate::counters::ChannelNic<'_>> = channels
+            .iter()
+            .map(|c| crate::counters::ChannelNic { index: c.index(), provider: &provider, domain: &c.nic().domain })
+            .collect();
+        // This machine's counters cannot be refused: a NIC without them is recorded as such.
+        let nic_counters = crate::counters::NicCounters::open(&crate::counters::CounterConfig::this_machine(), &channel_nics).ok();
+        drop(channel_nics);
         Ok(Self {
             bootstrap,
             rank,
@@ -286,7 +296,45 @@ impl<'b> World<'b> {
             placement,
             gpu,
             notes,
+            nic_counters: std::cell::RefCell::new(nic_counters),
         })
+    }
+
+    /// Reads NIC counters from another tree and/or names channels' devices (`--sysfs-root`, `--nic-map`),
+    /// instead of this machine's NICs as the domains name them; the run's notes say so.
+    pub fn watch_counters(&mut self, config: &crate::counters::CounterConfig) -> Result<(), ExperimentError> {
+        let channel_nics: Vec<crate::counters::ChannelNic<'_>> = self
+            .channels
+            .iter()
+            .map(|c| crate::counters::ChannelNic { index: c.index(), provider: &self.provider, domain: &c.nic().domain })
+            .collect();
+        let counters = crate::counters::NicCounters::open(config, &channel_nics)?;
+        if let Some(note) = &counters.note {
+            self.notes.push(note.clone());
+        }
+        *self.nic_counters.borrow_mut() = Some(counters);
+        Ok(())
+    }
+
+    /// Reads this rank's NIC counters before a measured step (never inside the timed loop).
+    pub fn counters_before_step(&self) {
+        if let Some(counters) = self.nic_counters.borrow_mut().as_mut() {
+            counters.begin(|channel| self.probe.channel_bytes(channel));
+        }
+    }
+
+    /// Reads them after the step and gathers every rank's reading: rank 0 gets the step's reconciliation,
+    /// the others `None`. Every rank calls it once per step, as it does `agree`.
+    pub fn counters_after_step(&self, op: efatop_proto::counters::StepOp) -> Result<Option<efatop_proto::counters::StepCounters>, ExperimentError> {
+        let reading = self.nic_counters.borrow_mut().as_mut().map(|counters| counters.end(self.rank, |channel| self.probe.channel_bytes(channel)));
+        let encoded = reading.as_ref().map(serde_json::to_vec).transpose().map_err(|e| ExperimentError::Bootstrap(format!("NIC counters: {e}")))?;
+        let gathered = self.allgather(&encoded.unwrap_or_default())?;
+        if self.rank != 0 {
+            return Ok(None);
+        }
+        let readings: Vec<efatop_proto::counters::RankReading> =
+            gathered.iter().filter(|bytes| !bytes.is_empty()).filter_map(|bytes| serde_json::from_slice(bytes).ok()).collect();
+        Ok(Some(efatop_proto::counters::StepCounters::gather(op, &readings)))
     }
 
     /// The suffix write columns carry when RDMA WRITE is emulated over sends: `SinglePin(emulated)`.

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
+use efatop_proto::counters::StepOp;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
@@ -167,6 +168,7 @@ pub fn run(
                 payload.fill(seed, sweep.corrupt_byte)?;
             }
             world.probe.set_phase(Phase::Transferring, size);
+            world.counters_before_step();
             let mut pairs = Vec::new();
             let mut latency = LatencyRecorder::new();
             for group in groups(config, world.size) {
@@ -185,10 +187,12 @@ pub fn run(
                 };
                 agree(world, outcome, observer)?;
             }
+            let counters = world.counters_after_step(StepOp::Write)?;
             if world.rank == WRITER {
                 let mut measurement =
                     summarise(world, config, column, size, sweep.iters, pairs, &latency);
                 measurement.registration = Some(payload.registration().into());
+                measurement.counters = counters;
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -443,6 +447,7 @@ fn summarise(
         pairs,
         verified: true,
         registration: None,
+        counters: None,
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`ipc`]: the ipc experiment's column names;
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
 //!   and into recordings.
+//! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod events;
+pub mod counters;
 pub mod ipc;
 pub mod results;
 pub mod sizes;

@@ -153,6 +153,10 @@ pub struct Measurement {
     /// memory). Absent in files written before it was recorded, and for experiments without a NIC (ipc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration: Option<String>,
+    /// Application bytes against NIC counters per channel of every rank over this step, their ratio and
+    /// warnings (see `counters`). Absent for experiments that do not read NIC counters, and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<crate::counters::StepCounters>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -334,6 +338,7 @@ mod tests {
             pairs: vec![PairMeasurement { peers: vec![1], gbps: 1.5, mean_us: 2.0 }],
             verified: true,
             registration: None,
+            counters: None,
         };
         RunResults {
             metadata: RunMetadata { experiment: "write".into(), ranks: 2, ..RunMetadata::default() },

@@ -164,6 +164,12 @@ impl Probe {
         })
     }
 
+    /// Every byte counted on `channel` so far (sent and received); 0 for a channel it does not have. Read
+    /// between steps, to hold a step's bytes against the NIC's counters.
+    pub fn channel_bytes(&self, channel: usize) -> u64 {
+        self.channels.get(channel).map_or(0, |probe| probe.counters.bytes.load(Ordering::Relaxed))
+    }
+
     pub fn channel_count(&self) -> usize {
         self.channels.len()
     }

@@ -146,6 +146,10 @@ pub struct MonitorArgs {
     /// Record the monitor's reads, timestamped and compressed, into FILE for `efatop replay`; one node
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Serve the counters, rates and rail balance for Prometheus at /metrics on ADDR, e.g. 127.0.0.1:9400
+    /// or 0.0.0.0:9400; see docs/counters.md
+    #[arg(long, value_name = "ADDR", value_parser = crate::experiment::parse_listen_address)]
+    pub prometheus: Option<std::net::SocketAddr>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0) under DIR and exit
     #[arg(long, value_name = "DIR", hide = true)]
     pub write_fake_p5: Option<PathBuf>,

@@ -65,7 +65,12 @@ pub fn print_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) 
         }
         ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
         ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
-        ConsumerEvent::Measured(measurement) => line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null)),
+        ConsumerEvent::Measured(measurement) => {
+            line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null));
+            for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+                line("warning", &json!({ "text": warning.message, "counters": warning }));
+            }
+        }
         ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
         ConsumerEvent::Note(text) => line("note", &json!({ "text": text })),
     }

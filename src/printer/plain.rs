@@ -26,6 +26,7 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], verified: bo
     if !results.measurements.is_empty() {
         println!();
         print!("{}", efatop_ui::render_table(results));
+        print!("{}", efatop_ui::counters::render_counters(results));
     }
     if verified {
         println!("# every size verified: all bytes received matched the sender's pattern");

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod counters;
 pub mod dashboard;
 pub mod header;
 pub mod ingest;

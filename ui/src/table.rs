@@ -232,6 +232,7 @@ pub(crate) mod tests {
             pairs: vec![],
             verified: true,
             registration: None,
+            counters: None,
         };
         RunResults {
             metadata,

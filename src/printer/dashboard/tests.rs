@@ -116,6 +116,7 @@ fn measurement(size: u64, gbps: f64) -> Measurement {
         pairs: Vec::new(),
         verified: true,
         registration: Some("host".into()),
+        counters: None,
     }
 }
 

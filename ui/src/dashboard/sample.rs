@@ -276,6 +276,7 @@ fn measurements(single_config: &str, multi_config: &str) -> Vec<Measurement> {
             pairs: vec![],
             verified: true,
             registration: None,
+            counters: None,
         }
     };
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));

@@ -296,11 +296,14 @@ fn gpu_line(index: Option<usize>, topology: Option<&TopologyGpu>, stats: Option<
 
 fn nic_line(view: &MonitorView, nic: &NicStats, selected: bool, columns: &Columns, unknown_scale: f64) -> Line<'static> {
     let history = view.history.get(&nic.name);
+    // Far off its rail (efatop_monitor::rails): the name in red, the figures stay as they are.
+    let off_rail = view.snapshot.as_ref().is_some_and(|s| efatop_monitor::rails::balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
     let name_style = match (nic.present, selected) {
         (false, _) => Style::new().fg(Color::DarkGray).add_modifier(Modifier::CROSSED_OUT),
         (true, true) => Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED),
         (true, false) => Style::new().add_modifier(Modifier::BOLD),
     };
+    let name_style = if off_rail && nic.present { name_style.fg(Color::Red).add_modifier(Modifier::UNDERLINED) } else { name_style };
     let mut spans = vec![
         Span::styled(if selected { "▶ " } else { "  " }, Style::new().fg(Color::Cyan)),
         Span::styled(fit(&nic.name, columns.name), name_style),

@@ -248,3 +248,31 @@ fn tiny_and_empty_terminals_do_not_panic() {
     let terminal = screen(&empty, 80, 24);
     assert!(find(terminal.backend().buffer(), "waiting for the first read").is_some());
 }
+
+#[test]
+fn a_nic_far_off_its_rail_is_drawn_red() {
+    use efatop_monitor::rails::balance;
+    let snapshot = p5_snapshot(2, GpuPanel::Unavailable { reason: "test".into() });
+    let off: Vec<String> = balance(&[&snapshot]).into_iter().filter(|l| l.off).map(|l| l.nic).collect();
+    assert!(!off.is_empty(), "the sample's loads leave some NIC off its rail");
+    let mut view = MonitorView::new("");
+    view.push(snapshot);
+    let area = ratatui::layout::Rect::new(0, 0, 200, 60);
+    let mut buf = Buffer::empty(area);
+    crate::monitor::render(&view, area, &mut buf);
+    // The table's cell of a NIC's name: the first row where the name starts within the table's columns.
+    let name_cell = |name: &str| {
+        (0..area.height).find_map(|y| {
+            let row: Vec<String> = (0..area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
+            let text: String = row.concat();
+            let at = text.find(&format!(" {name} "))?;
+            let x = text[..at].chars().count() + 1;
+            (x < 40).then_some((x as u16, y))
+        })
+    };
+    let cell = name_cell(&off[0]).expect("the off NIC is on screen");
+    assert_eq!(buf[cell].fg, Color::Red, "{}", off[0]);
+    let even = balance(&[view.snapshot.as_ref().unwrap()]).into_iter().find(|l| !l.off && l.ratio.is_some()).expect("an even NIC");
+    let cell = name_cell(&even.nic).expect("on screen");
+    assert_ne!(buf[cell].fg, Color::Red, "{}", even.nic);
+}

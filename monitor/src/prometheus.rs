@@ -1,0 +1,363 @@
+//! `--prometheus ADDR`: the monitor's latest snapshot as an `OpenMetrics` text endpoint at `/metrics`, for a
+//! Prometheus server to scrape. The exposition format comes from `prometheus-client` (a [`Collector`] over
+//! one owned snapshot, encoded per scrape), the HTTP from `tiny_http`, on a thread of its own: the reader
+//! hands it snapshots through a bounded queue with `try_send`, so a slow scrape never holds up a read, and
+//! the two share no lock.
+//!
+//! Names follow Prometheus's conventions: one metric per sysfs counter, `efatop_nic_<counter>_total`
+//! (`efatop_nic_rdma_write_bytes_total`), gauges in base units (`efatop_nic_tx_bytes_per_second`), labels
+//! `host`, `nic`, `pci`, `gpu`, `rail` (empty where the topology does not say). Rail symmetry is the gauge
+//! `efatop_nic_rail_load_ratio` (a NIC's load over its rail's median) and `efatop_nic_rail_off` (1 when
+//! far off). NVLink per GPU where NVML has it: `efatop_gpu_nvlink_{tx,rx}_bytes_per_second`.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::rails::{balance, rails_of};
+use crate::{GpuPanel, Snapshot};
+
+/// The content type of `OpenMetrics` text, which `prometheus-client` writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels of a NIC's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NicLabels {
+    host: String,
+    nic: String,
+    pci: String,
+    gpu: String,
+    rail: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    host: String,
+    gpu: String,
+    pci: String,
+}
+
+/// A counter name as a metric name part: `rdma_write_bytes` stays, anything but `[a-zA-Z0-9_]` becomes `_`.
+fn metric_part(counter: &str) -> String {
+    counter.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// The snapshots of one scrape: one node's, or every node's.
+#[derive(Debug)]
+struct Snapshots(Vec<Snapshot>);
+
+impl Snapshots {
+    fn nic_labels(&self) -> Vec<Vec<NicLabels>> {
+        self.0
+            .iter()
+            .map(|snapshot| {
+                let rails = rails_of(snapshot);
+                snapshot
+                    .nics
+                    .iter()
+                    .map(|nic| {
+                        let rail = rails.iter().find(|(name, _, _)| *name == nic.name);
+                        NicLabels {
+                            host: snapshot.host.clone(),
+                            nic: nic.name.clone(),
+                            pci: nic.pci_bus_id.clone().unwrap_or_default(),
+                            gpu: nic.gpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                            rail: rail.map(|(_, _, rail)| rail.to_string()).unwrap_or_default(),
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+fn gauge_family<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl Iterator<Item = (&'a NicLabels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let series: Vec<(&NicLabels, f64)> = series.collect();
+    if series.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
+    for (labels, value) in series {
+        ConstGauge::new(value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Snapshots {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let labels = self.nic_labels();
+        let nics = || self.0.iter().zip(&labels).flat_map(|(snapshot, labels)| snapshot.nics.iter().zip(labels));
+        // Every counter any NIC has, each its own metric.
+        let counters: std::collections::BTreeSet<&str> = nics().flat_map(|(nic, _)| nic.counters.keys().map(String::as_str)).collect();
+        for counter in counters {
+            let name = format!("efatop_nic_{}", metric_part(counter));
+            let help = format!("the NIC's `{counter}` counter, as sysfs has it (RDMA port counters summed over ports)");
+            let mut metric = encoder.encode_descriptor(&name, &help, None, ConstCounter::new(0_u64).metric_type())?;
+            for (nic, labels) in nics() {
+                if let Some(stats) = nic.counters.get(counter) {
+                    ConstCounter::new(stats.value).encode(metric.encode_family(labels)?)?;
+                }
+            }
+        }
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_tx_bytes_per_second",
+            "bytes the NIC sent per second over the monitor's last interval (tx_bytes)",
+            nics().filter_map(|(nic, labels)| Some((labels, nic.tx_gbps? * 1e9 / 8.0))),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_rx_bytes_per_second",
+            "bytes the NIC received per second over the monitor's last interval (rx_bytes)",
+            nics().filter_map(|(nic, labels)| Some((labels, nic.rx_gbps? * 1e9 / 8.0))),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_link_speed_bytes_per_second",
+            "the NIC's link speed as sysfs reports it, in bytes per second",
+            nics().filter_map(|(nic, labels)| Some((labels, nic.link_gbps? * 1e9 / 8.0))),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_present",
+            "1 while the NIC is found in sysfs, 0 once it is gone",
+            nics().map(|(nic, labels)| (labels, if nic.present { 1.0 } else { 0.0 })),
+        )?;
+        // Rail symmetry over every snapshot of this scrape (across nodes too).
+        let snapshots: Vec<&Snapshot> = self.0.iter().collect();
+        let loads = balance(&snapshots);
+        let load_of = |labels: &NicLabels| loads.iter().find(|l| l.host == labels.host && l.nic == labels.nic);
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_rail_load_ratio",
+            "the NIC's tx+rx load over the median of its rail's NICs (NIC k of every GPU); absent on idle rails",
+            nics().filter_map(|(_, labels)| Some((labels, load_of(labels)?.ratio?))),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "efatop_nic_rail_off",
+            "1 when the NIC's load is more than half its rail's median away from it, else 0 (rails with a load only)",
+            nics().filter_map(|(_, labels)| {
+                let load = load_of(labels)?;
+                load.ratio.map(|_| (labels, if load.off { 1.0 } else { 0.0 }))
+            }),
+        )?;
+        let gpus: Vec<(GpuLabels, Option<f64>, Option<f64>)> = self
+            .0
+            .iter()
+            .flat_map(|snapshot| match &snapshot.gpus {
+                GpuPanel::Gpus { gpus } => gpus
+                    .iter()
+                    .map(|gpu| {
+                        let labels = GpuLabels { host: snapshot.host.clone(), gpu: gpu.index.to_string(), pci: gpu.pci_bus_id.clone() };
+                        (labels, gpu.nvlink_tx_gbps, gpu.nvlink_rx_gbps)
+                    })
+                    .collect(),
+                GpuPanel::Unavailable { .. } => Vec::new(),
+            })
+            .collect();
+        for (name, help, pick) in [
+            ("efatop_gpu_nvlink_tx_bytes_per_second", "bytes the GPU sent over NVLink per second (NVML)", 0),
+            ("efatop_gpu_nvlink_rx_bytes_per_second", "bytes the GPU received over NVLink per second (NVML)", 1),
+        ] {
+            let series: Vec<(&GpuLabels, f64)> =
+                gpus.iter().filter_map(|(labels, tx, rx)| Some((labels, if pick == 0 { (*tx)? } else { (*rx)? } * 1e9 / 8.0))).collect();
+            if series.is_empty() {
+                continue;
+            }
+            let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
+            for (labels, value) in series {
+                ConstGauge::new(value).encode(metric.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `OpenMetrics` text of these snapshots.
+pub fn render(snapshots: Vec<Snapshot>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshots(snapshots)));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// What an endpoint serves: the `OpenMetrics` text of its latest state.
+pub trait Exposition: Send + 'static {
+    fn render(&self) -> Result<String, std::fmt::Error>;
+}
+
+impl Exposition for Vec<Snapshot> {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        render(self.clone())
+    }
+}
+
+/// One node's latest snapshot whose counters are read again at each scrape, as node_exporter reads at
+/// scrape time: Prometheus stamps a sample with the scrape's time, and a value read up to an interval
+/// earlier (longer when the reader was held up) would bend `rate()`. The rates, rails and GPU figures stay
+/// the snapshot's.
+#[derive(Clone, Debug)]
+pub struct FreshCounters {
+    pub sysfs: crate::Sysfs,
+    pub snapshot: Snapshot,
+}
+
+impl Exposition for FreshCounters {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut snapshot = self.snapshot.clone();
+        let readings = self.sysfs.read_all();
+        for nic in &mut snapshot.nics {
+            let Some(reading) = readings.iter().find(|r| r.name == nic.name) else { continue };
+            for (name, stats) in &mut nic.counters {
+                if let Some(value) = reading.counters.get(name) {
+                    stats.value = *value;
+                }
+            }
+        }
+        render(vec![snapshot])
+    }
+}
+
+/// The endpoint, serving on its own thread until dropped; it serves the latest state offered.
+pub struct Exporter<T: Exposition = Vec<Snapshot>> {
+    states: SyncSender<T>,
+    pub address: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<T: Exposition> Exporter<T> {
+    /// Listens on `address` (port 0 picks one; [`Exporter::address`] says which).
+    pub fn start(address: SocketAddr) -> Result<Self, String> {
+        let server = tiny_http::Server::http(address).map_err(|err| format!("cannot listen on {address}: {err}"))?;
+        let bound = server.server_addr().to_ip().ok_or_else(|| format!("{address} is not an IP address"))?;
+        let (states, received) = mpsc::sync_channel(4);
+        let thread = std::thread::Builder::new()
+            .name("efatop-prometheus".into())
+            .spawn(move || serve(&server, &received))
+            .map_err(|err| format!("cannot start the endpoint's thread: {err}"))?;
+        Ok(Self { states, address: bound, thread: Some(thread) })
+    }
+
+    /// Offers the latest state (every node's snapshots, a run's view); dropped when the endpoint is behind.
+    pub fn offer(&self, state: T) {
+        match self.states.try_send(state) {
+            Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+impl<T: Exposition> Drop for Exporter<T> {
+    fn drop(&mut self) {
+        // Closing the queue ends the serving loop at its next look.
+        let (closed, _) = mpsc::sync_channel(1);
+        self.states = closed;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// How often the serving loop looks for a newer state while no request comes.
+const POLL: Duration = Duration::from_millis(100);
+
+fn serve<T: Exposition>(server: &tiny_http::Server, states: &Receiver<T>) {
+    let mut latest: Option<T> = None;
+    loop {
+        loop {
+            match states.try_recv() {
+                Ok(state) => latest = Some(state),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        let Ok(Some(request)) = server.recv_timeout(POLL) else { continue };
+        let path = request.url().split('?').next().unwrap_or_default().to_string();
+        let response = match (path.as_str(), &latest) {
+            ("/metrics", Some(state)) => match state.render() {
+                Ok(text) => text_response(text, 200, CONTENT_TYPE),
+                Err(err) => text_response(format!("encoding failed: {err}\n"), 500, "text/plain; charset=utf-8"),
+            },
+            ("/metrics", None) => text_response("no read yet\n".into(), 503, "text/plain; charset=utf-8"),
+            _ => text_response("efatop: metrics are at /metrics\n".into(), 404, "text/plain; charset=utf-8"),
+        };
+        let _ = request.respond(response);
+    }
+}
+
+fn text_response(body: String, status: u16, content_type: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let response = tiny_http::Response::from_string(body).with_status_code(status);
+    match tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()) {
+        Ok(header) => response.with_header(header),
+        Err(()) => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+
+    #[test]
+    fn counters_are_totals_rates_are_gauges_with_the_nics_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeSysfs::p5(dir.path()).unwrap();
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/fixtures/p5.48xlarge.xml");
+        let topology = efatop_topology::NodeTopology::from_xml_file(&fixture).unwrap();
+        let mut monitor = Monitor::new("p5", Sysfs::new(fake.root()), Affinity::from_topology(&topology), GpuReader::unavailable("test"));
+        monitor.sample(Duration::ZERO);
+        fake.advance("rdmap80s0", "rdma_write_bytes", 5_000).unwrap();
+        fake.advance("rdmap80s0", "tx_bytes", 2_000).unwrap();
+        let snapshot = monitor.sample(Duration::from_secs(2));
+        let value = snapshot.nics.iter().find(|n| n.name == "rdmap80s0").unwrap().counters["rdma_write_bytes"].value;
+        let text = render(vec![snapshot]).unwrap();
+        let labels = r#"host="p5",nic="rdmap80s0",pci="0000:50:00.0",gpu="0",rail="1""#;
+        assert!(text.contains("# TYPE efatop_nic_rdma_write_bytes counter\n"), "{text}");
+        assert!(text.contains(&format!("efatop_nic_rdma_write_bytes_total{{{labels}}} {value}\n")), "{text}");
+        assert!(text.contains(&format!("efatop_nic_tx_bytes_per_second{{{labels}}} 1000.0\n")), "{text}");
+        assert!(text.contains(&format!("efatop_nic_link_speed_bytes_per_second{{{labels}}} 12500000000.0\n")), "{text}");
+        assert!(text.contains(r#"efatop_nic_rx_bytes_total{host="p5",nic="lo",pci="",gpu="",rail=""}"#), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        assert!(!text.contains("efatop_gpu_nvlink"), "no NVML, no NVLink series");
+    }
+
+    #[test]
+    fn the_endpoint_serves_metrics_over_http() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        FakeSysfs::p5(dir.path()).unwrap();
+        let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
+        let exporter: Exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        exporter.offer(vec![monitor.sample(Duration::ZERO)]);
+        let get = |path: &str| {
+            // The snapshot reaches the serving thread at its next look: ask until it has.
+            loop {
+                let mut stream = std::net::TcpStream::connect(exporter.address).unwrap();
+                write!(stream, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+                let mut reply = String::new();
+                stream.read_to_string(&mut reply).unwrap();
+                if !reply.starts_with("HTTP/1.0 503") {
+                    return reply;
+                }
+            }
+        };
+        let reply = get("/metrics");
+        assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+        assert!(reply.contains(CONTENT_TYPE), "{reply}");
+        assert!(reply.contains("efatop_nic_rdma_write_bytes_total{host=\"p5\",nic=\"rdmap79s0\",pci=\"0000:4f:00.0\",gpu=\"\",rail=\"\"} 1000000014"), "{reply}");
+        assert!(get("/").starts_with("HTTP/1.0 404"));
+    }
+}

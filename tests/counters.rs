@@ -1,0 +1,137 @@
+//! Where the bytes went: every write step holds the application's bytes per channel against the channel's
+//! NIC counters. Over the emulated cluster's shaped veth NICs the two must agree (TCP/IP headers are the
+//! only excess); a shm run's bytes cross no NIC and must say so; and on a fake p5 tree whose EFA device
+//! counts sends while the run writes (its `send_bytes` is loopback's `tx_bytes`), the run must be labelled
+//! emulated.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{efatop, run_program, serial};
+use efatop_monitor::FakeSysfs;
+use serde_json::Value;
+
+/// The lock every user of scripts/emulate-cluster takes (another engineer's runs, other test binaries).
+const CLUSTER_LOCK: &str = "/tmp/efatop-cluster.lock";
+const SKIP_MARK: &str = "efatop-test: cluster unavailable";
+
+fn results(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("results file")).expect("results JSON")
+}
+
+fn measurements(results: &Value) -> &Vec<Value> {
+    results["measurements"].as_array().expect("measurements")
+}
+
+#[test]
+fn tcp_writes_over_the_emulated_cluster_match_their_nics_counters_channel_by_channel() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("cluster.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
+    let efatop = common::efatop_path();
+    // Up, run and down under the cluster lock, in one shell, so that no other user's cluster comes or goes
+    // in between; the trap takes the cluster down whatever happens.
+    let body = format!(
+        "trap '{script} down >/dev/null 2>&1' EXIT; \
+         if ! {script} up --nodes 4 --nics 4 --rate 1gbit >/dev/null 2>/tmp/efatop-counters-up.err; then \
+           echo \"{SKIP_MARK}: $(cat /tmp/efatop-counters-up.err)\"; exit 0; fi; \
+         {efatop} run --ranks 4 --netns efatop-node0,efatop-node1,efatop-node2,efatop-node3 write --provider tcp \
+           --channels all --link-gbps 1 --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out {out}",
+        script = script.display(),
+        efatop = efatop.display(),
+        out = out.display()
+    );
+    let run = run_program("flock", &[CLUSTER_LOCK, "bash", "-c", &body], Duration::from_mins(8));
+    if run.stdout.contains(SKIP_MARK) {
+        eprintln!("SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}", run.stdout.trim());
+        return;
+    }
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let results = results(&out);
+    let mut ratios = Vec::new();
+    for measurement in measurements(&results) {
+        let counters = &measurement["counters"];
+        let step = format!("{} {}", measurement["config"], measurement["size"]);
+        let channels = counters["channels"].as_array().unwrap_or_else(|| panic!("{step}: no counters"));
+        assert_eq!(channels.len(), 16, "{step}: 4 ranks × 4 channels");
+        for channel in channels.iter().filter(|c| c["app_bytes"].as_u64() > Some(0)) {
+            let ratio = channel["ratio"].as_f64().unwrap_or_else(|| panic!("{step}: a channel that moved bytes has no ratio: {channel}"));
+            assert_eq!(channel["counter"], "tx_bytes+rx_bytes", "{channel}");
+            assert!(channel["nic"].as_str().is_some_and(|nic| nic.starts_with("efa")), "{channel}");
+            assert!((0.95..=1.3).contains(&ratio), "{step}: rank {} channel {} NIC/app {ratio}", channel["rank"], channel["channel"]);
+            ratios.push(format!("{step} r{}c{} {ratio:.4}", channel["rank"], channel["channel"]));
+        }
+        let warnings = counters["warnings"].as_array().expect("warnings");
+        assert!(warnings.iter().all(|w| w["kind"] != "no_nic" && w["kind"] != "other_nic"), "{step}: {warnings:?}");
+    }
+    // Multi splits every size over the 4 channels: each of rank 0's and its target's channels is held.
+    let multi = measurements(&results).iter().find(|m| m["config"] == "MultiPin").expect("MultiPin");
+    let held = multi["counters"]["channels"].as_array().expect("channels").iter().filter(|c| c["ratio"].is_number()).count();
+    assert_eq!(held, 16, "every rank's 4 channels (rank 0 sends to each rank in turn)");
+    assert!(run.stdout.contains("NIC/app 1.0"), "{}", run.stdout);
+    println!("NIC/app per channel over the emulated cluster:\n{}", ratios.join("\n"));
+}
+
+#[test]
+fn a_shm_run_warns_that_its_bytes_crossed_no_nic() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("shm.json");
+    let run = efatop(&[
+        "run", "--ranks", "2", "write", "--provider", "shm", "--configs", "single", "--min-size", "64K", "--max-size", "64K",
+        "--iters", "2", "--warmup", "1", "--no-tui", "--out", out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("# warning: rank 0 channel 0: 197 kB crossed no NIC (shm moves bytes through shared memory)"), "{}", run.stdout);
+    assert!(run.stdout.contains("SinglePin 64K: NIC/app - (bytes crossed no NIC)"), "{}", run.stdout);
+    let results = results(&out);
+    let counters = &measurements(&results)[0]["counters"];
+    assert!(counters["ratio"].is_null(), "no ratio is invented: {counters}");
+    let no_nic: Vec<u64> =
+        counters["warnings"].as_array().expect("warnings").iter().filter(|w| w["kind"] == "no_nic").filter_map(|w| w["rank"].as_u64()).collect();
+    assert_eq!(no_nic, [0, 1], "{counters}");
+    let notes = results["metadata"]["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("crossed no NIC"))), "{notes:?}");
+}
+
+#[test]
+fn writes_counted_as_sends_on_a_fake_efa_device_label_the_run_emulated() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("p5");
+    let fake = FakeSysfs::p5(&root).expect("fake p5 tree");
+    // The fake device's send counter is the loopback interface's transmit counter, so it grows with the
+    // run's own tcp traffic between two local ranks (which the kernel carries over lo), step by step,
+    // while its rdma_write_bytes stays as written: an EFA device that moved the writes as sends.
+    let send_bytes = fake.counter_path("rdmap79s0", "send_bytes");
+    std::fs::remove_file(&send_bytes).expect("remove the fake send_bytes");
+    std::os::unix::fs::symlink("/sys/class/net/lo/statistics/tx_bytes", &send_bytes).expect("symlink");
+    let rdma_write_before = fake.get("rdmap79s0", "rdma_write_bytes").expect("counter");
+    let out = dir.path().join("fake.json");
+    let run = efatop(&[
+        "run", "--ranks", "2", "write", "--provider", "tcp", "--configs", "single", "--min-size", "256K", "--max-size", "512K",
+        "--iters", "4", "--warmup", "1", "--no-tui", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0",
+        "--out", out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(fake.get("rdmap79s0", "rdma_write_bytes").expect("counter"), rdma_write_before, "only sends grew");
+    let results = results(&out);
+    let notes: Vec<&str> = results["metadata"]["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains(&format!("NIC counters are read from {}", root.display())) && n.contains("channel 0 on rdmap79s0")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("writes moved as sends (emulated RDMA)")), "{notes:?}");
+    for measurement in measurements(&results) {
+        let counters = &measurement["counters"];
+        let emulated: Vec<u64> =
+            counters["warnings"].as_array().expect("warnings").iter().filter(|w| w["kind"] == "emulated_write").filter_map(|w| w["rank"].as_u64()).collect();
+        assert_eq!(emulated, [0, 1], "both ends of the write saw sends: {counters}");
+        let channel = &counters["channels"][0];
+        assert_eq!(channel["nic"], "rdmap79s0");
+        assert_eq!(channel["counter"], "send_bytes");
+        assert_eq!(channel["deltas"]["rdma_write_bytes"], 0, "{channel}");
+        assert!(channel["deltas"]["send_bytes"].as_u64() > Some(0), "{channel}");
+    }
+    assert!(run.stdout.contains("SinglePin 256K: NIC/app ") && run.stdout.contains("(send_bytes), channels") && run.stdout.contains(", emulated RDMA, 2 warnings"), "{}", run.stdout);
+}

@@ -1,0 +1,189 @@
+//! `efatop monitor --prometheus` scraped by a real Prometheus server (Debian's `prometheus` package, which
+//! scripts/setup-debian installs): the monitor reads a fake p5 tree whose `rdmap80s0` writes at a known
+//! rate, Prometheus scrapes it every 250 ms, and `rate()` through Prometheus's HTTP API must give that rate
+//! for that NIC, with its PCI address, GPU and rail as labels, and nothing for its idle neighbour.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use efatop_monitor::FakeSysfs;
+use serde_json::Value;
+
+/// Bytes per second the test writes on the fake NIC.
+const RATE: f64 = 2.0e9;
+
+/// A child this test started, killed (by its pid) when the test ends however it ends.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|path| path.is_file())
+}
+
+/// A port nobody listens on now (Prometheus takes its listen address from the command line).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// `GET path` over HTTP/1.0: the status and the body.
+fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    let status = reply.split_whitespace().nth(1)?.parse().ok()?;
+    let body = reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())?;
+    Some((status, body))
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// An instant query through Prometheus's HTTP API: the result vector.
+fn query(prometheus: SocketAddr, expression: &str) -> Vec<Value> {
+    let Some((200, body)) = get(prometheus, &format!("/api/v1/query?query={}", percent_encode(expression))) else { return Vec::new() };
+    let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    reply["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// Writes `rdma_write_bytes` of `device` as traffic at [`RATE`] would leave it: its start value plus
+/// RATE × the time since start, rewritten every few milliseconds, until dropped.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(fake: FakeSysfs, device: &'static str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let start = fake.get(device, "rdma_write_bytes").expect("counter");
+        let began = Instant::now();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let value = start + (RATE * began.elapsed().as_secs_f64()) as u64;
+                fake.set(device, "rdma_write_bytes", value).expect("set");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Self { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Polls `done` every 250 ms until it gives a value; panics with `what` after `limit` (a broken setup, not
+/// a slow one: the test's figures do not depend on how long this takes).
+fn wait_for<T>(what: &str, limit: Duration, logs: &Path, mut done: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "{what} within {limit:?}; prometheus said:\n{}", std::fs::read_to_string(logs).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
+    let Some(prometheus) = on_path("prometheus") else {
+        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = FakeSysfs::p5(dir.path().join("p5")).expect("fake p5 tree");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
+
+    // The monitor picks its own port and says which on stderr.
+    let mut monitor = Command::new(common::efatop_path())
+        .args(["monitor", "--interval", "100ms", "--prometheus", "127.0.0.1:0", "--topology-xml"])
+        .arg(&fixture)
+        .arg("--sysfs-root")
+        .arg(fake.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start efatop monitor");
+    let stderr = monitor.stderr.take().expect("stderr");
+    let monitor = Started(monitor);
+    let mut line = String::new();
+    BufReader::new(stderr).read_line(&mut line).expect("the monitor's first line");
+    let endpoint: SocketAddr = line
+        .trim()
+        .strip_prefix("efatop: serving http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|address| address.parse().ok())
+        .unwrap_or_else(|| panic!("the monitor says where it serves: {line:?}"));
+
+    let _traffic = Traffic::start(fake.clone(), "rdmap80s0");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n  evaluation_interval: 250ms\n\
+             scrape_configs:\n  - job_name: efatop\n    static_configs:\n      - targets: ['{endpoint}']\n"
+        ),
+    )
+    .expect("config");
+    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let logs = dir.path().join("prometheus.log");
+    let server = Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address={web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&logs).expect("log file"))
+        .spawn()
+        .expect("start prometheus");
+    let _server = Started(server);
+
+    wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
+    // rate() over a window the series does not fill yet extrapolates only half a scrape interval back,
+    // so wait until the series is older than the window: 52 scrapes (13 s at 250 ms) in the last 15 s.
+    let window = "10s";
+    let samples = r#"count_over_time(efatop_nic_rdma_write_bytes_total{nic="rdmap80s0"}[15s])"#;
+    wait_for("13 s of scrapes of the fake NIC", Duration::from_mins(2), &logs, || {
+        query(web, samples).first().and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok()).filter(|n| *n >= 52.0)
+    });
+    let result = query(web, &format!(r#"rate(efatop_nic_rdma_write_bytes_total{{nic="rdmap80s0"}}[{window}])"#));
+    assert_eq!(result.len(), 1, "one series for one NIC: {result:?}");
+    let series = &result[0];
+    let labels = &series["metric"];
+    assert_eq!((labels["pci"].as_str(), labels["gpu"].as_str(), labels["rail"].as_str()), (Some("0000:50:00.0"), Some("0"), Some("1")), "{labels}");
+    assert!(labels["host"].as_str().is_some_and(|h| !h.is_empty()), "{labels}");
+    let rate: f64 = series["value"][1].as_str().and_then(|v| v.parse().ok()).expect("a rate");
+    println!("prometheus: rate(efatop_nic_rdma_write_bytes_total{{nic=\"rdmap80s0\"}}[{window}]) = {rate:.0} B/s (written at {RATE:.0} B/s)");
+    // Counters are read at each scrape; what is left is how late the writer thread and the scrape run on a
+    // busy machine, a small part of 10 s. A wrong NIC, counter or scale is far outside.
+    assert!((rate / RATE - 1.0).abs() < 0.15, "rate {rate} against {RATE}");
+    let idle = query(web, &format!(r#"rate(efatop_nic_rdma_write_bytes_total{{nic="rdmap79s0"}}[{window}])"#));
+    let idle_rate: f64 = idle.first().and_then(|s| s["value"][1].as_str()?.parse().ok()).expect("the idle neighbour's series");
+    assert!(idle_rate.abs() < f64::EPSILON, "rdmap79s0 moved nothing: {idle_rate}");
+    drop(monitor);
+}
