@@ -206,7 +206,7 @@ impl Exposition for Vec<Snapshot> {
     }
 }
 
-/// One node's latest snapshot whose counters are read again at each scrape, as node_exporter reads at
+/// One node's latest snapshot whose counters are read again at each scrape, as `node_exporter` reads at
 /// scrape time: Prometheus stamps a sample with the scrape's time, and a value read up to an interval
 /// earlier (longer when the reader was held up) would bend `rate()`. The rates, rails and GPU figures stay
 /// the snapshot's.
