@@ -37,7 +37,8 @@ const QUEUE_BYTES: usize = 32 << 20;
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// At the run's end, viewers get this long to take the last events, as long as they keep taking them...
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
-/// ... and a viewer that took nothing for this long is left behind (a stalled viewer costs the run this).
+/// ... and a viewer that took nothing for this long is left behind; one whose write has been stuck this
+/// long already (it stopped reading) is left behind at once.
 const DRAIN_STALL: Duration = Duration::from_millis(100);
 
 type Frame = Arc<Vec<u8>>;
@@ -140,11 +141,13 @@ impl Outlets {
         let viewers = self.hub.state().viewers.clone();
         for viewer in viewers {
             loop {
-                let (pending, taken_at) = {
+                let (pending, stuck, taken_at) = {
                     let queue = viewer.queue();
-                    (!queue.frames.is_empty() || queue.writing, queue.taken_at)
+                    // A write that has not returned for a while: the viewer has stopped reading.
+                    let stuck = queue.writing && queue.taken_at.elapsed() >= DRAIN_STALL;
+                    (!queue.frames.is_empty() || queue.writing, stuck, queue.taken_at)
                 };
-                if !pending || Instant::now() >= deadline || taken_at.max(now).elapsed() >= DRAIN_STALL {
+                if !pending || stuck || Instant::now() >= deadline || taken_at.max(now).elapsed() >= DRAIN_STALL {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(2));

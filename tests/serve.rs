@@ -34,7 +34,8 @@ fn two_viewers_get_the_run_info_samples_and_every_measurement_of_a_served_run() 
     let dir = tempfile::tempdir().expect("tempdir");
     let results = dir.path().join("served.json");
     let mut run = Command::new(efatop_path());
-    run.args(["run", "--ranks", "2", "write", "--provider", "shm", "--min-size", "4K", "--max-size", "2M", "--iters", "40"])
+    // Long enough (seconds) that both viewers attach while it runs, even on a loaded machine.
+    run.args(["run", "--ranks", "2", "write", "--provider", "shm", "--min-size", "4K", "--max-size", "8M", "--iters", "60"])
         .args(["--interval", "50ms", "--no-tui", "--serve", "127.0.0.1:0", "--out"])
         .arg(&results)
         .stdin(Stdio::null())
@@ -81,10 +82,11 @@ fn two_viewers_get_the_run_info_samples_and_every_measurement_of_a_served_run() 
     assert!(status.success(), "the run failed:\n{tables}\n{said}{rest}");
 
     let measured = measurements(&results);
-    assert!(measured.len() >= 3 * 10, "every size of every configuration: {}", measured.len());
+    assert!(measured.len() >= 3 * 12, "every size of every configuration: {}", measured.len());
     for (index, viewer) in viewed.iter().enumerate() {
         assert_eq!(viewer.code, Some(0), "viewer {index}: {}", viewer.stderr);
-        assert!(viewer.stderr.is_empty(), "viewer {index}: {}", viewer.stderr);
+        // A viewer that fell behind says how many telemetry batches it lost; nothing else goes wrong.
+        assert!(viewer.stderr.lines().all(|line| line.contains("fell behind")), "viewer {index}: {}", viewer.stderr);
         let run_lines = lines_of(&viewer.stdout, "run");
         assert_eq!(run_lines.len(), 1, "viewer {index}: one run line");
         assert_eq!((&run_lines[0]["experiment"], &run_lines[0]["ranks"]), (&Value::from("write"), &Value::from(2)));
@@ -167,7 +169,7 @@ fn a_served_monitor_reaches_a_viewer_read_by_read() {
     assert_eq!(efatop(&["monitor", "--write-fake-p5", fake_arg]).code, Some(0));
     let mut monitor = Command::new(efatop_path());
     monitor
-        .args(["monitor", "--sysfs-root", fake_arg, "--json", "--count", "20", "--interval", "100ms", "--serve", "127.0.0.1:0"])
+        .args(["monitor", "--sysfs-root", fake_arg, "--json", "--count", "40", "--interval", "100ms", "--serve", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -184,7 +186,7 @@ fn a_served_monitor_reaches_a_viewer_read_by_read() {
     assert!(!nodes.is_empty(), "{}", viewer.stdout);
     // The latest read first, then every read after it, in order, each with the fake tree's 34 NICs.
     let seqs: Vec<u64> = nodes.iter().map(|node| node["seq"].as_u64().expect("seq")).collect();
-    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1) && seqs.last() == Some(&20), "{seqs:?}");
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1) && seqs.last() == Some(&40), "{seqs:?}");
     assert!(nodes.iter().all(|node| node["nics"].as_array().map(Vec::len) == Some(34)));
     assert_eq!(lines_of(&viewer.stdout, "summary").len(), 1);
 }
