@@ -4,7 +4,8 @@
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
 //! - [`sizes`]: message sizes as flags and tables write them;
-//! - [`ipc`]: the ipc experiment's column names.
+//! - [`ipc`]: the ipc experiment's column names;
+//! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
@@ -14,6 +15,7 @@
 pub mod ipc;
 pub mod results;
 pub mod sizes;
+pub mod sweep;
 pub mod telemetry;
 
 pub use results::{Measurement, RunMetadata, RunResults};
