@@ -2,6 +2,7 @@
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
 pub mod gauges;
+pub mod sweep;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -440,6 +441,8 @@ pub struct DashboardState {
     /// (views changed any other way are not seen in it: a state built by hand leaves it empty, and the
     /// gauges then build their own per frame).
     pub gauges: gauges::GaugeIndex,
+    /// `sweep` runs only: the rounds so far, judged, and the verdict at the end.
+    pub sweep: Option<sweep::SweepView>,
 }
 
 impl DashboardState {
