@@ -35,6 +35,8 @@ pub enum Command {
     Proxy(ProxyArgs),
     /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
     Ipc(IpcArgs),
+    /// Find the slow NIC, link or node of a fleet: every rank pair, rail by rail; exit code 3 when something is suspect
+    Sweep(SweepArgs),
     /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency
     Queue(QueueArgs),
     /// Start N local ranks of an experiment, no MPI needed
@@ -92,6 +94,34 @@ pub enum Experiment {
     Proxy(ProxyArgs),
     /// NVLink writes between two GPUs through CUDA IPC
     Ipc(IpcArgs),
+    /// Every rank pair, rail by rail, then a verdict naming the slow NIC, link or node (exit code 3)
+    Sweep(SweepArgs),
+}
+
+/// `sweep`'s exit code when its verdict names a suspect (0: none; 1 stays "the run failed", 2 "bad input").
+pub const SUSPECTS_FOUND: i32 = 3;
+
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Bytes each channel writes per iteration (K, M, G suffixes)
+    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Only the first ⌈n/2⌉ rounds of the tournament (each rank meets half its peers), then the retests
+    #[arg(long)]
+    pub quick: bool,
+    /// A channel whose best figure with any peer is below this share of its rail's fleet median is suspect
+    /// (and below this share of --link-gbps, when given)
+    #[arg(long, default_value_t = 0.9, value_parser = parse_threshold)]
+    pub threshold: f64,
+}
+
+fn parse_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a threshold; use a share of the median between 0 and 1, e.g. 0.9")),
+    }
 }
 
 /// `--provider`: `auto`, one of [`Provider::KNOWN`], or any other provider name `fi_info -l` lists.
@@ -316,6 +346,7 @@ impl Experiment {
             Experiment::Sendrecv(args) => &args.common,
             Experiment::Proxy(args) => &args.common,
             Experiment::Ipc(args) => &args.common,
+            Experiment::Sweep(args) => &args.common,
         }
     }
 
@@ -327,6 +358,8 @@ impl Experiment {
         let (min, max) = match self {
             Experiment::Proxy(_) => (8 << 20, 1 << 30),
             Experiment::Ipc(_) => (1 << 20, 1 << 30),
+            // One size, --size.
+            Experiment::Sweep(args) => return (args.size, args.size),
             _ => (4 << 10, 64 << 20),
         };
         // With one end given, the other default gives way rather than empty the sweep.
@@ -342,6 +375,7 @@ impl Experiment {
             Experiment::Alltoall(_) => "alltoall",
             Experiment::Proxy(_) => "proxy",
             Experiment::Ipc(_) => "ipc",
+            Experiment::Sweep(_) => "sweep",
         }
     }
 }
@@ -414,6 +448,18 @@ pub fn validate_experiment(experiment: &Experiment) -> Result<(), String> {
     if let Experiment::Ipc(args) = experiment {
         if args.common.memory != [MemoryArg::Host] {
             return Err("--memory: ipc always moves GPU memory; leave --memory out".into());
+        }
+    }
+    if let Experiment::Sweep(args) = experiment {
+        if args.common.min_size.is_some() || args.common.max_size.is_some() {
+            let flag = if args.common.min_size.is_some() { "--min-size" } else { "--max-size" };
+            return Err(format!("{flag}: sweep writes one size; use --size"));
+        }
+        if args.common.window > 1 {
+            return Err(format!("--window {}: sweep keeps one write in flight per channel, so it takes 1", args.common.window));
+        }
+        if args.common.memory.len() > 1 {
+            return Err("--memory: sweep moves one kind of memory; use host, device or staged".into());
         }
     }
     if matches!(experiment, Experiment::Alltoall(_)) && experiment.common().window > 1 {

@@ -2,6 +2,7 @@
 //! experiment's own events (steps, measurements, notes, the end).
 
 use efatop_experiments::results::{Measurement, PairMatrix};
+use efatop_experiments::sweep::{SweepResults, SweepRound, Verdict};
 
 use crate::collector::CollectorEvent;
 
@@ -16,6 +17,12 @@ pub enum ConsumerEvent {
     PairMatrix(Box<PairMatrix>),
     /// A line for the log, told by the experiment while a step runs.
     Note(String),
+    /// Sweep: its settings and every rank's host and NICs, before the first round (no rounds in it).
+    SweepBegin(Box<SweepResults>),
+    /// Sweep: a round finished, with every figure it measured.
+    SweepRound(Box<SweepRound>),
+    /// Sweep: the verdict, once every round (retests included) is judged.
+    SweepVerdict(Box<Verdict>),
     Finished { error: Option<String> },
 }
 

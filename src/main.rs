@@ -55,6 +55,7 @@ fn main() -> ExitCode {
         Command::Alltoall(args) => rank::rank_main(&Experiment::Alltoall(args)),
         Command::Proxy(args) => rank::rank_main(&Experiment::Proxy(args)),
         Command::Ipc(args) => rank::rank_main(&Experiment::Ipc(args)),
+        Command::Sweep(args) => rank::rank_main(&Experiment::Sweep(args)),
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),

@@ -13,7 +13,7 @@ use efatop_experiments::proxy::ProxyConfig;
 use efatop_experiments::write::WriteConfig;
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::{
-    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, ipc, proxy, sendrecv, sizes, write,
+    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, ipc, proxy, sendrecv, sizes, sweep, write,
 };
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
@@ -62,7 +62,7 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
         }
     }
     match outcome {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(err) => {
             match &err {
                 // Rank 0 speaks for the run: what other ranks shared with it, it prints.
@@ -82,7 +82,8 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 }
 
 #[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<(), ExperimentError> {
+/// Returns the exit code of a run that went well: 0, or [`cli::SUSPECTS_FOUND`] for a sweep that found any.
+fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
@@ -106,7 +107,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         _ => None,
     };
     let capabilities = match experiment {
-        Experiment::Write(_) | Experiment::Alltoall(_) | Experiment::Proxy(_) => Capabilities::MESSAGES_AND_WRITE,
+        Experiment::Write(_) | Experiment::Alltoall(_) | Experiment::Proxy(_) | Experiment::Sweep(_) => Capabilities::MESSAGES_AND_WRITE,
         // ipc moves nothing over libfabric; its world still gives it the bootstrap, telemetry and placement.
         Experiment::Sendrecv(_) | Experiment::Ipc(_) => Capabilities::MESSAGES,
     };
@@ -174,6 +175,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         Experiment::Sendrecv(_) => vec!["SingleHost".into()],
         Experiment::Proxy(args) => args.configs.iter().map(|c| ProxyConfig::from(*c).column("DMA")).collect(),
         Experiment::Ipc(args) => args.configs().iter().map(|c| c.column()).collect(),
+        Experiment::Sweep(_) => vec!["Sweep".into()],
     };
     let mut results = RunResults {
         metadata: metadata(&world, experiment, &sweep),
@@ -206,6 +208,14 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         } else {
             format!("proxy: writes of at most {} (--chunk); blocking Quiets after each", sizes::format_size(args.chunk))
         });
+    }
+    if let Experiment::Sweep(_) = experiment {
+        results.metadata.notes.push(
+            "sweep: rail-aligned rounds only (channel k meets channel k of its peer; a channel's endpoint addresses \
+             only the same channel of its peers, so no cross-rail round runs); a slow NIC is told from a slow link \
+             by the peers it is slow with, and suspects are retested against a healthy peer"
+                .into(),
+        );
     }
     results.metadata.placements = placements;
     if world.rank == 0 {
@@ -253,7 +263,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     if rank != 0 {
         let outcome = run_experiment(&world, experiment, &sweep, None, &mut Unobserved);
         drop(sampler);
-        return outcome;
+        return outcome.map(|()| 0);
     }
 
     // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
@@ -329,7 +339,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
     }
     outcome?;
-    save_error.map_or(Ok(()), Err)
+    save_error.map_or(Ok(()), Err)?;
+    let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
+    Ok(if suspects { cli::SUSPECTS_FOUND } else { 0 })
 }
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
@@ -492,6 +504,15 @@ fn run_experiment(
             let mut options =
                 ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu, link_counters };
             ipc::run(world, sweep, &mut options, observer).map(|_| ())
+        }
+        Experiment::Sweep(args) => {
+            let config = sweep::SweepConfig {
+                size: args.size,
+                quick: args.quick,
+                threshold: args.threshold,
+                link_gbps: args.common.link_gbps,
+            };
+            sweep::run(world, sweep, &config, observer).map(|_| ())
         }
     }
 }

@@ -12,8 +12,12 @@ use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::sweep::{
-    judge, pairing_rounds, retest_round, Figure, JudgeInput, NicFacts, NodeFacts, Round, SweepResults, SweepRound,
+    judge, pairing_rounds, retest_round, JudgeInput, NicFacts, NodeFacts,
 };
+pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
+
+// The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
+pub use efatop_proto::sweep::{Checked, RoundKind, Scope, Suspect, Verdict};
 
 use crate::alltoall::slot_stride;
 use crate::pattern::PatternSeed;
@@ -37,8 +41,8 @@ pub struct SweepConfig {
     pub link_gbps: Option<f64>,
 }
 
-/// At most this many retest rounds follow the tournament.
-const RETEST_ROUNDS: usize = 2;
+/// At most this many retest rounds follow the tournament (a suspect per round per healthy rank can wait).
+const RETEST_ROUNDS: usize = 4;
 
 /// Runs the sweep on every rank; rank 0 returns every round and the verdict (other ranks an empty record),
 /// telling `observer` after each round.
@@ -73,6 +77,7 @@ pub fn run(
     observer.begin(std::slice::from_ref(&column), &memory_labels(&payloads));
     let remotes = exchange_regions(world, payload)?;
     let nodes = gather_facts(world)?;
+    let crowded = crowded_machines(world)?;
 
     let plan = pairing_rounds(world.size, config.quick);
     let mut results = SweepResults {
@@ -83,6 +88,7 @@ pub fn run(
         nodes,
         rounds: Vec::new(),
         verdict: None,
+        notes: crowded.iter().cloned().collect(),
     };
     let mut exchange = Exchange {
         world,
@@ -93,6 +99,7 @@ pub fn run(
         remotes: &remotes,
         column: &column,
         expected: vec![vec![0; world.size]; channels],
+        rails_at_once: crowded.is_none(),
     };
     for round in &plan {
         let figures = exchange.round(round, observer)?;
@@ -166,6 +173,27 @@ fn gather_facts(world: &World<'_>) -> Result<Vec<NodeFacts>, ExperimentError> {
         .collect()
 }
 
+/// Where more ranks' channels than cores share a machine (emulated nodes in network namespaces, or
+/// oversubscribed ranks), every rail of every pair at once measures the CPUs, not the links: the rails then
+/// run one after another. Every rank decides alike (rank 0's hosts, each machine's core count shared);
+/// returns the note that says so.
+fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let machine = crate::world::machine(&world.hosts[world.rank]);
+    let here = world.hosts.iter().filter(|h| crate::world::machine(h) == machine).count();
+    let streams = here * world.channels.len() * 2;
+    let mine = u8::from(world.channels.len() > 1 && streams > cores);
+    let votes = world.allgather(&[mine])?;
+    if !votes.iter().any(|v| v.first() == Some(&1)) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "sweep: {here} ranks × {} channels both ways on {machine}'s {cores} cores: rails run one after another so that the \
+         links, not the CPUs, are measured",
+        world.channels.len()
+    )))
+}
+
 /// One rank's side of the rounds.
 struct Exchange<'a> {
     world: &'a World<'a>,
@@ -177,6 +205,8 @@ struct Exchange<'a> {
     column: &'a str,
     /// `expected[channel][source]`: immediates promised so far over the whole run.
     expected: Vec<Vec<u64>>,
+    /// Every rail of a pair at once; else one rail after another (ranks crowd a machine's cores).
+    rails_at_once: bool,
 }
 
 /// A channel's writes of one round.
@@ -209,7 +239,15 @@ impl<'a> Exchange<'a> {
         let measured = match partner {
             Some(peer) => {
                 world.probe.set_phase(Phase::Transferring, self.size);
-                self.exchange(peer)
+                let rails: Vec<usize> = (0..world.channels.len()).collect();
+                if self.rails_at_once {
+                    self.exchange(peer, &rails)
+                } else {
+                    rails.iter().try_fold(Vec::new(), |mut figures, &rail| {
+                        figures.extend(self.exchange(peer, &[rail])?);
+                        Ok(figures)
+                    })
+                }
             }
             None => Ok(Vec::new()),
         };
@@ -247,18 +285,24 @@ impl<'a> Exchange<'a> {
         Ok(all)
     }
 
-    /// Writes `peer` on every channel (warmup, then the timed iterations, one write in flight per channel)
-    /// while `peer` writes this rank, until both sides' writes have landed. Returns this rank's figures.
-    fn exchange(&mut self, peer: usize) -> Result<Vec<Figure>, ExperimentError> {
+    /// Writes `peer` on `rails` (warmup, then the timed iterations, one write in flight per channel) while
+    /// `peer` writes this rank on the same rails, until both sides' writes have landed. Returns this rank's
+    /// figures.
+    fn exchange(&mut self, peer: usize, rails: &[usize]) -> Result<Vec<Figure>, ExperimentError> {
         let world = self.world;
         let total = self.sweep.warmup + self.sweep.iters;
-        for want in &mut self.expected {
-            want[peer] += total;
+        for &rail in rails {
+            self.expected[rail][peer] += total;
         }
-        let mut lanes: Vec<Lane<'_>> = world
-            .channels
-            .iter()
-            .map(|_| Lane { op: None, posted: 0, timed_from: None, timed_until: None, latency: LatencyRecorder::new() })
+        // Rails left out of this exchange start with nothing to post.
+        let mut lanes: Vec<Lane<'_>> = (0..world.channels.len())
+            .map(|rail| Lane {
+                op: None,
+                posted: if rails.contains(&rail) { 0 } else { total },
+                timed_from: None,
+                timed_until: None,
+                latency: LatencyRecorder::new(),
+            })
             .collect();
         let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(peer)).collect();
         let mut last_change = Instant::now();
@@ -314,7 +358,12 @@ impl<'a> Exchange<'a> {
             world.progress_all()?;
             if advanced {
                 last_change = Instant::now();
-            } else if last_change.elapsed() > world.op_timeout {
+            } else {
+                // Nothing to do until the NIC says so: leave the core to whoever shares it (a rank of
+                // another emulated node, the kernel's TCP) rather than spin.
+                std::thread::yield_now();
+            }
+            if !advanced && last_change.elapsed() > world.op_timeout {
                 let waiting = if written {
                     format!("rank {} waited for sweep writes from rank {peer} ({})", world.rank, world.hosts[peer])
                 } else {

@@ -84,7 +84,6 @@ pub enum Scope {
 /// One finding of the verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Suspect {
-    pub scope: Scope,
     pub rank: usize,
     pub host: String,
     pub gpu: Option<usize>,
@@ -92,6 +91,13 @@ pub struct Suspect {
     pub nic: Option<String>,
     /// The NIC's PCI address where known (for a node, its GPU's).
     pub pci: Option<String>,
+    /// The best this NIC (node: the best of its NICs; link: the pair) did with any peer, in Gbps.
+    pub measured_gbps: f64,
+    /// The fleet median of the same rail (node: of its rails' medians), in Gbps.
+    pub median_gbps: f64,
+    pub peers_tried: Vec<usize>,
+    pub why: String,
+    pub scope: Scope,
     /// The rail (channel index); `None` for a node.
     pub rail: Option<usize>,
     /// For a link, the rank at its other end.
@@ -100,12 +106,6 @@ pub struct Suspect {
     /// For a node, every NIC found low.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<String>,
-    /// The best this NIC (node: the best of its NICs; link: the pair) did with any peer, in Gbps.
-    pub measured_gbps: f64,
-    /// The fleet median of the same rail (node: of its rails' medians), in Gbps.
-    pub median_gbps: f64,
-    pub peers_tried: Vec<usize>,
-    pub why: String,
 }
 
 /// How much the sweep looked at.
@@ -113,6 +113,14 @@ pub struct Suspect {
 pub struct Checked {
     pub nodes: usize,
     pub nics: usize,
+}
+
+impl Checked {
+    /// `4 nodes, 16 NICs checked`.
+    pub fn describe(&self) -> String {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        format!("{} node{}, {} NIC{} checked", self.nodes, plural(self.nodes), self.nics, plural(self.nics))
+    }
 }
 
 /// The sweep's conclusion: empty `suspects` means every NIC and link passed.
@@ -134,6 +142,9 @@ pub struct SweepResults {
     pub nodes: Vec<NodeFacts>,
     pub rounds: Vec<SweepRound>,
     pub verdict: Option<Verdict>,
+    /// How the sweep ran where that bears on its figures (e.g. rails one after another).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What the verdict names a rank by: its host, GPU and NICs (in channel order), as the rank found them.

@@ -28,6 +28,9 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
         format_size(sweep.size),
         sweep.link_gbps.map_or(String::new(), |l| format!(" and of {l} Gbps (--link-gbps)")),
     );
+    for note in &sweep.notes {
+        let _ = writeln!(out, "# note: {note}");
+    }
     let names: Vec<String> = (0..rails)
         .map(|rail| sweep.nodes.first().and_then(|n| n.nics.get(rail)).map_or_else(|| format!("ch{rail}"), |n| n.name.clone()))
         .collect();
@@ -53,7 +56,7 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
         let _ = writeln!(out, "\n# no verdict: the sweep did not finish");
         return out;
     };
-    let checked = format!("{} nodes, {} NICs checked", verdict.checked.nodes, verdict.checked.nics);
+    let checked = verdict.checked.describe();
     if verdict.suspects.is_empty() {
         let _ = writeln!(out, "\nverdict: no suspects ({checked})");
         return out;

@@ -2,7 +2,9 @@
 //! the best it did with any peer: a NIC that is slow with every peer it met (two or more) is the culprit,
 //! and the peers it dragged down are not; a pair that is slow only with each other is a link. The bar is
 //! `threshold` × the fleet median of the same rail's best figures, and `threshold` × the link speed where
-//! one was given (`--link-gbps`). Every NIC of a host found slow is named once, as the node.
+//! one was given (`--link-gbps`). Every NIC of a host found slow is named once, as the node. A link must
+//! also be behind the rest of its round (every pair and rail of it) each time it ran: when a whole round is
+//! slow (a loaded host), no link in it is to blame.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -63,6 +65,9 @@ pub fn judge(input: &JudgeInput<'_>) -> Judgement {
     let rails = input.rails;
     // A pair's figure on a rail in a round: the slower direction. Over rounds, the best of them.
     let mut pair_best: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
+    // Whether a pair was slower than the rest of its round (all its pairs and rails) every time it met:
+    // a round slowed as a whole (a loaded host, a busy switch) says nothing about one link.
+    let mut pair_behind: BTreeMap<(usize, usize, usize), bool> = BTreeMap::new();
     for round in input.rounds {
         let mut this_round: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
         for figure in &round.figures {
@@ -73,9 +78,13 @@ pub fn judge(input: &JudgeInput<'_>) -> Judgement {
             let slot = this_round.entry(key).or_insert(f64::INFINITY);
             *slot = slot.min(figure.gbps);
         }
+        let round_median = median(&mut this_round.values().copied().collect::<Vec<_>>());
         for (key, gbps) in this_round {
             let slot = pair_best.entry(key).or_insert(f64::NEG_INFINITY);
             *slot = slot.max(gbps);
+            let behind = round_median.is_some_and(|m| gbps < input.threshold * m);
+            let slot = pair_behind.entry(key).or_insert(true);
+            *slot = *slot && behind;
         }
     }
     // `peers[rank][rail]`: each peer met and the pair's best.
@@ -190,10 +199,13 @@ pub fn judge(input: &JudgeInput<'_>) -> Judgement {
             });
         }
     }
-    // Pairs slow with each other where neither end is slow with everyone: links.
+    // Pairs slow with each other, and behind the rest of their round every time they met, where neither
+    // end is slow with everyone: links.
     let mut link_pairs = Vec::new();
     for (&(a, b, rail), &gbps) in &pair_best {
-        if !low(gbps, rail) || nic_low(a, rail) || nic_low(b, rail) || named_node.contains(&a) || named_node.contains(&b) {
+        let behind = pair_behind.get(&(a, b, rail)).copied().unwrap_or(false);
+        if !low(gbps, rail) || !behind || nic_low(a, rail) || nic_low(b, rail) || named_node.contains(&a) || named_node.contains(&b)
+        {
             continue;
         }
         let node = fact(a);
@@ -201,7 +213,11 @@ pub fn judge(input: &JudgeInput<'_>) -> Judgement {
         let why = if others(a, b) == 0 && others(b, a) == 0 {
             format!("rank {a} ↔ rank {b} on rail {rail}: {gbps:.2} Gbps, below {}; each met only the other, so a NIC and the link cannot be told apart", bar(rail))
         } else {
-            format!("rank {a} ↔ rank {b} on rail {rail}: {gbps:.2} Gbps, below {}, while both ends reach it with other peers", bar(rail))
+            format!(
+                "rank {a} ↔ rank {b} on rail {rail}: {gbps:.2} Gbps, below {} and behind the rest of its round each time, while both \
+                 ends reach it with other peers",
+                bar(rail)
+            )
         };
         suspects.push(Suspect {
             scope: Scope::Link,
@@ -357,6 +373,19 @@ mod tests {
         assert_eq!((suspects[0].scope, suspects[0].rank, suspects[0].peer, suspects[0].rail), (Scope::Link, 1, Some(3), Some(0)));
         // The retest runs the pair again (and each end against a healthy peer).
         assert!(judged.retest.contains(&(1, 3)), "{:?}", judged.retest);
+    }
+
+    #[test]
+    fn a_round_slow_as_a_whole_blames_no_link() {
+        let facts = nodes(4, 2);
+        let plan = pairing_rounds(4, false);
+        let mut rounds: Vec<SweepRound> = plan.iter().map(|r| measure(r, 2, &|_, _| 0.95, plan.len())).collect();
+        // The last round ran on a loaded host: every figure in it at 0.6.
+        for f in &mut rounds[2].figures {
+            f.gbps = 0.6;
+        }
+        let judged = judge(&JudgeInput { nodes: &facts, rails: 2, rounds: &rounds, threshold: 0.9, link_gbps: None });
+        assert!(judged.verdict.suspects.is_empty(), "{:?}", judged.verdict);
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
 pub(crate) fn lines(view: &SweepView) -> Vec<Line<'static>> {
     let mut lines = vec![progress(view)];
     if let Some(verdict) = &view.record.verdict {
-        let checked = format!("{} nodes, {} NICs checked", verdict.checked.nodes, verdict.checked.nics);
+        let checked = verdict.checked.describe();
         if verdict.suspects.is_empty() {
             lines.push(Line::styled(format!("verdict: no suspects ({checked})"), Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)));
         } else {
