@@ -27,11 +27,16 @@ pub fn launch(run: &RunArgs) -> i32 {
         );
         return 2;
     }
-    if let Err(message) = crate::cli::validate_experiment(&run.experiment) {
+    if let Err(message) = run.experiment.validate() {
         eprintln!("efatop: error: {message}");
         return 2;
     }
-    match launch_ranks(ranks, &experiment_args(), &run.netns) {
+    let descriptor = run.experiment.descriptor();
+    let copies = PeerCopies {
+        synchronous: descriptor.copies_into_gpu_memory() && std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none(),
+        writer_exempt: descriptor.persistent_writer_kernel(),
+    };
+    match launch_ranks(ranks, &experiment_args(), &run.netns, copies) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("efatop: error: launching {ranks} ranks: {err}");
@@ -57,7 +62,15 @@ fn experiment_args() -> Vec<OsString> {
     args[experiment..].to_vec()
 }
 
-pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::io::Result<i32> {
+/// Whether the receiving ranks' CUDA copies are made synchronous (see [`ENV_PEER_COPIES`]), and whether
+/// rank 0 is left out because its writer is a persistent kernel whose launch must not block.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerCopies {
+    pub synchronous: bool,
+    pub writer_exempt: bool,
+}
+
+pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String], copies: PeerCopies) -> std::io::Result<i32> {
     let rendezvous = Rendezvous::bind(ranks)?;
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
@@ -67,14 +80,11 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::i
     });
     let exe = std::env::current_exe()?;
     let mut children: Vec<Child> = Vec::with_capacity(ranks);
-    let synchronous = args.first().is_some_and(|experiment| copies_into_gpu_memory(experiment))
-        && std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none();
     for rank in 0..ranks {
         let mut command = Command::new(&exe);
-        if synchronous {
+        if copies.synchronous {
             command.env(ENV_PEER_COPIES, "synchronous");
-            // The proxy's writer (rank 0) runs a persistent kernel whose launch must not block.
-            if args.first().is_none_or(|e| e != "proxy") || rank != 0 {
+            if !copies.writer_exempt || rank != 0 {
                 command.env(CUDA_LAUNCH_BLOCKING, "1");
             }
         }
@@ -99,16 +109,6 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String]) -> std::i
 const CUDA_LAUNCH_BLOCKING: &str = "CUDA_LAUNCH_BLOCKING";
 /// Set to `synchronous` in every rank when the launcher made the receiving ranks' CUDA copies synchronous.
 pub const ENV_PEER_COPIES: &str = "EFATOP_PEER_COPIES";
-
-/// Experiments whose receiving ranks may have a provider copy into their GPU memory. libfabric's shm
-/// (CUDA IPC protocol) copies with `cudaMemcpy` device→device, which returns before the copy is done
-/// (CUDA's documented behaviour for device→device), and then completes the write: the initiator's
-/// completion and the target's immediate would come before the data lands, and bandwidth would be a rate
-/// of queuing (libfabric issue 11231). With `CUDA_LAUNCH_BLOCKING=1` in the receiving ranks those copies
-/// return once done. An explicit `CUDA_LAUNCH_BLOCKING` in the environment is left as it is.
-fn copies_into_gpu_memory(experiment: &OsString) -> bool {
-    ["write", "sendrecv", "alltoall", "proxy", "sweep"].iter().any(|name| experiment == name)
-}
 
 /// Waits for every rank. Once one fails, rank 0 gets `REPORT_GRACE` to name it and save the results (its
 /// watchdog notices a dead or silent rank within seconds); then the ranks still running are asked to stop
@@ -149,7 +149,7 @@ fn supervise(mut children: Vec<Child>) -> i32 {
                 });
                 codes[rank] = Some(code);
                 // A sweep that found something suspect (3) ran well: it is no failure to end the others for.
-                if code != 0 && code != crate::cli::SUSPECTS_FOUND && failed_at.is_none() {
+                if code != 0 && code != crate::experiment::SUSPECTS_FOUND && failed_at.is_none() {
                     failed_at = Some(Instant::now());
                 }
             }

@@ -11,6 +11,7 @@ mod bootstrap;
 mod cli;
 mod collector;
 mod event;
+mod experiment;
 mod launch;
 mod monitor;
 mod netns;
@@ -35,7 +36,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
 
-use cli::{Cli, Command, Experiment};
+use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // CUDA numbers GPUs fastest-first unless told otherwise; hwloc, nvidia-smi and `efatop topo` number
@@ -50,12 +51,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(run) => launch::launch(&run),
         Command::BenchCollector(args) => bench::bench_collector(&args),
-        Command::Write(args) => rank::rank_main(&Experiment::Write(args)),
-        Command::Sendrecv(args) => rank::rank_main(&Experiment::Sendrecv(args)),
-        Command::Alltoall(args) => rank::rank_main(&Experiment::Alltoall(args)),
-        Command::Proxy(args) => rank::rank_main(&Experiment::Proxy(args)),
-        Command::Ipc(args) => rank::rank_main(&Experiment::Ipc(args)),
-        Command::Sweep(args) => rank::rank_main(&Experiment::Sweep(args)),
+        Command::Experiment(experiment) => rank::rank_main(&experiment),
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),

@@ -97,7 +97,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
 /// `--ranks N`: this binary N times as the launcher's ranks, each a node of the many-node view.
 fn launch_local_nodes(ranks: u16) -> Result<(), Failure> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    match crate::launch::launch_ranks(usize::from(ranks), &args, &[]) {
+    match crate::launch::launch_ranks(usize::from(ranks), &args, &[], crate::launch::PeerCopies::default()) {
         Ok(0) => Ok(()),
         Ok(code) => std::process::exit(code),
         Err(err) => Err((1, format!("starting {ranks} monitors: {err}"))),

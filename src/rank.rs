@@ -9,19 +9,14 @@ use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunState, RunStatus};
-use efatop_experiments::proxy::ProxyConfig;
-use efatop_experiments::write::WriteConfig;
-use efatop_experiments::payload::MemoryChoice;
-use efatop_experiments::{
-    Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions, alltoall, ipc, proxy, sendrecv, sizes, sweep, write,
-};
+use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions, sizes};
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::NodeTopology;
 use efatop_ui::liveness::Liveness;
 use efatop_ui::state::RunInfo;
 
-use crate::cli::{self, Experiment};
+use crate::experiment::{Experiment, MemoryArg};
 use crate::collector::{Collector, SamplerThread};
 use crate::event::ConsumerEvent;
 use crate::results_file::{ResultsFile, default_results_path, record_end};
@@ -32,7 +27,7 @@ use crate::{bootstrap, printer, session, term};
 
 /// Runs this process's rank; returns its exit code.
 pub fn rank_main(experiment: &Experiment) -> i32 {
-    if let Err(message) = cli::validate_experiment(experiment) {
+    if let Err(message) = experiment.validate() {
         eprintln!("efatop: error: {message}");
         return 2;
     }
@@ -82,7 +77,8 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 }
 
 #[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
-/// Returns the exit code of a run that went well: 0, or [`cli::SUSPECTS_FOUND`] for a sweep that found any.
+/// Returns the exit code of a run that went well: 0, or [`crate::experiment::SUSPECTS_FOUND`] for a sweep
+/// whose verdict names any.
 fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
@@ -106,12 +102,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         Ok(name) if !name.is_empty() => Some(crate::netns::Namespaces::enter(&name)?),
         _ => None,
     };
-    let capabilities = match experiment {
-        Experiment::Write(_) | Experiment::Alltoall(_) | Experiment::Proxy(_) | Experiment::Sweep(_) => Capabilities::MESSAGES_AND_WRITE,
-        // ipc moves nothing over libfabric; its world still gives it the bootstrap, telemetry and placement.
-        Experiment::Sendrecv(_) | Experiment::Ipc(_) => Capabilities::MESSAGES,
-    };
-    let capabilities = Capabilities { same_host_shortcut: common.allow_shm, ..capabilities };
+    let descriptor = experiment.descriptor();
+    let capabilities = Capabilities { same_host_shortcut: common.allow_shm, ..descriptor.capabilities() };
     let window = usize::from(common.window);
     let options = WorldOptions {
         provider: common.provider.clone(),
@@ -121,16 +113,15 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         max_in_flight: (window * bootstrap.size()).max(64),
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
-        // The proxy experiment's writer is a GPU kernel: it always needs the GPU.
-        gpu: (common.memory.iter().any(|m| *m != cli::MemoryArg::Host) || matches!(experiment, Experiment::Proxy(_) | Experiment::Ipc(_)))
-            .then_some(common.gpu.0),
+        // The proxy's writer is a GPU kernel and ipc's a GPU's stores: they always need the GPU.
+        gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(common.gpu.0),
     };
-    let world = World::establish(bootstrap, &options).map_err(|err| match (err, experiment) {
-        // The proxy needs a GPU whatever --memory says: name the experiment, not the flag.
-        (ExperimentError::Unsupported(message), Experiment::Proxy(_) | Experiment::Ipc(_)) => {
+    let world = World::establish(bootstrap, &options).map_err(|err| match err {
+        // Those need a GPU whatever --memory says: name the experiment, not the flag.
+        ExperimentError::Unsupported(message) if descriptor.always_gpu() => {
             ExperimentError::Unsupported(message.replacen("--memory device:", &format!("{}:", experiment.name()), 1))
         }
-        (err, _) => err,
+        err => err,
     })?;
     let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
     let placements = gather_placements(&world, pinned)?;
@@ -143,58 +134,16 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
-        // The proxy always moves GPU memory: `--staged` (or `--memory staged`) picks its staging pipeline.
-        memories: if matches!(experiment, Experiment::Proxy(_)) && common.staged {
-            vec![MemoryChoice::Staged { gpu: world.gpu.as_ref().map_or(0, |g| g.ordinal()) }]
-        } else {
-            common
-                .memory
-                .iter()
-                .map(|memory| {
-                    let gpu = world.gpu.as_ref().map_or(0, |g| g.ordinal());
-                    match memory {
-                        cli::MemoryArg::Host => MemoryChoice::Host,
-                        cli::MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
-                        cli::MemoryArg::Device | cli::MemoryArg::Staged => MemoryChoice::Staged { gpu },
-                    }
-                })
-                // `--staged` folds `device,staged` into one staged column set.
-                .fold(Vec::new(), |mut memories, memory| {
-                    if !memories.contains(&memory) {
-                        memories.push(memory);
-                    }
-                    memories
-                })
-        },
+        memories: descriptor.memories(world.gpu.as_ref().map_or(0, |g| g.ordinal())),
     };
-    let configs: Vec<String> = match experiment {
-        // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
-        Experiment::Write(args) | Experiment::Alltoall(args) => {
-            args.configs.iter().map(|c| WriteConfig::from(*c).column("Pin")).collect()
-        }
-        Experiment::Sendrecv(_) => vec!["SingleHost".into()],
-        Experiment::Proxy(args) => args.configs.iter().map(|c| ProxyConfig::from(*c).column("DMA")).collect(),
-        Experiment::Ipc(args) => args.configs().iter().map(|c| c.column()).collect(),
-        Experiment::Sweep(_) => vec!["Sweep".into()],
-    };
+    // The experiment names its columns once its memory is set up (`begin`); until then, the host names.
+    let configs = descriptor.columns();
     let mut results = RunResults {
         metadata: metadata(&world, experiment, &sweep),
         configs,
         status: Some(RunStatus::default()),
         ..RunResults::default()
     };
-    // ipc's BusBW is against the GPU pair's NVLink peak, not a NIC's link speed.
-    let nvlink_peak = match experiment {
-        Experiment::Ipc(_) => crate::nvlink::peak_between_ranks(&placements),
-        _ => None,
-    };
-    if let Some(peak) = &nvlink_peak {
-        results.metadata.link_gbps = Some(peak.gbytes_per_s * 8.0);
-        results.metadata.link_source = format!("nvlink: {}", peak.source);
-    } else if matches!(experiment, Experiment::Ipc(_)) {
-        results.metadata.link_gbps = None;
-        results.metadata.link_source = "nvlink".into();
-    }
     if world.gpu.is_some() && std::env::var(crate::launch::ENV_PEER_COPIES).is_ok_and(|v| v == "synchronous") {
         results.metadata.notes.push(
             "receiving ranks run with CUDA_LAUNCH_BLOCKING=1: a provider's device-to-device cudaMemcpy (shm's CUDA \
@@ -202,21 +151,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
                 .into(),
         );
     }
-    if let Experiment::Proxy(args) = experiment {
-        results.metadata.notes.push(if args.chunk == 0 {
-            "proxy: one write per channel per iteration (--chunk whole); blocking Quiets after each".into()
-        } else {
-            format!("proxy: writes of at most {} (--chunk); blocking Quiets after each", sizes::format_size(args.chunk))
-        });
-    }
-    if let Experiment::Sweep(_) = experiment {
-        results.metadata.notes.push(
-            "sweep: rail-aligned rounds only (channel k meets channel k of its peer; a channel's endpoint addresses \
-             only the same channel of its peers, so no cross-rail round runs); a slow NIC is told from a slow link \
-             by the peers it is slow with, and suspects are retested against a healthy peer"
-                .into(),
-        );
-    }
+    let planned = descriptor.plan(&world, &placements, &mut results.metadata);
     results.metadata.placements = placements;
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
@@ -261,7 +196,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     let every_rank_nics = telemetry.nics;
 
     if rank != 0 {
-        let outcome = run_experiment(&world, experiment, &sweep, None, &mut Unobserved);
+        let outcome = planned(&sweep, &mut Unobserved);
         drop(sampler);
         return outcome.map(|()| 0);
     }
@@ -273,7 +208,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         metadata: &results.metadata,
         sizes: &sweep.sizes,
         dashboard: (mode == Mode::Dashboard).then(|| (run_info(&results, &world, &sweep), every_rank_nics, results.clone())),
-        pairs: matches!(experiment, Experiment::Alltoall(_)),
+        pairs: descriptor.pair_matrices(),
         events: events_rx,
         started,
         stop: stop.clone(),
@@ -286,7 +221,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         save_error: None,
         stop: stop.clone(),
     };
-    let mut outcome = run_experiment(&world, experiment, &sweep, nvlink_peak, &mut observer);
+    let mut outcome = planned(&sweep, &mut observer);
     if matches!(outcome, Err(ExperimentError::Bootstrap(_))) && watchdog.is_some() {
         // The launcher's rendezvous closes when any rank dies, and the same death closes that rank's
         // telemetry connection, which the watchdog names: give it a moment to say which rank it was, rather
@@ -341,7 +276,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     outcome?;
     save_error.map_or(Ok(()), Err)?;
     let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
-    Ok(if suspects { cli::SUSPECTS_FOUND } else { 0 })
+    Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
 }
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
@@ -478,45 +413,6 @@ impl Telemetry {
     }
 }
 
-fn run_experiment(
-    world: &World<'_>,
-    experiment: &Experiment,
-    sweep: &SweepOptions,
-    nvlink_peak: Option<ipc::PairPeak>,
-    observer: &mut dyn Observer,
-) -> Result<(), ExperimentError> {
-    match experiment {
-        Experiment::Write(args) => {
-            let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
-            write::run(world, sweep, &configs, observer).map(|_| ())
-        }
-        Experiment::Sendrecv(_) => sendrecv::run(world, sweep, observer).map(|_| ()),
-        Experiment::Proxy(args) => {
-            let configs: Vec<ProxyConfig> = args.configs.iter().map(|c| ProxyConfig::from(*c)).collect();
-            proxy::run(world, sweep, &configs, args.chunk, observer).map(|_| ())
-        }
-        Experiment::Alltoall(args) => {
-            let configs: Vec<WriteConfig> = args.configs.iter().map(|c| WriteConfig::from(*c)).collect();
-            alltoall::run(world, sweep, &configs, observer).map(|_| ())
-        }
-        Experiment::Ipc(args) => {
-            let link_counters = (world.rank == 0).then(|| crate::nvlink::writer_link_counters(world));
-            let mut options =
-                ipc::IpcOptions { configs: args.configs(), peak: nvlink_peak, same_gpu: args.same_gpu, link_counters };
-            ipc::run(world, sweep, &mut options, observer).map(|_| ())
-        }
-        Experiment::Sweep(args) => {
-            let config = sweep::SweepConfig {
-                size: args.size,
-                quick: args.quick,
-                threshold: args.threshold,
-                link_gbps: args.common.link_gbps,
-            };
-            sweep::run(world, sweep, &config, observer).map(|_| ())
-        }
-    }
-}
-
 fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> RunInfo {
     RunInfo {
         experiment: results.metadata.experiment.clone(),
@@ -554,17 +450,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
         // The proxy's and ipc's writers move GPU memory whatever --memory says.
-        memory: if matches!(experiment, Experiment::Ipc(_) | Experiment::Proxy(_)) {
-            "device".into()
-        } else {
-            experiment
-                .common()
-                .memory
-                .iter()
-                .map(|memory| if *memory == cli::MemoryArg::Host { "host" } else { "device" })
-                .collect::<Vec<_>>()
-                .join(" + ")
-        },
+        memory: experiment.memory_label(),
         window: sweep.window,
         warmup: sweep.warmup,
         iters: sweep.iters,

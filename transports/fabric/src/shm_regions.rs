@@ -1,13 +1,13 @@
 //! Shared-memory regions that libfabric's `shm` provider leaves behind when a process is killed.
 //!
 //! shm names each endpoint's region `/dev/shm/<pid>:<uid>:<endpoint index>` (`smr_endpoint_name` in
-//! prov/shm/src/smr_ep.c, the same in 1.17 and 2.x: `fi_shm://<pid>` plus `:<getuid()>:<global ep index>`,
+//! `prov/shm/src/smr_ep.c`, the same in 1.17 and 2.x: `fi_shm://<pid>` plus `:<getuid()>:<global ep index>`,
 //! the `fi_shm://` prefix dropped for `shm_open`). A rank killed by a signal never unlinks its regions, and
 //! pids come round again (`pid_max` is often 32768), so a later process that gets the dead one's pid finds
 //! its first endpoint's name taken:
 //! - 1.17 fails `fi_enable` with EBUSY. Seen in CI after the reliability tests had `SIGKILL`ed ranks:
 //!   `fi_enable failed: Device or resource busy (error 16)`.
-//! - 2.x (`smr_create`/`smr_retry_map` in smr_util.c) maps the old region to read its owner's pid: a region
+//! - 2.x (`smr_create`/`smr_retry_map` in `smr_util.c`) maps the old region to read its owner's pid: a region
 //!   of a dead pid is overwritten, one whose pid is alive (ours, reused) is unlinked and the endpoint retried
 //!   under `<pid>:<uid>:<index>:<random seed>`, so killed 2.x ranks can also leave 4-part names. A region
 //!   shorter than its header (a rank killed between `shm_open` and `ftruncate`, or any empty file) raises

@@ -1,0 +1,316 @@
+//! The experiments this binary runs, each described once: its flags (clap), the defaults and checks that
+//! depend on it, the columns it fills, what it needs of the world, and how it runs. [`Descriptor`] is
+//! what a rank asks of an experiment; the [`register!`] list at the bottom is the one place that names
+//! them, so a new benchmark is one module under `src/experiment/` plus one line there.
+//!
+//! The flags every experiment shares ([`CommonArgs`]) live here too: they are the experiments', and the
+//! rest of the command line (`cli.rs`) builds on them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use efatop_experiments::payload::MemoryChoice;
+use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::sizes::{self, format_size};
+use efatop_experiments::{ChannelCount, ExperimentError, Observer, ProviderChoice, SweepOptions, World};
+use efatop_fabric::{Capabilities, Provider};
+
+mod alltoall;
+mod ipc;
+mod proxy;
+mod sendrecv;
+mod sweep;
+mod write;
+
+pub use alltoall::AlltoallArgs;
+pub use ipc::IpcArgs;
+pub use proxy::ProxyArgs;
+pub use sendrecv::SendrecvArgs;
+pub use sweep::{SweepArgs, SUSPECTS_FOUND};
+pub use write::WriteArgs;
+
+/// What a rank needs to know of an experiment, apart from the flags every experiment shares.
+pub trait Descriptor {
+    /// The subcommand's name, also the results file's `experiment` and its default file name.
+    fn name(&self) -> &'static str;
+    fn common(&self) -> &CommonArgs;
+    /// The sweep's smallest and largest size when the flags name none.
+    fn default_sizes(&self) -> (u64, u64) {
+        (4 << 10, 64 << 20)
+    }
+    /// What its channels must carry.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::MESSAGES_AND_WRITE
+    }
+    /// Its writer is a GPU whatever `--memory` says (the proxy's kernel, ipc's stores).
+    fn always_gpu(&self) -> bool {
+        false
+    }
+    /// Receiving ranks may have a provider copy into their GPU memory. libfabric's shm (CUDA IPC protocol)
+    /// copies with `cudaMemcpy` device→device, which returns before the copy is done (CUDA's documented
+    /// behaviour for device→device), and then completes the write: the initiator's completion and the
+    /// target's immediate would come before the data lands, and bandwidth would be a rate of queuing
+    /// (libfabric issue 11231). The launcher then runs the receiving ranks with `CUDA_LAUNCH_BLOCKING=1`,
+    /// so those copies return once done (an explicit `CUDA_LAUNCH_BLOCKING` is left as it is).
+    fn copies_into_gpu_memory(&self) -> bool {
+        true
+    }
+    /// Rank 0's writer is a persistent GPU kernel whose launch must not block (left out of the above).
+    fn persistent_writer_kernel(&self) -> bool {
+        false
+    }
+    /// Flag combinations clap cannot check alone: the one-line message for exit code 2.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// The results columns, named before memory is set up (the experiment renames them once it is).
+    fn columns(&self) -> Vec<String>;
+    /// It reports per-pair matrices (all-to-all).
+    fn pair_matrices(&self) -> bool {
+        false
+    }
+    /// The memories its columns move, from `--memory` and `--staged`.
+    fn memories(&self, gpu: usize) -> Vec<MemoryChoice> {
+        memories_from_flags(self.common(), gpu)
+    }
+    /// Before the first size, with every rank's placement known: what the results file's metadata should
+    /// say about this experiment (notes, the link its `BusBW` is against), and the run itself, ready to go.
+    fn plan<'a>(&'a self, world: &'a World<'a>, placements: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a>;
+}
+
+/// An experiment's run, planned: the sweep and rank 0's observer go in, the outcome comes out.
+pub type Planned<'a> = Box<dyn FnOnce(&SweepOptions, &mut dyn Observer) -> Result<(), ExperimentError> + 'a>;
+
+/// The memories `--memory` names, `--staged` folding `device` into `staged`, each once, in order.
+pub fn memories_from_flags(common: &CommonArgs, gpu: usize) -> Vec<MemoryChoice> {
+    let mut memories = Vec::new();
+    for memory in &common.memory {
+        let memory = match memory {
+            MemoryArg::Host => MemoryChoice::Host,
+            MemoryArg::Device if !common.staged => MemoryChoice::Device { gpu },
+            MemoryArg::Device | MemoryArg::Staged => MemoryChoice::Staged { gpu },
+        };
+        if !memories.contains(&memory) {
+            memories.push(memory);
+        }
+    }
+    memories
+}
+
+impl Experiment {
+    pub fn common(&self) -> &CommonArgs {
+        self.descriptor().common()
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.descriptor().name()
+    }
+
+    /// The sweep's smallest and largest size: the flags, else the experiment's defaults.
+    pub fn sizes(&self) -> (u64, u64) {
+        let common = self.common();
+        let (min, max) = self.descriptor().default_sizes();
+        // With one end given, the other default gives way rather than empty the sweep.
+        let max = common.max_size.unwrap_or_else(|| max.max(common.min_size.unwrap_or(0)));
+        let min = common.min_size.unwrap_or_else(|| min.min(max));
+        (min, max)
+    }
+
+    /// What clap cannot check alone: checked by the launcher before any rank starts (one line, not one per
+    /// rank) and by each rank under MPI. Returns the one-line message for exit code 2.
+    pub fn validate(&self) -> Result<(), String> {
+        let (min, max) = self.sizes();
+        if min > max {
+            return Err(format!("--min-size {} is larger than --max-size {}", format_size(min), format_size(max)));
+        }
+        self.descriptor().check()
+    }
+
+    /// The memory the results file names: the writer's GPU for experiments that always move it.
+    pub fn memory_label(&self) -> String {
+        if self.descriptor().always_gpu() {
+            return "device".into();
+        }
+        let labels: Vec<&str> =
+            self.common().memory.iter().map(|memory| if *memory == MemoryArg::Host { "host" } else { "device" }).collect();
+        labels.join(" + ")
+    }
+}
+
+/// Declares the experiments: the clap subcommands (`efatop <name>` and `efatop run --ranks N <name>`) and
+/// the one place that maps each to its [`Descriptor`].
+macro_rules! register {
+    ($( $(#[$doc:meta])* $variant:ident($args:ty) ),* $(,)?) => {
+        #[derive(Debug, clap::Subcommand)]
+        pub enum Experiment {
+            $( $(#[$doc])* $variant($args), )*
+        }
+
+        impl Experiment {
+            pub fn descriptor(&self) -> &dyn Descriptor {
+                match self {
+                    $( Experiment::$variant(args) => args, )*
+                }
+            }
+        }
+    };
+}
+
+register! {
+    /// One-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (Single, Multi, `RoundRobin`)
+    Write(WriteArgs),
+    /// Two-sided SEND/RECV ping-pong between rank 0 and each rank k
+    Sendrecv(SendrecvArgs),
+    /// Every rank writes its buffer to every other rank at once (RDMA WRITE with immediate data)
+    Alltoall(AlltoallArgs),
+    /// GPU-initiated RDMA WRITEs through a CPU proxy, rank 0's GPU → rank 1 (blocking and NBI)
+    Proxy(ProxyArgs),
+    /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
+    Ipc(IpcArgs),
+    /// Find the slow NIC, link or node of a fleet: every rank pair, rail by rail; exit code 3 when something is suspect
+    Sweep(SweepArgs),
+}
+
+/// `--provider`: `auto`, one of [`Provider::KNOWN`], or any other provider name `fi_info -l` lists.
+fn parse_provider(text: &str) -> Result<ProviderChoice, String> {
+    if text == "auto" {
+        return Ok(ProviderChoice::Auto);
+    }
+    Provider::parse(text).map(ProviderChoice::Given).ok_or_else(|| {
+        format!("`{text}` is not a provider name; use auto, {}, or another name `fi_info -l` lists", Provider::KNOWN.join(", "))
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MemoryArg {
+    /// pinned (page-locked) host memory
+    Host,
+    /// GPU memory (registered with the NIC where the provider can, else staged through pinned host memory)
+    Device,
+    /// GPU memory always staged through pinned host memory (columns `...DMA(staged)`), beside `device`
+    /// to compare the two paths in one run
+    Staged,
+}
+
+#[derive(Debug, Clone, Args)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches
+pub struct CommonArgs {
+    /// libfabric provider: auto (efa when every rank has it, else shm when all ranks share a host, else
+    /// tcp), efa (the efa fabric), efa-direct, shm, tcp, udp (rxd over UDP), sockets (milliseconds per
+    /// transfer: not for benchmarking), or any other provider `fi_info -l` lists
+    #[arg(long, default_value = "auto", value_parser = parse_provider)]
+    pub provider: ProviderChoice,
+    /// On efa, let same-host peers use libfabric's shared-memory shortcut (measures shm, not the NIC);
+    /// same-host pairs are then marked in tables and results
+    #[arg(long)]
+    pub allow_shm: bool,
+    /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
+    #[arg(long, default_value = "1", value_parser = parse_channels)]
+    pub channels: ChannelCount,
+    /// Smallest message size, a power of two (K, M, G suffixes) [default: 4K; proxy: 8M, as its seed; ipc: 1M]
+    #[arg(long, value_parser = parse_size_arg)]
+    pub min_size: Option<u64>,
+    /// Largest message size, a power of two (K, M, G suffixes) [default: 64M; proxy and ipc: 1G]
+    #[arg(long, value_parser = parse_size_arg)]
+    pub max_size: Option<u64>,
+    /// Untimed iterations before each size
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub warmup: u64,
+    /// Timed iterations per size and pair
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub iters: u64,
+    /// Memory the benchmark moves; `host,device` runs both, their columns side by side
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [MemoryArg::Host])]
+    pub memory: Vec<MemoryArg>,
+    /// GPU for --memory device: an index, or `auto` for this rank's local rank
+    #[arg(long, default_value = "auto", value_parser = parse_gpu)]
+    pub gpu: GpuChoice,
+    /// Stage GPU memory through pinned host memory even where the provider registers it natively
+    /// (`--memory device` becomes `staged`; the proxy uses its staging pipeline)
+    #[arg(long)]
+    pub staged: bool,
+    /// Do not pin each rank to the CPUs of its GPU's NUMA node
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub window: u16,
+    /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
+    #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
+    pub link_gbps: Option<f64>,
+    /// Results file (JSON, rewritten after every size); default efatop-results/<experiment>-<UTC time>-<pid>.json
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seconds an operation may take before its rank is reported as hung
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout: u64,
+    /// Seconds a rank may send no telemetry (no sample, no progress) before rank 0 names it hung; a rank
+    /// that exits is named at once whatever this says
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub hang_timeout: u64,
+    /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
+    #[arg(long, conflicts_with = "no_tui")]
+    pub json: bool,
+    /// Print plain tables even on a terminal (the dashboard never starts when stdout is not a terminal)
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Telemetry sampling interval, e.g. 100ms or 1s (10ms to 10s)
+    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Do not sample or stream telemetry (for measuring what telemetry costs)
+    #[arg(long)]
+    pub no_telemetry: bool,
+    /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
+    #[arg(long, hide = true)]
+    pub debug_corrupt_byte: Option<u64>,
+}
+
+pub fn parse_size_arg(text: &str) -> Result<u64, String> {
+    sizes::parse_size(text)
+}
+
+/// `--gpu`: an index, or `None` for the rank's local rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuChoice(pub Option<usize>);
+
+fn parse_gpu(text: &str) -> Result<GpuChoice, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(GpuChoice(None));
+    }
+    text.parse::<usize>()
+        .map(|index| GpuChoice(Some(index)))
+        .map_err(|_| format!("`{text}` is not a GPU; use an index such as 0, or `auto` (the rank's local rank)"))
+}
+
+fn parse_channels(text: &str) -> Result<ChannelCount, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(ChannelCount::All);
+    }
+    match text.parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(ChannelCount::Exactly(n)),
+        _ => Err(format!("`{text}` is not a channel count; use a number from 1 to 256, or `all`")),
+    }
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let millis = if let Some(ms) = trimmed.strip_suffix("ms") {
+        ms.parse::<u64>().ok()
+    } else if let Some(s) = trimmed.strip_suffix('s') {
+        s.parse::<u64>().ok().and_then(|s| s.checked_mul(1000))
+    } else {
+        trimmed.parse::<u64>().ok()
+    };
+    match millis {
+        Some(ms) if (10..=10_000).contains(&ms) => Ok(Duration::from_millis(ms)),
+        _ => Err(format!("`{text}` is not an interval; use 10ms to 10s, e.g. 100ms or 1s")),
+    }
+}
+
+fn parse_link_gbps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 100_000.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a link speed; use Gbps above 0, e.g. 100 or 2.5")),
+    }
+}

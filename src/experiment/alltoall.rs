@@ -1,0 +1,48 @@
+//! `efatop alltoall`: every rank writes its buffer to every other rank at once, with per-pair matrices
+//! (seed `all2all.md`). It takes `write`'s flags.
+
+use clap::Args;
+use efatop_experiments::alltoall;
+use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::World;
+
+use super::{CommonArgs, Descriptor, Planned, WriteArgs};
+
+#[derive(Debug, Clone, Args)]
+pub struct AlltoallArgs {
+    #[command(flatten)]
+    pub write: WriteArgs,
+}
+
+impl Descriptor for AlltoallArgs {
+    fn name(&self) -> &'static str {
+        "alltoall"
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.write.common
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let window = self.write.common.window;
+        if window > 1 {
+            return Err(format!(
+                "--window {window}: alltoall times each iteration as a whole (every rank's writes and immediates), so it takes 1"
+            ));
+        }
+        Ok(())
+    }
+
+    fn columns(&self) -> Vec<String> {
+        self.write.columns()
+    }
+
+    fn pair_matrices(&self) -> bool {
+        true
+    }
+
+    fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], _: &mut RunMetadata) -> Planned<'a> {
+        let configs = self.write.configs();
+        Box::new(move |sweep, observer| alltoall::run(world, sweep, &configs, observer).map(|_| ()))
+    }
+}

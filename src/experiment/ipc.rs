@@ -1,0 +1,107 @@
+//! `efatop ipc`: NVLink writes through CUDA IPC, rank 0's GPU → rank 1's: store kernels of each grid ×
+//! block against the copy engine; `BusBW` against the GPU pair's NVLink peak.
+
+use clap::Args;
+use efatop_experiments::ipc::{self, IpcConfig};
+use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::World;
+use efatop_fabric::Capabilities;
+
+use super::{CommonArgs, Descriptor, MemoryArg, Planned};
+
+#[derive(Debug, Clone, Args)]
+pub struct IpcArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Store kernel grids to run (blocks per launch), e.g. 1,16,128
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16, 128], value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub grid: Vec<u32>,
+    /// Store kernel blocks to run (threads per block): multiples of 32 from 32 to 1024
+    #[arg(long, value_delimiter = ',', default_values_t = [256u32], value_parser = parse_block)]
+    pub block: Vec<u32>,
+    /// Sweep every grid 1, 2, 4 … 512 with every block 64, 128 … 1024 (instead of --grid and --block)
+    #[arg(long, conflicts_with_all = ["grid", "block"])]
+    pub sweep: bool,
+    /// Leave out the copy-engine baseline (`CE`)
+    #[arg(long)]
+    pub no_copy_engine: bool,
+    /// Let both ranks use one GPU: checks the IPC path on a one-GPU machine (bytes cross HBM, not NVLink)
+    #[arg(long, hide = true)]
+    pub same_gpu: bool,
+}
+
+impl IpcArgs {
+    /// The kernel configurations in column order (grid-major), then the copy engine.
+    pub fn configs(&self) -> Vec<IpcConfig> {
+        let (grids, blocks): (Vec<u32>, Vec<u32>) = if self.sweep {
+            ((0..=9).map(|p| 1 << p).collect(), (6..=10).map(|p| 1 << p).collect())
+        } else {
+            (self.grid.clone(), self.block.clone())
+        };
+        let mut configs: Vec<IpcConfig> =
+            grids.iter().flat_map(|&grid| blocks.iter().map(move |&block| IpcConfig::kernel(grid, block))).collect();
+        configs.dedup();
+        if !self.no_copy_engine {
+            configs.push(IpcConfig::COPY_ENGINE);
+        }
+        configs
+    }
+}
+
+fn parse_block(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(block) if (32..=1024).contains(&block) && block % 32 == 0 => Ok(block),
+        _ => Err(format!("`{text}` is not a block size; use threads per block, a multiple of 32 from 32 to 1024")),
+    }
+}
+
+impl Descriptor for IpcArgs {
+    fn name(&self) -> &'static str {
+        "ipc"
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    /// NVLink needs large sizes to fill.
+    fn default_sizes(&self) -> (u64, u64) {
+        (1 << 20, 1 << 30)
+    }
+
+    /// ipc moves nothing over libfabric; its world still gives it the bootstrap, telemetry and placement.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::MESSAGES
+    }
+
+    fn always_gpu(&self) -> bool {
+        true
+    }
+
+    fn copies_into_gpu_memory(&self) -> bool {
+        false
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.common.memory != [MemoryArg::Host] {
+            return Err("--memory: ipc always moves GPU memory; leave --memory out".into());
+        }
+        Ok(())
+    }
+
+    fn columns(&self) -> Vec<String> {
+        self.configs().iter().map(|c| c.column()).collect()
+    }
+
+    /// `BusBW` is against the GPU pair's NVLink peak, not a NIC's link speed.
+    fn plan<'a>(&'a self, world: &'a World<'a>, placements: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {
+        let peak = crate::nvlink::peak_between_ranks(placements);
+        metadata.link_gbps = peak.as_ref().map(|peak| peak.gbytes_per_s * 8.0);
+        metadata.link_source = peak.as_ref().map_or_else(|| "nvlink".into(), |peak| format!("nvlink: {}", peak.source));
+        Box::new(move |sweep, observer| {
+            let link_counters = (world.rank == 0).then(|| crate::nvlink::writer_link_counters(world));
+            let mut options = ipc::IpcOptions { configs: self.configs(), peak, same_gpu: self.same_gpu, link_counters };
+            ipc::run(world, sweep, &mut options, observer).map(|_| ())
+        })
+    }
+}

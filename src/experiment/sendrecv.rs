@@ -1,0 +1,36 @@
+//! `efatop sendrecv`: two-sided SEND/RECV ping-pong between rank 0 and each rank k (seed `sendrecv.md`).
+
+use clap::Args;
+use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::{World, sendrecv};
+use efatop_fabric::Capabilities;
+
+use super::{CommonArgs, Descriptor, Planned};
+
+#[derive(Debug, Clone, Args)]
+pub struct SendrecvArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl Descriptor for SendrecvArgs {
+    fn name(&self) -> &'static str {
+        "sendrecv"
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::MESSAGES
+    }
+
+    fn columns(&self) -> Vec<String> {
+        vec!["SingleHost".into()]
+    }
+
+    fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], _: &mut RunMetadata) -> Planned<'a> {
+        Box::new(move |sweep, observer| sendrecv::run(world, sweep, observer).map(|_| ()))
+    }
+}
