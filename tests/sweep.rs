@@ -39,17 +39,18 @@ impl Cluster {
             None
         }
     }
-
-    fn script(&self, args: &[&str]) {
-        let output = Command::new(script()).args(args).output().expect("emulate-cluster");
-        assert!(output.status.success(), "emulate-cluster {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new(script()).arg("down").output();
     }
+}
+
+/// Re-shapes `_cluster` (which must be up): `shape --node N --nic K --rate R`, `slow --node N --rate R`.
+fn reshape(_cluster: &Cluster, args: &[&str]) {
+    let output = Command::new(script()).args(args).output().expect("emulate-cluster");
+    assert!(output.status.success(), "emulate-cluster {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// The judged command, with a smaller size and fewer iterations than the defaults (64M, 20) so that a
@@ -99,7 +100,7 @@ fn a_healthy_cluster_passes_with_no_suspects() {
 fn one_nic_shaped_down_is_named_by_rank_and_nic() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
-    cluster.script(&["shape", "--node", "2", "--nic", "1", "--rate", "250mbit"]);
+    reshape(&cluster, &["shape", "--node", "2", "--nic", "1", "--rate", "250mbit"]);
     let (run, verdict) = sweep("efatop-node2 efa1 at 250 Mbit/s");
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
@@ -121,7 +122,7 @@ fn one_nic_shaped_down_is_named_by_rank_and_nic() {
 fn a_slow_node_is_named_once_not_as_four_nics() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
-    cluster.script(&["slow", "--node", "1", "--rate", "250mbit"]);
+    reshape(&cluster, &["slow", "--node", "1", "--rate", "250mbit"]);
     let (run, verdict) = sweep("efatop-node1 at 250 Mbit/s on every NIC");
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);

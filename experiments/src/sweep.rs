@@ -218,7 +218,7 @@ struct Lane<'w> {
     latency: LatencyRecorder,
 }
 
-impl<'a> Exchange<'a> {
+impl Exchange<'_> {
     /// Runs one round from this rank's side; rank 0 returns every rank's figures (others, their own).
     fn round(&mut self, round: &Round, observer: &dyn Observer) -> Result<Vec<Figure>, ExperimentError> {
         let world = self.world;

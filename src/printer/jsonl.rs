@@ -72,8 +72,7 @@ fn print_event(event: ConsumerEvent, started: Instant, lines: SampleLines) {
         ConsumerEvent::SweepBegin(setup) => line("sweep", &serde_json::to_value(&*setup).unwrap_or(Value::Null)),
         ConsumerEvent::SweepRound(round) => line("sweep_round", &serde_json::to_value(&*round).unwrap_or(Value::Null)),
         // The verdict is the run's last line, after the summary (`print_verdict`).
-        ConsumerEvent::SweepVerdict(_) => {}
-        ConsumerEvent::Finished { .. } => {}
+        ConsumerEvent::SweepVerdict(_) | ConsumerEvent::Finished { .. } => {}
     }
 }
 

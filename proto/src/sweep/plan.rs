@@ -62,7 +62,7 @@ mod tests {
 
     fn check_tournament(ranks: usize) -> Vec<Round> {
         let rounds = pairing_rounds(ranks, false);
-        assert_eq!(rounds.len(), if ranks % 2 == 0 { ranks - 1 } else { ranks }, "O(n) rounds for {ranks}");
+        assert_eq!(rounds.len(), if ranks.is_multiple_of(2) { ranks - 1 } else { ranks }, "O(n) rounds for {ranks}");
         let mut met = HashSet::new();
         for round in &rounds {
             let mut busy = HashSet::new();

@@ -51,7 +51,7 @@ fn median(values: &mut [f64]) -> Option<f64> {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
+    Some(if values.len() % 2 == 1 { values[mid] } else { f64::midpoint(values[mid - 1], values[mid]) })
 }
 
 fn list(ranks: impl IntoIterator<Item = usize>) -> String {

@@ -4,6 +4,8 @@
 //! bar that the channel beat with another peer shows in yellow. The verdict goes first, so a short
 //! terminal still shows it.
 
+use std::fmt::Write as _;
+
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -94,17 +96,18 @@ fn progress(view: &SweepView) -> Line<'static> {
     let pairing = done - retests;
     let mut text = format!("round {pairing} of {planned}");
     if retests > 0 {
-        text.push_str(&format!(" + {retests} retest"));
+        let _ = write!(text, " + {retests} retest");
     }
     let bar = (view.record.threshold * 100.0).round();
-    text.push_str(&format!(
+    let _ = write!(
+        text,
         " · {} ranks × {} rails · {} writes · bar {bar:.0}% of each rail's median (Gbps)",
         view.latest.len(),
         view.rails,
         format_size(view.record.size)
-    ));
+    );
     if let Some(link) = view.record.link_gbps {
-        text.push_str(&format!(" and of {link} Gbps"));
+        let _ = write!(text, " and of {link} Gbps");
     }
     Line::raw(text)
 }
