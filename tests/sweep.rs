@@ -54,14 +54,16 @@ fn reshape(_cluster: &Cluster, args: &[&str]) {
 }
 
 /// The judged command, with a smaller size and fewer iterations than the defaults (64M, 20) so that a
-/// round with the 250 Mbit/s NIC takes seconds, not a minute.
+/// round with the 250 Mbit/s NIC takes seconds, not a minute. Not much smaller: a TCP retransmission stalls
+/// a write by a few hundred ms, which 4 writes of 16M could not absorb (a healthy pair then read as a link
+/// at 0.65 Gbps, twice); 6 of 32M do.
 fn sweep(label: &str) -> (common::Run, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("sweep.json");
     let netns = NODES.join(",");
     let run = efatop(&[
         "run", "--ranks", "4", "--netns", &netns, "sweep", "--provider", "tcp", "--channels", "all", "--json", "--size",
-        "16M", "--iters", "4", "--warmup", "1", "--out", out.to_str().expect("utf-8"),
+        "32M", "--iters", "6", "--warmup", "1", "--out", out.to_str().expect("utf-8"),
     ]);
     let last = run.stdout.lines().last().unwrap_or_default();
     let line: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}\n{}", run.stderr));
