@@ -383,6 +383,7 @@ impl Exchange<'_> {
                     to: peer,
                     rail,
                     gbps: crate::results::gbps((self.size * self.sweep.iters) as f64, seconds),
+                    steady_gbps: if summary.p50_us > 0.0 { crate::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
                     p50_us: summary.p50_us,
                     p99_us: summary.p99_us,
                 })

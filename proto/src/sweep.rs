@@ -52,15 +52,27 @@ impl Round {
 }
 
 /// What one direction of one rail of one pair delivered in a round: `from`'s channel `rail` writing
-/// `to`'s channel `rail`, timed by the writer from its first timed post to its last completion.
+/// `to`'s channel `rail`, timed by the writer: `gbps` from its first timed post to its last completion,
+/// `steady_gbps` one write's bytes over the median write's time (`p50_us`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
     pub from: usize,
     pub to: usize,
     pub rail: usize,
     pub gbps: f64,
+    /// The rate of the median write: what the judge uses, so that one stalled write (a TCP retransmission
+    /// timeout, a preempted rank) does not make a slow link. Absent (0) in figures that lack it.
+    #[serde(default)]
+    pub steady_gbps: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+}
+
+impl Figure {
+    /// The figure the verdict judges: the median write's rate where known, else the whole run's.
+    pub fn judged_gbps(&self) -> f64 {
+        if self.steady_gbps > 0.0 { self.steady_gbps } else { self.gbps }
+    }
 }
 
 /// A finished round: its plan and every figure it measured.

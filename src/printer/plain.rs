@@ -53,7 +53,9 @@ pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: us
     let slowest = round
         .figures
         .iter()
-        .min_by(|a, b| a.gbps.total_cmp(&b.gbps))
-        .map_or_else(String::new, |f| format!("; slowest {:.2} Gbps (rank {} → rank {}, channel {})", f.gbps, f.from, f.to, f.rail));
+        .min_by(|a, b| a.judged_gbps().total_cmp(&b.judged_gbps()))
+        .map_or_else(String::new, |f| {
+            format!("; slowest {:.2} Gbps (median write; rank {} → rank {}, channel {})", f.judged_gbps(), f.from, f.to, f.rail)
+        });
     format!("# sweep {kind} ({ranks} ranks): pairs {}{slowest}", pairs.join(" "))
 }

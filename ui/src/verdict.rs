@@ -34,7 +34,7 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     let names: Vec<String> = (0..rails)
         .map(|rail| sweep.nodes.first().and_then(|n| n.nics.get(rail)).map_or_else(|| format!("ch{rail}"), |n| n.name.clone()))
         .collect();
-    let _ = writeln!(out, "\n# best Gbps per rank and rail with any peer (* below the bar)");
+    let _ = writeln!(out, "\n# best Gbps per rank and rail with any peer, the median write's rate (* below the bar)");
     let _ = writeln!(out, "| rank | host | {} |", names.join(" | "));
     let _ = writeln!(out, "|---:|:---|{}", "---:|".repeat(rails));
     for (rank, row) in judged.best.iter().enumerate() {
@@ -122,7 +122,7 @@ mod tests {
                     .flat_map(|&(a, b)| {
                         (0..2).flat_map(move |rail| {
                             let gbps = rate(a, rail).min(rate(b, rail));
-                            [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, p50_us: 1.0, p99_us: 1.0 })
+                            [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 1.0 })
                         })
                     })
                     .collect(),

@@ -76,7 +76,7 @@ pub fn judge(input: &JudgeInput<'_>) -> Judgement {
             }
             let key = (figure.from.min(figure.to), figure.from.max(figure.to), figure.rail);
             let slot = this_round.entry(key).or_insert(f64::INFINITY);
-            *slot = slot.min(figure.gbps);
+            *slot = slot.min(figure.judged_gbps());
         }
         let round_median = median(&mut this_round.values().copied().collect::<Vec<_>>());
         for (key, gbps) in this_round {
@@ -299,8 +299,8 @@ mod tests {
         for &(a, b) in &round.pairs {
             for rail in 0..rails {
                 let gbps = rate(a, rail).min(rate(b, rail));
-                figures.push(Figure { from: a, to: b, rail, gbps, p50_us: 1.0, p99_us: 2.0 });
-                figures.push(Figure { from: b, to: a, rail, gbps, p50_us: 1.0, p99_us: 2.0 });
+                figures.push(Figure { from: a, to: b, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 2.0 });
+                figures.push(Figure { from: b, to: a, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 2.0 });
             }
         }
         SweepRound { round: round.clone(), planned, figures }
@@ -362,6 +362,7 @@ mod tests {
                 for f in &mut measured.figures {
                     if (f.from.min(f.to), f.from.max(f.to), f.rail) == (1, 3, 0) {
                         f.gbps = 0.3;
+                        f.steady_gbps = 0.3;
                     }
                 }
                 measured
@@ -376,6 +377,22 @@ mod tests {
     }
 
     #[test]
+    fn one_stalled_write_makes_no_link() {
+        let facts = nodes(4, 2);
+        let plan = pairing_rounds(4, false);
+        let mut rounds: Vec<SweepRound> = plan.iter().map(|r| measure(r, 2, &|_, _| 0.95, plan.len())).collect();
+        // Rank 1 ↔ rank 3 on rail 0: a retransmission timeout in one write cut the whole run's figure, not
+        // the median write's.
+        for f in rounds.iter_mut().flat_map(|r| r.figures.iter_mut()) {
+            if (f.from.min(f.to), f.from.max(f.to), f.rail) == (1, 3, 0) {
+                f.gbps = 0.6;
+            }
+        }
+        let judged = judge(&JudgeInput { nodes: &facts, rails: 2, rounds: &rounds, threshold: 0.9, link_gbps: None });
+        assert!(judged.verdict.suspects.is_empty(), "{:?}", judged.verdict);
+    }
+
+    #[test]
     fn a_round_slow_as_a_whole_blames_no_link() {
         let facts = nodes(4, 2);
         let plan = pairing_rounds(4, false);
@@ -383,6 +400,7 @@ mod tests {
         // The last round ran on a loaded host: every figure in it at 0.6.
         for f in &mut rounds[2].figures {
             f.gbps = 0.6;
+            f.steady_gbps = 0.6;
         }
         let judged = judge(&JudgeInput { nodes: &facts, rails: 2, rounds: &rounds, threshold: 0.9, link_gbps: None });
         assert!(judged.verdict.suspects.is_empty(), "{:?}", judged.verdict);

@@ -166,7 +166,7 @@ mod tests {
                 .flat_map(|&(a, b)| {
                     (0..RAILS).flat_map(move |rail| {
                         let gbps = rate(a, rail).min(rate(b, rail));
-                        [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, p50_us: 500.0, p99_us: 600.0 })
+                        [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 500.0, p99_us: 600.0 })
                     })
                 })
                 .collect();

@@ -49,7 +49,8 @@ impl SweepView {
             }
             for rank in [figure.from, figure.to] {
                 let slot = &mut this_round[rank][figure.rail];
-                *slot = Some(slot.map_or(figure.gbps, |old| old.min(figure.gbps)));
+                let gbps = figure.judged_gbps();
+                *slot = Some(slot.map_or(gbps, |old| old.min(gbps)));
             }
         }
         for (latest, measured) in self.latest.iter_mut().flatten().zip(this_round.into_iter().flatten()) {
