@@ -225,6 +225,37 @@ impl App {
         }
     }
 
+    /// A sweep round finished: the heatmap takes its figures, progress moves on, and channels that have
+    /// just become suspects are logged in red.
+    fn sweep_round(&mut self, round: efatop_experiments::sweep::SweepRound, now: Duration) {
+        let Some(view) = &mut self.data.sweep else { return };
+        let before = view.suspect.clone();
+        let line = format!(
+            "sweep {} {}: {} pairs",
+            if round.round.kind == efatop_experiments::sweep::RoundKind::Retest { "retest round" } else { "round" },
+            round.round.index + 1,
+            round.round.pairs.len()
+        );
+        view.round(round);
+        let (done, planned) = view.progress();
+        let mut fresh = Vec::new();
+        for (rank, (now_row, before_row)) in view.suspect.iter().zip(&before).enumerate() {
+            for (rail, (&is, &was)) in now_row.iter().zip(before_row).enumerate() {
+                if is && !was {
+                    let host = view.record.nodes.get(rank).map_or("", |n| n.host.as_str());
+                    let nic = view.record.nodes.get(rank).and_then(|n| n.nics.get(rail)).map_or("?", |n| n.name.as_str());
+                    fresh.push(format!("suspect: rank {rank} ({host}) {nic}, slow with every peer so far"));
+                }
+            }
+        }
+        self.data.progress.done = done.min(planned);
+        self.data.progress.total = planned;
+        self.data.push_log(now, LogLevel::Info, line);
+        for text in fresh {
+            self.data.push_log(now, LogLevel::Error, text);
+        }
+    }
+
     fn apply(&mut self, event: ConsumerEvent, now: Duration) {
         match event {
             ConsumerEvent::Run(start) => {
@@ -254,6 +285,24 @@ impl App {
             // The heatmap follows the live samples; the final matrices go to the results file and JSON.
             ConsumerEvent::PairMatrix(_) => {}
             ConsumerEvent::Note(line) => self.data.push_log(now, LogLevel::Info, line),
+            ConsumerEvent::SweepBegin(setup) => {
+                for note in &setup.notes {
+                    self.data.push_log(now, LogLevel::Warn, note.clone());
+                }
+                self.data.sweep = Some(efatop_ui::state::sweep::SweepView::begin(*setup, self.data.run.channels));
+            }
+            ConsumerEvent::SweepRound(round) => self.sweep_round(*round, now),
+            ConsumerEvent::SweepVerdict(verdict) => {
+                let line = match verdict.suspects.len() {
+                    0 => format!("verdict: no suspects ({})", verdict.checked.describe()),
+                    n => format!("verdict: {n} suspect{} ({})", if n == 1 { "" } else { "s" }, verdict.checked.describe()),
+                };
+                let level = if verdict.suspects.is_empty() { LogLevel::Info } else { LogLevel::Error };
+                self.data.push_log(now, level, line);
+                if let Some(view) = &mut self.data.sweep {
+                    view.verdict(*verdict);
+                }
+            }
             ConsumerEvent::Measured(measurement) => {
                 let mut line = format!("{} {}: {:.2} Gbps, data verified", measurement.config, format_size(measurement.size), measurement.gbps);
                 // The step's NIC/app figure on the same line; each NIC-counter warning once while it is in

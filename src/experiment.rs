@@ -21,12 +21,14 @@ mod alltoall;
 mod ipc;
 mod proxy;
 mod sendrecv;
+mod sweep;
 mod write;
 
 pub use alltoall::AlltoallArgs;
 pub use ipc::IpcArgs;
 pub use proxy::ProxyArgs;
 pub use sendrecv::SendrecvArgs;
+pub use sweep::{SweepArgs, SUSPECTS_FOUND};
 pub use write::WriteArgs;
 
 /// What a rank needs to know of an experiment, apart from the flags every experiment shares.
@@ -167,6 +169,8 @@ register! {
     Proxy(ProxyArgs),
     /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
     Ipc(IpcArgs),
+    /// Find the slow NIC, link or node of a fleet: every rank pair, rail by rail; exit code 3 when something is suspect
+    Sweep(SweepArgs),
 }
 
 /// `--provider`: `auto`, one of [`Provider::KNOWN`], or any other provider name `fi_info -l` lists.

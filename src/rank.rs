@@ -57,7 +57,7 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
         }
     }
     match outcome {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(err) => {
             match &err {
                 // Rank 0 speaks for the run: what other ranks shared with it, it prints.
@@ -77,7 +77,9 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 }
 
 #[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<(), ExperimentError> {
+/// Returns the exit code of a run that went well: 0, or [`crate::experiment::SUSPECTS_FOUND`] for a sweep
+/// whose verdict names any.
+fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
@@ -216,7 +218,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     if rank != 0 {
         let outcome = planned(&sweep, &mut Unobserved);
         drop(sampler);
-        return outcome;
+        return outcome.map(|()| 0);
     }
 
     // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
@@ -310,7 +312,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
     }
     outcome?;
-    save_error.map_or(Ok(()), Err)
+    save_error.map_or(Ok(()), Err)?;
+    let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
+    Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
 }
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.

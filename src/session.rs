@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use efatop_experiments::results::{Measurement, PairMatrix, RunMetadata, RunResults};
 use efatop_experiments::{ExperimentError, Observer};
+use efatop_experiments::sweep::SweepResults;
+
 use crate::app::{App, Ended};
 use crate::event::{ConsumerEvent, RunStart};
 use crate::printer::{Mode, dashboard, jsonl, plain};
@@ -127,6 +129,35 @@ impl Observer for RankZero {
         self.results.pair_matrices.push(matrix.clone());
         if let Some(events) = &self.events {
             let _ = events.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
+        }
+    }
+
+    fn sweep(&mut self, sweep: &SweepResults) {
+        let told = self.results.sweep.as_ref().map(|s| (s.rounds.len(), s.verdict.is_some()));
+        self.results.sweep = Some(sweep.clone());
+        if let Some(file) = &self.file {
+            if let Err(err) = file.save(&self.results) {
+                self.save_error.get_or_insert(err);
+            }
+        }
+        let (rounds_told, verdict_told) = told.unwrap_or((0, false));
+        let new_rounds = sweep.rounds.get(rounds_told..).unwrap_or_default();
+        let Some(events) = &self.events else {
+            // Plain output: a line per round as it finishes; the tables come at the end.
+            for round in new_rounds {
+                println!("{}", plain::sweep_round_line(round, sweep.nodes.len()));
+            }
+            return;
+        };
+        if told.is_none() {
+            let setup = SweepResults { rounds: Vec::new(), verdict: None, ..sweep.clone() };
+            let _ = events.send(ConsumerEvent::SweepBegin(Box::new(setup)));
+        }
+        for round in new_rounds {
+            let _ = events.send(ConsumerEvent::SweepRound(Box::new(round.clone())));
+        }
+        if let (false, Some(verdict)) = (verdict_told, &sweep.verdict) {
+            let _ = events.send(ConsumerEvent::SweepVerdict(Box::new(verdict.clone())));
         }
     }
 

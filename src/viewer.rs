@@ -58,6 +58,17 @@ impl Tally {
                 });
                 self.ended = Some(error.clone().map_or(RunEnd::Complete, RunEnd::Failed));
             }
+            ConsumerEvent::SweepBegin(setup) => self.results.sweep = Some((**setup).clone()),
+            ConsumerEvent::SweepRound(round) => {
+                if let Some(sweep) = self.results.sweep.as_mut() {
+                    sweep.rounds.push((**round).clone());
+                }
+            }
+            ConsumerEvent::SweepVerdict(verdict) => {
+                if let Some(sweep) = self.results.sweep.as_mut() {
+                    sweep.verdict = Some((**verdict).clone());
+                }
+            }
             ConsumerEvent::Telemetry(_) | ConsumerEvent::Step { .. } | ConsumerEvent::Note(_) => {}
         }
     }
@@ -67,9 +78,15 @@ impl Tally {
         self.ended == Some(RunEnd::Complete)
     }
 
-    /// Exit code of a viewer: 1 when the run it watched failed, else 0.
+    /// Exit code of a viewer, as the run it watched ended: 1 when it failed, 3 when it was a sweep that
+    /// found suspects, else 0.
     pub fn exit_code(&self) -> i32 {
-        i32::from(matches!(self.ended, Some(RunEnd::Failed(_))))
+        let suspects = self.results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
+        match self.ended {
+            Some(RunEnd::Failed(_)) => 1,
+            Some(RunEnd::Complete) if suspects => crate::experiment::SUSPECTS_FOUND,
+            _ => 0,
+        }
     }
 
     /// The tables a dashboard leaves on the terminal when it closes, as the run's own does.

@@ -17,7 +17,10 @@ fn script() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
 }
 
-struct Cluster;
+/// The cluster, up while this lives; it holds the cluster lock, released after `down`.
+struct Cluster {
+    _lock: std::fs::File,
+}
 
 impl Cluster {
     fn up() -> Option<Self> {
@@ -25,9 +28,10 @@ impl Cluster {
     }
 
     fn up_at(rate: &str) -> Option<Self> {
+        let lock = common::cluster_lock();
         let output = Command::new(script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", rate]).output().ok()?;
         if output.status.success() {
-            Some(Cluster)
+            Some(Cluster { _lock: lock })
         } else {
             eprintln!(
                 "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",

@@ -11,6 +11,7 @@ pub mod payload;
 pub mod proxy;
 pub mod queue;
 pub mod sendrecv;
+pub mod sweep;
 pub mod world;
 pub mod write;
 
@@ -99,6 +100,8 @@ pub trait Observer {
     fn measured(&mut self, _measurement: &Measurement) {}
     /// All-to-all: every pair's bandwidth at a step, told just before the step's measurement.
     fn pair_matrix(&mut self, _matrix: &results::PairMatrix) {}
+    /// Sweep: every round so far (told after each), then once more with the verdict.
+    fn sweep(&mut self, _sweep: &efatop_proto::sweep::SweepResults) {}
     /// A line for the run's log while a step runs (the proxy's queue, once a second).
     fn note(&mut self, _line: &str) {}
     /// Checked by rank 0 between rounds; every rank then stops after the round in progress.

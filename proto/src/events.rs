@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::results::{Measurement, PairMatrix, RankPlacement, RunResults};
+use crate::sweep::{SweepResults, SweepRound, Verdict};
 use crate::telemetry::wire::WireError;
 use crate::telemetry::{NodeSample, PhaseReport, RankSample};
 
@@ -84,6 +85,12 @@ pub enum ConsumerEvent {
     PairMatrix(Box<PairMatrix>),
     /// A line for the log, told by the experiment while a step runs.
     Note(String),
+    /// Sweep: its settings and every rank's host and NICs, before the first round (no rounds in it).
+    SweepBegin(Box<SweepResults>),
+    /// Sweep: a round finished, with every figure it measured.
+    SweepRound(Box<SweepRound>),
+    /// Sweep: the verdict, once every round (retests included) is judged.
+    SweepVerdict(Box<Verdict>),
     Finished { error: Option<String> },
 }
 

@@ -8,6 +8,7 @@
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
+//! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
@@ -20,6 +21,7 @@ pub mod ipc;
 pub mod results;
 pub mod sizes;
 pub mod stream;
+pub mod sweep;
 pub mod telemetry;
 
 pub use results::{Measurement, RunMetadata, RunResults};

@@ -171,6 +171,9 @@ pub struct RunResults {
     /// Whether the run is going, complete or failed (and why). Absent in files from before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RunStatus>,
+    /// `sweep` only: every round's figures and the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::sweep::SweepResults>,
 }
 
 /// All-to-all: what each sender→receiver pair delivered at one configuration and size.
@@ -346,6 +349,7 @@ mod tests {
             measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
             pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]], same_host: Vec::new() }],
             status: None,
+            sweep: None,
         }
     }
 

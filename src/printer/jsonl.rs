@@ -1,5 +1,6 @@
 //! `--json`: a second printer over the same events, one JSON object per line on stdout:
-//! `{"type": "run" | "sample" | "pair" | "step" | "result" | "pair_matrix" | "warning" | "summary", "data": {...}}`.
+//! `{"type": "run" | "sample" | "pair" | "step" | "result" | "pair_matrix" | "warning" | "summary", "data": {...}}`;
+//! a sweep adds `sweep` (its settings), `sweep_round` (each round's figures) and, last, `verdict`.
 //! docs/output.md documents the fields; `tests/json.rs` parses them back.
 
 use std::io::Write;
@@ -25,6 +26,15 @@ pub fn print_run(metadata: &RunMetadata) {
 
 pub fn print_summary(results: &RunResults) {
     line("summary", &serde_json::to_value(results).unwrap_or(Value::Null));
+}
+
+/// A sweep's last line: `{"type":"verdict","data":{"suspects":[...],"checked":{...}}}`.
+/// Written as is, not through a `Value`: `type` first and the fields in the order docs/sweep.md gives.
+pub fn print_verdict(verdict: &efatop_experiments::sweep::Verdict) {
+    let Ok(data) = serde_json::to_string(verdict) else { return };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, r#"{{"type":"verdict","data":{data}}}"#);
+    let _ = stdout.flush();
 }
 
 /// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
@@ -73,6 +83,10 @@ pub fn print_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) 
         }
         ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
         ConsumerEvent::Note(text) => line("note", &json!({ "text": text })),
+        ConsumerEvent::SweepBegin(setup) => line("sweep", &serde_json::to_value(&*setup).unwrap_or(Value::Null)),
+        ConsumerEvent::SweepRound(round) => line("sweep_round", &serde_json::to_value(&*round).unwrap_or(Value::Null)),
+        // The verdict is the run's last line, after the summary (`print_verdict`).
+        ConsumerEvent::SweepVerdict(_) => {}
     }
     false
 }

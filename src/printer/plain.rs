@@ -17,6 +17,9 @@ pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {
 pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], verified: bool, file: Option<&Path>) {
     if mode == Mode::Json {
         jsonl::print_summary(results);
+        if let Some(verdict) = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()) {
+            jsonl::print_verdict(verdict);
+        }
         return;
     }
     if mode == Mode::Dashboard {
@@ -28,10 +31,32 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], verified: bo
         print!("{}", efatop_ui::render_table(results));
         print!("{}", efatop_ui::counters::render_counters(results));
     }
+    if let Some(sweep) = &results.sweep {
+        println!();
+        print!("{}", efatop_ui::render_verdict(sweep, results.metadata.channels));
+    }
     if verified {
         println!("# every size verified: all bytes received matched the sender's pattern");
     }
     if let Some(file) = file {
         println!("# results written to {}", file.display());
     }
+}
+
+/// Plain output's line for a finished sweep round: who met whom, and the slowest channel figure.
+pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: usize) -> String {
+    use efatop_experiments::sweep::RoundKind;
+    let kind = match round.round.kind {
+        RoundKind::Pairing => format!("round {} of {}", round.round.index + 1, round.planned),
+        RoundKind::Retest => format!("retest round {}", round.round.index + 1 - round.planned),
+    };
+    let pairs: Vec<String> = round.round.pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    let slowest = round
+        .figures
+        .iter()
+        .min_by(|a, b| a.judged_gbps().total_cmp(&b.judged_gbps()))
+        .map_or_else(String::new, |f| {
+            format!("; slowest {:.2} Gbps (median write; rank {} → rank {}, channel {})", f.judged_gbps(), f.from, f.to, f.rail)
+        });
+    format!("# sweep {kind} ({ranks} ranks): pairs {}{slowest}", pairs.join(" "))
 }

@@ -178,3 +178,16 @@ impl Tracked {
         }
     }
 }
+
+/// The lock every user of scripts/emulate-cluster takes (`flock /tmp/efatop-cluster.lock …` by hand): one
+/// emulated cluster on the machine at a time, across test binaries and people. Held until dropped.
+pub fn cluster_lock() -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/efatop-cluster.lock")
+        .expect("open /tmp/efatop-cluster.lock");
+    file.lock().expect("flock /tmp/efatop-cluster.lock");
+    file
+}

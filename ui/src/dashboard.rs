@@ -28,6 +28,7 @@ mod results;
 #[doc(hidden)]
 pub mod sample;
 mod selection;
+mod sweep;
 mod text;
 mod topology;
 #[cfg(test)]
@@ -89,6 +90,8 @@ fn render_panel(state: &DashboardState, panel: Panel, area: Rect, buf: &mut Buff
     match panel {
         Panel::Gauges => gauges::render(state, area, buf, chrome),
         Panel::Peers => peers::render(state, area, buf, chrome),
+        // A sweep has no size table: its rounds, heatmap and verdict take the results' place.
+        Panel::Results if state.sweep.is_some() => sweep::render(state, area, buf, chrome),
         Panel::Results => results::render(state, area, buf, chrome),
         Panel::Log => log::render(state, area, buf, chrome),
         Panel::Pairs => heatmap::render(state, area, buf, chrome),
@@ -171,7 +174,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         let gpu_block = if gpu_lines > 0 && !gpu_instead_of_gauges { gpu_lines.saturating_add(overhead) } else { 0 };
         let demands = [
             demand(gauges_lines.saturating_add(gpu_block).max(right_lines).max(heatmap_lines), half),
-            demand(results::content_height(state), results_cap),
+            demand(results_height(state), results_cap),
         ];
         let priority: [usize; 2] = if state.finished { [1, 0] } else { [0, 1] };
         // Lines nobody wished for go to the top: a longer log and a taller history.
@@ -211,7 +214,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         }
         peers::render(state, right[0], buf, chrome);
         log::render(state, right[1], buf, chrome);
-        results::render(state, areas[1], buf, chrome);
+        render_panel(state, Panel::Results, areas[1], buf, chrome);
     } else {
         // The heatmap takes the gauges' place, unless the gauges have the focus.
         let heatmap_first = state.pairs.is_some() && state.focus != Panel::Gauges;
@@ -219,7 +222,7 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         let mut demands = vec![
             top,
             demand(peers::content_height(state), third),
-            demand(results::content_height(state), results_cap),
+            demand(results_height(state), results_cap),
             demand(log::content_height(state), log_wish),
         ];
         // Peers and results are short and say the most; the gauges scroll to the selection; the log
@@ -252,6 +255,11 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
             }
         }
     }
+}
+
+/// Lines the results panel (or, in a sweep, the sweep panel in its place) would like.
+fn results_height(state: &DashboardState) -> u16 {
+    if state.sweep.is_some() { sweep::content_height(state) } else { results::content_height(state) }
 }
 
 fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {

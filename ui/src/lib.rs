@@ -11,6 +11,8 @@ pub mod liveness;
 pub mod monitor;
 pub mod state;
 pub mod table;
+pub mod verdict;
 
 pub use header::render_header;
 pub use table::render_table;
+pub use verdict::render_verdict;

@@ -2,6 +2,7 @@
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
 pub mod gauges;
+pub mod sweep;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -425,6 +426,8 @@ pub struct DashboardState {
     pub source: Option<SourceLine>,
     /// Keys a session adds to the help overlay (a replay's playback keys).
     pub extra_keys: Vec<(&'static str, &'static str)>,
+    /// `sweep` runs only: the rounds so far, judged, and the verdict at the end.
+    pub sweep: Option<sweep::SweepView>,
 }
 
 /// A short status on the progress line; `alert` draws it in colour (serving beyond this host, events

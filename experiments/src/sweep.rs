@@ -1,0 +1,393 @@
+//! `sweep`: find the one slow NIC, link or node of a fleet. Ranks meet in rounds of a round-robin
+//! tournament ([`efatop_proto::sweep::plan`]): in a round every rank is paired, and both ranks of a pair
+//! write each other at once on every channel, channel k to channel k (rail-aligned), one-sided RDMA WRITE
+//! with immediate data of one size, the receiver verifying every byte as every efatop benchmark does.
+//! Rank 0 collects each round's figures, judges them ([`efatop_proto::sweep::verdict`]), runs retest
+//! rounds for suspects (against a healthy peer; slow pairs again), and ends with the verdict.
+//!
+//! Memory: one registered buffer per rank, slot 0 what it sends (the same bytes on every channel), slot
+//! 1 + k what its partner writes on channel k; slots are 4 KiB aligned.
+
+use std::time::Instant;
+
+use efatop_fabric::{Immediate, Op, RemoteRegion};
+use efatop_proto::sweep::{
+    judge, pairing_rounds, retest_round, JudgeInput, NicFacts, NodeFacts,
+};
+pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
+
+// The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
+pub use efatop_proto::sweep::{Checked, RoundKind, Scope, Suspect, Verdict};
+
+use crate::alltoall::slot_stride;
+use crate::pattern::PatternSeed;
+use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
+use crate::results::LatencyRecorder;
+use crate::sizes::format_size;
+use crate::telemetry::Phase;
+use crate::world::World;
+use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
+
+/// What the sweep's flags ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepConfig {
+    /// Bytes each channel writes per iteration.
+    pub size: u64,
+    /// The first ⌈n/2⌉ rounds only.
+    pub quick: bool,
+    /// A channel below this fraction of its rail's median is suspect.
+    pub threshold: f64,
+    /// A link speed the user gave, judged against as well.
+    pub link_gbps: Option<f64>,
+}
+
+/// At most this many retest rounds follow the tournament (a suspect per round per healthy rank can wait).
+const RETEST_ROUNDS: usize = 4;
+
+/// Runs the sweep on every rank; rank 0 returns every round and the verdict (other ranks an empty record),
+/// telling `observer` after each round.
+pub fn run(
+    world: &World<'_>,
+    sweep: &SweepOptions,
+    config: &SweepConfig,
+    observer: &mut dyn Observer,
+) -> Result<SweepResults, ExperimentError> {
+    if world.size < 2 {
+        return Err(ExperimentError::InvalidInput { flag: "--ranks", message: "sweep needs at least 2 ranks".into() });
+    }
+    let limit = world.max_msg_size();
+    if config.size > limit {
+        return Err(ExperimentError::InvalidInput {
+            flag: "--size",
+            message: format!(
+                "{} exceeds the {} provider's max_msg_size of {limit} bytes",
+                format_size(config.size),
+                world.provider_stack
+            ),
+        });
+    }
+    let channels = world.channels.len();
+    let stride = slot_stride(config.size);
+    let memories = &sweep.memories[..sweep.memories.len().min(1)];
+    let payloads = prepare(world, memories, (stride * (channels as u64 + 1)) as usize, &world.channels, observer)?;
+    let payload = payloads
+        .first()
+        .ok_or_else(|| ExperimentError::InvalidInput { flag: "--memory", message: "sweep needs one memory kind".into() })?;
+    let column = format!("Sweep{}{}", payload.suffix(true), world.write_column_suffix());
+    observer.begin(std::slice::from_ref(&column), &memory_labels(&payloads));
+    let remotes = exchange_regions(world, payload)?;
+    let nodes = gather_facts(world)?;
+    let crowded = crowded_machines(world)?;
+
+    let plan = pairing_rounds(world.size, config.quick);
+    let mut results = SweepResults {
+        size: config.size,
+        threshold: config.threshold,
+        link_gbps: config.link_gbps,
+        quick: config.quick,
+        nodes,
+        rounds: Vec::new(),
+        verdict: None,
+        notes: crowded.iter().cloned().collect(),
+    };
+    let mut exchange = Exchange {
+        world,
+        sweep,
+        size: config.size,
+        stride,
+        payload,
+        remotes: &remotes,
+        column: &column,
+        expected: vec![vec![0; world.size]; channels],
+        rails_at_once: crowded.is_none(),
+    };
+    for round in &plan {
+        let figures = exchange.round(round, observer)?;
+        if world.rank == 0 {
+            results.rounds.push(SweepRound { round: round.clone(), planned: plan.len(), figures });
+            observer.sweep(&results);
+        }
+    }
+    // Rank 0 judges the tournament and decides the retest rounds; every rank runs them.
+    let retests = if world.rank == 0 {
+        let judged = judge(&judge_input(&results, channels));
+        let mut wanted = judged.retest;
+        let mut rounds = Vec::new();
+        while !wanted.is_empty() && rounds.len() < RETEST_ROUNDS {
+            let (round, left) = retest_round(plan.len() + rounds.len(), &wanted);
+            if round.pairs.is_empty() {
+                break;
+            }
+            rounds.push(round);
+            wanted = left;
+        }
+        serde_json::to_vec(&rounds).map_err(|e| ExperimentError::Bootstrap(format!("retest plan: {e}")))?
+    } else {
+        Vec::new()
+    };
+    let shared = world.allgather(&retests)?;
+    let retests: Vec<Round> = serde_json::from_slice(shared.first().map_or(&[][..], Vec::as_slice))
+        .map_err(|e| ExperimentError::Bootstrap(format!("retest plan from rank 0: {e}")))?;
+    for round in &retests {
+        let figures = exchange.round(round, observer)?;
+        if world.rank == 0 {
+            results.rounds.push(SweepRound { round: round.clone(), planned: plan.len(), figures });
+            observer.sweep(&results);
+        }
+    }
+    if world.rank == 0 {
+        results.verdict = Some(judge(&judge_input(&results, channels)).verdict);
+        observer.sweep(&results);
+    }
+    Ok(results)
+}
+
+/// The judge's view of rank 0's record.
+pub fn judge_input(results: &SweepResults, rails: usize) -> JudgeInput<'_> {
+    JudgeInput { nodes: &results.nodes, rails, rounds: &results.rounds, threshold: results.threshold, link_gbps: results.link_gbps }
+}
+
+/// Every rank's host, GPU and NICs, for the verdict to name.
+fn gather_facts(world: &World<'_>) -> Result<Vec<NodeFacts>, ExperimentError> {
+    let placement = world.placement.as_ref();
+    let mine = NodeFacts {
+        rank: world.rank,
+        host: world.hosts[world.rank].clone(),
+        gpu: world.gpu.as_ref().map(|g| g.ordinal()).or_else(|| placement.and_then(|p| p.gpu)),
+        gpu_pci: world
+            .gpu
+            .as_ref()
+            .map(|g| g.pci_bus_id().to_string())
+            .or_else(|| placement.and_then(|p| p.gpu_pci_bus_id.clone())),
+        nics: world
+            .channels
+            .iter()
+            .map(|c| NicFacts { name: c.nic().domain.clone(), pci: c.nic().pci_address.clone() })
+            .collect(),
+    };
+    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
+    world
+        .allgather(&encoded)?
+        .iter()
+        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("sweep node facts: {e}"))))
+        .collect()
+}
+
+/// Where more ranks' channels than cores share a machine (emulated nodes in network namespaces, or
+/// oversubscribed ranks), every rail of every pair at once measures the CPUs, not the links: the rails then
+/// run one after another. Every rank decides alike (rank 0's hosts, each machine's core count shared);
+/// returns the note that says so.
+fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let machine = crate::world::machine(&world.hosts[world.rank]);
+    let here = world.hosts.iter().filter(|h| crate::world::machine(h) == machine).count();
+    let streams = here * world.channels.len() * 2;
+    let mine = u8::from(world.channels.len() > 1 && streams > cores);
+    let votes = world.allgather(&[mine])?;
+    if !votes.iter().any(|v| v.first() == Some(&1)) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "sweep: {here} ranks × {} channels both ways on {machine}'s {cores} cores: rails run one after another so that the \
+         links, not the CPUs, are measured",
+        world.channels.len()
+    )))
+}
+
+/// One rank's side of the rounds.
+struct Exchange<'a> {
+    world: &'a World<'a>,
+    sweep: &'a SweepOptions,
+    size: u64,
+    stride: u64,
+    payload: &'a Payload,
+    remotes: &'a [Vec<RemoteRegion>],
+    column: &'a str,
+    /// `expected[channel][source]`: immediates promised so far over the whole run.
+    expected: Vec<Vec<u64>>,
+    /// Every rail of a pair at once; else one rail after another (ranks crowd a machine's cores).
+    rails_at_once: bool,
+}
+
+/// A channel's writes of one round.
+struct Lane<'w> {
+    op: Option<(Op<'w>, Instant)>,
+    posted: u64,
+    timed_from: Option<Instant>,
+    timed_until: Option<Instant>,
+    latency: LatencyRecorder,
+}
+
+impl Exchange<'_> {
+    /// Runs one round from this rank's side; rank 0 returns every rank's figures (others, their own).
+    fn round(&mut self, round: &Round, observer: &dyn Observer) -> Result<Vec<Figure>, ExperimentError> {
+        let world = self.world;
+        let partner = round.partner(world.rank);
+        let size = self.size;
+        let seed = |sender: usize| PatternSeed { sender, size, iteration: round.index as u64 };
+        if partner.is_some() {
+            world.probe.set_phase(Phase::Filling, self.size);
+        }
+        let filled = match partner {
+            Some(_) => self
+                .payload
+                .fill_at(0, seed(world.rank), self.sweep.corrupt_byte.filter(|_| world.rank == 0))
+                .and_then(|()| self.payload.stage_out_range(0, self.size)),
+            None => Ok(()),
+        };
+        agree(world, filled, observer)?;
+        let measured = match partner {
+            Some(peer) => {
+                world.probe.set_phase(Phase::Transferring, self.size);
+                let rails: Vec<usize> = (0..world.channels.len()).collect();
+                if self.rails_at_once {
+                    self.exchange(peer, &rails)
+                } else {
+                    rails.iter().try_fold(Vec::new(), |mut figures, &rail| {
+                        figures.extend(self.exchange(peer, &[rail])?);
+                        Ok(figures)
+                    })
+                }
+            }
+            None => Ok(Vec::new()),
+        };
+        let figures = agree_on(world, measured, observer)?;
+        let checked = match partner {
+            Some(peer) => {
+                world.probe.set_phase(Phase::Verifying, self.size);
+                (0..world.channels.len()).try_for_each(|rail| {
+                    let at = (rail as u64 + 1) * self.stride;
+                    self.payload.stage_in_range(at, self.size)?;
+                    self.payload.verify_at(at, seed(peer))?.map_err(|mismatch| ExperimentError::Verification {
+                        receiver: world.rank,
+                        sender: peer,
+                        config: format!("{} round {} channel {rail}", self.column, round.index),
+                        size: format_size(self.size),
+                        detail: mismatch.to_string(),
+                    })
+                })
+            }
+            None => Ok(()),
+        };
+        agree(world, checked, observer)?;
+        let encoded = serde_json::to_vec(&figures).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
+        let gathered = world.allgather(&encoded)?;
+        if world.rank != 0 {
+            return Ok(figures);
+        }
+        let mut all = Vec::new();
+        for record in &gathered {
+            let figures: Vec<Figure> = serde_json::from_slice(record)
+                .map_err(|e| ExperimentError::Bootstrap(format!("sweep figures from a rank: {e}")))?;
+            all.extend(figures);
+        }
+        all.sort_by_key(|f| (f.from, f.rail));
+        Ok(all)
+    }
+
+    /// Writes `peer` on `rails` (warmup, then the timed iterations, one write in flight per channel) while
+    /// `peer` writes this rank on the same rails, until both sides' writes have landed. Returns this rank's
+    /// figures.
+    fn exchange(&mut self, peer: usize, rails: &[usize]) -> Result<Vec<Figure>, ExperimentError> {
+        let world = self.world;
+        let total = self.sweep.warmup + self.sweep.iters;
+        for &rail in rails {
+            self.expected[rail][peer] += total;
+        }
+        // Rails left out of this exchange start with nothing to post.
+        let mut lanes: Vec<Lane<'_>> = (0..world.channels.len())
+            .map(|rail| Lane {
+                op: None,
+                posted: if rails.contains(&rail) { 0 } else { total },
+                timed_from: None,
+                timed_until: None,
+                latency: LatencyRecorder::new(),
+            })
+            .collect();
+        let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(peer)).collect();
+        let mut last_change = Instant::now();
+        loop {
+            let mut advanced = false;
+            for (rail, lane) in lanes.iter_mut().enumerate() {
+                if let Some((op, posted)) = lane.op.take_if(|(op, _)| op.is_complete()) {
+                    op.wait()?;
+                    let now = Instant::now();
+                    let took = now.duration_since(posted);
+                    let timed = lane.posted > self.sweep.warmup;
+                    if timed {
+                        lane.latency.record(took);
+                        lane.timed_until = Some(now);
+                    }
+                    world.probe.completed(rail, peer, self.size, timed.then_some(took));
+                    advanced = true;
+                }
+                if lane.op.is_none() && lane.posted < total {
+                    let channel = &world.channels[rail];
+                    let now = Instant::now();
+                    if lane.posted == self.sweep.warmup {
+                        lane.timed_from = Some(now);
+                    }
+                    let op = channel.write(
+                        peer,
+                        &self.payload.regions[rail],
+                        0,
+                        self.size as usize,
+                        self.remotes[peer][rail],
+                        (rail as u64 + 1) * self.stride,
+                        Some(Immediate::encode(world.rank, lane.posted as u32)),
+                    )?;
+                    lane.op = Some((op, now));
+                    lane.posted += 1;
+                    world.probe.set_in_flight(rail, channel.in_flight());
+                    advanced = true;
+                }
+            }
+            for ((rail, channel), seen) in world.channels.iter().enumerate().zip(seen.iter_mut()) {
+                let now = channel.immediates_from(peer);
+                if now > *seen {
+                    world.probe.received(rail, peer, (now - *seen) * self.size, now - *seen);
+                    *seen = now;
+                    advanced = true;
+                }
+            }
+            let written = lanes.iter().all(|lane| lane.op.is_none() && lane.posted == total);
+            let landed = world.channels.iter().zip(&self.expected).all(|(c, want)| c.immediates_from(peer) >= want[peer]);
+            if written && landed {
+                break;
+            }
+            world.progress_all()?;
+            if advanced {
+                last_change = Instant::now();
+            } else {
+                // Nothing to do until the NIC says so: leave the core to whoever shares it (a rank of
+                // another emulated node, the kernel's TCP) rather than spin.
+                std::thread::yield_now();
+            }
+            if !advanced && last_change.elapsed() > world.op_timeout {
+                let waiting = if written {
+                    format!("rank {} waited for sweep writes from rank {peer} ({})", world.rank, world.hosts[peer])
+                } else {
+                    format!("rank {}'s sweep writes to rank {peer} ({}) never completed", world.rank, world.hosts[peer])
+                };
+                return Err(ExperimentError::Stalled { waiting, timeout: world.op_timeout });
+            }
+        }
+        Ok(lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(rail, lane)| {
+                let seconds = lane.timed_until?.duration_since(lane.timed_from?).as_secs_f64();
+                let summary = lane.latency.summary();
+                (seconds > 0.0).then(|| Figure {
+                    from: world.rank,
+                    to: peer,
+                    rail,
+                    gbps: crate::results::gbps((self.size * self.sweep.iters) as f64, seconds),
+                    steady_gbps: if summary.p50_us > 0.0 { crate::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
+                    p50_us: summary.p50_us,
+                    p99_us: summary.p99_us,
+                })
+            })
+            .collect())
+    }
+}

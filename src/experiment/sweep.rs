@@ -1,0 +1,85 @@
+//! `efatop sweep`: every rank pair, rail by rail, in the rounds of a round-robin tournament, then a verdict
+//! naming the slow NIC, link or node (docs/sweep.md). Exit code [`SUSPECTS_FOUND`] when it names any.
+
+use clap::Args;
+use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::sweep::{self, SweepConfig};
+use efatop_experiments::World;
+
+use super::{parse_size_arg, CommonArgs, Descriptor, Planned};
+
+/// `sweep`'s exit code when its verdict names a suspect (0: none; 1 stays "the run failed", 2 "bad input").
+pub const SUSPECTS_FOUND: i32 = 3;
+
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Bytes each channel writes per iteration (K, M, G suffixes)
+    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Only the first ⌈n/2⌉ rounds of the tournament (each rank meets half its peers), then the retests
+    #[arg(long)]
+    pub quick: bool,
+    /// A channel whose best figure with any peer is below this share of its rail's fleet median is suspect
+    /// (and below this share of --link-gbps, when given)
+    #[arg(long, default_value_t = 0.9, value_parser = parse_threshold)]
+    pub threshold: f64,
+}
+
+fn parse_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a threshold; use a share of the median between 0 and 1, e.g. 0.9")),
+    }
+}
+
+impl Descriptor for SweepArgs {
+    fn name(&self) -> &'static str {
+        "sweep"
+    }
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    /// One size, `--size` (`--min-size`/`--max-size` are refused).
+    fn default_sizes(&self) -> (u64, u64) {
+        (self.size, self.size)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let common = &self.common;
+        if common.min_size.is_some() || common.max_size.is_some() {
+            let flag = if common.min_size.is_some() { "--min-size" } else { "--max-size" };
+            return Err(format!("{flag}: sweep writes one size; use --size"));
+        }
+        if common.window > 1 {
+            return Err(format!("--window {}: sweep keeps one write in flight per channel, so it takes 1", common.window));
+        }
+        if common.memory.len() > 1 {
+            return Err("--memory: sweep moves one kind of memory; use host, device or staged".into());
+        }
+        Ok(())
+    }
+
+    fn columns(&self) -> Vec<String> {
+        vec!["Sweep".into()]
+    }
+
+    fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {
+        metadata.notes.push(
+            "sweep: rail-aligned rounds only (channel k meets channel k of its peer; a channel's endpoint addresses only \
+             the same channel of its peers, so no cross-rail round runs); a slow NIC is told from a slow link by the \
+             peers it is slow with, and suspects are retested against a healthy peer"
+                .into(),
+        );
+        let config = SweepConfig {
+            size: self.size,
+            quick: self.quick,
+            threshold: self.threshold,
+            link_gbps: self.common.link_gbps,
+        };
+        Box::new(move |options, observer| sweep::run(world, options, &config, observer).map(|_| ()))
+    }
+}

@@ -1,0 +1,139 @@
+//! `sweep`'s plain output: every channel's best figure per rank and rail, the rails' medians, and the
+//! verdict table (what the dashboard's final view and `--json`'s last line say too).
+
+use std::fmt::Write;
+
+use efatop_proto::sizes::format_size;
+use efatop_proto::sweep::{judge, JudgeInput, RoundKind, Scope, SweepResults};
+
+/// The sweep's tables as text; `rails` is the run's channels per rank.
+pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
+    let mut out = String::new();
+    let judged = judge(&JudgeInput {
+        nodes: &sweep.nodes,
+        rails,
+        rounds: &sweep.rounds,
+        threshold: sweep.threshold,
+        link_gbps: sweep.link_gbps,
+    });
+    let retests = sweep.rounds.iter().filter(|r| r.round.kind == RoundKind::Retest).count();
+    let bar = (sweep.threshold * 100.0).round();
+    let _ = writeln!(
+        out,
+        "# sweep: {} pairing round{} + {retests} retest, {} ranks × {rails} rails, {} per write; a channel is judged by its \
+         best figure with any peer against {bar:.0}% of its rail's median{}",
+        sweep.rounds.len() - retests,
+        if sweep.rounds.len() - retests == 1 { "" } else { "s" },
+        sweep.nodes.len(),
+        format_size(sweep.size),
+        sweep.link_gbps.map_or(String::new(), |l| format!(" and of {l} Gbps (--link-gbps)")),
+    );
+    for note in &sweep.notes {
+        let _ = writeln!(out, "# note: {note}");
+    }
+    let names: Vec<String> = (0..rails)
+        .map(|rail| sweep.nodes.first().and_then(|n| n.nics.get(rail)).map_or_else(|| format!("ch{rail}"), |n| n.name.clone()))
+        .collect();
+    let _ = writeln!(out, "\n# best Gbps per rank and rail with any peer, the median write's rate (* below the bar)");
+    let _ = writeln!(out, "| rank | host | {} |", names.join(" | "));
+    let _ = writeln!(out, "|---:|:---|{}", "---:|".repeat(rails));
+    for (rank, row) in judged.best.iter().enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(rail, best)| match best {
+                Some(b) if judged.is_low(rail, *b) => format!("{b:.2}*"),
+                Some(b) => format!("{b:.2}"),
+                None => "-".into(),
+            })
+            .collect();
+        let host = sweep.nodes.get(rank).map_or("", |n| n.host.as_str());
+        let _ = writeln!(out, "| {rank} | {host} | {} |", cells.join(" | "));
+    }
+    let medians: Vec<String> = judged.medians.iter().map(|m| m.map_or_else(|| "-".into(), |m| format!("{m:.2}"))).collect();
+    let _ = writeln!(out, "| median | | {} |", medians.join(" | "));
+    let Some(verdict) = &sweep.verdict else {
+        let _ = writeln!(out, "\n# no verdict: the sweep did not finish");
+        return out;
+    };
+    let checked = verdict.checked.describe();
+    if verdict.suspects.is_empty() {
+        let _ = writeln!(out, "\nverdict: no suspects ({checked})");
+        return out;
+    }
+    let n = verdict.suspects.len();
+    let _ = writeln!(out, "\nverdict: {n} suspect{} ({checked})", if n == 1 { "" } else { "s" });
+    let _ = writeln!(out, "| scope | rank | host | gpu | nic | pci | measured Gbps | median Gbps | peers tried | why |");
+    let _ = writeln!(out, "|:---|---:|:---|---:|:---|:---|---:|---:|:---|:---|");
+    for s in &verdict.suspects {
+        let scope = match s.scope {
+            Scope::Nic => "nic",
+            Scope::Node => "node",
+            Scope::Link => "link",
+        };
+        let nic = match s.scope {
+            Scope::Node => s.nics.join(" "),
+            Scope::Link => format!("{} (to rank {})", s.nic.as_deref().unwrap_or("-"), s.peer.map_or_else(|| "-".into(), |p| p.to_string())),
+            Scope::Nic => s.nic.clone().unwrap_or_else(|| "-".into()),
+        };
+        let peers: Vec<String> = s.peers_tried.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "| {scope} | {} | {} | {} | {nic} | {} | {:.2} | {:.2} | {} | {} |",
+            s.rank,
+            s.host,
+            s.gpu.map_or_else(|| "-".into(), |g| g.to_string()),
+            s.pci.as_deref().unwrap_or("-"),
+            s.measured_gbps,
+            s.median_gbps,
+            peers.join(","),
+            s.why
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use efatop_proto::sweep::{pairing_rounds, Figure, NicFacts, NodeFacts, SweepRound};
+
+    use super::*;
+
+    #[test]
+    fn a_slow_nic_shows_starred_and_in_the_verdict() {
+        let nodes: Vec<NodeFacts> = (0..4)
+            .map(|rank| NodeFacts {
+                rank,
+                host: format!("n{rank}"),
+                nics: (0..2).map(|k| NicFacts { name: format!("efa{k}"), pci: None }).collect(),
+                ..NodeFacts::default()
+            })
+            .collect();
+        let plan = pairing_rounds(4, false);
+        let rate = |rank: usize, rail: usize| -> f64 { if (rank, rail) == (1, 1) { 0.25 } else { 0.95 } };
+        let rounds = plan
+            .iter()
+            .map(|round| SweepRound {
+                round: round.clone(),
+                planned: plan.len(),
+                figures: round
+                    .pairs
+                    .iter()
+                    .flat_map(|&(a, b)| {
+                        (0..2).flat_map(move |rail| {
+                            let gbps = rate(a, rail).min(rate(b, rail));
+                            [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 1.0 })
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut sweep = SweepResults { size: 1 << 20, threshold: 0.9, nodes, rounds, ..SweepResults::default() };
+        sweep.verdict = Some(judge(&JudgeInput { nodes: &sweep.nodes, rails: 2, rounds: &sweep.rounds, threshold: 0.9, link_gbps: None }).verdict);
+        let text = render_verdict(&sweep, 2);
+        assert!(text.contains("| 1 | n1 | 0.95 | 0.25* |"), "{text}");
+        assert!(text.contains("| median | | 0.95 | 0.95 |"), "{text}");
+        assert!(text.contains("verdict: 1 suspect (4 nodes, 8 NICs checked)"), "{text}");
+        assert!(text.contains("| nic | 1 | n1 | - | efa1 | - | 0.25 | 0.95 | 0,2,3 |"), "{text}");
+    }
+}
