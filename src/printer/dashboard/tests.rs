@@ -269,3 +269,105 @@ fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
     let screen = session.screen();
     assert_eq!(screen.matches("stopping: every rank ends after the round in progress").count(), 1, "{screen}");
 }
+
+/// A 4-rank sweep over 2 rails, as rank 0's session starts it.
+fn sweep_session() -> Session {
+    use efatop_proto::sweep::{NicFacts, NodeFacts, SweepResults};
+    let mut state = DashboardState::default();
+    let info = RunInfo {
+        experiment: "sweep".into(),
+        provider_stack: "tcp".into(),
+        ranks: 4,
+        hosts: (0..4).map(|n| format!("node{n}")).collect(),
+        channels: 2,
+        link_gbps: None,
+        memory: "host".into(),
+        configs: Vec::new(),
+        sizes: vec![32 << 20],
+        placements: Vec::new(),
+    };
+    let nics: Vec<Vec<String>> = (0..4).map(|_| vec!["efa0".to_string(), "efa1".to_string()]).collect();
+    let ingest = Ingest::begin(&mut state, info, &nics, RunResults::default());
+    let liveness = SharedLiveness::new(Liveness::new(4, INTERVAL, HANG_TIMEOUT));
+    let (send, events) = mpsc::channel();
+    let session = Session {
+        terminal: Terminal::new(TestBackend::new(120, 40)).expect("terminal"),
+        app: App::new(state, ingest, liveness.clone()),
+        events,
+        send: Some(send),
+        liveness,
+        stop: AtomicBool::new(false),
+    };
+    let nodes = (0..4)
+        .map(|rank| NodeFacts {
+            rank,
+            host: format!("node{rank}"),
+            gpu: None,
+            gpu_pci: None,
+            nics: ["efa0", "efa1"].iter().map(|name| NicFacts { name: (*name).into(), pci: None }).collect(),
+        })
+        .collect();
+    let setup = SweepResults { size: 32 << 20, threshold: 0.9, link_gbps: None, quick: false, nodes, ..SweepResults::default() };
+    session.send(ConsumerEvent::SweepBegin(Box::new(setup)));
+    session
+}
+
+/// Round `index` of the tournament: both ends of each pair write each other on both rails; rank 2's rail 1
+/// runs at a quarter of the rest.
+fn sweep_round(index: usize, pairs: &[(usize, usize)]) -> ConsumerEvent {
+    use efatop_proto::sweep::{Figure, Round, RoundKind, SweepRound};
+    let mut figures = Vec::new();
+    for &(a, b) in pairs {
+        for (from, to) in [(a, b), (b, a)] {
+            for rail in 0..2 {
+                let slow = rail == 1 && (from == 2 || to == 2);
+                let gbps = if slow { 0.24 } else { 0.96 };
+                figures.push(Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 280.0, p99_us: 300.0 });
+            }
+        }
+    }
+    let round = Round { index, kind: RoundKind::Pairing, pairs: pairs.to_vec() };
+    ConsumerEvent::SweepRound(Box::new(SweepRound { round, planned: 3, figures }))
+}
+
+#[test]
+fn a_sweeps_rounds_fill_the_heatmap_and_the_verdict_names_the_slow_nic() {
+    use efatop_proto::sweep::{Checked, Scope, Suspect, Verdict};
+    let mut session = sweep_session();
+    session.send(sweep_round(0, &[(0, 3), (1, 2)]));
+    assert_eq!(session.frame(ms(100)), None);
+    let screen = session.screen();
+    assert!(screen.contains("sweep round 1: 2 pairs"), "the log follows the rounds:\n{screen}");
+    assert!(screen.contains("0.24"), "the heatmap shows rank 2's slow rail:\n{screen}");
+    // Slow with its first peer only: not yet a suspect (that needs every peer tried so far).
+    session.send(sweep_round(1, &[(0, 2), (1, 3)]));
+    session.send(sweep_round(2, &[(0, 1), (2, 3)]));
+    assert_eq!(session.frame(ms(200)), None);
+    let screen = session.screen();
+    assert_eq!(screen.matches("suspect: rank 2 (node2) efa1, slow with every peer so far").count(), 1, "logged once:\n{screen}");
+    assert!(!screen.contains("suspect: rank 2 (node2) efa0"), "rank 2's healthy rail is no suspect:\n{screen}");
+    let suspect = Suspect {
+        rank: 2,
+        host: "node2".into(),
+        gpu: None,
+        nic: Some("efa1".into()),
+        pci: None,
+        measured_gbps: 0.24,
+        median_gbps: 0.96,
+        peers_tried: vec![0, 1, 3],
+        why: "below 90% of rail 1's median with every peer tried".into(),
+        scope: Scope::Nic,
+        rail: Some(1),
+        peer: None,
+        nics: Vec::new(),
+    };
+    session.send(ConsumerEvent::SweepVerdict(Box::new(Verdict { suspects: vec![suspect], checked: Checked { nodes: 4, nics: 8 } })));
+    session.send(ConsumerEvent::Finished { error: None });
+    assert_eq!(session.frame(ms(300)), None, "the final view stays until a key");
+    let screen = session.screen();
+    assert!(screen.contains("verdict: 1 suspect (4 nodes, 8 NICs checked)"), "{screen}");
+    assert!(row(&screen, "NIC  rank 2 node2 efa1").contains("0.24 Gbps vs median 0.96, peers 0,1,3"), "{screen}");
+    let heat = row(&screen, "2     node2");
+    assert!(heat.contains("0.96") && heat.contains("0.24"), "rank 2's rails in the heatmap: {heat}");
+    assert_eq!(session.key(Key::Char('x'), ms(400)), Some(Ended::Dismissed));
+}
