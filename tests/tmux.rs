@@ -15,7 +15,11 @@ struct Tmux {
 
 impl Tmux {
     fn start(command: &str, width: u16, height: u16) -> Self {
-        let socket = format!("efatop-test-{}-{width}", std::process::id());
+        // A server of its own per session: one that was just killed may still be going away under the same
+        // name (CI once saw "server exited unexpectedly" when the q and Ctrl-C sessions reused one name).
+        static SESSIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("efatop-test-{}-{n}", std::process::id());
         let tmux = Self { socket };
         let status = Command::new("tmux")
             .args(["-L", &tmux.socket, "new-session", "-d", "-s", "efatop", "-x", &width.to_string(), "-y", &height.to_string()])
