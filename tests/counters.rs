@@ -76,6 +76,84 @@ fn tcp_writes_over_the_emulated_cluster_match_their_nics_counters_channel_by_cha
 }
 
 #[test]
+fn tcp_alltoall_over_the_emulated_cluster_matches_its_nics_counters_channel_by_channel() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("alltoall.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
+    let efatop = common::efatop_path();
+    // As the write case: up, run and down under the cluster lock in one shell. Single and Multi: every
+    // channel they use carries whole buffers both ways (RoundRobin leaves ranks 0 and 2 a channel 0 with
+    // only the 8-byte start-together writes, whose headers outweigh them; docs/counters.md).
+    let body = format!(
+        "trap '{script} down >/dev/null 2>&1' EXIT; \
+         if ! {script} up --nodes 4 --nics 4 --rate 1gbit >/dev/null 2>/tmp/efatop-counters-up.err; then \
+           echo \"{SKIP_MARK}: $(cat /tmp/efatop-counters-up.err)\"; exit 0; fi; \
+         {efatop} run --ranks 4 --netns efatop-node0,efatop-node1,efatop-node2,efatop-node3 alltoall --provider tcp \
+           --channels all --configs single,multi --link-gbps 1 --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out {out}",
+        script = script.display(),
+        efatop = efatop.display(),
+        out = out.display()
+    );
+    let run = run_program("flock", &[CLUSTER_LOCK, "bash", "-c", &body], Duration::from_mins(8));
+    if run.stdout.contains(SKIP_MARK) {
+        eprintln!("SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}", run.stdout.trim());
+        return;
+    }
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let results = results(&out);
+    let mut ratios = Vec::new();
+    for measurement in measurements(&results) {
+        let counters = &measurement["counters"];
+        let step = format!("{} {}", measurement["config"], measurement["size"]);
+        let channels = counters["channels"].as_array().unwrap_or_else(|| panic!("{step}: no counters"));
+        assert_eq!(channels.len(), 16, "{step}: 4 ranks × 4 channels");
+        for channel in channels.iter().filter(|c| c["app_bytes"].as_u64() > Some(0)) {
+            let ratio = channel["ratio"].as_f64().unwrap_or_else(|| panic!("{step}: a channel that moved bytes has no ratio: {channel}"));
+            assert_eq!(channel["counter"], "tx_bytes+rx_bytes", "{channel}");
+            assert!(channel["nic"].as_str().is_some_and(|nic| nic.starts_with("efa")), "{channel}");
+            assert!((0.95..=1.3).contains(&ratio), "{step}: rank {} channel {} NIC/app {ratio}", channel["rank"], channel["channel"]);
+            ratios.push(format!("{step} r{}c{} {ratio:.4}", channel["rank"], channel["channel"]));
+        }
+        let warnings = counters["warnings"].as_array().expect("warnings");
+        assert!(warnings.iter().all(|w| w["kind"] != "no_nic" && w["kind"] != "other_nic"), "{step}: {warnings:?}");
+    }
+    // Every rank sends to and receives from every other: in Multi each rank's 4 channels carry both ways,
+    // and in Single channel 0 of every rank does.
+    for (config, held) in [("SinglePin", 4), ("MultiPin", 16)] {
+        for measurement in measurements(&results).iter().filter(|m| m["config"] == config) {
+            let channels = measurement["counters"]["channels"].as_array().expect("channels");
+            assert_eq!(channels.iter().filter(|c| c["ratio"].is_number()).count(), held, "{config}: {channels:?}");
+        }
+    }
+    assert!(run.stdout.contains("NIC/app 1.0"), "{}", run.stdout);
+    println!("NIC/app per channel of alltoall over the emulated cluster:\n{}", ratios.join("\n"));
+}
+
+#[test]
+fn a_shm_alltoall_warns_that_its_bytes_crossed_no_nic() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("shm-alltoall.json");
+    let run = efatop(&[
+        "run", "--ranks", "2", "alltoall", "--provider", "shm", "--configs", "single", "--min-size", "64K", "--max-size", "64K",
+        "--iters", "2", "--warmup", "1", "--no-tui", "--out", out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    // Each rank sent 64K and received 64K in each of 3 iterations, plus 8 bytes each way to start together.
+    assert!(run.stdout.contains("# warning: rank 0 channel 0: 393 kB crossed no NIC (shm moves bytes through shared memory)"), "{}", run.stdout);
+    assert!(run.stdout.contains("SinglePin 64K: NIC/app - (bytes crossed no NIC)"), "{}", run.stdout);
+    let results = results(&out);
+    let counters = &measurements(&results)[0]["counters"];
+    assert!(counters["ratio"].is_null(), "no ratio is invented: {counters}");
+    let channels = counters["channels"].as_array().expect("channels");
+    assert!(channels.iter().all(|c| c["app_bytes"] == 3 * (2 * 65536 + 16)), "sent plus received, both ranks: {counters}");
+    let no_nic: Vec<u64> =
+        counters["warnings"].as_array().expect("warnings").iter().filter(|w| w["kind"] == "no_nic").filter_map(|w| w["rank"].as_u64()).collect();
+    assert_eq!(no_nic, [0, 1], "{counters}");
+}
+
+#[test]
 fn a_shm_run_warns_that_its_bytes_crossed_no_nic() {
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");

@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
+use efatop_proto::counters::StepOp;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
@@ -44,6 +45,27 @@ pub fn slot_stride(size: u64) -> u64 {
 pub fn segments(config: WriteConfig, rank: usize, world_size: usize, size: u64, channels: usize) -> Vec<Segment> {
     let peers: Vec<usize> = (0..world_size).filter(|p| *p != rank).collect();
     plan(config, rank, &peers, size, channels)
+}
+
+/// The bytes rank `rank` moved on each channel over `iterations` iterations (warmup included) that the
+/// probe's per-channel count leaves out: every other rank's writes that land here (the probe counts what a
+/// rank sent, see [`Exchange::iteration`]), and the start-together writes on channel 0, sent and received
+/// (`min(size, 8)` bytes to and from every peer per iteration). Added to the probe's count, this is what
+/// the channel's NIC is held against (`counters`). Worked out from the plan between steps: the timed loop
+/// counts nothing more.
+pub fn unprobed_bytes(config: WriteConfig, rank: usize, world_size: usize, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
+    let mut bytes = vec![0u64; channels];
+    for source in (0..world_size).filter(|s| *s != rank) {
+        for segment in segments(config, source, world_size, size, channels) {
+            if let (true, Some(total)) = (segment.peer == rank, bytes.get_mut(segment.channel)) {
+                *total += segment.len * iterations;
+            }
+        }
+    }
+    if let Some(total) = bytes.first_mut() {
+        *total += 2 * (world_size.saturating_sub(1) as u64) * size.min(8) * iterations;
+    }
+    bytes
 }
 
 /// One rank's share of a step, as it tells rank 0.
@@ -137,6 +159,7 @@ pub fn run(
                 .fill_at(world.rank as u64 * stride, seed_of(world.rank), corrupt)
                 .and_then(|()| payload.stage_out_range(world.rank as u64 * stride, size));
             agree(world, filled, observer)?;
+            world.counters_before_step();
             let exchange = Exchange { world, config, size, stride, payload, remotes };
             let timed = exchange.time(sweep, &mut expected);
             let report = agree_on(world, timed, observer)?;
@@ -153,11 +176,14 @@ pub fn run(
                 })
             });
             agree(world, checked, observer)?;
+            let unprobed = unprobed_bytes(config, world.rank, world.size, size, world.channels.len(), sweep.warmup + sweep.iters);
+            let counters = world.counters_after_step_adding(StepOp::Write, &unprobed)?;
             let reports = world.allgather(&report.to_bytes())?;
             if world.rank == 0 {
                 let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
                 let (mut measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
                 measurement.registration = Some(payload.registration().into());
+                measurement.counters = counters;
                 observer.pair_matrix(&matrix);
                 observer.measured(&measurement);
                 measurements.push(measurement);
@@ -482,6 +508,19 @@ mod tests {
         let channels: Vec<(usize, usize)> =
             segments(WriteConfig::RoundRobin, 2, 4, 4096, 4).iter().map(|s| (s.peer, s.channel)).collect();
         assert_eq!(channels, vec![(0, 2), (1, 3), (3, 1)]);
+    }
+
+    #[test]
+    fn unprobed_bytes_are_the_arrivals_and_the_start_together_writes() {
+        // Multi, 4 ranks, 4 channels: each of 3 peers lands a quarter of 1 MiB per channel per iteration;
+        // channel 0 also carries 3 × 8 bytes out and 3 × 8 in per iteration.
+        let bytes = unprobed_bytes(WriteConfig::Multi, 1, 4, 1 << 20, 4, 5);
+        assert_eq!(bytes, vec![5 * (3 * (1 << 18) + 48), 5 * 3 * (1 << 18), 5 * 3 * (1 << 18), 5 * 3 * (1 << 18)]);
+        // RoundRobin: source s lands on channel (rank + s) % 4; rank 0 hears from 1, 2, 3 on channels 1, 2, 3.
+        let bytes = unprobed_bytes(WriteConfig::RoundRobin, 0, 4, 4096, 4, 2);
+        assert_eq!(bytes, vec![2 * 48, 2 * 4096, 2 * 4096, 2 * 4096]);
+        // Sizes under 8 bytes send their whole buffer to start together.
+        assert_eq!(unprobed_bytes(WriteConfig::Single, 0, 2, 4, 1, 1), vec![4 + 2 * 4]);
     }
 
     #[test]

@@ -37,6 +37,7 @@ use efatop_cuda::ring_gpu::{RingKernels, WriterPlan};
 use efatop_cuda::stager::AsyncStager;
 use efatop_cuda::DeviceBuffer;
 use efatop_fabric::{HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
+use efatop_proto::counters::StepOp;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
@@ -166,6 +167,7 @@ pub fn run(
         for (config_index, (config, column)) in configs.iter().zip(&columns).enumerate() {
             let seed = PatternSeed { sender: WRITER, size, iteration: config_index as u64 };
             observer.step(column, size);
+            world.counters_before_step();
             let outcome = match (world.rank, &kernels) {
                 (WRITER, Some(kernels)) => payload.fill(seed, sweep.corrupt_byte).and_then(|()| {
                     let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref(), chunk };
@@ -181,7 +183,11 @@ pub fn run(
                 _ => Ok(None),
             };
             // Told only once rank 1 has verified every byte (a failure anywhere ends the run here).
-            if let Some(measurement) = agree_on(world, outcome, observer)? {
+            let outcome = agree_on(world, outcome, observer)?;
+            let unprobed = if world.rank == TARGET { arrivals_per_channel(*config, size, world.channels.len(), sweep.warmup + sweep.iters) } else { Vec::new() };
+            let counters = world.counters_after_step_adding(StepOp::Write, &unprobed)?;
+            if let Some(mut measurement) = outcome {
+                measurement.counters = counters;
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -607,6 +613,15 @@ fn writes_per_channel(size: u64, channels: usize, chunk: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The bytes that land at rank 1 on each of `channels` channels over `iterations` iterations (warmup
+/// included): the target's application bytes for the NIC reconciliation, which its probe does not count
+/// (it waits on immediates and counts nothing; the writer's probe counts what it sent). Each channel the
+/// configuration uses gets its share of `size` per iteration, however the GPU chunks it.
+fn arrivals_per_channel(config: ProxyConfig, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
+    let used = if config.layout() == WriteConfig::Single { 1 } else { channels.max(1) } as u64;
+    (0..channels as u64).map(|c| if c < used { (size * (c + 1) / used - size * c / used) * iterations } else { 0 }).collect()
+}
+
 /// The largest single write of a step.
 fn largest_write(size: u64, channels: usize, chunk: u64) -> u64 {
     let share = size.div_ceil(channels.max(1) as u64);
@@ -725,6 +740,16 @@ mod tests {
         assert_eq!(largest_write(1 << 30, 2, 1 << 20), 1 << 20);
         assert_eq!(largest_write(64 << 10, 2, 1 << 20), 32 << 10);
         assert_eq!(largest_write(1 << 30, 4, 0), 256 << 20);
+    }
+
+    #[test]
+    fn the_targets_arrivals_are_each_used_channels_share_of_every_iteration() {
+        assert_eq!(arrivals_per_channel(ProxyConfig::Single, 1000, 4, 3), vec![3000, 0, 0, 0]);
+        assert_eq!(arrivals_per_channel(ProxyConfig::MultiNbi, 1000, 4, 3), vec![750, 750, 750, 750]);
+        // Shares as the kernel cuts them: they sum to the size.
+        let uneven = arrivals_per_channel(ProxyConfig::Multi, 1001, 3, 1);
+        assert_eq!(uneven.iter().sum::<u64>(), 1001);
+        assert_eq!(uneven, vec![333, 334, 334]);
     }
 
     #[test]

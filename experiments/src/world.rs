@@ -326,7 +326,22 @@ impl<'b> World<'b> {
     /// Reads them after the step and gathers every rank's reading: rank 0 gets the step's reconciliation,
     /// the others `None`. Every rank calls it once per step, as it does `agree`.
     pub fn counters_after_step(&self, op: efatop_proto::counters::StepOp) -> Result<Option<efatop_proto::counters::StepCounters>, ExperimentError> {
-        let reading = self.nic_counters.borrow_mut().as_mut().map(|counters| counters.end(self.rank, |channel| self.probe.channel_bytes(channel)));
+        self.counters_after_step_adding(op, &[])
+    }
+
+    /// [`World::counters_after_step`] where the probe does not count all of the step's bytes: `unprobed[c]`
+    /// is what the application moved on channel `c` during the step that the probe's per-channel count left
+    /// out (all-to-all's arrivals and start-together writes, the proxy target's arrivals), worked out
+    /// between steps from the step's plan; a channel past the slice's end adds nothing.
+    pub fn counters_after_step_adding(
+        &self,
+        op: efatop_proto::counters::StepOp,
+        unprobed: &[u64],
+    ) -> Result<Option<efatop_proto::counters::StepCounters>, ExperimentError> {
+        // `begin` took the probe's count alone, so the step's application bytes are the probe's change
+        // plus what it did not count.
+        let app_bytes = |channel: usize| self.probe.channel_bytes(channel).saturating_add(unprobed.get(channel).copied().unwrap_or(0));
+        let reading = self.nic_counters.borrow_mut().as_mut().map(|counters| counters.end(self.rank, app_bytes));
         let encoded = reading.as_ref().map(serde_json::to_vec).transpose().map_err(|e| ExperimentError::Bootstrap(format!("NIC counters: {e}")))?;
         let gathered = self.allgather(&encoded.unwrap_or_default())?;
         if self.rank != 0 {
