@@ -104,7 +104,7 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
     let mut state = DashboardState::default();
     let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
     // Rank 0's one liveness clock, as the watchdog keeps it: every rank heard as its samples arrive.
-    let mut liveness = Liveness::new(ranks, Duration::from_millis(100), Duration::from_secs(60));
+    let mut liveness = Liveness::new(ranks, Duration::from_millis(100), Duration::from_mins(1));
 
     // Fill every channel's history, as after a long run.
     let started = Instant::now();
