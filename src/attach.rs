@@ -11,8 +11,7 @@ use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::AttachArgs;
 use crate::event::ConsumerEvent;
-use crate::printer::dashboard::TICK;
-use crate::term::{self, TerminalGuard};
+use crate::term;
 use crate::viewer::{Feed, JsonViewer, Watched};
 
 /// How long connecting and the peer's handshake line may take.
@@ -187,23 +186,5 @@ fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
         return 1;
     }
     let mut feed = Attached { address: address.to_string(), incoming, last: (Duration::ZERO, Instant::now()), dropped: 0, ended: false };
-    let watched = match TerminalGuard::enter() {
-        Ok((guard, mut terminal)) => {
-            let watched = crate::viewer::dashboard(&mut terminal, &mut feed, || term::next_key(TICK));
-            drop(guard);
-            watched
-        }
-        Err(err) => Err(err),
-    };
-    match watched {
-        Ok(Some(watched)) => {
-            watched.tally.print_tables();
-            watched.tally.exit_code()
-        }
-        Ok(None) => 1,
-        Err(err) => {
-            eprintln!("efatop: error: attach: the dashboard failed: {err}");
-            1
-        }
-    }
+    crate::viewer::show(&mut feed, "attach", 1)
 }

@@ -8,9 +8,8 @@ use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::ReplayArgs;
 use crate::event::ConsumerEvent;
-use crate::printer::dashboard::TICK;
 use crate::record::{self, Recording};
-use crate::term::{self, TerminalGuard};
+use crate::term;
 use crate::viewer::{Feed, JsonViewer, Watched};
 
 /// Playback keys, in the help overlay.
@@ -50,25 +49,7 @@ pub fn replay(args: &ReplayArgs) -> i32 {
 
 fn dashboard(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> i32 {
     let mut playback = Playback::new(events, speed);
-    let watched = match TerminalGuard::enter() {
-        Ok((guard, mut terminal)) => {
-            let watched = crate::viewer::dashboard(&mut terminal, &mut playback, || term::next_key(TICK));
-            drop(guard);
-            watched
-        }
-        Err(err) => Err(err),
-    };
-    match watched {
-        Ok(Some(watched)) => {
-            watched.tally.print_tables();
-            watched.tally.exit_code()
-        }
-        Ok(None) => 0,
-        Err(err) => {
-            eprintln!("efatop: error: replay: the dashboard failed: {err}");
-            1
-        }
-    }
+    crate::viewer::show(&mut playback, "replay", 0)
 }
 
 /// A recording played back: the events folded so far, the playback clock and its speed.

@@ -179,6 +179,32 @@ pub fn take(watched: &mut Option<Watched>, event: ConsumerEvent, at: Duration, k
 
 /// The viewer's session loop on any backend, until the user leaves (a viewer never stops the run: `q`
 /// leaves it) or dismisses the finished run's tables. Returns what was watched.
+/// A viewer's dashboard on this terminal (`efatop attach`, `efatop replay`): drawn from `feed` until the run
+/// ends and a key is pressed, or the user leaves; then the final tables stay on the terminal, as a run's own
+/// do. Returns the viewer's exit code: the watched run's, or `nothing_seen` when the user left before the run
+/// said anything.
+pub fn show(feed: &mut impl Feed, command: &str, nothing_seen: i32) -> i32 {
+    let watched = match crate::term::TerminalGuard::enter() {
+        Ok((guard, mut terminal)) => {
+            let watched = dashboard(&mut terminal, feed, || crate::term::next_key(crate::printer::dashboard::TICK));
+            drop(guard);
+            watched
+        }
+        Err(err) => Err(err),
+    };
+    match watched {
+        Ok(Some(watched)) => {
+            watched.tally.print_tables();
+            watched.tally.exit_code()
+        }
+        Ok(None) => nothing_seen,
+        Err(err) => {
+            eprintln!("efatop: error: {command}: the dashboard failed: {err}");
+            1
+        }
+    }
+}
+
 pub fn dashboard<B: Backend>(
     terminal: &mut Terminal<B>,
     feed: &mut impl Feed,

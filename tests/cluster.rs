@@ -5,49 +5,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
-use common::{efatop, serial};
+use common::{Cluster, cluster_script, efatop, serial};
 
 const RATE_GBPS: f64 = 1.0;
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
-}
-
-/// The cluster, up while this lives; it holds the cluster lock, released after `down`.
-struct Cluster {
-    _lock: std::fs::File,
-}
-
-impl Cluster {
-    fn up() -> Option<Self> {
-        Self::up_at("1gbit")
-    }
-
-    fn up_at(rate: &str) -> Option<Self> {
-        let lock = common::cluster_lock();
-        let output = Command::new(script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", rate]).output().ok()?;
-        if output.status.success() {
-            Some(Cluster { _lock: lock })
-        } else {
-            eprintln!(
-                "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-            let _ = Command::new(script()).arg("down").output();
-            None
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("down").output();
-    }
-}
 
 #[test]
 fn write_table_keeps_the_seed_shape_at_the_shaped_rate() {
@@ -133,7 +96,7 @@ fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
     let _one = serial();
     let Some(_cluster) = Cluster::up_at(ALLTOALL_RATE) else { return };
     let slow_node = 2;
-    let slowed = Command::new(script()).args(["slow", "--node", "2", "--rate", "60mbit"]).output().expect("script");
+    let slowed = Command::new(cluster_script()).args(["slow", "--node", "2", "--rate", "60mbit"]).output().expect("script");
     assert!(slowed.status.success(), "{}", String::from_utf8_lossy(&slowed.stderr));
     let run = alltoall("multi", &["--json", "--interval", "200ms"]);
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);

@@ -7,50 +7,17 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{efatop_path, run_program, serial};
+use common::{Cluster, cluster_script, efatop_path, run_program, serial};
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
 
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
-}
-
-/// The cluster, up while this lives; it holds the cluster lock, released after `down`.
-struct Cluster {
-    _lock: std::fs::File,
-}
-
-impl Cluster {
-    fn up() -> Option<Self> {
-        let lock = common::cluster_lock();
-        let output = Command::new(script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", "1gbit"]).output().ok()?;
-        if output.status.success() {
-            Some(Cluster { _lock: lock })
-        } else {
-            eprintln!(
-                "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-            let _ = Command::new(script()).arg("down").output();
-            None
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("down").output();
-    }
-}
-
 /// Re-shapes `_cluster` (which must be up): `shape --node N --nic K --rate R`, `slow --node N --rate R`.
 fn reshape(_cluster: &Cluster, args: &[&str]) {
-    let output = Command::new(script()).args(args).output().expect("emulate-cluster");
+    let output = Command::new(cluster_script()).args(args).output().expect("emulate-cluster");
     assert!(output.status.success(), "emulate-cluster {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 

@@ -179,6 +179,45 @@ impl Tracked {
     }
 }
 
+/// scripts/emulate-cluster, from the repository.
+pub fn cluster_script() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
+}
+
+/// An emulated cluster of 4 nodes × 4 NICs at `rate`, up while this lives; it holds the cluster lock,
+/// released after `down`. `None` (with a SKIPPED line saying why) where namespaces and tc cannot be made.
+pub struct Cluster {
+    _lock: std::fs::File,
+}
+
+impl Cluster {
+    /// At 1 Gbit/s per NIC.
+    pub fn up() -> Option<Self> {
+        Self::up_at("1gbit")
+    }
+
+    pub fn up_at(rate: &str) -> Option<Self> {
+        let lock = cluster_lock();
+        let output = Command::new(cluster_script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", rate]).output().ok()?;
+        if output.status.success() {
+            Some(Cluster { _lock: lock })
+        } else {
+            eprintln!(
+                "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+            let _ = Command::new(cluster_script()).arg("down").output();
+            None
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(cluster_script()).arg("down").output();
+    }
+}
+
 /// The lock every user of scripts/emulate-cluster takes (`flock /tmp/efatop-cluster.lock …` by hand): one
 /// emulated cluster on the machine at a time, across test binaries and people. Held until dropped.
 pub fn cluster_lock() -> std::fs::File {
