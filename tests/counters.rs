@@ -25,34 +25,38 @@ fn measurements(results: &Value) -> &Vec<Value> {
     results["measurements"].as_array().expect("measurements")
 }
 
-#[test]
-fn tcp_writes_over_the_emulated_cluster_match_their_nics_counters_channel_by_channel() {
-    let _one = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("cluster.json");
+/// `efatop run --ranks 4 --netns <the 4 nodes> <experiment> --provider tcp --channels all --link-gbps 1
+/// --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out <out>` on the emulated cluster (4 nodes × 4
+/// NICs at 1 Gbit/s): up, run and down under the cluster lock in one shell, so that no other user's cluster
+/// comes or goes in between; the trap takes the cluster down whatever happens. `None` (SKIPPED, with why)
+/// where the cluster cannot be made.
+fn run_on_cluster(experiment: &str, out: &Path) -> Option<common::Run> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
-    let efatop = common::efatop_path();
-    // Up, run and down under the cluster lock, in one shell, so that no other user's cluster comes or goes
-    // in between; the trap takes the cluster down whatever happens.
     let body = format!(
         "trap '{script} down >/dev/null 2>&1' EXIT; \
          if ! {script} up --nodes 4 --nics 4 --rate 1gbit >/dev/null 2>/tmp/efatop-counters-up.err; then \
            echo \"{SKIP_MARK}: $(cat /tmp/efatop-counters-up.err)\"; exit 0; fi; \
-         {efatop} run --ranks 4 --netns efatop-node0,efatop-node1,efatop-node2,efatop-node3 write --provider tcp \
+         {efatop} run --ranks 4 --netns efatop-node0,efatop-node1,efatop-node2,efatop-node3 {experiment} --provider tcp \
            --channels all --link-gbps 1 --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out {out}",
         script = script.display(),
-        efatop = efatop.display(),
+        efatop = common::efatop_path().display(),
         out = out.display()
     );
     let run = run_program("flock", &[CLUSTER_LOCK, "bash", "-c", &body], Duration::from_mins(8));
     if run.stdout.contains(SKIP_MARK) {
         eprintln!("SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}", run.stdout.trim());
-        return;
+        return None;
     }
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let results = results(&out);
+    Some(run)
+}
+
+/// Every step of `results` holds its 16 channels' counters; every channel that moved bytes is within 0.95..1.3
+/// of its veth's `tx_bytes+rx_bytes`, and no step warns of bytes that crossed no NIC or another NIC. Returns
+/// the ratios, one line per channel.
+fn check_ratios(results: &Value) -> Vec<String> {
     let mut ratios = Vec::new();
-    for measurement in measurements(&results) {
+    for measurement in measurements(results) {
         let counters = &measurement["counters"];
         let step = format!("{} {}", measurement["config"], measurement["size"]);
         let channels = counters["channels"].as_array().unwrap_or_else(|| panic!("{step}: no counters"));
@@ -67,6 +71,17 @@ fn tcp_writes_over_the_emulated_cluster_match_their_nics_counters_channel_by_cha
         let warnings = counters["warnings"].as_array().expect("warnings");
         assert!(warnings.iter().all(|w| w["kind"] != "no_nic" && w["kind"] != "other_nic"), "{step}: {warnings:?}");
     }
+    ratios
+}
+
+#[test]
+fn tcp_writes_over_the_emulated_cluster_match_their_nics_counters_channel_by_channel() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("cluster.json");
+    let Some(run) = run_on_cluster("write", &out) else { return };
+    let results = results(&out);
+    let ratios = check_ratios(&results);
     // Multi splits every size over the 4 channels: each of rank 0's and its target's channels is held.
     let multi = measurements(&results).iter().find(|m| m["config"] == "MultiPin").expect("MultiPin");
     let held = multi["counters"]["channels"].as_array().expect("channels").iter().filter(|c| c["ratio"].is_number()).count();
@@ -80,44 +95,11 @@ fn tcp_alltoall_over_the_emulated_cluster_matches_its_nics_counters_channel_by_c
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("alltoall.json");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
-    let efatop = common::efatop_path();
-    // As the write case: up, run and down under the cluster lock in one shell. Single and Multi: every
-    // channel they use carries whole buffers both ways (RoundRobin leaves ranks 0 and 2 a channel 0 with
-    // only the 8-byte start-together writes, whose headers outweigh them; docs/counters.md).
-    let body = format!(
-        "trap '{script} down >/dev/null 2>&1' EXIT; \
-         if ! {script} up --nodes 4 --nics 4 --rate 1gbit >/dev/null 2>/tmp/efatop-counters-up.err; then \
-           echo \"{SKIP_MARK}: $(cat /tmp/efatop-counters-up.err)\"; exit 0; fi; \
-         {efatop} run --ranks 4 --netns efatop-node0,efatop-node1,efatop-node2,efatop-node3 alltoall --provider tcp \
-           --channels all --configs single,multi --link-gbps 1 --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out {out}",
-        script = script.display(),
-        efatop = efatop.display(),
-        out = out.display()
-    );
-    let run = run_program("flock", &[CLUSTER_LOCK, "bash", "-c", &body], Duration::from_mins(8));
-    if run.stdout.contains(SKIP_MARK) {
-        eprintln!("SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}", run.stdout.trim());
-        return;
-    }
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    // Single and Multi: every channel they use carries whole buffers both ways (RoundRobin leaves ranks 0 and 2
+    // a channel 0 with only the 8-byte start-together writes, whose headers outweigh them; docs/counters.md).
+    let Some(run) = run_on_cluster("alltoall --configs single,multi", &out) else { return };
     let results = results(&out);
-    let mut ratios = Vec::new();
-    for measurement in measurements(&results) {
-        let counters = &measurement["counters"];
-        let step = format!("{} {}", measurement["config"], measurement["size"]);
-        let channels = counters["channels"].as_array().unwrap_or_else(|| panic!("{step}: no counters"));
-        assert_eq!(channels.len(), 16, "{step}: 4 ranks × 4 channels");
-        for channel in channels.iter().filter(|c| c["app_bytes"].as_u64() > Some(0)) {
-            let ratio = channel["ratio"].as_f64().unwrap_or_else(|| panic!("{step}: a channel that moved bytes has no ratio: {channel}"));
-            assert_eq!(channel["counter"], "tx_bytes+rx_bytes", "{channel}");
-            assert!(channel["nic"].as_str().is_some_and(|nic| nic.starts_with("efa")), "{channel}");
-            assert!((0.95..=1.3).contains(&ratio), "{step}: rank {} channel {} NIC/app {ratio}", channel["rank"], channel["channel"]);
-            ratios.push(format!("{step} r{}c{} {ratio:.4}", channel["rank"], channel["channel"]));
-        }
-        let warnings = counters["warnings"].as_array().expect("warnings");
-        assert!(warnings.iter().all(|w| w["kind"] != "no_nic" && w["kind"] != "other_nic"), "{step}: {warnings:?}");
-    }
+    let ratios = check_ratios(&results);
     // Every rank sends to and receives from every other: in Multi each rank's 4 channels carry both ways,
     // and in Single channel 0 of every rank does.
     for (config, held) in [("SinglePin", 4), ("MultiPin", 16)] {
