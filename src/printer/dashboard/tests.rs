@@ -52,11 +52,16 @@ fn run_info() -> RunInfo {
 
 impl Session {
     fn start() -> Self {
-        let mut state = DashboardState::default();
         let results = RunResults { configs: vec!["SinglePin".into()], ..RunResults::default() };
-        let nics = vec![vec!["shm0".to_string()], vec!["shm1".to_string()]];
-        let ingest = Ingest::begin(&mut state, run_info(), &nics, results);
-        let liveness = SharedLiveness::new(Liveness::new(2, INTERVAL, HANG_TIMEOUT));
+        Self::of(run_info(), &[vec!["shm0".to_string()], vec!["shm1".to_string()]], results)
+    }
+
+    /// The session of a run as rank 0 starts it: `info`'s ranks, each with its `nics`.
+    fn of(info: RunInfo, nics: &[Vec<String>], results: RunResults) -> Self {
+        let mut state = DashboardState::default();
+        let ranks = info.ranks;
+        let ingest = Ingest::begin(&mut state, info, nics, results);
+        let liveness = SharedLiveness::new(Liveness::new(ranks, INTERVAL, HANG_TIMEOUT));
         let (send, events) = mpsc::channel();
         Self {
             terminal: Terminal::new(TestBackend::new(120, 40)).expect("terminal"),
@@ -273,7 +278,6 @@ fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
 /// A 4-rank sweep over 2 rails, as rank 0's session starts it.
 fn sweep_session() -> Session {
     use efatop_proto::sweep::{NicFacts, NodeFacts, SweepResults};
-    let mut state = DashboardState::default();
     let info = RunInfo {
         experiment: "sweep".into(),
         provider_stack: "tcp".into(),
@@ -287,17 +291,7 @@ fn sweep_session() -> Session {
         placements: Vec::new(),
     };
     let nics: Vec<Vec<String>> = (0..4).map(|_| vec!["efa0".to_string(), "efa1".to_string()]).collect();
-    let ingest = Ingest::begin(&mut state, info, &nics, RunResults::default());
-    let liveness = SharedLiveness::new(Liveness::new(4, INTERVAL, HANG_TIMEOUT));
-    let (send, events) = mpsc::channel();
-    let session = Session {
-        terminal: Terminal::new(TestBackend::new(120, 40)).expect("terminal"),
-        app: App::new(state, ingest, liveness.clone()),
-        events,
-        send: Some(send),
-        liveness,
-        stop: AtomicBool::new(false),
-    };
+    let session = Session::of(info, &nics, RunResults::default());
     let nodes = (0..4)
         .map(|rank| NodeFacts {
             rank,
