@@ -142,3 +142,23 @@ fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
         );
     }
 }
+
+/// The cluster's wiring itself, with real TCP streams (scripts/test-emulate-cluster-routing, which takes the
+/// cluster lock): same rail straight over the bridge, cross-rail through the spine and in and out of the
+/// NICs that own the addresses, `shape` slowing a NIC for every peer and `link` one pair only. Skips where
+/// the cluster cannot be made (not root), saying so.
+#[test]
+fn the_emulated_cluster_routes_each_nic_through_itself_and_shapes_what_it_says() {
+    let _one = serial();
+    if !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n")) {
+        eprintln!("SKIPPED: the emulated cluster needs root (ip netns, tc)");
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-emulate-cluster-routing");
+    let output = Command::new(&script).output().expect("scripts/test-emulate-cluster-routing");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}

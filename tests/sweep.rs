@@ -1,7 +1,9 @@
 //! `efatop sweep` on the emulated cluster (scripts/emulate-cluster: 4 nodes × 4 NICs at 1 Gbit/s): one NIC of
 //! one node re-shaped to 250 Mbit/s (both ends of its veth) is named, by rank and NIC, with exit code 3;
-//! every NIC of a node slowed names the node once; nothing re-shaped passes with exit code 0. Each run's wall
-//! time and verdict are printed (`cargo test --test sweep -- --nocapture`), never asserted.
+//! every NIC of a node slowed names the node once; nothing re-shaped passes with exit code 0. Between two
+//! nodes (2 × 4 NICs), where each NIC has one peer NIC on its rail, the cross-rail round (through the
+//! cluster's spine) tells a slow NIC from a slow link: each is named as what it is. Each run's wall time and
+//! verdict are printed (`cargo test --test sweep -- --nocapture`), never asserted.
 //! Needs root for namespaces and tc; where they cannot be made the test says so and skips. Every test holds
 //! the cluster lock (/tmp/efatop-cluster.lock) while its cluster is up.
 
@@ -14,8 +16,10 @@ use common::{Cluster, cluster_script, efatop_path, run_program, serial};
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
+const RAILS: usize = 4;
 
-/// Re-shapes `_cluster` (which must be up): `shape --node N --nic K --rate R`, `slow --node N --rate R`.
+/// Re-shapes `_cluster` (which must be up): `shape --node N --nic K --rate R`, `slow --node N --rate R`,
+/// `link --node A --peer B --nic K --rate R`.
 fn reshape(_cluster: &Cluster, args: &[&str]) {
     let output = Command::new(cluster_script()).args(args).output().expect("emulate-cluster");
     assert!(output.status.success(), "emulate-cluster {args:?}: {}", String::from_utf8_lossy(&output.stderr));
@@ -25,15 +29,16 @@ fn reshape(_cluster: &Cluster, args: &[&str]) {
 /// round with the 250 Mbit/s NIC takes seconds, not a minute. Not much smaller: a TCP retransmission stalls
 /// a write by a few hundred ms, which 4 writes of 16M could not absorb (a healthy pair then read as a link
 /// at 0.65 Gbps, twice); 6 of 32M do.
-fn sweep(label: &str) -> (common::Run, Value) {
+fn sweep(label: &str, nodes: usize) -> (common::Run, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("sweep.json");
-    let netns = NODES.join(",");
+    let netns = NODES[..nodes].join(",");
+    let ranks = nodes.to_string();
     // A round waits for its slowest rail: with a whole node at 250 Mbit/s every round does; 2 minutes, the
     // other tests' limit, is not enough for 4 rounds of it.
     let efatop = |args: &[&str]| run_program(efatop_path().to_str().expect("utf-8"), args, Duration::from_mins(6));
     let run = efatop(&[
-        "run", "--ranks", "4", "--netns", &netns, "sweep", "--provider", "tcp", "--channels", "all", "--json", "--size",
+        "run", "--ranks", &ranks, "--netns", &netns, "sweep", "--provider", "tcp", "--channels", "all", "--json", "--size",
         "32M", "--iters", "6", "--warmup", "1", "--out", out.to_str().expect("utf-8"),
     ]);
     let last = run.stdout.lines().last().unwrap_or_default();
@@ -41,12 +46,24 @@ fn sweep(label: &str) -> (common::Run, Value) {
     assert_eq!(line["type"], "verdict", "the last line is the verdict: {last}");
     let verdict = line["data"].clone();
     println!("sweep, {label}: exit {:?} after {:.1} s\n{last}", run.code, run.elapsed.as_secs_f64());
-    // The results file keeps every round (3 of the tournament, then any retests) and the same verdict.
+    // The results file keeps every round (n − 1 of the tournament, the cross-rail round, then any retests)
+    // and the same verdict.
     let results: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results")).expect("json");
     let rounds = results["sweep"]["rounds"].as_array().expect("rounds");
-    assert!(rounds.len() >= 3, "{}", results["sweep"]);
-    // 2 pairs × 4 rails × both directions in every round of the tournament.
-    assert!(rounds.iter().take(3).all(|r| r["figures"].as_array().map(Vec::len) == Some(2 * 4 * 2)), "{}", results["sweep"]);
+    let planned = nodes - 1 + 1;
+    assert!(rounds.len() >= planned, "{}", results["sweep"]);
+    // n/2 pairs × 4 rails × both directions in every planned round.
+    let figures = nodes / 2 * RAILS * 2;
+    assert!(rounds.iter().take(planned).all(|r| r["figures"].as_array().map(Vec::len) == Some(figures)), "{}", results["sweep"]);
+    // The cross-rail round: channel k of the smaller rank of each pair wrote channel k + 1 of the larger.
+    let cross = &rounds[nodes - 1];
+    assert_eq!((&cross["round"]["kind"], &cross["round"]["shift"]), (&"cross_rail".into(), &1.into()), "{cross}");
+    for f in cross["figures"].as_array().expect("figures") {
+        let (from, to, rail) = (f["from"].as_u64().expect("from"), f["to"].as_u64().expect("to"), f["rail"].as_u64().expect("rail"));
+        let want = if from < to { (rail + 1) % RAILS as u64 } else { (rail + RAILS as u64 - 1) % RAILS as u64 };
+        assert_eq!(f["to_rail"].as_u64(), Some(want), "{f}");
+    }
+    assert_eq!(results["sweep"]["cross_rail"], true);
     assert_eq!(results["sweep"]["verdict"], verdict);
     assert_eq!(results["status"]["state"], "complete");
     // Every stdout line before the verdict is JSON too, and every round was told as it finished.
@@ -63,7 +80,7 @@ fn suspects(verdict: &Value) -> &Vec<Value> {
 fn a_healthy_cluster_passes_with_no_suspects() {
     let _one = serial();
     let Some(_cluster) = Cluster::up() else { return };
-    let (run, verdict) = sweep("nothing re-shaped");
+    let (run, verdict) = sweep("nothing re-shaped", 4);
     assert_eq!(run.code, Some(0), "{verdict}\n{}", run.stderr);
     assert!(suspects(&verdict).is_empty(), "{verdict}");
     assert_eq!(verdict["checked"], serde_json::json!({ "nodes": 4, "nics": 16 }));
@@ -74,15 +91,17 @@ fn one_nic_shaped_down_is_named_by_rank_and_nic() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
     reshape(&cluster, &["shape", "--node", "2", "--nic", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("efatop-node2 efa1 at 250 Mbit/s");
+    let (run, verdict) = sweep("efatop-node2 efa1 at 250 Mbit/s", 4);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "exactly the shaped NIC: {verdict}");
     let s = &found[0];
     assert_eq!((&s["scope"], &s["rank"], &s["nic"], &s["rail"]), (&"nic".into(), &2.into(), &"efa1".into(), &1.into()), "{s}");
     assert!(s["host"].as_str().is_some_and(|h| h.ends_with(":efatop-node2")), "{s}");
-    // Slow with every peer it met (all three), at about the shaped rate, against the healthy median.
+    // Slow with every peer it met (all three, and rank 1's efa0 in the cross-rail round: 1-2 is a pair of
+    // the first round), at about the shaped rate, against the healthy median.
     assert_eq!(s["peers_tried"], serde_json::json!([0, 1, 3]), "{s}");
+    assert!(s["why"].as_str().is_some_and(|w| w.contains("rank 1 efa0 (cross-rail)")), "{s}");
     let (measured, median) = (s["measured_gbps"].as_f64().expect("measured"), s["median_gbps"].as_f64().expect("median"));
     assert!(measured < 0.27 && median > 2.0 * measured, "{s}");
     for key in ["gpu", "pci", "why"] {
@@ -96,7 +115,7 @@ fn a_slow_node_is_named_once_not_as_four_nics() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
     reshape(&cluster, &["slow", "--node", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("efatop-node1 at 250 Mbit/s on every NIC");
+    let (run, verdict) = sweep("efatop-node1 at 250 Mbit/s on every NIC", 4);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "the node once: {verdict}");
@@ -104,4 +123,43 @@ fn a_slow_node_is_named_once_not_as_four_nics() {
     assert_eq!((&s["scope"], &s["rank"], &s["nic"]), (&"node".into(), &1.into(), &Value::Null), "{s}");
     assert!(s["host"].as_str().is_some_and(|h| h.ends_with(":efatop-node1")), "{s}");
     assert_eq!(s["nics"], serde_json::json!(["efa0", "efa1", "efa2", "efa3"]), "{s}");
+}
+
+/// Two nodes: NIC k of each meets one peer NIC on its rail, so only the cross-rail round can say which end
+/// of a slow pair is slow. A NIC at 250 Mbit/s is slow with both NICs of the other node it met: named.
+#[test]
+fn between_two_nodes_a_slow_nic_is_told_from_its_link_by_the_cross_rail_round() {
+    let _one = serial();
+    let Some(cluster) = Cluster::build(2, RAILS, "1gbit") else { return };
+    reshape(&cluster, &["shape", "--node", "1", "--nic", "1", "--rate", "250mbit"]);
+    let (run, verdict) = sweep("2 nodes, efatop-node1 efa1 at 250 Mbit/s", 2);
+    assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
+    let found = suspects(&verdict);
+    assert_eq!(found.len(), 1, "exactly the shaped NIC: {verdict}");
+    let s = &found[0];
+    assert_eq!((&s["scope"], &s["rank"], &s["nic"]), (&"nic".into(), &1.into(), &"efa1".into()), "{s}");
+    assert!(s["why"].as_str().is_some_and(|w| w.contains("rank 0 efa1, rank 0 efa0 (cross-rail)")), "{s}");
+    assert!(s["measured_gbps"].as_f64().is_some_and(|m| m < 0.27), "{s}");
+}
+
+/// Two nodes, the path between node 0's efa1 and node 1's efa1 alone at 250 Mbit/s (`emulate-cluster link`):
+/// both NICs reach the bar with the other node's next NIC, so the verdict names the link, not a NIC.
+#[test]
+fn between_two_nodes_a_slow_link_is_named_as_the_link() {
+    let _one = serial();
+    let Some(cluster) = Cluster::build(2, RAILS, "1gbit") else { return };
+    reshape(&cluster, &["link", "--node", "0", "--peer", "1", "--nic", "1", "--rate", "250mbit"]);
+    let (run, verdict) = sweep("2 nodes, the efa1 link between them at 250 Mbit/s", 2);
+    assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
+    let found = suspects(&verdict);
+    assert_eq!(found.len(), 1, "exactly the shaped link: {verdict}");
+    let s = &found[0];
+    assert_eq!(
+        (&s["scope"], &s["rank"], &s["nic"], &s["peer"], &s["peer_nic"]),
+        (&"link".into(), &0.into(), &"efa1".into(), &1.into(), &"efa1".into()),
+        "{s}"
+    );
+    let why = s["why"].as_str().unwrap_or_default();
+    assert!(why.contains("rank 0 efa1 reaches the bar with rank 1 efa2 (cross-rail)"), "{s}");
+    assert!(why.contains("rank 1 efa1 with rank 0 efa0 (cross-rail)"), "{s}");
 }

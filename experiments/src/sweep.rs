@@ -2,18 +2,18 @@
 //! tournament ([`efatop_proto::sweep::plan`]): in a round every rank is paired, and both ranks of a pair
 //! write each other at once on every channel, channel k to channel k (rail-aligned), one-sided RDMA WRITE
 //! with immediate data of one size, the receiver verifying every byte as every efatop benchmark does.
-//! Rank 0 collects each round's figures, judges them ([`efatop_proto::sweep::verdict`]), runs retest
+//! After the tournament a cross-rail round pairs the first round's ranks again, channel k of the smaller
+//! with channel k + 1 of the larger, so that each NIC meets a second NIC of the same peer node. Rank 0
+//! collects each round's figures, judges them as they come ([`efatop_proto::sweep::Judge`]), runs retest
 //! rounds for suspects (against a healthy peer; slow pairs again), and ends with the verdict.
 //!
 //! Memory: one registered buffer per rank, slot 0 what it sends (the same bytes on every channel), slot
-//! 1 + k what its partner writes on channel k; slots are 4 KiB aligned.
+//! 1 + k what its partner writes into channel k; slots are 4 KiB aligned.
 
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
-use efatop_proto::sweep::{
-    judge, pairing_rounds, retest_round, JudgeInput, NicFacts, NodeFacts,
-};
+use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round, Judge, JudgeInput, NicFacts, NodeFacts};
 pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
 
 // The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
@@ -25,7 +25,7 @@ use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
 use crate::results::LatencyRecorder;
 use crate::sizes::format_size;
 use crate::telemetry::Phase;
-use crate::world::World;
+use crate::world::{CrossRail, World};
 use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
 
 /// What the sweep's flags ask for.
@@ -39,6 +39,8 @@ pub struct SweepConfig {
     pub threshold: f64,
     /// A link speed the user gave, judged against as well.
     pub link_gbps: Option<f64>,
+    /// Run the cross-rail round (where a rank has two channels or more).
+    pub cross_rail: bool,
 }
 
 /// At most this many retest rounds follow the tournament (a suspect per round per healthy rank can wait).
@@ -79,17 +81,31 @@ pub fn run(
     let nodes = gather_facts(world)?;
     let crowded = crowded_machines(world)?;
 
-    let plan = pairing_rounds(world.size, config.quick);
+    let mut notes: Vec<String> = crowded.iter().cloned().collect();
+    let cross = if config.cross_rail && channels >= 2 {
+        Some(world.connect_cross_rail(1)?)
+    } else {
+        if config.cross_rail {
+            notes.push("sweep: one channel a rank, so no cross-rail round ran (it needs two NICs a node)".into());
+        }
+        None
+    };
+    let mut plan = pairing_rounds(world.size, config.quick);
+    if let (Some(_), Some(first)) = (&cross, plan.first()) {
+        plan.push(cross_rail_round(plan.len(), first));
+    }
     let mut results = SweepResults {
         size: config.size,
         threshold: config.threshold,
         link_gbps: config.link_gbps,
         quick: config.quick,
+        cross_rail: cross.is_some(),
         nodes,
         rounds: Vec::new(),
         verdict: None,
-        notes: crowded.iter().cloned().collect(),
+        notes,
     };
+    let mut judge = Judge::new(&results.nodes, channels, config.threshold, config.link_gbps);
     let mut exchange = Exchange {
         world,
         sweep,
@@ -100,18 +116,20 @@ pub fn run(
         column: &column,
         expected: vec![vec![0; world.size]; channels],
         rails_at_once: crowded.is_none(),
+        cross: cross.unwrap_or_default(),
     };
     for round in &plan {
         let figures = exchange.round(round, observer)?;
         if world.rank == 0 {
-            results.rounds.push(SweepRound { round: round.clone(), planned: plan.len(), figures });
+            let finished = SweepRound { round: round.clone(), planned: plan.len(), figures };
+            judge.add(&finished);
+            results.rounds.push(finished);
             observer.sweep(&results);
         }
     }
     // Rank 0 judges the tournament and decides the retest rounds; every rank runs them.
     let retests = if world.rank == 0 {
-        let judged = judge(&judge_input(&results, channels));
-        let mut wanted = judged.retest;
+        let mut wanted = judge.judgement().retest;
         let mut rounds = Vec::new();
         while !wanted.is_empty() && rounds.len() < RETEST_ROUNDS {
             let (round, left) = retest_round(plan.len() + rounds.len(), &wanted);
@@ -131,12 +149,14 @@ pub fn run(
     for round in &retests {
         let figures = exchange.round(round, observer)?;
         if world.rank == 0 {
-            results.rounds.push(SweepRound { round: round.clone(), planned: plan.len(), figures });
+            let finished = SweepRound { round: round.clone(), planned: plan.len(), figures };
+            judge.add(&finished);
+            results.rounds.push(finished);
             observer.sweep(&results);
         }
     }
     if world.rank == 0 {
-        results.verdict = Some(judge(&judge_input(&results, channels)).verdict);
+        results.verdict = Some(judge.judgement().verdict);
         observer.sweep(&results);
     }
     Ok(results)
@@ -207,6 +227,8 @@ struct Exchange<'a> {
     expected: Vec<Vec<u64>>,
     /// Every rail of a pair at once; else one rail after another (ranks crowd a machine's cores).
     rails_at_once: bool,
+    /// Where each channel reaches the peers' other channels, for the cross-rail round.
+    cross: CrossRail,
 }
 
 /// A channel's writes of one round.
@@ -241,10 +263,14 @@ impl Exchange<'_> {
                 world.probe.set_phase(Phase::Transferring, self.size);
                 let rails: Vec<usize> = (0..world.channels.len()).collect();
                 if self.rails_at_once {
-                    self.exchange(peer, &rails)
+                    self.exchange(round, peer, &rails)
                 } else {
-                    rails.iter().try_fold(Vec::new(), |mut figures, &rail| {
-                        figures.extend(self.exchange(peer, &[rail])?);
+                    // Step s runs the smaller rank's channel s and the channel of the larger it meets, so
+                    // both sides take the same pair of NICs at each step.
+                    let count = world.channels.len();
+                    rails.iter().try_fold(Vec::new(), |mut figures, &step| {
+                        let mine = if world.rank < peer { step } else { round.remote_rail(peer, world.rank, step, count) };
+                        figures.extend(self.exchange(round, peer, &[mine])?);
                         Ok(figures)
                     })
                 }
@@ -285,12 +311,26 @@ impl Exchange<'_> {
         Ok(all)
     }
 
-    /// Writes `peer` on `rails` (warmup, then the timed iterations, one write in flight per channel) while
-    /// `peer` writes this rank on the same rails, until both sides' writes have landed. Returns this rank's
-    /// figures.
-    fn exchange(&mut self, peer: usize, rails: &[usize]) -> Result<Vec<Figure>, ExperimentError> {
+    /// Writes `peer` from this rank's channels `rails` (each to the channel of `peer` the round pairs it
+    /// with; warmup, then the timed iterations, one write in flight per channel) while `peer` writes the same
+    /// channels of this rank, until both sides' writes have landed. Returns this rank's figures, with what
+    /// its channels retransmitted meanwhile where counters tell.
+    fn exchange(&mut self, round: &Round, peer: usize, rails: &[usize]) -> Result<Vec<Figure>, ExperimentError> {
         let world = self.world;
         let total = self.sweep.warmup + self.sweep.iters;
+        let count = world.channels.len();
+        // Per local channel: the peer's channel it writes, and the endpoint index that reaches it.
+        let targets: Vec<(usize, usize)> = (0..count)
+            .map(|rail| {
+                let theirs = round.remote_rail(world.rank, peer, rail, count);
+                let endpoint = self.cross.endpoint(rail, theirs, peer).ok_or_else(|| ExperimentError::Bootstrap(format!(
+                    "channel {rail} of rank {} is not connected to channel {theirs} of rank {peer}",
+                    world.rank
+                )))?;
+                Ok((theirs, endpoint))
+            })
+            .collect::<Result<_, ExperimentError>>()?;
+        world.counters_before_step();
         for &rail in rails {
             self.expected[rail][peer] += total;
         }
@@ -327,13 +367,14 @@ impl Exchange<'_> {
                     if lane.posted == self.sweep.warmup {
                         lane.timed_from = Some(now);
                     }
+                    let (theirs, endpoint) = targets[rail];
                     let op = channel.write(
-                        peer,
+                        endpoint,
                         &self.payload.regions[rail],
                         0,
                         self.size as usize,
-                        self.remotes[peer][rail],
-                        (rail as u64 + 1) * self.stride,
+                        self.remotes[peer][theirs],
+                        (theirs as u64 + 1) * self.stride,
                         Some(Immediate::encode(world.rank, lane.posted as u32)),
                     )?;
                     lane.op = Some((op, now));
@@ -372,16 +413,23 @@ impl Exchange<'_> {
                 return Err(ExperimentError::Stalled { waiting, timeout: world.op_timeout });
             }
         }
+        let (nic_retransmits, tcp_retransmits) = world.retransmits_since_before_step();
         Ok(lanes
             .iter()
             .enumerate()
+            .filter(|(rail, _)| rails.contains(rail))
             .filter_map(|(rail, lane)| {
                 let seconds = lane.timed_until?.duration_since(lane.timed_from?).as_secs_f64();
                 let summary = lane.latency.summary();
+                let theirs = targets[rail].0;
+                // TCP's count is the rank's: it is this channel's only while this rail runs alone.
+                let retransmits = nic_retransmits[rail].or(tcp_retransmits.filter(|_| rails.len() == 1));
                 (seconds > 0.0).then(|| Figure {
                     from: world.rank,
                     to: peer,
                     rail,
+                    to_rail: (theirs != rail).then_some(theirs),
+                    retransmits,
                     gbps: crate::results::gbps((self.size * self.sweep.iters) as f64, seconds),
                     steady_gbps: if summary.p50_us > 0.0 { crate::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
                     p50_us: summary.p50_us,

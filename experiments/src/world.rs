@@ -108,6 +108,24 @@ pub struct World<'b> {
     nic_counters: std::cell::RefCell<Option<crate::counters::NicCounters>>,
 }
 
+/// Where each channel reaches other channels of the ranks ([`World::connect_cross_rail`]).
+#[derive(Clone, Debug, Default)]
+pub struct CrossRail {
+    /// Per channel: (the remote channel, the endpoint index its rank 0 took on this channel).
+    bases: Vec<Vec<(usize, usize)>>,
+}
+
+impl CrossRail {
+    /// The endpoint index channel `channel` writes `rank`'s channel `remote` at: `rank` itself for the same
+    /// channel, `None` for a channel it was not connected to.
+    pub fn endpoint(&self, channel: usize, remote: usize, rank: usize) -> Option<usize> {
+        if channel == remote {
+            return Some(rank);
+        }
+        self.bases.get(channel)?.iter().find(|(j, _)| *j == remote).map(|(_, base)| base + rank)
+    }
+}
+
 /// A request, from outside the hot path, that every wait of this rank give up, with the reason to report.
 #[derive(Debug, Default)]
 pub struct Abort {
@@ -323,6 +341,25 @@ impl<'b> World<'b> {
         }
     }
 
+    /// What this rank retransmitted since [`World::counters_before_step`], read locally (nothing gathered):
+    /// per channel the NIC's retransmitted packets and retransmit timeouts where its counters have them
+    /// (EFA's `retrans_pkts`, `retrans_timeout_events`), and the TCP segments the rank's network namespace
+    /// retransmitted (`/proc/net/snmp`) where the channels are TCP.
+    pub fn retransmits_since_before_step(&self) -> (Vec<Option<u64>>, Option<u64>) {
+        let reading = self.nic_counters.borrow_mut().as_mut().map(|counters| counters.end(self.rank, |_| 0));
+        let Some(reading) = reading else { return (vec![None; self.channels.len()], None) };
+        let per_channel = (0..self.channels.len())
+            .map(|index| {
+                let deltas = &reading.channels.iter().find(|c| c.channel == index)?.deltas;
+                let counted: Vec<u64> =
+                    ["retrans_pkts", "retrans_timeout_events"].iter().filter_map(|name| deltas.get(*name).copied()).collect();
+                (!counted.is_empty()).then(|| counted.iter().sum())
+            })
+            .collect();
+        let tcp = if self.provider_stack.starts_with("tcp") { reading.tcp_retransmits } else { None };
+        (per_channel, tcp)
+    }
+
     /// Reads them after the step and gathers every rank's reading: rank 0 gets the step's reconciliation,
     /// the others `None`. Every rank calls it once per step, as it does `agree`.
     pub fn counters_after_step(&self, op: efatop_proto::counters::StepOp) -> Result<Option<efatop_proto::counters::StepCounters>, ExperimentError> {
@@ -355,6 +392,42 @@ impl<'b> World<'b> {
     /// The suffix write columns carry when RDMA WRITE is emulated over sends: `SinglePin(emulated)`.
     pub fn write_column_suffix(&self) -> &'static str {
         if self.emulated_write == Some(true) { "(emulated)" } else { "" }
+    }
+
+    /// Connects channel k of this rank to channels k + `shift` and k − `shift` (mod the channel count) of
+    /// every rank, besides channel k, for a cross-rail exchange (NIC k of one node with NIC j of another).
+    /// Every rank calls it at once; a rank that fails says so to all. The world's addresses are gathered
+    /// again (they are not kept), once.
+    pub fn connect_cross_rail(&self, shift: usize) -> Result<CrossRail, ExperimentError> {
+        let channels = self.channels.len();
+        let mut mine = Vec::new();
+        for channel in &self.channels {
+            push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
+        }
+        let everyone = self.allgather(&mine)?;
+        let connected = (|| {
+            let records: Vec<Vec<&[u8]>> = everyone.iter().map(|blob| split_records(blob)).collect::<Result<_, _>>()?;
+            let mut bases = vec![Vec::new(); channels];
+            for (channel, bases) in self.channels.iter().zip(bases.iter_mut()) {
+                let k = channel.index();
+                let mut remote = vec![(k + shift) % channels, (k + channels - shift % channels) % channels];
+                remote.dedup();
+                for j in remote.into_iter().filter(|&j| j != k) {
+                    let addresses = records
+                        .iter()
+                        .enumerate()
+                        .map(|(peer, records)| {
+                            records.get(j).map(|r| PeerAddress(r.to_vec())).ok_or_else(|| {
+                                ExperimentError::Bootstrap(format!("rank {peer} has no channel {j} for a cross-rail exchange"))
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    bases.push((j, channel.connect_more(&addresses).map_err(ExperimentError::Fabric)?));
+                }
+            }
+            Ok(CrossRail { bases })
+        })();
+        crate::agree_with(self.bootstrap, self.rank, &self.hosts, connected, false)
     }
 
     /// The largest message every channel's provider accepts.

@@ -6,15 +6,17 @@
 //!
 //! Units: a rank is a node of the plan (one rank per node is how a sweep is meant to run; ranks that share a
 //! host are still planned apart, and node-level findings group by host). A rank's channel k uses its k-th
-//! NIC, and channel k of a rank only ever meets channel k of another (rail-aligned).
+//! NIC. In pairing and retest rounds channel k of a rank meets channel k of another (rail-aligned); in the
+//! cross-rail round channel k of the smaller rank of a pair meets channel k + 1 of the larger, so that each
+//! NIC meets a second NIC of the same peer node and a NIC can be told from the link between two.
 
 use serde::{Deserialize, Serialize};
 
 pub mod plan;
 pub mod verdict;
 
-pub use plan::{pairing_rounds, retest_round};
-pub use verdict::{judge, JudgeInput, Judgement};
+pub use plan::{cross_rail_round, pairing_rounds, retest_round};
+pub use verdict::{judge, Judge, JudgeInput, Judgement};
 
 /// Why a round ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +26,9 @@ pub enum RoundKind {
     Pairing,
     /// A suspect meets a different peer (or a suspect pair meets again) to tell a NIC from a link.
     Retest,
+    /// The pairs of the first round again, NIC k of the smaller rank with NIC k + 1 of the larger.
+    #[serde(rename = "cross_rail")]
+    CrossRail,
 }
 
 /// One round's plan: the pairs that exchange at once (every rank in at most one pair).
@@ -34,6 +39,15 @@ pub struct Round {
     pub kind: RoundKind,
     /// Pairs of ranks, the smaller first.
     pub pairs: Vec<(usize, usize)>,
+    /// Channel k of the smaller rank of a pair meets channel (k + shift) mod channels of the larger: 0 in
+    /// rail-aligned rounds, 1 in the cross-rail round.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shift: usize,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(value: &usize) -> bool {
+    *value == 0
 }
 
 impl Round {
@@ -49,16 +63,30 @@ impl Round {
             }
         })
     }
+
+    /// The channel of `partner` that `rank`'s channel `rail` meets in this round, with `rails` channels a
+    /// rank.
+    pub fn remote_rail(&self, rank: usize, partner: usize, rail: usize, rails: usize) -> usize {
+        if rails == 0 || self.shift == 0 {
+            return rail;
+        }
+        let shift = self.shift % rails;
+        if rank < partner { (rail + shift) % rails } else { (rail + rails - shift) % rails }
+    }
 }
 
 /// What one direction of one rail of one pair delivered in a round: `from`'s channel `rail` writing
-/// `to`'s channel `rail`, timed by the writer: `gbps` from its first timed post to its last completion,
-/// `steady_gbps` one write's bytes over the median write's time (`p50_us`).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// `to`'s channel `to_rail` (the same channel unless the round is cross-rail), timed by the writer: `gbps`
+/// from its first timed post to its last completion, `steady_gbps` one write's bytes over the median
+/// write's time (`p50_us`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
     pub from: usize,
     pub to: usize,
     pub rail: usize,
+    /// The receiving channel where it is not `rail` (cross-rail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_rail: Option<usize>,
     pub gbps: f64,
     /// The rate of the median write: what the judge uses, so that one stalled write (a TCP retransmission
     /// timeout, a preempted rank) does not make a slow link. Absent (0) in figures that lack it.
@@ -66,9 +94,20 @@ pub struct Figure {
     pub steady_gbps: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// What the writer retransmitted while this figure was measured, where that can be told per channel:
+    /// its NIC's retransmitted packets and retransmit timeouts (EFA `retrans_pkts` +
+    /// `retrans_timeout_events`), or, on TCP, the segments its rank retransmitted while this rail ran alone
+    /// (rails one after another). Absent where no counter says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
 }
 
 impl Figure {
+    /// The channel written to.
+    pub fn target_rail(&self) -> usize {
+        self.to_rail.unwrap_or(self.rail)
+    }
+
     /// The figure the verdict judges: the median write's rate where known, else the whole run's.
     pub fn judged_gbps(&self) -> f64 {
         if self.steady_gbps > 0.0 { self.steady_gbps } else { self.gbps }
@@ -115,6 +154,9 @@ pub struct Suspect {
     /// For a link, the rank at its other end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<usize>,
+    /// For a link, the NIC at its other end (another rail's where the link is cross-rail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_nic: Option<String>,
     /// For a node, every NIC found low.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<String>,
@@ -150,6 +192,9 @@ pub struct SweepResults {
     /// Only a speed given with `--link-gbps` is judged against.
     pub link_gbps: Option<f64>,
     pub quick: bool,
+    /// Whether the cross-rail round was asked for (`--no-cross-rail` says no).
+    #[serde(default)]
+    pub cross_rail: bool,
     /// Every rank's host, GPU and NICs.
     pub nodes: Vec<NodeFacts>,
     pub rounds: Vec<SweepRound>,

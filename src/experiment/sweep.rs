@@ -25,6 +25,10 @@ pub struct SweepArgs {
     /// (and below this share of --link-gbps, when given)
     #[arg(long, default_value_t = 0.9, value_parser = parse_threshold)]
     pub threshold: f64,
+    /// Skip the cross-rail round (NIC k of one node with NIC k+1 of another), for fabrics whose rails do not
+    /// reach each other
+    #[arg(long)]
+    pub no_cross_rail: bool,
 }
 
 fn parse_threshold(text: &str) -> Result<f64, String> {
@@ -68,17 +72,21 @@ impl Descriptor for SweepArgs {
     }
 
     fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {
-        metadata.notes.push(
-            "sweep: rail-aligned rounds only (channel k meets channel k of its peer; a channel's endpoint addresses only \
-             the same channel of its peers, so no cross-rail round runs); a slow NIC is told from a slow link by the \
-             peers it is slow with, and suspects are retested against a healthy peer"
-                .into(),
-        );
+        metadata.notes.push(if self.no_cross_rail {
+            "sweep: rail-aligned rounds only (--no-cross-rail): a slow NIC is told from a slow link by the peers it is slow \
+             with, and suspects are retested against a healthy peer"
+                .into()
+        } else {
+            "sweep: rail-aligned rounds, then a cross-rail round (NIC k of the smaller rank of each first-round pair with \
+             NIC k+1 of the larger) that tells a slow NIC from a slow link, then retests of suspects against a healthy peer"
+                .into()
+        });
         let config = SweepConfig {
             size: self.size,
             quick: self.quick,
             threshold: self.threshold,
             link_gbps: self.common.link_gbps,
+            cross_rail: !self.no_cross_rail,
         };
         Box::new(move |options, observer| sweep::run(world, options, &config, observer).map(|_| ()))
     }

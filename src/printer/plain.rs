@@ -48,6 +48,7 @@ pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: us
     use efatop_experiments::sweep::RoundKind;
     let kind = match round.round.kind {
         RoundKind::Pairing => format!("round {} of {}", round.round.index + 1, round.planned),
+        RoundKind::CrossRail => format!("round {} of {} (cross-rail: channel k with channel k+1)", round.round.index + 1, round.planned),
         RoundKind::Retest => format!("retest round {}", round.round.index + 1 - round.planned),
     };
     let pairs: Vec<String> = round.round.pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
@@ -56,7 +57,10 @@ pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: us
         .iter()
         .min_by(|a, b| a.judged_gbps().total_cmp(&b.judged_gbps()))
         .map_or_else(String::new, |f| {
-            format!("; slowest {:.2} Gbps (median write; rank {} → rank {}, channel {})", f.judged_gbps(), f.from, f.to, f.rail)
+            let channel = if f.target_rail() == f.rail { format!("channel {}", f.rail) } else { format!("channel {} → {}", f.rail, f.target_rail()) };
+            format!("; slowest {:.2} Gbps (median write; rank {} → rank {}, {channel})", f.judged_gbps(), f.from, f.to)
         });
+    let retransmits: u64 = round.figures.iter().filter_map(|f| f.retransmits).sum();
+    let slowest = if retransmits > 0 { format!("{slowest}; {retransmits} retransmits") } else { slowest };
     format!("# sweep {kind} ({ranks} ranks): pairs {}{slowest}", pairs.join(" "))
 }

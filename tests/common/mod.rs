@@ -184,7 +184,7 @@ pub fn cluster_script() -> String {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
 }
 
-/// An emulated cluster of 4 nodes × 4 NICs at `rate`, up while this lives; it holds the cluster lock,
+/// An emulated cluster (4 nodes × 4 NICs unless built otherwise), up while this lives; it holds the cluster lock,
 /// released after `down`. `None` (with a SKIPPED line saying why) where namespaces and tc cannot be made.
 pub struct Cluster {
     _lock: std::fs::File,
@@ -197,8 +197,15 @@ impl Cluster {
     }
 
     pub fn up_at(rate: &str) -> Option<Self> {
+        Self::build(4, 4, rate)
+    }
+
+    /// `nodes` × `nics` at `rate`.
+    pub fn build(nodes: usize, nics: usize, rate: &str) -> Option<Self> {
         let lock = cluster_lock();
-        let output = Command::new(cluster_script()).args(["up", "--nodes", "4", "--nics", "4", "--rate", rate]).output().ok()?;
+        let (nodes, nics) = (nodes.to_string(), nics.to_string());
+        let output =
+            Command::new(cluster_script()).args(["up", "--nodes", &nodes, "--nics", &nics, "--rate", rate]).output().ok()?;
         if output.status.success() {
             Some(Cluster { _lock: lock })
         } else {

@@ -16,14 +16,14 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
         threshold: sweep.threshold,
         link_gbps: sweep.link_gbps,
     });
-    let retests = sweep.rounds.iter().filter(|r| r.round.kind == RoundKind::Retest).count();
+    let count = |kind: RoundKind| sweep.rounds.iter().filter(|r| r.round.kind == kind).count();
+    let (pairing, cross, retests) = (count(RoundKind::Pairing), count(RoundKind::CrossRail), count(RoundKind::Retest));
     let bar = (sweep.threshold * 100.0).round();
     let _ = writeln!(
         out,
-        "# sweep: {} pairing round{} + {retests} retest, {} ranks × {rails} rails, {} per write; a channel is judged by its \
-         best figure with any peer against {bar:.0}% of its rail's median{}",
-        sweep.rounds.len() - retests,
-        if sweep.rounds.len() - retests == 1 { "" } else { "s" },
+        "# sweep: {pairing} pairing round{} + {cross} cross-rail + {retests} retest, {} ranks × {rails} rails, {} per write; a \
+         channel is judged by its best figure with any peer NIC against {bar:.0}% of its rail's median{}",
+        if pairing == 1 { "" } else { "s" },
         sweep.nodes.len(),
         format_size(sweep.size),
         sweep.link_gbps.map_or(String::new(), |l| format!(" and of {l} Gbps (--link-gbps)")),
@@ -52,6 +52,7 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     }
     let medians: Vec<String> = judged.medians.iter().map(|m| m.map_or_else(|| "-".into(), |m| format!("{m:.2}"))).collect();
     let _ = writeln!(out, "| median | | {} |", medians.join(" | "));
+    latency_table(&mut out, sweep, rails, &names);
     let Some(verdict) = &sweep.verdict else {
         let _ = writeln!(out, "\n# no verdict: the sweep did not finish");
         return out;
@@ -73,7 +74,12 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
         };
         let nic = match s.scope {
             Scope::Node => s.nics.join(" "),
-            Scope::Link => format!("{} (to rank {})", s.nic.as_deref().unwrap_or("-"), s.peer.map_or_else(|| "-".into(), |p| p.to_string())),
+            Scope::Link => format!(
+                "{} (to rank {} {})",
+                s.nic.as_deref().unwrap_or("-"),
+                s.peer.map_or_else(|| "-".into(), |p| p.to_string()),
+                s.peer_nic.as_deref().unwrap_or("-")
+            ),
             Scope::Nic => s.nic.clone().unwrap_or_else(|| "-".into()),
         };
         let peers: Vec<String> = s.peers_tried.iter().map(ToString::to_string).collect();
@@ -91,6 +97,48 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
         );
     }
     out
+}
+
+/// Per rank and rail, as the writer: p50/p99 of each write in its best round, and what it retransmitted
+/// over the sweep where a counter tells.
+fn latency_table(out: &mut String, sweep: &SweepResults, rails: usize, names: &[String]) {
+    let ranks = sweep.nodes.len();
+    // `[rank][rail]`: (the best figure's rate, p50, p99), retransmits summed.
+    let mut best: Vec<Vec<Option<(f64, f64, f64)>>> = vec![vec![None; rails]; ranks];
+    let mut retransmits: Vec<Vec<Option<u64>>> = vec![vec![None; rails]; ranks];
+    for figure in sweep.rounds.iter().flat_map(|r| &r.figures) {
+        if figure.from >= ranks || figure.rail >= rails {
+            continue;
+        }
+        let slot = &mut best[figure.from][figure.rail];
+        if slot.is_none_or(|(gbps, _, _)| figure.judged_gbps() > gbps) {
+            *slot = Some((figure.judged_gbps(), figure.p50_us, figure.p99_us));
+        }
+        if let Some(count) = figure.retransmits {
+            let slot = &mut retransmits[figure.from][figure.rail];
+            *slot = Some(slot.unwrap_or(0) + count);
+        }
+    }
+    let counted = retransmits.iter().flatten().any(Option::is_some);
+    let _ = writeln!(
+        out,
+        "\n# write latency p50/p99 (µs) per rank and rail in its best round{}",
+        if counted { ", and retransmits over the sweep (r)" } else { " (no counter here tells retransmits per channel)" }
+    );
+    let _ = writeln!(out, "| rank | {} |", names.join(" | "));
+    let _ = writeln!(out, "|---:|{}", "---:|".repeat(rails));
+    for rank in 0..ranks {
+        let cells: Vec<String> = (0..rails)
+            .map(|rail| {
+                let latency = best[rank][rail].map_or_else(|| "-".into(), |(_, p50, p99)| format!("{p50:.0}/{p99:.0}"));
+                match retransmits[rank][rail] {
+                    Some(count) => format!("{latency} ({count}r)"),
+                    None => latency,
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {rank} | {} |", cells.join(" | "));
+    }
 }
 
 #[cfg(test)]
@@ -122,7 +170,7 @@ mod tests {
                     .flat_map(|&(a, b)| {
                         (0..2).flat_map(move |rail| {
                             let gbps = rate(a, rail).min(rate(b, rail));
-                            [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 1.0 })
+                            [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 1.0, p99_us: 1.0, ..Figure::default() })
                         })
                     })
                     .collect(),

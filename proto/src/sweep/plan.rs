@@ -24,10 +24,18 @@ pub fn pairing_rounds(ranks: usize, quick: bool) -> Vec<Round> {
             .filter(|&(a, b)| a < ranks && b < ranks)
             .map(|(a, b)| (a.min(b), a.max(b)))
             .collect();
-        rounds.push(Round { index, kind: RoundKind::Pairing, pairs });
+        rounds.push(Round { index, kind: RoundKind::Pairing, pairs, shift: 0 });
         circle[1..].rotate_right(1);
     }
     rounds
+}
+
+/// The cross-rail round: the pairs of `first` (the tournament's first round) again, channel k of the
+/// smaller rank with channel k + 1 of the larger. Every NIC of both nodes meets a second NIC of the same
+/// peer: with the rail-aligned figures of that pair, a slow NIC (slow with both NICs of the peer) is told
+/// from a slow link (slow only with the one across from it), even between two nodes.
+pub fn cross_rail_round(index: usize, first: &Round) -> Round {
+    Round { index, kind: RoundKind::CrossRail, pairs: first.pairs.clone(), shift: 1 }
 }
 
 /// One retest round from `wanted` pairs, taken in order where neither rank is already busy in it; returns
@@ -52,7 +60,7 @@ pub fn retest_round(index: usize, wanted: &[(usize, usize)]) -> (Round, Vec<(usi
             pairs.push(pair);
         }
     }
-    (Round { index, kind: RoundKind::Retest, pairs }, left)
+    (Round { index, kind: RoundKind::Retest, pairs, shift: 0 }, left)
 }
 
 #[cfg(test)]
@@ -106,6 +114,24 @@ mod tests {
         assert_eq!(left, vec![(1, 2)]);
         assert_eq!(round.partner(3), Some(1));
         assert_eq!(round.partner(5), None);
+    }
+
+    #[test]
+    fn the_cross_rail_round_pairs_every_nic_with_the_next_one_of_the_same_peer() {
+        let first = &pairing_rounds(4, false)[0];
+        let cross = cross_rail_round(3, first);
+        assert_eq!((cross.index, cross.kind, cross.shift), (3, RoundKind::CrossRail, 1));
+        assert_eq!(cross.pairs, first.pairs);
+        // Rank 0 (the smaller of 0-3) channel k meets rank 3's channel k+1, and rank 3's channel k+1 meets
+        // rank 0's channel k: one matching of the two nodes' NICs.
+        for k in 0..4 {
+            let j = cross.remote_rail(0, 3, k, 4);
+            assert_eq!(j, (k + 1) % 4);
+            assert_eq!(cross.remote_rail(3, 0, j, 4), k);
+        }
+        assert_eq!(first.remote_rail(0, 3, 2, 4), 2);
+        // Two NICs: 0↔1 and 1↔0.
+        assert_eq!((cross.remote_rail(0, 3, 0, 2), cross.remote_rail(0, 3, 1, 2)), (1, 0));
     }
 
     /// The scale: 1024 nodes × 32 NICs. Rail-aligned rounds make every node pair a pair on every

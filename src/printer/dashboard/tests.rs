@@ -316,11 +316,11 @@ fn sweep_round(index: usize, pairs: &[(usize, usize)]) -> ConsumerEvent {
             for rail in 0..2 {
                 let slow = rail == 1 && (from == 2 || to == 2);
                 let gbps = if slow { 0.24 } else { 0.96 };
-                figures.push(Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 280.0, p99_us: 300.0 });
+                figures.push(Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 280.0, p99_us: 300.0, ..Figure::default() });
             }
         }
     }
-    let round = Round { index, kind: RoundKind::Pairing, pairs: pairs.to_vec() };
+    let round = Round { index, kind: RoundKind::Pairing, pairs: pairs.to_vec(), shift: 0 };
     ConsumerEvent::SweepRound(Box::new(SweepRound { round, planned: 3, figures }))
 }
 
@@ -353,6 +353,7 @@ fn a_sweeps_rounds_fill_the_heatmap_and_the_verdict_names_the_slow_nic() {
         scope: Scope::Nic,
         rail: Some(1),
         peer: None,
+        peer_nic: None,
         nics: Vec::new(),
     };
     session.send(ConsumerEvent::SweepVerdict(Box::new(Verdict { suspects: vec![suspect], checked: Checked { nodes: 4, nics: 8 } })));

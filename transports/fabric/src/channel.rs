@@ -229,6 +229,18 @@ impl Channel {
         self.post_cq_data_receives()
     }
 
+    /// Inserts more endpoints (another channel of every rank, for a cross-rail exchange) after the ranks
+    /// [`Channel::connect`] inserted; returns the index the first of them takes. `write(base + r, ..)`
+    /// then addresses the `r`-th of them. Immediates are still counted by the rank they carry.
+    pub fn connect_more(&self, addresses: &[PeerAddress]) -> Result<usize> {
+        let names: Vec<Vec<u8>> = addresses.iter().map(|a| a.0.clone()).collect();
+        let inserted = self.stack.insert_addresses(&names)?;
+        let mut peers = self.peers.borrow_mut();
+        let base = peers.len();
+        peers.extend(inserted);
+        Ok(base)
+    }
+
     /// Posts the immediate-data receives that wait to be posted; leaves the rest for the next progress call
     /// when the provider says EAGAIN.
     fn post_cq_data_receives(&self) -> Result<()> {
@@ -276,7 +288,7 @@ impl Channel {
             .borrow()
             .get(rank)
             .copied()
-            .ok_or_else(|| FabricError::Invalid(format!("rank {rank} is not connected on channel {}", self.index)))
+            .ok_or_else(|| FabricError::Invalid(format!("endpoint {rank} is not connected on channel {}", self.index)))
     }
 
     fn check_span(&self, region: &MemoryRegion, offset: usize, len: usize) -> Result<()> {

@@ -95,6 +95,9 @@ fn progress(view: &SweepView) -> Line<'static> {
     let retests = view.record.rounds.iter().filter(|r| r.round.kind == RoundKind::Retest).count();
     let pairing = done - retests;
     let mut text = format!("round {pairing} of {planned}");
+    if view.record.rounds.last().is_some_and(|r| r.round.kind == RoundKind::CrossRail) {
+        text.push_str(" (cross-rail)");
+    }
     if retests > 0 {
         let _ = write!(text, " + {retests} retest");
     }
@@ -118,10 +121,11 @@ pub fn suspect_line(s: &Suspect) -> String {
         Scope::Nic => format!("NIC  rank {} {} {}", s.rank, s.host, s.nic.as_deref().unwrap_or("?")),
         Scope::Node => format!("NODE {} (rank {}, every NIC: {})", s.host, s.rank, s.nics.join(" ")),
         Scope::Link => format!(
-            "LINK rank {} ↔ rank {} on {}",
+            "LINK rank {} {} ↔ rank {} {}",
             s.rank,
+            s.nic.as_deref().unwrap_or("?"),
             s.peer.map_or_else(|| "?".into(), |p| p.to_string()),
-            s.nic.as_deref().unwrap_or("?")
+            s.peer_nic.as_deref().or(s.nic.as_deref()).unwrap_or("?")
         ),
     };
     let peers: Vec<String> = s.peers_tried.iter().map(ToString::to_string).collect();
@@ -166,7 +170,7 @@ mod tests {
                 .flat_map(|&(a, b)| {
                     (0..RAILS).flat_map(move |rail| {
                         let gbps = rate(a, rail).min(rate(b, rail));
-                        [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 500.0, p99_us: 600.0 })
+                        [(a, b), (b, a)].map(|(from, to)| Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 500.0, p99_us: 600.0, ..Figure::default() })
                     })
                 })
                 .collect();

@@ -1,7 +1,8 @@
 //! `sweep`: the record so far (settings, every round, the verdict once judged) and what the panel draws
-//! from it, judged once per round rather than once per frame.
+//! from it, judged once per round rather than once per frame, by a [`Judge`] that takes each round's
+//! figures once (a round costs its figures and a pass over the channels, however many rounds came before).
 
-use efatop_proto::sweep::{judge, JudgeInput, SweepResults, SweepRound, Verdict};
+use efatop_proto::sweep::{Judge, SweepResults, SweepRound, Verdict};
 
 /// What the dashboard knows of a sweep.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -17,13 +18,16 @@ pub struct SweepView {
     pub suspect: Vec<Vec<bool>>,
     /// Per rail: the fleet median so far.
     pub medians: Vec<Option<f64>>,
+    judge: Judge,
 }
 
 impl SweepView {
     /// A sweep's settings and ranks, before its first round.
     pub fn begin(record: SweepResults, rails: usize) -> Self {
         let ranks = record.nodes.len();
+        let judge = Judge::new(&record.nodes, rails, record.threshold, record.link_gbps);
         let mut view = Self {
+            judge,
             record,
             rails,
             latest: vec![vec![None; rails]; ranks],
@@ -41,14 +45,14 @@ impl SweepView {
     /// A round finished: its figures become the latest, and everything is judged again.
     pub fn round(&mut self, round: SweepRound) {
         let ranks = self.latest.len();
-        // A pair's figure is its slower direction, on both of its ranks.
+        // A pair's figure is its slower direction, on both of its NICs (another rail's, cross-rail).
         let mut this_round: Vec<Vec<Option<f64>>> = vec![vec![None; self.rails]; ranks];
         for figure in &round.figures {
-            if figure.from >= ranks || figure.to >= ranks || figure.rail >= self.rails {
+            if figure.from >= ranks || figure.to >= ranks || figure.rail >= self.rails || figure.target_rail() >= self.rails {
                 continue;
             }
-            for rank in [figure.from, figure.to] {
-                let slot = &mut this_round[rank][figure.rail];
+            for (rank, rail) in [(figure.from, figure.rail), (figure.to, figure.target_rail())] {
+                let slot = &mut this_round[rank][rail];
                 let gbps = figure.judged_gbps();
                 *slot = Some(slot.map_or(gbps, |old| old.min(gbps)));
             }
@@ -58,6 +62,7 @@ impl SweepView {
                 *latest = measured;
             }
         }
+        self.judge.add(&round);
         self.record.rounds.push(round);
         self.rejudge();
     }
@@ -67,13 +72,7 @@ impl SweepView {
     }
 
     fn rejudge(&mut self) {
-        let judged = judge(&JudgeInput {
-            nodes: &self.record.nodes,
-            rails: self.rails,
-            rounds: &self.record.rounds,
-            threshold: self.record.threshold,
-            link_gbps: self.record.link_gbps,
-        });
+        let judged = self.judge.judgement();
         for (rank, row) in self.latest.iter().enumerate() {
             for (rail, value) in row.iter().enumerate() {
                 self.latest_low[rank][rail] = value.is_some_and(|v| judged.is_low(rail, v));
@@ -98,7 +97,7 @@ impl SweepView {
         self.medians = judged.medians;
     }
 
-    /// Rounds run so far and planned (pairing rounds; retests come on top).
+    /// Rounds run so far and planned (pairing and cross-rail rounds; retests come on top).
     pub fn progress(&self) -> (usize, usize) {
         let planned = self.record.rounds.first().map_or(0, |r| r.planned);
         (self.record.rounds.len(), planned)
