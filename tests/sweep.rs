@@ -64,6 +64,14 @@ fn sweep(label: &str, nodes: usize) -> (common::Run, Value) {
         assert_eq!(f["to_rail"].as_u64(), Some(want), "{f}");
     }
     assert_eq!(results["sweep"]["cross_rail"], true);
+    // Rails one after another (ranks crowd this machine's cores): what each writer's TCP retransmitted while
+    // its rail ran alone is that channel's, and every figure carries it.
+    let sequential = results["sweep"]["notes"].as_array().is_some_and(|n| n.iter().any(|n| n.as_str().is_some_and(|n| n.contains("one after another"))));
+    if sequential {
+        for f in rounds.iter().flat_map(|r| r["figures"].as_array().into_iter().flatten()) {
+            assert!(f["retransmits"].is_u64(), "a figure without its retransmits: {f}");
+        }
+    }
     assert_eq!(results["sweep"]["verdict"], verdict);
     assert_eq!(results["status"]["state"], "complete");
     // Every stdout line before the verdict is JSON too, and every round was told as it finished.
