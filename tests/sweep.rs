@@ -12,7 +12,8 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Cluster, cluster_script, efatop_path, run_program, serial};
+use common::{Cluster, cluster_script, efatop, efatop_path, run_program, serial};
+use efatop_monitor::FakeSysfs;
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
@@ -170,4 +171,39 @@ fn between_two_nodes_a_slow_link_is_named_as_the_link() {
     let why = s["why"].as_str().unwrap_or_default();
     assert!(why.contains("rank 0 efa1 reaches the bar with rank 1 efa2 (cross-rail)"), "{s}");
     assert!(why.contains("rank 1 efa1 with rank 0 efa0 (cross-rail)"), "{s}");
+}
+
+/// Retransmits per channel from the NIC's own counters, where it has them (EFA's `retrans_pkts`): on a fake
+/// p5 tree whose first device's `retrans_pkts` is the loopback interface's packet count (so it grows with
+/// the sweep's own TCP traffic between two local ranks), every figure written from channel 0 carries a
+/// count above zero and every figure from channel 1 (a device whose counters stay still) carries zero.
+#[test]
+fn retransmits_come_from_each_channels_nic_counters_where_it_has_them() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("p5");
+    let fake = FakeSysfs::p5(&root).expect("fake p5 tree");
+    let retrans = fake.counter_path("rdmap79s0", "retrans_pkts");
+    std::fs::remove_file(&retrans).expect("remove the fake retrans_pkts");
+    std::os::unix::fs::symlink("/sys/class/net/lo/statistics/tx_packets", &retrans).expect("symlink");
+    let run = efatop(&[
+        "run", "--ranks", "2", "sweep", "--provider", "tcp", "--channels", "2", "--size", "1M", "--iters", "4", "--warmup",
+        "1", "--json", "--no-cross-rail", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0,1=rdmap80s0",
+    ]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let figures: Vec<Value> = run
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == "sweep_round")
+        .flat_map(|l| l["data"]["figures"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(figures.len(), 2 * 2, "one round, 2 channels both ways: {}", run.stdout);
+    for f in &figures {
+        match f["rail"].as_u64() {
+            Some(0) => assert!(f["retransmits"].as_u64() > Some(0), "channel 0's device counted: {f}"),
+            Some(1) => assert_eq!(f["retransmits"].as_u64(), Some(0), "channel 1's device stayed still: {f}"),
+            _ => panic!("{f}"),
+        }
+    }
 }
