@@ -230,12 +230,15 @@ impl App {
     fn sweep_round(&mut self, round: efatop_experiments::sweep::SweepRound, now: Duration) {
         let Some(view) = &mut self.data.sweep else { return };
         let before = view.suspect.clone();
-        let line = format!(
-            "sweep {} {}: {} pairs",
-            if round.round.kind == efatop_experiments::sweep::RoundKind::Retest { "retest round" } else { "round" },
-            round.round.index + 1,
-            round.round.pairs.len()
-        );
+        let line = match round.round.kind {
+            efatop_experiments::sweep::RoundKind::Pairing => format!("sweep round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
+            efatop_experiments::sweep::RoundKind::CrossRail => format!(
+                "sweep round {} (cross-rail: NIC k with NIC k+1 of the same peer): {} pairs",
+                round.round.index + 1,
+                round.round.pairs.len()
+            ),
+            efatop_experiments::sweep::RoundKind::Retest => format!("sweep retest round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
+        };
         view.round(round);
         let (done, planned) = view.progress();
         let mut fresh = Vec::new();

@@ -234,6 +234,8 @@ struct Exchange<'a> {
 /// A channel's writes of one round.
 struct Lane<'w> {
     op: Option<(Op<'w>, Instant)>,
+    /// When the next write was first tried, while the provider says EAGAIN: its time counts from there.
+    trying_since: Option<Instant>,
     posted: u64,
     timed_from: Option<Instant>,
     timed_until: Option<Instant>,
@@ -338,6 +340,7 @@ impl Exchange<'_> {
         let mut lanes: Vec<Lane<'_>> = (0..world.channels.len())
             .map(|rail| Lane {
                 op: None,
+                trying_since: None,
                 posted: if rails.contains(&rail) { 0 } else { total },
                 timed_from: None,
                 timed_until: None,
@@ -363,24 +366,32 @@ impl Exchange<'_> {
                 }
                 if lane.op.is_none() && lane.posted < total {
                     let channel = &world.channels[rail];
-                    let now = Instant::now();
-                    if lane.posted == self.sweep.warmup {
-                        lane.timed_from = Some(now);
-                    }
+                    let tried = *lane.trying_since.get_or_insert_with(Instant::now);
                     let (theirs, endpoint) = targets[rail];
-                    let op = channel.write(
+                    // Never wait inside the provider: a write the provider cannot take yet (shm's EAGAIN
+                    // while an earlier transfer is still in its bounce buffers) is tried again after
+                    // every channel has progressed. In the cross-rail round channel k's write waits on the
+                    // peer progressing its channel k+1, which waits on this rank's channel k+1: progressing
+                    // one channel alone would deadlock the two ranks.
+                    let posted = channel.try_write(
                         endpoint,
                         &self.payload.regions[rail],
                         0,
                         self.size as usize,
                         self.remotes[peer][theirs],
                         (theirs as u64 + 1) * self.stride,
-                        Some(Immediate::encode(world.rank, lane.posted as u32)),
+                        Immediate::encode(world.rank, lane.posted as u32),
                     )?;
-                    lane.op = Some((op, now));
-                    lane.posted += 1;
-                    world.probe.set_in_flight(rail, channel.in_flight());
-                    advanced = true;
+                    if let Some(op) = posted {
+                        if lane.posted == self.sweep.warmup {
+                            lane.timed_from = Some(tried);
+                        }
+                        lane.op = Some((op, tried));
+                        lane.trying_since = None;
+                        lane.posted += 1;
+                        world.probe.set_in_flight(rail, channel.in_flight());
+                        advanced = true;
+                    }
                 }
             }
             for ((rail, channel), seen) in world.channels.iter().enumerate().zip(seen.iter_mut()) {

@@ -309,19 +309,27 @@ fn sweep_session() -> Session {
 /// Round `index` of the tournament: both ends of each pair write each other on both rails; rank 2's rail 1
 /// runs at a quarter of the rest.
 fn sweep_round(index: usize, pairs: &[(usize, usize)]) -> ConsumerEvent {
+    sweep_round_of(index, efatop_proto::sweep::RoundKind::Pairing, pairs)
+}
+
+/// A round of `kind`: the cross-rail round pairs the smaller rank's rail k with the larger's rail k+1.
+fn sweep_round_of(index: usize, kind: efatop_proto::sweep::RoundKind, pairs: &[(usize, usize)]) -> ConsumerEvent {
     use efatop_proto::sweep::{Figure, Round, RoundKind, SweepRound};
+    let shift = usize::from(kind == RoundKind::CrossRail);
+    let round = Round { index, kind, pairs: pairs.to_vec(), shift };
     let mut figures = Vec::new();
     for &(a, b) in pairs {
         for (from, to) in [(a, b), (b, a)] {
             for rail in 0..2 {
-                let slow = rail == 1 && (from == 2 || to == 2);
+                let theirs = round.remote_rail(from, to, rail, 2);
+                let slow = (rail == 1 && from == 2) || (theirs == 1 && to == 2);
                 let gbps = if slow { 0.24 } else { 0.96 };
-                figures.push(Figure { from, to, rail, gbps, steady_gbps: gbps, p50_us: 280.0, p99_us: 300.0, ..Figure::default() });
+                let to_rail = (theirs != rail).then_some(theirs);
+                figures.push(Figure { from, to, rail, to_rail, gbps, steady_gbps: gbps, p50_us: 280.0, p99_us: 300.0, ..Figure::default() });
             }
         }
     }
-    let round = Round { index, kind: RoundKind::Pairing, pairs: pairs.to_vec(), shift: 0 };
-    ConsumerEvent::SweepRound(Box::new(SweepRound { round, planned: 3, figures }))
+    ConsumerEvent::SweepRound(Box::new(SweepRound { round, planned: 4, figures }))
 }
 
 #[test]
@@ -336,8 +344,11 @@ fn a_sweeps_rounds_fill_the_heatmap_and_the_verdict_names_the_slow_nic() {
     // Slow with its first peer only: not yet a suspect (that needs every peer tried so far).
     session.send(sweep_round(1, &[(0, 2), (1, 3)]));
     session.send(sweep_round(2, &[(0, 1), (2, 3)]));
+    session.send(sweep_round_of(3, efatop_proto::sweep::RoundKind::CrossRail, &[(0, 3), (1, 2)]));
     assert_eq!(session.frame(ms(200)), None);
     let screen = session.screen();
+    assert!(screen.contains("round 4 of 4 (cross-rail)"), "progress names the cross-rail round:\n{screen}");
+    assert!(screen.contains("sweep round 4 (cross-rail"), "and so does the log:\n{screen}");
     assert_eq!(screen.matches("suspect: rank 2 (node2) efa1, slow with every peer so far").count(), 1, "logged once:\n{screen}");
     assert!(!screen.contains("suspect: rank 2 (node2) efa0"), "rank 2's healthy rail is no suspect:\n{screen}");
     let suspect = Suspect {
