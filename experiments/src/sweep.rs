@@ -81,12 +81,12 @@ pub fn run(
     let nodes = gather_facts(world)?;
     let crowded = crowded_machines(world)?;
 
-    let mut notes: Vec<String> = crowded.iter().cloned().collect();
+    let mut sweep_notes: Vec<String> = crowded.iter().cloned().collect();
     let cross = if config.cross_rail && channels >= 2 {
         Some(world.connect_cross_rail(1)?)
     } else {
         if config.cross_rail {
-            notes.push("sweep: one channel a rank, so no cross-rail round ran (it needs two NICs a node)".into());
+            sweep_notes.push("sweep: one channel a rank, so no cross-rail round ran (it needs two NICs a node)".into());
         }
         None
     };
@@ -103,7 +103,7 @@ pub fn run(
         nodes,
         rounds: Vec::new(),
         verdict: None,
-        notes,
+        notes: sweep_notes,
     };
     let mut judge = Judge::new(&results.nodes, channels, config.threshold, config.link_gbps);
     let mut exchange = Exchange {
