@@ -237,7 +237,12 @@ impl App {
                 round.round.index + 1,
                 round.round.pairs.len()
             ),
-            efatop_experiments::sweep::RoundKind::Retest => format!("sweep retest round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
+            efatop_experiments::sweep::RoundKind::Retest => format!(
+                "sweep retest round {}{}: {} pairs",
+                round.round.index + 1,
+                if round.round.shift > 0 { " (cross-rail)" } else { "" },
+                round.round.pairs.len()
+            ),
         };
         view.round(round);
         let (done, planned) = view.progress();

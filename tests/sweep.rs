@@ -30,7 +30,7 @@ fn reshape(_cluster: &Cluster, args: &[&str]) {
 /// round with the 250 Mbit/s NIC takes seconds, not a minute. Not much smaller: a TCP retransmission stalls
 /// a write by a few hundred ms, which 4 writes of 16M could not absorb (a healthy pair then read as a link
 /// at 0.65 Gbps, twice); 6 of 32M do.
-fn sweep(label: &str, nodes: usize) -> (common::Run, Value) {
+fn sweep(label: &str, nodes: usize) -> (common::Run, Value, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("sweep.json");
     let netns = NODES[..nodes].join(",");
@@ -78,7 +78,8 @@ fn sweep(label: &str, nodes: usize) -> (common::Run, Value) {
     // Every stdout line before the verdict is JSON too, and every round was told as it finished.
     let told = run.stdout.lines().filter(|l| l.contains(r#""type":"sweep_round""#)).count();
     assert_eq!(told, rounds.len());
-    (run, verdict)
+    let sweep = results["sweep"].clone();
+    (run, verdict, sweep)
 }
 
 fn suspects(verdict: &Value) -> &Vec<Value> {
@@ -89,7 +90,7 @@ fn suspects(verdict: &Value) -> &Vec<Value> {
 fn a_healthy_cluster_passes_with_no_suspects() {
     let _one = serial();
     let Some(_cluster) = Cluster::up() else { return };
-    let (run, verdict) = sweep("nothing re-shaped", 4);
+    let (run, verdict, _) = sweep("nothing re-shaped", 4);
     assert_eq!(run.code, Some(0), "{verdict}\n{}", run.stderr);
     assert!(suspects(&verdict).is_empty(), "{verdict}");
     assert_eq!(verdict["checked"], serde_json::json!({ "nodes": 4, "nics": 16 }));
@@ -100,7 +101,7 @@ fn one_nic_shaped_down_is_named_by_rank_and_nic() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
     reshape(&cluster, &["shape", "--node", "2", "--nic", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("efatop-node2 efa1 at 250 Mbit/s", 4);
+    let (run, verdict, _) = sweep("efatop-node2 efa1 at 250 Mbit/s", 4);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "exactly the shaped NIC: {verdict}");
@@ -124,7 +125,7 @@ fn a_slow_node_is_named_once_not_as_four_nics() {
     let _one = serial();
     let Some(cluster) = Cluster::up() else { return };
     reshape(&cluster, &["slow", "--node", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("efatop-node1 at 250 Mbit/s on every NIC", 4);
+    let (run, verdict, _) = sweep("efatop-node1 at 250 Mbit/s on every NIC", 4);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "the node once: {verdict}");
@@ -141,7 +142,7 @@ fn between_two_nodes_a_slow_nic_is_told_from_its_link_by_the_cross_rail_round() 
     let _one = serial();
     let Some(cluster) = Cluster::build(2, RAILS, "1gbit") else { return };
     reshape(&cluster, &["shape", "--node", "1", "--nic", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("2 nodes, efatop-node1 efa1 at 250 Mbit/s", 2);
+    let (run, verdict, _) = sweep("2 nodes, efatop-node1 efa1 at 250 Mbit/s", 2);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "exactly the shaped NIC: {verdict}");
@@ -158,7 +159,7 @@ fn between_two_nodes_a_slow_link_is_named_as_the_link() {
     let _one = serial();
     let Some(cluster) = Cluster::build(2, RAILS, "1gbit") else { return };
     reshape(&cluster, &["link", "--node", "0", "--peer", "1", "--nic", "1", "--rate", "250mbit"]);
-    let (run, verdict) = sweep("2 nodes, the efa1 link between them at 250 Mbit/s", 2);
+    let (run, verdict, _) = sweep("2 nodes, the efa1 link between them at 250 Mbit/s", 2);
     assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
     let found = suspects(&verdict);
     assert_eq!(found.len(), 1, "exactly the shaped link: {verdict}");
@@ -206,4 +207,28 @@ fn retransmits_come_from_each_channels_nic_counters_where_it_has_them() {
             _ => panic!("{f}"),
         }
     }
+}
+
+/// A slow path between NICs of two rails (node 0's efa2 and node 3's efa3, `link --peer-nic`): every
+/// rail-aligned figure is healthy; only the cross-rail round measures it (0-3 is a pair of the first round).
+/// It is named as a link between the two rails, and run again cross-rail in a retest round.
+#[test]
+fn a_slow_cross_rail_path_is_named_as_a_link_between_two_rails() {
+    let _one = serial();
+    let Some(cluster) = Cluster::up() else { return };
+    reshape(&cluster, &["link", "--node", "0", "--peer", "3", "--nic", "2", "--peer-nic", "3", "--rate", "250mbit"]);
+    let (run, verdict, sweep) = sweep("efatop-node0 efa2 ↔ efatop-node3 efa3 at 250 Mbit/s", 4);
+    assert_eq!(run.code, Some(3), "{verdict}\n{}", run.stderr);
+    let found = suspects(&verdict);
+    assert_eq!(found.len(), 1, "exactly the shaped path: {verdict}");
+    let s = &found[0];
+    assert_eq!(
+        (&s["scope"], &s["rank"], &s["nic"], &s["peer"], &s["peer_nic"]),
+        (&"link".into(), &0.into(), &"efa2".into(), &3.into(), &"efa3".into()),
+        "{s}"
+    );
+    assert!(s["why"].as_str().is_some_and(|w| w.contains("cross-rail")), "{s}");
+    let rounds = sweep["rounds"].as_array().expect("rounds");
+    let again = rounds.iter().any(|r| r["round"]["kind"] == "retest" && r["round"]["shift"] == 1 && r["round"]["pairs"] == serde_json::json!([[0, 3]]));
+    assert!(again, "a cross-rail retest of 0-3: {sweep}");
 }

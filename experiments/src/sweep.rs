@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
-use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round, Judge, JudgeInput, NicFacts, NodeFacts};
+use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round_shifted, Judge, JudgeInput, NicFacts, NodeFacts};
 pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
 
 // The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
@@ -129,15 +129,18 @@ pub fn run(
     }
     // Rank 0 judges the tournament and decides the retest rounds; every rank runs them.
     let retests = if world.rank == 0 {
-        let mut wanted = judge.judgement().retest;
+        let judged = judge.judgement();
         let mut rounds = Vec::new();
-        while !wanted.is_empty() && rounds.len() < RETEST_ROUNDS {
-            let (round, left) = retest_round(plan.len() + rounds.len(), &wanted);
-            if round.pairs.is_empty() {
-                break;
+        // Rail-aligned retests first, then cross-rail pairs again as they ran (shift 1).
+        for (mut wanted, shift) in [(judged.retest, 0), (judged.retest_cross, 1)] {
+            while !wanted.is_empty() && rounds.len() < RETEST_ROUNDS {
+                let (round, left) = retest_round_shifted(plan.len() + rounds.len(), &wanted, shift);
+                if round.pairs.is_empty() {
+                    break;
+                }
+                rounds.push(round);
+                wanted = left;
             }
-            rounds.push(round);
-            wanted = left;
         }
         serde_json::to_vec(&rounds).map_err(|e| ExperimentError::Bootstrap(format!("retest plan: {e}")))?
     } else {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub mod plan;
 pub mod verdict;
 
-pub use plan::{cross_rail_round, pairing_rounds, retest_round};
+pub use plan::{cross_rail_round, pairing_rounds, retest_round, retest_round_shifted};
 pub use verdict::{judge, Judge, JudgeInput, Judgement};
 
 /// Why a round ran.

@@ -49,6 +49,7 @@ pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: us
     let kind = match round.round.kind {
         RoundKind::Pairing => format!("round {} of {}", round.round.index + 1, round.planned),
         RoundKind::CrossRail => format!("round {} of {} (cross-rail: channel k with channel k+1)", round.round.index + 1, round.planned),
+        RoundKind::Retest if round.round.shift > 0 => format!("retest round {} (cross-rail)", round.round.index + 1 - round.planned),
         RoundKind::Retest => format!("retest round {}", round.round.index + 1 - round.planned),
     };
     let pairs: Vec<String> = round.round.pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();

@@ -41,6 +41,12 @@ pub fn cross_rail_round(index: usize, first: &Round) -> Round {
 /// One retest round from `wanted` pairs, taken in order where neither rank is already busy in it; returns
 /// the round and the pairs left for a later one. Pairs of a rank with itself are dropped.
 pub fn retest_round(index: usize, wanted: &[(usize, usize)]) -> (Round, Vec<(usize, usize)>) {
+    retest_round_shifted(index, wanted, 0)
+}
+
+/// [`retest_round`] with channel k of the smaller rank of each pair meeting channel k + `shift` of the
+/// larger: 1 runs cross-rail pairs again.
+pub fn retest_round_shifted(index: usize, wanted: &[(usize, usize)], shift: usize) -> (Round, Vec<(usize, usize)>) {
     let mut busy = std::collections::HashSet::new();
     let mut pairs = Vec::new();
     let mut left = Vec::new();
@@ -60,7 +66,7 @@ pub fn retest_round(index: usize, wanted: &[(usize, usize)]) -> (Round, Vec<(usi
             pairs.push(pair);
         }
     }
-    (Round { index, kind: RoundKind::Retest, pairs, shift: 0 }, left)
+    (Round { index, kind: RoundKind::Retest, pairs, shift }, left)
 }
 
 #[cfg(test)]
@@ -114,6 +120,9 @@ mod tests {
         assert_eq!(left, vec![(1, 2)]);
         assert_eq!(round.partner(3), Some(1));
         assert_eq!(round.partner(5), None);
+        let (cross, _) = retest_round_shifted(4, &[(3, 0)], 1);
+        assert_eq!((cross.kind, cross.pairs.clone(), cross.shift), (RoundKind::Retest, vec![(0, 3)], 1));
+        assert_eq!(cross.remote_rail(0, 3, 2, 4), 3);
     }
 
     #[test]

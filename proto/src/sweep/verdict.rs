@@ -34,6 +34,9 @@ pub struct Judgement {
     /// Pairs worth running again: each suspect rank against a healthy peer (one it has not met where there
     /// is one), and each rail-aligned pair that was slow only with each other, again.
     pub retest: Vec<(usize, usize)>,
+    /// Cross-rail pairs that were slow only with each other, to run again as they ran (the smaller rank's
+    /// channel k with the larger's k + 1).
+    pub retest_cross: Vec<(usize, usize)>,
     /// Per rail: the fleet median of the channels' best figures (`None`: nothing measured on it).
     pub medians: Vec<Option<f64>>,
     /// Per rail: the figure below which a channel is slow.
@@ -313,6 +316,7 @@ impl Judge {
         // Pairs slow with each other, and behind the rest of their round every time they met, where neither
         // end is slow with everyone: links.
         let mut link_pairs = Vec::new();
+        let mut cross_pairs = Vec::new();
         for &key in &self.behind {
             let ((a, ka), (b, kb)) = key;
             let Some(state) = self.pairs.get(&key) else { continue };
@@ -357,9 +361,11 @@ impl Judge {
                 peers_tried: vec![b],
                 why,
             });
-            // A rail-aligned retest round runs a rail-aligned pair again.
+            // A retest round runs the pair again as it ran: rail-aligned, or with the cross-rail shift.
             if ka == kb {
                 link_pairs.push((a, b));
+            } else if kb == (ka + 1) % rails {
+                cross_pairs.push((a, b));
             }
         }
 
@@ -396,6 +402,7 @@ impl Judge {
         Judgement {
             verdict: Verdict { suspects, checked: Checked { nodes: measured_nodes, nics: measured_channels } },
             retest,
+            retest_cross: cross_pairs,
             medians,
             limits,
             best: best.clone(),
@@ -617,7 +624,8 @@ mod tests {
         let s = &suspects[0];
         assert_eq!((s.scope, s.rank, s.nic.as_deref(), s.peer, s.peer_nic.as_deref()), (Scope::Link, 0, Some("efa2"), Some(3), Some("efa3")));
         assert!(s.why.contains("cross-rail"), "{}", s.why);
-        // A rail-aligned retest would not run it again.
+        // It is run again as it ran, cross-rail; a rail-aligned retest would not measure it.
+        assert_eq!(judged.retest_cross, vec![(0, 3)]);
         assert!(!judged.retest.contains(&(0, 3)), "{:?}", judged.retest);
     }
 
