@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
-use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round_shifted, Judge, JudgeInput, NicFacts, NodeFacts};
+use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round_shifted, Judge, NicFacts, NodeFacts};
 pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
 
 // The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
@@ -94,7 +94,7 @@ pub fn run(
     if let (Some(_), Some(first)) = (&cross, plan.first()) {
         plan.push(cross_rail_round(plan.len(), first));
     }
-    let mut results = SweepResults {
+    let results = SweepResults {
         size: config.size,
         threshold: config.threshold,
         link_gbps: config.link_gbps,
@@ -105,7 +105,6 @@ pub fn run(
         verdict: None,
         notes: sweep_notes,
     };
-    let mut judge = Judge::new(&results.nodes, channels, config.threshold, config.link_gbps);
     let mut exchange = Exchange {
         world,
         sweep,
@@ -118,18 +117,14 @@ pub fn run(
         rails_at_once: crowded.is_none(),
         cross: cross.unwrap_or_default(),
     };
+    let judge = Judge::new(&results.nodes, channels, config.threshold, config.link_gbps);
+    let mut record = Record { planned: plan.len(), judge, results };
     for round in &plan {
-        let figures = exchange.round(round, observer)?;
-        if world.rank == 0 {
-            let finished = SweepRound { round: round.clone(), planned: plan.len(), figures };
-            judge.add(&finished);
-            results.rounds.push(finished);
-            observer.sweep(&results);
-        }
+        record.play(&mut exchange, round, observer)?;
     }
     // Rank 0 judges the tournament and decides the retest rounds; every rank runs them.
     let retests = if world.rank == 0 {
-        let judged = judge.judgement();
+        let judged = record.judge.judgement();
         let mut rounds = Vec::new();
         // Rail-aligned retests first, then cross-rail pairs again as they ran (shift 1).
         for (mut wanted, shift) in [(judged.retest, 0), (judged.retest_cross, 1)] {
@@ -150,14 +145,9 @@ pub fn run(
     let retests: Vec<Round> = serde_json::from_slice(shared.first().map_or(&[][..], Vec::as_slice))
         .map_err(|e| ExperimentError::Bootstrap(format!("retest plan from rank 0: {e}")))?;
     for round in &retests {
-        let figures = exchange.round(round, observer)?;
-        if world.rank == 0 {
-            let finished = SweepRound { round: round.clone(), planned: plan.len(), figures };
-            judge.add(&finished);
-            results.rounds.push(finished);
-            observer.sweep(&results);
-        }
+        record.play(&mut exchange, round, observer)?;
     }
+    let Record { judge, mut results, .. } = record;
     if world.rank == 0 {
         results.verdict = Some(judge.judgement().verdict);
         observer.sweep(&results);
@@ -165,9 +155,25 @@ pub fn run(
     Ok(results)
 }
 
-/// The judge's view of rank 0's record.
-pub fn judge_input(results: &SweepResults, rails: usize) -> JudgeInput<'_> {
-    JudgeInput { nodes: &results.nodes, rails, rounds: &results.rounds, threshold: results.threshold, link_gbps: results.link_gbps }
+/// Rank 0's record of the rounds as they finish, judged one at a time.
+struct Record {
+    planned: usize,
+    judge: Judge,
+    results: SweepResults,
+}
+
+impl Record {
+    /// Runs `round` on this rank; on rank 0 its figures are judged, kept and told to `observer`.
+    fn play(&mut self, exchange: &mut Exchange<'_>, round: &Round, observer: &mut dyn Observer) -> Result<(), ExperimentError> {
+        let figures = exchange.round(round, observer)?;
+        if exchange.world.rank == 0 {
+            let finished = SweepRound { round: round.clone(), planned: self.planned, figures };
+            self.judge.add(&finished);
+            self.results.rounds.push(finished);
+            observer.sweep(&self.results);
+        }
+        Ok(())
+    }
 }
 
 /// Every rank's host, GPU and NICs, for the verdict to name.

@@ -204,6 +204,13 @@ pub struct SweepResults {
     pub notes: Vec<String>,
 }
 
+impl SweepResults {
+    /// Every round of this record judged at once, with `rails` channels a rank.
+    pub fn judge(&self, rails: usize) -> Judgement {
+        judge(&JudgeInput { nodes: &self.nodes, rails, rounds: &self.rounds, threshold: self.threshold, link_gbps: self.link_gbps })
+    }
+}
+
 /// What the verdict names a rank by: its host, GPU and NICs (in channel order), as the rank found them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeFacts {

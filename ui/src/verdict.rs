@@ -4,18 +4,12 @@
 use std::fmt::Write;
 
 use efatop_proto::sizes::format_size;
-use efatop_proto::sweep::{judge, JudgeInput, RoundKind, Scope, SweepResults};
+use efatop_proto::sweep::{RoundKind, Scope, SweepResults};
 
 /// The sweep's tables as text; `rails` is the run's channels per rank.
 pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     let mut out = String::new();
-    let judged = judge(&JudgeInput {
-        nodes: &sweep.nodes,
-        rails,
-        rounds: &sweep.rounds,
-        threshold: sweep.threshold,
-        link_gbps: sweep.link_gbps,
-    });
+    let judged = sweep.judge(rails);
     let count = |kind: RoundKind| sweep.rounds.iter().filter(|r| r.round.kind == kind).count();
     let (pairing, cross, retests) = (count(RoundKind::Pairing), count(RoundKind::CrossRail), count(RoundKind::Retest));
     let bar = (sweep.threshold * 100.0).round();
@@ -177,7 +171,7 @@ mod tests {
             })
             .collect();
         let mut sweep = SweepResults { size: 1 << 20, threshold: 0.9, nodes, rounds, ..SweepResults::default() };
-        sweep.verdict = Some(judge(&JudgeInput { nodes: &sweep.nodes, rails: 2, rounds: &sweep.rounds, threshold: 0.9, link_gbps: None }).verdict);
+        sweep.verdict = Some(sweep.judge(2).verdict);
         let text = render_verdict(&sweep, 2);
         assert!(text.contains("| 1 | n1 | 0.95 | 0.25* |"), "{text}");
         assert!(text.contains("| median | | 0.95 | 0.95 |"), "{text}");

@@ -139,7 +139,7 @@ mod tests {
     use ratatui::style::Color;
     use ratatui::Terminal;
 
-    use efatop_proto::sweep::{judge, pairing_rounds, Figure, JudgeInput, NicFacts, NodeFacts, SweepResults, SweepRound};
+    use efatop_proto::sweep::{pairing_rounds, Figure, NicFacts, NodeFacts, SweepResults, SweepRound};
 
     use super::super::draw;
     use crate::state::sweep::SweepView;
@@ -177,9 +177,7 @@ mod tests {
             view.round(SweepRound { round: round.clone(), planned: plan.len(), figures });
         }
         if rounds == plan.len() {
-            let r = &view.record;
-            let verdict =
-                judge(&JudgeInput { nodes: &r.nodes, rails: RAILS, rounds: &r.rounds, threshold: 0.9, link_gbps: None }).verdict;
+            let verdict = view.record.judge(RAILS).verdict;
             view.verdict(verdict);
         }
         let hosts: Vec<String> = view.record.nodes.iter().map(|n| n.host.clone()).collect();
