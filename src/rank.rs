@@ -350,13 +350,8 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
     let mine = RankPlacement {
         rank: world.rank,
         host: world.hosts[world.rank].clone(),
-        gpu: world.gpu.as_ref().map(|g| g.ordinal()).or_else(|| placement.and_then(|p| p.gpu)),
-        // The bus id of the GPU actually opened, else the one the topology assigned.
-        gpu_pci_bus_id: world
-            .gpu
-            .as_ref()
-            .map(|g| g.pci_bus_id().to_string())
-            .or_else(|| placement.and_then(|p| p.gpu_pci_bus_id.clone())),
+        gpu: world.gpu_ordinal(),
+        gpu_pci_bus_id: world.gpu_pci_bus_id(),
         numa_node: placement.and_then(|p| p.numa_node),
         nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
         pinned_cpus: pinned,

@@ -178,16 +178,11 @@ impl Record {
 
 /// Every rank's host, GPU and NICs, for the verdict to name.
 fn gather_facts(world: &World<'_>) -> Result<Vec<NodeFacts>, ExperimentError> {
-    let placement = world.placement.as_ref();
     let mine = NodeFacts {
         rank: world.rank,
         host: world.hosts[world.rank].clone(),
-        gpu: world.gpu.as_ref().map(|g| g.ordinal()).or_else(|| placement.and_then(|p| p.gpu)),
-        gpu_pci: world
-            .gpu
-            .as_ref()
-            .map(|g| g.pci_bus_id().to_string())
-            .or_else(|| placement.and_then(|p| p.gpu_pci_bus_id.clone())),
+        gpu: world.gpu_ordinal(),
+        gpu_pci: world.gpu_pci_bus_id(),
         nics: world
             .channels
             .iter()

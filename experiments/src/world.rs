@@ -430,6 +430,19 @@ impl<'b> World<'b> {
         crate::agree_with(self.bootstrap, self.rank, &self.hosts, connected, false)
     }
 
+    /// The GPU this rank names: the one it opened, else the one the topology assigned it.
+    pub fn gpu_ordinal(&self) -> Option<usize> {
+        self.gpu.as_ref().map(|g| g.ordinal()).or_else(|| self.placement.as_ref().and_then(|p| p.gpu))
+    }
+
+    /// That GPU's PCI bus id: the opened GPU's, else the one the topology assigned.
+    pub fn gpu_pci_bus_id(&self) -> Option<String> {
+        self.gpu
+            .as_ref()
+            .map(|g| g.pci_bus_id().to_string())
+            .or_else(|| self.placement.as_ref().and_then(|p| p.gpu_pci_bus_id.clone()))
+    }
+
     /// The largest message every channel's provider accepts.
     pub fn max_msg_size(&self) -> u64 {
         self.channels.iter().map(|c| c.nic().max_msg_size).min().unwrap_or(0)
