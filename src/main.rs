@@ -20,6 +20,7 @@ mod nvlink;
 mod printer;
 mod queue;
 mod rank;
+mod rank_zero;
 mod record;
 mod replay;
 mod run_metrics;
@@ -57,7 +58,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(run) => launch::launch(&run),
         Command::BenchCollector(args) => bench::bench_collector(&args),
-        Command::Experiment(experiment) => rank::rank_main(&experiment),
+        Command::Experiment(experiment) => rank::rank_main(experiment),
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),

@@ -1,14 +1,14 @@
 //! One rank's run of an experiment: its world, pinning and placement, NVML pairs, telemetry wiring and
-//! the results file (rewritten after every size, so a run that dies keeps what it measured). What rank 0
-//! shows of the run is [`session`]'s.
+//! the results file (rewritten after every size, so a run that dies keeps what it measured). The rank's
+//! work runs on its own thread; rank 0's main thread runs the loop ([`rank_zero`]) that takes the run's
+//! events and owns its ending.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunState, RunStatus};
+use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
 use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions, sizes};
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
@@ -18,87 +18,143 @@ use efatop_ui::state::RunInfo;
 
 use crate::experiment::{Experiment, MemoryArg};
 use crate::collector::{Collector, SamplerThread};
-use crate::event::{ConsumerEvent, RunStart};
-use crate::results_file::{ResultsFile, default_results_path, record_end};
+use crate::event::RunStart;
 use crate::printer::Mode;
-use crate::session::{ConsumerOutcome, RankZero};
-use crate::watchdog::{SharedLiveness, WatchdogOptions};
-use crate::{bootstrap, printer, session, term};
+use crate::rank_zero::{self, Ending, Forward, Input, Setup};
+use crate::results_file::{ResultsFile, default_results_path};
+use crate::run_metrics::RunMetrics;
+use crate::watchdog::{SharedLiveness, Watchdog};
+use crate::{bootstrap, term};
 
-/// Runs this process's rank; returns its exit code.
-pub fn rank_main(experiment: &Experiment) -> i32 {
+/// Runs this process's rank; returns its exit code. The rank's work (bootstrap, world, experiment) runs on
+/// a thread of its own; this, the process's main thread, waits for it and, on rank 0, runs the loop that
+/// owns the run's ending ([`rank_zero`]), which must happen even when that thread is stuck.
+pub fn rank_main(experiment: Experiment) -> i32 {
     if let Err(message) = experiment.validate() {
         eprintln!("efatop: error: {message}");
         return 2;
     }
-    let bootstrap = match bootstrap::connect() {
-        Ok(bootstrap) => bootstrap,
-        Err(err) => {
-            eprintln!("efatop: error: {err}");
-            return 1;
-        }
-    };
-    let rank = bootstrap.rank();
-    if bootstrap.size() < 2 {
-        eprintln!(
-            "efatop: error: --ranks: {} needs at least 2 ranks; start them with `efatop run --ranks N {}` or under mpirun",
-            experiment.name(),
-            experiment.name()
-        );
-        return 2;
+    let (inputs, heard) = mpsc::channel::<Input>();
+    watch_sigterm(inputs.clone());
+    let spawned = std::thread::Builder::new().name("efatop-rank".into()).stack_size(RANK_STACK).spawn(move || {
+        let outcome = rank_thread(&experiment, &inputs);
+        let _ = inputs.send(Input::Done(outcome));
+    });
+    if let Err(err) = spawned {
+        eprintln!("efatop: error: cannot start the rank's thread: {err}");
+        return 1;
     }
-    let mut results_path = None;
-    let outcome = run_rank(&*bootstrap, experiment, &mut results_path);
-    // The results file says how the run ended, whichever way it did.
-    if let Some(path) = &results_path {
-        let reason = outcome.as_ref().err().map(ToString::to_string);
-        if let Err(err) = record_end(path, reason.as_deref().map_or(Ok(()), Err)) {
-            eprintln!("efatop: warning: {err}");
-        }
-    }
-    match outcome {
-        Ok(code) => code,
-        Err(err) => {
-            match &err {
-                // Rank 0 speaks for the run: what other ranks shared with it, it prints.
-                ExperimentError::Reported { .. } => {}
-                ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_) | ExperimentError::Stopped if rank != 0 => {}
-                ExperimentError::InvalidInput { .. }
-                | ExperimentError::Unsupported(_)
-                | ExperimentError::PeerFailed { .. }
-                | ExperimentError::Stopped => {
-                    eprintln!("efatop: error: {err}");
+    // Rank 0 hands its setup over once the world is up; any rank's thread says when it is done.
+    loop {
+        match heard.recv() {
+            Ok(Input::Ready(setup)) => {
+                let Ending { code, abandoned } = rank_zero::run(*setup, &heard);
+                let code = exit_code(0, code);
+                if abandoned {
+                    // Rank 0's own thread is stuck where nothing reaches it (inside MPI): the run has ended
+                    // and said so everywhere; the process ends without that thread.
+                    use std::io::Write;
+                    let _ = std::io::stdout().flush();
+                    let _ = std::io::stderr().flush();
+                    std::process::exit(code);
                 }
-                _ => eprintln!("efatop: error: rank {rank}: {err}"),
+                return code;
             }
-            err.exit_code()
+            Ok(Input::Done(Ok(code))) => return code,
+            Ok(Input::Done(Err((rank, err)))) => return exit_code(rank, Err(err)),
+            Ok(Input::Terminated) => return 143,
+            Ok(Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_) | Input::Ended(_)) => {}
+            Err(_) => {
+                eprintln!("efatop: error: the rank's thread ended without a result (it panicked)");
+                return 1;
+            }
         }
     }
 }
 
-#[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
-/// Returns the exit code of a run that went well: 0, or [`crate::experiment::SUSPECTS_FOUND`] for a sweep
-/// whose verdict names any.
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<i32, ExperimentError> {
+/// The rank's thread's stack: the experiments keep their sweeps' bookkeeping on it.
+const RANK_STACK: usize = 16 << 20;
+
+/// The exit code of a rank's outcome; prints its error as the rank speaks for it.
+fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
+    let err = match outcome {
+        Ok(code) => return code,
+        Err(err) => err,
+    };
+    match &err {
+        // Rank 0 speaks for the run: what other ranks shared with it, it prints.
+        ExperimentError::Reported { .. } => {}
+        ExperimentError::PeerFailed { .. } | ExperimentError::Bootstrap(_) | ExperimentError::Stopped if rank != 0 => {}
+        ExperimentError::InvalidInput { .. } | ExperimentError::Unsupported(_) | ExperimentError::PeerFailed { .. } | ExperimentError::Stopped => {
+            eprintln!("efatop: error: {err}");
+        }
+        ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(reason)) if rank == 0 => {
+            eprintln!("efatop: error: {reason}");
+            if reason.starts_with(rank_zero::SIGTERM_REASON) {
+                return 143;
+            }
+        }
+        _ => eprintln!("efatop: error: rank {rank}: {err}"),
+    }
+    err.exit_code()
+}
+
+/// SIGTERM (mpirun ending the job, the launcher stopping a rank 0 that outlived a failure) is one more
+/// input of the main thread: rank 0's loop ends the run through its ordinary ending; before the run has
+/// started (or on another rank) the process ends with 143 as SIGTERM's default would.
+fn watch_sigterm(inputs: Sender<Input>) {
+    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
+        runtime.block_on(async {
+            let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+            while terminate.recv().await.is_some() {
+                if inputs.send(Input::Terminated).is_err() {
+                    return;
+                }
+            }
+        });
+    });
+    if let Err(err) = spawned {
+        eprintln!("efatop: warning: no SIGTERM handler ({err}): a SIGTERM would end the run without its tables");
+    }
+}
+
+/// The rank's thread: bootstrap, then the run. An error comes with the rank that met it (0 before the
+/// bootstrap said otherwise).
+fn rank_thread(experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, (usize, ExperimentError)> {
+    let bootstrap = bootstrap::connect().map_err(|err| (0, err))?;
+    let rank = bootstrap.rank();
+    if bootstrap.size() < 2 {
+        return Err((
+            rank,
+            ExperimentError::InvalidInput {
+                flag: "--ranks",
+                message: format!(
+                    "{} needs at least 2 ranks; start them with `efatop run --ranks N {}` or under mpirun",
+                    experiment.name(),
+                    experiment.name()
+                ),
+            },
+        ));
+    }
+    run_rank(&*bootstrap, experiment, inputs).map_err(|err| (rank, err))
+}
+
+#[allow(clippy::too_many_lines)] // the rank's setup in order: outlets, world, placement, telemetry, hand-over
+/// Sets the rank up and runs the experiment. Rank 0 hands the run's events, and its ending, to the main
+/// thread's loop ([`Input::Ready`]); its own result then comes as [`Input::Ended`]. Returns the exit code of
+/// a rank other than 0 that went well.
+fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
-    // Every run keeps what it measured: in --out, or else a timestamped file under ./efatop-results/.
-    // It holds valid JSON from the start (what is known of the run, no measurements, "running"), so a run
-    // that fails before its first size still leaves a readable file that says why.
-    let results_file = if rank == 0 {
-        let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
-        // The default folder is made on first use; a folder named in --out must exist.
-        let file = ResultsFile::create(&path, common.out.is_none(), &early_results(experiment, bootstrap.size()))?;
-        let dashboard = !common.json && !common.no_tui && term::stdout_is_terminal();
-        crate::watchdog::end_on_sigterm(dashboard, Some(path.clone()));
-        *results_path = Some(path);
-        Some(file)
-    } else {
-        None
+    // --serve and --prometheus: bound before the world, so a viewer can attach while it starts (and a port
+    // in use is refused before anything is written). The recording is created once the run starts.
+    let mut outlets = if rank == 0 { crate::serve::Outlets::open(common.serve, common.record.as_deref(), started)? } else { None };
+    let metrics = match (rank, common.prometheus) {
+        (0, Some(address)) => Some(RunMetrics::start(address, experiment.name(), &[])?),
+        _ => None,
     };
-    // --serve / --record: bound and created before the world, so a viewer can attach while it starts.
-    let mut outlets = if rank == 0 { crate::serve::Outlets::open(common.serve, common.record.as_deref())? } else { None };
     // An emulated node's rank moves into its network namespace before libfabric looks for NICs.
     let namespaces = match std::env::var(efatop_experiments::world::ENV_NETNS) {
         Ok(name) if !name.is_empty() => Some(crate::netns::Namespaces::enter(&name)?),
@@ -165,10 +221,17 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
     }
-    if let Some(file) = &results_file {
-        // The whole of the run's metadata, before its first size.
-        file.save(&results)?;
-    }
+    // Every run that started keeps what it measured: in --out, or else a timestamped file under
+    // ./efatop-results/. It holds the whole of the run's metadata before its first size and is rewritten
+    // after every size, so a run that dies keeps what it measured. A run refused before this point (bad
+    // input, no such provider) writes none.
+    let file = if rank == 0 {
+        let path = common.out.clone().unwrap_or_else(|| default_results_path(experiment.name(), SystemTime::now()));
+        // The default folder is made on first use; a folder named in --out must exist.
+        Some(ResultsFile::create(&path, common.out.is_none(), &results)?)
+    } else {
+        None
+    };
     let mode = if common.json {
         Mode::Json
     } else if common.no_tui || !term::stdout_is_terminal() {
@@ -178,51 +241,23 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     };
     // Telemetry runs in every mode: besides the live view, it is rank 0's heartbeat of every rank.
     let telemetry_wanted = !common.no_telemetry;
-
-    let (events_tx, events_rx) = mpsc::channel::<ConsumerEvent>();
-    // Rank 0's one liveness clock: the watchdog keeps it and judges by it, the dashboard shows it.
     let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
-    let watchdog = if rank == 0 && telemetry_wanted {
-        let consumer = (mode != Mode::Plain || outlets.is_some()).then(|| events_tx.clone());
-        let options = WatchdogOptions {
-            hosts: world.hosts.clone(),
-            abort: world.abort.clone(),
-            liveness: liveness.clone(),
-            started,
-            dashboard: mode == Mode::Dashboard,
-            results: results_path.clone(),
-        };
-        let started = crate::watchdog::Watchdog::start(consumer, options);
-        Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry watchdog: {e}")))?)
-    } else {
-        None
-    };
-    let collector_events = watchdog.as_ref().map_or_else(|| events_tx.clone(), |w| w.events.clone());
-    // `--prometheus`: rank 0's view of the job, folded from the telemetry on its way to the watchdog.
-    let (collector_events, run_metrics) = match (rank, common.prometheus) {
-        (0, Some(address)) => {
-            let (tee, metrics) = crate::run_metrics::tee(address, experiment.name(), &world.hosts, collector_events)?;
-            (tee, Some(metrics))
-        }
-        _ => (collector_events, None),
-    };
-    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, &collector_events, namespaces.as_ref())?;
-    drop(collector_events);
-    let sampler = telemetry.sampler;
-    let collector = telemetry.collector;
-    let every_rank_nics = telemetry.nics;
-    if let Some(metrics) = &run_metrics {
-        metrics.set_nics(every_rank_nics.clone());
-    }
+    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, inputs, namespaces.as_ref())?;
+    let Telemetry { collector, sampler, nics: every_rank_nics } = telemetry;
 
-    if rank != 0 {
+    let Some(file) = file else {
         let outcome = planned(&sweep, &mut Unobserved);
         drop(sampler);
         return outcome.map(|()| 0);
-    }
+    };
 
-    // Rank 0: a consumer for the chosen mode, fed by the collector and by the experiment's observer.
+    // Rank 0: the main thread's loop takes the run's events, its clock and its ending from here.
     let stop = Arc::new(AtomicBool::new(false));
+    let mut metrics = metrics;
+    if let Some(metrics) = &mut metrics {
+        metrics.set_hosts(&world.hosts);
+        metrics.set_nics(every_rank_nics.clone());
+    }
     let start = RunStart {
         info: run_info(&results, &world, &sweep),
         nics: every_rank_nics,
@@ -231,100 +266,34 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         serving: outlets.as_ref().and_then(|o| o.serving),
         interval_ms: common.interval.as_millis() as u64,
     };
-    let events_rx = match &mut outlets {
-        Some(outlets) => outlets.tee(start.clone(), events_rx, started, mode != Mode::Plain),
-        None => events_rx,
-    };
-    let consumer = session::start_consumer(session::ConsumerSetup {
+    let setup = Setup {
         mode,
-        metadata: &results.metadata,
-        sizes: &sweep.sizes,
-        dashboard: (mode == Mode::Dashboard).then_some(start),
-        pairs: descriptor.pair_matrices(),
-        events: events_rx,
+        results,
+        file,
+        sizes: sweep.sizes.clone(),
+        start,
         started,
         stop: stop.clone(),
-        liveness: liveness.clone(),
-    });
-    let mut observer = RankZero {
-        events: (mode != Mode::Plain || outlets.is_some()).then(|| events_tx.clone()),
-        plain: mode == Mode::Plain,
-        results,
-        file: results_file,
-        save_error: None,
-        stop: stop.clone(),
+        abort: world.abort.clone(),
+        watchdog: collector.is_some().then(|| Watchdog::new(liveness.clone(), world.hosts.clone())),
+        liveness,
+        interval: common.interval,
+        outlets: outlets.take(),
+        metrics,
+        pushgateway: None,
+        collector,
     };
-    let mut outcome = planned(&sweep, &mut observer);
-    if matches!(outcome, Err(ExperimentError::Bootstrap(_))) && watchdog.is_some() {
-        // The launcher's rendezvous closes when any rank dies, and the same death closes that rank's
-        // telemetry connection, which the watchdog names: give it a moment to say which rank it was, rather
-        // than reporting only that the rendezvous was lost.
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while !world.abort.is_raised() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    if inputs.send(Input::Ready(Box::new(setup))).is_err() {
+        return Err(ExperimentError::Bootstrap("rank 0's loop is gone".into()));
     }
-    if outcome.is_err() && world.abort.is_raised() {
-        // The watchdog saw why first (a rank died or hung); whatever broke here followed from it.
-        outcome = Err(ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(world.abort.reason())));
-    }
-    if let Some(watchdog) = &watchdog {
-        watchdog.run_over.store(true, Ordering::Relaxed);
-    }
+    let mut observer = Forward { inputs: inputs.clone(), stop };
+    let outcome = planned(&sweep, &mut observer);
+    // Rank 0's own telemetry closes after its last sample, as every rank's does.
     if let Some(sampler) = sampler {
         sampler.finish();
     }
-    let finished = ConsumerEvent::Finished { error: outcome.as_ref().err().map(ToString::to_string) };
-    match &watchdog {
-        Some(watchdog) => {
-            // The last samples drain through the collector before the consumer is told the run is over: each
-            // rank closes its telemetry after its last sample, so once the collector has said every rank
-            // closed, nothing is left in flight. `Finished` then follows them down the same channel. A rank
-            // that never closes (hung, or its host gone) is waited for only so long.
-            let limit = if outcome.is_ok() { DRAIN_LIMIT } else { common.interval.min(Duration::from_millis(200)) };
-            let until = Instant::now() + limit;
-            while !every_rank_closed(&liveness) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            let _ = watchdog.events.send(finished);
-        }
-        None => {
-            let _ = events_tx.send(finished);
-        }
-    }
-    drop(events_tx);
-    drop(watchdog);
-    let consumer_outcome = consumer.map(|handle| handle.join().unwrap_or(ConsumerOutcome::Failed("the display thread panicked".into())));
-    drop(collector);
-    if let Some(outlets) = outlets {
-        // The tee ends once the run's channel has no sender left: the observer's is the last.
-        drop(observer.events.take());
-        outlets.finish();
-    }
-    let RankZero { mut results, file, save_error, .. } = observer;
-    // As the file will say once `rank_main` records the end.
-    results.status = Some(match &outcome {
-        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
-        Err(err) => RunStatus { state: RunState::Failed, reason: Some(err.to_string()) },
-    });
-    printer::plain::print_final(mode, &results, &sweep.sizes, outcome.is_ok(), file.as_ref().map(|f| f.path.as_path()));
-    if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
-        eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
-    }
-    outcome?;
-    save_error.map_or(Ok(()), Err)?;
-    let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
-    Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
-}
-
-/// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
-const DRAIN_LIMIT: Duration = Duration::from_secs(2);
-
-/// The collector has told the watchdog (which keeps the liveness clock) that every rank's telemetry
-/// connection closed.
-fn every_rank_closed(liveness: &SharedLiveness) -> bool {
-    let live = liveness.lock();
-    (0..live.ranks()).all(|rank| live.silence(rank, Duration::ZERO).is_none())
+    let _ = inputs.send(Input::Ended(outcome));
+    Ok(0)
 }
 
 /// Pins this rank's threads (the hot path and every thread it starts later) to the CPUs of its GPU's NUMA
@@ -412,7 +381,7 @@ impl Telemetry {
         world: &World<'_>,
         wanted: bool,
         interval: Duration,
-        events: &Sender<ConsumerEvent>,
+        events: &Sender<Input>,
         namespaces: Option<&crate::netns::Namespaces>,
     ) -> Result<Self, ExperimentError> {
         // Telemetry sockets live in the namespace the launcher runs in, whichever node a rank emulates.
@@ -492,28 +461,6 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         placements: Vec::new(),
         gpu_pairs: Vec::new(),
         hang_timeout_s: experiment.common().hang_timeout,
-    }
-}
-
-/// What the results file says before the world is up: what the command line and the bootstrap tell.
-fn early_results(experiment: &Experiment, ranks: usize) -> RunResults {
-    let common = experiment.common();
-    RunResults {
-        metadata: RunMetadata {
-            efatop_version: env!("CARGO_PKG_VERSION").into(),
-            libfabric_version: efatop_fabric::runtime_version(),
-            experiment: experiment.name().into(),
-            provider: format!("{:?}", common.provider).to_lowercase(),
-            ranks,
-            warmup: common.warmup,
-            iters: common.iters,
-            window: usize::from(common.window),
-            started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-            hang_timeout_s: common.hang_timeout,
-            ..RunMetadata::default()
-        },
-        status: Some(RunStatus::default()),
-        ..RunResults::default()
     }
 }
 

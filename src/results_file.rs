@@ -1,31 +1,12 @@
 //! The run's JSON results file: valid JSON from the moment it exists, replaced atomically after every
-//! measurement, and told how the run ended by whichever thread sees the end first.
+//! measurement, and told how the run ended by rank 0's loop, which sees every ending.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use efatop_experiments::ExperimentError;
-use efatop_experiments::results::{RunResults, RunState, RunStatus};
+use efatop_experiments::results::RunResults;
 use time::OffsetDateTime;
-
-/// Records in the results file at `path` how the run ended: complete, or failed with the reason. The file
-/// is read back (it is valid JSON from its creation) and replaced atomically, so this works from any
-/// thread that knows the path, including the watchdog ending a stuck process.
-pub fn record_end(path: &Path, outcome: Result<(), &str>) -> Result<(), String> {
-    let failed = |e: &dyn std::fmt::Display| format!("cannot record the run's end in {}: {e}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| failed(&e))?;
-    let mut results: RunResults = serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
-    // A reason already recorded (the watchdog's, which saw the cause first) is kept.
-    if results.status.as_ref().is_some_and(|status| status.state == RunState::Failed) {
-        return Ok(());
-    }
-    results.status = Some(match outcome {
-        Ok(()) => RunStatus { state: RunState::Complete, reason: None },
-        Err(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.to_string()) },
-    });
-    let json = serde_json::to_vec_pretty(&results).map_err(|e| failed(&e))?;
-    write_atomically(path, "end", &json).map_err(|e| failed(&e))
-}
 
 /// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees
 /// the old file or the new one, never a part of either. Writers that may overlap use different tags.

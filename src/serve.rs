@@ -1,9 +1,9 @@
 //! `--serve ADDR` and `--record FILE` on rank 0: the run's events, as its own consumer folds them, go to
 //! any number of viewers (`efatop attach`) and into a recording (`efatop replay`).
 //!
-//! One thread (the tee) sits between the run's one channel and rank 0's consumer: it serializes each event
-//! once, appends it to the recording, offers it to every viewer's queue, and hands it on. Nothing here is
-//! on the hot path or in the collector: both send on an unbounded channel as before.
+//! Rank 0's loop ([`crate::rank_zero`]) hands each event to [`Outlets::publish`], which serializes it once,
+//! appends it to the recording and offers it to every viewer's queue. Nothing here is on the hot path or in
+//! the collector.
 //!
 //! Viewers never slow the run: each has a bounded queue that its own thread writes out. When a viewer
 //! does not keep up, telemetry batches meant for it are dropped and counted, and the count is sent to it
@@ -15,10 +15,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::sync::mpsc::{self, Receiver};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::ExperimentError;
@@ -43,17 +41,22 @@ const DRAIN_STALL: Duration = Duration::from_millis(100);
 
 type Frame = Arc<Vec<u8>>;
 
-/// Rank 0's outlets for the run's events: the server, the recording, and the tee that feeds both.
+/// Rank 0's outlets for the run's events: the server and the recording. Rank 0's loop hands them each
+/// event ([`Outlets::publish`]): serialized once, appended to the recording, offered to every viewer's queue.
 pub struct Outlets {
     pub serving: Option<SocketAddr>,
     hub: Arc<Hub>,
+    /// Where the recording goes; it is created when the run starts ([`Outlets::begin`]), so a run refused
+    /// during its setup leaves no file.
+    record: Option<PathBuf>,
     recorder: Option<Recorder>,
-    tee: Option<JoinHandle<()>>,
+    started: Instant,
+    frame: Vec<u8>,
 }
 
 impl Outlets {
-    /// Binds `serve` (printing where, on stderr) and creates `record`; `None` when neither is asked for.
-    pub fn open(serve: Option<SocketAddr>, record: Option<&Path>) -> Result<Option<Self>, ExperimentError> {
+    /// Binds `serve` (printing where, on stderr); `None` when neither it nor `record` is asked for.
+    pub fn open(serve: Option<SocketAddr>, record: Option<&Path>, started: Instant) -> Result<Option<Self>, ExperimentError> {
         if serve.is_none() && record.is_none() {
             return Ok(None);
         }
@@ -79,63 +82,40 @@ impl Outlets {
             }
             None => None,
         };
-        let recorder = match record {
-            Some(path) => Some(Recorder::create(path).map_err(|err| ExperimentError::InvalidInput {
+        Ok(Some(Self { serving, hub, record: record.map(Path::to_path_buf), recorder: None, started, frame: Vec::new() }))
+    }
+
+    /// The run has started: the recording is created and the run's start goes out first.
+    pub fn begin(&mut self, start: RunStart) -> Result<(), ExperimentError> {
+        if let Some(path) = self.record.take() {
+            self.recorder = Some(Recorder::create(&path).map_err(|err| ExperimentError::InvalidInput {
                 flag: "--record",
                 message: format!("cannot create {}: {err}", path.display()),
-            })?),
-            None => None,
-        };
-        Ok(Some(Self { serving, hub, recorder, tee: None }))
-    }
-
-    /// Starts the tee: the run's start first, then every event of `events`, each serialized once for the
-    /// viewers and the recording and then handed on, unchanged, to the receiver returned (rank 0's
-    /// consumer; `forward` false when there is none). Times are since `started`.
-    pub fn tee(&mut self, start: RunStart, events: Receiver<ConsumerEvent>, started: Instant, forward: bool) -> Receiver<ConsumerEvent> {
-        let (consumer, received) = mpsc::channel();
-        let consumer = forward.then_some(consumer);
-        let hub = self.hub.clone();
-        let mut recorder = self.recorder.take();
-        let spawned = std::thread::Builder::new().name("efatop-tee".into()).spawn(move || {
-            let mut frame = Vec::new();
-            let mut publish = |event: &ConsumerEvent| {
-                let t_us = started.elapsed().as_micros() as u64;
-                frame.clear();
-                if stream::encode_event(t_us, event, &mut frame).is_err() {
-                    return;
-                }
-                let durable = !matches!(event, ConsumerEvent::Telemetry(_));
-                if let Some(recorder) = &mut recorder {
-                    recorder.add(&frame, durable);
-                }
-                hub.publish(event, t_us, &frame);
-            };
-            publish(&ConsumerEvent::Run(Box::new(start)));
-            while let Ok(event) = events.recv() {
-                publish(&event);
-                if let Some(consumer) = &consumer {
-                    // A consumer that has gone (the dashboard was dismissed) needs nothing more.
-                    let _ = consumer.send(event);
-                }
-            }
-            drop(recorder);
-            hub.end();
-        });
-        match spawned {
-            Ok(handle) => self.tee = Some(handle),
-            Err(err) => eprintln!("efatop: warning: --serve/--record: {err}; the run goes on without them"),
+            })?);
         }
-        received
+        self.publish(&ConsumerEvent::Run(Box::new(start)));
+        Ok(())
     }
 
-    /// Once every sender of the run's channel is gone: the recording is sealed, and viewers get a moment to
-    /// take the last events (bounded; a stalled viewer is left behind at once).
+    /// One event, serialized once for the viewers and the recording. Times are since the run started.
+    pub fn publish(&mut self, event: &ConsumerEvent) {
+        let t_us = self.started.elapsed().as_micros() as u64;
+        self.frame.clear();
+        if stream::encode_event(t_us, event, &mut self.frame).is_err() {
+            return;
+        }
+        let durable = !matches!(event, ConsumerEvent::Telemetry(_));
+        if let Some(recorder) = &mut self.recorder {
+            recorder.add(&self.frame, durable);
+        }
+        self.hub.publish(event, t_us, &self.frame);
+    }
+
+    /// After the run's last event (its end): the recording is sealed, and viewers get a moment to take the
+    /// last events (bounded; a stalled viewer is left behind at once).
     pub fn finish(mut self) {
-        if let Some(tee) = self.tee.take() {
-            let _ = tee.join();
-        }
         drop(self.recorder.take());
+        self.hub.end();
         let now = Instant::now();
         let deadline = now + DRAIN_LIMIT;
         let viewers = self.hub.state().viewers.clone();
@@ -156,7 +136,7 @@ impl Outlets {
     }
 }
 
-/// What the tee and the viewers share: what a late joiner is sent first, and the viewers' queues.
+/// What the publisher and the viewers share: what a late joiner is sent first, and the viewers' queues.
 #[derive(Default)]
 struct Hub {
     state: Mutex<HubState>,
@@ -240,7 +220,7 @@ impl Hub {
     }
 }
 
-/// One viewer's queue, filled by the tee and emptied by the viewer's own thread.
+/// One viewer's queue, filled by the publisher and emptied by the viewer's own thread.
 struct Viewer {
     queue: Mutex<Queue>,
     ready: Condvar,
@@ -389,7 +369,6 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
 /// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
 /// monitor sends rank 0 ([`efatop_monitor::wire::to_wire`]), in a telemetry batch of its own.
 pub struct MonitorStream {
-    events: Option<mpsc::Sender<ConsumerEvent>>,
     outlets: Outlets,
     seq: u64,
 }
@@ -397,9 +376,9 @@ pub struct MonitorStream {
 impl MonitorStream {
     /// The outlets `serve` and `record` ask for, fed from here; `None` when neither is asked for.
     pub fn open(serve: Option<SocketAddr>, record: Option<&Path>, host: &str, interval: Duration) -> Result<Option<Self>, (i32, String)> {
-        let opened = Outlets::open(serve, record).map_err(|err| (err.exit_code(), err.to_string()))?;
+        let failed = |err: ExperimentError| (err.exit_code(), err.to_string());
+        let opened = Outlets::open(serve, record, Instant::now()).map_err(failed)?;
         let Some(mut outlets) = opened else { return Ok(None) };
-        let (events, received) = mpsc::channel();
         let start = RunStart {
             info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
             results: efatop_experiments::RunResults {
@@ -416,23 +395,19 @@ impl MonitorStream {
             interval_ms: interval.as_millis() as u64,
             ..RunStart::default()
         };
-        drop(outlets.tee(start, received, Instant::now(), false));
-        Ok(Some(Self { events: Some(events), outlets, seq: 0 }))
+        outlets.begin(start).map_err(failed)?;
+        Ok(Some(Self { outlets, seq: 0 }))
     }
 
     pub fn send(&mut self, snapshot: &efatop_monitor::Snapshot) {
         self.seq += 1;
         let sample = efatop_monitor::wire::to_wire(snapshot, 0, self.seq, 0);
-        if let Some(events) = &self.events {
-            let _ = events.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
-        }
+        self.outlets.publish(&ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
     }
 
     /// The monitor's end, told to viewers and the recording.
     pub fn finish(mut self) {
-        if let Some(events) = self.events.take() {
-            let _ = events.send(ConsumerEvent::Finished { error: None });
-        }
+        self.outlets.publish(&ConsumerEvent::Finished { error: None });
         self.outlets.finish();
     }
 }

@@ -73,11 +73,6 @@ impl Tally {
         }
     }
 
-    /// The run ended well.
-    pub fn succeeded(&self) -> bool {
-        self.ended == Some(RunEnd::Complete)
-    }
-
     /// Exit code of a viewer, as the run it watched ended: 1 when it failed, 3 when it was a sweep that
     /// found suspects, else 0.
     pub fn exit_code(&self) -> i32 {
@@ -94,7 +89,7 @@ impl Tally {
         if self.results.metadata.experiment.is_empty() {
             return;
         }
-        plain::print_final(Mode::Dashboard, &self.results, &self.sizes, self.succeeded(), None);
+        plain::print_final(Mode::Dashboard, &self.results, &self.sizes, None);
     }
 }
 

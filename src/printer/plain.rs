@@ -13,8 +13,8 @@ pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {
     let _ = std::io::stdout().flush();
 }
 
-/// Rank 0's last word on stdout: the JSON summary, or the header and table.
-pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], verified: bool, file: Option<&Path>) {
+/// Rank 0's last word on stdout: the JSON summary, or the header and table, and how the run ended.
+pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], file: Option<&Path>) {
     if mode == Mode::Json {
         jsonl::print_summary(results);
         if let Some(verdict) = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()) {
@@ -35,11 +35,33 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], verified: bo
         println!();
         print!("{}", efatop_ui::render_verdict(sweep, results.metadata.channels));
     }
-    if verified {
-        println!("# every size verified: all bytes received matched the sender's pattern");
+    for line in ending_lines(results) {
+        println!("{line}");
     }
     if let Some(file) = file {
         println!("# results written to {}", file.display());
+    }
+}
+
+/// How the run ended, under its tables: every size it holds was verified (a size whose bytes did not match
+/// ends the run instead of adding a row), and a run that did not complete says why.
+pub fn ending_lines(results: &RunResults) -> Vec<String> {
+    use efatop_experiments::results::RunState;
+    let sizes = results.measurements.len();
+    let measured = match sizes {
+        0 => "no size was measured".to_string(),
+        1 => "the 1 size above was verified: all bytes received matched the sender's pattern".to_string(),
+        n => format!("the {n} sizes above were verified: all bytes received matched the sender's pattern"),
+    };
+    match results.status.as_ref().map(|s| (s.state, s.reason.as_deref())) {
+        Some((RunState::Complete, _)) if sizes > 0 || results.sweep.is_some() => {
+            vec!["# every size verified: all bytes received matched the sender's pattern".into()]
+        }
+        Some((RunState::Complete, _)) => Vec::new(),
+        Some((RunState::Failed, reason)) => {
+            vec![format!("# the run failed: {}", reason.unwrap_or("no reason recorded")), format!("# {measured}")]
+        }
+        _ => vec![format!("# the run did not finish (no end recorded); {measured}")],
     }
 }
 

@@ -1,0 +1,420 @@
+//! Rank 0's loop: one loop on the process's main thread that owns what rank 0 decides. It reads one channel
+//! ([`Input`]): the collector's telemetry batches, the experiment's events (from the rank's own thread,
+//! through [`Forward`]), the experiment's end and SIGTERM. It keeps the one liveness clock and its verdicts
+//! ([`Watchdog`]), the run's results and their file, feeds the outlets (`--prometheus`, `--serve`,
+//! `--record`) and hands each event on to the consumer (the dashboard or the JSON printer), folding each
+//! event once.
+//!
+//! Every way a run ends goes through [`Loop::end`]: complete, `q`, a rank killed, a rank hung or lost, a
+//! rank dead during the run's setup, rank 0's own error, SIGTERM. The final tables (plain output, and the
+//! dashboard, which keeps them until a key), the JSON `error` and `summary`, the served stream, the
+//! recording and the results file all carry the end and its reason. The watchdog decides; this loop acts.
+//! When rank 0's own thread is stuck where the abort cannot reach it (a wait inside MPI), the loop ends the
+//! run without it after [`EXIT_GRACE`]: what was measured is already here.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use efatop_experiments::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
+use efatop_experiments::sweep::SweepResults;
+use efatop_experiments::world::Abort;
+use efatop_experiments::{ExperimentError, Observer};
+
+use crate::collector::{Collector, CollectorEvent};
+use crate::event::{ConsumerEvent, RunStart};
+use crate::printer::{Mode, plain};
+use crate::results_file::ResultsFile;
+use crate::run_metrics::RunMetrics;
+use crate::serve::Outlets;
+use crate::session::{self, ConsumerOutcome};
+use crate::watchdog::{SharedLiveness, Watchdog};
+
+/// How often the loop asks the watchdog when nothing arrives.
+const TICK: Duration = Duration::from_millis(200);
+
+/// How long rank 0's own thread gets to end once the abort is raised. It gives up at once when it waits on
+/// the fabric or the launcher's rendezvous; a wait inside MPI cannot be interrupted, and then the loop ends
+/// the run without it.
+pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long `--prometheus` keeps answering with the run's final figures after its end, so that a scrape
+/// after the last size still sees them.
+pub const PROMETHEUS_LINGER: Duration = Duration::from_secs(5);
+
+/// The reason a run ended by SIGTERM gives (exit code 143).
+pub const SIGTERM_REASON: &str = "stopped by SIGTERM";
+
+/// What the process's main thread hears.
+pub enum Input {
+    /// Rank 0's setup is done and the experiment starts: the loop takes over.
+    Ready(Box<Setup>),
+    /// The rank's thread has returned (before the loop, or any rank but 0): its exit code, or its error
+    /// with the rank that met it.
+    Done(Result<i32, (usize, ExperimentError)>),
+    /// A batch from the collector.
+    Telemetry(Vec<CollectorEvent>),
+    /// One of the experiment's events (begin, step, measured, pair matrix, note).
+    Experiment(ConsumerEvent),
+    /// The sweep's results as they stand (the loop tells the consumer only what is new).
+    Sweep(Box<SweepResults>),
+    /// Rank 0's experiment returned.
+    Ended(Result<(), ExperimentError>),
+    /// SIGTERM: the launcher or mpirun ends the job.
+    Terminated,
+}
+
+impl From<Vec<CollectorEvent>> for Input {
+    fn from(batch: Vec<CollectorEvent>) -> Self {
+        Self::Telemetry(batch)
+    }
+}
+
+/// What rank 0's loop starts from, handed over by the rank's thread once the world is up.
+pub struct Setup {
+    pub mode: Mode,
+    pub results: RunResults,
+    pub file: ResultsFile,
+    pub sizes: Vec<u64>,
+    pub start: RunStart,
+    pub started: Instant,
+    /// Raised when the user asks to quit.
+    pub stop: Arc<AtomicBool>,
+    pub abort: Arc<Abort>,
+    /// The watchdog, when telemetry runs (it is rank 0's heartbeat of every rank).
+    pub watchdog: Option<Watchdog>,
+    pub liveness: SharedLiveness,
+    pub interval: Duration,
+    pub outlets: Option<Outlets>,
+    pub metrics: Option<RunMetrics>,
+    pub pushgateway: Option<String>,
+    pub collector: Option<Collector>,
+}
+
+/// How the loop ended the run.
+pub struct Ending {
+    pub code: Result<i32, ExperimentError>,
+    /// Rank 0's own thread did not return: the process must end without waiting for it.
+    pub abandoned: bool,
+}
+
+/// Rank 0's observer, on the rank's own thread: each event goes to the loop, nothing is kept here.
+pub struct Forward {
+    pub inputs: Sender<Input>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Forward {
+    fn send(&self, event: ConsumerEvent) {
+        let _ = self.inputs.send(Input::Experiment(event));
+    }
+}
+
+impl Observer for Forward {
+    fn begin(&mut self, columns: &[String], memory: &str) {
+        self.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
+    }
+
+    fn step(&mut self, config: &str, size: u64) {
+        self.send(ConsumerEvent::Step { config: config.into(), size });
+    }
+
+    fn measured(&mut self, measurement: &Measurement) {
+        self.send(ConsumerEvent::Measured(Box::new(measurement.clone())));
+    }
+
+    fn pair_matrix(&mut self, matrix: &PairMatrix) {
+        self.send(ConsumerEvent::PairMatrix(Box::new(matrix.clone())));
+    }
+
+    fn sweep(&mut self, sweep: &SweepResults) {
+        let _ = self.inputs.send(Input::Sweep(Box::new(sweep.clone())));
+    }
+
+    fn note(&mut self, line: &str) {
+        self.send(ConsumerEvent::Note(line.to_string()));
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+struct Loop {
+    setup: Setup,
+    consumer: Option<(Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>)>,
+    save_error: Option<ExperimentError>,
+}
+
+/// Runs rank 0's loop until the run has ended, and ends it.
+pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
+    let mut this = Loop { setup, consumer: None, save_error: None };
+    this.start();
+    let (outcome, abandoned) = this.follow(inputs);
+    this.end(outcome, abandoned, inputs)
+}
+
+impl Loop {
+    fn start(&mut self) {
+        let setup = &mut self.setup;
+        if let Some(outlets) = &mut setup.outlets {
+            if let Err(err) = outlets.begin(setup.start.clone()) {
+                eprintln!("efatop: warning: {err}; the run goes on without its recording");
+            }
+        }
+        let consumer = session::start_consumer(session::ConsumerSetup {
+            mode: setup.mode,
+            metadata: &setup.results.metadata,
+            sizes: &setup.sizes,
+            start: setup.start.clone(),
+            started: setup.started,
+            stop: setup.stop.clone(),
+            liveness: setup.liveness.clone(),
+        });
+        self.consumer = consumer;
+    }
+
+    /// Folds inputs until rank 0's experiment has returned, or the abort was raised and it did not return
+    /// within [`EXIT_GRACE`]. Returns the experiment's outcome (or the abort's reason) and whether rank 0's
+    /// thread was left behind.
+    fn follow(&mut self, inputs: &Receiver<Input>) -> (Result<(), ExperimentError>, bool) {
+        let mut raised_at: Option<Instant> = None;
+        let mut ended: Option<Result<(), ExperimentError>> = None;
+        loop {
+            match inputs.recv_timeout(TICK) {
+                Ok(Input::Ended(outcome)) => {
+                    // A lost rendezvous follows a rank's death, which its telemetry names: give the watchdog
+                    // a moment to say which rank it was.
+                    let lost = matches!(outcome, Err(ExperimentError::Bootstrap(_))) && self.setup.watchdog.is_some();
+                    if lost && !self.setup.abort.is_raised() {
+                        ended = Some(outcome);
+                        raised_at.get_or_insert_with(Instant::now);
+                    } else {
+                        return (self.blame(outcome), false);
+                    }
+                }
+                Ok(Input::Terminated) => {
+                    self.setup.abort.raise(format!("{SIGTERM_REASON} (the launcher or mpirun ended the job)"));
+                    raised_at.get_or_insert_with(Instant::now);
+                }
+                Ok(input) => self.fold(input),
+                Err(RecvTimeoutError::Timeout) => {}
+                // The rank's thread is gone without a word: it panicked.
+                Err(RecvTimeoutError::Disconnected) => {
+                    return (Err(ExperimentError::Bootstrap("rank 0's thread ended without a result (it panicked)".into())), false);
+                }
+            }
+            let at = self.setup.started.elapsed();
+            if !self.setup.abort.is_raised() {
+                if let Some(verdict) = self.setup.watchdog.as_ref().and_then(|w| w.judge(at)) {
+                    self.setup.abort.raise(verdict);
+                }
+            }
+            if self.setup.abort.is_raised() {
+                let raised = *raised_at.get_or_insert_with(Instant::now);
+                if let Some(outcome) = ended.take().filter(|_| self.setup.abort.is_raised()) {
+                    return (self.blame(outcome), false);
+                }
+                if raised.elapsed() > EXIT_GRACE {
+                    return (Err(self.abandoned()), true);
+                }
+            } else if let Some(started) = raised_at.filter(|_| ended.is_some()) {
+                if started.elapsed() > EXIT_GRACE {
+                    let outcome = ended.take().unwrap_or(Ok(()));
+                    return (outcome, false);
+                }
+            }
+        }
+    }
+
+    /// The experiment's error, or, when the watchdog saw why first (a rank died or hung), that reason:
+    /// whatever broke on rank 0 followed from it.
+    fn blame(&self, outcome: Result<(), ExperimentError>) -> Result<(), ExperimentError> {
+        match outcome {
+            Err(err) if self.setup.abort.is_raised() && !matches!(err, ExperimentError::Stopped) => {
+                let _ = err;
+                Err(self.abandoned())
+            }
+            outcome => outcome,
+        }
+    }
+
+    fn abandoned(&self) -> ExperimentError {
+        ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(self.setup.abort.reason()))
+    }
+
+    /// Folds one input: the clock, the results and their file, the outlets, the consumer.
+    fn fold(&mut self, input: Input) {
+        match input {
+            Input::Telemetry(batch) => {
+                let at = self.setup.started.elapsed();
+                if let Some(watchdog) = &self.setup.watchdog {
+                    if let Some(verdict) = watchdog.heard(&batch, at) {
+                        if !self.setup.abort.is_raised() {
+                            self.setup.abort.raise(verdict);
+                        }
+                    }
+                }
+                if let Some(metrics) = &mut self.setup.metrics {
+                    metrics.observe(&batch);
+                }
+                if self.setup.outlets.is_some() || self.consumer.is_some() {
+                    self.forward(ConsumerEvent::Telemetry(batch));
+                }
+            }
+            Input::Experiment(event) => {
+                self.keep(&event);
+                self.forward(event);
+            }
+            Input::Sweep(sweep) => self.sweep(*sweep),
+            Input::Ready(_) | Input::Done(_) | Input::Ended(_) | Input::Terminated => {}
+        }
+    }
+
+    /// The results (and their file) take an experiment's event; plain output prints what it says at once.
+    fn keep(&mut self, event: &ConsumerEvent) {
+        let plain = self.setup.mode == Mode::Plain;
+        let results = &mut self.setup.results;
+        match event {
+            ConsumerEvent::Begin { columns, memory } => {
+                // Plain output printed its header before the memory was registered: say how it was.
+                if plain && *memory != results.metadata.memory {
+                    println!("# memory as registered: {memory}");
+                }
+                results.configs.clone_from(columns);
+                results.metadata.memory.clone_from(memory);
+            }
+            ConsumerEvent::Measured(measurement) => {
+                // Each NIC-counter warning once in the run's notes; every step's own stay in its measurement.
+                for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+                    let note = format!("NIC counters: {}", warning.headline);
+                    if !results.metadata.notes.contains(&note) {
+                        results.metadata.notes.push(note);
+                        if plain {
+                            println!("# warning: {}", warning.message);
+                        }
+                    }
+                }
+                if let (true, Some(line)) = (plain, efatop_ui::counters::step_line(measurement)) {
+                    println!("# {line}");
+                }
+                results.measurements.push((**measurement).clone());
+                self.save();
+            }
+            // Saved with the step's measurement, which follows at once.
+            ConsumerEvent::PairMatrix(matrix) => results.pair_matrices.push((**matrix).clone()),
+            _ => {}
+        }
+    }
+
+    fn sweep(&mut self, sweep: SweepResults) {
+        let told = self.setup.results.sweep.as_ref().map(|s| (s.rounds.len(), s.verdict.is_some()));
+        let (rounds_told, verdict_told) = told.unwrap_or((0, false));
+        let new_rounds: Vec<_> = sweep.rounds.get(rounds_told..).unwrap_or_default().to_vec();
+        let verdict = sweep.verdict.clone().filter(|_| !verdict_told);
+        let setup = told.is_none().then(|| SweepResults { rounds: Vec::new(), verdict: None, ..sweep.clone() });
+        let nodes = sweep.nodes.len();
+        self.setup.results.sweep = Some(sweep);
+        self.save();
+        if self.setup.mode == Mode::Plain {
+            // A line per round as it finishes; the tables come at the end.
+            for round in &new_rounds {
+                println!("{}", plain::sweep_round_line(round, nodes));
+            }
+        }
+        if let Some(setup) = setup {
+            self.forward(ConsumerEvent::SweepBegin(Box::new(setup)));
+        }
+        for round in new_rounds {
+            self.forward(ConsumerEvent::SweepRound(Box::new(round)));
+        }
+        if let Some(verdict) = verdict {
+            self.forward(ConsumerEvent::SweepVerdict(Box::new(verdict)));
+        }
+    }
+
+    fn save(&mut self) {
+        if let Err(err) = self.setup.file.save(&self.setup.results) {
+            self.save_error.get_or_insert(err);
+        }
+    }
+
+    /// To the outlets, then the consumer.
+    fn forward(&mut self, event: ConsumerEvent) {
+        if let Some(outlets) = &mut self.setup.outlets {
+            outlets.publish(&event);
+        }
+        if let Some((consumer, _)) = &self.consumer {
+            // A consumer that has gone (the dashboard was dismissed) needs nothing more.
+            let _ = consumer.send(event);
+        }
+    }
+
+    /// The one ending: the last samples, the end to every outlet and the consumer, the results file's
+    /// status, the final tables, Prometheus's last figures.
+    fn end(mut self, outcome: Result<(), ExperimentError>, abandoned: bool, inputs: &Receiver<Input>) -> Ending {
+        if let Some(watchdog) = &mut self.setup.watchdog {
+            watchdog.run_over = true;
+        }
+        // The last samples drain through the collector before the end is told: each rank closes its
+        // telemetry after its last sample, so once every rank has closed nothing is left in flight. A rank
+        // that never closes (hung, or its host gone) is waited for only so long.
+        if self.setup.watchdog.is_some() {
+            let limit = if outcome.is_ok() { DRAIN_LIMIT } else { self.setup.interval.min(Duration::from_millis(200)) };
+            let until = Instant::now() + limit;
+            while !self.setup.liveness.every_rank_closed() {
+                let Some(left) = until.checked_duration_since(Instant::now()) else { break };
+                match inputs.recv_timeout(left.min(Duration::from_millis(20))) {
+                    Ok(input @ (Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_))) => self.fold(input),
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        }
+        let error = outcome.as_ref().err().map(ToString::to_string);
+        self.forward(ConsumerEvent::Finished { error: error.clone() });
+        let consumer_outcome = self.consumer.take().map(|(sender, handle)| {
+            drop(sender);
+            handle.join().unwrap_or_else(|_| ConsumerOutcome::Failed("the display thread panicked".into()))
+        });
+        drop(self.setup.collector.take());
+        if let Some(outlets) = self.setup.outlets.take() {
+            outlets.finish();
+        }
+        let results = &mut self.setup.results;
+        results.status = Some(match &error {
+            None => RunStatus { state: RunState::Complete, reason: None },
+            Some(reason) => RunStatus { state: RunState::Failed, reason: Some(reason.clone()) },
+        });
+        if let Err(err) = self.setup.file.save(results) {
+            eprintln!("efatop: warning: cannot record the run's end: {err}");
+        }
+        let path: &Path = &self.setup.file.path;
+        plain::print_final(self.setup.mode, results, &self.setup.sizes, Some(path));
+        if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
+            eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
+        }
+        if let Some(url) = &self.setup.pushgateway {
+            if let Err(err) = crate::run_metrics::push(url, results) {
+                eprintln!("efatop: warning: --pushgateway {url}: {err}");
+            }
+        }
+        if let Some(metrics) = self.setup.metrics.take() {
+            metrics.finish(PROMETHEUS_LINGER);
+        }
+        let code = match (outcome, self.save_error) {
+            (Err(err), _) | (Ok(()), Some(err)) => Err(err),
+            (Ok(()), None) => {
+                let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
+                Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
+            }
+        };
+        Ending { code, abandoned }
+    }
+}
