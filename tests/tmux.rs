@@ -187,3 +187,47 @@ fn a_recorded_run_replays_in_the_dashboard_to_its_final_table() {
     assert!(after.contains("EFATOP-EXIT=0"), "{after}");
     assert!(after.lines().any(|l| l.starts_with("|   1M |")), "the plain table is left in the scrollback:\n{after}");
 }
+
+/// A rank that hangs mid-run: the dashboard names it, keeps the tables of the sizes measured on screen
+/// until a key, and leaves them (and how the run ended) in the scrollback; exit 1.
+#[test]
+fn a_hung_rank_ends_the_dashboard_with_its_tables_kept_until_a_key() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let results = dir.path().join("hung.json");
+    let command = format!(
+        "cd {} && {} run --ranks 3 write --provider shm --min-size 64K --max-size 64M --iters 300 --configs single --hang-timeout 3 --out {}",
+        dir.path().display(),
+        efatop_path().display(),
+        results.display()
+    );
+    let tmux = Tmux::start(&command, 120, 40);
+    tmux.wait_for("data verified", Duration::from_mins(1));
+    // Rank 2 of this session's launcher: the only efatop with EFATOP_RANK=2 whose results go to our file.
+    let victim = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            env.split(|b| *b == 0).any(|v| v == b"EFATOP_RANK=2")
+                && String::from_utf8_lossy(&cmdline).contains(&*results.to_string_lossy())
+        })
+        .expect("rank 2");
+    assert!(Command::new("kill").args(["-STOP", &victim.to_string()]).status().expect("kill").success());
+    let ended = tmux.wait_for("stopped responding", Duration::from_secs(30));
+    assert!(ended.contains("The run has ended"), "the dashboard shows the end:\n{ended}");
+    assert!(ended.contains("SinglePin"), "the results panel keeps the sizes measured:\n{ended}");
+    // It stays until a key.
+    std::thread::sleep(Duration::from_secs(3));
+    let still = tmux.screen(0);
+    assert!(still.contains("stopped responding") && !still.contains("EFATOP-EXIT="), "the dashboard did not wait for a key:\n{still}");
+    tmux.keys("x");
+    let after = tmux.wait_for("EFATOP-EXIT=", Duration::from_secs(15));
+    let _ = Command::new("kill").args(["-KILL", &victim.to_string()]).status();
+    assert!(after.contains("EFATOP-EXIT=1"), "{after}");
+    assert!(after.contains("| Size |"), "the plain table is left in the scrollback:\n{after}");
+    assert!(after.contains("# the run failed: rank 2 ("), "{after}");
+    let kept = efatop_experiments::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
+    assert!(!kept.measurements.is_empty(), "the sizes measured are kept");
+}
