@@ -23,6 +23,13 @@ use crate::cli::BenchCollectorArgs;
 use crate::event::ConsumerEvent;
 use crate::collector::{Collector, CollectorEvent};
 
+/// The bench's own table: on stderr when stdout carries the JSON lines under test.
+macro_rules! say {
+    ($json:expr, $($arg:tt)*) => {
+        if $json { eprintln!($($arg)*) } else { println!($($arg)*) }
+    };
+}
+
 pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
     match run(args) {
         Ok(kept_up) => i32::from(!kept_up),
@@ -48,6 +55,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
 
     // The consumer: the dashboard's real ingestion.
     let consumed = Arc::new(AtomicU64::new(0));
+    let json = args.json;
     let ingest_thread = {
         let consumed = consumed.clone();
         std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
@@ -60,9 +68,17 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
             let results = RunResults::default();
             let mut ingest = Ingest::begin(&mut state, run, &nics, results);
             let started = Instant::now();
+            let mut lines = crate::printer::jsonl::SampleLines::default();
             while let Ok(event) = rx.recv() {
                 let ConsumerEvent::Telemetry(events) = event else { continue };
                 let now = started.elapsed();
+                if json {
+                    // `--json`'s printer instead of the dashboard's ingest: one line per rank and channel.
+                    let samples = events.iter().filter(|e| matches!(e, CollectorEvent::Sample(_))).count() as u64;
+                    crate::printer::jsonl::print_event(ConsumerEvent::Telemetry(events), now, &mut lines);
+                    consumed.fetch_add(samples, Ordering::Relaxed);
+                    continue;
+                }
                 let mut samples = 0;
                 for event in events {
                     if let CollectorEvent::Sample(sample) = event {
@@ -120,18 +136,19 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     }
 
     connected.wait();
-    println!(
-        "# collector load: {ranks} ranks × {channels} channels at {} Hz = {} samples/s offered, one connection per rank",
+    say!(json, 
+        "# collector load: {ranks} ranks × {channels} channels at {} Hz = {} samples/s offered, one connection per rank; consumer: {}",
         args.hz,
-        ranks as u64 * u64::from(args.hz)
+        ranks as u64 * u64::from(args.hz),
+        if json { format!("--json lines on stdout ({} lines/s)", ranks as u64 * channels as u64 * u64::from(args.hz)) } else { "the dashboard's ingest".into() }
     );
     if confined {
-        println!("# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {sender_cpus:?}");
+        say!(json, "# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {sender_cpus:?}");
     } else {
-        println!("# warning: collector and ingest could not be given a CPU of their own; they share with the senders");
+        say!(json, "# warning: collector and ingest could not be given a CPU of their own; they share with the senders");
     }
-    println!("| second | offered/s | consumed/s | backlog | collector CPU (% of one core) | ingest CPU (% of one core) | consumer side (% of one core) |");
-    println!("|-------:|----------:|-----------:|--------:|------------------------------:|---------------------------:|------------------------------:|");
+    say!(json, "| second | offered/s | consumed/s | backlog | collector CPU (% of one core) | ingest CPU (% of one core) | consumer side (% of one core) |");
+    say!(json, "|-------:|----------:|-----------:|--------:|------------------------------:|---------------------------:|------------------------------:|");
     let ingest_tid = thread_id("efatop-ingest");
     let started = Instant::now();
     let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, thread_cpu_seconds(collector_tid.as_deref()));
@@ -149,7 +166,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         let (collector_percent, ingest_percent) = ((now_cpu - last_cpu) * 100.0, (ingest_cpu - last_ingest_cpu) * 100.0);
         offered_rates.push(now_offered - last_offered);
         consumer_cpu_percent.push(collector_percent + ingest_percent);
-        println!(
+        say!(json, 
             "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {collector_percent:>29.1} | {ingest_percent:>26.1} | {:>29.1} |",
             now_offered - last_offered,
             now_consumed - last_consumed,
@@ -184,7 +201,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         ),
         (true, false) => "fell behind: the backlog grew".to_string(),
     };
-    println!("# {verdict}{}", if confined { "" } else { " (not confined to one core)" });
+    say!(json, "# {verdict}{}", if confined { "" } else { " (not confined to one core)" });
     drop(collector);
     drop(ingest_thread);
     Ok(kept_up)

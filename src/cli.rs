@@ -60,6 +60,10 @@ pub struct BenchCollectorArgs {
     /// How long to run
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=600))]
     pub seconds: u32,
+    /// Consume as `--json` does (a line per rank and channel on stdout; the bench's table goes to stderr)
+    /// instead of the dashboard's ingest
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -14,24 +14,57 @@ use serde_json::{Value, json};
 use crate::event::ConsumerEvent;
 use crate::collector::CollectorEvent;
 
+thread_local! {
+    /// Lines not yet written: an event's lines leave in one write (stdout alone would write each line as
+    /// it ends, a system call per line, which at 1024 hosts × 32 channels is what falls behind the run).
+    static PENDING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One line `{"data":…,"type":kind}` (the keys in the order a `Value` sorts them), kept until [`flush`].
+fn line_of(kind: &str, data: &impl serde::Serialize) {
+    PENDING.with_borrow_mut(|pending| {
+        pending.extend_from_slice(b"{\"data\":");
+        if serde_json::to_writer(&mut *pending, data).is_err() {
+            pending.extend_from_slice(b"null");
+        }
+        pending.extend_from_slice(b",\"type\":");
+        let _ = serde_json::to_writer(&mut *pending, kind);
+        pending.extend_from_slice(b"}\n");
+    });
+}
+
 fn line(kind: &str, data: &Value) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{}", json!({ "type": kind, "data": data }));
-    let _ = stdout.flush();
+    line_of(kind, data);
+}
+
+/// Writes the lines kept so far, in one write.
+pub fn flush() {
+    PENDING.with_borrow_mut(|pending| {
+        if pending.is_empty() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(pending);
+        let _ = stdout.flush();
+        pending.clear();
+    });
 }
 
 pub fn print_run(metadata: &RunMetadata) {
     line("run", &serde_json::to_value(metadata).unwrap_or(Value::Null));
+    flush();
 }
 
 pub fn print_summary(results: &RunResults) {
     line("summary", &serde_json::to_value(results).unwrap_or(Value::Null));
+    flush();
 }
 
 /// A sweep's last line: `{"type":"verdict","data":{"suspects":[...],"checked":{...}}}`.
 /// Written as is, not through a `Value`: `type` first and the fields in the order docs/sweep.md gives.
 pub fn print_verdict(verdict: &efatop_experiments::sweep::Verdict) {
     let Ok(data) = serde_json::to_string(verdict) else { return };
+    flush();
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, r#"{{"type":"verdict","data":{data}}}"#);
     let _ = stdout.flush();
@@ -53,8 +86,15 @@ pub fn print_events(events: &Receiver<ConsumerEvent>, clock: impl Fn() -> Durati
     }
 }
 
-/// Prints one event that happened `at` after the run started; says whether it was the run's end.
+/// Prints one event that happened `at` after the run started (its lines in one write); says whether it
+/// was the run's end.
 pub fn print_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bool {
+    let ended = keep_event(event, at, lines);
+    flush();
+    ended
+}
+
+fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bool {
     let t_ms = at.as_secs_f64() * 1000.0;
     match event {
         ConsumerEvent::Finished { error } => {
@@ -113,8 +153,15 @@ fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
                     );
                 }
             }
-            for data in sample_lines(&sample, t_ms) {
-                line("sample", &data);
+            if sample.queue.is_none() && sample.nvlink.is_empty() {
+                // The common line, written straight from the sample (no map built per line).
+                for channel in &sample.channels {
+                    line_of("sample", &ChannelLine::of(&sample, channel, t_ms));
+                }
+            } else {
+                for data in sample_lines(&sample, t_ms) {
+                    line("sample", &data);
+                }
             }
         }
         CollectorEvent::Malformed { from, reason } => {
@@ -123,6 +170,45 @@ fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
         // Only a served or recorded `efatop monitor` has node reads; a benchmark's ranks never send them.
         CollectorEvent::Node(sample) => line("node", &serde_json::to_value(&*sample).unwrap_or(Value::Null)),
         CollectorEvent::Closed { .. } | CollectorEvent::Phase(_) => {}
+    }
+}
+
+/// A `sample` line's data for one channel: the fields of [`sample_lines`]' in the same (sorted) order.
+#[derive(serde::Serialize)]
+struct ChannelLine {
+    bytes: u64,
+    channel: u16,
+    drops: u64,
+    gbps: f64,
+    in_flight: u32,
+    interval_ms: f64,
+    lat_max_us: Option<f64>,
+    lat_p50_us: Option<f64>,
+    lat_p99_us: Option<f64>,
+    ops: u64,
+    rank: u32,
+    seq: u64,
+    t_ms: f64,
+}
+
+impl ChannelLine {
+    fn of(sample: &RankSample, channel: &efatop_experiments::telemetry::ChannelSample, t_ms: f64) -> Self {
+        let rates = channel.rates(sample.interval_ns);
+        Self {
+            bytes: channel.bytes,
+            channel: channel.channel,
+            drops: sample.drops,
+            gbps: rates.gbps,
+            in_flight: channel.in_flight,
+            interval_ms: sample.interval_ns as f64 / 1e6,
+            lat_max_us: rates.lat_max_us,
+            lat_p50_us: rates.lat_p50_us,
+            lat_p99_us: rates.lat_p99_us,
+            ops: channel.ops,
+            rank: sample.rank,
+            seq: sample.seq,
+            t_ms,
+        }
     }
 }
 
