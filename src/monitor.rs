@@ -48,6 +48,11 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    // As a run's: two listeners on one port, or a recording with no folder, refused before anything starts.
+    crate::experiment::check_listeners(args.serve, args.prometheus).map_err(|line| (2, line))?;
+    if let Some(record) = &args.record {
+        crate::experiment::check_writable_file("--record", record).map_err(|line| (2, line))?;
+    }
     let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
         // Checked here once, so that bad input is one line rather than one per rank.
