@@ -182,7 +182,15 @@ struct JsonLine<'a> {
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
 fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
-        let line = JsonLine { kind: "snapshot", rank, data: snapshot };
+        // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
+        let filtered;
+        let data = if view.filter.trim().is_empty() {
+            snapshot
+        } else {
+            filtered = Snapshot { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
+            &filtered
+        };
+        let line = JsonLine { kind: "snapshot", rank, data };
         serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
     } else {
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
