@@ -126,7 +126,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         ranks as u64 * u64::from(args.hz)
     );
     if confined {
-        println!("# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {sender_cpus:?}");
+        println!("# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {}", sender_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
     } else {
         println!("# warning: collector and ingest could not be given a CPU of their own; they share with the senders");
     }

@@ -401,7 +401,7 @@ impl Proxy<'_, '_> {
                     || request.offset.checked_add(len).is_none_or(|end| end > size)
                 {
                     return Err(ExperimentError::Unsupported(format!(
-                        "proxy: the GPU asked for a write outside its plan: {request:?} (size {size}, {channels_used} channels)"
+                        "proxy: the GPU asked for a write outside its plan: {request} (size {size}, {channels_used} channels)"
                     )));
                 }
                 let staged_at = match (self.staging, plan.as_ref()) {
@@ -472,7 +472,7 @@ impl Proxy<'_, '_> {
         observer.note(&stages.line(column, size, self.staging.map(|s| s.stager.is_pinned()), step_started.elapsed()));
         running.finish().map_err(cuda_error)?;
         if let Some((_, extra)) = consumer.try_pop() {
-            return Err(ExperimentError::Unsupported(format!("proxy: the GPU pushed more requests than planned: {extra:?}")));
+            return Err(ExperimentError::Unsupported(format!("proxy: the GPU pushed more requests than planned: {extra}")));
         }
         let ends = self.kernels.copy_back(&ends).map_err(cuda_error)?;
         let mut latency = LatencyRecorder::new();
