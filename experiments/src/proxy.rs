@@ -590,11 +590,12 @@ impl<'c> QueueReport<'c> {
         let popped = consumer.consumed();
         let rate = (popped - self.consumed_then) as f64 / elapsed.as_secs_f64();
         observer.note(&format!(
-            "proxy queue ({} {}): {} waiting in the ring, {held} held by the proxy, {:.0} requests/s, {quiet_calls} Quiet calls",
+            "proxy queue ({} {}): {} waiting in the ring, {held} held by the proxy, {:.0} requests/s, {}",
             self.column,
             format_size(self.size),
             consumer.waiting(),
-            rate
+            rate,
+            efatop_proto::words::plural(quiet_calls, "Quiet call")
         ));
         self.since = Instant::now();
         self.consumed_then = popped;
