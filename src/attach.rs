@@ -52,8 +52,13 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         }
     }
     let Some(mut stream) = stream else {
-        let why = refused.map_or_else(|| "no address".to_string(), |err| err.to_string());
-        return Err(format!("nothing serves a run at {address} ({why}); start the run with --serve ADDR"));
+        // A run serves only while it runs: nothing there may as well be a run that has ended.
+        let after = "the run may have ended (what it recorded with --record FILE plays with `efatop replay FILE`), or not started yet";
+        return Err(match refused {
+            Some(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => format!("nothing listens at {address}: {after}"),
+            Some(err) => format!("cannot reach {address} ({err}): {after}"),
+            None => format!("`{address}` names no address to attach to"),
+        });
     };
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
     stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
@@ -122,7 +127,10 @@ fn json(reader: BufReader<TcpStream>, address: &str) -> i32 {
         }
     });
     if dropped > 0 {
-        eprintln!("efatop: warning: attach: this viewer fell behind and lost {dropped} telemetry batches (every result arrived)");
+        eprintln!(
+            "efatop: warning: attach: this viewer fell behind and lost {} (every result arrived)",
+            efatop_proto::words::plural(dropped, "telemetry batch")
+        );
     }
     if viewer.tally.ended.is_none() {
         eprintln!("efatop: error: attach: the stream from {address} ended before the run did ({})", cut.unwrap_or_default());
@@ -173,7 +181,10 @@ impl Feed for Attached {
     fn source(&self) -> SourceLine {
         match self.dropped {
             0 => SourceLine { text: format!("attached to {}", self.address), alert: false },
-            dropped => SourceLine { text: format!("attached to {}: {dropped} batches lost here", self.address), alert: true },
+            dropped => SourceLine {
+                text: format!("attached to {}: {} lost here", self.address, efatop_proto::words::plural(dropped, "batch")),
+                alert: true,
+            },
         }
     }
 }

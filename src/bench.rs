@@ -143,7 +143,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         if json { format!("--json lines on stdout ({} lines/s)", ranks as u64 * channels as u64 * u64::from(args.hz)) } else { "the dashboard's ingest".into() }
     );
     if confined {
-        say!(json, "# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {sender_cpus:?}");
+        say!(json, "# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {}", sender_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
     } else {
         say!(json, "# warning: collector and ingest could not be given a CPU of their own; they share with the senders");
     }

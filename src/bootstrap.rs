@@ -18,6 +18,14 @@ pub fn under_mpi_launcher() -> bool {
         .any(|name| std::env::var_os(name).is_some())
 }
 
+/// This process's rank where its launcher says it before any bootstrap (`efatop run`, `OpenMPI`, `PMIx`,
+/// Hydra, Slurm); `None` where none does.
+pub fn rank_from_env() -> Option<usize> {
+    [ENV_RANK, "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok()?.parse().ok())
+}
+
 /// A world of one: what a plain `efatop write` without a launcher gets.
 pub struct Alone;
 

@@ -3,7 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, whole_number};
 
 mod tools;
 mod view;
@@ -46,19 +46,39 @@ pub enum Command {
     Replay(ReplayArgs),
 }
 
+impl Cli {
+    /// Parses the command line. A negative number is taken as a flag's value (`--iters -5`), so that the
+    /// flag's own check refuses it by name, rather than clap reading `-5` as an unknown flag.
+    pub fn parse_args() -> Result<Self, clap::Error> {
+        fn negative_numbers_are_values(command: clap::Command) -> clap::Command {
+            command
+                .mut_args(|arg| if arg.get_action().takes_values() { arg.allow_negative_numbers(true) } else { arg })
+                .mut_subcommands(negative_numbers_are_values)
+        }
+        let mut matches = negative_numbers_are_values(<Self as clap::CommandFactory>::command()).try_get_matches()?;
+        <Self as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
+    }
+
+    /// The experiments, as `efatop run --ranks N <experiment>` knows them.
+    pub fn experiments() -> Vec<String> {
+        let cli = <Self as clap::CommandFactory>::command();
+        cli.find_subcommand("run").map(|run| run.get_subcommands().map(|c| c.get_name().to_string()).collect()).unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BenchCollectorArgs {
     /// Synthetic ranks, one connection each
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, default_value_t = 4096, value_parser = whole_number::<u32>(1..=65536))]
     pub ranks: u32,
     /// Channels per rank
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = 32, value_parser = whole_number::<u32>(1..=256))]
     pub channels: u32,
     /// Samples per second per rank
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(1..=1000))]
     pub hz: u32,
     /// How long to run
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=600))]
+    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(2..=600))]
     pub seconds: u32,
     /// Consume as `--json` does (a line per rank and channel on stdout; the bench's table goes to stderr)
     /// instead of the dashboard's ingest
@@ -69,7 +89,7 @@ pub struct BenchCollectorArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Number of ranks to start on this host
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, value_parser = whole_number::<u16>(1..=4096))]
     pub ranks: u16,
     /// Run rank i inside network namespace i (cycling), e.g. the nodes of scripts/emulate-cluster
     #[arg(long, value_delimiter = ',', value_parser = parse_netns)]

@@ -7,7 +7,7 @@
 //! rest of the command line (`cli.rs`) builds on them.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -125,6 +125,9 @@ impl Experiment {
         if min > max {
             return Err(format!("--min-size {} is larger than --max-size {}", format_size(min), format_size(max)));
         }
+        let common = self.common();
+        check_memories(common)?;
+        check_outputs(common)?;
         self.descriptor().check()
     }
 
@@ -137,6 +140,89 @@ impl Experiment {
             self.common().memory.iter().map(|memory| if *memory == MemoryArg::Host { "host" } else { "device" }).collect();
         labels.join(" + ")
     }
+}
+
+/// The first value a list flag names twice, by the name the command line knows it by.
+pub fn given_twice<T: ValueEnum + PartialEq>(values: &[T]) -> Option<String> {
+    let (index, _) = values.iter().enumerate().find(|(index, value)| values[..*index].contains(value))?;
+    values[index].to_possible_value().map(|value| value.get_name().to_string())
+}
+
+/// `--memory host,host` would measure host memory twice and show it once; `--staged` folds `device` into
+/// `staged`, so `device,staged` with it names one memory twice too.
+fn check_memories(common: &CommonArgs) -> Result<(), String> {
+    if let Some(memory) = given_twice(&common.memory) {
+        return Err(format!("--memory: {memory} is given twice; name each memory once"));
+    }
+    if common.staged && common.memory.contains(&MemoryArg::Device) && common.memory.contains(&MemoryArg::Staged) {
+        return Err("--memory device,staged with --staged: --staged makes device staged too, so both name one memory; \
+                    leave out --staged to compare the two paths"
+            .into());
+    }
+    Ok(())
+}
+
+/// The files and addresses the run will write and listen on, checked before any rank starts so that a
+/// conflict or a missing folder is refused with nothing written: `--out` and `--record` must be two files
+/// in folders that exist, `--serve` and `--prometheus` two listeners.
+pub fn check_outputs(common: &CommonArgs) -> Result<(), String> {
+    check_listeners(common.serve, common.prometheus)?;
+    let files = [("--out", common.out.as_deref()), ("--record", common.record.as_deref())];
+    // The folders are rank 0's to write in: a rank known to be another (under mpirun, perhaps on a host
+    // where they do not exist) leaves them to it.
+    if crate::bootstrap::rank_from_env().is_none_or(|rank| rank == 0) {
+        for (flag, path) in files {
+            if let Some(path) = path {
+                check_writable_file(flag, path)?;
+            }
+        }
+    }
+    if let (Some(out), Some(record)) = (&common.out, &common.record) {
+        if same_file(out, record) {
+            return Err(format!(
+                "--out and --record both name {}: the results file would overwrite the recording; give each its own file",
+                record.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--serve` and `--prometheus` (on a run or the monitor) on one port of one address: the second could not
+/// listen. Port 0 picks a free port for each.
+pub fn check_listeners(serve: Option<SocketAddr>, prometheus: Option<SocketAddr>) -> Result<(), String> {
+    let (Some(serve), Some(prometheus)) = (serve, prometheus) else { return Ok(()) };
+    let same_address = serve.ip() == prometheus.ip() || serve.ip().is_unspecified() || prometheus.ip().is_unspecified();
+    if serve.port() != 0 && serve.port() == prometheus.port() && same_address {
+        return Err(format!(
+            "--serve {serve} and --prometheus {prometheus} would listen on one port; give each its own (or port 0 for --serve)"
+        ));
+    }
+    Ok(())
+}
+
+/// A file `flag` will create: its folder must exist (a folder named on the command line is not made), and
+/// it must not be a folder itself.
+pub fn check_writable_file(flag: &str, path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory; name a file in it", path.display()));
+    }
+    match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => {
+            Err(format!("{flag} {}: there is no directory {} to write it in", path.display(), dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether two paths name one file: by their folders' canonical paths (the files need not exist yet).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let resolved = |path: &Path| {
+        let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = dir.canonicalize().or_else(|_| std::path::absolute(dir)).unwrap_or_else(|_| dir.to_path_buf());
+        path.file_name().map(|name| dir.join(name))
+    };
+    a == b || resolved(a).is_some_and(|a| Some(a) == resolved(b))
 }
 
 /// Declares the experiments: the clap subcommands (`efatop <name>` and `efatop run --ranks N <name>`) and
@@ -216,10 +302,10 @@ pub struct CommonArgs {
     #[arg(long, value_parser = parse_size_arg)]
     pub max_size: Option<u64>,
     /// Untimed iterations before each size
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, default_value_t = 3, value_parser = whole_number::<u64>(0..=1_000_000))]
     pub warmup: u64,
     /// Timed iterations per size and pair
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 20, value_parser = whole_number::<u64>(1..=1_000_000))]
     pub iters: u64,
     /// Memory the benchmark moves; `host,device` runs both, their columns side by side
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [MemoryArg::Host])]
@@ -235,7 +321,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub no_pin: bool,
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, default_value_t = 1, value_parser = whole_number::<u16>(1..=1024))]
     pub window: u16,
     /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
     #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
@@ -244,11 +330,11 @@ pub struct CommonArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Seconds an operation may take before its rank is reported as hung
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
     pub timeout: u64,
     /// Seconds a rank may send no telemetry (no sample, no progress) before rank 0 names it hung; a rank
     /// that exits is named at once whatever this says
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, default_value_t = 60, value_parser = whole_number::<u64>(1..=86_400))]
     pub hang_timeout: u64,
     /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
     #[arg(long, conflicts_with = "no_tui")]
@@ -299,6 +385,17 @@ pub fn parse_serve(text: &str) -> Result<SocketAddr, String> {
 /// `--prometheus`: an IP address and port to listen on.
 pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
     text.parse().map_err(|_| format!("`{text}` is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400"))
+}
+
+/// A whole-number flag within `range`. Read as a signed number, so that `--iters -5` is refused as out of
+/// range, naming the flag and the range, rather than as a stray `-5` or "invalid digit".
+pub fn whole_number<T>(range: impl std::ops::RangeBounds<i64>) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: TryFrom<i64> + Clone + Send + Sync + 'static,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::value_parser!(i64).range(range).try_map(T::try_from)
 }
 
 pub fn parse_size_arg(text: &str) -> Result<u64, String> {

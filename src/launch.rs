@@ -50,11 +50,7 @@ fn experiment_args() -> Vec<OsString> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let after_run = args.iter().position(|a| a == "run").map_or(0, |i| i + 1);
     // The experiments `run` knows, as the command line defines them: a new one needs no change here.
-    let cli = <crate::cli::Cli as clap::CommandFactory>::command();
-    let experiments: Vec<String> = cli
-        .find_subcommand("run")
-        .map(|run| run.get_subcommands().map(|c| c.get_name().to_string()).collect())
-        .unwrap_or_default();
+    let experiments = crate::cli::Cli::experiments();
     let experiment = args[after_run..]
         .iter()
         .position(|a| experiments.iter().any(|name| a == name.as_str()))

@@ -41,7 +41,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::Parser;
+use std::fmt::Write as _;
 
 use cli::{Cli, Command};
 
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
         std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
@@ -85,6 +85,11 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         .filter(|l| !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:"))
         .map(|l| l.trim_start_matches("error: "))
         .collect();
-    eprintln!("efatop: error: {}", line.join(" "));
+    let mut line = line.join(" ");
+    // `efatop writ`, `efatop run --ranks 2 bogus`: name what there is.
+    if err.kind() == ErrorKind::InvalidSubcommand {
+        let _ = write!(line, "; experiments: {} (`efatop --help` lists every command)", Cli::experiments().join(", "));
+    }
+    eprintln!("efatop: error: {line}");
     ExitCode::from(2)
 }

@@ -48,6 +48,11 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    // As a run's: two listeners on one port, or a recording with no folder, refused before anything starts.
+    crate::experiment::check_listeners(args.serve, args.prometheus).map_err(|line| (2, line))?;
+    if let Some(record) = &args.record {
+        crate::experiment::check_writable_file("--record", record).map_err(|line| (2, line))?;
+    }
     let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
         // Checked here once, so that bad input is one line rather than one per rank.
@@ -177,7 +182,15 @@ struct JsonLine<'a> {
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
 fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
-        let line = JsonLine { kind: "snapshot", rank, data: snapshot };
+        // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
+        let filtered;
+        let data = if view.filter.trim().is_empty() {
+            snapshot
+        } else {
+            filtered = Snapshot { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
+            &filtered
+        };
+        let line = JsonLine { kind: "snapshot", rank, data };
         serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
     } else {
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));

@@ -93,7 +93,8 @@ impl Drop for Recorder {
 /// A recording read back: its events with their times, and, when the file was cut short, where.
 pub struct Recording {
     pub events: Vec<(Duration, ConsumerEvent)>,
-    /// Why the events stop before the run's end: a cut or damaged tail (the events before it are whole).
+    /// Why the events stop before the run's end: a cut or damaged tail (the events before it are whole), or
+    /// a whole file with no end (the run was cut off while it recorded).
     pub cut: Option<String>,
 }
 
@@ -147,10 +148,16 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
             break damaged;
         }
     };
-    let cut = cut.map(|why| {
-        let at = events.last().map_or(0.0, |(t, _)| t.as_secs_f64());
-        format!("{shown} is cut short after {} events ({at:.1} s into the run): {why}", events.len())
-    });
+    let at = events.last().map_or(0.0, |(t, _)| t.as_secs_f64());
+    let so_far = format!("{} ({at:.1} s into the run)", efatop_proto::words::plural(events.len(), "event"));
+    let cut = match cut {
+        Some(why) => Some(format!("{shown} is cut short after {so_far}: {why}")),
+        // Whole, but the run never said it ended: its rank 0 was killed or stopped while recording.
+        None if !events.iter().any(|(_, event)| matches!(event, ConsumerEvent::Finished { .. })) => Some(format!(
+            "{shown} has no end: the run was cut off after {so_far}, before it finished (its rank 0 was killed or stopped)"
+        )),
+        None => None,
+    };
     Ok(Recording { events, cut })
 }
 
@@ -170,17 +177,34 @@ mod tests {
             stream::encode_event(i * 1000, &event, &mut frame).expect("encode");
             recorder.add(&frame, true);
         }
+        frame.clear();
+        stream::encode_event(5000, &ConsumerEvent::Finished { error: None }, &mut frame).expect("encode");
+        recorder.add(&frame, true);
         drop(recorder);
         let whole = read(&path).expect("read");
-        assert_eq!(whole.events.len(), 5);
+        assert_eq!(whole.events.len(), 6);
         assert!(whole.cut.is_none());
         assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 << 4 }));
 
         let bytes = std::fs::read(&path).expect("bytes");
         std::fs::write(&path, &bytes[..bytes.len() - 5]).expect("cut");
         let cut = read(&path).expect("read");
-        assert_eq!(cut.events.len(), 4, "every member before the cut is whole");
-        assert!(cut.cut.as_deref().is_some_and(|why| why.contains("cut short after 4 events")), "{:?}", cut.cut);
+        assert_eq!(cut.events.len(), 5, "every member before the cut is whole");
+        assert!(cut.cut.as_deref().is_some_and(|why| why.contains("cut short after 5 events (0.0 s into the run)")), "{:?}", cut.cut);
+
+        // Whole members but no end (rank 0 killed while it recorded), and a header alone: each says so.
+        let mut recorder = Recorder::create(&path).expect("create");
+        frame.clear();
+        stream::encode_event(0, &ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 }, &mut frame).expect("encode");
+        recorder.add(&frame, true);
+        drop(recorder);
+        let no_end = read(&path).expect("read");
+        assert_eq!(no_end.events.len(), 1);
+        assert!(no_end.cut.as_deref().is_some_and(|why| why.ends_with("has no end: the run was cut off after 1 event (0.0 s into the run), before it finished (its rank 0 was killed or stopped)")), "{:?}", no_end.cut);
+        drop(Recorder::create(&path).expect("create"));
+        let header_only = read(&path).expect("read");
+        assert!(header_only.events.is_empty());
+        assert!(header_only.cut.as_deref().is_some_and(|why| why.contains("has no end: the run was cut off after 0 events")), "{:?}", header_only.cut);
 
         std::fs::write(&path, b"{\"not\": \"a recording\"}").expect("write");
         assert!(read(&path).is_err());

@@ -1,9 +1,14 @@
 //! Every bad input ends in one line on stderr naming the flag (and the allowed values where there is a
-//! list), exit code 2, and no hang.
+//! list), exit code 2, and no hang; conflicting or repeated flags name both, and nothing is written.
 
 mod common;
 
-use common::{efatop, serial};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{efatop, efatop_path, library_path, serial};
 
 #[test]
 fn bad_input_table() {
@@ -103,4 +108,127 @@ fn device_memory_without_the_device_is_refused() {
     let lines: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("efatop: error: --memory device: no CUDA device"), "{lines:?}");
+}
+
+/// Runs efatop in `dir` (its working directory), killing it if it takes more than two minutes.
+fn efatop_in(dir: &Path, args: &[&str]) -> common::Run {
+    let started = Instant::now();
+    let mut command = Command::new(efatop_path());
+    command.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(path) = library_path() {
+        command.env("LD_LIBRARY_PATH", path);
+    }
+    let child = command.spawn().expect("efatop starts");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || send.send(child.wait_with_output()));
+    let Ok(output) = receive.recv_timeout(Duration::from_mins(2)) else {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        panic!("efatop {args:?} did not finish within 2 minutes");
+    };
+    let output = output.expect("efatop's output");
+    common::Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Runs `args` in a fresh, empty working directory and checks the verdict: exit code 2, one line on stderr
+/// that names every needle, nothing on stdout, and the directory still empty (no results file, no
+/// `efatop-results/`, no recording). Relative paths in `args` land in that directory.
+fn refused_and_nothing_written(args: &[&str], needles: &[&str]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = efatop_in(dir.path(), args);
+    assert_eq!(run.code, Some(2), "{args:?}: stdout {} stderr {}", run.stdout, run.stderr);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?} should print one line: {lines:?}");
+    assert!(lines[0].starts_with("efatop: error: "), "{args:?}: {lines:?}");
+    for needle in needles {
+        assert!(lines[0].contains(needle), "{args:?}: `{needle}` missing from {lines:?}");
+    }
+    assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    let left: Vec<String> =
+        std::fs::read_dir(dir.path()).expect("read dir").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.is_empty(), "{args:?} wrote {left:?}");
+}
+
+/// Two outputs on one file, two listeners on one port, a configuration or memory given twice, a folder that
+/// does not exist: refused before any rank starts, one line naming the flag(s), exit 2, nothing written.
+#[test]
+fn conflicting_or_repeated_flags_are_refused_before_anything_is_written() {
+    let _one = serial();
+    let with = |more: &[&'static str]| [&["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K"][..], more].concat();
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (with(&["--out", "x", "--record", "x"]), &["--out and --record both name x"]),
+        (with(&["--out", "./x", "--record", "x"]), &["--out and --record both name"]),
+        (with(&["--out", "/tmp/efatop-one-file", "--record", "/tmp/../tmp/efatop-one-file"]), &["--out and --record both name"]),
+        (with(&["--out", "sub/../x", "--record", "x"]), &["--out sub/../x", "there is no directory sub/.."]),
+        (with(&["--serve", "127.0.0.1:7421", "--prometheus", "127.0.0.1:7421"]), &["--serve 127.0.0.1:7421", "--prometheus 127.0.0.1:7421"]),
+        (with(&["--serve", "7421", "--prometheus", "0.0.0.0:7421"]), &["--serve 127.0.0.1:7421", "--prometheus 0.0.0.0:7421"]),
+        (with(&["--configs", "single,single"]), &["--configs", "single is given twice"]),
+        (with(&["--configs", "multi,roundrobin,multi"]), &["--configs", "multi is given twice"]),
+        (with(&["--memory", "host,host"]), &["--memory", "host is given twice"]),
+        (with(&["--memory", "device,staged", "--staged"]), &["--memory device,staged", "--staged"]),
+        (with(&["--record", "missing/r.efarec"]), &["--record missing/r.efarec", "no directory missing"]),
+        (with(&["--out", "missing/r.json"]), &["--out missing/r.json", "no directory missing"]),
+        (with(&["--out", "."]), &["--out .", "is a directory"]),
+        (vec!["run", "--ranks", "2", "alltoall", "--configs", "multi,multi"], &["--configs", "multi is given twice"]),
+        (vec!["run", "--ranks", "2", "proxy", "--configs", "single,single"], &["--configs", "single is given twice"]),
+        (vec!["run", "--ranks", "2", "ipc", "--grid", "1,16,1"], &["--grid", "1 is given twice"]),
+        (vec!["write", "--configs", "single,single"], &["--configs", "single is given twice"]),
+        (vec!["monitor", "--once", "--serve", "7421", "--prometheus", "127.0.0.1:7421"], &["--serve", "--prometheus"]),
+        (vec!["monitor", "--once", "--record", "missing/m.efarec"], &["--record missing/m.efarec"]),
+    ];
+    for (args, needles) in &cases {
+        refused_and_nothing_written(args, needles);
+    }
+}
+
+/// A bad number names its flag and the range (clap would read `-5` as a flag of its own); an unknown
+/// experiment lists the known ones.
+#[test]
+fn a_bad_number_names_its_flag_and_an_unknown_experiment_lists_the_known_ones() {
+    let experiments = "write, sendrecv, alltoall, proxy, ipc, sweep";
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["write", "--iters", "-5"], &["--iters", "-5 is not in 1..=1000000"]),
+        (&["write", "--warmup", "-1"], &["--warmup", "0..=1000000"]),
+        (&["write", "--window", "-2"], &["--window", "1..=1024"]),
+        (&["write", "--hang-timeout", "-60"], &["--hang-timeout", "1..=86400"]),
+        (&["write", "--channels", "-1"], &["--channels", "from 1 to 256"]),
+        (&["write", "--min-size", "-4096"], &["--min-size", "not a size"]),
+        (&["run", "--ranks", "-2", "write"], &["--ranks", "1..=4096"]),
+        (&["ipc", "--grid", "-1"], &["--grid", "1..=65535"]),
+        (&["monitor", "--count", "-1"], &["--count", "1..=1000000000"]),
+        (&["writ"], &["writ", experiments]),
+        (&["run", "--ranks", "2", "bogus"], &["bogus", experiments]),
+    ];
+    for (args, needles) in cases {
+        refused_and_nothing_written(args, needles);
+    }
+}
+
+/// Bad input the world decides (the provider, the GPU, the port): refused, and no results file either.
+/// Today rank 0 creates its results file before the world is set up, so these wait for rank 0's loop
+/// that makes it once the world is established.
+#[test]
+#[ignore = "needs rank-0 loop from main"]
+fn bad_input_found_while_the_world_is_set_up_writes_no_results_file() {
+    let _one = serial();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let with = |more: &[&'static str]| [&["run", "--ranks", "2", "write", "--max-size", "4K"][..], more].concat();
+    let mut in_use = with(&["--provider", "shm", "--serve"]);
+    in_use.push(&port);
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (with(&["--provider", "nosuchprov"]), &["no nosuchprov interface", "fi_info -l"]),
+        (with(&["--provider", "efa"]), &["no efa interface", "fi_info -l"]),
+        (with(&["--provider", "shm", "--memory", "device", "--gpu", "64"]), &["--memory device: no CUDA device"]),
+        (in_use, &["--serve", "cannot listen"]),
+    ];
+    for (args, needles) in &cases {
+        refused_and_nothing_written(args, needles);
+    }
+    drop(taken);
 }

@@ -135,6 +135,27 @@ fn once_prints_one_snapshot_grouped_under_the_p5_gpus() {
     assert_eq!(first["counters"].as_object().unwrap().len(), 34, "every counter the device has");
 }
 
+/// `--filter` keeps in a JSON line the NICs the table would show: by name, or by the GPU they sit next to.
+#[test]
+fn json_keeps_only_the_nics_the_filter_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let root = fake.root().to_str().unwrap();
+    let fixture = p5_fixture();
+    let names = |filter: &str| -> Vec<String> {
+        let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms", "--sysfs-root", root, "--topology-xml", &fixture, "--filter", filter]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+        snapshot["data"]["nics"].as_array().unwrap().iter().map(|nic| nic["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names("lo"), ["lo"]);
+    let mut near_gpu3 = names("LO, gpu3");
+    near_gpu3.sort();
+    assert_eq!(near_gpu3, ["lo", "rdmap130s0", "rdmap131s0", "rdmap132s0", "rdmap133s0"]);
+    assert!(names("nothing-by-this-name").is_empty());
+    assert_eq!(names("").len(), 34, "no filter: every NIC");
+}
+
 #[test]
 fn this_machine_has_lo_and_a_gpu_panel_that_says_what_it_found() {
     let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms"]);
@@ -156,6 +177,9 @@ fn bad_input_is_one_line_naming_the_flag_and_exit_code_2() {
         (vec!["monitor", "--interval", "0ms"], "--interval"),
         (vec!["monitor", "--sysfs-root", "/no/such/dir", "--once"], "--sysfs-root /no/such/dir: not a directory"),
         (vec!["monitor", "--topology-xml", "/no/such.xml", "--once"], "--topology-xml /no/such.xml"),
+        (vec!["monitor", "--serve", "9400", "--prometheus", "127.0.0.1:9400", "--once"], "--serve 127.0.0.1:9400 and --prometheus 127.0.0.1:9400"),
+        (vec!["monitor", "--record", "/no/such/dir/m.efarec", "--once"], "--record /no/such/dir/m.efarec: there is no directory /no/such/dir"),
+        (vec!["monitor", "--count", "-3"], "--count"),
     ] {
         let run = efatop(&args);
         assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);

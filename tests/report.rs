@@ -198,10 +198,9 @@ fn report_bad_input_ends_in_one_line_and_exit_code_2() {
         &efatop(&["report", "/nonexistent/run.json"]),
         &["/nonexistent/run.json", "cannot read"],
     );
-    assert_one_line_error(
-        &efatop(&["report", &broken]),
-        &[&broken, "not an efatop results file"],
-    );
+    let run = efatop(&["report", &broken]);
+    assert_one_line_error(&run, &[&broken, "not an efatop results file"]);
+    assert_eq!(run.stderr.matches("not an efatop results file").count(), 1, "said once: {}", run.stderr);
     assert_one_line_error(
         &efatop(&["report", &fixture("write-p5.json"), "--format", "xml"]),
         &["--format", "possible values: table, csv, md, json"],
@@ -284,7 +283,7 @@ fn compare_exit_codes_gate_on_regressions() {
     );
     assert_one_line_error(
         &efatop(&["compare", &baseline, &fixture("all2all-p5.json")]),
-        &["`write` run", "`all2all` run", "--allow-different"],
+        &["is a `write` run", "an `all2all` run", "--allow-different"],
     );
     assert_one_line_error(
         &efatop(&[
@@ -295,4 +294,103 @@ fn compare_exit_codes_gate_on_regressions() {
         ]),
         &["nothing to compare"],
     );
+}
+
+/// The write-p5 fixture with its status set, and only the measurements `keep` keeps.
+fn with_status(scratch: &Scratch, name: &str, status: &Value, keep: impl Fn(&Value) -> bool) -> (String, usize) {
+    let mut results: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("write-p5.json")).expect("fixture")).expect("JSON");
+    results["measurements"].as_array_mut().expect("measurements").retain(keep);
+    results["status"] = status.clone();
+    let kept = results["measurements"].as_array().expect("measurements").len();
+    let path = scratch.path(name);
+    std::fs::write(&path, results.to_string()).expect("write");
+    (path, kept)
+}
+
+/// `report` and `compare` say how each run ended (complete, failed and why, not ended) and claim only the
+/// sizes a file holds: "every size verified" is for a complete run.
+#[test]
+fn report_and_compare_say_how_each_run_ended_and_claim_only_the_sizes_it_holds() {
+    let scratch = Scratch::new("status");
+    let every = |_: &Value| true;
+    let (complete, all) = with_status(&scratch, "complete.json", &serde_json::json!({"state": "complete"}), every);
+    let run = efatop(&["report", &complete]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("\n# status: complete\n"), "{}", run.stdout);
+    assert!(run.stdout.ends_with("# every size verified: all bytes received matched the sender's pattern\n"), "{}", run.stdout);
+
+    let why = "rank 3 (vm) stopped responding: no telemetry for 5.1 s";
+    let small = |m: &Value| m["size"].as_u64().is_some_and(|size| size <= 1 << 20);
+    let (failed, kept) = with_status(&scratch, "failed.json", &serde_json::json!({"state": "failed", "reason": why}), small);
+    assert!(kept > 0 && kept < all);
+    let run = efatop(&["report", &failed]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains(&format!("\n# status: FAILED: {why}\n")), "{}", run.stdout);
+    assert!(!run.stdout.contains("every size verified"), "{}", run.stdout);
+    assert!(
+        run.stdout.ends_with(&format!(
+            "# only {kept} measurements (3 sizes, 256K..1M) measured before the run failed, each verified: all bytes received \
+             matched the sender's pattern\n"
+        )),
+        "{}",
+        run.stdout
+    );
+    let markdown = efatop(&["report", "--format", "md", &failed]);
+    assert!(markdown.stdout.contains(&format!("- **status:** FAILED: {why}\n")), "{}", markdown.stdout);
+
+    let (running, _) = with_status(&scratch, "running.json", &serde_json::json!({"state": "running"}), small);
+    let run = efatop(&["report", &running]);
+    assert!(run.stdout.contains("# status: not ended: still running, or cut off"), "{}", run.stdout);
+    assert!(!run.stdout.contains("every size verified"), "{}", run.stdout);
+    assert!(run.stdout.contains("measured before the run stopped writing this file"), "{}", run.stdout);
+
+    let compared = efatop(&["compare", &complete, &failed]);
+    assert_eq!(compared.code, Some(0), "{}{}", compared.stdout, compared.stderr);
+    assert!(
+        compared.stdout.contains(&format!("\n# baseline {complete}: complete; {all} measurements (9 sizes, 256K..64M)\n")),
+        "{}",
+        compared.stdout
+    );
+    assert!(
+        compared.stdout.contains(&format!("\n# candidate {failed}: FAILED: {why}; {kept} measurements (3 sizes, 256K..1M)\n")),
+        "{}",
+        compared.stdout
+    );
+}
+
+/// The results file of a run that failed before its ranks met (an unknown provider): no hosts, NICs or
+/// provider stack, and the report prints none of them empty.
+#[test]
+fn the_report_of_a_run_that_never_started_prints_no_empty_hosts_or_nics() {
+    let scratch = Scratch::new("early");
+    let why = "no nosuchprov interface offers reliable-datagram (RDM) endpoints here; `fi_info -l` lists the providers this libfabric has";
+    let early = serde_json::json!({
+        "metadata": {
+            "efatop_version": "0.1.0", "libfabric_version": "1.17", "experiment": "write", "provider": "nosuchprov",
+            "provider_stack": "", "ranks": 2, "hosts": [], "channels": 0, "distinct_nics": 0, "nics": [],
+            "link_gbps": null, "link_source": "", "memory": "", "window": 1, "warmup": 3, "iters": 20, "notes": [],
+            "started_unix_s": 1_795_611_240, "placements": [], "hang_timeout_s": 60
+        },
+        "configs": [],
+        "measurements": [],
+        "status": {"state": "failed", "reason": why}
+    });
+    let path = scratch.path("early.json");
+    std::fs::write(&path, early.to_string()).expect("write");
+    let run = efatop(&["report", &path]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "# efatop write — 2 ranks, provider nosuchprov asked for, libfabric 1.17: the run ended before its ranks met (no \
+             hosts, NICs or channels known)\n# window 1, warmup 3, iters 20\n# status: FAILED: {why}\n# no measurements in this file\n"
+        )
+    );
+    let markdown = efatop(&["report", "--format", "md", &path]).stdout;
+    for absent in ["0 hosts", "()", "NIC(s)", " [nosuchprov]", "**memory:** \n"] {
+        assert!(!markdown.contains(absent), "`{absent}` in {markdown}");
+    }
+    assert!(markdown.contains("- **hosts:** unknown: the run ended before its ranks met\n"), "{markdown}");
+    assert!(markdown.contains(&format!("- **status:** FAILED: {why}")), "{markdown}");
 }

@@ -136,6 +136,18 @@ fn a_recorded_run_replays_as_the_measurements_of_its_results_file_and_a_cut_reco
     let replayed = efatop(&["replay", results_arg, "--json"]);
     assert_eq!(replayed.code, Some(2));
     assert!(replayed.stderr.starts_with("efatop: error: replay:") && replayed.stderr.lines().count() == 1, "{}", replayed.stderr);
+
+    // Its first line alone (a run killed before its first event was sealed): no end, so not a success.
+    let header = dir.path().join("header.efarec");
+    let first_line = bytes.iter().position(|b| *b == b'\n').expect("a first line") + 1;
+    std::fs::write(&header, &bytes[..first_line]).expect("write");
+    let header_arg = header.to_str().expect("path");
+    for args in [&["replay", header_arg, "--json"][..], &["replay", header_arg]] {
+        let replayed = efatop(args);
+        assert_eq!(replayed.code, Some(1), "{}", replayed.stderr);
+        assert_eq!(replayed.stderr.lines().count(), 1, "{}", replayed.stderr);
+        assert!(replayed.stderr.contains("has no end: the run was cut off after 0 events"), "{}", replayed.stderr);
+    }
 }
 
 #[test]
@@ -155,10 +167,13 @@ fn attach_to_something_that_is_not_an_efatop_run_ends_in_one_line() {
     assert!(attached.stdout.is_empty());
     garbage.join().expect("listener");
 
-    // Nothing listening there any more: refused, one line, exit 2.
+    // Nothing listening there any more: refused, one line, exit 2, pointing at the recording of a run that
+    // may have ended rather than at --serve.
     let refused = efatop(&["attach", &address, "--json"]);
     assert_eq!(refused.code, Some(2));
-    assert!(refused.stderr.contains("nothing serves a run at") && refused.stderr.lines().count() == 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains(&format!("nothing listens at {address}: the run may have ended")), "{}", refused.stderr);
+    assert!(refused.stderr.contains("efatop replay") && !refused.stderr.contains("start the run"), "{}", refused.stderr);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
 }
 
 #[test]

@@ -401,7 +401,7 @@ impl Proxy<'_, '_> {
                     || request.offset.checked_add(len).is_none_or(|end| end > size)
                 {
                     return Err(ExperimentError::Unsupported(format!(
-                        "proxy: the GPU asked for a write outside its plan: {request:?} (size {size}, {channels_used} channels)"
+                        "proxy: the GPU asked for a write outside its plan: {request} (size {size}, {channels_used} channels)"
                     )));
                 }
                 let staged_at = match (self.staging, plan.as_ref()) {
@@ -472,7 +472,7 @@ impl Proxy<'_, '_> {
         observer.note(&stages.line(column, size, self.staging.map(|s| s.stager.is_pinned()), step_started.elapsed()));
         running.finish().map_err(cuda_error)?;
         if let Some((_, extra)) = consumer.try_pop() {
-            return Err(ExperimentError::Unsupported(format!("proxy: the GPU pushed more requests than planned: {extra:?}")));
+            return Err(ExperimentError::Unsupported(format!("proxy: the GPU pushed more requests than planned: {extra}")));
         }
         let ends = self.kernels.copy_back(&ends).map_err(cuda_error)?;
         let mut latency = LatencyRecorder::new();
@@ -590,11 +590,12 @@ impl<'c> QueueReport<'c> {
         let popped = consumer.consumed();
         let rate = (popped - self.consumed_then) as f64 / elapsed.as_secs_f64();
         observer.note(&format!(
-            "proxy queue ({} {}): {} waiting in the ring, {held} held by the proxy, {:.0} requests/s, {quiet_calls} Quiet calls",
+            "proxy queue ({} {}): {} waiting in the ring, {held} held by the proxy, {:.0} requests/s, {}",
             self.column,
             format_size(self.size),
             consumer.waiting(),
-            rate
+            rate,
+            efatop_proto::words::plural(quiet_calls, "Quiet call")
         ));
         self.since = Instant::now();
         self.consumed_then = popped;

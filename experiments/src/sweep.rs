@@ -212,9 +212,11 @@ fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError
         return Ok(None);
     }
     Ok(Some(format!(
-        "sweep: {here} ranks × {} channels both ways on {machine}'s {cores} cores: rails run one after another so that the \
+        "sweep: {} × {} both ways on {machine}'s {}: rails run one after another so that the \
          links, not the CPUs, are measured",
-        world.channels.len()
+        efatop_proto::words::plural(here, "rank"),
+        efatop_proto::words::plural(world.channels.len(), "channel"),
+        efatop_proto::words::plural(cores, "core")
     )))
 }
 

@@ -208,8 +208,9 @@ impl<'b> World<'b> {
         let share_cpu = ranks_here > cores;
         if share_cpu {
             notes.push(format!(
-                "{ranks_here} ranks share {cores} cores on {}: idle ranks yield the CPU while polling, so figures \
+                "{ranks_here} ranks share {} on {}: idle ranks yield the CPU while polling, so figures \
                  are lower than with a core per rank",
+                efatop_proto::words::plural(cores, "core"),
                 hosts[rank]
             ));
         }

@@ -318,7 +318,7 @@ impl StepCounters {
                     rank,
                     channel: None,
                     nic: None,
-                    message: format!("rank {rank}: TCP retransmitted {segments} segments during the step"),
+                    message: format!("rank {rank}: TCP retransmitted {} during the step", crate::words::plural(segments, "segment")),
                     headline: format!("rank {rank}: TCP retransmitted segments during a step"),
                 });
             }

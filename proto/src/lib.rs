@@ -9,6 +9,7 @@
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
 //! re-exports it at its old paths.
@@ -23,5 +24,6 @@ pub mod sizes;
 pub mod stream;
 pub mod sweep;
 pub mod telemetry;
+pub mod words;
 
 pub use results::{Measurement, RunMetadata, RunResults};

@@ -225,7 +225,7 @@ impl RunResults {
 pub enum ResultsFileError {
     #[error("not an efatop results file: {0}")]
     Json(#[from] serde_json::Error),
-    #[error("{config} at size {size} is measured but not among the configurations {configs:?}")]
+    #[error("{config} at size {size} is measured but not among the configurations ({})", .configs.join(", "))]
     UnlistedConfig { config: String, size: u64, configs: Vec<String> },
     #[error("{config} at size {size} is measured twice")]
     MeasuredTwice { config: String, size: u64 },

@@ -9,7 +9,7 @@ use efatop_proto::sizes::format_size;
 use efatop_proto::RunResults;
 use serde::Serialize;
 
-use crate::formats::ordered_measurements;
+use crate::formats::{file_summary, ordered_measurements};
 use crate::load::{load_results, ReportError};
 
 /// Reads `--threshold`: a percentage such as `5%`, `2.5%` or `5`.
@@ -59,6 +59,9 @@ pub struct Comparison {
     pub only_in_candidate: Vec<(String, u64)>,
     /// How the two runs were set up differently (provider, ranks, ...): context for a reader, not a verdict.
     pub setup_differences: Vec<String>,
+    /// How each run ended (complete, failed and why, not ended) and what its file holds, in one line.
+    pub baseline_summary: String,
+    pub candidate_summary: String,
 }
 
 impl Comparison {
@@ -152,6 +155,8 @@ pub fn compare(
         only_in_baseline,
         only_in_candidate,
         setup_differences: setup_differences(baseline, candidate),
+        baseline_summary: file_summary(baseline),
+        candidate_summary: file_summary(candidate),
     }
 }
 
@@ -260,6 +265,8 @@ impl Comparison {
     pub fn render(&self, baseline_name: &str, candidate_name: &str) -> String {
         let threshold = self.threshold_percent;
         let mut out = format!("# baseline {baseline_name}, candidate {candidate_name}; regression beyond {threshold}%\n");
+        let _ = writeln!(out, "# baseline {baseline_name}: {}", self.baseline_summary);
+        let _ = writeln!(out, "# candidate {candidate_name}: {}", self.candidate_summary);
         for difference in &self.setup_differences {
             let _ = writeln!(out, "# note: {difference}");
         }

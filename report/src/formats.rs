@@ -3,8 +3,9 @@
 
 use std::fmt::Write;
 
-use efatop_proto::results::{Measurement, PairMatrix};
+use efatop_proto::results::{Measurement, PairMatrix, RunState};
 use efatop_proto::sizes::format_size;
+use efatop_proto::words::plural;
 use efatop_proto::RunResults;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +58,9 @@ pub fn ordered_measurements(results: &RunResults) -> Vec<&Measurement> {
 
 fn render_table(results: &RunResults) -> String {
     let mut out = efatop_ui::render_header(&results.metadata, &results.sizes());
+    if let Some(status) = status_text(results) {
+        let _ = writeln!(out, "# status: {status}");
+    }
     if !results.measurements.is_empty() {
         out.push('\n');
         out.push_str(&efatop_ui::render_table(results));
@@ -65,19 +69,61 @@ fn render_table(results: &RunResults) -> String {
     out
 }
 
-/// Whether every measurement's bytes were checked, or which were not.
+/// How the run ended, as its file says: `complete`, `FAILED: why`, or that it had not ended when the file
+/// was last written (still going, or cut off without a word). `None` for files from before runs said.
+pub fn status_text(results: &RunResults) -> Option<String> {
+    let status = results.status.as_ref()?;
+    Some(match status.state {
+        RunState::Complete => "complete".to_string(),
+        RunState::Failed => format!("FAILED: {}", status.reason.as_deref().unwrap_or("no reason recorded")),
+        RunState::Running => {
+            "not ended: still running, or cut off without a word (killed) when the file was last written".to_string()
+        }
+    })
+}
+
+/// A file in one line, for `compare`: how its run ended and what it holds.
+pub fn file_summary(results: &RunResults) -> String {
+    let status = status_text(results).unwrap_or_else(|| "status unknown (the file predates run statuses)".to_string());
+    format!("{status}; {} ({})", plural(results.measurements.len(), "measurement"), sizes_text(&results.sizes()))
+}
+
+/// Whether every measurement's bytes were checked, or which were not. A run that did not complete is not
+/// said to have verified "every size": only the sizes it holds.
 fn verification_line(results: &RunResults) -> String {
     let unverified: Vec<String> = ordered_measurements(results)
         .iter()
         .filter(|m| !m.verified)
         .map(|m| format!("{} {}", m.config, format_size(m.size)))
         .collect();
+    let complete = results.status.as_ref().is_none_or(|status| status.state == RunState::Complete);
     if results.measurements.is_empty() {
         "# no measurements in this file\n".to_string()
-    } else if unverified.is_empty() {
+    } else if !unverified.is_empty() {
+        format!("# NOT verified: {}\n", unverified.join(", "))
+    } else if complete {
         "# every size verified: all bytes received matched the sender's pattern\n".to_string()
     } else {
-        format!("# NOT verified: {}\n", unverified.join(", "))
+        let measured = results.measurements.len();
+        let ended = match results.status.as_ref().map(|status| status.state) {
+            Some(RunState::Failed) => "before the run failed",
+            _ => "before the run stopped writing this file",
+        };
+        format!(
+            "# only {} ({}) measured {ended}, {} verified: all bytes received matched the sender's pattern\n",
+            plural(measured, "measurement"),
+            sizes_text(&results.sizes()),
+            if measured == 1 { "it" } else { "each" },
+        )
+    }
+}
+
+/// `1 size, 4K`, `3 sizes, 4K..16K`.
+pub fn sizes_text(sizes: &[u64]) -> String {
+    match (sizes.first(), sizes.last()) {
+        (Some(first), Some(last)) if first == last => format!("1 size, {}", format_size(*first)),
+        (Some(first), Some(last)) => format!("{}, {}..{}", plural(sizes.len(), "size"), format_size(*first), format_size(*last)),
+        _ => "no size".to_string(),
     }
 }
 
@@ -126,9 +172,9 @@ fn render_markdown(results: &RunResults) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# efatop {}: {} ranks, provider {}\n",
+        "# efatop {}: {}, provider {}\n",
         md_cell(&meta.experiment),
-        meta.ranks,
+        plural(meta.ranks, "rank"),
         md_cell(&meta.provider)
     );
     let nics: Vec<&str> = meta.nics.iter().map(|n| n.domain.as_str()).collect();
@@ -136,25 +182,31 @@ fn render_markdown(results: &RunResults) -> String {
         Some(gbps) => format!("{gbps} Gbps per channel ({})", meta.link_source),
         None => "unknown (BusBW not computed)".to_string(),
     };
+    // A run that ended before its ranks met knows no hosts, NICs or provider stack.
+    let unknown = |text: String| if hosts.is_empty() { "unknown: the run ended before its ranks met".to_string() } else { text };
     let facts = [
         ("efatop", meta.efatop_version.clone()),
         ("libfabric", meta.libfabric_version.clone()),
         (
             "provider",
-            format!("{} [{}]", meta.provider_stack, meta.provider),
+            if meta.provider_stack.is_empty() {
+                meta.provider.clone()
+            } else {
+                format!("{} [{}]", meta.provider_stack, meta.provider)
+            },
         ),
-        ("hosts", hosts.join(", ")),
+        ("hosts", unknown(hosts.join(", "))),
         (
             "channels",
-            format!(
-                "{} over {} NIC(s): {}",
+            unknown(format!(
+                "{} over {}: {}",
                 meta.channels,
-                meta.distinct_nics,
+                plural(meta.distinct_nics, "NIC"),
                 nics.join(", ")
-            ),
+            )),
         ),
         ("link speed", link),
-        ("memory", meta.memory.clone()),
+        ("memory", if meta.memory.is_empty() { "-".to_string() } else { meta.memory.clone() }),
         (
             "window, warmup, iters",
             format!("{}, {}, {}", meta.window, meta.warmup, meta.iters),
@@ -163,6 +215,9 @@ fn render_markdown(results: &RunResults) -> String {
     ];
     for (name, value) in facts {
         let _ = writeln!(out, "- **{name}:** {}", md_cell(&value));
+    }
+    if let Some(status) = status_text(results) {
+        let _ = writeln!(out, "- **status:** {}", md_cell(&status));
     }
     for note in &meta.notes {
         let _ = writeln!(out, "- **note:** {}", md_cell(note));

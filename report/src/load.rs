@@ -11,7 +11,8 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: not an efatop results file: {source}", .path.display())]
+    /// The reader's own text says what is wrong (`not an efatop results file: …` for bad JSON).
+    #[error("{}: {source}", .path.display())]
     Parse {
         path: PathBuf,
         source: efatop_proto::results::ResultsFileError,
@@ -28,10 +29,12 @@ pub enum ReportError {
     Font(String),
     /// Comparing a write run with a sendrecv run compares different operations; refused unless asked for.
     #[error(
-        "{} is a `{baseline_experiment}` run and {} a `{candidate_experiment}` run; compare runs of one \
+        "{} is {} `{baseline_experiment}` run and {} {} `{candidate_experiment}` run; compare runs of one \
          experiment, or pass --allow-different to compare them anyway",
         .baseline.display(),
-        .candidate.display()
+        efatop_proto::words::article(.baseline_experiment),
+        .candidate.display(),
+        efatop_proto::words::article(.candidate_experiment)
     )]
     DifferentExperiments {
         baseline: PathBuf,
@@ -87,6 +90,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("line 1"), "{text}");
+        assert_eq!(text.matches("not an efatop results file").count(), 1, "said once: {text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

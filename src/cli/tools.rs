@@ -6,28 +6,30 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use efatop_report::{Format, parse_threshold};
 
+use crate::experiment::whole_number;
+
 #[derive(Debug, Clone, Args)]
 pub struct QueueArgs {
     /// GPU whose kernel pushes the requests
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
     /// Producer blocks to try (the kernel's grid)
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 8, 64, 132], value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 8, 64, 132], value_parser = whole_number::<u32>(1..=65536))]
     pub blocks: Vec<u32>,
     /// Producer threads per block to try
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 32, 256], value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 32, 256], value_parser = whole_number::<u32>(1..=1024))]
     pub threads: Vec<u32>,
     /// Requests per shape in the open-loop (requests/s) pass; each producer pushes at least 16
-    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    #[arg(long, default_value_t = 1 << 20, value_parser = whole_number::<u64>(1..=1 << 32))]
     pub requests: u64,
     /// Requests per shape in the closed-loop (latency) pass; each producer pushes at least 4
-    #[arg(long, default_value_t = 1 << 16, value_parser = clap::value_parser!(u64).range(1..=1 << 28))]
+    #[arg(long, default_value_t = 1 << 16, value_parser = whole_number::<u64>(1..=1 << 28))]
     pub latency_requests: u64,
     /// Ring slots (a power of two); producers wait when the consumer is this far behind
     #[arg(long, default_value_t = 1024, value_parser = parse_slots)]
     pub slots: u64,
     /// Seconds without a request before the run is declared hung
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
     pub timeout: u64,
     /// One JSON object per shape instead of a table
     #[arg(long)]
@@ -50,7 +52,7 @@ pub struct TopoArgs {
     #[arg(long)]
     pub json: bool,
     /// Also show where N local ranks would run: GPU = local rank, the NICs nearest it, its NUMA node's CPUs
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096), conflicts_with = "gpu")]
+    #[arg(long, value_name = "N", value_parser = whole_number::<u16>(1..=4096), conflicts_with = "gpu")]
     pub ranks: Option<u16>,
     /// Also show where a rank on this GPU would run
     #[arg(long, value_name = "INDEX")]
@@ -119,7 +121,7 @@ pub struct MonitorArgs {
     #[arg(long)]
     pub json: bool,
     /// Stop after N snapshots (without --once: the first one, which has no rates, counts)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = whole_number::<u64>(1..=1_000_000_000))]
     pub count: Option<u64>,
     /// Read sysfs under this directory instead of / (a fake tree: scripts/make-fake-sysfs)
     #[arg(long, value_name = "PATH", default_value = "/")]
@@ -137,7 +139,7 @@ pub struct MonitorArgs {
     pub hosts: Vec<String>,
     /// Start N monitors on this machine as if each were a node (to try the many-node view on one machine;
     /// `{rank}` in --sysfs-root gives each its own tree)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
+    #[arg(long, value_name = "N", value_parser = whole_number::<u16>(2..=256))]
     pub ranks: Option<u16>,
     /// Serve the monitor's reads to `efatop attach` viewers at ADDR (IP:PORT, or a port on 127.0.0.1; port
     /// 0 picks one and prints it); one node (not with mpirun/srun)

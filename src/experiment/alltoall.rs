@@ -24,6 +24,7 @@ impl Descriptor for AlltoallArgs {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.write.check()?;
         let window = self.write.common.window;
         if window > 1 {
             return Err(format!(

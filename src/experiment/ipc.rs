@@ -14,7 +14,7 @@ pub struct IpcArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// Store kernel grids to run (blocks per launch), e.g. 1,16,128
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16, 128], value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16, 128], value_parser = super::whole_number::<u32>(1..=65_535))]
     pub grid: Vec<u32>,
     /// Store kernel blocks to run (threads per block): multiples of 32 from 32 to 1024
     #[arg(long, value_delimiter = ',', default_values_t = [256u32], value_parser = parse_block)]
@@ -85,6 +85,11 @@ impl Descriptor for IpcArgs {
     fn check(&self) -> Result<(), String> {
         if self.common.memory != [MemoryArg::Host] {
             return Err("--memory: ipc always moves GPU memory; leave --memory out".into());
+        }
+        for (flag, values) in [("--grid", &self.grid), ("--block", &self.block)] {
+            if let Some(twice) = values.iter().enumerate().find_map(|(i, v)| values[..i].contains(v).then_some(v)) {
+                return Err(format!("{flag}: {twice} is given twice; name each once"));
+            }
         }
         Ok(())
     }

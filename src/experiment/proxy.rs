@@ -81,6 +81,13 @@ impl Descriptor for ProxyArgs {
         true
     }
 
+    fn check(&self) -> Result<(), String> {
+        match super::given_twice(&self.configs) {
+            Some(config) => Err(format!("--configs: {config} is given twice; name each configuration once")),
+            None => Ok(()),
+        }
+    }
+
     fn columns(&self) -> Vec<String> {
         self.configs().iter().map(|c| c.column("DMA")).collect()
     }

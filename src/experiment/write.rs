@@ -53,6 +53,14 @@ impl Descriptor for WriteArgs {
         &self.common
     }
 
+    /// A configuration given twice would be measured twice and shown once.
+    fn check(&self) -> Result<(), String> {
+        match super::given_twice(&self.configs) {
+            Some(config) => Err(format!("--configs: {config} is given twice; name each configuration once")),
+            None => Ok(()),
+        }
+    }
+
     fn columns(&self) -> Vec<String> {
         WriteArgs::columns(self)
     }

@@ -4,10 +4,7 @@ use std::fmt::Write;
 
 use efatop_proto::RunMetadata;
 use efatop_proto::sizes::format_size;
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
+use efatop_proto::words::plural;
 
 pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
     let mut hosts = meta.hosts.clone();
@@ -17,7 +14,12 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         (Some(first), Some(last)) => format!(", sizes {}..{}", format_size(*first), format_size(*last)),
         _ => String::new(),
     };
-    let host_list = format!("{} ranks on {} host{} ({})", meta.ranks, hosts.len(), plural(hosts.len()), hosts.join(", "));
+    if hosts.is_empty() {
+        // A run that ended before its ranks met (the results file of a failed start): no hosts, NICs or
+        // provider stack to show, only what was asked for.
+        return early_header(meta);
+    }
+    let host_list = format!("{} on {} ({})", plural(meta.ranks, "rank"), plural(hosts.len(), "host"), hosts.join(", "));
     if meta.experiment == "ipc" {
         // No NIC moves ipc's bytes: the header names the GPUs (in the rank lines) and the NVLink peak.
         let _ = writeln!(out, "# efatop ipc — {host_list}, CUDA IPC between the ranks' GPUs");
@@ -41,10 +43,9 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         );
         let _ = writeln!(
             out,
-            "# channels: {} over {} NIC{} ({}), {} memory, window {}, warmup {}, iters {}{sizes}",
+            "# channels: {} over {} ({}), {} memory, window {}, warmup {}, iters {}{sizes}",
             meta.channels,
-            meta.distinct_nics,
-            plural(meta.distinct_nics),
+            plural(meta.distinct_nics, "NIC"),
             nics.join(", "),
             meta.memory,
             meta.window,
@@ -87,6 +88,23 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
     out
 }
 
+/// The header of a run that never set up its world: what was asked for, and that nothing more is known.
+fn early_header(meta: &RunMetadata) -> String {
+    let provider = if meta.provider.is_empty() { String::new() } else { format!(", provider {} asked for", meta.provider) };
+    let memory = if meta.memory.is_empty() { String::new() } else { format!("{} memory, ", meta.memory) };
+    let mut out = format!(
+        "# efatop {} — {}{provider}, libfabric {}: the run ended before its ranks met (no hosts, NICs or channels known)\n",
+        meta.experiment,
+        plural(meta.ranks, "rank"),
+        meta.libfabric_version
+    );
+    let _ = writeln!(out, "# {memory}window {}, warmup {}, iters {}", meta.window, meta.warmup, meta.iters);
+    for note in &meta.notes {
+        let _ = writeln!(out, "# note: {note}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +127,28 @@ mod tests {
         // Other experiments keep their fabric lines.
         let fabric = render_header(&crate::table::tests::sample().metadata, &[4096]);
         assert!(fabric.contains("provider shm [shm]") && fabric.contains("# link speed 100 Gbps per channel (from --link-gbps)"));
+    }
+
+    #[test]
+    fn a_run_that_ended_before_its_ranks_met_shows_no_empty_hosts_or_nics() {
+        let meta = RunMetadata {
+            experiment: "write".into(),
+            provider: "nosuchprov".into(),
+            libfabric_version: "1.17".into(),
+            ranks: 2,
+            window: 1,
+            warmup: 3,
+            iters: 20,
+            ..RunMetadata::default()
+        };
+        let header = render_header(&meta, &[]);
+        assert_eq!(
+            header,
+            "# efatop write — 2 ranks, provider nosuchprov asked for, libfabric 1.17: the run ended before its ranks met (no \
+             hosts, NICs or channels known)\n# window 1, warmup 3, iters 20\n"
+        );
+        let mut one = crate::table::tests::sample().metadata;
+        one.distinct_nics = 1;
+        assert!(render_header(&one, &[4096]).contains(" over 1 NIC ("), "{}", render_header(&one, &[4096]));
     }
 }

@@ -125,22 +125,20 @@ impl MonitorView {
         moved_at.is_some_and(|at| self.samples.saturating_sub(at) < RED_FOR_SAMPLES)
     }
 
+    /// Whether `nic` passes the filter: its name contains one of the filter's comma-separated words, or a
+    /// word is `gpuN` and the NIC sits next to GPU N. An empty filter passes every NIC.
+    pub fn passes(&self, nic: &NicStats) -> bool {
+        let mut alternatives = self.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).peekable();
+        alternatives.peek().is_none()
+            || alternatives.any(|wanted| {
+                nic.name.to_ascii_lowercase().contains(wanted.as_str()) || nic.gpus.iter().any(|gpu| format!("gpu{gpu}") == wanted)
+            })
+    }
+
     /// The NICs that pass the filter, in sort order.
     pub fn shown(&self) -> Vec<&NicStats> {
         let Some(snapshot) = &self.snapshot else { return Vec::new() };
-        let alternatives: Vec<String> =
-            self.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).collect();
-        let mut nics: Vec<&NicStats> = snapshot
-            .nics
-            .iter()
-            .filter(|nic| {
-                alternatives.is_empty()
-                    || alternatives.iter().any(|wanted| {
-                        nic.name.to_ascii_lowercase().contains(wanted.as_str())
-                            || nic.gpus.iter().any(|gpu| format!("gpu{gpu}") == *wanted)
-                    })
-            })
-            .collect();
+        let mut nics: Vec<&NicStats> = snapshot.nics.iter().filter(|nic| self.passes(nic)).collect();
         match self.sort {
             SortKey::Gpu => nics.sort_by(|a, b| {
                 let group = |nic: &NicStats| nic.gpus.first().copied().unwrap_or(usize::MAX);

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use efatop_proto::sizes::format_size;
 use efatop_proto::sweep::{RoundKind, Scope, SweepResults};
+use efatop_proto::words::plural;
 
 /// The sweep's tables as text; `rails` is the run's channels per rank.
 pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
@@ -15,10 +16,12 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     let bar = (sweep.threshold * 100.0).round();
     let _ = writeln!(
         out,
-        "# sweep: {pairing} pairing round{} + {cross} cross-rail + {retests} retest, {} ranks × {rails} rails, {} per write; a \
+        "# sweep: {} + {cross} cross-rail + {}, {} × {}, {} per write; a \
          channel is judged by its best figure with any peer NIC against {bar:.0}% of its rail's median{}",
-        if pairing == 1 { "" } else { "s" },
-        sweep.nodes.len(),
+        plural(pairing, "pairing round"),
+        plural(retests, "retest"),
+        plural(sweep.nodes.len(), "rank"),
+        plural(rails, "rail"),
         format_size(sweep.size),
         sweep.link_gbps.map_or(String::new(), |l| format!(" and of {l} Gbps (--link-gbps)")),
     );

@@ -47,6 +47,17 @@ pub struct Request {
     pub tag: u64,
 }
 
+/// As messages name a request: what it asks to write, and where.
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a write of {} bytes at offset {} on channel {} to rank {} (immediate {:#x}, tag {:#x})",
+            self.len, self.offset, self.channel, self.target, self.immediate, self.tag
+        )
+    }
+}
+
 /// The ring over words someone else owns (mapped host memory, or a `Vec` in tests).
 #[derive(Clone, Copy)]
 pub struct RingView<'w> {

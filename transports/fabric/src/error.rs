@@ -10,7 +10,7 @@ pub enum FabricError {
     Completion { api: &'static str, channel: usize, code: i32, prov_errno: i32, message: String },
     #[error("no {provider} interface offers {missing} here{hint}")]
     Unavailable { provider: String, missing: String, hint: String },
-    #[error("{what} on channel {channel} did not complete within {timeout:?}")]
+    #[error("{what} on channel {channel} did not complete within {} s", .timeout.as_secs_f64())]
     Timeout { what: &'static str, channel: usize, timeout: Duration },
     #[error("{0}")]
     Invalid(String),

@@ -14,6 +14,7 @@ use ratatui::widgets::Widget;
 
 use efatop_proto::sizes::format_size;
 use efatop_proto::sweep::{RoundKind, Scope, Suspect};
+use efatop_proto::words::plural;
 
 use super::chrome::{self, Chrome};
 use super::text::{cell, number, Align};
@@ -99,14 +100,14 @@ fn progress(view: &SweepView) -> Line<'static> {
         text.push_str(" (cross-rail)");
     }
     if retests > 0 {
-        let _ = write!(text, " + {retests} retest");
+        let _ = write!(text, " + {}", plural(retests, "retest"));
     }
     let bar = (view.record.threshold * 100.0).round();
     let _ = write!(
         text,
-        " · {} ranks × {} rails · {} writes · bar {bar:.0}% of each rail's median (Gbps)",
-        view.latest.len(),
-        view.rails,
+        " · {} × {} · {} writes · bar {bar:.0}% of each rail's median (Gbps)",
+        plural(view.latest.len(), "rank"),
+        plural(view.rails, "rail"),
         format_size(view.record.size)
     );
     if let Some(link) = view.record.link_gbps {

@@ -9,6 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use efatop_proto::results::GpuPairRecord;
+use efatop_proto::words::plural;
 use efatop_topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
 
 use super::chrome::{self, Chrome};
@@ -57,7 +58,7 @@ fn lines(state: &DashboardState, width: usize) -> Vec<Line<'static>> {
             }
         }
         out.push(Line::styled(
-            text::truncate(&format!("{host}: {} ranks, {} NICs in use", ranks.len(), nics.len()), width),
+            text::truncate(&format!("{host}: {}, {} in use", plural(ranks.len(), "rank"), plural(nics.len(), "NIC")), width),
             Style::new().add_modifier(Modifier::BOLD),
         ));
         for placement in ranks {

@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use efatop_monitor::{GpuPanel, GpuStats, NicStats, Snapshot, TopologyGpu};
+use efatop_proto::words::plural;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -120,7 +121,7 @@ fn render_header(view: &MonitorView, area: Rect, buf: &mut Buffer) {
             let every = snapshot.interval_ms.map_or_else(|| "first read".to_string(), |ms| format!("every {:.1}s", ms / 1e3));
             spans.push(Span::styled(format!("  {every}"), dim));
             let gone_text = if gone > 0 { format!(" ({gone} gone)") } else { String::new() };
-            spans.push(Span::raw(format!("  {} NICs{gone_text}", present.len())));
+            spans.push(Span::raw(format!("  {}{gone_text}", plural(present.len(), "NIC"))));
             spans.push(Span::raw("  tx "));
             spans.push(Span::styled(gbps(Some(sum(|nic| nic.tx_gbps))), bold));
             spans.push(Span::raw(" rx "));
