@@ -48,12 +48,28 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
         return 2;
     }
     let mut results_path = None;
-    let outcome = run_rank(&*bootstrap, experiment, &mut results_path);
+    let mut run_metrics = None;
+    let outcome = run_rank(&*bootstrap, experiment, &mut results_path, &mut run_metrics);
     // The results file says how the run ended, whichever way it did.
     if let Some(path) = &results_path {
         let reason = outcome.as_ref().err().map(ToString::to_string);
         if let Err(err) = record_end(path, reason.as_deref().map_or(Ok(()), Err)) {
             eprintln!("efatop: warning: {err}");
+        }
+    }
+    // Last, once the results file records the end: the push, and the endpoint's final figures for a while.
+    if let Some((metrics, mut results)) = run_metrics {
+        results.status = Some(match &outcome {
+            Ok(_) => RunStatus { state: RunState::Complete, reason: None },
+            Err(err) => RunStatus { state: RunState::Failed, reason: Some(err.to_string()) },
+        });
+        if let Some(url) = &experiment.common().pushgateway {
+            if let Err(err) = crate::run_metrics::push(url, &results, metrics.as_ref()) {
+                eprintln!("efatop: warning: --pushgateway {url}: {err}");
+            }
+        }
+        if let Some(metrics) = metrics {
+            metrics.finish(&results, crate::run_metrics::LINGER);
         }
     }
     match outcome {
@@ -79,7 +95,14 @@ pub fn rank_main(experiment: &Experiment) -> i32 {
 #[allow(clippy::too_many_lines)] // the rank's life in order: world, telemetry, consumer, experiment, results
 /// Returns the exit code of a run that went well: 0, or [`crate::experiment::SUSPECTS_FOUND`] for a sweep
 /// whose verdict names any.
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &mut Option<PathBuf>) -> Result<i32, ExperimentError> {
+/// `finished_metrics` gets rank 0's Prometheus figures and the final results, for `--prometheus` and
+/// `--pushgateway` to finish with once the results file records the end.
+fn run_rank(
+    bootstrap: &dyn Bootstrap,
+    experiment: &Experiment,
+    results_path: &mut Option<PathBuf>,
+    finished_metrics: &mut Option<(Option<crate::run_metrics::RunMetrics>, RunResults)>,
+) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
@@ -198,11 +221,13 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
         None
     };
     let collector_events = watchdog.as_ref().map_or_else(|| events_tx.clone(), |w| w.events.clone());
-    // `--prometheus`: rank 0's view of the job, folded from the telemetry on its way to the watchdog.
+    // `--prometheus` / `--pushgateway`: rank 0's view of the job, folded from the telemetry on its way to
+    // the watchdog (until rank 0's event loop owns the outlets).
     let (collector_events, run_metrics) = match (rank, common.prometheus) {
         (0, Some(address)) => {
-            let (tee, metrics) = crate::run_metrics::tee(address, experiment.name(), &world.hosts, collector_events)?;
-            (tee, Some(metrics))
+            let metrics = crate::run_metrics::RunMetrics::start(address, experiment.name(), &world.hosts)?;
+            let (tee, relay) = crate::run_metrics::relay(metrics, collector_events)?;
+            (tee, Some(relay))
         }
         _ => (collector_events, None),
     };
@@ -310,6 +335,11 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, results_path: &m
     printer::plain::print_final(mode, &results, &sweep.sizes, outcome.is_ok(), file.as_ref().map(|f| f.path.as_path()));
     if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
         eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
+    }
+    // The collector is gone, so the relay has folded the last batch.
+    let metrics = run_metrics.and_then(crate::run_metrics::Relay::join);
+    if metrics.is_some() || common.pushgateway.is_some() {
+        *finished_metrics = Some((metrics, results.clone()));
     }
     outcome?;
     save_error.map_or(Ok(()), Err)?;
