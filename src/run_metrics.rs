@@ -99,6 +99,9 @@ impl RunMetrics {
 pub struct Pushgateway {
     /// Scheme, authority and path prefix, without a trailing `/`.
     base: String,
+    /// `localhost` or a loopback address: reached directly, whatever `HTTP_PROXY` says (as Go's HTTP
+    /// client, and so Prometheus's own push client, does); other hosts honour `HTTP_PROXY`/`NO_PROXY`.
+    loopback: bool,
 }
 
 impl Pushgateway {
@@ -118,7 +121,9 @@ impl Pushgateway {
         if uri.query().is_some() {
             return Err(bad("it has a query string"));
         }
-        Ok(Self { base: format!("http://{authority}{}", uri.path().trim_end_matches('/')) })
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        Ok(Self { base: format!("http://{authority}{}", uri.path().trim_end_matches('/')), loopback })
     }
 
     /// Where a run's group is put: `<base>/metrics/job/efatop/instance/<instance>`.
@@ -154,7 +159,11 @@ pub fn push(gateway: &Pushgateway, results: &RunResults, metrics: Option<&RunMet
     view.end(results, SystemTime::now());
     let body = view.final_text().map_err(|err| format!("cannot encode the run's figures: {err}"))?;
     let url = gateway.group_url(view.hosts().first().map_or("", String::as_str));
-    let config = ureq::Agent::config_builder().timeout_global(Some(PUSH_TIMEOUT)).http_status_as_error(false).build();
+    let mut config = ureq::Agent::config_builder().timeout_global(Some(PUSH_TIMEOUT)).http_status_as_error(false);
+    if gateway.loopback {
+        config = config.proxy(None);
+    }
+    let config = config.build();
     let agent: ureq::Agent = config.into();
     let mut response =
         agent.put(&url).header("Content-Type", TEXT_CONTENT_TYPE).send(body.as_bytes()).map_err(|err| format!("PUT {url}: {err}"))?;
@@ -224,7 +233,10 @@ mod tests {
     fn pushgateway_urls_are_plain_http_with_a_host() {
         let gateway = Pushgateway::parse("http://127.0.0.1:9091").unwrap();
         assert_eq!(gateway.group_url("node-1"), "http://127.0.0.1:9091/metrics/job/efatop/instance/node-1");
+        assert!(gateway.loopback && Pushgateway::parse("http://[::1]:9091").unwrap().loopback);
+        assert!(Pushgateway::parse("http://localhost:9091").unwrap().loopback);
         let prefixed = Pushgateway::parse("http://gw.example:80/push/").unwrap();
+        assert!(!prefixed.loopback);
         assert_eq!(prefixed.group_url("a b/c"), "http://gw.example:80/push/metrics/job/efatop/instance/a_b_c");
         assert_eq!(prefixed.group_url(""), "http://gw.example:80/push/metrics/job/efatop/instance/unknown");
         for (bad, why) in [
