@@ -356,10 +356,16 @@ pub struct CommonArgs {
     /// Rank 0 records the run's events, timestamped and compressed, into FILE for `efatop replay`
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank) for Prometheus at
-    /// /metrics on ADDR while it runs, e.g. 127.0.0.1:9401
+    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank, its state) for
+    /// Prometheus at /metrics on ADDR while it runs, and its final figures for 5 s after it ends so that a
+    /// last scrape gets them, e.g. 127.0.0.1:9401
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub prometheus: Option<SocketAddr>,
+    /// At the end, rank 0 pushes the run's final per-channel byte totals and how it ended to the Prometheus
+    /// Pushgateway at URL (http://HOST:PORT), as job `efatop`, instance rank 0's host; a failed push is a
+    /// warning
+    #[arg(long, value_name = "URL", value_parser = crate::run_metrics::Pushgateway::parse)]
+    pub pushgateway: Option<crate::run_metrics::Pushgateway>,
     /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)
     /// instead of this machine's; the run's notes say so (docs/counters.md)
     #[arg(long, hide = true)]

@@ -280,7 +280,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         interval: common.interval,
         outlets: outlets.take(),
         metrics,
-        pushgateway: None,
+        pushgateway: common.pushgateway.clone(),
         collector,
     };
     if inputs.send(Input::Ready(Box::new(setup))).is_err() {

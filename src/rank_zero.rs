@@ -44,10 +44,6 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-/// How long `--prometheus` keeps answering with the run's final figures after its end, so that a scrape
-/// after the last size still sees them.
-pub const PROMETHEUS_LINGER: Duration = Duration::from_secs(5);
-
 /// The reason a run ended by SIGTERM gives (exit code 143).
 pub const SIGTERM_REASON: &str = "stopped by SIGTERM";
 
@@ -93,7 +89,7 @@ pub struct Setup {
     pub interval: Duration,
     pub outlets: Option<Outlets>,
     pub metrics: Option<RunMetrics>,
-    pub pushgateway: Option<String>,
+    pub pushgateway: Option<crate::run_metrics::Pushgateway>,
     pub collector: Option<Collector>,
 }
 
@@ -401,12 +397,12 @@ impl Loop {
             eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
         }
         if let Some(url) = &self.setup.pushgateway {
-            if let Err(err) = crate::run_metrics::push(url, results) {
+            if let Err(err) = crate::run_metrics::push(url, results, self.setup.metrics.as_ref()) {
                 eprintln!("efatop: warning: --pushgateway {url}: {err}");
             }
         }
         if let Some(metrics) = self.setup.metrics.take() {
-            metrics.finish(PROMETHEUS_LINGER);
+            metrics.finish(results, crate::run_metrics::LINGER);
         }
         let code = match (outcome, self.save_error) {
             (Err(err), _) | (Ok(()), Some(err)) => Err(err),

@@ -1,8 +1,10 @@
-//! `--prometheus ADDR`: the monitor's latest snapshot as an `OpenMetrics` text endpoint at `/metrics`, for a
-//! Prometheus server to scrape. The exposition format comes from `prometheus-client` (a [`Collector`] over
-//! one owned snapshot, encoded per scrape), the HTTP from `tiny_http`, on a thread of its own: the reader
-//! hands it snapshots through a bounded queue with `try_send`, so a slow scrape never holds up a read, and
-//! the two share no lock.
+//! `--prometheus ADDR`: the monitor's latest snapshot as a text endpoint at `/metrics`, for a Prometheus
+//! server to scrape. The exposition comes from `prometheus-client` (a [`Collector`] over one owned
+//! snapshot, encoded per scrape) as `OpenMetrics` text, which a scrape that asks for it gets (Prometheus
+//! does); every other client (`curl`, `promtool check metrics`) gets the classic text format 0.0.4
+//! ([`to_text_format`]), as Prometheus's own Go client negotiates. The HTTP comes from `tiny_http`, on a
+//! thread of its own: the reader hands it snapshots through a bounded queue with `try_send`, so a slow
+//! scrape never holds up a read, and the two share no lock.
 //!
 //! Names follow Prometheus's conventions: one metric per sysfs counter, `efatop_nic_<counter>_total`
 //! (`efatop_nic_rdma_write_bytes_total`), gauges in base units (`efatop_nic_tx_bytes_per_second`), labels
@@ -26,6 +28,98 @@ use crate::{GpuPanel, Snapshot};
 
 /// The content type of `OpenMetrics` text, which `prometheus-client` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The content type of Prometheus's classic text format (0.0.4), for every client that does not ask for
+/// `OpenMetrics`: `curl`, `promtool check metrics`, a Pushgateway.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Which exposition format a scrape gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `OpenMetrics` text: what a Prometheus server asks for first.
+    OpenMetrics,
+    /// The classic text format 0.0.4: what everything else gets, as from Prometheus's own Go client.
+    Text,
+}
+
+impl Format {
+    /// `OpenMetrics` when the request's `Accept` header names it, else the classic text format.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        if accept.is_some_and(|accept| accept.to_ascii_lowercase().contains("application/openmetrics-text")) {
+            Self::OpenMetrics
+        } else {
+            Self::Text
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => CONTENT_TYPE,
+            Self::Text => TEXT_CONTENT_TYPE,
+        }
+    }
+}
+
+/// `OpenMetrics` text (as `prometheus-client` writes it: counters and gauges) in the classic text format
+/// 0.0.4. The two differ where a parser of the other would go wrong: an `OpenMetrics` counter family is
+/// named without the `_total` its samples carry (the classic format names the family as its samples, else
+/// `promtool check metrics` finds samples with no HELP or TYPE); `unknown` is `untyped`; HELP escapes only
+/// `\\` and `\n`; `# UNIT`, `_created` samples and `# EOF` have no classic form and are left out.
+pub fn to_text_format(openmetrics: &str) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(openmetrics.len());
+    // A family's HELP comes before its TYPE, which says whether its name takes `_total`.
+    let mut help: Option<(&str, String)> = None;
+    let mut counter: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, docstring) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = Some((name, unescape_quotes(docstring)));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (family, kind) = match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                "gauge" => (name.to_string(), "gauge"),
+                _ => (name.to_string(), "untyped"),
+            };
+            counter = (kind == "counter").then_some(name);
+            if let Some((_, docstring)) = help.take().filter(|(described, _)| *described == name) {
+                let _ = writeln!(text, "# HELP {family} {docstring}");
+            }
+            let _ = writeln!(text, "# TYPE {family} {kind}");
+        } else {
+            let created = counter.is_some_and(|name| line.strip_prefix(name).is_some_and(|rest| rest.starts_with("_created")));
+            // `# UNIT`, `# EOF` and `_created` have no classic form.
+            if line.starts_with('#') || created || line.is_empty() {
+                continue;
+            }
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// An `OpenMetrics` HELP text with `\"` as a plain `"` (the classic format escapes only `\\` and `\n`).
+fn unescape_quotes(docstring: &str) -> String {
+    let mut plain = String::with_capacity(docstring.len());
+    let mut chars = docstring.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            plain.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('"') => plain.push('"'),
+            Some(next) => {
+                plain.push('\\');
+                plain.push(next);
+            }
+            None => plain.push('\\'),
+        }
+    }
+    plain
+}
 
 /// Labels of a NIC's series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -258,6 +352,12 @@ impl<T: Exposition> Exporter<T> {
             Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
         }
     }
+
+    /// Hands over the last state, never dropped: waits for room in the queue, which the serving loop empties
+    /// at least every [`POLL`]. Every request that arrives after this returns is answered with it.
+    pub fn offer_last(&self, state: T) {
+        let _ = self.states.send(state);
+    }
 }
 
 impl<T: Exposition> Drop for Exporter<T> {
@@ -274,27 +374,44 @@ impl<T: Exposition> Drop for Exporter<T> {
 /// How often the serving loop looks for a newer state while no request comes.
 const POLL: Duration = Duration::from_millis(100);
 
+/// Takes every state waiting in the queue, keeping the newest; false once the queue is closed.
+fn take_newest<T>(states: &Receiver<T>, latest: &mut Option<T>) -> bool {
+    loop {
+        match states.try_recv() {
+            Ok(state) => *latest = Some(state),
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => return false,
+        }
+    }
+}
+
 fn serve<T: Exposition>(server: &tiny_http::Server, states: &Receiver<T>) {
     let mut latest: Option<T> = None;
     loop {
-        loop {
-            match states.try_recv() {
-                Ok(state) => latest = Some(state),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
-            }
+        if !take_newest(states, &mut latest) {
+            return;
         }
         let Ok(Some(request)) = server.recv_timeout(POLL) else { continue };
+        // A state offered while the loop waited for this request is newer than the one it holds.
+        let open = take_newest(states, &mut latest);
         let path = request.url().split('?').next().unwrap_or_default().to_string();
+        let accept = request.headers().iter().find(|h| h.field.equiv("Accept")).map(|h| h.value.as_str());
+        let format = Format::negotiate(accept);
         let response = match (path.as_str(), &latest) {
             ("/metrics", Some(state)) => match state.render() {
-                Ok(text) => text_response(text, 200, CONTENT_TYPE),
+                Ok(text) => {
+                    let body = if format == Format::Text { to_text_format(&text) } else { text };
+                    text_response(body, 200, format.content_type())
+                }
                 Err(err) => text_response(format!("encoding failed: {err}\n"), 500, "text/plain; charset=utf-8"),
             },
             ("/metrics", None) => text_response("no read yet\n".into(), 503, "text/plain; charset=utf-8"),
             _ => text_response("efatop: metrics are at /metrics\n".into(), 404, "text/plain; charset=utf-8"),
         };
         let _ = request.respond(response);
+        if !open {
+            return;
+        }
     }
 }
 
@@ -342,11 +459,11 @@ mod tests {
         let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
         let exporter: Exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
         exporter.offer(vec![monitor.sample(Duration::ZERO)]);
-        let get = |path: &str| {
+        let get = |path: &str, headers: &str| {
             // The snapshot reaches the serving thread at its next look: ask until it has.
             loop {
                 let mut stream = std::net::TcpStream::connect(exporter.address).unwrap();
-                write!(stream, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+                write!(stream, "GET {path} HTTP/1.0\r\n{headers}\r\n").unwrap();
                 let mut reply = String::new();
                 stream.read_to_string(&mut reply).unwrap();
                 if !reply.starts_with("HTTP/1.0 503") {
@@ -354,10 +471,72 @@ mod tests {
                 }
             }
         };
-        let reply = get("/metrics");
+        // curl and promtool ask for nothing in particular: the classic text format.
+        let reply = get("/metrics", "");
         assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
-        assert!(reply.contains(CONTENT_TYPE), "{reply}");
+        assert!(reply.contains(TEXT_CONTENT_TYPE), "{reply}");
+        assert!(reply.contains("# TYPE efatop_nic_rdma_write_bytes_total counter\n"), "{reply}");
         assert!(reply.contains("efatop_nic_rdma_write_bytes_total{host=\"p5\",nic=\"rdmap79s0\",pci=\"0000:4f:00.0\",gpu=\"\",rail=\"\"} 1000000014"), "{reply}");
-        assert!(get("/").starts_with("HTTP/1.0 404"));
+        assert!(!reply.contains("# EOF"), "{reply}");
+        // Prometheus asks for OpenMetrics first.
+        let accept = "Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n";
+        let reply = get("/metrics", accept);
+        assert!(reply.contains(CONTENT_TYPE), "{reply}");
+        assert!(reply.contains("# TYPE efatop_nic_rdma_write_bytes counter\n"), "{reply}");
+        assert!(reply.ends_with("# EOF\n"), "{reply}");
+        assert!(get("/", "").starts_with("HTTP/1.0 404"));
+    }
+
+    #[test]
+    fn openmetrics_counters_become_classic_families_named_as_their_samples() {
+        let lines = |lines: &[&str]| lines.join("\n") + "\n";
+        let openmetrics = lines(&[
+            r#"# HELP a_bytes moved \"here\" \\ \n"#,
+            "# TYPE a_bytes counter",
+            "# UNIT a_bytes bytes",
+            r#"a_bytes_total{x="1"} 5"#,
+            r#"a_bytes_created{x="1"} 1.0"#,
+            "# HELP b_ratio a gauge",
+            "# TYPE b_ratio gauge",
+            "b_ratio 0.5",
+            "# TYPE c unknown",
+            "c 1",
+            "# EOF",
+        ]);
+        let classic = lines(&[
+            r#"# HELP a_bytes_total moved "here" \\ \n"#,
+            "# TYPE a_bytes_total counter",
+            r#"a_bytes_total{x="1"} 5"#,
+            "# HELP b_ratio a gauge",
+            "# TYPE b_ratio gauge",
+            "b_ratio 0.5",
+            "# TYPE c untyped",
+            "c 1",
+        ]);
+        assert_eq!(to_text_format(&openmetrics), classic);
+        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
+        assert_eq!(Format::negotiate(Some("application/openmetrics-text; version=1.0.0")), Format::OpenMetrics);
+    }
+
+    #[test]
+    fn the_last_state_offered_answers_the_next_request() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        FakeSysfs::p5(dir.path()).unwrap();
+        let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
+        let exporter: Exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut snapshot = monitor.sample(Duration::ZERO);
+        // More offers than the queue holds, the last one guaranteed.
+        for _ in 0..10 {
+            exporter.offer(vec![snapshot.clone()]);
+        }
+        snapshot.host = "last".into();
+        exporter.offer_last(vec![snapshot]);
+        let mut stream = std::net::TcpStream::connect(exporter.address).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        assert!(reply.contains("host=\"last\""), "{reply}");
     }
 }

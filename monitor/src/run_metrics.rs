@@ -1,12 +1,21 @@
 //! A benchmark run as rank 0 sees it (`efatop run ... --prometheus ADDR`), for the same endpoint as the
 //! monitor's: every rank's telemetry samples folded into per-channel byte totals, the last interval's
-//! rates and latency percentiles, and per-rank figures over the rank's channels.
+//! rates and latency percentiles, and per-rank figures over the rank's channels; once the run is over
+//! ([`RunView::end`]), its final figures and how it ended, which the endpoint keeps serving for a while and
+//! a Pushgateway is given ([`RunView::final_text`]).
 //!
 //! Metrics: `efatop_run_channel_bytes_total` (counter), `efatop_run_channel_bytes_per_second`,
 //! `efatop_run_channel_latency_p50_seconds` / `_p99_seconds` (gauges, where the interval timed any
 //! operation), and the same per rank as `efatop_run_rank_*`; labels `experiment`, `host`, `rank`, and
-//! `channel`, `nic` for channels.
+//! `channel`, `nic` for channels. `efatop_run_state{state="running"|"complete"|"failed"}` is 1 for the
+//! run's state and 0 for the others, and `efatop_run_end_timestamp_seconds` says when it ended. An ended
+//! run has no last-interval gauges (no interval is going on): its channel totals, its ranks' telemetry
+//! drops and its state remain.
 
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -14,7 +23,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::prometheus::Exposition;
+use crate::prometheus::{to_text_format, Exposition};
 
 #[derive(Clone, Debug, Default)]
 struct ChannelState {
@@ -33,6 +42,13 @@ struct RankState {
     drops: u64,
 }
 
+/// How the run ended, once it has.
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    state: RunState,
+    unix_s: f64,
+}
+
 /// What the endpoint of a run serves; see the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct RunView {
@@ -41,6 +57,18 @@ pub struct RunView {
     /// Every rank's channels' NIC names, once known.
     nics: Vec<Vec<String>>,
     ranks: Vec<RankState>,
+    ended: Option<Ended>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    experiment: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    experiment: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,11 +89,75 @@ struct ChannelLabels {
 
 impl RunView {
     pub fn new(experiment: &str, hosts: Vec<String>) -> Self {
-        Self { experiment: experiment.to_string(), ranks: vec![RankState::default(); hosts.len()], hosts, nics: Vec::new() }
+        Self { experiment: experiment.to_string(), ranks: vec![RankState::default(); hosts.len()], hosts, nics: Vec::new(), ended: None }
     }
 
     pub fn set_nics(&mut self, nics: Vec<Vec<String>>) {
         self.nics = nics;
+    }
+
+    /// Every rank's host, once the world is up (a view may start before it).
+    pub fn set_hosts(&mut self, hosts: Vec<String>) {
+        if hosts.len() > self.ranks.len() {
+            self.ranks.resize(hosts.len(), RankState::default());
+        }
+        self.hosts = hosts;
+    }
+
+    pub fn experiment(&self) -> &str {
+        &self.experiment
+    }
+
+    /// Every rank's host, by rank.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// Every channel's bytes so far, by `(rank, channel)`.
+    pub fn channel_totals(&self) -> BTreeMap<(usize, usize), u64> {
+        self.ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(rank, state)| state.channels.iter().enumerate().map(move |(channel, c)| ((rank, channel), c.bytes_total)))
+            .collect()
+    }
+
+    /// The run is over, at `at`, as `results` says (its status: complete, else failed; a missing or still
+    /// `running` status is taken as failed, since the run is over). Each channel's total is settled from the
+    /// results file: the bytes its measured steps record for the channel ([`recorded_channel_bytes`]), which
+    /// the ranks agreed on and no dropped telemetry sample can shorten; where that is less than the
+    /// telemetry counted (a failed run's unfinished last step moved bytes no measurement holds) or the
+    /// results record nothing for the channel, the telemetry's total stays, so the counter never goes back.
+    /// NIC labels not known from telemetry come from the results' placements.
+    pub fn end(&mut self, results: &RunResults, at: SystemTime) {
+        for ((rank, channel), bytes) in recorded_channel_bytes(results) {
+            if rank >= self.ranks.len() {
+                self.ranks.resize(rank + 1, RankState::default());
+            }
+            let channels = &mut self.ranks[rank].channels;
+            if channel >= channels.len() {
+                channels.resize(channel + 1, ChannelState::default());
+            }
+            channels[channel].bytes_total = channels[channel].bytes_total.max(bytes);
+        }
+        if self.nics.iter().all(Vec::is_empty) {
+            self.nics = results.metadata.placements.iter().map(|p| p.nics.clone()).collect();
+        }
+        if self.hosts.is_empty() {
+            self.hosts.clone_from(&results.metadata.hosts);
+        }
+        let state = match results.status.as_ref().map(|s| s.state) {
+            Some(RunState::Complete) => RunState::Complete,
+            _ => RunState::Failed,
+        };
+        let unix_s = at.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        self.ended = Some(Ended { state, unix_s });
+    }
+
+    /// What a Pushgateway keeps of an ended run, in the classic text format: each channel's total bytes,
+    /// each rank's telemetry drops, the run's state and when it ended (the endpoint's final figures).
+    pub fn final_text(&self) -> Result<String, std::fmt::Error> {
+        Ok(to_text_format(&self.render()?))
     }
 
     /// Folds in one interval sample of a rank.
@@ -116,6 +208,18 @@ impl RunView {
     }
 }
 
+/// The bytes `results` records per `(rank, channel)`: over its measurements, the application bytes each
+/// channel moved in the step (`counters.channels[].app_bytes`: sent plus received, warmup included), which
+/// the ranks count with the same probe as their telemetry. Empty for experiments that record no counters.
+pub fn recorded_channel_bytes(results: &RunResults) -> BTreeMap<(usize, usize), u64> {
+    let mut bytes = BTreeMap::new();
+    for channel in results.measurements.iter().filter_map(|m| m.counters.as_ref()).flat_map(|c| &c.channels) {
+        let total: &mut u64 = bytes.entry((channel.rank, channel.channel)).or_default();
+        *total = total.saturating_add(channel.app_bytes);
+    }
+    bytes
+}
+
 fn gauges<L: EncodeLabelSet>(encoder: &mut DescriptorEncoder, name: &str, help: &str, series: &[(L, f64)]) -> Result<(), std::fmt::Error> {
     if series.is_empty() {
         return Ok(());
@@ -133,7 +237,7 @@ impl Collector for RunView {
         if !channels.is_empty() {
             let mut metric = encoder.encode_descriptor(
                 "efatop_run_channel_bytes",
-                "bytes the benchmark moved on the channel (sent or received), from the rank's telemetry",
+                "bytes the benchmark moved on the channel, sent plus received (the rank's telemetry; at the run's end, the results file's figure)",
                 None,
                 ConstCounter::new(0_u64).metric_type(),
             )?;
@@ -141,8 +245,10 @@ impl Collector for RunView {
                 ConstCounter::new(channel.bytes_total).encode(metric.encode_family(labels)?)?;
             }
         }
+        // An ended run has no last interval: its gauges of one are left out.
+        let live = self.ended.is_none();
         let series = |pick: &dyn Fn(&ChannelState) -> Option<f64>| -> Vec<(ChannelLabels, f64)> {
-            channels.iter().filter_map(|(labels, c)| Some((labels.clone(), pick(c)?))).collect()
+            channels.iter().filter(|_| live).filter_map(|(labels, c)| Some((labels.clone(), pick(c)?))).collect()
         };
         gauges(&mut encoder, "efatop_run_channel_bytes_per_second", "the channel's bytes per second over the last telemetry interval", &series(&|c| Some(c.bytes_per_second)))?;
         gauges(&mut encoder, "efatop_run_channel_latency_p50_seconds", "median operation latency on the channel over the last interval", &series(&|c| c.p50_s))?;
@@ -150,11 +256,32 @@ impl Collector for RunView {
         let ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| -> Vec<(RankLabels, f64)> {
             self.ranks.iter().enumerate().filter_map(|(rank, state)| Some((self.rank_labels(rank), pick(state)?))).collect()
         };
-        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", &ranks(&|r| Some(r.bytes_per_second)))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", &ranks(&|r| r.p50_s))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", &ranks(&|r| r.p99_s))?;
+        let live_ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| if live { ranks(pick) } else { Vec::new() };
+        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", &live_ranks(&|r| Some(r.bytes_per_second)))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", &live_ranks(&|r| r.p50_s))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", &live_ranks(&|r| r.p99_s))?;
         gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", &ranks(&|r| Some(r.drops as f64)))?;
+        let current = self.ended.map_or(RunState::Running, |ended| ended.state);
+        let states: Vec<(StateLabels, f64)> = [RunState::Running, RunState::Complete, RunState::Failed]
+            .into_iter()
+            .map(|state| {
+                let labels = StateLabels { experiment: self.experiment.clone(), state: state_name(state).into() };
+                (labels, if state == current { 1.0 } else { 0.0 })
+            })
+            .collect();
+        gauges(&mut encoder, "efatop_run_state", "1 for the run's state (running, complete: every size measured, failed: ended early), 0 for the others", &states)?;
+        let ended: Vec<(RunLabels, f64)> =
+            self.ended.iter().map(|ended| (RunLabels { experiment: self.experiment.clone() }, ended.unix_s)).collect();
+        gauges(&mut encoder, "efatop_run_end_timestamp_seconds", "when the run ended, in seconds since the Unix epoch", &ended)?;
         Ok(())
+    }
+}
+
+fn state_name(state: RunState) -> &'static str {
+    match state {
+        RunState::Running => "running",
+        RunState::Complete => "complete",
+        RunState::Failed => "failed",
     }
 }
 
@@ -193,5 +320,84 @@ mod tests {
         assert!(text.contains(r#"efatop_run_channel_latency_p50_seconds{experiment="write",host="b",rank="1",channel="1",nic="efa1"}"#), "{text}");
         assert!(!text.contains(&format!("efatop_run_channel_latency_p50_seconds{{{labels}}}")), "an interval that timed nothing has no percentile: {text}");
         assert!(text.contains(r#"efatop_run_rank_telemetry_drops{experiment="write",host="b",rank="1"} 0.0"#), "{text}");
+    }
+
+    fn measured(channels: &[(usize, usize, u64)]) -> efatop_proto::results::Measurement {
+        use efatop_proto::counters::{ChannelCounters, CounterSource, StepCounters};
+        use efatop_proto::results::{LatencySummary, Measurement};
+        let channels = channels
+            .iter()
+            .map(|&(rank, channel, app_bytes)| ChannelCounters {
+                rank,
+                channel,
+                nic: None,
+                source: CounterSource::None { why: "shm".into() },
+                app_bytes,
+                nic_bytes: None,
+                counter: None,
+                ratio: None,
+                deltas: BTreeMap::new(),
+            })
+            .collect();
+        Measurement {
+            config: "SinglePin".into(),
+            size: 4096,
+            count: 1024,
+            gbps: 1.0,
+            busbw_percent: None,
+            nccl_busbw_gbps: None,
+            latency: LatencySummary { mean_us: 1.0, p50_us: 1.0, p99_us: 1.0, max_us: 1.0 },
+            iterations: 1,
+            pairs: Vec::new(),
+            verified: true,
+            registration: None,
+            counters: Some(StepCounters { channels, ..StepCounters::default() }),
+        }
+    }
+
+    #[test]
+    fn an_ended_run_settles_its_totals_from_the_results_and_says_how_it_ended() {
+        use efatop_proto::results::{RankPlacement, RunStatus};
+        let mut view = RunView::new("write", vec!["a".into(), "b".into()]);
+        // Telemetry saw 700 bytes of rank 0's channel 0 (a sample was dropped) and 900 of rank 1's (its
+        // unfinished last step counts too); nothing yet of rank 1's channel 1.
+        for (rank, bytes) in [(0, 700), (1, 900)] {
+            view.ingest(&RankSample { rank, interval_ns: 1, channels: vec![ChannelSample { channel: 0, bytes, ..ChannelSample::default() }], ..RankSample::default() });
+        }
+        let mut results = RunResults {
+            measurements: vec![measured(&[(0, 0, 500), (1, 0, 500)]), measured(&[(0, 0, 300), (1, 0, 300), (1, 1, 40)])],
+            status: Some(RunStatus { state: RunState::Failed, reason: Some("rank 1 stopped responding".into()) }),
+            ..RunResults::default()
+        };
+        results.metadata.placements = ["a", "b"].iter().enumerate().map(|(rank, host)| RankPlacement { rank, host: (*host).into(), nics: vec!["shm".into(), "shm".into()], ..RankPlacement::default() }).collect();
+        assert_eq!(recorded_channel_bytes(&results), BTreeMap::from([((0, 0), 800), ((1, 0), 800), ((1, 1), 40)]));
+        let live = view.render().unwrap();
+        assert!(live.contains(r#"efatop_run_state{experiment="write",state="running"} 1.0"#), "{live}");
+        assert!(live.contains("efatop_run_channel_bytes_per_second{"), "{live}");
+        assert!(!live.contains("efatop_run_end_timestamp_seconds{"), "{live}");
+
+        view.end(&results, UNIX_EPOCH + std::time::Duration::from_hours(500_000));
+        assert_eq!(view.channel_totals(), BTreeMap::from([((0, 0), 800), ((1, 0), 900), ((1, 1), 40)]), "the larger of the two, per channel");
+        let text = view.final_text().unwrap();
+        for line in [
+            "# TYPE efatop_run_channel_bytes_total counter",
+            r#"efatop_run_channel_bytes_total{experiment="write",host="a",rank="0",channel="0",nic="shm"} 800"#,
+            r#"efatop_run_channel_bytes_total{experiment="write",host="b",rank="1",channel="1",nic="shm"} 40"#,
+            r#"efatop_run_state{experiment="write",state="running"} 0.0"#,
+            r#"efatop_run_state{experiment="write",state="failed"} 1.0"#,
+            r#"efatop_run_end_timestamp_seconds{experiment="write"} 1800000000.0"#,
+            r#"efatop_run_rank_telemetry_drops{experiment="write",host="b",rank="1"} 0.0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("per_second") && !text.contains("latency"), "no last interval once ended: {text}");
+        assert!(!text.contains("# EOF"), "{text}");
+        // A run that ended with no status, or still `running`, is over all the same: failed.
+        results.status = None;
+        view.end(&results, UNIX_EPOCH);
+        assert!(view.final_text().unwrap().contains(r#"efatop_run_state{experiment="write",state="failed"} 1.0"#));
+        results.status = Some(RunStatus { state: RunState::Complete, reason: None });
+        view.end(&results, UNIX_EPOCH);
+        assert!(view.final_text().unwrap().contains(r#"efatop_run_state{experiment="write",state="complete"} 1.0"#));
     }
 }

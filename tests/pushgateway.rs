@@ -1,0 +1,387 @@
+//! A run's figures in the Prometheus world, against real servers (Debian's `prometheus-pushgateway` and
+//! `promtool`, which scripts/setup-debian installs): `--pushgateway` leaves the run's final per-channel
+//! byte totals in a Pushgateway, equal to the bytes its results file records; the run's and the monitor's
+//! `/metrics` pass `promtool check metrics`; and the run's endpoint still answers, with the final totals,
+//! right after the run's last result. Without those programs the tests say `SKIPPED` and why, except under
+//! `CI=true`, where they fail.
+//!
+//! Every run starts in a temporary working directory; the tests signal only the processes they started.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use efatop_monitor::FakeSysfs;
+use serde_json::Value;
+
+/// A process this test started (and, for a launcher, the ranks it started), killed by pid when the test
+/// ends however it ends.
+struct Started {
+    child: Child,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let mut ours = common::Tracked::default();
+        ours.add_descendants(self.child.id());
+        ours.kill_all();
+        let _ = self.child.wait();
+    }
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|path| path.is_file())
+}
+
+/// `program`, or `None` after a SKIPPED line; under `CI=true` a missing program fails the test instead.
+fn required(program: &str, package: &str) -> Option<PathBuf> {
+    if let Some(path) = on_path(program) {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "no `{program}` on PATH under CI=true: scripts/setup-debian installs Debian's `{package}`"
+    );
+    eprintln!("SKIPPED: no `{program}` on PATH (Debian package `{package}`; scripts/setup-debian installs it)");
+    None
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// `GET path` over HTTP/1.0 as `curl` asks (no `Accept`): the status and the body.
+fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    let status = reply.split_whitespace().nth(1)?.parse().ok()?;
+    let body = reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())?;
+    Some((status, body))
+}
+
+/// Asks `done` every 50 ms until it gives a value; panics naming `what` after `limit`.
+fn wait_for<T>(what: &str, limit: Duration, mut done: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `promtool check metrics` of `text`: its exit code and what it said.
+fn promtool(promtool: &Path, text: &str) -> (Option<i32>, String) {
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    check.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("feed promtool");
+    let output = check.wait_with_output().expect("promtool ends");
+    (output.status.code(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
+
+/// One sample line of the text format: its metric name, labels and value.
+fn sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let Some((name, labels)) = series.split_once('{') else { return Some((series, BTreeMap::new(), value)) };
+    let mut parsed = BTreeMap::new();
+    let mut rest = labels.strip_suffix('}')?;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => value.push(chars.next()?.1),
+                (at, '"') => break at,
+                (_, c) => value.push(c),
+            }
+        };
+        parsed.insert(key.to_string(), value);
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    Some((name, parsed, value))
+}
+
+/// `efatop_run_channel_bytes_total` by `(rank, channel)`, with each series' labels.
+fn channel_totals(text: &str) -> BTreeMap<(usize, usize), (u64, BTreeMap<String, String>)> {
+    text.lines()
+        .filter_map(sample)
+        .filter(|(name, _, _)| *name == "efatop_run_channel_bytes_total")
+        .map(|(_, labels, value)| {
+            let key = (labels["rank"].parse().expect("rank"), labels["channel"].parse().expect("channel"));
+            (key, (value as u64, labels))
+        })
+        .collect()
+}
+
+/// The bytes the results file records per `(rank, channel)`: over its measurements, each channel's
+/// `counters.channels[].app_bytes` (sent plus received, warmup included).
+fn recorded_bytes(results: &Value) -> BTreeMap<(usize, usize), u64> {
+    let mut bytes = BTreeMap::new();
+    for measurement in results["measurements"].as_array().expect("measurements") {
+        for channel in measurement["counters"]["channels"].as_array().expect("every write step records its channels' bytes") {
+            let key = (channel["rank"].as_u64().expect("rank") as usize, channel["channel"].as_u64().expect("channel") as usize);
+            *bytes.entry(key).or_default() += channel["app_bytes"].as_u64().expect("app_bytes");
+        }
+    }
+    bytes
+}
+
+/// What a 2-rank, one-channel write moves on each rank's channel: every measurement's size, warmup and
+/// timed iterations alike, written by rank 0 and received by rank 1.
+fn write_bytes_per_rank(results: &Value) -> u64 {
+    let metadata = &results["metadata"];
+    let iterations = metadata["warmup"].as_u64().expect("warmup") + metadata["iters"].as_u64().expect("iters");
+    results["measurements"].as_array().expect("measurements").iter().map(|m| m["size"].as_u64().expect("size") * iterations).sum()
+}
+
+fn read_results(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("results file")).expect("results JSON")
+}
+
+/// A 2-rank shm write from 4K to `max_size`, its results in `results.json`, then `more`.
+fn write<'a>(max_size: &'a str, iters: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--ranks", "2", "write", "--provider", "shm", "--no-tui", "--min-size", "4K", "--max-size", max_size];
+    args.extend(["--iters", iters, "--out", "results.json"]);
+    args.extend_from_slice(more);
+    args
+}
+
+/// `efatop ARGS` in `dir`, its stderr lines arriving on the receiver as they are written, its stdout kept.
+fn start_efatop(dir: &Path, args: &[&str]) -> (Started, Receiver<String>, std::thread::JoinHandle<String>) {
+    let mut command = Command::new(common::efatop_path());
+    command.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(path) = common::library_path() {
+        command.env("LD_LIBRARY_PATH", path);
+    }
+    let mut child = command.spawn().expect("start efatop");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stdout = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    (Started { child }, received, stdout)
+}
+
+/// Waits for a stderr line with `prefix`; every line read on the way is added to `seen`.
+fn line_starting(lines: &Receiver<String>, prefix: &str, seen: &mut Vec<String>) -> String {
+    let deadline = Instant::now() + Duration::from_mins(2);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(line) => seen.push(line),
+            Err(err) => panic!("no stderr line starting {prefix:?} ({err}); stderr so far:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// The address in `efatop: serving http://ADDR/metrics`.
+fn serving(line: &str) -> SocketAddr {
+    line.strip_prefix("efatop: serving http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|address| address.parse().ok())
+        .unwrap_or_else(|| panic!("not a serving line: {line:?}"))
+}
+
+/// Waits for the process to end, within `limit`: its exit code.
+fn exit_code(started: &mut Started, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = started.child.try_wait().expect("wait") {
+            return status.code();
+        }
+        assert!(Instant::now() < deadline, "efatop did not end within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_run_leaves_its_final_per_channel_totals_in_a_pushgateway_equal_to_its_results_file() {
+    let Some(pushgateway) = required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let server = Command::new(pushgateway)
+        .arg(format!("--web.listen-address={gateway}"))
+        .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("pushgateway.log")).expect("log file"))
+        .spawn()
+        .expect("start prometheus-pushgateway");
+    let _server = Started { child: server };
+    wait_for("the pushgateway ready", Duration::from_secs(30), || get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+
+    let url = format!("http://{gateway}");
+    let args = write("256K", "5", &["--pushgateway", &url]);
+    let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
+    let code = exit_code(&mut run, Duration::from_mins(2));
+    let stderr: Vec<String> = lines.try_iter().collect();
+    let stdout = stdout.join().expect("stdout");
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{}", stderr.join("\n"));
+    assert!(!stderr.iter().any(|l| l.contains("--pushgateway")), "the push went through: {stderr:?}");
+
+    let results = read_results(&dir.path().join("results.json"));
+    let recorded = recorded_bytes(&results);
+    let (status, metrics) = get(gateway, "/metrics").expect("the pushgateway's /metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let pushed = channel_totals(&metrics);
+    let pushed_bytes: BTreeMap<(usize, usize), u64> = pushed.iter().map(|(key, (bytes, _))| (*key, *bytes)).collect();
+    println!("pushed efatop_run_channel_bytes_total: {pushed_bytes:?}; the results file's app_bytes: {recorded:?}");
+    assert_eq!(pushed_bytes.keys().collect::<Vec<_>>(), [&(0, 0), &(1, 0)], "two ranks of one channel each: {metrics}");
+    assert_eq!(pushed_bytes, recorded, "{metrics}");
+    // And what those figures are: every size, warmup and timed iterations, written by rank 0, received by 1.
+    let moved = write_bytes_per_rank(&results);
+    assert!(moved > 0);
+    assert!(pushed_bytes.values().all(|&bytes| bytes == moved), "{moved} per rank: {pushed_bytes:?}");
+
+    let host = results["metadata"]["hosts"][0].as_str().expect("rank 0's host");
+    for (rank, (_, labels)) in pushed.iter().map(|((rank, _), series)| (rank, series)) {
+        assert_eq!(labels["job"], "efatop", "{labels:?}");
+        assert_eq!(labels["instance"], host, "{labels:?}");
+        assert_eq!(labels["experiment"], "write", "{labels:?}");
+        assert_eq!(Some(labels["nic"].as_str()), results["metadata"]["placements"][rank]["nics"][0].as_str(), "{labels:?}");
+    }
+    let state = |name: &str| {
+        metrics.lines().filter_map(sample).find(|(metric, labels, _)| *metric == "efatop_run_state" && labels["state"] == name).map(|(_, _, v)| v)
+    };
+    assert_eq!((state("complete"), state("failed"), state("running")), (Some(1.0), Some(0.0), Some(0.0)), "{metrics}");
+    assert!(metrics.lines().any(|l| l.starts_with("efatop_run_end_timestamp_seconds{")), "{metrics}");
+    assert!(metrics.lines().any(|l| l.starts_with("push_time_seconds{")), "{metrics}");
+}
+
+#[test]
+fn a_failed_push_is_a_warning_and_a_bad_url_is_refused_before_the_run() {
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nobody listens there: the run still ends as it went, with one warning.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let args = write("4K", "5", &["--pushgateway", &url]);
+    let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
+    let code = exit_code(&mut run, Duration::from_mins(2));
+    let stderr: Vec<String> = lines.try_iter().collect();
+    assert_eq!(code, Some(0), "stdout:\n{}\nstderr:\n{}", stdout.join().expect("stdout"), stderr.join("\n"));
+    let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("--pushgateway")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr:?}");
+    assert!(warnings[0].starts_with(&format!("efatop: warning: --pushgateway {url}: PUT {url}/metrics/job/efatop/instance/")), "{warnings:?}");
+    assert_eq!(read_results(&dir.path().join("results.json"))["status"]["state"], "complete");
+
+    for bad in ["127.0.0.1:9091", "https://127.0.0.1:9091", "http://", "http://gw:9091/?job=x"] {
+        let run = common::efatop(&["run", "--ranks", "2", "write", "--provider", "shm", "--pushgateway", bad]);
+        assert_eq!(run.code, Some(2), "{bad}: {}", run.stderr);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{bad}: {lines:?}");
+        assert!(lines[0].starts_with("efatop: error: ") && lines[0].contains("--pushgateway"), "{bad}: {lines:?}");
+    }
+}
+
+#[test]
+fn the_runs_and_the_monitors_metrics_pass_promtool() {
+    let Some(promtool_path) = required("promtool", "prometheus") else { return };
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // The monitor over a fake p5 tree: every sysfs counter of 32 EFA devices, rates, rails.
+    let fake = FakeSysfs::p5(dir.path().join("p5")).expect("fake p5 tree");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
+    let fixture = fixture.to_str().expect("utf-8 path");
+    let root = fake.root().to_str().expect("utf-8 path");
+    let args = ["monitor", "--interval", "100ms", "--prometheus", "127.0.0.1:0", "--topology-xml", fixture, "--sysfs-root", root];
+    let (monitor, lines, _) = start_efatop(dir.path(), &args);
+    let endpoint = serving(&line_starting(&lines, "efatop: serving", &mut Vec::new()));
+    fake.advance("rdmap80s0", "rdma_write_bytes", 5_000_000).expect("advance");
+    // Once a second read has given rates.
+    let text = wait_for("the monitor's rates", Duration::from_secs(30), || {
+        get(endpoint, "/metrics").filter(|(status, body)| *status == 200 && body.contains("efatop_nic_tx_bytes_per_second{")).map(|(_, body)| body)
+    });
+    drop(monitor);
+    let (code, said) = promtool(&promtool_path, &text);
+    assert_eq!(code, Some(0), "promtool check metrics of the monitor's /metrics:\n{said}");
+    assert!(said.trim().is_empty(), "{said}");
+    assert!(text.contains("# HELP efatop_nic_rdma_write_bytes_total "), "{text}");
+
+    // A run, scraped while it goes (rates and percentiles of the last interval).
+    let args = write("4M", "20", &["--prometheus", "127.0.0.1:0"]);
+    let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
+    let mut seen = Vec::new();
+    let endpoint = serving(&line_starting(&lines, "efatop: serving", &mut seen));
+    let live = wait_for("a scrape of the run going", Duration::from_mins(1), || {
+        get(endpoint, "/metrics")
+            .filter(|(status, body)| *status == 200 && body.contains("efatop_run_channel_latency_p50_seconds{") && body.contains(r#"state="running"} 1"#))
+            .map(|(_, body)| body)
+    });
+    let (code, said) = promtool(&promtool_path, &live);
+    assert_eq!(code, Some(0), "promtool check metrics of the run's /metrics:\n{said}\n{live}");
+    assert!(said.trim().is_empty(), "{said}");
+    for name in ["efatop_run_channel_bytes_total", "efatop_run_channel_bytes_per_second", "efatop_run_rank_latency_p99_seconds", "efatop_run_state"] {
+        assert!(live.contains(&format!("# HELP {name} ")) && live.contains(&format!("# TYPE {name} ")), "{name}: {live}");
+    }
+    // And once it is over (what a Pushgateway is given).
+    line_starting(&lines, "efatop: the final figures stay at", &mut seen);
+    let (status, ended) = get(endpoint, "/metrics").expect("the final scrape");
+    assert_eq!(status, 200, "{ended}");
+    let (code, said) = promtool(&promtool_path, &ended);
+    assert_eq!(code, Some(0), "promtool check metrics of the ended run's /metrics:\n{said}\n{ended}");
+    assert_eq!(exit_code(&mut run, Duration::from_mins(1)), Some(0), "{}", stdout.join().expect("stdout"));
+}
+
+#[test]
+fn the_runs_endpoint_answers_a_final_scrape_with_the_final_totals_then_closes() {
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = write("256K", "5", &["--prometheus", "127.0.0.1:0"]);
+    let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
+    let mut seen = Vec::new();
+    let endpoint = serving(&line_starting(&lines, "efatop: serving", &mut seen));
+    // Right after the run's last result: the tables are printed, the results file says how it ended.
+    let lingering = line_starting(&lines, "efatop: the final figures stay at", &mut seen);
+    let told = Instant::now();
+    assert_eq!(lingering, format!("efatop: the final figures stay at http://{endpoint}/metrics for 5 s"));
+    let (status, text) = get(endpoint, "/metrics").expect("a scrape after the end");
+    assert_eq!(status, 200, "{text}");
+    let results = read_results(&dir.path().join("results.json"));
+    assert_eq!(results["status"]["state"], "complete", "{results}");
+    let scraped: BTreeMap<(usize, usize), u64> = channel_totals(&text).into_iter().map(|(key, (bytes, _))| (key, bytes)).collect();
+    assert_eq!(scraped, recorded_bytes(&results), "{text}");
+    assert!(scraped.values().all(|&bytes| bytes == write_bytes_per_rank(&results)), "{scraped:?}");
+    assert!(text.lines().any(|l| l == r#"efatop_run_state{experiment="write",state="complete"} 1.0"#), "{text}");
+    assert!(!text.contains("efatop_run_channel_bytes_per_second"), "an ended run has no last interval: {text}");
+    // Still there a moment later, gone once the run has exited, after the 5 s it said.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(get(endpoint, "/metrics").map(|(status, _)| status), Some(200));
+    assert_eq!(exit_code(&mut run, Duration::from_secs(30)), Some(0), "{}", stdout.join().expect("stdout"));
+    let lingered = told.elapsed();
+    assert!(lingered >= Duration::from_millis(4500), "the endpoint closed after {lingered:?}, not 5 s");
+    assert!(TcpStream::connect(endpoint).is_err(), "the endpoint closed with the run");
+}
