@@ -213,7 +213,6 @@ fn a_bad_number_names_its_flag_and_an_unknown_experiment_lists_the_known_ones() 
 /// Today rank 0 creates its results file before the world is set up, so these wait for rank 0's loop
 /// that makes it once the world is established.
 #[test]
-#[ignore = "needs rank-0 loop from main"]
 fn bad_input_found_while_the_world_is_set_up_writes_no_results_file() {
     let _one = serial();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
