@@ -385,3 +385,54 @@ fn the_runs_endpoint_answers_a_final_scrape_with_the_final_totals_then_closes() 
     assert!(lingered >= Duration::from_millis(4500), "the endpoint closed after {lingered:?}, not 5 s");
     assert!(TcpStream::connect(endpoint).is_err(), "the endpoint closed with the run");
 }
+
+/// A run that fails (a rank killed mid-run) still pushes: the Pushgateway says `failed` and holds at least
+/// what the results file recorded per channel (the failed step moved bytes no measurement holds).
+#[test]
+fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
+    let Some(pushgateway) = required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let server = Command::new(pushgateway)
+        .arg(format!("--web.listen-address={gateway}"))
+        .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus-pushgateway");
+    let _server = Started { child: server };
+    wait_for("the pushgateway ready", Duration::from_secs(30), || get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    let url = format!("http://{gateway}");
+    let args = write("64M", "300", &["--pushgateway", &url, "--hang-timeout", "3"]);
+    let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
+    let results_path = dir.path().join("results.json");
+    wait_for("a size measured", Duration::from_mins(1), || {
+        std::fs::read(&results_path).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(|r| {
+            r["measurements"].as_array().is_some_and(|m| !m.is_empty())
+        })
+    });
+    // Rank 1 of this run: the child of our launcher whose environment says so.
+    let victim = wait_for("rank 1's process", Duration::from_secs(10), || {
+        common::descendants(run.child.id()).into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == b"EFATOP_RANK=1"))
+        })
+    });
+    assert!(Command::new("kill").args(["-KILL", &victim.to_string()]).status().expect("kill").success());
+    let code = exit_code(&mut run, Duration::from_mins(1));
+    let stderr: Vec<String> = lines.try_iter().collect();
+    let _ = stdout.join();
+    assert_eq!(code, Some(1), "{stderr:?}");
+    assert!(!stderr.iter().any(|l| l.contains("warning: --pushgateway")), "the push went through: {stderr:?}");
+    let results = read_results(&results_path);
+    assert_eq!(results["status"]["state"], "failed");
+    let (_, metrics) = get(gateway, "/metrics").expect("the pushgateway's /metrics");
+    assert!(metrics.lines().any(|l| l.starts_with("efatop_run_state{") && l.contains("state=\"failed\"") && l.ends_with(" 1")), "{metrics}");
+    let pushed = channel_totals(&metrics);
+    let recorded = recorded_bytes(&results);
+    assert!(!recorded.is_empty());
+    for (key, bytes) in &recorded {
+        assert!(pushed.get(key).is_some_and(|(pushed, _)| pushed >= bytes), "{key:?}: pushed {:?} < recorded {bytes}", pushed.get(key));
+    }
+}
