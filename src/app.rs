@@ -231,17 +231,17 @@ impl App {
         let Some(view) = &mut self.data.sweep else { return };
         let before = view.suspect.clone();
         let line = match round.round.kind {
-            efatop_experiments::sweep::RoundKind::Pairing => format!("sweep round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
+            efatop_experiments::sweep::RoundKind::Pairing => format!("sweep round {}: {}", round.round.index + 1, efatop_proto::words::plural(round.round.pairs.len(), "pair")),
             efatop_experiments::sweep::RoundKind::CrossRail => format!(
-                "sweep round {} (cross-rail: NIC k with NIC k+1 of the same peer): {} pairs",
+                "sweep round {} (cross-rail: NIC k with NIC k+1 of the same peer): {}",
                 round.round.index + 1,
-                round.round.pairs.len()
+                efatop_proto::words::plural(round.round.pairs.len(), "pair")
             ),
             efatop_experiments::sweep::RoundKind::Retest => format!(
-                "sweep retest round {}{}: {} pairs",
+                "sweep retest round {}{}: {}",
                 round.round.index + 1,
                 if round.round.shift > 0 { " (cross-rail)" } else { "" },
-                round.round.pairs.len()
+                efatop_proto::words::plural(round.round.pairs.len(), "pair")
             ),
         };
         view.round(round);

@@ -84,6 +84,6 @@ pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: us
             format!("; slowest {:.2} Gbps (median write; rank {} → rank {}, {channel})", f.judged_gbps(), f.from, f.to)
         });
     let retransmits: u64 = round.figures.iter().filter_map(|f| f.retransmits).sum();
-    let slowest = if retransmits > 0 { format!("{slowest}; {retransmits} retransmits") } else { slowest };
+    let slowest = if retransmits > 0 { format!("{slowest}; {}", efatop_proto::words::plural(retransmits, "retransmit")) } else { slowest };
     format!("# sweep {kind} ({ranks} ranks): pairs {}{slowest}", pairs.join(" "))
 }
