@@ -184,7 +184,7 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         // Ranks sharing a machine share a host name: the rank tells their tables apart.
         let node = rank.map_or(String::new(), |rank| format!(" node: rank {rank} on {}\n", snapshot.host));
         // A NIC far off its rail is drawn red on a terminal; here it gets a line.
-        let rails = view.snapshot.as_ref().map(rail_lines).unwrap_or_default();
+        let rails = view.snapshot().map(rail_lines).unwrap_or_default();
         format!("{node}{}{rails}\n", plain_text(view, columns))
     };
     let mut stdout = std::io::stdout().lock();

@@ -62,7 +62,8 @@ fn the_monitor_tui_draws_a_fake_nodes_reads_and_its_keys_sort_filter_and_pause()
     reads.send(monitor.sample(ms(2000))).unwrap();
     assert_eq!(tui.frame(ms(2000)), None);
     assert!(tui.row("efatop monitor").contains("PAUSED"), "{}", tui.screen());
-    assert_eq!(tui.tui.view.samples, 2, "paused: the third read is not taken");
+    assert_eq!(tui.tui.view.drawn().samples, 2, "paused: the third read is not drawn");
+    assert_eq!(tui.tui.view.reads.samples, 3, "while the reads go on");
     assert_eq!(tui.key(Key::Char('q'), ms(2100)), Some(()));
 }
 
