@@ -88,8 +88,8 @@ impl App {
     }
 
     /// Keys the session adds to the help overlay (a replay's playback keys).
-    pub fn add_help(&mut self, keys: &[(&'static str, &'static str)]) {
-        self.data.extra_keys.extend_from_slice(keys);
+    pub fn add_help(&mut self, keys: &'static [(&'static str, &'static str)]) {
+        self.view.extra_keys = keys;
     }
 
     /// Folds one event that happened at `now` (time since the run started).
@@ -245,8 +245,7 @@ impl App {
         match event {
             ConsumerEvent::Run(start) => {
                 // A run told again from its start (a viewer's stream): the data starts over, the view stays.
-                let (source, extra_keys) = (self.data.source.take(), std::mem::take(&mut self.data.extra_keys));
-                let mut state = DashboardState { source, extra_keys, ..DashboardState::default() };
+                let mut state = DashboardState { source: self.data.source.take(), ..DashboardState::default() };
                 self.ingest = begin(&mut state, *start);
                 self.data = state;
             }

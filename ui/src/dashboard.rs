@@ -91,7 +91,7 @@ impl Widget for Dashboard<'_> {
         render_body(state, view, body, buf);
         render_footer(state, view, footer_area, buf);
         if view.show_help {
-            help::render(state, area, buf);
+            help::render(state, view, area, buf);
         }
     }
 }

@@ -411,8 +411,6 @@ pub struct DashboardState {
     /// Where these events come from, or who else watches them (`serving on ...`, `attached to ...`,
     /// `replay 4x`): on the progress line when set.
     pub source: Option<SourceLine>,
-    /// Keys a session adds to the help overlay (a replay's playback keys).
-    pub extra_keys: Vec<(&'static str, &'static str)>,
     /// `sweep` runs only: the rounds so far, judged, and the verdict at the end.
     pub sweep: Option<sweep::SweepView>,
 }

@@ -24,6 +24,8 @@ pub struct View {
     /// focus).
     pub selected_sender: usize,
     pub selected_receiver: usize,
+    /// Keys the session adds to the help overlay (a viewer's, a replay's playback keys).
+    pub extra_keys: &'static [(&'static str, &'static str)],
 }
 
 impl View {
