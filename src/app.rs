@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use efatop_experiments::sizes::format_size;
 use efatop_ui::ingest::Ingest;
-use efatop_ui::state::{Action, DashboardState, Key, LogLevel, Panel};
+use efatop_ui::state::{Action, DashboardState, Key, LogLevel};
+use efatop_ui::view::View;
 
 use crate::collector::CollectorEvent;
 use crate::event::{ConsumerEvent, RunStart};
@@ -48,45 +49,13 @@ pub enum Ended {
     Quit,
 }
 
-/// What the user looks at, apart from what is there to see.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
-struct View {
-    frozen: bool,
-    show_help: bool,
-    show_topology: bool,
-    focus: Panel,
-    selected_rank: usize,
-    selected_channel: usize,
-}
-
-impl View {
-    fn of(state: &DashboardState) -> Self {
-        Self {
-            frozen: state.frozen,
-            show_help: state.show_help,
-            show_topology: state.show_topology,
-            focus: state.focus,
-            selected_rank: state.selected_rank,
-            selected_channel: state.selected_channel,
-        }
-    }
-
-    fn apply(self, state: &mut DashboardState) {
-        state.frozen = self.frozen;
-        state.show_help = self.show_help;
-        state.show_topology = self.show_topology;
-        state.focus = self.focus;
-        state.selected_rank = self.selected_rank;
-        state.selected_channel = self.selected_channel;
-    }
-}
-
 pub struct App {
-    /// The run's data as it stands (its view fields are not read: [`View`] holds those).
+    /// The run's data as it stands; only the run's events change it.
     data: DashboardState,
-    /// `p`: the data as it stood when frozen.
+    /// `p`: a copy of the data as it stood when frozen (bottom's `FrozenState`), drawn instead of the
+    /// live data while the view says frozen.
     frozen: Option<Box<DashboardState>>,
+    /// What the user looks at; only keys change it.
     view: View,
     ingest: Ingest,
     /// Rank 0's one liveness clock, kept by the watchdog, read here on every tick.
@@ -119,13 +88,13 @@ impl App {
     }
 
     /// Keys the session adds to the help overlay (a replay's playback keys).
-    pub fn add_help(&mut self, keys: &[(&'static str, &'static str)]) {
-        self.data.extra_keys.extend_from_slice(keys);
+    pub fn add_help(&mut self, keys: &'static [(&'static str, &'static str)]) {
+        self.view.extra_keys = keys;
     }
 
     /// Folds one event that happened at `now` (time since the run started).
     pub fn update(&mut self, event: Event, now: Duration) -> Vec<Effect> {
-        match event {
+        let effects = match event {
             Event::Run(event) => {
                 self.apply(event, now);
                 Vec::new()
@@ -141,44 +110,52 @@ impl App {
                 self.after_run_event()
             }
             Event::Interrupt => self.quit(now),
-            Event::Key(key) => {
-                let action = {
-                    let shown = self.shown_mut();
-                    let action = efatop_ui::dashboard::handle_key(shown, key);
-                    let view = View::of(shown);
-                    self.view = view;
-                    action
-                };
-                match (action, self.view.frozen, self.frozen.is_some()) {
-                    (Action::Quit, ..) => return self.quit(now),
-                    // Frozen: a copy of the data stays on screen while the live data goes on.
-                    (_, true, false) => self.frozen = Some(Box::new(self.data.clone())),
-                    (_, false, true) => self.frozen = None,
-                    _ => {}
-                }
-                Vec::new()
-            }
-        }
-    }
-
-    /// The state to draw: the live or frozen data under the current view.
-    pub fn shown(&mut self) -> &DashboardState {
-        self.shown_mut()
-    }
-
-    fn shown_mut(&mut self) -> &mut DashboardState {
-        let finished = self.data.finished;
-        let view = self.view;
-        let shown = match &mut self.frozen {
-            Some(frozen) => {
-                // A run that ends while frozen says so.
-                frozen.finished = finished;
-                &mut **frozen
-            }
-            None => &mut self.data,
+            Event::Key(key) => self.key(key, now),
         };
-        view.apply(shown);
-        shown
+        // A run that ends while frozen says so.
+        if let Some(frozen) = &mut self.frozen {
+            frozen.finished = self.data.finished;
+        }
+        effects
+    }
+
+    /// A key changes the view (over the data drawn, live or frozen), never the data; `p` freezes a copy
+    /// of the data or lets it go.
+    fn key(&mut self, key: Key, now: Duration) -> Vec<Effect> {
+        let shown = self.frozen.as_deref().unwrap_or(&self.data);
+        if efatop_ui::dashboard::handle_key(&mut self.view, shown, key) == Action::Quit {
+            return self.quit(now);
+        }
+        match (self.view.frozen, self.frozen.is_some()) {
+            // Frozen: a copy of the data stays on screen while the live data goes on.
+            (true, false) => self.frozen = Some(Box::new(self.data.clone())),
+            (false, true) => self.frozen = None,
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// The data to draw (live, or the copy frozen by `p`) and the view to draw it under.
+    pub fn shown(&self) -> (&DashboardState, &View) {
+        (self.frozen.as_deref().unwrap_or(&self.data), &self.view)
+    }
+
+    /// What the user looks at.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Opens the dashboard on `view` (a run told again from its start keeps what the user looked at);
+    /// unfrozen, since there is no copy of this data yet.
+    pub fn keep_view(&mut self, view: View) {
+        self.view = View { frozen: false, ..view };
+        self.frozen = None;
+    }
+
+    /// Draws the dashboard over the frame.
+    pub fn draw(&self, frame: &mut ratatui::Frame) {
+        let (data, view) = self.shown();
+        efatop_ui::dashboard::draw(frame, data, view);
     }
 
     /// Once the run has ended, a quit asked for earlier leaves.
@@ -268,8 +245,7 @@ impl App {
         match event {
             ConsumerEvent::Run(start) => {
                 // A run told again from its start (a viewer's stream): the data starts over, the view stays.
-                let (source, extra_keys) = (self.data.source.take(), std::mem::take(&mut self.data.extra_keys));
-                let mut state = DashboardState { source, extra_keys, ..DashboardState::default() };
+                let mut state = DashboardState { source: self.data.source.take(), ..DashboardState::default() };
                 self.ingest = begin(&mut state, *start);
                 self.data = state;
             }

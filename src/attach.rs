@@ -4,15 +4,16 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use efatop_proto::stream::{self, Hello, StreamMessage};
-use efatop_ui::state::{Key, SourceLine};
+use efatop_ui::state::SourceLine;
 
 use crate::cli::AttachArgs;
 use crate::event::ConsumerEvent;
 use crate::term;
-use crate::viewer::{Feed, JsonViewer, Watched};
+use crate::tui::{Polled, Source};
+use crate::viewer::{Fed, JsonViewer};
 
 /// How long connecting and the peer's handshake line may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
@@ -143,39 +144,18 @@ fn json(reader: BufReader<TcpStream>, address: &str) -> i32 {
 struct Attached {
     address: String,
     incoming: Receiver<Incoming>,
-    /// The run's time at the last event, and when it arrived here.
-    last: (Duration, Instant),
+    /// The run's time at the last event, and the session's when it arrived here.
+    last: (Duration, Duration),
     dropped: u64,
-    ended: bool,
+    /// The run has said how it ended (or the stream's end has said it for the run).
+    over: bool,
+    /// The clock and the source line as last told.
+    told: (Option<Duration>, Option<SourceLine>),
 }
 
-impl Feed for Attached {
-    fn advance(&mut self, watched: &mut Option<Watched>) -> Duration {
-        loop {
-            match self.incoming.try_recv() {
-                Ok(Incoming::Message(StreamMessage::Event { t_us, event })) => {
-                    let at = Duration::from_micros(t_us);
-                    self.last = (at, Instant::now());
-                    crate::viewer::take(watched, event, at, &KEYS);
-                }
-                Ok(Incoming::Message(StreamMessage::Dropped { total })) => self.dropped = total,
-                Ok(Incoming::End(reason)) => {
-                    self.ended = true;
-                    if let Some(watched) = watched.as_mut().filter(|w| w.tally.ended.is_none()) {
-                        let why = reason.unwrap_or_else(|| "the connection closed".into());
-                        let error = format!("the stream from {} ended before the run did ({why})", self.address);
-                        watched.fold(ConsumerEvent::Finished { error: Some(error) }, self.last.0);
-                    }
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
-        let over = self.ended || watched.as_ref().is_some_and(|w| w.tally.ended.is_some());
-        if over { self.last.0 } else { self.last.0 + self.last.1.elapsed() }
-    }
-
-    fn key(&mut self, _key: Key, _watched: &mut Option<Watched>) -> bool {
-        false
+impl Attached {
+    fn new(address: &str, incoming: Receiver<Incoming>) -> Self {
+        Self { address: address.to_string(), incoming, last: (Duration::ZERO, Duration::ZERO), dropped: 0, over: false, told: (None, None) }
     }
 
     fn source(&self) -> SourceLine {
@@ -189,6 +169,43 @@ impl Feed for Attached {
     }
 }
 
+impl Source for Attached {
+    type Event = Fed;
+
+    fn poll(&mut self, now: Duration) -> Polled<Fed> {
+        loop {
+            match self.incoming.try_recv() {
+                Ok(Incoming::Message(StreamMessage::Event { t_us, event })) => {
+                    let at = Duration::from_micros(t_us);
+                    self.last = (at, now);
+                    self.over |= matches!(event, ConsumerEvent::Finished { .. });
+                    return Polled::Ready(Fed::Event(at, event));
+                }
+                Ok(Incoming::Message(StreamMessage::Dropped { total })) => self.dropped = total,
+                Ok(Incoming::End(reason)) => {
+                    if !std::mem::replace(&mut self.over, true) {
+                        let why = reason.unwrap_or_else(|| "the connection closed".into());
+                        let error = format!("the stream from {} ended before the run did ({why})", self.address);
+                        return Polled::Ready(Fed::Event(self.last.0, ConsumerEvent::Finished { error: Some(error) }));
+                    }
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let clock = if self.over { self.last.0 } else { self.last.0 + now.saturating_sub(self.last.1) };
+        if self.told.0 != Some(clock) {
+            self.told.0 = Some(clock);
+            return Polled::Ready(Fed::Clock(clock));
+        }
+        let source = self.source();
+        if self.told.1.as_ref() != Some(&source) {
+            self.told.1 = Some(source.clone());
+            return Polled::Ready(Fed::Source(source));
+        }
+        Polled::Pending
+    }
+}
+
 fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
     let (send, incoming) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("efatop-attach".into()).spawn(move || read_all(reader, |incoming| send.send(incoming).is_ok()));
@@ -196,6 +213,8 @@ fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
         eprintln!("efatop: error: attach: {err}");
         return 1;
     }
-    let mut feed = Attached { address: address.to_string(), incoming, last: (Duration::ZERO, Instant::now()), dropped: 0, ended: false };
-    crate::viewer::show(&mut feed, "attach", 1)
+    crate::viewer::show(&mut Attached::new(address, incoming), &KEYS, "attach", 1)
 }
+
+#[cfg(test)]
+mod tests;

@@ -30,6 +30,7 @@ mod serve;
 mod session;
 mod term;
 mod topo;
+mod tui;
 mod viewer;
 mod watchdog;
 

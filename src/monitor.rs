@@ -7,17 +7,17 @@ mod nodes;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use efatop_monitor::prometheus::{Exporter, FreshCounters};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
-use efatop_ui::state::Action;
+use efatop_ui::state::{Action, Key};
 
 use crate::cli::MonitorArgs;
-use crate::term::{KeyPoll, TerminalGuard, next_key};
+use crate::tui::Tui;
 
 /// Runs `efatop monitor`; returns the exit code (2 for bad input, after one line on stderr).
 pub fn monitor(args: &MonitorArgs) -> i32 {
@@ -197,7 +197,7 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
         // Ranks sharing a machine share a host name: the rank tells their tables apart.
         let node = rank.map_or(String::new(), |rank| format!(" node: rank {rank} on {}\n", snapshot.host));
         // A NIC far off its rail is drawn red on a terminal; here it gets a line.
-        let rails = view.snapshot.as_ref().map(rail_lines).unwrap_or_default();
+        let rails = view.snapshot().map(rail_lines).unwrap_or_default();
         format!("{node}{}{rails}\n", plain_text(view, columns))
     };
     let mut stdout = std::io::stdout().lock();
@@ -227,9 +227,6 @@ fn rail_lines(snapshot: &Snapshot) -> String {
     lines
 }
 
-/// Frames per second of the redraw tick.
-const TICK: Duration = Duration::from_millis(50);
-
 /// Reads on its own thread every `interval` (so a slow sysfs or NVML never stalls the keys) and sends
 /// the snapshots; it ends when the view hangs up.
 fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> Receiver<Snapshot> {
@@ -257,57 +254,58 @@ fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter<FreshCounters>>,
     Ok(Some(exporter))
 }
 
-fn run_terminal(
-    monitor: Monitor,
-    args: &MonitorArgs,
-    started: Instant,
-    mut outlets: Outlets<'_>,
-) -> std::io::Result<()> {
-    let snapshots = spawn_reader(monitor, args.interval, started);
-    let (_guard, mut terminal) = TerminalGuard::enter()?;
-    let mut view = MonitorView::new(&args.filter);
-    let mut taken = 0_u64;
-    loop {
-        loop {
-            match snapshots.try_recv() {
-                Ok(snapshot) => {
-                    outlets.send(&snapshot);
-                    view.push(snapshot);
-                    taken += 1;
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return Ok(()),
-            }
-        }
-        if args.count.is_some_and(|count| taken >= count) {
-            return Ok(());
-        }
-        terminal.draw(|frame| efatop_ui::monitor::draw(frame, &view))?;
-        match next_key(TICK)? {
-            KeyPoll::Nothing => {}
-            KeyPoll::Interrupt => return Ok(()),
-            KeyPoll::Key(key) => {
-                if view.handle_key(key) == Action::Quit {
-                    return Ok(());
-                }
-            }
-        }
+fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, outlets: Outlets<'_>) -> std::io::Result<()> {
+    let mut snapshots = spawn_reader(monitor, args.interval, started);
+    let mut node = Node::new(&args.filter, args.count, outlets);
+    crate::tui::on_terminal(&mut node, &mut snapshots, || started.elapsed())
+}
+
+/// One node's monitor as the TUI loop drives it: each read to the outlets and into the view, until
+/// `--count` reads, the reader stops, or the user quits.
+struct Node<'a> {
+    view: MonitorView,
+    outlets: Outlets<'a>,
+    count: Option<u64>,
+    taken: u64,
+}
+
+impl<'a> Node<'a> {
+    fn new(filter: &str, count: Option<u64>, outlets: Outlets<'a>) -> Self {
+        Self { view: MonitorView::new(filter), outlets, count, taken: 0 }
+    }
+}
+
+impl Tui for Node<'_> {
+    type Event = Snapshot;
+    type Ended = ();
+
+    fn event(&mut self, snapshot: Snapshot, _now: Duration) -> Option<()> {
+        self.outlets.send(&snapshot);
+        self.view.push(snapshot);
+        self.taken += 1;
+        None
+    }
+
+    fn gone(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn tick(&mut self, _now: Duration) -> Option<()> {
+        self.count.is_some_and(|count| self.taken >= count).then_some(())
+    }
+
+    fn key(&mut self, key: Key, _now: Duration) -> Option<()> {
+        (self.view.handle_key(key) == Action::Quit).then_some(())
+    }
+
+    fn interrupt(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        efatop_ui::monitor::draw(frame, &self.view);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_reader_thread_sends_snapshots_of_a_fake_tree() {
-        let dir = tempfile::tempdir().unwrap();
-        FakeSysfs::p5(dir.path()).unwrap();
-        let monitor = Monitor::new("t", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
-        let receiver = spawn_reader(monitor, Duration::from_millis(20), Instant::now());
-        let first = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
-        let second = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(first.nics.len(), 34);
-        assert!(second.interval_ms.is_some_and(|ms| ms > 10.0));
-    }
-}
+mod tests;

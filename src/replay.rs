@@ -2,7 +2,7 @@
 //! pace or faster (`--speed`), with playback keys (pause, step by step back and forth); or its JSON
 //! lines, as the run's own `--json` printed them, at once (`--json`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use efatop_ui::state::{Key, SourceLine};
 
@@ -10,7 +10,8 @@ use crate::cli::ReplayArgs;
 use crate::event::ConsumerEvent;
 use crate::record::{self, Recording};
 use crate::term;
-use crate::viewer::{Feed, JsonViewer, Watched};
+use crate::tui::{Polled, Source};
+use crate::viewer::{Fed, JsonViewer};
 
 /// Playback keys, in the help overlay.
 pub const KEYS: [(&str, &str); 4] = [
@@ -49,32 +50,41 @@ pub fn replay(args: &ReplayArgs) -> i32 {
 
 fn dashboard(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> i32 {
     let mut playback = Playback::new(events, speed);
-    crate::viewer::show(&mut playback, "replay", 0)
+    crate::viewer::show(&mut playback, &KEYS, "replay", 0)
 }
 
-/// A recording played back: the events folded so far, the playback clock and its speed.
+/// A recording played back: where the playback is, its clock and its speed. The events are handed out
+/// as the clock reaches them; a step back tells the run again from its start.
 pub struct Playback {
     events: Vec<(Duration, ConsumerEvent)>,
-    /// The next event to fold.
+    /// The next event to hand out.
     next: usize,
     /// The run's time the playback has reached.
     clock: Duration,
     speed: f64,
     paused: bool,
-    /// When the clock last moved on.
-    wall: Instant,
+    /// The session's time when the clock last moved on.
+    wall: Duration,
+    /// A step's last event: every event up to it is due, whatever the clock says.
+    through: Option<usize>,
+    /// The run is to be told again from its start.
+    restart: bool,
+    /// The clock and the source line as last told.
+    told: (Option<Duration>, Option<SourceLine>),
 }
 
 impl Playback {
     pub fn new(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> Self {
-        Self { events, next: 0, clock: Duration::ZERO, speed, paused: false, wall: Instant::now() }
-    }
-
-    fn fold_until(&mut self, watched: &mut Option<Watched>, last: usize) {
-        while self.next <= last && self.next < self.events.len() {
-            let (at, event) = self.events[self.next].clone();
-            crate::viewer::take(watched, event, at, &KEYS);
-            self.next += 1;
+        Self {
+            events,
+            next: 0,
+            clock: Duration::ZERO,
+            speed,
+            paused: false,
+            wall: Duration::ZERO,
+            through: None,
+            restart: false,
+            told: (None, None),
         }
     }
 
@@ -82,20 +92,20 @@ impl Playback {
         matches!(self.events.get(index), Some((_, ConsumerEvent::Step { .. })))
     }
 
-    /// The step being shown: the last step event folded.
+    /// The step being shown: the last step event handed out.
     fn current_step(&self) -> Option<usize> {
         (0..self.next).rev().find(|&index| self.is_step(index))
     }
 
-    /// Shows the run as it stood right after event `index`: on from here, or folded again from the start.
-    fn seek(&mut self, watched: &mut Option<Watched>, index: usize) {
+    /// Shows the run as it stood right after event `index`: on from here, or told again from the start.
+    fn seek(&mut self, index: usize, now: Duration) {
         if index < self.next {
-            *watched = None;
+            self.restart = true;
             self.next = 0;
         }
-        self.fold_until(watched, index);
+        self.through = Some(index);
         self.clock = self.events.get(index).map_or(self.clock, |(at, _)| *at);
-        self.wall = Instant::now();
+        self.wall = now;
     }
 
     fn steps(&self) -> (usize, usize) {
@@ -103,45 +113,17 @@ impl Playback {
         let shown = (0..self.next).filter(|&index| self.is_step(index)).count();
         (shown, total)
     }
-}
 
-impl Feed for Playback {
-    fn advance(&mut self, watched: &mut Option<Watched>) -> Duration {
-        let now = Instant::now();
+    /// Moves the playback clock on to the session's `now`.
+    fn advance(&mut self, now: Duration) {
         if !self.paused {
-            self.clock += (now - self.wall).mul_f64(self.speed);
+            self.clock += now.saturating_sub(self.wall).mul_f64(self.speed);
         }
         self.wall = now;
-        while self.next < self.events.len() && self.events[self.next].0 <= self.clock {
-            self.fold_until(watched, self.next);
-        }
         if self.next == self.events.len() {
             // The recording is over: the clock stops at its last event.
             self.clock = self.events.last().map_or(Duration::ZERO, |(at, _)| *at);
         }
-        self.clock
-    }
-
-    fn key(&mut self, key: Key, watched: &mut Option<Watched>) -> bool {
-        match key {
-            Key::Char(' ') => self.paused = !self.paused,
-            Key::Char('+' | '=') => self.speed = (self.speed * 2.0).min(64.0),
-            Key::Char('-') => self.speed = (self.speed / 2.0).max(0.25),
-            Key::Char(']') => {
-                if let Some(next) = (self.next..self.events.len()).find(|&index| self.is_step(index)) {
-                    self.seek(watched, next);
-                }
-            }
-            Key::Char('[') => {
-                let current = self.current_step();
-                let previous = current.and_then(|current| (0..current).rev().find(|&index| self.is_step(index)));
-                // Before the first step: the run's start.
-                self.seek(watched, previous.unwrap_or(0));
-            }
-            Key::Char('g') => self.seek(watched, 0),
-            _ => return false,
-        }
-        true
     }
 
     fn source(&self) -> SourceLine {
@@ -150,3 +132,56 @@ impl Feed for Playback {
         SourceLine { text: format!("replay {}x {state}, step {shown}/{total}", self.speed), alert: self.paused }
     }
 }
+
+impl Source for Playback {
+    type Event = Fed;
+
+    fn poll(&mut self, now: Duration) -> Polled<Fed> {
+        if std::mem::take(&mut self.restart) {
+            return Polled::Ready(Fed::Restart);
+        }
+        self.advance(now);
+        if let Some((at, event)) = self.events.get(self.next) {
+            if self.through.is_some_and(|through| self.next <= through) || *at <= self.clock {
+                self.next += 1;
+                return Polled::Ready(Fed::Event(*at, event.clone()));
+            }
+        }
+        self.through = None;
+        if self.told.0 != Some(self.clock) {
+            self.told.0 = Some(self.clock);
+            return Polled::Ready(Fed::Clock(self.clock));
+        }
+        let source = self.source();
+        if self.told.1.as_ref() != Some(&source) {
+            self.told.1 = Some(source.clone());
+            return Polled::Ready(Fed::Source(source));
+        }
+        Polled::Pending
+    }
+
+    fn key(&mut self, key: Key, now: Duration) -> bool {
+        match key {
+            Key::Char(' ') => self.paused = !self.paused,
+            Key::Char('+' | '=') => self.speed = (self.speed * 2.0).min(64.0),
+            Key::Char('-') => self.speed = (self.speed / 2.0).max(0.25),
+            Key::Char(']') => {
+                if let Some(next) = (self.next..self.events.len()).find(|&index| self.is_step(index)) {
+                    self.seek(next, now);
+                }
+            }
+            Key::Char('[') => {
+                let current = self.current_step();
+                let previous = current.and_then(|current| (0..current).rev().find(|&index| self.is_step(index)));
+                // Before the first step: the run's start.
+                self.seek(previous.unwrap_or(0), now);
+            }
+            Key::Char('g') => self.seek(0, now),
+            _ => return false,
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

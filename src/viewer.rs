@@ -7,18 +7,16 @@ use std::time::Duration;
 
 use efatop_experiments::results::{RunResults, RunState, RunStatus};
 use efatop_ui::liveness::Liveness;
-use efatop_ui::state::{Key, SourceLine};
-use ratatui::Terminal;
-use ratatui::backend::Backend;
-
 use efatop_ui::monitor::NodesView;
+use efatop_ui::state::{Key, SourceLine};
+use ratatui::Frame;
 
 use crate::app::{App, Effect, Event};
 use crate::collector::CollectorEvent;
 use crate::event::{ConsumerEvent, RunStart};
 use crate::printer::jsonl::{self, SampleLines};
 use crate::printer::{Mode, plain};
-use crate::term::KeyPoll;
+use crate::tui::{Source, Tui};
 use crate::watchdog::SharedLiveness;
 
 /// What the run measured, as its events tell it: its start's results, then the columns, every
@@ -148,51 +146,128 @@ impl Watched {
     }
 }
 
-/// Where a viewer's dashboard gets its events.
-pub trait Feed {
-    /// Folds whatever is due into `watched` (made at the run's start); returns the run's time now.
-    fn advance(&mut self, watched: &mut Option<Watched>) -> Duration;
-    /// Takes a key for itself (playback keys); false leaves it to the dashboard.
-    fn key(&mut self, key: Key, watched: &mut Option<Watched>) -> bool;
-    /// What the progress line says about the feed.
-    fn source(&self) -> SourceLine;
+/// What a viewer's feed says: the run's events as they are due, and of itself.
+#[derive(Debug)]
+pub enum Fed {
+    /// One of the run's events; `at` is its time in the run.
+    Event(Duration, ConsumerEvent),
+    /// The run's time now, as the feed tells it (a live stream's clock runs on from its last event; a
+    /// replay's is the playback's).
+    Clock(Duration),
+    /// What the progress line says about the feed (`attached to ...`, `replay 4x PAUSED, step 3/9`).
+    Source(SourceLine),
+    /// The run is told again from its start (a replay stepping back).
+    Restart,
 }
 
-/// Folds `event` into `watched`, starting the dashboard at the run's start.
-pub fn take(watched: &mut Option<Watched>, event: ConsumerEvent, at: Duration, keys: &[(&'static str, &'static str)]) {
-    match (watched.as_mut(), event) {
-        (None, ConsumerEvent::Run(start)) => {
-            let mut fresh = Watched::new(&start);
-            fresh.app.add_help(keys);
-            *watched = Some(fresh);
+/// A viewer's dashboard (`efatop attach`, `efatop replay`) as the TUI loop drives it: the run's dashboard
+/// once its start has arrived, or a served `efatop monitor`'s nodes. A viewer never stops the run: `q`
+/// leaves it.
+pub struct Viewer {
+    /// `None` until the run's start.
+    pub watched: Option<Watched>,
+    /// The run's time, as the feed last told it.
+    at: Duration,
+    source: SourceLine,
+    /// Keys the feed adds to the help overlay.
+    keys: &'static [(&'static str, &'static str)],
+    /// What the user looked at when the run was told again from its start: kept for the run told anew.
+    kept: Option<efatop_ui::view::View>,
+}
+
+impl Viewer {
+    pub fn new(keys: &'static [(&'static str, &'static str)]) -> Self {
+        Self { watched: None, at: Duration::ZERO, source: SourceLine::default(), keys, kept: None }
+    }
+
+    /// Folds `event` that happened `at` in the run, starting the dashboard at the run's start.
+    fn take(&mut self, event: ConsumerEvent, at: Duration) {
+        match (self.watched.as_mut(), event) {
+            (None, ConsumerEvent::Run(start)) => {
+                let mut fresh = Watched::new(&start);
+                fresh.app.add_help(self.keys);
+                if let Some(view) = self.kept.take() {
+                    fresh.app.keep_view(view);
+                }
+                self.watched = Some(fresh);
+            }
+            (Some(watched), event) => watched.fold(event, at),
+            // Nothing before the run's start can be shown.
+            (None, _) => {}
         }
-        (Some(watched), event) => watched.fold(event, at),
-        // Nothing before the run's start can be shown.
-        (None, _) => {}
     }
 }
 
-/// The viewer's session loop on any backend, until the user leaves (a viewer never stops the run: `q`
-/// leaves it) or dismisses the finished run's tables. Returns what was watched.
+impl Tui for Viewer {
+    type Event = Fed;
+    type Ended = ();
+
+    fn event(&mut self, fed: Fed, _now: Duration) -> Option<()> {
+        match fed {
+            Fed::Event(at, event) => self.take(event, at),
+            Fed::Clock(at) => self.at = at,
+            Fed::Source(line) => self.source = line,
+            Fed::Restart => {
+                if let Some(watched) = self.watched.take() {
+                    self.kept = Some(*watched.app.view());
+                }
+            }
+        }
+        None
+    }
+
+    fn tick(&mut self, _now: Duration) -> Option<()> {
+        if let Some(watched) = self.watched.as_mut().filter(|watched| watched.nodes.is_none()) {
+            watched.app.update(Event::Tick, self.at);
+            watched.app.set_source(Some(self.source.clone()));
+        }
+        None
+    }
+
+    fn key(&mut self, key: Key, _now: Duration) -> Option<()> {
+        let Some(shown) = &mut self.watched else {
+            return matches!(key, Key::Char('q') | Key::Esc).then_some(());
+        };
+        if let Some(nodes) = &mut shown.nodes {
+            return (nodes.handle_key(key) == efatop_ui::state::Action::Quit).then_some(());
+        }
+        if matches!(key, Key::Char('q')) || (key == Key::Esc && !shown.app.view().show_help) {
+            return Some(());
+        }
+        shown.app.update(Event::Key(key), self.at).iter().any(|effect| matches!(effect, Effect::Exit(_))).then_some(())
+    }
+
+    fn interrupt(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn draw(&self, frame: &mut Frame) {
+        match &self.watched {
+            Some(Watched { nodes: Some(nodes), .. }) => efatop_ui::monitor::draw_nodes(frame, nodes),
+            Some(watched) => watched.app.draw(frame),
+            None => {
+                let waiting = efatop_ui::state::DashboardState { source: Some(self.source.clone()), ..Default::default() };
+                efatop_ui::dashboard::draw(frame, &waiting, &efatop_ui::view::View::of(&waiting));
+            }
+        }
+    }
+}
+
 /// A viewer's dashboard on this terminal (`efatop attach`, `efatop replay`): drawn from `feed` until the run
 /// ends and a key is pressed, or the user leaves; then the final tables stay on the terminal, as a run's own
-/// do. Returns the viewer's exit code: the watched run's, or `nothing_seen` when the user left before the run
-/// said anything.
-pub fn show(feed: &mut impl Feed, command: &str, nothing_seen: i32) -> i32 {
-    let watched = match crate::term::TerminalGuard::enter() {
-        Ok((guard, mut terminal)) => {
-            let watched = dashboard(&mut terminal, feed, || crate::term::next_key(crate::printer::dashboard::TICK));
-            drop(guard);
-            watched
-        }
-        Err(err) => Err(err),
-    };
-    match watched {
-        Ok(Some(watched)) => {
-            watched.tally.print_tables();
-            watched.tally.exit_code()
-        }
-        Ok(None) => nothing_seen,
+/// do. `keys` are the feed's, for the help overlay. Returns the viewer's exit code: the watched run's, or
+/// `nothing_seen` when the user left before the run said anything.
+pub fn show(feed: &mut impl Source<Event = Fed>, keys: &'static [(&'static str, &'static str)], command: &str, nothing_seen: i32) -> i32 {
+    let mut viewer = Viewer::new(keys);
+    let started = std::time::Instant::now();
+    match crate::tui::on_terminal(&mut viewer, feed, || started.elapsed()) {
+        Ok(()) => match viewer.watched {
+            Some(watched) => {
+                watched.tally.print_tables();
+                watched.tally.exit_code()
+            }
+            None => nothing_seen,
+        },
         Err(err) => {
             eprintln!("efatop: error: {command}: the dashboard failed: {err}");
             1
@@ -200,55 +275,5 @@ pub fn show(feed: &mut impl Feed, command: &str, nothing_seen: i32) -> i32 {
     }
 }
 
-pub fn dashboard<B: Backend>(
-    terminal: &mut Terminal<B>,
-    feed: &mut impl Feed,
-    mut keys: impl FnMut() -> std::io::Result<KeyPoll>,
-) -> std::io::Result<Option<Watched>>
-where
-    B::Error: Send + Sync + 'static,
-{
-    let mut watched: Option<Watched> = None;
-    let waiting = efatop_ui::state::DashboardState::default();
-    loop {
-        let now = feed.advance(&mut watched);
-        let source = feed.source();
-        if let Some(nodes) = watched.as_ref().and_then(|watched| watched.nodes.as_ref()) {
-            terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, nodes)).map_err(std::io::Error::other)?;
-        } else if let Some(watched) = &mut watched {
-            watched.app.update(Event::Tick, now);
-            watched.app.set_source(Some(source));
-            terminal.draw(|frame| efatop_ui::dashboard::draw(frame, watched.app.shown())).map_err(std::io::Error::other)?;
-        } else {
-            let shown = efatop_ui::state::DashboardState { source: Some(source), ..waiting.clone() };
-            terminal.draw(|frame| efatop_ui::dashboard::draw(frame, &shown)).map_err(std::io::Error::other)?;
-        }
-        let key = match keys()? {
-            KeyPoll::Nothing => continue,
-            KeyPoll::Interrupt => return Ok(watched),
-            KeyPoll::Key(key) => key,
-        };
-        if feed.key(key, &mut watched) {
-            continue;
-        }
-        let Some(shown) = &mut watched else {
-            if matches!(key, Key::Char('q') | Key::Esc) {
-                return Ok(None);
-            }
-            continue;
-        };
-        if let Some(nodes) = &mut shown.nodes {
-            if nodes.handle_key(key) == efatop_ui::state::Action::Quit {
-                return Ok(watched);
-            }
-            continue;
-        }
-        let help_open = shown.app.shown().show_help;
-        if matches!(key, Key::Char('q')) || (key == Key::Esc && !help_open) {
-            return Ok(watched);
-        }
-        if shown.app.update(Event::Key(key), now).iter().any(|effect| matches!(effect, Effect::Exit(_))) {
-            return Ok(watched);
-        }
-    }
-}
+#[cfg(test)]
+pub mod script;

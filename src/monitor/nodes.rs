@@ -11,11 +11,11 @@ use efatop_experiments::Bootstrap;
 pub use efatop_monitor::wire::{from_wire, to_wire};
 use efatop_monitor::Snapshot;
 use efatop_ui::monitor::NodesView;
-use efatop_ui::state::Action;
+use efatop_ui::state::{Action, Key};
 
-use super::{Failure, MonitorArgs, TICK, build_monitor, print_line};
-use crate::term::{KeyPoll, TerminalGuard, next_key};
+use super::{Failure, MonitorArgs, build_monitor, print_line};
 use crate::collector::{Collector, CollectorEvent, NodeSender};
+use crate::tui::{TICK, Tui};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
 const ONCE_GRACE: Duration = Duration::from_secs(30);
@@ -148,32 +148,57 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
 }
 
 fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>>) -> std::io::Result<()> {
-    let (_guard, mut terminal) = TerminalGuard::enter()?;
-    let mut view = NodesView::new(&args.filter, size);
-    let mut closed = 0;
-    loop {
-        while let Ok(batch) = received.try_recv() {
-            for event in batch {
-                match event {
-                    CollectorEvent::Node(sample) => view.push(sample.rank, from_wire(*sample)),
-                    CollectorEvent::Closed { .. } => closed += 1,
-                    CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
-                }
+    let started = Instant::now();
+    let mut nodes = Nodes::new(&args.filter, size, args.count.is_some());
+    crate::tui::on_terminal(&mut nodes, &mut { received }, || started.elapsed())
+}
+
+/// Rank 0's view of every node as the TUI loop drives it: each node's reads as the collector hands them
+/// over, until every node has sent its `--count` reads and closed, or the user quits.
+struct Nodes {
+    view: NodesView,
+    expected: usize,
+    /// Nodes whose connection closed.
+    closed: usize,
+    /// `--count`: the nodes stop after their reads, and so does the view once all have.
+    counted: bool,
+}
+
+impl Nodes {
+    fn new(filter: &str, expected: usize, counted: bool) -> Self {
+        Self { view: NodesView::new(filter, expected), expected, closed: 0, counted }
+    }
+}
+
+impl Tui for Nodes {
+    type Event = Vec<CollectorEvent>;
+    type Ended = ();
+
+    fn event(&mut self, batch: Vec<CollectorEvent>, _now: Duration) -> Option<()> {
+        for event in batch {
+            match event {
+                CollectorEvent::Node(sample) => self.view.push(sample.rank, from_wire(*sample)),
+                CollectorEvent::Closed { .. } => self.closed += 1,
+                CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
         }
-        if args.count.is_some() && closed >= size {
-            return Ok(());
-        }
-        terminal.draw(|frame| efatop_ui::monitor::draw_nodes(frame, &view))?;
-        match next_key(TICK)? {
-            KeyPoll::Nothing => {}
-            KeyPoll::Interrupt => return Ok(()),
-            KeyPoll::Key(key) => {
-                if view.handle_key(key) == Action::Quit {
-                    return Ok(());
-                }
-            }
-        }
+        None
+    }
+
+    fn tick(&mut self, _now: Duration) -> Option<()> {
+        (self.counted && self.closed >= self.expected).then_some(())
+    }
+
+    fn key(&mut self, key: Key, _now: Duration) -> Option<()> {
+        (self.view.handle_key(key) == Action::Quit).then_some(())
+    }
+
+    fn interrupt(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        efatop_ui::monitor::draw_nodes(frame, &self.view);
     }
 }
 
@@ -218,5 +243,65 @@ mod tests {
         assert_eq!(arrived, expected);
         let busy = arrived.nics.iter().find(|nic| nic.name == "rdmap79s0").unwrap();
         assert_eq!((busy.tx_gbps, busy.retransmits_delta), (Some(10.0), 4));
+    }
+
+    /// Node `rank`'s read as rank 0's collector hands it over: a batch of one node frame.
+    fn read(snapshot: &Snapshot, rank: u32, seq: u64) -> Vec<CollectorEvent> {
+        vec![CollectorEvent::Node(Box::new(to_wire(snapshot, rank, seq, 0)))]
+    }
+
+    fn closed(rank: u32) -> Vec<CollectorEvent> {
+        vec![CollectorEvent::Closed { rank: Some(rank), from: "127.0.0.1:9".parse().unwrap() }]
+    }
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_many_node_tui_shows_each_nodes_reads_and_switches_nodes_with_tab_and_brackets() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeSysfs::p5(dir.path()).unwrap();
+        let node = |host: &str| Monitor::new(host, Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("no driver"));
+        let (mut a, mut b) = (node("node-a"), node("node-b"));
+        let (batches, received) = mpsc::channel();
+        let mut tui = crate::tui::Scripted::new(Nodes::new("", 3, true), received, 120, 40);
+        assert_eq!(tui.frame(ms(0)), None);
+        assert!(tui.row(" nodes ").contains("waiting for 3 of 3"), "{}", tui.screen());
+        // Node b speaks first; the tab line still lists the nodes by rank.
+        batches.send(read(&b.sample(ms(0)), 1, 1)).unwrap();
+        batches.send(read(&a.sample(ms(0)), 0, 1)).unwrap();
+        fake.advance("rdmap79s0", "tx_bytes", 1_250_000_000).unwrap();
+        batches.send(read(&a.sample(ms(1000)), 0, 2)).unwrap();
+        batches.send(read(&b.sample(ms(1000)), 1, 2)).unwrap();
+        assert_eq!(tui.frame(ms(1000)), None);
+        insta::assert_snapshot!("monitor_nodes_tui_120x40", tui.screen());
+        let tabs = tui.row(" nodes ");
+        assert!(tabs.contains(" node-a  node-b ") && tabs.contains("waiting for 1 of 3"), "{tabs}");
+        assert!(tui.row("efatop monitor").contains("node-a  every 1.0s"), "{}", tui.screen());
+        assert_eq!(tui.key(Key::Tab, ms(1100)), None);
+        assert!(tui.row("efatop monitor").contains("node-b"), "{}", tui.screen());
+        assert_eq!(tui.key(Key::Char(']'), ms(1200)), None);
+        assert!(tui.row("efatop monitor").contains("node-a"), "wraps around:\n{}", tui.screen());
+        assert_eq!(tui.key(Key::Char('['), ms(1300)), None);
+        assert!(tui.row("efatop monitor").contains("node-b"), "{}", tui.screen());
+        // Keys other than the node switches go to the node shown.
+        assert_eq!(tui.key(Key::Char('s'), ms(1400)), None);
+        assert!(tui.row("efatop monitor").contains("sort rate"), "{}", tui.screen());
+        // --count: once every node has sent its reads and closed, the view ends.
+        batches.send(closed(0)).unwrap();
+        batches.send(closed(1)).unwrap();
+        assert_eq!(tui.frame(ms(1500)), None, "rank 2 has not closed");
+        batches.send(closed(2)).unwrap();
+        assert_eq!(tui.frame(ms(1600)), Some(()));
+    }
+
+    #[test]
+    fn the_many_node_tui_leaves_on_q_and_stays_without_count() {
+        let (batches, received) = mpsc::channel();
+        let mut tui = crate::tui::Scripted::new(Nodes::new("", 1, false), received, 80, 24);
+        batches.send(closed(0)).unwrap();
+        assert_eq!(tui.frame(ms(0)), None, "without --count, closed nodes leave the view up");
+        assert_eq!(tui.key(Key::Char('q'), ms(100)), Some(()));
     }
 }

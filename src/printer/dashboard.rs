@@ -1,89 +1,70 @@
-//! The live dashboard on rank 0: the session loop over [`App`], generic over the ratatui backend. It
-//! drains the run's one channel into the fold, moves the clock on, redraws on a fixed tick and feeds the
-//! keys; on a terminal ([`run`]) the terminal is taken through [`crate::term`] and restored on every way
-//! out (normal return, error, and panic); tests run the same loop on `TestBackend` ([`run_on`], [`frame`]).
+//! The live dashboard on rank 0: [`App`] on the one TUI loop ([`crate::tui`]), fed by the run's one
+//! channel, its clock the time since the run started. On a terminal ([`run`]) the terminal is taken
+//! through [`crate::term`] and restored on every way out (normal return, error, and panic); tests run the
+//! same loop on `TestBackend` ([`Dashboard`] with [`crate::tui::run`] and [`crate::tui::frame`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use ratatui::Terminal;
-use ratatui::backend::Backend;
+use efatop_ui::state::Key;
+use ratatui::Frame;
 
 use crate::app::{App, Effect, Ended, Event};
 use crate::event::ConsumerEvent;
-use crate::term::{KeyPoll, TerminalGuard, next_key};
-
-/// Frames per second of the redraw tick.
-pub const TICK: Duration = Duration::from_millis(50);
+use crate::tui::{self, Tui};
 
 /// Runs the dashboard on this process's terminal until the run has finished and a key was pressed (or
 /// the user quit and the run has stopped). `stop` is raised when the user asks to quit.
 pub fn run(events: &Receiver<ConsumerEvent>, mut app: App, stop: &AtomicBool, started: Instant) -> std::io::Result<Ended> {
-    let (_guard, mut terminal) = TerminalGuard::enter()?;
-    run_on(&mut terminal, &mut app, events, stop, || started.elapsed(), || next_key(TICK))
+    tui::on_terminal(&mut Dashboard { app: &mut app, stop }, &mut { events }, || started.elapsed())
 }
 
-/// The session loop on any backend: a frame, then whatever `keys` says within a tick, until the fold says
-/// to leave. `clock` is the time since the run started.
-pub fn run_on<B: Backend>(
-    terminal: &mut Terminal<B>,
-    app: &mut App,
-    events: &Receiver<ConsumerEvent>,
-    stop: &AtomicBool,
-    mut clock: impl FnMut() -> Duration,
-    mut keys: impl FnMut() -> std::io::Result<KeyPoll>,
-) -> std::io::Result<Ended>
-where
-    B::Error: Send + Sync + 'static,
-{
-    loop {
-        if let Some(ended) = frame(terminal, app, events, stop, clock())? {
-            return Ok(ended);
-        }
-        let event = match keys()? {
-            KeyPoll::Nothing => continue,
-            KeyPoll::Interrupt => Event::Interrupt,
-            KeyPoll::Key(key) => Event::Key(key),
-        };
-        if let Some(ended) = perform(&app.update(event, clock()), stop) {
-            return Ok(ended);
-        }
+/// The dashboard as the TUI loop drives it: the fold, and the flag that stops the run's ranks.
+pub struct Dashboard<'a> {
+    pub app: &'a mut App,
+    pub stop: &'a AtomicBool,
+}
+
+impl Dashboard<'_> {
+    fn perform(&self, effects: &[Effect]) -> Option<Ended> {
+        perform(effects, self.stop)
     }
 }
 
-/// One frame at `now`: everything the run sent since the last one, the clock's tick, and a redraw.
-/// Returns how the dashboard ended, if it did.
-pub fn frame<B: Backend>(
-    terminal: &mut Terminal<B>,
-    app: &mut App,
-    events: &Receiver<ConsumerEvent>,
-    stop: &AtomicBool,
-    now: Duration,
-) -> std::io::Result<Option<Ended>>
-where
-    B::Error: Send + Sync + 'static,
-{
-    loop {
-        match events.try_recv() {
-            Ok(event) => {
-                let effects = app.update(Event::Run(event), now);
-                if let Some(ended) = perform(&effects, stop) {
-                    return Ok(Some(ended));
-                }
-            }
-            Err(TryRecvError::Empty) => break,
-            Err(TryRecvError::Disconnected) => {
-                app.update(Event::RunGone, now);
-                break;
-            }
-        }
+impl Tui for Dashboard<'_> {
+    type Event = ConsumerEvent;
+    type Ended = Ended;
+
+    fn event(&mut self, event: ConsumerEvent, now: Duration) -> Option<Ended> {
+        let effects = self.app.update(Event::Run(event), now);
+        self.perform(&effects)
     }
-    if let Some(ended) = perform(&app.update(Event::Tick, now), stop) {
-        return Ok(Some(ended));
+
+    fn gone(&mut self, now: Duration) -> Option<Ended> {
+        // The tick that follows says whether to leave.
+        self.app.update(Event::RunGone, now);
+        None
     }
-    terminal.draw(|frame| efatop_ui::dashboard::draw(frame, app.shown())).map_err(std::io::Error::other)?;
-    Ok(None)
+
+    fn tick(&mut self, now: Duration) -> Option<Ended> {
+        let effects = self.app.update(Event::Tick, now);
+        self.perform(&effects)
+    }
+
+    fn key(&mut self, key: Key, now: Duration) -> Option<Ended> {
+        let effects = self.app.update(Event::Key(key), now);
+        self.perform(&effects)
+    }
+
+    fn interrupt(&mut self, now: Duration) -> Option<Ended> {
+        let effects = self.app.update(Event::Interrupt, now);
+        self.perform(&effects)
+    }
+
+    fn draw(&self, frame: &mut Frame) {
+        self.app.draw(frame);
+    }
 }
 
 /// Carries out the fold's effects; says how the dashboard ended when one of them ends it.

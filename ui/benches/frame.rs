@@ -103,6 +103,7 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
     };
     let mut state = DashboardState::default();
     let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
+    let view = efatop_ui::view::View::of(&state);
     // Rank 0's one liveness clock, as the watchdog keeps it: every rank heard as its samples arrive.
     let mut liveness = Liveness::new(ranks, Duration::from_millis(100), Duration::from_mins(1));
 
@@ -134,7 +135,7 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
         ingest.tick(&mut state, Duration::from_millis(seq * 100), &liveness);
         let cpu = thread_cpu();
         let started = Instant::now();
-        if let Err(err) = terminal.draw(|f| dashboard::draw(f, &state)) {
+        if let Err(err) = terminal.draw(|f| dashboard::draw(f, &state, &view)) {
             panic!("draw: {err}");
         }
         frames.push(started.elapsed());

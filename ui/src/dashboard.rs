@@ -1,7 +1,8 @@
 //! The live dashboard rank 0 shows while a run goes on: a header, per-channel gauges, peers, the
-//! results table and the log, drawn from a [`DashboardState`] and steered by [`Key`](crate::state::Key)s
-//! through [`handle_key`]. Drawing keeps no state of its own (scrolling follows the selection and the
-//! sweep), so any frame can be redrawn at any size from the state alone.
+//! results table and the log, drawn from a [`DashboardState`] (the data) under a [`View`] (focus,
+//! selections, overlays), which [`Key`](crate::state::Key)s steer through [`handle_key`]. Drawing keeps
+//! no state of its own (scrolling follows the selection and the sweep), so any frame can be redrawn at
+//! any size from the data and the view alone.
 //!
 //! Layout: narrower than 150 columns the panels stack (gauges, peers, results, log); wider, gauges
 //! and peers sit side by side above a full-width results table. Below 30 lines of body each panel is
@@ -42,6 +43,7 @@ use ratatui::widgets::Widget;
 use ratatui::Frame;
 
 use crate::state::{DashboardState, Panel};
+use crate::view::View;
 use chrome::Chrome;
 
 pub use keys::handle_key;
@@ -57,19 +59,27 @@ const LOG_LINES_WISHED: u16 = 3;
 /// Most of the gauges' row, in percent, the pair heatmap takes beside them.
 const HEATMAP_MAX_PERCENT: u16 = 50;
 
-/// Draws the whole dashboard over the frame.
-pub fn draw(frame: &mut Frame, state: &DashboardState) {
-    frame.render_widget(state, frame.area());
+/// Draws the whole dashboard of `state` under `view` over the frame.
+pub fn draw(frame: &mut Frame, state: &DashboardState, view: &View) {
+    frame.render_widget(Dashboard { state, view }, frame.area());
 }
 
 /// Draws one panel, boxed, into `area` (for a zoomed view, or to test a panel on its own).
-pub fn draw_panel(frame: &mut Frame, area: Rect, state: &DashboardState, panel: Panel) {
+pub fn draw_panel(frame: &mut Frame, area: Rect, state: &DashboardState, view: &View, panel: Panel) {
     let area = area.intersection(frame.area());
-    render_panel(state, panel, area, frame.buffer_mut(), Chrome::Boxed);
+    render_panel(state, view, panel, area, frame.buffer_mut(), Chrome::Boxed);
 }
 
-impl Widget for &DashboardState {
+/// The whole dashboard as a widget: the data, and the view it is drawn under.
+#[derive(Clone, Copy, Debug)]
+pub struct Dashboard<'a> {
+    pub state: &'a DashboardState,
+    pub view: &'a View,
+}
+
+impl Widget for Dashboard<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
+        let Self { state, view } = self;
         // The footer goes first when lines are short: once finished it says how to leave.
         let footer_height = area.height.min(1);
         let header_height = (area.height - footer_height).min(header::HEIGHT);
@@ -77,24 +87,24 @@ impl Widget for &DashboardState {
         let body = Rect { y: area.y + header_height, height: area.height - footer_height - header_height, ..area };
         let footer_area = Rect { y: body.bottom(), height: footer_height, ..area };
 
-        header::render(self, header_area, buf);
-        render_body(self, body, buf);
-        render_footer(self, footer_area, buf);
-        if self.show_help {
-            help::render(self, area, buf);
+        header::render(state, view, header_area, buf);
+        render_body(state, view, body, buf);
+        render_footer(state, view, footer_area, buf);
+        if view.show_help {
+            help::render(state, view, area, buf);
         }
     }
 }
 
-fn render_panel(state: &DashboardState, panel: Panel, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+fn render_panel(state: &DashboardState, view: &View, panel: Panel, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     match panel {
-        Panel::Gauges => gauges::render(state, area, buf, chrome),
-        Panel::Peers => peers::render(state, area, buf, chrome),
+        Panel::Gauges => gauges::render(state, view, area, buf, chrome),
+        Panel::Peers => peers::render(state, view, area, buf, chrome),
         // A sweep has no size table: its rounds, heatmap and verdict take the results' place.
-        Panel::Results if state.sweep.is_some() => sweep::render(state, area, buf, chrome),
-        Panel::Results => results::render(state, area, buf, chrome),
-        Panel::Log => log::render(state, area, buf, chrome),
-        Panel::Pairs => heatmap::render(state, area, buf, chrome),
+        Panel::Results if state.sweep.is_some() => sweep::render(state, view, area, buf, chrome),
+        Panel::Results => results::render(state, view, area, buf, chrome),
+        Panel::Log => log::render(state, view, area, buf, chrome),
+        Panel::Pairs => heatmap::render(state, view, area, buf, chrome),
     }
 }
 
@@ -141,12 +151,12 @@ fn stack(area: Rect, heights: &[u16]) -> Vec<Rect> {
         .collect()
 }
 
-fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+fn render_body(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
     let chrome = if area.height >= BOXED_MIN_HEIGHT { Chrome::Boxed } else { Chrome::Rule };
-    if state.show_topology {
+    if view.show_topology {
         topology::render(state, area, buf, chrome);
         return;
     }
@@ -195,29 +205,29 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
                 Constraint::Fill(1),
             ])
             .areas(gauges_area);
-            heatmap::render(state, heatmap_area, buf, chrome);
+            heatmap::render(state, view, heatmap_area, buf, chrome);
             rest
         } else {
             gauges_area
         };
         if gpu_instead_of_gauges {
-            gpu::render(state, gauges_area, buf, chrome);
+            gpu::render(state, view, gauges_area, buf, chrome);
         } else if gpu_lines > 0 {
             // The GPU panel under the gauges gets its rows first, up to half the column; the gauges
             // (and their history) take the rest.
             let column = [demand(gauges_lines, u16::MAX), demand(gpu_lines, gauges_area.height / 2)];
             let areas = stack(gauges_area, &allocate(gauges_area.height, &column, &[1, 0], 0));
-            gauges::render(state, areas[0], buf, chrome);
-            gpu::render(state, areas[1], buf, chrome);
+            gauges::render(state, view, areas[0], buf, chrome);
+            gpu::render(state, view, areas[1], buf, chrome);
         } else {
-            gauges::render(state, gauges_area, buf, chrome);
+            gauges::render(state, view, gauges_area, buf, chrome);
         }
-        peers::render(state, right[0], buf, chrome);
-        log::render(state, right[1], buf, chrome);
-        render_panel(state, Panel::Results, areas[1], buf, chrome);
+        peers::render(state, view, right[0], buf, chrome);
+        log::render(state, view, right[1], buf, chrome);
+        render_panel(state, view, Panel::Results, areas[1], buf, chrome);
     } else {
         // The heatmap takes the gauges' place, unless the gauges have the focus.
-        let heatmap_first = state.pairs.is_some() && state.focus != Panel::Gauges;
+        let heatmap_first = state.pairs.is_some() && view.focus != Panel::Gauges;
         let top = if heatmap_first { demand(heatmap_lines, half) } else { demand(gauges_lines, third) };
         let mut demands = vec![
             top,
@@ -249,9 +259,9 @@ fn render_body(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         let panels = [top_panel, Panel::Peers, Panel::Results, Panel::Log];
         for (&index, panel_area) in order.iter().zip(areas) {
             match panels.get(index) {
-                Some(Panel::Gauges) if gpu_instead_of_gauges => gpu::render(state, panel_area, buf, chrome),
-                Some(&panel) => render_panel(state, panel, panel_area, buf, chrome),
-                None => gpu::render(state, panel_area, buf, chrome),
+                Some(Panel::Gauges) if gpu_instead_of_gauges => gpu::render(state, view, panel_area, buf, chrome),
+                Some(&panel) => render_panel(state, view, panel, panel_area, buf, chrome),
+                None => gpu::render(state, view, panel_area, buf, chrome),
             }
         }
     }
@@ -262,7 +272,7 @@ fn results_height(state: &DashboardState) -> u16 {
     if state.sweep.is_some() { sweep::content_height(state) } else { results::content_height(state) }
 }
 
-fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+fn render_footer(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
@@ -275,7 +285,7 @@ fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         Line::styled(message, style).render(area, buf);
         return;
     }
-    let keys: &[(&str, &str)] = if state.focus == Panel::Pairs {
+    let keys: &[(&str, &str)] = if view.focus == Panel::Pairs {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "sender"), ("←→", "receiver"), ("p", "freeze"), ("?", "help")]
     } else {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")]

@@ -10,7 +10,7 @@ use efatop_proto::{Measurement, RunResults};
 use crate::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
-    ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
+    ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,
     PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
 };
 
@@ -29,7 +29,7 @@ pub struct Ingest {
 impl Ingest {
     /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
     /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table; for an all-to-all
-    /// run also the pair matrix, with the heatmap focused.
+    /// run also the pair matrix (whose heatmap [`View::of`](crate::view::View::of) focuses).
     pub fn begin(state: &mut DashboardState, run: RunInfo, nics: &[Vec<String>], results: RunResults) -> Self {
         state.channels = nics
             .iter()
@@ -53,9 +53,6 @@ impl Ingest {
         state.nvlink.clear();
         // Only all-to-all runs pay for the matrix: it grows with the square of the ranks (up to a cap).
         state.pairs = (run.experiment == ALLTOALL_EXPERIMENT).then(|| PairMatrixView::new(run.ranks));
-        if state.pairs.is_some() {
-            state.focus = Panel::Pairs;
-        }
         let ranks = run.ranks;
         state.run = run;
         // What the gauges read every frame, kept up to date by `sample` from here on.
@@ -271,7 +268,8 @@ fn severity(state: PeerState) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::PAIR_MATRIX_MAX_CELLS;
+    use crate::state::{Panel, PAIR_MATRIX_MAX_CELLS};
+    use crate::view::View;
     use efatop_proto::telemetry::{ChannelSample, PeerSample};
 
     fn run_info() -> RunInfo {
@@ -498,11 +496,11 @@ mod tests {
         let mut state = DashboardState::default();
         Ingest::begin(&mut state, run_info(), &[], results());
         assert!(state.pairs.is_none());
-        assert_eq!(state.focus, Panel::Gauges);
+        assert_eq!(View::of(&state).focus, Panel::Gauges);
         Ingest::begin(&mut state, alltoall_run(3), &[], results());
         let pairs = state.pairs.as_ref().expect("all-to-all has a matrix");
         assert_eq!((pairs.ranks(), pairs.columns(), pairs.receivers_per_column()), (3, 3, 1));
-        assert_eq!(state.focus, Panel::Pairs);
+        assert_eq!(View::of(&state).focus, Panel::Pairs);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod monitor;
 pub mod state;
 pub mod table;
 pub mod verdict;
+pub mod view;
 
 pub use header::render_header;
 pub use table::render_table;

@@ -3,8 +3,9 @@
 //! under the GPU it sits next to; GPU headings carry the GPU's PCIe and NVLink rates when NVML has them.
 //! Keys sort (`s`), filter (`/`), move the selection (↑↓), freeze (`p`) and quit (`q`).
 //!
-//! [`MonitorView`] is the render-ready state: the binary pushes each [`Snapshot`] into it and feeds it
-//! keys; [`draw`] paints it and keeps nothing, so any frame can be drawn at any size from the state.
+//! [`MonitorView`] is the render-ready state: the binary pushes each [`Snapshot`] into its reads
+//! ([`NodeReads`]) and feeds keys to its view ([`NodeView`]); [`draw`] paints it and keeps nothing, so any
+//! frame can be drawn at any size from the state.
 
 mod draw;
 mod nodes;
@@ -69,37 +70,19 @@ pub struct NicHistory {
     pub retransmits_moved_at: Option<u64>,
 }
 
-/// The monitor's render-ready state.
+/// What was read of one node: only reads change it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct MonitorView {
+pub struct NodeReads {
     /// The latest snapshot; `None` until the first read.
     pub snapshot: Option<Snapshot>,
     pub history: BTreeMap<String, NicHistory>,
     /// Snapshots pushed so far.
     pub samples: u64,
-    pub sort: SortKey,
-    /// Comma-separated substrings; a NIC is shown when its name, or `gpuN` of a GPU it sits next to,
-    /// contains one. Empty: all.
-    pub filter: String,
-    /// The filter being typed after `/`; `Some` while the prompt is open.
-    pub filter_input: Option<String>,
-    /// Index into the shown NICs.
-    pub selected: usize,
-    /// Frozen: snapshots are kept out until `p` again.
-    pub paused: bool,
-    pub show_help: bool,
 }
 
-impl MonitorView {
-    pub fn new(filter: &str) -> Self {
-        Self { filter: filter.to_string(), ..Self::default() }
-    }
-
-    /// Folds in one snapshot (ignored while paused).
+impl NodeReads {
+    /// Folds in one snapshot.
     pub fn push(&mut self, snapshot: Snapshot) {
-        if self.paused {
-            return;
-        }
         self.samples += 1;
         for nic in &snapshot.nics {
             let history = self.history.entry(nic.name.clone()).or_default();
@@ -117,18 +100,75 @@ impl MonitorView {
             }
         }
         self.snapshot = Some(snapshot);
-        self.selected = self.selected.min(self.shown().len().saturating_sub(1));
     }
 
     /// Whether `moved_at` is recent enough to be drawn red.
     pub fn is_fresh(&self, moved_at: Option<u64>) -> bool {
         moved_at.is_some_and(|at| self.samples.saturating_sub(at) < RED_FOR_SAMPLES)
     }
+}
+
+/// What the user looks at: only keys change it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeView {
+    pub sort: SortKey,
+    /// Comma-separated substrings; a NIC is shown when its name, or `gpuN` of a GPU it sits next to,
+    /// contains one. Empty: all.
+    pub filter: String,
+    /// The filter being typed after `/`; `Some` while the prompt is open.
+    pub filter_input: Option<String>,
+    /// Index into the shown NICs (read through [`MonitorView::selected`], which keeps it on one).
+    pub selected: usize,
+    /// `p`: a copy of the reads stays on screen while the live reads go on.
+    pub paused: bool,
+    pub show_help: bool,
+}
+
+/// The monitor's render-ready state: the node's reads and the view over them, kept apart (bottom's
+/// `FrozenState`): reads change the reads, keys the view, and `p` freezes a copy of the reads only.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MonitorView {
+    /// The reads as they come.
+    pub reads: NodeReads,
+    /// `p`: the reads as they stood when paused, drawn instead of the live ones.
+    pub frozen: Option<Box<NodeReads>>,
+    pub view: NodeView,
+}
+
+impl MonitorView {
+    pub fn new(filter: &str) -> Self {
+        Self { view: NodeView { filter: filter.to_string(), ..NodeView::default() }, ..Self::default() }
+    }
+
+    /// Folds in one snapshot (into the live reads; a paused view keeps drawing its copy).
+    pub fn push(&mut self, snapshot: Snapshot) {
+        self.reads.push(snapshot);
+    }
+
+    /// The reads drawn: the copy frozen by `p`, else the live ones.
+    pub fn drawn(&self) -> &NodeReads {
+        self.frozen.as_deref().unwrap_or(&self.reads)
+    }
+
+    /// The latest snapshot drawn; `None` until the first read.
+    pub fn snapshot(&self) -> Option<&Snapshot> {
+        self.drawn().snapshot.as_ref()
+    }
+
+    /// What the view remembers of `nic`, as drawn.
+    pub fn history(&self, nic: &str) -> Option<&NicHistory> {
+        self.drawn().history.get(nic)
+    }
+
+    /// Whether `moved_at` is recent enough to be drawn red.
+    pub fn is_fresh(&self, moved_at: Option<u64>) -> bool {
+        self.drawn().is_fresh(moved_at)
+    }
 
     /// Whether `nic` passes the filter: its name contains one of the filter's comma-separated words, or a
     /// word is `gpuN` and the NIC sits next to GPU N. An empty filter passes every NIC.
     pub fn passes(&self, nic: &NicStats) -> bool {
-        let mut alternatives = self.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).peekable();
+        let mut alternatives = self.view.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).peekable();
         alternatives.peek().is_none()
             || alternatives.any(|wanted| {
                 nic.name.to_ascii_lowercase().contains(wanted.as_str()) || nic.gpus.iter().any(|gpu| format!("gpu{gpu}") == wanted)
@@ -137,9 +177,10 @@ impl MonitorView {
 
     /// The NICs that pass the filter, in sort order.
     pub fn shown(&self) -> Vec<&NicStats> {
-        let Some(snapshot) = &self.snapshot else { return Vec::new() };
+        let Some(snapshot) = self.snapshot() else { return Vec::new() };
+        let view = &self.view;
         let mut nics: Vec<&NicStats> = snapshot.nics.iter().filter(|nic| self.passes(nic)).collect();
-        match self.sort {
+        match view.sort {
             SortKey::Gpu => nics.sort_by(|a, b| {
                 let group = |nic: &NicStats| nic.gpus.first().copied().unwrap_or(usize::MAX);
                 group(a).cmp(&group(b)).then_with(|| natural_cmp(&a.name, &b.name))
@@ -157,20 +198,29 @@ impl MonitorView {
         nics
     }
 
-    /// The selected NIC, when any is shown.
-    pub fn selected_nic(&self) -> Option<&NicStats> {
-        self.shown().get(self.selected).copied()
+    /// The selected index into the shown NICs, kept on the last when fewer are shown than it says.
+    pub fn selected(&self) -> usize {
+        self.view.selected.min(self.shown().len().saturating_sub(1))
     }
 
+    /// The selected NIC, when any is shown.
+    pub fn selected_nic(&self) -> Option<&NicStats> {
+        self.shown().get(self.selected()).copied()
+    }
+
+    /// Applies `key` to the view (and, for `p`, freezes a copy of the reads or lets it go).
     pub fn handle_key(&mut self, key: Key) -> Action {
-        if let Some(input) = &mut self.filter_input {
+        let selected = self.selected();
+        let shown = self.shown().len();
+        let view = &mut self.view;
+        if let Some(input) = &mut view.filter_input {
             match key {
                 Key::Enter => {
-                    self.filter = std::mem::take(input);
-                    self.filter_input = None;
-                    self.selected = 0;
+                    view.filter = std::mem::take(input);
+                    view.filter_input = None;
+                    view.selected = 0;
                 }
-                Key::Esc => self.filter_input = None,
+                Key::Esc => view.filter_input = None,
                 Key::Char('\u{8}') => {
                     input.pop();
                 }
@@ -179,25 +229,28 @@ impl MonitorView {
             }
             return Action::None;
         }
-        if self.show_help {
-            self.show_help = false;
+        if view.show_help {
+            view.show_help = false;
             return if matches!(key, Key::Char('q')) { Action::Quit } else { Action::None };
         }
         match key {
             Key::Char('q') | Key::Esc => return Action::Quit,
             Key::Char('s') => {
-                self.sort = self.sort.next();
-                self.selected = 0;
+                view.sort = view.sort.next();
+                view.selected = 0;
             }
-            Key::Char('/') => self.filter_input = Some(self.filter.clone()),
+            Key::Char('/') => view.filter_input = Some(view.filter.clone()),
             Key::Char('c') => {
-                self.filter.clear();
-                self.selected = 0;
+                view.filter.clear();
+                view.selected = 0;
             }
-            Key::Char('p') => self.paused = !self.paused,
-            Key::Char('?') => self.show_help = true,
-            Key::Down | Key::Char('j') => self.selected = (self.selected + 1).min(self.shown().len().saturating_sub(1)),
-            Key::Up | Key::Char('k') => self.selected = self.selected.saturating_sub(1),
+            Key::Char('p') => {
+                view.paused = !view.paused;
+                self.frozen = view.paused.then(|| Box::new(self.reads.clone()));
+            }
+            Key::Char('?') => view.show_help = true,
+            Key::Down | Key::Char('j') => view.selected = (selected + 1).min(shown.saturating_sub(1)),
+            Key::Up | Key::Char('k') => view.selected = selected.saturating_sub(1),
             _ => {}
         }
         Action::None

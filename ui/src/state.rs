@@ -168,9 +168,6 @@ pub struct PairMatrixView {
     row_generation: Vec<u32>,
     /// `ranks × ranks` throughput histories, oldest first; empty beyond `PAIR_HISTORY_MAX_RANKS`.
     histories: Vec<VecDeque<f32>>,
-    /// The selected pair, in ranks (arrow keys move it while the pairs panel has the focus).
-    pub selected_sender: usize,
-    pub selected_receiver: usize,
 }
 
 impl PairMatrixView {
@@ -185,8 +182,6 @@ impl PairMatrixView {
             cells: vec![PairCell::default(); ranks * columns],
             row_generation: vec![0; ranks],
             histories: vec![VecDeque::new(); history_pairs],
-            selected_sender: 0,
-            selected_receiver: usize::from(ranks > 1),
         }
     }
 
@@ -386,8 +381,9 @@ pub enum Action {
     Quit,
 }
 
+/// What the run's events say, ready to draw: the data only. What the user looks at (focus, selections,
+/// overlays, freezing) is a [`View`](crate::view::View) beside it.
 #[derive(Clone, Debug, Default, PartialEq)]
-#[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
 pub struct DashboardState {
     pub run: RunInfo,
     pub progress: Progress,
@@ -402,16 +398,7 @@ pub struct DashboardState {
     pub drops_total: u64,
     /// The run has ended (successfully or not); the final tables are on screen.
     pub finished: bool,
-    /// `p`: the view is frozen while the run goes on.
-    pub frozen: bool,
-    pub show_help: bool,
-    /// `t`: the topology view (hosts, ranks, GPUs, NICs in use) replaces the panels.
-    pub show_topology: bool,
-    pub focus: Panel,
-    /// Selection in the gauges and peers panels.
-    pub selected_rank: usize,
-    pub selected_channel: usize,
-    /// All-to-all runs only: every sender→receiver pair's live bandwidth and the selected pair.
+    /// All-to-all runs only: every sender→receiver pair's live bandwidth.
     pub pairs: Option<PairMatrixView>,
     /// Proxy request queues of the ranks that report one, ordered by rank.
     pub queues: Vec<QueueView>,
@@ -424,8 +411,6 @@ pub struct DashboardState {
     /// Where these events come from, or who else watches them (`serving on ...`, `attached to ...`,
     /// `replay 4x`): on the progress line when set.
     pub source: Option<SourceLine>,
-    /// Keys a session adds to the help overlay (a replay's playback keys).
-    pub extra_keys: Vec<(&'static str, &'static str)>,
     /// `sweep` runs only: the rounds so far, judged, and the verdict at the end.
     pub sweep: Option<sweep::SweepView>,
 }

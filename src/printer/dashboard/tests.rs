@@ -1,4 +1,4 @@
-//! Scripted sessions: the dashboard's session loop on `TestBackend`, driven by scripted samples, run
+//! Scripted sessions: the dashboard on the TUI loop on `TestBackend`, driven by scripted samples, run
 //! events, keys and times, asserted on the rendered screen. (tmux, in `tests/tmux.rs`, stays the
 //! end-to-end test on a real terminal.)
 
@@ -14,11 +14,12 @@ use efatop_ui::state::{DashboardState, Key, RunInfo};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use super::{frame, run_on};
+use super::Dashboard;
 use crate::app::{App, Ended};
 use crate::collector::CollectorEvent;
 use crate::event::ConsumerEvent;
 use crate::term::KeyPoll;
+use crate::tui;
 use crate::watchdog::SharedLiveness;
 
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -89,7 +90,8 @@ impl Session {
     }
 
     fn frame(&mut self, at: Duration) -> Option<Ended> {
-        frame(&mut self.terminal, &mut self.app, &self.events, &self.stop, at).expect("drawn")
+        let mut dashboard = Dashboard { app: &mut self.app, stop: &self.stop };
+        tui::frame(&mut self.terminal, &mut dashboard, &mut &self.events, at).expect("drawn")
     }
 
     fn key(&mut self, key: Key, at: Duration) -> Option<Ended> {
@@ -98,9 +100,7 @@ impl Session {
     }
 
     fn screen(&self) -> String {
-        let buffer = self.terminal.backend().buffer();
-        let width = buffer.area.width as usize;
-        buffer.content().chunks(width).map(|row| row.iter().map(ratatui::buffer::Cell::symbol).collect::<String>() + "\n").collect()
+        tui::screen(&self.terminal)
     }
 }
 
@@ -243,11 +243,10 @@ fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
     let mut calls = 0;
     let stop = &session.stop;
     let mut after_q = Vec::new();
-    let ended = run_on(
+    let ended = tui::run(
         &mut session.terminal,
-        &mut session.app,
-        &session.events,
-        stop,
+        &mut Dashboard { app: &mut session.app, stop },
+        &mut &session.events,
         || {
             tick += 50;
             ms(tick)

@@ -15,6 +15,7 @@ use super::header::bar;
 use super::text::{cell, number, rate, speed, Align};
 use crate::state::gauges::{id_text, GaugeIndex, GaugeRow};
 use crate::state::{ChannelView, DashboardState, Panel, PeerState};
+use crate::view::View;
 
 /// Lines the history would like below the gauges: a caption and the graph.
 pub(super) const SPARKLINE_HEIGHT: u16 = 8;
@@ -117,8 +118,7 @@ impl RowLayout {
     }
 }
 
-fn channel_line(view: &ChannelView, state: &DashboardState, layout: &RowLayout, scale: &Scale) -> Line<'static> {
-    let selected = view.rank == state.selected_rank && view.channel == state.selected_channel;
+fn channel_line(view: &ChannelView, selected: bool, state: &DashboardState, layout: &RowLayout, scale: &Scale) -> Line<'static> {
     // Peers are indexed by rank (`Ingest::begin`); a search would cost a scan per row.
     let peer = state.peers.get(view.rank).filter(|peer| peer.rank == view.rank);
     let peer_state = peer.or_else(|| state.peers.iter().find(|peer| peer.rank == view.rank)).map(|peer| peer.state);
@@ -171,15 +171,15 @@ fn host_line(name: &str, ranks: &[usize]) -> Line<'static> {
     ])
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
-    with_index(state, |index| render_with(state, index, area, buf, chrome));
+    with_index(state, |index| render_with(state, view, index, area, buf, chrome));
 }
 
-fn render_with(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut Buffer, chrome: Chrome) {
-    let focused = state.focus == Panel::Gauges;
+fn render_with(state: &DashboardState, view: &View, index: &GaugeIndex, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    let focused = view.focus == Panel::Gauges;
     let scale = Scale::of(state, index);
     let inner = chrome::block("Live channels", focused, chrome).inner(area);
     let entries = &index.rows;
@@ -204,7 +204,7 @@ fn render_with(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut
     // The selected channel stays on screen: scroll just far enough that it is the last visible row.
     let visible = usize::from(list_area.height);
     let selected_entry =
-        index.view(state, state.selected_rank, state.selected_channel).and_then(|at| index.row_of(at));
+        index.view(state, view.selected_rank, view.selected_channel).and_then(|at| index.row_of(at));
     let offset = grid::scroll_offset(selected_entry, visible);
 
     let mut block = chrome::block("Live channels", focused, chrome);
@@ -232,24 +232,28 @@ fn render_with(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut
                 let host = &index.hosts[host];
                 host_line(&host.name, &host.ranks)
             }
-            GaugeRow::Channel(at) => channel_line(&state.channels[at], state, &layout, &scale),
+            GaugeRow::Channel(at) => {
+                let channel = &state.channels[at];
+                let selected = channel.rank == view.selected_rank && channel.channel == view.selected_channel;
+                channel_line(channel, selected, state, &layout, &scale)
+            }
         };
         line.render(row, buf);
     }
-    render_history(state, index, sparkline_area, buf, &scale);
+    render_history(state, view, index, sparkline_area, buf, &scale);
 }
 
 /// The channel the selection points at; failing an exact match, the selected rank's first channel
 /// (without a scan over the channels).
-fn selected_view<'a>(state: &'a DashboardState, index: &GaugeIndex) -> Option<&'a ChannelView> {
+fn selected_view<'a>(state: &'a DashboardState, view: &View, index: &GaugeIndex) -> Option<&'a ChannelView> {
     let at = index
-        .view(state, state.selected_rank, state.selected_channel)
-        .or_else(|| index.first_view_of(state, state.selected_rank))?;
+        .view(state, view.selected_rank, view.selected_channel)
+        .or_else(|| index.first_view_of(state, view.selected_rank))?;
     state.channels.get(at)
 }
 
-fn render_history(state: &DashboardState, index: &GaugeIndex, area: Rect, buf: &mut Buffer, scale: &Scale) {
-    let Some(view) = selected_view(state, index) else { return };
+fn render_history(state: &DashboardState, shown: &View, index: &GaugeIndex, area: Rect, buf: &mut Buffer, scale: &Scale) {
+    let Some(view) = selected_view(state, shown, index) else { return };
     let mut rows = area.rows();
     let Some(caption_row) = rows.next() else { return };
     let caption = format!(

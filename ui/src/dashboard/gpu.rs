@@ -22,6 +22,7 @@ use super::chrome::{self, Chrome};
 use super::header::bar;
 use super::text::{cell, number, rate, speed, width, Align};
 use crate::state::{DashboardState, NvlinkView, PeerState, QueueView, NVLINK_HISTORY_LEN};
+use crate::view::View;
 
 const MIN_BAR: usize = 8;
 /// Intervals of history drawn at the end of an NVLink row (2.4 s at the default interval).
@@ -56,11 +57,11 @@ fn rows(state: &DashboardState) -> Vec<Row<'_>> {
 }
 
 /// The first of `visible` rows to draw: the selected rank's first row, as far down as the rows allow.
-fn first_shown(state: &DashboardState, rows: &[Row<'_>], visible: usize) -> usize {
+fn first_shown(view: &View, rows: &[Row<'_>], visible: usize) -> usize {
     if rows.len() <= visible {
         return 0;
     }
-    let selected = rows.iter().position(|row| row.rank() == state.selected_rank);
+    let selected = rows.iter().position(|row| row.rank() == view.selected_rank);
     selected.unwrap_or(0).min(rows.len() - visible)
 }
 
@@ -276,7 +277,7 @@ fn unknown_peak_scale(state: &DashboardState) -> f64 {
         .fold(0.0, f64::max)
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
@@ -289,7 +290,7 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
         return;
     }
     let visible = usize::from(inner.height);
-    let first = first_shown(state, &rows, visible);
+    let first = first_shown(view, &rows, visible);
     let layout = RowLayout::fit(state, &rows, usize::from(inner.width));
     let scale = scale_label(state, &layout);
     let title = match (rows.len() > visible && visible > 0, scale.is_empty()) {

@@ -10,6 +10,7 @@ use ratatui::widgets::Widget;
 
 use super::text::{clock, plural, speed, width};
 use crate::state::DashboardState;
+use crate::view::View;
 
 pub(super) const HEIGHT: u16 = 2;
 const SEPARATOR: &str = " │ ";
@@ -19,13 +20,13 @@ const MIN_BAR: usize = 6;
 /// link): host names go first, the experiment's name last.
 const SHORTENING: [usize; 6] = [2, 3, 2, 4, 5, 0];
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer) {
     let mut rows = area.rows();
     if let Some(row) = rows.next() {
         run_line(state, row.width).render(row, buf);
     }
     if let Some(row) = rows.next() {
-        progress_line(state, row.width).render(row, buf);
+        progress_line(state, view, row.width).render(row, buf);
     }
 }
 
@@ -102,7 +103,7 @@ fn or_unknown(text: &str) -> &str {
     if text.is_empty() { "?" } else { text }
 }
 
-fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
+fn progress_line(state: &DashboardState, view: &View, columns: u16) -> Line<'static> {
     let progress = &state.progress;
     let step = match (&progress.config, progress.size) {
         _ if state.finished => "finished".to_string(),
@@ -124,7 +125,7 @@ fn progress_line(state: &DashboardState, columns: u16) -> Line<'static> {
         format!("drops {}", state.drops_total),
         if state.drops_total > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() },
     );
-    let frozen = state
+    let frozen = view
         .frozen
         .then(|| Span::styled("FROZEN", Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD)));
     let source = state.source.as_ref().map(|source| {

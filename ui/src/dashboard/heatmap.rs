@@ -20,6 +20,7 @@ use ratatui::widgets::{Sparkline, Widget};
 use super::chrome::{self, Chrome};
 use super::text::{cell, number, speed, truncate, width, Align};
 use crate::state::{DashboardState, PairMatrixView, Panel};
+use crate::view::View;
 
 /// Host names are cut to this in row labels.
 const HOST_LABEL_MAX: usize = 14;
@@ -283,11 +284,12 @@ fn title(groups: Option<&Groups>, state: &DashboardState) -> String {
     }
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
-    let focused = state.focus == Panel::Pairs;
+    let focused = view.focus == Panel::Pairs;
+    let pair = (view.selected_sender, view.selected_receiver);
     let inner = chrome::block("Pairs", focused, chrome).inner(area);
     let Some(pairs) = &state.pairs else {
         chrome::block("Pairs", focused, chrome).render(area, buf);
@@ -326,8 +328,8 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     let cell_width = if label_columns(groups) + 2 * count <= grid_room { 2 } else { 1 };
     let grid_width = label_columns(groups) + cell_width * count;
     let selected = (
-        groups.group_of_rank.get(pairs.selected_sender).copied(),
-        groups.group_of_rank.get(pairs.selected_receiver).copied(),
+        groups.group_of_rank.get(pair.0).copied(),
+        groups.group_of_rank.get(pair.1).copied(),
     );
 
     let mut lines = inner.rows();
@@ -340,21 +342,21 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     }
     let detail_row = Rect { y: inner.y + 1 + u16::try_from(count).unwrap_or(u16::MAX), height: 1, ..inner };
     if detail_row.bottom() <= inner.bottom() {
-        let text = detail(pairs, groups, &shown, selected);
+        let text = detail(pairs, pair, groups, &shown, selected);
         let used = width(&text);
         Line::styled(text, Style::new().add_modifier(Modifier::BOLD)).render(detail_row, buf);
         let spare = usize::from(detail_row.width).saturating_sub(used + 2);
         let below = Rect { y: detail_row.bottom(), height: inner.bottom().saturating_sub(detail_row.bottom()), ..inner };
         if !*with_side && below.height >= 2 {
             // Lines below the grid: a caption and a history graph as tall as they allow, within reason.
-            side_history(pairs, Rect { height: below.height.min(BELOW_HISTORY_MAX), ..below }, buf);
+            side_history(pairs, pair, Rect { height: below.height.min(BELOW_HISTORY_MAX), ..below }, buf);
         } else if !*with_side && spare >= INLINE_SPARKLINE_MIN {
             let graph = Rect {
                 x: detail_row.x + u16::try_from(used + 2).unwrap_or(u16::MAX),
                 width: u16::try_from(spare).unwrap_or(u16::MAX),
                 ..detail_row
             };
-            history(pairs, graph, buf);
+            history(pairs, pair, graph, buf);
         }
     }
     if *with_side {
@@ -362,7 +364,7 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
         // Beside the axis and the rows only: the detail line below them may need the whole width.
         let height = u16::try_from(count + 1).unwrap_or(u16::MAX).min(inner.height);
         let side_area = Rect { x, y: inner.y, width: inner.right().saturating_sub(x), height };
-        side_history(pairs, side_area, buf);
+        side_history(pairs, pair, side_area, buf);
     }
 }
 
@@ -452,9 +454,16 @@ fn grid_line(
     Line::from(spans)
 }
 
-/// The selected pair: `r3→r5 12.4 Gbps p50 14.2 p99 20.1 us`, and the mean of its cell when grouped.
-fn detail(pairs: &PairMatrixView, groups: &Groups, shown: &[Shown], selected: (Option<usize>, Option<usize>)) -> String {
-    let (sender, receiver) = (pairs.selected_sender, pairs.selected_receiver);
+/// The selected pair (`pair`, sender and receiver): `r3→r5 12.4 Gbps p50 14.2 p99 20.1 us`, and the mean of
+/// its cell when grouped.
+fn detail(
+    pairs: &PairMatrixView,
+    pair: (usize, usize),
+    groups: &Groups,
+    shown: &[Shown],
+    selected: (Option<usize>, Option<usize>),
+) -> String {
+    let (sender, receiver) = pair;
     let block = pairs.receivers_per_column();
     let receiver_name = if block == 1 {
         format!("r{receiver}")
@@ -498,8 +507,8 @@ fn short_label(groups: &Groups, group: usize) -> String {
 }
 
 /// The selected pair's history as a sparkline over `area`, scaled to its own highest point.
-fn history(pairs: &PairMatrixView, area: Rect, buf: &mut Buffer) {
-    let Some(points) = pairs.history(pairs.selected_sender, pairs.selected_receiver) else { return };
+fn history(pairs: &PairMatrixView, (sender, receiver): (usize, usize), area: Rect, buf: &mut Buffer) {
+    let Some(points) = pairs.history(sender, receiver) else { return };
     // Sparkline bars are integers: hundredths of a Gbps keep the shape of small rates.
     let hundredths = |gbps: f32| if gbps.is_finite() { (f64::from(gbps.max(0.0)) * 100.0).round() as u64 } else { 0 };
     let shown = points.len().saturating_sub(usize::from(area.width));
@@ -509,19 +518,19 @@ fn history(pairs: &PairMatrixView, area: Rect, buf: &mut Buffer) {
 }
 
 /// A caption and the selected pair's history, beside the grid.
-fn side_history(pairs: &PairMatrixView, area: Rect, buf: &mut Buffer) {
+fn side_history(pairs: &PairMatrixView, pair: (usize, usize), area: Rect, buf: &mut Buffer) {
     let mut rows = area.rows();
     let Some(caption_row) = rows.next() else { return };
-    let caption = match pairs.history(pairs.selected_sender, pairs.selected_receiver) {
+    let caption = match pairs.history(pair.0, pair.1) {
         Some(points) => {
             let top = points.iter().copied().filter(|gbps| gbps.is_finite()).fold(0.0_f32, f32::max);
-            format!("r{}→r{} history, top {} Gbps", pairs.selected_sender, pairs.selected_receiver, number(Some(f64::from(top)), 1))
+            format!("r{}→r{} history, top {} Gbps", pair.0, pair.1, number(Some(f64::from(top)), 1))
         }
         None => format!("no histories beyond {} ranks", crate::state::PAIR_HISTORY_MAX_RANKS),
     };
     Line::styled(truncate(&caption, usize::from(area.width)), Style::new().fg(Color::DarkGray)).render(caption_row, buf);
     let graph = Rect { y: caption_row.y + 1, height: area.height.saturating_sub(1), ..area };
     if !graph.is_empty() {
-        history(pairs, graph, buf);
+        history(pairs, pair, graph, buf);
     }
 }

@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Widget};
 
 use crate::state::DashboardState;
+use crate::view::View;
 
 const KEYS: [(&str, &str); 8] = [
     ("q  Esc", "quit: stops the run on every rank"),
@@ -26,12 +27,12 @@ const PAIR_KEYS: [(&str, &str); 2] = [
 const PAIR_KEYS_AFTER: usize = 5;
 const KEY_WIDTH: usize = 9;
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer) {
     let mut keys = KEYS.to_vec();
     if state.pairs.is_some() {
         keys.splice(PAIR_KEYS_AFTER..PAIR_KEYS_AFTER, PAIR_KEYS);
     }
-    keys.extend_from_slice(&state.extra_keys);
+    keys.extend_from_slice(view.extra_keys);
     let text_width = keys.iter().map(|(_, what)| what.chars().count()).max().unwrap_or(0) + KEY_WIDTH;
     let width = u16::try_from(text_width + 4).unwrap_or(u16::MAX).min(area.width);
     let height = u16::try_from(keys.len() + 2).unwrap_or(u16::MAX).min(area.height);

@@ -9,17 +9,18 @@ use ratatui::widgets::Widget;
 use super::chrome::{self, Chrome};
 use super::text::{self, clock};
 use crate::state::{DashboardState, LogLevel, Panel};
+use crate::view::View;
 
 /// Lines the panel would like inside its frame.
 pub(super) fn content_height(state: &DashboardState) -> u16 {
     u16::try_from(state.log.len()).unwrap_or(u16::MAX).max(1)
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
-    let block = chrome::block("Log", state.focus == Panel::Log, chrome);
+    let block = chrome::block("Log", view.focus == Panel::Log, chrome);
     let inner = block.inner(area);
     block.render(area, buf);
     if inner.is_empty() {

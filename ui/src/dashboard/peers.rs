@@ -11,6 +11,7 @@ use super::chrome::{self, Chrome};
 use super::grid::{self, Column};
 use super::text::{ago, number, Align};
 use crate::state::{DashboardState, Panel, PeerState, PeerView};
+use crate::view::View;
 
 const HOST_MIN: usize = 6;
 
@@ -84,11 +85,11 @@ fn columns(rows: &[Vec<(String, Style)>]) -> Vec<Column> {
         .collect()
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
-    let block = chrome::block("Peers", state.focus == Panel::Peers, chrome);
+    let block = chrome::block("Peers", view.focus == Panel::Peers, chrome);
     let inner = block.inner(area);
     block.render(area, buf);
     if inner.is_empty() {
@@ -117,7 +118,7 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     if let Some(header_row) = lines.next() {
         grid::header(&columns).render(header_row, buf);
     }
-    let selected = state.peers.iter().position(|peer| peer.rank == state.selected_rank);
+    let selected = state.peers.iter().position(|peer| peer.rank == view.selected_rank);
     let visible = usize::from(inner.height.saturating_sub(1));
     let offset = grid::scroll_offset(selected, visible);
     for ((index, row), line_area) in rows.into_iter().enumerate().skip(offset).zip(lines) {

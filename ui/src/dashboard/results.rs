@@ -15,6 +15,7 @@ use super::chrome::{self, Chrome};
 use super::grid::{self, Column};
 use super::text::{number, Align, MISSING};
 use crate::state::{DashboardState, Panel};
+use crate::view::View;
 
 /// Configurations in column order: the planned ones, then any others that were measured.
 fn configs(state: &DashboardState) -> Vec<&str> {
@@ -179,7 +180,7 @@ fn anchor(state: &DashboardState, sizes: &[u64]) -> Option<usize> {
     })
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
     if area.is_empty() {
         return;
     }
@@ -204,7 +205,7 @@ pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrom
     } else {
         format!(" {experiment}{shortened}Gbps, BusBW %, us ")
     };
-    let block = chrome::block("Results", state.focus == Panel::Results, chrome)
+    let block = chrome::block("Results", view.focus == Panel::Results, chrome)
         .title_top(Line::styled(legend, Style::new().fg(Color::DarkGray)).right_aligned());
     let inner = block.inner(area);
     block.render(area, buf);

@@ -14,6 +14,7 @@ use crate::state::{
     ChannelView, DashboardState, LogLevel, NvlinkView, PairMatrixView, Panel, PeerState, PeerView, Progress, QueueView,
     RunInfo, ALLTOALL_EXPERIMENT, HISTORY_LEN, NVLINK_HISTORY_LEN,
 };
+use crate::view::View;
 
 const HOSTS: [&str; 2] = ["p5-node-a", "p5-node-b"];
 const NICS: [&str; 4] = ["rdmap79s0-rdm", "rdmap80s0-rdm", "rdmap81s0-rdm", "rdmap82s0-rdm"];
@@ -56,8 +57,6 @@ pub fn sample_state() -> DashboardState {
             ..RunResults::default()
         }),
         drops_total: 17,
-        selected_rank: 1,
-        selected_channel: 2,
         ..DashboardState::default()
     };
     let at = Duration::from_millis;
@@ -69,6 +68,11 @@ pub fn sample_state() -> DashboardState {
     state.push_log(at(71_900), LogLevel::Error, "rank 3: no telemetry for 5.0s, marked lost");
     state.push_log(at(82_500), LogLevel::Info, "MultiPin 2M started");
     state
+}
+
+/// The view [`sample_state`] is drawn under: rank 1's channel 2 selected, the gauges focused.
+pub fn sample_view() -> View {
+    View { selected_rank: 1, selected_channel: 2, ..View::default() }
 }
 
 /// A `proxy` run mid-sweep on one host: rank 0's GPU pushes write requests into the ring faster than its
@@ -336,8 +340,6 @@ pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usi
             pairs.record(sender, INTERVAL_NS, &peers);
         }
     }
-    pairs.selected_sender = slow_host * ranks_per_host;
-    pairs.selected_receiver = usize::from(slow_host == 0) * ranks_per_host;
     let per_rank = fair_share * (ranks.saturating_sub(1)) as f64;
     let mut state = DashboardState {
         run,
@@ -383,11 +385,21 @@ pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usi
             measurements: Vec::new(),
             ..RunResults::default()
         }),
-        focus: Panel::Pairs,
         pairs: Some(pairs),
         ..DashboardState::default()
     };
     state.push_log(Duration::from_millis(150), LogLevel::Info, format!("world established: {ranks} ranks on {hosts} hosts, provider efa"));
     state.push_log(Duration::from_secs(20), LogLevel::Info, "AllToAllPin 1M started");
     state
+}
+
+/// The view [`alltoall_sample_state`] is drawn under: the heatmap focused, the pair from the slow host's
+/// first rank to the first rank of another host selected.
+pub fn alltoall_sample_view(ranks_per_host: usize, slow_host: usize) -> View {
+    View {
+        focus: Panel::Pairs,
+        selected_sender: slow_host * ranks_per_host,
+        selected_receiver: usize::from(slow_host == 0) * ranks_per_host,
+        ..View::default()
+    }
 }

@@ -1,7 +1,8 @@
-//! Which rank and channel are selected, and how the arrow keys move that selection. The state stores
-//! plain numbers; these helpers keep them pointing at ranks and channels that exist.
+//! Which rank and channel are selected, and how the arrow keys move that selection. The view stores
+//! plain numbers; these helpers keep them pointing at ranks and channels the data has.
 
 use crate::state::DashboardState;
+use crate::view::View;
 
 /// Every rank the dashboard knows of, from the peers and from the channels, ascending.
 pub(super) fn ranks(state: &DashboardState) -> Vec<usize> {
@@ -35,22 +36,22 @@ fn step_through(values: &[usize], current: usize, forward: bool) -> Option<usize
     values.get(target).copied()
 }
 
-pub(super) fn move_rank(state: &mut DashboardState, forward: bool) {
-    let Some(rank) = step_through(&ranks(state), state.selected_rank, forward) else { return };
-    state.selected_rank = rank;
+pub(super) fn move_rank(view: &mut View, state: &DashboardState, forward: bool) {
+    let Some(rank) = step_through(&ranks(state), view.selected_rank, forward) else { return };
+    view.selected_rank = rank;
     // Keep the channel number when the new rank has it, so moving down a column of equal channels
     // stays in that column; otherwise take the closest one below.
     let channels = channels_of(state, rank);
-    if !channels.is_empty() && !channels.contains(&state.selected_channel) {
-        let below = channels.partition_point(|&channel| channel < state.selected_channel);
-        state.selected_channel = channels[below.saturating_sub(1).min(channels.len() - 1)];
+    if !channels.is_empty() && !channels.contains(&view.selected_channel) {
+        let below = channels.partition_point(|&channel| channel < view.selected_channel);
+        view.selected_channel = channels[below.saturating_sub(1).min(channels.len() - 1)];
     }
 }
 
-pub(super) fn move_channel(state: &mut DashboardState, forward: bool) {
-    let channels = channels_of(state, state.selected_rank);
-    if let Some(channel) = step_through(&channels, state.selected_channel, forward) {
-        state.selected_channel = channel;
+pub(super) fn move_channel(view: &mut View, state: &DashboardState, forward: bool) {
+    let channels = channels_of(state, view.selected_rank);
+    if let Some(channel) = step_through(&channels, view.selected_channel, forward) {
+        view.selected_channel = channel;
     }
 }
 
@@ -61,13 +62,14 @@ pub(super) enum PairEnd {
     Receiver,
 }
 
-/// Moves the selected pair's sender (↑↓) or receiver (←→) by one rank, clamped to the ranks.
-pub(super) fn move_pair(state: &mut DashboardState, end: PairEnd, forward: bool) {
-    let Some(pairs) = &mut state.pairs else { return };
+/// Moves the selected pair's sender (↑↓) or receiver (←→) by one rank, clamped to the ranks of the
+/// run's pair matrix (a run without one leaves the pair where it is).
+pub(super) fn move_pair(view: &mut View, state: &DashboardState, end: PairEnd, forward: bool) {
+    let Some(pairs) = &state.pairs else { return };
     let last = pairs.ranks().saturating_sub(1);
     let rank = match end {
-        PairEnd::Sender => &mut pairs.selected_sender,
-        PairEnd::Receiver => &mut pairs.selected_receiver,
+        PairEnd::Sender => &mut view.selected_sender,
+        PairEnd::Receiver => &mut view.selected_receiver,
     };
     *rank = if forward { (*rank + 1).min(last) } else { rank.saturating_sub(1).min(last) };
 }

@@ -20,6 +20,7 @@ use super::chrome::{self, Chrome};
 use super::text::{cell, number, Align};
 use crate::state::sweep::SweepView;
 use crate::state::{DashboardState, Panel};
+use crate::view::View;
 
 /// Columns per rail cell.
 const CELL: usize = 8;
@@ -34,8 +35,8 @@ pub(super) fn content_height(state: &DashboardState) -> u16 {
     u16::try_from(2 + verdict + view.latest.len()).unwrap_or(u16::MAX)
 }
 
-pub(super) fn render(state: &DashboardState, area: Rect, buf: &mut Buffer, chrome: Chrome) {
-    let block = chrome::block("Sweep", state.focus == Panel::Results, chrome);
+pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
+    let block = chrome::block("Sweep", view.focus == Panel::Results, chrome);
     let inner = block.inner(area);
     block.render(area, buf);
     let Some(view) = &state.sweep else {
@@ -145,6 +146,7 @@ mod tests {
     use super::super::draw;
     use crate::state::sweep::SweepView;
     use crate::state::{DashboardState, RunInfo};
+    use crate::view::View;
 
     const RAILS: usize = 4;
 
@@ -202,7 +204,7 @@ mod tests {
 
     fn dashboard(state: &DashboardState, width: u16, height: u16) -> Terminal<TestBackend> {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
-        terminal.draw(|frame| draw(frame, state)).expect("draw");
+        terminal.draw(|frame| draw(frame, state, &View::of(state))).expect("draw");
         terminal
     }
 

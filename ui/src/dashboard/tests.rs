@@ -10,23 +10,24 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
 
-use super::sample::sample_state;
+use super::sample::{sample_state, sample_view};
 use super::{draw, draw_panel, header};
 use crate::state::{ChannelView, DashboardState, LogLevel, Panel, PeerState, PeerView, RunInfo};
+use crate::view::View;
 
 fn terminal(width: u16, height: u16) -> Terminal<TestBackend> {
     Terminal::new(TestBackend::new(width, height)).unwrap()
 }
 
-fn dashboard(state: &DashboardState, width: u16, height: u16) -> Terminal<TestBackend> {
+fn dashboard(state: &DashboardState, view: &View, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut terminal = terminal(width, height);
-    terminal.draw(|frame| draw(frame, state)).unwrap();
+    terminal.draw(|frame| draw(frame, state, view)).unwrap();
     terminal
 }
 
-fn panel(state: &DashboardState, panel: Panel, width: u16, height: u16) -> Terminal<TestBackend> {
+fn panel(state: &DashboardState, view: &View, panel: Panel, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut terminal = terminal(width, height);
-    terminal.draw(|frame| draw_panel(frame, frame.area(), state, panel)).unwrap();
+    terminal.draw(|frame| draw_panel(frame, frame.area(), state, view, panel)).unwrap();
     terminal
 }
 
@@ -59,17 +60,17 @@ fn fg_at(buffer: &Buffer, needle: &str) -> Color {
 
 #[test]
 fn whole_dashboard_80x24() {
-    assert_snapshot!("dashboard_80x24", dashboard(&sample_state(), 80, 24).backend());
+    assert_snapshot!("dashboard_80x24", dashboard(&sample_state(), &sample_view(), 80, 24).backend());
 }
 
 #[test]
 fn whole_dashboard_200x60() {
-    assert_snapshot!("dashboard_200x60", dashboard(&sample_state(), 200, 60).backend());
+    assert_snapshot!("dashboard_200x60", dashboard(&sample_state(), &sample_view(), 200, 60).backend());
 }
 
 #[test]
 fn whole_dashboard_120x40() {
-    assert_snapshot!("dashboard_120x40", dashboard(&sample_state(), 120, 40).backend());
+    assert_snapshot!("dashboard_120x40", dashboard(&sample_state(), &sample_view(), 120, 40).backend());
 }
 
 #[test]
@@ -77,41 +78,41 @@ fn each_panel_alone() {
     let state = sample_state();
     for (name, which) in [("gauges", Panel::Gauges), ("peers", Panel::Peers), ("results", Panel::Results), ("log", Panel::Log)] {
         for (width, height) in [(80, 24), (200, 60)] {
-            assert_snapshot!(format!("panel_{name}_{width}x{height}"), panel(&state, which, width, height).backend());
+            assert_snapshot!(format!("panel_{name}_{width}x{height}"), panel(&state, &sample_view(), which, width, height).backend());
         }
     }
 }
 
 #[test]
 fn header_alone() {
-    let mut state = sample_state();
-    state.frozen = true;
+    let state = sample_state();
+    let view = View { frozen: true, ..sample_view() };
     for width in [40, 80, 200] {
         let mut terminal = terminal(width, header::HEIGHT);
-        terminal.draw(|frame| header::render(&state, frame.area(), frame.buffer_mut())).unwrap();
+        terminal.draw(|frame| header::render(&state, &view, frame.area(), frame.buffer_mut())).unwrap();
         assert_snapshot!(format!("header_frozen_{width}"), terminal.backend());
     }
 }
 
 #[test]
 fn help_overlay() {
-    let mut state = sample_state();
-    state.show_help = true;
-    assert_snapshot!("help_80x24", dashboard(&state, 80, 24).backend());
+    let view = View { show_help: true, ..sample_view() };
+    assert_snapshot!("help_80x24", dashboard(&sample_state(), &view, 80, 24).backend());
 }
 
 #[test]
 fn finished_run() {
     let state = finished_state();
-    assert_snapshot!("finished_80x24", dashboard(&state, 80, 24).backend());
-    assert_snapshot!("finished_200x60", dashboard(&state, 200, 60).backend());
+    assert_snapshot!("finished_80x24", dashboard(&state, &sample_view(), 80, 24).backend());
+    assert_snapshot!("finished_200x60", dashboard(&state, &sample_view(), 200, 60).backend());
 }
 
 #[test]
 fn empty_state() {
     let state = DashboardState::default();
-    assert_snapshot!("empty_80x24", dashboard(&state, 80, 24).backend());
-    assert_snapshot!("empty_200x60", dashboard(&state, 200, 60).backend());
+    let view = View::of(&state);
+    assert_snapshot!("empty_80x24", dashboard(&state, &view, 80, 24).backend());
+    assert_snapshot!("empty_200x60", dashboard(&state, &view, 200, 60).backend());
 }
 
 #[test]
@@ -123,7 +124,7 @@ fn unknown_link_speed_scales_to_the_peak_and_says_so() {
             measurement.busbw_percent = None;
         }
     }
-    let terminal = dashboard(&state, 120, 40);
+    let terminal = dashboard(&state, &sample_view(), 120, 40);
     assert_snapshot!("unknown_link_120x40", terminal.backend());
     let buffer = terminal.backend().buffer();
     assert!(find(buffer, "link speed unknown").is_some());
@@ -132,10 +133,8 @@ fn unknown_link_speed_scales_to_the_peak_and_says_so() {
 
 #[test]
 fn many_channels_scroll_to_keep_the_selection_visible() {
-    let mut state = sample_state();
-    state.selected_rank = 3;
-    state.selected_channel = 3;
-    let terminal = dashboard(&state, 80, 24);
+    let view = View { selected_rank: 3, selected_channel: 3, ..sample_view() };
+    let terminal = dashboard(&sample_state(), &view, 80, 24);
     let buffer = terminal.backend().buffer();
     let (_, row) = find(buffer, "▶ r3 c3").expect("selected channel on screen");
     assert!(find(buffer, "r0 c0").is_none(), "scrolled past the first rank");
@@ -145,8 +144,8 @@ fn many_channels_scroll_to_keep_the_selection_visible() {
 #[test]
 fn telemetry_drops_lost_peers_and_log_levels_are_coloured() {
     let mut state = sample_state();
-    state.focus = Panel::Peers;
-    let terminal = dashboard(&state, 200, 60);
+    let view = View { focus: Panel::Peers, ..sample_view() };
+    let terminal = dashboard(&state, &view, 200, 60);
     let buffer = terminal.backend().buffer();
     assert_eq!(fg_at(buffer, "drops 17"), Color::Red);
     assert_eq!(fg_at(buffer, "LOST"), Color::Red);
@@ -155,7 +154,7 @@ fn telemetry_drops_lost_peers_and_log_levels_are_coloured() {
     assert_eq!(fg_at(buffer, "info"), Color::Reset);
 
     state.drops_total = 0;
-    let terminal = dashboard(&state, 200, 60);
+    let terminal = dashboard(&state, &view, 200, 60);
     assert_eq!(fg_at(terminal.backend().buffer(), "drops 0"), Color::Reset);
 }
 
@@ -163,7 +162,7 @@ fn telemetry_drops_lost_peers_and_log_levels_are_coloured() {
 fn done_peers_are_dim() {
     let mut state = sample_state();
     state.peers[2].state = PeerState::Done;
-    let terminal = panel(&state, Panel::Peers, 80, 10);
+    let terminal = panel(&state, &sample_view(), Panel::Peers, 80, 10);
     let buffer = terminal.backend().buffer();
     let (x, y) = find(buffer, "done").unwrap();
     assert!(buffer[(x, y)].modifier.contains(Modifier::DIM));
@@ -172,8 +171,8 @@ fn done_peers_are_dim() {
 #[test]
 fn the_focused_panel_has_a_thick_cyan_border() {
     for focus in Panel::ORDER {
-        let state = DashboardState { focus, ..sample_state() };
-        let terminal = dashboard(&state, 200, 60);
+        let view = View { focus, ..sample_view() };
+        let terminal = dashboard(&sample_state(), &view, 200, 60);
         let buffer = terminal.backend().buffer();
         let title = match focus {
             Panel::Gauges => " Live channels ",
@@ -191,16 +190,16 @@ fn the_focused_panel_has_a_thick_cyan_border() {
 
 #[test]
 fn frozen_shows_in_the_header() {
-    let state = DashboardState { frozen: true, ..sample_state() };
+    let (state, view) = (sample_state(), View { frozen: true, ..sample_view() });
     for (width, height) in [(80, 24), (200, 60)] {
-        assert!(find(dashboard(&state, width, height).backend().buffer(), "FROZEN").is_some(), "{width}x{height}");
+        assert!(find(dashboard(&state, &view, width, height).backend().buffer(), "FROZEN").is_some(), "{width}x{height}");
     }
 }
 
 #[test]
 fn the_finished_line_asks_for_any_key_at_every_width() {
     for width in [30, 80, 200] {
-        let terminal = dashboard(&finished_state(), width, 24);
+        let terminal = dashboard(&finished_state(), &sample_view(), width, 24);
         let buffer = terminal.backend().buffer();
         assert!(find(buffer, "ress any key").is_some(), "{width}:\n{buffer:?}");
     }
@@ -208,7 +207,7 @@ fn the_finished_line_asks_for_any_key_at_every_width() {
 
 #[test]
 fn results_show_dashes_where_nothing_was_measured() {
-    let terminal = panel(&sample_state(), Panel::Results, 200, 12);
+    let terminal = panel(&sample_state(), &sample_view(), Panel::Results, 200, 12);
     let buffer = terminal.backend().buffer();
     let (_, row) = find(buffer, "  8M").unwrap();
     let line: String = (0..200).map(|x| buffer[(x, row)].symbol()).collect();
@@ -217,7 +216,8 @@ fn results_show_dashes_where_nothing_was_measured() {
     assert_eq!(&cells[cells.len() - 6..cells.len() - 1], ["-", "-", "-", "-", "-"], "{line}");
 }
 
-/// Ranks beyond the host list, a selection that matches nothing, NaN rates and huge numbers.
+/// Ranks beyond the host list, NaN rates and huge numbers (and, in [`odd_view`], a selection that
+/// matches nothing).
 fn odd_state() -> DashboardState {
     let channel = |rank, channel| ChannelView {
         rank,
@@ -234,10 +234,6 @@ fn odd_state() -> DashboardState {
         channels: vec![channel(0, 0), channel(7, 0), channel(7, 1), channel(8, 0)],
         peers: vec![PeerView { rank: 8, host: String::new(), drops: u64::MAX, ..PeerView::default() }],
         drops_total: u64::MAX,
-        selected_rank: 42,
-        selected_channel: 9,
-        frozen: true,
-        show_help: true,
         ..DashboardState::default()
     };
     state.progress.done = 5;
@@ -246,30 +242,40 @@ fn odd_state() -> DashboardState {
     state
 }
 
+/// A selection that matches nothing, frozen, with the help open.
+fn odd_view() -> View {
+    View { selected_rank: 42, selected_channel: 9, frozen: true, show_help: true, ..View::default() }
+}
+
 #[test]
 fn ranks_beyond_the_host_list_are_grouped_as_unknown() {
-    let state = DashboardState { show_help: false, ..odd_state() };
-    let terminal = dashboard(&state, 120, 40);
+    let view = View { show_help: false, ..odd_view() };
+    let terminal = dashboard(&odd_state(), &view, 120, 40);
     assert_snapshot!("odd_state_120x40", terminal.backend());
     assert!(find(terminal.backend().buffer(), "unknown host").is_some());
 }
 
 #[test]
 fn no_size_and_no_state_makes_drawing_panic() {
-    let mut states = vec![DashboardState::default(), sample_state(), finished_state(), odd_state()];
-    states.push(DashboardState { show_help: true, ..sample_state() });
-    for state in &states {
+    let mut states = vec![
+        (DashboardState::default(), View::default()),
+        (sample_state(), sample_view()),
+        (finished_state(), sample_view()),
+        (odd_state(), odd_view()),
+    ];
+    states.push((sample_state(), View { show_help: true, ..sample_view() }));
+    for (state, view) in &states {
         for width in 0..20 {
             for height in 0..10 {
-                dashboard(state, width, height);
+                dashboard(state, view, width, height);
                 for which in Panel::ORDER {
-                    panel(state, which, width, height);
+                    panel(state, view, which, width, height);
                 }
             }
         }
         let sizes = [(1, 1), (10, 3), (80, 0), (0, 24), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)];
         for (width, height) in sizes.into_iter().chain([(u16::MAX, 4), (4, 2000)]) {
-            dashboard(state, width, height);
+            dashboard(state, view, width, height);
         }
     }
 }
@@ -277,47 +283,47 @@ fn no_size_and_no_state_makes_drawing_panic() {
 #[test]
 fn a_panel_drawn_partly_off_screen_is_clipped() {
     let mut terminal = terminal(20, 5);
-    terminal.draw(|frame| draw_panel(frame, Rect::new(10, 2, 50, 50), &sample_state(), Panel::Results)).unwrap();
+    terminal.draw(|frame| draw_panel(frame, Rect::new(10, 2, 50, 50), &sample_state(), &sample_view(), Panel::Results)).unwrap();
 }
 
 #[test]
 fn a_resized_terminal_redraws_like_a_fresh_one() {
-    let state = sample_state();
-    let mut terminal = dashboard(&state, 200, 60);
+    let (state, view) = (sample_state(), sample_view());
+    let mut terminal = dashboard(&state, &view, 200, 60);
     terminal.backend_mut().resize(80, 24);
     terminal.resize(Rect::new(0, 0, 80, 24)).unwrap();
-    terminal.draw(|frame| draw(frame, &state)).unwrap();
-    assert_eq!(terminal.backend().buffer(), dashboard(&state, 80, 24).backend().buffer());
+    terminal.draw(|frame| draw(frame, &state, &view)).unwrap();
+    assert_eq!(terminal.backend().buffer(), dashboard(&state, &view, 80, 24).backend().buffer());
 }
 
 // ---- All-to-all: the pair heatmap ----
 
-use super::sample::alltoall_sample_state;
+use super::sample::{alltoall_sample_state, alltoall_sample_view};
 
 /// Four hosts of one rank each, host 2 slow.
-fn alltoall_4() -> DashboardState {
-    alltoall_sample_state(4, 1, 2)
+fn alltoall_4() -> (DashboardState, View) {
+    (alltoall_sample_state(4, 1, 2), alltoall_sample_view(1, 2))
 }
 
 /// Sixteen hosts of four ranks each, host 5 (ranks 20-23) slow.
-fn alltoall_64() -> DashboardState {
-    alltoall_sample_state(16, 4, 5)
+fn alltoall_64() -> (DashboardState, View) {
+    (alltoall_sample_state(16, 4, 5), alltoall_sample_view(4, 5))
 }
 
 #[test]
 fn alltoall_dashboard_snapshots() {
-    for (name, state) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
+    for (name, (state, view)) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
         for (width, height) in [(80, 24), (200, 60)] {
-            assert_snapshot!(format!("{name}_{width}x{height}"), dashboard(&state, width, height).backend());
+            assert_snapshot!(format!("{name}_{width}x{height}"), dashboard(&state, &view, width, height).backend());
         }
     }
 }
 
 #[test]
 fn alltoall_heatmap_panel_snapshots() {
-    for (name, state) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
+    for (name, (state, view)) in [("alltoall4", alltoall_4()), ("alltoall64", alltoall_64())] {
         for (width, height) in [(80, 24), (200, 60)] {
-            assert_snapshot!(format!("panel_pairs_{name}_{width}x{height}"), panel(&state, Panel::Pairs, width, height).backend());
+            assert_snapshot!(format!("panel_pairs_{name}_{width}x{height}"), panel(&state, &view, Panel::Pairs, width, height).backend());
         }
     }
 }
@@ -341,9 +347,9 @@ fn is_slow(colour: Color) -> bool {
 
 #[test]
 fn the_slow_hosts_row_and_column_are_drawn_slow_and_the_rest_fast() {
-    let state = alltoall_64();
+    let (state, view) = alltoall_64();
     for (width, height) in [(200, 60), (120, 40)] {
-        let terminal = panel(&state, Panel::Pairs, width, height);
+        let terminal = panel(&state, &view, Panel::Pairs, width, height);
         let buffer = terminal.backend().buffer();
         assert!(find(buffer, "Pairs by host").is_some(), "{buffer:?}");
         for host in 0..16 {
@@ -366,7 +372,8 @@ fn the_slow_hosts_row_and_column_are_drawn_slow_and_the_rest_fast() {
 
 #[test]
 fn four_ranks_get_a_cell_each_with_a_blank_diagonal() {
-    let terminal = panel(&alltoall_4(), Panel::Pairs, 80, 24);
+    let (state, view) = alltoall_4();
+    let terminal = panel(&state, &view, Panel::Pairs, 80, 24);
     let buffer = terminal.backend().buffer();
     assert!(find(buffer, "Pairs by").is_none(), "not aggregated:\n{buffer:?}");
     for rank in 0..4 {
@@ -384,7 +391,8 @@ fn four_ranks_get_a_cell_each_with_a_blank_diagonal() {
 
 #[test]
 fn when_hosts_do_not_fit_ranks_are_grouped_in_blocks_of_whole_hosts() {
-    let terminal = panel(&alltoall_64(), Panel::Pairs, 80, 12);
+    let (state, view) = alltoall_64();
+    let terminal = panel(&state, &view, Panel::Pairs, 80, 12);
     let buffer = terminal.backend().buffer();
     // 10 lines inside the box: the axis, the detail line and 8 rows, so 8 blocks of 2 hosts.
     assert!(find(buffer, "Pairs by block of 8 ranks, 2 hosts").is_some(), "{buffer:?}");
@@ -398,37 +406,36 @@ fn when_hosts_do_not_fit_ranks_are_grouped_in_blocks_of_whole_hosts() {
 
 #[test]
 fn narrow_the_heatmap_gives_way_to_the_gauges_while_they_have_the_focus() {
-    let mut state = alltoall_4();
-    let buffer_has = |state: &DashboardState, text: &str| find(dashboard(state, 80, 24).backend().buffer(), text).is_some();
-    assert!(buffer_has(&state, " Pairs "));
-    assert!(!buffer_has(&state, " Live channels "));
-    state.focus = Panel::Gauges;
-    assert!(!buffer_has(&state, " Pairs "));
-    assert!(buffer_has(&state, " Live channels "));
+    let (state, mut view) = alltoall_4();
+    let buffer_has = |view: &View, text: &str| find(dashboard(&state, view, 80, 24).backend().buffer(), text).is_some();
+    assert!(buffer_has(&view, " Pairs "));
+    assert!(!buffer_has(&view, " Live channels "));
+    view.focus = Panel::Gauges;
+    assert!(!buffer_has(&view, " Pairs "));
+    assert!(buffer_has(&view, " Live channels "));
     // Wide, both are on screen whatever has the focus.
-    let wide = dashboard(&state, 200, 60);
+    let wide = dashboard(&state, &view, 200, 60);
     assert!(find(wide.backend().buffer(), " Pairs ").is_some() && find(wide.backend().buffer(), " Live channels ").is_some());
 }
 
 #[test]
 fn help_lists_the_heatmap_keys_only_for_alltoall_runs() {
-    let mut state = alltoall_4();
-    state.show_help = true;
-    let terminal = dashboard(&state, 80, 24);
+    let (state, view) = alltoall_4();
+    let terminal = dashboard(&state, &View { show_help: true, ..view }, 80, 24);
     assert!(find(terminal.backend().buffer(), "select the sender (row)").is_some());
     assert!(find(terminal.backend().buffer(), "select the receiver (column)").is_some());
-    let write = DashboardState { show_help: true, ..sample_state() };
-    assert!(find(dashboard(&write, 80, 24).backend().buffer(), "select the sender").is_none());
+    let write = View { show_help: true, ..sample_view() };
+    assert!(find(dashboard(&sample_state(), &write, 80, 24).backend().buffer(), "select the sender").is_none());
 }
 
 #[test]
 fn the_pairs_panel_of_a_run_without_a_matrix_says_so() {
-    let terminal = panel(&sample_state(), Panel::Pairs, 40, 5);
+    let terminal = panel(&sample_state(), &sample_view(), Panel::Pairs, 40, 5);
     assert!(find(terminal.backend().buffer(), "not an all-to-all run").is_some());
 }
 
 /// 4096 ranks: the matrix keeps blocks of 64 receivers; the heatmap groups further to fit.
-fn alltoall_4096() -> DashboardState {
+fn alltoall_4096() -> (DashboardState, View) {
     use crate::state::PairMatrixView;
     use efatop_proto::telemetry::PeerSample;
     let ranks = 4096;
@@ -437,20 +444,19 @@ fn alltoall_4096() -> DashboardState {
     for sender in (0..ranks).step_by(97) {
         pairs.record(sender, 100_000_000, &peers);
     }
-    pairs.selected_sender = 97 * 41;
-    pairs.selected_receiver = 17;
     let hosts = (0..ranks).map(|rank| format!("node{}", rank / 8)).collect();
-    DashboardState {
+    let state = DashboardState {
         run: RunInfo { experiment: "alltoall".into(), ranks, hosts, ..RunInfo::default() },
         pairs: Some(pairs),
-        focus: Panel::Pairs,
         ..DashboardState::default()
-    }
+    };
+    (state, View { focus: Panel::Pairs, selected_sender: 97 * 41, selected_receiver: 17, ..View::default() })
 }
 
 #[test]
 fn a_4096_rank_run_draws_in_blocks() {
-    let terminal = panel(&alltoall_4096(), Panel::Pairs, 200, 60);
+    let (state, view) = alltoall_4096();
+    let terminal = panel(&state, &view, Panel::Pairs, 200, 60);
     let buffer = terminal.backend().buffer();
     assert!(find(buffer, "Pairs by block of").is_some(), "{buffer:?}");
     assert!(find(buffer, "r3977→r0-63 mean 0.08 Gbps").is_some(), "{buffer:?}");
@@ -458,22 +464,23 @@ fn a_4096_rank_run_draws_in_blocks() {
 
 #[test]
 fn alltoall_states_draw_at_any_size_without_panicking() {
-    for state in [alltoall_4(), alltoall_64(), alltoall_4096()] {
+    for (state, view) in [alltoall_4(), alltoall_64(), alltoall_4096()] {
         for width in 0..24 {
             for height in 0..12 {
-                dashboard(&state, width, height);
+                dashboard(&state, &view, width, height);
                 for &which in state.panel_order() {
-                    panel(&state, which, width, height);
+                    panel(&state, &view, which, width, height);
                 }
             }
         }
         for (width, height) in [(1, 1), (10, 3), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)] {
-            dashboard(&state, width, height);
-            panel(&state, Panel::Pairs, width, height);
+            dashboard(&state, &view, width, height);
+            panel(&state, &view, Panel::Pairs, width, height);
         }
     }
     // Tiny areas draw what fits and nothing outside them.
-    let terminal = panel(&alltoall_64(), Panel::Pairs, 10, 3);
+    let (state, view) = alltoall_64();
+    let terminal = panel(&state, &view, Panel::Pairs, 10, 3);
     assert!(find(terminal.backend().buffer(), "Pairs").is_some());
 }
 
@@ -485,13 +492,13 @@ use super::sample::{nvlink_sample_state, proxy_sample_state};
 #[test]
 fn gpu_panel_snapshots() {
     let states = [
-        ("proxy_queue", proxy_sample_state()),
-        ("nvlink_peak", nvlink_sample_state(Some(450.0))),
-        ("nvlink_unknown_peak", nvlink_sample_state(None)),
+        ("proxy_queue", proxy_sample_state(), View::default()),
+        ("nvlink_peak", nvlink_sample_state(Some(450.0)), sample_view()),
+        ("nvlink_unknown_peak", nvlink_sample_state(None), sample_view()),
     ];
-    for (name, state) in states {
+    for (name, state, view) in states {
         for (width, height) in [(80, 24), (200, 60)] {
-            assert_snapshot!(format!("gpu_{name}_{width}x{height}"), dashboard(&state, width, height).backend());
+            assert_snapshot!(format!("gpu_{name}_{width}x{height}"), dashboard(&state, &view, width, height).backend());
         }
     }
 }
@@ -500,28 +507,28 @@ fn gpu_panel_snapshots() {
 /// nobody knows, and a slow pair without a peak looks slow beside the fast ones.
 #[test]
 fn gpu_panel_says_what_its_bars_and_histories_are_drawn_against() {
-    let title_row = |state: &DashboardState, width| {
-        let terminal = dashboard(state, width, 60);
+    let title_row = |state: &DashboardState, view: &View, width| {
+        let terminal = dashboard(state, view, width, 60);
         let buffer = terminal.backend().buffer().clone();
         let (_, y) = find(&buffer, " GPU ").unwrap_or_else(|| panic!("no GPU panel:\n{buffer:?}"));
         row_text(&buffer, y)
     };
     for width in [80, 200] {
-        let known = title_row(&nvlink_sample_state(Some(450.0)), width);
+        let known = title_row(&nvlink_sample_state(Some(450.0)), &sample_view(), width);
         assert!(known.contains("bars: NVLink peak ") && !known.contains("unknown"), "{known}");
-        let unknown = title_row(&nvlink_sample_state(None), width);
+        let unknown = title_row(&nvlink_sample_state(None), &sample_view(), width);
         assert!(!unknown.contains("bars:") && unknown.contains("NVLink peak unknown"), "{unknown}");
         assert!(unknown.contains("history top 371.2 GB/s"), "{unknown}");
-        let queue = title_row(&proxy_sample_state(), width);
+        let queue = title_row(&proxy_sample_state(), &View::default(), width);
         assert!(queue.contains("bars: ring slots"), "{queue}");
     }
     let mut mixed = nvlink_sample_state(Some(450.0));
     mixed.nvlink[2].peak_gbytes_per_s = None;
-    let title = title_row(&mixed, 200);
+    let title = title_row(&mixed, &sample_view(), 200);
     assert!(title.contains("bars: NVLink peak where known · no peak: history top 122.4 GB/s"), "{title}");
 
     // Rank 2's pair runs at a third of the others: its history sits low, theirs high.
-    let terminal = dashboard(&nvlink_sample_state(None), 200, 60);
+    let terminal = dashboard(&nvlink_sample_state(None), &sample_view(), 200, 60);
     let buffer = terminal.backend().buffer();
     let history = |needle: &str| {
         let (_, y) = find(buffer, needle).unwrap_or_else(|| panic!("{needle:?} not on screen:\n{buffer:?}"));
@@ -539,21 +546,21 @@ fn gpu_panel_says_what_its_bars_and_histories_are_drawn_against() {
 #[test]
 fn gpu_panel_only_when_figures_and_scrolled_to_the_selected_rank() {
     for (width, height) in [(80, 24), (200, 60)] {
-        let terminal = dashboard(&sample_state(), width, height);
+        let terminal = dashboard(&sample_state(), &sample_view(), width, height);
         assert!(find(terminal.backend().buffer(), " GPU ").is_none());
     }
     let mut state = nvlink_sample_state(Some(450.0));
     state.nvlink = super::sample::nvlink_ring(16, Some(450.0));
-    state.selected_rank = 9;
-    let terminal = dashboard(&state, 80, 24);
+    let mut view = View { selected_rank: 9, ..sample_view() };
+    let terminal = dashboard(&state, &view, 80, 24);
     let buffer = terminal.backend().buffer();
     let (_, y) = find(buffer, " GPU ").unwrap_or_else(|| panic!("no GPU panel:\n{buffer:?}"));
     let title = row_text(buffer, y);
     assert!(title.contains("10-14 of 16 · bars: NVLink peak"), "{title}");
     assert!(row_text(buffer, y + 1).contains("r9 GPU9→GPU10"), "{buffer:?}");
     // Near the end the rows stop at the last one.
-    state.selected_rank = 15;
-    let terminal = dashboard(&state, 80, 24);
+    view.selected_rank = 15;
+    let terminal = dashboard(&state, &view, 80, 24);
     let buffer = terminal.backend().buffer();
     assert!(find(buffer, "12-16 of 16").is_some() && find(buffer, "r11 GPU11→GPU12").is_some(), "{buffer:?}");
     assert!(find(buffer, "r15 GPU15→GPU0").is_some(), "{buffer:?}");
@@ -570,14 +577,21 @@ fn gpu_states_draw_at_any_size_without_panicking() {
     odd.nvlink = super::sample::nvlink_ring(2, Some(f64::INFINITY));
     odd.nvlink[0].gbytes_per_s = f64::INFINITY;
     odd.nvlink[1].history.clear();
-    for state in [proxy_sample_state(), nvlink_sample_state(Some(450.0)), nvlink_sample_state(None), many, odd] {
+    let states = [
+        (proxy_sample_state(), View::default()),
+        (nvlink_sample_state(Some(450.0)), sample_view()),
+        (nvlink_sample_state(None), sample_view()),
+        (many, sample_view()),
+        (odd, View::default()),
+    ];
+    for (state, view) in states {
         for width in 0..40 {
             for height in 0..16 {
-                dashboard(&state, width, height);
+                dashboard(&state, &view, width, height);
             }
         }
         for (width, height) in [(1, 1), (10, 3), (80, 24), (149, 29), (150, 30), (200, 60), (400, 120)] {
-            dashboard(&state, width, height);
+            dashboard(&state, &view, width, height);
         }
     }
 }

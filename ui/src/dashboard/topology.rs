@@ -179,7 +179,7 @@ mod tests {
     }
 
     fn state() -> DashboardState {
-        let mut state = DashboardState { show_topology: true, ..DashboardState::default() };
+        let mut state = DashboardState::default();
         state.run.placements = vec![
             placement(0, "p5-a", 0, &["rdmap79s0", "rdmap80s0"]),
             placement(1, "p5-a", 1, &["rdmap96s0", "rdmap97s0"]),
@@ -214,7 +214,7 @@ mod tests {
     }
 
     fn with_pairs(placements: Vec<RankPlacement>, gpu_pairs: Vec<GpuPairRecord>) -> DashboardState {
-        let mut state = DashboardState { show_topology: true, ..DashboardState::default() };
+        let mut state = DashboardState::default();
         state.run.placements = placements;
         let metadata = RunMetadata { gpu_pairs, ..RunMetadata::default() };
         state.results = Some(RunResults { metadata, ..RunResults::default() });

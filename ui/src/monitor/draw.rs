@@ -35,7 +35,7 @@ pub fn render(view: &MonitorView, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
-    let gpu_line = match view.snapshot.as_ref().map(|s| &s.gpus) {
+    let gpu_line = match view.snapshot().map(|s| &s.gpus) {
         Some(GpuPanel::Unavailable { reason }) => Some(format!("GPUs: {reason}")),
         Some(GpuPanel::Gpus { gpus }) if gpus.is_empty() => Some("GPUs: NVML found no GPU".to_string()),
         _ => None,
@@ -58,12 +58,12 @@ pub fn render(view: &MonitorView, area: Rect, buf: &mut Buffer) {
     } else {
         (body, None)
     };
-    render_table(view, table_area, buf);
+    render_table(view, Some(view.selected()), table_area, buf);
     if let Some(detail) = detail_area {
         render_detail(view, detail, buf);
     }
     render_footer(view, footer_area, buf);
-    if view.show_help {
+    if view.view.show_help {
         render_help(area, buf);
     }
 }
@@ -111,7 +111,7 @@ fn render_header(view: &MonitorView, area: Rect, buf: &mut Buffer) {
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let dim = Style::new().fg(Color::DarkGray);
     let mut spans = vec![Span::styled(" efatop monitor ", Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD))];
-    match &view.snapshot {
+    match view.snapshot() {
         None => spans.push(Span::raw(" waiting for the first read…")),
         Some(snapshot) => {
             let present: Vec<&NicStats> = snapshot.nics.iter().filter(|nic| nic.present).collect();
@@ -129,11 +129,11 @@ fn render_header(view: &MonitorView, area: Rect, buf: &mut Buffer) {
             spans.push(Span::raw(" Gbps"));
         }
     }
-    spans.push(Span::styled(format!("  sort {}", view.sort.label()), dim));
-    if !view.filter.is_empty() {
-        spans.push(Span::styled(format!("  filter {}", view.filter), Style::new().fg(Color::Magenta)));
+    spans.push(Span::styled(format!("  sort {}", view.view.sort.label()), dim));
+    if !view.view.filter.is_empty() {
+        spans.push(Span::styled(format!("  filter {}", view.view.filter), Style::new().fg(Color::Magenta)));
     }
-    if view.paused {
+    if view.view.paused {
         spans.push(Span::styled("  PAUSED", Style::new().fg(Color::Black).bg(Color::Yellow)));
     }
     Line::from(spans).render(area, buf);
@@ -172,9 +172,9 @@ enum Row<'a> {
 }
 
 fn rows(view: &MonitorView) -> Vec<Row<'_>> {
-    let Some(snapshot) = &view.snapshot else { return Vec::new() };
+    let Some(snapshot) = view.snapshot() else { return Vec::new() };
     let shown = view.shown();
-    if view.sort != SortKey::Gpu {
+    if view.view.sort != SortKey::Gpu {
         return shown.into_iter().enumerate().map(|(shown_index, nic)| Row::Nic { nic, shown_index }).collect();
     }
     let nvml: &[GpuStats] = match &snapshot.gpus {
@@ -194,7 +194,7 @@ fn rows(view: &MonitorView) -> Vec<Row<'_>> {
         rows.push(Row::Nic { nic, shown_index });
     }
     // GPUs NVML sees that no shown NIC is next to still get their line.
-    if view.filter.is_empty() {
+    if view.view.filter.is_empty() {
         for stats in nvml {
             let listed = rows.iter().any(|row| matches!(row, Row::Gpu { stats: Some(s), .. } if s.pci_bus_id == stats.pci_bus_id));
             if !listed {
@@ -205,7 +205,8 @@ fn rows(view: &MonitorView) -> Vec<Row<'_>> {
     rows
 }
 
-fn render_table(view: &MonitorView, area: Rect, buf: &mut Buffer) {
+/// The table of NICs, with the `selected`th shown NIC marked (none in a printed table).
+fn render_table(view: &MonitorView, selected: Option<usize>, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
@@ -215,13 +216,13 @@ fn render_table(view: &MonitorView, area: Rect, buf: &mut Buffer) {
         .render(Rect { height: 1, ..area }, buf);
     let list = Rect { y: area.y + 1, height: area.height.saturating_sub(1), ..area };
     let rows = rows(view);
-    if view.snapshot.is_some() && rows.is_empty() {
-        let text = if view.filter.is_empty() { " no NICs found" } else { " no NIC matches the filter (c clears it)" };
+    if view.snapshot().is_some() && rows.is_empty() {
+        let text = if view.view.filter.is_empty() { " no NICs found" } else { " no NIC matches the filter (c clears it)" };
         Line::styled(text, Style::new().fg(Color::DarkGray)).render(list, buf);
         return;
     }
     // Scroll so the selected NIC, and the heading above it when there is room, stay on screen.
-    let selected_line = rows.iter().position(|row| matches!(row, Row::Nic { shown_index, .. } if *shown_index == view.selected));
+    let selected_line = rows.iter().position(|row| matches!(row, Row::Nic { shown_index, .. } if Some(*shown_index) == selected));
     let height = usize::from(list.height);
     let offset = selected_line.map_or(0, |line| (line + 1).saturating_sub(height));
     let scale = unknown_link_scale(view);
@@ -229,7 +230,7 @@ fn render_table(view: &MonitorView, area: Rect, buf: &mut Buffer) {
         let row_area = Rect { y: list.y + line as u16, height: 1, ..list };
         let rendered = match row {
             Row::Gpu { index, topology, stats } => gpu_line(*index, *topology, *stats),
-            Row::Nic { nic, shown_index } => nic_line(view, nic, *shown_index == view.selected, &columns, scale),
+            Row::Nic { nic, shown_index } => nic_line(view, nic, Some(*shown_index) == selected, &columns, scale),
         };
         rendered.render(row_area, buf);
     }
@@ -257,12 +258,12 @@ fn caption_line(columns: &Columns) -> String {
 /// What a NIC with no known link speed is drawn against: the highest load any of those has shown, but
 /// at least 1 Gbps, so that a near-idle interface (loopback's housekeeping) does not fill its own bar.
 fn unknown_link_scale(view: &MonitorView) -> f64 {
-    let Some(snapshot) = &view.snapshot else { return 1.0 };
+    let Some(snapshot) = view.snapshot() else { return 1.0 };
     let peak = snapshot
         .nics
         .iter()
         .filter(|nic| nic.link_gbps.is_none())
-        .filter_map(|nic| view.history.get(&nic.name))
+        .filter_map(|nic| view.history(&nic.name))
         .flat_map(|history| history.load.iter().copied())
         .filter(|v| v.is_finite())
         .fold(0.0, f64::max);
@@ -296,9 +297,9 @@ fn gpu_line(index: Option<usize>, topology: Option<&TopologyGpu>, stats: Option<
 }
 
 fn nic_line(view: &MonitorView, nic: &NicStats, selected: bool, columns: &Columns, unknown_scale: f64) -> Line<'static> {
-    let history = view.history.get(&nic.name);
+    let history = view.history(&nic.name);
     // Far off its rail (efatop_monitor::rails): the name in red, the figures stay as they are.
-    let off_rail = view.snapshot.as_ref().is_some_and(|s| efatop_monitor::rails::balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
+    let off_rail = view.snapshot().is_some_and(|s| efatop_monitor::rails::balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
     let name_style = match (nic.present, selected) {
         (false, _) => Style::new().fg(Color::DarkGray).add_modifier(Modifier::CROSSED_OUT),
         (true, true) => Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED),
@@ -421,7 +422,7 @@ fn render_footer(view: &MonitorView, area: Rect, buf: &mut Buffer) {
     }
     let key = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
     let dim = Style::new().fg(Color::DarkGray);
-    if let Some(input) = &view.filter_input {
+    if let Some(input) = &view.view.filter_input {
         let line = Line::from(vec![
             Span::styled(" filter: ", key),
             Span::raw(format!("{input}█")),
@@ -469,14 +470,12 @@ pub fn plain_text(view: &MonitorView, columns: u16) -> String {
     let height = rows.len() as u16 + 3;
     let area = Rect { x: 0, y: 0, width: columns, height };
     let mut buf = Buffer::empty(area);
-    let mut quiet = view.clone();
     // A printed table has no selection, no footer and no side column.
-    quiet.selected = usize::MAX;
-    render_header(&quiet, Rect { height: 1, ..area }, &mut buf);
-    if let Some(GpuPanel::Unavailable { reason }) = view.snapshot.as_ref().map(|s: &Snapshot| &s.gpus) {
+    render_header(view, Rect { height: 1, ..area }, &mut buf);
+    if let Some(GpuPanel::Unavailable { reason }) = view.snapshot().map(|s: &Snapshot| &s.gpus) {
         Line::raw(format!(" GPUs: {reason}")).render(Rect { y: 1, height: 1, ..area }, &mut buf);
     }
-    render_table(&quiet, Rect { y: 2, height: height - 2, ..area }, &mut buf);
+    render_table(view, None, Rect { y: 2, height: height - 2, ..area }, &mut buf);
     let mut out = String::new();
     for y in 0..height {
         let line: String = (0..columns).map(|x| buf[(x, y)].symbol()).collect();

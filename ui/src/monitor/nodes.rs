@@ -44,7 +44,7 @@ impl NodesView {
     /// Each node's name on the tab line: its host, with its rank where hosts repeat (several ranks on one
     /// machine, as when testing on one).
     pub fn labels(&self) -> Vec<String> {
-        let host = |view: &MonitorView| view.snapshot.as_ref().map_or("?", |s| s.host.as_str()).to_string();
+        let host = |view: &MonitorView| view.snapshot().map_or("?", |s| s.host.as_str()).to_string();
         let hosts: Vec<String> = self.nodes.values().map(host).collect();
         self.nodes
             .keys()
@@ -56,7 +56,7 @@ impl NodesView {
     }
 
     pub fn handle_key(&mut self, key: Key) -> Action {
-        let typing = self.shown().is_some_and(|view| view.filter_input.is_some());
+        let typing = self.shown().is_some_and(|view| view.view.filter_input.is_some());
         let count = self.nodes.len().max(1);
         match key {
             Key::Tab | Key::Char(']') if !typing => self.selected = (self.selected + 1) % count,
@@ -162,7 +162,7 @@ mod tests {
         view.handle_key(Key::Char('/'));
         view.handle_key(Key::Char('['));
         assert_eq!(view.selected, 1);
-        assert_eq!(view.shown().and_then(|v| v.filter_input.clone()).as_deref(), Some("["));
+        assert_eq!(view.shown().and_then(|v| v.view.filter_input.clone()).as_deref(), Some("["));
         view.handle_key(Key::Esc);
         assert_eq!(view.handle_key(Key::Char('q')), Action::Quit);
     }

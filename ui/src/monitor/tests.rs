@@ -142,11 +142,11 @@ fn monitor_200x60() {
 fn monitor_200x60_sorted_by_rate_and_filtered() {
     let mut view = view_after(2, no_driver);
     view.handle_key(Key::Char('s'));
-    assert_eq!(view.sort, SortKey::Rate);
+    assert_eq!(view.view.sort, SortKey::Rate);
     for key in [Key::Char('/'), Key::Char('g'), Key::Char('p'), Key::Char('u'), Key::Char('7'), Key::Char(','), Key::Char('l'), Key::Char('o'), Key::Enter] {
         view.handle_key(key);
     }
-    assert_eq!(view.filter, "gpu7,lo");
+    assert_eq!(view.view.filter, "gpu7,lo");
     let terminal = screen(&view, 200, 60);
     assert_snapshot!("monitor_200x60_rate_filtered", terminal.backend());
     let names: Vec<&str> = view.shown().iter().map(|nic| nic.name.as_str()).collect();
@@ -218,7 +218,11 @@ fn selection_scrolls_and_keys_act() {
     assert!(find(buffer, "rdmap79s0").is_none(), "scrolled past the first GPU");
     view.handle_key(Key::Char('p'));
     view.push(p5_snapshot(9, no_driver()));
-    assert_eq!(view.samples, 1, "paused views take no snapshots");
+    assert_eq!(view.drawn().samples, 1, "paused views take no snapshots");
+    assert_eq!(view.reads.samples, 2, "while the reads go on");
+    assert!(find(screen(&view, 80, 24).backend().buffer(), "▶ rdmap199s0").is_some(), "the selection stays");
+    view.handle_key(Key::Char('p'));
+    assert_eq!(view.drawn().samples, 2, "unpaused: the live reads");
     assert_eq!(view.handle_key(Key::Char('q')), Action::Quit);
 }
 
@@ -228,7 +232,7 @@ fn help_overlay_80x24() {
     view.handle_key(Key::Char('?'));
     assert_snapshot!("monitor_help_80x24", screen(&view, 80, 24).backend());
     assert_eq!(view.handle_key(Key::Char('x')), Action::None);
-    assert!(!view.show_help);
+    assert!(!view.view.show_help);
 }
 
 #[test]
@@ -272,7 +276,7 @@ fn a_nic_far_off_its_rail_is_drawn_red() {
     };
     let cell = name_cell(&off[0]).expect("the off NIC is on screen");
     assert_eq!(buf[cell].fg, Color::Red, "{}", off[0]);
-    let even = balance(&[view.snapshot.as_ref().unwrap()]).into_iter().find(|l| !l.off && l.ratio.is_some()).expect("an even NIC");
+    let even = balance(&[view.snapshot().unwrap()]).into_iter().find(|l| !l.off && l.ratio.is_some()).expect("an even NIC");
     let cell = name_cell(&even.nic).expect("on screen");
     assert_ne!(buf[cell].fg, Color::Red, "{}", even.nic);
 }

@@ -254,10 +254,11 @@ mod tests {
     use crate::dashboard::draw_panel;
     use crate::ingest::Ingest;
     use crate::state::{DashboardState, Panel, RunInfo, HISTORY_LEN};
+    use crate::view::View;
 
-    fn gauges_panel(state: &DashboardState) -> ratatui::buffer::Buffer {
+    fn gauges_panel(state: &DashboardState, view: &View) -> ratatui::buffer::Buffer {
         let mut terminal = Terminal::new(TestBackend::new(90, 30)).unwrap();
-        terminal.draw(|frame| draw_panel(frame, frame.area(), state, Panel::Gauges)).unwrap();
+        terminal.draw(|frame| draw_panel(frame, frame.area(), state, view, Panel::Gauges)).unwrap();
         terminal.backend().buffer().clone()
     }
 
@@ -306,10 +307,9 @@ mod tests {
         assert_eq!((&state.gauges.rows, &state.gauges.hosts), (&fresh.rows, &fresh.hosts));
         assert_eq!(state.gauges.hosts.iter().map(|host| host.name.as_str()).collect::<Vec<_>>(), ["b", "a", "c"]);
         // The panel reads the same from the kept index as from one built for the frame.
-        state.selected_rank = 4;
-        state.selected_channel = 1;
-        let kept = gauges_panel(&state);
+        let view = View { selected_rank: 4, selected_channel: 1, ..View::of(&state) };
+        let kept = gauges_panel(&state, &view);
         state.gauges = GaugeIndex::default();
-        assert_eq!(kept, gauges_panel(&state));
+        assert_eq!(kept, gauges_panel(&state, &view));
     }
 }
