@@ -184,7 +184,7 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
     let text = if json {
         // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
         let filtered;
-        let data = if view.filter.trim().is_empty() {
+        let data = if view.view.filter.trim().is_empty() {
             snapshot
         } else {
             filtered = Snapshot { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };

@@ -197,13 +197,4 @@ mod tests {
             assert!(message.contains(why) && message.contains("http://HOST:PORT"), "{bad}: {message}");
         }
     }
-
-    #[test]
-    fn the_linger_is_the_one_the_help_states() {
-        use clap::CommandFactory;
-        let help = crate::cli::Cli::command().find_subcommand_mut("write").expect("write").render_long_help().to_string();
-        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        assert_eq!(LINGER, Duration::from_secs(5));
-        assert!(help.contains("for 5 s after it ends"), "{help}");
-    }
 }

@@ -436,3 +436,11 @@ fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
         assert!(pushed.get(key).is_some_and(|(pushed, _)| pushed >= bytes), "{key:?}: pushed {:?} < recorded {bytes}", pushed.get(key));
     }
 }
+
+/// The endpoint's linger after the run (src/run_metrics.rs `LINGER`, 5 s) is the one `--help` states.
+#[test]
+fn the_linger_is_the_one_the_help_states() {
+    let help = Command::new(env!("CARGO_BIN_EXE_efatop")).args(["write", "--help"]).output().expect("efatop write --help");
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("for 5 s after it ends"), "{help}");
+}
