@@ -45,6 +45,15 @@ impl SamplerThread {
             let mut sampler = Sampler::new(rank, &probe);
             let mut sample = Sampler::room(&probe);
             let mut last_phase = 0;
+            // The connection names its rank at once (a phase report of no phase): a rank that dies before
+            // its first sample is then still named by rank 0, not left as an unknown connection.
+            link.push_bytes(&wire::encode_phase(&efatop_experiments::telemetry::PhaseReport {
+                rank: rank as u32,
+                changes: 0,
+                phase: 0,
+                bytes: 0,
+            }));
+            link.flush();
             // The hot path starts only once all of this is in place (`start` waits for it).
             let _ = ready_tx.send(());
             let mut last = Instant::now();

@@ -43,7 +43,8 @@
 //! progress; a decoder that predates it rejects it as an unknown kind and goes on:
 //!
 //! ```text
-//! u32 rank, u64 changes, u8 phase (1 allocating, 2 registering, 3 filling, 4 transferring, 5 verifying),
+//! u32 rank, u64 changes, u8 phase (1 allocating, 2 registering, 3 filling, 4 transferring, 5 verifying;
+//! 0 with 0 changes: the sampler's hello, which names the connection's rank before its first sample),
 //! u64 bytes
 //! ```
 //!
@@ -137,7 +138,9 @@ fn decode_phase(body: &[u8]) -> Result<PhaseReport, WireError> {
         phase: reader.u8("phase")?,
         bytes: reader.u64("phase bytes")?,
     };
-    if Phase::from_code(report.phase).is_none() {
+    // Phase 0 with no changes is the sampler's hello: it names the connection's rank before the first sample.
+    let hello = report.phase == 0 && report.changes == 0;
+    if Phase::from_code(report.phase).is_none() && !hello {
         return Err(WireError::Phase(report.phase));
     }
     if !reader.bytes.is_empty() {
@@ -800,6 +803,9 @@ mod tests {
         let mut unknown = body.to_vec();
         unknown[2 + 4 + 8] = 0;
         assert_eq!(decode_frame(&unknown), Err(WireError::Phase(0)));
+        // A hello (phase 0, no changes yet) is the one report of no phase a decoder takes.
+        let hello = encode_phase(&PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 });
+        assert_eq!(decode_frame(&hello[4..]), Ok(Frame::Phase(PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 })));
         unknown[2 + 4 + 8] = 6;
         assert_eq!(decode_frame(&unknown), Err(WireError::Phase(6)));
     }
