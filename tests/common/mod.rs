@@ -1,9 +1,16 @@
 //! Running the real efatop binary: one multi-rank run at a time (the CI machine has two cores, and ranks
 //! busy-poll), with a wall-clock limit so a hang fails the test instead of stalling it.
+//!
+//! Every program a test starts that is, or may start, efatop goes through [`command_in`] (or [`efatop_in`],
+//! [`run_program`], [`efatop`], [`mpirun`], which use it): it runs in a temporary working directory, so
+//! nothing a rank writes relative to its working directory lands in the checkout, where `cargo test` starts
+//! the tests: a results file under `efatop-results/`, or the `<exe>.<host>-<pid>,<host>.btr` backtrace that
+//! libpsm2 writes when a process segfaults (Debian's libfabric loads libpsm2, which installs that handler).
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -44,16 +51,38 @@ pub struct Run {
     pub elapsed: Duration,
 }
 
-/// Runs `program args` with a limit; kills it (and fails) if the limit passes. Its output is read while it
-/// runs: a program that writes more than a pipe holds (`--json` samples) must not block on a full pipe.
-pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
-    use std::io::Read;
-    let started = Instant::now();
+/// A fresh temporary directory to start a program in (see [`command_in`]); removed, with whatever the
+/// program left there, when dropped. Keep it until the program has ended.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("efatop-test-cwd-").tempdir().expect("a temporary working directory")
+}
+
+/// `program` as the tests start anything that is, or may start, efatop: in `dir` (a [`scratch`] directory,
+/// or the test's own temporary directory, that outlives the process; never the checkout) and with
+/// [`library_path`]. Paths handed to it must be absolute.
+pub fn command_in(program: impl AsRef<OsStr>, dir: &Path) -> Command {
     let mut command = Command::new(program);
-    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.current_dir(dir);
     if let Some(path) = library_path() {
         command.env("LD_LIBRARY_PATH", path);
     }
+    command
+}
+
+/// The efatop under test, started in `dir` (see [`command_in`]).
+pub fn efatop_in(dir: &Path) -> Command {
+    command_in(efatop_path(), dir)
+}
+
+/// Runs `program args` with a limit, in a [`scratch`] directory of its own; kills it (and fails) if the limit
+/// passes. Its output is read while it runs: a program that writes more than a pipe holds (`--json` samples)
+/// must not block on a full pipe.
+pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
+    use std::io::Read;
+    let started = Instant::now();
+    let cwd = scratch();
+    let mut command = command_in(program, cwd.path());
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
