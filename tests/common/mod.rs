@@ -213,8 +213,47 @@ pub fn cluster_script() -> String {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
 }
 
+/// Whether scripts/emulate-cluster must work here: as root with `ip` and `tc` on the `PATH`, or on CI
+/// (`CI=true`), where a cluster suite must never pass without running. `Err` says why it cannot.
+pub fn cluster_must_work() -> Result<(), String> {
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut lacking: Vec<&str> = Vec::new();
+    if !root {
+        lacking.push("root");
+    }
+    lacking.extend(["ip", "tc"].into_iter().filter(|tool| !on_path(tool)));
+    if lacking.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the emulated cluster needs root, ip and tc; this test runs without {}", lacking.join(", ")))
+    }
+}
+
+/// Whether an executable file `name` is in one of the `PATH`'s directories.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+    })
+}
+
+/// What to do when `scripts/emulate-cluster up` failed (`failure`: how, with the script's stderr): panic where
+/// the cluster must work ([`cluster_must_work`]), so that a broken script fails the suite; else say why the
+/// test skips. Returns only to skip.
+pub fn cluster_up_failed(failure: &str) {
+    match cluster_must_work() {
+        Ok(()) => panic!("scripts/emulate-cluster up failed where it must work (root with ip and tc, or CI=true): {failure}"),
+        Err(why) => eprintln!("SKIPPED: {why}: {failure}"),
+    }
+}
+
 /// An emulated cluster (4 nodes × 4 NICs unless built otherwise), up while this lives; it holds the cluster lock,
-/// released after `down`. `None` (with a SKIPPED line saying why) where namespaces and tc cannot be made.
+/// released after `down`. Where `up` fails, the test fails if the cluster must work ([`cluster_must_work`]);
+/// elsewhere this is `None`, with a SKIPPED line saying why.
 pub struct Cluster {
     _lock: std::fs::File,
 }
@@ -233,18 +272,15 @@ impl Cluster {
     pub fn build(nodes: usize, nics: usize, rate: &str) -> Option<Self> {
         let lock = cluster_lock();
         let (nodes, nics) = (nodes.to_string(), nics.to_string());
-        let output =
-            Command::new(cluster_script()).args(["up", "--nodes", &nodes, "--nics", &nics, "--rate", rate]).output().ok()?;
-        if output.status.success() {
-            Some(Cluster { _lock: lock })
-        } else {
-            eprintln!(
-                "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-            let _ = Command::new(cluster_script()).arg("down").output();
-            None
-        }
+        let failure = match Command::new(cluster_script()).args(["up", "--nodes", &nodes, "--nics", &nics, "--rate", rate]).output() {
+            Ok(output) if output.status.success() => return Some(Cluster { _lock: lock }),
+            Ok(output) => format!("{}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()),
+            Err(err) => format!("cannot start {}: {err}", cluster_script()),
+        };
+        let _ = Command::new(cluster_script()).arg("down").output();
+        drop(lock);
+        cluster_up_failed(&failure);
+        None
     }
 }
 
