@@ -28,8 +28,8 @@ fn measurements(results: &Value) -> &Vec<Value> {
 /// `efatop run --ranks 4 --netns <the 4 nodes> <experiment> --provider tcp --channels all --link-gbps 1
 /// --min-size 4M --max-size 8M --iters 4 --warmup 1 --no-tui --out <out>` on the emulated cluster (4 nodes × 4
 /// NICs at 1 Gbit/s): up, run and down under the cluster lock in one shell, so that no other user's cluster
-/// comes or goes in between; the trap takes the cluster down whatever happens. `None` (SKIPPED, with why)
-/// where the cluster cannot be made.
+/// comes or goes in between; the trap takes the cluster down whatever happens. Where `up` fails, the test
+/// fails if the cluster must work here (`common::cluster_must_work`), else this is `None` (SKIPPED, with why).
 fn run_on_cluster(experiment: &str, out: &Path) -> Option<common::Run> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
     let body = format!(
@@ -43,8 +43,9 @@ fn run_on_cluster(experiment: &str, out: &Path) -> Option<common::Run> {
         out = out.display()
     );
     let run = run_program("flock", &[CLUSTER_LOCK, "bash", "-c", &body], Duration::from_mins(8));
-    if run.stdout.contains(SKIP_MARK) {
-        eprintln!("SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}", run.stdout.trim());
+    if let Some(failure) = run.stdout.trim().strip_prefix(SKIP_MARK) {
+        // Fails the test where the cluster must work (root with ip and tc, or CI); skips, saying why, elsewhere.
+        common::cluster_up_failed(failure.trim_start_matches(':').trim());
         return None;
     }
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);

@@ -118,7 +118,7 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("results.json");
-    let mut launcher = std::process::Command::new(efatop_under_test())
+    let mut launcher = common::command_in(efatop_under_test(), dir.path())
         .args(["run", "--ranks", "2", "write", "--no-tui", "--provider", "shm", "--min-size", "1G", "--max-size", "1G"])
         .args(["--iters", "3", "--out", out.to_str().expect("utf-8")])
         .stdin(std::process::Stdio::null())

@@ -6,9 +6,9 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use common::{efatop, efatop_path};
+use common::{efatop, efatop_in};
 use efatop_monitor::FakeSysfs;
 use serde_json::Value;
 
@@ -31,7 +31,8 @@ fn stream(root: &Path, lines: usize, interval: &str, mut between: impl FnMut(usi
     let count = lines.to_string();
     let fixture = p5_fixture();
     let args = ["monitor", "--json", "--interval", interval, "--count", &count, "--sysfs-root", root.to_str().expect("utf-8 path"), "--topology-xml", &fixture];
-    let mut child = Command::new(efatop_path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
+    let cwd = common::scratch();
+    let mut child = efatop_in(cwd.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
     let mut reader = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut parsed = Vec::new();
     for index in 0..lines {
@@ -198,7 +199,7 @@ fn two_nodes_stream_their_own_rates_to_rank_0() {
     let fixture = p5_fixture();
     let args =
         ["monitor", "--ranks", "2", "--json", "--interval", "1s", "--count", "2", "--sysfs-root", root.to_str().unwrap(), "--topology-xml", &fixture];
-    let mut child = Command::new(efatop_path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
+    let mut child = efatop_in(dir.path()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop starts");
     let mut reader = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut read_line = || {
         let mut line = String::new();

@@ -55,11 +55,11 @@ fn fail_a_rank_mid_run(mpirun: bool, signal: &str) -> Outcome {
         "--hang-timeout", &hang_timeout, "--out", results.to_str().expect("utf-8"),
     ];
     let mut command = if mpirun {
-        let mut c = Command::new("mpirun");
+        let mut c = common::command_in("mpirun", dir.path());
         c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4"]).arg(&efatop).args(experiment);
         c
     } else {
-        let mut c = Command::new(&efatop);
+        let mut c = common::efatop_in(dir.path());
         c.args(["run", "--ranks", "4"]).args(experiment);
         c
     };

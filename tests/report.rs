@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::efatop;
 use serde_json::Value;
@@ -166,7 +165,7 @@ fn report_plot_writes_the_png_and_its_sidecar() {
 fn a_missing_font_is_a_clear_error() {
     let scratch = Scratch::new("font");
     let png = scratch.path("nofont.png");
-    let output = Command::new(env!("CARGO_BIN_EXE_efatop"))
+    let output = common::efatop_in(&scratch.0)
         .args(["report", &fixture("write-p5.json"), "--plot", &png])
         .env("EFATOP_FONT", "/nonexistent/font.ttf")
         .output()

@@ -7,10 +7,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{efatop, efatop_path, library_path, run_program, serial};
+use common::{efatop, efatop_in, efatop_path, run_program, serial};
 use serde_json::Value;
 
 /// JSON lines of one type, as values.
@@ -33,7 +33,7 @@ fn two_viewers_get_the_run_info_samples_and_every_measurement_of_a_served_run() 
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let results = dir.path().join("served.json");
-    let mut run = Command::new(efatop_path());
+    let mut run = efatop_in(dir.path());
     // Long enough (seconds) that both viewers attach while it runs, even on a loaded machine.
     run.args(["run", "--ranks", "2", "write", "--provider", "shm", "--min-size", "4K", "--max-size", "8M", "--iters", "60"])
         .args(["--interval", "50ms", "--no-tui", "--serve", "127.0.0.1:0", "--out"])
@@ -41,9 +41,6 @@ fn two_viewers_get_the_run_info_samples_and_every_measurement_of_a_served_run() 
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(path) = library_path() {
-        run.env("LD_LIBRARY_PATH", path);
-    }
     let mut run = run.spawn().expect("start the run");
     let mut stdout = run.stdout.take().expect("stdout");
     let tables = std::thread::spawn(move || {
@@ -182,7 +179,7 @@ fn a_served_monitor_reaches_a_viewer_read_by_read() {
     let fake = dir.path().join("p5");
     let fake_arg = fake.to_str().expect("path");
     assert_eq!(efatop(&["monitor", "--write-fake-p5", fake_arg]).code, Some(0));
-    let mut monitor = Command::new(efatop_path());
+    let mut monitor = efatop_in(dir.path());
     monitor
         .args(["monitor", "--sysfs-root", fake_arg, "--json", "--count", "40", "--interval", "100ms", "--serve", "127.0.0.1:0"])
         .stdin(Stdio::null())

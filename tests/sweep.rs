@@ -4,8 +4,9 @@
 //! nodes (2 × 4 NICs), where each NIC has one peer NIC on its rail, the cross-rail round (through the
 //! cluster's spine) tells a slow NIC from a slow link: each is named as what it is. Each run's wall time and
 //! verdict are printed (`cargo test --test sweep -- --nocapture`), never asserted.
-//! Needs root for namespaces and tc; where they cannot be made the test says so and skips. Every test holds
-//! the cluster lock (/tmp/efatop-cluster.lock) while its cluster is up.
+//! Needs root, ip and tc for namespaces and shaping: where they are missing (and not on CI) each test says so
+//! and skips; where they are there, or with CI=true, a failure of `scripts/emulate-cluster up` fails the test.
+//! Every test holds the cluster lock (/tmp/efatop-cluster.lock) while its cluster is up.
 
 mod common;
 

@@ -11,6 +11,8 @@ use common::{efatop_path, serial};
 
 struct Tmux {
     socket: String,
+    /// The session's working directory, where its command starts (not the checkout: common's module doc).
+    cwd: tempfile::TempDir,
 }
 
 impl Tmux {
@@ -20,9 +22,11 @@ impl Tmux {
         static SESSIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let socket = format!("efatop-test-{}-{n}", std::process::id());
-        let tmux = Self { socket };
-        let status = Command::new("tmux")
+        let tmux = Self { socket, cwd: common::scratch() };
+        let status = common::command_in("tmux", tmux.cwd.path())
             .args(["-L", &tmux.socket, "new-session", "-d", "-s", "efatop", "-x", &width.to_string(), "-y", &height.to_string()])
+            .arg("-c")
+            .arg(tmux.cwd.path())
             .arg(format!("{command}; echo EFATOP-EXIT=$?; sleep 600"))
             .status()
             .expect("tmux is installed (scripts/setup-debian installs it)");
@@ -151,7 +155,7 @@ fn a_recorded_run_replays_in_the_dashboard_to_its_final_table() {
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let recording = dir.path().join("run.efarec");
-    let record = std::process::Command::new(efatop_path())
+    let record = common::efatop_in(dir.path())
         .args(["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "1M", "--interval", "50ms", "--no-tui", "--record"])
         .arg(&recording)
         .arg("--out")

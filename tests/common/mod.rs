@@ -1,9 +1,16 @@
 //! Running the real efatop binary: one multi-rank run at a time (the CI machine has two cores, and ranks
 //! busy-poll), with a wall-clock limit so a hang fails the test instead of stalling it.
+//!
+//! Every program a test starts that is, or may start, efatop goes through [`command_in`] (or [`efatop_in`],
+//! [`run_program`], [`efatop`], [`mpirun`], which use it): it runs in a temporary working directory, so
+//! nothing a rank writes relative to its working directory lands in the checkout, where `cargo test` starts
+//! the tests: a results file under `efatop-results/`, or the `<exe>.<host>-<pid>,<host>.btr` backtrace that
+//! libpsm2 writes when a process segfaults (Debian's libfabric loads libpsm2, which installs that handler).
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -44,16 +51,38 @@ pub struct Run {
     pub elapsed: Duration,
 }
 
-/// Runs `program args` with a limit; kills it (and fails) if the limit passes. Its output is read while it
-/// runs: a program that writes more than a pipe holds (`--json` samples) must not block on a full pipe.
-pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
-    use std::io::Read;
-    let started = Instant::now();
+/// A fresh temporary directory to start a program in (see [`command_in`]); removed, with whatever the
+/// program left there, when dropped. Keep it until the program has ended.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("efatop-test-cwd-").tempdir().expect("a temporary working directory")
+}
+
+/// `program` as the tests start anything that is, or may start, efatop: in `dir` (a [`scratch`] directory,
+/// or the test's own temporary directory, that outlives the process; never the checkout) and with
+/// [`library_path`]. Paths handed to it must be absolute.
+pub fn command_in(program: impl AsRef<OsStr>, dir: &Path) -> Command {
     let mut command = Command::new(program);
-    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.current_dir(dir);
     if let Some(path) = library_path() {
         command.env("LD_LIBRARY_PATH", path);
     }
+    command
+}
+
+/// The efatop under test, started in `dir` (see [`command_in`]).
+pub fn efatop_in(dir: &Path) -> Command {
+    command_in(efatop_path(), dir)
+}
+
+/// Runs `program args` with a limit, in a [`scratch`] directory of its own; kills it (and fails) if the limit
+/// passes. Its output is read while it runs: a program that writes more than a pipe holds (`--json` samples)
+/// must not block on a full pipe.
+pub fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
+    use std::io::Read;
+    let started = Instant::now();
+    let cwd = scratch();
+    let mut command = command_in(program, cwd.path());
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
@@ -184,8 +213,47 @@ pub fn cluster_script() -> String {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
 }
 
+/// Whether scripts/emulate-cluster must work here: as root with `ip` and `tc` on the `PATH`, or on CI
+/// (`CI=true`), where a cluster suite must never pass without running. `Err` says why it cannot.
+pub fn cluster_must_work() -> Result<(), String> {
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut lacking: Vec<&str> = Vec::new();
+    if !root {
+        lacking.push("root");
+    }
+    lacking.extend(["ip", "tc"].into_iter().filter(|tool| !on_path(tool)));
+    if lacking.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the emulated cluster needs root, ip and tc; this test runs without {}", lacking.join(", ")))
+    }
+}
+
+/// Whether an executable file `name` is in one of the `PATH`'s directories.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+    })
+}
+
+/// What to do when `scripts/emulate-cluster up` failed (`failure`: how, with the script's stderr): panic where
+/// the cluster must work ([`cluster_must_work`]), so that a broken script fails the suite; else say why the
+/// test skips. Returns only to skip.
+pub fn cluster_up_failed(failure: &str) {
+    match cluster_must_work() {
+        Ok(()) => panic!("scripts/emulate-cluster up failed where it must work (root with ip and tc, or CI=true): {failure}"),
+        Err(why) => eprintln!("SKIPPED: {why}: {failure}"),
+    }
+}
+
 /// An emulated cluster (4 nodes × 4 NICs unless built otherwise), up while this lives; it holds the cluster lock,
-/// released after `down`. `None` (with a SKIPPED line saying why) where namespaces and tc cannot be made.
+/// released after `down`. Where `up` fails, the test fails if the cluster must work ([`cluster_must_work`]);
+/// elsewhere this is `None`, with a SKIPPED line saying why.
 pub struct Cluster {
     _lock: std::fs::File,
 }
@@ -204,18 +272,15 @@ impl Cluster {
     pub fn build(nodes: usize, nics: usize, rate: &str) -> Option<Self> {
         let lock = cluster_lock();
         let (nodes, nics) = (nodes.to_string(), nics.to_string());
-        let output =
-            Command::new(cluster_script()).args(["up", "--nodes", &nodes, "--nics", &nics, "--rate", rate]).output().ok()?;
-        if output.status.success() {
-            Some(Cluster { _lock: lock })
-        } else {
-            eprintln!(
-                "SKIPPED: cannot build the emulated cluster here (needs root, ip netns, tc): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-            let _ = Command::new(cluster_script()).arg("down").output();
-            None
-        }
+        let failure = match Command::new(cluster_script()).args(["up", "--nodes", &nodes, "--nics", &nics, "--rate", rate]).output() {
+            Ok(output) if output.status.success() => return Some(Cluster { _lock: lock }),
+            Ok(output) => format!("{}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()),
+            Err(err) => format!("cannot start {}: {err}", cluster_script()),
+        };
+        let _ = Command::new(cluster_script()).arg("down").output();
+        drop(lock);
+        cluster_up_failed(&failure);
+        None
     }
 }
 
