@@ -9,10 +9,12 @@ mod app;
 mod attach;
 mod bench;
 mod bootstrap;
+mod check;
 mod cli;
 mod collector;
 mod event;
 mod experiment;
+mod health;
 mod launch;
 mod monitor;
 mod netns;
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => report::compare(&args),
         Command::Monitor(args) => monitor::monitor(&args),
+        Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
     };

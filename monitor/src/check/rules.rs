@@ -35,7 +35,7 @@ pub fn evaluate(observed: &Observed, expected: &Expected) -> Vec<Finding> {
     findings.extend(pcie(observed, layout, &efa));
     findings.extend(gpus(observed, layout));
     findings.extend(gpudirect(observed, layout));
-    findings.push(memlock(observed));
+    findings.push(memlock(observed, layout, &efa));
     findings.extend(libfabric(observed, layout, &efa));
     findings
 }
@@ -436,7 +436,11 @@ fn bytes_text(bytes: u64) -> String {
     }
 }
 
-fn memlock(observed: &Observed) -> Finding {
+fn memlock(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Finding {
+    let expects_efa = layout.is_some_and(|layout| layout_efa(layout).next().is_some()) || !efa.is_empty();
+    if !expects_efa {
+        return skipped(Rule::Memlock, "no EFA: the memlock limit is not judged".into());
+    }
     match observed.memlock {
         None => Finding::new(
             Rule::Memlock,
