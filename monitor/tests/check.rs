@@ -175,3 +175,30 @@ fn an_unknown_type_without_efa_is_unknown_not_healthy() {
     let unknown: Vec<&str> = report.with_status(Status::Unknown).map(|f| f.short.as_str()).collect();
     assert_eq!(unknown, ["no EFA devices"]);
 }
+
+#[test]
+fn a_node_with_no_efa_at_all_is_one_finding_not_one_per_nic() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5en.48xlarge").unwrap();
+    std::fs::remove_dir_all(dir.path().join("sys/class/infiniband")).unwrap();
+    let (_, report) = check(&node, Duration::from_millis(20), false, not_checked());
+    let shorts: Vec<&str> = report.with_status(Status::Problem).map(|f| f.short.as_str()).collect();
+    assert_eq!(shorts, ["16 of 16 EFA missing"], "{:#?}", report.findings);
+}
+
+#[test]
+fn gpudirect_and_memlock_are_not_judged_without_efa() {
+    // A GPU machine with no EFA and no layout (the H100 device machine): nvidia loaded, no peermem.
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    std::fs::remove_dir_all(dir.path().join("sys/class/infiniband")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("sys/module/nvidia_peermem")).unwrap();
+    node.plant(Fault::LowMemlock).unwrap();
+    let expected = Expected { instance_type: Some("g9.xlarge".into()), source: "test".into(), layout: None };
+    let observed = observe(&Sysfs::new(node.root()), None, Duration::from_millis(10), not_checked);
+    let report = Report::new("node", &expected, &observed);
+    let status = |rule: Rule| report.findings.iter().find(|f| f.rule == rule).map(|f| f.status);
+    assert_eq!(status(Rule::Gpudirect), Some(Status::Skipped), "{:#?}", report.findings);
+    assert_eq!(status(Rule::Memlock), Some(Status::Skipped));
+    assert_eq!(report.status, Status::Unknown, "no EFA and no layout: could not tell");
+}

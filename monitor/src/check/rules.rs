@@ -34,7 +34,7 @@ pub fn evaluate(observed: &Observed, expected: &Expected) -> Vec<Finding> {
     findings.extend(numa(observed, layout, &efa));
     findings.extend(pcie(observed, layout, &efa));
     findings.extend(gpus(observed, layout));
-    findings.extend(gpudirect(observed, layout));
+    findings.extend(gpudirect(observed, layout, &efa));
     findings.push(memlock(observed, layout, &efa));
     findings.extend(libfabric(observed, layout, &efa));
     findings
@@ -49,6 +49,14 @@ fn skipped(rule: Rule, message: String) -> Finding {
     let short = format!("{} not checked", rule.name());
     Finding::new(rule, Status::Skipped, None, message, short)
 }
+
+/// EFA is expected here: the layout has some, or some are found.
+fn expects_efa(layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> bool {
+    layout.is_some_and(|layout| layout_efa(layout).next().is_some()) || !efa.is_empty()
+}
+
+/// More missing EFA than this are one finding (a driver that did not load), not one each.
+const MISSING_ONE_BY_ONE: usize = 3;
 
 fn layout_efa(layout: &NodeTopology) -> impl Iterator<Item = &efatop_topology::Nic> {
     layout.nics.iter().filter(|nic| nic.kind == LayoutNicKind::Efa)
@@ -114,7 +122,17 @@ fn efa_devices(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaD
         layout.nics.iter().enumerate().filter(|(_, nic)| nic.kind == LayoutNicKind::Efa).collect();
     let present = expected.iter().filter(|(_, nic)| found(efa, nic).is_some()).count();
     let mut findings = Vec::new();
-    for (index, nic) in &expected {
+    let missing: Vec<&str> = expected.iter().filter(|(_, nic)| found(efa, nic).is_none()).map(|(_, nic)| nic.name.as_str()).collect();
+    if missing.len() > MISSING_ONE_BY_ONE {
+        findings.push(Finding::new(
+            Rule::EfaDevices,
+            Status::Problem,
+            None,
+            format!("{} of {} EFA devices are missing ({}): is the efa driver loaded?", missing.len(), expected.len(), missing.join(", ")),
+            format!("{} of {} EFA missing", missing.len(), expected.len()),
+        ));
+    }
+    for (index, nic) in expected.iter().filter(|_| missing.len() <= MISSING_ONE_BY_ONE) {
         if found(efa, nic).is_none() {
             findings.push(Finding::new(
                 Rule::EfaDevices,
@@ -373,10 +391,14 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-fn gpudirect(observed: &Observed, layout: Option<&NodeTopology>) -> Vec<Finding> {
+fn gpudirect(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Vec<Finding> {
     let expects_gpus = layout.is_some_and(|layout| !layout.gpus.is_empty()) || !observed.gpus.is_empty();
     if !expects_gpus {
         return vec![skipped(Rule::Gpudirect, "no GPUs".into())];
+    }
+    // GPUDirect RDMA is the NIC reading and writing GPU memory: without EFA there is nothing to judge.
+    if !expects_efa(layout, efa) {
+        return vec![skipped(Rule::Gpudirect, "no EFA: GPUDirect RDMA is not judged".into())];
     }
     let problem = |message: String, short: &str| vec![Finding::new(Rule::Gpudirect, Status::Problem, None, message, short.into())];
     if !observed.nvidia_loaded {
@@ -437,8 +459,7 @@ fn bytes_text(bytes: u64) -> String {
 }
 
 fn memlock(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Finding {
-    let expects_efa = layout.is_some_and(|layout| layout_efa(layout).next().is_some()) || !efa.is_empty();
-    if !expects_efa {
+    if !expects_efa(layout, efa) {
         return skipped(Rule::Memlock, "no EFA: the memlock limit is not judged".into());
     }
     match observed.memlock {
@@ -472,7 +493,7 @@ fn libfabric(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDev
         Libfabric::NotChecked { reason } => return vec![skipped(Rule::Libfabric, reason.clone())],
         Libfabric::Checked(facts) => facts,
     };
-    let expects_efa = layout.is_some_and(|layout| layout_efa(layout).next().is_some()) || !efa.is_empty();
+    let expects_efa = expects_efa(layout, efa);
     let library = facts.library.as_deref().map_or(String::new(), |path| format!(" ({path})"));
     let problem = |message: String, short: String| Finding::new(Rule::Libfabric, Status::Problem, None, message, short);
     let domains = match &facts.efa_domains {
