@@ -150,6 +150,11 @@ fn scontrol(args: &[String]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// `scontrol update nodename=NODE state=drain reason=REASON`.
+pub fn drain_with_reason(node: &str, reason: &str) -> Result<(), String> {
+    scontrol(&["update".into(), format!("nodename={node}"), "state=drain".into(), format!("reason={reason}")]).map(|_| ())
+}
+
 /// What `--drain` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DrainAction {
@@ -164,7 +169,7 @@ pub fn apply_to_slurm(node: &str, verdict: &Verdict) -> Result<DrainAction, Stri
     match verdict {
         Verdict::Problems(_) => {
             let reason = slurm_reason(verdict).unwrap_or_default();
-            scontrol(&["update".into(), format!("nodename={node}"), "state=drain".into(), format!("reason={reason}")])?;
+            drain_with_reason(node, &reason)?;
             Ok(DrainAction::Drained(reason))
         }
         Verdict::Ok(_) => {

@@ -30,6 +30,7 @@ mod report;
 mod results_file;
 mod serve;
 mod session;
+mod sweep_contract;
 mod term;
 mod topo;
 mod viewer;
@@ -58,9 +59,15 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let code = match cli.command {
-        Command::Run(run) => launch::launch(&run),
+        Command::Run(run) => match sweep_contract::wanted(&run.experiment) {
+            Some((format, drain)) => sweep_contract::run(format, drain),
+            None => launch::launch(&run),
+        },
         Command::BenchCollector(args) => bench::bench_collector(&args),
-        Command::Experiment(experiment) => rank::rank_main(experiment),
+        Command::Experiment(experiment) => match sweep_contract::wanted(&experiment) {
+            Some((format, drain)) => sweep_contract::run(format, drain),
+            None => rank::rank_main(experiment),
+        },
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),
