@@ -239,9 +239,9 @@ mod tests {
                 ("node2".to_string(), "efatop: sweep: efa1 slow (0.24 of 0.96 Gbps)".to_string(), true),
             ]
         );
-        let (line, code) = health::npd(&verdict);
+        let (npd_line, code) = health::npd(&verdict);
         assert_eq!(code, 1);
-        assert_eq!(line, "efatop: sweep: node2 efa1 slow (0.24 of 0.96 Gbps) (+2 more)");
+        assert_eq!(npd_line, "efatop: sweep: node2 efa1 slow (0.24 of 0.96 Gbps) (+2 more)");
     }
 
     #[test]
