@@ -17,7 +17,7 @@ use super::local::{LocalBootstrap, Rendezvous};
 /// Sets the rendezvous port instead of the one derived from the job and step.
 pub const ENV_PORT: &str = "EFATOP_SLURM_PORT";
 /// How long ranks wait for each other to appear.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
+const JOIN_TIMEOUT: Duration = Duration::from_mins(2);
 /// Derived ports start here and span this many.
 const PORT_BASE: u16 = 20_000;
 const PORT_SPAN: u64 = 20_000;
@@ -59,12 +59,11 @@ impl SlurmStep {
         }
         let list = var("SLURM_STEP_NODELIST").or_else(|| var("SLURM_JOB_NODELIST")).ok_or("SLURM_STEP_NODELIST is not set")?;
         let first_node = expand_hostlist(&list)?.into_iter().next().ok_or_else(|| format!("an empty node list `{list}`"))?;
-        let port = match var(ENV_PORT) {
-            Some(text) => text.trim().parse::<u16>().map_err(|_| format!("{ENV_PORT}={text} is not a port"))?,
-            None => {
-                let job = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")).ok_or("SLURM_JOB_ID is not set")?;
-                port_for(number("SLURM_JOB_ID", &job)?, number("SLURM_STEP_ID", step)?)
-            }
+        let port = if let Some(text) = var(ENV_PORT) {
+            text.trim().parse::<u16>().map_err(|_| format!("{ENV_PORT}={text} is not a port"))?
+        } else {
+            let job = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")).ok_or("SLURM_JOB_ID is not set")?;
+            port_for(number("SLURM_JOB_ID", &job)?, number("SLURM_STEP_ID", step)?)
         };
         Ok(Self { rank, size, first_node, this_node: var("SLURMD_NODENAME"), port })
     }
