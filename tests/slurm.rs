@@ -1,15 +1,15 @@
 //! A real Slurm cluster on the emulated nodes: scripts/emulate-cluster (4 nodes × 4 NICs at 1 Gbit/s) and
 //! scripts/slurm-cluster (munged, slurmctld, one slurmd per node in its own network namespace with its own
-//! host name and NodeName, efatop check as HealthCheckProgram on a fake p5 tree per node). Under the
+//! host name and `NodeName`, efatop check as `HealthCheckProgram` on a fake p5 tree per node). Under the
 //! cluster lock, one test at a time:
 //!
 //! - `srun -N 4 --ntasks-per-node=1 efatop write --provider tcp --channels all` verifies across the four
-//!   nodes through efatop's Slurm bootstrap (no MPI), then through MPI over Slurm's PMIx plugin
+//!   nodes through efatop's Slurm bootstrap (no MPI), then through MPI over Slurm's `PMIx` plugin
 //!   (`--mpi=pmix`, Debian's Open MPI), then with 2 ranks per node;
 //! - `srun ... efatop sweep` with one NIC shaped down names it, exit 3;
 //! - the sbatch script users copy (docs/slurm/efatop-sweep.sbatch) runs the check and a sweep: nothing
 //!   found on a healthy cluster, exit 0;
-//! - as HealthCheckProgram, a planted fault drains that node with efatop's reason (`sinfo -R`), removing it
+//! - as `HealthCheckProgram`, a planted fault drains that node with efatop's reason (`sinfo -R`), removing it
 //!   resumes the node; a node an operator drained stays drained.
 //!
 //! Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup-debian): where they
@@ -80,7 +80,7 @@ fn srun(args: &[&str], limit: Duration) -> common::Run {
     run_program("srun", args, limit)
 }
 
-fn lines_of_type<'a>(stdout: &'a str, kind: &str) -> Vec<Value> {
+fn lines_of_type(stdout: &str, kind: &str) -> Vec<Value> {
     stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|l| l["type"] == kind).collect()
 }
 
