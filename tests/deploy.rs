@@ -4,7 +4,7 @@
 //!   command, with the fake node's root in place of the host's `/host`, exits 0 on a healthy p5, 1 on one
 //!   with a port down (named), 2 where it cannot tell, always with one stdout line no longer than the
 //!   config's `max_output_length`, well inside the rule's timeout;
-//! - the MPIJob's efatop command line and the NPD DaemonSet's flags are ones the binary accepts;
+//! - the `MPIJob`'s efatop command line and the NPD `DaemonSet`'s flags are ones the binary accepts;
 //! - the NHC check (deploy/nhc/efatop.nhc), sourced by bash with NHC's `die` and `log` stubbed: it dies
 //!   with efatop's message on a problem, and passes (logging why) on a healthy node and where efatop
 //!   cannot tell.
