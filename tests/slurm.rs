@@ -10,7 +10,9 @@
 //! - the sbatch script users copy (docs/slurm/efatop-sweep.sbatch) runs the check and a sweep: nothing
 //!   found on a healthy cluster, exit 0;
 //! - as `HealthCheckProgram`, a planted fault drains that node with efatop's reason (`sinfo -R`), removing it
-//!   resumes the node; a node an operator drained stays drained.
+//!   resumes the node; a node an operator drained stays drained;
+//! - as `Prolog` (deploy/slurm/efatop-prolog.sh), a planted fault drains the node with efatop's reason and
+//!   the job does not start there.
 //!
 //! Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup-debian): where they
 //! are missing the tests say SKIPPED, and fail under CI=true.
@@ -43,6 +45,11 @@ struct SlurmCluster {
 
 impl SlurmCluster {
     fn up() -> Option<Self> {
+        Self::up_with(&[])
+    }
+
+    /// With more `scripts/slurm-cluster up` flags.
+    fn up_with(flags: &[&str]) -> Option<Self> {
         let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| !on_path(p)).collect();
         if !missing.is_empty() {
             assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
@@ -51,7 +58,7 @@ impl SlurmCluster {
         }
         let cluster = Cluster::up()?;
         let efatop = efatop_path();
-        let output = Command::new(slurm_script()).args(["up", "--efatop"]).arg(&efatop).output().expect("slurm-cluster");
+        let output = Command::new(slurm_script()).args(["up", "--efatop"]).arg(&efatop).args(flags).output().expect("slurm-cluster");
         if !output.status.success() {
             let logs = std::fs::read_dir(format!("{SLURM_DIR}/log"))
                 .into_iter()
@@ -231,4 +238,21 @@ fn as_health_check_a_planted_fault_drains_its_node_with_efatops_reason_and_remov
     assert_eq!(reasons(), [("operator: cable swap".to_string(), "efatop-node1".to_string())]);
     let log = std::fs::read_to_string(format!("{SLURM_DIR}/log/healthcheck-efatop-node2.log")).unwrap_or_default();
     assert!(log.contains("efatop: drained efatop-node2") && log.contains("efatop: resumed efatop-node2"), "{log}");
+}
+
+#[test]
+fn as_prolog_a_planted_fault_drains_the_node_and_the_job_does_not_start_there() {
+    let _one = serial();
+    // The health check off, so that only the prolog can drain.
+    let Some(_slurm) = SlurmCluster::up_with(&["--prolog", "--healthcheck-interval", "0"]) else { return };
+    let node = efatop_monitor::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node3"), "p5.48xlarge").expect("node 3's tree");
+    node.plant(efatop_monitor::Fault::PortDown).expect("plant");
+    let refused = srun(&["-w", "efatop-node3", "-N", "1", "hostname"], Duration::from_mins(1));
+    println!("srun on the faulty node: exit {:?}\n{}", refused.code, refused.stderr);
+    assert_ne!(refused.code, Some(0), "{}", refused.stdout);
+    assert!(refused.stderr.contains("prolog failed"), "{}", refused.stderr);
+    assert!(!refused.stdout.contains("efatop-node3"), "the job ran: {}", refused.stdout);
+    assert_eq!(reasons(), [("efatop: rdmap80s0 port 1 DOWN".to_string(), "efatop-node3".to_string())]);
+    let healthy = srun(&["-w", "efatop-node0", "-N", "1", "hostname"], Duration::from_mins(1));
+    assert_eq!((healthy.code, healthy.stdout.trim()), (Some(0), "efatop-node0"), "{}", healthy.stderr);
 }

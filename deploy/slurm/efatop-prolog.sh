@@ -3,8 +3,9 @@
 # add PrologFlags=Alloc to run it when the allocation starts rather than at the first step). Within 30 s:
 # healthy, exit 0; something wrong, the node is drained with efatop's reason (`sinfo -R`: `efatop: rdmap80s0
 # port 1 DOWN`) and the prolog exits 1, so Slurm requeues the job elsewhere; efatop could not tell (exit 2:
-# no EFA visible, say), the job runs. Not run by the tests here (tests/slurm.rs runs the same check as
-# HealthCheckProgram); Slurm may record its own reason (`Prolog error`) over efatop's when a prolog fails.
+# no EFA visible, say), the job runs. tests/slurm.rs runs it as the emulated cluster's Prolog
+# (scripts/slurm-cluster up --prolog): Slurm 22.05 keeps efatop's reason, and an srun on that node fails
+# with `Job prolog failed` (an interactive step is not requeued; batch jobs are).
 EFATOP=${EFATOP:-/opt/efatop/bin/efatop}
 # shellcheck disable=SC2086 # EFATOP_CHECK_ARGS is a list of flags (e.g. --instance-type p5.48xlarge)
 reason=$("$EFATOP" check --format slurm --drain --node-name "${SLURMD_NODENAME:-$(hostname -s)}" ${EFATOP_CHECK_ARGS:-} 2>/dev/null)
