@@ -1,8 +1,10 @@
-//! How a rank finds the others: under mpirun/srun through MPI, under `efatop run` through the launcher's
-//! rendezvous socket. Either way only setup and round agreement travel here, never benchmark data.
+//! How a rank finds the others: under mpirun (or srun with `--mpi=pmi2`/`pmix`) through MPI, under plain
+//! srun from Slurm's environment ([`slurm`]), under `efatop run` through the launcher's rendezvous socket.
+//! Either way only setup and round agreement travel here, never benchmark data.
 
 pub mod local;
 pub mod mpi;
+pub mod slurm;
 
 use efatop_experiments::{Bootstrap, ExperimentError};
 
@@ -11,11 +13,13 @@ pub const ENV_RENDEZVOUS: &str = "EFATOP_RENDEZVOUS";
 pub const ENV_RANK: &str = "EFATOP_RANK";
 pub const ENV_WORLD_SIZE: &str = "EFATOP_WORLD_SIZE";
 
-/// True when a process manager (`OpenMPI`, `PMIx`, Slurm, Hydra) started this process.
+/// Chooses the bootstrap instead of the environment: `mpi`, `slurm` or `none` (a world of one).
+pub const ENV_BOOTSTRAP: &str = "EFATOP_BOOTSTRAP";
+
+/// True when an MPI process manager (`OpenMPI`'s, a `PMIx` or PMI server: mpirun, Hydra, srun with
+/// `--mpi=pmi2` or `--mpi=pmix`) started this process.
 pub fn under_mpi_launcher() -> bool {
-    ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"]
-        .iter()
-        .any(|name| std::env::var_os(name).is_some())
+    ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"].iter().any(|name| std::env::var_os(name).is_some())
 }
 
 /// This process's rank where its launcher says it before any bootstrap (`efatop run`, `OpenMPI`, `PMIx`,
@@ -50,10 +54,34 @@ pub fn connect() -> Result<Box<dyn Bootstrap>, ExperimentError> {
         let size = env_number(ENV_WORLD_SIZE)?;
         return Ok(Box::new(local::LocalBootstrap::connect(&address.to_string_lossy(), rank, size)?));
     }
+    let slurm_step = || slurm::SlurmStep::from_env(|name| std::env::var(name).ok());
+    match std::env::var(ENV_BOOTSTRAP).ok().as_deref() {
+        Some("mpi") => return Ok(Box::new(mpi::MpiBootstrap::initialize()?)),
+        Some("none") => return Ok(Box::new(Alone)),
+        Some("slurm") => {
+            let step = slurm_step()
+                .ok_or_else(|| ExperimentError::Bootstrap(format!("{ENV_BOOTSTRAP}=slurm: not a task of an srun step (no SLURM_STEP_ID)")))?;
+            return slurm_bootstrap(step);
+        }
+        Some(other) => return Err(ExperimentError::Bootstrap(format!("{ENV_BOOTSTRAP}={other}: use mpi, slurm or none"))),
+        None => {}
+    }
     if under_mpi_launcher() {
         return Ok(Box::new(mpi::MpiBootstrap::initialize()?));
     }
+    // srun without an MPI plugin: Slurm's environment says who is who.
+    if let Some(step) = slurm_step() {
+        return slurm_bootstrap(step);
+    }
     Ok(Box::new(Alone))
+}
+
+fn slurm_bootstrap(step: Result<slurm::SlurmStep, String>) -> Result<Box<dyn Bootstrap>, ExperimentError> {
+    let step = step.map_err(|why| ExperimentError::Bootstrap(format!("Slurm bootstrap: {why}")))?;
+    if step.size == 1 {
+        return Ok(Box::new(Alone));
+    }
+    Ok(Box::new(slurm::connect(&step)?))
 }
 
 fn env_number(name: &str) -> Result<usize, ExperimentError> {

@@ -5,9 +5,11 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::experiment::{Experiment, whole_number};
 
+mod check;
 mod tools;
 mod view;
 
+pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
 pub use crate::experiment::parse_serve;
 pub use view::{AttachArgs, ReplayArgs};
@@ -40,6 +42,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
     Monitor(MonitorArgs),
+    /// Node preflight: EFA devices, ports, error counters, NUMA and PCIe placement, GPUDirect, memlock and
+    /// libfabric against the instance type; as a table, JSON, or a Slurm, NHC or node-problem-detector check
+    Check(CheckArgs),
     /// Watch a run that rank 0 serves (`--serve`): its live dashboard, or its JSON lines
     Attach(AttachArgs),
     /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines

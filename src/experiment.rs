@@ -28,7 +28,7 @@ pub use alltoall::AlltoallArgs;
 pub use ipc::IpcArgs;
 pub use proxy::ProxyArgs;
 pub use sendrecv::SendrecvArgs;
-pub use sweep::{SweepArgs, SUSPECTS_FOUND};
+pub use sweep::{SweepArgs, SweepFormat, SUSPECTS_FOUND};
 pub use write::WriteArgs;
 
 /// What a rank needs to know of an experiment, apart from the flags every experiment shares.

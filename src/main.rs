@@ -9,10 +9,12 @@ mod app;
 mod attach;
 mod bench;
 mod bootstrap;
+mod check;
 mod cli;
 mod collector;
 mod event;
 mod experiment;
+mod health;
 mod launch;
 mod monitor;
 mod netns;
@@ -28,6 +30,7 @@ mod report;
 mod results_file;
 mod serve;
 mod session;
+mod sweep_contract;
 mod term;
 mod topo;
 mod tui;
@@ -57,14 +60,21 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let code = match cli.command {
-        Command::Run(run) => launch::launch(&run),
+        Command::Run(run) => match sweep_contract::wanted(&run.experiment) {
+            Some((format, drain)) => sweep_contract::run(format, drain),
+            None => launch::launch(&run),
+        },
         Command::BenchCollector(args) => bench::bench_collector(&args),
-        Command::Experiment(experiment) => rank::rank_main(experiment),
+        Command::Experiment(experiment) => match sweep_contract::wanted(&experiment) {
+            Some((format, drain)) => sweep_contract::run(format, drain),
+            None => rank::rank_main(experiment),
+        },
         Command::Queue(args) => queue::queue(&args),
         Command::Topo(args) => topo::topo(&args),
         Command::Report(args) => report::report(&args),
         Command::Compare(args) => report::compare(&args),
         Command::Monitor(args) => monitor::monitor(&args),
+        Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
     };

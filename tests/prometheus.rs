@@ -1,7 +1,9 @@
 //! `efatop monitor --prometheus` scraped by a real Prometheus server (Debian's `prometheus` package, which
 //! scripts/setup-debian installs): the monitor reads a fake p5 tree whose `rdmap80s0` writes at a known
 //! rate, Prometheus scrapes it every 250 ms, and `rate()` through Prometheus's HTTP API must give that rate
-//! for that NIC, with its PCI address, GPU and rail as labels, and nothing for its idle neighbour.
+//! for that NIC, with its PCI address, GPU and rail as labels, and nothing for its idle neighbour. And the
+//! alert rules efatop ships (deploy/prometheus/efatop-rules.yml), loaded by a real Prometheus scraping a
+//! healthy and a faulty fake p5: the alert fires for the planted fault, not for the healthy node.
 
 mod common;
 
@@ -108,22 +110,14 @@ fn wait_for<T>(what: &str, limit: Duration, logs: &Path, mut done: impl FnMut() 
     }
 }
 
-#[test]
-fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
-    let Some(prometheus) = on_path("prometheus") else {
-        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fake = FakeSysfs::p5(dir.path().join("p5")).expect("fake p5 tree");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
-
-    // The monitor picks its own port and says which on stderr.
+/// `efatop monitor --prometheus 127.0.0.1:0` over `root`, placed by `fixture`; it picks its own port and
+/// says which on stderr.
+fn start_monitor(root: &Path, fixture: &Path) -> (Started, SocketAddr) {
     let mut monitor = Command::new(common::efatop_path())
         .args(["monitor", "--interval", "100ms", "--prometheus", "127.0.0.1:0", "--topology-xml"])
-        .arg(&fixture)
+        .arg(fixture)
         .arg("--sysfs-root")
-        .arg(fake.root())
+        .arg(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -139,6 +133,37 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
         .and_then(|rest| rest.strip_suffix("/metrics"))
         .and_then(|address| address.parse().ok())
         .unwrap_or_else(|| panic!("the monitor says where it serves: {line:?}"));
+    (monitor, endpoint)
+}
+
+/// A Prometheus server with `config`, its data and log under `dir`: the server, its web address and its
+/// log file.
+fn start_prometheus(prometheus: &Path, config: &Path, dir: &Path) -> (Started, SocketAddr, PathBuf) {
+    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let logs = dir.join("prometheus.log");
+    let server = Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+        .arg(format!("--web.listen-address={web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&logs).expect("log file"))
+        .spawn()
+        .expect("start prometheus");
+    (Started(server), web, logs)
+}
+
+#[test]
+fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
+    let Some(prometheus) = on_path("prometheus") else {
+        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = FakeSysfs::p5(dir.path().join("p5")).expect("fake p5 tree");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
+
+    let (monitor, endpoint) = start_monitor(fake.root(), &fixture);
 
     let _traffic = Traffic::start(fake.clone(), "rdmap80s0");
     let config = dir.path().join("prometheus.yml");
@@ -150,18 +175,7 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
         ),
     )
     .expect("config");
-    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let logs = dir.path().join("prometheus.log");
-    let server = Command::new(&prometheus)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
-        .arg(format!("--web.listen-address={web}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&logs).expect("log file"))
-        .spawn()
-        .expect("start prometheus");
-    let _server = Started(server);
+    let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
 
     wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
     // rate() over a window the series does not fill yet extrapolates only half a scrape interval back,
@@ -186,4 +200,84 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
     let idle_rate: f64 = idle.first().and_then(|s| s["value"][1].as_str()?.parse().ok()).expect("the idle neighbour's series");
     assert!(idle_rate.abs() < f64::EPSILON, "rdmap79s0 moved nothing: {idle_rate}");
     drop(monitor);
+}
+
+/// The alerts Prometheus holds now: (name, state, instance, nic).
+fn alerts(prometheus: SocketAddr) -> Vec<(String, String, String, String)> {
+    let Some((200, body)) = get(prometheus, "/api/v1/alerts") else { return Vec::new() };
+    let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    reply["data"]["alerts"]
+        .as_array()
+        .map(|alerts| {
+            alerts
+                .iter()
+                .map(|a| (text(&a["labels"]["alertname"]), text(&a["state"]), text(&a["labels"]["instance"]), text(&a["labels"]["nic"])))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// deploy/prometheus/efatop-rules.yml loaded by a real Prometheus that scrapes two monitors: one over a
+/// healthy fake p5, one over a fake p5 whose rdmap80s0 sees impaired remote connections (its counter grows
+/// every 200 ms). The impaired-connections alert fires for that NIC of that monitor, and no alert fires
+/// for the healthy one.
+#[test]
+fn the_shipped_alert_fires_on_the_planted_fault_and_not_on_a_healthy_node() {
+    let Some(prometheus) = on_path("prometheus") else {
+        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/efatop-rules.yml");
+    let healthy = efatop_monitor::FakeNode::write(dir.path().join("healthy"), "p5.48xlarge").expect("healthy p5");
+    let faulty = efatop_monitor::FakeNode::write(dir.path().join("faulty"), "p5.48xlarge").expect("faulty p5");
+    let (_healthy_monitor, healthy_endpoint) = start_monitor(healthy.root(), &fixture);
+    let (_faulty_monitor, faulty_endpoint) = start_monitor(faulty.root(), &fixture);
+    let stop = Arc::new(AtomicBool::new(false));
+    let bumper = {
+        let (faulty, stop) = (faulty.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                faulty.bump().expect("bump");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n  evaluation_interval: 250ms\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: efatop\n    static_configs:\n      - targets: ['{healthy_endpoint}', '{faulty_endpoint}']\n",
+            rules.display()
+        ),
+    )
+    .expect("config");
+    let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
+    wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
+    let firing = wait_for("the impaired-connections alert firing", Duration::from_mins(2), &logs, || {
+        let all = alerts(web);
+        all.iter().any(|(name, state, _, _)| name == "EfaImpairedRemoteConnections" && state == "firing").then_some(all)
+    });
+    println!("prometheus alerts: {firing:?}");
+    // Both targets have been scraped for a while by now; ten more seconds of evaluations for the healthy
+    // one to show anything it would.
+    std::thread::sleep(Duration::from_secs(10));
+    let all = alerts(web);
+    stop.store(true, Ordering::Relaxed);
+    bumper.join().expect("bumper");
+    let scraped = query(web, r#"count(efatop_nic_impaired_remote_conn_events_total{nic="rdmap80s0"})"#);
+    assert_eq!(scraped.first().and_then(|s| s["value"][1].as_str()), Some("2"), "both monitors scraped: {scraped:?}");
+    let faulty_instance = faulty_endpoint.to_string();
+    assert!(
+        all.iter().any(|(name, state, instance, nic)| name == "EfaImpairedRemoteConnections"
+            && state == "firing"
+            && *instance == faulty_instance
+            && nic == "rdmap80s0"),
+        "{all:?}"
+    );
+    assert!(all.iter().all(|(_, _, instance, nic)| *instance == faulty_instance && nic == "rdmap80s0"), "only the planted fault alerts: {all:?}");
 }

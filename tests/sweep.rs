@@ -233,3 +233,31 @@ fn a_slow_cross_rail_path_is_named_as_a_link_between_two_rails() {
     let again = rounds.iter().any(|r| r["round"]["kind"] == "retest" && r["round"]["shift"] == 1 && r["round"]["pairs"] == serde_json::json!([[0, 3]]));
     assert!(again, "a cross-rail retest of 0-3: {sweep}");
 }
+
+/// `--format slurm` and `--format npd` on two nodes, node 1's efa1 at 250 Mbit/s: the run's own output goes
+/// to stderr and stdout holds only the contract, `efatop-node1 efatop: sweep: efa1 slow (...)` as Slurm's
+/// drain reason for that node, and one node-problem-detector line of at most 80 characters; exit code 1 (a
+/// problem), not sweep's own 3.
+#[test]
+fn a_slow_nic_is_a_drain_reason_for_its_node_and_an_npd_line() {
+    let _one = serial();
+    let Some(cluster) = Cluster::build(2, RAILS, "1gbit") else { return };
+    reshape(&cluster, &["shape", "--node", "1", "--nic", "1", "--rate", "250mbit"]);
+    let netns = NODES[..2].join(",");
+    let efatop = |args: &[&str]| run_program(efatop_path().to_str().expect("utf-8"), args, Duration::from_mins(6));
+    for format in ["slurm", "npd"] {
+        let run = efatop(&[
+            "run", "--ranks", "2", "--netns", &netns, "sweep", "--provider", "tcp", "--channels", "all", "--size", "32M",
+            "--iters", "6", "--warmup", "1", "--format", format,
+        ]);
+        println!("sweep --format {format}: exit {:?} after {:.1} s\n{}", run.code, run.elapsed.as_secs_f64(), run.stdout);
+        assert_eq!(run.code, Some(1), "{format}: {}\n{}", run.stdout, run.stderr);
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{format}: {}", run.stdout);
+        if format == "slurm" {
+            assert!(lines[0].starts_with("efatop-node1 efatop: sweep: efa1 slow ("), "{}", lines[0]);
+        } else {
+            assert!(lines[0].starts_with("efatop: sweep: efatop-node1 efa1 slow (") && lines[0].len() <= 80, "{}", lines[0]);
+        }
+    }
+}

@@ -59,7 +59,7 @@ pub const EFA_DEVICE_COUNTERS: &[&str] = &[
     "mmap_err",
 ];
 
-const NET_COUNTERS: &[&str] = &[
+pub(crate) const NET_COUNTERS: &[&str] = &[
     "rx_bytes",
     "tx_bytes",
     "rx_packets",
@@ -89,7 +89,7 @@ pub fn p5_efa_devices() -> Vec<(String, String)> {
 }
 
 /// A starting value that differs per device and counter, so a test that mixes two up fails.
-fn initial_value(device_index: usize, counter_index: usize, counter: &str) -> u64 {
+pub(crate) fn initial_value(device_index: usize, counter_index: usize, counter: &str) -> u64 {
     let scale: u64 = if counter.ends_with("bytes") { 1_000_000_000 } else { 1_000 };
     let error_like = is_error_counter(NicKind::Rdma, counter)
         || is_retransmit_counter(NicKind::Rdma, counter)
@@ -148,7 +148,7 @@ impl FakeSysfs {
         std::os::unix::fs::symlink(Path::new("../../../devices/pci0000:00").join(bus_id), link)
     }
 
-    fn add_net(&self, name: &str, bus_id: Option<&str>, speed_mbps: Option<i64>) -> io::Result<()> {
+    pub(crate) fn add_net(&self, name: &str, bus_id: Option<&str>, speed_mbps: Option<i64>) -> io::Result<()> {
         let dir = self.root.join("sys/class/net").join(name);
         fs::create_dir_all(dir.join("statistics"))?;
         for (counter_index, counter) in NET_COUNTERS.iter().enumerate() {

@@ -8,8 +8,11 @@
 #![forbid(unsafe_code)]
 
 mod affinity;
+pub mod check;
 mod fake;
+mod fake_node;
 mod gpu;
+pub mod node;
 pub mod nvlink;
 pub mod prometheus;
 pub mod rails;
@@ -23,6 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use affinity::{Affinity, TopologyGpu};
+pub use fake_node::{Fault, FakeNode};
 pub use fake::{p5_efa_devices, FakeSysfs, EFA_DEVICE_COUNTERS, EFA_PORT_COUNTERS, P5_EFA_FIRST_BUSES};
 pub use gpu::{GpuPanel, GpuReader, GpuStats, NO_DRIVER};
 pub use nvlink::{NvlinkSurvey, pair_link, pair_link_or_inferred};

@@ -73,7 +73,7 @@ impl Sysfs {
 
 /// The entries of a directory in name order; none when it cannot be read (no RDMA devices at all is
 /// normal).
-fn entries(dir: &Path) -> Vec<(String, PathBuf)> {
+pub(crate) fn entries(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(read) = fs::read_dir(dir) else { return Vec::new() };
     let mut found: Vec<(String, PathBuf)> =
         read.filter_map(Result::ok).map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.path())).collect();
@@ -161,7 +161,7 @@ fn pci_bus_id(dir: &Path) -> Option<String> {
 
 /// `0000:4f:00.0`: a domain, bus, device and function (sysfs always writes the domain). Keeps names such as
 /// `virtio2` or `pci0000:00` out.
-fn is_pci_address(text: &str) -> bool {
+pub(crate) fn is_pci_address(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.len() == 12
         && bytes[4] == b':'

@@ -125,6 +125,11 @@ impl Rendezvous {
         Ok(Self { listener: TcpListener::bind("127.0.0.1:0")?, size })
     }
 
+    /// Listens on `address` (the Slurm bootstrap's rank 0: every address of its node, a known port).
+    pub fn bind_on(address: std::net::SocketAddr, size: usize) -> std::io::Result<Self> {
+        Ok(Self { listener: TcpListener::bind(address)?, size })
+    }
+
     pub fn address(&self) -> std::io::Result<String> {
         Ok(self.listener.local_addr()?.to_string())
     }

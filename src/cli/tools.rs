@@ -158,7 +158,7 @@ pub struct MonitorArgs {
 }
 
 /// `500ms`, `1s`, `2.5s`, `2` (seconds).
-fn parse_interval(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_interval(text: &str) -> Result<Duration, String> {
     let bad = || format!("`{text}` is not an interval; use 10ms to 60s, e.g. 500ms or 1s");
     let trimmed = text.trim();
     let seconds = if let Some(ms) = trimmed.strip_suffix("ms") {

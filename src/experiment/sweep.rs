@@ -29,6 +29,26 @@ pub struct SweepArgs {
     /// reach each other
     #[arg(long)]
     pub no_cross_rail: bool,
+    /// How rank 0 reports the verdict: plain (tables, exit 3 when something is suspect), slurm (a line
+    /// `NODE REASON` per suspect node on stdout; the run's tables go to stderr) or npd (one line of at most 80
+    /// characters); with slurm and npd the exit code is 0 nothing suspect, 1 suspects, 2 the sweep failed
+    #[arg(long, value_enum, default_value_t = SweepFormat::Plain, conflicts_with = "json")]
+    pub format: SweepFormat,
+    /// With --format slurm: drain every node with a slow NIC (or slow as a whole) with its reason, through
+    /// `scontrol update` (links between two nodes are reported, not drained)
+    #[arg(long)]
+    pub drain: bool,
+}
+
+/// `sweep --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SweepFormat {
+    /// tables (or the dashboard), exit 3 when something is suspect
+    Plain,
+    /// a Slurm drain reason per suspect node
+    Slurm,
+    /// a node-problem-detector line
+    Npd,
 }
 
 fn parse_threshold(text: &str) -> Result<f64, String> {
@@ -63,6 +83,9 @@ impl Descriptor for SweepArgs {
         }
         if common.memory.len() > 1 {
             return Err("--memory: sweep moves one kind of memory; use host, device or staged".into());
+        }
+        if self.drain && self.format != SweepFormat::Slurm {
+            return Err("--drain: only with --format slurm (it sets the Slurm drain reason of each suspect node)".into());
         }
         Ok(())
     }

@@ -17,6 +17,7 @@
 // the workspace's clippy.toml (doc-valid-idents) is shared, so the exception stays in this crate.
 
 mod discover;
+mod instances;
 mod link;
 mod model;
 mod pair;
@@ -25,6 +26,7 @@ mod render;
 
 use std::path::PathBuf;
 
+pub use instances::{instance_layout, known_instance_types};
 pub use link::Link;
 pub use pair::{GpuLinkSource, PairLink, format_gbytes};
 pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, normalize_bus_id};

@@ -1,0 +1,283 @@
+//! `efatop check`: a node preflight that says in words what is wrong with a node's EFA, GPUs and limits,
+//! against what its instance type should have.
+//!
+//! [`observe`] reads the node (under a [`Sysfs`] root: `/`, or a fake tree) over a short window: the
+//! instance type (DMI), every RDMA device with its PCI function and ports, the NVIDIA GPUs, the kernel
+//! modules for GPUDirect, the memlock limit, and two reads of the counters through the monitor
+//! ([`Monitor`]), whose difference shows the error counters that grew and whose rates feed the monitor's
+//! rail check ([`crate::rails::balance`]); what libfabric offers is asked by the caller (the binary links
+//! libfabric, this crate does not) while the window runs. [`evaluate`] is pure: [`Observed`] and the
+//! expected layout (`efatop_topology::instance_layout`) in, one [`Finding`] per problem (or one `ok` per
+//! rule) out. The binary prints them as a table, JSON, or the one-line contracts of NHC, Slurm and
+//! node-problem-detector.
+
+mod rules;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use efatop_topology::NodeTopology;
+use serde::{Deserialize, Serialize};
+
+use crate::node::{MemlockLimit, PciFunction, RdmaDevice};
+use crate::rails::RailLoad;
+use crate::{Affinity, GpuReader, Monitor, NicKind, Sysfs};
+
+pub use rules::{evaluate, WATCHED_COUNTERS};
+
+/// A rule's outcome, from best to worst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Not applicable here (no layout for this type, a fake tree's libfabric, idle rails).
+    Skipped,
+    /// Could not tell (a file missing that a node has).
+    Unknown,
+    Problem,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Skipped => "skipped",
+            Status::Unknown => "unknown",
+            Status::Problem => "PROBLEM",
+        }
+    }
+}
+
+/// The rules, in the order they are shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// The instance type and its layout.
+    Instance,
+    /// EFA devices present against the layout.
+    EfaDevices,
+    /// Each EFA port's state and link speed.
+    EfaPorts,
+    /// Error counters that grew over the window.
+    EfaCounters,
+    /// The monitor's rail check over the window.
+    Rails,
+    /// NICs and GPUs on their NUMA nodes.
+    Numa,
+    /// Each GPU's NICs behind its PCIe switch.
+    Pcie,
+    /// NVIDIA GPUs present against the layout.
+    Gpus,
+    /// nvidia-peermem, or dma-buf.
+    Gpudirect,
+    /// The memlock limit.
+    Memlock,
+    /// libfabric's efa provider and RDMA write.
+    Libfabric,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 11] = [
+        Rule::Instance,
+        Rule::EfaDevices,
+        Rule::EfaPorts,
+        Rule::EfaCounters,
+        Rule::Rails,
+        Rule::Numa,
+        Rule::Pcie,
+        Rule::Gpus,
+        Rule::Gpudirect,
+        Rule::Memlock,
+        Rule::Libfabric,
+    ];
+
+    /// The name in the table and JSON (`efa-ports`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Instance => "instance",
+            Rule::EfaDevices => "efa-devices",
+            Rule::EfaPorts => "efa-ports",
+            Rule::EfaCounters => "efa-counters",
+            Rule::Rails => "rails",
+            Rule::Numa => "numa",
+            Rule::Pcie => "pcie",
+            Rule::Gpus => "gpus",
+            Rule::Gpudirect => "gpudirect",
+            Rule::Memlock => "memlock",
+            Rule::Libfabric => "libfabric",
+        }
+    }
+}
+
+/// What one rule found about one thing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub status: Status,
+    /// What it is about: an EFA (`rdmap80s0`), a GPU (`GPU 3`), `memlock`; `None` for the node as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// A sentence, for the table and JSON.
+    pub message: String,
+    /// A few ASCII words naming the fault, for one-line contracts (a Slurm drain reason, an NPD message):
+    /// `rdmap80s0 port 1 DOWN`.
+    pub short: String,
+}
+
+impl Finding {
+    pub(crate) fn new(rule: Rule, status: Status, subject: Option<&str>, message: String, short: String) -> Self {
+        Self { rule, status, subject: subject.map(str::to_string), message, short }
+    }
+}
+
+/// What libfabric's efa provider offers, as the binary found out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Libfabric {
+    /// Not asked (a fake tree is not this machine's libfabric).
+    NotChecked { reason: String },
+    Checked(LibfabricFacts),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LibfabricFacts {
+    /// `2.1`: the library loaded at run time.
+    pub version: String,
+    /// Where it was loaded from (`/opt/amazon/efa/lib/libfabric.so.1`), when the process's maps say.
+    pub library: Option<String>,
+    /// The API efatop runs at allows `FI_MR_DMABUF` (≥ 1.20).
+    pub dmabuf_api: bool,
+    /// The `efa` fabric's RDM domains with RMA write (`rdmap79s0-rdm`), or why there are none.
+    pub efa_domains: Result<Vec<String>, String>,
+    /// `FI_OPT_EFA_EMULATED_WRITE` read on an endpoint of the first domain: `Some(true)` when writes are
+    /// emulated over sends; `None` when the provider does not say.
+    pub emulated_write: Option<bool>,
+    /// Why no endpoint could be opened to ask, when none could.
+    pub endpoint_error: Option<String>,
+}
+
+/// A counter that grew over the window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Growth {
+    pub nic: String,
+    pub counter: String,
+    pub by: u64,
+}
+
+/// Everything the rules look at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    /// The root everything was read under, for messages.
+    pub root: PathBuf,
+    pub product_name: Option<String>,
+    /// At the end of the window.
+    pub rdma: Vec<RdmaDevice>,
+    pub gpus: Vec<PciFunction>,
+    /// The window actually watched.
+    pub window: Duration,
+    /// Watched counters ([`WATCHED_COUNTERS`]) of RDMA devices that grew over the window.
+    pub grown: Vec<Growth>,
+    /// The rail check over the window (NICs with a rail and a rate).
+    pub rails: Vec<RailLoad>,
+    pub nvidia_loaded: bool,
+    pub peermem_loaded: bool,
+    pub nvidia_driver: Option<String>,
+    pub kernel: Option<String>,
+    pub memlock: Option<MemlockLimit>,
+    pub libfabric: Libfabric,
+}
+
+/// The instance type to judge against, and where it came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Expected {
+    /// `p5.48xlarge`.
+    pub instance_type: Option<String>,
+    /// `DMI product name`, `--instance-type`.
+    pub source: String,
+    /// The built-in layout of that type; `None` when efatop has none.
+    #[serde(skip)]
+    pub layout: Option<NodeTopology>,
+}
+
+/// Reads the node under `sysfs` over `window` (at least): facts, then the counters twice, asking
+/// `libfabric` between the two reads so that its time counts towards the window.
+pub fn observe(sysfs: &Sysfs, layout: Option<&NodeTopology>, window: Duration, libfabric: impl FnOnce() -> Libfabric) -> Observed {
+    let affinity = layout.map_or_else(Affinity::none, Affinity::from_topology);
+    let mut monitor = Monitor::new("check", sysfs.clone(), affinity, GpuReader::unavailable("not read by the check"));
+    let started = Instant::now();
+    monitor.sample(Duration::ZERO);
+    let libfabric = libfabric();
+    std::thread::sleep(window.saturating_sub(started.elapsed()));
+    let snapshot = monitor.sample(started.elapsed());
+    let seconds = snapshot.interval_ms.unwrap_or(0.0) / 1e3;
+    let mut grown = Vec::new();
+    for nic in snapshot.nics.iter().filter(|nic| nic.kind == NicKind::Rdma && nic.present) {
+        for (counter, stats) in &nic.counters {
+            if !WATCHED_COUNTERS.contains(&counter.as_str()) {
+                continue;
+            }
+            let by = stats.per_s.map_or(0, |per_s| (per_s * seconds).round() as u64);
+            if by > 0 {
+                grown.push(Growth { nic: nic.name.clone(), counter: counter.clone(), by });
+            }
+        }
+    }
+    Observed {
+        root: sysfs.root().to_path_buf(),
+        product_name: sysfs.product_name(),
+        rdma: sysfs.rdma_devices(),
+        gpus: sysfs.nvidia_gpus(),
+        window: Duration::from_secs_f64(seconds),
+        grown,
+        rails: crate::rails::balance(&[&snapshot]),
+        nvidia_loaded: sysfs.module_loaded("nvidia"),
+        peermem_loaded: sysfs.module_loaded("nvidia_peermem"),
+        nvidia_driver: sysfs.nvidia_driver(),
+        kernel: sysfs.kernel_release(),
+        memlock: sysfs.memlock(),
+        libfabric,
+    }
+}
+
+/// One node's check: what was expected, what was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub host: String,
+    pub instance_type: Option<String>,
+    /// Where the instance type came from.
+    pub instance_source: String,
+    pub window_s: f64,
+    /// The worst finding's status ([`Report::status_of`]).
+    pub status: Status,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn new(host: impl Into<String>, expected: &Expected, observed: &Observed) -> Self {
+        let findings = evaluate(observed, expected);
+        Self {
+            host: host.into(),
+            instance_type: expected.instance_type.clone(),
+            instance_source: expected.source.clone(),
+            window_s: observed.window.as_secs_f64(),
+            status: Self::status_of(&findings),
+            findings,
+        }
+    }
+
+    /// A problem if any rule found one; else unknown if any rule could not tell; else ok.
+    pub fn status_of(findings: &[Finding]) -> Status {
+        if findings.iter().any(|f| f.status == Status::Problem) {
+            Status::Problem
+        } else if findings.iter().any(|f| f.status == Status::Unknown) {
+            Status::Unknown
+        } else {
+            Status::Ok
+        }
+    }
+
+    /// The findings with this status.
+    pub fn with_status(&self, status: Status) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(move |f| f.status == status)
+    }
+}

@@ -1,0 +1,218 @@
+//! `efatop check`: the node preflight (rules in `efatop_monitor::check`). This module picks the instance
+//! type and its layout, asks libfabric what it offers (on this machine only: a fake tree is not this
+//! machine's libfabric), watches the node for `--window`, and prints the report in the format asked: a
+//! table, a JSON line, or the one-line contracts of NHC, Slurm and node-problem-detector
+//! ([`crate::health`]). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use efatop_fabric::{Capabilities, Channel, ChannelOptions, Provider, discover_nics};
+use efatop_monitor::check::{observe, Expected, Libfabric, LibfabricFacts, Report, Status};
+use efatop_monitor::{FakeNode, Fault, Sysfs};
+
+use crate::cli::{CheckArgs, HealthFormat};
+use crate::health::{self, DrainAction, Verdict};
+
+/// Runs `efatop check`; returns the exit code.
+pub fn check(args: &CheckArgs) -> i32 {
+    match run(args) {
+        Ok(code) => code,
+        Err((code, message)) => {
+            eprintln!("efatop: error: {message}");
+            code
+        }
+    }
+}
+
+type Failure = (i32, String);
+
+fn run(args: &CheckArgs) -> Result<i32, Failure> {
+    if let Some(dir) = &args.write_fake {
+        return write_fake(args, dir);
+    }
+    if args.drain && args.format() != HealthFormat::Slurm {
+        return Err((2, "--drain: only with --format slurm (it sets the Slurm drain reason)".into()));
+    }
+    if !args.sysfs_root.is_dir() {
+        return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
+    }
+    let sysfs = Sysfs::new(&args.sysfs_root);
+    let expected = expected(args, &sysfs)?;
+    let this_machine = args.sysfs_root == Path::new("/");
+    let observed = observe(&sysfs, expected.layout.as_ref(), args.window, || {
+        if this_machine {
+            probe_libfabric()
+        } else {
+            Libfabric::NotChecked { reason: format!("--sysfs-root {} is not this machine: libfabric not asked", args.sysfs_root.display()) }
+        }
+    });
+    let report = Report::new(host_name(), &expected, &observed);
+    let verdict = verdict(&report);
+    let code = verdict.exit_code();
+    let text = match args.format() {
+        HealthFormat::Table => table(&report),
+        HealthFormat::Json => {
+            let line = serde_json::to_string(&JsonLine { kind: "check", data: &report }).map_err(|err| (2, format!("JSON: {err}")))?;
+            format!("{line}\n")
+        }
+        HealthFormat::Npd => format!("{}\n", health::npd(&verdict).0),
+        HealthFormat::Nhc => {
+            if let Verdict::Unknown(why) = &verdict {
+                eprintln!("efatop: check: could not tell: {why}");
+            }
+            health::nhc_message(&verdict).map_or(String::new(), |message| format!("{message}\n"))
+        }
+        HealthFormat::Slurm => {
+            if let Verdict::Unknown(why) = &verdict {
+                eprintln!("efatop: check: could not tell (the node is left as it is): {why}");
+            }
+            health::slurm_reason(&verdict).map_or(String::new(), |reason| format!("{reason}\n"))
+        }
+    };
+    print(&text)?;
+    if args.drain {
+        let node = health::slurm_node_name(args.node_name.as_deref());
+        match health::apply_to_slurm(&node, &verdict) {
+            Ok(DrainAction::Drained(_)) => eprintln!("efatop: drained {node}"),
+            Ok(DrainAction::Resumed) => eprintln!("efatop: resumed {node} (efatop had drained it)"),
+            Ok(DrainAction::Nothing) => {}
+            Err(err) => return Err((2, format!("--drain: {err}"))),
+        }
+    }
+    Ok(code)
+}
+
+/// `{"type": "check", "data": {...}}`, as efatop's other JSON lines are shaped.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    data: &'a Report,
+}
+
+/// `--write-fake DIR`: a fake node of `--instance-type`, with `--plant`'s fault.
+fn write_fake(args: &CheckArgs, dir: &Path) -> Result<i32, Failure> {
+    let instance_type = args.instance_type.as_deref().unwrap_or_default();
+    let fault = match args.plant.as_deref() {
+        None => None,
+        Some(name) => Some(Fault::parse(name).filter(|fault| *fault != Fault::ImpairedRising).ok_or_else(|| {
+            (2, format!("--plant {name}: not a fault to plant on disk; use missing-nic, port-down, wrong-numa or low-memlock"))
+        })?),
+    };
+    let node = FakeNode::write(dir, instance_type).map_err(|err| (2, format!("--write-fake {}: {err}", dir.display())))?;
+    if let Some(fault) = fault {
+        let what = node.plant(fault).map_err(|err| (1, format!("--plant {}: {err}", fault.name())))?;
+        eprintln!("efatop: planted {} on {what}", fault.name());
+    }
+    print(&format!("{}\n", dir.display()))?;
+    Ok(0)
+}
+
+fn expected(args: &CheckArgs, sysfs: &Sysfs) -> Result<Expected, Failure> {
+    let (instance_type, source) = match &args.instance_type {
+        Some(given) => (Some(given.trim().to_string()), "--instance-type".to_string()),
+        None => (sysfs.product_name(), "DMI product name".to_string()),
+    };
+    let layout = match instance_type.as_deref().and_then(efatop_topology::instance_layout) {
+        Some(Ok(layout)) => Some(layout),
+        Some(Err(err)) => return Err((1, format!("the built-in layout of {}: {err}", instance_type.unwrap_or_default()))),
+        None if args.instance_type.is_some() => {
+            let known: Vec<&str> = efatop_topology::known_instance_types().collect();
+            return Err((2, format!("--instance-type {}: no built-in layout; efatop knows {}", instance_type.unwrap_or_default(), known.join(", "))));
+        }
+        None => None,
+    };
+    Ok(Expected { instance_type, source, layout })
+}
+
+/// What libfabric's efa provider offers on this machine: the `efa` fabric's domains with RMA write, and on
+/// the first an endpoint opened to read `FI_OPT_EFA_EMULATED_WRITE`.
+fn probe_libfabric() -> Libfabric {
+    let mut facts = LibfabricFacts {
+        version: efatop_fabric::runtime_version(),
+        library: loaded_library("libfabric.so"),
+        dmabuf_api: efatop_fabric::api_at_least(1, 20),
+        efa_domains: Err(String::new()),
+        emulated_write: None,
+        endpoint_error: None,
+    };
+    match discover_nics(&Provider::Efa, Capabilities::MESSAGES_AND_WRITE) {
+        Err(err) => facts.efa_domains = Err(err.to_string()),
+        Ok(nics) => {
+            facts.efa_domains = Ok(nics.iter().map(|nic| nic.domain.clone()).collect());
+            if let Some(nic) = nics.first() {
+                let options = ChannelOptions {
+                    index: 0,
+                    max_in_flight: 1,
+                    op_timeout: Duration::from_secs(5),
+                    remote_in_flight: 1,
+                    device_memory: false,
+                };
+                match Channel::open(nic, &options) {
+                    Ok(channel) => facts.emulated_write = channel.report().emulated_write,
+                    Err(err) => facts.endpoint_error = Some(err.to_string()),
+                }
+            }
+        }
+    }
+    Libfabric::Checked(facts)
+}
+
+/// The path of a shared library this process loaded, from `/proc/self/maps`.
+fn loaded_library(name: &str) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().filter_map(|line| line.split_whitespace().nth(5)).find(|path| path.contains(name)).map(str::to_string)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
+}
+
+/// The report as the contracts see it: its problems' short forms, or why it could not tell, or what was
+/// checked.
+pub fn verdict(report: &Report) -> Verdict {
+    match report.status {
+        Status::Problem => Verdict::Problems(report.with_status(Status::Problem).map(|f| f.short.clone()).collect()),
+        Status::Unknown => {
+            let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
+            Verdict::Unknown(unknown.join("; "))
+        }
+        Status::Ok | Status::Skipped => {
+            let ok = report.with_status(Status::Ok).count();
+            let skipped = report.with_status(Status::Skipped).count();
+            let instance = report.instance_type.as_deref().unwrap_or("instance type unknown");
+            Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped"))
+        }
+    }
+}
+
+/// One row per finding, then the verdict.
+fn table(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let instance = report.instance_type.as_deref().map_or("instance type unknown".to_string(), |t| format!("{t} ({})", report.instance_source));
+    let mut text = format!("efatop check  {}  {instance}  window {:.1} s\n", report.host, report.window_s);
+    let _ = writeln!(text, "  {:<13} {:<8} finding", "rule", "status");
+    for finding in &report.findings {
+        let _ = writeln!(text, "  {:<13} {:<8} {}", finding.rule.name(), finding.status.label(), finding.message);
+    }
+    let line = match verdict(report) {
+        Verdict::Ok(_) => "ok: nothing wrong found".to_string(),
+        Verdict::Problems(problems) => {
+            let count = problems.len();
+            format!("PROBLEM: {count} thing{} wrong: {}", if count == 1 { "" } else { "s" }, problems.join("; "))
+        }
+        Verdict::Unknown(why) => format!("UNKNOWN: could not tell: {why}"),
+    };
+    let _ = writeln!(text, "{line}");
+    text
+}
+
+fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err((2, format!("writing to stdout: {err}"))),
+        _ => Ok(()),
+    }
+}

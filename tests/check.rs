@@ -1,0 +1,233 @@
+//! `efatop check` as a program, on fake p5, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
+//! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
+//! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
+//! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
+//! the thing it broke, with exit code 1; a healthy node names nothing, exit 0.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::efatop;
+use efatop_monitor::{FakeNode, Fault};
+use serde_json::Value;
+
+const TYPES: [&str; 3] = ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const FORMATS: [&str; 5] = ["table", "json", "nhc", "npd", "slurm"];
+
+/// What each fault's one-line form must say besides the thing it broke.
+fn words(fault: Fault) -> &'static str {
+    match fault {
+        Fault::MissingNic => "missing",
+        Fault::PortDown => "port 1 DOWN",
+        Fault::ImpairedRising => "impaired_remote_conn_events +",
+        Fault::WrongNuma => "on NUMA",
+        Fault::LowMemlock => "memlock 64 KiB, not unlimited",
+    }
+}
+
+fn rule(fault: Fault) -> &'static str {
+    match fault {
+        Fault::MissingNic => "efa-devices",
+        Fault::PortDown => "efa-ports",
+        Fault::ImpairedRising => "efa-counters",
+        Fault::WrongNuma => "numa",
+        Fault::LowMemlock => "memlock",
+    }
+}
+
+/// Runs `efatop check --format FORMAT` on `node`; with `rising`, the victim's impaired counter grows
+/// every 10 ms while it runs.
+fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
+    let root = node.root().to_str().expect("utf-8").to_string();
+    let window = if rising { "500ms" } else { "100ms" };
+    let stop = Arc::new(AtomicBool::new(false));
+    let bumper = rising.then(|| {
+        let (node, stop) = (node.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                node.bump().expect("bump");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    });
+    let run = efatop(&["check", "--sysfs-root", &root, "--window", window, "--format", format]);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(bumper) = bumper {
+        bumper.join().expect("bumper");
+    }
+    run
+}
+
+/// Asserts that `run` (format `format`) names exactly one problem, by `rule`, about `subject`, saying
+/// `words`; or, with `fault` `None`, nothing.
+fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, what: &str) {
+    let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code, Some(i32::from(fault.is_some())), "{context}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    match format {
+        "table" => {
+            let flagged: Vec<&str> =
+                lines.iter().copied().filter(|l| l.starts_with("  ") && (l.contains(" PROBLEM ") || l.contains(" unknown "))).collect();
+            let last = lines.last().copied().unwrap_or_default();
+            match fault {
+                None => {
+                    assert!(flagged.is_empty(), "{context}");
+                    assert_eq!(last, "ok: nothing wrong found", "{context}");
+                }
+                Some((fault, subject)) => {
+                    assert_eq!(flagged.len(), 1, "{context}");
+                    assert!(flagged[0].trim_start().starts_with(rule(fault)) && flagged[0].contains(subject), "{context}");
+                    assert!(last.starts_with("PROBLEM: 1 thing wrong: ") && last.contains(subject) && last.contains(words(fault)), "{context}");
+                }
+            }
+        }
+        "json" => {
+            assert_eq!(lines.len(), 1, "{context}");
+            let line: Value = serde_json::from_str(lines[0]).expect("JSON");
+            assert_eq!(line["type"], "check", "{context}");
+            let findings = line["data"]["findings"].as_array().expect("findings");
+            let flagged: Vec<(&str, &str, &str)> = findings
+                .iter()
+                .filter(|f| f["status"] == "problem" || f["status"] == "unknown")
+                .map(|f| (f["rule"].as_str().unwrap_or(""), f["subject"].as_str().unwrap_or(""), f["short"].as_str().unwrap_or("")))
+                .collect();
+            match fault {
+                None => {
+                    assert!(flagged.is_empty(), "{context}");
+                    assert_eq!(line["data"]["status"], "ok", "{context}");
+                }
+                Some((fault, subject)) => {
+                    assert_eq!(flagged.len(), 1, "{context}");
+                    assert_eq!((flagged[0].0, flagged[0].1), (rule(fault), subject), "{context}");
+                    assert!(flagged[0].2.contains(words(fault)), "{context}");
+                    assert_eq!(line["data"]["status"], "problem", "{context}");
+                }
+            }
+        }
+        "npd" => {
+            assert_eq!(lines.len(), 1, "{context}");
+            assert!(lines[0].len() <= 80 && lines[0].is_ascii(), "{context}");
+            match fault {
+                None => assert!(lines[0].starts_with("efatop: ok: "), "{context}"),
+                Some((fault, subject)) => {
+                    assert!(lines[0].starts_with("efatop: ") && lines[0].contains(subject) && lines[0].contains(words(fault)), "{context}");
+                    assert!(!lines[0].contains(';') && !lines[0].contains("more)"), "one problem only: {context}");
+                }
+            }
+        }
+        "nhc" | "slurm" => {
+            let prefix = if format == "nhc" { "check_efatop:  " } else { "efatop: " };
+            match fault {
+                None => assert!(run.stdout.is_empty(), "{context}"),
+                Some((fault, subject)) => {
+                    assert_eq!(lines.len(), 1, "{context}");
+                    let reason = lines[0].strip_prefix(prefix).unwrap_or_else(|| panic!("no {prefix:?}: {context}"));
+                    assert!(reason.contains(subject) && reason.contains(words(fault)) && !reason.contains(';'), "{context}");
+                }
+            }
+        }
+        other => unreachable!("format {other}"),
+    }
+}
+
+fn every_format(fault: Option<Fault>) {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let subject = fault.map(|fault| node.plant(fault).expect("plant"));
+        for format in FORMATS {
+            let run = check(&node, format, fault == Some(Fault::ImpairedRising));
+            let what = format!("{instance_type} {}", fault.map_or("healthy", Fault::name));
+            assert_names(&run, format, fault.zip(subject.as_deref()), &what);
+        }
+    }
+}
+
+#[test]
+fn a_healthy_node_names_nothing_in_any_format() {
+    every_format(None);
+}
+
+#[test]
+fn a_missing_nic_is_named_in_every_format() {
+    every_format(Some(Fault::MissingNic));
+}
+
+#[test]
+fn a_port_down_is_named_in_every_format() {
+    every_format(Some(Fault::PortDown));
+}
+
+#[test]
+fn impaired_remote_connections_rising_are_named_in_every_format() {
+    every_format(Some(Fault::ImpairedRising));
+}
+
+#[test]
+fn a_nic_on_the_wrong_numa_node_is_named_in_every_format() {
+    every_format(Some(Fault::WrongNuma));
+}
+
+#[test]
+fn memlock_too_low_is_named_in_every_format() {
+    every_format(Some(Fault::LowMemlock));
+}
+
+#[test]
+fn several_faults_fit_one_npd_line_worst_first_and_the_rest_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    for fault in [Fault::PortDown, Fault::WrongNuma, Fault::LowMemlock] {
+        node.plant(fault).expect("plant");
+    }
+    // Two more NICs down: five problems in all.
+    for device in ["rdmap81s0", "rdmap82s0"] {
+        std::fs::write(dir.path().join("sys/class/infiniband").join(device).join("ports/1/state"), "1: DOWN\n").expect("write");
+    }
+    let run = check(&node, "npd", false);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let line = run.stdout.trim_end();
+    assert!(line.len() <= 80, "{line}");
+    assert!(line.starts_with("efatop: rdmap80s0 port 1 DOWN; rdmap81s0 port 1 DOWN"), "{line}");
+    assert!(line.ends_with(" more)"), "{line}");
+    let slurm = check(&node, "slurm", false);
+    assert_eq!(
+        slurm.stdout,
+        "efatop: rdmap80s0 port 1 DOWN; rdmap81s0 port 1 DOWN; rdmap82s0 port 1 DOWN; rdmap80s0 on NUMA 1, not 0; memlock 64 KiB, not unlimited\n"
+    );
+}
+
+#[test]
+fn this_machine_is_checked_within_30_seconds_and_says_how_it_stands() {
+    let run = efatop(&["check", "--json"]);
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
+    let line: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    let status = line["data"]["status"].as_str().expect("status");
+    let code = match status {
+        "ok" => 0,
+        "problem" => 1,
+        _ => 2,
+    };
+    assert_eq!(run.code, Some(code), "{}", run.stdout);
+    let libfabric = line["data"]["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "libfabric").cloned();
+    let libfabric = libfabric.expect("a libfabric finding");
+    assert!(libfabric["message"].as_str().unwrap_or("").contains("libfabric "), "libfabric is asked on this machine: {libfabric}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for (args, says) in [
+        (vec!["check", "--instance-type", "m7i.large"], "--instance-type m7i.large: no built-in layout"),
+        (vec!["check", "--drain"], "--drain: only with --format slurm"),
+        (vec!["check", "--sysfs-root", "/nonexistent/efatop"], "--sysfs-root /nonexistent/efatop: not a directory"),
+        (vec!["check", "--window", "30s"], "too long a window"),
+    ] {
+        let run = efatop(&args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+}

@@ -1,0 +1,258 @@
+//! A real Slurm cluster on the emulated nodes: scripts/emulate-cluster (4 nodes × 4 NICs at 1 Gbit/s) and
+//! scripts/slurm-cluster (munged, slurmctld, one slurmd per node in its own network namespace with its own
+//! host name and `NodeName`, efatop check as `HealthCheckProgram` on a fake p5 tree per node). Under the
+//! cluster lock, one test at a time:
+//!
+//! - `srun -N 4 --ntasks-per-node=1 efatop write --provider tcp --channels all` verifies across the four
+//!   nodes through efatop's Slurm bootstrap (no MPI), then through MPI over Slurm's `PMIx` plugin
+//!   (`--mpi=pmix`, Debian's Open MPI), then with 2 ranks per node;
+//! - `srun ... efatop sweep` with one NIC shaped down names it, exit 3;
+//! - the sbatch script users copy (docs/slurm/efatop-sweep.sbatch) runs the check and a sweep: nothing
+//!   found on a healthy cluster, exit 0;
+//! - as `HealthCheckProgram`, a planted fault drains that node with efatop's reason (`sinfo -R`), removing it
+//!   resumes the node; a node an operator drained stays drained;
+//! - as `Prolog` (deploy/slurm/efatop-prolog.sh), a planted fault drains the node with efatop's reason and
+//!   the job does not start there.
+//!
+//! Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup-debian): where they
+//! are missing the tests say SKIPPED, and fail under CI=true.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, cluster_script, efatop_path, run_program, serial};
+use serde_json::Value;
+
+const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
+/// Where scripts/slurm-cluster keeps its files (its default).
+const SLURM_DIR: &str = "/tmp/efatop-slurm";
+
+fn slurm_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-cluster")
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// The Slurm cluster, up while this lives, on an emulated cluster that holds the cluster lock.
+struct SlurmCluster {
+    _cluster: Cluster,
+}
+
+impl SlurmCluster {
+    fn up() -> Option<Self> {
+        Self::up_with(&[])
+    }
+
+    /// With more `scripts/slurm-cluster up` flags.
+    fn up_with(flags: &[&str]) -> Option<Self> {
+        let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| !on_path(p)).collect();
+        if !missing.is_empty() {
+            assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
+            eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/setup-debian)");
+            return None;
+        }
+        let cluster = Cluster::up()?;
+        let efatop = efatop_path();
+        let output = Command::new(slurm_script()).args(["up", "--efatop"]).arg(&efatop).args(flags).output().expect("slurm-cluster");
+        if !output.status.success() {
+            let logs = std::fs::read_dir(format!("{SLURM_DIR}/log"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| format!("== {}\n{}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let _ = Command::new(slurm_script()).arg("down").output();
+            panic!("slurm-cluster up failed: {}\n{logs}", String::from_utf8_lossy(&output.stderr));
+        }
+        // srun, sinfo and scontrol of this test find the cluster through SLURM_CONF (the same value for every
+        // test; one cluster test runs at a time).
+        std::env::set_var("SLURM_CONF", format!("{SLURM_DIR}/slurm.conf"));
+        Some(Self { _cluster: cluster })
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(slurm_script()).arg("down").output();
+    }
+}
+
+fn srun(args: &[&str], limit: Duration) -> common::Run {
+    run_program("srun", args, limit)
+}
+
+fn lines_of_type(stdout: &str, kind: &str) -> Vec<Value> {
+    stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|l| l["type"] == kind).collect()
+}
+
+/// `srun ... efatop write` across the nodes: exit 0, every rank on its own node (`hosts` in the run's
+/// metadata), every size verified (the summary's state is complete).
+fn write_across(srun_args: &[&str], hosts: &[&str], what: &str) {
+    let efatop = efatop_path();
+    let mut args: Vec<&str> = srun_args.to_vec();
+    args.extend([
+        efatop.to_str().expect("utf-8"),
+        "write",
+        "--provider",
+        "tcp",
+        "--channels",
+        "all",
+        "--min-size",
+        "1M",
+        "--max-size",
+        "4M",
+        "--iters",
+        "10",
+        "--json",
+    ]);
+    let run = srun(&args, Duration::from_mins(3));
+    println!("{what}: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+    assert_eq!(run.code, Some(0), "{what}: {}\n{}", run.stdout, run.stderr);
+    let summary = lines_of_type(&run.stdout, "summary");
+    assert_eq!(summary.len(), 1, "{what}: one summary: {}", run.stdout);
+    let metadata = &summary[0]["data"]["metadata"];
+    assert_eq!(metadata["hosts"], serde_json::json!(hosts), "{what}: {metadata}");
+    assert_eq!(metadata["channels"], 4, "{what}: four NICs a node: {metadata}");
+    assert_eq!(summary[0]["data"]["status"]["state"], "complete", "{what}");
+    assert!(!summary[0]["data"]["measurements"].as_array().expect("measurements").is_empty(), "{what}");
+}
+
+#[test]
+fn srun_write_verifies_across_four_nodes_by_slurms_environment_by_pmix_and_two_ranks_a_node() {
+    let _one = serial();
+    let Some(_slurm) = SlurmCluster::up() else { return };
+    // No MPI: efatop's own bootstrap from SLURM_PROCID, SLURM_NTASKS and the step's first node (forced, so
+    // that a fall-back would fail rather than pass).
+    write_across(&["-N", "4", "--ntasks-per-node=1", "--mpi=none", "--export=ALL,EFATOP_BOOTSTRAP=slurm"], &NODES, "Slurm bootstrap");
+    // MPI through Slurm's PMIx plugin (Debian's Open MPI has no PMI-2 support for direct launch).
+    write_across(&["-N", "4", "--ntasks-per-node=1", "--mpi=pmix", "--export=ALL,EFATOP_BOOTSTRAP=mpi"], &NODES, "MPI over PMIx");
+    // Two ranks a node: ranks 0-1 on the first node, 2-3 on the second (block distribution).
+    let two_each: Vec<&str> = NODES.iter().flat_map(|n| [*n, *n]).collect();
+    write_across(&["-N", "4", "--ntasks-per-node=2", "--mpi=none"], &two_each, "2 ranks a node");
+}
+
+#[test]
+fn srun_sweep_names_a_nic_shaped_down_with_exit_3() {
+    let _one = serial();
+    let Some(_slurm) = SlurmCluster::up() else { return };
+    let shaped = Command::new(cluster_script()).args(["shape", "--node", "2", "--nic", "1", "--rate", "250mbit"]).output().expect("shape");
+    assert!(shaped.status.success(), "{}", String::from_utf8_lossy(&shaped.stderr));
+    let efatop = efatop_path();
+    let run = srun(
+        &[
+            "-N", "4", "--ntasks-per-node=1", efatop.to_str().expect("utf-8"), "sweep", "--provider", "tcp", "--channels", "all",
+            "--size", "32M", "--iters", "6", "--warmup", "1", "--json",
+        ],
+        Duration::from_mins(6),
+    );
+    println!("srun sweep, efatop-node2 efa1 at 250 Mbit/s: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
+    assert_eq!(run.code, Some(3), "{}\n{}", run.stdout, run.stderr);
+    let verdict = lines_of_type(&run.stdout, "verdict");
+    assert_eq!(verdict.len(), 1, "{}", run.stdout);
+    let suspects = verdict[0]["data"]["suspects"].as_array().expect("suspects");
+    assert_eq!(suspects.len(), 1, "exactly the shaped NIC: {}", verdict[0]);
+    let s = &suspects[0];
+    assert_eq!((&s["scope"], &s["rank"], &s["host"], &s["nic"]), (&"nic".into(), &2.into(), &"efatop-node2".into(), &"efa1".into()), "{s}");
+    assert_eq!(verdict[0]["data"]["checked"], serde_json::json!({ "nodes": 4, "nics": 16 }));
+}
+
+#[test]
+fn the_sbatch_script_checks_and_sweeps_a_healthy_cluster_and_finds_nothing() {
+    let _one = serial();
+    let Some(_slurm) = SlurmCluster::up() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/slurm/efatop-sweep.sbatch");
+    let output = dir.path().join("sweep.out");
+    let efatop = efatop_path();
+    let export = format!(
+        "--export=ALL,EFATOP={},EFATOP_CHECK_ROOT={SLURM_DIR}/sysfs,EFATOP_SWEEP_ARGS=--provider tcp --size 32M --iters 6 --warmup 1",
+        efatop.display()
+    );
+    let run = run_program(
+        "sbatch",
+        &["--wait", "-N", "4", &export, &format!("--output={}", output.display()), script.to_str().expect("utf-8")],
+        Duration::from_mins(6),
+    );
+    let said = std::fs::read_to_string(&output).unwrap_or_default();
+    println!("sbatch: exit {:?} after {:.1} s\n{said}", run.code, run.elapsed.as_secs_f64());
+    assert_eq!(run.code, Some(0), "{}\n{}\n{said}", run.stdout, run.stderr);
+    assert!(said.contains("# efatop check on every node of efatop-node[0-3]"), "{said}");
+    assert!(said.contains("# sweep: nothing slow"), "{said}");
+    assert!(!said.contains("efatop:"), "no node named: {said}");
+}
+
+/// `sinfo -R`'s reasons: (reason, node list).
+fn reasons() -> Vec<(String, String)> {
+    let run = run_program("sinfo", &["-R", "-h", "-o", "%E|%N"], Duration::from_secs(30));
+    run.stdout.lines().filter_map(|l| l.split_once('|')).map(|(r, n)| (r.trim().to_string(), n.trim().to_string())).collect()
+}
+
+fn node_state(node: &str) -> String {
+    run_program("sinfo", &["-h", "-n", node, "-o", "%t"], Duration::from_secs(30)).stdout.trim().to_string()
+}
+
+fn wait_until<T>(what: &str, limit: Duration, mut done: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = done() {
+            println!("{what}: after {:.1} s", started.elapsed().as_secs_f64());
+            return value;
+        }
+        assert!(started.elapsed() < limit, "{what} within {limit:?}; sinfo -R: {:?}", reasons());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn as_health_check_a_planted_fault_drains_its_node_with_efatops_reason_and_removing_it_resumes_it() {
+    let _one = serial();
+    let Some(_slurm) = SlurmCluster::up() else { return };
+    assert!(reasons().is_empty(), "a healthy cluster: {:?}", reasons());
+    // An operator's drain, which efatop must leave alone.
+    let operator = run_program(
+        "scontrol",
+        &["update", "nodename=efatop-node1", "state=drain", "reason=operator: cable swap"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(operator.code, Some(0), "{}", operator.stderr);
+    // Node 2's port 1 of rdmap80s0 goes down.
+    let node = efatop_monitor::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node2"), "p5.48xlarge").expect("node 2's tree");
+    node.plant(efatop_monitor::Fault::PortDown).expect("plant");
+    let drained = wait_until("efatop-node2 drained by the health check", Duration::from_mins(1), || {
+        reasons().into_iter().find(|(_, nodes)| nodes == "efatop-node2")
+    });
+    assert_eq!(drained.0, "efatop: rdmap80s0 port 1 DOWN");
+    assert!(node_state("efatop-node2").starts_with("drain"), "{}", node_state("efatop-node2"));
+    // The port comes back: the next check resumes the node; the operator's drain stays.
+    std::fs::write(format!("{SLURM_DIR}/sysfs/efatop-node2/sys/class/infiniband/rdmap80s0/ports/1/state"), "4: ACTIVE\n").expect("port up");
+    std::fs::write(format!("{SLURM_DIR}/sysfs/efatop-node2/sys/class/infiniband/rdmap80s0/ports/1/phys_state"), "5: LinkUp\n").expect("link up");
+    wait_until("efatop-node2 resumed", Duration::from_mins(1), || (node_state("efatop-node2") == "idle").then_some(()));
+    // Two more health-check rounds (every 5 s): the operator's drain is still there.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(reasons(), [("operator: cable swap".to_string(), "efatop-node1".to_string())]);
+    let log = std::fs::read_to_string(format!("{SLURM_DIR}/log/healthcheck-efatop-node2.log")).unwrap_or_default();
+    assert!(log.contains("efatop: drained efatop-node2") && log.contains("efatop: resumed efatop-node2"), "{log}");
+}
+
+#[test]
+fn as_prolog_a_planted_fault_drains_the_node_and_the_job_does_not_start_there() {
+    let _one = serial();
+    // The health check off, so that only the prolog can drain.
+    let Some(_slurm) = SlurmCluster::up_with(&["--prolog", "--healthcheck-interval", "0"]) else { return };
+    let node = efatop_monitor::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node3"), "p5.48xlarge").expect("node 3's tree");
+    node.plant(efatop_monitor::Fault::PortDown).expect("plant");
+    let refused = srun(&["-w", "efatop-node3", "-N", "1", "hostname"], Duration::from_mins(1));
+    println!("srun on the faulty node: exit {:?}\n{}", refused.code, refused.stderr);
+    assert_ne!(refused.code, Some(0), "{}", refused.stdout);
+    assert!(refused.stderr.contains("prolog failed"), "{}", refused.stderr);
+    assert!(!refused.stdout.contains("efatop-node3"), "the job ran: {}", refused.stdout);
+    assert_eq!(reasons(), [("efatop: rdmap80s0 port 1 DOWN".to_string(), "efatop-node3".to_string())]);
+    let healthy = srun(&["-w", "efatop-node0", "-N", "1", "hostname"], Duration::from_mins(1));
+    assert_eq!((healthy.code, healthy.stdout.trim()), (Some(0), "efatop-node0"), "{}", healthy.stderr);
+}

@@ -1,0 +1,40 @@
+//! The layouts efatop knows by instance type: the fixtures of `topology/fixtures/`, compiled in, so that a
+//! node can be compared with what its type should have (`efatop check`) without any file beside the binary.
+
+use crate::{NodeTopology, TopologyError};
+
+/// Instance types with a fixture, and the fixture's hwloc XML.
+const FIXTURES: &[(&str, &str)] = &[
+    ("p5.48xlarge", include_str!("../fixtures/p5.48xlarge.xml")),
+    ("p5en.48xlarge", include_str!("../fixtures/p5en.48xlarge.xml")),
+    ("p4d.24xlarge", include_str!("../fixtures/p4d.24xlarge.xml")),
+];
+
+/// The instance types [`instance_layout`] knows, in the order above.
+pub fn known_instance_types() -> impl Iterator<Item = &'static str> {
+    FIXTURES.iter().map(|(name, _)| *name)
+}
+
+/// The layout a node of `instance_type` should have (`p5.48xlarge`, as the DMI product name and EC2's
+/// metadata spell it; surrounding blanks are ignored); `None` for a type without a fixture.
+pub fn instance_layout(instance_type: &str) -> Option<Result<NodeTopology, TopologyError>> {
+    let wanted = instance_type.trim();
+    let (name, xml) = FIXTURES.iter().find(|(name, _)| name.eq_ignore_ascii_case(wanted))?;
+    Some(NodeTopology::from_xml_str(xml, &format!("{name} (built-in)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_type_loads_with_its_gpus_and_efa() {
+        for (name, gpus, efa) in [("p5.48xlarge", 8, 32), ("p5en.48xlarge", 8, 16), ("p4d.24xlarge", 8, 4)] {
+            let layout = instance_layout(name).expect("known").expect("loads");
+            assert_eq!(layout.gpus.len(), gpus, "{name}");
+            assert_eq!(layout.nics.iter().filter(|nic| nic.kind == crate::NicKind::Efa).count(), efa, "{name}");
+        }
+        assert!(instance_layout(" P5.48xlarge\n").is_some(), "case and blanks");
+        assert!(instance_layout("m7i.large").is_none());
+    }
+}
