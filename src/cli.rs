@@ -8,7 +8,7 @@ use crate::experiment::Experiment;
 mod tools;
 mod view;
 
-pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
+pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
 pub use crate::experiment::parse_serve;
 pub use view::{AttachArgs, ReplayArgs};
 

@@ -4,6 +4,9 @@
 //! bootstrap; rank 0 maps it and moves its own device buffer into it, for each configuration:
 //! - `IPC <grid>x<block>`: a store kernel of that grid and block, each thread storing 16-byte vectors into
 //!   the peer's memory, then a system-scope fence (the seed's kernel);
+//! - `kernel (tuned)`: the tuned store kernel, its grid sized to the writer's GPU (a few resident blocks
+//!   per SM), each block copying contiguous tiles with 8 loads in flight per thread: what GPU-initiated
+//!   stores reach at the hardware's copy rate, beside the seed's grid sweep;
 //! - `CE`: the copy engine (`cuMemcpyDtoDAsync` into the mapped buffer), the baseline in the same run.
 //!
 //! Each (configuration, size) step: rank 0 fills its source with the step's pattern and rank 1 poisons its
@@ -39,6 +42,7 @@ pub use efatop_proto::ipc::IpcConfig;
 fn mover(config: IpcConfig) -> Mover {
     match config.0 {
         Column::Kernel { grid, block } => Mover::Kernel { grid, block },
+        Column::Tuned => Mover::Tuned,
         Column::CopyEngine => Mover::CopyEngine,
     }
 }
@@ -135,6 +139,9 @@ pub fn run(
             observer.note(&format!("NVLink peak {from} -> {to} unknown (no NVML, no NVLink seen): BusBW left out"));
         }
         None => {}
+    }
+    if let (Some(writer), true) = (&writer, options.configs.contains(&IpcConfig::TUNED)) {
+        observer.note(&writer.tuned_description());
     }
     let peak_gbytes_per_s = options.peak.as_ref().map(|p| p.gbytes_per_s);
     if world.rank == WRITER {

@@ -51,7 +51,105 @@ extern "C" __global__ void efatop_ipc_store(const uint4* __restrict__ source, ui
     }
     __threadfence_system();
 }
+
+// The tuned kernel (`Mover::Tuned`): a grid sized to the GPU (a few blocks per SM, all resident at once)
+// in which each block copies contiguous tiles of EFATOP_UNROLL x blockDim vectors, every thread keeping
+// EFATOP_UNROLL 16-byte loads in flight before its stores. Contiguous tiles keep each block's accesses in
+// few DRAM pages, and the resident grid keeps enough bytes in flight to fill HBM (or NVLink) without the
+// block-scheduling churn of a grid-stride over a huge grid. EFATOP_TUNED_MODE picks the cache hints:
+// 0 plain loads and stores, 1 streaming (`ld.global.cs`/`st.global.cs`), 2 non-coherent loads that skip
+// L1 (`ld.global.nc.L1::no_allocate`). The remainder past the last whole tile goes grid-stride, the last
+// bytes past the last whole vector one per thread, then the same system-scope fence as the seed's kernel.
+__device__ __forceinline__ uint4 efatop_tuned_load(const uint4* p) {
+#if EFATOP_TUNED_MODE == 1
+    return __ldcs(p);
+#elif EFATOP_TUNED_MODE == 2
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
+__device__ __forceinline__ void efatop_tuned_store(uint4* p, uint4 v) {
+#if EFATOP_TUNED_MODE == 1
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+// The launch bounds are the shape the writer launches: the compiler may then give each thread all the
+// registers that many resident threads leave (64 at 1024 threads per SM: all 8 loads in flight; at 2048
+// threads per SM it has 32 and keeps 4 in flight, the same bytes per SM).
+extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BLOCKS_PER_SM) efatop_ipc_store_tuned(const uint4* __restrict__ source,
+        uint4* __restrict__ target, unsigned long long vectors, const unsigned char* source_bytes,
+        unsigned char* target_bytes, unsigned long long len) {
+    const unsigned long long tile = (unsigned long long)EFATOP_UNROLL * blockDim.x;
+    const unsigned long long tiles = vectors / tile;
+    for (unsigned long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const uint4* from = source + t * tile + threadIdx.x;
+        uint4* to = target + t * tile + threadIdx.x;
+        uint4 v[EFATOP_UNROLL];
+#pragma unroll
+        for (int u = 0; u < EFATOP_UNROLL; u++) v[u] = efatop_tuned_load(from + (unsigned long long)u * blockDim.x);
+#pragma unroll
+        for (int u = 0; u < EFATOP_UNROLL; u++) efatop_tuned_store(to + (unsigned long long)u * blockDim.x, v[u]);
+    }
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    for (unsigned long long i = tiles * tile + first; i < vectors; i += stride) {
+        target[i] = source[i];
+    }
+    unsigned long long tail = vectors * 16 + first;
+    if (tail < len) {
+        target_bytes[tail] = source_bytes[tail];
+    }
+    __threadfence_system();
+}
 "#;
+
+/// The tuned kernel's shape: `unroll` 16-byte vectors in flight per thread, `blocks_per_sm` blocks of
+/// `block` threads per multiprocessor (the grid is that times the GPU's SM count, fewer for small copies),
+/// `mode` its cache hints (see the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunedShape {
+    pub unroll: u32,
+    pub blocks_per_sm: u32,
+    pub block: u32,
+    pub mode: u32,
+}
+
+impl TunedShape {
+    /// What the measurements chose (docs/measurements.md, issue 32).
+    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 2, block: 512, mode: 0 };
+
+    /// `EFATOP_IPC_TUNED=unroll,blocks_per_sm,block,mode` replaces the default (for measuring variants; the
+    /// run's notes say which shape ran); anything unreadable keeps the default.
+    pub fn from_env() -> Self {
+        std::env::var("EFATOP_IPC_TUNED").ok().and_then(|text| Self::parse(&text)).unwrap_or(Self::DEFAULT)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let numbers: Vec<u32> = text.split(',').map(|n| n.trim().parse().ok()).collect::<Option<_>>()?;
+        let &[unroll, blocks_per_sm, block, mode] = numbers.as_slice() else { return None };
+        let valid = (1..=32).contains(&unroll)
+            && (1..=32).contains(&blocks_per_sm)
+            && (MIN_BLOCK..=MAX_BLOCK).contains(&block)
+            && block % 32 == 0
+            && mode <= 2;
+        valid.then_some(Self { unroll, blocks_per_sm, block, mode })
+    }
+
+    /// The grid for `vectors` 16-byte vectors on `sms` multiprocessors: all resident blocks, but no more
+    /// blocks than there are whole tiles (at least one).
+    pub fn grid(&self, sms: u32, vectors: u64) -> u32 {
+        let tiles = vectors / u64::from(self.unroll * self.block);
+        (u64::from(sms * self.blocks_per_sm)).min(tiles).max(1) as u32
+    }
+}
 
 /// The handle another process of this host opens with [`PeerMemory::open`]. Only memory from
 /// [`Gpu::alloc_shareable`] can be exported.
@@ -110,6 +208,8 @@ impl Drop for PeerMemory {
 pub enum Mover {
     /// The store kernel with `grid` blocks of `block` threads.
     Kernel { grid: u32, block: u32 },
+    /// The tuned kernel, its grid sized to this GPU ([`TunedShape`]).
+    Tuned,
     /// One `cuMemcpyDtoDAsync`, done by a copy engine.
     CopyEngine,
 }
@@ -118,15 +218,43 @@ pub enum Mover {
 pub struct IpcWriter {
     stream: Arc<CudaStream>,
     store: CudaFunction,
+    tuned: CudaFunction,
+    shape: TunedShape,
+    sms: u32,
 }
 
 impl IpcWriter {
     pub fn new(gpu: &Gpu) -> Result<Self, CudaError> {
         let context = gpu.stream.context().clone();
         context.bind_to_thread()?;
-        let ptx = cudarc::nvrtc::compile_ptx(STORE_KERNEL).map_err(|e| CudaError::Compile(e.to_string()))?;
-        let store = context.load_module(ptx)?.load_function("efatop_ipc_store")?;
-        Ok(Self { stream: context.new_stream()?, store })
+        let shape = TunedShape::from_env();
+        let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let source = format!(
+            "#define EFATOP_UNROLL {}\n#define EFATOP_TUNED_MODE {}\n#define EFATOP_TUNED_BLOCK {}\n#define EFATOP_TUNED_BLOCKS_PER_SM {}\n{STORE_KERNEL}",
+            shape.unroll, shape.mode, shape.block, shape.blocks_per_sm
+        );
+        let options = cudarc::nvrtc::CompileOptions { arch: Some(crate::nvrtc_arch(&context)?), ..Default::default() };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| CudaError::Compile(e.to_string()))?;
+        let module = context.load_module(ptx)?;
+        let store = module.load_function("efatop_ipc_store")?;
+        let tuned = module.load_function("efatop_ipc_store_tuned")?;
+        Ok(Self { stream: context.new_stream()?, store, tuned, shape, sms: sms.max(1) as u32 })
+    }
+
+    /// The tuned kernel's shape on this GPU, as a note for the run.
+    pub fn tuned_description(&self) -> String {
+        let TunedShape { unroll, blocks_per_sm, block, mode } = self.shape;
+        let hints = match mode {
+            1 => "streaming loads and stores",
+            2 => "non-coherent loads",
+            _ => "plain loads and stores",
+        };
+        format!(
+            "kernel (tuned): grid {}x{block} ({blocks_per_sm} blocks of {block} threads per SM, {} SMs; fewer when \
+             the size has fewer tiles), contiguous tiles, {unroll} 16-byte loads in flight per thread, {hints}",
+            self.sms * blocks_per_sm,
+            self.sms
+        )
     }
 
     /// Starts `passes` moves of the first `len` bytes of `source` to the start of `target`, each followed
@@ -166,13 +294,17 @@ impl IpcWriter {
                 // or unmap).
                 unsafe { sys::cuMemcpyDtoDAsync_v2(target, source, len, self.stream.cu_stream()) }.result()?;
             }
-            Mover::Kernel { grid, block } => {
+            Mover::Kernel { .. } | Mover::Tuned => {
                 let vectors = (len / 16) as u64;
                 let len64 = len as u64;
-                let mut launch = self.stream.launch_builder(&self.store);
+                let (function, grid, block) = match mover {
+                    Mover::Kernel { grid, block } => (&self.store, grid, block),
+                    _ => (&self.tuned, self.shape.grid(self.sms, vectors), self.shape.block),
+                };
+                let mut launch = self.stream.launch_builder(function);
                 launch.arg(&source).arg(&target).arg(&vectors).arg(&source).arg(&target).arg(&len64);
                 let config = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-                // SAFETY: the kernel's signature is (const uint4*, uint4*, u64, const u8*, u8*, u64); it reads
+                // SAFETY: both kernels' signature is (const uint4*, uint4*, u64, const u8*, u8*, u64); each reads
                 // and writes only the first `len` bytes of each buffer, which `start` checked exist. Both
                 // pointers come from cuMemAlloc/cuIpcOpenMemHandle, so they are 256-byte aligned for uint4.
                 unsafe { launch.launch(config) }?;
@@ -273,13 +405,23 @@ mod tests {
         // The same process reaches its own buffer directly: a PeerMemory over a local address.
         let local = PeerMemory { context: gpu.stream.context().clone(), address: target.address, len };
         let writer = IpcWriter::new(&gpu).expect("writer");
-        for (key, mover) in [(5, Mover::Kernel { grid: 3, block: 64 }), (6, Mover::CopyEngine), (7, Mover::Kernel { grid: 128, block: 256 })] {
+        for (key, mover) in
+            [(5, Mover::Kernel { grid: 3, block: 64 }), (6, Mover::CopyEngine), (7, Mover::Kernel { grid: 128, block: 256 }), (9, Mover::Tuned)]
+        {
             gpu.fill(&source, 0..len, key, None).expect("fill");
             let passes = writer.start(mover, &source, &local, len, 3).expect("start");
             let (each, total) = passes.finish().expect("finish");
             assert_eq!(each.len(), 3);
             assert!(total > 0 && each.iter().sum::<u64>().abs_diff(total) < 10_000, "{each:?} vs {total}");
             assert_eq!(gpu.verify(&target, 0..len, key).expect("verify"), None, "{mover:?}");
+        }
+        // The tuned kernel at sizes around its tile (8 x 512 vectors): no whole tile, tiles and a remainder
+        // of vectors and bytes, many tiles per block.
+        for (key, len) in [(10u64, 4096 * 16 - 1), (11, 3 * 4096 * 16 + 17), (12, len)] {
+            gpu.fill(&source, 0..len, key, None).expect("fill");
+            gpu.fill(&target, 0..len, key ^ 0xff, None).expect("poison");
+            writer.start(Mover::Tuned, &source, &local, len, 2).expect("start").finish().expect("finish");
+            assert_eq!(gpu.verify(&target, 0..len, key).expect("verify"), None, "tuned, {len} bytes");
         }
         // More passes than are queued at once: the rest are queued as the first ones finish.
         gpu.fill(&source, 0..len, 8, None).expect("fill");
@@ -294,5 +436,19 @@ mod tests {
         assert!(writer.start(Mover::CopyEngine, &source, &local, len + 1, 1).is_err());
         // `local` does not own the mapping: do not close it.
         std::mem::forget(local);
+    }
+
+    #[test]
+    fn tuned_shapes_read_from_the_environment_and_grids_fit_the_size() {
+        assert_eq!(TunedShape::parse("8,2,512,0"), Some(TunedShape::DEFAULT));
+        assert_eq!(TunedShape::parse("4, 4, 256, 1"), Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1 }));
+        for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,3", "8,2,2048,0", "8,0,512,0", "a,2,512,0"] {
+            assert_eq!(TunedShape::parse(bad), None, "{bad}");
+        }
+        let shape = TunedShape::DEFAULT;
+        // 132 SMs: 264 blocks once there are that many tiles of 4096 vectors, fewer below, never none.
+        assert_eq!(shape.grid(132, 1 << 26), 264);
+        assert_eq!(shape.grid(132, 4096 * 10 + 5), 10);
+        assert_eq!(shape.grid(132, 100), 1);
     }
 }
