@@ -58,15 +58,32 @@ extern "C" __global__ void efatop_ipc_store(const uint4* __restrict__ source, ui
 // few DRAM pages, and the resident grid keeps enough bytes in flight to fill HBM (or NVLink) without the
 // block-scheduling churn of a grid-stride over a huge grid. EFATOP_TUNED_MODE picks the cache hints:
 // 0 plain loads and stores, 1 streaming (`ld.global.cs`/`st.global.cs`), 2 non-coherent loads that skip
-// L1 (`ld.global.nc.L1::no_allocate`). The remainder past the last whole tile goes grid-stride, the last
-// bytes past the last whole vector one per thread, then the same system-scope fence as the seed's kernel.
-__device__ __forceinline__ uint4 efatop_tuned_load(const uint4* p) {
+// L1 (`ld.global.nc.L1::no_allocate`), 3 those with a 256-byte L2 prefetch (`.L2::256B`), 4 those marked
+// evict-first in L2. The remainder past the last whole tile goes grid-stride, the last bytes past the last
+// whole vector one per thread.
+//
+// EFATOP_TUNED_FENCE: 0 no fence (the default): like the copy engine, the kernel's completion, which the
+// event after it marks, is what makes its stores visible to the peer GPU and the host, and rank 1 checks
+// every byte after each step; 1 one system-scope fence per block (after a barrier); 2 one per thread, the
+// seed kernel's `__threadfence_system()`. Per thread it costs a quarter of the rate at 8M and 5 % at 64M
+// on an H100 (docs/measurements.md).
+__device__ __forceinline__ uint4 efatop_tuned_load(const uint4* p, unsigned long long policy) {
 #if EFATOP_TUNED_MODE == 1
     return __ldcs(p);
 #elif EFATOP_TUNED_MODE == 2
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#elif EFATOP_TUNED_MODE == 3
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#elif EFATOP_TUNED_MODE == 4
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
     return v;
 #else
     return *p;
@@ -84,9 +101,13 @@ __device__ __forceinline__ void efatop_tuned_store(uint4* p, uint4 v) {
 // The launch bounds are the shape the writer launches: the compiler may then give each thread all the
 // registers that many resident threads leave (64 at 1024 threads per SM: all 8 loads in flight; at 2048
 // threads per SM it has 32 and keeps 4 in flight, the same bytes per SM).
-extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BLOCKS_PER_SM) efatop_ipc_store_tuned(const uint4* __restrict__ source,
-        uint4* __restrict__ target, unsigned long long vectors, const unsigned char* source_bytes,
-        unsigned char* target_bytes, unsigned long long len) {
+extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BLOCKS_PER_SM) efatop_ipc_store_tuned(
+        const uint4* __restrict__ source, uint4* __restrict__ target, unsigned long long vectors,
+        const unsigned char* source_bytes, unsigned char* target_bytes, unsigned long long len) {
+    unsigned long long policy = 0;
+#if EFATOP_TUNED_MODE == 4
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
     const unsigned long long tile = (unsigned long long)EFATOP_UNROLL * blockDim.x;
     const unsigned long long tiles = vectors / tile;
     for (unsigned long long t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -94,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BL
         uint4* to = target + t * tile + threadIdx.x;
         uint4 v[EFATOP_UNROLL];
 #pragma unroll
-        for (int u = 0; u < EFATOP_UNROLL; u++) v[u] = efatop_tuned_load(from + (unsigned long long)u * blockDim.x);
+        for (int u = 0; u < EFATOP_UNROLL; u++) v[u] = efatop_tuned_load(from + (unsigned long long)u * blockDim.x, policy);
 #pragma unroll
         for (int u = 0; u < EFATOP_UNROLL; u++) efatop_tuned_store(to + (unsigned long long)u * blockDim.x, v[u]);
     }
@@ -107,40 +128,51 @@ extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BL
     if (tail < len) {
         target_bytes[tail] = source_bytes[tail];
     }
+#if EFATOP_TUNED_FENCE == 2
     __threadfence_system();
+#elif EFATOP_TUNED_FENCE == 1
+    __syncthreads();
+    if (threadIdx.x == 0) __threadfence_system();
+#endif
 }
 "#;
 
 /// The tuned kernel's shape: `unroll` 16-byte vectors in flight per thread, `blocks_per_sm` blocks of
 /// `block` threads per multiprocessor (the grid is that times the GPU's SM count, fewer for small copies),
-/// `mode` its cache hints (see the kernel).
+/// `mode` its cache hints and `fence` its system-scope fence (see the kernel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunedShape {
     pub unroll: u32,
     pub blocks_per_sm: u32,
     pub block: u32,
     pub mode: u32,
+    pub fence: u32,
 }
 
 impl TunedShape {
     /// What the measurements chose (docs/measurements.md, issue 32).
-    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 2, block: 512, mode: 0 };
+    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 2, block: 512, mode: 0, fence: 0 };
 
-    /// `EFATOP_IPC_TUNED=unroll,blocks_per_sm,block,mode` replaces the default (for measuring variants; the
-    /// run's notes say which shape ran); anything unreadable keeps the default.
+    /// `EFATOP_IPC_TUNED=unroll,blocks_per_sm,block,mode[,fence]` replaces the default (for measuring
+    /// variants; the run's notes say which shape ran); anything unreadable keeps the default.
     pub fn from_env() -> Self {
         std::env::var("EFATOP_IPC_TUNED").ok().and_then(|text| Self::parse(&text)).unwrap_or(Self::DEFAULT)
     }
 
     fn parse(text: &str) -> Option<Self> {
         let numbers: Vec<u32> = text.split(',').map(|n| n.trim().parse().ok()).collect::<Option<_>>()?;
-        let &[unroll, blocks_per_sm, block, mode] = numbers.as_slice() else { return None };
+        let (&[unroll, blocks_per_sm, block, mode], fence) = match numbers.as_slice() {
+            [four @ .., fence] if four.len() == 4 => (<&[u32; 4]>::try_from(four).ok()?, *fence),
+            four => (<&[u32; 4]>::try_from(four).ok()?, Self::DEFAULT.fence),
+        };
         let valid = (1..=32).contains(&unroll)
             && (1..=32).contains(&blocks_per_sm)
             && (MIN_BLOCK..=MAX_BLOCK).contains(&block)
             && block % 32 == 0
-            && mode <= 2;
-        valid.then_some(Self { unroll, blocks_per_sm, block, mode })
+            && block * blocks_per_sm <= 2048
+            && mode <= 4
+            && fence <= 2;
+        valid.then_some(Self { unroll, blocks_per_sm, block, mode, fence })
     }
 
     /// The grid for `vectors` 16-byte vectors on `sms` multiprocessors: all resident blocks, but no more
@@ -230,8 +262,9 @@ impl IpcWriter {
         let shape = TunedShape::from_env();
         let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let source = format!(
-            "#define EFATOP_UNROLL {}\n#define EFATOP_TUNED_MODE {}\n#define EFATOP_TUNED_BLOCK {}\n#define EFATOP_TUNED_BLOCKS_PER_SM {}\n{STORE_KERNEL}",
-            shape.unroll, shape.mode, shape.block, shape.blocks_per_sm
+            "#define EFATOP_UNROLL {}\n#define EFATOP_TUNED_MODE {}\n#define EFATOP_TUNED_BLOCK {}\n\
+             #define EFATOP_TUNED_BLOCKS_PER_SM {}\n#define EFATOP_TUNED_FENCE {}\n{STORE_KERNEL}",
+            shape.unroll, shape.mode, shape.block, shape.blocks_per_sm, shape.fence
         );
         let options = cudarc::nvrtc::CompileOptions { arch: Some(crate::nvrtc_arch(&context)?), ..Default::default() };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| CudaError::Compile(e.to_string()))?;
@@ -243,15 +276,22 @@ impl IpcWriter {
 
     /// The tuned kernel's shape on this GPU, as a note for the run.
     pub fn tuned_description(&self) -> String {
-        let TunedShape { unroll, blocks_per_sm, block, mode } = self.shape;
+        let TunedShape { unroll, blocks_per_sm, block, mode, fence } = self.shape;
         let hints = match mode {
             1 => "streaming loads and stores",
             2 => "non-coherent loads",
+            3 => "non-coherent loads with 256-byte L2 prefetch",
+            4 => "non-coherent loads marked evict-first in L2",
             _ => "plain loads and stores",
+        };
+        let fence = match fence {
+            1 => "a system-scope fence per block",
+            2 => "a system-scope fence per thread",
+            _ => "no fence (the kernel's end orders its stores, as for the copy engine)",
         };
         format!(
             "kernel (tuned): grid {}x{block} ({blocks_per_sm} blocks of {block} threads per SM, {} SMs; fewer when \
-             the size has fewer tiles), contiguous tiles, {unroll} 16-byte loads in flight per thread, {hints}",
+             the size has fewer tiles), contiguous tiles, {unroll} 16-byte loads in flight per thread, {hints}, {fence}",
             self.sms * blocks_per_sm,
             self.sms
         )
@@ -441,8 +481,12 @@ mod tests {
     #[test]
     fn tuned_shapes_read_from_the_environment_and_grids_fit_the_size() {
         assert_eq!(TunedShape::parse("8,2,512,0"), Some(TunedShape::DEFAULT));
-        assert_eq!(TunedShape::parse("4, 4, 256, 1"), Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1 }));
-        for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,3", "8,2,2048,0", "8,0,512,0", "a,2,512,0"] {
+        assert_eq!(TunedShape::parse("8,2,512,0,0"), Some(TunedShape::DEFAULT));
+        assert_eq!(
+            TunedShape::parse("4, 4, 256, 1, 2"),
+            Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1, fence: 2 })
+        );
+        for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,5", "8,2,2048,0", "8,0,512,0", "a,2,512,0", "8,4,1024,0", "8,2,512,0,3", "8,2,512,0,0,0"] {
             assert_eq!(TunedShape::parse(bad), None, "{bad}");
         }
         let shape = TunedShape::DEFAULT;
