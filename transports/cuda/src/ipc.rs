@@ -151,11 +151,12 @@ extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BL
 // Mode 6, Hopper's bulk copies: in each block one thread moves pieces global -> shared -> global with
 // `cp.async.bulk`, through EFATOP_BULK_STAGES shared-memory stages of EFATOP_BULK_STAGE bytes, each load
 // completing on an mbarrier, each store in a bulk group that must have read its stage before the stage is
-// loaded again. The host cuts the whole 16-byte units into gridDim.x x `rounds` pieces of `piece` bytes,
-// the first `extra` of them 16 bytes longer, so every block moves the same bytes within 16 (piece p of
-// block p % gridDim.x starts at p x piece + 16 x min(p, extra)); the last bytes past the last whole unit
-// go one per thread.
+// loaded again. The host cuts the whole grains (EFATOP_BULK_GRAIN bytes, so pieces start on cache lines)
+// into gridDim.x x `rounds` pieces of `piece` bytes, the first `extra` of them a grain longer, so every
+// block moves the same bytes within a grain (piece p of block p % gridDim.x starts at
+// p x piece + grain x min(p, extra)); the bytes past the last whole grain go one per thread of block 0.
 #define EFATOP_BULK_STAGE 16384
+#define EFATOP_BULK_GRAIN 1024
 __device__ __forceinline__ void efatop_bulk_load(unsigned stage, unsigned barrier, const unsigned char* from, unsigned bytes) {
     unsigned long long state;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(barrier), "r"(bytes) : "memory");
@@ -169,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
 #if __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char efatop_stages[];
     __shared__ __align__(8) unsigned long long efatop_barriers[EFATOP_BULK_STAGES];
-    if (threadIdx.x == 0 && piece + 16 <= EFATOP_BULK_STAGE) {
+    if (threadIdx.x == 0 && piece + EFATOP_BULK_GRAIN <= EFATOP_BULK_STAGE) {
         const unsigned stages = (unsigned)__cvta_generic_to_shared(efatop_stages);
         const unsigned barriers = (unsigned)__cvta_generic_to_shared(efatop_barriers);
         for (int s = 0; s < EFATOP_BULK_STAGES; s++) {
@@ -181,15 +182,15 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
         unsigned long long issued = 0;
         for (; issued < rounds && issued < EFATOP_BULK_STAGES; issued++) {
             const unsigned long long p = blockIdx.x + issued * gridDim.x;
-            const unsigned long long at = p * piece + 16 * (p < extra ? p : extra);
-            const unsigned bytes = (unsigned)(piece + (p < extra ? 16 : 0));
+            const unsigned long long at = p * piece + EFATOP_BULK_GRAIN * (p < extra ? p : extra);
+            const unsigned bytes = (unsigned)(piece + (p < extra ? EFATOP_BULK_GRAIN : 0));
             if (bytes) efatop_bulk_load(stages + (unsigned)issued * EFATOP_BULK_STAGE, barriers + 8 * (unsigned)issued, source + at, bytes);
         }
         for (unsigned long long i = 0; i < rounds; i++) {
             const unsigned s = (unsigned)(i % EFATOP_BULK_STAGES);
             const unsigned long long p = blockIdx.x + i * gridDim.x;
-            const unsigned long long at = p * piece + 16 * (p < extra ? p : extra);
-            const unsigned bytes = (unsigned)(piece + (p < extra ? 16 : 0));
+            const unsigned long long at = p * piece + EFATOP_BULK_GRAIN * (p < extra ? p : extra);
+            const unsigned bytes = (unsigned)(piece + (p < extra ? EFATOP_BULK_GRAIN : 0));
             if (bytes) {
                 const unsigned parity = (unsigned)((i / EFATOP_BULK_STAGES) & 1);
                 unsigned done = 0;
@@ -205,8 +206,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
                 // The stage is loaded again only once the store from it has read it.
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                 const unsigned long long q = blockIdx.x + issued * gridDim.x;
-                const unsigned long long from = q * piece + 16 * (q < extra ? q : extra);
-                const unsigned next = (unsigned)(piece + (q < extra ? 16 : 0));
+                const unsigned long long from = q * piece + EFATOP_BULK_GRAIN * (q < extra ? q : extra);
+                const unsigned next = (unsigned)(piece + (q < extra ? EFATOP_BULK_GRAIN : 0));
                 const unsigned t = (unsigned)(issued % EFATOP_BULK_STAGES);
                 if (next) efatop_bulk_load(stages + t * EFATOP_BULK_STAGE, barriers + 8 * t, source + from, next);
                 issued++;
@@ -215,9 +216,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
         // Every store complete (not only read from shared memory) before the block ends.
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
-    const unsigned long long whole = len / 16 * 16;
-    if (blockIdx.x == 0 && whole + threadIdx.x < len) {
-        target[whole + threadIdx.x] = source[whole + threadIdx.x];
+    for (unsigned long long at = len / EFATOP_BULK_GRAIN * EFATOP_BULK_GRAIN + threadIdx.x; blockIdx.x == 0 && at < len; at += 32) {
+        target[at] = source[at];
     }
 #endif
 }
@@ -287,15 +287,19 @@ pub const BULK_STAGE: u64 = 16384;
 /// Below this the bulk mode moves bytes with the store kernel: its pieces would be too few and too small.
 pub const BULK_SMALLEST: usize = 1 << 20;
 
+/// The bulk kernel's pieces are whole multiples of this many bytes (and start at such offsets): pieces cut
+/// at 16-byte units start inside cache lines and ran 5 % slower on an H100 (docs/measurements.md).
+pub const BULK_GRAIN: u64 = 1024;
+
 /// How the bulk kernel cuts `len` bytes for `grid` blocks: `(piece, rounds, extra)`, every block moving
-/// `rounds` pieces of `piece` bytes, the first `extra` pieces 16 bytes more, each at most a stage; the bytes
-/// past the last whole 16-byte unit are copied apart.
+/// `rounds` pieces of `piece` bytes, the first `extra` pieces [`BULK_GRAIN`] bytes more, each at most a
+/// stage; the bytes past the last whole grain are copied apart.
 pub fn bulk_pieces(grid: u64, len: u64) -> (u64, u64, u64) {
-    let units = len / 16;
-    let most = (BULK_STAGE - 16) / 16;
-    let rounds = units.div_ceil(grid * most).max(1);
-    let piece_units = units / (grid * rounds);
-    (piece_units * 16, rounds, units - grid * rounds * piece_units)
+    let grains = len / BULK_GRAIN;
+    let most = BULK_STAGE / BULK_GRAIN - 1;
+    let rounds = grains.div_ceil(grid * most).max(1);
+    let piece_grains = grains / (grid * rounds);
+    (piece_grains * BULK_GRAIN, rounds, grains - grid * rounds * piece_grains)
 }
 
 /// The handle another process of this host opens with [`PeerMemory::open`]. Only memory from
@@ -671,19 +675,20 @@ mod tests {
         assert!(TunedShape::parse("4,3,32,6").is_some());
     }
 
-    /// The bulk kernel's pieces cover every whole 16-byte unit exactly once, each fits a stage, and every
-    /// block moves the same bytes within 16.
+    /// The bulk kernel's pieces cover every whole grain exactly once, each fits a stage, and every block
+    /// moves the same bytes within a grain.
     #[test]
     fn bulk_pieces_cover_the_whole_units_evenly() {
         for grid in [1u64, 132, 396] {
-            for len in [1u64 << 20, (1 << 20) + 17, 8 << 20, 3 << 28, 1 << 30, (1 << 30) - 48] {
+            for len in [1u64 << 20, (1 << 20) + 17, 8 << 20, 3 << 28, 1 << 30, (1 << 30) - 48, (1 << 30) - 4096 + 1000] {
                 let (piece, rounds, extra) = bulk_pieces(grid, len);
-                assert!(piece % 16 == 0 && piece >= 16 && piece + 16 <= BULK_STAGE, "{grid} {len}: {piece}");
+                let grain = BULK_GRAIN;
+                assert!(piece % grain == 0 && piece >= grain && piece + grain <= BULK_STAGE, "{grid} {len}: {piece}");
                 assert!(extra < grid * rounds, "{grid} {len}");
-                assert_eq!(grid * rounds * piece + 16 * extra, len / 16 * 16, "{grid} {len}");
-                // The last piece ends where the whole units end.
+                assert_eq!(grid * rounds * piece + grain * extra, len / grain * grain, "{grid} {len}");
+                // The last piece ends where the whole grains end.
                 let last = grid * rounds - 1;
-                assert_eq!(last * piece + 16 * last.min(extra) + piece + if last < extra { 16 } else { 0 }, len / 16 * 16);
+                assert_eq!(last * piece + grain * last.min(extra) + piece + if last < extra { grain } else { 0 }, len / grain * grain);
             }
         }
     }
