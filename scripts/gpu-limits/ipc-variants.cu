@@ -147,6 +147,15 @@ __global__ void check(const unsigned int* p, unsigned long long n, unsigned int 
         if (p[i] != ((unsigned int)(i * 2654435761u) ^ key)) atomicAdd(bad, 1ULL);
 }
 
+// The variant lists: `vs` and `sms` in scope.
+// Launch bounds = the launched shape (K blocks of B per SM), so registers allow all U loads in flight.
+#define V(label, kernel, B, K) do { char n[64]; snprintf(n, 64, "%s %dx%d", label, (K) * sms, B); \
+        vs.push_back({n, kernel, (K) * sms, B, false}); } while (0)
+#define BULK(S, C, K) do { char n[64]; snprintf(n, 64, "bulk %dx%dK %dx32", S, (C) >> 10, (K) * sms); \
+        CK(cudaFuncSetAttribute(bulk<S, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
+        vs.push_back({n, bulk<S, C>, (K) * sms, 32, false, (S) * (C)}); } while (0)
+
+#ifndef IPC_VARIANTS_NO_MAIN
 int main(int argc, char** argv) {
     int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, 0));
@@ -159,9 +168,6 @@ int main(int argc, char** argv) {
     vs.push_back({"CE", nullptr, 0, 0, true});
     vs.push_back({"seed 128x256", seed, 128, 256, false});
     vs.push_back({"seed 264x1024", seed, 2 * sms, 1024, false});
-    // Launch bounds = the launched shape (K blocks of B per SM), so registers allow all U loads in flight.
-#define V(label, kernel, B, K) do { char n[64]; snprintf(n, 64, "%s %dx%d", label, (K) * sms, B); \
-        vs.push_back({n, kernel, (K) * sms, B, false}); } while (0)
 #define SHAPE(B, K) \
     V("t8", (tiled<8, 0, 0, B, K>), B, K); \
     V("t8.256B", (tiled<8, 3, 0, B, K>), B, K); \
@@ -176,9 +182,6 @@ int main(int argc, char** argv) {
     V("t16.256B", (tiled<16, 3, 0, 256, 2>), 256, 2);
     V("t4", (tiled<4, 0, 0, 512, 4>), 512, 4);
     V("t4.256B", (tiled<4, 3, 0, 512, 4>), 512, 4);
-#define BULK(S, C, K) do { char n[64]; snprintf(n, 64, "bulk %dx%dK %dx32", S, (C) >> 10, (K) * sms); \
-        CK(cudaFuncSetAttribute(bulk<S, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
-        vs.push_back({n, bulk<S, C>, (K) * sms, 32, false, (S) * (C)}); } while (0)
     BULK(4, 16384, 3); BULK(4, 32768, 1); BULK(8, 16384, 1); BULK(2, 32768, 3); BULK(3, 16384, 4); BULK(6, 32768, 1); BULK(4, 8192, 6);
     const int warmup = 3, iters = 20;
     std::vector<size_t> sizes;
@@ -236,3 +239,4 @@ int main(int argc, char** argv) {
     printf("# best by worst ratio: %s (%.3f); -1.0 = a byte wrong\n", vs[best].name.c_str(), best_worst);
     return 0;
 }
+#endif

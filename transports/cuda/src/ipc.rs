@@ -237,7 +237,7 @@ pub struct TunedShape {
 
 impl TunedShape {
     /// What the measurements chose (docs/measurements.md, issue 32).
-    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 2, block: 512, mode: 0, fence: 0 };
+    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 1, block: 1024, mode: 1, fence: 0 };
 
     /// `EFATOP_IPC_TUNED=unroll,blocks_per_sm,block,mode[,fence]` replaces the default (for measuring
     /// variants; the run's notes say which shape ran); anything unreadable keeps the default.
@@ -654,8 +654,8 @@ mod tests {
 
     #[test]
     fn tuned_shapes_read_from_the_environment_and_grids_fit_the_size() {
-        assert_eq!(TunedShape::parse("8,2,512,0"), Some(TunedShape::DEFAULT));
-        assert_eq!(TunedShape::parse("8,2,512,0,0"), Some(TunedShape::DEFAULT));
+        assert_eq!(TunedShape::parse("8,1,1024,1"), Some(TunedShape::DEFAULT));
+        assert_eq!(TunedShape::parse("8,1,1024,1,0"), Some(TunedShape::DEFAULT));
         assert_eq!(
             TunedShape::parse("4, 4, 256, 1, 2"),
             Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1, fence: 2 })
@@ -663,11 +663,12 @@ mod tests {
         for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,7", "8,2,2048,0", "8,0,512,0", "a,2,512,0", "8,4,1024,0", "8,2,512,0,3", "8,2,512,0,0,0"] {
             assert_eq!(TunedShape::parse(bad), None, "{bad}");
         }
-        let shape = TunedShape::DEFAULT;
+        let shape = TunedShape::parse("8,2,512,0").expect("shape");
         // 132 SMs: 264 blocks of 512 once there is a vector a thread, fewer below, never none.
         assert_eq!(shape.grid(132, 1 << 26), 264);
         assert_eq!(shape.grid(132, 512 * 10 + 5), 11);
         assert_eq!(shape.grid(132, 100), 1);
+        assert_eq!(TunedShape::DEFAULT.grid(132, 1 << 26), 132);
         // The bulk mode: one warp a block, at most 224 KiB of stages per SM.
         assert!(TunedShape::parse("8,1,32,6").is_some_and(|s| s.is_bulk()));
         assert_eq!(TunedShape::parse("8,1,64,6"), None);
