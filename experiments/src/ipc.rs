@@ -4,9 +4,10 @@
 //! bootstrap; rank 0 maps it and moves its own device buffer into it, for each configuration:
 //! - `IPC <grid>x<block>`: a store kernel of that grid and block, each thread storing 16-byte vectors into
 //!   the peer's memory, then a system-scope fence (the seed's kernel);
-//! - `kernel (tuned)`: the tuned store kernel, its grid sized to the writer's GPU (a few resident blocks
-//!   per SM), each block copying contiguous tiles with 8 loads in flight per thread: what GPU-initiated
-//!   stores reach at the hardware's copy rate, beside the seed's grid sweep;
+//! - `kernel (tuned)`: GPU-initiated copies sized to the writer's GPU, to show what they reach beside the
+//!   seed's grid sweep: on Hopper, bulk copies (`cp.async.bulk`) through shared memory, one block per SM
+//!   moving an equal share; elsewhere, and under 1 MiB, a store kernel with a resident grid and 8 loads in
+//!   flight per thread (`efatop_cuda::ipc::TunedShape`; the run's notes say which ran);
 //! - `CE`: the copy engine (`cuMemcpyDtoDAsync` into the mapped buffer), the baseline in the same run.
 //!
 //! Each (configuration, size) step: rank 0 fills its source with the step's pattern and rank 1 poisons its

@@ -6,7 +6,8 @@
 pub enum Mover {
     /// The store kernel with `grid` blocks of `block` threads.
     Kernel { grid: u32, block: u32 },
-    /// The tuned store kernel: a grid sized to the GPU, contiguous tiles, more loads in flight per thread.
+    /// The tuned kernel: GPU-initiated copies sized to the GPU (Hopper bulk copies, else a store kernel with
+    /// a resident grid and more loads in flight per thread).
     Tuned,
     /// One `cuMemcpyDtoDAsync`, done by a copy engine.
     CopyEngine,

@@ -22,7 +22,8 @@ pub struct IpcArgs {
     /// Sweep every grid 1, 2, 4 … 512 with every block 64, 128 … 1024 (instead of --grid and --block)
     #[arg(long, conflicts_with_all = ["grid", "block"])]
     pub sweep: bool,
-    /// Leave out the tuned store kernel (`kernel (tuned)`: a grid sized to the GPU, 8 loads in flight a thread)
+    /// Leave out the tuned kernel (`kernel (tuned)`: Hopper bulk copies, one block per SM; else a store kernel
+    /// with a resident grid and 8 loads in flight per thread)
     #[arg(long)]
     pub no_tuned: bool,
     /// Leave out the copy-engine baseline (`CE`)

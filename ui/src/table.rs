@@ -90,7 +90,7 @@ fn render_ipc_tables(results: &RunResults) -> String {
         })
         .collect();
     let mut out = String::from(
-        "\nNVLink IPC write, GB/s: the store kernel (grid x block; tuned: a grid sized to the GPU) and the copy engine (CE), same pair and run:\n",
+        "\nNVLink IPC write, GB/s: the store kernel (grid x block), the tuned kernel (sized to the GPU) and the copy engine (CE), same pair and run:\n",
     );
     out.push_str(&markdown(&header, &rows));
 

@@ -52,8 +52,9 @@ extern "C" __global__ void efatop_ipc_store(const uint4* __restrict__ source, ui
     __threadfence_system();
 }
 
-// The tuned kernel (`Mover::Tuned`): a grid sized to the GPU (a few blocks per SM, all resident at once)
-// in which each block copies contiguous tiles of EFATOP_UNROLL x blockDim vectors, every thread keeping
+// The tuned kernels (`Mover::Tuned`; TunedShape picks one): on Hopper the bulk kernel below (mode 6), and
+// for sizes under BULK_SMALLEST or on older GPUs this store kernel: a grid sized to the GPU (a few blocks
+// per SM, all resident at once) in which each block copies contiguous tiles of EFATOP_UNROLL x blockDim vectors, every thread keeping
 // EFATOP_UNROLL 16-byte loads in flight before its stores. Contiguous tiles keep each block's accesses in
 // few DRAM pages, and the resident grid keeps enough bytes in flight to fill HBM (or NVLink) without the
 // block-scheduling churn of a grid-stride over a huge grid. EFATOP_TUNED_MODE picks the cache hints:
@@ -236,8 +237,13 @@ pub struct TunedShape {
 }
 
 impl TunedShape {
-    /// What the measurements chose (docs/measurements.md, issue 32).
-    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 1, block: 1024, mode: 1, fence: 0 };
+    /// What the measurements chose (docs/measurements.md, issue 32): Hopper's bulk copies, 8 stages of
+    /// 16 KiB, one block per SM; where the GPU has none (before compute capability 9.0) and for sizes under
+    /// [`BULK_SMALLEST`], the store kernel in [`TunedShape::STORE`]'s shape.
+    pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 1, block: 32, mode: 6, fence: 0 };
+    /// The store kernel's shape when the bulk mode is not there: 2 blocks of 512 per SM, 8 loads in flight
+    /// per thread, plain loads and stores, no fence.
+    pub const STORE: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 2, block: 512, mode: 0, fence: 0 };
 
     /// `EFATOP_IPC_TUNED=unroll,blocks_per_sm,block,mode[,fence]` replaces the default (for measuring
     /// variants; the run's notes say which shape ran); anything unreadable keeps the default.
@@ -259,7 +265,7 @@ impl TunedShape {
             && mode <= 6
             && fence <= 2
             // The bulk kernel: one warp a block, its stages in at most 224 KiB of shared memory per SM.
-            && (mode != 6 || (block == 32 && u64::from(unroll * blocks_per_sm) * BULK_STAGE <= 224 << 10));
+            && (mode != 6 || (block == 32 && fence == 0 && u64::from(unroll * blocks_per_sm) * BULK_STAGE <= 224 << 10));
         valid.then_some(Self { unroll, blocks_per_sm, block, mode, fence })
     }
 
@@ -276,9 +282,9 @@ impl TunedShape {
     }
 
     /// The shape the store kernel is compiled for: this one, or for the bulk mode (whose store kernel moves
-    /// only the sizes under [`BULK_SMALLEST`]) the default.
+    /// only the sizes under [`BULK_SMALLEST`]) [`TunedShape::STORE`].
     fn store_kernel(self) -> Self {
-        if self.is_bulk() { Self { fence: self.fence, ..Self::DEFAULT } } else { self }
+        if self.is_bulk() { Self::STORE } else { self }
     }
 }
 
@@ -390,7 +396,7 @@ impl IpcWriter {
         let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let major = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         if shape.is_bulk() && major < 9 {
-            shape = TunedShape::DEFAULT;
+            shape = TunedShape::STORE;
         }
         let kernel = shape.store_kernel();
         let source = format!(
@@ -627,8 +633,7 @@ mod tests {
         }
         // The tuned kernel, the default and the bulk mode, at sizes around a tile (8 x 512 vectors), a round
         // of tiles and the bulk mode's smallest: tails of vectors and of bytes.
-        let bulk = TunedShape::parse("8,1,32,6").expect("bulk shape");
-        for shape in [TunedShape::DEFAULT, bulk] {
+        for shape in [TunedShape::STORE, TunedShape::DEFAULT, TunedShape::parse("8,1,1024,1").expect("shape")] {
             let tuned = IpcWriter::with_shape(&gpu, shape).expect("writer");
             for (key, len) in [(10u64, 4096 * 16 - 1), (11, 3 * 4096 * 16 + 17), (12, len), (13, 1 << 20), (14, len - 16)] {
                 gpu.fill(&source, 0..len, key, None).expect("fill");
@@ -654,8 +659,9 @@ mod tests {
 
     #[test]
     fn tuned_shapes_read_from_the_environment_and_grids_fit_the_size() {
-        assert_eq!(TunedShape::parse("8,1,1024,1"), Some(TunedShape::DEFAULT));
-        assert_eq!(TunedShape::parse("8,1,1024,1,0"), Some(TunedShape::DEFAULT));
+        assert_eq!(TunedShape::parse("8,1,32,6"), Some(TunedShape::DEFAULT));
+        assert_eq!(TunedShape::parse("8,2,512,0,0"), Some(TunedShape::STORE));
+        assert_eq!(TunedShape::DEFAULT.store_kernel(), TunedShape::STORE);
         assert_eq!(
             TunedShape::parse("4, 4, 256, 1, 2"),
             Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1, fence: 2 })
@@ -668,11 +674,12 @@ mod tests {
         assert_eq!(shape.grid(132, 1 << 26), 264);
         assert_eq!(shape.grid(132, 512 * 10 + 5), 11);
         assert_eq!(shape.grid(132, 100), 1);
-        assert_eq!(TunedShape::DEFAULT.grid(132, 1 << 26), 132);
+        assert_eq!(TunedShape::parse("8,1,1024,1").expect("shape").grid(132, 1 << 26), 132);
         // The bulk mode: one warp a block, at most 224 KiB of stages per SM.
         assert!(TunedShape::parse("8,1,32,6").is_some_and(|s| s.is_bulk()));
         assert_eq!(TunedShape::parse("8,1,64,6"), None);
         assert_eq!(TunedShape::parse("8,2,32,6"), None);
+        assert_eq!(TunedShape::parse("8,1,32,6,1"), None);
         assert!(TunedShape::parse("4,3,32,6").is_some());
     }
 

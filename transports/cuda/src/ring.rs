@@ -357,7 +357,8 @@ __device__ int efatop_wait_head(unsigned long long* words, unsigned long long* d
             }
             efatop_store_release_gpu(dev + EFATOP_DEV_LOCK, 0ULL);
             if (head >= target) return 1;
-            continue;
+            // Not yet: back off like the others, so that a lone waiter (the proxy's writer) does not read
+            // the head's line over PCIe back to back while the CPU keeps writing it.
         }
         __nanosleep(backoff);
         if (backoff < 256) backoff *= 2;
