@@ -10,6 +10,7 @@ use efatop_fabric::Capabilities;
 use super::{CommonArgs, Descriptor, MemoryArg, Planned};
 
 #[derive(Debug, Clone, Args)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches
 pub struct IpcArgs {
     #[command(flatten)]
     pub common: CommonArgs,

@@ -297,7 +297,7 @@ pub(crate) mod tests {
         assert!(summary.contains("| kernel (tuned) |  381.2 |     387.5 |      0.98 |"), "{summary}");
         // The matrix is the grid sweep's alone: 2 grids x 2 blocks, no row or column for the tuned kernel.
         let matrix = table.split("by grid (rows)").nth(1).expect("the matrix");
-        assert!(matrix.contains("| grid \\ block |  64 |   256 |"), "{matrix}");
+        assert!(matrix.contains("| grid \\ block |    64 |   256 |"), "{matrix}");
         assert!(!matrix.contains("tuned"), "{matrix}");
     }
 

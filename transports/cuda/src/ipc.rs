@@ -510,12 +510,11 @@ impl IpcWriter {
             Mover::Kernel { .. } | Mover::Tuned => {
                 let vectors = (len / 16) as u64;
                 let len64 = len as u64;
-                let (function, grid, block) = match mover {
-                    Mover::Kernel { grid, block } => (&self.store, grid, block),
-                    _ => {
-                        let shape = self.shape.store_kernel();
-                        (&self.tuned, shape.grid(self.sms, vectors), shape.block)
-                    }
+                let (function, grid, block) = if let Mover::Kernel { grid, block } = mover {
+                    (&self.store, grid, block)
+                } else {
+                    let shape = self.shape.store_kernel();
+                    (&self.tuned, shape.grid(self.sms, vectors), shape.block)
                 };
                 let mut launch = self.stream.launch_builder(function);
                 launch.arg(&source).arg(&target).arg(&vectors).arg(&source).arg(&target).arg(&len64);
