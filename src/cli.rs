@@ -10,7 +10,7 @@ mod tools;
 mod view;
 
 pub use check::{CheckArgs, HealthFormat};
-pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, TopoArgs};
+pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
 pub use crate::experiment::parse_serve;
 pub use view::{AttachArgs, ReplayArgs};
 

@@ -2,7 +2,8 @@
 
 use std::io::Write;
 
-use crate::cli::QueueArgs;
+use crate::cli::{QueueArgs, RingArg};
+use efatop_experiments::queue::RingDesign;
 use efatop_experiments::queue::{self, QueueOptions, QueueRow};
 
 pub fn queue(args: &QueueArgs) -> i32 {
@@ -14,13 +15,19 @@ pub fn queue(args: &QueueArgs) -> i32 {
         latency_requests: args.latency_requests,
         slots: args.slots,
         timeout: std::time::Duration::from_secs(args.timeout),
+        design: match args.ring {
+            RingArg::Warp => RingDesign::Warp,
+            RingArg::Seed => RingDesign::Seed,
+        },
     };
+    let design = options.design;
     let json = args.json;
     let mut header = !json;
     let mut print = |row: &QueueRow| {
         // The header waits for the first row: without a GPU the run ends in one line on stderr.
         if std::mem::take(&mut header) {
             println!("# GPU→CPU request ring: {} slots; open loop for requests/s, closed loop for latency (GPU clock, push → consumer's index passes it)", args.slots);
+            println!("# push design `{}`: {}", design.name(), design.describe());
             println!("{:>6} {:>7} {:>9} | {:>10} {:>12} | {:>9} {:>9} {:>9} {:>9}", "Blocks", "Threads", "Producers", "Requests", "Requests/s", "LatReqs", "p50 (us)", "p99 (us)", "max (us)");
         }
         if json {

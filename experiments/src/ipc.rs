@@ -4,6 +4,10 @@
 //! bootstrap; rank 0 maps it and moves its own device buffer into it, for each configuration:
 //! - `IPC <grid>x<block>`: a store kernel of that grid and block, each thread storing 16-byte vectors into
 //!   the peer's memory, then a system-scope fence (the seed's kernel);
+//! - `kernel (tuned)`: GPU-initiated copies sized to the writer's GPU, to show what they reach beside the
+//!   seed's grid sweep: on Hopper, bulk copies (`cp.async.bulk`) through shared memory, one block per SM
+//!   moving an equal share; elsewhere, and under 1 MiB, a store kernel with a resident grid and 8 loads in
+//!   flight per thread (`efatop_cuda::ipc::TunedShape`; the run's notes say which ran);
 //! - `CE`: the copy engine (`cuMemcpyDtoDAsync` into the mapped buffer), the baseline in the same run.
 //!
 //! Each (configuration, size) step: rank 0 fills its source with the step's pattern and rank 1 poisons its
@@ -39,6 +43,7 @@ pub use efatop_proto::ipc::IpcConfig;
 fn mover(config: IpcConfig) -> Mover {
     match config.0 {
         Column::Kernel { grid, block } => Mover::Kernel { grid, block },
+        Column::Tuned => Mover::Tuned,
         Column::CopyEngine => Mover::CopyEngine,
     }
 }
@@ -135,6 +140,9 @@ pub fn run(
             observer.note(&format!("NVLink peak {from} -> {to} unknown (no NVML, no NVLink seen): BusBW left out"));
         }
         None => {}
+    }
+    if let (Some(writer), true) = (&writer, options.configs.contains(&IpcConfig::TUNED)) {
+        observer.note(&writer.tuned_description());
     }
     let peak_gbytes_per_s = options.peak.as_ref().map(|p| p.gbytes_per_s);
     if world.rank == WRITER {

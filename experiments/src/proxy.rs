@@ -147,6 +147,10 @@ pub fn run(
     let columns: Vec<String> =
         configs.iter().map(|c| format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix())).collect();
     observer.begin(&columns, &memory_labels(&payloads));
+    if let Some(kernels) = &kernels {
+        let design = kernels.design();
+        observer.note(&format!("GPU request ring: push design `{}` ({})", design.name(), design.describe()));
+    }
 
     let remotes: Vec<Vec<RemoteRegion>> = exchange_regions(world, payload)?;
 

@@ -12,8 +12,8 @@
 use std::time::Instant;
 
 use efatop_cuda::ring::ExactlyOnce;
-use efatop_cuda::ring_gpu::{GpuRing, Running};
-use efatop_cuda::ring_gpu::RingKernels;
+use efatop_cuda::ring_gpu::{GpuRing, RingKernels, Running};
+pub use efatop_cuda::ring_gpu::RingDesign;
 use efatop_cuda::Gpu;
 
 use crate::payload::cuda_error;
@@ -30,6 +30,8 @@ pub struct QueueOptions {
     pub latency_requests: u64,
     pub slots: u64,
     pub timeout: std::time::Duration,
+    /// How the GPU's producers push.
+    pub design: RingDesign,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -54,7 +56,7 @@ pub fn run(options: &QueueOptions, on_row: &mut dyn FnMut(&QueueRow)) -> Result<
         other => cuda_error(other),
     };
     let gpu = Gpu::open(options.gpu).map_err(no_device)?;
-    let kernels = RingKernels::new(&gpu).map_err(no_device)?;
+    let kernels = RingKernels::with_design(&gpu, options.design).map_err(no_device)?;
     let mut rows = Vec::new();
     for &blocks in &options.blocks {
         for &threads in &options.threads {
@@ -107,10 +109,22 @@ fn drain(
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
     while consumer.consumed() < total {
-        if let Some((_, request)) = consumer.try_pop() {
-            last = Instant::now();
-            first.get_or_insert(last);
+        // Pops until the ring is empty, then reads the clock once: a clock read per pop would cost the
+        // consumer a good part of its rate. The first pop is timed alone; the last pop's time is read
+        // right after it (the batch it ends is the last).
+        let mut popped = 0u32;
+        while let Some((_, request)) = consumer.try_pop() {
+            if first.is_none() {
+                first = Some(Instant::now());
+            }
             check.record(&request);
+            popped += 1;
+            if popped == 4096 || consumer.consumed() == total {
+                break;
+            }
+        }
+        if popped > 0 {
+            last = Instant::now();
         } else if last.elapsed() > timeout {
             // Dropping `running` aborts the ring and waits for the kernel.
             return Err(ExperimentError::Stalled {

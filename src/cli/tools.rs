@@ -31,9 +31,19 @@ pub struct QueueArgs {
     /// Seconds without a request before the run is declared hung
     #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
     pub timeout: u64,
+    /// How GPU producers push: `warp` (one claim and one waiter per warp, the head mirrored in GPU memory)
+    /// or `seed` (the first design: every thread claims and polls host memory), for comparisons
+    #[arg(long, value_enum, default_value_t = RingArg::Warp)]
+    pub ring: RingArg,
     /// One JSON object per shape instead of a table
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RingArg {
+    Warp,
+    Seed,
 }
 
 fn parse_slots(text: &str) -> Result<u64, String> {

@@ -1,5 +1,5 @@
 //! `efatop ipc`: NVLink writes through CUDA IPC, rank 0's GPU → rank 1's: store kernels of each grid ×
-//! block against the copy engine; `BusBW` against the GPU pair's NVLink peak.
+//! block and the tuned store kernel against the copy engine; `BusBW` against the GPU pair's NVLink peak.
 
 use clap::Args;
 use efatop_experiments::ipc::{self, IpcConfig};
@@ -10,6 +10,7 @@ use efatop_fabric::Capabilities;
 use super::{CommonArgs, Descriptor, MemoryArg, Planned};
 
 #[derive(Debug, Clone, Args)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches
 pub struct IpcArgs {
     #[command(flatten)]
     pub common: CommonArgs,
@@ -22,6 +23,10 @@ pub struct IpcArgs {
     /// Sweep every grid 1, 2, 4 … 512 with every block 64, 128 … 1024 (instead of --grid and --block)
     #[arg(long, conflicts_with_all = ["grid", "block"])]
     pub sweep: bool,
+    /// Leave out the tuned kernel (`kernel (tuned)`: Hopper bulk copies, one block per SM; else a store kernel
+    /// with a resident grid and 8 loads in flight per thread)
+    #[arg(long)]
+    pub no_tuned: bool,
     /// Leave out the copy-engine baseline (`CE`)
     #[arg(long)]
     pub no_copy_engine: bool,
@@ -31,7 +36,7 @@ pub struct IpcArgs {
 }
 
 impl IpcArgs {
-    /// The kernel configurations in column order (grid-major), then the copy engine.
+    /// The kernel configurations in column order (grid-major), then the tuned kernel, then the copy engine.
     pub fn configs(&self) -> Vec<IpcConfig> {
         let (grids, blocks): (Vec<u32>, Vec<u32>) = if self.sweep {
             ((0..=9).map(|p| 1 << p).collect(), (6..=10).map(|p| 1 << p).collect())
@@ -41,6 +46,9 @@ impl IpcArgs {
         let mut configs: Vec<IpcConfig> =
             grids.iter().flat_map(|&grid| blocks.iter().map(move |&block| IpcConfig::kernel(grid, block))).collect();
         configs.dedup();
+        if !self.no_tuned {
+            configs.push(IpcConfig::TUNED);
+        }
         if !self.no_copy_engine {
             configs.push(IpcConfig::COPY_ENGINE);
         }

@@ -37,12 +37,13 @@ fn gbytes(gbps: f64) -> String {
 /// the best kernel's share of the copy engine; and, when the run swept several grids and blocks, the grid ×
 /// block matrix at the largest size.
 fn render_ipc_tables(results: &RunResults) -> String {
-    let kernels: Vec<(&String, u32, u32)> = results
+    // Every store kernel, the tuned one too (its grid depends on the GPU: no grid x block here).
+    let kernels: Vec<(&String, Option<(u32, u32)>)> = results
         .configs
         .iter()
         .filter_map(|config| {
-            let (grid, block) = IpcConfig::from_column(config)?.grid_block()?;
-            Some((config, grid, block))
+            let parsed = IpcConfig::from_column(config).filter(|c| c.is_kernel())?;
+            Some((config, parsed.grid_block()))
         })
         .collect();
     let copy_engine_column = IpcConfig::COPY_ENGINE.column();
@@ -88,11 +89,13 @@ fn render_ipc_tables(results: &RunResults) -> String {
             row
         })
         .collect();
-    let mut out = String::from("\nNVLink IPC write, GB/s: the store kernel (grid x block) and the copy engine (CE), same pair and run:\n");
+    let mut out = String::from(
+        "\nNVLink IPC write, GB/s: the store kernel (grid x block), the tuned kernel (sized to the GPU) and the copy engine (CE), same pair and run:\n",
+    );
     out.push_str(&markdown(&header, &rows));
 
-    let mut grids: Vec<u32> = kernels.iter().map(|k| k.1).collect();
-    let mut blocks: Vec<u32> = kernels.iter().map(|k| k.2).collect();
+    let mut grids: Vec<u32> = kernels.iter().filter_map(|k| k.1.map(|(grid, _)| grid)).collect();
+    let mut blocks: Vec<u32> = kernels.iter().filter_map(|k| k.1.map(|(_, block)| block)).collect();
     grids.sort_unstable();
     grids.dedup();
     blocks.sort_unstable();
@@ -278,6 +281,24 @@ pub(crate) mod tests {
         assert!(summary.ends_with(expected), "{summary}");
         // One block size: no grid x block matrix.
         assert!(!table.contains("by grid (rows)"));
+    }
+
+    #[test]
+    fn ipc_summary_counts_the_tuned_kernel_among_the_kernels_but_not_in_the_grid_matrix() {
+        let mut results = sample();
+        results.metadata.experiment = "ipc".into();
+        results.configs = vec!["IPC 1x64".into(), "IPC 1x256".into(), "IPC 128x64".into(), "IPC 128x256".into(), "kernel (tuned)".into(), "CE".into()];
+        let m = |config: &str, gbps: f64| Measurement { config: config.into(), size: 1 << 30, gbps, ..sample().measurements[0].clone() };
+        results.measurements =
+            vec![m("IPC 1x64", 80.0), m("IPC 1x256", 350.0), m("IPC 128x64", 2000.0), m("IPC 128x256", 2971.0), m("kernel (tuned)", 3050.0), m("CE", 3100.0)];
+        let table = render_table(&results);
+        let summary = table.split("NVLink IPC write").nth(1).expect("the ipc summary");
+        assert!(summary.contains("| kernel (tuned) (GB/s) |"), "{summary}");
+        assert!(summary.contains("| kernel (tuned) |  381.2 |     387.5 |      0.98 |"), "{summary}");
+        // The matrix is the grid sweep's alone: 2 grids x 2 blocks, no row or column for the tuned kernel.
+        let matrix = table.split("by grid (rows)").nth(1).expect("the matrix");
+        assert!(matrix.contains("| grid \\ block |    64 |   256 |"), "{matrix}");
+        assert!(!matrix.contains("tuned"), "{matrix}");
     }
 
     #[test]

@@ -41,6 +41,27 @@ pub fn device_count() -> Result<usize, CudaError> {
     Ok(count as usize)
 }
 
+/// The NVRTC target for this context's GPU: its own compute capability, up to `compute_90` (newer GPUs
+/// JIT the PTX). The ring's system-scope acquire loads and `__nanosleep`, and the tuned store kernel's cache
+/// hints, need compute capability 7.0.
+pub(crate) fn nvrtc_arch(context: &CudaContext) -> Result<&'static str, CudaError> {
+    use cudarc::driver::sys::CUdevice_attribute as Attr;
+    let major = context.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = context.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok(match (major, minor) {
+        (..=6, _) => {
+            let name = context.name().unwrap_or_default();
+            return Err(CudaError::NoDevice(format!("efatop's GPU kernels need compute capability 7.0 or newer; {name} is {major}.{minor}")));
+        }
+        (7, ..=4) => "compute_70",
+        (7, _) => "compute_75",
+        (8, 0) => "compute_80",
+        (8, ..=8) => "compute_86",
+        (8, _) => "compute_89",
+        _ => "compute_90",
+    })
+}
+
 const KERNELS: &str = r#"
 __device__ unsigned long long efatop_mix(unsigned long long x) {
     x += 0x9e3779b97f4a7c15ULL;

@@ -15,8 +15,10 @@
 //! A slot: `[sequence, target | channel << 32, offset, len, immediate, tag, push time, -]`.
 //!
 //! Push: claim a ticket with an atomic add on a tail counter only producers touch (on a GPU, in device
-//! memory); wait until `ticket - head < capacity` (the slot's previous request has been consumed); write
-//! the fields; fence; publish by storing `sequence = ticket + 1`. Pop: the slot at `head` is ready when its
+//! memory; a warp, or [`RingView::push_group`], claims a run of consecutive tickets with one add); wait
+//! until `ticket - head < capacity` (the slot's previous request has been consumed; a GPU waits on a copy
+//! of the head in device memory that one producer at a time refreshes); write the fields; fence; publish
+//! by storing `sequence = ticket + 1`. Pop: the slot at `head` is ready when its
 //! sequence is `head + 1`; read the fields; store `head + 1`. A sequence is never reset: after a wrap the
 //! slot still holds the previous round's `ticket + 1 - capacity`, which is not `head + 1`.
 
@@ -84,6 +86,32 @@ impl<'w> RingView<'w> {
     /// `None` if the consumer aborted while this producer waited for room.
     pub fn push(&self, tail: &AtomicU64, request: &Request) -> Option<u64> {
         let ticket = tail.fetch_add(1, Ordering::Relaxed);
+        self.wait_for_room(ticket)?;
+        self.publish(ticket, request);
+        Some(ticket)
+    }
+
+    /// Pushes `requests` as one group, as a warp of GPU producers does (`efatop_ring_push` in
+    /// [`RING_CUDA`]): one `fetch_add` claims consecutive tickets, room for the last is room for all
+    /// (when the group fits the ring; else each waits for its own slot), then each slot is written and
+    /// published in ticket order. Returns the first ticket, or `None` if the consumer aborted.
+    pub fn push_group(&self, tail: &AtomicU64, requests: &[Request]) -> Option<u64> {
+        let count = requests.len() as u64;
+        let base = tail.fetch_add(count, Ordering::Relaxed);
+        if count <= self.capacity && count > 0 {
+            self.wait_for_room(base + count - 1)?;
+        }
+        for (ticket, request) in (base..).zip(requests) {
+            if count > self.capacity {
+                self.wait_for_room(ticket)?;
+            }
+            self.publish(ticket, request);
+        }
+        Some(base)
+    }
+
+    /// Waits until `ticket`'s slot has been consumed in its previous round; `None` if the consumer aborted.
+    fn wait_for_room(&self, ticket: u64) -> Option<()> {
         let mut spins = 0u32;
         // Acquire: the consumer read this slot's previous request before it stored the head we see, so
         // our writes below cannot be seen by that read.
@@ -98,6 +126,11 @@ impl<'w> RingView<'w> {
                 std::hint::spin_loop();
             }
         }
+        Some(())
+    }
+
+    /// Writes `ticket`'s slot and publishes it.
+    fn publish(&self, ticket: u64, request: &Request) {
         let slot = self.slot(ticket);
         slot[1].store(u64::from(request.target) | (u64::from(request.channel) << 32), Ordering::Relaxed);
         slot[2].store(request.offset, Ordering::Relaxed);
@@ -107,7 +140,6 @@ impl<'w> RingView<'w> {
         // Release: the fields above are visible to whoever sees the sequence (the GPU's
         // __threadfence_system() before its publishing store).
         slot[0].store(ticket + 1, Ordering::Release);
-        Some(ticket)
     }
 
     /// The single consumer; there must be only one at a time.
@@ -250,7 +282,18 @@ impl ExactlyOnce {
     }
 }
 
+/// Words of the producers' own state in device memory ([`RING_CUDA`]'s `EFATOP_DEV_*`): the tail, a
+/// mirror of [`HEAD`], the lock of whoever refreshes that mirror, and a mirror of [`ABORT`], each on its
+/// own 128-byte line. The CPU never touches them.
+pub const DEVICE_WORDS: usize = 64;
+
 /// The producer's side in CUDA C, for NVRTC; the constants are the ones above.
+///
+/// Two designs of the same protocol over the same words: `efatop_ring_push` (issue 32) claims one run of
+/// tickets per warp (one atomic, lanes take consecutive tickets), lets one lane wait for room for the whole
+/// run, and waits on a device-memory mirror of the head that one producer at a time refreshes from host
+/// memory; `efatop_ring_push_seed` is the first design, one ticket and one poller of host memory per
+/// thread, kept for before/after comparisons (`efatop queue --ring seed`, `EFATOP_RING=seed`).
 pub const RING_CUDA: &str = r#"
 #define EFATOP_HEAD 0
 #define EFATOP_COMPLETED 8
@@ -259,6 +302,11 @@ pub const RING_CUDA: &str = r#"
 #define EFATOP_SLOTS 32
 #define EFATOP_SLOT_WORDS 8
 #define EFATOP_ABORTED 0xffffffffffffffffULL
+// The producers' words in device memory, each on its own 128-byte line (DEVICE_WORDS in all).
+#define EFATOP_DEV_TAIL 0
+#define EFATOP_DEV_HEAD 16
+#define EFATOP_DEV_LOCK 32
+#define EFATOP_DEV_ABORT 48
 
 __device__ __forceinline__ unsigned long long efatop_now_ns() {
     unsigned long long t;
@@ -274,14 +322,121 @@ __device__ __forceinline__ unsigned long long efatop_load_acquire_sys(const unsi
     return v;
 }
 
-// Claims a slot, waits for room, writes the request and publishes it. Returns the ticket, or
-// EFATOP_ABORTED when the CPU gave up while we waited.
-__device__ unsigned long long efatop_ring_push(unsigned long long* words, unsigned long long* tail,
+__device__ __forceinline__ unsigned long long efatop_load_acquire_gpu(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void efatop_store_release_gpu(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void efatop_max_release_gpu(unsigned long long* p, unsigned long long v) {
+    asm volatile("red.release.gpu.global.max.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void efatop_store_pair(unsigned long long* p, unsigned long long a, unsigned long long b) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ unsigned int efatop_lane() {
+    unsigned int lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
+}
+
+// Waits until the consumer's head is at least `target`. Every waiter reads the device-memory mirror of the
+// head (an L2 hit); only the producer holding the lock reads the head itself over PCIe, then raises the
+// mirror to it: one host read in flight for the whole GPU, however many producers wait. Returns 0 when
+// the CPU aborted.
+__device__ int efatop_wait_head(unsigned long long* words, unsigned long long* dev, unsigned long long target) {
+    unsigned int backoff = 32;
+    for (;;) {
+        // Acquire (GPU scope), paired with the refresher's release after its system-scope acquire of the
+        // head: the CPU's reads of the slots below `target` happen before whatever the caller writes next.
+        const unsigned long long seen = efatop_load_acquire_gpu(dev + EFATOP_DEV_HEAD);
+        if (seen >= target) return 1;
+        if (*(volatile unsigned long long*)(dev + EFATOP_DEV_ABORT)) return 0;
+        if (*(volatile unsigned long long*)(dev + EFATOP_DEV_LOCK) == 0ULL
+            && atomicCAS(dev + EFATOP_DEV_LOCK, 0ULL, 1ULL) == 0ULL) {
+            unsigned long long head = efatop_load_acquire_sys(words + EFATOP_HEAD);
+            efatop_max_release_gpu(dev + EFATOP_DEV_HEAD, head);
+            // The abort word costs a second read over PCIe: only when the head has not moved.
+            if (head == seen && efatop_load_acquire_sys(words + EFATOP_ABORT)) {
+                atomicExch(dev + EFATOP_DEV_ABORT, 1ULL);
+            }
+            efatop_store_release_gpu(dev + EFATOP_DEV_LOCK, 0ULL);
+            if (head >= target) return 1;
+            // Not yet: read again at once. One read in flight at a time is what bounds the PCIe traffic;
+            // backing off here too (measured) cost up to half the rate with 64 blocks of producers.
+            continue;
+        }
+        __nanosleep(backoff);
+        if (backoff < 256) backoff *= 2;
+    }
+}
+
+// Claims a slot, waits for room, writes the request and publishes it; with `wait_consumed`, then waits
+// until the consumer's head passes it. Returns the ticket, or EFATOP_ABORTED when the CPU gave up while
+// we waited. The threads of a warp that call together (__activemask) claim consecutive tickets with one
+// atomic on the tail (device memory: only producers touch it), and one of them waits for the group.
+__device__ unsigned long long efatop_ring_push(unsigned long long* words, unsigned long long* dev,
         unsigned long long capacity, unsigned long long route, unsigned long long offset,
-        unsigned long long len, unsigned long long immediate, unsigned long long tag) {
-    // Only producers (threads of this GPU) touch tail, and it lives in device memory: a device-scope
-    // atomic gives each producer a distinct ticket without PCIe atomics to host memory.
-    unsigned long long ticket = atomicAdd(tail, 1ULL);
+        unsigned long long len, unsigned long long immediate, unsigned long long tag, int wait_consumed) {
+    const unsigned int group = __activemask();
+    const unsigned int lane = efatop_lane();
+    const unsigned int leader = __ffs(group) - 1;
+    const unsigned int count = __popc(group);
+    const unsigned int rank = __popc(group & ((1u << lane) - 1u));
+    unsigned long long base = 0;
+    if (lane == leader) base = atomicAdd(dev + EFATOP_DEV_TAIL, (unsigned long long)count);
+    base = __shfl_sync(group, base, leader);
+    const unsigned long long ticket = base + rank, last = base + count - 1;
+    int room = 1;
+    if (count <= capacity) {
+        // Room for the group's last ticket is room for all of them: its slots were consumed.
+        if (lane == leader && last >= capacity) room = efatop_wait_head(words, dev, last - capacity + 1);
+        room = __shfl_sync(group, room, leader);
+        // Orders the leader's acquire before every lane's slot writes.
+        __syncwarp(group);
+    } else if (ticket >= capacity) {
+        // A ring smaller than the group: each lane waits for its own slot.
+        room = efatop_wait_head(words, dev, ticket - capacity + 1);
+    }
+    if (!room) return EFATOP_ABORTED;
+    // The head we saw means the CPU finished reading this slot's previous request; order our slot writes
+    // after that observation at system scope.
+    __threadfence_system();
+    // Each slot is one 64-byte line and a group's slots are consecutive lines: 16-byte stores coalesce.
+    unsigned long long* slot = words + EFATOP_SLOTS + (ticket & (capacity - 1)) * EFATOP_SLOT_WORDS;
+    efatop_store_pair(slot + 2, offset, len);
+    efatop_store_pair(slot + 4, immediate, tag);
+    efatop_store_pair(slot + 6, efatop_now_ns(), 0ULL);
+    *(volatile unsigned long long*)(slot + 1) = route;
+    // The CPU reads the fields as soon as it sees the sequence: they must reach host memory first.
+    // Writes over PCIe may become visible out of order without a system-scope fence.
+    __threadfence_system();
+    *(volatile unsigned long long*)slot = ticket + 1;
+    if (wait_consumed) {
+        int consumed = 1;
+        if (count <= capacity) {
+            if (lane == leader) consumed = efatop_wait_head(words, dev, last + 1);
+            consumed = __shfl_sync(group, consumed, leader);
+        } else {
+            consumed = efatop_wait_head(words, dev, ticket + 1);
+        }
+        if (!consumed) return EFATOP_ABORTED;
+    }
+    return ticket;
+}
+
+// The first design (before issue 32), for comparisons: every thread claims its own ticket and polls the
+// head in host memory, with backoff, until its slot is free.
+__device__ unsigned long long efatop_ring_push_seed(unsigned long long* words, unsigned long long* dev,
+        unsigned long long capacity, unsigned long long route, unsigned long long offset,
+        unsigned long long len, unsigned long long immediate, unsigned long long tag, int wait_consumed) {
+    unsigned long long ticket = atomicAdd(dev + EFATOP_DEV_TAIL, 1ULL);
     unsigned int backoff = 32;
     while (ticket - efatop_load_acquire_sys(words + EFATOP_HEAD) >= capacity) {
         if (efatop_load_acquire_sys(words + EFATOP_ABORT)) return EFATOP_ABORTED;
@@ -289,9 +444,6 @@ __device__ unsigned long long efatop_ring_push(unsigned long long* words, unsign
         __nanosleep(backoff);
         if (backoff < 2048) backoff *= 2;
     }
-    // The head we saw means the CPU finished reading this slot's previous request; order our slot
-    // writes after that observation at system scope (the acquire load already does; the fence keeps
-    // the intent explicit and covers compilers that split it).
     __threadfence_system();
     volatile unsigned long long* slot = words + EFATOP_SLOTS + (ticket & (capacity - 1)) * EFATOP_SLOT_WORDS;
     slot[1] = route;
@@ -300,10 +452,14 @@ __device__ unsigned long long efatop_ring_push(unsigned long long* words, unsign
     slot[4] = immediate;
     slot[5] = tag;
     slot[6] = efatop_now_ns();
-    // The CPU reads the fields as soon as it sees the sequence: they must reach host memory first.
-    // Writes over PCIe may become visible out of order without a system-scope fence.
     __threadfence_system();
     slot[0] = ticket + 1;
+    if (wait_consumed) {
+        while (efatop_load_acquire_sys(words + EFATOP_HEAD) <= ticket) {
+            if (efatop_load_acquire_sys(words + EFATOP_ABORT)) return EFATOP_ABORTED;
+            __nanosleep(32);
+        }
+    }
     return ticket;
 }
 
@@ -369,6 +525,47 @@ mod tests {
             assert!(consumer.try_pop().is_none(), "nothing beyond what was pushed");
         });
         assert_eq!(tail.load(Ordering::Relaxed), PRODUCERS * PER_PRODUCER);
+        check.finish().expect("exactly once");
+    }
+
+    /// 8 CPU producers pushing groups of 1 to 37 requests (one `fetch_add` each, as a GPU warp claims its
+    /// tickets) through 32 slots, so some groups are larger than the ring: every request consumed exactly
+    /// once, in each producer's order, and the tickets come out in order.
+    #[test]
+    fn producers_pushing_groups_every_request_consumed_exactly_once() {
+        const PRODUCERS: u64 = 8;
+        const PER_PRODUCER: u64 = 20_000;
+        let memory = words(32);
+        let ring = RingView::new(&memory, 32).expect("ring");
+        let tail = AtomicU64::new(0);
+        let mut check = ExactlyOnce::new(PRODUCERS as usize, PER_PRODUCER);
+        std::thread::scope(|scope| {
+            for producer in 0..PRODUCERS {
+                let (ring, tail) = (&ring, &tail);
+                scope.spawn(move || {
+                    let mut index = 0;
+                    let mut size = producer + 1;
+                    while index < PER_PRODUCER {
+                        let group: Vec<Request> = (index..(index + size).min(PER_PRODUCER)).map(|i| request(producer, i)).collect();
+                        ring.push_group(tail, &group).expect("not aborted");
+                        index += group.len() as u64;
+                        size = size % 37 + 1;
+                    }
+                });
+            }
+            let mut consumer = ring.consumer();
+            let mut tickets = 0;
+            while consumer.consumed() < PRODUCERS * PER_PRODUCER {
+                if let Some((ticket, request)) = consumer.try_pop() {
+                    assert_eq!(ticket, tickets, "tickets come out in order");
+                    tickets += 1;
+                    check.record(&request);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            assert!(consumer.try_pop().is_none(), "nothing beyond what was pushed");
+        });
         check.finish().expect("exactly once");
     }
 
