@@ -301,7 +301,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
 fn pin_to_placement(world: &World<'_>) -> Option<String> {
     use nix::sched::{CpuSet, sched_setaffinity};
     let cpus = world.placement.as_ref()?.cpus.clone();
-    let list = efatop_topology::parse_cpu_list(&cpus);
+    let list = efatop_proto::topology::parse_cpu_list(&cpus);
     if list.is_empty() {
         return None;
     }

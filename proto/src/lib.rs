@@ -23,5 +23,6 @@ pub mod sizes;
 pub mod stream;
 pub mod sweep;
 pub mod telemetry;
+pub mod topology;
 
 pub use results::{Measurement, RunMetadata, RunResults};

@@ -1,7 +1,8 @@
 //! What a run measured, as every printer (table, JSON, later the dashboard) sees it.
 
-use efatop_topology::PairLink;
 use serde::{Deserialize, Serialize};
+
+use crate::topology::PairLink;
 
 /// One channel's NIC as recorded in the results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -360,7 +361,7 @@ mod tests {
         assert_eq!(RunResults::from_json(&bytes).expect("reads back"), saved);
         // GPU pairs too, with their link in nvidia-smi's words.
         let mut with_pairs = saved_run();
-        let pair = efatop_topology::PairLink::nvlink(Some(18), Some(25.0), efatop_topology::GpuLinkSource::Nvml);
+        let pair = crate::topology::PairLink::nvlink(Some(18), Some(25.0), crate::topology::GpuLinkSource::Nvml);
         with_pairs.metadata.gpu_pairs = vec![GpuPairRecord { host: "a".into(), gpu_a: 0, gpu_b: 1, pair }];
         let json = serde_json::to_value(&with_pairs).expect("serializes");
         assert_eq!(json["metadata"]["gpu_pairs"][0]["pair"]["link"], "NV18");

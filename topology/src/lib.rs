@@ -3,7 +3,7 @@
 //!
 //! [`NodeTopology`] is plain data: built once by [`NodeTopology::discover`] or
 //! [`NodeTopology::from_xml_file`], printed by [`NodeTopology::render_text`], serialized for `--json`.
-//! Every GPU–GPU and GPU–NIC pair gets a [`Link`] (X, NV#, PIX, PXB, PHB, NODE, SYS); every GPU its nearest
+//! Every GPU–GPU and GPU–NIC pair gets a `Link` (X, NV#, PIX, PXB, PHB, NODE, SYS); every GPU its nearest
 //! NICs, the share of them a rank on it should use, its NUMA node and CPUs; [`NodeTopology::placement`]
 //! turns that into a [`Placement`] for a local rank.
 //!
@@ -25,10 +25,8 @@ mod render;
 
 use std::path::PathBuf;
 
-pub use link::Link;
-pub use pair::{GpuLinkSource, PairLink, format_gbytes};
 pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, normalize_bus_id};
-pub use placement::{GpuChoice, Placement, format_cpu_list, parse_cpu_list};
+pub use placement::{GpuChoice, Placement};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use efatop_proto::results::GpuPairRecord;
-use efatop_topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
+use efatop_proto::topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
 
 use super::chrome::{self, Chrome};
 use super::text;
@@ -160,7 +160,8 @@ mod tests {
     use super::*;
     use efatop_proto::RunResults;
     use efatop_proto::results::{RankPlacement, RunMetadata};
-    use efatop_topology::{NodeTopology, PairLink};
+    use efatop_proto::topology::PairLink;
+    use efatop_topology::NodeTopology;
     use insta::assert_snapshot;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
