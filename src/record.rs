@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use efatop_proto::stream::{self, Hello, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
+use efatop_proto::stream::{self, Hello, OLDEST_RECORDING, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
 use flate2::Compression;
 use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
@@ -109,9 +109,11 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
     let mut first = Vec::new();
     let _ = reader.by_ref().take(stream::MAX_HELLO as u64).read_until(b'\n', &mut first);
     match stream::parse_hello(&first, RECORDING_MAGIC) {
-        Hello::Efatop { version } if version == VERSION => {}
+        Hello::Efatop { version } if (OLDEST_RECORDING..=VERSION).contains(&version) => {}
         Hello::Efatop { version } => {
-            return Err(NotARecording(format!("{shown} is a recording of version {version}; this efatop reads version {VERSION}")));
+            return Err(NotARecording(format!(
+                "{shown} is a recording of version {version}; this efatop reads versions {OLDEST_RECORDING} to {VERSION}"
+            )));
         }
         Hello::Foreign(_) => return Err(NotARecording(format!("{shown} is not an efatop recording (made with --record FILE)"))),
     }

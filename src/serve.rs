@@ -367,7 +367,7 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
 }
 
 /// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
-/// monitor sends rank 0 ([`efatop_monitor::wire::to_wire`]), in a telemetry batch of its own.
+/// monitor sends rank 0 ([`efatop_proto::telemetry::NodeSample`]), in a telemetry batch of its own.
 pub struct MonitorStream {
     outlets: Outlets,
     seq: u64,
@@ -399,9 +399,9 @@ impl MonitorStream {
         Ok(Some(Self { outlets, seq: 0 }))
     }
 
-    pub fn send(&mut self, snapshot: &efatop_monitor::Snapshot) {
+    pub fn send(&mut self, snapshot: &efatop_proto::telemetry::NodeSample) {
         self.seq += 1;
-        let sample = efatop_monitor::wire::to_wire(snapshot, 0, self.seq, 0);
+        let sample = snapshot.clone().sent_as(0, self.seq, 0);
         self.outlets.publish(&ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
     }
 

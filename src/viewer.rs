@@ -139,7 +139,7 @@ impl Watched {
             for telemetry in batch {
                 crate::watchdog::note_telemetry(&mut live, telemetry, at);
                 if let (Some(nodes), CollectorEvent::Node(sample)) = (&mut self.nodes, telemetry) {
-                    nodes.push(sample.rank, efatop_monitor::wire::from_wire((**sample).clone()));
+                    nodes.push(sample.rank, (**sample).clone());
                 }
             }
         }

@@ -21,8 +21,12 @@ use crate::events::ConsumerEvent;
 pub const MAGIC: &str = "efatop-stream";
 /// The first word of a recording.
 pub const RECORDING_MAGIC: &str = "efatop-recording";
-/// Bumped whenever a message or an event changes shape.
-pub const VERSION: u32 = 1;
+/// Bumped whenever a message or an event changes shape. 2: a node's read is the monitor's one type
+/// ([`crate::telemetry::NodeSample`]: NICs with `kind`, the GPU panel tagged with `state`).
+pub const VERSION: u32 = 2;
+/// The oldest recording this efatop still reads: every change since reads back (a viewer and the run it
+/// attaches to still need the same [`VERSION`]).
+pub const OLDEST_RECORDING: u32 = 1;
 /// The handshake line is never longer.
 pub const MAX_HELLO: usize = 64;
 /// No message is longer (a telemetry batch of thousands of ranks stays far below).

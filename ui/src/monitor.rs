@@ -3,7 +3,7 @@
 //! under the GPU it sits next to; GPU headings carry the GPU's PCIe and NVLink rates when NVML has them.
 //! Keys sort (`s`), filter (`/`), move the selection (↑↓), freeze (`p`) and quit (`q`).
 //!
-//! [`MonitorView`] is the render-ready state: the binary pushes each [`Snapshot`] into it and feeds it
+//! [`MonitorView`] is the render-ready state: the binary pushes each [`NodeSample`] into it and feeds it
 //! keys; [`draw`] paints it and keeps nothing, so any frame can be drawn at any size from the state.
 
 mod draw;
@@ -13,7 +13,7 @@ mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use efatop_monitor::{NicStats, Snapshot};
+use efatop_proto::telemetry::{NodeNic, NodeSample};
 
 use crate::state::{Action, Key};
 
@@ -73,7 +73,7 @@ pub struct NicHistory {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MonitorView {
     /// The latest snapshot; `None` until the first read.
-    pub snapshot: Option<Snapshot>,
+    pub snapshot: Option<NodeSample>,
     pub history: BTreeMap<String, NicHistory>,
     /// Snapshots pushed so far.
     pub samples: u64,
@@ -96,7 +96,7 @@ impl MonitorView {
     }
 
     /// Folds in one snapshot (ignored while paused).
-    pub fn push(&mut self, snapshot: Snapshot) {
+    pub fn push(&mut self, snapshot: NodeSample) {
         if self.paused {
             return;
         }
@@ -126,11 +126,11 @@ impl MonitorView {
     }
 
     /// The NICs that pass the filter, in sort order.
-    pub fn shown(&self) -> Vec<&NicStats> {
+    pub fn shown(&self) -> Vec<&NodeNic> {
         let Some(snapshot) = &self.snapshot else { return Vec::new() };
         let alternatives: Vec<String> =
             self.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).collect();
-        let mut nics: Vec<&NicStats> = snapshot
+        let mut nics: Vec<&NodeNic> = snapshot
             .nics
             .iter()
             .filter(|nic| {
@@ -143,15 +143,15 @@ impl MonitorView {
             .collect();
         match self.sort {
             SortKey::Gpu => nics.sort_by(|a, b| {
-                let group = |nic: &NicStats| nic.gpus.first().copied().unwrap_or(usize::MAX);
+                let group = |nic: &NodeNic| nic.gpus.first().copied().unwrap_or(usize::MAX);
                 group(a).cmp(&group(b)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Rate => nics.sort_by(|a, b| {
-                let busy = |nic: &NicStats| load(nic).unwrap_or(-1.0);
+                let busy = |nic: &NodeNic| load(nic).unwrap_or(-1.0);
                 busy(b).total_cmp(&busy(a)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Errors => nics.sort_by(|a, b| {
-                let bad = |nic: &NicStats| nic.errors.saturating_add(nic.retransmits);
+                let bad = |nic: &NodeNic| nic.errors.saturating_add(nic.retransmits);
                 bad(b).cmp(&bad(a)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Name => nics.sort_by(|a, b| natural_cmp(&a.name, &b.name)),
@@ -160,7 +160,7 @@ impl MonitorView {
     }
 
     /// The selected NIC, when any is shown.
-    pub fn selected_nic(&self) -> Option<&NicStats> {
+    pub fn selected_nic(&self) -> Option<&NodeNic> {
         self.shown().get(self.selected).copied()
     }
 
@@ -207,7 +207,7 @@ impl MonitorView {
 }
 
 /// The larger of a NIC's tx and rx, which is what fills its link (each direction has the whole link).
-pub fn load(nic: &NicStats) -> Option<f64> {
+pub fn load(nic: &NodeNic) -> Option<f64> {
     match (nic.tx_gbps, nic.rx_gbps) {
         (Some(tx), Some(rx)) => Some(tx.max(rx)),
         (one, other) => one.or(other),
