@@ -301,7 +301,7 @@ impl Loop {
                         }
                     }
                 }
-                if let (true, Some(line)) = (plain, efatop_ui::counters::step_line(measurement)) {
+                if let (true, Some(line)) = (plain, efatop_report::text::counters::step_line(measurement)) {
                     println!("# {line}");
                 }
                 results.measurements.push((**measurement).clone());

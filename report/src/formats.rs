@@ -56,10 +56,10 @@ pub fn ordered_measurements(results: &RunResults) -> Vec<&Measurement> {
 }
 
 fn render_table(results: &RunResults) -> String {
-    let mut out = efatop_ui::render_header(&results.metadata, &results.sizes());
+    let mut out = crate::text::render_header(&results.metadata, &results.sizes());
     if !results.measurements.is_empty() {
         out.push('\n');
-        out.push_str(&efatop_ui::render_table(results));
+        out.push_str(&crate::text::render_table(results));
     }
     out.push_str(&verification_line(results));
     out

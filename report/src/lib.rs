@@ -1,4 +1,5 @@
-//! Saved runs, rendered for people: tables, plots, and comparisons between two runs.
+//! Runs rendered for people: the plain text a run prints at its end ([`text`], which the binary's plain
+//! printer uses too), tables, plots, and comparisons between two runs.
 //!
 //! Everything here works on a [`RunResults`] read back from the file a run wrote (`--out`); nothing is
 //! measured again. The binary's `efatop report` and `efatop compare` are thin layers over these functions.
@@ -8,6 +9,7 @@ pub mod compare;
 pub mod formats;
 pub mod load;
 pub mod plot;
+pub mod text;
 
 pub use compare::{compare, parse_threshold, Comparison};
 pub use formats::{render, Format};

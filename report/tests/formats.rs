@@ -39,8 +39,8 @@ fn markdown_documents_metadata_and_each_configuration() {
 fn table_is_the_header_and_seed_table_a_run_prints() {
     let results = load("write-p5.json");
     let table = render(&results, Format::Table);
-    let header = efatop_ui::render_header(&results.metadata, &results.sizes());
-    let seed_table = efatop_ui::render_table(&results);
+    let header = efatop_report::text::render_header(&results.metadata, &results.sizes());
+    let seed_table = efatop_report::text::render_table(&results);
     assert_eq!(table, format!("{header}\n{seed_table}# every size verified: all bytes received matched the sender's pattern\n"));
     assert!(seed_table.contains("SinglePin (Gbps)"), "{seed_table}");
 }

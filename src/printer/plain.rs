@@ -9,7 +9,7 @@ use super::{Mode, jsonl};
 
 /// The run's header, before its first size.
 pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {
-    print!("{}", efatop_ui::render_header(metadata, sizes));
+    print!("{}", efatop_report::text::render_header(metadata, sizes));
     let _ = std::io::stdout().flush();
 }
 
@@ -24,16 +24,16 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], file: Option
     }
     if mode == Mode::Dashboard {
         // The dashboard has left the alternate screen: leave the tables in the scrollback.
-        print!("{}", efatop_ui::render_header(&results.metadata, sizes));
+        print!("{}", efatop_report::text::render_header(&results.metadata, sizes));
     }
     if !results.measurements.is_empty() {
         println!();
-        print!("{}", efatop_ui::render_table(results));
-        print!("{}", efatop_ui::counters::render_counters(results));
+        print!("{}", efatop_report::text::render_table(results));
+        print!("{}", efatop_report::text::counters::render_counters(results));
     }
     if let Some(sweep) = &results.sweep {
         println!();
-        print!("{}", efatop_ui::render_verdict(sweep, results.metadata.channels));
+        print!("{}", efatop_report::text::render_verdict(sweep, results.metadata.channels));
     }
     for line in ending_lines(results) {
         println!("{line}");

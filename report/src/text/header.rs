@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn ipc_names_the_nvlink_peak_not_a_nic() {
-        let mut meta = crate::table::tests::sample().metadata;
+        let mut meta = crate::text::table::tests::sample().metadata;
         meta.experiment = "ipc".into();
         meta.memory = "device".into();
         meta.link_gbps = Some(3600.0);
@@ -107,7 +107,7 @@ mod tests {
         meta.link_source = "nvlink".into();
         assert!(render_header(&meta, &[]).contains("# NVLink peak unknown (no NVML, no NVLink seen): BusBW not computed\n"));
         // Other experiments keep their fabric lines.
-        let fabric = render_header(&crate::table::tests::sample().metadata, &[4096]);
+        let fabric = render_header(&crate::text::table::tests::sample().metadata, &[4096]);
         assert!(fabric.contains("provider shm [shm]") && fabric.contains("# link speed 100 Gbps per channel (from --link-gbps)"));
     }
 }
