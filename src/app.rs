@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use efatop_experiments::sizes::format_size;
+use efatop_proto::sizes::format_size;
 use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{Action, DashboardState, Key, LogLevel, Panel};
 
@@ -227,17 +227,17 @@ impl App {
 
     /// A sweep round finished: the heatmap takes its figures, progress moves on, and channels that have
     /// just become suspects are logged in red.
-    fn sweep_round(&mut self, round: efatop_experiments::sweep::SweepRound, now: Duration) {
+    fn sweep_round(&mut self, round: efatop_proto::sweep::SweepRound, now: Duration) {
         let Some(view) = &mut self.data.sweep else { return };
         let before = view.suspect.clone();
         let line = match round.round.kind {
-            efatop_experiments::sweep::RoundKind::Pairing => format!("sweep round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
-            efatop_experiments::sweep::RoundKind::CrossRail => format!(
+            efatop_proto::sweep::RoundKind::Pairing => format!("sweep round {}: {} pairs", round.round.index + 1, round.round.pairs.len()),
+            efatop_proto::sweep::RoundKind::CrossRail => format!(
                 "sweep round {} (cross-rail: NIC k with NIC k+1 of the same peer): {} pairs",
                 round.round.index + 1,
                 round.round.pairs.len()
             ),
-            efatop_experiments::sweep::RoundKind::Retest => format!(
+            efatop_proto::sweep::RoundKind::Retest => format!(
                 "sweep retest round {}{}: {} pairs",
                 round.round.index + 1,
                 if round.round.shift > 0 { " (cross-rail)" } else { "" },

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use efatop_experiments::payload::MemoryChoice;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
-use efatop_experiments::sizes::{self, format_size};
+use efatop_proto::results::{RankPlacement, RunMetadata};
+use efatop_proto::sizes::{self, format_size};
 use efatop_experiments::{ChannelCount, ExperimentError, Observer, ProviderChoice, SweepOptions, World};
 use efatop_fabric::{Capabilities, Provider};
 

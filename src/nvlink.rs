@@ -2,7 +2,7 @@
 //! of its traffic (for the log).
 
 use efatop_experiments::ipc::PairPeak;
-use efatop_experiments::results::RankPlacement;
+use efatop_proto::results::RankPlacement;
 use efatop_topology::NodeTopology;
 
 /// Rank 0's and rank 1's GPUs, as their placements name them: NVML's active links × per-link rate, else the

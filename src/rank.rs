@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
-use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions, sizes};
+use efatop_proto::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
+use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions};
+use efatop_proto::sizes;
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::NodeTopology;
@@ -466,7 +467,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
 
 #[cfg(test)]
 mod tests {
-    use efatop_experiments::results::RankPlacement;
+    use efatop_proto::results::RankPlacement;
 
     fn on(host: &str, gpu: usize, bus: &str) -> RankPlacement {
         RankPlacement { host: host.into(), gpu: Some(gpu), gpu_pci_bus_id: Some(bus.into()), ..RankPlacement::default() }

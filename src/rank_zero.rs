@@ -19,8 +19,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_experiments::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
-use efatop_experiments::sweep::SweepResults;
+use efatop_proto::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
+use efatop_proto::sweep::SweepResults;
 use efatop_experiments::world::Abort;
 use efatop_experiments::{ExperimentError, Observer};
 

@@ -60,7 +60,7 @@ impl RunMetrics {
 }
 
 /// Pushes the run's final figures to a Pushgateway (`--pushgateway URL`).
-pub fn push(url: &str, results: &efatop_experiments::results::RunResults) -> Result<(), String> {
+pub fn push(url: &str, results: &efatop_proto::results::RunResults) -> Result<(), String> {
     let _ = results;
     Err(format!("pushing to {url} is not built yet"))
 }

@@ -381,8 +381,8 @@ impl MonitorStream {
         let Some(mut outlets) = opened else { return Ok(None) };
         let start = RunStart {
             info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
-            results: efatop_experiments::RunResults {
-                metadata: efatop_experiments::RunMetadata {
+            results: efatop_proto::RunResults {
+                metadata: efatop_proto::RunMetadata {
                     efatop_version: env!("CARGO_PKG_VERSION").into(),
                     experiment: MONITOR.into(),
                     ranks: 1,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use efatop_experiments::results::{RunResults, RunState, RunStatus};
+use efatop_proto::results::{RunResults, RunState, RunStatus};
 use efatop_ui::liveness::Liveness;
 use efatop_ui::state::{Key, SourceLine};
 use ratatui::Terminal;

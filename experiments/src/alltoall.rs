@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
+use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
-use crate::sizes::format_size;
 use crate::world::World;
 use crate::write::{plan, Segment, WriteConfig};
 use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};

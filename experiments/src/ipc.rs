@@ -16,24 +16,22 @@
 
 use std::time::{Duration, Instant};
 
-use crate::pattern::PatternSeed;
-use crate::payload::cuda_error;
-use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::world::World;
-use crate::{agree_on, ExperimentError, Observer, SweepOptions};
-
 use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
 use efatop_cuda::DeviceBuffer;
-use efatop_proto::ipc::Mover as Column;
+use efatop_proto::ipc::{IpcConfig, Mover as Column};
+use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+
+use crate::pattern::PatternSeed;
+use crate::payload::cuda_error;
+use crate::world::World;
+use crate::{agree_on, ExperimentError, Observer, SweepOptions};
 
 const WRITER: usize = 0;
 const TARGET: usize = 1;
 /// Rank 1 fills its target with this key's pattern before each step, so bytes left from an earlier step
 /// cannot pass for this one's.
 const POISON: u64 = 0x706f_6973_6f6e;
-
-pub use efatop_proto::ipc::IpcConfig;
 
 /// The CUDA side's name for a column's mover.
 fn mover(config: IpcConfig) -> Mover {

@@ -15,12 +15,11 @@ pub mod sweep;
 pub mod world;
 pub mod write;
 
-// The shared types live in efatop-proto; these keep their old paths.
-pub use efatop_proto::{results, sizes, telemetry};
-pub use results::{Measurement, RunMetadata, RunResults};
 pub use world::{Bootstrap, ChannelCount, ProviderChoice, World, WorldOptions};
 
 use efatop_fabric::FabricError;
+use efatop_proto::results::{self, Measurement};
+use efatop_proto::sizes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {

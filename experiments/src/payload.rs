@@ -336,7 +336,7 @@ pub(crate) fn prepare(
     for &memory in memories {
         // Mapping, faulting in, locking and registering a large buffer takes seconds on a loaded node:
         // rank 0 hears that this rank is busy, not hung.
-        world.probe.set_phase(crate::telemetry::Phase::Allocating, len as u64);
+        world.probe.set_phase(efatop_proto::telemetry::Phase::Allocating, len as u64);
         let payload = crate::agree_on(
             world,
             Payload::new(memory, len, channels, world.gpu.as_ref()),

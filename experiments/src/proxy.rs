@@ -38,12 +38,12 @@ use efatop_cuda::stager::AsyncStager;
 use efatop_cuda::DeviceBuffer;
 use efatop_fabric::{HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+use efatop_proto::telemetry::Probe;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
-use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::telemetry::Probe;
 use crate::world::World;
 use crate::write::{verify_received, WriteConfig};
 use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};

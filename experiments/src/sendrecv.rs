@@ -5,11 +5,11 @@
 
 use std::time::Instant;
 
+use efatop_proto::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
+use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{Payload, memory_labels, prepare};
-use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
-use crate::sizes::format_size;
 use crate::world::World;
 use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 

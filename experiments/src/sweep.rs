@@ -13,18 +13,16 @@
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
-use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round_shifted, Judge, NicFacts, NodeFacts};
-pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
-
-// The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
-pub use efatop_proto::sweep::{Checked, RoundKind, Scope, Suspect, Verdict};
+use efatop_proto::results::LatencyRecorder;
+use efatop_proto::sizes::format_size;
+use efatop_proto::sweep::{
+    cross_rail_round, pairing_rounds, retest_round_shifted, Figure, Judge, NicFacts, NodeFacts, Round, SweepResults, SweepRound,
+};
+use efatop_proto::telemetry::Phase;
 
 use crate::alltoall::slot_stride;
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::LatencyRecorder;
-use crate::sizes::format_size;
-use crate::telemetry::Phase;
 use crate::world::{CrossRail, World};
 use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
 
@@ -445,8 +443,8 @@ impl Exchange<'_> {
                     rail,
                     to_rail: (theirs != rail).then_some(theirs),
                     retransmits,
-                    gbps: crate::results::gbps((self.size * self.sweep.iters) as f64, seconds),
-                    steady_gbps: if summary.p50_us > 0.0 { crate::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
+                    gbps: efatop_proto::results::gbps((self.size * self.sweep.iters) as f64, seconds),
+                    steady_gbps: if summary.p50_us > 0.0 { efatop_proto::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
                     p50_us: summary.p50_us,
                     p99_us: summary.p99_us,
                 })

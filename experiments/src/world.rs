@@ -98,7 +98,7 @@ pub struct World<'b> {
     /// The GPU this rank moves device memory on, when `--memory device`.
     pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
-    pub probe: std::sync::Arc<crate::telemetry::Probe>,
+    pub probe: std::sync::Arc<efatop_proto::telemetry::Probe>,
     /// Raised from outside the hot path (rank 0's watchdog, a signal) to make every wait give up.
     pub abort: std::sync::Arc<Abort>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
@@ -308,7 +308,7 @@ impl<'b> World<'b> {
             link_source,
             op_timeout: options.op_timeout,
             share_cpu,
-            probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
+            probe: std::sync::Arc::new(efatop_proto::telemetry::Probe::new(channel_count, size)),
             abort: std::sync::Arc::new(Abort::default()),
             local_rank,
             placement,
@@ -448,10 +448,10 @@ impl<'b> World<'b> {
         self.channels.iter().map(|c| c.nic().max_msg_size).min().unwrap_or(0)
     }
 
-    pub fn nic_records(&self) -> Vec<crate::results::NicRecord> {
+    pub fn nic_records(&self) -> Vec<efatop_proto::results::NicRecord> {
         self.channels
             .iter()
-            .map(|c| crate::results::NicRecord {
+            .map(|c| efatop_proto::results::NicRecord {
                 channel: c.index(),
                 domain: c.nic().domain.clone(),
                 fabric: c.nic().fabric.clone(),

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+use efatop_proto::telemetry::Phase;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::telemetry::Phase;
 use crate::world::World;
 use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
 

@@ -10,8 +10,8 @@
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //!
-//! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
-//! re-exports it at its old paths.
+//! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; every crate names these
+//! types by their paths here.
 
 #![forbid(unsafe_code)]
 

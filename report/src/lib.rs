@@ -1,7 +1,7 @@
 //! Runs rendered for people: the plain text a run prints at its end ([`text`], which the binary's plain
 //! printer uses too), tables, plots, and comparisons between two runs.
 //!
-//! Everything here works on a [`RunResults`] read back from the file a run wrote (`--out`); nothing is
+//! Everything here works on an [`efatop_proto::RunResults`] read back from the file a run wrote (`--out`); nothing is
 //! measured again. The binary's `efatop report` and `efatop compare` are thin layers over these functions.
 #![forbid(unsafe_code)]
 
@@ -16,4 +16,3 @@ pub use formats::{render, Format};
 pub use load::{load_results, ReportError};
 pub use plot::{plot, sidecar_path, PlotSpec};
 
-pub use efatop_proto::RunResults;

@@ -60,7 +60,7 @@ fn unverified_sizes_are_named_under_the_table() {
 fn json_reads_back_as_the_same_results() {
     let results = load("all2all-p5.json");
     let json = render(&results, Format::Json);
-    let back: efatop_report::RunResults = serde_json::from_str(&json).expect("valid JSON");
+    let back: efatop_proto::RunResults = serde_json::from_str(&json).expect("valid JSON");
     assert_eq!(back, results);
 }
 

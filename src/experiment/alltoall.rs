@@ -3,7 +3,7 @@
 
 use clap::Args;
 use efatop_experiments::alltoall;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::World;
 
 use super::{CommonArgs, Descriptor, Planned, WriteArgs};

@@ -2,10 +2,11 @@
 //! block against the copy engine; `BusBW` against the GPU pair's NVLink peak.
 
 use clap::Args;
-use efatop_experiments::ipc::{self, IpcConfig};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::ipc;
 use efatop_experiments::World;
 use efatop_fabric::Capabilities;
+use efatop_proto::ipc::IpcConfig;
+use efatop_proto::results::{RankPlacement, RunMetadata};
 
 use super::{CommonArgs, Descriptor, MemoryArg, Planned};
 

@@ -4,8 +4,9 @@
 use clap::{Args, ValueEnum};
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::proxy::{self, ProxyConfig};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
-use efatop_experiments::{World, sizes};
+use efatop_proto::results::{RankPlacement, RunMetadata};
+use efatop_experiments::World;
+use efatop_proto::sizes;
 
 use super::{CommonArgs, Descriptor, Planned, memories_from_flags};
 

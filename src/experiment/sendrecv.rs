@@ -1,7 +1,7 @@
 //! `efatop sendrecv`: two-sided SEND/RECV ping-pong between rank 0 and each rank k (seed `sendrecv.md`).
 
 use clap::Args;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::{World, sendrecv};
 use efatop_fabric::Capabilities;
 

@@ -2,7 +2,7 @@
 //! naming the slow NIC, link or node (docs/sweep.md). Exit code [`SUSPECTS_FOUND`] when it names any.
 
 use clap::Args;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::sweep::{self, SweepConfig};
 use efatop_experiments::World;
 

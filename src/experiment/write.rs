@@ -1,7 +1,7 @@
 //! `efatop write`: one-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (seed `write.md`).
 
 use clap::{Args, ValueEnum};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::write::{self, WriteConfig};
 use efatop_experiments::World;
 

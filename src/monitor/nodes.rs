@@ -179,7 +179,7 @@ fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<Collec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::telemetry::wire;
+    use efatop_proto::telemetry::wire;
     use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
     use efatop_proto::telemetry::{NodeGpu, NodeGpus};
 

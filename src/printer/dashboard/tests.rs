@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
-use efatop_experiments::results::{LatencySummary, Measurement, RunResults};
-use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, RankSample};
+use efatop_proto::results::{LatencySummary, Measurement, RunResults};
+use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 use efatop_ui::ingest::Ingest;
 use efatop_ui::liveness::Liveness;
 use efatop_ui::state::{DashboardState, Key, RunInfo};
