@@ -23,9 +23,8 @@ use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, 
 use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
-use crate::payload::cuda_error;
 use crate::world::World;
-use crate::{agree_on, ExperimentError, Observer, SweepOptions};
+use crate::{agree_on, cuda_error, ExperimentError, Observer, SweepOptions};
 
 const WRITER: usize = 0;
 const TARGET: usize = 1;

@@ -72,6 +72,16 @@ impl ExperimentError {
     }
 }
 
+/// A CUDA failure as the experiments report it: the GPU memory the flags asked for cannot be had.
+pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
+    match err {
+        efatop_cuda::CudaError::NoDevice(why) => {
+            ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})"))
+        }
+        other => ExperimentError::Unsupported(format!("--memory device: {other}")),
+    }
+}
+
 /// The size sweep and iteration counts every experiment shares.
 #[derive(Clone, Debug)]
 pub struct SweepOptions {

@@ -9,7 +9,7 @@ use efatop_cuda::{DeviceBuffer, Gpu};
 use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory, RegistrationPath};
 
 use crate::pattern::{self, Mismatch, PatternSeed};
-use crate::ExperimentError;
+use crate::{cuda_error, ExperimentError};
 
 /// What `--memory` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -391,15 +391,6 @@ pub(crate) fn register_all(
         .iter()
         .map(|c| c.register(memory.clone()))
         .collect()
-}
-
-pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
-    match err {
-        efatop_cuda::CudaError::NoDevice(why) => {
-            ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})"))
-        }
-        other => ExperimentError::Unsupported(format!("--memory device: {other}")),
-    }
 }
 
 #[cfg(test)]

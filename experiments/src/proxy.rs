@@ -43,10 +43,10 @@ use efatop_proto::sizes::format_size;
 use efatop_proto::telemetry::Probe;
 
 use crate::pattern::PatternSeed;
-use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
+use crate::payload::{exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::world::World;
 use crate::write::{verify_received, WriteConfig};
-use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
+use crate::{agree_on, check_sizes, cuda_error, ExperimentError, Observer, SweepOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProxyConfig {

@@ -16,7 +16,7 @@ use efatop_cuda::ring_gpu::{GpuRing, Running};
 use efatop_cuda::ring_gpu::RingKernels;
 use efatop_cuda::Gpu;
 
-use crate::payload::cuda_error;
+use crate::cuda_error;
 use crate::ExperimentError;
 
 #[derive(Clone, Debug)]

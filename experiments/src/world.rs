@@ -602,7 +602,7 @@ fn open_gpu(
         Some(index) => Ok(index),
         None => efatop_cuda::device_count().map(|count| local_rank % count),
     };
-    let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
+    let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::cuda_error);
     crate::agree_with(bootstrap, rank, hosts, opened, false)
 }
 
