@@ -561,3 +561,78 @@ mod tests {
         assert_eq!(pairs.history(0, 1), None);
     }
 }
+
+/// The gauges' index ([`GaugeIndex`]) kept while ingesting, against one built for the frame. Here, not in
+/// `state::gauges`, so that `state` imports neither `ingest` nor `dashboard`, even in tests.
+#[cfg(test)]
+mod gauge_index {
+    use std::time::Duration;
+
+    use efatop_proto::telemetry::{ChannelSample, RankSample};
+    use efatop_proto::RunResults;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::Ingest;
+    use crate::dashboard::draw_panel;
+    use crate::state::gauges::GaugeIndex;
+    use crate::state::{DashboardState, Panel, RunInfo, HISTORY_LEN};
+
+    fn gauges_panel(state: &DashboardState) -> ratatui::buffer::Buffer {
+        let mut terminal = Terminal::new(TestBackend::new(90, 30)).unwrap();
+        terminal.draw(|frame| draw_panel(frame, frame.area(), state, Panel::Gauges)).unwrap();
+        terminal.backend().buffer().clone()
+    }
+
+    #[test]
+    fn the_index_kept_while_ingesting_matches_the_views() {
+        // Hosts interleaved across ranks; the link speed unknown, so the bars scale to the peak.
+        let hosts: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).to_vec();
+        let run = RunInfo { ranks: 5, hosts, channels: 2, ..RunInfo::default() };
+        let nics = vec![vec!["nic0".to_string(), "a-longer-nic1".to_string()]; 5];
+        let mut state = DashboardState::default();
+        let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
+        for seq in 0..HISTORY_LEN as u64 * 2 + 7 {
+            for rank in 0..5_u32 {
+                // One spike early on, which must age out of the peak once it leaves the history.
+                let spike = seq == 3 && rank == 2;
+                let sample = RankSample {
+                    rank,
+                    seq,
+                    interval_ns: 100_000_000,
+                    channels: (0..2_u16)
+                        .map(|channel| ChannelSample {
+                            channel,
+                            bytes: if spike { 50_000_000_000 } else { (seq * 7 + u64::from(rank) * 13 + u64::from(channel)) % 97 * 1_000_000 },
+                            ops: 1,
+                            in_flight: 10_u32.pow(((seq + u64::from(rank)) % 5) as u32),
+                            ..ChannelSample::default()
+                        })
+                        .collect(),
+                    ..RankSample::default()
+                };
+                ingest.sample(&mut state, &sample, Duration::from_millis(seq * 100));
+            }
+            let peak = state
+                .channels
+                .iter()
+                .flat_map(|view| view.history.iter().chain([&view.gbps]))
+                .copied()
+                .filter(|gbps| gbps.is_finite())
+                .fold(0.0, f64::max);
+            let in_flight = state.channels.iter().map(|view| view.in_flight.to_string().len()).max().unwrap();
+            assert_eq!(state.gauges.peak_gbps().to_bits(), peak.to_bits(), "peak after interval {seq}");
+            assert_eq!(state.gauges.in_flight_width(), in_flight, "in flight after interval {seq}");
+        }
+        assert!(state.gauges.peak_gbps() < 100.0, "the spike has aged out");
+        let fresh = GaugeIndex::build(&state);
+        assert_eq!((&state.gauges.rows, &state.gauges.hosts), (&fresh.rows, &fresh.hosts));
+        assert_eq!(state.gauges.hosts.iter().map(|host| host.name.as_str()).collect::<Vec<_>>(), ["b", "a", "c"]);
+        // The panel reads the same from the kept index as from one built for the frame.
+        state.selected_rank = 4;
+        state.selected_channel = 1;
+        let kept = gauges_panel(&state);
+        state.gauges = GaugeIndex::default();
+        assert_eq!(kept, gauges_panel(&state));
+    }
+}
