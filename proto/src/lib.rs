@@ -1,5 +1,7 @@
-//! What travels between efatop's parts, as plain types with no fabric, CUDA or async runtime behind them:
-//! - [`telemetry`]: a rank's interval sample (and a node's monitor read), the probe and sampler that make
+//! What travels between efatop's parts, as plain types with no hwloc, NVML, fabric, CUDA or async runtime
+//! behind them (serde, thiserror and histograms only): the leaf crate every other one builds on.
+//! - [`telemetry`]: a rank's interval sample and a node's monitor read ([`telemetry::NodeSample`], the one
+//!   type the monitor makes and the views draw, with its rail check), the probe and sampler that make
 //!   them, and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
@@ -9,6 +11,8 @@
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
+//!   finds it with hwloc, `efatop-monitor` with NVML.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; every crate names these
 //! types by their paths here.
