@@ -285,7 +285,7 @@ impl App {
                 }
                 state.run.configs = columns;
                 state.run.memory.clone_from(&memory);
-                if memory.contains("staged") {
+                if state.run.configs.iter().any(efatop_proto::Column::is_staged) {
                     state.push_log(now, LogLevel::Warn, "GPU memory staged through pinned host memory (the provider cannot register it, or --staged)");
                 }
             }

@@ -2,7 +2,7 @@
 //! of its traffic (for the log).
 
 use efatop_experiments::ipc::PairPeak;
-use efatop_proto::results::RankPlacement;
+use efatop_proto::results::{NvlinkPeakOrigin, RankPlacement};
 use efatop_topology::NodeTopology;
 
 /// Rank 0's and rank 1's GPUs, as their placements name them: NVML's active links × per-link rate, else the
@@ -12,11 +12,8 @@ pub fn peak_between_ranks(placements: &[RankPlacement]) -> Option<PairPeak> {
     let (from, to) = (bus(0)?, bus(1)?);
     let pair = efatop_monitor::pair_link_or_inferred(NodeTopology::discover().ok().as_ref(), &from, &to).ok()?;
     let peak = pair.peak_gbytes_per_s?;
-    let detail = match (pair.active_links, pair.per_link_gbytes_per_s) {
-        (Some(links), Some(rate)) => format!("{}, {links} links x {rate} GB/s", pair.source.label()),
-        _ => pair.source.label().to_string(),
-    };
-    Some(PairPeak { gbytes_per_s: peak, source: detail })
+    let origin = NvlinkPeakOrigin { source: pair.source, links: pair.active_links.zip(pair.per_link_gbytes_per_s) };
+    Some(PairPeak { gbytes_per_s: peak, origin })
 }
 
 /// NVML's count of this rank's GPU's NVLink traffic (GPM, Hopper and newer), as a log line beside what the

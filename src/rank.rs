@@ -418,7 +418,7 @@ impl Telemetry {
 
 fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> RunInfo {
     RunInfo {
-        experiment: results.metadata.experiment.clone(),
+        experiment: results.metadata.experiment,
         provider_stack: world.provider_stack.clone(),
         ranks: world.size,
         hosts: world.hosts.clone(),
@@ -435,7 +435,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
     RunMetadata {
         efatop_version: env!("CARGO_PKG_VERSION").into(),
         libfabric_version: efatop_fabric::runtime_version(),
-        experiment: experiment.name().into(),
+        experiment: experiment.kind(),
         provider: world.provider.to_string(),
         provider_stack: world.provider_stack.clone(),
         fabric: world.fabric.clone(),
@@ -448,10 +448,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         distinct_nics: world.distinct_nics,
         nics: world.nic_records(),
         link_gbps: world.link_gbps,
-        link_source: serde_json::to_value(world.link_source)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        link_source: world.link_source.clone(),
         // The proxy's and ipc's writers move GPU memory whatever --memory says.
         memory: experiment.memory_label(),
         window: sweep.window,

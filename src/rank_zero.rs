@@ -19,6 +19,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use efatop_proto::column::Column;
 use efatop_proto::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
 use efatop_proto::sweep::SweepResults;
 use efatop_experiments::world::Abort;
@@ -117,12 +118,12 @@ impl Forward {
 }
 
 impl Observer for Forward {
-    fn begin(&mut self, columns: &[String], memory: &str) {
+    fn begin(&mut self, columns: &[Column], memory: &str) {
         self.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
     }
 
-    fn step(&mut self, config: &str, size: u64) {
-        self.send(ConsumerEvent::Step { config: config.into(), size });
+    fn step(&mut self, config: &Column, size: u64) {
+        self.send(ConsumerEvent::Step { config: config.clone(), size });
     }
 
     fn measured(&mut self, measurement: &Measurement) {

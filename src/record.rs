@@ -168,7 +168,7 @@ mod tests {
         let mut frame = Vec::new();
         for i in 0..5u64 {
             frame.clear();
-            let event = ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 << i };
+            let event = ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << i };
             stream::encode_event(i * 1000, &event, &mut frame).expect("encode");
             recorder.add(&frame, true);
         }
@@ -176,7 +176,7 @@ mod tests {
         let whole = read(&path).expect("read");
         assert_eq!(whole.events.len(), 5);
         assert!(whole.cut.is_none());
-        assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 << 4 }));
+        assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << 4 }));
 
         let bytes = std::fs::read(&path).expect("bytes");
         std::fs::write(&path, &bytes[..bytes.len() - 5]).expect("cut");

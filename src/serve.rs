@@ -380,11 +380,11 @@ impl MonitorStream {
         let opened = Outlets::open(serve, record, Instant::now()).map_err(failed)?;
         let Some(mut outlets) = opened else { return Ok(None) };
         let start = RunStart {
-            info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
+            info: crate::event::RunInfo { experiment: MONITOR, ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
             results: efatop_proto::RunResults {
                 metadata: efatop_proto::RunMetadata {
                     efatop_version: env!("CARGO_PKG_VERSION").into(),
-                    experiment: MONITOR.into(),
+                    experiment: MONITOR,
                     ranks: 1,
                     hosts: vec![host.to_string()],
                     ..Default::default()
@@ -413,4 +413,4 @@ impl MonitorStream {
 }
 
 /// `RunInfo::experiment` of a served or recorded `efatop monitor`.
-pub const MONITOR: &str = "monitor";
+pub const MONITOR: efatop_proto::Experiment = efatop_proto::Experiment::Monitor;

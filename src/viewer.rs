@@ -86,7 +86,7 @@ impl Tally {
 
     /// The tables a dashboard leaves on the terminal when it closes, as the run's own does.
     pub fn print_tables(&self) {
-        if self.results.metadata.experiment.is_empty() {
+        if self.results.metadata.experiment == efatop_proto::Experiment::Unknown {
             return;
         }
         plain::print_final(Mode::Dashboard, &self.results, &self.sizes, None);

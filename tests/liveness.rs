@@ -172,5 +172,5 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     // The reason is what rank 0 said as it ended (a lost rank, or the rendezvous it shared with it).
     let reason = run_status.reason.as_deref().unwrap_or_default();
     assert!(!reason.is_empty() && stderr.contains(reason), "{run_status:?}\n{stderr}");
-    assert_eq!((results.metadata.experiment.as_str(), results.metadata.hang_timeout_s), ("write", 60));
+    assert_eq!((results.metadata.experiment.name(), results.metadata.hang_timeout_s), ("write", 60));
 }

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
 use efatop_cuda::DeviceBuffer;
-use efatop_proto::ipc::{IpcConfig, Mover as Column};
-use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
+use efatop_proto::column::Column;
+use efatop_proto::ipc::{IpcConfig, Mover as Planned};
+use efatop_proto::results::{NvlinkPeakOrigin, gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
 use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
@@ -35,8 +36,8 @@ const POISON: u64 = 0x706f_6973_6f6e;
 /// The CUDA side's name for a column's mover.
 fn mover(config: IpcConfig) -> Mover {
     match config.0 {
-        Column::Kernel { grid, block } => Mover::Kernel { grid, block },
-        Column::CopyEngine => Mover::CopyEngine,
+        Planned::Kernel { grid, block } => Mover::Kernel { grid, block },
+        Planned::CopyEngine => Mover::CopyEngine,
     }
 }
 
@@ -44,7 +45,7 @@ fn mover(config: IpcConfig) -> Mover {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PairPeak {
     pub gbytes_per_s: f64,
-    pub source: String,
+    pub origin: NvlinkPeakOrigin,
 }
 
 /// Rank 0: a line about the writer GPU's NVLink traffic as the driver counts it (NVML), asked about every
@@ -119,14 +120,14 @@ pub fn run(
         observer,
     )?;
 
-    let columns: Vec<String> = options.configs.iter().map(|c| c.column()).collect();
+    let columns: Vec<Column> = options.configs.iter().map(|c| Column::Ipc(*c)).collect();
     let (from, to) = (&gpus[WRITER].1, &gpus[TARGET].1);
     observer.begin(&columns, "device");
     observer.note(&format!("CUDA IPC: rank 0's GPU {from} writes into rank 1's GPU {to}"));
     match &options.peak {
         Some(peak) => observer.note(&format!(
             "NVLink peak {from} -> {to}: {:.0} GB/s per direction ({}); BusBW is against it",
-            peak.gbytes_per_s, peak.source
+            peak.gbytes_per_s, peak.origin
         )),
         None if world.rank == WRITER => {
             observer.note(&format!("NVLink peak {from} -> {to} unknown (no NVML, no NVLink seen): BusBW left out"));
@@ -169,7 +170,7 @@ pub fn run(
                     Some((offset, found)) => Err(ExperimentError::Verification {
                         receiver: TARGET,
                         sender: WRITER,
-                        config: column.clone(),
+                        config: column.to_string(),
                         size: format_size(size),
                         detail: format!("offset {offset}: found {found:#04x}, not the pattern's byte"),
                     }),
@@ -260,7 +261,7 @@ fn move_bytes(
     passes.finish().map_err(cuda_error)
 }
 
-fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
+fn summarise(column: &Column, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
     let mut latency = LatencyRecorder::new();
     for ns in each_ns {
         latency.record(std::time::Duration::from_nanos(*ns));
@@ -268,7 +269,7 @@ fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbyte
     let summary: LatencySummary = latency.summary();
     let rate = gbps((size * each_ns.len() as u64) as f64, total_ns.max(1) as f64 / 1e9);
     Measurement {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         count: size / 4,
         gbps: rate,
@@ -290,11 +291,11 @@ mod tests {
     #[test]
     fn bandwidth_is_timed_bytes_over_gpu_time_and_busbw_needs_a_peak() {
         // 4 passes of 1 GB in 10 ms: 3200 Gbps, which is 400 GB/s; against a 450 GB/s peak, 88.9 %.
-        let m = summarise("IPC 128x256", 1 << 30, &[2_500_000; 4], 10_000_000, Some(450.0));
+        let m = summarise(&Column::Ipc(IpcConfig::kernel(128, 256)), 1 << 30, &[2_500_000; 4], 10_000_000, Some(450.0));
         let expected = (4u64 << 30) as f64 * 8.0 / 0.01 / 1e9;
         assert!((m.gbps - expected).abs() < 1e-6, "{}", m.gbps);
         assert!((m.busbw_percent.expect("peak") - 100.0 * expected / 3600.0).abs() < 1e-6);
         assert!((m.latency.mean_us - 2500.0).abs() < 50.0, "{:?}", m.latency);
-        assert_eq!(summarise("CE", 1 << 20, &[1000], 1000, None).busbw_percent, None);
+        assert_eq!(summarise(&Column::Ipc(IpcConfig::COPY_ENGINE), 1 << 20, &[1000], 1000, None).busbw_percent, None);
     }
 }

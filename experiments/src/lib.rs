@@ -18,6 +18,7 @@ pub mod write;
 pub use world::{Bootstrap, ChannelCount, ProviderChoice, World, WorldOptions};
 
 use efatop_fabric::FabricError;
+use efatop_proto::column::Column;
 use efatop_proto::results::{self, Measurement};
 use efatop_proto::sizes;
 
@@ -100,11 +101,11 @@ pub struct SweepOptions {
 /// What an experiment tells the rest of efatop as it goes (rank 0 only: the dashboard, the JSON lines,
 /// the results file), and how it learns that the user wants to stop.
 pub trait Observer {
-    /// The experiment is set up: its column names in order, and the memory it moves (which may be
+    /// The experiment is set up: its columns in order, and the memory it moves (which may be
     /// "device (staged ...)" when the provider could not register GPU memory).
-    fn begin(&mut self, _columns: &[String], _memory: &str) {}
+    fn begin(&mut self, _columns: &[Column], _memory: &str) {}
     /// A (configuration, size) step starts.
-    fn step(&mut self, _config: &str, _size: u64) {}
+    fn step(&mut self, _config: &Column, _size: u64) {}
     /// A step finished with this measurement.
     fn measured(&mut self, _measurement: &Measurement) {}
     /// All-to-all: every pair's bandwidth at a step, told just before the step's measurement.

@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use efatop_cuda::{DeviceBuffer, Gpu};
 use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory, RegistrationPath};
+use efatop_proto::column::Memory;
 
 use crate::pattern::{self, Mismatch, PatternSeed};
 use crate::{cuda_error, ExperimentError};
@@ -161,16 +162,12 @@ impl Payload {
         }
     }
 
-    /// The suffix of a configuration's column: `Pin`/`DMA` as in the seed's write table, `Host`/`Device`
-    /// as in its sendrecv table, with `(staged)` when device memory went through host memory.
-    pub fn suffix(&self, write_style: bool) -> &'static str {
-        match (&self.storage, write_style) {
-            (Storage::Host(_), true) => "Pin",
-            (Storage::Host(_), false) => "Host",
-            (Storage::Device { .. }, true) => "DMA",
-            (Storage::Device { .. }, false) => "Device",
-            (Storage::Staged { .. }, true) => "DMA(staged)",
-            (Storage::Staged { .. }, false) => "Device(staged)",
+    /// What its columns say of it (`Pin`, `DMA`, `DMA(staged)`: [`Column`](efatop_proto::column::Column)).
+    pub fn memory(&self) -> Memory {
+        match self.storage {
+            Storage::Host(_) => Memory::Host,
+            Storage::Device { .. } => Memory::Device,
+            Storage::Staged { .. } => Memory::Staged,
         }
     }
 

@@ -13,6 +13,7 @@
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
+use efatop_proto::column::Column;
 use efatop_proto::results::LatencyRecorder;
 use efatop_proto::sizes::format_size;
 use efatop_proto::sweep::{
@@ -73,7 +74,7 @@ pub fn run(
     let payload = payloads
         .first()
         .ok_or_else(|| ExperimentError::InvalidInput { flag: "--memory", message: "sweep needs one memory kind".into() })?;
-    let column = format!("Sweep{}{}", payload.suffix(true), world.write_column_suffix());
+    let column = Column::Sweep { memory: payload.memory(), emulated: world.write_emulated() };
     observer.begin(std::slice::from_ref(&column), &memory_labels(&payloads));
     let remotes = exchange_regions(world, payload)?;
     let nodes = gather_facts(world)?;
@@ -224,7 +225,7 @@ struct Exchange<'a> {
     stride: u64,
     payload: &'a Payload,
     remotes: &'a [Vec<RemoteRegion>],
-    column: &'a str,
+    column: &'a Column,
     /// `expected[channel][source]`: immediates promised so far over the whole run.
     expected: Vec<Vec<u64>>,
     /// Every rail of a pair at once; else one rail after another (ranks crowd a machine's cores).

@@ -7,6 +7,7 @@ use efatop_fabric::{
     Capabilities, Channel, ChannelOptions, FabricError, Nic, PeerAddress, Provider, discover_nics, mr_mode_names,
 };
 
+use efatop_proto::results::LinkSource;
 use efatop_topology::{GpuChoice, NodeTopology, Placement};
 
 use crate::ExperimentError;
@@ -55,18 +56,6 @@ pub struct WorldOptions {
     pub gpu: Option<Option<usize>>,
 }
 
-/// Where the link speed used for `BusBW` came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LinkSpeedSource {
-    /// `--link-gbps`.
-    Flag,
-    /// The provider's `fi_nic` link attributes.
-    Provider,
-    /// Neither: `BusBW` is not computed.
-    Unknown,
-}
-
 pub struct World<'b> {
     pub bootstrap: &'b dyn Bootstrap,
     pub rank: usize,
@@ -85,7 +74,8 @@ pub struct World<'b> {
     /// Distinct NICs the channels are spread over on this rank.
     pub distinct_nics: usize,
     pub link_gbps: Option<f64>,
-    pub link_source: LinkSpeedSource,
+    /// Where `link_gbps` came from: `--link-gbps`, the provider, or nowhere.
+    pub link_source: LinkSource,
     /// How long one operation may take before its rank is reported as hung.
     pub op_timeout: Duration,
     /// More ranks than cores on this host: a rank that polls and finds nothing yields its core, or
@@ -272,9 +262,9 @@ impl<'b> World<'b> {
 
         let provider_link = channels.first().and_then(|c| c.nic().link_speed_bps).map(|bps| bps as f64 / 1e9);
         let (link_gbps, link_source) = match (options.link_gbps, provider_link) {
-            (Some(flag), _) => (Some(flag), LinkSpeedSource::Flag),
-            (None, Some(reported)) => (Some(reported), LinkSpeedSource::Provider),
-            (None, None) => (None, LinkSpeedSource::Unknown),
+            (Some(flag), _) => (Some(flag), LinkSource::Flag),
+            (None, Some(reported)) => (Some(reported), LinkSource::Provider),
+            (None, None) => (None, LinkSource::Unknown),
         };
         let distinct_nics = channel_count.min(nics.len());
         let provider_stack = nics[0].provider.clone();
@@ -389,9 +379,9 @@ impl<'b> World<'b> {
         Ok(Some(efatop_proto::counters::StepCounters::gather(op, &readings)))
     }
 
-    /// The suffix write columns carry when RDMA WRITE is emulated over sends: `SinglePin(emulated)`.
-    pub fn write_column_suffix(&self) -> &'static str {
-        if self.emulated_write == Some(true) { "(emulated)" } else { "" }
+    /// RDMA WRITE is emulated over sends on some channel: write columns say so (`SinglePin(emulated)`).
+    pub fn write_emulated(&self) -> bool {
+        self.emulated_write == Some(true)
     }
 
     /// Connects channel k of this rank to channels k + `shift` and k − `shift` (mod the channel count) of

@@ -6,7 +6,9 @@
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
 //! - [`sizes`]: message sizes as flags and tables write them;
-//! - [`ipc`]: the ipc experiment's column names;
+//! - [`column`]: what each column of the results is ([`Column`]), matched on by every crate and named in
+//!   one place; [`experiment`]: which experiment ran ([`Experiment`]); [`ipc`]: the ipc experiment's
+//!   movers;
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
@@ -19,8 +21,10 @@
 
 #![forbid(unsafe_code)]
 
-pub mod events;
+pub mod column;
 pub mod counters;
+pub mod events;
+pub mod experiment;
 pub mod ipc;
 pub mod results;
 pub mod sizes;
@@ -29,4 +33,6 @@ pub mod sweep;
 pub mod telemetry;
 pub mod topology;
 
+pub use column::Column;
+pub use experiment::Experiment;
 pub use results::{Measurement, RunMetadata, RunResults};

@@ -164,6 +164,7 @@ mod tests {
             "pairs": [], "verified": true
         }))
         .expect("measurement");
+        let single = measurement.config.clone();
         let events = vec![
             ConsumerEvent::Run(Box::new(RunStart { results: RunResults::default(), pairs: true, ..RunStart::default() })),
             ConsumerEvent::Telemetry(vec![
@@ -171,8 +172,8 @@ mod tests {
                 CollectorEvent::Malformed { from, reason: WireError::Told("frame version 9".into()) },
                 CollectorEvent::Closed { from, rank: Some(1) },
             ]),
-            ConsumerEvent::Begin { columns: vec!["SinglePin".into()], memory: "host".into() },
-            ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 },
+            ConsumerEvent::Begin { columns: vec![single.clone()], memory: "host".into() },
+            ConsumerEvent::Step { config: single, size: 4096 },
             ConsumerEvent::Measured(Box::new(measurement)),
             ConsumerEvent::Note("hello".into()),
             ConsumerEvent::Finished { error: None },

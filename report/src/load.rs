@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_proto::RunResults;
+use efatop_proto::{Experiment, RunResults};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -35,9 +35,9 @@ pub enum ReportError {
     )]
     DifferentExperiments {
         baseline: PathBuf,
-        baseline_experiment: String,
+        baseline_experiment: Experiment,
         candidate: PathBuf,
-        candidate_experiment: String,
+        candidate_experiment: Experiment,
     },
     /// A gate that compares nothing would pass whatever the candidate did.
     #[error("{} and {} have no configuration and size in common: nothing to compare", .baseline.display(), .candidate.display())]

@@ -67,10 +67,13 @@ fn json_reads_back_as_the_same_results() {
 #[test]
 fn csv_quotes_a_config_name_with_a_comma() {
     let mut results = load("write-p5.json");
+    let odd = efatop_proto::Column::Other("Single,\"Pin\"".into());
     for m in &mut results.measurements {
-        m.config = m.config.replace("SinglePin", "Single,\"Pin\"");
+        if m.config.to_string() == "SinglePin" {
+            m.config = odd.clone();
+        }
     }
-    results.configs[0] = "Single,\"Pin\"".into();
+    results.configs[0] = odd;
     let csv = render(&results, Format::Csv);
     assert!(
         csv.lines()

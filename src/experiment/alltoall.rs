@@ -15,8 +15,8 @@ pub struct AlltoallArgs {
 }
 
 impl Descriptor for AlltoallArgs {
-    fn name(&self) -> &'static str {
-        "alltoall"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Alltoall
     }
 
     fn common(&self) -> &CommonArgs {
@@ -33,7 +33,7 @@ impl Descriptor for AlltoallArgs {
         Ok(())
     }
 
-    fn columns(&self) -> Vec<String> {
+    fn columns(&self) -> Vec<efatop_proto::Column> {
         self.write.columns()
     }
 

@@ -39,8 +39,8 @@ fn parse_threshold(text: &str) -> Result<f64, String> {
 }
 
 impl Descriptor for SweepArgs {
-    fn name(&self) -> &'static str {
-        "sweep"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Sweep
     }
 
     fn common(&self) -> &CommonArgs {
@@ -67,8 +67,8 @@ impl Descriptor for SweepArgs {
         Ok(())
     }
 
-    fn columns(&self) -> Vec<String> {
-        vec!["Sweep".into()]
+    fn columns(&self) -> Vec<efatop_proto::Column> {
+        vec![efatop_proto::Column::Sweep { memory: efatop_proto::column::Memory::Host, emulated: false }]
     }
 
     fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {

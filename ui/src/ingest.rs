@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use efatop_proto::sizes::format_size;
-use efatop_proto::{Measurement, RunResults};
+use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
 use crate::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, Panel, PeerState,
-    PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
+    PeerView, QueueView, RunInfo,
 };
 
 /// Keeps what the state does not show but ingestion needs. When each rank was last heard from is not
@@ -52,7 +52,7 @@ impl Ingest {
         state.queues.clear();
         state.nvlink.clear();
         // Only all-to-all runs pay for the matrix: it grows with the square of the ranks (up to a cap).
-        state.pairs = (run.experiment == ALLTOALL_EXPERIMENT).then(|| PairMatrixView::new(run.ranks));
+        state.pairs = (run.experiment == Experiment::Alltoall).then(|| PairMatrixView::new(run.ranks));
         if state.pairs.is_some() {
             state.focus = Panel::Pairs;
         }
@@ -184,7 +184,7 @@ impl Ingest {
     }
 
     /// A (configuration, size) step started.
-    pub fn step(state: &mut DashboardState, config: &str, size: u64) {
+    pub fn step(state: &mut DashboardState, config: &Column, size: u64) {
         state.progress.config = Some(config.to_string());
         state.progress.size = Some(size);
     }
@@ -276,14 +276,14 @@ mod tests {
 
     fn run_info() -> RunInfo {
         RunInfo {
-            experiment: "write".into(),
+            experiment: Experiment::Write,
             provider_stack: "shm".into(),
             ranks: 2,
             hosts: vec!["a".into(), "a".into()],
             channels: 2,
             link_gbps: Some(100.0),
             memory: "host".into(),
-            configs: vec!["SinglePin".into()],
+            configs: vec![efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host)],
             sizes: vec![4096, 8192],
             placements: Vec::new(),
         }
@@ -482,7 +482,7 @@ mod tests {
     }
 
     fn alltoall_run(ranks: usize) -> RunInfo {
-        RunInfo { experiment: ALLTOALL_EXPERIMENT.into(), ranks, hosts: vec!["a".into(); ranks], ..run_info() }
+        RunInfo { experiment: Experiment::Alltoall, ranks, hosts: vec!["a".into(); ranks], ..run_info() }
     }
 
     /// `bytes` in a 100 ms interval, with latency samples at `latency_ns` when given.

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use efatop_proto::RunMetadata;
+use efatop_proto::results::LinkSource;
+use efatop_proto::{Experiment, RunMetadata};
 use efatop_proto::sizes::format_size;
 
 fn plural(n: usize) -> &'static str {
@@ -18,12 +19,12 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         _ => String::new(),
     };
     let host_list = format!("{} ranks on {} host{} ({})", meta.ranks, hosts.len(), plural(hosts.len()), hosts.join(", "));
-    if meta.experiment == "ipc" {
+    if meta.experiment == Experiment::Ipc {
         // No NIC moves ipc's bytes: the header names the GPUs (in the rank lines) and the NVLink peak.
         let _ = writeln!(out, "# efatop ipc — {host_list}, CUDA IPC between the ranks' GPUs");
         let _ = writeln!(out, "# {} memory, warmup {}, iters {}{sizes}", meta.memory, meta.warmup, meta.iters);
-        let _ = match (meta.link_gbps, meta.link_source.strip_prefix("nvlink: ")) {
-            (Some(link), Some(source)) => writeln!(
+        let _ = match (meta.link_gbps, &meta.link_source) {
+            (Some(link), LinkSource::Nvlink(Some(source))) => writeln!(
                 out,
                 "# NVLink peak {:.0} GB/s ({link:.0} Gbps) per direction ({source}), used for BusBW",
                 link / 8.0
@@ -51,8 +52,8 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             meta.warmup,
             meta.iters,
         );
-        let _ = match (meta.link_gbps, meta.link_source.as_str()) {
-            (Some(link), "flag") => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
+        let _ = match (meta.link_gbps, &meta.link_source) {
+            (Some(link), LinkSource::Flag) => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
             (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
             (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
         };
@@ -64,7 +65,7 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             meta.hang_timeout_s
         );
     }
-    if meta.experiment == "alltoall" {
+    if meta.experiment == Experiment::Alltoall {
         let _ = writeln!(
             out,
             "# all-to-all: Gbps = one rank's buffer (size) per iteration time, as the seed table; BusBW = that over \
@@ -94,17 +95,17 @@ mod tests {
     #[test]
     fn ipc_names_the_nvlink_peak_not_a_nic() {
         let mut meta = crate::text::table::tests::sample().metadata;
-        meta.experiment = "ipc".into();
+        meta.experiment = Experiment::Ipc;
         meta.memory = "device".into();
         meta.link_gbps = Some(3600.0);
-        meta.link_source = "nvlink: NVML, 18 links x 25 GB/s".into();
+        meta.link_source = serde_json::from_value("nvlink: NVML, 18 links x 25 GB/s".into()).expect("a link source");
         let header = render_header(&meta, &[1 << 20, 1 << 30]);
         assert!(header.starts_with("# efatop ipc — 2 ranks on 1 host (node-a), CUDA IPC between the ranks' GPUs\n"), "{header}");
         assert!(header.contains("# device memory, warmup 1, iters 10, sizes 1M..1G\n"), "{header}");
         assert!(header.contains("# NVLink peak 450 GB/s (3600 Gbps) per direction (NVML, 18 links x 25 GB/s), used for BusBW\n"));
         assert!(!header.contains("provider") && !header.contains("NIC"), "{header}");
         meta.link_gbps = None;
-        meta.link_source = "nvlink".into();
+        meta.link_source = LinkSource::Nvlink(None);
         assert!(render_header(&meta, &[]).contains("# NVLink peak unknown (no NVML, no NVLink seen): BusBW not computed\n"));
         // Other experiments keep their fabric lines.
         let fabric = render_header(&crate::text::table::tests::sample().metadata, &[4096]);

@@ -441,7 +441,7 @@ fn alltoall_4096() -> DashboardState {
     pairs.selected_receiver = 17;
     let hosts = (0..ranks).map(|rank| format!("node{}", rank / 8)).collect();
     DashboardState {
-        run: RunInfo { experiment: "alltoall".into(), ranks, hosts, ..RunInfo::default() },
+        run: RunInfo { experiment: efatop_proto::Experiment::Alltoall, ranks, hosts, ..RunInfo::default() },
         pairs: Some(pairs),
         focus: Panel::Pairs,
         ..DashboardState::default()
