@@ -326,13 +326,7 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
         pinned_cpus: pinned,
     };
-    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-    world
-        .bootstrap
-        .allgather(&encoded)?
-        .iter()
-        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("placement record: {e}"))))
-        .collect()
+    efatop_experiments::gather(world.bootstrap, &mine, "placement record")
 }
 
 /// How the GPUs the run uses on rank 0's host reach each other, for the dashboard's topology view and the
@@ -392,17 +386,12 @@ impl Telemetry {
         } else {
             None
         };
+        // Rank 0 publishes where its collector listens; every rank its NICs' names.
         let published = collector.as_ref().map_or(String::new(), |c| format!("{}:{}", world.hosts[0], c.address.port()));
         let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
-        let gathered = world.bootstrap.allgather(format!("{published}\n{}", nic_names.join(",")).as_bytes())?;
-        let nics = gathered
-            .iter()
-            .map(|record| {
-                let text = String::from_utf8_lossy(record);
-                text.split_once('\n').map_or(Vec::new(), |(_, nics)| nics.split(',').map(String::from).collect())
-            })
-            .collect();
-        let address = String::from_utf8_lossy(&gathered[0]).split('\n').next().unwrap_or_default().to_string();
+        let gathered = efatop_experiments::gather(world.bootstrap, &(published, nic_names), "telemetry address and NICs")?;
+        let address = gathered.first().map(|(address, _)| address.clone()).unwrap_or_default();
+        let nics = gathered.into_iter().map(|(_, nics)| nics).collect();
         let sampler = if address.is_empty() {
             None
         } else {

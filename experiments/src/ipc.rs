@@ -86,16 +86,8 @@ pub fn run(
         return Err(ExperimentError::Unsupported("ipc: no GPU is open on this rank".into()));
     };
     // Each rank's GPU: its ordinal on the host and its PCI bus id.
-    let gpus: Vec<(u32, String)> = world
-        .bootstrap
-        .allgather(format!("{} {}", gpu.ordinal(), gpu.pci_bus_id()).as_bytes())?
-        .iter()
-        .map(|entry| {
-            let text = String::from_utf8_lossy(entry);
-            let (ordinal, bus) = text.split_once(' ').unwrap_or(("0", &text));
-            (ordinal.parse().unwrap_or(0), bus.to_string())
-        })
-        .collect();
+    let mine: (u32, String) = (u32::try_from(gpu.ordinal()).unwrap_or(0), gpu.pci_bus_id().to_string());
+    let gpus = crate::gather(world.bootstrap, &mine, "ipc GPUs")?;
     if gpus[WRITER].1 == gpus[TARGET].1 && !options.same_gpu {
         let count = efatop_cuda::device_count().unwrap_or(1);
         return Err(ExperimentError::Unsupported(format!(

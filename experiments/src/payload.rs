@@ -146,9 +146,8 @@ impl Payload {
         world: &crate::World<'_>,
         channels: &[Channel],
     ) -> Result<Self, ExperimentError> {
-        let mine = u8::from(self.path() == Some(DevicePath::Staged));
-        let votes = world.allgather(&[mine])?;
-        let anyone_staged = votes.iter().any(|v| v.first() == Some(&1));
+        let staged = self.path() == Some(DevicePath::Staged);
+        let anyone_staged = world.gather(&staged, "staging")?.into_iter().any(|staged| staged);
         match self.storage {
             Storage::Device { gpu, buffer } if anyone_staged => {
                 drop(self.regions);
@@ -354,19 +353,11 @@ pub(crate) fn exchange_regions(
     world: &crate::World<'_>,
     payload: &Payload,
 ) -> Result<Vec<Vec<efatop_fabric::RemoteRegion>>, ExperimentError> {
-    let mut mine = Vec::new();
-    for region in &payload.regions {
-        crate::world::push_record(&mut mine, &Channel::remote_region(region).to_bytes());
-    }
-    world
-        .bootstrap
-        .allgather(&mine)?
+    let mine: Vec<Vec<u8>> = payload.regions.iter().map(|region| Channel::remote_region(region).to_bytes().to_vec()).collect();
+    crate::gather(world.bootstrap, &mine, "registered regions")?
         .iter()
-        .map(|blob| {
-            crate::world::split_records(blob)?
-                .into_iter()
-                .map(|record| efatop_fabric::RemoteRegion::from_bytes(record).map_err(ExperimentError::from))
-                .collect()
+        .map(|records| {
+            records.iter().map(|record| efatop_fabric::RemoteRegion::from_bytes(record).map_err(ExperimentError::from)).collect()
         })
         .collect()
 }

@@ -136,13 +136,11 @@ pub fn run(
                 wanted = left;
             }
         }
-        serde_json::to_vec(&rounds).map_err(|e| ExperimentError::Bootstrap(format!("retest plan: {e}")))?
+        rounds
     } else {
         Vec::new()
     };
-    let shared = world.allgather(&retests)?;
-    let retests: Vec<Round> = serde_json::from_slice(shared.first().map_or(&[][..], Vec::as_slice))
-        .map_err(|e| ExperimentError::Bootstrap(format!("retest plan from rank 0: {e}")))?;
+    let retests: Vec<Round> = world.gather(&retests, "retest plan")?.into_iter().next().unwrap_or_default();
     for round in &retests {
         record.play(&mut exchange, round, observer)?;
     }
@@ -188,12 +186,7 @@ fn gather_facts(world: &World<'_>) -> Result<Vec<NodeFacts>, ExperimentError> {
             .map(|c| NicFacts { name: c.nic().domain.clone(), pci: c.nic().pci_address.clone() })
             .collect(),
     };
-    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-    world
-        .allgather(&encoded)?
-        .iter()
-        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("sweep node facts: {e}"))))
-        .collect()
+    world.gather(&mine, "sweep node facts")
 }
 
 /// Where more ranks' channels than cores share a machine (emulated nodes in network namespaces, or
@@ -205,9 +198,9 @@ fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError
     let machine = crate::world::machine(&world.hosts[world.rank]);
     let here = world.hosts.iter().filter(|h| crate::world::machine(h) == machine).count();
     let streams = here * world.channels.len() * 2;
-    let mine = u8::from(world.channels.len() > 1 && streams > cores);
-    let votes = world.allgather(&[mine])?;
-    if !votes.iter().any(|v| v.first() == Some(&1)) {
+    let mine = world.channels.len() > 1 && streams > cores;
+    let votes = world.gather(&mine, "crowded machine")?;
+    if !votes.iter().any(|&crowded| crowded) {
         return Ok(None);
     }
     Ok(Some(format!(
@@ -301,17 +294,11 @@ impl Exchange<'_> {
             None => Ok(()),
         };
         agree(world, checked, observer)?;
-        let encoded = serde_json::to_vec(&figures).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-        let gathered = world.allgather(&encoded)?;
+        let gathered = world.gather(&figures, "sweep figures")?;
         if world.rank != 0 {
             return Ok(figures);
         }
-        let mut all = Vec::new();
-        for record in &gathered {
-            let figures: Vec<Figure> = serde_json::from_slice(record)
-                .map_err(|e| ExperimentError::Bootstrap(format!("sweep figures from a rank: {e}")))?;
-            all.extend(figures);
-        }
+        let mut all: Vec<Figure> = gathered.into_iter().flatten().collect();
         all.sort_by_key(|f| (f.from, f.rail));
         Ok(all)
     }
