@@ -107,7 +107,7 @@ impl Experiment {
     }
 
     pub fn name(&self) -> &'static str {
-        self.kind().name()
+        self.kind().known_name().unwrap_or_default()
     }
 
     pub fn kind(&self) -> efatop_proto::Experiment {

@@ -407,7 +407,7 @@ impl Telemetry {
 
 fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> RunInfo {
     RunInfo {
-        experiment: results.metadata.experiment,
+        experiment: results.metadata.experiment.clone(),
         provider_stack: world.provider_stack.clone(),
         ranks: world.size,
         hosts: world.hosts.clone(),
