@@ -272,4 +272,18 @@ mod tests {
         let proxy = Column::Proxy { layout: ProxyLayout::MultiNbi, memory: Memory::Device, emulated: false };
         assert_eq!(proxy.parts(), ("Proxy", "MultiNBI".to_string(), "DMA".to_string()));
     }
+
+    /// The ipc experiment's columns (moved from `ipc`, which `column` builds on).
+    #[test]
+    fn columns_name_grid_and_block_and_read_back() {
+        let configs = [IpcConfig::kernel(128, 256), IpcConfig::kernel(1, 32), IpcConfig::COPY_ENGINE];
+        let columns: Vec<String> = configs.iter().map(|c| Column::Ipc(*c).to_string()).collect();
+        assert_eq!(columns, ["IPC 128x256", "IPC 1x32", "CE"]);
+        let read = |label: &str| serde_json::from_value::<Column>(label.into()).expect("a label").ipc();
+        for (config, column) in configs.iter().zip(&columns) {
+            assert_eq!(read(column), Some(*config));
+        }
+        assert_eq!(read("IPC 12"), None);
+        assert_eq!(read("SinglePin"), None);
+    }
 }

@@ -29,22 +29,3 @@ impl IpcConfig {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::column::Column;
-
-    #[test]
-    fn columns_name_grid_and_block_and_read_back() {
-        let configs = [IpcConfig::kernel(128, 256), IpcConfig::kernel(1, 32), IpcConfig::COPY_ENGINE];
-        let columns: Vec<String> = configs.iter().map(|c| Column::Ipc(*c).to_string()).collect();
-        assert_eq!(columns, ["IPC 128x256", "IPC 1x32", "CE"]);
-        let read = |label: &str| serde_json::from_value::<Column>(label.into()).expect("a label").ipc();
-        for (config, column) in configs.iter().zip(&columns) {
-            assert_eq!(read(column), Some(*config));
-        }
-        assert_eq!(read("IPC 12"), None);
-        assert_eq!(read("SinglePin"), None);
-    }
-}

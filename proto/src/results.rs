@@ -20,6 +20,11 @@ pub struct SchemaVersion(pub u32);
 impl SchemaVersion {
     /// Files written before the version was recorded.
     pub const FIRST: SchemaVersion = SchemaVersion(1);
+
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_first(&self) -> bool {
+        *self == SchemaVersion::FIRST
+    }
 }
 
 impl Default for SchemaVersion {
@@ -278,8 +283,9 @@ pub struct Measurement {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {
-    /// The file's format ([`SCHEMA_VERSION`] when written now; 1 for files from before it was recorded).
-    #[serde(default = "first_schema")]
+    /// The file's format ([`SCHEMA_VERSION`] when written now; 1 for files from before it was recorded,
+    /// which are written back as they were, without it).
+    #[serde(default = "first_schema", skip_serializing_if = "SchemaVersion::is_first")]
     pub schema_version: SchemaVersion,
     pub metadata: RunMetadata,
     /// Configurations in column order.
@@ -454,8 +460,9 @@ mod tests {
         let mut json = serde_json::to_value(saved_run()).expect("serializes");
         assert_eq!(json["schema_version"], SCHEMA_VERSION);
         json.as_object_mut().expect("an object").remove("schema_version");
-        let old: RunResults = serde_json::from_value(json).expect("reads");
+        let old: RunResults = serde_json::from_value(json.clone()).expect("reads");
         assert_eq!(old.schema_version, SchemaVersion::FIRST);
+        assert_eq!(serde_json::to_value(&old).expect("serializes"), json, "written back as it was");
         assert_eq!(RunResults { schema_version: SchemaVersion::default(), ..old }, saved_run());
     }
 
