@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use efatop_experiments::sizes::format_size;
+use efatop_proto::sizes::format_size;
 use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{Action, DashboardState, Key, LogLevel};
 use efatop_ui::view::View;
@@ -204,17 +204,17 @@ impl App {
 
     /// A sweep round finished: the heatmap takes its figures, progress moves on, and channels that have
     /// just become suspects are logged in red.
-    fn sweep_round(&mut self, round: efatop_experiments::sweep::SweepRound, now: Duration) {
+    fn sweep_round(&mut self, round: efatop_proto::sweep::SweepRound, now: Duration) {
         let Some(view) = &mut self.data.sweep else { return };
         let before = view.suspect.clone();
         let line = match round.round.kind {
-            efatop_experiments::sweep::RoundKind::Pairing => format!("sweep round {}: {}", round.round.index + 1, efatop_proto::words::plural(round.round.pairs.len(), "pair")),
-            efatop_experiments::sweep::RoundKind::CrossRail => format!(
+            efatop_proto::sweep::RoundKind::Pairing => format!("sweep round {}: {}", round.round.index + 1, efatop_proto::words::plural(round.round.pairs.len(), "pair")),
+            efatop_proto::sweep::RoundKind::CrossRail => format!(
                 "sweep round {} (cross-rail: NIC k with NIC k+1 of the same peer): {}",
                 round.round.index + 1,
                 efatop_proto::words::plural(round.round.pairs.len(), "pair")
             ),
-            efatop_experiments::sweep::RoundKind::Retest => format!(
+            efatop_proto::sweep::RoundKind::Retest => format!(
                 "sweep retest round {}{}: {}",
                 round.round.index + 1,
                 if round.round.shift > 0 { " (cross-rail)" } else { "" },
@@ -261,7 +261,7 @@ impl App {
                 }
                 state.run.configs = columns;
                 state.run.memory.clone_from(&memory);
-                if memory.contains("staged") {
+                if state.run.configs.iter().any(efatop_proto::Column::is_staged) {
                     state.push_log(now, LogLevel::Warn, "GPU memory staged through pinned host memory (the provider cannot register it, or --staged)");
                 }
             }

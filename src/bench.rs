@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use efatop_experiments::RunResults;
-use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, PeerSample, RankSample, wire};
+use efatop_proto::RunResults;
+use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, PeerSample, RankSample, wire};
 use efatop_ui::ingest::Ingest;
 use efatop_ui::state::{DashboardState, RunInfo};
 

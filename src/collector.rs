@@ -14,8 +14,8 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_experiments::telemetry::wire;
-use efatop_experiments::telemetry::{NodeSample, Probe, RankSample, Sampler};
+use efatop_proto::telemetry::wire;
+use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler};
 use tokio::io::AsyncReadExt;
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
@@ -47,7 +47,7 @@ impl SamplerThread {
             let mut last_phase = 0;
             // The connection names its rank at once (a phase report of no phase): a rank that dies before
             // its first sample is then still named by rank 0, not left as an unknown connection.
-            link.push_bytes(&wire::encode_phase(&efatop_experiments::telemetry::PhaseReport {
+            link.push_bytes(&wire::encode_phase(&efatop_proto::telemetry::PhaseReport {
                 rank: rank as u32,
                 changes: 0,
                 phase: 0,
@@ -126,7 +126,7 @@ struct Link {
 /// Room set aside per frame buffer: a whole frame of a small run; a frame of thousands of peers grows its
 /// buffer once, and the buffer keeps that room.
 fn frame_room(probe: &Probe) -> usize {
-    let histogram = 2 + 6 * efatop_experiments::telemetry::histogram::BUCKETS;
+    let histogram = 2 + 6 * efatop_proto::telemetry::histogram::BUCKETS;
     let bound = 64 + probe.channel_count() * (24 + histogram) + probe.rank_count() * (48 + histogram);
     bound.min(64 << 10)
 }
@@ -410,7 +410,7 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::telemetry::wire::WireError;
+    use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 
     /// The collector, and its events one by one (they arrive in batches).

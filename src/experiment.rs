@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use efatop_experiments::payload::MemoryChoice;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
-use efatop_experiments::sizes::{self, format_size};
+use efatop_proto::column::Column;
+use efatop_proto::results::{RankPlacement, RunMetadata};
+use efatop_proto::sizes::{self, format_size};
 use efatop_experiments::{ChannelCount, ExperimentError, Observer, ProviderChoice, SweepOptions, World};
 use efatop_fabric::{Capabilities, Provider};
 
@@ -33,8 +34,9 @@ pub use write::WriteArgs;
 
 /// What a rank needs to know of an experiment, apart from the flags every experiment shares.
 pub trait Descriptor {
-    /// The subcommand's name, also the results file's `experiment` and its default file name.
-    fn name(&self) -> &'static str;
+    /// Which experiment it is; its name is the subcommand's, the results file's `experiment` and its
+    /// default file name.
+    fn kind(&self) -> efatop_proto::Experiment;
     fn common(&self) -> &CommonArgs;
     /// The sweep's smallest and largest size when the flags name none.
     fn default_sizes(&self) -> (u64, u64) {
@@ -66,7 +68,7 @@ pub trait Descriptor {
         Ok(())
     }
     /// The results columns, named before memory is set up (the experiment renames them once it is).
-    fn columns(&self) -> Vec<String>;
+    fn columns(&self) -> Vec<Column>;
     /// It reports per-pair matrices (all-to-all).
     fn pair_matrices(&self) -> bool {
         false
@@ -105,7 +107,11 @@ impl Experiment {
     }
 
     pub fn name(&self) -> &'static str {
-        self.descriptor().name()
+        self.kind().known_name().unwrap_or_default()
+    }
+
+    pub fn kind(&self) -> efatop_proto::Experiment {
+        self.descriptor().kind()
     }
 
     /// The sweep's smallest and largest size: the flags, else the experiment's defaults.

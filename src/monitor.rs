@@ -11,7 +11,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use efatop_monitor::prometheus::{Exporter, FreshCounters};
-use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Snapshot, Sysfs};
+use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_proto::telemetry::NodeSample;
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
 use efatop_ui::state::{Action, Key};
@@ -95,7 +96,7 @@ struct Outlets<'a> {
 }
 
 impl Outlets<'_> {
-    fn send(&mut self, snapshot: &Snapshot) {
+    fn send(&mut self, snapshot: &NodeSample) {
         if let Some(served) = self.served.as_mut() {
             served.send(snapshot);
         }
@@ -176,18 +177,18 @@ struct JsonLine<'a> {
     /// The node's rank when several are shown.
     #[serde(skip_serializing_if = "Option::is_none")]
     rank: Option<u32>,
-    data: &'a Snapshot,
+    data: &'a NodeSample,
 }
 
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
-fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
+fn print_line(snapshot: &NodeSample, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
         // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
         let filtered;
         let data = if view.view.filter.trim().is_empty() {
             snapshot
         } else {
-            filtered = Snapshot { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
+            filtered = NodeSample { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
             &filtered
         };
         let line = JsonLine { kind: "snapshot", rank, data };
@@ -210,10 +211,10 @@ fn print_line(snapshot: &Snapshot, rank: Option<u32>, view: &MonitorView, json: 
 }
 
 /// ` rail 1 off: rdmap165s0 (GPU 5) 0.10× the rail's median of 160.00 Gbps` per NIC far off its rail.
-fn rail_lines(snapshot: &Snapshot) -> String {
+fn rail_lines(snapshot: &NodeSample) -> String {
     use std::fmt::Write as _;
     let mut lines = String::new();
-    for load in efatop_monitor::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
+    for load in efatop_proto::telemetry::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
         let _ = writeln!(
             lines,
             " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps",
@@ -229,7 +230,7 @@ fn rail_lines(snapshot: &Snapshot) -> String {
 
 /// Reads on its own thread every `interval` (so a slow sysfs or NVML never stalls the keys) and sends
 /// the snapshots; it ends when the view hangs up.
-fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> Receiver<Snapshot> {
+fn spawn_reader(mut monitor: Monitor, interval: Duration, started: Instant) -> Receiver<NodeSample> {
     let (sender, receiver) = mpsc::sync_channel(4);
     std::thread::spawn(move || {
         let mut next = Instant::now();
@@ -276,10 +277,10 @@ impl<'a> Node<'a> {
 }
 
 impl Tui for Node<'_> {
-    type Event = Snapshot;
+    type Event = NodeSample;
     type Ended = ();
 
-    fn event(&mut self, snapshot: Snapshot, _now: Duration) -> Option<()> {
+    fn event(&mut self, snapshot: NodeSample, _now: Duration) -> Option<()> {
         self.outlets.send(&snapshot);
         self.view.push(snapshot);
         self.taken += 1;

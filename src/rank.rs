@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use efatop_experiments::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
-use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions, sizes};
+use efatop_proto::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
+use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions};
+use efatop_proto::sizes;
 use efatop_fabric::Capabilities;
 use efatop_monitor::NvlinkSurvey;
 use efatop_topology::NodeTopology;
@@ -301,7 +302,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
 fn pin_to_placement(world: &World<'_>) -> Option<String> {
     use nix::sched::{CpuSet, sched_setaffinity};
     let cpus = world.placement.as_ref()?.cpus.clone();
-    let list = efatop_topology::parse_cpu_list(&cpus);
+    let list = efatop_proto::topology::parse_cpu_list(&cpus);
     if list.is_empty() {
         return None;
     }
@@ -325,13 +326,7 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
         pinned_cpus: pinned,
     };
-    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-    world
-        .bootstrap
-        .allgather(&encoded)?
-        .iter()
-        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("placement record: {e}"))))
-        .collect()
+    efatop_experiments::gather(world.bootstrap, &mine, "placement record")
 }
 
 /// How the GPUs the run uses on rank 0's host reach each other, for the dashboard's topology view and the
@@ -391,17 +386,12 @@ impl Telemetry {
         } else {
             None
         };
+        // Rank 0 publishes where its collector listens; every rank its NICs' names.
         let published = collector.as_ref().map_or(String::new(), |c| format!("{}:{}", world.hosts[0], c.address.port()));
         let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
-        let gathered = world.bootstrap.allgather(format!("{published}\n{}", nic_names.join(",")).as_bytes())?;
-        let nics = gathered
-            .iter()
-            .map(|record| {
-                let text = String::from_utf8_lossy(record);
-                text.split_once('\n').map_or(Vec::new(), |(_, nics)| nics.split(',').map(String::from).collect())
-            })
-            .collect();
-        let address = String::from_utf8_lossy(&gathered[0]).split('\n').next().unwrap_or_default().to_string();
+        let gathered = efatop_experiments::gather(world.bootstrap, &(published, nic_names), "telemetry address and NICs")?;
+        let address = gathered.first().map(|(address, _)| address.clone()).unwrap_or_default();
+        let nics = gathered.into_iter().map(|(_, nics)| nics).collect();
         let sampler = if address.is_empty() {
             None
         } else {
@@ -434,7 +424,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
     RunMetadata {
         efatop_version: env!("CARGO_PKG_VERSION").into(),
         libfabric_version: efatop_fabric::runtime_version(),
-        experiment: experiment.name().into(),
+        experiment: experiment.kind(),
         provider: world.provider.to_string(),
         provider_stack: world.provider_stack.clone(),
         fabric: world.fabric.clone(),
@@ -447,10 +437,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         distinct_nics: world.distinct_nics,
         nics: world.nic_records(),
         link_gbps: world.link_gbps,
-        link_source: serde_json::to_value(world.link_source)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        link_source: world.link_source.clone(),
         // The proxy's and ipc's writers move GPU memory whatever --memory says.
         memory: experiment.memory_label(),
         window: sweep.window,
@@ -466,7 +453,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
 
 #[cfg(test)]
 mod tests {
-    use efatop_experiments::results::RankPlacement;
+    use efatop_proto::results::RankPlacement;
 
     fn on(host: &str, gpu: usize, bus: &str) -> RankPlacement {
         RankPlacement { host: host.into(), gpu: Some(gpu), gpu_pci_bus_id: Some(bus.into()), ..RankPlacement::default() }

@@ -19,8 +19,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_experiments::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
-use efatop_experiments::sweep::SweepResults;
+use efatop_proto::column::Column;
+use efatop_proto::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
+use efatop_proto::sweep::SweepResults;
 use efatop_experiments::world::Abort;
 use efatop_experiments::{ExperimentError, Observer};
 
@@ -113,12 +114,12 @@ impl Forward {
 }
 
 impl Observer for Forward {
-    fn begin(&mut self, columns: &[String], memory: &str) {
+    fn begin(&mut self, columns: &[Column], memory: &str) {
         self.send(ConsumerEvent::Begin { columns: columns.to_vec(), memory: memory.to_string() });
     }
 
-    fn step(&mut self, config: &str, size: u64) {
-        self.send(ConsumerEvent::Step { config: config.into(), size });
+    fn step(&mut self, config: &Column, size: u64) {
+        self.send(ConsumerEvent::Step { config: config.clone(), size });
     }
 
     fn measured(&mut self, measurement: &Measurement) {
@@ -297,7 +298,7 @@ impl Loop {
                         }
                     }
                 }
-                if let (true, Some(line)) = (plain, efatop_ui::counters::step_line(measurement)) {
+                if let (true, Some(line)) = (plain, efatop_report::text::counters::step_line(measurement)) {
                     println!("# {line}");
                 }
                 results.measurements.push((**measurement).clone());

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use efatop_proto::stream::{self, Hello, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
+use efatop_proto::stream::{self, Hello, OLDEST_RECORDING, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
 use flate2::Compression;
 use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
@@ -110,9 +110,11 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
     let mut first = Vec::new();
     let _ = reader.by_ref().take(stream::MAX_HELLO as u64).read_until(b'\n', &mut first);
     match stream::parse_hello(&first, RECORDING_MAGIC) {
-        Hello::Efatop { version } if version == VERSION => {}
+        Hello::Efatop { version } if (OLDEST_RECORDING..=VERSION).contains(&version) => {}
         Hello::Efatop { version } => {
-            return Err(NotARecording(format!("{shown} is a recording of version {version}; this efatop reads version {VERSION}")));
+            return Err(NotARecording(format!(
+                "{shown} is a recording of version {version}; this efatop reads versions {OLDEST_RECORDING} to {VERSION}"
+            )));
         }
         Hello::Foreign(_) => return Err(NotARecording(format!("{shown} is not an efatop recording (made with --record FILE)"))),
     }
@@ -173,7 +175,7 @@ mod tests {
         let mut frame = Vec::new();
         for i in 0..5u64 {
             frame.clear();
-            let event = ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 << i };
+            let event = ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << i };
             stream::encode_event(i * 1000, &event, &mut frame).expect("encode");
             recorder.add(&frame, true);
         }
@@ -184,7 +186,7 @@ mod tests {
         let whole = read(&path).expect("read");
         assert_eq!(whole.events.len(), 6);
         assert!(whole.cut.is_none());
-        assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 << 4 }));
+        assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << 4 }));
 
         let bytes = std::fs::read(&path).expect("bytes");
         std::fs::write(&path, &bytes[..bytes.len() - 5]).expect("cut");
@@ -195,7 +197,7 @@ mod tests {
         // Whole members but no end (rank 0 killed while it recorded), and a header alone: each says so.
         let mut recorder = Recorder::create(&path).expect("create");
         frame.clear();
-        stream::encode_event(0, &ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 }, &mut frame).expect("encode");
+        stream::encode_event(0, &ConsumerEvent::Step { config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 }, &mut frame).expect("encode");
         recorder.add(&frame, true);
         drop(recorder);
         let no_end = read(&path).expect("read");

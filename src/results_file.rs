@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use efatop_experiments::ExperimentError;
-use efatop_experiments::results::RunResults;
+use efatop_proto::results::RunResults;
 use time::OffsetDateTime;
 
 /// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees

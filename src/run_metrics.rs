@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use efatop_experiments::ExperimentError;
-use efatop_experiments::results::RunResults;
+use efatop_proto::results::RunResults;
 use efatop_monitor::prometheus::{Exporter, TEXT_CONTENT_TYPE};
 use efatop_monitor::run_metrics::RunView;
 
@@ -150,7 +150,7 @@ fn path_segment(value: &str) -> String {
 /// ([`RunView::end`]). Call it once `results.status` says how the run ended. Err is a message for a
 /// warning: a failed push never fails the run.
 pub fn push(gateway: &Pushgateway, results: &RunResults, metrics: Option<&RunMetrics>) -> Result<(), String> {
-    let mut view = metrics.map_or_else(|| RunView::new(&results.metadata.experiment, results.metadata.hosts.clone()), |m| m.view.clone());
+    let mut view = metrics.map_or_else(|| RunView::new(results.metadata.experiment.name(), results.metadata.hosts.clone()), |m| m.view.clone());
     view.end(results, SystemTime::now());
     let body = view.final_text().map_err(|err| format!("cannot encode the run's figures: {err}"))?;
     let url = gateway.group_url(view.hosts().first().map_or("", String::as_str));

@@ -367,7 +367,7 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
 }
 
 /// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
-/// monitor sends rank 0 ([`efatop_monitor::wire::to_wire`]), in a telemetry batch of its own.
+/// monitor sends rank 0 ([`efatop_proto::telemetry::NodeSample`]), in a telemetry batch of its own.
 pub struct MonitorStream {
     outlets: Outlets,
     seq: u64,
@@ -380,11 +380,11 @@ impl MonitorStream {
         let opened = Outlets::open(serve, record, Instant::now()).map_err(failed)?;
         let Some(mut outlets) = opened else { return Ok(None) };
         let start = RunStart {
-            info: crate::event::RunInfo { experiment: MONITOR.into(), ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
-            results: efatop_experiments::RunResults {
-                metadata: efatop_experiments::RunMetadata {
+            info: crate::event::RunInfo { experiment: MONITOR, ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
+            results: efatop_proto::RunResults {
+                metadata: efatop_proto::RunMetadata {
                     efatop_version: env!("CARGO_PKG_VERSION").into(),
-                    experiment: MONITOR.into(),
+                    experiment: MONITOR,
                     ranks: 1,
                     hosts: vec![host.to_string()],
                     ..Default::default()
@@ -399,9 +399,9 @@ impl MonitorStream {
         Ok(Some(Self { outlets, seq: 0 }))
     }
 
-    pub fn send(&mut self, snapshot: &efatop_monitor::Snapshot) {
+    pub fn send(&mut self, snapshot: &efatop_proto::telemetry::NodeSample) {
         self.seq += 1;
-        let sample = efatop_monitor::wire::to_wire(snapshot, 0, self.seq, 0);
+        let sample = snapshot.clone().sent_as(0, self.seq, 0);
         self.outlets.publish(&ConsumerEvent::Telemetry(vec![CollectorEvent::Node(Box::new(sample))]));
     }
 
@@ -413,4 +413,4 @@ impl MonitorStream {
 }
 
 /// `RunInfo::experiment` of a served or recorded `efatop monitor`.
-pub const MONITOR: &str = "monitor";
+pub const MONITOR: efatop_proto::Experiment = efatop_proto::Experiment::Monitor;

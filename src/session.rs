@@ -7,7 +7,7 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use efatop_experiments::results::RunMetadata;
+use efatop_proto::results::RunMetadata;
 
 use crate::app::{App, Ended};
 use crate::event::{ConsumerEvent, RunStart};

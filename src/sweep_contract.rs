@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use efatop_experiments::sweep::{Scope, Suspect, Verdict as SweepVerdict};
+use efatop_proto::sweep::{Scope, Suspect, Verdict as SweepVerdict};
 use serde_json::Value;
 
 use crate::experiment::{Experiment, SweepFormat};
@@ -228,7 +228,7 @@ mod tests {
         node.nics = vec!["efa0".into(), "efa1".into()];
         heard.verdict = Some(SweepVerdict {
             suspects: vec![suspect(Scope::Nic, 2, "node2", Some("efa1")), node, link],
-            checked: efatop_experiments::sweep::Checked { nodes: 4, nics: 16 },
+            checked: efatop_proto::sweep::Checked { nodes: 4, nics: 16 },
         });
         let (verdict, reasons) = verdict(&heard, 3);
         assert_eq!(

@@ -5,7 +5,8 @@ use std::io::Write;
 
 use efatop_fabric::{Capabilities, Provider, discover_nics};
 use efatop_monitor::NvlinkSurvey;
-use efatop_topology::{FabricNic, GpuChoice, GpuLinkSource, NodeTopology, Placement, TopologyError};
+use efatop_proto::topology::GpuLinkSource;
+use efatop_topology::{FabricNic, GpuChoice, NodeTopology, Placement, TopologyError};
 
 use crate::cli::TopoArgs;
 
@@ -109,7 +110,7 @@ fn fabric_nics() -> Vec<FabricNic> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_topology::Link;
+    use efatop_proto::topology::Link;
 
     #[test]
     fn without_nvml_the_inferred_links_stay_and_the_legend_says_why() {

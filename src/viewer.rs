@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use efatop_experiments::results::{RunResults, RunState, RunStatus};
+use efatop_proto::results::{RunResults, RunState, RunStatus};
 use efatop_ui::liveness::Liveness;
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::{Key, SourceLine};
@@ -84,7 +84,7 @@ impl Tally {
 
     /// The tables a dashboard leaves on the terminal when it closes, as the run's own does.
     pub fn print_tables(&self) {
-        if self.results.metadata.experiment.is_empty() {
+        if self.results.metadata.experiment == efatop_proto::Experiment::Unknown {
             return;
         }
         plain::print_final(Mode::Dashboard, &self.results, &self.sizes, None);
@@ -137,7 +137,7 @@ impl Watched {
             for telemetry in batch {
                 crate::watchdog::note_telemetry(&mut live, telemetry, at);
                 if let (Some(nodes), CollectorEvent::Node(sample)) = (&mut self.nodes, telemetry) {
-                    nodes.push(sample.rank, efatop_monitor::wire::from_wire((**sample).clone()));
+                    nodes.push(sample.rank, (**sample).clone());
                 }
             }
         }

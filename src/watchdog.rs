@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use efatop_experiments::telemetry::Phase;
+use efatop_proto::telemetry::Phase;
 use efatop_ui::liveness::Liveness;
 
 use crate::collector::CollectorEvent;
@@ -78,7 +78,7 @@ impl Watchdog {
         let (rank, silent) = live.hung(at)?;
         let doing = live
             .last_phase(rank)
-            .map_or(String::new(), |(phase, bytes)| format!("; it last said: {} {}", phase.label(), efatop_experiments::sizes::format_size(bytes)));
+            .map_or(String::new(), |(phase, bytes)| format!("; it last said: {} {}", phase.label(), efatop_proto::sizes::format_size(bytes)));
         Some(format!(
             "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
             self.host(rank),
@@ -112,7 +112,7 @@ pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Durat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::telemetry::{PhaseReport, RankSample};
+    use efatop_proto::telemetry::{PhaseReport, RankSample};
 
     fn sample(rank: u32) -> CollectorEvent {
         CollectorEvent::Sample(Box::new(RankSample { rank, ..RankSample::default() }))

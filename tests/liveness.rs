@@ -94,10 +94,10 @@ fn healthy_under_load(ranks: &str, args: &[&str], sizes: usize, limit: Duration)
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(run.stdout.contains("# every size verified"), "{}", run.stdout);
     let bytes = std::fs::read(&out).expect("results file");
-    let results = efatop_experiments::RunResults::from_json(&bytes).expect("results parse");
+    let results = efatop_proto::RunResults::from_json(&bytes).expect("results parse");
     assert_eq!(results.measurements.len(), sizes, "every size in the file");
     let status = results.status.expect("status");
-    assert_eq!(status.state, efatop_experiments::results::RunState::Complete, "{status:?}");
+    assert_eq!(status.state, efatop_proto::results::RunState::Complete, "{status:?}");
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     let victim = loop {
         ours.add_descendants(launcher.id());
         if let Ok(bytes) = std::fs::read(&out) {
-            efatop_experiments::RunResults::from_json(&bytes)
+            efatop_proto::RunResults::from_json(&bytes)
                 .unwrap_or_else(|e| panic!("the results file does not parse as soon as it exists: {e}: {:?}", String::from_utf8_lossy(&bytes)));
             let rank1 = common::descendants(launcher.id()).into_iter().find(|pid| {
                 std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == b"EFATOP_RANK=1"))
@@ -165,12 +165,12 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     assert_ne!(status.code(), Some(0), "{stderr}");
     let bytes = std::fs::read(&out).expect("results file");
     assert!(!bytes.is_empty(), "a 0-byte results file");
-    let results = efatop_experiments::RunResults::from_json(&bytes).expect("results parse");
+    let results = efatop_proto::RunResults::from_json(&bytes).expect("results parse");
     let run_status = results.status.expect("status");
     println!("stderr:\n{stderr}\nstatus: {run_status:?}, {} sizes", results.measurements.len());
-    assert_eq!(run_status.state, efatop_experiments::results::RunState::Failed, "{run_status:?}\n{stderr}");
+    assert_eq!(run_status.state, efatop_proto::results::RunState::Failed, "{run_status:?}\n{stderr}");
     // The reason is what rank 0 said as it ended (a lost rank, or the rendezvous it shared with it).
     let reason = run_status.reason.as_deref().unwrap_or_default();
     assert!(!reason.is_empty() && stderr.contains(reason), "{run_status:?}\n{stderr}");
-    assert_eq!((results.metadata.experiment.as_str(), results.metadata.hang_timeout_s), ("write", 60));
+    assert_eq!((results.metadata.experiment.name(), results.metadata.hang_timeout_s), ("write", 60));
 }

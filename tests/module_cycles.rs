@@ -1,6 +1,8 @@
-//! The binary's modules (`src/`) import each other without a cycle: each top-level module (`src/x.rs`
-//! with its `src/x/` folder) is a node, every `crate::x` path (also inside `use crate::{x, y::z}`) an
-//! edge. A cycle fails the test and is named, so the layering cannot quietly regress.
+//! No crate's modules import each other in a cycle: the binary's (`src/`) and every workspace member's
+//! (`proto/src/`, `transports/fabric/src/`, ...). In each crate a top-level module (`src/x.rs` with its
+//! `src/x/` folder) is a node, every `crate::x` path in code (also inside `use crate::{x, y::z}`) an edge;
+//! comments, doc links included, are not imports. A cycle fails the test and is named, so the layering
+//! cannot quietly regress.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,10 +23,16 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The top-level modules `text` names through `crate::`.
+/// `text` without its line comments (`//`, `///`, `//!`): a doc link to a module is not an import.
+fn code_of(text: &str) -> String {
+    text.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// The top-level modules `text`'s code names through `crate::`.
 pub fn crate_paths(text: &str) -> BTreeSet<String> {
+    let code = code_of(text);
     let mut names = BTreeSet::new();
-    let mut rest = text;
+    let mut rest = code.as_str();
     while let Some(at) = rest.find("crate::") {
         let before = rest[..at].chars().next_back();
         rest = &rest[at + "crate::".len()..];
@@ -112,15 +120,13 @@ pub fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<Stri
     None
 }
 
-#[test]
-fn src_modules_import_each_other_without_a_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The module graph of the crate whose sources are under `src`: module → the modules it imports.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    assert!(files.len() > 5, "no sources under {}", src.display());
+    rust_files(src, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
-        let Some(module) = module_of(&src, file) else { continue };
+        let Some(module) = module_of(src, file) else { continue };
         let text = std::fs::read_to_string(file).expect("readable source");
         let edges = graph.entry(module.clone()).or_default();
         edges.extend(crate_paths(&text).into_iter().filter(|m| *m != module));
@@ -130,15 +136,45 @@ fn src_modules_import_each_other_without_a_cycle() {
     for edges in graph.values_mut() {
         edges.retain(|m| modules.contains(m));
     }
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("src/ modules import each other in a cycle: {}", cycle.join(" → "));
+    graph
+}
+
+/// The binary's `src/` and each workspace member's `src/`, from the root manifest's `members`.
+fn crate_sources(root: &Path) -> Vec<PathBuf> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace manifest");
+    let members = manifest
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("members"))
+        .and_then(|rest| Some(&rest[rest.find('[')? + 1..rest.find(']')?]))
+        .expect("members = [...] on one line");
+    let mut sources = vec![root.join("src")];
+    sources.extend(members.split(',').map(|m| m.trim().trim_matches('"')).filter(|m| !m.is_empty()).map(|m| root.join(m).join("src")));
+    sources
+}
+
+#[test]
+fn no_crate_has_modules_that_import_each_other_in_a_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = crate_sources(root);
+    assert!(sources.len() >= 10, "{sources:?}");
+    let mut cycles = Vec::new();
+    for src in &sources {
+        let graph = module_graph(src);
+        if let Some(cycle) = find_cycle(&graph) {
+            cycles.push(format!("{}: {}", src.strip_prefix(root).unwrap_or(src).display(), cycle.join(" → ")));
+        }
     }
-    assert!(!modules.contains("output"), "src/output.rs is back: a rank's life is rank.rs, rank 0's session.rs");
+    assert!(cycles.is_empty(), "modules import each other in a cycle:\n{}", cycles.join("\n"));
+    let binary = module_graph(&root.join("src"));
+    assert!(binary.len() > 5, "no sources under src/");
+    assert!(!binary.contains_key("output"), "src/output.rs is back: a rank's life is rank.rs, rank 0's session.rs");
 }
 
 #[test]
 fn the_checker_sees_grouped_paths_and_cycles() {
-    let names = crate_paths("use crate::{bootstrap, cli::{A, B}, dashboard as d};\nlet x = crate::launch::go();\n$crate::no;");
+    let names = crate_paths(
+        "use crate::{bootstrap, cli::{A, B}, dashboard as d};\nlet x = crate::launch::go();\n$crate::no;\n//! see [`crate::docs`]\n    // crate::commented",
+    );
     assert_eq!(names.into_iter().collect::<Vec<_>>(), ["bootstrap", "cli", "dashboard", "launch"]);
     let graph: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
         .into_iter()

@@ -30,7 +30,7 @@ fn rank_pid(root: u32, rank: usize) -> Option<u32> {
 fn measured(results: &std::path::Path) -> usize {
     std::fs::read(results)
         .ok()
-        .and_then(|bytes| efatop_experiments::RunResults::from_json(&bytes).ok())
+        .and_then(|bytes| efatop_proto::RunResults::from_json(&bytes).ok())
         .map_or(0, |r| r.measurements.len())
 }
 
@@ -42,7 +42,7 @@ struct Outcome {
     kept: usize,
     kept_before_signal: usize,
     /// The results file as it was left: it must parse.
-    results: Result<efatop_experiments::RunResults, String>,
+    results: Result<efatop_proto::RunResults, String>,
 }
 
 fn fail_a_rank_mid_run(mpirun: bool, signal: &str) -> Outcome {
@@ -112,7 +112,7 @@ fn fail_a_rank_mid_run(mpirun: bool, signal: &str) -> Outcome {
     }
     let results = std::fs::read(&results)
         .map_err(|e| e.to_string())
-        .and_then(|bytes| efatop_experiments::RunResults::from_json(&bytes).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&bytes))));
+        .and_then(|bytes| efatop_proto::RunResults::from_json(&bytes).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&bytes))));
     Outcome { code: status.code(), stderr, ended_after, kept: results.as_ref().map_or(0, |r| r.measurements.len()), kept_before_signal, results }
 }
 
@@ -131,7 +131,7 @@ fn assert_named_and_bounded(outcome: &Outcome, how: &str, within: Duration) {
     // Why it ended is in the file, unless mpirun ended rank 0 before it could say.
     let status = results.status.as_ref().expect("a status");
     if named && outcome.stderr.contains(&format!("rank 2 ({host}")) && !outcome.stderr.contains("process rank 2 ") {
-        assert_eq!(status.state, efatop_experiments::results::RunState::Failed, "{how}: {status:?}");
+        assert_eq!(status.state, efatop_proto::results::RunState::Failed, "{how}: {status:?}");
         assert!(status.reason.as_deref().is_some_and(|r| r.contains("rank 2")), "{how}: {status:?}");
     }
 }

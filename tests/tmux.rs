@@ -140,7 +140,7 @@ fn q_or_ctrl_c_stops_every_rank_restores_the_terminal_and_keeps_the_results() {
         assert!(after.contains("stopped at the user's request"), "{key}: {after}");
         assert!(started.elapsed() < Duration::from_mins(1));
         assert!(!after.contains("Live channels"), "{key}: the terminal is back from the alternate screen:\n{after}");
-        let kept = efatop_experiments::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
+        let kept = efatop_proto::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
         assert!(!kept.measurements.is_empty(), "{key}: the sizes finished before the stop are kept");
         // No rank is left behind.
         let leftover = Command::new("pgrep").args(["-f", &format!("{} write --provider tcp --min-size 1M", efatop_path().display())]).output();
@@ -232,6 +232,6 @@ fn a_hung_rank_ends_the_dashboard_with_its_tables_kept_until_a_key() {
     assert!(after.contains("EFATOP-EXIT=1"), "{after}");
     assert!(after.contains("| Size |"), "the plain table is left in the scrollback:\n{after}");
     assert!(after.contains("# the run failed: rank 2 ("), "{after}");
-    let kept = efatop_experiments::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
+    let kept = efatop_proto::RunResults::from_json(&std::fs::read(&results).expect("results file")).expect("results");
     assert!(!kept.measurements.is_empty(), "the sizes measured are kept");
 }

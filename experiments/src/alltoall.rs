@@ -19,18 +19,19 @@
 use std::time::{Duration, Instant};
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
+use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
+use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
-use crate::sizes::format_size;
 use crate::world::World;
-use crate::write::{plan, Segment, WriteConfig};
+use crate::write::{plan, Segment};
 use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
 /// The all-to-all configurations, in the seed's order of columns (`Single`, `Multi`, `RoundRobin`).
-pub const CONFIGS: [WriteConfig; 3] = WriteConfig::ALL;
+pub const CONFIGS: [Layout; 3] = Layout::ALL;
 
 /// Slots start on this boundary: device kernels and NICs like aligned buffers, and a slot's pattern
 /// starts over at its first byte.
@@ -42,7 +43,7 @@ pub fn slot_stride(size: u64) -> u64 {
 }
 
 /// The writes rank `rank` makes in one iteration: to every other rank, from its own slot into its slot.
-pub fn segments(config: WriteConfig, rank: usize, world_size: usize, size: u64, channels: usize) -> Vec<Segment> {
+pub fn segments(config: Layout, rank: usize, world_size: usize, size: u64, channels: usize) -> Vec<Segment> {
     let peers: Vec<usize> = (0..world_size).filter(|p| *p != rank).collect();
     plan(config, rank, &peers, size, channels)
 }
@@ -53,7 +54,7 @@ pub fn segments(config: WriteConfig, rank: usize, world_size: usize, size: u64, 
 /// (`min(size, 8)` bytes to and from every peer per iteration). Added to the probe's count, this is what
 /// the channel's NIC is held against (`counters`). Worked out from the plan between steps: the timed loop
 /// counts nothing more.
-pub fn unprobed_bytes(config: WriteConfig, rank: usize, world_size: usize, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
+pub fn unprobed_bytes(config: Layout, rank: usize, world_size: usize, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
     let mut bytes = vec![0u64; channels];
     for source in (0..world_size).filter(|s| *s != rank) {
         for segment in segments(config, source, world_size, size, channels) {
@@ -111,7 +112,7 @@ impl RankReport {
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
-    configs: &[WriteConfig],
+    configs: &[Layout],
     observer: &mut dyn Observer,
 ) -> Result<(Vec<Measurement>, Vec<PairMatrix>), ExperimentError> {
     if world.size < 2 {
@@ -133,12 +134,14 @@ pub fn run(
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4);
     let stride = slot_stride(largest);
     let payloads = prepare(world, &sweep.memories, (stride * world.size as u64) as usize, &world.channels, observer)?;
-    let plans: Vec<(usize, WriteConfig, String)> = payloads
+    let plans: Vec<(usize, Layout, Column)> = payloads
         .iter()
         .enumerate()
-        .flat_map(|(index, payload)| configs.iter().map(move |c| (index, *c, format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix()))))
+        .flat_map(|(index, payload)| {
+            configs.iter().map(move |c| (index, *c, Column::Write { layout: *c, memory: payload.memory(), emulated: world.write_emulated() }))
+        })
         .collect();
-    let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();
+    let columns: Vec<Column> = plans.iter().map(|(_, _, column)| column.clone()).collect();
     observer.begin(&columns, &memory_labels(&payloads));
 
     // Every rank learns every rank's regions, per payload and channel.
@@ -169,7 +172,7 @@ pub fn run(
                     ExperimentError::Verification {
                         receiver: world.rank,
                         sender,
-                        config: column.clone(),
+                        config: column.to_string(),
                         size: format_size(size),
                         detail: mismatch.to_string(),
                     }
@@ -197,7 +200,7 @@ pub fn run(
 /// One step's exchange from this rank's side.
 struct Exchange<'a> {
     world: &'a World<'a>,
-    config: WriteConfig,
+    config: Layout,
     size: u64,
     stride: u64,
     payload: &'a Payload,
@@ -417,8 +420,8 @@ impl<'a> Exchange<'a> {
 /// Rank 0's view of a step from every rank's report.
 fn summarise(
     world: &World<'_>,
-    config: WriteConfig,
-    column: &str,
+    config: Layout,
+    column: &Column,
     size: u64,
     iters: u64,
     reports: &[RankReport],
@@ -438,8 +441,8 @@ fn summarise(
         .collect();
     let mean_gbps = per_rank.iter().sum::<f64>() / ranks.max(1) as f64;
     let channels_used = match config {
-        WriteConfig::Single => 1,
-        WriteConfig::Multi | WriteConfig::RoundRobin => world.channels.len(),
+        Layout::Single => 1,
+        Layout::Multi | Layout::RoundRobin => world.channels.len(),
     };
     let pairs = per_rank
         .iter()
@@ -452,7 +455,7 @@ fn summarise(
         })
         .collect();
     let matrix = PairMatrix {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         // Row = sender, column = receiver; each receiver timed its senders' data landing.
         gbps: (0..ranks)
@@ -473,7 +476,7 @@ fn summarise(
     };
     let summary: LatencySummary = latency.summary();
     let measurement = Measurement {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         count: size / 4,
         gbps: mean_gbps,
@@ -495,7 +498,7 @@ mod tests {
 
     #[test]
     fn every_rank_writes_every_other_rank_once_per_channel_share() {
-        let writes = segments(WriteConfig::Multi, 1, 4, 1 << 20, 4);
+        let writes = segments(Layout::Multi, 1, 4, 1 << 20, 4);
         assert_eq!(writes.len(), 3 * 4);
         assert!(writes.iter().all(|s| s.peer != 1));
         for peer in [0, 2, 3] {
@@ -506,7 +509,7 @@ mod tests {
     #[test]
     fn round_robin_spreads_peers_over_channels_by_peer_plus_rank() {
         let channels: Vec<(usize, usize)> =
-            segments(WriteConfig::RoundRobin, 2, 4, 4096, 4).iter().map(|s| (s.peer, s.channel)).collect();
+            segments(Layout::RoundRobin, 2, 4, 4096, 4).iter().map(|s| (s.peer, s.channel)).collect();
         assert_eq!(channels, vec![(0, 2), (1, 3), (3, 1)]);
     }
 
@@ -514,13 +517,13 @@ mod tests {
     fn unprobed_bytes_are_the_arrivals_and_the_start_together_writes() {
         // Multi, 4 ranks, 4 channels: each of 3 peers lands a quarter of 1 MiB per channel per iteration;
         // channel 0 also carries 3 × 8 bytes out and 3 × 8 in per iteration.
-        let bytes = unprobed_bytes(WriteConfig::Multi, 1, 4, 1 << 20, 4, 5);
+        let bytes = unprobed_bytes(Layout::Multi, 1, 4, 1 << 20, 4, 5);
         assert_eq!(bytes, vec![5 * (3 * (1 << 18) + 48), 5 * 3 * (1 << 18), 5 * 3 * (1 << 18), 5 * 3 * (1 << 18)]);
         // RoundRobin: source s lands on channel (rank + s) % 4; rank 0 hears from 1, 2, 3 on channels 1, 2, 3.
-        let bytes = unprobed_bytes(WriteConfig::RoundRobin, 0, 4, 4096, 4, 2);
+        let bytes = unprobed_bytes(Layout::RoundRobin, 0, 4, 4096, 4, 2);
         assert_eq!(bytes, vec![2 * 48, 2 * 4096, 2 * 4096, 2 * 4096]);
         // Sizes under 8 bytes send their whole buffer to start together.
-        assert_eq!(unprobed_bytes(WriteConfig::Single, 0, 2, 4, 1, 1), vec![4 + 2 * 4]);
+        assert_eq!(unprobed_bytes(Layout::Single, 0, 2, 4, 1, 1), vec![4 + 2 * 4]);
     }
 
     #[test]

@@ -20,16 +20,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::pattern::PatternSeed;
-use crate::payload::cuda_error;
-use crate::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::world::World;
-use crate::{agree_on, ExperimentError, Observer, SweepOptions};
-
 use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
 use efatop_cuda::DeviceBuffer;
-use efatop_proto::ipc::Mover as Column;
+use efatop_proto::column::Column;
+use efatop_proto::ipc::{IpcConfig, Mover as Planned};
+use efatop_proto::results::{NvlinkPeakOrigin, gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+
+use crate::pattern::PatternSeed;
+use crate::world::World;
+use crate::{agree_on, cuda_error, ExperimentError, Observer, SweepOptions};
 
 const WRITER: usize = 0;
 const TARGET: usize = 1;
@@ -37,14 +37,12 @@ const TARGET: usize = 1;
 /// cannot pass for this one's.
 const POISON: u64 = 0x706f_6973_6f6e;
 
-pub use efatop_proto::ipc::IpcConfig;
-
 /// The CUDA side's name for a column's mover.
 fn mover(config: IpcConfig) -> Mover {
     match config.0 {
-        Column::Kernel { grid, block } => Mover::Kernel { grid, block },
-        Column::Tuned => Mover::Tuned,
-        Column::CopyEngine => Mover::CopyEngine,
+        Planned::Kernel { grid, block } => Mover::Kernel { grid, block },
+        Planned::Tuned => Mover::Tuned,
+        Planned::CopyEngine => Mover::CopyEngine,
     }
 }
 
@@ -52,7 +50,7 @@ fn mover(config: IpcConfig) -> Mover {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PairPeak {
     pub gbytes_per_s: f64,
-    pub source: String,
+    pub origin: NvlinkPeakOrigin,
 }
 
 /// Rank 0: a line about the writer GPU's NVLink traffic as the driver counts it (NVML), asked about every
@@ -93,16 +91,8 @@ pub fn run(
         return Err(ExperimentError::Unsupported("ipc: no GPU is open on this rank".into()));
     };
     // Each rank's GPU: its ordinal on the host and its PCI bus id.
-    let gpus: Vec<(u32, String)> = world
-        .bootstrap
-        .allgather(format!("{} {}", gpu.ordinal(), gpu.pci_bus_id()).as_bytes())?
-        .iter()
-        .map(|entry| {
-            let text = String::from_utf8_lossy(entry);
-            let (ordinal, bus) = text.split_once(' ').unwrap_or(("0", &text));
-            (ordinal.parse().unwrap_or(0), bus.to_string())
-        })
-        .collect();
+    let mine: (u32, String) = (u32::try_from(gpu.ordinal()).unwrap_or(0), gpu.pci_bus_id().to_string());
+    let gpus = crate::gather(world.bootstrap, &mine, "ipc GPUs")?;
     if gpus[WRITER].1 == gpus[TARGET].1 && !options.same_gpu {
         let count = efatop_cuda::device_count().unwrap_or(1);
         return Err(ExperimentError::Unsupported(format!(
@@ -127,14 +117,14 @@ pub fn run(
         observer,
     )?;
 
-    let columns: Vec<String> = options.configs.iter().map(|c| c.column()).collect();
+    let columns: Vec<Column> = options.configs.iter().map(|c| Column::Ipc(*c)).collect();
     let (from, to) = (&gpus[WRITER].1, &gpus[TARGET].1);
     observer.begin(&columns, "device");
     observer.note(&format!("CUDA IPC: rank 0's GPU {from} writes into rank 1's GPU {to}"));
     match &options.peak {
         Some(peak) => observer.note(&format!(
             "NVLink peak {from} -> {to}: {:.0} GB/s per direction ({}); BusBW is against it",
-            peak.gbytes_per_s, peak.source
+            peak.gbytes_per_s, peak.origin
         )),
         None if world.rank == WRITER => {
             observer.note(&format!("NVLink peak {from} -> {to} unknown (no NVML, no NVLink seen): BusBW left out"));
@@ -180,7 +170,7 @@ pub fn run(
                     Some((offset, found)) => Err(ExperimentError::Verification {
                         receiver: TARGET,
                         sender: WRITER,
-                        config: column.clone(),
+                        config: column.to_string(),
                         size: format_size(size),
                         detail: format!("offset {offset}: found {found:#04x}, not the pattern's byte"),
                     }),
@@ -271,7 +261,7 @@ fn move_bytes(
     passes.finish().map_err(cuda_error)
 }
 
-fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
+fn summarise(column: &Column, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
     let mut latency = LatencyRecorder::new();
     for ns in each_ns {
         latency.record(std::time::Duration::from_nanos(*ns));
@@ -279,7 +269,7 @@ fn summarise(column: &str, size: u64, each_ns: &[u64], total_ns: u64, peak_gbyte
     let summary: LatencySummary = latency.summary();
     let rate = gbps((size * each_ns.len() as u64) as f64, total_ns.max(1) as f64 / 1e9);
     Measurement {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         count: size / 4,
         gbps: rate,
@@ -301,11 +291,11 @@ mod tests {
     #[test]
     fn bandwidth_is_timed_bytes_over_gpu_time_and_busbw_needs_a_peak() {
         // 4 passes of 1 GB in 10 ms: 3200 Gbps, which is 400 GB/s; against a 450 GB/s peak, 88.9 %.
-        let m = summarise("IPC 128x256", 1 << 30, &[2_500_000; 4], 10_000_000, Some(450.0));
+        let m = summarise(&Column::Ipc(IpcConfig::kernel(128, 256)), 1 << 30, &[2_500_000; 4], 10_000_000, Some(450.0));
         let expected = (4u64 << 30) as f64 * 8.0 / 0.01 / 1e9;
         assert!((m.gbps - expected).abs() < 1e-6, "{}", m.gbps);
         assert!((m.busbw_percent.expect("peak") - 100.0 * expected / 3600.0).abs() < 1e-6);
         assert!((m.latency.mean_us - 2500.0).abs() < 50.0, "{:?}", m.latency);
-        assert_eq!(summarise("CE", 1 << 20, &[1000], 1000, None).busbw_percent, None);
+        assert_eq!(summarise(&Column::Ipc(IpcConfig::COPY_ENGINE), 1 << 20, &[1000], 1000, None).busbw_percent, None);
     }
 }

@@ -15,12 +15,14 @@ pub mod sweep;
 pub mod world;
 pub mod write;
 
-// The shared types live in efatop-proto; these keep their old paths.
-pub use efatop_proto::{results, sizes, telemetry};
-pub use results::{Measurement, RunMetadata, RunResults};
 pub use world::{Bootstrap, ChannelCount, ProviderChoice, World, WorldOptions};
 
 use efatop_fabric::FabricError;
+use efatop_proto::column::Column;
+use efatop_proto::results::{self, Measurement};
+use efatop_proto::sizes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
@@ -73,6 +75,16 @@ impl ExperimentError {
     }
 }
 
+/// A CUDA failure as the experiments report it: the GPU memory the flags asked for cannot be had.
+pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
+    match err {
+        efatop_cuda::CudaError::NoDevice(why) => {
+            ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})"))
+        }
+        other => ExperimentError::Unsupported(format!("--memory device: {other}")),
+    }
+}
+
 /// The size sweep and iteration counts every experiment shares.
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
@@ -91,11 +103,11 @@ pub struct SweepOptions {
 /// What an experiment tells the rest of efatop as it goes (rank 0 only: the dashboard, the JSON lines,
 /// the results file), and how it learns that the user wants to stop.
 pub trait Observer {
-    /// The experiment is set up: its column names in order, and the memory it moves (which may be
+    /// The experiment is set up: its columns in order, and the memory it moves (which may be
     /// "device (staged ...)" when the provider could not register GPU memory).
-    fn begin(&mut self, _columns: &[String], _memory: &str) {}
+    fn begin(&mut self, _columns: &[Column], _memory: &str) {}
     /// A (configuration, size) step starts.
-    fn step(&mut self, _config: &str, _size: u64) {}
+    fn step(&mut self, _config: &Column, _size: u64) {}
     /// A step finished with this measurement.
     fn measured(&mut self, _measurement: &Measurement) {}
     /// All-to-all: every pair's bandwidth at a step, told just before the step's measurement.
@@ -115,11 +127,34 @@ pub struct Unobserved;
 
 impl Observer for Unobserved {}
 
-/// Separates a failing rank's exit code from its message in a shared status.
-const STATUS_SEPARATOR: char = '\u{1f}';
+/// Every rank's `value`, in rank order, through `allgather`: the one encoding ranks use for what they tell
+/// each other (serde's JSON, one record per rank), whatever the value.
+pub fn gather_with<T: Serialize + DeserializeOwned>(
+    allgather: impl FnOnce(&[u8]) -> Result<Vec<Vec<u8>>, ExperimentError>,
+    value: &T,
+    what: &str,
+) -> Result<Vec<T>, ExperimentError> {
+    let mine = serde_json::to_vec(value).map_err(|e| ExperimentError::Bootstrap(format!("{what}: {e}")))?;
+    allgather(&mine)?
+        .iter()
+        .enumerate()
+        .map(|(rank, record)| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("{what} from rank {rank}: {e}"))))
+        .collect()
+}
 
-/// The status a rank shares after a round to ask every rank to stop.
-const STOP: &[u8] = b"\x00stop";
+/// [`gather_with`] over the bootstrap, before the world exists ([`World::gather`] once it does).
+pub fn gather<T: Serialize + DeserializeOwned>(bootstrap: &dyn Bootstrap, value: &T, what: &str) -> Result<Vec<T>, ExperimentError> {
+    gather_with(|mine| bootstrap.allgather(mine), value, what)
+}
+
+/// What a rank shares after a round: fine, failed (with its exit code and message), or, from rank 0, that
+/// the user asked every rank to stop.
+#[derive(Serialize, Deserialize)]
+enum RoundStatus {
+    Fine,
+    Stop,
+    Failed { exit_code: i32, message: String },
+}
 
 /// After a round, every rank shares whether it is fine; any failure ends the run on every rank, with the
 /// failing rank's own message. Rank 0 also passes on a stop request this way.
@@ -151,31 +186,25 @@ fn agree_gathering<T>(
     outcome: Result<T, ExperimentError>,
     stop: bool,
 ) -> Result<T, ExperimentError> {
-    let text = match &outcome {
-        Ok(_) if stop => STOP.to_vec(),
-        Ok(_) => Vec::new(),
-        Err(err) => format!("{}{STATUS_SEPARATOR}{err}", err.exit_code()).into_bytes(),
+    let mine = match &outcome {
+        Ok(_) if stop => RoundStatus::Stop,
+        Ok(_) => RoundStatus::Fine,
+        Err(err) => RoundStatus::Failed { exit_code: err.exit_code(), message: err.to_string() },
     };
-    let statuses = gather(&text)?;
+    let statuses = gather_with(gather, &mine, "round status")?;
     let value = match outcome {
         Ok(value) => value,
         Err(err) => {
             return Err(if rank == 0 { err } else { ExperimentError::Reported { exit_code: err.exit_code() } });
         }
     };
-    for (peer, status) in statuses.iter().enumerate() {
-        if status.as_slice() == STOP {
-            return Err(ExperimentError::Stopped);
-        }
-        if !status.is_empty() {
-            let status = String::from_utf8_lossy(status);
-            let (code, message) = status.split_once(STATUS_SEPARATOR).unwrap_or(("1", &status));
-            return Err(ExperimentError::PeerFailed {
-                rank: peer,
-                host: hosts.get(peer).cloned().unwrap_or_default(),
-                message: message.to_string(),
-                exit_code: code.parse().unwrap_or(1),
-            });
+    for (peer, status) in statuses.into_iter().enumerate() {
+        match status {
+            RoundStatus::Fine => {}
+            RoundStatus::Stop => return Err(ExperimentError::Stopped),
+            RoundStatus::Failed { exit_code, message } => {
+                return Err(ExperimentError::PeerFailed { rank: peer, host: hosts.get(peer).cloned().unwrap_or_default(), message, exit_code });
+            }
         }
     }
     Ok(value)

@@ -7,9 +7,10 @@ use std::rc::Rc;
 
 use efatop_cuda::{DeviceBuffer, Gpu};
 use efatop_fabric::{Channel, FabricError, HostBuffer, MemoryRegion, RegistrableMemory, RegistrationPath};
+use efatop_proto::column::Memory;
 
 use crate::pattern::{self, Mismatch, PatternSeed};
-use crate::ExperimentError;
+use crate::{cuda_error, ExperimentError};
 
 /// What `--memory` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,9 +146,8 @@ impl Payload {
         world: &crate::World<'_>,
         channels: &[Channel],
     ) -> Result<Self, ExperimentError> {
-        let mine = u8::from(self.path() == Some(DevicePath::Staged));
-        let votes = world.allgather(&[mine])?;
-        let anyone_staged = votes.iter().any(|v| v.first() == Some(&1));
+        let staged = self.path() == Some(DevicePath::Staged);
+        let anyone_staged = world.gather(&staged, "staging")?.into_iter().any(|staged| staged);
         match self.storage {
             Storage::Device { gpu, buffer } if anyone_staged => {
                 drop(self.regions);
@@ -161,16 +161,12 @@ impl Payload {
         }
     }
 
-    /// The suffix of a configuration's column: `Pin`/`DMA` as in the seed's write table, `Host`/`Device`
-    /// as in its sendrecv table, with `(staged)` when device memory went through host memory.
-    pub fn suffix(&self, write_style: bool) -> &'static str {
-        match (&self.storage, write_style) {
-            (Storage::Host(_), true) => "Pin",
-            (Storage::Host(_), false) => "Host",
-            (Storage::Device { .. }, true) => "DMA",
-            (Storage::Device { .. }, false) => "Device",
-            (Storage::Staged { .. }, true) => "DMA(staged)",
-            (Storage::Staged { .. }, false) => "Device(staged)",
+    /// What its columns say of it (`Pin`, `DMA`, `DMA(staged)`: [`Column`](efatop_proto::column::Column)).
+    pub fn memory(&self) -> Memory {
+        match self.storage {
+            Storage::Host(_) => Memory::Host,
+            Storage::Device { .. } => Memory::Device,
+            Storage::Staged { .. } => Memory::Staged,
         }
     }
 
@@ -336,7 +332,7 @@ pub(crate) fn prepare(
     for &memory in memories {
         // Mapping, faulting in, locking and registering a large buffer takes seconds on a loaded node:
         // rank 0 hears that this rank is busy, not hung.
-        world.probe.set_phase(crate::telemetry::Phase::Allocating, len as u64);
+        world.probe.set_phase(efatop_proto::telemetry::Phase::Allocating, len as u64);
         let payload = crate::agree_on(
             world,
             Payload::new(memory, len, channels, world.gpu.as_ref()),
@@ -357,19 +353,11 @@ pub(crate) fn exchange_regions(
     world: &crate::World<'_>,
     payload: &Payload,
 ) -> Result<Vec<Vec<efatop_fabric::RemoteRegion>>, ExperimentError> {
-    let mut mine = Vec::new();
-    for region in &payload.regions {
-        crate::world::push_record(&mut mine, &Channel::remote_region(region).to_bytes());
-    }
-    world
-        .bootstrap
-        .allgather(&mine)?
+    let mine: Vec<Vec<u8>> = payload.regions.iter().map(|region| Channel::remote_region(region).to_bytes().to_vec()).collect();
+    crate::gather(world.bootstrap, &mine, "registered regions")?
         .iter()
-        .map(|blob| {
-            crate::world::split_records(blob)?
-                .into_iter()
-                .map(|record| efatop_fabric::RemoteRegion::from_bytes(record).map_err(ExperimentError::from))
-                .collect()
+        .map(|records| {
+            records.iter().map(|record| efatop_fabric::RemoteRegion::from_bytes(record).map_err(ExperimentError::from)).collect()
         })
         .collect()
 }
@@ -391,15 +379,6 @@ pub(crate) fn register_all(
         .iter()
         .map(|c| c.register(memory.clone()))
         .collect()
-}
-
-pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
-    match err {
-        efatop_cuda::CudaError::NoDevice(why) => {
-            ExperimentError::Unsupported(format!("--memory device: no CUDA device ({why})"))
-        }
-        other => ExperimentError::Unsupported(format!("--memory device: {other}")),
-    }
 }
 
 #[cfg(test)]

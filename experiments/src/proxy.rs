@@ -37,50 +37,21 @@ use efatop_cuda::ring_gpu::{RingKernels, WriterPlan};
 use efatop_cuda::stager::AsyncStager;
 use efatop_cuda::DeviceBuffer;
 use efatop_fabric::{HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
+use efatop_proto::column::{Column, Layout, ProxyLayout};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+use efatop_proto::telemetry::Probe;
 
 use crate::pattern::PatternSeed;
-use crate::payload::{cuda_error, exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
-use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::telemetry::Probe;
+use crate::payload::{exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::world::World;
-use crate::write::{verify_received, WriteConfig};
-use crate::{agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
+use crate::write::verify_received;
+use crate::{agree_on, check_sizes, cuda_error, ExperimentError, Observer, SweepOptions};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProxyConfig {
-    Single,
-    Multi,
-    SingleNbi,
-    MultiNbi,
-}
-
-impl ProxyConfig {
-    pub const ALL: [ProxyConfig; 4] = [Self::Single, Self::Multi, Self::SingleNbi, Self::MultiNbi];
-
-    /// `ProxySingle`, `ProxyMulti`, `ProxySingleNBI`, `ProxyMultiNBI`, then the memory suffix.
-    pub fn column(self, memory_suffix: &str) -> String {
-        let base = match self {
-            Self::Single => "ProxySingle",
-            Self::Multi => "ProxyMulti",
-            Self::SingleNbi => "ProxySingleNBI",
-            Self::MultiNbi => "ProxyMultiNBI",
-        };
-        format!("{base}{memory_suffix}")
-    }
-
-    fn layout(self) -> WriteConfig {
-        match self {
-            Self::Single | Self::SingleNbi => WriteConfig::Single,
-            Self::Multi | Self::MultiNbi => WriteConfig::Multi,
-        }
-    }
-
-    /// Quiet after every write (blocking) or once at the end (NBI).
-    fn quiet_each(self) -> bool {
-        matches!(self, Self::Single | Self::Multi)
-    }
+/// Quiet after every write (blocking) or once at the end (NBI).
+fn quiet_each(config: ProxyLayout) -> bool {
+    !config.nbi()
 }
 
 const WRITER: usize = 0;
@@ -118,7 +89,7 @@ pub const DEFAULT_CHUNK: u64 = 1 << 20;
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
-    configs: &[ProxyConfig],
+    configs: &[ProxyLayout],
     chunk: u64,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
@@ -144,8 +115,8 @@ pub fn run(
         if world.rank == WRITER { RingKernels::new(gpu).map(Some).map_err(cuda_error) } else { Ok(None) },
         observer,
     )?;
-    let columns: Vec<String> =
-        configs.iter().map(|c| format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix())).collect();
+    let columns: Vec<Column> =
+        configs.iter().map(|c| Column::Proxy { layout: *c, memory: payload.memory(), emulated: world.write_emulated() }).collect();
     observer.begin(&columns, &memory_labels(&payloads));
     if let Some(kernels) = &kernels {
         let design = kernels.design();
@@ -323,7 +294,7 @@ struct Stages {
 }
 
 impl Stages {
-    fn line(&self, column: &str, size: u64, pinned: Option<bool>, wall: Duration) -> String {
+    fn line(&self, column: &Column, size: u64, pinned: Option<bool>, wall: Duration) -> String {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / self.requests.max(1) as f64;
         format!(
             "proxy stages ({column} {}): {} requests in {:.1} ms, per request: copy {:.1} us, queued {:.1} us, \
@@ -352,13 +323,13 @@ impl Proxy<'_, '_> {
     #[allow(clippy::too_many_lines)] // one loop: accept and stage, post, progress, complete, in that order
     fn run(
         &self,
-        config: ProxyConfig,
-        column: &str,
+        config: ProxyLayout,
+        column: &Column,
         size: u64,
         observer: &mut dyn Observer,
     ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
         let world = self.world;
-        let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
+        let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
         let writes_per_iteration: u64 = writes_per_channel(size, channels_used, self.chunk).iter().sum();
         let (warmup, iters) = (self.sweep.warmup, self.sweep.iters);
         let expected = (warmup + iters) * writes_per_iteration;
@@ -373,7 +344,7 @@ impl Proxy<'_, '_> {
             chunk: self.chunk,
             warmup,
             iters,
-            quiet_each: config.quiet_each(),
+            quiet_each: quiet_each(config),
         };
         let running = self.kernels.launch_writer(&ring, &writer, &mut ends).map_err(cuda_error)?;
         let view = ring.view();
@@ -388,7 +359,7 @@ impl Proxy<'_, '_> {
         let mut stages = Stages::default();
         let step_started = Instant::now();
         let mut idle_since: Option<Instant> = Some(step_started);
-        let plan = self.staging.map(|staging| SlotPlan::new(staging.capacity, largest_write(size, channels_used, self.chunk), channels_used, !config.quiet_each()));
+        let plan = self.staging.map(|staging| SlotPlan::new(staging.capacity, largest_write(size, channels_used, self.chunk), channels_used, !quiet_each(config)));
         let mut slots = vec![SlotsInUse::default(); world.channels.len()];
         let events = event_pool(world.channels.len());
         while completed < expected {
@@ -546,7 +517,7 @@ impl Proxy<'_, '_> {
 /// Every pass also gives the telemetry probe the queue's figures (relaxed stores; the depth is re-read
 /// every [`DEPTH_EVERY`]), which the dashboard's GPU panel draws live.
 struct QueueReport<'c> {
-    column: &'c str,
+    column: &'c Column,
     size: u64,
     since: Instant,
     consumed_then: u64,
@@ -559,7 +530,7 @@ struct QueueReport<'c> {
 }
 
 impl<'c> QueueReport<'c> {
-    fn new(column: &'c str, size: u64, probe: &'c Probe) -> Self {
+    fn new(column: &'c Column, size: u64, probe: &'c Probe) -> Self {
         let (consumed_before, quiet_calls_before) = probe.queue_totals();
         Self {
             column,
@@ -622,8 +593,8 @@ fn writes_per_channel(size: u64, channels: usize, chunk: u64) -> Vec<u64> {
 /// included): the target's application bytes for the NIC reconciliation, which its probe does not count
 /// (it waits on immediates and counts nothing; the writer's probe counts what it sent). Each channel the
 /// configuration uses gets its share of `size` per iteration, however the GPU chunks it.
-fn arrivals_per_channel(config: ProxyConfig, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
-    let used = if config.layout() == WriteConfig::Single { 1 } else { channels.max(1) } as u64;
+fn arrivals_per_channel(config: ProxyLayout, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
+    let used = if config.layout() == Layout::Single { 1 } else { channels.max(1) } as u64;
     (0..channels as u64).map(|c| if c < used { (size * (c + 1) / used - size * c / used) * iterations } else { 0 }).collect()
 }
 
@@ -637,12 +608,12 @@ fn largest_write(size: u64, channels: usize, chunk: u64) -> u64 {
 fn receive(
     world: &World<'_>,
     sweep: &SweepOptions,
-    config: ProxyConfig,
+    config: ProxyLayout,
     size: u64,
     chunk: u64,
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
-    let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
+    let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
     for (channel, writes) in writes_per_channel(size, channels_used, chunk).into_iter().enumerate() {
         expected[channel] += (sweep.warmup + sweep.iters) * writes;
     }
@@ -654,16 +625,16 @@ fn receive(
 
 fn summarise(
     world: &World<'_>,
-    config: ProxyConfig,
-    column: &str,
+    config: ProxyLayout,
+    column: &Column,
     size: u64,
     iters: u64,
     pair: PairMeasurement,
     latency: &LatencyRecorder,
 ) -> Measurement {
-    let channels_used = if config.layout() == WriteConfig::Single { 1 } else { world.channels.len() };
+    let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
     Measurement {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         count: size / 4,
         gbps: pair.gbps,
@@ -749,18 +720,19 @@ mod tests {
 
     #[test]
     fn the_targets_arrivals_are_each_used_channels_share_of_every_iteration() {
-        assert_eq!(arrivals_per_channel(ProxyConfig::Single, 1000, 4, 3), vec![3000, 0, 0, 0]);
-        assert_eq!(arrivals_per_channel(ProxyConfig::MultiNbi, 1000, 4, 3), vec![750, 750, 750, 750]);
+        assert_eq!(arrivals_per_channel(ProxyLayout::Single, 1000, 4, 3), vec![3000, 0, 0, 0]);
+        assert_eq!(arrivals_per_channel(ProxyLayout::MultiNbi, 1000, 4, 3), vec![750, 750, 750, 750]);
         // Shares as the kernel cuts them: they sum to the size.
-        let uneven = arrivals_per_channel(ProxyConfig::Multi, 1001, 3, 1);
+        let uneven = arrivals_per_channel(ProxyLayout::Multi, 1001, 3, 1);
         assert_eq!(uneven.iter().sum::<u64>(), 1001);
         assert_eq!(uneven, vec![333, 334, 334]);
     }
 
     #[test]
     fn columns_follow_the_seed_with_the_memory_suffix() {
-        let columns: Vec<String> = ProxyConfig::ALL.iter().map(|c| c.column("DMA(staged)")).collect();
+        let column = |layout| Column::Proxy { layout, memory: efatop_proto::column::Memory::Staged, emulated: false }.to_string();
+        let columns: Vec<String> = ProxyLayout::ALL.into_iter().map(column).collect();
         assert_eq!(columns, ["ProxySingleDMA(staged)", "ProxyMultiDMA(staged)", "ProxySingleNBIDMA(staged)", "ProxyMultiNBIDMA(staged)"]);
-        assert!(ProxyConfig::Single.quiet_each() && !ProxyConfig::MultiNbi.quiet_each());
+        assert!(quiet_each(ProxyLayout::Single) && !quiet_each(ProxyLayout::MultiNbi));
     }
 }

@@ -16,7 +16,7 @@ use efatop_cuda::ring_gpu::{GpuRing, RingKernels, Running};
 pub use efatop_cuda::ring_gpu::RingDesign;
 use efatop_cuda::Gpu;
 
-use crate::payload::cuda_error;
+use crate::cuda_error;
 use crate::ExperimentError;
 
 #[derive(Clone, Debug)]

@@ -5,11 +5,12 @@
 
 use std::time::Instant;
 
+use efatop_proto::column::Column;
+use efatop_proto::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
+use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{Payload, memory_labels, prepare};
-use crate::results::{LatencyRecorder, Measurement, PairMeasurement, gbps};
-use crate::sizes::format_size;
 use crate::world::World;
 use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 
@@ -32,7 +33,7 @@ pub fn run(
     let channels = std::slice::from_ref(&world.channels[CHANNEL]);
     let sends = prepare(world, &sweep.memories, largest, channels, observer)?;
     let receives = prepare(world, &sweep.memories, largest, channels, observer)?;
-    let columns: Vec<String> = sends.iter().map(|send| format!("Single{}", send.suffix(false))).collect();
+    let columns: Vec<Column> = sends.iter().map(|send| Column::SendRecv { memory: send.memory() }).collect();
     observer.begin(&columns, &memory_labels(&sends));
 
     let mut measurements = Vec::new();
@@ -48,7 +49,7 @@ fn measure_memory(
     sweep: &SweepOptions,
     send: &Payload,
     recv: &Payload,
-    column: &str,
+    column: &Column,
     observer: &mut dyn Observer,
     measurements: &mut Vec<Measurement>,
 ) -> Result<(), ExperimentError> {
@@ -78,7 +79,7 @@ fn measure_memory(
         if world.rank == INITIATOR {
             let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
             let measurement = Measurement {
-                config: column.to_string(),
+                config: column.clone(),
                 size,
                 count: size / 4,
                 gbps: mean_gbps,
@@ -105,7 +106,7 @@ fn ping(
     peer: usize,
     send: &Payload,
     recv: &Payload,
-    column: &str,
+    column: &Column,
 ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
     let (send_region, recv_region) = (&send.regions[0], &recv.regions[0]);
     let channel = &world.channels[CHANNEL];
@@ -181,7 +182,7 @@ fn pong(
     Ok(())
 }
 
-fn verify(world: &World<'_>, payload: &Payload, sender: usize, size: u64, column: &str) -> Result<(), ExperimentError> {
+fn verify(world: &World<'_>, payload: &Payload, sender: usize, size: u64, column: &Column) -> Result<(), ExperimentError> {
     let seed = PatternSeed { sender, size, iteration: 0 };
     payload.verify(seed)?.map_err(|mismatch| ExperimentError::Verification {
         receiver: world.rank,

@@ -13,18 +13,17 @@
 use std::time::Instant;
 
 use efatop_fabric::{Immediate, Op, RemoteRegion};
-use efatop_proto::sweep::{cross_rail_round, pairing_rounds, retest_round_shifted, Judge, NicFacts, NodeFacts};
-pub use efatop_proto::sweep::{Figure, Round, SweepResults, SweepRound};
-
-// The record, rounds and verdict are efatop-proto's: the dashboard and the printers read them there.
-pub use efatop_proto::sweep::{Checked, RoundKind, Scope, Suspect, Verdict};
+use efatop_proto::column::Column;
+use efatop_proto::results::LatencyRecorder;
+use efatop_proto::sizes::format_size;
+use efatop_proto::sweep::{
+    cross_rail_round, pairing_rounds, retest_round_shifted, Figure, Judge, NicFacts, NodeFacts, Round, SweepResults, SweepRound,
+};
+use efatop_proto::telemetry::Phase;
 
 use crate::alltoall::slot_stride;
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::LatencyRecorder;
-use crate::sizes::format_size;
-use crate::telemetry::Phase;
 use crate::world::{CrossRail, World};
 use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
 
@@ -75,7 +74,7 @@ pub fn run(
     let payload = payloads
         .first()
         .ok_or_else(|| ExperimentError::InvalidInput { flag: "--memory", message: "sweep needs one memory kind".into() })?;
-    let column = format!("Sweep{}{}", payload.suffix(true), world.write_column_suffix());
+    let column = Column::Sweep { memory: payload.memory(), emulated: world.write_emulated() };
     observer.begin(std::slice::from_ref(&column), &memory_labels(&payloads));
     let remotes = exchange_regions(world, payload)?;
     let nodes = gather_facts(world)?;
@@ -137,13 +136,11 @@ pub fn run(
                 wanted = left;
             }
         }
-        serde_json::to_vec(&rounds).map_err(|e| ExperimentError::Bootstrap(format!("retest plan: {e}")))?
+        rounds
     } else {
         Vec::new()
     };
-    let shared = world.allgather(&retests)?;
-    let retests: Vec<Round> = serde_json::from_slice(shared.first().map_or(&[][..], Vec::as_slice))
-        .map_err(|e| ExperimentError::Bootstrap(format!("retest plan from rank 0: {e}")))?;
+    let retests: Vec<Round> = world.gather(&retests, "retest plan")?.into_iter().next().unwrap_or_default();
     for round in &retests {
         record.play(&mut exchange, round, observer)?;
     }
@@ -189,12 +186,7 @@ fn gather_facts(world: &World<'_>) -> Result<Vec<NodeFacts>, ExperimentError> {
             .map(|c| NicFacts { name: c.nic().domain.clone(), pci: c.nic().pci_address.clone() })
             .collect(),
     };
-    let encoded = serde_json::to_vec(&mine).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-    world
-        .allgather(&encoded)?
-        .iter()
-        .map(|record| serde_json::from_slice(record).map_err(|e| ExperimentError::Bootstrap(format!("sweep node facts: {e}"))))
-        .collect()
+    world.gather(&mine, "sweep node facts")
 }
 
 /// Where more ranks' channels than cores share a machine (emulated nodes in network namespaces, or
@@ -206,9 +198,9 @@ fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError
     let machine = crate::world::machine(&world.hosts[world.rank]);
     let here = world.hosts.iter().filter(|h| crate::world::machine(h) == machine).count();
     let streams = here * world.channels.len() * 2;
-    let mine = u8::from(world.channels.len() > 1 && streams > cores);
-    let votes = world.allgather(&[mine])?;
-    if !votes.iter().any(|v| v.first() == Some(&1)) {
+    let mine = world.channels.len() > 1 && streams > cores;
+    let votes = world.gather(&mine, "crowded machine")?;
+    if !votes.iter().any(|&crowded| crowded) {
         return Ok(None);
     }
     Ok(Some(format!(
@@ -228,7 +220,7 @@ struct Exchange<'a> {
     stride: u64,
     payload: &'a Payload,
     remotes: &'a [Vec<RemoteRegion>],
-    column: &'a str,
+    column: &'a Column,
     /// `expected[channel][source]`: immediates promised so far over the whole run.
     expected: Vec<Vec<u64>>,
     /// Every rail of a pair at once; else one rail after another (ranks crowd a machine's cores).
@@ -304,17 +296,11 @@ impl Exchange<'_> {
             None => Ok(()),
         };
         agree(world, checked, observer)?;
-        let encoded = serde_json::to_vec(&figures).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-        let gathered = world.allgather(&encoded)?;
+        let gathered = world.gather(&figures, "sweep figures")?;
         if world.rank != 0 {
             return Ok(figures);
         }
-        let mut all = Vec::new();
-        for record in &gathered {
-            let figures: Vec<Figure> = serde_json::from_slice(record)
-                .map_err(|e| ExperimentError::Bootstrap(format!("sweep figures from a rank: {e}")))?;
-            all.extend(figures);
-        }
+        let mut all: Vec<Figure> = gathered.into_iter().flatten().collect();
         all.sort_by_key(|f| (f.from, f.rail));
         Ok(all)
     }
@@ -447,8 +433,8 @@ impl Exchange<'_> {
                     rail,
                     to_rail: (theirs != rail).then_some(theirs),
                     retransmits,
-                    gbps: crate::results::gbps((self.size * self.sweep.iters) as f64, seconds),
-                    steady_gbps: if summary.p50_us > 0.0 { crate::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
+                    gbps: efatop_proto::results::gbps((self.size * self.sweep.iters) as f64, seconds),
+                    steady_gbps: if summary.p50_us > 0.0 { efatop_proto::results::gbps(self.size as f64, summary.p50_us / 1e6) } else { 0.0 },
                     p50_us: summary.p50_us,
                     p99_us: summary.p99_us,
                 })

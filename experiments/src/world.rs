@@ -7,6 +7,7 @@ use efatop_fabric::{
     Capabilities, Channel, ChannelOptions, FabricError, Nic, PeerAddress, Provider, discover_nics, mr_mode_names,
 };
 
+use efatop_proto::results::LinkSource;
 use efatop_topology::{GpuChoice, NodeTopology, Placement};
 
 use crate::ExperimentError;
@@ -55,18 +56,6 @@ pub struct WorldOptions {
     pub gpu: Option<Option<usize>>,
 }
 
-/// Where the link speed used for `BusBW` came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LinkSpeedSource {
-    /// `--link-gbps`.
-    Flag,
-    /// The provider's `fi_nic` link attributes.
-    Provider,
-    /// Neither: `BusBW` is not computed.
-    Unknown,
-}
-
 pub struct World<'b> {
     pub bootstrap: &'b dyn Bootstrap,
     pub rank: usize,
@@ -85,7 +74,8 @@ pub struct World<'b> {
     /// Distinct NICs the channels are spread over on this rank.
     pub distinct_nics: usize,
     pub link_gbps: Option<f64>,
-    pub link_source: LinkSpeedSource,
+    /// Where `link_gbps` came from: `--link-gbps`, the provider, or nowhere.
+    pub link_source: LinkSource,
     /// How long one operation may take before its rank is reported as hung.
     pub op_timeout: Duration,
     /// More ranks than cores on this host: a rank that polls and finds nothing yields its core, or
@@ -98,7 +88,7 @@ pub struct World<'b> {
     /// The GPU this rank moves device memory on, when `--memory device`.
     pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
-    pub probe: std::sync::Arc<crate::telemetry::Probe>,
+    pub probe: std::sync::Arc<efatop_proto::telemetry::Probe>,
     /// Raised from outside the hot path (rank 0's watchdog, a signal) to make every wait give up.
     pub abort: std::sync::Arc<Abort>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
@@ -160,11 +150,7 @@ impl<'b> World<'b> {
     pub fn establish(bootstrap: &'b dyn Bootstrap, options: &WorldOptions) -> Result<Self, ExperimentError> {
         let rank = bootstrap.rank();
         let size = bootstrap.size();
-        let hosts: Vec<String> = bootstrap
-            .allgather(hostname().as_bytes())?
-            .into_iter()
-            .map(|h| String::from_utf8_lossy(&h).into_owned())
-            .collect();
+        let hosts: Vec<String> = crate::gather(bootstrap, &hostname(), "host name")?;
 
         let provider = resolve_provider(bootstrap, &options.provider, options.capabilities, &hosts)?;
 
@@ -249,23 +235,19 @@ impl<'b> World<'b> {
             })
             .collect::<Result<Vec<Channel>, _>>()
             .and_then(|channels| {
-                // One allgather carries every channel's address: length-prefixed records.
-                let mut mine = Vec::new();
-                for channel in &channels {
-                    push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
-                }
+                // One gather carries every channel's address.
+                let mine = addresses_of(&channels)?;
                 Ok((channels, mine))
             });
         let (channels, mine) = crate::agree_with(bootstrap, rank, &hosts, opened, false)?;
-        let everyone = bootstrap.allgather(&mine)?;
+        let everyone = crate::gather(bootstrap, &mine, "channel addresses")?;
         let connected = channels.iter().enumerate().try_for_each(|(index, channel)| {
             let mut addresses = Vec::with_capacity(size);
-            for (peer, blob) in everyone.iter().enumerate() {
-                let records = split_records(blob)?;
+            for (peer, records) in everyone.iter().enumerate() {
                 let record = records.get(index).ok_or_else(|| {
                     ExperimentError::Bootstrap(format!("rank {peer} opened fewer channels than rank {rank}"))
                 })?;
-                addresses.push(PeerAddress(record.to_vec()));
+                addresses.push(PeerAddress(record.clone()));
             }
             channel.connect(&addresses).map_err(ExperimentError::Fabric)
         });
@@ -273,9 +255,9 @@ impl<'b> World<'b> {
 
         let provider_link = channels.first().and_then(|c| c.nic().link_speed_bps).map(|bps| bps as f64 / 1e9);
         let (link_gbps, link_source) = match (options.link_gbps, provider_link) {
-            (Some(flag), _) => (Some(flag), LinkSpeedSource::Flag),
-            (None, Some(reported)) => (Some(reported), LinkSpeedSource::Provider),
-            (None, None) => (None, LinkSpeedSource::Unknown),
+            (Some(flag), _) => (Some(flag), LinkSource::Flag),
+            (None, Some(reported)) => (Some(reported), LinkSource::Provider),
+            (None, None) => (None, LinkSource::Unknown),
         };
         let distinct_nics = channel_count.min(nics.len());
         let provider_stack = nics[0].provider.clone();
@@ -309,7 +291,7 @@ impl<'b> World<'b> {
             link_source,
             op_timeout: options.op_timeout,
             share_cpu,
-            probe: std::sync::Arc::new(crate::telemetry::Probe::new(channel_count, size)),
+            probe: std::sync::Arc::new(efatop_proto::telemetry::Probe::new(channel_count, size)),
             abort: std::sync::Arc::new(Abort::default()),
             local_rank,
             placement,
@@ -380,19 +362,17 @@ impl<'b> World<'b> {
         // plus what it did not count.
         let app_bytes = |channel: usize| self.probe.channel_bytes(channel).saturating_add(unprobed.get(channel).copied().unwrap_or(0));
         let reading = self.nic_counters.borrow_mut().as_mut().map(|counters| counters.end(self.rank, app_bytes));
-        let encoded = reading.as_ref().map(serde_json::to_vec).transpose().map_err(|e| ExperimentError::Bootstrap(format!("NIC counters: {e}")))?;
-        let gathered = self.allgather(&encoded.unwrap_or_default())?;
+        let gathered = self.gather(&reading, "NIC counters")?;
         if self.rank != 0 {
             return Ok(None);
         }
-        let readings: Vec<efatop_proto::counters::RankReading> =
-            gathered.iter().filter(|bytes| !bytes.is_empty()).filter_map(|bytes| serde_json::from_slice(bytes).ok()).collect();
+        let readings: Vec<efatop_proto::counters::RankReading> = gathered.into_iter().flatten().collect();
         Ok(Some(efatop_proto::counters::StepCounters::gather(op, &readings)))
     }
 
-    /// The suffix write columns carry when RDMA WRITE is emulated over sends: `SinglePin(emulated)`.
-    pub fn write_column_suffix(&self) -> &'static str {
-        if self.emulated_write == Some(true) { "(emulated)" } else { "" }
+    /// RDMA WRITE is emulated over sends on some channel: write columns say so (`SinglePin(emulated)`).
+    pub fn write_emulated(&self) -> bool {
+        self.emulated_write == Some(true)
     }
 
     /// Connects channel k of this rank to channels k + `shift` and k − `shift` (mod the channel count) of
@@ -401,13 +381,8 @@ impl<'b> World<'b> {
     /// again (they are not kept), once.
     pub fn connect_cross_rail(&self, shift: usize) -> Result<CrossRail, ExperimentError> {
         let channels = self.channels.len();
-        let mut mine = Vec::new();
-        for channel in &self.channels {
-            push_record(&mut mine, &channel.address().map_err(ExperimentError::Fabric)?.0);
-        }
-        let everyone = self.allgather(&mine)?;
+        let records = self.gather(&addresses_of(&self.channels)?, "channel addresses")?;
         let connected = (|| {
-            let records: Vec<Vec<&[u8]>> = everyone.iter().map(|blob| split_records(blob)).collect::<Result<_, _>>()?;
             let mut bases = vec![Vec::new(); channels];
             for (channel, bases) in self.channels.iter().zip(bases.iter_mut()) {
                 let k = channel.index();
@@ -418,7 +393,7 @@ impl<'b> World<'b> {
                         .iter()
                         .enumerate()
                         .map(|(peer, records)| {
-                            records.get(j).map(|r| PeerAddress(r.to_vec())).ok_or_else(|| {
+                            records.get(j).map(|r| PeerAddress(r.clone())).ok_or_else(|| {
                                 ExperimentError::Bootstrap(format!("rank {peer} has no channel {j} for a cross-rail exchange"))
                             })
                         })
@@ -449,10 +424,10 @@ impl<'b> World<'b> {
         self.channels.iter().map(|c| c.nic().max_msg_size).min().unwrap_or(0)
     }
 
-    pub fn nic_records(&self) -> Vec<crate::results::NicRecord> {
+    pub fn nic_records(&self) -> Vec<efatop_proto::results::NicRecord> {
         self.channels
             .iter()
-            .map(|c| crate::results::NicRecord {
+            .map(|c| efatop_proto::results::NicRecord {
                 channel: c.index(),
                 domain: c.nic().domain.clone(),
                 fabric: c.nic().fabric.clone(),
@@ -495,6 +470,12 @@ impl<'b> World<'b> {
             Some(err) if !matches!(err, FabricError::Abandoned(_)) => Err(ExperimentError::Fabric(err)),
             _ => Ok(gathered),
         }
+    }
+
+    /// Every rank's `value`, in rank order, in the ranks' one encoding ([`crate::gather_with`]), with
+    /// progress kept going while waiting ([`World::allgather`]).
+    pub fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(&self, value: &T, what: &str) -> Result<Vec<T>, ExperimentError> {
+        crate::gather_with(|mine| self.allgather(mine), value, what)
     }
 
     /// A barrier that keeps progress going (see [`World::allgather`]).
@@ -603,7 +584,7 @@ fn open_gpu(
         Some(index) => Ok(index),
         None => efatop_cuda::device_count().map(|count| local_rank % count),
     };
-    let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::payload::cuda_error);
+    let opened = ordinal.and_then(efatop_cuda::Gpu::open).map(std::rc::Rc::new).map_err(crate::cuda_error);
     crate::agree_with(bootstrap, rank, hosts, opened, false)
 }
 
@@ -625,8 +606,8 @@ fn keep_hmem_only_if_usable(
 ) -> Result<Vec<Nic>, ExperimentError> {
     let offered = nics.first().is_some_and(Nic::offers_hmem);
     let usable = offered && registers_device_memory(&nics[0], gpu, options);
-    let votes = bootstrap.allgather(&[u8::from(!offered || usable)])?;
-    if !offered || votes.iter().all(|v| v.first() == Some(&1)) {
+    let votes = crate::gather(bootstrap, &(!offered || usable), "GPU memory registration")?;
+    if !offered || votes.iter().all(|&usable| usable) {
         return Ok(nics);
     }
     match discover_nics(provider, options.capabilities) {
@@ -680,26 +661,20 @@ fn discover_agreed(
     // `--channels all` means the NICs next to this rank's GPU when the topology names some (a p5 GPU's
     // four EFA), else every NIC.
     let nearest = discovered.as_ref().map_or(0, |nics| nics.iter().filter(|nic| preference(nic).is_some()).count());
-    let status = match &discovered {
-        Ok(nics) => format!("ok {}", if nearest > 0 { nearest } else { nics.len() }),
-        Err(err) => format!("err {err}"),
+    let status: Result<usize, String> = match &discovered {
+        Ok(nics) => Ok(if nearest > 0 { nearest } else { nics.len() }),
+        Err(err) => Err(err.clone()),
     };
-    let statuses = bootstrap.allgather(status.as_bytes())?;
+    let statuses = crate::gather(bootstrap, &status, "NICs found")?;
     let mut nic_counts = Vec::with_capacity(hosts.len());
-    for (peer, status) in statuses.iter().enumerate() {
-        let status = String::from_utf8_lossy(status);
-        if let Some(reason) = status.strip_prefix("err ") {
-            if rank != 0 {
-                // Rank 0 names the failing rank for everyone.
-                return Err(ExperimentError::Reported { exit_code: 2 });
-            }
-            return Err(ExperimentError::Unsupported(if peer == rank {
-                reason.to_string()
-            } else {
-                format!("rank {peer} ({}): {reason}", hosts[peer])
-            }));
-        }
-        nic_counts.push(status.trim_start_matches("ok ").parse::<usize>().unwrap_or(0));
+    for (peer, status) in statuses.into_iter().enumerate() {
+        let count = status.map_err(|reason| match rank {
+            // Rank 0 names the failing rank for everyone.
+            0 if peer == rank => ExperimentError::Unsupported(reason),
+            0 => ExperimentError::Unsupported(format!("rank {peer} ({}): {reason}", hosts[peer])),
+            _ => ExperimentError::Reported { exit_code: 2 },
+        })?;
+        nic_counts.push(count);
     }
     let nics = discovered.map_err(ExperimentError::Unsupported)?;
     Ok((nics, nic_counts))
@@ -716,8 +691,8 @@ fn resolve_provider(
         ProviderChoice::Given(provider) => provider.clone(),
         ProviderChoice::Auto => {
             let efa_here = discover_nics(&Provider::Efa, capabilities).is_ok();
-            let votes = bootstrap.allgather(&[u8::from(efa_here)])?;
-            if votes.iter().all(|v| v.first() == Some(&1)) {
+            let votes = crate::gather(bootstrap, &efa_here, "efa found")?;
+            if votes.iter().all(|&efa| efa) {
                 Provider::Efa
             } else if hosts.iter().all(|h| *h == hosts[0]) {
                 Provider::Shm
@@ -728,23 +703,9 @@ fn resolve_provider(
     })
 }
 
-pub(crate) fn push_record(out: &mut Vec<u8>, record: &[u8]) {
-    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
-    out.extend_from_slice(record);
-}
-
-pub(crate) fn split_records(mut blob: &[u8]) -> Result<Vec<&[u8]>, ExperimentError> {
-    let mut records = Vec::new();
-    while !blob.is_empty() {
-        let (len, rest) = blob
-            .split_first_chunk::<4>()
-            .ok_or_else(|| ExperimentError::Bootstrap("truncated record from a peer".into()))?;
-        let len = u32::from_le_bytes(*len) as usize;
-        let record = rest.get(..len).ok_or_else(|| ExperimentError::Bootstrap("truncated record from a peer".into()))?;
-        records.push(record);
-        blob = &rest[len..];
-    }
-    Ok(records)
+/// Every channel's endpoint address, in channel order, as the ranks exchange them.
+fn addresses_of(channels: &[Channel]) -> Result<Vec<Vec<u8>>, ExperimentError> {
+    channels.iter().map(|channel| channel.address().map(|address| address.0).map_err(ExperimentError::Fabric)).collect()
 }
 
 /// Empty completion-queue polls a rank waiting in an agreement makes before it starts sleeping between

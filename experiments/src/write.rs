@@ -13,40 +13,16 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
+use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
+use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
+use efatop_proto::sizes::format_size;
+use efatop_proto::telemetry::Phase;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
-use crate::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
-use crate::sizes::format_size;
-use crate::telemetry::Phase;
 use crate::world::World;
 use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteConfig {
-    Single,
-    Multi,
-    RoundRobin,
-}
-
-impl WriteConfig {
-    pub const ALL: [WriteConfig; 3] = [
-        WriteConfig::Single,
-        WriteConfig::Multi,
-        WriteConfig::RoundRobin,
-    ];
-
-    /// The column name, as in the seed: configuration then memory kind (`Pin`, `DMA`, `DMA(staged)`).
-    pub fn column(self, memory_suffix: &str) -> String {
-        let base = match self {
-            WriteConfig::Single => "Single",
-            WriteConfig::Multi => "Multi",
-            WriteConfig::RoundRobin => "RoundRobin",
-        };
-        format!("{base}{memory_suffix}")
-    }
-}
 
 /// One write of an iteration: which peer, on which channel, which bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +36,7 @@ pub struct Segment {
 /// The writes one iteration makes from `rank` to `peers`. Both sides compute it: the writer to post, the
 /// targets to know how many immediates to expect on which channel.
 pub fn plan(
-    config: WriteConfig,
+    config: Layout,
     rank: usize,
     peers: &[usize],
     size: u64,
@@ -69,13 +45,13 @@ pub fn plan(
     let mut segments = Vec::new();
     for &peer in peers {
         match config {
-            WriteConfig::Single => segments.push(Segment {
+            Layout::Single => segments.push(Segment {
                 peer,
                 channel: 0,
                 offset: 0,
                 len: size,
             }),
-            WriteConfig::Multi => {
+            Layout::Multi => {
                 let channels = channels as u64;
                 for channel in 0..channels {
                     let start = size * channel / channels;
@@ -90,7 +66,7 @@ pub fn plan(
                     }
                 }
             }
-            WriteConfig::RoundRobin => {
+            Layout::RoundRobin => {
                 segments.push(Segment {
                     peer,
                     channel: (peer + rank) % channels,
@@ -104,11 +80,11 @@ pub fn plan(
 }
 
 /// The peer groups timed together: one peer at a time, or all at once for `RoundRobin`.
-fn groups(config: WriteConfig, world_size: usize) -> Vec<Vec<usize>> {
+fn groups(config: Layout, world_size: usize) -> Vec<Vec<usize>> {
     let peers: Vec<usize> = (1..world_size).collect();
     match config {
-        WriteConfig::RoundRobin => vec![peers],
-        WriteConfig::Single | WriteConfig::Multi => peers.into_iter().map(|p| vec![p]).collect(),
+        Layout::RoundRobin => vec![peers],
+        Layout::Single | Layout::Multi => peers.into_iter().map(|p| vec![p]).collect(),
     }
 }
 
@@ -119,7 +95,7 @@ const WRITER: usize = 0;
 pub fn run(
     world: &World<'_>,
     sweep: &SweepOptions,
-    configs: &[WriteConfig],
+    configs: &[Layout],
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size < 2 {
@@ -132,16 +108,16 @@ pub fn run(
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
     let payloads = prepare(world, &sweep.memories, largest, &world.channels, observer)?;
     // Every configuration over every memory kind: SinglePin … beside SingleDMA …, as in the seed table.
-    let plans: Vec<(usize, WriteConfig, String)> = payloads
+    let plans: Vec<(usize, Layout, Column)> = payloads
         .iter()
         .enumerate()
         .flat_map(|(index, payload)| {
             configs
                 .iter()
-                .map(move |c| (index, *c, format!("{}{}", c.column(payload.suffix(true)), world.write_column_suffix())))
+                .map(move |c| (index, *c, Column::Write { layout: *c, memory: payload.memory(), emulated: world.write_emulated() }))
         })
         .collect();
-    let columns: Vec<String> = plans.iter().map(|(_, _, column)| column.clone()).collect();
+    let columns: Vec<Column> = plans.iter().map(|(_, _, column)| column.clone()).collect();
     observer.begin(&columns, &memory_labels(&payloads));
 
     // Targets publish one region record per channel and payload; the writer learns every target's.
@@ -205,7 +181,7 @@ pub fn run(
 fn time_group(
     world: &World<'_>,
     sweep: &SweepOptions,
-    config: WriteConfig,
+    config: Layout,
     size: u64,
     group: &[usize],
     payload: &Payload,
@@ -347,7 +323,7 @@ impl<'w> Pipeline<'w> {
 fn receive_group(
     world: &World<'_>,
     sweep: &SweepOptions,
-    config: WriteConfig,
+    config: Layout,
     size: u64,
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
@@ -403,7 +379,7 @@ fn receive_group(
 pub(crate) fn verify_received(
     world: &World<'_>,
     payload: &Payload,
-    column: &str,
+    column: &Column,
     seed: PatternSeed,
 ) -> Result<(), ExperimentError> {
     world.probe.set_phase(Phase::Verifying, seed.size);
@@ -421,8 +397,8 @@ pub(crate) fn verify_received(
 
 fn summarise(
     world: &World<'_>,
-    config: WriteConfig,
-    column: &str,
+    config: Layout,
+    column: &Column,
     size: u64,
     iters: u64,
     pairs: Vec<PairMeasurement>,
@@ -430,11 +406,11 @@ fn summarise(
 ) -> Measurement {
     let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
     let channels_used = match config {
-        WriteConfig::Single => 1,
-        WriteConfig::Multi | WriteConfig::RoundRobin => world.channels.len(),
+        Layout::Single => 1,
+        Layout::Multi | Layout::RoundRobin => world.channels.len(),
     };
     Measurement {
-        config: column.to_string(),
+        config: column.clone(),
         size,
         count: size / 4,
         gbps: mean_gbps,
@@ -457,7 +433,7 @@ mod tests {
 
     #[test]
     fn multi_splits_the_buffer_over_every_channel() {
-        let segments = plan(WriteConfig::Multi, 0, &[1], 1 << 20, 4);
+        let segments = plan(Layout::Multi, 0, &[1], 1 << 20, 4);
         assert_eq!(segments.len(), 4);
         assert_eq!(segments.iter().map(|s| s.len).sum::<u64>(), 1 << 20);
         assert_eq!(
@@ -473,19 +449,19 @@ mod tests {
 
     #[test]
     fn multi_skips_empty_chunks_when_channels_outnumber_bytes() {
-        let segments = plan(WriteConfig::Multi, 0, &[1], 4, 8);
+        let segments = plan(Layout::Multi, 0, &[1], 4, 8);
         assert_eq!(segments.len(), 4);
         assert_eq!(segments.iter().map(|s| s.len).sum::<u64>(), 4);
     }
 
     #[test]
     fn round_robin_follows_peer_plus_rank() {
-        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 0, &[1, 2, 3], 4096, 4)
+        let channels: Vec<usize> = plan(Layout::RoundRobin, 0, &[1, 2, 3], 4096, 4)
             .iter()
             .map(|s| s.channel)
             .collect();
         assert_eq!(channels, vec![1, 2, 3]);
-        let channels: Vec<usize> = plan(WriteConfig::RoundRobin, 2, &[1, 3], 4096, 2)
+        let channels: Vec<usize> = plan(Layout::RoundRobin, 2, &[1, 3], 4096, 2)
             .iter()
             .map(|s| s.channel)
             .collect();

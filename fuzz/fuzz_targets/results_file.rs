@@ -17,7 +17,7 @@ fuzz_target!(|bytes: &[u8]| {
     for matrix in &results.pair_matrices {
         assert!(matrix.gbps.iter().all(|row| row.len() == matrix.gbps.len()), "accepted a ragged pair matrix");
     }
-    let _ = efatop_ui::render_table(&results);
+    let _ = efatop_report::text::render_table(&results);
     let saved = serde_json::to_vec_pretty(&results).expect("accepted results serialize");
     if let Err(err) = RunResults::from_json(&saved) {
         panic!("accepted results, saved again, do not read back: {err}");

@@ -4,21 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use efatop_proto::telemetry::NodeTopologyGpu;
 use efatop_topology::{normalize_bus_id, NodeTopology};
-use serde::{Deserialize, Serialize};
-
-/// A GPU as the topology names it, for group headings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TopologyGpu {
-    pub index: usize,
-    pub pci_bus_id: String,
-    pub model: Option<String>,
-}
 
 /// NIC → nearby GPUs.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Affinity {
-    gpus: Vec<TopologyGpu>,
+    gpus: Vec<NodeTopologyGpu>,
     by_bus_id: BTreeMap<String, Vec<usize>>,
     by_name: BTreeMap<String, Vec<usize>>,
 }
@@ -34,7 +26,7 @@ impl Affinity {
             gpus: topology
                 .gpus
                 .iter()
-                .map(|gpu| TopologyGpu { index: gpu.index, pci_bus_id: gpu.pci_bus_id.clone(), model: gpu.model.clone() })
+                .map(|gpu| NodeTopologyGpu { index: gpu.index, pci_bus_id: gpu.pci_bus_id.clone(), model: gpu.model.clone() })
                 .collect(),
             ..Self::default()
         };
@@ -54,7 +46,7 @@ impl Affinity {
     }
 
     /// The GPUs the topology names, in its (PCI bus) order.
-    pub fn gpus(&self) -> &[TopologyGpu] {
+    pub fn gpus(&self) -> &[NodeTopologyGpu] {
         &self.gpus
     }
 

@@ -20,8 +20,10 @@ use efatop_topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 use crate::node::{MemlockLimit, PciFunction, RdmaDevice};
-use crate::rails::RailLoad;
-use crate::{Affinity, GpuReader, Monitor, NicKind, Sysfs};
+use efatop_proto::telemetry::rails::RailLoad;
+use efatop_proto::telemetry::NicKind;
+
+use crate::{Affinity, GpuReader, Monitor, Sysfs};
 
 pub use rules::{evaluate, WATCHED_COUNTERS};
 
@@ -229,7 +231,7 @@ pub fn observe(sysfs: &Sysfs, layout: Option<&NodeTopology>, window: Duration, l
         gpus: sysfs.nvidia_gpus(),
         window: Duration::from_secs_f64(seconds),
         grown,
-        rails: crate::rails::balance(&[&snapshot]),
+        rails: efatop_proto::telemetry::rails::balance(&[&snapshot]),
         nvidia_loaded: sysfs.module_loaded("nvidia"),
         peermem_loaded: sysfs.module_loaded("nvidia_peermem"),
         nvidia_driver: sysfs.nvidia_driver(),

@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::rates::{is_error_counter, is_retransmit_counter};
-use crate::sysfs::NicKind;
+use efatop_proto::telemetry::NicKind;
 
 /// First EFA bus (decimal) behind each of the 8 GPUs' PCIe switches; each switch has 4 consecutive ones.
 pub const P5_EFA_FIRST_BUSES: [u32; 8] = [79, 96, 113, 130, 147, 164, 181, 198];

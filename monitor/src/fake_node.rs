@@ -273,7 +273,8 @@ impl FakeNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NicKind, Sysfs};
+    use crate::Sysfs;
+    use efatop_proto::telemetry::NicKind;
 
     #[test]
     fn every_type_reads_back_with_its_efa_gpus_and_numa_nodes() {

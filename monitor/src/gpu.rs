@@ -12,32 +12,7 @@ use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, GpmSample, Nvml};
-use serde::{Deserialize, Serialize};
-
-/// What the GPU panel shows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum GpuPanel {
-    /// No GPU figures, and why: `no NVIDIA driver (libnvidia-ml.so not found)`.
-    Unavailable { reason: String },
-    Gpus { gpus: Vec<GpuStats> },
-}
-
-/// One GPU's links.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GpuStats {
-    /// NVML's index, which is PCI bus order like the topology's.
-    pub index: usize,
-    pub name: String,
-    pub pci_bus_id: String,
-    pub pcie_tx_gbps: Option<f64>,
-    pub pcie_rx_gbps: Option<f64>,
-    pub nvlink_tx_gbps: Option<f64>,
-    pub nvlink_rx_gbps: Option<f64>,
-    /// Why a figure is missing, when one is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
+use efatop_proto::telemetry::{NodeGpu, NodeGpus};
 
 /// The text shown when NVML cannot be loaded.
 pub const NO_DRIVER: &str = "no NVIDIA driver (libnvidia-ml.so not found)";
@@ -102,10 +77,10 @@ impl GpuReader {
         Self { state: Err(reason.into()) }
     }
 
-    pub fn read(&mut self) -> GpuPanel {
+    pub fn read(&mut self) -> NodeGpus {
         match &mut self.state {
-            Err(reason) => GpuPanel::Unavailable { reason: reason.clone() },
-            Ok((nvml, gpus)) => GpuPanel::Gpus { gpus: gpus.iter_mut().map(|gpu| read_gpu(nvml, gpu)).collect() },
+            Err(reason) => NodeGpus::Unavailable(reason.clone()),
+            Ok((nvml, gpus)) => NodeGpus::Gpus(gpus.iter_mut().map(|gpu| read_gpu(nvml, gpu)).collect()),
         }
     }
 }
@@ -136,8 +111,8 @@ fn gpm_gbps(value: f64, unit: &str) -> f64 {
     bytes * 8.0 / 1e9
 }
 
-fn read_gpu(nvml: &'static Nvml, gpu: &mut WatchedGpu) -> GpuStats {
-    let mut stats = GpuStats {
+fn read_gpu(nvml: &'static Nvml, gpu: &mut WatchedGpu) -> NodeGpu {
+    let mut stats = NodeGpu {
         index: gpu.index,
         name: gpu.name.clone(),
         pci_bus_id: gpu.pci_bus_id.clone(),
@@ -193,8 +168,8 @@ mod tests {
         let mut reader = GpuReader::open();
         match reader.read() {
             // This build machine has no NVIDIA driver; a GPU machine must list its GPUs instead.
-            GpuPanel::Unavailable { reason } => assert_eq!(reason, NO_DRIVER),
-            GpuPanel::Gpus { gpus } => assert!(!gpus.is_empty()),
+            NodeGpus::Unavailable(reason) => assert_eq!(reason, NO_DRIVER),
+            NodeGpus::Gpus(gpus) => assert!(!gpus.is_empty()),
         }
     }
 }

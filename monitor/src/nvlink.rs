@@ -10,7 +10,8 @@
 //!   fewer of the two GPUs' switch links.
 //! - No NVLink: the PCIe level NVML reports (`PIX` ... `SYS`), and no peak: PCIe is not guessed.
 
-use efatop_topology::{GpuLinkSource, Link, NodeTopology, PairLink, normalize_bus_id};
+use efatop_proto::topology::{GpuLinkSource, Link, PairLink};
+use efatop_topology::{NodeTopology, normalize_bus_id};
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::enums::device::{DeviceArchitecture, SampleValue};
 use nvml_wrapper::struct_wrappers::device::PciInfo;

@@ -23,8 +23,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::rails::{balance, rails_of};
-use crate::{GpuPanel, Snapshot};
+use efatop_proto::telemetry::rails::{balance, rails_of};
+use efatop_proto::telemetry::{NodeGpus, NodeSample};
 
 /// The content type of `OpenMetrics` text, which `prometheus-client` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -145,7 +145,7 @@ fn metric_part(counter: &str) -> String {
 
 /// The snapshots of one scrape: one node's, or every node's.
 #[derive(Debug)]
-struct Snapshots(Vec<Snapshot>);
+struct Snapshots(Vec<NodeSample>);
 
 impl Snapshots {
     fn nic_labels(&self) -> Vec<Vec<NicLabels>> {
@@ -230,7 +230,7 @@ impl Collector for Snapshots {
             nics().map(|(nic, labels)| (labels, if nic.present { 1.0 } else { 0.0 })),
         )?;
         // Rail symmetry over every snapshot of this scrape (across nodes too).
-        let snapshots: Vec<&Snapshot> = self.0.iter().collect();
+        let snapshots: Vec<&NodeSample> = self.0.iter().collect();
         let loads = balance(&snapshots);
         let load_of = |labels: &NicLabels| loads.iter().find(|l| l.host == labels.host && l.nic == labels.nic);
         gauge_family(
@@ -252,14 +252,14 @@ impl Collector for Snapshots {
             .0
             .iter()
             .flat_map(|snapshot| match &snapshot.gpus {
-                GpuPanel::Gpus { gpus } => gpus
+                NodeGpus::Gpus(gpus) => gpus
                     .iter()
                     .map(|gpu| {
                         let labels = GpuLabels { host: snapshot.host.clone(), gpu: gpu.index.to_string(), pci: gpu.pci_bus_id.clone() };
                         (labels, gpu.nvlink_tx_gbps, gpu.nvlink_rx_gbps)
                     })
                     .collect(),
-                GpuPanel::Unavailable { .. } => Vec::new(),
+                NodeGpus::Unavailable(_) => Vec::new(),
             })
             .collect();
         for (name, help, pick) in [
@@ -281,7 +281,7 @@ impl Collector for Snapshots {
 }
 
 /// The `OpenMetrics` text of these snapshots.
-pub fn render(snapshots: Vec<Snapshot>) -> Result<String, std::fmt::Error> {
+pub fn render(snapshots: Vec<NodeSample>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshots(snapshots)));
     let mut text = String::new();
@@ -294,7 +294,7 @@ pub trait Exposition: Send + 'static {
     fn render(&self) -> Result<String, std::fmt::Error>;
 }
 
-impl Exposition for Vec<Snapshot> {
+impl Exposition for Vec<NodeSample> {
     fn render(&self) -> Result<String, std::fmt::Error> {
         render(self.clone())
     }
@@ -307,7 +307,7 @@ impl Exposition for Vec<Snapshot> {
 #[derive(Clone, Debug)]
 pub struct FreshCounters {
     pub sysfs: crate::Sysfs,
-    pub snapshot: Snapshot,
+    pub snapshot: NodeSample,
 }
 
 impl Exposition for FreshCounters {
@@ -327,7 +327,7 @@ impl Exposition for FreshCounters {
 }
 
 /// The endpoint, serving on its own thread until dropped; it serves the latest state offered.
-pub struct Exporter<T: Exposition = Vec<Snapshot>> {
+pub struct Exporter<T: Exposition = Vec<NodeSample>> {
     states: SyncSender<T>,
     pub address: SocketAddr,
     thread: Option<JoinHandle<()>>,

@@ -11,51 +11,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use efatop_proto::telemetry::{CounterStats, NicKind, NodeNic};
+
 use crate::affinity::Affinity;
-use crate::sysfs::{NicKind, NicReading};
-
-/// One counter in a snapshot.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CounterStats {
-    pub value: u64,
-    /// Change per second since the previous read; `None` on the first read and when it went backwards.
-    pub per_s: Option<f64>,
-}
-
-/// One NIC in a snapshot.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NicStats {
-    pub name: String,
-    pub kind: NicKind,
-    pub pci_bus_id: Option<String>,
-    /// Indices of the GPUs this NIC sits next to (the topology's nearest NICs); empty when none.
-    pub gpus: Vec<usize>,
-    pub link_gbps: Option<f64>,
-    /// False once the device is no longer found; its last values stay.
-    pub present: bool,
-    /// From `tx_bytes` / `rx_bytes`; `None` without a previous read, or when the device has no such
-    /// counter.
-    pub tx_gbps: Option<f64>,
-    pub rx_gbps: Option<f64>,
-    /// Sum of the error and drop counters ([`is_error_counter`]), as the device reports them.
-    pub errors: u64,
-    /// How much `errors` grew since the previous read.
-    pub errors_delta: u64,
-    /// Sum of the retransmit counters ([`is_retransmit_counter`]).
-    pub retransmits: u64,
-    pub retransmits_delta: u64,
-    /// Counters that went backwards since the previous read (reset or wrapped).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub went_backwards: Vec<String>,
-    pub counters: BTreeMap<String, CounterStats>,
-}
-
-impl NicStats {
-    /// tx + rx, when both are known.
-    pub fn total_gbps(&self) -> Option<f64> {
-        Some(self.tx_gbps? + self.rx_gbps?)
-    }
-}
+use crate::sysfs::NicReading;
 
 /// A counter that counts something going wrong: errors, drops, remotes that stopped answering.
 /// Sub-kinds of `rx_errors` (`rx_crc_errors`, ...) are left out so that nothing is counted twice.
@@ -88,7 +47,7 @@ pub struct RateTracker {
     affinity: Affinity,
     previous: BTreeMap<String, Previous>,
     /// NICs seen before and missing now, with their last stats.
-    gone: BTreeMap<String, NicStats>,
+    gone: BTreeMap<String, NodeNic>,
     last_read_at: Option<Duration>,
 }
 
@@ -99,7 +58,7 @@ pub struct NicSnapshot {
     pub t_ms: u64,
     /// Time since the previous read; `None` for the first.
     pub interval_ms: Option<f64>,
-    pub nics: Vec<NicStats>,
+    pub nics: Vec<NodeNic>,
 }
 
 impl RateTracker {
@@ -136,7 +95,7 @@ impl RateTracker {
         NicSnapshot { t_ms: at.as_millis() as u64, interval_ms: interval.map(|i| i.as_secs_f64() * 1e3), nics }
     }
 
-    fn stats(&self, reading: &NicReading, previous: Option<&Previous>, at: Duration) -> NicStats {
+    fn stats(&self, reading: &NicReading, previous: Option<&Previous>, at: Duration) -> NodeNic {
         let seconds = previous.map(|p| at.saturating_sub(p.at).as_secs_f64()).filter(|s| *s > 0.0);
         let mut counters = BTreeMap::new();
         let mut went_backwards = Vec::new();
@@ -163,7 +122,7 @@ impl RateTracker {
             counters.insert(name.clone(), CounterStats { value, per_s });
         }
         let gbps = |name: &str| counters.get(name).and_then(|c: &CounterStats| c.per_s).map(|bytes| bytes * 8.0 / 1e9);
-        NicStats {
+        NodeNic {
             name: reading.name.clone(),
             kind: reading.kind,
             pci_bus_id: reading.pci_bus_id.clone(),

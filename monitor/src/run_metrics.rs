@@ -340,7 +340,7 @@ mod tests {
             })
             .collect();
         Measurement {
-            config: "SinglePin".into(),
+            config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host),
             size: 4096,
             count: 1024,
             gbps: 1.0,

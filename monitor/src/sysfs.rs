@@ -9,17 +9,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-/// Where a NIC's counters come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NicKind {
-    /// An RDMA device (`/sys/class/infiniband/<dev>`): EFA, mlx5, ...
-    Rdma,
-    /// A network interface (`/sys/class/net/<if>`).
-    Net,
-}
+use efatop_proto::telemetry::NicKind;
 
 /// One read of one NIC: its identity and every counter it had.
 #[derive(Clone, Debug, PartialEq)]

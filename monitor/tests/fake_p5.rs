@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use efatop_monitor::{Affinity, FakeSysfs, GpuPanel, GpuReader, Monitor, NicStats, Snapshot, Sysfs};
+use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_proto::telemetry::rails::{balance, RailLoad};
+use efatop_proto::telemetry::{NodeGpus, NodeNic, NodeSample};
 use efatop_topology::NodeTopology;
 
 fn p5_monitor(fake: &FakeSysfs) -> Monitor {
@@ -13,7 +15,7 @@ fn p5_monitor(fake: &FakeSysfs) -> Monitor {
     Monitor::new("p5-fake", Sysfs::new(fake.root()), Affinity::from_topology(&topology), GpuReader::unavailable("fake tree"))
 }
 
-fn nic<'a>(snapshot: &'a Snapshot, name: &str) -> &'a NicStats {
+fn nic<'a>(snapshot: &'a NodeSample, name: &str) -> &'a NodeNic {
     snapshot.nics.iter().find(|nic| nic.name == name).unwrap_or_else(|| panic!("{name} missing"))
 }
 
@@ -25,7 +27,7 @@ fn rates_follow_the_counters_the_test_moves() {
     let first = monitor.sample(Duration::ZERO);
     assert_eq!(first.nics.len(), 34);
     assert!(first.nics.iter().all(|nic| nic.tx_gbps.is_none()));
-    assert_eq!(first.gpus, GpuPanel::Unavailable { reason: "fake tree".into() });
+    assert_eq!(first.gpus, NodeGpus::Unavailable("fake tree".into()));
     assert_eq!(first.topology_gpus.len(), 8);
 
     // GPU 3's second EFA sends 37.5 GB in 0.5 s (600 Gbps is more than the link: the rate is what the
@@ -74,6 +76,32 @@ fn a_wrapped_counter_and_a_vanished_device_do_not_break_the_next_reads() {
     assert!(!nic(&third, "rdmap96s0").present);
     // The JSON form of a snapshot with a gone device is still one parseable object.
     let line = serde_json::to_string(&third).unwrap();
-    let back: Snapshot = serde_json::from_str(&line).unwrap();
+    let back: NodeSample = serde_json::from_str(&line).unwrap();
     assert_eq!(back, third);
+}
+
+/// Rail symmetry (`efatop_proto::telemetry::rails`) over what the monitor reads.
+#[test]
+fn one_nic_far_below_its_rail_is_off_and_its_rail_mates_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeSysfs::p5(dir.path()).unwrap();
+    let mut monitor = p5_monitor(&fake);
+    monitor.sample(Duration::ZERO);
+    // Rail 1 (each GPU's second NIC) carries 10 GB/s each way on every GPU but GPU 5's.
+    for (device, _) in efatop_monitor::p5_efa_devices().iter().skip(1).step_by(4) {
+        let by = if device == "rdmap165s0" { 1_000_000_000 } else { 10_000_000_000 };
+        fake.advance(device, "tx_bytes", by).unwrap();
+        fake.advance(device, "rx_bytes", by).unwrap();
+    }
+    let snapshot = monitor.sample(Duration::from_secs(1));
+    let loads = balance(&[&snapshot]);
+    let rail1: Vec<&RailLoad> = loads.iter().filter(|l| l.rail == 1).collect();
+    assert_eq!(rail1.len(), 8, "{rail1:?}");
+    let off: Vec<&str> = loads.iter().filter(|l| l.off).map(|l| l.nic.as_str()).collect();
+    assert_eq!(off, ["rdmap165s0"]);
+    let slow = rail1.iter().find(|l| l.nic == "rdmap165s0").unwrap();
+    assert_eq!((slow.gpu, slow.rail), (5, 1));
+    assert!((slow.ratio.unwrap() - 0.1).abs() < 1e-9, "{slow:?}");
+    assert!((slow.rail_median_gbps - 160.0).abs() < 1e-6);
+    assert!(loads.iter().filter(|l| l.rail == 0).all(|l| l.ratio.is_none() && !l.off), "an idle rail is not judged");
 }

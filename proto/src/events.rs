@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::column::Column;
+use crate::experiment::Experiment;
 use crate::results::{Measurement, PairMatrix, RankPlacement, RunResults};
 use crate::sweep::{SweepResults, SweepRound, Verdict};
 use crate::telemetry::wire::WireError;
@@ -17,7 +19,7 @@ use crate::telemetry::{NodeSample, PhaseReport, RankSample};
 /// What is running: fixed once the world is established (the dashboard's header).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
-    pub experiment: String,
+    pub experiment: Experiment,
     /// e.g. `tcp;ofi_rxm`.
     pub provider_stack: String,
     pub ranks: usize,
@@ -29,7 +31,7 @@ pub struct RunInfo {
     pub link_gbps: Option<f64>,
     pub memory: String,
     /// Configuration columns in order, e.g. `SinglePin`, `MultiPin`.
-    pub configs: Vec<String>,
+    pub configs: Vec<Column>,
     pub sizes: Vec<u64>,
     /// Where each rank runs: GPU, NICs its channels use, pinned CPUs (from the node topology).
     pub placements: Vec<RankPlacement>,
@@ -79,8 +81,8 @@ pub enum ConsumerEvent {
     Run(Box<RunStart>),
     /// What the collector decoded since its last batch, in arrival order per rank.
     Telemetry(Vec<CollectorEvent>),
-    Begin { columns: Vec<String>, memory: String },
-    Step { config: String, size: u64 },
+    Begin { columns: Vec<Column>, memory: String },
+    Step { config: Column, size: u64 },
     Measured(Box<Measurement>),
     PairMatrix(Box<PairMatrix>),
     /// A line for the log, told by the experiment while a step runs.

@@ -1,23 +1,31 @@
-//! What travels between efatop's parts, as plain types with no fabric, CUDA or async runtime behind them:
-//! - [`telemetry`]: a rank's interval sample (and a node's monitor read), the probe and sampler that make
+//! What travels between efatop's parts, as plain types with no hwloc, NVML, fabric, CUDA or async runtime
+//! behind them (serde, thiserror and histograms only): the leaf crate every other one builds on.
+//! - [`telemetry`]: a rank's interval sample and a node's monitor read ([`telemetry::NodeSample`], the one
+//!   type the monitor makes and the views draw, with its rail check), the probe and sampler that make
 //!   them, and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it;
 //! - [`sizes`]: message sizes as flags and tables write them;
-//! - [`ipc`]: the ipc experiment's column names;
+//! - [`column`]: what each column of the results is ([`Column`]), matched on by every crate and named in
+//!   one place; [`experiment`]: which experiment ran ([`Experiment`]); [`ipc`]: the ipc experiment's
+//!   movers;
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
+//! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
+//!   finds it with hwloc, `efatop-monitor` with NVML.
 //!
-//! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
-//! re-exports it at its old paths.
+//! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; every crate names these
+//! types by their paths here.
 
 #![forbid(unsafe_code)]
 
-pub mod events;
+pub mod column;
 pub mod counters;
+pub mod events;
+pub mod experiment;
 pub mod ipc;
 pub mod results;
 pub mod sizes;
@@ -25,5 +33,8 @@ pub mod stream;
 pub mod sweep;
 pub mod telemetry;
 pub mod words;
+pub mod topology;
 
+pub use column::Column;
+pub use experiment::Experiment;
 pub use results::{Measurement, RunMetadata, RunResults};

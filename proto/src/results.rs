@@ -1,7 +1,42 @@
 //! What a run measured, as every printer (table, JSON, later the dashboard) sees it.
 
-use efatop_topology::PairLink;
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::column::Column;
+use crate::experiment::Experiment;
+use crate::topology::{GpuLinkSource, PairLink};
+
+/// The results file's format. 1: files from before the field existed (read as they always were); 2:
+/// the same fields, and this one.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// A results file's format version; files without one are version 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SchemaVersion(pub u32);
+
+impl SchemaVersion {
+    /// Files written before the version was recorded.
+    pub const FIRST: SchemaVersion = SchemaVersion(1);
+
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_first(&self) -> bool {
+        *self == SchemaVersion::FIRST
+    }
+}
+
+impl Default for SchemaVersion {
+    /// What this efatop writes.
+    fn default() -> Self {
+        SchemaVersion(SCHEMA_VERSION)
+    }
+}
+
+fn first_schema() -> SchemaVersion {
+    SchemaVersion::FIRST
+}
 
 /// One channel's NIC as recorded in the results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -18,7 +53,7 @@ pub struct NicRecord {
 pub struct RunMetadata {
     pub efatop_version: String,
     pub libfabric_version: String,
-    pub experiment: String,
+    pub experiment: Experiment,
     /// The provider asked for (`efa`, `shm`, `tcp`, `sockets`), after `auto` was resolved.
     pub provider: String,
     /// The stack libfabric reports, e.g. `tcp;ofi_rxm`.
@@ -40,9 +75,9 @@ pub struct RunMetadata {
     pub channels: usize,
     pub distinct_nics: usize,
     pub nics: Vec<NicRecord>,
-    /// Link speed per channel used for `BusBW`, and where it came from (`flag`, `provider`, `unknown`).
+    /// Link speed per channel used for `BusBW`, and where it came from.
     pub link_gbps: Option<f64>,
-    pub link_source: String,
+    pub link_source: LinkSource,
     pub memory: String,
     pub window: usize,
     pub warmup: u64,
@@ -64,6 +99,93 @@ pub struct RunMetadata {
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(value: &u64) -> bool {
     *value == 0
+}
+
+/// Where the link speed behind `BusBW` came from. Files carry it as text (`flag`, `provider`, `unknown`,
+/// `nvlink`, `nvlink: NVML, 18 links x 25 GB/s`), as they always have; it is read back here only.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum LinkSource {
+    /// Not set (a monitor's stream has no link).
+    #[default]
+    Unset,
+    /// `--link-gbps`.
+    Flag,
+    /// The provider's `fi_nic` link attributes.
+    Provider,
+    /// Neither: `BusBW` is not computed.
+    Unknown,
+    /// ipc: the GPU pair's NVLink peak per direction, and where that came from when a peak is known.
+    Nvlink(Option<NvlinkPeakOrigin>),
+    /// Text this efatop does not know, shown as it is.
+    Other(String),
+}
+
+/// Where an NVLink peak came from: NVML's or hwloc's view of the pair, with its links and per-link rate
+/// when both are known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NvlinkPeakOrigin {
+    pub source: GpuLinkSource,
+    /// Active links and GB/s per link.
+    pub links: Option<(u8, f64)>,
+}
+
+impl fmt::Display for NvlinkPeakOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.links {
+            Some((links, rate)) => write!(f, "{}, {links} links x {rate} GB/s", self.source.label()),
+            None => f.write_str(self.source.label()),
+        }
+    }
+}
+
+impl fmt::Display for LinkSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkSource::Unset => Ok(()),
+            LinkSource::Flag => f.write_str("flag"),
+            LinkSource::Provider => f.write_str("provider"),
+            LinkSource::Unknown => f.write_str("unknown"),
+            LinkSource::Nvlink(None) => f.write_str("nvlink"),
+            LinkSource::Nvlink(Some(origin)) => write!(f, "nvlink: {origin}"),
+            LinkSource::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl LinkSource {
+    /// The source a file's text stands for: the one that renders to it, or [`LinkSource::Other`].
+    fn from_text(text: &str) -> LinkSource {
+        let simple = [LinkSource::Unset, LinkSource::Flag, LinkSource::Provider, LinkSource::Unknown, LinkSource::Nvlink(None)];
+        if let Some(source) = simple.into_iter().find(|source| source.to_string() == text) {
+            return source;
+        }
+        for source in [GpuLinkSource::Nvml, GpuLinkSource::Hwloc] {
+            let plain = LinkSource::Nvlink(Some(NvlinkPeakOrigin { source, links: None }));
+            if plain.to_string() == text {
+                return plain;
+            }
+            let Some(links) = plain.to_string().len().checked_add(2).and_then(|at| text.get(at..)) else { continue };
+            let counted = links.strip_suffix(" GB/s").and_then(|rest| rest.split_once(" links x ")).and_then(|(links, rate)| {
+                Some(LinkSource::Nvlink(Some(NvlinkPeakOrigin { source, links: Some((links.parse().ok()?, rate.parse().ok()?)) })))
+            });
+            if let Some(counted) = counted.filter(|counted| counted.to_string() == text) {
+                return counted;
+            }
+        }
+        LinkSource::Other(text.to_string())
+    }
+}
+
+impl Serialize for LinkSource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LinkSource {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(LinkSource::from_text(&String::deserialize(deserializer)?))
+    }
 }
 
 /// How a run ended, as its results file tells it.
@@ -129,7 +251,7 @@ pub struct PairMeasurement {
 /// One configuration at one size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
-    pub config: String,
+    pub config: Column,
     pub size: u64,
     /// `size / 4`, the seed tables' element count.
     pub count: u64,
@@ -161,9 +283,13 @@ pub struct Measurement {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {
+    /// The file's format ([`SCHEMA_VERSION`] when written now; 1 for files from before it was recorded,
+    /// which are written back as they were, without it).
+    #[serde(default = "first_schema", skip_serializing_if = "SchemaVersion::is_first")]
+    pub schema_version: SchemaVersion,
     pub metadata: RunMetadata,
     /// Configurations in column order.
-    pub configs: Vec<String>,
+    pub configs: Vec<Column>,
     pub measurements: Vec<Measurement>,
     /// All-to-all only: the bandwidth of every sender→receiver pair, per configuration and size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -179,7 +305,7 @@ pub struct RunResults {
 /// All-to-all: what each sender→receiver pair delivered at one configuration and size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PairMatrix {
-    pub config: String,
+    pub config: Column,
     pub size: u64,
     /// `gbps[sender][receiver]`: bytes the sender wrote to that receiver over the time the sender's timed
     /// iterations took. `None` on the diagonal (a rank does not write to itself).
@@ -215,8 +341,8 @@ impl RunResults {
         sizes
     }
 
-    pub fn find(&self, config: &str, size: u64) -> Option<&Measurement> {
-        self.measurements.iter().find(|m| m.config == config && m.size == size)
+    pub fn find(&self, config: &Column, size: u64) -> Option<&Measurement> {
+        self.measurements.iter().find(|m| &m.config == config && m.size == size)
     }
 }
 
@@ -240,11 +366,12 @@ impl RunResults {
     /// is not ambiguous), and each pair matrix is square (it is indexed `[sender][receiver]`).
     pub fn from_json(bytes: &[u8]) -> Result<Self, ResultsFileError> {
         let results: Self = serde_json::from_slice(bytes)?;
-        let mut measured = std::collections::BTreeSet::new();
+        let mut measured = std::collections::HashSet::new();
         for measurement in &results.measurements {
-            let (config, size) = (measurement.config.clone(), measurement.size);
-            if !results.configs.contains(&config) {
-                return Err(ResultsFileError::UnlistedConfig { config, size, configs: results.configs.clone() });
+            let (config, size) = (measurement.config.to_string(), measurement.size);
+            if !results.configs.contains(&measurement.config) {
+                let configs = results.configs.iter().map(ToString::to_string).collect();
+                return Err(ResultsFileError::UnlistedConfig { config, size, configs });
             }
             if !measured.insert((&measurement.config, size)) {
                 return Err(ResultsFileError::MeasuredTwice { config, size });
@@ -253,7 +380,7 @@ impl RunResults {
         for matrix in &results.pair_matrices {
             let rows = matrix.gbps.len();
             if let Some(row) = matrix.gbps.iter().find(|row| row.len() != rows) {
-                let (config, size, columns) = (matrix.config.clone(), matrix.size, row.len());
+                let (config, size, columns) = (matrix.config.to_string(), matrix.size, row.len());
                 return Err(ResultsFileError::PairMatrixShape { config, size, rows, columns });
             }
         }
@@ -312,6 +439,7 @@ pub fn gbps(bytes: f64, seconds: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::column::{Layout, Memory};
     use std::time::Duration;
 
     #[test]
@@ -327,10 +455,50 @@ mod tests {
         assert!((summary.max_us - 100.0).abs() < 0.1, "{summary:?}");
     }
 
+    #[test]
+    fn files_without_a_schema_version_are_version_1() {
+        let mut json = serde_json::to_value(saved_run()).expect("serializes");
+        assert_eq!(json["schema_version"], SCHEMA_VERSION);
+        json.as_object_mut().expect("an object").remove("schema_version");
+        let old: RunResults = serde_json::from_value(json.clone()).expect("reads");
+        assert_eq!(old.schema_version, SchemaVersion::FIRST);
+        assert_eq!(serde_json::to_value(&old).expect("serializes"), json, "written back as it was");
+        assert_eq!(RunResults { schema_version: SchemaVersion::default(), ..old }, saved_run());
+    }
+
+    #[test]
+    fn link_sources_travel_as_the_text_files_always_had() {
+        let nvml = NvlinkPeakOrigin { source: GpuLinkSource::Nvml, links: Some((18, 25.0)) };
+        let hwloc = NvlinkPeakOrigin { source: GpuLinkSource::Hwloc, links: None };
+        for (source, text) in [
+            (LinkSource::Unset, ""),
+            (LinkSource::Flag, "flag"),
+            (LinkSource::Provider, "provider"),
+            (LinkSource::Unknown, "unknown"),
+            (LinkSource::Nvlink(None), "nvlink"),
+            (LinkSource::Nvlink(Some(nvml)), "nvlink: NVML, 18 links x 25 GB/s"),
+            (LinkSource::Nvlink(Some(hwloc)), "nvlink: inferred from hwloc and the GPU model"),
+            (LinkSource::Other("nvlink: a guess".into()), "nvlink: a guess"),
+        ] {
+            assert_eq!(source.to_string(), text);
+            let json = serde_json::to_value(&source).expect("serializes");
+            assert_eq!(json, serde_json::Value::from(text));
+            assert_eq!(serde_json::from_value::<LinkSource>(json).expect("reads back"), source, "{text}");
+        }
+    }
+
+    fn single() -> Column {
+        Column::write(Layout::Single, Memory::Host)
+    }
+
+    fn multi() -> Column {
+        Column::write(Layout::Multi, Memory::Host)
+    }
+
     fn saved_run() -> RunResults {
         let latency = LatencySummary { mean_us: 2.0, p50_us: 2.0, p99_us: 3.0, max_us: 4.0 };
-        let measurement = |config: &str, size: u64| Measurement {
-            config: config.into(),
+        let measurement = |config: Column, size: u64| Measurement {
+            config,
             size,
             count: size / 4,
             gbps: 1.5,
@@ -344,10 +512,11 @@ mod tests {
             counters: None,
         };
         RunResults {
-            metadata: RunMetadata { experiment: "write".into(), ranks: 2, ..RunMetadata::default() },
-            configs: vec!["SinglePin".into(), "MultiPin".into()],
-            measurements: vec![measurement("SinglePin", 4096), measurement("MultiPin", 4096)],
-            pair_matrices: vec![PairMatrix { config: "SinglePin".into(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]], same_host: Vec::new() }],
+            schema_version: SchemaVersion::default(),
+            metadata: RunMetadata { experiment: Experiment::Write, ranks: 2, ..RunMetadata::default() },
+            configs: vec![single(), multi()],
+            measurements: vec![measurement(single(), 4096), measurement(multi(), 4096)],
+            pair_matrices: vec![PairMatrix { config: single(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]], same_host: Vec::new() }],
             status: None,
             sweep: None,
         }
@@ -360,7 +529,7 @@ mod tests {
         assert_eq!(RunResults::from_json(&bytes).expect("reads back"), saved);
         // GPU pairs too, with their link in nvidia-smi's words.
         let mut with_pairs = saved_run();
-        let pair = efatop_topology::PairLink::nvlink(Some(18), Some(25.0), efatop_topology::GpuLinkSource::Nvml);
+        let pair = crate::topology::PairLink::nvlink(Some(18), Some(25.0), crate::topology::GpuLinkSource::Nvml);
         with_pairs.metadata.gpu_pairs = vec![GpuPairRecord { host: "a".into(), gpu_a: 0, gpu_b: 1, pair }];
         let json = serde_json::to_value(&with_pairs).expect("serializes");
         assert_eq!(json["metadata"]["gpu_pairs"][0]["pair"]["link"], "NV18");

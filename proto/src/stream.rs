@@ -21,8 +21,12 @@ use crate::events::ConsumerEvent;
 pub const MAGIC: &str = "efatop-stream";
 /// The first word of a recording.
 pub const RECORDING_MAGIC: &str = "efatop-recording";
-/// Bumped whenever a message or an event changes shape.
-pub const VERSION: u32 = 1;
+/// Bumped whenever a message or an event changes shape. 2: a node's read is the monitor's one type
+/// ([`crate::telemetry::NodeSample`]: NICs with `kind`, the GPU panel tagged with `state`).
+pub const VERSION: u32 = 2;
+/// The oldest recording this efatop still reads: every change since reads back (a viewer and the run it
+/// attaches to still need the same [`VERSION`]).
+pub const OLDEST_RECORDING: u32 = 1;
 /// The handshake line is never longer.
 pub const MAX_HELLO: usize = 64;
 /// No message is longer (a telemetry batch of thousands of ranks stays far below).
@@ -160,6 +164,7 @@ mod tests {
             "pairs": [], "verified": true
         }))
         .expect("measurement");
+        let single = measurement.config.clone();
         let events = vec![
             ConsumerEvent::Run(Box::new(RunStart { results: RunResults::default(), pairs: true, ..RunStart::default() })),
             ConsumerEvent::Telemetry(vec![
@@ -167,8 +172,8 @@ mod tests {
                 CollectorEvent::Malformed { from, reason: WireError::Told("frame version 9".into()) },
                 CollectorEvent::Closed { from, rank: Some(1) },
             ]),
-            ConsumerEvent::Begin { columns: vec!["SinglePin".into()], memory: "host".into() },
-            ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 },
+            ConsumerEvent::Begin { columns: vec![single.clone()], memory: "host".into() },
+            ConsumerEvent::Step { config: single, size: 4096 },
             ConsumerEvent::Measured(Box::new(measurement)),
             ConsumerEvent::Note("hello".into()),
             ConsumerEvent::Finished { error: None },

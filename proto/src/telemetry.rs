@@ -8,16 +8,19 @@
 //! GPU-side figures travel the same way when an experiment has them: the proxy's request queue
 //! ([`Probe::set_queue`]) and the bytes a rank's GPU writes into its peers' GPUs over NVLink
 //! ([`Probe::set_nvlink_pair`], [`Probe::nvlink_moved`]). A rank that never sets them sends none.
+//!
+//! A node's read by `efatop monitor` is a [`NodeSample`] ([`node`]), judged rail by rail in [`rails`].
 
 pub mod histogram;
 pub mod node;
+pub mod rails;
 pub mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
-pub use node::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
+pub use node::{CounterStats, NicKind, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 
 /// Counters for one channel or one peer, written by the hot path.
 #[derive(Default)]

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use efatop_proto::column::Column;
 use efatop_proto::results::Measurement;
 use efatop_proto::sizes::format_size;
 use efatop_proto::RunResults;
@@ -38,7 +39,7 @@ pub enum Regression {
 /// One configuration and size measured in both runs.
 #[derive(Clone, Debug, Serialize)]
 pub struct Delta {
-    pub config: String,
+    pub config: Column,
     pub size: u64,
     pub baseline_gbps: f64,
     pub candidate_gbps: f64,
@@ -55,8 +56,8 @@ pub struct Comparison {
     pub threshold_percent: f64,
     pub deltas: Vec<Delta>,
     /// (configuration, size) measured only in the baseline, or only in the candidate.
-    pub only_in_baseline: Vec<(String, u64)>,
-    pub only_in_candidate: Vec<(String, u64)>,
+    pub only_in_baseline: Vec<(Column, u64)>,
+    pub only_in_candidate: Vec<(Column, u64)>,
     /// How the two runs were set up differently (provider, ranks, ...): context for a reader, not a verdict.
     pub setup_differences: Vec<String>,
     /// How each run ended (complete, failed and why, not ended) and what its file holds, in one line.
@@ -106,7 +107,7 @@ fn judge(baseline: &Measurement, candidate: &Measurement, threshold_percent: f64
 fn setup_differences(baseline: &RunResults, candidate: &RunResults) -> Vec<String> {
     let (a, b) = (&baseline.metadata, &candidate.metadata);
     let facts = [
-        ("experiment", a.experiment.clone(), b.experiment.clone()),
+        ("experiment", a.experiment.to_string(), b.experiment.to_string()),
         (
             "provider",
             a.provider_stack.clone(),
@@ -252,7 +253,7 @@ fn aligned_table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn list_points(points: &[(String, u64)]) -> String {
+fn list_points(points: &[(Column, u64)]) -> String {
     points
         .iter()
         .map(|(config, size)| format!("{config} {}", format_size(*size)))
@@ -286,7 +287,7 @@ impl Comparison {
             .iter()
             .map(|d| {
                 vec![
-                    d.config.clone(),
+                    d.config.to_string(),
                     format_size(d.size),
                     rate(d.baseline_gbps),
                     rate(d.candidate_gbps),
@@ -332,7 +333,7 @@ impl Comparison {
                 self.deltas.len()
             )
         } else {
-            let points: Vec<(String, u64)> = regressed
+            let points: Vec<(Column, u64)> = regressed
                 .iter()
                 .map(|d| (d.config.clone(), d.size))
                 .collect();

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use efatop_proto::column::Column;
 use efatop_proto::results::{Measurement, PairMatrix, RunState};
 use efatop_proto::sizes::format_size;
 use efatop_proto::words::plural;
@@ -57,13 +58,13 @@ pub fn ordered_measurements(results: &RunResults) -> Vec<&Measurement> {
 }
 
 fn render_table(results: &RunResults) -> String {
-    let mut out = efatop_ui::render_header(&results.metadata, &results.sizes());
+    let mut out = crate::text::render_header(&results.metadata, &results.sizes());
     if let Some(status) = status_text(results) {
         let _ = writeln!(out, "# status: {status}");
     }
     if !results.measurements.is_empty() {
         out.push('\n');
-        out.push_str(&efatop_ui::render_table(results));
+        out.push_str(&crate::text::render_table(results));
     }
     out.push_str(&verification_line(results));
     out
@@ -145,7 +146,7 @@ fn render_csv(results: &RunResults) -> String {
         let _ = writeln!(
             out,
             "{},{},{},{},{busbw},{},{},{},{},{},{}",
-            csv_field(&m.config),
+            csv_field(&m.config.to_string()),
             m.size,
             m.count,
             m.gbps,
@@ -173,7 +174,7 @@ fn render_markdown(results: &RunResults) -> String {
     let _ = writeln!(
         out,
         "# efatop {}: {}, provider {}\n",
-        md_cell(&meta.experiment),
+        md_cell(meta.experiment.name()),
         plural(meta.ranks, "rank"),
         md_cell(&meta.provider)
     );
@@ -223,21 +224,21 @@ fn render_markdown(results: &RunResults) -> String {
         let _ = writeln!(out, "- **note:** {}", md_cell(note));
     }
     let ordered = ordered_measurements(results);
-    let mut configs: Vec<&str> = results.configs.iter().map(String::as_str).collect();
+    let mut configs: Vec<&Column> = results.configs.iter().collect();
     for m in &ordered {
-        if !configs.contains(&m.config.as_str()) {
+        if !configs.contains(&&m.config) {
             configs.push(&m.config);
         }
     }
     for config in configs {
-        let _ = writeln!(out, "\n## {}\n", md_cell(config));
+        let _ = writeln!(out, "\n## {}\n", md_cell(&config.to_string()));
         out.push_str(
             "| Size | Gbps | BusBW (%) | mean (us) | p50 (us) | p99 (us) | max (us) | verified |\n",
         );
         out.push_str(
             "|-----:|-----:|----------:|----------:|---------:|---------:|---------:|:--------:|\n",
         );
-        for m in ordered.iter().filter(|m| m.config == config) {
+        for m in ordered.iter().filter(|m| &m.config == config) {
             let busbw = m
                 .busbw_percent
                 .map_or_else(|| "-".to_string(), |b| format!("{b:.1}"));
@@ -271,11 +272,11 @@ fn gbps_text(value: f64) -> String {
 
 /// The pair matrix of a configuration's largest measured size: where the fabric is busiest and uneven
 /// pairs show most.
-pub fn largest_matrix<'a>(results: &'a RunResults, config: &str) -> Option<&'a PairMatrix> {
+pub fn largest_matrix<'a>(results: &'a RunResults, config: &Column) -> Option<&'a PairMatrix> {
     results
         .pair_matrices
         .iter()
-        .filter(|p| p.config == config)
+        .filter(|p| &p.config == config)
         .max_by_key(|p| p.size)
 }
 

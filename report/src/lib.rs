@@ -1,6 +1,7 @@
-//! Saved runs, rendered for people: tables, plots, and comparisons between two runs.
+//! Runs rendered for people: the plain text a run prints at its end ([`text`], which the binary's plain
+//! printer uses too), tables, plots, and comparisons between two runs.
 //!
-//! Everything here works on a [`RunResults`] read back from the file a run wrote (`--out`); nothing is
+//! Everything here works on an [`efatop_proto::RunResults`] read back from the file a run wrote (`--out`); nothing is
 //! measured again. The binary's `efatop report` and `efatop compare` are thin layers over these functions.
 #![forbid(unsafe_code)]
 
@@ -8,10 +9,10 @@ pub mod compare;
 pub mod formats;
 pub mod load;
 pub mod plot;
+pub mod text;
 
 pub use compare::{compare, parse_threshold, Comparison};
 pub use formats::{render, Format};
 pub use load::{load_results, ReportError};
 pub use plot::{plot, sidecar_path, PlotSpec};
 
-pub use efatop_proto::RunResults;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_proto::RunResults;
+use efatop_proto::{Experiment, RunResults};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -32,15 +32,15 @@ pub enum ReportError {
         "{} is {} `{baseline_experiment}` run and {} {} `{candidate_experiment}` run; compare runs of one \
          experiment, or pass --allow-different to compare them anyway",
         .baseline.display(),
-        efatop_proto::words::article(.baseline_experiment),
+        efatop_proto::words::article(.baseline_experiment.name()),
         .candidate.display(),
-        efatop_proto::words::article(.candidate_experiment)
+        efatop_proto::words::article(.candidate_experiment.name())
     )]
     DifferentExperiments {
         baseline: PathBuf,
-        baseline_experiment: String,
+        baseline_experiment: Experiment,
         candidate: PathBuf,
-        candidate_experiment: String,
+        candidate_experiment: Experiment,
     },
     /// A gate that compares nothing would pass whatever the candidate did.
     #[error("{} and {} have no configuration and size in common: nothing to compare", .baseline.display(), .candidate.display())]

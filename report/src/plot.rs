@@ -12,9 +12,10 @@ mod ipc;
 
 use std::path::{Path, PathBuf};
 
+use efatop_proto::column::Column;
 use efatop_proto::results::Measurement;
 use efatop_proto::sizes::format_size;
-use efatop_proto::RunResults;
+use efatop_proto::{Experiment, RunResults};
 use serde::Serialize;
 
 use crate::formats::{largest_matrix, ordered_measurements};
@@ -174,7 +175,7 @@ pub fn plot(results: &RunResults, png: &Path) -> Result<PlotSpec, ReportError> {
 }
 
 /// Configurations in column order, then any measured but not listed.
-fn config_order(results: &RunResults) -> Vec<String> {
+fn config_order(results: &RunResults) -> Vec<Column> {
     let mut configs = results.configs.clone();
     for m in &results.measurements {
         if !configs.contains(&m.config) {
@@ -195,7 +196,7 @@ pub fn describe(results: &RunResults, png: &Path) -> Result<PlotSpec, String> {
     let (Some(&smallest), Some(&largest)) = (sizes.first(), sizes.last()) else {
         return Err("the results file has no measurements to plot".to_string());
     };
-    if results.metadata.experiment == "ipc" {
+    if results.metadata.experiment == Experiment::Ipc {
         return Ok(ipc::describe(results, png, smallest, largest));
     }
     let configs = config_order(results);
@@ -246,7 +247,7 @@ fn plot_title(results: &RunResults, smallest: u64, largest: u64) -> String {
 /// channels, at all of them together (what `Multi` and `RoundRobin` can reach).
 fn bandwidth_chart(
     results: &RunResults,
-    configs: &[String],
+    configs: &[Column],
     measured: &[&Measurement],
     size_axis: Axis,
 ) -> LineChart {
@@ -255,7 +256,7 @@ fn bandwidth_chart(
         .iter()
         .enumerate()
         .map(|(i, config)| Series {
-            name: config.clone(),
+            name: config.to_string(),
             color: color_of(i),
             dashed: false,
             points: measured
@@ -308,7 +309,7 @@ fn bandwidth_chart(
 
 /// p50 (solid) and p99 (dashed, same colour) per configuration, on a log scale: latency grows with size
 /// over several decades.
-fn latency_chart(configs: &[String], measured: &[&Measurement], size_axis: Axis) -> LineChart {
+fn latency_chart(configs: &[Column], measured: &[&Measurement], size_axis: Axis) -> LineChart {
     let mut series = Vec::new();
     for (i, config) in configs.iter().enumerate() {
         let of_config: Vec<_> = measured.iter().filter(|m| &m.config == config).collect();
@@ -363,7 +364,7 @@ fn latency_chart(configs: &[String], measured: &[&Measurement], size_axis: Axis)
 }
 
 /// One heatmap per configuration that has pair matrices, at its largest size.
-fn heatmaps(results: &RunResults, configs: &[String]) -> Vec<Heatmap> {
+fn heatmaps(results: &RunResults, configs: &[Column]) -> Vec<Heatmap> {
     configs
         .iter()
         .filter_map(|config| largest_matrix(results, config))
@@ -381,7 +382,7 @@ fn heatmaps(results: &RunResults, configs: &[String]) -> Vec<Heatmap> {
                     matrix.config,
                     format_size(matrix.size)
                 ),
-                config: matrix.config.clone(),
+                config: matrix.config.to_string(),
                 size: matrix.size,
                 gbps: matrix.gbps.clone(),
                 max_gbps: if max_gbps > 0.0 { max_gbps } else { 1.0 },

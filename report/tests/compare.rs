@@ -29,7 +29,7 @@ fn a_planted_ten_percent_bandwidth_drop_is_flagged() {
     let planted = candidate
         .measurements
         .iter_mut()
-        .find(|m| m.config == "MultiPin" && m.size == 4 << 20)
+        .find(|m| m.config.to_string() == "MultiPin" && m.size == 4 << 20)
         .expect("MultiPin 4M");
     planted.gbps *= 0.9;
     let comparison = compare(&baseline, &candidate, 5.0);
@@ -41,8 +41,8 @@ fn a_planted_ten_percent_bandwidth_drop_is_flagged() {
         .collect();
     assert_eq!(flagged.len(), 1);
     assert_eq!(
-        (flagged[0].config.as_str(), flagged[0].size),
-        ("MultiPin", 4 << 20)
+        (flagged[0].config.to_string(), flagged[0].size),
+        ("MultiPin".to_string(), 4 << 20)
     );
     assert_eq!(flagged[0].regressions, vec![Regression::Bandwidth]);
     assert!((flagged[0].gbps_change_percent.expect("a change") + 10.0).abs() < 1e-9);

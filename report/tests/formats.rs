@@ -39,8 +39,8 @@ fn markdown_documents_metadata_and_each_configuration() {
 fn table_is_the_header_and_seed_table_a_run_prints() {
     let results = load("write-p5.json");
     let table = render(&results, Format::Table);
-    let header = efatop_ui::render_header(&results.metadata, &results.sizes());
-    let seed_table = efatop_ui::render_table(&results);
+    let header = efatop_report::text::render_header(&results.metadata, &results.sizes());
+    let seed_table = efatop_report::text::render_table(&results);
     assert_eq!(table, format!("{header}\n{seed_table}# every size verified: all bytes received matched the sender's pattern\n"));
     assert!(seed_table.contains("SinglePin (Gbps)"), "{seed_table}");
 }
@@ -60,17 +60,20 @@ fn unverified_sizes_are_named_under_the_table() {
 fn json_reads_back_as_the_same_results() {
     let results = load("all2all-p5.json");
     let json = render(&results, Format::Json);
-    let back: efatop_report::RunResults = serde_json::from_str(&json).expect("valid JSON");
+    let back: efatop_proto::RunResults = serde_json::from_str(&json).expect("valid JSON");
     assert_eq!(back, results);
 }
 
 #[test]
 fn csv_quotes_a_config_name_with_a_comma() {
     let mut results = load("write-p5.json");
+    let odd = efatop_proto::Column::Other("Single,\"Pin\"".into());
     for m in &mut results.measurements {
-        m.config = m.config.replace("SinglePin", "Single,\"Pin\"");
+        if m.config.to_string() == "SinglePin" {
+            m.config = odd.clone();
+        }
     }
-    results.configs[0] = "Single,\"Pin\"".into();
+    results.configs[0] = odd;
     let csv = render(&results, Format::Csv);
     assert!(
         csv.lines()

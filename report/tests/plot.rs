@@ -440,7 +440,8 @@ fn ipc_default_run_draws_each_kernel_and_the_best_dashed_over_them() {
 fn ipc_between_two_gpus_names_both_and_draws_the_nvlink_peak() {
     let mut results = load("ipc-default-h100-same-gpu.json");
     results.metadata.link_gbps = Some(3600.0);
-    results.metadata.link_source = "nvlink: NVML, 18 links x 25 GB/s".into();
+    results.metadata.link_source =
+        serde_json::from_value("nvlink: NVML, 18 links x 25 GB/s".into()).expect("a link source");
     results.metadata.placements[1].gpu = Some(1);
     results.metadata.placements[1].gpu_pci_bus_id = Some("00000000:2A:00.0".into());
     let spec = efatop_report::plot::describe(&results, std::path::Path::new("ipc.png"))
@@ -482,15 +483,18 @@ fn ipc_between_two_gpus_names_both_and_draws_the_nvlink_peak() {
     );
 }
 
+/// The copy engine, or a store kernel with a grid of 128.
+fn copy_engine_or_grid_128(column: &efatop_proto::Column) -> bool {
+    column.ipc().is_some_and(|config| config.grid_block().is_none_or(|(grid, _)| grid == 128))
+}
+
 #[test]
 fn ipc_with_one_grid_plots_against_the_block() {
     let mut results = load("ipc-sweep-h100-same-gpu.json");
     results
         .measurements
-        .retain(|m| m.config == "CE" || m.config.starts_with("IPC 128x"));
-    results
-        .configs
-        .retain(|c| c == "CE" || c.starts_with("IPC 128x"));
+        .retain(|m| copy_engine_or_grid_128(&m.config));
+    results.configs.retain(copy_engine_or_grid_128);
     let spec = efatop_report::plot::describe(&results, std::path::Path::new("ipc.png"))
         .unwrap_or_else(|e| panic!("{e}"));
     let by_size: Vec<&str> = spec.charts[0]

@@ -3,7 +3,7 @@
 
 use clap::Args;
 use efatop_experiments::alltoall;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::World;
 
 use super::{CommonArgs, Descriptor, Planned, WriteArgs};
@@ -15,8 +15,8 @@ pub struct AlltoallArgs {
 }
 
 impl Descriptor for AlltoallArgs {
-    fn name(&self) -> &'static str {
-        "alltoall"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Alltoall
     }
 
     fn common(&self) -> &CommonArgs {
@@ -34,7 +34,7 @@ impl Descriptor for AlltoallArgs {
         Ok(())
     }
 
-    fn columns(&self) -> Vec<String> {
+    fn columns(&self) -> Vec<efatop_proto::Column> {
         self.write.columns()
     }
 

@@ -2,10 +2,11 @@
 //! block and the tuned store kernel against the copy engine; `BusBW` against the GPU pair's NVLink peak.
 
 use clap::Args;
-use efatop_experiments::ipc::{self, IpcConfig};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_experiments::ipc;
 use efatop_experiments::World;
 use efatop_fabric::Capabilities;
+use efatop_proto::ipc::IpcConfig;
+use efatop_proto::results::{LinkSource, RankPlacement, RunMetadata};
 
 use super::{CommonArgs, Descriptor, MemoryArg, Planned};
 
@@ -64,8 +65,8 @@ fn parse_block(text: &str) -> Result<u32, String> {
 }
 
 impl Descriptor for IpcArgs {
-    fn name(&self) -> &'static str {
-        "ipc"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Ipc
     }
 
     fn common(&self) -> &CommonArgs {
@@ -102,15 +103,15 @@ impl Descriptor for IpcArgs {
         Ok(())
     }
 
-    fn columns(&self) -> Vec<String> {
-        self.configs().iter().map(|c| c.column()).collect()
+    fn columns(&self) -> Vec<efatop_proto::Column> {
+        self.configs().iter().map(|c| efatop_proto::Column::Ipc(*c)).collect()
     }
 
     /// `BusBW` is against the GPU pair's NVLink peak, not a NIC's link speed.
     fn plan<'a>(&'a self, world: &'a World<'a>, placements: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {
         let peak = crate::nvlink::peak_between_ranks(placements);
         metadata.link_gbps = peak.as_ref().map(|peak| peak.gbytes_per_s * 8.0);
-        metadata.link_source = peak.as_ref().map_or_else(|| "nvlink".into(), |peak| format!("nvlink: {}", peak.source));
+        metadata.link_source = LinkSource::Nvlink(peak.as_ref().map(|peak| peak.origin));
         Box::new(move |sweep, observer| {
             let link_counters = (world.rank == 0).then(|| crate::nvlink::writer_link_counters(world));
             let mut options = ipc::IpcOptions { configs: self.configs(), peak, same_gpu: self.same_gpu, link_counters };

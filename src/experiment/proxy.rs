@@ -3,9 +3,11 @@
 
 use clap::{Args, ValueEnum};
 use efatop_experiments::payload::MemoryChoice;
-use efatop_experiments::proxy::{self, ProxyConfig};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
-use efatop_experiments::{World, sizes};
+use efatop_experiments::proxy;
+use efatop_proto::column::{Column, Memory, ProxyLayout};
+use efatop_proto::results::{RankPlacement, RunMetadata};
+use efatop_experiments::World;
+use efatop_proto::sizes;
 
 use super::{CommonArgs, Descriptor, Planned, memories_from_flags};
 
@@ -19,13 +21,13 @@ pub enum ProxyConfigArg {
     MultiNbi,
 }
 
-impl From<ProxyConfigArg> for ProxyConfig {
+impl From<ProxyConfigArg> for ProxyLayout {
     fn from(arg: ProxyConfigArg) -> Self {
         match arg {
-            ProxyConfigArg::Single => ProxyConfig::Single,
-            ProxyConfigArg::Multi => ProxyConfig::Multi,
-            ProxyConfigArg::SingleNbi => ProxyConfig::SingleNbi,
-            ProxyConfigArg::MultiNbi => ProxyConfig::MultiNbi,
+            ProxyConfigArg::Single => ProxyLayout::Single,
+            ProxyConfigArg::Multi => ProxyLayout::Multi,
+            ProxyConfigArg::SingleNbi => ProxyLayout::SingleNbi,
+            ProxyConfigArg::MultiNbi => ProxyLayout::MultiNbi,
         }
     }
 }
@@ -53,14 +55,14 @@ fn parse_chunk(text: &str) -> Result<u64, String> {
 }
 
 impl ProxyArgs {
-    fn configs(&self) -> Vec<ProxyConfig> {
-        self.configs.iter().map(|c| ProxyConfig::from(*c)).collect()
+    fn configs(&self) -> Vec<ProxyLayout> {
+        self.configs.iter().map(|c| ProxyLayout::from(*c)).collect()
     }
 }
 
 impl Descriptor for ProxyArgs {
-    fn name(&self) -> &'static str {
-        "proxy"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Proxy
     }
 
     fn common(&self) -> &CommonArgs {
@@ -88,8 +90,8 @@ impl Descriptor for ProxyArgs {
         }
     }
 
-    fn columns(&self) -> Vec<String> {
-        self.configs().iter().map(|c| c.column("DMA")).collect()
+    fn columns(&self) -> Vec<Column> {
+        self.configs().iter().map(|c| Column::Proxy { layout: *c, memory: Memory::Device, emulated: false }).collect()
     }
 
     /// Always GPU memory: `--staged` (or `--memory staged`) picks its staging pipeline.

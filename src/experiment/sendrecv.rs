@@ -1,8 +1,9 @@
 //! `efatop sendrecv`: two-sided SEND/RECV ping-pong between rank 0 and each rank k (seed `sendrecv.md`).
 
 use clap::Args;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::{World, sendrecv};
+use efatop_proto::column::{Column, Memory};
 use efatop_fabric::Capabilities;
 
 use super::{CommonArgs, Descriptor, Planned};
@@ -14,8 +15,8 @@ pub struct SendrecvArgs {
 }
 
 impl Descriptor for SendrecvArgs {
-    fn name(&self) -> &'static str {
-        "sendrecv"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Sendrecv
     }
 
     fn common(&self) -> &CommonArgs {
@@ -26,8 +27,8 @@ impl Descriptor for SendrecvArgs {
         Capabilities::MESSAGES
     }
 
-    fn columns(&self) -> Vec<String> {
-        vec!["SingleHost".into()]
+    fn columns(&self) -> Vec<Column> {
+        vec![Column::SendRecv { memory: Memory::Host }]
     }
 
     fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], _: &mut RunMetadata) -> Planned<'a> {

@@ -2,7 +2,7 @@
 //! naming the slow NIC, link or node (docs/sweep.md). Exit code [`SUSPECTS_FOUND`] when it names any.
 
 use clap::Args;
-use efatop_experiments::results::{RankPlacement, RunMetadata};
+use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::sweep::{self, SweepConfig};
 use efatop_experiments::World;
 
@@ -59,8 +59,8 @@ fn parse_threshold(text: &str) -> Result<f64, String> {
 }
 
 impl Descriptor for SweepArgs {
-    fn name(&self) -> &'static str {
-        "sweep"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Sweep
     }
 
     fn common(&self) -> &CommonArgs {
@@ -90,8 +90,8 @@ impl Descriptor for SweepArgs {
         Ok(())
     }
 
-    fn columns(&self) -> Vec<String> {
-        vec!["Sweep".into()]
+    fn columns(&self) -> Vec<efatop_proto::Column> {
+        vec![efatop_proto::Column::Sweep { memory: efatop_proto::column::Memory::Host, emulated: false }]
     }
 
     fn plan<'a>(&'a self, world: &'a World<'a>, _: &[RankPlacement], metadata: &mut RunMetadata) -> Planned<'a> {

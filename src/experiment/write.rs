@@ -1,8 +1,9 @@
 //! `efatop write`: one-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (seed `write.md`).
 
 use clap::{Args, ValueEnum};
-use efatop_experiments::results::{RankPlacement, RunMetadata};
-use efatop_experiments::write::{self, WriteConfig};
+use efatop_proto::column::{Column, Layout, Memory};
+use efatop_proto::results::{RankPlacement, RunMetadata};
+use efatop_experiments::write;
 use efatop_experiments::World;
 
 use super::{CommonArgs, Descriptor, Planned};
@@ -14,12 +15,12 @@ pub enum WriteConfigArg {
     Roundrobin,
 }
 
-impl From<WriteConfigArg> for WriteConfig {
+impl From<WriteConfigArg> for Layout {
     fn from(arg: WriteConfigArg) -> Self {
         match arg {
-            WriteConfigArg::Single => WriteConfig::Single,
-            WriteConfigArg::Multi => WriteConfig::Multi,
-            WriteConfigArg::Roundrobin => WriteConfig::RoundRobin,
+            WriteConfigArg::Single => Layout::Single,
+            WriteConfigArg::Multi => Layout::Multi,
+            WriteConfigArg::Roundrobin => Layout::RoundRobin,
         }
     }
 }
@@ -34,19 +35,19 @@ pub struct WriteArgs {
 }
 
 impl WriteArgs {
-    pub fn configs(&self) -> Vec<WriteConfig> {
-        self.configs.iter().map(|c| WriteConfig::from(*c)).collect()
+    pub fn configs(&self) -> Vec<Layout> {
+        self.configs.iter().map(|c| Layout::from(*c)).collect()
     }
 
-    /// The host-memory column names (the experiment renames them once its memory is set up).
-    pub fn columns(&self) -> Vec<String> {
-        self.configs().iter().map(|c| c.column("Pin")).collect()
+    /// The host-memory columns (the experiment names them again once its memory is set up).
+    pub fn columns(&self) -> Vec<Column> {
+        self.configs().iter().map(|c| Column::write(*c, Memory::Host)).collect()
     }
 }
 
 impl Descriptor for WriteArgs {
-    fn name(&self) -> &'static str {
-        "write"
+    fn kind(&self) -> efatop_proto::Experiment {
+        efatop_proto::Experiment::Write
     }
 
     fn common(&self) -> &CommonArgs {
@@ -61,7 +62,7 @@ impl Descriptor for WriteArgs {
         }
     }
 
-    fn columns(&self) -> Vec<String> {
+    fn columns(&self) -> Vec<Column> {
         WriteArgs::columns(self)
     }
 

@@ -8,8 +8,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::Bootstrap;
-pub use efatop_monitor::wire::{from_wire, to_wire};
-use efatop_monitor::Snapshot;
+use efatop_proto::telemetry::NodeSample;
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::{Action, Key};
 
@@ -79,7 +78,7 @@ fn send_reads(mut monitor: efatop_monitor::Monitor, mut sender: NodeSender, rank
         let skip_first = matches!(reads, Reads::Once) && snapshot.interval_ms.is_none();
         if !skip_first {
             seq += 1;
-            let sample = to_wire(&snapshot, rank, seq, sender.drops());
+            let sample = snapshot.sent_as(rank, seq, sender.drops());
             if sender.send(&sample).is_err() {
                 // Rank 0 has gone: nothing is left to show this node's reads.
                 return;
@@ -108,7 +107,7 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
     let deadline = args.once.then(|| Instant::now() + args.interval * 2 + ONCE_GRACE);
     let mut view = NodesView::new(&args.filter, size);
     let mut closed = BTreeSet::new();
-    let mut latest: BTreeMap<u32, Snapshot> = BTreeMap::new();
+    let mut latest: BTreeMap<u32, NodeSample> = BTreeMap::new();
     while closed.len() < size {
         let batch = match received.recv_timeout(TICK) {
             Ok(batch) => batch,
@@ -119,7 +118,7 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
         for event in batch {
             match event {
                 CollectorEvent::Node(sample) => {
-                    let (rank, snapshot) = (sample.rank, from_wire(*sample));
+                    let (rank, snapshot) = (sample.rank, *sample);
                     view.push(rank, snapshot.clone());
                     if args.once {
                         latest.insert(rank, snapshot);
@@ -177,7 +176,7 @@ impl Tui for Nodes {
     fn event(&mut self, batch: Vec<CollectorEvent>, _now: Duration) -> Option<()> {
         for event in batch {
             match event {
-                CollectorEvent::Node(sample) => self.view.push(sample.rank, from_wire(*sample)),
+                CollectorEvent::Node(sample) => self.view.push(sample.rank, *sample),
                 CollectorEvent::Closed { .. } => self.closed += 1,
                 CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
@@ -205,8 +204,9 @@ impl Tui for Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_experiments::telemetry::wire;
-    use efatop_monitor::{Affinity, FakeSysfs, GpuPanel, GpuReader, GpuStats, Monitor, Sysfs};
+    use efatop_proto::telemetry::wire;
+    use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+    use efatop_proto::telemetry::{NodeGpu, NodeGpus};
 
     #[test]
     fn a_snapshot_crosses_the_wire_with_what_the_view_draws() {
@@ -217,8 +217,7 @@ mod tests {
         fake.advance("rdmap79s0", "tx_bytes", 1_250_000_000).unwrap();
         fake.advance("rdmap79s0", "retrans_pkts", 4).unwrap();
         let mut snapshot = monitor.sample(Duration::from_secs(1));
-        snapshot.gpus = GpuPanel::Gpus {
-            gpus: vec![GpuStats {
+        snapshot.gpus = NodeGpus::Gpus(vec![NodeGpu {
                 index: 0,
                 name: "H100".into(),
                 pci_bus_id: "0000:53:00.0".into(),
@@ -227,14 +226,13 @@ mod tests {
                 nvlink_tx_gbps: Some(0.0),
                 nvlink_rx_gbps: Some(0.0),
                 note: Some("PCIe only".into()),
-            }],
-        };
+            }]);
+        let sent = snapshot.sent_as(1, 9, 0);
         let mut frame = Vec::new();
-        wire::encode_node(&to_wire(&snapshot, 1, 9, 0), &mut frame).unwrap();
-        let Ok(wire::Frame::Node(sample)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
-        let arrived = from_wire(sample);
+        wire::encode_node(&sent, &mut frame).unwrap();
+        let Ok(wire::Frame::Node(arrived)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
         // What stays on the node: every counter's own figures and the NICs' PCI addresses.
-        let mut expected = snapshot.clone();
+        let mut expected = sent.clone();
         for nic in &mut expected.nics {
             nic.counters.clear();
             nic.pci_bus_id = None;
@@ -246,8 +244,8 @@ mod tests {
     }
 
     /// Node `rank`'s read as rank 0's collector hands it over: a batch of one node frame.
-    fn read(snapshot: &Snapshot, rank: u32, seq: u64) -> Vec<CollectorEvent> {
-        vec![CollectorEvent::Node(Box::new(to_wire(snapshot, rank, seq, 0)))]
+    fn read(snapshot: &NodeSample, rank: u32, seq: u64) -> Vec<CollectorEvent> {
+        vec![CollectorEvent::Node(Box::new(snapshot.clone().sent_as(rank, seq, 0)))]
     }
 
     fn closed(rank: u32) -> Vec<CollectorEvent> {

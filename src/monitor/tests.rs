@@ -85,7 +85,7 @@ fn the_monitor_tui_leaves_after_count_reads_when_the_reader_stops_and_on_ctrl_c(
     drop(reads);
     assert_eq!(tui.frame(ms(2050)), Some(()));
     // Ctrl-C, through the loop with a scripted key source.
-    let (_reads, mut snapshots) = mpsc::channel::<Snapshot>();
+    let (_reads, mut snapshots) = mpsc::channel::<NodeSample>();
     let mut node = Node::new("", None, Outlets { served: None, exporter: None });
     let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
     let mut script = [crate::term::KeyPoll::Nothing, crate::term::KeyPoll::Key(Key::Down), crate::term::KeyPoll::Interrupt].into_iter();

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use efatop_experiments::results::{RunMetadata, RunResults};
-use efatop_experiments::telemetry::RankSample;
+use efatop_proto::results::{RunMetadata, RunResults};
+use efatop_proto::telemetry::RankSample;
 use serde_json::{Value, json};
 
 use crate::event::ConsumerEvent;
@@ -62,7 +62,7 @@ pub fn print_summary(results: &RunResults) {
 
 /// A sweep's last line: `{"type":"verdict","data":{"suspects":[...],"checked":{...}}}`.
 /// Written as is, not through a `Value`: `type` first and the fields in the order docs/sweep.md gives.
-pub fn print_verdict(verdict: &efatop_experiments::sweep::Verdict) {
+pub fn print_verdict(verdict: &efatop_proto::sweep::Verdict) {
     let Ok(data) = serde_json::to_string(verdict) else { return };
     flush();
     let mut stdout = std::io::stdout().lock();
@@ -192,7 +192,7 @@ struct ChannelLine {
 }
 
 impl ChannelLine {
-    fn of(sample: &RankSample, channel: &efatop_experiments::telemetry::ChannelSample, t_ms: f64) -> Self {
+    fn of(sample: &RankSample, channel: &efatop_proto::telemetry::ChannelSample, t_ms: f64) -> Self {
         let rates = channel.rates(sample.interval_ns);
         Self {
             bytes: channel.bytes,
@@ -287,7 +287,7 @@ fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
 
 #[cfg(test)]
 mod tests {
-    use efatop_experiments::telemetry::{ChannelSample, NvlinkSample, QueueSample, RankSample};
+    use efatop_proto::telemetry::{ChannelSample, NvlinkSample, QueueSample, RankSample};
     use serde_json::json;
 
     use super::sample_lines;

@@ -3,13 +3,13 @@
 use std::io::Write;
 use std::path::Path;
 
-use efatop_experiments::results::{RunMetadata, RunResults};
+use efatop_proto::results::{RunMetadata, RunResults};
 
 use super::{Mode, jsonl};
 
 /// The run's header, before its first size.
 pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {
-    print!("{}", efatop_ui::render_header(metadata, sizes));
+    print!("{}", efatop_report::text::render_header(metadata, sizes));
     let _ = std::io::stdout().flush();
 }
 
@@ -24,16 +24,16 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], file: Option
     }
     if mode == Mode::Dashboard {
         // The dashboard has left the alternate screen: leave the tables in the scrollback.
-        print!("{}", efatop_ui::render_header(&results.metadata, sizes));
+        print!("{}", efatop_report::text::render_header(&results.metadata, sizes));
     }
     if !results.measurements.is_empty() {
         println!();
-        print!("{}", efatop_ui::render_table(results));
-        print!("{}", efatop_ui::counters::render_counters(results));
+        print!("{}", efatop_report::text::render_table(results));
+        print!("{}", efatop_report::text::counters::render_counters(results));
     }
     if let Some(sweep) = &results.sweep {
         println!();
-        print!("{}", efatop_ui::render_verdict(sweep, results.metadata.channels));
+        print!("{}", efatop_report::text::render_verdict(sweep, results.metadata.channels));
     }
     for line in ending_lines(results) {
         println!("{line}");
@@ -46,7 +46,7 @@ pub fn print_final(mode: Mode, results: &RunResults, sizes: &[u64], file: Option
 /// How the run ended, under its tables: every size it holds was verified (a size whose bytes did not match
 /// ends the run instead of adding a row), and a run that did not complete says why.
 pub fn ending_lines(results: &RunResults) -> Vec<String> {
-    use efatop_experiments::results::RunState;
+    use efatop_proto::results::RunState;
     let sizes = results.measurements.len();
     let measured = match sizes {
         0 => "no size was measured".to_string(),
@@ -66,8 +66,8 @@ pub fn ending_lines(results: &RunResults) -> Vec<String> {
 }
 
 /// Plain output's line for a finished sweep round: who met whom, and the slowest channel figure.
-pub fn sweep_round_line(round: &efatop_experiments::sweep::SweepRound, ranks: usize) -> String {
-    use efatop_experiments::sweep::RoundKind;
+pub fn sweep_round_line(round: &efatop_proto::sweep::SweepRound, ranks: usize) -> String {
+    use efatop_proto::sweep::RoundKind;
     let kind = match round.round.kind {
         RoundKind::Pairing => format!("round {} of {}", round.round.index + 1, round.planned),
         RoundKind::CrossRail => format!("round {} of {} (cross-rail: channel k with channel k+1)", round.round.index + 1, round.planned),

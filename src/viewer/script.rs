@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use efatop_experiments::results::{LatencySummary, Measurement, RunMetadata, RunResults};
-use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, RankSample};
+use efatop_proto::results::{LatencySummary, Measurement, RunMetadata, RunResults};
+use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 
 use crate::collector::CollectorEvent;
 use crate::event::{ConsumerEvent, RunInfo, RunStart};
@@ -18,19 +18,19 @@ pub fn ms(ms: u64) -> Duration {
 /// The run's start, as rank 0 tells it.
 pub fn start() -> ConsumerEvent {
     let info = RunInfo {
-        experiment: "write".into(),
+        experiment: efatop_proto::Experiment::Write,
         provider_stack: "shm".into(),
         ranks: 2,
         hosts: vec!["hosta".into(), "hosta".into()],
         channels: 1,
         link_gbps: Some(100.0),
         memory: "host".into(),
-        configs: vec!["SinglePin".into()],
+        configs: vec![efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host)],
         sizes: vec![4096, 8192],
         placements: Vec::new(),
     };
-    let metadata = RunMetadata { experiment: "write".into(), ranks: 2, hang_timeout_s: 60, ..RunMetadata::default() };
-    let results = RunResults { configs: vec!["SinglePin".into()], metadata, ..RunResults::default() };
+    let metadata = RunMetadata { experiment: efatop_proto::Experiment::Write, ranks: 2, hang_timeout_s: 60, ..RunMetadata::default() };
+    let results = RunResults { configs: vec![efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host)], metadata, ..RunResults::default() };
     let nics = vec![vec!["shm0".to_string()], vec!["shm1".to_string()]];
     ConsumerEvent::Run(Box::new(RunStart { info, nics, results, interval_ms: 100, ..RunStart::default() }))
 }
@@ -50,12 +50,12 @@ pub fn telemetry(seq: u64, gbps: f64) -> ConsumerEvent {
 }
 
 pub fn step(size: u64) -> ConsumerEvent {
-    ConsumerEvent::Step { config: "SinglePin".into(), size }
+    ConsumerEvent::Step { config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size }
 }
 
 pub fn measured(size: u64, gbps: f64) -> ConsumerEvent {
     ConsumerEvent::Measured(Box::new(Measurement {
-        config: "SinglePin".into(),
+        config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host),
         size,
         count: size / 4,
         gbps,

@@ -10,11 +10,11 @@ use hwlocality::object::attributes::{ObjectAttributes, PCIDeviceAttributes};
 use hwlocality::object::types::{BridgeType, OSDeviceType, ObjectType};
 use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
 
+use efatop_proto::topology::{GpuLinkSource, Link, format_cpu_list};
+
 use crate::TopologyError;
-use crate::link::{Hop, Link, pcie_link};
+use crate::link::{Hop, pcie_link};
 use crate::model::{Gpu, Nic, NicKind, NodeTopology, NumaNode};
-use crate::pair::GpuLinkSource;
-use crate::placement::format_cpu_list;
 
 const NVIDIA: u16 = 0x10de;
 const AMAZON: u16 = 0x1d0f;

@@ -3,9 +3,10 @@
 //!
 //! [`NodeTopology`] is plain data: built once by [`NodeTopology::discover`] or
 //! [`NodeTopology::from_xml_file`], printed by [`NodeTopology::render_text`], serialized for `--json`.
-//! Every GPU–GPU and GPU–NIC pair gets a [`Link`] (X, NV#, PIX, PXB, PHB, NODE, SYS); every GPU its nearest
-//! NICs, the share of them a rank on it should use, its NUMA node and CPUs; [`NodeTopology::placement`]
-//! turns that into a [`Placement`] for a local rank.
+//! Every GPU–GPU and GPU–NIC pair gets an `efatop_proto::topology::Link` (X, NV#, PIX, PXB, PHB, NODE,
+//! SYS): the plain facts live in `efatop-proto`, this crate fills them from hwloc. Every GPU gets its
+//! nearest NICs, the share of them a rank on it should use, its NUMA node and CPUs;
+//! [`NodeTopology::placement`] turns that into a [`Placement`] for a local rank.
 //!
 //! What is a GPU: an NVIDIA (vendor 0x10de) PCI display or 3D controller. What is a NIC: a PCI network
 //! controller, or any PCI device with a network or OpenFabrics OS device; EFA is Amazon's 0x1d0f:efa*.
@@ -27,10 +28,8 @@ mod render;
 use std::path::PathBuf;
 
 pub use instances::{instance_layout, known_instance_types};
-pub use link::Link;
-pub use pair::{GpuLinkSource, PairLink, format_gbytes};
 pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, normalize_bus_id};
-pub use placement::{GpuChoice, Placement, format_cpu_list, parse_cpu_list};
+pub use placement::{GpuChoice, Placement};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {

@@ -1,103 +1,7 @@
 //! How two devices are connected, in the terms of `nvidia-smi topo -m`, and how that is read off hwloc's
 //! tree of bridges.
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// The connection between two devices, as `nvidia-smi topo -m` names it. The variants run from nearest to
-/// farthest, and `Ord` follows that order, so the nearest of several links is their minimum.
-///
-/// The PCIe levels are NVML's (`nvmlGpuTopologyLevel_t`): `Pix` = through at most one PCIe switch,
-/// `Pxb` = through several switches but not a host bridge, `Phb` = through a host bridge, `Node` = between
-/// host bridges of one NUMA node, `Sys` = between NUMA nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Link {
-    /// The device itself (`X`).
-    Same,
-    /// NVLink, with the number of bonded links when known (`NV18`; `NV?` when the GPU model is unknown).
-    NvLink(Option<u8>),
-    /// At most one PCIe switch (`PIX`).
-    Pix,
-    /// Several PCIe switches, no host bridge (`PXB`).
-    Pxb,
-    /// Through a PCIe host bridge (`PHB`).
-    Phb,
-    /// Between PCIe host bridges within one NUMA node (`NODE`).
-    Node,
-    /// Across the interconnect between NUMA nodes (`SYS`).
-    Sys,
-}
-
-impl Link {
-    /// Every PCIe level, nearest first, with what it means: the legend under the matrix.
-    pub const LEGEND: [(&'static str, &'static str); 7] = [
-        ("X", "the device itself"),
-        ("SYS", "PCIe plus the interconnect between NUMA nodes (e.g. AMD Infinity Fabric, Intel UPI)"),
-        ("NODE", "PCIe plus the interconnect between PCIe host bridges within one NUMA node"),
-        ("PHB", "PCIe through a PCIe host bridge (the CPU)"),
-        ("PXB", "PCIe through several PCIe switches, no host bridge"),
-        ("PIX", "PCIe through at most one PCIe switch"),
-        ("NV#", "a bonded set of # NVLinks, direct or through NVSwitches"),
-    ];
-
-    /// Whether the two devices share a PCIe switch (or a tree of them) without going through the CPU:
-    /// what GPUDirect RDMA needs to run at full speed.
-    pub fn is_pcie_local(self) -> bool {
-        matches!(self, Link::Pix | Link::Pxb)
-    }
-}
-
-impl fmt::Display for Link {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = match self {
-            Link::Same => "X",
-            Link::NvLink(Some(n)) => return f.pad(&format!("NV{n}")),
-            Link::NvLink(None) => "NV?",
-            Link::Pix => "PIX",
-            Link::Pxb => "PXB",
-            Link::Phb => "PHB",
-            Link::Node => "NODE",
-            Link::Sys => "SYS",
-        };
-        f.pad(text)
-    }
-}
-
-impl FromStr for Link {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Ok(match text {
-            "X" => Link::Same,
-            "NV?" => Link::NvLink(None),
-            "PIX" => Link::Pix,
-            "PXB" => Link::Pxb,
-            "PHB" => Link::Phb,
-            "NODE" => Link::Node,
-            "SYS" => Link::Sys,
-            other => match other.strip_prefix("NV").map(str::parse::<u8>) {
-                Some(Ok(n)) => Link::NvLink(Some(n)),
-                _ => return Err(format!("`{other}` is not a link (X, NV#, PIX, PXB, PHB, NODE or SYS)")),
-            },
-        })
-    }
-}
-
-// JSON carries links as nvidia-smi's words, so a reader of the JSON sees the same cells as the matrix.
-impl Serialize for Link {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Link {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+use efatop_proto::topology::Link;
 
 /// One step from a PCI device up hwloc's tree: the PCI bridges and host bridge above it, ending at the
 /// CPU-side object the I/O tree hangs from (a Package, a NUMA group or the Machine).
@@ -165,24 +69,6 @@ mod tests {
 
     fn cpu(id: u64, node: u32) -> Hop {
         Hop::Cpu { id, numa_nodes: vec![node] }
-    }
-
-    #[test]
-    fn text_round_trips() {
-        let all = [Link::Same, Link::NvLink(Some(18)), Link::NvLink(None), Link::Pix, Link::Pxb, Link::Phb, Link::Node];
-        for link in all.into_iter().chain([Link::Sys]) {
-            assert_eq!(link.to_string().parse::<Link>(), Ok(link));
-            assert_eq!(serde_json::to_string(&link).unwrap(), format!("\"{link}\""));
-        }
-        assert!("NVX".parse::<Link>().is_err());
-        assert!("pix".parse::<Link>().is_err());
-    }
-
-    #[test]
-    fn order_is_nearest_first() {
-        assert!(Link::Same < Link::NvLink(Some(4)));
-        assert!(Link::NvLink(None) < Link::Pix);
-        assert!(Link::Pix < Link::Pxb && Link::Pxb < Link::Phb && Link::Phb < Link::Node && Link::Node < Link::Sys);
     }
 
     #[test]

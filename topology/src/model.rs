@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::link::Link;
-use crate::pair::GpuLinkSource;
+use efatop_proto::topology::{GpuLinkSource, Link};
 
 /// GPUs, NICs and NUMA nodes of one host, and how every GPU reaches every GPU and NIC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! Where a rank should run: its GPU, the NICs nearest that GPU, and the CPUs of the GPU's NUMA node.
 
+use efatop_proto::topology::{format_cpu_list, parse_cpu_list};
 use serde::{Deserialize, Serialize};
 
 use crate::TopologyError;
@@ -83,49 +84,5 @@ impl NodeTopology {
         cpus.sort_unstable();
         cpus.dedup();
         format_cpu_list(&cpus)
-    }
-}
-
-/// `0-3,8,10-11` → `[0, 1, 2, 3, 8, 10, 11]`; what cannot be read is skipped.
-pub fn parse_cpu_list(text: &str) -> Vec<u32> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
-                    cpus.extend(lo..=hi);
-                }
-            }
-            None => cpus.extend(part.parse::<u32>().ok()),
-        }
-    }
-    cpus
-}
-
-/// Sorted CPUs → `0-3,8,10-11`.
-pub fn format_cpu_list(cpus: &[u32]) -> String {
-    let mut parts = Vec::new();
-    let mut iter = cpus.iter().copied().peekable();
-    while let Some(start) = iter.next() {
-        let mut end = start;
-        while iter.peek() == Some(&(end + 1)) {
-            end += 1;
-            iter.next();
-        }
-        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
-    }
-    parts.join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists_round_trip() {
-        for text in ["0-47,96-143", "0", "0-1", "1,3,5-7", ""] {
-            assert_eq!(format_cpu_list(&parse_cpu_list(text)), text);
-        }
-        assert_eq!(parse_cpu_list("0-2,x,4"), vec![0, 1, 2, 4]);
     }
 }

@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::link::Link;
+use efatop_proto::topology::{GpuLinkSource, Link, format_gbytes};
+
 use crate::model::{Nic, NodeTopology};
-use crate::pair::{GpuLinkSource, format_gbytes};
 use crate::placement::Placement;
 
 impl NodeTopology {

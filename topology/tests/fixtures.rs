@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_topology::{GpuChoice, GpuLinkSource, Link, NicKind, NodeTopology, PairLink, TopologyError};
+use efatop_proto::topology::{GpuLinkSource, Link, PairLink};
+use efatop_topology::{GpuChoice, NicKind, NodeTopology, TopologyError};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)

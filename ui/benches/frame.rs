@@ -90,14 +90,17 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
     let nics: Vec<Vec<String>> =
         vec![(0..options.channels).map(|c| format!("rdmap{}s0-rdm", 79 + c)).collect(); ranks];
     let run = RunInfo {
-        experiment: "write".into(),
+        experiment: efatop_proto::Experiment::Write,
         provider_stack: "efa".into(),
         ranks,
         hosts,
         channels: options.channels,
         link_gbps,
         memory: "host".into(),
-        configs: vec!["SinglePin".into(), "MultiPin".into()],
+        configs: vec![
+            efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host),
+            efatop_proto::Column::write(efatop_proto::column::Layout::Multi, efatop_proto::column::Memory::Host),
+        ],
         sizes: vec![1 << 20, 2 << 20],
         placements: Vec::new(),
     };

@@ -35,6 +35,7 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
+use efatop_proto::Experiment;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -175,7 +176,7 @@ fn render_body(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer
     let gpu_lines = gpu::content_height(state);
     let log_wish = overhead + LOG_LINES_WISHED;
     // ipc moves nothing over libfabric: its NVLink gauges take the channel gauges' place.
-    let gpu_instead_of_gauges = state.run.experiment == "ipc" && gpu_lines > 0;
+    let gpu_instead_of_gauges = state.run.experiment == Experiment::Ipc && gpu_lines > 0;
     let gauges_lines = if gpu_instead_of_gauges { gpu_lines } else { gauges_lines };
 
     if area.width >= SIDE_BY_SIDE_MIN_WIDTH {

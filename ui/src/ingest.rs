@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use efatop_proto::sizes::format_size;
-use efatop_proto::{Measurement, RunResults};
+use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
 use crate::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
     ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,
-    PeerView, QueueView, RunInfo, ALLTOALL_EXPERIMENT,
+    PeerView, QueueView, RunInfo,
 };
 
 /// Keeps what the state does not show but ingestion needs. When each rank was last heard from is not
@@ -52,7 +52,7 @@ impl Ingest {
         state.queues.clear();
         state.nvlink.clear();
         // Only all-to-all runs pay for the matrix: it grows with the square of the ranks (up to a cap).
-        state.pairs = (run.experiment == ALLTOALL_EXPERIMENT).then(|| PairMatrixView::new(run.ranks));
+        state.pairs = (run.experiment == Experiment::Alltoall).then(|| PairMatrixView::new(run.ranks));
         let ranks = run.ranks;
         state.run = run;
         // What the gauges read every frame, kept up to date by `sample` from here on.
@@ -181,7 +181,7 @@ impl Ingest {
     }
 
     /// A (configuration, size) step started.
-    pub fn step(state: &mut DashboardState, config: &str, size: u64) {
+    pub fn step(state: &mut DashboardState, config: &Column, size: u64) {
         state.progress.config = Some(config.to_string());
         state.progress.size = Some(size);
     }
@@ -274,14 +274,14 @@ mod tests {
 
     fn run_info() -> RunInfo {
         RunInfo {
-            experiment: "write".into(),
+            experiment: Experiment::Write,
             provider_stack: "shm".into(),
             ranks: 2,
             hosts: vec!["a".into(), "a".into()],
             channels: 2,
             link_gbps: Some(100.0),
             memory: "host".into(),
-            configs: vec!["SinglePin".into()],
+            configs: vec![efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host)],
             sizes: vec![4096, 8192],
             placements: Vec::new(),
         }
@@ -480,7 +480,7 @@ mod tests {
     }
 
     fn alltoall_run(ranks: usize) -> RunInfo {
-        RunInfo { experiment: ALLTOALL_EXPERIMENT.into(), ranks, hosts: vec!["a".into(); ranks], ..run_info() }
+        RunInfo { experiment: Experiment::Alltoall, ranks, hosts: vec!["a".into(); ranks], ..run_info() }
     }
 
     /// `bytes` in a 100 ms interval, with latency samples at `latency_ns` when given.
@@ -557,5 +557,79 @@ mod tests {
         // Block 0 holds the sender itself: its mean is over the 63 others, all idle.
         assert_eq!(pairs.latest(0, 0).map(|p| p.gbps), Some(0.0));
         assert_eq!(pairs.history(0, 1), None);
+    }
+}
+
+/// The gauges' index ([`GaugeIndex`]) kept while ingesting, against one built for the frame. Here, not in
+/// `state::gauges`, so that `state` imports neither `ingest` nor `dashboard`, even in tests.
+#[cfg(test)]
+mod gauge_index {
+    use std::time::Duration;
+
+    use efatop_proto::telemetry::{ChannelSample, RankSample};
+    use efatop_proto::RunResults;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::Ingest;
+    use crate::dashboard::draw_panel;
+    use crate::state::gauges::GaugeIndex;
+    use crate::state::{DashboardState, Panel, RunInfo, HISTORY_LEN};
+
+    fn gauges_panel(state: &DashboardState, view: &crate::view::View) -> ratatui::buffer::Buffer {
+        let mut terminal = Terminal::new(TestBackend::new(90, 30)).unwrap();
+        terminal.draw(|frame| draw_panel(frame, frame.area(), state, view, Panel::Gauges)).unwrap();
+        terminal.backend().buffer().clone()
+    }
+
+    #[test]
+    fn the_index_kept_while_ingesting_matches_the_views() {
+        // Hosts interleaved across ranks; the link speed unknown, so the bars scale to the peak.
+        let hosts: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).to_vec();
+        let run = RunInfo { ranks: 5, hosts, channels: 2, ..RunInfo::default() };
+        let nics = vec![vec!["nic0".to_string(), "a-longer-nic1".to_string()]; 5];
+        let mut state = DashboardState::default();
+        let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
+        for seq in 0..HISTORY_LEN as u64 * 2 + 7 {
+            for rank in 0..5_u32 {
+                // One spike early on, which must age out of the peak once it leaves the history.
+                let spike = seq == 3 && rank == 2;
+                let sample = RankSample {
+                    rank,
+                    seq,
+                    interval_ns: 100_000_000,
+                    channels: (0..2_u16)
+                        .map(|channel| ChannelSample {
+                            channel,
+                            bytes: if spike { 50_000_000_000 } else { (seq * 7 + u64::from(rank) * 13 + u64::from(channel)) % 97 * 1_000_000 },
+                            ops: 1,
+                            in_flight: 10_u32.pow(((seq + u64::from(rank)) % 5) as u32),
+                            ..ChannelSample::default()
+                        })
+                        .collect(),
+                    ..RankSample::default()
+                };
+                ingest.sample(&mut state, &sample, Duration::from_millis(seq * 100));
+            }
+            let peak = state
+                .channels
+                .iter()
+                .flat_map(|view| view.history.iter().chain([&view.gbps]))
+                .copied()
+                .filter(|gbps| gbps.is_finite())
+                .fold(0.0, f64::max);
+            let in_flight = state.channels.iter().map(|view| view.in_flight.to_string().len()).max().unwrap();
+            assert_eq!(state.gauges.peak_gbps().to_bits(), peak.to_bits(), "peak after interval {seq}");
+            assert_eq!(state.gauges.in_flight_width(), in_flight, "in flight after interval {seq}");
+        }
+        assert!(state.gauges.peak_gbps() < 100.0, "the spike has aged out");
+        let fresh = GaugeIndex::build(&state);
+        assert_eq!((&state.gauges.rows, &state.gauges.hosts), (&fresh.rows, &fresh.hosts));
+        assert_eq!(state.gauges.hosts.iter().map(|host| host.name.as_str()).collect::<Vec<_>>(), ["b", "a", "c"]);
+        // The panel reads the same from the kept index as from one built for the frame.
+        let view = crate::view::View { selected_rank: 4, selected_channel: 1, ..crate::view::View::of(&state) };
+        let kept = gauges_panel(&state, &view);
+        state.gauges = GaugeIndex::default();
+        assert_eq!(kept, gauges_panel(&state, &view));
     }
 }

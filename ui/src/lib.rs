@@ -1,19 +1,12 @@
-//! What efatop draws. This crate does no I/O: it turns results into text (and, with the dashboard,
-//! into ratatui widgets) for the binary to put on screen.
+//! What efatop draws: the dashboard's ratatui widgets, its state and how events fold into it, the liveness
+//! clock it shows, and the monitor's views. This crate does no I/O and depends on `efatop-proto` and
+//! ratatui alone; the plain-text tables a run prints are `efatop-report`'s (`efatop_report::text`).
 
 #![forbid(unsafe_code)]
 
-pub mod counters;
 pub mod dashboard;
-pub mod header;
 pub mod ingest;
 pub mod liveness;
 pub mod monitor;
 pub mod state;
-pub mod table;
-pub mod verdict;
 pub mod view;
-
-pub use header::render_header;
-pub use table::render_table;
-pub use verdict::render_verdict;

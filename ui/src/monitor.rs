@@ -3,7 +3,7 @@
 //! under the GPU it sits next to; GPU headings carry the GPU's PCIe and NVLink rates when NVML has them.
 //! Keys sort (`s`), filter (`/`), move the selection (↑↓), freeze (`p`) and quit (`q`).
 //!
-//! [`MonitorView`] is the render-ready state: the binary pushes each [`Snapshot`] into its reads
+//! [`MonitorView`] is the render-ready state: the binary pushes each [`NodeSample`] into its reads
 //! ([`NodeReads`]) and feeds keys to its view ([`NodeView`]); [`draw`] paints it and keeps nothing, so any
 //! frame can be drawn at any size from the state.
 
@@ -14,7 +14,7 @@ mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use efatop_monitor::{NicStats, Snapshot};
+use efatop_proto::telemetry::{NodeNic, NodeSample};
 
 use crate::state::{Action, Key};
 
@@ -74,7 +74,7 @@ pub struct NicHistory {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeReads {
     /// The latest snapshot; `None` until the first read.
-    pub snapshot: Option<Snapshot>,
+    pub snapshot: Option<NodeSample>,
     pub history: BTreeMap<String, NicHistory>,
     /// Snapshots pushed so far.
     pub samples: u64,
@@ -82,7 +82,7 @@ pub struct NodeReads {
 
 impl NodeReads {
     /// Folds in one snapshot.
-    pub fn push(&mut self, snapshot: Snapshot) {
+    pub fn push(&mut self, snapshot: NodeSample) {
         self.samples += 1;
         for nic in &snapshot.nics {
             let history = self.history.entry(nic.name.clone()).or_default();
@@ -141,7 +141,7 @@ impl MonitorView {
     }
 
     /// Folds in one snapshot (into the live reads; a paused view keeps drawing its copy).
-    pub fn push(&mut self, snapshot: Snapshot) {
+    pub fn push(&mut self, snapshot: NodeSample) {
         self.reads.push(snapshot);
     }
 
@@ -151,7 +151,7 @@ impl MonitorView {
     }
 
     /// The latest snapshot drawn; `None` until the first read.
-    pub fn snapshot(&self) -> Option<&Snapshot> {
+    pub fn snapshot(&self) -> Option<&NodeSample> {
         self.drawn().snapshot.as_ref()
     }
 
@@ -167,7 +167,7 @@ impl MonitorView {
 
     /// Whether `nic` passes the filter: its name contains one of the filter's comma-separated words, or a
     /// word is `gpuN` and the NIC sits next to GPU N. An empty filter passes every NIC.
-    pub fn passes(&self, nic: &NicStats) -> bool {
+    pub fn passes(&self, nic: &NodeNic) -> bool {
         let mut alternatives = self.view.filter.split(',').map(|part| part.trim().to_ascii_lowercase()).filter(|part| !part.is_empty()).peekable();
         alternatives.peek().is_none()
             || alternatives.any(|wanted| {
@@ -176,21 +176,21 @@ impl MonitorView {
     }
 
     /// The NICs that pass the filter, in sort order.
-    pub fn shown(&self) -> Vec<&NicStats> {
+    pub fn shown(&self) -> Vec<&NodeNic> {
         let Some(snapshot) = self.snapshot() else { return Vec::new() };
         let view = &self.view;
-        let mut nics: Vec<&NicStats> = snapshot.nics.iter().filter(|nic| self.passes(nic)).collect();
+        let mut nics: Vec<&NodeNic> = snapshot.nics.iter().filter(|nic| self.passes(nic)).collect();
         match view.sort {
             SortKey::Gpu => nics.sort_by(|a, b| {
-                let group = |nic: &NicStats| nic.gpus.first().copied().unwrap_or(usize::MAX);
+                let group = |nic: &NodeNic| nic.gpus.first().copied().unwrap_or(usize::MAX);
                 group(a).cmp(&group(b)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Rate => nics.sort_by(|a, b| {
-                let busy = |nic: &NicStats| load(nic).unwrap_or(-1.0);
+                let busy = |nic: &NodeNic| load(nic).unwrap_or(-1.0);
                 busy(b).total_cmp(&busy(a)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Errors => nics.sort_by(|a, b| {
-                let bad = |nic: &NicStats| nic.errors.saturating_add(nic.retransmits);
+                let bad = |nic: &NodeNic| nic.errors.saturating_add(nic.retransmits);
                 bad(b).cmp(&bad(a)).then_with(|| natural_cmp(&a.name, &b.name))
             }),
             SortKey::Name => nics.sort_by(|a, b| natural_cmp(&a.name, &b.name)),
@@ -204,7 +204,7 @@ impl MonitorView {
     }
 
     /// The selected NIC, when any is shown.
-    pub fn selected_nic(&self) -> Option<&NicStats> {
+    pub fn selected_nic(&self) -> Option<&NodeNic> {
         self.shown().get(self.selected()).copied()
     }
 
@@ -258,7 +258,7 @@ impl MonitorView {
 }
 
 /// The larger of a NIC's tx and rx, which is what fills its link (each direction has the whole link).
-pub fn load(nic: &NicStats) -> Option<f64> {
+pub fn load(nic: &NodeNic) -> Option<f64> {
     match (nic.tx_gbps, nic.rx_gbps) {
         (Some(tx), Some(rx)) => Some(tx.max(rx)),
         (one, other) => one.or(other),

@@ -14,8 +14,6 @@ use efatop_proto::telemetry::PeerSample;
 pub const HISTORY_LEN: usize = 240;
 /// How many log lines are kept.
 pub const LOG_LEN: usize = 500;
-/// `RunInfo::experiment` of the all-to-all experiment: only its runs get a [`PairMatrixView`].
-pub const ALLTOALL_EXPERIMENT: &str = "alltoall";
 /// Most (sender, column) cells the pair matrix keeps: every pair exactly up to 512 ranks; beyond, each
 /// sender's row is kept per block of receivers so that memory stays near 4 MiB even at 4096 ranks.
 pub const PAIR_MATRIX_MAX_CELLS: usize = 512 * 512;

@@ -54,7 +54,7 @@
 
 use super::histogram::{BUCKETS, IntervalHistogram};
 use super::{
-    ChannelSample, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, NvlinkSample, PeerSample, Phase, PhaseReport,
+    ChannelSample, NicKind, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu, NvlinkSample, PeerSample, Phase, PhaseReport,
     QueueSample, RankSample,
 };
 
@@ -236,22 +236,24 @@ pub fn encode_node(sample: &NodeSample, out: &mut Vec<u8>) -> Result<(), WireErr
     put_text(&sample.host, "host", out)?;
     put_count(sample.topology_gpus.len(), "topology GPU count", out)?;
     for gpu in &sample.topology_gpus {
-        out.extend_from_slice(&gpu.index.to_le_bytes());
+        out.extend_from_slice(&index_u32(gpu.index).to_le_bytes());
         put_text(&gpu.pci_bus_id, "topology GPU bus id", out)?;
-        put_text(&gpu.model, "topology GPU model", out)?;
+        put_text(gpu.model.as_deref().unwrap_or_default(), "topology GPU model", out)?;
     }
     put_count(sample.nics.len(), "NIC count", out)?;
     for nic in &sample.nics {
         put_text(&nic.name, "NIC name", out)?;
-        out.push(if nic.rdma { NIC_RDMA } else { 0 } | if nic.present { NIC_PRESENT } else { 0 });
+        out.push(if nic.kind == NicKind::Rdma { NIC_RDMA } else { 0 } | if nic.present { NIC_PRESENT } else { 0 });
         for figure in [nic.link_gbps, nic.tx_gbps, nic.rx_gbps] {
             put_figure(figure, out);
         }
         for count in [nic.errors, nic.errors_delta, nic.retransmits, nic.retransmits_delta] {
             out.extend_from_slice(&count.to_le_bytes());
         }
-        put_count(nic.gpus.len(), "NIC GPU count", out)?;
-        for gpu in &nic.gpus {
+        // GPU indices past u16 do not exist; one that did would be left out rather than sent wrong.
+        let gpus: Vec<u16> = nic.gpus.iter().filter_map(|gpu| u16::try_from(*gpu).ok()).collect();
+        put_count(gpus.len(), "NIC GPU count", out)?;
+        for gpu in gpus {
             out.extend_from_slice(&gpu.to_le_bytes());
         }
     }
@@ -264,19 +266,24 @@ pub fn encode_node(sample: &NodeSample, out: &mut Vec<u8>) -> Result<(), WireErr
             out.push(1);
             put_count(gpus.len(), "GPU count", out)?;
             for gpu in gpus {
-                out.extend_from_slice(&gpu.index.to_le_bytes());
+                out.extend_from_slice(&index_u32(gpu.index).to_le_bytes());
                 put_text(&gpu.name, "GPU name", out)?;
                 put_text(&gpu.pci_bus_id, "GPU bus id", out)?;
                 for figure in [gpu.pcie_tx_gbps, gpu.pcie_rx_gbps, gpu.nvlink_tx_gbps, gpu.nvlink_rx_gbps] {
                     put_figure(figure, out);
                 }
-                put_text(&gpu.note, "GPU note", out)?;
+                put_text(gpu.note.as_deref().unwrap_or_default(), "GPU note", out)?;
             }
         }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
+}
+
+/// A GPU index as the frame carries it.
+fn index_u32(index: usize) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
 }
 
 fn put_figure(figure: Option<f64>, out: &mut Vec<u8>) {
@@ -319,9 +326,9 @@ fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
     sample.topology_gpus.reserve(usize::from(topology_gpus).min(reader.bytes.len() / 8));
     for _ in 0..topology_gpus {
         sample.topology_gpus.push(NodeTopologyGpu {
-            index: reader.u32("topology GPU index")?,
+            index: reader.u32("topology GPU index")? as usize,
             pci_bus_id: reader.text("topology GPU bus id")?,
-            model: reader.text("topology GPU model")?,
+            model: Some(reader.text("topology GPU model")?).filter(|model| !model.is_empty()),
         });
     }
     let nics = reader.u16("NIC count")?;
@@ -335,7 +342,7 @@ fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
         }
         let mut nic = NodeNic {
             name,
-            rdma: flags & NIC_RDMA != 0,
+            kind: if flags & NIC_RDMA != 0 { NicKind::Rdma } else { NicKind::Net },
             present: flags & NIC_PRESENT != 0,
             link_gbps: reader.figure("link rate")?,
             tx_gbps: reader.figure("tx rate")?,
@@ -344,12 +351,12 @@ fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
             errors_delta: reader.u64("errors delta")?,
             retransmits: reader.u64("retransmits")?,
             retransmits_delta: reader.u64("retransmits delta")?,
-            gpus: Vec::new(),
+            ..NodeNic::default()
         };
         let gpus = reader.u16("NIC GPU count")?;
         nic.gpus.reserve(usize::from(gpus).min(reader.bytes.len() / 2));
         for _ in 0..gpus {
-            nic.gpus.push(reader.u16("NIC GPU")?);
+            nic.gpus.push(usize::from(reader.u16("NIC GPU")?));
         }
         sample.nics.push(nic);
     }
@@ -360,14 +367,14 @@ fn decode_node(body: &[u8]) -> Result<NodeSample, WireError> {
             let mut gpus = Vec::with_capacity(usize::from(count).min(reader.bytes.len() / 42));
             for _ in 0..count {
                 gpus.push(NodeGpu {
-                    index: reader.u32("GPU index")?,
+                    index: reader.u32("GPU index")? as usize,
                     name: reader.text("GPU name")?,
                     pci_bus_id: reader.text("GPU bus id")?,
                     pcie_tx_gbps: reader.figure("PCIe tx")?,
                     pcie_rx_gbps: reader.figure("PCIe rx")?,
                     nvlink_tx_gbps: reader.figure("NVLink tx")?,
                     nvlink_rx_gbps: reader.figure("NVLink rx")?,
-                    note: reader.text("GPU note")?,
+                    note: Some(reader.text("GPU note")?).filter(|note| !note.is_empty()),
                 });
             }
             NodeGpus::Gpus(gpus)
@@ -589,10 +596,10 @@ mod tests {
             interval_ms: Some(500.0),
             drops: 0,
             host: "n1".into(),
-            topology_gpus: vec![NodeTopologyGpu { index: 5, pci_bus_id: "97:00".into(), model: String::new() }],
+            topology_gpus: vec![NodeTopologyGpu { index: 5, pci_bus_id: "97:00".into(), model: None }],
             nics: vec![NodeNic {
                 name: "efa0".into(),
-                rdma: true,
+                kind: NicKind::Rdma,
                 present: true,
                 gpus: vec![5],
                 link_gbps: Some(100.0),
@@ -602,6 +609,7 @@ mod tests {
                 errors_delta: 1,
                 retransmits: 7,
                 retransmits_delta: 2,
+                ..NodeNic::default()
             }],
             gpus: NodeGpus::Gpus(vec![NodeGpu {
                 index: 0,
@@ -611,7 +619,7 @@ mod tests {
                 pcie_rx_gbps: Some(2.0),
                 nvlink_tx_gbps: None,
                 nvlink_rx_gbps: None,
-                note: String::new(),
+                note: None,
             }]),
         }
     }

@@ -1,6 +1,6 @@
 //! The `ipc` experiment's plot. Its columns are store-kernel launch shapes (`IPC <grid>x<block>`, fifty
 //! with `--sweep`) and the copy engine (`CE`): one line per column would be unreadable, so this plot says
-//! what the ipc tables say (`ui::table::render_ipc_tables`):
+//! what the ipc tables say (`text::table::render_ipc_tables`):
 //! - left, GB/s against size: the copy engine, the best kernel at each size, and every kernel only when
 //!   there are a few of them (else the best kernel's points name their grid x block); dashed at the pair's
 //!   NVLink peak when it is known;
@@ -12,7 +12,8 @@
 use std::path::Path;
 
 use efatop_proto::ipc::IpcConfig;
-use efatop_proto::results::Measurement;
+use efatop_proto::column::Column;
+use efatop_proto::results::{LinkSource, Measurement};
 use efatop_proto::sizes::format_size;
 use efatop_proto::RunResults;
 
@@ -29,7 +30,11 @@ pub const MAX_BLOCK_SERIES: usize = 6;
 /// The best kernel is named at every size up to this many sizes; past it, only where it changes.
 pub const MAX_LABELLED_POINTS: usize = 12;
 
-pub const COPY_ENGINE: &str = "CE";
+/// The copy engine's column.
+fn copy_engine() -> Column {
+    Column::Ipc(IpcConfig::COPY_ENGINE)
+}
+
 pub const BEST_KERNEL: &str = "best kernel";
 const COPY_ENGINE_COLOR: &str = "#d62728";
 const BEST_KERNEL_COLOR: &str = "#1f77b4";
@@ -41,7 +46,7 @@ const KERNEL_PALETTE: [&str; 6] = [
 /// One store-kernel column: `IPC <grid>x<block>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Kernel<'a> {
-    column: &'a str,
+    column: &'a Column,
     grid: u64,
     block: u64,
 }
@@ -51,17 +56,17 @@ type KernelField = fn(&Kernel<'_>) -> u64;
 
 /// The kernel columns measured, in column order.
 fn kernels(results: &RunResults) -> Vec<Kernel<'_>> {
-    let mut columns: Vec<&str> = results.configs.iter().map(String::as_str).collect();
+    let mut columns: Vec<&Column> = results.configs.iter().collect();
     for m in &results.measurements {
-        if !columns.contains(&m.config.as_str()) {
+        if !columns.contains(&&m.config) {
             columns.push(&m.config);
         }
     }
     columns
         .into_iter()
-        .filter(|column| results.measurements.iter().any(|m| m.config == *column))
+        .filter(|column| results.measurements.iter().any(|m| &m.config == *column))
         .filter_map(|column| {
-            let (grid, block) = IpcConfig::from_column(column)?.grid_block()?;
+            let (grid, block) = column.ipc()?.grid_block()?;
             Some(Kernel { column, grid: grid.into(), block: block.into() })
         })
         .collect()
@@ -75,7 +80,7 @@ fn gbytes(m: &Measurement) -> f64 {
 fn peak_line(results: &RunResults) -> Option<ReferenceLine> {
     let meta = &results.metadata;
     let gbytes = meta.link_gbps? / 8.0;
-    let what = if meta.link_source.starts_with("nvlink") {
+    let what = if matches!(meta.link_source, LinkSource::Nvlink(_)) {
         "NVLink peak"
     } else {
         "link peak"
@@ -149,7 +154,7 @@ fn title(results: &RunResults, kernel_count: usize, smallest: u64, largest: u64)
     } else {
         ""
     };
-    let copy_engine = if results.configs.iter().any(|c| c == COPY_ENGINE) {
+    let copy_engine = if results.configs.contains(&copy_engine()) {
         " + CE"
     } else {
         ""
@@ -190,20 +195,21 @@ fn size_chart(
             });
         }
     }
-    let copy_engine: Vec<(u64, f64)> = sizes
+    let ce = copy_engine();
+    let ce_points: Vec<(u64, f64)> = sizes
         .iter()
-        .filter_map(|&size| results.find(COPY_ENGINE, size).map(|m| (size, gbytes(m))))
+        .filter_map(|&size| results.find(&ce, size).map(|m| (size, gbytes(m))))
         .collect();
-    if !copy_engine.is_empty() {
+    if !ce_points.is_empty() {
         series.push(Series {
-            name: COPY_ENGINE.into(),
+            name: ce.to_string(),
             color: COPY_ENGINE_COLOR.into(),
             dashed: false,
-            points: copy_engine,
+            points: ce_points,
             labels: vec![],
         });
     }
-    let best: Vec<(u64, f64, &str)> = sizes
+    let best: Vec<(u64, f64, Kernel<'_>)> = sizes
         .iter()
         .filter_map(|&size| {
             kernels
@@ -211,7 +217,7 @@ fn size_chart(
                 .filter_map(|k| {
                     results
                         .find(k.column, size)
-                        .map(|m| (size, gbytes(m), k.column))
+                        .map(|m| (size, gbytes(m), *k))
                 })
                 .max_by(|a, b| a.1.total_cmp(&b.1))
         })
@@ -257,13 +263,13 @@ fn size_chart(
 
 /// The best kernel's grid x block at each of its points: every point when they fit, else (past
 /// [`MAX_LABELLED_POINTS`] sizes) only where it differs from the size before, `""` elsewhere.
-fn best_kernel_labels(best: &[(u64, f64, &str)]) -> Vec<String> {
+fn best_kernel_labels(best: &[(u64, f64, Kernel<'_>)]) -> Vec<String> {
     let every = best.len() <= MAX_LABELLED_POINTS;
     best.iter()
         .enumerate()
-        .map(|(i, (_, _, column))| {
-            if every || i == 0 || best[i - 1].2 != *column {
-                column.trim_start_matches("IPC ").to_string()
+        .map(|(i, (_, _, kernel))| {
+            if every || i == 0 || best[i - 1].2 != *kernel {
+                format!("{}x{}", kernel.grid, kernel.block)
             } else {
                 String::new()
             }
@@ -338,7 +344,8 @@ fn grid_chart(results: &RunResults, kernels: &[Kernel<'_>], largest: u64) -> Opt
         })
         .collect();
     let mut reference_lines = Vec::new();
-    if let Some(ce) = results.find(COPY_ENGINE, largest) {
+    let ce = results.find(&copy_engine(), largest);
+    if let Some(ce) = ce {
         reference_lines.push(ReferenceLine {
             name: format!("CE {} GB/s", round1(gbytes(ce))),
             value: gbytes(ce),
@@ -366,7 +373,7 @@ fn grid_chart(results: &RunResults, kernels: &[Kernel<'_>], largest: u64) -> Opt
         )
     };
     Some(LineChart {
-        title: if reference_lines.iter().any(|l| l.name.starts_with("CE")) {
+        title: if ce.is_some() {
             format!("{title} (dashed: CE)")
         } else {
             title
@@ -399,12 +406,17 @@ mod tests {
 
     #[test]
     fn past_twelve_sizes_the_best_kernel_is_named_where_it_changes() {
-        let few = [(1, 1.0, "IPC 1x256"), (2, 2.0, "IPC 1x256")];
+        fn kernel(column: &Column) -> Kernel<'_> {
+            let (grid, block) = column.ipc().and_then(IpcConfig::grid_block).expect("a kernel");
+            Kernel { column, grid: grid.into(), block: block.into() }
+        }
+        let columns = [Column::Ipc(IpcConfig::kernel(1, 256)), Column::Ipc(IpcConfig::kernel(16, 256)), Column::Ipc(IpcConfig::kernel(128, 256))];
+        let few = [(1, 1.0, kernel(&columns[0])), (2, 2.0, kernel(&columns[0]))];
         assert_eq!(best_kernel_labels(&few), ["1x256", "1x256"]);
-        let mut many: Vec<(u64, f64, &str)> =
-            (0..13).map(|i| (1 << i, 1.0, "IPC 16x256")).collect();
-        many[5].2 = "IPC 128x256";
-        many[6].2 = "IPC 128x256";
+        let mut many: Vec<(u64, f64, Kernel<'_>)> =
+            (0..13).map(|i| (1 << i, 1.0, kernel(&columns[1]))).collect();
+        many[5].2 = kernel(&columns[2]);
+        many[6].2 = kernel(&columns[2]);
         let labels = best_kernel_labels(&many);
         assert_eq!(
             &labels[..8],

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use efatop_report::RunResults;
+use efatop_proto::RunResults;
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

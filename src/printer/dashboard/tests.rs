@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
-use efatop_experiments::results::{LatencySummary, Measurement, RunResults};
-use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, RankSample};
+use efatop_proto::results::{LatencySummary, Measurement, RunResults};
+use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 use efatop_ui::ingest::Ingest;
 use efatop_ui::liveness::Liveness;
 use efatop_ui::state::{DashboardState, Key, RunInfo};
@@ -36,16 +36,20 @@ struct Session {
     stop: AtomicBool,
 }
 
+fn single_pin() -> efatop_proto::Column {
+    efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host)
+}
+
 fn run_info() -> RunInfo {
     RunInfo {
-        experiment: "write".into(),
+        experiment: efatop_proto::Experiment::Write,
         provider_stack: "shm".into(),
         ranks: 2,
         hosts: vec!["hosta".into(), "hosta".into()],
         channels: 1,
         link_gbps: Some(100.0),
         memory: "host".into(),
-        configs: vec!["SinglePin".into()],
+        configs: vec![single_pin()],
         sizes: vec![4096, 8192],
         placements: Vec::new(),
     }
@@ -53,7 +57,7 @@ fn run_info() -> RunInfo {
 
 impl Session {
     fn start() -> Self {
-        let results = RunResults { configs: vec!["SinglePin".into()], ..RunResults::default() };
+        let results = RunResults { configs: vec![single_pin()], ..RunResults::default() };
         Self::of(run_info(), &[vec!["shm0".to_string()], vec!["shm1".to_string()]], results)
     }
 
@@ -110,7 +114,7 @@ fn ms(ms: u64) -> Duration {
 
 fn measurement(size: u64, gbps: f64) -> Measurement {
     Measurement {
-        config: "SinglePin".into(),
+        config: single_pin(),
         size,
         count: size / 4,
         gbps,
@@ -143,7 +147,7 @@ fn speak(session: &mut Session, ranks: &[u32], from: u64, count: u64, gbps: f64)
 #[test]
 fn a_runs_samples_fill_the_gauges() {
     let mut session = Session::start();
-    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    session.send(ConsumerEvent::Step { config: single_pin(), size: 4096 });
     session.frame(ms(0));
     let before = session.screen();
     assert!(row(&before, "r1 c0 shm1").contains("0.0 Gbps"), "{before}");
@@ -209,7 +213,7 @@ fn freezing_keeps_the_data_still_while_the_run_goes_on() {
 #[test]
 fn the_final_tables_fill_in_when_the_run_ends_and_any_key_leaves() {
     let mut session = Session::start();
-    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    session.send(ConsumerEvent::Step { config: single_pin(), size: 4096 });
     speak(&mut session, &[0, 1], 0, 5, 40.0);
     session.send(ConsumerEvent::Measured(Box::new(measurement(4096, 38.5))));
     session.frame(ms(600));
@@ -233,7 +237,7 @@ fn the_final_tables_fill_in_when_the_run_ends_and_any_key_leaves() {
 #[test]
 fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
     let mut session = Session::start();
-    session.send(ConsumerEvent::Step { config: "SinglePin".into(), size: 4096 });
+    session.send(ConsumerEvent::Step { config: single_pin(), size: 4096 });
     speak(&mut session, &[0, 1], 0, 3, 40.0);
     // The session loop itself, with scripted keys: `q`, then nothing while the ranks finish their round;
     // the run then ends (the experiment returns `Stopped`) and the channel closes.
@@ -278,7 +282,7 @@ fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
 fn sweep_session() -> Session {
     use efatop_proto::sweep::{NicFacts, NodeFacts, SweepResults};
     let info = RunInfo {
-        experiment: "sweep".into(),
+        experiment: efatop_proto::Experiment::Sweep,
         provider_stack: "tcp".into(),
         ranks: 4,
         hosts: (0..4).map(|n| format!("node{n}")).collect(),

@@ -18,7 +18,7 @@ use efatop_libfabric_sys as sys;
 use crate::error::{FabricError, Result, strerror};
 use crate::info::Nic;
 use crate::memory::RegistrableMemory;
-use crate::object::{EndpointStack, MemoryRegion};
+use crate::object::{EndpointReport, EndpointStack, MemoryRegion};
 
 /// How a channel is opened.
 #[derive(Clone, Debug)]
@@ -36,17 +36,6 @@ pub struct ChannelOptions {
     /// The endpoint will carry device memory: on efa, libfabric is told not to call the CUDA API itself
     /// (`FI_OPT_CUDA_API_PERMITTED` off, as aws-ofi-nccl does).
     pub device_memory: bool,
-}
-
-/// What opening a channel found out about its endpoint (read back, not assumed).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EndpointReport {
-    /// The efa fabric may send to same-host peers through shm (`None`: not an efa endpoint).
-    pub shm_permitted: Option<bool>,
-    /// RDMA WRITE is emulated over sends (`FI_OPT_EFA_EMULATED_WRITE`; `None`: the provider does not say).
-    pub emulated_write: Option<bool>,
-    /// libfabric may call the CUDA API for this endpoint (`None`: not set or not known).
-    pub cuda_api_permitted: Option<bool>,
 }
 
 /// An endpoint's address, as exchanged through the bootstrap.

@@ -15,7 +15,8 @@ pub mod object;
 pub mod channel;
 pub mod shm_regions;
 
-pub use channel::{Channel, ChannelCounters, ChannelOptions, EndpointReport, Completion, Immediate, Op, PeerAddress, RemoteRegion, block_on};
+pub use channel::{Channel, ChannelCounters, ChannelOptions, Completion, Immediate, Op, PeerAddress, RemoteRegion, block_on};
+pub use object::EndpointReport;
 pub use error::{FabricError, Result};
 pub use info::{Capabilities, EntryFacts, Nic, Provider, discover_nics, efa_may_use_shm, mr_mode_names, select_entries};
 pub use memory::{DmabufHandle, HostBuffer, MemoryKind, RegistrableMemory, RegistrationPath};

@@ -11,9 +11,19 @@ use std::rc::Rc;
 use efatop_libfabric_sys as sys;
 
 use crate::error::{FabricError, Result, check};
-use crate::channel::EndpointReport;
 use crate::info::Nic;
 use crate::memory::{MemoryKind, RegistrableMemory, RegistrationPath};
+
+/// What opening a channel found out about its endpoint (read back, not assumed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointReport {
+    /// The efa fabric may send to same-host peers through shm (`None`: not an efa endpoint).
+    pub shm_permitted: Option<bool>,
+    /// RDMA WRITE is emulated over sends (`FI_OPT_EFA_EMULATED_WRITE`; `None`: the provider does not say).
+    pub emulated_write: Option<bool>,
+    /// libfabric may call the CUDA API for this endpoint (`None`: not set or not known).
+    pub cuda_api_permitted: Option<bool>,
+}
 
 /// Closes any libfabric object through its embedded `fid`.
 ///

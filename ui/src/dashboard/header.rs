@@ -2,6 +2,7 @@
 //! link speed), then where the sweep is (configuration and size, a progress bar, elapsed time and ETA,
 //! telemetry drops, and FROZEN while the view is frozen).
 
+use efatop_proto::Experiment;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -40,8 +41,8 @@ fn distinct_hosts(state: &DashboardState) -> Vec<&str> {
 fn run_line(state: &DashboardState, columns: u16) -> Line<'static> {
     let run = &state.run;
     let hosts = distinct_hosts(state);
-    let experiment = if run.experiment.is_empty() { "starting" } else { run.experiment.as_str() };
-    let ipc = run.experiment == "ipc";
+    let experiment = if run.experiment == Experiment::Unknown { "starting" } else { run.experiment.name() };
+    let ipc = run.experiment == Experiment::Ipc;
     let provider = if ipc {
         // ipc's bytes cross NVLink; its world's provider only carries the bootstrap.
         "CUDA IPC"

@@ -9,7 +9,7 @@ use ratatui::text::Line;
 use ratatui::widgets::Widget;
 
 use efatop_proto::sizes::format_size;
-use efatop_proto::Measurement;
+use efatop_proto::{Column as ResultColumn, Experiment, Measurement};
 
 use super::chrome::{self, Chrome};
 use super::grid::{self, Column};
@@ -18,11 +18,11 @@ use crate::state::{DashboardState, Panel};
 use crate::view::View;
 
 /// Configurations in column order: the planned ones, then any others that were measured.
-fn configs(state: &DashboardState) -> Vec<&str> {
+fn configs(state: &DashboardState) -> Vec<&ResultColumn> {
     let measured = state.results.iter().flat_map(|results| results.configs.iter());
-    let mut configs: Vec<&str> = Vec::new();
+    let mut configs: Vec<&ResultColumn> = Vec::new();
     for config in state.run.configs.iter().chain(measured) {
-        if !configs.contains(&config.as_str()) {
+        if !configs.contains(&config) {
             configs.push(config);
         }
     }
@@ -40,7 +40,7 @@ fn sizes(state: &DashboardState) -> Vec<u64> {
     sizes
 }
 
-fn find<'a>(state: &'a DashboardState, config: &str, size: u64) -> Option<&'a Measurement> {
+fn find<'a>(state: &'a DashboardState, config: &ResultColumn, size: u64) -> Option<&'a Measurement> {
     state.results.as_ref().and_then(|results| results.find(config, size))
 }
 
@@ -82,21 +82,26 @@ const SHAPES: [Shape; 6] = [
     Shape { count: false, percentiles: false, titles: Titles::Cut },
 ];
 
-/// The experiment's prefix (`Proxy`) and the memory suffix (`Pin`, `DMA`, `DMA(staged)`) when every
-/// configuration name has the same ones and each keeps something without them; `None` otherwise. Only
-/// these come off: the rest of a name (`NBI`, `RoundRobin`) is what tells the columns apart.
-fn shared_affixes(configs: &[&str]) -> Option<(usize, usize)> {
-    let first = configs.first()?;
-    let prefix = ["Proxy"].into_iter().find(|p| configs.iter().all(|c| c.starts_with(p))).map_or(0, str::len);
-    let suffix = ["DMA(staged)", "DMA", "Pin"].into_iter().find(|x| configs.iter().all(|c| c.ends_with(x))).map_or(0, str::len);
-    let fits = configs.iter().all(|c| c.len() > prefix + suffix);
-    (configs.len() > 1 && fits && prefix + suffix > 0 && first.is_ascii()).then_some((prefix, suffix))
+/// Whether every column shares its experiment's prefix (`Proxy`) and its memory suffix (`Pin`, `DMA`,
+/// `DMA(staged)`), from the columns' own parts ([`ResultColumn::parts`]); `None` when they share neither or
+/// there is one column. Only these come off: the rest of a name (`NBI`, `RoundRobin`) is what tells the
+/// columns apart, and it is never empty.
+fn shared_affixes(configs: &[&ResultColumn]) -> Option<(bool, bool)> {
+    let parts: Vec<(&str, String, String)> = configs.iter().map(|c| c.parts()).collect();
+    let (first_prefix, _, first_suffix) = parts.first()?;
+    let prefix = !first_prefix.is_empty() && parts.iter().all(|p| p.0 == *first_prefix);
+    let suffix = !first_suffix.is_empty() && parts.iter().all(|p| p.2 == *first_suffix);
+    let fits = parts.iter().all(|p| !p.1.is_empty());
+    (configs.len() > 1 && fits && (prefix || suffix)).then_some((prefix, suffix))
 }
 
-fn short_name(config: &str, affixes: Option<(usize, usize)>) -> &str {
+fn short_name(config: &ResultColumn, affixes: Option<(bool, bool)>) -> String {
     match affixes {
-        Some((prefix, suffix)) => &config[prefix..config.len() - suffix],
-        None => config,
+        Some((prefix, suffix)) => {
+            let (head, core, tail) = config.parts();
+            format!("{}{core}{}", if prefix { "" } else { head }, if suffix { "" } else { tail.as_str() })
+        }
+        None => config.to_string(),
     }
 }
 
@@ -116,7 +121,7 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
     let affixes = if shape.titles == Titles::Short { shared_affixes(&configs) } else { None };
     for config in &configs {
         let with_units = shape.titles == Titles::WithUnits;
-        let rate_title = if with_units { format!("{config} Gbps") } else { short_name(config, affixes).to_string() };
+        let rate_title = if with_units { format!("{config} Gbps") } else { short_name(config, affixes) };
         titles.push((rate_title, Align::Right));
         titles.push((if with_units { "BusBW %" } else { "BusBW%" }.into(), Align::Right));
         titles.push(("Lat us".into(), Align::Right));
@@ -184,7 +189,7 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     if area.is_empty() {
         return;
     }
-    let experiment = if state.run.experiment.is_empty() { String::new() } else { format!("{}: ", state.run.experiment) };
+    let experiment = if state.run.experiment == Experiment::Unknown { String::new() } else { format!("{}: ", state.run.experiment) };
     // The shape is chosen first: a shortened table says in its legend what its names lost.
     let inner_width = usize::from(chrome::block("Results", false, chrome).inner(area).width);
     let (shape, (columns, rows)) = SHAPES
@@ -195,8 +200,8 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     let configs_now = configs(state);
     let shortened = match (shape.titles, shared_affixes(&configs_now), configs_now.first()) {
         (Titles::Short, Some((prefix, suffix)), Some(first)) => {
-            let (head, tail) = (&first[..prefix], &first[first.len() - suffix..]);
-            format!("without {head}…{tail}: ")
+            let (head, _, tail) = first.parts();
+            format!("without {}…{}: ", if prefix { head } else { "" }, if suffix { tail.as_str() } else { "" })
         }
         _ => String::new(),
     };
@@ -234,22 +239,34 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
 mod tests {
     use super::*;
 
+    /// The columns a results file's labels stand for, read as a file is.
+    fn columns(labels: &[&str]) -> Vec<ResultColumn> {
+        labels.iter().map(|label| serde_json::from_value((*label).into()).expect("a label")).collect()
+    }
+
+    fn shared(labels: &[&str]) -> Option<(bool, bool)> {
+        let columns = columns(labels);
+        shared_affixes(&columns.iter().collect::<Vec<_>>())
+    }
+
+    fn short(labels: &[&str]) -> Vec<String> {
+        let columns = columns(labels);
+        let affixes = shared(labels);
+        columns.iter().map(|c| short_name(c, affixes)).collect()
+    }
+
     #[test]
     fn shared_affixes_come_off_only_when_every_name_keeps_something() {
         let proxy = ["ProxySingleDMA(staged)", "ProxyMultiDMA(staged)", "ProxySingleNBIDMA(staged)", "ProxyMultiNBIDMA(staged)"];
-        let affixes = shared_affixes(&proxy);
-        let short: Vec<&str> = proxy.iter().map(|c| short_name(c, affixes)).collect();
-        assert_eq!(short, ["Single", "Multi", "SingleNBI", "MultiNBI"]);
+        assert_eq!(short(&proxy), ["Single", "Multi", "SingleNBI", "MultiNBI"]);
         let write = ["SinglePin", "MultiPin", "RoundRobinPin"];
-        let short: Vec<&str> = write.iter().map(|c| short_name(c, shared_affixes(&write))).collect();
-        assert_eq!(short, ["Single", "Multi", "RoundRobin"]);
+        assert_eq!(short(&write), ["Single", "Multi", "RoundRobin"]);
         // One name, nothing shared, or a name that would be left empty: names stay whole.
-        assert_eq!(shared_affixes(&["SinglePin"]), None);
-        assert_eq!(shared_affixes(&["IPC 1x256", "CE"]), None);
-        assert_eq!(shared_affixes(&["Pin", "SinglePin"]), None);
+        assert_eq!(shared(&["SinglePin"]), None);
+        assert_eq!(shared(&["IPC 1x256", "CE"]), None);
+        assert_eq!(shared(&["Pin", "SinglePin"]), None);
         // What tells two columns apart stays, even when both share it.
         let nbi = ["ProxySingleNBIDMA(staged)", "ProxyMultiNBIDMA(staged)"];
-        let short: Vec<&str> = nbi.iter().map(|c| short_name(c, shared_affixes(&nbi))).collect();
-        assert_eq!(short, ["SingleNBI", "MultiNBI"]);
+        assert_eq!(short(&nbi), ["SingleNBI", "MultiNBI"]);
     }
 }

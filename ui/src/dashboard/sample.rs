@@ -8,11 +8,13 @@ use std::time::Duration;
 use efatop_proto::results::{LatencySummary, Measurement, NicRecord, RunMetadata};
 use efatop_proto::telemetry::histogram::bucket_of;
 use efatop_proto::telemetry::{IntervalHistogram, PeerSample};
-use efatop_proto::RunResults;
+use efatop_proto::column::{Column, Layout, Memory, ProxyLayout};
+use efatop_proto::results::LinkSource;
+use efatop_proto::{Experiment, RunResults};
 
 use crate::state::{
     ChannelView, DashboardState, LogLevel, NvlinkView, PairMatrixView, Panel, PeerState, PeerView, Progress, QueueView,
-    RunInfo, ALLTOALL_EXPERIMENT, HISTORY_LEN, NVLINK_HISTORY_LEN,
+    RunInfo, HISTORY_LEN, NVLINK_HISTORY_LEN,
 };
 use crate::view::View;
 
@@ -23,9 +25,10 @@ const SIZES: [u64; 6] = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 2
 
 pub fn sample_state() -> DashboardState {
     let hosts: Vec<String> = [HOSTS[0], HOSTS[0], HOSTS[1], HOSTS[1]].map(String::from).to_vec();
-    let configs = vec!["SinglePin".to_string(), "MultiPin".to_string()];
+    let (single, multi) = (Column::write(Layout::Single, Memory::Host), Column::write(Layout::Multi, Memory::Host));
+    let configs = vec![single.clone(), multi.clone()];
     let run = RunInfo {
-        experiment: "write".into(),
+        experiment: Experiment::Write,
         provider_stack: "efa".into(),
         ranks: 4,
         hosts: hosts.clone(),
@@ -53,7 +56,7 @@ pub fn sample_state() -> DashboardState {
         results: Some(RunResults {
             metadata: metadata(hosts),
             configs,
-            measurements: measurements("SinglePin", "MultiPin"),
+            measurements: measurements(&single, &multi),
             ..RunResults::default()
         }),
         drops_total: 17,
@@ -79,9 +82,10 @@ pub fn sample_view() -> View {
 /// CPU proxy drains them (`ProxyMultiNBI`, 2M), so the queue is 40% full; rank 1 receives. Two channels.
 pub fn proxy_sample_state() -> DashboardState {
     let hosts = vec![HOSTS[0].to_string(); 2];
-    let configs = vec!["ProxySingleNBIDMA(staged)".to_string(), "ProxyMultiNBIDMA(staged)".to_string()];
+    let proxy = |layout| Column::Proxy { layout, memory: Memory::Staged, emulated: false };
+    let configs = vec![proxy(ProxyLayout::SingleNbi), proxy(ProxyLayout::MultiNbi)];
     let run = RunInfo {
-        experiment: "proxy".into(),
+        experiment: Experiment::Proxy,
         provider_stack: "efa".into(),
         ranks: 2,
         hosts: hosts.clone(),
@@ -95,7 +99,7 @@ pub fn proxy_sample_state() -> DashboardState {
     let mut state = DashboardState {
         run,
         progress: Progress {
-            config: Some(configs[1].clone()),
+            config: Some(configs[1].to_string()),
             size: Some(SIZES[3]),
             done: 9,
             total: 12,
@@ -105,7 +109,7 @@ pub fn proxy_sample_state() -> DashboardState {
         channels: (0..2).flat_map(|rank| (0..2).map(move |channel| channel_view(rank, channel))).collect(),
         peers: (0..2).map(|rank| peer_view(rank, &hosts)).collect(),
         results: Some(RunResults {
-            metadata: RunMetadata { experiment: "proxy".into(), ranks: 2, ..metadata(hosts.clone()) },
+            metadata: RunMetadata { experiment: Experiment::Proxy, ranks: 2, ..metadata(hosts.clone()) },
             configs: configs.clone(),
             measurements: measurements(&configs[0], &configs[1]),
             ..RunResults::default()
@@ -134,7 +138,7 @@ pub fn proxy_sample_state() -> DashboardState {
 /// with `peak` as every pair's peak; rank 2's pair runs at a third of the others. Rank 3 is lost.
 pub fn nvlink_sample_state(peak: Option<f64>) -> DashboardState {
     let mut state = DashboardState { nvlink: nvlink_ring(4, peak), ..sample_state() };
-    state.run.experiment = "ipc".into();
+    state.run.experiment = Experiment::Ipc;
     state.run.hosts = vec![HOSTS[0].to_string(); 4];
     state.run.memory = "device".into();
     // ipc's header reads the pair's NVLink peak (GB/s) from the run's link speed (Gbps).
@@ -219,7 +223,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
     RunMetadata {
         efatop_version: "0.1.0".into(),
         libfabric_version: "1.22.0amzn4.0".into(),
-        experiment: "write".into(),
+        experiment: Experiment::Write,
         provider: "efa".into(),
         provider_stack: "efa".into(),
         fabric: String::new(),
@@ -243,7 +247,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
             })
             .collect(),
         link_gbps: Some(LINK_GBPS),
-        link_source: "provider".into(),
+        link_source: LinkSource::Provider,
         memory: "host".into(),
         window: 1,
         warmup: 3,
@@ -258,13 +262,13 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
 
 /// `single` (SinglePin) over all six sizes, `multi` (MultiPin) over the first three: the table is half
 /// filled in.
-fn measurements(single_config: &str, multi_config: &str) -> Vec<Measurement> {
+fn measurements(single_config: &Column, multi_config: &Column) -> Vec<Measurement> {
     let single = [31.58, 52.14, 71.93, 84.27, 91.06, 94.88];
     let multi = [45.12, 98.75, 171.40];
-    let measurement = |config: &str, size: u64, gbps: f64, channels: f64| {
+    let measurement = |config: &Column, size: u64, gbps: f64, channels: f64| {
         let mean_us = size as f64 * 8.0 / gbps / 1e3;
         Measurement {
-            config: config.into(),
+            config: config.clone(),
             size,
             count: size / 4,
             gbps,
@@ -301,9 +305,10 @@ pub const SLOW_SHARE: f64 = 0.2;
 pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usize) -> DashboardState {
     let ranks = hosts * ranks_per_host;
     let host_names: Vec<String> = (0..ranks).map(|rank| format!("p5-node-{:02}", rank / ranks_per_host)).collect();
-    let configs = vec!["AllToAllPin".to_string()];
+    // A label of its own, as a results file from elsewhere may have: shown as it is.
+    let configs = vec![Column::Other("AllToAllPin".into())];
     let run = RunInfo {
-        experiment: ALLTOALL_EXPERIMENT.into(),
+        experiment: Experiment::Alltoall,
         provider_stack: "efa".into(),
         ranks,
         hosts: host_names.clone(),
@@ -380,7 +385,7 @@ pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usi
             })
             .collect(),
         results: Some(RunResults {
-            metadata: RunMetadata { experiment: ALLTOALL_EXPERIMENT.into(), ranks, hosts: host_names, ..metadata(Vec::new()) },
+            metadata: RunMetadata { experiment: Experiment::Alltoall, ranks, hosts: host_names, ..metadata(Vec::new()) },
             configs,
             measurements: Vec::new(),
             ..RunResults::default()

@@ -186,13 +186,13 @@ mod tests {
         let hosts: Vec<String> = view.record.nodes.iter().map(|n| n.host.clone()).collect();
         DashboardState {
             run: RunInfo {
-                experiment: "sweep".into(),
+                experiment: efatop_proto::Experiment::Sweep,
                 provider_stack: "tcp;ofi_rxm".into(),
                 ranks: 4,
                 hosts,
                 channels: RAILS,
                 memory: "host".into(),
-                configs: vec!["SweepPin".into()],
+                configs: vec![efatop_proto::Column::Sweep { memory: efatop_proto::column::Memory::Host, emulated: false }],
                 sizes: vec![64 << 20],
                 ..RunInfo::default()
             },

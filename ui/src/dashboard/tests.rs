@@ -446,7 +446,7 @@ fn alltoall_4096() -> (DashboardState, View) {
     }
     let hosts = (0..ranks).map(|rank| format!("node{}", rank / 8)).collect();
     let state = DashboardState {
-        run: RunInfo { experiment: "alltoall".into(), ranks, hosts, ..RunInfo::default() },
+        run: RunInfo { experiment: efatop_proto::Experiment::Alltoall, ranks, hosts, ..RunInfo::default() },
         pairs: Some(pairs),
         ..DashboardState::default()
     };

@@ -9,8 +9,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use efatop_proto::results::GpuPairRecord;
+use efatop_proto::topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
 use efatop_proto::words::plural;
-use efatop_topology::{GpuLinkSource, Link, format_cpu_list, format_gbytes};
 
 use super::chrome::{self, Chrome};
 use super::text;
@@ -161,7 +161,8 @@ mod tests {
     use super::*;
     use efatop_proto::RunResults;
     use efatop_proto::results::{RankPlacement, RunMetadata};
-    use efatop_topology::{NodeTopology, PairLink};
+    use efatop_proto::topology::PairLink;
+    use efatop_topology::NodeTopology;
     use insta::assert_snapshot;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;

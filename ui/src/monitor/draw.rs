@@ -4,7 +4,8 @@
 
 use std::fmt::Write;
 
-use efatop_monitor::{GpuPanel, GpuStats, NicStats, Snapshot, TopologyGpu};
+use efatop_proto::telemetry::rails::balance;
+use efatop_proto::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 use efatop_proto::words::plural;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -36,8 +37,8 @@ pub fn render(view: &MonitorView, area: Rect, buf: &mut Buffer) {
         return;
     }
     let gpu_line = match view.snapshot().map(|s| &s.gpus) {
-        Some(GpuPanel::Unavailable { reason }) => Some(format!("GPUs: {reason}")),
-        Some(GpuPanel::Gpus { gpus }) if gpus.is_empty() => Some("GPUs: NVML found no GPU".to_string()),
+        Some(NodeGpus::Unavailable(reason)) => Some(format!("GPUs: {reason}")),
+        Some(NodeGpus::Gpus(gpus)) if gpus.is_empty() => Some("GPUs: NVML found no GPU".to_string()),
         _ => None,
     };
     let footer_height = u16::from(area.height > 1);
@@ -114,9 +115,9 @@ fn render_header(view: &MonitorView, area: Rect, buf: &mut Buffer) {
     match view.snapshot() {
         None => spans.push(Span::raw(" waiting for the first read…")),
         Some(snapshot) => {
-            let present: Vec<&NicStats> = snapshot.nics.iter().filter(|nic| nic.present).collect();
+            let present: Vec<&NodeNic> = snapshot.nics.iter().filter(|nic| nic.present).collect();
             let gone = snapshot.nics.len() - present.len();
-            let sum = |pick: fn(&NicStats) -> Option<f64>| present.iter().filter_map(|nic| pick(nic)).sum::<f64>();
+            let sum = |pick: fn(&NodeNic) -> Option<f64>| present.iter().filter_map(|nic| pick(nic)).sum::<f64>();
             spans.push(Span::styled(format!(" {}", snapshot.host), bold));
             let every = snapshot.interval_ms.map_or_else(|| "first read".to_string(), |ms| format!("every {:.1}s", ms / 1e3));
             spans.push(Span::styled(format!("  {every}"), dim));
@@ -167,8 +168,8 @@ impl Columns {
 
 /// One line of the table: a GPU heading, or a NIC.
 enum Row<'a> {
-    Gpu { index: Option<usize>, topology: Option<&'a TopologyGpu>, stats: Option<&'a GpuStats> },
-    Nic { nic: &'a NicStats, shown_index: usize },
+    Gpu { index: Option<usize>, topology: Option<&'a NodeTopologyGpu>, stats: Option<&'a NodeGpu> },
+    Nic { nic: &'a NodeNic, shown_index: usize },
 }
 
 fn rows(view: &MonitorView) -> Vec<Row<'_>> {
@@ -177,9 +178,9 @@ fn rows(view: &MonitorView) -> Vec<Row<'_>> {
     if view.view.sort != SortKey::Gpu {
         return shown.into_iter().enumerate().map(|(shown_index, nic)| Row::Nic { nic, shown_index }).collect();
     }
-    let nvml: &[GpuStats] = match &snapshot.gpus {
-        GpuPanel::Gpus { gpus } => gpus,
-        GpuPanel::Unavailable { .. } => &[],
+    let nvml: &[NodeGpu] = match &snapshot.gpus {
+        NodeGpus::Gpus(gpus) => gpus,
+        NodeGpus::Unavailable(_) => &[],
     };
     let mut rows = Vec::new();
     let mut current: Option<Option<usize>> = None;
@@ -270,7 +271,7 @@ fn unknown_link_scale(view: &MonitorView) -> f64 {
     peak.max(1.0)
 }
 
-fn gpu_line(index: Option<usize>, topology: Option<&TopologyGpu>, stats: Option<&GpuStats>) -> Line<'static> {
+fn gpu_line(index: Option<usize>, topology: Option<&NodeTopologyGpu>, stats: Option<&NodeGpu>) -> Line<'static> {
     let heading = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
     let Some(index) = index else {
         return Line::styled("not next to a GPU", heading);
@@ -296,10 +297,10 @@ fn gpu_line(index: Option<usize>, topology: Option<&TopologyGpu>, stats: Option<
     Line::from(spans)
 }
 
-fn nic_line(view: &MonitorView, nic: &NicStats, selected: bool, columns: &Columns, unknown_scale: f64) -> Line<'static> {
+fn nic_line(view: &MonitorView, nic: &NodeNic, selected: bool, columns: &Columns, unknown_scale: f64) -> Line<'static> {
     let history = view.history(&nic.name);
-    // Far off its rail (efatop_monitor::rails): the name in red, the figures stay as they are.
-    let off_rail = view.snapshot().is_some_and(|s| efatop_monitor::rails::balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
+    // Far off its rail (efatop_proto::telemetry::rails): the name in red, the figures stay as they are.
+    let off_rail = view.snapshot().is_some_and(|s| balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
     let name_style = match (nic.present, selected) {
         (false, _) => Style::new().fg(Color::DarkGray).add_modifier(Modifier::CROSSED_OUT),
         (true, true) => Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED),
@@ -472,7 +473,7 @@ pub fn plain_text(view: &MonitorView, columns: u16) -> String {
     let mut buf = Buffer::empty(area);
     // A printed table has no selection, no footer and no side column.
     render_header(view, Rect { height: 1, ..area }, &mut buf);
-    if let Some(GpuPanel::Unavailable { reason }) = view.snapshot().map(|s: &Snapshot| &s.gpus) {
+    if let Some(NodeGpus::Unavailable(reason)) = view.snapshot().map(|s: &NodeSample| &s.gpus) {
         Line::raw(format!(" GPUs: {reason}")).render(Rect { y: 1, height: 1, ..area }, &mut buf);
     }
     render_table(view, None, Rect { y: 2, height: height - 2, ..area }, &mut buf);

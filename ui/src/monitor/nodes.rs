@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use efatop_monitor::Snapshot;
+use efatop_proto::telemetry::NodeSample;
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -32,7 +32,7 @@ impl NodesView {
     }
 
     /// Folds in one snapshot of the node that is rank `rank`.
-    pub fn push(&mut self, rank: u32, snapshot: Snapshot) {
+    pub fn push(&mut self, rank: u32, snapshot: NodeSample) {
         let filter = &self.filter;
         self.nodes.entry(rank).or_insert_with(|| MonitorView::new(filter)).push(snapshot);
     }
@@ -107,15 +107,18 @@ pub fn render_nodes(view: &NodesView, area: Rect, buf: &mut Buffer) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_monitor::{GpuPanel, NicKind, NicStats};
+    use efatop_proto::telemetry::{NicKind, NodeGpus, NodeNic};
 
-    fn snapshot(host: &str, nic: &str) -> Snapshot {
-        Snapshot {
+    fn snapshot(host: &str, nic: &str) -> NodeSample {
+        NodeSample {
+            rank: 0,
+            seq: 0,
+            drops: 0,
             host: host.into(),
             t_ms: 0,
             interval_ms: Some(1000.0),
             topology_gpus: Vec::new(),
-            nics: vec![NicStats {
+            nics: vec![NodeNic {
                 name: nic.into(),
                 kind: NicKind::Rdma,
                 pci_bus_id: None,
@@ -131,7 +134,7 @@ mod tests {
                 went_backwards: Vec::new(),
                 counters: BTreeMap::new(),
             }],
-            gpus: GpuPanel::Unavailable { reason: "none".into() },
+            gpus: NodeGpus::Unavailable("none".into()),
         }
     }
 

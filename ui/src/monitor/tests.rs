@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use efatop_monitor::{
-    p5_efa_devices, CounterStats, GpuPanel, GpuStats, NicKind, NicStats, Snapshot, TopologyGpu, NO_DRIVER,
-};
+use efatop_monitor::{p5_efa_devices, NO_DRIVER};
+use efatop_proto::telemetry::{CounterStats, NicKind, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 use insta::assert_snapshot;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -17,12 +16,12 @@ use crate::state::{Action, Key};
 
 const P5_GPU_BUSES: [&str; 8] = ["53", "64", "75", "86", "97", "a8", "b9", "ca"];
 
-fn nic(name: &str, bus: Option<&str>, gpu: Option<usize>, link: Option<f64>, tx: f64, rx: f64) -> NicStats {
+fn nic(name: &str, bus: Option<&str>, gpu: Option<usize>, link: Option<f64>, tx: f64, rx: f64) -> NodeNic {
     let counters: BTreeMap<String, CounterStats> = [("rx_bytes", rx), ("tx_bytes", tx)]
         .into_iter()
         .map(|(n, gbps)| (n.to_string(), CounterStats { value: 1_000_000_000, per_s: Some(gbps * 1e9 / 8.0) }))
         .collect();
-    NicStats {
+    NodeNic {
         name: name.to_string(),
         kind: if bus.is_some() && name.starts_with("rdmap") { NicKind::Rdma } else { NicKind::Net },
         pci_bus_id: bus.map(str::to_string),
@@ -43,8 +42,8 @@ fn nic(name: &str, bus: Option<&str>, gpu: Option<usize>, link: Option<f64>, tx:
 /// A p5 in the middle of a job: GPU k's NICs carry 5·(k+1) + step Gbps tx (the first one of each GPU twice
 /// that), rx half of tx; `rdmap131s0` retransmits at `step` 2, `rdmap80s0` has old errors, `rdmap200s0`
 /// has gone; lo carries 3.2 Gbps.
-fn p5_snapshot(step: u64, gpus: GpuPanel) -> Snapshot {
-    let mut nics: Vec<NicStats> = p5_efa_devices()
+fn p5_snapshot(step: u64, gpus: NodeGpus) -> NodeSample {
+    let mut nics: Vec<NodeNic> = p5_efa_devices()
         .into_iter()
         .enumerate()
         .map(|(i, (name, bus))| {
@@ -73,21 +72,21 @@ fn p5_snapshot(step: u64, gpus: GpuPanel) -> Snapshot {
     let topology_gpus = P5_GPU_BUSES
         .iter()
         .enumerate()
-        .map(|(index, bus)| TopologyGpu { index, pci_bus_id: format!("0000:{bus}:00.0"), model: Some("NVIDIA H100 80GB HBM3".into()) })
+        .map(|(index, bus)| NodeTopologyGpu { index, pci_bus_id: format!("0000:{bus}:00.0"), model: Some("NVIDIA H100 80GB HBM3".into()) })
         .collect();
-    Snapshot { host: "p5-fake".into(), t_ms: 1000 * step, interval_ms: Some(1000.0), topology_gpus, nics, gpus }
+    NodeSample { host: "p5-fake".into(), t_ms: 1000 * step, interval_ms: Some(1000.0), topology_gpus, nics, gpus, ..NodeSample::default() }
 }
 
-fn no_driver() -> GpuPanel {
-    GpuPanel::Unavailable { reason: NO_DRIVER.into() }
+fn no_driver() -> NodeGpus {
+    NodeGpus::Unavailable(NO_DRIVER.into())
 }
 
-fn with_nvml() -> GpuPanel {
-    GpuPanel::Gpus {
-        gpus: P5_GPU_BUSES
+fn with_nvml() -> NodeGpus {
+    NodeGpus::Gpus(
+        P5_GPU_BUSES
             .iter()
             .enumerate()
-            .map(|(index, bus)| GpuStats {
+            .map(|(index, bus)| NodeGpu {
                 index,
                 name: "NVIDIA H100 80GB HBM3".into(),
                 pci_bus_id: format!("0000:{bus}:00.0"),
@@ -98,10 +97,10 @@ fn with_nvml() -> GpuPanel {
                 note: None,
             })
             .collect(),
-    }
+    )
 }
 
-fn view_after(steps: u64, gpus: fn() -> GpuPanel) -> MonitorView {
+fn view_after(steps: u64, gpus: fn() -> NodeGpus) -> MonitorView {
     let mut view = MonitorView::new("");
     for step in 1..=steps {
         view.push(p5_snapshot(step, gpus()));
@@ -255,8 +254,8 @@ fn tiny_and_empty_terminals_do_not_panic() {
 
 #[test]
 fn a_nic_far_off_its_rail_is_drawn_red() {
-    use efatop_monitor::rails::balance;
-    let snapshot = p5_snapshot(2, GpuPanel::Unavailable { reason: "test".into() });
+    use efatop_proto::telemetry::rails::balance;
+    let snapshot = p5_snapshot(2, NodeGpus::Unavailable("test".into()));
     let off: Vec<String> = balance(&[&snapshot]).into_iter().filter(|l| l.off).map(|l| l.nic).collect();
     assert!(!off.is_empty(), "the sample's loads leave some NIC off its rail");
     let mut view = MonitorView::new("");

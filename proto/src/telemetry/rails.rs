@@ -5,11 +5,12 @@
 //!
 //! A NIC's rail is its position among the NICs of its first GPU, by PCI address (the topology places
 //! NICs next to GPUs; without a topology no NIC has a rail, and none is guessed). Load is tx + rx Gbps
-//! over the last interval.
+//! over the last interval. Pure functions of [`NodeSample`]s: the monitor's view, its plain lines and a
+//! many-node view judge the same way.
 
 use serde::{Deserialize, Serialize};
 
-use crate::Snapshot;
+use super::NodeSample;
 
 /// A NIC this far from its rail's median (as a share of the median, either way) is off.
 pub const OFF_SHARE: f64 = 0.5;
@@ -33,7 +34,7 @@ pub struct RailLoad {
 }
 
 /// The rail of every NIC that has one: NIC name → (first GPU, rail).
-pub fn rails_of(snapshot: &Snapshot) -> Vec<(String, usize, usize)> {
+pub fn rails_of(snapshot: &NodeSample) -> Vec<(String, usize, usize)> {
     let mut by_gpu: std::collections::BTreeMap<usize, Vec<(&str, &str)>> = std::collections::BTreeMap::new();
     for nic in snapshot.nics.iter().filter(|nic| nic.present) {
         if let Some(&gpu) = nic.gpus.first() {
@@ -59,7 +60,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// Every NIC with a rail and a rate, in the snapshots given (one node, or every node of a many-node view).
-pub fn balance(snapshots: &[&Snapshot]) -> Vec<RailLoad> {
+pub fn balance(snapshots: &[&NodeSample]) -> Vec<RailLoad> {
     let mut loads = Vec::new();
     for snapshot in snapshots {
         let rails = rails_of(snapshot);
@@ -95,38 +96,4 @@ pub fn balance(snapshots: &[&Snapshot]) -> Vec<RailLoad> {
         }
     }
     loads
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Affinity, GpuReader, Monitor, Sysfs};
-    use std::time::Duration;
-
-    #[test]
-    fn one_nic_far_below_its_rail_is_off_and_its_rail_mates_are_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let fake = crate::FakeSysfs::p5(dir.path()).unwrap();
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/fixtures/p5.48xlarge.xml");
-        let topology = efatop_topology::NodeTopology::from_xml_file(&fixture).unwrap();
-        let mut monitor = Monitor::new("p5", Sysfs::new(fake.root()), Affinity::from_topology(&topology), GpuReader::unavailable("test"));
-        monitor.sample(Duration::ZERO);
-        // Rail 1 (each GPU's second NIC) carries 10 GB/s each way on every GPU but GPU 5's.
-        for (device, _) in crate::p5_efa_devices().iter().skip(1).step_by(4) {
-            let by = if device == "rdmap165s0" { 1_000_000_000 } else { 10_000_000_000 };
-            fake.advance(device, "tx_bytes", by).unwrap();
-            fake.advance(device, "rx_bytes", by).unwrap();
-        }
-        let snapshot = monitor.sample(Duration::from_secs(1));
-        let loads = balance(&[&snapshot]);
-        let rail1: Vec<&RailLoad> = loads.iter().filter(|l| l.rail == 1).collect();
-        assert_eq!(rail1.len(), 8, "{rail1:?}");
-        let off: Vec<&str> = loads.iter().filter(|l| l.off).map(|l| l.nic.as_str()).collect();
-        assert_eq!(off, ["rdmap165s0"]);
-        let slow = rail1.iter().find(|l| l.nic == "rdmap165s0").unwrap();
-        assert_eq!((slow.gpu, slow.rail), (5, 1));
-        assert!((slow.ratio.unwrap() - 0.1).abs() < 1e-9, "{slow:?}");
-        assert!((slow.rail_median_gbps - 160.0).abs() < 1e-6);
-        assert!(loads.iter().filter(|l| l.rail == 0).all(|l| l.ratio.is_none() && !l.off), "an idle rail is not judged");
-    }
 }

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 
 use efatop_proto::ipc::IpcConfig;
-use efatop_proto::RunResults;
+use efatop_proto::column::Column;
+use efatop_proto::{Experiment, RunResults};
 use efatop_proto::sizes::format_size;
 
 /// A cell with nothing measured behind it is shown as this, never as a number.
@@ -22,7 +23,7 @@ pub fn render_table(results: &RunResults) -> String {
         out.push('\n');
         out.push_str(&render_nccl_busbw_table(results));
     }
-    if results.metadata.experiment == "ipc" {
+    if results.metadata.experiment == Experiment::Ipc {
         out.push_str(&render_ipc_tables(results));
     }
     out
@@ -38,15 +39,15 @@ fn gbytes(gbps: f64) -> String {
 /// block matrix at the largest size.
 fn render_ipc_tables(results: &RunResults) -> String {
     // Every store kernel, the tuned one too (its grid depends on the GPU: no grid x block here).
-    let kernels: Vec<(&String, Option<(u32, u32)>)> = results
+    let kernels: Vec<(&Column, Option<(u32, u32)>)> = results
         .configs
         .iter()
         .filter_map(|config| {
-            let parsed = IpcConfig::from_column(config).filter(|c| c.is_kernel())?;
-            Some((config, parsed.grid_block()))
+            let ipc = config.ipc().filter(|c| c.is_kernel())?;
+            Some((config, ipc.grid_block()))
         })
         .collect();
-    let copy_engine_column = IpcConfig::COPY_ENGINE.column();
+    let copy_engine_column = Column::Ipc(IpcConfig::COPY_ENGINE);
     if kernels.is_empty() {
         return String::new();
     }
@@ -66,16 +67,16 @@ fn render_ipc_tables(results: &RunResults) -> String {
         .into_iter()
         .map(|size| {
             let mut row = vec![format_size(size)];
-            let rate = |config: &str| results.find(config, size).map(|m| m.gbps);
+            let rate = |config: &Column| results.find(config, size).map(|m| m.gbps);
             if each_kernel {
                 row.extend(kernels.iter().map(|(config, ..)| rate(config).map_or_else(|| NOT_MEASURED.into(), gbytes)));
             }
             let best = kernels
                 .iter()
-                .filter_map(|(config, ..)| rate(config).map(|gbps| (config, gbps)))
+                .filter_map(|kernel| rate(kernel.0).map(|gbps| (kernel, gbps)))
                 .max_by(|a, b| a.1.total_cmp(&b.1));
             match best {
-                Some((config, gbps)) => row.extend([config.trim_start_matches("IPC ").to_string(), gbytes(gbps)]),
+                Some(((config, shape), gbps)) => row.extend([shape.map_or_else(|| config.to_string(), |(grid, block)| format!("{grid}x{block}")), gbytes(gbps)]),
                 None => row.extend([NOT_MEASURED.to_string(), NOT_MEASURED.to_string()]),
             }
             if copy_engine {
@@ -108,7 +109,7 @@ fn render_ipc_tables(results: &RunResults) -> String {
             .map(|grid| {
                 let mut row = vec![grid.to_string()];
                 row.extend(blocks.iter().map(|block| {
-                    results.find(&IpcConfig::kernel(*grid, *block).column(), largest).map_or_else(|| NOT_MEASURED.into(), |m| gbytes(m.gbps))
+                    results.find(&Column::Ipc(IpcConfig::kernel(*grid, *block)), largest).map_or_else(|| NOT_MEASURED.into(), |m| gbytes(m.gbps))
                 }));
                 row
             })
@@ -193,13 +194,18 @@ fn markdown(header: &[String], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use efatop_proto::results::{LatencySummary, Measurement, RunMetadata};
+    use efatop_proto::results::{LatencySummary, LinkSource, Measurement, RunMetadata};
+
+    /// The column a results file's label stands for, read as a file is.
+    pub(crate) fn column(label: &str) -> Column {
+        serde_json::from_value(label.into()).expect("a label")
+    }
 
     pub(crate) fn sample() -> RunResults {
         let metadata = RunMetadata {
             efatop_version: "0.1.0".into(),
             libfabric_version: "1.17".into(),
-            experiment: "write".into(),
+            experiment: Experiment::Write,
             provider: "shm".into(),
             provider_stack: "shm".into(),
             fabric: String::new(),
@@ -212,7 +218,7 @@ pub(crate) mod tests {
             distinct_nics: 1,
             nics: vec![],
             link_gbps: Some(100.0),
-            link_source: "flag".into(),
+            link_source: LinkSource::Flag,
             memory: "host".into(),
             window: 1,
             warmup: 1,
@@ -224,7 +230,7 @@ pub(crate) mod tests {
             gpu_pairs: vec![],
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
-            config: config.into(),
+            config: column(config),
             size,
             count: size / 4,
             gbps,
@@ -239,7 +245,7 @@ pub(crate) mod tests {
         };
         RunResults {
             metadata,
-            configs: vec!["SinglePin".into(), "MultiPin".into()],
+            configs: vec![column("SinglePin"), column("MultiPin")],
             measurements: vec![m("SinglePin", 262_144, 31.58), m("MultiPin", 262_144, 32.76), m("SinglePin", 1 << 30, 97.68)],
             ..RunResults::default()
         }
@@ -259,9 +265,9 @@ pub(crate) mod tests {
     #[test]
     fn ipc_summary_puts_each_kernel_beside_the_copy_engine_with_the_ratio() {
         let mut results = sample();
-        results.metadata.experiment = "ipc".into();
-        results.configs = vec!["IPC 1x256".into(), "IPC 128x256".into(), "CE".into()];
-        let m = |config: &str, size: u64, gbps: f64| Measurement { config: config.into(), size, gbps, ..sample().measurements[0].clone() };
+        results.metadata.experiment = Experiment::Ipc;
+        results.configs = vec![column("IPC 1x256"), column("IPC 128x256"), column("CE")];
+        let m = |config: &str, size: u64, gbps: f64| Measurement { config: column(config), size, gbps, ..sample().measurements[0].clone() };
         results.measurements = vec![
             m("IPC 1x256", 1 << 20, 800.0),
             m("IPC 128x256", 1 << 20, 1600.0),
@@ -286,9 +292,10 @@ pub(crate) mod tests {
     #[test]
     fn ipc_summary_counts_the_tuned_kernel_among_the_kernels_but_not_in_the_grid_matrix() {
         let mut results = sample();
-        results.metadata.experiment = "ipc".into();
-        results.configs = vec!["IPC 1x64".into(), "IPC 1x256".into(), "IPC 128x64".into(), "IPC 128x256".into(), "kernel (tuned)".into(), "CE".into()];
-        let m = |config: &str, gbps: f64| Measurement { config: config.into(), size: 1 << 30, gbps, ..sample().measurements[0].clone() };
+        let col = |label: &str| -> efatop_proto::Column { serde_json::from_value(serde_json::Value::String(label.into())).unwrap() };
+        results.metadata.experiment = efatop_proto::Experiment::Ipc;
+        results.configs = ["IPC 1x64", "IPC 1x256", "IPC 128x64", "IPC 128x256", "kernel (tuned)", "CE"].map(col).to_vec();
+        let m = |config: &str, gbps: f64| Measurement { config: col(config), size: 1 << 30, gbps, ..sample().measurements[0].clone() };
         results.measurements =
             vec![m("IPC 1x64", 80.0), m("IPC 1x256", 350.0), m("IPC 128x64", 2000.0), m("IPC 128x256", 2971.0), m("kernel (tuned)", 3050.0), m("CE", 3100.0)];
         let table = render_table(&results);
@@ -304,12 +311,12 @@ pub(crate) mod tests {
     #[test]
     fn ipc_sweep_adds_the_grid_by_block_matrix_at_the_largest_size() {
         let mut results = sample();
-        results.metadata.experiment = "ipc".into();
+        results.metadata.experiment = Experiment::Ipc;
         let mut configs = Vec::new();
         results.measurements.clear();
         for grid in [1, 128] {
             for block in [64, 256] {
-                let config = format!("IPC {grid}x{block}");
+                let config = column(&format!("IPC {grid}x{block}"));
                 let gbps = f64::from(grid * block) / 10.0;
                 results.measurements.push(Measurement { config: config.clone(), size: 1 << 30, gbps, ..sample().measurements[0].clone() });
                 configs.push(config);

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use efatop_proto::RunMetadata;
+use efatop_proto::results::LinkSource;
+use efatop_proto::{Experiment, RunMetadata};
 use efatop_proto::sizes::format_size;
 use efatop_proto::words::plural;
 
@@ -20,12 +21,12 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         return early_header(meta);
     }
     let host_list = format!("{} on {} ({})", plural(meta.ranks, "rank"), plural(hosts.len(), "host"), hosts.join(", "));
-    if meta.experiment == "ipc" {
+    if meta.experiment == Experiment::Ipc {
         // No NIC moves ipc's bytes: the header names the GPUs (in the rank lines) and the NVLink peak.
         let _ = writeln!(out, "# efatop ipc — {host_list}, CUDA IPC between the ranks' GPUs");
         let _ = writeln!(out, "# {} memory, warmup {}, iters {}{sizes}", meta.memory, meta.warmup, meta.iters);
-        let _ = match (meta.link_gbps, meta.link_source.strip_prefix("nvlink: ")) {
-            (Some(link), Some(source)) => writeln!(
+        let _ = match (meta.link_gbps, &meta.link_source) {
+            (Some(link), LinkSource::Nvlink(Some(source))) => writeln!(
                 out,
                 "# NVLink peak {:.0} GB/s ({link:.0} Gbps) per direction ({source}), used for BusBW",
                 link / 8.0
@@ -52,8 +53,8 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             meta.warmup,
             meta.iters,
         );
-        let _ = match (meta.link_gbps, meta.link_source.as_str()) {
-            (Some(link), "flag") => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
+        let _ = match (meta.link_gbps, &meta.link_source) {
+            (Some(link), LinkSource::Flag) => writeln!(out, "# link speed {link} Gbps per channel (from --link-gbps), used for BusBW"),
             (Some(link), _) => writeln!(out, "# link speed {link} Gbps per channel (reported by the provider), used for BusBW"),
             (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
         };
@@ -65,7 +66,7 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             meta.hang_timeout_s
         );
     }
-    if meta.experiment == "alltoall" {
+    if meta.experiment == Experiment::Alltoall {
         let _ = writeln!(
             out,
             "# all-to-all: Gbps = one rank's buffer (size) per iteration time, as the seed table; BusBW = that over \
@@ -111,28 +112,28 @@ mod tests {
 
     #[test]
     fn ipc_names_the_nvlink_peak_not_a_nic() {
-        let mut meta = crate::table::tests::sample().metadata;
-        meta.experiment = "ipc".into();
+        let mut meta = crate::text::table::tests::sample().metadata;
+        meta.experiment = Experiment::Ipc;
         meta.memory = "device".into();
         meta.link_gbps = Some(3600.0);
-        meta.link_source = "nvlink: NVML, 18 links x 25 GB/s".into();
+        meta.link_source = serde_json::from_value("nvlink: NVML, 18 links x 25 GB/s".into()).expect("a link source");
         let header = render_header(&meta, &[1 << 20, 1 << 30]);
         assert!(header.starts_with("# efatop ipc — 2 ranks on 1 host (node-a), CUDA IPC between the ranks' GPUs\n"), "{header}");
         assert!(header.contains("# device memory, warmup 1, iters 10, sizes 1M..1G\n"), "{header}");
         assert!(header.contains("# NVLink peak 450 GB/s (3600 Gbps) per direction (NVML, 18 links x 25 GB/s), used for BusBW\n"));
         assert!(!header.contains("provider") && !header.contains("NIC"), "{header}");
         meta.link_gbps = None;
-        meta.link_source = "nvlink".into();
+        meta.link_source = LinkSource::Nvlink(None);
         assert!(render_header(&meta, &[]).contains("# NVLink peak unknown (no NVML, no NVLink seen): BusBW not computed\n"));
         // Other experiments keep their fabric lines.
-        let fabric = render_header(&crate::table::tests::sample().metadata, &[4096]);
+        let fabric = render_header(&crate::text::table::tests::sample().metadata, &[4096]);
         assert!(fabric.contains("provider shm [shm]") && fabric.contains("# link speed 100 Gbps per channel (from --link-gbps)"));
     }
 
     #[test]
     fn a_run_that_ended_before_its_ranks_met_shows_no_empty_hosts_or_nics() {
         let meta = RunMetadata {
-            experiment: "write".into(),
+            experiment: efatop_proto::Experiment::Write,
             provider: "nosuchprov".into(),
             libfabric_version: "1.17".into(),
             ranks: 2,
@@ -147,7 +148,7 @@ mod tests {
             "# efatop write — 2 ranks, provider nosuchprov asked for, libfabric 1.17: the run ended before its ranks met (no \
              hosts, NICs or channels known)\n# window 1, warmup 3, iters 20\n"
         );
-        let mut one = crate::table::tests::sample().metadata;
+        let mut one = crate::text::table::tests::sample().metadata;
         one.distinct_nics = 1;
         assert!(render_header(&one, &[4096]).contains(" over 1 NIC ("), "{}", render_header(&one, &[4096]));
     }

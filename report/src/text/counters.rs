@@ -53,7 +53,7 @@ mod tests {
             }],
             ..RankReading::default()
         };
-        let mut results = crate::table::tests::sample();
+        let mut results = crate::text::table::tests::sample();
         results.measurements[0].counters = Some(StepCounters::gather(StepOp::Write, &[reading]));
         let text = render_counters(&results);
         let first = &results.measurements[0];
