@@ -51,6 +51,16 @@ pub fn rank_main(experiment: Experiment) -> i32 {
             Ok(Input::Ready(setup)) => {
                 let Ending { code, abandoned } = rank_zero::run(*setup, &heard);
                 let code = exit_code(0, code);
+                if !abandoned {
+                    // Rank 0's thread closes its world now; a moment for that, never a hang.
+                    let until = std::time::Instant::now() + CLOSE_LIMIT;
+                    while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+                        match heard.recv_timeout(left) {
+                            Ok(Input::Done(_)) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                    }
+                }
                 if abandoned {
                     // Rank 0's own thread is stuck where nothing reaches it (inside MPI): the run has ended
                     // and said so everywhere; the process ends without that thread.
@@ -72,6 +82,9 @@ pub fn rank_main(experiment: Experiment) -> i32 {
         }
     }
 }
+
+/// How long rank 0's process waits, after the run's ending, for its thread to close the world.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The rank's thread's stack: the experiments keep their sweeps' bookkeeping on it.
 const RANK_STACK: usize = 16 << 20;
@@ -267,7 +280,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         serving: outlets.as_ref().and_then(|o| o.serving),
         interval_ms: common.interval.as_millis() as u64,
     };
+    let (release, released) = mpsc::channel::<()>();
     let setup = Setup {
+        release,
         mode,
         results,
         file,
@@ -294,6 +309,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         sampler.finish();
     }
     let _ = inputs.send(Input::Ended(outcome));
+    // The world (every fabric object) closes only once the loop has ended the run everywhere.
+    let _ = released.recv();
     Ok(0)
 }
 

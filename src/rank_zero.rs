@@ -92,6 +92,10 @@ pub struct Setup {
     pub metrics: Option<RunMetrics>,
     pub pushgateway: Option<crate::run_metrics::Pushgateway>,
     pub collector: Option<Collector>,
+    /// Dropped once the ending is done: only then does rank 0's own thread close its fabric objects. A
+    /// provider that crashes while closing an endpoint a failed run left mid-transfer (libfabric 1.17's
+    /// tcp;ofi_rxm: docs/measurements.md, "Investigations") then cannot take the run's ending with it.
+    pub release: Sender<()>,
 }
 
 /// How the loop ended the run.
@@ -230,12 +234,15 @@ impl Loop {
         }
     }
 
-    /// The experiment's error, or, when the watchdog saw why first (a rank died or hung), that reason:
-    /// whatever broke on rank 0 followed from it.
+    /// The experiment's error, or, when the watchdog saw why first (a rank died or hung), that reason: a
+    /// wait on the fabric or the rendezvous that broke followed from it. An error the ranks agreed on (a
+    /// verification failure, a peer's own failure) is the run's reason, whatever the watchdog saw after
+    /// (the failing ranks exit once they have told rank 0).
     fn blame(&self, outcome: Result<(), ExperimentError>) -> Result<(), ExperimentError> {
         match outcome {
-            Err(err) if self.setup.abort.is_raised() && !matches!(err, ExperimentError::Stopped) => {
-                let _ = err;
+            Err(ExperimentError::Fabric(_) | ExperimentError::Bootstrap(_) | ExperimentError::Stalled { .. })
+                if self.setup.abort.is_raised() =>
+            {
                 Err(self.abandoned())
             }
             outcome => outcome,
@@ -412,6 +419,7 @@ impl Loop {
                 Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
             }
         };
+        drop(self.setup.release);
         Ending { code, abandoned }
     }
 }
