@@ -4,6 +4,7 @@
 
 use std::ffi::OsString;
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::local::Rendezvous;
@@ -99,7 +100,51 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String], copies: P
             }
         }
     }
-    Ok(supervise(children))
+    let stop_requests = watch_stop_requests();
+    Ok(supervise(children, &stop_requests))
+}
+
+/// SIGTERM, SIGHUP and SIGINT to the launcher (a batch system ending the job, a closed terminal, Ctrl-C)
+/// are passed on as mpirun does, so that no rank outlives it and the run still ends with its tables: the
+/// first goes to rank 0 alone, as SIGTERM (it ends the run through its ordinary ending, its peers following
+/// its abort); a second, to every rank still running. Counted here, acted on by [`supervise`].
+fn watch_stop_requests() -> std::sync::Arc<StopRequests> {
+    let count = std::sync::Arc::new(StopRequests::default());
+    let counted = std::sync::Arc::clone(&count);
+    let spawned = std::thread::Builder::new().name("efatop-launcher-signals".into()).spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
+        runtime.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut terminate), Ok(mut hangup), Ok(mut interrupt)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
+            else {
+                return;
+            };
+            loop {
+                let interrupted = tokio::select! {
+                    _ = terminate.recv() => false,
+                    _ = hangup.recv() => false,
+                    _ = interrupt.recv() => true,
+                };
+                if counted.count.load(Ordering::SeqCst) == 0 {
+                    counted.first_was_interrupt.store(interrupted, Ordering::SeqCst);
+                }
+                counted.count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    });
+    if let Err(err) = spawned {
+        eprintln!("efatop: warning: no SIGTERM handler in the launcher ({err}): a SIGTERM would leave the ranks running");
+    }
+    count
+}
+
+/// The launcher's stop requests so far, and whether the first was SIGINT (passed on as SIGINT, so rank 0
+/// says it was interrupted; otherwise as SIGTERM).
+#[derive(Default)]
+struct StopRequests {
+    count: AtomicUsize,
+    first_was_interrupt: std::sync::atomic::AtomicBool,
 }
 
 const CUDA_LAUNCH_BLOCKING: &str = "CUDA_LAUNCH_BLOCKING";
@@ -110,12 +155,14 @@ pub const ENV_PEER_COPIES: &str = "EFATOP_PEER_COPIES";
 /// watchdog notices a dead or silent rank within seconds); then the ranks still running are asked to stop
 /// (SIGCONT for a stopped one, then SIGTERM) and killed `KILL_GRACE` later. Every rank has ended within
 /// `REPORT_GRACE + KILL_GRACE` of the first failure.
-fn supervise(mut children: Vec<Child>) -> i32 {
+fn supervise(mut children: Vec<Child>, stop_requests: &StopRequests) -> i32 {
     let mut codes: Vec<Option<i32>> = vec![None; children.len()];
     let mut failed_at: Option<Instant> = None;
     // When the other ranks, and (much later, if ever) rank 0, were sent SIGTERM.
     let mut others_terminated_at: Option<Instant> = None;
     let mut rank0_terminated_at: Option<Instant> = None;
+    // How many of the launcher's stop requests (SIGTERM, SIGHUP) were passed on.
+    let mut stops_passed_on = 0;
     let host = efatop_experiments::world::hostname();
     // While rank 0 may be drawing its dashboard, lines written now would land on top of it: they are kept
     // and printed once rank 0 has left the screen.
@@ -152,6 +199,23 @@ fn supervise(mut children: Vec<Child>) -> i32 {
         }
         if codes.iter().all(Option::is_some) {
             break;
+        }
+        let requests = stop_requests.count.load(Ordering::SeqCst);
+        if requests > stops_passed_on {
+            if stops_passed_on == 0 && codes[0].is_none() {
+                let signal = if stop_requests.first_was_interrupt.load(Ordering::SeqCst) {
+                    nix::sys::signal::Signal::SIGINT
+                } else {
+                    nix::sys::signal::Signal::SIGTERM
+                };
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(children[0].id() as i32), signal);
+                rank0_terminated_at = Some(Instant::now());
+            } else {
+                terminate(&children, &codes, 0..children.len());
+                others_terminated_at.get_or_insert_with(Instant::now);
+            }
+            failed_at.get_or_insert_with(Instant::now);
+            stops_passed_on = requests;
         }
         if let Some(failed) = failed_at {
             let rank0_done = codes[0].is_some();

@@ -55,6 +55,11 @@ fn main() -> ExitCode {
     if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
         std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     }
+    // Before any handler of ours: SIGINT/SIGTERM/SIGHUP back from a linked library's constructor (see
+    // `reclaim_stop_signals`), so that they end a run through its ending.
+    if let Err(err) = efatop_fabric::signals::reclaim_stop_signals() {
+        eprintln!("efatop: warning: cannot reset the stop signals ({err}): a SIGTERM may end a run without its tables");
+    }
     let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),

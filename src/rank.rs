@@ -36,7 +36,8 @@ pub fn rank_main(experiment: Experiment) -> i32 {
         return 2;
     }
     let (inputs, heard) = mpsc::channel::<Input>();
-    watch_sigterm(inputs.clone());
+    watch_stop_signals(inputs.clone());
+    let launched_as_peer = std::env::var(bootstrap::ENV_RANK).is_ok_and(|rank| rank != "0");
     let spawned = std::thread::Builder::new().name("efatop-rank".into()).stack_size(RANK_STACK).spawn(move || {
         let outcome = rank_thread(&experiment, &inputs);
         let _ = inputs.send(Input::Done(outcome));
@@ -73,7 +74,10 @@ pub fn rank_main(experiment: Experiment) -> i32 {
             }
             Ok(Input::Done(Ok(code))) => return code,
             Ok(Input::Done(Err((rank, err)))) => return exit_code(rank, Err(err)),
-            Ok(Input::Terminated) => return 143,
+            // Ctrl-C reaches every rank of a launcher's run; the launcher passes it on to rank 0, whose
+            // abort ends the others through the run's ending.
+            Ok(Input::Terminated(rank_zero::Stop::Interrupt)) if launched_as_peer => {}
+            Ok(Input::Terminated(stop)) => return stop.exit_code(),
             Ok(Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_) | Input::Ended(_)) => {}
             Err(_) => {
                 eprintln!("efatop: error: the rank's thread ended without a result (it panicked)");
@@ -104,8 +108,8 @@ fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
         }
         ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(reason)) if rank == 0 => {
             eprintln!("efatop: error: {reason}");
-            if reason.starts_with(rank_zero::SIGTERM_REASON) {
-                return 143;
+            if let Some(stop) = rank_zero::Stop::from_reason(reason) {
+                return stop.exit_code();
             }
         }
         _ => eprintln!("efatop: error: rank {rank}: {err}"),
@@ -113,23 +117,33 @@ fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
     err.exit_code()
 }
 
-/// SIGTERM (mpirun ending the job, the launcher stopping a rank 0 that outlived a failure) is one more
-/// input of the main thread: rank 0's loop ends the run through its ordinary ending; before the run has
-/// started (or on another rank) the process ends with 143 as SIGTERM's default would.
-fn watch_sigterm(inputs: Sender<Input>) {
-    let spawned = std::thread::Builder::new().name("efatop-sigterm".into()).spawn(move || {
+/// SIGTERM and SIGHUP (mpirun or a batch system ending the job, the launcher passing on its own) and SIGINT
+/// are inputs of the main thread: rank 0's loop ends the run through its ordinary ending; before the run
+/// has started (or on another rank) the process ends with the signal's usual code (143, 130).
+fn watch_stop_signals(inputs: Sender<Input>) {
+    let spawned = std::thread::Builder::new().name("efatop-signals".into()).spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
         runtime.block_on(async {
-            let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
-            while terminate.recv().await.is_some() {
-                if inputs.send(Input::Terminated).is_err() {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut terminate), Ok(mut hangup), Ok(mut interrupt)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
+            else {
+                return;
+            };
+            loop {
+                let stop = tokio::select! {
+                    _ = terminate.recv() => rank_zero::Stop::Terminate,
+                    _ = hangup.recv() => rank_zero::Stop::Terminate,
+                    _ = interrupt.recv() => rank_zero::Stop::Interrupt,
+                };
+                if inputs.send(Input::Terminated(stop)).is_err() {
                     return;
                 }
             }
         });
     });
     if let Err(err) = spawned {
-        eprintln!("efatop: warning: no SIGTERM handler ({err}): a SIGTERM would end the run without its tables");
+        eprintln!("efatop: warning: no signal handler ({err}): a SIGTERM would end the run without its tables");
     }
 }
 

@@ -45,8 +45,36 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-/// The reason a run ended by SIGTERM gives (exit code 143).
-pub const SIGTERM_REASON: &str = "stopped by SIGTERM";
+/// A signal that asks the run to stop: it ends through the ordinary ending, its tables kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM (or SIGHUP): the launcher, mpirun or a batch system ends the job.
+    Terminate,
+    /// SIGINT: Ctrl-C in the terminal (without the dashboard, which takes it as a key).
+    Interrupt,
+}
+
+impl Stop {
+    /// The run's reason begins with this; [`Stop::from_reason`] reads it back for the exit code.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Terminate => "stopped by SIGTERM (the launcher, mpirun or the batch system ended the job)",
+            Self::Interrupt => "stopped by SIGINT (interrupted from the terminal)",
+        }
+    }
+
+    /// The exit code a process stopped by this signal ends with, as the signal's default would.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::Terminate => 143,
+            Self::Interrupt => 130,
+        }
+    }
+
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        [Self::Terminate, Self::Interrupt].into_iter().find(|stop| reason == stop.reason())
+    }
+}
 
 /// What the process's main thread hears.
 pub enum Input {
@@ -63,8 +91,8 @@ pub enum Input {
     Sweep(Box<SweepResults>),
     /// Rank 0's experiment returned.
     Ended(Result<(), ExperimentError>),
-    /// SIGTERM: the launcher or mpirun ends the job.
-    Terminated,
+    /// SIGTERM, SIGHUP or SIGINT: the run is asked to stop.
+    Terminated(Stop),
 }
 
 impl From<Vec<CollectorEvent>> for Input {
@@ -200,8 +228,8 @@ impl Loop {
                         return (self.blame(outcome), false);
                     }
                 }
-                Ok(Input::Terminated) => {
-                    self.setup.abort.raise(format!("{SIGTERM_REASON} (the launcher or mpirun ended the job)"));
+                Ok(Input::Terminated(stop)) => {
+                    self.setup.abort.raise(stop.reason().to_string());
                     raised_at.get_or_insert_with(Instant::now);
                 }
                 Ok(input) => self.fold(input),
@@ -277,7 +305,7 @@ impl Loop {
                 self.forward(event);
             }
             Input::Sweep(sweep) => self.sweep(*sweep),
-            Input::Ready(_) | Input::Done(_) | Input::Ended(_) | Input::Terminated => {}
+            Input::Ready(_) | Input::Done(_) | Input::Ended(_) | Input::Terminated(_) => {}
         }
     }
 

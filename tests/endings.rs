@@ -270,3 +270,57 @@ fn sweep_rank_killed_while_allocating() {
 fn write_hung_rank_plain_tables() {
     end_a_run_printing("write", SMALL, Fault::HungAfterFirstResult, false);
 }
+
+/// The launcher itself is asked to stop (a batch system's SIGTERM, Ctrl-C's SIGINT to it alone): it passes
+/// the signal on to rank 0, which ends the run through its ending (tables, results file with the reason,
+/// the signal's exit code); no rank outlives the launcher.
+fn stop_the_launcher(signal: &str, code: i32, reason: &str) {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = ["run", "--ranks", "3", "write", "--provider", "shm", "--no-tui", "--min-size", "64K", "--max-size", "256M"];
+    let mut launcher = command(&[&args[..], &["--iters", "1000", "--out", "results.json"]].concat(), dir.path()).spawn().expect("start");
+    let mut ours = Tracked::default();
+    ours.add(launcher.id());
+    let stdout = lines_of(launcher.stdout.take().expect("stdout"));
+    let stderr = lines_of(launcher.stderr.take().expect("stderr"));
+    let mut printed = Vec::new();
+    // Once the first size is in (minutes remain: 256M × 1000 at the end).
+    loop {
+        let line = stdout.recv_timeout(Duration::from_secs(120)).expect("a first size within 120 s");
+        let hit = line.contains(": NIC/app");
+        printed.push(line);
+        if hit {
+            break;
+        }
+    }
+    ours.add_descendants(launcher.id());
+    assert!(Command::new("kill").args([signal, &launcher.id().to_string()]).status().expect("kill").success());
+    let exit = wait(&mut launcher, Duration::from_secs(30), signal);
+    printed.extend(rest(&stdout, Duration::from_secs(5)));
+    let said = rest(&stderr, Duration::from_secs(5));
+    assert_eq!(exit, Some(code), "{signal}: stderr {said:?}");
+    assert!(said.iter().any(|l| l.starts_with(&format!("efatop: error: {reason}"))), "{signal}: {said:?}");
+    let text = printed.join("\n");
+    assert!(text.contains(&format!("# the run failed: {reason}")) && text.contains("| Size |"), "{signal}: no tables:\n{text}");
+    let file: Value = serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).expect("results file")).expect("results parse");
+    assert_eq!(file["status"]["state"], "failed", "{signal}: {}", file["status"]);
+    assert!(file["status"]["reason"].as_str().is_some_and(|r| r.starts_with(reason)), "{signal}: {}", file["status"]);
+    assert!(measured(&file) >= 1, "{signal}: the sizes measured are lost");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !ours.alive().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = ours.alive();
+    ours.kill_all();
+    assert!(left.is_empty(), "{signal}: ranks outlived the launcher: {left:?}");
+}
+
+#[test]
+fn a_sigterm_to_the_launcher_ends_the_run_with_its_tables_and_no_rank_left() {
+    stop_the_launcher("-TERM", 143, "stopped by SIGTERM");
+}
+
+#[test]
+fn a_sigint_to_the_launcher_ends_the_run_with_its_tables_and_no_rank_left() {
+    stop_the_launcher("-INT", 130, "stopped by SIGINT");
+}

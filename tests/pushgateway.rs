@@ -331,8 +331,10 @@ fn the_runs_and_the_monitors_metrics_pass_promtool() {
     assert!(said.trim().is_empty(), "{said}");
     assert!(text.contains("# HELP efatop_nic_rdma_write_bytes_total "), "{text}");
 
-    // A run, scraped while it goes (rates and percentiles of the last interval).
-    let args = write("4M", "20", &["--prometheus", "127.0.0.1:0"]);
+    // A run, scraped while it goes (rates and percentiles of the last interval). It is long (minutes
+    // at 256M × 1000 on shm) so that it is surely still going at the scrape, however fast the machine;
+    // the test then ends it as an operator would, with SIGTERM, which keeps the final figures too.
+    let args = write("256M", "1000", &["--prometheus", "127.0.0.1:0"]);
     let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
     let mut seen = Vec::new();
     let endpoint = serving(&line_starting(&lines, "efatop: serving", &mut seen));
@@ -348,12 +350,15 @@ fn the_runs_and_the_monitors_metrics_pass_promtool() {
         assert!(live.contains(&format!("# HELP {name} ")) && live.contains(&format!("# TYPE {name} ")), "{name}: {live}");
     }
     // And once it is over (what a Pushgateway is given).
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the run this test started");
     line_starting(&lines, "efatop: the final figures stay at", &mut seen);
     let (status, ended) = get(endpoint, "/metrics").expect("the final scrape");
     assert_eq!(status, 200, "{ended}");
     let (code, said) = promtool(&promtool_path, &ended);
     assert_eq!(code, Some(0), "promtool check metrics of the ended run's /metrics:\n{said}\n{ended}");
-    assert_eq!(exit_code(&mut run, Duration::from_mins(1)), Some(0), "{}", stdout.join().expect("stdout"));
+    assert!(ended.contains("efatop_run_state{"), "{ended}");
+    assert_eq!(exit_code(&mut run, Duration::from_mins(1)), Some(143), "{}", stdout.join().expect("stdout"));
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod object;
 pub mod channel;
 pub mod shm_regions;
+pub mod signals;
 
 pub use channel::{Channel, ChannelCounters, ChannelOptions, Completion, Immediate, Op, PeerAddress, RemoteRegion, block_on};
 pub use object::EndpointReport;
