@@ -325,6 +325,9 @@ impl Exchange<'_> {
             })
             .collect::<Result<_, ExperimentError>>()?;
         world.counters_before_step();
+        // What telemetry has been told per rail: every immediate promised before this round. Immediates
+        // of this round that a progress call elsewhere (a barrier) already reaped count as this round's.
+        let mut seen: Vec<u64> = self.expected.iter().map(|promised| promised[peer]).collect();
         for &rail in rails {
             self.expected[rail][peer] += total;
         }
@@ -339,7 +342,6 @@ impl Exchange<'_> {
                 latency: LatencyRecorder::new(),
             })
             .collect();
-        let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(peer)).collect();
         let mut last_change = Instant::now();
         loop {
             let mut advanced = false;

@@ -328,27 +328,18 @@ fn receive_group(
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
     let mut segment_len = vec![0u64; world.channels.len()];
+    // What telemetry has been told per channel: every immediate promised before this group. An immediate of
+    // this group that a progress call elsewhere (a barrier between groups) already reaped is this group's.
+    let mut seen: Vec<u64> = expected.to_vec();
     for segment in plan(config, WRITER, &[world.rank], size, world.channels.len()) {
         expected[segment.channel] += sweep.warmup + sweep.iters;
         segment_len[segment.channel] = segment.len;
     }
-    let mut seen: Vec<u64> = world
-        .channels
-        .iter()
-        .map(|c| c.immediates_from(WRITER))
-        .collect();
     let timeout = world.op_timeout;
     let mut last_change = Instant::now();
     loop {
-        let complete = world
-            .channels
-            .iter()
-            .zip(expected.iter())
-            .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
-        if complete {
-            return Ok(());
-        }
-        world.progress_all()?;
+        // Count what has landed before asking whether all of it has: the whole group may have been reaped
+        // before this call.
         let mut advanced = false;
         for ((channel, seen), len) in world.channels.iter().zip(seen.iter_mut()).zip(&segment_len) {
             let now = channel.immediates_from(WRITER);
@@ -359,6 +350,14 @@ fn receive_group(
                 *seen = now;
                 advanced = true;
             }
+        }
+        let complete = world
+            .channels
+            .iter()
+            .zip(expected.iter())
+            .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
+        if complete {
+            return Ok(());
         }
         if advanced {
             last_change = Instant::now();
@@ -371,6 +370,7 @@ fn receive_group(
                 },
             ));
         }
+        world.progress_all()?;
     }
 }
 
