@@ -22,8 +22,8 @@ use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
 use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMatrix, PairMeasurement};
-use serde::{Deserialize, Serialize};
 use efatop_proto::sizes::format_size;
+use serde::{Deserialize, Serialize};
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, prepare, Payload, Stage};
