@@ -167,7 +167,7 @@ pub fn run(
 }
 
 /// The columns of `write` and `alltoall`, each with the index of the payload it moves and its layout:
-/// every layout over every memory kind (SinglePin … beside SingleDMA …, as in the seed table), told to
+/// every layout over every memory kind (`SinglePin` … beside `SingleDMA` …, as in the seed table), told to
 /// `observer` as the run begins.
 pub(crate) fn begin_columns(
     world: &World<'_>,
