@@ -39,6 +39,14 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     if args.drain && args.format() != HealthFormat::Slurm {
         return Err((2, "--drain: only with --format slurm (it sets the Slurm drain reason)".into()));
     }
+    if !args.traffic {
+        if args.provider.is_some() {
+            return Err((2, "--provider: only with --traffic (the provider of its write: efa, shm, tcp, ...)".into()));
+        }
+        if args.debug_corrupt_byte.is_some() {
+            return Err((2, "--debug-corrupt-byte: only with --traffic (it corrupts a byte of its write)".into()));
+        }
+    }
     if !args.sysfs_root.is_dir() {
         return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
     }
@@ -53,7 +61,8 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
     };
     // The write runs on this machine whatever --sysfs-root says (its finding says which provider carried it).
-    let traffic = || args.traffic.then(|| traffic::run(&args.provider, args.debug_corrupt_byte));
+    let provider = args.provider.clone().unwrap_or(efatop_fabric::Provider::Efa);
+    let traffic = || args.traffic.then(|| traffic::run(&provider, args.debug_corrupt_byte));
     let observed = observe_with_traffic(&sysfs, expected.layout.as_ref(), args.window, libfabric, traffic);
     let report = Report::new(host_name(), &expected, &observed);
     let verdict = verdict(&report);
@@ -191,8 +200,9 @@ pub fn verdict(report: &Report) -> Verdict {
             let skipped = report.with_status(Status::Skipped).count();
             let instance = report.instance_type.as_deref().unwrap_or("instance type unknown");
             let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| {
-                let nics = if traffic.carrier == Carrier::Nic { "" } else { " (not the NICs)" };
-                format!(", traffic via {}{nics}", traffic.via())
+                // The provider as asked (`tcp`, not `tcp;ofi_rxm`): the line must fit node-problem-detector's 80.
+                let nics = if traffic.carrier == Carrier::Nic { "" } else { " (not NICs)" };
+                format!(", traffic via {}{nics}", traffic.provider)
             });
             Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped{traffic}"))
         }

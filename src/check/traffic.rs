@@ -207,7 +207,7 @@ fn outcome(ended: &Ended, results: Option<&RunResults>, channels: &[TrafficChann
 fn slow_nics(verdict: &Verdict) -> Vec<SlowNic> {
     let mut slow = Vec::new();
     for suspect in &verdict.suspects {
-        let one = |nic: String, with: Option<String>| SlowNic {
+        let one = |nic: String, with: Option<(String, usize)>| SlowNic {
             rank: suspect.rank,
             nic,
             with,
@@ -217,8 +217,8 @@ fn slow_nics(verdict: &Verdict) -> Vec<SlowNic> {
         match suspect.scope {
             Scope::Nic => slow.push(one(suspect.nic.clone().unwrap_or_default(), None)),
             Scope::Link => {
-                let peer = suspect.peer.map_or_else(String::new, |rank| format!(" (rank {rank})"));
-                slow.push(one(suspect.nic.clone().unwrap_or_default(), Some(format!("{}{peer}", suspect.peer_nic.as_deref().unwrap_or("?")))));
+                let with = suspect.peer_nic.clone().zip(suspect.peer);
+                slow.push(one(suspect.nic.clone().unwrap_or_default(), with));
             }
             Scope::Node => slow.extend(suspect.nics.iter().map(|nic| one(nic.clone(), None))),
         }
@@ -340,6 +340,6 @@ mod tests {
         let slow = slow_nics(&verdict);
         assert_eq!(slow.len(), 2);
         assert_eq!((slow[0].nic.as_str(), slow[0].with.as_deref()), ("rdmap96s0-rdm", None));
-        assert_eq!(slow[1].with.as_deref(), Some("rdmap79s0-rdm (rank 0)"));
+        assert_eq!(slow[1].with, Some(("rdmap79s0-rdm".to_string(), 0)));
     }
 }

@@ -60,12 +60,12 @@ pub struct CheckArgs {
     /// machine even with --sysfs-root
     #[arg(long)]
     pub traffic: bool,
-    /// The libfabric provider --traffic writes with: efa (each byte crosses a NIC), or shm, tcp, udp,
-    /// sockets, or another name `fi_info -l` lists (these prove efatop's path, not the NICs)
-    #[arg(long, default_value = "efa", value_parser = parse_provider, requires = "traffic")]
-    pub provider: Provider,
+    /// The libfabric provider --traffic writes with [default: efa, each byte crosses a NIC]; shm, tcp,
+    /// udp, sockets or another name `fi_info -l` lists prove efatop's path, not the NICs
+    #[arg(long, value_parser = parse_provider)]
+    pub provider: Option<Provider>,
     /// Testing aid: --traffic's sender corrupts this byte offset (modulo 4 MiB), so verification must fail
-    #[arg(long, hide = true, requires = "traffic")]
+    #[arg(long, hide = true)]
     pub debug_corrupt_byte: Option<u64>,
 }
 

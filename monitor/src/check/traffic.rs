@@ -68,9 +68,10 @@ pub struct TrafficChannel {
 pub struct SlowNic {
     pub rank: usize,
     pub nic: String,
-    /// For a slow pair (a link): the NIC at the other end; `None` for a NIC slow with every peer.
+    /// For a slow pair (a link): the NIC at the other end, and its rank; `None` for a NIC slow with every
+    /// peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub with: Option<String>,
+    pub with: Option<(String, usize)>,
     pub gbps: f64,
     pub median_gbps: f64,
 }
@@ -147,14 +148,17 @@ fn clip(text: &str, max: usize) -> String {
 /// The `traffic` rule: nothing when `--traffic` was not given.
 pub fn traffic(observed: &Observed) -> Vec<Finding> {
     let Some(traffic) = &observed.traffic else { return Vec::new() };
+    // Sentences name the stack that carried the bytes (`tcp;ofi_rxm`); the short forms, read in one-line
+    // contracts where `; ` parts problems, the provider as asked (`tcp`).
     let via = traffic.via();
+    let by = traffic.provider.as_str();
     let slow = match &traffic.outcome {
         TrafficOutcome::NotRun { why } => {
             return vec![finding(
                 Status::Unknown,
                 None,
                 format!("the verified write via {via} could not run here: {why}"),
-                format!("write via {via} not run: {}", clip(why, 48)),
+                format!("write via {by} not run: {}", clip(why, 48)),
             )];
         }
         TrafficOutcome::TimedOut { after_s } => {
@@ -166,7 +170,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
                      stopped: a NIC or a rank hangs",
                     traffic.ranks
                 ),
-                format!("write via {via} hung ({after_s:.0} s)"),
+                format!("write via {by} hung ({after_s:.0} s)"),
             )];
         }
         TrafficOutcome::Failed { why } => {
@@ -174,16 +178,19 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
                 Status::Problem,
                 None,
                 format!("the verified write via {via} between {} ranks of this node failed: {why}", traffic.ranks),
-                format!("write via {via} failed: {}", clip(why, 48)),
+                format!("write via {by} failed: {}", clip(why, 48)),
             )];
         }
         TrafficOutcome::Corrupt { receiver, sender, nic, from_nic, detail } => {
-            let from = from_nic.as_deref().map_or_else(|| format!("rank {sender}"), |n| format!("{n} (rank {sender})"));
+            let nic = device_of(nic);
+            let from_nic = from_nic.as_deref().map(device_of);
+            let from = from_nic.map_or_else(|| format!("rank {sender}"), |n| format!("{n} (rank {sender})"));
+            let from_short = from_nic.map_or_else(|| format!("rank {sender}"), str::to_string);
             return vec![finding(
                 Status::Problem,
                 Some(nic),
                 format!("{nic} (rank {receiver}) received corrupt data from {from} via {via}: {detail}"),
-                format!("{nic} corrupt write from {} ({via})", from_nic.as_deref().unwrap_or("rank")),
+                format!("{nic} corrupt write from {from_short} ({by})"),
             )];
         }
         TrafficOutcome::Verified { slow } => slow,
@@ -191,26 +198,30 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
     let mut findings: Vec<Finding> = slow
         .iter()
         .map(|s| {
+            let nic = device_of(&s.nic);
             let ratio = if s.median_gbps > 0.0 { s.gbps / s.median_gbps } else { 0.0 };
             let (message, short) = match &s.with {
                 None => (
                     format!(
-                        "{} (rank {}) wrote at best {:.2} Gbps with every peer NIC it met, {ratio:.2}x its peers' median of \
+                        "{nic} (rank {}) wrote at best {:.2} Gbps with every peer NIC it met, {ratio:.2}x its peers' median of \
                          {:.2} Gbps, via {via}",
-                        s.nic, s.rank, s.gbps, s.median_gbps
+                        s.rank, s.gbps, s.median_gbps
                     ),
-                    format!("{} slow {:.1} of {:.1} Gbps ({via})", s.nic, s.gbps, s.median_gbps),
+                    format!("{nic} slow {:.1} of {:.1} Gbps ({by})", s.gbps, s.median_gbps),
                 ),
-                Some(other) => (
+                Some((other, other_rank)) => (
                     format!(
-                        "{} (rank {}) and {other} wrote each other at best {:.2} Gbps, {ratio:.2}x their peers' median of \
+                        "{nic} (rank {}) and {} (rank {other_rank}) wrote each other at best {:.2} Gbps, {ratio:.2}x their peers' median of \
                          {:.2} Gbps, and their other peers at full rate, via {via}: the path between them is slow",
-                        s.nic, s.rank, s.gbps, s.median_gbps
+                        s.rank,
+                        device_of(other),
+                        s.gbps,
+                        s.median_gbps
                     ),
-                    format!("{} to {other} slow {:.1} of {:.1} Gbps ({via})", s.nic, s.gbps, s.median_gbps),
+                    format!("{nic} to {} slow {:.1} of {:.1} Gbps ({by})", device_of(other), s.gbps, s.median_gbps),
                 ),
             };
-            finding(Status::Problem, Some(&s.nic), message, short)
+            finding(Status::Problem, Some(nic), message, short)
         })
         .collect();
     // Where each byte crossed a NIC of this machine, that NIC's counters must have grown. A NIC the rail
@@ -233,7 +244,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
                              so its channel's bytes went another way",
                             channel.rank
                         ),
-                        format!("{device} moved no bytes ({via})"),
+                        format!("{device} moved no bytes ({by})"),
                     ));
                 }
             }
@@ -245,7 +256,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
     // Each NIC's best over the channels on it (two ranks without GPUs share every NIC).
     let mut best: std::collections::BTreeMap<&str, Option<f64>> = std::collections::BTreeMap::new();
     for channel in &traffic.channels {
-        let slot = best.entry(channel.nic.as_str()).or_default();
+        let slot = best.entry(device_of(&channel.nic)).or_default();
         *slot = match (*slot, channel.best_gbps) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -275,7 +286,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
             traffic.iters,
             traffic.carrier.proves(via)
         ),
-        format!("traffic via {via} ok"),
+        format!("traffic via {by} ok"),
     )]
 }
 
