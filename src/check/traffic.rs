@@ -315,6 +315,66 @@ mod tests {
         assert_eq!(Corruption::parse("rank 1 (vm) failed: no progress for 5 s (--timeout): rank 1 waited"), None);
     }
 
+    /// A failed run's results file as the check reads it: 2 ranks on GPUs 0 and 1, 4 EFA each, rank 1's
+    /// channel 2 found corrupt bytes in the cross-rail round.
+    #[test]
+    fn a_corrupt_channel_is_named_by_its_rank_s_nic_and_the_nic_that_wrote_it() {
+        use efatop_proto::results::{RankPlacement, RunMetadata, RunStatus};
+        let placement = |rank: usize, first: u32| RankPlacement {
+            rank,
+            host: "node".into(),
+            gpu: Some(rank),
+            gpu_pci_bus_id: None,
+            numa_node: Some(0),
+            nics: (first..first + 4).map(|bus| format!("rdmap{bus}s0-rdm")).collect(),
+            pinned_cpus: None,
+        };
+        let reason = ExperimentError::PeerFailed {
+            rank: 1,
+            host: "node".into(),
+            message: ExperimentError::Verification {
+                receiver: 1,
+                sender: 0,
+                config: "SweepPin round 1 channel 2".into(),
+                size: "4M".into(),
+                detail: "offset 8: expected 0x01, found 0x00".into(),
+            }
+            .to_string(),
+            exit_code: 1,
+        }
+        .to_string();
+        let results = RunResults {
+            metadata: RunMetadata {
+                ranks: 2,
+                channels: 4,
+                provider_stack: "efa".into(),
+                placements: vec![placement(0, 79), placement(1, 96)],
+                ..RunMetadata::default()
+            },
+            status: Some(RunStatus { state: RunState::Failed, reason: Some(reason) }),
+            ..RunResults::default()
+        };
+        let channels = channels(&results);
+        assert_eq!(channels.len(), 8);
+        let ended = Ended { code: Some(1), timed_out: false, last_error: None };
+        // 2 ranks: round 0 pairs them, round 1 is the cross-rail round, where rank 0's channel 1 writes
+        // rank 1's channel 2.
+        assert_eq!(
+            outcome(&ended, Some(&results), &channels),
+            TrafficOutcome::Corrupt {
+                receiver: 1,
+                sender: 0,
+                nic: "rdmap98s0-rdm".into(),
+                from_nic: Some("rdmap80s0-rdm".into()),
+                detail: "offset 8: expected 0x01, found 0x00".into(),
+            }
+        );
+        let stopped = Ended { code: None, timed_out: true, last_error: None };
+        assert_eq!(outcome(&stopped, Some(&results), &channels), TrafficOutcome::TimedOut { after_s: LIMIT.as_secs_f64() });
+        let refused = Ended { code: Some(2), timed_out: false, last_error: Some("--provider efa: no efa here".into()) };
+        assert_eq!(outcome(&refused, None, &[]), TrafficOutcome::NotRun { why: "--provider efa: no efa here".into() });
+    }
+
     #[test]
     fn suspects_become_slow_nics() {
         let suspect = |scope: Scope, nic: &str| efatop_proto::sweep::Suspect {
@@ -339,7 +399,7 @@ mod tests {
         };
         let slow = slow_nics(&verdict);
         assert_eq!(slow.len(), 2);
-        assert_eq!((slow[0].nic.as_str(), slow[0].with.as_deref()), ("rdmap96s0-rdm", None));
+        assert_eq!((slow[0].nic.as_str(), slow[0].with.as_ref()), ("rdmap96s0-rdm", None));
         assert_eq!(slow[1].with, Some(("rdmap79s0-rdm".to_string(), 0)));
     }
 }

@@ -275,7 +275,8 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
         (Some(least), _) => format!(" at {least:.2} Gbps"),
         _ => String::new(),
     };
-    let counters = if counted_here { "; every NIC's counters grew" } else { "" };
+    let grew = |channel: &TrafficChannel| observed.moved.iter().any(|m| m.nic == device_of(&channel.nic) && m.bytes > 0);
+    let counters = if counted_here && traffic.channels.iter().all(grew) { "; every NIC's counters grew" } else { "" };
     vec![finding(
         Status::Ok,
         None,
