@@ -1,4 +1,4 @@
-//! `efatop check` as a program, on fake p5, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
+//! `efatop check` as a program, on fake p5, p5e, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
 //! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
@@ -14,7 +14,7 @@ use common::efatop;
 use efatop_monitor::{FakeNode, Fault};
 use serde_json::Value;
 
-const TYPES: [&str; 3] = ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
 const FORMATS: [&str; 5] = ["table", "json", "nhc", "npd", "slurm"];
 
 /// What each fault's one-line form must say besides the thing it broke.

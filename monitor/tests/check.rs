@@ -1,4 +1,4 @@
-//! The health check's rules on fake p5, p5en and p4d nodes: a healthy node has no problem and nothing
+//! The health check's rules on fake p5, p5e, p5en and p4d nodes: a healthy node has no problem and nothing
 //! unknown; each planted fault is named, by the rule that owns it and about the thing it broke, and
 //! nothing else is.
 
@@ -10,7 +10,7 @@ use efatop_monitor::check::{
 };
 use efatop_monitor::{FakeNode, Fault, Sysfs};
 
-const TYPES: [&str; 3] = ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
 
 fn expected(instance_type: &str) -> Expected {
     Expected {
