@@ -233,8 +233,8 @@ fn traffic_findings(traffic: Traffic, edit: impl FnOnce(&mut Observed)) -> Vec<(
 }
 
 fn traffic_report(traffic: Traffic, edit: impl FnOnce(&mut Observed)) -> Vec<Finding> {
-    let dir = tempfile::tempdir().unwrap();
-    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     let expected = expected("p5.48xlarge");
     let mut observed =
         observe_with_traffic(&Sysfs::new(node.root()), expected.layout.as_ref(), Duration::from_millis(10), not_checked, || Some(traffic));

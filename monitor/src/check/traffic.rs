@@ -152,7 +152,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
     // contracts where `; ` parts problems, the provider as asked (`tcp`).
     let via = traffic.via();
     let by = traffic.provider.as_str();
-    let slow = match &traffic.outcome {
+    let slow_nics = match &traffic.outcome {
         TrafficOutcome::NotRun { why } => {
             return vec![finding(
                 Status::Unknown,
@@ -195,7 +195,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
         }
         TrafficOutcome::Verified { slow } => slow,
     };
-    let mut findings: Vec<Finding> = slow
+    let mut findings: Vec<Finding> = slow_nics
         .iter()
         .map(|s| {
             let nic = device_of(&s.nic);
@@ -224,40 +224,52 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
             finding(Status::Problem, Some(nic), message, short)
         })
         .collect();
-    // Where each byte crossed a NIC of this machine, that NIC's counters must have grown. A NIC the rail
-    // check already names (off its rail during the window) is not named twice.
     let counted_here = traffic.carrier == Carrier::Nic && observed.root == Path::new("/");
     if counted_here {
-        let mut seen = std::collections::BTreeSet::new();
-        for channel in &traffic.channels {
-            let device = device_of(&channel.nic);
-            if !seen.insert(device) || observed.rails.iter().any(|load| load.nic == device && load.off) {
-                continue;
-            }
-            if let Some(moved) = observed.moved.iter().find(|m| m.nic == device) {
-                if moved.bytes == 0 {
-                    findings.push(finding(
-                        Status::Problem,
-                        Some(device),
-                        format!(
-                            "{device} (rank {}) moved no bytes during the verified write via {via}: its counters did not grow, \
-                             so its channel's bytes went another way",
-                            channel.rank
-                        ),
-                        format!("{device} moved no bytes ({by})"),
-                    ));
-                }
-            }
+        findings.extend(without_bytes(observed, traffic));
+    }
+    if findings.is_empty() {
+        findings.push(verified(observed, traffic, counted_here));
+    }
+    findings
+}
+
+/// Where each byte crossed a NIC of this machine, that NIC's counters must have grown: the channels' NICs
+/// whose did not. A NIC the rail check already names (off its rail during the window) is not named twice.
+fn without_bytes(observed: &Observed, traffic: &Traffic) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for channel in &traffic.channels {
+        let device = device_of(&channel.nic);
+        if !seen.insert(device) || observed.rails.iter().any(|load| load.nic == device && load.off) {
+            continue;
+        }
+        if observed.moved.iter().any(|moved| moved.nic == device && moved.bytes == 0) {
+            findings.push(finding(
+                Status::Problem,
+                Some(device),
+                format!(
+                    "{device} (rank {}) moved no bytes during the verified write via {}: its counters did not grow, so its \
+                     channel's bytes went another way",
+                    channel.rank,
+                    traffic.via()
+                ),
+                format!("{device} moved no bytes ({})", traffic.provider),
+            ));
         }
     }
-    if !findings.is_empty() {
-        return findings;
-    }
+    findings
+}
+
+/// The `ok` of a write that found nothing wrong: who wrote what through which NICs, how far apart they
+/// were, and what the provider's bytes prove.
+fn verified(observed: &Observed, traffic: &Traffic, counted_here: bool) -> Finding {
+    let via = traffic.via();
     // Each NIC's best over the channels on it (two ranks without GPUs share every NIC).
     let mut best: std::collections::BTreeMap<&str, Option<f64>> = std::collections::BTreeMap::new();
     for channel in &traffic.channels {
-        let slot = best.entry(device_of(&channel.nic)).or_default();
-        *slot = match (*slot, channel.best_gbps) {
+        let nic_best = best.entry(device_of(&channel.nic)).or_default();
+        *nic_best = match (*nic_best, channel.best_gbps) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
@@ -277,7 +289,7 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
     };
     let grew = |channel: &TrafficChannel| observed.moved.iter().any(|m| m.nic == device_of(&channel.nic) && m.bytes > 0);
     let counters = if counted_here && traffic.channels.iter().all(grew) { "; every NIC's counters grew" } else { "" };
-    vec![finding(
+    finding(
         Status::Ok,
         None,
         format!(
@@ -287,8 +299,8 @@ pub fn traffic(observed: &Observed) -> Vec<Finding> {
             traffic.iters,
             traffic.carrier.proves(via)
         ),
-        format!("traffic via {by} ok"),
-    )]
+        format!("traffic via {} ok", traffic.provider),
+    )
 }
 
 fn median(values: &[f64]) -> Option<f64> {
