@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
-use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
+use efatop_proto::results::{
+    gbps, AbArm, AbTally, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement, TelemetryAb,
+};
 use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
@@ -185,6 +187,7 @@ pub fn run(
             if world.rank == 0 {
                 let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
                 let (mut measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
+                measurement.telemetry_ab = sweep.telemetry_ab.map(|block| telemetry_ab(&reports, size, block));
                 measurement.registration = Some(payload.registration().into());
                 measurement.counters = counters;
                 observer.pair_matrix(&matrix);
@@ -263,6 +266,13 @@ impl<'a> Exchange<'a> {
         }
         let started = Instant::now();
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
+            // `--telemetry-ab`: every rank switches its sampler at the same iterations, before timing one.
+            if let Some(block) = sweep.telemetry_ab {
+                let on = AbArm::of_block((iteration - sweep.warmup) / block).on;
+                if on != world.probe.sampling() {
+                    world.probe.set_sampling(on);
+                }
+            }
             let took = self.iteration(iteration, &mut tracking)?;
             report.iteration_ns.push(took.as_nanos() as u64);
             for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
@@ -270,6 +280,7 @@ impl<'a> Exchange<'a> {
             }
         }
         report.elapsed_ns = started.elapsed().as_nanos() as u64;
+        world.probe.set_sampling(true);
         Ok(report)
     }
 
@@ -417,6 +428,18 @@ impl<'a> Exchange<'a> {
     }
 }
 
+/// `--telemetry-ab`: every rank's iterations by the block they fell in, each arm's bytes over its time.
+fn telemetry_ab(reports: &[RankReport], size: u64, block: u64) -> TelemetryAb {
+    let mut tally = AbTally::default();
+    for report in reports {
+        for (index, ns) in report.iteration_ns.iter().enumerate() {
+            tally.add(AbArm::of_block(index as u64 / block), size as f64, *ns as f64 / 1e9);
+        }
+    }
+    let iterations = reports.first().map_or(0, |r| r.iteration_ns.len() as u64);
+    tally.result(block, iterations / block)
+}
+
 /// Rank 0's view of a step from every rank's report.
 fn summarise(
     world: &World<'_>,
@@ -488,6 +511,7 @@ fn summarise(
         verified: true,
         registration: None,
         counters: None,
+        telemetry_ab: None,
     };
     (measurement, matrix)
 }

@@ -281,6 +281,7 @@ fn summarise(column: &Column, size: u64, each_ns: &[u64], total_ns: u64, peak_gb
         verified: true,
         registration: None,
         counters: None,
+        telemetry_ab: None,
     }
 }
 

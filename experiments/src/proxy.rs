@@ -647,6 +647,7 @@ fn summarise(
         verified: true,
         registration: None,
         counters: None,
+        telemetry_ab: None,
     }
 }
 

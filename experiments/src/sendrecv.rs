@@ -91,6 +91,7 @@ fn measure_memory(
                 verified: true,
                 registration: Some(send.registration().into()),
                 counters,
+                telemetry_ab: None,
             };
             observer.measured(&measurement);
             measurements.push(measurement);
