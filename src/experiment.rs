@@ -162,7 +162,7 @@ fn check_telemetry_ab(kind: &efatop_proto::Experiment, common: &CommonArgs) -> R
         return Err(format!("--telemetry-ab: {} does not time blocks of iterations; use write or alltoall", kind.known_name().unwrap_or("this experiment")));
     }
     let cycle = block.saturating_mul(efatop_proto::results::AbArm::CYCLE);
-    if common.iters % cycle != 0 {
+    if !common.iters.is_multiple_of(cycle) {
         return Err(format!(
             "--telemetry-ab {block}: --iters {} must be a multiple of {cycle} (cycles of 4 blocks: on, off, off, on)",
             common.iters

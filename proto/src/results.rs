@@ -679,7 +679,7 @@ mod tests {
 
     #[test]
     fn telemetry_ab_blocks_go_on_off_off_on_and_cycles_alternate_halves() {
-        let arms: Vec<(bool, usize)> = (0..10).map(|b| AbArm::of_block(b)).map(|a| (a.on, a.half)).collect();
+        let arms: Vec<(bool, usize)> = (0..10).map(AbArm::of_block).map(|a| (a.on, a.half)).collect();
         assert_eq!(
             arms,
             [(true, 0), (false, 0), (false, 0), (true, 0), (true, 1), (false, 1), (false, 1), (true, 1), (true, 0), (false, 0)]

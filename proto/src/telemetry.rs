@@ -690,10 +690,10 @@ mod tests {
         let waiting = probe.clone();
         let sampler = std::thread::spawn(move || {
             tx.send(()).expect("started");
-            // Without the wake-up this waits out its hour and the test fails on the timeout below.
+            // Without the wake-up this waits out its 1000 s and the test fails on the timeout below.
             let started = std::time::Instant::now();
-            while !waiting.sampling() && started.elapsed() < Duration::from_secs(3600) {
-                std::thread::park_timeout(Duration::from_secs(3600));
+            while !waiting.sampling() && started.elapsed() < Duration::from_secs(1000) {
+                std::thread::park_timeout(Duration::from_secs(1000));
             }
             waiting.sampling()
         });
