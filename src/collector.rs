@@ -35,6 +35,7 @@ impl SamplerThread {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let (ready_tx, ready) = std::sync::mpsc::sync_channel::<()>(1);
+        let probe_for_gate = probe.clone();
         let handle = std::thread::Builder::new().name(format!("efatop-sampler-{rank}")).spawn(move || {
             // Everything this thread will touch is allocated and faulted in now, before the hot path
             // starts: from here on it never calls the allocator and never faults a fresh page, so it
@@ -59,6 +60,17 @@ impl SamplerThread {
             let mut last = Instant::now();
             let mut next = last + interval;
             loop {
+                if !probe.sampling() && !stopping.load(Ordering::Relaxed) {
+                    // Paused (`--telemetry-ab`'s off blocks): no sampling, no sending, no wake-ups, as with
+                    // telemetry off. The schedule waits with it, so running time keeps the usual sample rate;
+                    // the next sample's interval covers the pause, so its rates stay bytes over wall time.
+                    let paused = Instant::now();
+                    while !probe.sampling() && !stopping.load(Ordering::Relaxed) {
+                        std::thread::park_timeout(Duration::from_secs(1));
+                    }
+                    next += paused.elapsed();
+                    continue;
+                }
                 let stopping_now = stopping.load(Ordering::Relaxed);
                 let now = Instant::now();
                 // A phase change goes out at once: it is the rank's progress report.
@@ -88,6 +100,7 @@ impl SamplerThread {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(20)));
             }
         })?;
+        probe_for_gate.attach_sampler(handle.thread().clone());
         // Whatever the thread allocates, it allocates before the hot path maps and locks its buffers.
         let _ = ready.recv_timeout(Duration::from_secs(10));
         Ok(Self { stop, handle: Some(handle) })
@@ -101,6 +114,8 @@ impl SamplerThread {
     fn stop_and_join(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(handle) = self.handle.take() {
+            // A paused sampler waits parked: wake it to send its last sample.
+            handle.thread().unpark();
             let _ = handle.join();
         }
     }
@@ -491,5 +506,35 @@ mod tests {
             }
         }
         assert_eq!((bytes, ops), (1 << 20, 1));
+    }
+
+    /// `--telemetry-ab`'s off blocks: a paused sampler sends nothing (so rank 0 has nothing to do either);
+    /// resumed, its next sample carries what was counted meanwhile, over an interval that covers the pause.
+    #[test]
+    fn a_paused_sampler_sends_nothing_until_resumed() {
+        let (collector, mut next_event) = collector();
+        let probe = Arc::new(Probe::new(1, 2));
+        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), Duration::from_millis(10))
+            .expect("sampler");
+        // Its greeting and its first samples, then silence once paused.
+        std::thread::sleep(Duration::from_millis(50));
+        probe.set_sampling(false);
+        std::thread::sleep(Duration::from_millis(30));
+        while next_event(Duration::from_millis(200)).is_some() {}
+        probe.completed(0, 1, 4096, Some(Duration::from_micros(5)));
+        let paused = Instant::now();
+        let during = next_event(Duration::from_millis(300));
+        assert!(during.is_none(), "a paused sampler sent {during:?}");
+        probe.set_sampling(true);
+        let resumed = loop {
+            match next_event(Duration::from_secs(5)) {
+                Some(CollectorEvent::Sample(sample)) => break sample,
+                Some(_) => {}
+                None => panic!("no sample after resuming"),
+            }
+        };
+        assert_eq!((resumed.channels[0].bytes, resumed.channels[0].ops), (4096, 1));
+        assert!(Duration::from_nanos(resumed.interval_ns) >= paused.elapsed().min(Duration::from_millis(300)), "{resumed:?}");
+        sampler.finish();
     }
 }

@@ -134,6 +134,7 @@ impl Experiment {
         let common = self.common();
         check_memories(common)?;
         check_outputs(common)?;
+        check_telemetry_ab(&self.kind(), common)?;
         self.descriptor().check()
     }
 
@@ -152,6 +153,22 @@ impl Experiment {
 pub fn given_twice<T: ValueEnum + PartialEq>(values: &[T]) -> Option<String> {
     let (index, _) = values.iter().enumerate().find(|(index, value)| values[..*index].contains(value))?;
     values[index].to_possible_value().map(|value| value.get_name().to_string())
+}
+
+/// `--telemetry-ab BLOCK` times whole cycles of four blocks, in the two experiments that time blocks.
+fn check_telemetry_ab(kind: &efatop_proto::Experiment, common: &CommonArgs) -> Result<(), String> {
+    let Some(block) = common.telemetry_ab else { return Ok(()) };
+    if !matches!(kind, efatop_proto::Experiment::Write | efatop_proto::Experiment::Alltoall) {
+        return Err(format!("--telemetry-ab: {} does not time blocks of iterations; use write or alltoall", kind.known_name().unwrap_or("this experiment")));
+    }
+    let cycle = block.saturating_mul(efatop_proto::results::AbArm::CYCLE);
+    if !common.iters.is_multiple_of(cycle) {
+        return Err(format!(
+            "--telemetry-ab {block}: --iters {} must be a multiple of {cycle} (cycles of 4 blocks: on, off, off, on)",
+            common.iters
+        ));
+    }
+    Ok(())
 }
 
 /// `--memory host,host` would measure host memory twice and show it once; `--staged` folds `device` into
@@ -354,6 +371,11 @@ pub struct CommonArgs {
     /// Do not sample or stream telemetry (for measuring what telemetry costs)
     #[arg(long)]
     pub no_telemetry: bool,
+    /// Measuring aid (scripts/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
+    /// rank's telemetry sampler paused in every other block (on, off, off, on), and both rates in the
+    /// results file (`telemetry_ab`); write and alltoall, --iters a multiple of 4 × BLOCK
+    #[arg(long, hide = true, value_name = "BLOCK", conflicts_with = "no_telemetry", value_parser = whole_number::<u64>(1..=1_000_000))]
+    pub telemetry_ab: Option<u64>,
     /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1
     /// (another address is served beyond this host, and the header says so); port 0 picks a free port and
     /// prints it

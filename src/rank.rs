@@ -224,6 +224,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         iters: common.iters,
         window,
         corrupt_byte: common.debug_corrupt_byte,
+        telemetry_ab: common.telemetry_ab,
         memories: descriptor.memories(world.gpu.as_ref().map_or(0, |g| g.ordinal())),
     };
     // The experiment names its columns once its memory is set up (`begin`); until then, the host names.

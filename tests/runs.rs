@@ -177,6 +177,37 @@ fn planted_corruption_is_caught_with_its_offset() {
     assert!(run.stderr.contains("rank 1 received from rank 0 (SingleHost, size 4K): offset 7"), "{}", run.stderr);
 }
 
+/// `--telemetry-ab`: each size's timed iterations in blocks, the samplers of every rank paused in every
+/// other block; the results file holds both arms' rates and the halves of each, next to the usual figure.
+#[test]
+fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (ranks, experiment, block) in [("2", "write", "1"), ("3", "alltoall", "2")] {
+        let out = dir.path().join(format!("{experiment}.json"));
+        let args = [
+            experiment, "--provider", "shm", "--configs", "single", "--min-size", "64K", "--max-size", "128K", "--iters",
+            "16", "--warmup", "1", "--telemetry-ab", block, "--out", out.to_str().expect("utf-8"),
+        ];
+        let run = local(ranks, &args);
+        assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("every size verified"), "{}", run.stdout);
+        let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results")).expect("json");
+        let measurements = results["measurements"].as_array().expect("measurements");
+        assert_eq!(measurements.len(), 2, "{experiment}");
+        let block: u64 = block.parse().expect("block");
+        for m in measurements {
+            let ab = &m["telemetry_ab"];
+            assert_eq!(ab["block_iterations"].as_u64(), Some(block), "{experiment}: {m}");
+            assert_eq!(ab["blocks"].as_u64(), Some(16 / block), "{experiment}: {m}");
+            let rates = ["on_gbps", "off_gbps"].iter().map(|k| &ab[*k]).chain(ab["on_halves_gbps"].as_array().expect("on halves")).chain(ab["off_halves_gbps"].as_array().expect("off halves"));
+            for rate in rates {
+                assert!(rate.as_f64().is_some_and(|r| r > 0.0), "{experiment}: {m}");
+            }
+        }
+    }
+}
+
 fn alltoall_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["alltoall", "--provider", provider, "--min-size", "4K", "--max-size", "32K", "--iters", "5", "--warmup", "1"];
     args.extend_from_slice(extra);

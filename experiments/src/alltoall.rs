@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
-use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMatrix, PairMeasurement};
+use efatop_proto::results::{
+    gbps, AbArm, AbTally, LatencyRecorder, Measurement, PairMatrix, PairMeasurement, TelemetryAb,
+};
 use efatop_proto::sizes::format_size;
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +85,9 @@ struct RankReport {
     /// Every timed iteration's latency: rank 0 merges every rank's, so the step's percentiles are over all
     /// ranks' iterations.
     latency: LatencyRecorder,
+    /// `--telemetry-ab` only: each timed iteration's time (ns), for rank 0 to tally by block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    iteration_ns: Vec<u64>,
 }
 
 /// Runs the sweep on every rank; rank 0 returns one measurement per configuration and size, and the pair
@@ -154,6 +159,7 @@ pub fn run(
             let reports = world.gather(&report, "all-to-all reports")?;
             if world.rank == 0 {
                 let (mut measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
+                measurement.telemetry_ab = sweep.telemetry_ab.map(|block| telemetry_ab(&reports, size, block));
                 measurement.registration = Some(payload.registration().into());
                 measurement.counters = counters;
                 observer.pair_matrix(&matrix);
@@ -222,19 +228,34 @@ impl<'a> Exchange<'a> {
             seen,
             arrived: vec![Duration::ZERO; world.size],
         };
-        let mut report = RankReport { arrival_ns: vec![0; world.size], ..RankReport::default() };
+        let mut report = RankReport {
+            arrival_ns: vec![0; world.size],
+            iteration_ns: Vec::with_capacity(if sweep.telemetry_ab.is_some() { sweep.iters as usize } else { 0 }),
+            ..RankReport::default()
+        };
         for iteration in 0..sweep.warmup {
             self.iteration(iteration, &mut tracking)?;
         }
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
+            // `--telemetry-ab`: every rank switches its sampler at the same iterations, before timing one.
+            if let Some(block) = sweep.telemetry_ab {
+                let on = AbArm::of_block((iteration - sweep.warmup) / block).on;
+                if on != world.probe.sampling() {
+                    world.probe.set_sampling(on);
+                }
+            }
             let took = self.iteration(iteration, &mut tracking)?;
             report.iterations += 1;
             report.iterations_ns += took.as_nanos() as u64;
             report.latency.record(took);
+            if sweep.telemetry_ab.is_some() {
+                report.iteration_ns.push(took.as_nanos() as u64);
+            }
             for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
                 *total += arrived.as_nanos() as u64;
             }
         }
+        world.probe.set_sampling(true);
         Ok(report)
     }
 
@@ -382,6 +403,18 @@ impl<'a> Exchange<'a> {
     }
 }
 
+/// `--telemetry-ab`: every rank's iterations by the block they fell in, each arm's bytes over its time.
+fn telemetry_ab(reports: &[RankReport], size: u64, block: u64) -> TelemetryAb {
+    let mut tally = AbTally::default();
+    for report in reports {
+        for (index, ns) in report.iteration_ns.iter().enumerate() {
+            tally.add(AbArm::of_block(index as u64 / block), size as f64, *ns as f64 / 1e9);
+        }
+    }
+    let iterations = reports.first().map_or(0, |r| r.iteration_ns.len() as u64);
+    tally.result(block, iterations / block)
+}
+
 /// Rank 0's view of a step from every rank's report.
 fn summarise(
     world: &World<'_>,
@@ -480,7 +513,7 @@ mod tests {
         let mut latency = LatencyRecorder::new();
         latency.record(Duration::from_nanos(1));
         latency.record(Duration::from_nanos(2));
-        let report = RankReport { arrival_ns: vec![0, 5, 6], iterations: 2, iterations_ns: 3, latency };
+        let report = RankReport { arrival_ns: vec![0, 5, 6], iterations: 2, iterations_ns: 3, latency, iteration_ns: vec![1, 2] };
         let trip = |bytes: Vec<u8>| crate::gather_with::<RankReport>(|_| Ok(vec![bytes]), &RankReport::default(), "all-to-all reports");
         let mine = serde_json::to_vec(&report).expect("serializes");
         assert_eq!(trip(mine.clone()).expect("decodes"), vec![report]);

@@ -101,6 +101,9 @@ pub struct SweepOptions {
     /// Testing aid: the sender flips this byte (modulo the size) after writing its pattern, so the
     /// receiver's verification must catch it.
     pub corrupt_byte: Option<u64>,
+    /// Measuring what telemetry costs (`--telemetry-ab`): timed iterations in blocks of this many, the
+    /// samplers paused in every other block (see [`efatop_proto::results::AbArm`]); write and alltoall.
+    pub telemetry_ab: Option<u64>,
 }
 
 /// What an experiment tells the rest of efatop as it goes (rank 0 only: the dashboard, the JSON lines,

@@ -494,6 +494,12 @@ impl<'b> World<'b> {
         self.progress_once(&self.channels)
     }
 
+    /// Reads each of `channels`' completion queues once (a few of this world's channels); returns how many
+    /// entries were found.
+    pub fn progress(&self, channels: &[Channel]) -> Result<usize, FabricError> {
+        self.progress_once(channels)
+    }
+
     /// Reads each of `channels`' completion queues once; a rank sharing its core yields when all were empty.
     fn progress_once(&self, channels: &[Channel]) -> Result<usize, FabricError> {
         let mut found = 0;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use efatop_fabric::{Channel, Immediate, Op, RemoteRegion};
 use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
-use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
+use efatop_proto::results::{gbps, AbArm, AbTally, LatencyRecorder, Measurement, PairMeasurement};
 use efatop_proto::sizes::format_size;
 use efatop_proto::telemetry::Phase;
 
@@ -136,11 +136,13 @@ pub fn run(
             world.counters_before_step();
             let mut pairs = Vec::new();
             let mut latency = LatencyRecorder::new();
+            let mut tally = AbTally::default();
             for group in groups(config, world.size) {
                 let outcome = if world.rank == WRITER {
                     time_group(world, sweep, config, size, &group, payload, remotes).map(
-                        |(pair, recorder)| {
+                        |(pair, recorder, group_tally)| {
                             latency.merge(&recorder);
+                            tally.merge(&group_tally);
                             pairs.push(pair);
                         },
                     )
@@ -158,6 +160,7 @@ pub fn run(
                 let mut measurement = Measurement::verified(column.clone(), size, sweep.iters, pairs, &latency, links);
                 measurement.registration = Some(payload.registration().into());
                 measurement.counters = counters;
+                measurement.telemetry_ab = sweep.telemetry_ab.map(|block| tally.result(block, sweep.iters / block));
                 observer.measured(&measurement);
                 measurements.push(measurement);
             }
@@ -197,7 +200,7 @@ fn time_group(
     group: &[usize],
     payload: &Payload,
     remotes: &[Vec<RemoteRegion>],
-) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
+) -> Result<(PairMeasurement, LatencyRecorder, AbTally), ExperimentError> {
     let segments = plan(config, world.rank, group, size, world.channels.len());
     let window = sweep.window.max(1);
     let mut pipeline = Pipeline {
@@ -206,6 +209,7 @@ fn time_group(
         size,
         remotes,
         segments: &segments,
+        used: used_channels(&world.channels, &segments),
         in_flight: VecDeque::with_capacity(window * segments.len() + 1),
     };
     let depth = window * segments.len();
@@ -221,15 +225,41 @@ fn time_group(
         pipeline.complete_oldest()?;
     }
 
+    let mut tally = AbTally::default();
     let started = Instant::now();
-    for iteration in sweep.warmup..sweep.warmup + sweep.iters {
-        pipeline.post_iteration(iteration)?;
-        while pipeline.in_flight.len() >= depth {
-            recorder.record(pipeline.complete_oldest()?);
+    match sweep.telemetry_ab {
+        None => {
+            for iteration in sweep.warmup..sweep.warmup + sweep.iters {
+                pipeline.post_iteration(iteration)?;
+                while pipeline.in_flight.len() >= depth {
+                    recorder.record(pipeline.complete_oldest()?);
+                }
+            }
+            while !pipeline.in_flight.is_empty() {
+                recorder.record(pipeline.complete_oldest()?);
+            }
         }
-    }
-    while !pipeline.in_flight.is_empty() {
-        recorder.record(pipeline.complete_oldest()?);
+        // Blocks, each drained before the next, so that a block's time holds its own iterations alone; the
+        // sampler is switched between blocks, outside their time.
+        Some(block) => {
+            let block_bytes = (size * block * group.len() as u64) as f64;
+            for (index, first) in (sweep.warmup..sweep.warmup + sweep.iters).step_by(block as usize).enumerate() {
+                let arm = AbArm::of_block(index as u64);
+                world.probe.set_sampling(arm.on);
+                let block_started = Instant::now();
+                for iteration in first..first + block {
+                    pipeline.post_iteration(iteration)?;
+                    while pipeline.in_flight.len() >= depth {
+                        recorder.record(pipeline.complete_oldest()?);
+                    }
+                }
+                while !pipeline.in_flight.is_empty() {
+                    recorder.record(pipeline.complete_oldest()?);
+                }
+                tally.add(arm, block_bytes, block_started.elapsed().as_secs_f64());
+            }
+            world.probe.set_sampling(true);
+        }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = (size * sweep.iters * group.len() as u64) as f64;
@@ -238,7 +268,7 @@ fn time_group(
         gbps: gbps(bytes, elapsed),
         mean_us: recorder.summary().mean_us,
     };
-    Ok((pair, recorder))
+    Ok((pair, recorder, tally))
 }
 
 /// The writer's operations in flight, oldest first, each with its iteration and post time. Its capacity
@@ -249,7 +279,16 @@ struct Pipeline<'w> {
     size: u64,
     remotes: &'w [Vec<RemoteRegion>],
     segments: &'w [Segment],
+    /// The channels this group writes on: the only ones a wait polls (SinglePin on one channel of many
+    /// would otherwise read every channel's completion queue, each its own domain's progress, per spin).
+    used: &'w [Channel],
     in_flight: VecDeque<InFlight<'w>>,
+}
+
+/// The leading channels up to the highest one `segments` use: what waiting for them must progress.
+fn used_channels<'c>(channels: &'c [Channel], segments: &[Segment]) -> &'c [Channel] {
+    let end = segments.iter().map(|s| s.channel + 1).max().unwrap_or(channels.len()).min(channels.len());
+    &channels[..end]
 }
 
 struct InFlight<'w> {
@@ -308,9 +347,7 @@ impl<'w> Pipeline<'w> {
             }) = self.in_flight.pop_front()
             {
                 self.world
-                    .progress_until(&self.world.channels, "RDMA write completion", || {
-                        op.is_complete()
-                    })?;
+                    .progress_until(self.used, "RDMA write completion", || op.is_complete())?;
                 op.wait()?;
                 let probe = &self.world.probe;
                 probe.completed(
@@ -342,12 +379,20 @@ fn receive_group(
     // What telemetry has been told per channel: every immediate promised before this group. An immediate of
     // this group that a progress call elsewhere (a barrier between groups) already reaped is this group's.
     let mut seen: Vec<u64> = expected.to_vec();
-    for segment in plan(config, WRITER, &[world.rank], size, world.channels.len()) {
+    let incoming = plan(config, WRITER, &[world.rank], size, world.channels.len());
+    for segment in &incoming {
         expected[segment.channel] += sweep.warmup + sweep.iters;
         segment_len[segment.channel] = segment.len;
     }
+    let used = used_channels(&world.channels, &incoming);
     let timeout = world.op_timeout;
     let mut last_change = Instant::now();
+    // `--telemetry-ab`: this rank's sampler follows the writer's blocks, by the iterations that have landed
+    // on the first channel this group writes on (one write per iteration there).
+    let blocks = sweep.telemetry_ab.and_then(|block| {
+        let channel = incoming.first()?.channel;
+        Some((block, channel, seen[channel]))
+    });
     loop {
         // Count what has landed before asking whether all of it has: the whole group may have been reaped
         // before this call.
@@ -368,7 +413,15 @@ fn receive_group(
             .zip(expected.iter())
             .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
         if complete {
+            world.probe.set_sampling(true);
             return Ok(());
+        }
+        if let Some((block, channel, start)) = blocks {
+            let landed = world.channels[channel].immediates_from(WRITER) - start;
+            let on = landed < sweep.warmup || AbArm::of_block((landed - sweep.warmup) / block).on;
+            if on != world.probe.sampling() {
+                world.probe.set_sampling(on);
+            }
         }
         if advanced {
             last_change = Instant::now();
@@ -381,7 +434,7 @@ fn receive_group(
                 },
             ));
         }
-        world.progress_all()?;
+        world.progress(used)?;
     }
 }
 

@@ -351,6 +351,7 @@ mod tests {
             verified: true,
             registration: None,
             counters: Some(StepCounters { channels, ..StepCounters::default() }),
+            telemetry_ab: None,
         }
     }
 

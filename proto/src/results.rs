@@ -279,6 +279,103 @@ pub struct Measurement {
     /// warnings (see `counters`). Absent for experiments that do not read NIC counters, and in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<crate::counters::StepCounters>,
+    /// `--telemetry-ab` only: the same step's rates with the samplers running and paused, block by block
+    /// (what telemetry costs, measured inside one run). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry_ab: Option<TelemetryAb>,
+}
+
+/// Where a timed block of `--telemetry-ab` stands: blocks go on, off, off, on in every cycle of four (so a
+/// drift within a cycle weighs on both alike), and cycles alternate between two halves, each of which holds
+/// both, so that the spread between halves of the same arm tells the noise (A against A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbArm {
+    /// Telemetry's samplers run during the block (else they are paused on every rank).
+    pub on: bool,
+    /// 0 for even cycles, 1 for odd ones.
+    pub half: usize,
+}
+
+impl AbArm {
+    /// Blocks per cycle: on, off, off, on.
+    pub const CYCLE: u64 = 4;
+
+    /// The arm of timed block `block` (counted from 0).
+    pub fn of_block(block: u64) -> Self {
+        Self { on: matches!(block % Self::CYCLE, 0 | 3), half: ((block / Self::CYCLE) % 2) as usize }
+    }
+}
+
+/// Bytes and seconds of the timed blocks, by arm and half, summed over pairs or ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AbTally {
+    /// `[on as usize][half]`.
+    bytes: [[f64; 2]; 2],
+    seconds: [[f64; 2]; 2],
+}
+
+impl AbTally {
+    pub fn add(&mut self, arm: AbArm, bytes: f64, seconds: f64) {
+        self.bytes[usize::from(arm.on)][arm.half] += bytes;
+        self.seconds[usize::from(arm.on)][arm.half] += seconds;
+    }
+
+    pub fn merge(&mut self, other: &AbTally) {
+        for on in 0..2 {
+            for half in 0..2 {
+                self.bytes[on][half] += other.bytes[on][half];
+                self.seconds[on][half] += other.seconds[on][half];
+            }
+        }
+    }
+
+    /// The step's figures, for blocks of `block_iterations` iterations, `blocks` of them per pair or rank.
+    pub fn result(&self, block_iterations: u64, blocks: u64) -> TelemetryAb {
+        let rate = |on: usize, halves: &[usize]| {
+            let bytes: f64 = halves.iter().map(|h| self.bytes[on][*h]).sum();
+            let seconds: f64 = halves.iter().map(|h| self.seconds[on][*h]).sum();
+            gbps(bytes, seconds)
+        };
+        TelemetryAb {
+            block_iterations,
+            blocks,
+            on_gbps: rate(1, &[0, 1]),
+            off_gbps: rate(0, &[0, 1]),
+            on_halves_gbps: [rate(1, &[0]), rate(1, &[1])],
+            off_halves_gbps: [rate(0, &[0]), rate(0, &[1])],
+        }
+    }
+}
+
+/// One step of `--telemetry-ab`: its timed iterations in blocks, the samplers of every rank paused in every
+/// other block (on, off, off, on), and the rate of each arm (bytes over the blocks' time, all pairs or
+/// ranks together). `cost()` is what telemetry takes; the halves (even and odd cycles) of one arm differ
+/// only by noise, which `noise()` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryAb {
+    pub block_iterations: u64,
+    /// Timed blocks per pair (write) or rank (alltoall).
+    pub blocks: u64,
+    pub on_gbps: f64,
+    pub off_gbps: f64,
+    /// Each arm over even and over odd cycles.
+    pub on_halves_gbps: [f64; 2],
+    pub off_halves_gbps: [f64; 2],
+}
+
+impl TelemetryAb {
+    /// `1 - on / off`: the share of the rate telemetry costs (negative when the on blocks ran faster).
+    pub fn cost(&self) -> f64 {
+        if self.off_gbps > 0.0 { 1.0 - self.on_gbps / self.off_gbps } else { f64::NAN }
+    }
+
+    /// The same figure between the two halves of each arm (A against A), the larger in size: what noise
+    /// alone makes of `cost()` in this step.
+    pub fn noise(&self) -> f64 {
+        let between = |[a, b]: [f64; 2]| if a > 0.0 { 1.0 - b / a } else { f64::NAN };
+        let (on, off) = (between(self.on_halves_gbps), between(self.off_halves_gbps));
+        if on.abs() >= off.abs() { on } else { off }
+    }
 }
 
 impl Measurement {
@@ -309,6 +406,7 @@ impl Measurement {
             verified: true,
             registration: None,
             counters: None,
+            telemetry_ab: None,
         }
     }
 }
@@ -609,6 +707,7 @@ mod tests {
             verified: true,
             registration: None,
             counters: None,
+            telemetry_ab: None,
         };
         RunResults {
             schema_version: SchemaVersion::default(),
@@ -676,5 +775,42 @@ mod tests {
     fn gbps_is_bits_over_time() {
         assert!((gbps(1.25e9, 1.0) - 10.0).abs() < 1e-9);
         assert!(gbps(1.0, 0.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn telemetry_ab_blocks_go_on_off_off_on_and_cycles_alternate_halves() {
+        let arms: Vec<(bool, usize)> = (0..10).map(AbArm::of_block).map(|a| (a.on, a.half)).collect();
+        assert_eq!(
+            arms,
+            [(true, 0), (false, 0), (false, 0), (true, 0), (true, 1), (false, 1), (false, 1), (true, 1), (true, 0), (false, 0)]
+        );
+    }
+
+    #[test]
+    fn telemetry_ab_rates_are_each_arms_bytes_over_its_time() {
+        let mut tally = AbTally::default();
+        // Two cycles of 1 GB blocks: on blocks take 0.101 s, off ones 0.1 s; the odd cycle's off blocks 0.098 s.
+        for block in 0..8 {
+            let arm = AbArm::of_block(block);
+            let seconds = if arm.on { 0.101 } else if arm.half == 0 { 0.1 } else { 0.098 };
+            tally.add(arm, 1e9, seconds);
+        }
+        let mut both = AbTally::default();
+        both.merge(&tally);
+        both.merge(&tally);
+        let ab = both.result(5, 8);
+        assert_eq!((ab.block_iterations, ab.blocks), (5, 8));
+        assert!((ab.on_gbps - 8.0 / 0.101).abs() < 1e-9, "{ab:?}");
+        assert!((ab.off_gbps - 8.0 * 4.0 / (2.0 * 0.1 + 2.0 * 0.098)).abs() < 1e-9, "{ab:?}");
+        assert!((ab.off_halves_gbps[0] - 80.0).abs() < 1e-9 && (ab.off_halves_gbps[1] - 8.0 / 0.098).abs() < 1e-9);
+        assert!((ab.cost() - (1.0 - ab.on_gbps / ab.off_gbps)).abs() < 1e-12 && ab.cost() > 0.0);
+        // The on halves agree; the off halves differ by 2%: that is the noise this step shows.
+        assert!((ab.noise() - (1.0 - 0.1 / 0.098)).abs() < 1e-9, "{}", ab.noise());
+        // An arm with no time has no rate rather than an infinite one; the file never holds NaN.
+        let empty = AbTally::default().result(1, 0);
+        assert_eq!((empty.on_gbps, empty.off_gbps), (0.0, 0.0));
+        assert!(empty.cost().is_nan());
+        let text = serde_json::to_string(&empty).expect("json");
+        assert_eq!(serde_json::from_str::<TelemetryAb>(&text).expect("back"), empty);
     }
 }

@@ -1,9 +1,10 @@
 //! Live telemetry, measured without disturbing the measurement.
 //!
-//! The hot path (posting, polling) only does relaxed atomic adds into a [`Probe`]: no lock, no allocation,
-//! nothing it could wait on. A sampler thread reads the probe every interval, turns the counters into one
-//! [`RankSample`] (per channel and per peer: bytes, operations, in-flight, a latency histogram of the
-//! interval) and hands it on; [`wire`] is how samples travel to rank 0.
+//! The hot path (posting, polling) only adds into a [`Probe`]'s atomics, as their one writer (relaxed loads
+//! and stores, no locked instruction): no lock, no allocation, nothing it could wait on. A sampler thread
+//! reads the probe every interval, turns the counters into one [`RankSample`] (per channel and per peer:
+//! bytes, operations, in-flight, a latency histogram of the interval) and hands it on; [`wire`] is how
+//! samples travel to rank 0.
 //!
 //! GPU-side figures travel the same way when an experiment has them: the proxy's request queue
 //! ([`Probe::set_queue`]) and the bytes a rank's GPU writes into its peers' GPUs over NVLink
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 pub use histogram::{AtomicHistogram, IntervalHistogram};
+use histogram::bump;
 pub use node::{CounterStats, NicKind, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 
 /// Counters for one channel or one peer, written by the hot path.
@@ -125,7 +127,16 @@ struct PhaseProbe {
     bytes: AtomicU64,
 }
 
+/// Whether the sampler samples, and the sampler thread to wake when it should again: `--telemetry-ab`
+/// pauses every rank's sampler in every other block of timed iterations, to measure what telemetry costs.
+#[derive(Default)]
+struct SamplingGate {
+    paused: AtomicBool,
+    sampler: std::sync::OnceLock<std::thread::Thread>,
+}
+
 /// A rank's probe: one set of counters per channel and per peer rank. Shared (`Arc`) with the sampler.
+/// Counts come from one thread, the rank's experiment (see [`histogram::bump`]); any thread may read.
 pub struct Probe {
     channels: Box<[ChannelProbe]>,
     peers: Box<[Counters]>,
@@ -133,6 +144,7 @@ pub struct Probe {
     /// Indexed by peer rank, allocated up front so that the hot path never allocates.
     nvlink: Box<[NvlinkProbe]>,
     phase: PhaseProbe,
+    gate: SamplingGate,
 }
 
 impl Probe {
@@ -143,7 +155,30 @@ impl Probe {
             queue: QueueProbe::default(),
             nvlink: (0..ranks).map(|_| NvlinkProbe::default()).collect(),
             phase: PhaseProbe::default(),
+            gate: SamplingGate::default(),
         }
+    }
+
+    /// The thread that samples this probe: [`Probe::set_sampling`] wakes it when sampling resumes.
+    pub fn attach_sampler(&self, thread: std::thread::Thread) {
+        let _ = self.gate.sampler.set(thread);
+    }
+
+    /// Pauses (`false`) or resumes (`true`) the sampler: while paused it neither samples nor sends nor wakes,
+    /// as if telemetry were off; counting goes on, and the first sample after a pause covers it. Called
+    /// between timed blocks only (resuming may make one futex call to wake the sampler).
+    pub fn set_sampling(&self, on: bool) {
+        let was_paused = self.gate.paused.swap(!on, Ordering::AcqRel);
+        if on && was_paused {
+            if let Some(sampler) = self.gate.sampler.get() {
+                sampler.unpark();
+            }
+        }
+    }
+
+    /// False while [`Probe::set_sampling`] has the sampler paused.
+    pub fn sampling(&self) -> bool {
+        !self.gate.paused.load(Ordering::Acquire)
     }
 
     /// This rank starts `phase` over `bytes`; the sampler tells rank 0 at its next look (within tens of
@@ -186,15 +221,15 @@ impl Probe {
     #[inline]
     pub fn completed(&self, channel: usize, peer: usize, bytes: u64, latency: Option<Duration>) {
         if let Some(probe) = self.channels.get(channel) {
-            probe.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            probe.counters.ops.fetch_add(1, Ordering::Relaxed);
+            bump(&probe.counters.bytes, bytes);
+            bump(&probe.counters.ops, 1);
             if let Some(latency) = latency {
                 probe.counters.latency.record(latency);
             }
         }
         if let Some(counters) = self.peers.get(peer) {
-            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            counters.ops.fetch_add(1, Ordering::Relaxed);
+            bump(&counters.bytes, bytes);
+            bump(&counters.ops, 1);
             if let Some(latency) = latency {
                 counters.latency.record(latency);
             }
@@ -206,8 +241,8 @@ impl Probe {
     #[inline]
     pub fn channel_completed(&self, channel: usize, bytes: u64, latency: Duration) {
         if let Some(probe) = self.channels.get(channel) {
-            probe.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            probe.counters.ops.fetch_add(1, Ordering::Relaxed);
+            bump(&probe.counters.bytes, bytes);
+            bump(&probe.counters.ops, 1);
             probe.counters.latency.record(latency);
         }
     }
@@ -217,8 +252,8 @@ impl Probe {
     #[inline]
     pub fn landed_from(&self, peer: usize, bytes: u64, latency: Duration) {
         if let Some(counters) = self.peers.get(peer) {
-            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            counters.ops.fetch_add(1, Ordering::Relaxed);
+            bump(&counters.bytes, bytes);
+            bump(&counters.ops, 1);
             counters.latency.record(latency);
         }
     }
@@ -227,12 +262,12 @@ impl Probe {
     #[inline]
     pub fn received(&self, channel: usize, peer: usize, bytes: u64, ops: u64) {
         if let Some(probe) = self.channels.get(channel) {
-            probe.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            probe.counters.ops.fetch_add(ops, Ordering::Relaxed);
+            bump(&probe.counters.bytes, bytes);
+            bump(&probe.counters.ops, ops);
         }
         if let Some(counters) = self.peers.get(peer) {
-            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            counters.ops.fetch_add(ops, Ordering::Relaxed);
+            bump(&counters.bytes, bytes);
+            bump(&counters.ops, ops);
         }
     }
 
@@ -283,7 +318,7 @@ impl Probe {
     #[inline]
     pub fn nvlink_moved(&self, peer_rank: usize, bytes: u64) {
         if let Some(pair) = self.nvlink.get(peer_rank) {
-            pair.bytes.fetch_add(bytes, Ordering::Relaxed);
+            bump(&pair.bytes, bytes);
         }
     }
 }
@@ -650,6 +685,36 @@ mod tests {
         // Only the peer samples made up front ever carry a histogram: one per rank, none made since.
         assert!(peer_buffers.len() <= 4, "{peer_buffers:?}");
         assert!(peer_buffers.iter().all(|(_, capacity)| *capacity >= histogram::BUCKETS));
+    }
+
+    /// `--telemetry-ab` pauses the sampler as a flag the sampler reads; resuming wakes the sampler parked on it.
+    #[test]
+    fn pausing_and_resuming_the_sampler_wakes_it() {
+        let probe = std::sync::Arc::new(Probe::new(1, 2));
+        assert!(probe.sampling());
+        probe.set_sampling(false);
+        assert!(!probe.sampling());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = probe.clone();
+        let sampler = std::thread::spawn(move || {
+            tx.send(()).expect("started");
+            // Without the wake-up this waits out its 1000 s and the test fails on the timeout below.
+            let started = std::time::Instant::now();
+            while !waiting.sampling() && started.elapsed() < Duration::from_secs(1000) {
+                std::thread::park_timeout(Duration::from_secs(1000));
+            }
+            waiting.sampling()
+        });
+        probe.attach_sampler(sampler.thread().clone());
+        rx.recv().expect("the sampler started");
+        probe.set_sampling(true);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done_tx.send(sampler.join().expect("joined")));
+        assert_eq!(done.recv_timeout(Duration::from_secs(30)), Ok(true), "the parked sampler was not woken");
+        // Counting goes on whatever the sampler does.
+        probe.set_sampling(false);
+        probe.completed(0, 1, 10, None);
+        assert_eq!(probe.channel_bytes(0), 10);
     }
 
     fn bucket_ns(bucket: u64) -> u64 {

@@ -67,6 +67,7 @@ pub fn measured(size: u64, gbps: f64) -> ConsumerEvent {
         verified: true,
         registration: Some("host".into()),
         counters: None,
+        telemetry_ab: None,
     }))
 }
 

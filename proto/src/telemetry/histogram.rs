@@ -41,6 +41,16 @@ pub fn bucket_value(bucket: usize) -> f64 {
     if bucket < EXACT as usize { low } else { f64::midpoint(low, high) }
 }
 
+/// Adds `by` to one of a probe's counters. A probe's counters and histograms have one writer, the rank's
+/// experiment thread (the sampler only reads them): a load and a store, not a locked read-modify-write,
+/// whose fence would make every completion wait for the stores the hot path has pending (the bytes a
+/// provider just copied on its thread). A second writer would lose counts: there is none.
+#[inline]
+pub fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+}
+
+/// Recorded into by one thread (see [`bump`]), read by any.
 pub struct AtomicHistogram {
     buckets: Box<[AtomicU64]>,
 }
@@ -55,7 +65,7 @@ impl AtomicHistogram {
     #[inline]
     pub fn record(&self, latency: Duration) {
         let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        bump(&self.buckets[bucket_of(ns)], 1);
     }
 
     /// The counts recorded since `last` (the previous snapshot, updated in place), as sparse buckets.

@@ -242,6 +242,7 @@ pub(crate) mod tests {
             verified: true,
             registration: None,
             counters: None,
+            telemetry_ab: None,
         };
         RunResults {
             metadata,

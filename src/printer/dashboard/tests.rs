@@ -126,6 +126,7 @@ fn measurement(size: u64, gbps: f64) -> Measurement {
         verified: true,
         registration: Some("host".into()),
         counters: None,
+        telemetry_ab: None,
     }
 }
 

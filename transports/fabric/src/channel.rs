@@ -476,7 +476,8 @@ impl Channel {
         if self.cq_data_reposts_pending.get() > 0 {
             self.post_cq_data_receives()?;
         }
-        let mut entries = [sys::fi_cq_data_entry::default(); BATCH];
+        // Not zeroed: this runs on every spin of every busy-poll loop, and the provider writes what it returns.
+        let mut entries = [const { std::mem::MaybeUninit::<sys::fi_cq_data_entry>::uninit() }; BATCH];
         // SAFETY: the CQ was opened with FI_CQ_FORMAT_DATA, so entries are fi_cq_data_entry; BATCH fit.
         let ret = unsafe { sys::fi_cq_read(self.stack.cq(), entries.as_mut_ptr().cast(), BATCH) };
         if ret == -(sys::FI_EAGAIN as isize) {
@@ -488,8 +489,10 @@ impl Channel {
         if ret < 0 {
             return Err(FabricError::call("fi_cq_read", ret as i64));
         }
-        let count = ret as usize;
+        let count = (ret as usize).min(BATCH);
         for entry in &entries[..count] {
+            // SAFETY: fi_cq_read wrote `ret` complete entries at the front of the array.
+            let entry = unsafe { entry.assume_init_ref() };
             let has_data = entry.flags & u64::from(sys::FI_REMOTE_CQ_DATA) != 0;
             match self.slot_of(entry.op_context) {
                 Some(slot) => {

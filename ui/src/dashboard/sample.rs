@@ -285,6 +285,7 @@ fn measurements(single_config: &Column, multi_config: &Column) -> Vec<Measuremen
             verified: true,
             registration: None,
             counters: None,
+            telemetry_ab: None,
         }
     };
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));
