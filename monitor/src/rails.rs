@@ -6,15 +6,18 @@
 //! A NIC's rail is its position among the NICs of its first GPU, by PCI address (the topology places
 //! NICs next to GPUs; without a topology no NIC has a rail, and none is guessed). Load is tx + rx Gbps
 //! over the last interval.
+//!
+//! Below its rail is judged by the rule `sweep` and the dashboard's fleet view use too
+//! ([`efatop_proto::rails::RailRule`], at `1 - OFF_SHARE`); above it is the monitor's own half of "off".
 
+use efatop_proto::rails::{median, RailRule};
+pub use efatop_proto::rails::IDLE_GBPS;
 use serde::{Deserialize, Serialize};
 
 use crate::Snapshot;
 
 /// A NIC this far from its rail's median (as a share of the median, either way) is off.
 pub const OFF_SHARE: f64 = 0.5;
-/// Rails whose median is below this many Gbps are idle: nothing is judged on them.
-pub const IDLE_GBPS: f64 = 0.01;
 
 /// Where a NIC sits and what it carries, against its rail.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,16 +51,6 @@ pub fn rails_of(snapshot: &Snapshot) -> Vec<(String, usize, usize)> {
     rails
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        f64::midpoint(values[n / 2 - 1], values[n / 2])
-    }
-}
-
 /// Every NIC with a rail and a rate, in the snapshots given (one node, or every node of a many-node view).
 pub fn balance(snapshots: &[&Snapshot]) -> Vec<RailLoad> {
     let mut loads = Vec::new();
@@ -84,13 +77,14 @@ pub fn balance(snapshots: &[&Snapshot]) -> Vec<RailLoad> {
         if values.len() < 2 {
             continue;
         }
-        let rail_median = median(&mut values);
+        let Some(rail_median) = median(&mut values) else { continue };
+        let below = RailRule::at(1.0 - OFF_SHARE);
         for load in loads.iter_mut().filter(|l| l.rail == rail) {
             load.rail_median_gbps = rail_median;
             if rail_median >= IDLE_GBPS {
                 let ratio = load.gbps / rail_median;
                 load.ratio = Some(ratio);
-                load.off = (ratio - 1.0).abs() > OFF_SHARE;
+                load.off = below.is_low(load.gbps, rail_median) || ratio > 1.0 + OFF_SHARE;
             }
         }
     }

@@ -9,6 +9,7 @@
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`rails`]: the one rule by which a NIC is judged behind its rail (sweep, monitor, fleet view).
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; `efatop-experiments`
@@ -19,6 +20,7 @@
 pub mod events;
 pub mod counters;
 pub mod ipc;
+pub mod rails;
 pub mod results;
 pub mod sizes;
 pub mod stream;
