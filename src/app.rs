@@ -49,7 +49,7 @@ pub enum Ended {
 }
 
 /// What the user looks at, apart from what is there to see.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
 struct View {
     frozen: bool,
@@ -58,6 +58,8 @@ struct View {
     focus: Panel,
     selected_rank: usize,
     selected_channel: usize,
+    /// The fleet view's own (large runs).
+    fleet: efatop_ui::fleet::FleetView,
 }
 
 impl View {
@@ -69,16 +71,18 @@ impl View {
             focus: state.focus,
             selected_rank: state.selected_rank,
             selected_channel: state.selected_channel,
+            fleet: state.fleet_view.clone(),
         }
     }
 
-    fn apply(self, state: &mut DashboardState) {
+    fn apply(&self, state: &mut DashboardState) {
         state.frozen = self.frozen;
         state.show_help = self.show_help;
         state.show_topology = self.show_topology;
         state.focus = self.focus;
         state.selected_rank = self.selected_rank;
         state.selected_channel = self.selected_channel;
+        state.fleet_view.clone_from(&self.fleet);
     }
 }
 
@@ -168,7 +172,7 @@ impl App {
 
     fn shown_mut(&mut self) -> &mut DashboardState {
         let finished = self.data.finished;
-        let view = self.view;
+        let view = &self.view;
         let shown = match &mut self.frozen {
             Some(frozen) => {
                 // A run that ends while frozen says so.

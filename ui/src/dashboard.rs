@@ -15,6 +15,7 @@
 //! it is not drawn and the layout is exactly as above.
 
 mod chrome;
+pub mod fleet;
 mod gauges;
 mod gpu;
 mod grid;
@@ -275,7 +276,9 @@ fn render_footer(state: &DashboardState, area: Rect, buf: &mut Buffer) {
         Line::styled(message, style).render(area, buf);
         return;
     }
-    let keys: &[(&str, &str)] = if state.focus == Panel::Pairs {
+    let keys: &[(&str, &str)] = if let Some(keys) = fleet::footer_keys(state) {
+        keys
+    } else if state.focus == Panel::Pairs {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "sender"), ("←→", "receiver"), ("p", "freeze"), ("?", "help")]
     } else {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")]

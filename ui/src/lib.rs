@@ -5,6 +5,7 @@
 
 pub mod counters;
 pub mod dashboard;
+pub mod fleet;
 pub mod header;
 pub mod ingest;
 pub mod liveness;

@@ -26,6 +26,10 @@ pub fn handle_key(state: &mut DashboardState, key: Key) -> Action {
             _ => Action::None,
         };
     }
+    // Large runs: the fleet view's keys (host selection, Enter, `/`, Esc out of a host) come first.
+    if super::fleet::handle_key(state, key) {
+        return Action::None;
+    }
     match key {
         Key::Char('q') | Key::Esc => return Action::Quit,
         Key::Char('?') => state.show_help = true,
