@@ -1,27 +1,40 @@
-//! `efatop bench-collector` (hidden): can rank 0's collector keep up with a large job? A synthetic sender
-//! feeds it `--ranks` × `--channels` samples at `--hz` over one connection per rank, and the real
-//! consumer path (decode, then fold into the dashboard state) runs behind it. Each second it prints what
-//! was offered, what was consumed, the backlog, and the CPU the collector and ingest threads used.
+//! `efatop bench-collector` (hidden): can rank 0 keep up with a large job? A synthetic fleet
+//! ([`feed`]: `--hosts` × `--ranks-per-host` ranks, or `--ranks` on one host, × `--channels`, at `--hz`)
+//! sends real telemetry frames over TCP to rank 0's real collector, and rank 0's path runs behind it as in
+//! a run: the collector's thread; a loop thread as rank 0's own (the liveness clock, `--record`'s
+//! recording through the real outlets); and the consumer — the dashboard (the real [`App`] folding every
+//! event, redrawn on a 200×60 `TestBackend` at the dashboard's frame rate) or, with `--json`, the real
+//! JSON printer on stdout. `--slow` makes one NIC slow from a time on; the dashboard then says how soon
+//! the fleet view had it at the top of its worst NICs, and flagged.
 //!
-//! The claim under test is that rank 0's consumer side keeps up on one core, so the collector and the
-//! ingest thread are confined to the last CPU and the synthetic senders to the others (on a machine with
-//! one CPU everything shares it, and the verdict says so).
+//! Each second it prints what was offered, what was consumed, the backlog and the CPU of each of rank
+//! 0's threads; at the end, a verdict and one `# summary` line (frame time median and p99, RSS, JSON
+//! lines per second) that `scripts/bench-fleet` gathers into its table.
+//!
+//! The claim under test is that rank 0's side keeps up on one core, so the collector, loop and consumer
+//! threads are confined to the last CPU and the synthetic senders to the others (on a machine with one
+//! CPU everything shares it, and the verdict says so).
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+mod feed;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, TryRecvError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use efatop_experiments::RunResults;
-use efatop_experiments::telemetry::{ChannelSample, IntervalHistogram, PeerSample, RankSample, wire};
-use efatop_ui::ingest::Ingest;
-use efatop_ui::state::{DashboardState, RunInfo};
+use efatop_ui::liveness::Liveness;
+use efatop_ui::state::DashboardState;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
 
+use crate::app::{App, Event};
 use crate::cli::BenchCollectorArgs;
-use crate::event::ConsumerEvent;
 use crate::collector::{Collector, CollectorEvent};
+use crate::event::ConsumerEvent;
+use crate::serve::Outlets;
+use crate::watchdog::{note_telemetry, SharedLiveness};
+
+use feed::{Shape, Slow, SlowIn};
 
 /// The bench's own table: on stderr when stdout carries the JSON lines under test.
 macro_rules! say {
@@ -29,6 +42,9 @@ macro_rules! say {
         if $json { eprintln!($($arg)*) } else { println!($($arg)*) }
     };
 }
+
+/// The dashboard's redraw tick, as the session loop has it.
+const TICK: Duration = crate::printer::dashboard::TICK;
 
 pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
     match run(args) {
@@ -40,193 +56,336 @@ pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
     }
 }
 
+/// What the dashboard consumer measured.
+#[derive(Default)]
+struct Frames {
+    /// Wall time of each frame after the first second: fold what arrived, tick, draw.
+    times: Vec<Duration>,
+    /// When the slow NIC first headed the fleet's worst NICs, and when it was first flagged behind, after
+    /// its slowdown.
+    slow_on_top: Option<Duration>,
+    slow_flagged: Option<Duration>,
+    /// The fleet view's rails and worst NIC at the end, as text.
+    last_worst: Option<String>,
+}
+
+fn shape_of(args: &BenchCollectorArgs) -> Shape {
+    let channels = args.channels as usize;
+    match args.hosts {
+        Some(hosts) => {
+            let ranks_per_host = args.ranks_per_host as usize;
+            Shape { hosts: Some(hosts as usize), ranks_per_host, ranks: hosts as usize * ranks_per_host, channels, hz: args.hz }
+        }
+        None => Shape { hosts: None, ranks_per_host: args.ranks as usize, ranks: args.ranks as usize, channels, hz: args.hz },
+    }
+}
+
 #[allow(clippy::too_many_lines)] // one bench, read top to bottom: setup, load, per-second table, verdict
 fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
-    let ranks = args.ranks as usize;
-    let channels = args.channels as usize;
-    let (tx, rx) = mpsc::channel::<ConsumerEvent>();
+    let shape = shape_of(args);
+    let (ranks, channels, json) = (shape.ranks, shape.channels, args.json);
+    let slow = args.slow.filter(|slow| slow.global_rank(&shape) < ranks && slow.channel < channels);
+    if args.slow.is_some() && slow.is_none() {
+        eprintln!("efatop: warning: bench-collector: --slow names a NIC outside the fleet; nothing is slowed");
+    }
+    let start = shape.run_start();
+    let clock = Instant::now();
+    let (tx, rx) = mpsc::channel::<Vec<CollectorEvent>>();
     let collector = Collector::start(tx)?;
-    let address = SocketAddr::from(([127, 0, 0, 1], collector.address.port()));
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], collector.address.port()));
     let collector_tid = thread_id("efatop-collecto");
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let consumer_cpu = cpus - 1;
     let sender_cpus: Vec<usize> = if cpus > 1 { (0..consumer_cpu).collect() } else { vec![0] };
     let confined = cpus > 1 && collector_tid.as_deref().is_some_and(|tid| pin_thread(tid.parse().ok(), &[consumer_cpu]));
+    let pin_consumer_side = move || {
+        if cpus > 1 {
+            pin_thread(None, &[consumer_cpu]);
+        }
+    };
 
-    // The consumer: the dashboard's real ingestion.
-    let consumed = Arc::new(AtomicU64::new(0));
-    let json = args.json;
-    let ingest_thread = {
-        let consumed = consumed.clone();
-        std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
-            if cpus > 1 {
-                pin_thread(None, &[consumer_cpu]);
-            }
-            let mut state = DashboardState::default();
-            let run = RunInfo { ranks, hosts: vec!["bench".into(); ranks], channels, ..RunInfo::default() };
-            let nics = vec![(0..channels).map(|c| format!("nic{c}")).collect::<Vec<_>>(); ranks];
-            let results = RunResults::default();
-            let mut ingest = Ingest::begin(&mut state, run, &nics, results);
-            let started = Instant::now();
-            let mut lines = crate::printer::jsonl::SampleLines::default();
-            while let Ok(event) = rx.recv() {
-                let ConsumerEvent::Telemetry(events) = event else { continue };
-                let now = started.elapsed();
-                if json {
-                    // `--json`'s printer instead of the dashboard's ingest: one line per rank and channel.
-                    let samples = events.iter().filter(|e| matches!(e, CollectorEvent::Sample(_))).count() as u64;
-                    crate::printer::jsonl::print_event(ConsumerEvent::Telemetry(events), now, &mut lines);
-                    consumed.fetch_add(samples, Ordering::Relaxed);
-                    continue;
+    // Rank 0's loop: the liveness clock, the recording, then on to the consumer.
+    let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
+    let liveness = SharedLiveness::new(Liveness::new(ranks, interval, Duration::from_mins(1)));
+    let mut outlets = match &args.record {
+        Some(path) => Outlets::open(None, Some(path), clock).map_err(|err| std::io::Error::other(err.to_string()))?,
+        None => None,
+    };
+    if let Some(outlets) = &mut outlets {
+        outlets.begin(start.clone()).map_err(|err| std::io::Error::other(err.to_string()))?;
+    }
+    let (to_consumer, from_loop) = mpsc::channel::<ConsumerEvent>();
+    let loop_thread = {
+        let liveness = liveness.clone();
+        std::thread::Builder::new().name("efatop-loop".into()).spawn(move || {
+            pin_consumer_side();
+            let mut forward = |event: ConsumerEvent| {
+                if let Some(outlets) = &mut outlets {
+                    outlets.publish(&event);
                 }
-                let mut samples = 0;
-                for event in events {
-                    if let CollectorEvent::Sample(sample) = event {
-                        ingest.sample(&mut state, &sample, now);
-                        samples += 1;
+                to_consumer.send(event).is_ok()
+            };
+            forward(ConsumerEvent::Begin { columns: vec!["SinglePin".into()], memory: "cuda".into() });
+            forward(ConsumerEvent::Step { config: "SinglePin".into(), size: 8 << 20 });
+            while let Ok(batch) = rx.recv() {
+                let at = clock.elapsed();
+                {
+                    let mut live = liveness.lock();
+                    for telemetry in &batch {
+                        note_telemetry(&mut live, telemetry, at);
                     }
                 }
-                consumed.fetch_add(samples, Ordering::Relaxed);
+                if !forward(ConsumerEvent::Telemetry(batch)) {
+                    break;
+                }
+            }
+            forward(ConsumerEvent::Finished { error: None });
+            if let Some(outlets) = outlets {
+                outlets.finish();
             }
         })?
     };
 
-    // The senders: one connection per rank, split over two threads. They all connect before the clock
-    // starts: a burst of thousands of connects is a start-up cost, not the load under test.
-    let offered = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let interval = Duration::from_secs_f64(1.0 / f64::from(args.hz));
-    let mut senders = Vec::new();
-    let threads = 2.min(ranks).max(1);
-    let connected = Arc::new(std::sync::Barrier::new(threads + 1));
-    for thread in 0..threads {
-        let my_ranks: Vec<usize> = (thread..ranks).step_by(threads).collect();
-        let (offered, stop, connected, sender_cpus) = (offered.clone(), stop.clone(), connected.clone(), sender_cpus.clone());
-        senders.push(std::thread::spawn(move || -> std::io::Result<()> {
-            pin_thread(None, &sender_cpus);
-            let mut links = Vec::with_capacity(my_ranks.len());
-            let connecting = (|| {
-            for &rank in &my_ranks {
-                let stream = TcpStream::connect(address)?;
-                stream.set_nodelay(true)?;
-                let mut frame = Vec::new();
-                wire::encode(&synthetic_sample(rank, channels), &mut frame);
-                links.push((stream, frame));
-            }
-            Ok::<(), std::io::Error>(())
-            })();
-            // Reach the barrier even when connecting failed, so the bench reports instead of hanging.
-            connected.wait();
-            connecting?;
-            let mut next = Instant::now();
-            let mut seq = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                for (stream, frame) in &mut links {
-                    // seq sits after length, version, kind and rank.
-                    frame[10..18].copy_from_slice(&seq.to_le_bytes());
-                    stream.write_all(frame)?;
-                    offered.fetch_add(1, Ordering::Relaxed);
+    // The consumer: the dashboard, or the JSON printer.
+    let consumed = Arc::new(AtomicU64::new(0));
+    let started: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let consumer = {
+        let (consumed, started, liveness) = (consumed.clone(), started.clone(), liveness.clone());
+        let start = start.clone();
+        let shape = shape.clone();
+        let screen = args.screen;
+        std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
+            pin_consumer_side();
+            if json {
+                let mut lines = crate::printer::jsonl::SampleLines::default();
+                crate::printer::jsonl::print_event(ConsumerEvent::Run(Box::new(start)), clock.elapsed(), &mut lines);
+                while let Ok(event) = from_loop.recv() {
+                    let samples = samples_in(&event);
+                    crate::printer::jsonl::print_event(event, clock.elapsed(), &mut lines);
+                    consumed.fetch_add(samples, Ordering::Relaxed);
                 }
-                seq += 1;
-                next += interval;
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                return Frames::default();
             }
-            Ok(())
-        }));
-    }
+            dashboard(App::for_run(start, liveness), &from_loop, &consumed, &shape, slow, &started, screen, clock)
+        })?
+    };
 
-    connected.wait();
-    say!(json, 
-        "# collector load: {ranks} ranks × {channels} channels at {} Hz = {} samples/s offered, one connection per rank; consumer: {}",
-        args.hz,
-        ranks as u64 * u64::from(args.hz),
-        if json { format!("--json lines on stdout ({} lines/s)", ranks as u64 * channels as u64 * u64::from(args.hz)) } else { "the dashboard's ingest".into() }
+    // The senders connect first: a burst of thousands of connects is a start-up cost, not the load under test.
+    let threads = (cpus - 1).clamp(2, 8);
+    let load = feed::start(&shape, address, threads, &sender_cpus, slow, &started);
+    let began = *started.get_or_init(Instant::now);
+    let hosts = shape.hosts.map_or(String::new(), |hosts| format!("{hosts} hosts × {} ranks = ", shape.ranks_per_host));
+    say!(json,
+        "# collector load: {hosts}{ranks} ranks × {channels} channels at {} Hz = {} samples/s offered over {} connections; consumer: {}",
+        shape.hz,
+        ranks as u64 * u64::from(shape.hz),
+        load.connections,
+        if json { format!("--json lines on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
     );
+    if let Some(slow) = slow {
+        say!(json, "# slow NIC: {}", slow.describe(&shape));
+    }
+    if let Some(path) = &args.record {
+        say!(json, "# recording to {}", path.display());
+    }
     if confined {
-        say!(json, "# collector and ingest threads confined to CPU {consumer_cpu}; senders on CPUs {}", sender_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+        say!(json, "# collector, loop and consumer threads confined to CPU {consumer_cpu}; senders on CPUs {}", sender_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
     } else {
-        say!(json, "# warning: collector and ingest could not be given a CPU of their own; they share with the senders");
+        say!(json, "# warning: collector, loop and consumer could not be given a CPU of their own; they share with the senders");
     }
-    say!(json, "| second | offered/s | consumed/s | backlog | collector CPU (% of one core) | ingest CPU (% of one core) | consumer side (% of one core) |");
-    say!(json, "|-------:|----------:|-----------:|--------:|------------------------------:|---------------------------:|------------------------------:|");
-    let ingest_tid = thread_id("efatop-ingest");
-    let started = Instant::now();
-    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, thread_cpu_seconds(collector_tid.as_deref()));
-    let mut last_ingest_cpu = thread_cpu_seconds(ingest_tid.as_deref());
-    let mut backlogs = Vec::new();
-    let mut offered_rates = Vec::new();
-    let mut consumer_cpu_percent = Vec::new();
+    say!(json, "| second | offered/s | consumed/s | backlog | collector CPU % | loop CPU % | consumer CPU % | rank 0 side CPU % | RSS MiB |");
+    say!(json, "|-------:|----------:|-----------:|--------:|----------------:|-----------:|---------------:|------------------:|--------:|");
+    let (loop_tid, consumer_tid) = (thread_id("efatop-loop"), thread_id("efatop-ingest"));
+    let tids = [collector_tid.as_deref(), loop_tid.as_deref(), consumer_tid.as_deref()];
+    let cpu_now = || tids.map(thread_cpu_seconds);
+    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, cpu_now());
+    let mut seconds = Vec::new();
     for second in 1..=args.seconds {
-        std::thread::sleep((started + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
-        let (now_offered, now_consumed, now_cpu) =
-            (offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), thread_cpu_seconds(collector_tid.as_deref()));
-        let backlog = now_offered.saturating_sub(now_consumed);
-        backlogs.push(backlog);
-        let ingest_cpu = thread_cpu_seconds(ingest_tid.as_deref());
-        let (collector_percent, ingest_percent) = ((now_cpu - last_cpu) * 100.0, (ingest_cpu - last_ingest_cpu) * 100.0);
-        offered_rates.push(now_offered - last_offered);
-        consumer_cpu_percent.push(collector_percent + ingest_percent);
-        say!(json, 
-            "| {second:>6} | {:>9} | {:>10} | {backlog:>7} | {collector_percent:>29.1} | {ingest_percent:>26.1} | {:>29.1} |",
-            now_offered - last_offered,
-            now_consumed - last_consumed,
-            collector_percent + ingest_percent
+        std::thread::sleep((began + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
+        let (offered, consumed_now, cpu) = (load.offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), cpu_now());
+        let percent: [f64; 3] = std::array::from_fn(|i| (cpu[i] - last_cpu[i]) * 100.0);
+        let figures = Second {
+            offered: offered - last_offered,
+            consumed: consumed_now - last_consumed,
+            backlog: offered.saturating_sub(consumed_now),
+            cpu: percent,
+            rss_mib: rss_mib("VmRSS").unwrap_or(0.0),
+        };
+        say!(json,
+            "| {second:>6} | {:>9} | {:>10} | {:>7} | {:>15.1} | {:>10.1} | {:>14.1} | {:>17.1} | {:>7.0} |",
+            figures.offered, figures.consumed, figures.backlog, percent[0], percent[1], percent[2], percent.iter().sum::<f64>(), figures.rss_mib
         );
-        last_ingest_cpu = ingest_cpu;
-        (last_offered, last_consumed, last_cpu) = (now_offered, now_consumed, now_cpu);
+        seconds.push(figures);
+        (last_offered, last_consumed, last_cpu) = (offered, consumed_now, cpu);
     }
-    stop.store(true, Ordering::Relaxed);
-    for sender in senders {
+    load.stop.store(true, Ordering::Relaxed);
+    for sender in load.senders {
         if let Ok(Err(err)) = sender.join() {
             eprintln!("efatop: warning: a sender stopped early: {err}");
         }
     }
+    let peak_rss = rss_mib("VmHWM");
+    // What is in flight drains; then the collector goes, and with it the loop and the consumer.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(collector);
+    let _ = loop_thread.join();
+    let frames = consumer.join().unwrap_or_default();
+
     // Judged on the second half (start-up is over): the senders really offered the load (a bench whose
     // senders stalled proves nothing), and the backlog stayed within two intervals' samples without growing.
-    let half = backlogs.len() / 2;
-    let (backlog_half, offered_half) = (&backlogs[half..], &offered_rates[half..]);
-    let target = ranks as u64 * u64::from(args.hz);
+    let half = &seconds[seconds.len() / 2..];
+    let target = ranks as u64 * u64::from(shape.hz);
     let one_interval = ranks as u64;
-    let offered_enough = offered_half.iter().all(|rate| *rate * 100 >= target * 95);
-    let bounded = backlog_half.iter().all(|b| *b <= 2 * one_interval);
-    let not_growing = backlog_half.last() <= backlog_half.first().map(|f| f + one_interval).as_ref();
-    let mut busiest: Vec<f64> = consumer_cpu_percent[half..].to_vec();
-    busiest.sort_by(f64::total_cmp);
-    let median_cpu = busiest.get(busiest.len() / 2).copied().unwrap_or(0.0);
+    let offered_enough = half.iter().all(|s| s.offered * 100 >= target * 95);
+    let bounded = half.iter().all(|s| s.backlog <= 2 * one_interval);
+    let not_growing = half.last().map(|s| s.backlog) <= half.first().map(|s| s.backlog + one_interval);
     let kept_up = offered_enough && bounded && not_growing;
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(0.0)
+    };
+    let cpu: [f64; 3] = std::array::from_fn(|i| median(half.iter().map(|s| s.cpu[i]).collect()));
+    let side: f64 = median(half.iter().map(|s| s.cpu.iter().sum()).collect());
     let verdict = match (offered_enough, bounded && not_growing) {
         (false, _) => format!("inconclusive: the senders offered less than 95% of {target} samples/s"),
-        (true, true) => format!(
-            "kept up: the backlog stayed within two intervals' samples; consumer side {median_cpu:.0}% of one core (median)"
-        ),
+        (true, true) => format!("kept up: the backlog stayed within two intervals' samples; rank 0's side {side:.0}% of one core (median)"),
         (true, false) => "fell behind: the backlog grew".to_string(),
     };
     say!(json, "# {verdict}{}", if confined { "" } else { " (not confined to one core)" });
-    drop(collector);
-    drop(ingest_thread);
+    let mut times = frames.times.clone();
+    times.sort_unstable();
+    let quantile = |q: f64| times.get(((times.len().max(1) - 1) as f64 * q).round() as usize).map(|t| t.as_secs_f64() * 1e3);
+    let lines_per_s = json.then(|| median(half.iter().map(|s| (s.consumed * channels as u64) as f64).collect()));
+    if !json {
+        say!(json, "# dashboard frames (fold + draw, after the first second): {} frames, median {} ms, p99 {} ms",
+            times.len(), fmt(quantile(0.5), 2), fmt(quantile(0.99), 2));
+        if let Some(slow) = slow {
+            let after = |at: Option<Duration>| at.map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
+            say!(json, "# slow NIC ({}): top of the worst NICs {} after its slowdown, flagged behind after {}",
+                slow.describe(&shape), after(frames.slow_on_top), after(frames.slow_flagged));
+        }
+        if let Some(worst) = &frames.last_worst {
+            say!(json, "# worst NIC at the end: {worst}");
+        }
+    }
+    say!(json,
+        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} kept_up={} confined={}",
+        if json { "json" } else { "dashboard" },
+        shape.host_count(),
+        shape.hz,
+        cpu[0], cpu[1], cpu[2],
+        fmt(quantile(0.5), 2),
+        fmt(quantile(0.99), 2),
+        fmt(seconds.last().map(|s| s.rss_mib), 0),
+        fmt(peak_rss, 0),
+        fmt(lines_per_s, 0),
+        if kept_up { "yes" } else if offered_enough { "no" } else { "inconclusive" },
+        if confined { "yes" } else { "no" },
+    );
     Ok(kept_up)
 }
 
-/// A busy rank's sample: every channel moved data with a few latency buckets filled.
-fn synthetic_sample(rank: usize, channels: usize) -> RankSample {
-    let latency = IntervalHistogram { buckets: vec![(200, 40), (210, 9), (250, 1)] };
-    RankSample {
-        rank: rank as u32,
-        seq: 0,
-        interval_ns: 100_000_000,
-        drops: 0,
-        channels: (0..channels)
-            .map(|channel| ChannelSample {
-                channel: channel as u16,
-                bytes: 1_250_000_000,
-                ops: 50,
-                in_flight: 4,
-                latency: latency.clone(),
-            })
-            .collect(),
-        peers: vec![PeerSample { peer: 0, bytes: 1_250_000_000, ops: 50, latency }],
-        ..RankSample::default()
+fn fmt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or("-".to_string(), |value| format!("{value:.decimals$}"))
+}
+
+/// One second of the load.
+struct Second {
+    offered: u64,
+    consumed: u64,
+    backlog: u64,
+    /// CPU of the collector, the loop and the consumer, in % of one core.
+    cpu: [f64; 3],
+    rss_mib: f64,
+}
+
+fn samples_in(event: &ConsumerEvent) -> u64 {
+    match event {
+        ConsumerEvent::Telemetry(events) => events.iter().filter(|e| matches!(e, CollectorEvent::Sample(_))).count() as u64,
+        _ => 0,
     }
+}
+
+/// The dashboard's session loop as [`crate::printer::dashboard::frame`] runs it, on a `TestBackend`: every
+/// tick, fold what arrived, move the clock on, draw; each frame timed.
+#[allow(clippy::too_many_arguments)] // the consumer thread's whole world, handed over once
+fn dashboard(
+    mut app: App,
+    events: &mpsc::Receiver<ConsumerEvent>,
+    consumed: &AtomicU64,
+    shape: &Shape,
+    slow: Option<Slow>,
+    started: &OnceLock<Instant>,
+    (width, height): (u16, u16),
+    clock: Instant,
+) -> Frames {
+    let mut frames = Frames::default();
+    let Ok(mut terminal) = Terminal::new(TestBackend::new(width, height));
+    let slow_view = slow.map(|slow| slow.global_rank(shape) * shape.channels + slow.channel);
+    let mut next = Instant::now();
+    loop {
+        let frame_start = Instant::now();
+        let now = clock.elapsed();
+        let mut gone = false;
+        loop {
+            match events.try_recv() {
+                Ok(event) => {
+                    let samples = samples_in(&event);
+                    app.update(Event::Run(event), now);
+                    consumed.fetch_add(samples, Ordering::Relaxed);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    app.update(Event::RunGone, now);
+                    gone = true;
+                    break;
+                }
+            }
+        }
+        app.update(Event::Tick, now);
+        if terminal.draw(|frame| efatop_ui::dashboard::draw(frame, app.shown())).is_err() {
+            return frames;
+        }
+        let took = frame_start.elapsed();
+        let since_load = started.get().map(Instant::elapsed);
+        if since_load.is_some_and(|t| t >= Duration::from_secs(1)) && !gone {
+            frames.times.push(took);
+        }
+        if let (Some(slow), Some(view), Some(load)) = (slow, slow_view, started.get()) {
+            let state = app.shown();
+            let after = (load.elapsed()).checked_sub(slow.at);
+            if let Some(after) = after {
+                if frames.slow_on_top.is_none() && state.fleet.worst().first().is_some_and(|worst| worst.view == view) {
+                    frames.slow_on_top = Some(after);
+                }
+                if frames.slow_flagged.is_none() && state.fleet.is_behind(view) {
+                    frames.slow_flagged = Some(after);
+                }
+            }
+        }
+        if gone {
+            frames.last_worst = describe_worst(app.shown());
+            return frames;
+        }
+        next += TICK;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
+
+fn describe_worst(state: &DashboardState) -> Option<String> {
+    let worst = state.fleet.worst().first()?;
+    let view = state.channels.get(worst.view)?;
+    let host = state.fleet.hosts().get(worst.host).map_or("?", |host| host.name.as_str());
+    Some(format!(
+        "{host} rank {} channel {} (rail {}) at {:.1} Gbps, {:.0}% of its rail's median {:.1}{}",
+        view.rank,
+        view.channel,
+        worst.rail,
+        worst.gbps,
+        worst.ratio * 100.0,
+        worst.rail_median,
+        if worst.behind { ", flagged behind" } else { "" }
+    ))
 }
 
 /// Confines a thread (`tid`, or the calling thread when `None`) to `cpus`; false when the kernel refused.
@@ -258,4 +417,12 @@ fn thread_cpu_seconds(tid: Option<&str>) -> f64 {
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in MiB.
+fn rss_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with(field) && line[field.len()..].starts_with(':'))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
