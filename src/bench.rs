@@ -17,7 +17,7 @@
 
 mod feed;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -115,8 +115,13 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         outlets.begin(start.clone()).map_err(|err| std::io::Error::other(err.to_string()))?;
     }
     let (to_consumer, from_loop) = mpsc::channel::<ConsumerEvent>();
+    // Raised before the senders stop: the step is measured, so that ranks closing their telemetry are
+    // done rather than lost (as in a run that ends well).
+    let ending = Arc::new(AtomicBool::new(false));
     let loop_thread = {
-        let liveness = liveness.clone();
+        let (liveness, ending) = (liveness.clone(), ending.clone());
+        let measured = ConsumerEvent::Measured(Box::new(step_measured(&shape)));
+        let mut measured = Some(measured);
         std::thread::Builder::new().name("efatop-loop".into()).spawn(move || {
             pin_consumer_side();
             let mut forward = |event: ConsumerEvent| {
@@ -138,6 +143,11 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
                 if !forward(ConsumerEvent::Telemetry(batch)) {
                     break;
                 }
+                if ending.load(Ordering::Relaxed) {
+                    if let Some(measured) = measured.take() {
+                        forward(measured);
+                    }
+                }
             }
             forward(ConsumerEvent::Finished { error: None });
             if let Some(outlets) = outlets {
@@ -149,7 +159,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     // The consumer: the dashboard, or the JSON printer.
     let consumed = Arc::new(AtomicU64::new(0));
     let started: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let consumer = {
+    let consumer_thread = {
         let (consumed, started, liveness) = (consumed.clone(), started.clone(), liveness.clone());
         let start = start.clone();
         let shape = shape.clone();
@@ -218,6 +228,8 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         seconds.push(figures);
         (last_offered, last_consumed, last_cpu) = (offered, consumed_now, cpu);
     }
+    ending.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
     load.stop.store(true, Ordering::Relaxed);
     for sender in load.senders {
         if let Ok(Err(err)) = sender.join() {
@@ -229,7 +241,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     std::thread::sleep(Duration::from_millis(300));
     drop(collector);
     let _ = loop_thread.join();
-    let frames = consumer.join().unwrap_or_default();
+    let frames = consumer_thread.join().unwrap_or_default();
 
     // Judged on the second half (start-up is over): the senders really offered the load (a bench whose
     // senders stalled proves nothing), and the backlog stayed within two intervals' samples without growing.
@@ -369,6 +381,25 @@ fn dashboard(
         }
         next += TICK;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// The synthetic step's measurement: every rank's channels near 95 Gbps.
+fn step_measured(shape: &Shape) -> efatop_experiments::results::Measurement {
+    use efatop_experiments::results::{LatencySummary, Measurement};
+    Measurement {
+        config: "SinglePin".into(),
+        size: 8 << 20,
+        count: 2 << 20,
+        gbps: 95.0 * shape.channels as f64,
+        busbw_percent: Some(95.0),
+        nccl_busbw_gbps: None,
+        latency: LatencySummary { mean_us: 60.0, p50_us: 50.2, p99_us: 434.2, max_us: 612.0 },
+        iterations: 100,
+        pairs: Vec::new(),
+        verified: true,
+        registration: Some("dmabuf".into()),
+        counters: None,
     }
 }
 

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::ReplayArgs;
-use crate::event::ConsumerEvent;
 use crate::record::{self, Recording};
 use crate::term;
 use crate::viewer::{Feed, JsonViewer, Watched};
@@ -28,17 +27,16 @@ pub fn replay(args: &ReplayArgs) -> i32 {
             return 2;
         }
     };
-    let Recording { events, cut } = recording;
     let code = if args.json || !term::stdout_is_terminal() {
         let mut viewer = JsonViewer::default();
-        for (at, event) in events {
+        for (at, event) in recording.cursor() {
             viewer.event(event, at);
         }
         viewer.tally.exit_code()
     } else {
-        dashboard(events, args.speed)
+        dashboard(&recording, args.speed)
     };
-    match cut {
+    match recording.cut {
         Some(why) => {
             eprintln!("efatop: error: replay: {why}; what came before is shown");
             1
@@ -47,14 +45,17 @@ pub fn replay(args: &ReplayArgs) -> i32 {
     }
 }
 
-fn dashboard(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> i32 {
-    let mut playback = Playback::new(events, speed);
+fn dashboard(recording: &Recording, speed: f64) -> i32 {
+    let mut playback = Playback::new(recording, speed);
     crate::viewer::show(&mut playback, "replay", 0)
 }
 
-/// A recording played back: the events folded so far, the playback clock and its speed.
-pub struct Playback {
-    events: Vec<(Duration, ConsumerEvent)>,
+/// A recording played back: the events folded so far (decoded from the file as the playback reaches
+/// them, so that a long run of thousands of ranks is never held decoded), the playback clock and its speed.
+pub struct Playback<'a> {
+    recording: &'a Recording,
+    /// The events from the next one to fold.
+    cursor: record::Cursor<'a>,
     /// The next event to fold.
     next: usize,
     /// The run's time the playback has reached.
@@ -65,21 +66,29 @@ pub struct Playback {
     wall: Instant,
 }
 
-impl Playback {
-    pub fn new(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> Self {
-        Self { events, next: 0, clock: Duration::ZERO, speed, paused: false, wall: Instant::now() }
+impl<'a> Playback<'a> {
+    pub fn new(recording: &'a Recording, speed: f64) -> Self {
+        Self { recording, cursor: recording.cursor(), next: 0, clock: Duration::ZERO, speed, paused: false, wall: Instant::now() }
+    }
+
+    fn len(&self) -> usize {
+        self.recording.len()
     }
 
     fn fold_until(&mut self, watched: &mut Option<Watched>, last: usize) {
-        while self.next <= last && self.next < self.events.len() {
-            let (at, event) = self.events[self.next].clone();
+        while self.next <= last && self.next < self.len() {
+            let Some((at, event)) = self.cursor.next() else {
+                // The file can no longer be read as it was: the playback ends where it is.
+                self.next = self.len();
+                return;
+            };
             crate::viewer::take(watched, event, at, &KEYS);
             self.next += 1;
         }
     }
 
     fn is_step(&self, index: usize) -> bool {
-        matches!(self.events.get(index), Some((_, ConsumerEvent::Step { .. })))
+        self.recording.is_step(index)
     }
 
     /// The step being shown: the last step event folded.
@@ -92,32 +101,33 @@ impl Playback {
         if index < self.next {
             *watched = None;
             self.next = 0;
+            self.cursor = self.recording.cursor();
         }
         self.fold_until(watched, index);
-        self.clock = self.events.get(index).map_or(self.clock, |(at, _)| *at);
+        self.clock = self.recording.time(index).unwrap_or(self.clock);
         self.wall = Instant::now();
     }
 
     fn steps(&self) -> (usize, usize) {
-        let total = (0..self.events.len()).filter(|&index| self.is_step(index)).count();
+        let total = (0..self.len()).filter(|&index| self.is_step(index)).count();
         let shown = (0..self.next).filter(|&index| self.is_step(index)).count();
         (shown, total)
     }
 }
 
-impl Feed for Playback {
+impl Feed for Playback<'_> {
     fn advance(&mut self, watched: &mut Option<Watched>) -> Duration {
         let now = Instant::now();
         if !self.paused {
             self.clock += (now - self.wall).mul_f64(self.speed);
         }
         self.wall = now;
-        while self.next < self.events.len() && self.events[self.next].0 <= self.clock {
+        while self.recording.time(self.next).is_some_and(|at| at <= self.clock) {
             self.fold_until(watched, self.next);
         }
-        if self.next == self.events.len() {
+        if self.next >= self.len() {
             // The recording is over: the clock stops at its last event.
-            self.clock = self.events.last().map_or(Duration::ZERO, |(at, _)| *at);
+            self.clock = self.len().checked_sub(1).and_then(|last| self.recording.time(last)).unwrap_or_default();
         }
         self.clock
     }
@@ -128,7 +138,7 @@ impl Feed for Playback {
             Key::Char('+' | '=') => self.speed = (self.speed * 2.0).min(64.0),
             Key::Char('-') => self.speed = (self.speed / 2.0).max(0.25),
             Key::Char(']') => {
-                if let Some(next) = (self.next..self.events.len()).find(|&index| self.is_step(index)) {
+                if let Some(next) = (self.next..self.len()).find(|&index| self.is_step(index)) {
                     self.seek(watched, next);
                 }
             }
@@ -146,7 +156,7 @@ impl Feed for Playback {
 
     fn source(&self) -> SourceLine {
         let (shown, total) = self.steps();
-        let state = if self.paused { "PAUSED" } else if self.next == self.events.len() { "end" } else { "playing" };
+        let state = if self.paused { "PAUSED" } else if self.next >= self.len() { "end" } else { "playing" };
         SourceLine { text: format!("replay {}x {state}, step {shown}/{total}", self.speed), alert: self.paused }
     }
 }

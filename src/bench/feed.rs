@@ -145,6 +145,9 @@ pub fn synthetic_sample(rank: usize, channels: usize, hz: u32, slow: Option<(usi
     }
 }
 
+/// A sender's connection and the frames of the ranks it carries, by rank.
+type Link = (TcpStream, Vec<(usize, Vec<u8>)>);
+
 /// What the senders share with the bench.
 pub struct Load {
     pub offered: Arc<AtomicU64>,
@@ -174,7 +177,7 @@ pub fn start(shape: &Shape, address: SocketAddr, threads: usize, cpus: &[usize],
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
             super::pin_thread(None, &cpus);
             // Per connection: its stream and the frames of the ranks it carries (rank r on r % connections).
-            let mut links: Vec<(TcpStream, Vec<(usize, Vec<u8>)>)> = Vec::with_capacity(my_connections.len());
+            let mut links: Vec<Link> = Vec::with_capacity(my_connections.len());
             let connecting = (|| {
                 for &connection in &my_connections {
                     let stream = TcpStream::connect(address)?;
