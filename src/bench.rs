@@ -158,22 +158,24 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
 
     // The consumer: the dashboard, or the JSON printer.
     let consumed = Arc::new(AtomicU64::new(0));
+    // --json: samples the printer dropped because it fell behind (consumed counts them too).
+    let dropped = Arc::new(AtomicU64::new(0));
     let started: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     let consumer_thread = {
-        let (consumed, started, liveness) = (consumed.clone(), started.clone(), liveness.clone());
+        let (consumed, dropped, started, liveness) = (consumed.clone(), dropped.clone(), started.clone(), liveness.clone());
         let start = start.clone();
         let shape = shape.clone();
         let screen = args.screen;
         std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
             pin_consumer_side();
             if json {
+                // The run's own printer loop: it keeps up, or drops what it cannot print (counted).
                 let mut lines = crate::printer::jsonl::SampleLines::default();
                 crate::printer::jsonl::print_event(ConsumerEvent::Run(Box::new(start)), clock.elapsed(), &mut lines);
-                while let Ok(event) = from_loop.recv() {
-                    let samples = samples_in(&event);
-                    crate::printer::jsonl::print_event(event, clock.elapsed(), &mut lines);
-                    consumed.fetch_add(samples, Ordering::Relaxed);
-                }
+                crate::printer::jsonl::print_events_counted(&from_loop, || clock.elapsed(), &mut lines, |printed| {
+                    consumed.store(printed.samples + printed.dropped, Ordering::Relaxed);
+                    dropped.store(printed.dropped, Ordering::Relaxed);
+                });
                 return Frames::default();
             }
             dashboard(App::for_run(start, liveness), &from_loop, &consumed, &shape, slow, &started, screen, clock)
@@ -203,30 +205,32 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     } else {
         say!(json, "# warning: collector, loop and consumer could not be given a CPU of their own; they share with the senders");
     }
-    say!(json, "| second | offered/s | consumed/s | backlog | collector CPU % | loop CPU % | consumer CPU % | rank 0 side CPU % | RSS MiB |");
-    say!(json, "|-------:|----------:|-----------:|--------:|----------------:|-----------:|---------------:|------------------:|--------:|");
+    say!(json, "| second | offered/s | consumed/s | dropped/s | backlog | collector CPU % | loop CPU % | consumer CPU % | rank 0 side CPU % | RSS MiB |");
+    say!(json, "|-------:|----------:|-----------:|----------:|--------:|----------------:|-----------:|---------------:|------------------:|--------:|");
     let (loop_tid, consumer_tid) = (thread_id("efatop-loop"), thread_id("efatop-ingest"));
     let tids = [collector_tid.as_deref(), loop_tid.as_deref(), consumer_tid.as_deref()];
     let cpu_now = || tids.map(thread_cpu_seconds);
-    let (mut last_offered, mut last_consumed, mut last_cpu) = (0, 0, cpu_now());
+    let (mut last_offered, mut last_consumed, mut last_dropped, mut last_cpu) = (0, 0, 0, cpu_now());
     let mut seconds = Vec::new();
     for second in 1..=args.seconds {
         std::thread::sleep((began + Duration::from_secs(u64::from(second))).saturating_duration_since(Instant::now()));
-        let (offered, consumed_now, cpu) = (load.offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), cpu_now());
+        let (offered, consumed_now, dropped_now, cpu) =
+            (load.offered.load(Ordering::Relaxed), consumed.load(Ordering::Relaxed), dropped.load(Ordering::Relaxed), cpu_now());
         let percent: [f64; 3] = std::array::from_fn(|i| (cpu[i] - last_cpu[i]) * 100.0);
         let figures = Second {
             offered: offered - last_offered,
             consumed: consumed_now - last_consumed,
+            dropped: dropped_now - last_dropped,
             backlog: offered.saturating_sub(consumed_now),
             cpu: percent,
             rss_mib: rss_mib("VmRSS").unwrap_or(0.0),
         };
         say!(json,
-            "| {second:>6} | {:>9} | {:>10} | {:>7} | {:>15.1} | {:>10.1} | {:>14.1} | {:>17.1} | {:>7.0} |",
-            figures.offered, figures.consumed, figures.backlog, percent[0], percent[1], percent[2], percent.iter().sum::<f64>(), figures.rss_mib
+            "| {second:>6} | {:>9} | {:>10} | {:>9} | {:>7} | {:>15.1} | {:>10.1} | {:>14.1} | {:>17.1} | {:>7.0} |",
+            figures.offered, figures.consumed, figures.dropped, figures.backlog, percent[0], percent[1], percent[2], percent.iter().sum::<f64>(), figures.rss_mib
         );
         seconds.push(figures);
-        (last_offered, last_consumed, last_cpu) = (offered, consumed_now, cpu);
+        (last_offered, last_consumed, last_dropped, last_cpu) = (offered, consumed_now, dropped_now, cpu);
     }
     ending.store(true, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(100));
@@ -251,23 +255,28 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let offered_enough = half.iter().all(|s| s.offered * 100 >= target * 95);
     let bounded = half.iter().all(|s| s.backlog <= 2 * one_interval);
     let not_growing = half.last().map(|s| s.backlog) <= half.first().map(|s| s.backlog + one_interval);
-    let kept_up = offered_enough && bounded && not_growing;
+    let dropped_total = dropped.load(Ordering::Relaxed);
+    let kept_up = offered_enough && bounded && not_growing && dropped_total == 0;
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         values.get(values.len() / 2).copied().unwrap_or(0.0)
     };
     let cpu: [f64; 3] = std::array::from_fn(|i| median(half.iter().map(|s| s.cpu[i]).collect()));
     let side: f64 = median(half.iter().map(|s| s.cpu.iter().sum()).collect());
-    let verdict = match (offered_enough, bounded && not_growing) {
-        (false, _) => format!("inconclusive: the senders offered less than 95% of {target} samples/s"),
-        (true, true) => format!("kept up: the backlog stayed within two intervals' samples; rank 0's side {side:.0}% of one core (median)"),
-        (true, false) => "fell behind: the backlog grew".to_string(),
+    let verdict = match (offered_enough, bounded && not_growing, dropped_total) {
+        (false, ..) => format!("inconclusive: the senders offered less than 95% of {target} samples/s"),
+        (true, true, 0) => format!("kept up: the backlog stayed within two intervals' samples; rank 0's side {side:.0}% of one core (median)"),
+        (true, true, dropped) => format!(
+            "fell back by design: the JSON printer dropped {dropped} samples ({:.1}% of those offered, each counted in a `dropped` line) and never lagged more than its bound",
+            dropped as f64 * 100.0 / seconds.iter().map(|s| s.offered).sum::<u64>().max(1) as f64
+        ),
+        (true, false, _) => "fell behind: the backlog grew".to_string(),
     };
     say!(json, "# {verdict}{}", if confined { "" } else { " (not confined to one core)" });
     let mut times = frames.times.clone();
     times.sort_unstable();
     let quantile = |q: f64| times.get(((times.len().max(1) - 1) as f64 * q).round() as usize).map(|t| t.as_secs_f64() * 1e3);
-    let lines_per_s = json.then(|| median(half.iter().map(|s| (s.consumed * channels as u64) as f64).collect()));
+    let lines_per_s = json.then(|| median(half.iter().map(|s| (s.consumed.saturating_sub(s.dropped) * channels as u64) as f64).collect()));
     if !json {
         say!(json, "# dashboard frames (fold + draw, after the first second): {} frames, median {} ms, p99 {} ms",
             times.len(), fmt(quantile(0.5), 2), fmt(quantile(0.99), 2));
@@ -281,7 +290,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         }
     }
     say!(json,
-        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} kept_up={} confined={}",
+        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_dropped={} kept_up={} confined={}",
         if json { "json" } else { "dashboard" },
         shape.host_count(),
         shape.hz,
@@ -291,7 +300,8 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         fmt(seconds.last().map(|s| s.rss_mib), 0),
         fmt(peak_rss, 0),
         fmt(lines_per_s, 0),
-        if kept_up { "yes" } else if offered_enough { "no" } else { "inconclusive" },
+        if json { dropped_total.to_string() } else { "-".to_string() },
+        if kept_up { "yes" } else if !offered_enough { "inconclusive" } else if dropped_total > 0 && bounded && not_growing { "dropped" } else { "no" },
         if confined { "yes" } else { "no" },
     );
     Ok(kept_up)
@@ -304,7 +314,9 @@ fn fmt(value: Option<f64>, decimals: usize) -> String {
 /// One second of the load.
 struct Second {
     offered: u64,
+    /// Folded or printed, or (--json) dropped by the printer.
     consumed: u64,
+    dropped: u64,
     backlog: u64,
     /// CPU of the collector, the loop and the consumer, in % of one core.
     cpu: [f64; 3],
