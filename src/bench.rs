@@ -290,7 +290,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         }
     }
     say!(json,
-        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_dropped={} kept_up={} confined={}",
+        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_dropped={} slow_top_s={} slow_flagged_s={} kept_up={} confined={}",
         if json { "json" } else { "dashboard" },
         shape.host_count(),
         shape.hz,
@@ -301,6 +301,8 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         fmt(peak_rss, 0),
         fmt(lines_per_s, 0),
         if json { dropped_total.to_string() } else { "-".to_string() },
+        fmt(frames.slow_on_top.map(|d| d.as_secs_f64()), 1),
+        fmt(frames.slow_flagged.map(|d| d.as_secs_f64()), 1),
         if kept_up { "yes" } else if !offered_enough { "inconclusive" } else if dropped_total > 0 && bounded && not_growing { "dropped" } else { "no" },
         if confined { "yes" } else { "no" },
     );
