@@ -38,6 +38,11 @@ pub struct BenchCollectorArgs {
     /// Record the run's events as a run's --record does (`efatop replay FILE` plays them)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Instead of a live load: fold this recording (made with --record) into the dashboard as a replay
+    /// does, a frame every 50 ms of the run's time, as fast as it goes; report frame times and the RSS
+    /// of a process that folded the whole run
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "record", "slow", "hosts"])]
+    pub fold: Option<PathBuf>,
     /// The dashboard's screen, for its frame times
     #[arg(long, default_value = "200x60", value_name = "WIDTHxHEIGHT", value_parser = parse_screen)]
     pub screen: (u16, u16),
