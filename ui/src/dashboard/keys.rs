@@ -28,6 +28,10 @@ pub fn handle_key(view: &mut View, state: &DashboardState, key: Key) -> Action {
             _ => Action::None,
         };
     }
+    // Large runs: the fleet view's keys (host selection, Enter, `/`, Esc out of a host) come first.
+    if super::fleet::handle_key(view, state, key) {
+        return Action::None;
+    }
     let pairs = view.focus == Panel::Pairs;
     match key {
         Key::Char('q') | Key::Esc => return Action::Quit,
@@ -124,7 +128,7 @@ mod tests {
     fn help_open_ignores_other_keys_but_q_still_quits() {
         let mut shown = sample();
         shown.view.show_help = true;
-        let before = shown.view;
+        let before = shown.view.clone();
         for key in [Key::Tab, Key::Down, Key::Right, Key::Char('p'), Key::Enter] {
             assert_eq!(shown.key(key), Action::None);
         }

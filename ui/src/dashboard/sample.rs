@@ -408,3 +408,86 @@ pub fn alltoall_sample_view(ranks_per_host: usize, slow_host: usize) -> View {
         ..View::default()
     }
 }
+
+/// One NIC made slow in [`fleet_sample_state`]: `host`'s rank `rank` (counted within the host), its
+/// channel `channel`, at `fraction` of its rate from `from` on.
+#[derive(Clone, Copy, Debug)]
+pub struct SlowNic {
+    pub host: usize,
+    pub rank: usize,
+    pub channel: usize,
+    pub from: Duration,
+    pub fraction: f64,
+}
+
+/// Host names of the synthetic fleets (`p5-node-0042`): the bench's feed and the tests name them alike.
+pub fn fleet_host(host: usize) -> String {
+    format!("p5-node-{host:04}")
+}
+
+/// A synthetic fleet, folded through the real ingestion: `hosts` × `ranks_per_host` ranks × `channels`
+/// channels, a `write` run over EFA at 100 Gbps a NIC, every NIC near 95 Gbps (a few Gbps of
+/// deterministic jitter), `seconds` of 10 Hz samples, and `slow` slowed from its time on.
+pub fn fleet_sample_state(hosts: usize, ranks_per_host: usize, channels: usize, seconds: u64, slow: Option<SlowNic>) -> DashboardState {
+    use efatop_proto::results::RankPlacement;
+    use efatop_proto::telemetry::{ChannelSample, RankSample};
+
+    use crate::ingest::Ingest;
+    use crate::liveness::Liveness;
+
+    let ranks = hosts * ranks_per_host;
+    let host_of: Vec<String> = (0..ranks).map(|rank| fleet_host(rank / ranks_per_host)).collect();
+    let nics: Vec<Vec<String>> = vec![(0..channels).map(|c| format!("rdmap{}s0-rdm", 79 + c)).collect(); ranks];
+    let run = RunInfo {
+        experiment: Experiment::Write,
+        provider_stack: "efa".into(),
+        ranks,
+        hosts: host_of.clone(),
+        channels,
+        link_gbps: Some(LINK_GBPS),
+        memory: "cuda".into(),
+        configs: vec![Column::write(Layout::Single, Memory::Host)],
+        sizes: vec![8 << 20],
+        placements: (0..ranks)
+            .map(|rank| RankPlacement {
+                rank,
+                host: host_of[rank].clone(),
+                gpu: Some(rank % ranks_per_host),
+                nics: nics[rank].clone(),
+                ..RankPlacement::default()
+            })
+            .collect(),
+    };
+    let mut state = DashboardState::default();
+    let mut ingest = Ingest::begin(&mut state, run, &nics, RunResults::default());
+    let mut liveness = Liveness::new(ranks, Duration::from_millis(100), Duration::from_mins(1));
+    let interval_ns = 100_000_000_u64;
+    for seq in 0..seconds * 10 {
+        let at = Duration::from_millis(seq * 100 + 100);
+        for rank in 0..ranks {
+            let sample = RankSample {
+                rank: rank as u32,
+                seq,
+                interval_ns,
+                channels: (0..channels)
+                    .map(|channel| {
+                        let jitter = ((rank * 7 + channel * 13 + seq as usize * 3) % 41) as f64 / 10.0;
+                        let mut gbps = 93.0 + jitter;
+                        if let Some(slow) = slow {
+                            if rank == slow.host * ranks_per_host + slow.rank && channel == slow.channel && at >= slow.from {
+                                gbps *= slow.fraction;
+                            }
+                        }
+                        let bytes = (gbps * 1e9 / 8.0 * 0.1) as u64;
+                        ChannelSample { channel: channel as u16, bytes, ops: bytes >> 23, in_flight: 8, ..ChannelSample::default() }
+                    })
+                    .collect(),
+                ..RankSample::default()
+            };
+            ingest.sample(&mut state, &sample, at);
+            liveness.heard(rank, at);
+        }
+        ingest.tick(&mut state, at, &liveness);
+    }
+    state
+}
