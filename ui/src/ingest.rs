@@ -7,7 +7,7 @@ use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use efatop_proto::sizes::format_size;
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
-use crate::fleet::Fleet;
+use crate::state::fleet::Fleet;
 use crate::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
@@ -566,6 +566,9 @@ mod tests {
         assert_eq!(pairs.history(0, 1), None);
     }
 }
+
+#[cfg(test)]
+mod fleet_view;
 
 /// The gauges' index ([`GaugeIndex`]) kept while ingesting, against one built for the frame. Here, not in
 /// `state::gauges`, so that `state` imports neither `ingest` nor `dashboard`, even in tests.

@@ -1,6 +1,7 @@
 //! Everything the dashboard draws, ready to render. The binary's collector fills it from telemetry and
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
+pub mod fleet;
 pub mod gauges;
 pub mod sweep;
 
@@ -419,7 +420,7 @@ pub struct DashboardState {
     pub gauges: gauges::GaugeIndex,
     /// The fleet model (per host its NICs, per rail median and spread, the worst NICs), kept by
     /// [`Ingest`](crate::ingest::Ingest) like the gauges' index; what the fleet view draws.
-    pub fleet: crate::fleet::Fleet,
+    pub fleet: fleet::Fleet,
     /// Where these events come from, or who else watches them (`serving on ...`, `attached to ...`,
     /// `replay 4x`): on the progress line when set.
     pub source: Option<SourceLine>,

@@ -43,13 +43,12 @@ impl View {
     }
 }
 
-/// What the user looks at in the fleet view, apart from the fleet model
-/// ([`Fleet`](crate::fleet::Fleet), kept with the data): the selected host, a host name being typed after
-/// `/`, and the host drilled into.
+/// What the user looks at in the fleet view, apart from the fleet model ([`Fleet`](crate::state::fleet::Fleet),
+/// kept with the data): the selected host, a host name being typed after `/`, and the host drilled into.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetView {
-    /// The selected host (index into [`Fleet::hosts`](crate::fleet::Fleet::hosts)); `None`: the worst
-    /// host, whichever it is now.
+    /// The selected host (index into [`Fleet::hosts`](crate::state::fleet::Fleet::hosts)); `None`: the
+    /// worst host, whichever it is now.
     pub selected: Option<usize>,
     /// `/`: the host name typed so far; each key jumps to the first host it names.
     pub search: Option<String>,

@@ -14,6 +14,8 @@ use crate::view::View;
 ///   `Left` and `Right` one of its channels (clamped at the ends) — with the pairs heatmap focused, they
 ///   move the selected pair's sender and receiver instead; `p` freezes or unfreezes the view;
 ///   `t` shows or hides the topology view; `?` opens the help.
+/// - a run drawn as a fleet takes its keys first: `Up`/`Down` select a host, `Enter` drills into its gauges
+///   and `Esc` comes back, `/` finds a host by name (the view's [`FleetView`](crate::view::FleetView)).
 pub fn handle_key(view: &mut View, state: &DashboardState, key: Key) -> Action {
     if state.finished {
         return Action::Quit;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use efatop_proto::telemetry::rails::{RailRule, DEFAULT_THRESHOLD, IDLE_GBPS};
 
-use crate::state::DashboardState;
+use super::DashboardState;
 
 /// How long a NIC must stay below its rail to be flagged.
 pub const FLEET_HOLD: Duration = Duration::from_secs(1);
