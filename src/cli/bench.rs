@@ -38,9 +38,9 @@ pub struct BenchCollectorArgs {
     /// Record the run's events as a run's --record does (`efatop replay FILE` plays them)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Instead of a live load: fold this recording (made with --record) into the dashboard as a replay
-    /// does, a frame every 50 ms of the run's time, as fast as it goes; report frame times and the RSS
-    /// of a process that folded the whole run
+    /// Instead of a live load: play this recording (made with --record) in the dashboard as `efatop
+    /// replay` plays it at 1x, a frame every 50 ms of the run's time, as fast as it goes; report frame
+    /// times and the RSS of a process that played the whole run
     #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "record", "slow", "hosts"])]
     pub fold: Option<PathBuf>,
     /// The dashboard's screen, for its frame times
