@@ -2,14 +2,18 @@
 //! type and its layout, asks libfabric what it offers (on this machine only: a fake tree is not this
 //! machine's libfabric), watches the node for `--window`, and prints the report in the format asked: a
 //! table, a JSON line, or the one-line contracts of NHC, Slurm and node-problem-detector
-//! ([`crate::health`]). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input.
+//! ([`crate::health`]). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input. With
+//! `--traffic` a short verified write through every NIC of this node runs inside the window
+//! ([`traffic`]).
+
+mod traffic;
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
 use efatop_fabric::{Capabilities, Channel, ChannelOptions, Provider, discover_nics};
-use efatop_monitor::check::{observe, Expected, Libfabric, LibfabricFacts, Report, Status};
+use efatop_monitor::check::{observe_with_traffic, Carrier, Expected, Libfabric, LibfabricFacts, Report, Status};
 use efatop_monitor::{FakeNode, Fault, Sysfs};
 
 use crate::cli::{CheckArgs, HealthFormat};
@@ -35,19 +39,31 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     if args.drain && args.format() != HealthFormat::Slurm {
         return Err((2, "--drain: only with --format slurm (it sets the Slurm drain reason)".into()));
     }
+    if !args.traffic {
+        if args.provider.is_some() {
+            return Err((2, "--provider: only with --traffic (the provider of its write: efa, shm, tcp, ...)".into()));
+        }
+        if args.debug_corrupt_byte.is_some() {
+            return Err((2, "--debug-corrupt-byte: only with --traffic (it corrupts a byte of its write)".into()));
+        }
+    }
     if !args.sysfs_root.is_dir() {
         return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
     }
     let sysfs = Sysfs::new(&args.sysfs_root);
     let expected = expected(args, &sysfs)?;
     let this_machine = args.sysfs_root == Path::new("/");
-    let observed = observe(&sysfs, expected.layout.as_ref(), args.window, || {
+    let libfabric = || {
         if this_machine {
             probe_libfabric()
         } else {
             Libfabric::NotChecked { reason: format!("--sysfs-root {} is not this machine: libfabric not asked", args.sysfs_root.display()) }
         }
-    });
+    };
+    // The write runs on this machine whatever --sysfs-root says (its finding says which provider carried it).
+    let provider = args.provider.clone().unwrap_or(efatop_fabric::Provider::Efa);
+    let traffic = || args.traffic.then(|| traffic::run(&provider, args.debug_corrupt_byte));
+    let observed = observe_with_traffic(&sysfs, expected.layout.as_ref(), args.window, libfabric, traffic);
     let report = Report::new(host_name(), &expected, &observed);
     let verdict = verdict(&report);
     let code = verdict.exit_code();
@@ -183,7 +199,12 @@ pub fn verdict(report: &Report) -> Verdict {
             let ok = report.with_status(Status::Ok).count();
             let skipped = report.with_status(Status::Skipped).count();
             let instance = report.instance_type.as_deref().unwrap_or("instance type unknown");
-            Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped"))
+            let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| {
+                // The provider as asked (`tcp`, not `tcp;ofi_rxm`): the line must fit node-problem-detector's 80.
+                let nics = if traffic.carrier == Carrier::Nic { "" } else { " (not NICs)" };
+                format!(", traffic via {}{nics}", traffic.provider)
+            });
+            Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped{traffic}"))
         }
     }
 }
@@ -192,7 +213,8 @@ pub fn verdict(report: &Report) -> Verdict {
 fn table(report: &Report) -> String {
     use std::fmt::Write as _;
     let instance = report.instance_type.as_deref().map_or("instance type unknown".to_string(), |t| format!("{t} ({})", report.instance_source));
-    let mut text = format!("efatop check  {}  {instance}  window {:.1} s\n", report.host, report.window_s);
+    let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| format!("  traffic via {}", traffic.via()));
+    let mut text = format!("efatop check  {}  {instance}  window {:.1} s{traffic}\n", report.host, report.window_s);
     let _ = writeln!(text, "  {:<13} {:<8} finding", "rule", "status");
     for finding in &report.findings {
         let _ = writeln!(text, "  {:<13} {:<8} {}", finding.rule.name(), finding.status.label(), finding.message);

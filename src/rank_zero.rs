@@ -40,7 +40,7 @@ const TICK: Duration = Duration::from_millis(200);
 /// How long rank 0's own thread gets to end once the abort is raised. It gives up at once when it waits on
 /// the fabric or the launcher's rendezvous; a wait inside MPI cannot be interrupted, and then the loop ends
 /// the run without it.
-pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -257,7 +257,7 @@ impl Loop {
             }
             if self.setup.abort.is_raised() {
                 let raised = *raised_at.get_or_insert_with(Instant::now);
-                if let Some(outcome) = ended.take().filter(|_| self.setup.abort.is_raised()) {
+                if let Some(outcome) = ended.take() {
                     return (self.blame(outcome), false);
                 }
                 if raised.elapsed() > EXIT_GRACE {

@@ -1,4 +1,4 @@
-//! `efatop check` as a program, on fake p5, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
+//! `efatop check` as a program, on fake p5, p5e, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
 //! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
@@ -14,7 +14,7 @@ use common::efatop;
 use efatop_monitor::{FakeNode, Fault};
 use serde_json::Value;
 
-const TYPES: [&str; 3] = ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
 const FORMATS: [&str; 5] = ["table", "json", "nhc", "npd", "slurm"];
 
 /// What each fault's one-line form must say besides the thing it broke.
@@ -64,6 +64,19 @@ fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
 /// Asserts that `run` (format `format`) names exactly one problem, by `rule`, about `subject`, saying
 /// `words`; or, with `fault` `None`, nothing.
 fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, what: &str) {
+    assert_flagged(run, format, fault.map(|(fault, subject)| Named { rule: rule(fault), subject, words: words(fault) }), what);
+}
+
+/// One problem as every format must show it: by `rule`, about `subject`, its short form saying `words`.
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    rule: &'a str,
+    subject: &'a str,
+    words: &'a str,
+}
+
+/// Asserts that `run` (format `format`) names exactly `fault`, or nothing.
+fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, what: &str) {
     let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     assert_eq!(run.code, Some(i32::from(fault.is_some())), "{context}");
     let lines: Vec<&str> = run.stdout.lines().collect();
@@ -77,10 +90,10 @@ fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, w
                     assert!(flagged.is_empty(), "{context}");
                     assert_eq!(last, "ok: nothing wrong found", "{context}");
                 }
-                Some((fault, subject)) => {
+                Some(Named { rule, subject, words }) => {
                     assert_eq!(flagged.len(), 1, "{context}");
-                    assert!(flagged[0].trim_start().starts_with(rule(fault)) && flagged[0].contains(subject), "{context}");
-                    assert!(last.starts_with("PROBLEM: 1 thing wrong: ") && last.contains(subject) && last.contains(words(fault)), "{context}");
+                    assert!(flagged[0].trim_start().starts_with(rule) && flagged[0].contains(subject), "{context}");
+                    assert!(last.starts_with("PROBLEM: 1 thing wrong: ") && last.contains(subject) && last.contains(words), "{context}");
                 }
             }
         }
@@ -99,10 +112,10 @@ fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, w
                     assert!(flagged.is_empty(), "{context}");
                     assert_eq!(line["data"]["status"], "ok", "{context}");
                 }
-                Some((fault, subject)) => {
+                Some(Named { rule, subject, words }) => {
                     assert_eq!(flagged.len(), 1, "{context}");
-                    assert_eq!((flagged[0].0, flagged[0].1), (rule(fault), subject), "{context}");
-                    assert!(flagged[0].2.contains(words(fault)), "{context}");
+                    assert_eq!((flagged[0].0, flagged[0].1), (rule, subject), "{context}");
+                    assert!(flagged[0].2.contains(words), "{context}");
                     assert_eq!(line["data"]["status"], "problem", "{context}");
                 }
             }
@@ -112,8 +125,8 @@ fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, w
             assert!(lines[0].len() <= 80 && lines[0].is_ascii(), "{context}");
             match fault {
                 None => assert!(lines[0].starts_with("efatop: ok: "), "{context}"),
-                Some((fault, subject)) => {
-                    assert!(lines[0].starts_with("efatop: ") && lines[0].contains(subject) && lines[0].contains(words(fault)), "{context}");
+                Some(Named { subject, words, .. }) => {
+                    assert!(lines[0].starts_with("efatop: ") && lines[0].contains(subject) && lines[0].contains(words), "{context}");
                     assert!(!lines[0].contains(';') && !lines[0].contains("more)"), "one problem only: {context}");
                 }
             }
@@ -122,10 +135,10 @@ fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, w
             let prefix = if format == "nhc" { "check_efatop:  " } else { "efatop: " };
             match fault {
                 None => assert!(run.stdout.is_empty(), "{context}"),
-                Some((fault, subject)) => {
+                Some(Named { subject, words, .. }) => {
                     assert_eq!(lines.len(), 1, "{context}");
                     let reason = lines[0].strip_prefix(prefix).unwrap_or_else(|| panic!("no {prefix:?}: {context}"));
-                    assert!(reason.contains(subject) && reason.contains(words(fault)) && !reason.contains(';'), "{context}");
+                    assert!(reason.contains(subject) && reason.contains(words) && !reason.contains(';'), "{context}");
                 }
             }
         }
@@ -229,5 +242,102 @@ fn bad_input_is_one_line_and_exit_2() {
         assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
         assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+}
+
+/// `efatop check --traffic` on a healthy fake node (the rules read the tree; the write runs on this machine,
+/// between two ranks, with `provider`) in `format`, corrupting one byte when asked.
+fn check_traffic(node: &FakeNode, provider: &str, format: &str, corrupt: bool) -> common::Run {
+    let root = node.root().to_str().expect("utf-8").to_string();
+    let mut args = vec!["check", "--sysfs-root", &root, "--window", "100ms", "--traffic", "--provider", provider, "--format", format];
+    if corrupt {
+        args.extend(["--debug-corrupt-byte", "1000"]);
+    }
+    efatop(&args)
+}
+
+/// The `traffic` finding of a `--json` run, and its `traffic` record.
+fn traffic_of(run: &common::Run) -> (Value, Value) {
+    let line: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    let finding = line["data"]["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "traffic").cloned();
+    (finding.unwrap_or_else(|| panic!("no traffic finding: {}", run.stdout)), line["data"]["traffic"].clone())
+}
+
+#[test]
+fn traffic_over_tcp_and_shm_passes_on_a_healthy_node_and_says_what_carried_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    for (provider, stack, carrier) in [("tcp", "tcp;ofi_rxm", "loopback"), ("shm", "shm", "shared_memory")] {
+        for format in FORMATS {
+            let run = check_traffic(&node, provider, format, false);
+            assert_flagged(&run, format, None, &format!("healthy --traffic --provider {provider}"));
+            let context = format!("--provider {provider} --format {format}\n{}\n{}", run.stdout, run.stderr);
+            match format {
+                "table" => {
+                    let row = run.stdout.lines().find(|l| l.trim_start().starts_with("traffic ")).unwrap_or_else(|| panic!("{context}"));
+                    assert!(row.contains(" ok ") && row.contains(&format!("via {stack}: 2 ranks")), "{context}");
+                    assert!(row.contains("every byte verified") && row.contains("not the NICs"), "{context}");
+                    assert!(run.stdout.lines().next().unwrap_or_default().ends_with(&format!("traffic via {stack}")), "{context}");
+                }
+                "json" => {
+                    let (finding, traffic) = traffic_of(&run);
+                    assert_eq!(finding["status"], "ok", "{context}");
+                    assert_eq!((traffic["provider"].as_str(), traffic["stack"].as_str()), (Some(provider), Some(stack)), "{context}");
+                    assert_eq!(traffic["carrier"], carrier, "{context}");
+                    assert_eq!(traffic["outcome"]["state"], "verified", "{context}");
+                    let channels = traffic["channels"].as_array().expect("channels");
+                    assert!(channels.len() >= 2 && channels.iter().all(|c| c["best_gbps"].as_f64().is_some_and(|g| g > 0.0)), "{context}");
+                }
+                "npd" => assert!(run.stdout.trim_end().ends_with(&format!("traffic via {provider} (not NICs)")), "{context}"),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_write_names_its_nic_and_provider_in_every_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    // The sweep's first round has rank 0 write rank 1: the first channel rank 1 verifies is its channel 0.
+    let json = check_traffic(&node, "tcp", "json", true);
+    let (finding, traffic) = traffic_of(&json);
+    let nic = traffic["channels"].as_array().expect("channels").iter().find(|c| c["rank"] == 1 && c["channel"] == 0).expect("rank 1 channel 0")["nic"]
+        .as_str()
+        .expect("nic")
+        .to_string();
+    assert_eq!(traffic["outcome"]["state"], "corrupt", "{}", json.stdout);
+    assert_eq!((traffic["outcome"]["receiver"].as_u64(), traffic["outcome"]["sender"].as_u64()), (Some(1), Some(0)), "{}", json.stdout);
+    assert!(finding["message"].as_str().unwrap_or("").contains("via tcp;ofi_rxm: offset 1000: expected"), "{finding}");
+    let words = format!("corrupt write from {nic} (tcp)");
+    for format in FORMATS {
+        let run = check_traffic(&node, "tcp", format, true);
+        assert_flagged(&run, format, Some(Named { rule: "traffic", subject: &nic, words: &words }), "--traffic with a corrupt byte");
+    }
+}
+
+#[test]
+fn traffic_on_this_machine_stays_within_30_seconds() {
+    let run = efatop(&["check", "--json", "--traffic", "--provider", "tcp"]);
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
+    let (finding, traffic) = traffic_of(&run);
+    assert_eq!(finding["status"], "ok", "{}\n{}", run.stdout, run.stderr);
+    assert!(finding["message"].as_str().unwrap_or("").contains("this proves efatop's path, not the NICs"), "{finding}");
+    assert!(traffic["seconds"].as_f64().is_some_and(|s| s < 20.0), "{traffic}");
+}
+
+#[test]
+fn traffic_flags_are_checked() {
+    for (args, says) in [
+        (vec!["check", "--provider", "tcp"], "--provider"),
+        (vec!["check", "--traffic", "--provider", "auto"], "--provider"),
+        (vec!["check", "--traffic", "--provider", "no such!"], "--provider"),
+        (vec!["check", "--debug-corrupt-byte", "3"], "--debug-corrupt-byte"),
+    ] {
+        let run = efatop(&args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
     }
 }

@@ -7,8 +7,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,26 +31,6 @@ impl Drop for Started {
     }
 }
 
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|path| path.is_file())
-}
-
-/// A port nobody listens on now (Prometheus takes its listen address from the command line).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
-}
-
-/// `GET path` over HTTP/1.0: the status and the body.
-fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).ok()?;
-    let status = reply.split_whitespace().nth(1)?.parse().ok()?;
-    let body = reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())?;
-    Some((status, body))
-}
-
 fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
@@ -59,7 +39,7 @@ fn percent_encode(text: &str) -> String {
 
 /// An instant query through Prometheus's HTTP API: the result vector.
 fn query(prometheus: SocketAddr, expression: &str) -> Vec<Value> {
-    let Some((200, body)) = get(prometheus, &format!("/api/v1/query?query={}", percent_encode(expression))) else { return Vec::new() };
+    let Some((200, body)) = common::http_get(prometheus, &format!("/api/v1/query?query={}", percent_encode(expression))) else { return Vec::new() };
     let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     reply["data"]["result"].as_array().cloned().unwrap_or_default()
 }
@@ -139,7 +119,7 @@ fn start_monitor(root: &Path, fixture: &Path) -> (Started, SocketAddr) {
 /// A Prometheus server with `config`, its data and log under `dir`: the server, its web address and its
 /// log file.
 fn start_prometheus(prometheus: &Path, config: &Path, dir: &Path) -> (Started, SocketAddr, PathBuf) {
-    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let web = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let logs = dir.join("prometheus.log");
     let server = Command::new(prometheus)
         .arg(format!("--config.file={}", config.display()))
@@ -155,10 +135,7 @@ fn start_prometheus(prometheus: &Path, config: &Path, dir: &Path) -> (Started, S
 
 #[test]
 fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
-    let Some(prometheus) = on_path("prometheus") else {
-        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
-        return;
-    };
+    let Some(prometheus) = common::required("prometheus", "prometheus") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let fake = FakeSysfs::p5(dir.path().join("p5")).expect("fake p5 tree");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
@@ -177,7 +154,7 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
     .expect("config");
     let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
 
-    wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
+    wait_for("prometheus ready", Duration::from_mins(1), &logs, || common::http_get(web, "/-/ready").filter(|(status, _)| *status == 200));
     // rate() over a window the series does not fill yet extrapolates only half a scrape interval back,
     // so wait until the series is older than the window: 52 scrapes (13 s at 250 ms) in the last 15 s.
     let window = "10s";
@@ -204,7 +181,7 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
 
 /// The alerts Prometheus holds now: (name, state, instance, nic).
 fn alerts(prometheus: SocketAddr) -> Vec<(String, String, String, String)> {
-    let Some((200, body)) = get(prometheus, "/api/v1/alerts") else { return Vec::new() };
+    let Some((200, body)) = common::http_get(prometheus, "/api/v1/alerts") else { return Vec::new() };
     let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
     reply["data"]["alerts"]
@@ -224,10 +201,7 @@ fn alerts(prometheus: SocketAddr) -> Vec<(String, String, String, String)> {
 /// for the healthy one.
 #[test]
 fn the_shipped_alert_fires_on_the_planted_fault_and_not_on_a_healthy_node() {
-    let Some(prometheus) = on_path("prometheus") else {
-        eprintln!("SKIPPED: no `prometheus` binary on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
-        return;
-    };
+    let Some(prometheus) = common::required("prometheus", "prometheus") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/efatop-rules.yml");
@@ -257,7 +231,7 @@ fn the_shipped_alert_fires_on_the_planted_fault_and_not_on_a_healthy_node() {
     )
     .expect("config");
     let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
-    wait_for("prometheus ready", Duration::from_mins(1), &logs, || get(web, "/-/ready").filter(|(status, _)| *status == 200));
+    wait_for("prometheus ready", Duration::from_mins(1), &logs, || common::http_get(web, "/-/ready").filter(|(status, _)| *status == 200));
     let firing = wait_for("the impaired-connections alert firing", Duration::from_mins(2), &logs, || {
         let all = alerts(web);
         all.iter().any(|(name, state, _, _)| name == "EfaImpairedRemoteConnections" && state == "firing").then_some(all)

@@ -11,8 +11,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -33,39 +33,6 @@ impl Drop for Started {
         ours.kill_all();
         let _ = self.child.wait();
     }
-}
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(program)).find(|path| path.is_file())
-}
-
-/// `program`, or `None` after a SKIPPED line; under `CI=true` a missing program fails the test instead.
-fn required(program: &str, package: &str) -> Option<PathBuf> {
-    if let Some(path) = on_path(program) {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "no `{program}` on PATH under CI=true: scripts/setup-debian installs Debian's `{package}`"
-    );
-    eprintln!("SKIPPED: no `{program}` on PATH (Debian package `{package}`; scripts/setup-debian installs it)");
-    None
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
-}
-
-/// `GET path` over HTTP/1.0 as `curl` asks (no `Accept`): the status and the body.
-fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).ok()?;
-    let status = reply.split_whitespace().nth(1)?.parse().ok()?;
-    let body = reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())?;
-    Some((status, body))
 }
 
 /// Asks `done` every 50 ms until it gives a value; panics naming `what` after `limit`.
@@ -228,10 +195,10 @@ fn exit_code(started: &mut Started, limit: Duration) -> Option<i32> {
 
 #[test]
 fn a_run_leaves_its_final_per_channel_totals_in_a_pushgateway_equal_to_its_results_file() {
-    let Some(pushgateway) = required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
+    let Some(pushgateway) = common::required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let server = Command::new(pushgateway)
         .arg(format!("--web.listen-address={gateway}"))
         .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
@@ -241,7 +208,7 @@ fn a_run_leaves_its_final_per_channel_totals_in_a_pushgateway_equal_to_its_resul
         .spawn()
         .expect("start prometheus-pushgateway");
     let _server = Started { child: server };
-    wait_for("the pushgateway ready", Duration::from_secs(30), || get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
 
     let url = format!("http://{gateway}");
     let args = write("256K", "5", &["--pushgateway", &url]);
@@ -254,7 +221,7 @@ fn a_run_leaves_its_final_per_channel_totals_in_a_pushgateway_equal_to_its_resul
 
     let results = read_results(&dir.path().join("results.json"));
     let recorded = recorded_bytes(&results);
-    let (status, metrics) = get(gateway, "/metrics").expect("the pushgateway's /metrics");
+    let (status, metrics) = common::http_get(gateway, "/metrics").expect("the pushgateway's /metrics");
     assert_eq!(status, 200, "{metrics}");
     let pushed = channel_totals(&metrics);
     let pushed_bytes: BTreeMap<(usize, usize), u64> = pushed.iter().map(|(key, (bytes, _))| (*key, *bytes)).collect();
@@ -286,7 +253,7 @@ fn a_failed_push_is_a_warning_and_a_bad_url_is_refused_before_the_run() {
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     // Nobody listens there: the run still ends as it went, with one warning.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = format!("http://127.0.0.1:{}", common::free_port());
     let args = write("4K", "5", &["--pushgateway", &url]);
     let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
     let code = exit_code(&mut run, Duration::from_mins(2));
@@ -308,7 +275,7 @@ fn a_failed_push_is_a_warning_and_a_bad_url_is_refused_before_the_run() {
 
 #[test]
 fn the_runs_and_the_monitors_metrics_pass_promtool() {
-    let Some(promtool_path) = required("promtool", "prometheus") else { return };
+    let Some(promtool_path) = common::required("promtool", "prometheus") else { return };
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
 
@@ -323,7 +290,7 @@ fn the_runs_and_the_monitors_metrics_pass_promtool() {
     fake.advance("rdmap80s0", "rdma_write_bytes", 5_000_000).expect("advance");
     // Once a second read has given rates.
     let text = wait_for("the monitor's rates", Duration::from_secs(30), || {
-        get(endpoint, "/metrics").filter(|(status, body)| *status == 200 && body.contains("efatop_nic_tx_bytes_per_second{")).map(|(_, body)| body)
+        common::http_get(endpoint, "/metrics").filter(|(status, body)| *status == 200 && body.contains("efatop_nic_tx_bytes_per_second{")).map(|(_, body)| body)
     });
     drop(monitor);
     let (code, said) = promtool(&promtool_path, &text);
@@ -339,7 +306,7 @@ fn the_runs_and_the_monitors_metrics_pass_promtool() {
     let mut seen = Vec::new();
     let endpoint = serving(&line_starting(&lines, "efatop: serving", &mut seen));
     let live = wait_for("a scrape of the run going", Duration::from_mins(1), || {
-        get(endpoint, "/metrics")
+        common::http_get(endpoint, "/metrics")
             .filter(|(status, body)| *status == 200 && body.contains("efatop_run_channel_latency_p50_seconds{") && body.contains(r#"state="running"} 1"#))
             .map(|(_, body)| body)
     });
@@ -353,7 +320,7 @@ fn the_runs_and_the_monitors_metrics_pass_promtool() {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(run.child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the run this test started");
     line_starting(&lines, "efatop: the final figures stay at", &mut seen);
-    let (status, ended) = get(endpoint, "/metrics").expect("the final scrape");
+    let (status, ended) = common::http_get(endpoint, "/metrics").expect("the final scrape");
     assert_eq!(status, 200, "{ended}");
     let (code, said) = promtool(&promtool_path, &ended);
     assert_eq!(code, Some(0), "promtool check metrics of the ended run's /metrics:\n{said}\n{ended}");
@@ -373,7 +340,7 @@ fn the_runs_endpoint_answers_a_final_scrape_with_the_final_totals_then_closes() 
     let lingering = line_starting(&lines, "efatop: the final figures stay at", &mut seen);
     let told = Instant::now();
     assert_eq!(lingering, format!("efatop: the final figures stay at http://{endpoint}/metrics for 5 s"));
-    let (status, text) = get(endpoint, "/metrics").expect("a scrape after the end");
+    let (status, text) = common::http_get(endpoint, "/metrics").expect("a scrape after the end");
     assert_eq!(status, 200, "{text}");
     let results = read_results(&dir.path().join("results.json"));
     assert_eq!(results["status"]["state"], "complete", "{results}");
@@ -384,7 +351,7 @@ fn the_runs_endpoint_answers_a_final_scrape_with_the_final_totals_then_closes() 
     assert!(!text.contains("efatop_run_channel_bytes_per_second"), "an ended run has no last interval: {text}");
     // Still there a moment later, gone once the run has exited, after the 5 s it said.
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(get(endpoint, "/metrics").map(|(status, _)| status), Some(200));
+    assert_eq!(common::http_get(endpoint, "/metrics").map(|(status, _)| status), Some(200));
     assert_eq!(exit_code(&mut run, Duration::from_secs(30)), Some(0), "{}", stdout.join().expect("stdout"));
     let lingered = told.elapsed();
     assert!(lingered >= Duration::from_millis(4500), "the endpoint closed after {lingered:?}, not 5 s");
@@ -395,10 +362,10 @@ fn the_runs_endpoint_answers_a_final_scrape_with_the_final_totals_then_closes() 
 /// what the results file recorded per channel (the failed step moved bytes no measurement holds).
 #[test]
 fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
-    let Some(pushgateway) = required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
+    let Some(pushgateway) = common::required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let server = Command::new(pushgateway)
         .arg(format!("--web.listen-address={gateway}"))
         .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
@@ -408,7 +375,7 @@ fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
         .spawn()
         .expect("start prometheus-pushgateway");
     let _server = Started { child: server };
-    wait_for("the pushgateway ready", Duration::from_secs(30), || get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
     let url = format!("http://{gateway}");
     let args = write("64M", "300", &["--pushgateway", &url, "--hang-timeout", "3"]);
     let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
@@ -432,7 +399,7 @@ fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
     assert!(!stderr.iter().any(|l| l.contains("warning: --pushgateway")), "the push went through: {stderr:?}");
     let results = read_results(&results_path);
     assert_eq!(results["status"]["state"], "failed");
-    let (_, metrics) = get(gateway, "/metrics").expect("the pushgateway's /metrics");
+    let (_, metrics) = common::http_get(gateway, "/metrics").expect("the pushgateway's /metrics");
     assert!(metrics.lines().any(|l| l.starts_with("efatop_run_state{") && l.contains("state=\"failed\"") && l.ends_with(" 1")), "{metrics}");
     let pushed = channel_totals(&metrics);
     let recorded = recorded_bytes(&results);

@@ -34,10 +34,6 @@ fn slurm_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-cluster")
 }
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
 /// The Slurm cluster, up while this lives, on an emulated cluster that holds the cluster lock.
 struct SlurmCluster {
     _cluster: Cluster,
@@ -50,7 +46,7 @@ impl SlurmCluster {
 
     /// With more `scripts/slurm-cluster up` flags.
     fn up_with(flags: &[&str]) -> Option<Self> {
-        let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| !on_path(p)).collect();
+        let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| common::program(p).is_none()).collect();
         if !missing.is_empty() {
             assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
             eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/setup-debian)");

@@ -21,13 +21,14 @@ use std::time::{Duration, Instant};
 use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::column::{Column, Layout};
 use efatop_proto::counters::StepOp;
-use efatop_proto::results::{gbps, LatencyRecorder, LatencySummary, Measurement, PairMatrix, PairMeasurement};
+use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMatrix, PairMeasurement};
 use efatop_proto::sizes::format_size;
+use serde::{Deserialize, Serialize};
 
 use crate::pattern::PatternSeed;
-use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
+use crate::payload::{exchange_regions, prepare, Payload, Stage};
 use crate::world::World;
-use crate::write::{plan, Segment};
+use crate::write::{begin_columns, plan, Segment};
 use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
 
 /// The all-to-all configurations, in the seed's order of columns (`Single`, `Multi`, `RoundRobin`).
@@ -69,42 +70,19 @@ pub fn unprobed_bytes(config: Layout, rank: usize, world_size: usize, size: u64,
     bytes
 }
 
-/// One rank's share of a step, as it tells rank 0.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[allow(clippy::struct_field_names)] // each is a time in nanoseconds, and says so
+/// One rank's share of a step, as it tells rank 0 (through [`World::gather`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct RankReport {
-    /// Wall time of the timed iterations, start-together rounds included.
-    elapsed_ns: u64,
-    /// Per source rank, the summed time from this rank's start of each iteration until the last write of
-    /// that source for the iteration had landed here (its immediates arrived); 0 for the rank itself.
+    /// Per source rank, the summed time (ns) from this rank's start of each iteration until the last write
+    /// of that source for the iteration had landed here (its immediates arrived); 0 for the rank itself.
     /// Measured where the data lands: a sender's local completion can come early, from buffers on the way.
     arrival_ns: Vec<u64>,
-    /// Every timed iteration's latency, so rank 0's percentiles are over all ranks' iterations.
-    iteration_ns: Vec<u64>,
-}
-
-impl RankReport {
-    fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + 8 * (self.arrival_ns.len() + self.iteration_ns.len()));
-        out.extend_from_slice(&self.elapsed_ns.to_le_bytes());
-        out.extend_from_slice(&(self.arrival_ns.len() as u64).to_le_bytes());
-        for value in self.arrival_ns.iter().chain(&self.iteration_ns) {
-            out.extend_from_slice(&value.to_le_bytes());
-        }
-        out
-    }
-
-    fn from_bytes(bytes: &[u8]) -> Result<Self, ExperimentError> {
-        let malformed = || ExperimentError::Bootstrap("malformed all-to-all report from a rank".into());
-        let words: Vec<u64> = bytes
-            .chunks(8)
-            .map(|chunk| <[u8; 8]>::try_from(chunk).map(u64::from_le_bytes).map_err(|_| malformed()))
-            .collect::<Result<_, _>>()?;
-        let (&elapsed_ns, rest) = words.split_first().ok_or_else(malformed)?;
-        let (&peers, rest) = rest.split_first().ok_or_else(malformed)?;
-        let peers = usize::try_from(peers).ok().filter(|p| *p <= rest.len()).ok_or_else(malformed)?;
-        Ok(Self { elapsed_ns, arrival_ns: rest[..peers].to_vec(), iteration_ns: rest[peers..].to_vec() })
-    }
+    /// The timed iterations and their summed time (ns): this rank's Gbps and mean latency.
+    iterations: u64,
+    iterations_ns: u64,
+    /// Every timed iteration's latency: rank 0 merges every rank's, so the step's percentiles are over all
+    /// ranks' iterations.
+    latency: LatencyRecorder,
 }
 
 /// Runs the sweep on every rank; rank 0 returns one measurement per configuration and size, and the pair
@@ -134,15 +112,7 @@ pub fn run(
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4);
     let stride = slot_stride(largest);
     let payloads = prepare(world, &sweep.memories, (stride * world.size as u64) as usize, &world.channels, observer)?;
-    let plans: Vec<(usize, Layout, Column)> = payloads
-        .iter()
-        .enumerate()
-        .flat_map(|(index, payload)| {
-            configs.iter().map(move |c| (index, *c, Column::Write { layout: *c, memory: payload.memory(), emulated: world.write_emulated() }))
-        })
-        .collect();
-    let columns: Vec<Column> = plans.iter().map(|(_, _, column)| column.clone()).collect();
-    observer.begin(&columns, &memory_labels(&payloads));
+    let plans = begin_columns(world, &payloads, configs, observer);
 
     // Every rank learns every rank's regions, per payload and channel.
     let remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> =
@@ -160,14 +130,14 @@ pub fn run(
             let corrupt = sweep.corrupt_byte.filter(|_| world.rank == 0);
             let filled = payload
                 .fill_at(world.rank as u64 * stride, seed_of(world.rank), corrupt)
-                .and_then(|()| payload.stage_out_range(world.rank as u64 * stride, size));
+                .and_then(|()| payload.stage(Stage::Out, world.rank as u64 * stride, size));
             agree(world, filled, observer)?;
             world.counters_before_step();
             let exchange = Exchange { world, config, size, stride, payload, remotes };
             let timed = exchange.time(sweep, &mut expected);
             let report = agree_on(world, timed, observer)?;
             let checked = (0..world.size).filter(|s| *s != world.rank).try_for_each(|sender| {
-                payload.stage_in_range(sender as u64 * stride, size)?;
+                payload.stage(Stage::In, sender as u64 * stride, size)?;
                 payload.verify_at(sender as u64 * stride, seed_of(sender))?.map_err(|mismatch| {
                     ExperimentError::Verification {
                         receiver: world.rank,
@@ -181,9 +151,8 @@ pub fn run(
             agree(world, checked, observer)?;
             let unprobed = unprobed_bytes(config, world.rank, world.size, size, world.channels.len(), sweep.warmup + sweep.iters);
             let counters = world.counters_after_step_adding(StepOp::Write, &unprobed)?;
-            let reports = world.allgather(&report.to_bytes())?;
+            let reports = world.gather(&report, "all-to-all reports")?;
             if world.rank == 0 {
-                let reports: Vec<RankReport> = reports.iter().map(|r| RankReport::from_bytes(r)).collect::<Result<_, _>>()?;
                 let (mut measurement, matrix) = summarise(world, config, column, size, sweep.iters, &reports);
                 measurement.registration = Some(payload.registration().into());
                 measurement.counters = counters;
@@ -253,23 +222,19 @@ impl<'a> Exchange<'a> {
             seen,
             arrived: vec![Duration::ZERO; world.size],
         };
-        let mut report = RankReport {
-            arrival_ns: vec![0; world.size],
-            iteration_ns: Vec::with_capacity(sweep.iters as usize),
-            ..RankReport::default()
-        };
+        let mut report = RankReport { arrival_ns: vec![0; world.size], ..RankReport::default() };
         for iteration in 0..sweep.warmup {
             self.iteration(iteration, &mut tracking)?;
         }
-        let started = Instant::now();
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
             let took = self.iteration(iteration, &mut tracking)?;
-            report.iteration_ns.push(took.as_nanos() as u64);
+            report.iterations += 1;
+            report.iterations_ns += took.as_nanos() as u64;
+            report.latency.record(took);
             for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
                 *total += arrived.as_nanos() as u64;
             }
         }
-        report.elapsed_ns = started.elapsed().as_nanos() as u64;
         Ok(report)
     }
 
@@ -429,29 +394,17 @@ fn summarise(
     let ranks = reports.len();
     let mut latency = LatencyRecorder::new();
     for report in reports {
-        for &ns in &report.iteration_ns {
-            latency.record(Duration::from_nanos(ns));
-        }
+        latency.merge(&report.latency);
     }
     // As the seed: a rank's buffer over its mean iteration time (the start-together round in between is
     // not part of an iteration).
-    let per_rank: Vec<f64> = reports
+    let pairs = reports
         .iter()
-        .map(|r| gbps((size * r.iteration_ns.len() as u64) as f64, r.iteration_ns.iter().sum::<u64>() as f64 / 1e9))
-        .collect();
-    let mean_gbps = per_rank.iter().sum::<f64>() / ranks.max(1) as f64;
-    let channels_used = match config {
-        Layout::Single => 1,
-        Layout::Multi | Layout::RoundRobin => world.channels.len(),
-    };
-    let pairs = per_rank
-        .iter()
-        .zip(reports)
         .enumerate()
-        .map(|(rank, (gbps, report))| PairMeasurement {
+        .map(|(rank, report)| PairMeasurement {
             peers: vec![rank],
-            gbps: *gbps,
-            mean_us: report.iteration_ns.iter().sum::<u64>() as f64 / 1e3 / report.iteration_ns.len().max(1) as f64,
+            gbps: gbps((size * report.iterations) as f64, report.iterations_ns as f64 / 1e9),
+            mean_us: report.iterations_ns as f64 / 1e3 / report.iterations.max(1) as f64,
         })
         .collect();
     let matrix = PairMatrix {
@@ -474,21 +427,9 @@ fn summarise(
         // NIC; elsewhere every pair crossed it and nothing is marked.
         same_host: if world.shm_shortcut == Some(true) { PairMatrix::same_host_pairs(&world.hosts) } else { Vec::new() },
     };
-    let summary: LatencySummary = latency.summary();
-    let measurement = Measurement {
-        config: column.clone(),
-        size,
-        count: size / 4,
-        gbps: mean_gbps,
-        busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
-        nccl_busbw_gbps: Some(mean_gbps * (ranks.saturating_sub(1)) as f64),
-        latency: summary,
-        iterations: iters,
-        pairs,
-        verified: true,
-        registration: None,
-        counters: None,
-    };
+    let links = world.link_gbps_of(config.channels_used(world.channels.len()));
+    let mut measurement = Measurement::verified(column.clone(), size, iters, pairs, &latency, links);
+    measurement.nccl_busbw_gbps = Some(measurement.gbps * (ranks.saturating_sub(1)) as f64);
     (measurement, matrix)
 }
 
@@ -536,12 +477,14 @@ mod tests {
 
     #[test]
     fn reports_survive_the_trip_to_rank_zero() {
-        let report = RankReport { elapsed_ns: 7, arrival_ns: vec![0, 5, 6], iteration_ns: vec![1, 2] };
-        assert_eq!(RankReport::from_bytes(&report.to_bytes()).expect("decode"), report);
-        assert!(RankReport::from_bytes(&[1, 2, 3]).is_err());
-        assert!(RankReport::from_bytes(&[0; 16]).is_ok());
-        let mut lying = report.to_bytes();
-        lying[8] = 200; // more peers than words follow
-        assert!(RankReport::from_bytes(&lying).is_err());
+        let mut latency = LatencyRecorder::new();
+        latency.record(Duration::from_nanos(1));
+        latency.record(Duration::from_nanos(2));
+        let report = RankReport { arrival_ns: vec![0, 5, 6], iterations: 2, iterations_ns: 3, latency };
+        let trip = |bytes: Vec<u8>| crate::gather_with::<RankReport>(|_| Ok(vec![bytes]), &RankReport::default(), "all-to-all reports");
+        let mine = serde_json::to_vec(&report).expect("serializes");
+        assert_eq!(trip(mine.clone()).expect("decodes"), vec![report]);
+        assert!(trip(vec![1, 2, 3]).is_err());
+        assert!(trip(mine[..mine.len() - 1].to_vec()).is_err(), "cut short");
     }
 }

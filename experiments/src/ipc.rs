@@ -24,7 +24,7 @@ use efatop_cuda::ipc::{export_handle, IpcWriter, Mover, PeerMemory, HANDLE_LEN};
 use efatop_cuda::DeviceBuffer;
 use efatop_proto::column::Column;
 use efatop_proto::ipc::{IpcConfig, Mover as Planned};
-use efatop_proto::results::{NvlinkPeakOrigin, gbps, LatencyRecorder, LatencySummary, Measurement, PairMeasurement};
+use efatop_proto::results::{NvlinkPeakOrigin, gbps, LatencyRecorder, Measurement, PairMeasurement};
 use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
@@ -261,27 +261,17 @@ fn move_bytes(
     passes.finish().map_err(cuda_error)
 }
 
+/// Rank 0's measurement of a step: `each_ns` the timed passes' GPU times, `total_ns` all of them together
+/// (Gbps is the timed bytes over it), BusBW against the pair's NVLink peak per direction when known.
 fn summarise(column: &Column, size: u64, each_ns: &[u64], total_ns: u64, peak_gbytes_per_s: Option<f64>) -> Measurement {
     let mut latency = LatencyRecorder::new();
     for ns in each_ns {
         latency.record(std::time::Duration::from_nanos(*ns));
     }
-    let summary: LatencySummary = latency.summary();
     let rate = gbps((size * each_ns.len() as u64) as f64, total_ns.max(1) as f64 / 1e9);
-    Measurement {
-        config: column.clone(),
-        size,
-        count: size / 4,
-        gbps: rate,
-        busbw_percent: peak_gbytes_per_s.map(|peak| 100.0 * rate / (peak * 8.0)),
-        nccl_busbw_gbps: None,
-        latency: summary,
-        iterations: each_ns.len() as u64,
-        pairs: vec![PairMeasurement { peers: vec![TARGET], gbps: rate, mean_us: summary.mean_us }],
-        verified: true,
-        registration: None,
-        counters: None,
-    }
+    let pair = PairMeasurement { peers: vec![TARGET], gbps: rate, mean_us: latency.summary().mean_us };
+    let peak_gbps = peak_gbytes_per_s.map(|peak| peak * 8.0);
+    Measurement::verified(column.clone(), size, each_ns.len() as u64, vec![pair], &latency, peak_gbps)
 }
 
 #[cfg(test)]

@@ -1,5 +1,8 @@
 //! efatop's benchmarks. Each experiment is one module that runs the same code on every rank of a
-//! [`World`]; rank 0 returns the [`Measurement`]s, every rank verifies what it received.
+//! [`World`]; rank 0 returns the [`Measurement`]s (each made by `Measurement::verified` from the step's
+//! pairs and latency histogram, BusBW over [`World::link_gbps_of`] the channels it used), every rank
+//! verifies what it received. [`payload`] is the memory they move, and stages GPU memory through host
+//! memory in one place ([`payload::Payload::stage`]).
 
 #![forbid(unsafe_code)]
 

@@ -43,6 +43,15 @@ pub fn choose_path(
     }
 }
 
+/// Which way [`Payload::stage`] copies staged memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// GPU → the registered host buffer, before the NIC sends it.
+    Out,
+    /// The registered host buffer → GPU, after the NIC received into it.
+    In,
+}
+
 enum Storage {
     Host(Rc<HostBuffer>),
     Device {
@@ -236,25 +245,17 @@ impl Payload {
         }
     }
 
-    /// Before sending: staged memory is copied from the GPU into the registered host buffer.
-    pub fn stage_out(&self, len: u64) -> Result<(), ExperimentError> {
-        self.stage_out_range(0, len)
-    }
-
-    /// As [`Payload::stage_out`], for the `len` bytes from `offset`.
-    pub fn stage_out_range(&self, offset: u64, len: u64) -> Result<(), ExperimentError> {
-        if let Storage::Staged {
-            gpu,
-            device,
-            staging,
-        } = &self.storage
-        {
-            let range = offset as usize..(offset + len) as usize;
-            staging
-                .write(|bytes| gpu.to_host(device, range.start, &mut bytes[range]))
-                .map_err(cuda_error)?;
+    /// Staged memory's copy between the GPU and the registered host buffer, for the `len` bytes from
+    /// `offset`: [`Stage::Out`] before sending, [`Stage::In`] after receiving. Nothing for host memory
+    /// and natively registered device memory, which the NIC reaches where the data lives.
+    pub fn stage(&self, way: Stage, offset: u64, len: u64) -> Result<(), ExperimentError> {
+        let Storage::Staged { gpu, device, staging } = &self.storage else { return Ok(()) };
+        let range = offset as usize..(offset + len) as usize;
+        match way {
+            Stage::Out => staging.write(|bytes| gpu.to_host(device, range.start, &mut bytes[range.clone()])),
+            Stage::In => staging.read(|bytes| gpu.from_host(&bytes[range.clone()], device, range.start)),
         }
-        Ok(())
+        .map_err(cuda_error)
     }
 
     /// For staged memory, the GPU and the device buffer behind the staging copy (for a caller that stages
@@ -264,27 +265,6 @@ impl Payload {
             Storage::Staged { gpu, device, .. } => Some((gpu, device)),
             _ => None,
         }
-    }
-
-    /// After receiving: staged memory is copied from the registered host buffer onto the GPU.
-    pub fn stage_in(&self, len: u64) -> Result<(), ExperimentError> {
-        self.stage_in_range(0, len)
-    }
-
-    /// As [`Payload::stage_in`], for the `len` bytes from `offset`.
-    pub fn stage_in_range(&self, offset: u64, len: u64) -> Result<(), ExperimentError> {
-        if let Storage::Staged {
-            gpu,
-            device,
-            staging,
-        } = &self.storage
-        {
-            let range = offset as usize..(offset + len) as usize;
-            staging
-                .read(|bytes| gpu.from_host(&bytes[range.clone()], device, range.start))
-                .map_err(cuda_error)?;
-        }
-        Ok(())
     }
 
     /// Checks the first `seed.size` bytes where the data lives (device buffers are checked on the GPU).

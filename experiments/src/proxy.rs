@@ -37,7 +37,7 @@ use efatop_cuda::ring_gpu::{RingKernels, WriterPlan};
 use efatop_cuda::stager::AsyncStager;
 use efatop_cuda::DeviceBuffer;
 use efatop_fabric::{HostBuffer, Immediate, MemoryRegion, Op, RemoteRegion};
-use efatop_proto::column::{Column, Layout, ProxyLayout};
+use efatop_proto::column::{Column, ProxyLayout};
 use efatop_proto::counters::StepOp;
 use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use efatop_proto::sizes::format_size;
@@ -147,7 +147,9 @@ pub fn run(
                 (WRITER, Some(kernels)) => payload.fill(seed, sweep.corrupt_byte).and_then(|()| {
                     let proxy = Proxy { world, sweep, remotes: &remotes, kernels, payload, staging: staging.as_ref(), chunk };
                     proxy.run(*config, column, size, observer).map(|(pair, latency)| {
-                        let mut measurement = summarise(world, *config, column, size, sweep.iters, pair, &latency);
+                        // Told to the observer only after rank 1 verified and every rank agreed.
+                        let links = world.link_gbps_of(config.layout().channels_used(world.channels.len()));
+                        let mut measurement = Measurement::verified(column.clone(), size, sweep.iters, vec![pair], &latency, links);
                         measurement.registration = Some(payload.registration().into());
                         Some(measurement)
                     })
@@ -329,7 +331,7 @@ impl Proxy<'_, '_> {
         observer: &mut dyn Observer,
     ) -> Result<(PairMeasurement, LatencyRecorder), ExperimentError> {
         let world = self.world;
-        let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
+        let channels_used = config.layout().channels_used(world.channels.len());
         let writes_per_iteration: u64 = writes_per_channel(size, channels_used, self.chunk).iter().sum();
         let (warmup, iters) = (self.sweep.warmup, self.sweep.iters);
         let expected = (warmup + iters) * writes_per_iteration;
@@ -594,7 +596,7 @@ fn writes_per_channel(size: u64, channels: usize, chunk: u64) -> Vec<u64> {
 /// (it waits on immediates and counts nothing; the writer's probe counts what it sent). Each channel the
 /// configuration uses gets its share of `size` per iteration, however the GPU chunks it.
 fn arrivals_per_channel(config: ProxyLayout, size: u64, channels: usize, iterations: u64) -> Vec<u64> {
-    let used = if config.layout() == Layout::Single { 1 } else { channels.max(1) } as u64;
+    let used = config.layout().channels_used(channels.max(1)) as u64;
     (0..channels as u64).map(|c| if c < used { (size * (c + 1) / used - size * c / used) * iterations } else { 0 }).collect()
 }
 
@@ -613,7 +615,7 @@ fn receive(
     chunk: u64,
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
-    let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
+    let channels_used = config.layout().channels_used(world.channels.len());
     for (channel, writes) in writes_per_channel(size, channels_used, chunk).into_iter().enumerate() {
         expected[channel] += (sweep.warmup + sweep.iters) * writes;
     }
@@ -621,33 +623,6 @@ fn receive(
         world.channels.iter().zip(expected.iter()).all(|(channel, want)| channel.immediates_from(WRITER) >= *want)
     })?;
     Ok(())
-}
-
-fn summarise(
-    world: &World<'_>,
-    config: ProxyLayout,
-    column: &Column,
-    size: u64,
-    iters: u64,
-    pair: PairMeasurement,
-    latency: &LatencyRecorder,
-) -> Measurement {
-    let channels_used = if config.layout() == Layout::Single { 1 } else { world.channels.len() };
-    Measurement {
-        config: column.clone(),
-        size,
-        count: size / 4,
-        gbps: pair.gbps,
-        busbw_percent: world.link_gbps.map(|link| 100.0 * pair.gbps / (link * channels_used as f64)),
-        nccl_busbw_gbps: None,
-        latency: latency.summary(),
-        iterations: iters,
-        pairs: vec![pair],
-        // Told to the observer only after rank 1 verified and every rank agreed.
-        verified: true,
-        registration: None,
-        counters: None,
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use efatop_proto::results::{LatencyRecorder, Measurement, PairMeasurement, gbps}
 use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
-use crate::payload::{Payload, memory_labels, prepare};
+use crate::payload::{Payload, Stage, memory_labels, prepare};
 use crate::world::World;
 use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
 
@@ -77,21 +77,9 @@ fn measure_memory(
         }
         let counters = world.counters_after_step(efatop_proto::counters::StepOp::Send)?;
         if world.rank == INITIATOR {
-            let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
-            let measurement = Measurement {
-                config: column.clone(),
-                size,
-                count: size / 4,
-                gbps: mean_gbps,
-                busbw_percent: world.link_gbps.map(|link| 100.0 * mean_gbps / link),
-                nccl_busbw_gbps: None,
-                latency: latency.summary(),
-                iterations: sweep.iters,
-                pairs,
-                verified: true,
-                registration: Some(send.registration().into()),
-                counters,
-            };
+            let mut measurement = Measurement::verified(column.clone(), size, sweep.iters, pairs, &latency, world.link_gbps_of(1));
+            measurement.registration = Some(send.registration().into());
+            measurement.counters = counters;
             observer.measured(&measurement);
             measurements.push(measurement);
         }
@@ -117,14 +105,14 @@ fn ping(
     for iteration in 0..sweep.warmup + sweep.iters {
         let reply = channel.recv(recv_region, 0, len)?;
         let started = Instant::now();
-        send.stage_out(size)?;
+        send.stage(Stage::Out, 0, size)?;
         let ping = channel.send(peer, send_region, 0, len)?;
         world.progress_until(channels, "SEND completion", || ping.is_complete())?;
         ping.wait()?;
         world.probe.completed(CHANNEL, peer, size, None);
         world.progress_until(channels, "RECV of the reply", || reply.is_complete())?;
         let received = reply.wait()?;
-        recv.stage_in(size)?;
+        recv.stage(Stage::In, 0, size)?;
         let round_trip = started.elapsed();
         world.probe.completed(CHANNEL, peer, received.len as u64, Some(round_trip));
         if received.len != len {
@@ -169,11 +157,11 @@ fn pong(
         world.progress_until_within(channels, timeout, "RECV of the ping", || incoming.is_complete())?;
         let received = incoming.wait()?;
         world.probe.completed(CHANNEL, INITIATOR, received.len as u64, None);
-        recv.stage_in(size)?;
+        recv.stage(Stage::In, 0, size)?;
         if iteration + 1 < total {
             next = Some(channel.recv(recv_region, 0, len)?);
         }
-        send.stage_out(size)?;
+        send.stage(Stage::Out, 0, size)?;
         let pong = channel.send(INITIATOR, send_region, 0, len)?;
         world.progress_until(channels, "SEND of the reply", || pong.is_complete())?;
         pong.wait()?;

@@ -23,7 +23,7 @@ use efatop_proto::telemetry::Phase;
 
 use crate::alltoall::slot_stride;
 use crate::pattern::PatternSeed;
-use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
+use crate::payload::{exchange_regions, memory_labels, prepare, Payload, Stage};
 use crate::world::{CrossRail, World};
 use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
 
@@ -254,7 +254,7 @@ impl Exchange<'_> {
             Some(_) => self
                 .payload
                 .fill_at(0, seed(world.rank), self.sweep.corrupt_byte.filter(|_| world.rank == 0))
-                .and_then(|()| self.payload.stage_out_range(0, self.size)),
+                .and_then(|()| self.payload.stage(Stage::Out, 0, self.size)),
             None => Ok(()),
         };
         agree(world, filled, observer)?;
@@ -283,7 +283,7 @@ impl Exchange<'_> {
                 world.probe.set_phase(Phase::Verifying, self.size);
                 (0..world.channels.len()).try_for_each(|rail| {
                     let at = (rail as u64 + 1) * self.stride;
-                    self.payload.stage_in_range(at, self.size)?;
+                    self.payload.stage(Stage::In, at, self.size)?;
                     self.payload.verify_at(at, seed(peer))?.map_err(|mismatch| ExperimentError::Verification {
                         receiver: world.rank,
                         sender: peer,
@@ -325,6 +325,9 @@ impl Exchange<'_> {
             })
             .collect::<Result<_, ExperimentError>>()?;
         world.counters_before_step();
+        // What telemetry has been told per rail: every immediate promised before this round. Immediates
+        // of this round that a progress call elsewhere (a barrier) already reaped count as this round's.
+        let mut seen: Vec<u64> = self.expected.iter().map(|promised| promised[peer]).collect();
         for &rail in rails {
             self.expected[rail][peer] += total;
         }
@@ -339,7 +342,6 @@ impl Exchange<'_> {
                 latency: LatencyRecorder::new(),
             })
             .collect();
-        let mut seen: Vec<u64> = world.channels.iter().map(|c| c.immediates_from(peer)).collect();
         let mut last_change = Instant::now();
         loop {
             let mut advanced = false;

@@ -375,6 +375,12 @@ impl<'b> World<'b> {
         self.emulated_write == Some(true)
     }
 
+    /// The speed of `channels` of this world's channels together, what a `BusBW` over them divides by;
+    /// `None` when the link speed is not known (BusBW is then left out, never guessed).
+    pub fn link_gbps_of(&self, channels: usize) -> Option<f64> {
+        self.link_gbps.map(|link| link * channels as f64)
+    }
+
     /// Connects channel k of this rank to channels k + `shift` and k − `shift` (mod the channel count) of
     /// every rank, besides channel k, for a cross-rail exchange (NIC k of one node with NIC j of another).
     /// Every rank calls it at once; a rank that fails says so to all. The world's addresses are gathered

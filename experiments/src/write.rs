@@ -20,7 +20,7 @@ use efatop_proto::sizes::format_size;
 use efatop_proto::telemetry::Phase;
 
 use crate::pattern::PatternSeed;
-use crate::payload::{exchange_regions, memory_labels, prepare, Payload};
+use crate::payload::{exchange_regions, memory_labels, prepare, Payload, Stage};
 use crate::world::World;
 use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
 
@@ -107,18 +107,7 @@ pub fn run(
     check_sizes(world, sweep)?;
     let largest = sweep.sizes.iter().copied().max().unwrap_or(4) as usize;
     let payloads = prepare(world, &sweep.memories, largest, &world.channels, observer)?;
-    // Every configuration over every memory kind: SinglePin … beside SingleDMA …, as in the seed table.
-    let plans: Vec<(usize, Layout, Column)> = payloads
-        .iter()
-        .enumerate()
-        .flat_map(|(index, payload)| {
-            configs
-                .iter()
-                .map(move |c| (index, *c, Column::Write { layout: *c, memory: payload.memory(), emulated: world.write_emulated() }))
-        })
-        .collect();
-    let columns: Vec<Column> = plans.iter().map(|(_, _, column)| column.clone()).collect();
-    observer.begin(&columns, &memory_labels(&payloads));
+    let plans = begin_columns(world, &payloads, configs, observer);
 
     // Targets publish one region record per channel and payload; the writer learns every target's.
     let remotes_by_payload: Vec<Vec<Vec<RemoteRegion>>> =
@@ -165,8 +154,8 @@ pub fn run(
             }
             let counters = world.counters_after_step(StepOp::Write)?;
             if world.rank == WRITER {
-                let mut measurement =
-                    summarise(world, config, column, size, sweep.iters, pairs, &latency);
+                let links = world.link_gbps_of(config.channels_used(world.channels.len()));
+                let mut measurement = Measurement::verified(column.clone(), size, sweep.iters, pairs, &latency, links);
                 measurement.registration = Some(payload.registration().into());
                 measurement.counters = counters;
                 observer.measured(&measurement);
@@ -175,6 +164,28 @@ pub fn run(
         }
     }
     Ok(measurements)
+}
+
+/// The columns of `write` and `alltoall`, each with the index of the payload it moves and its layout:
+/// every layout over every memory kind (`SinglePin` … beside `SingleDMA` …, as in the seed table), told to
+/// `observer` as the run begins.
+pub(crate) fn begin_columns(
+    world: &World<'_>,
+    payloads: &[Payload],
+    configs: &[Layout],
+    observer: &mut dyn Observer,
+) -> Vec<(usize, Layout, Column)> {
+    let emulated = world.write_emulated();
+    let plans: Vec<(usize, Layout, Column)> = payloads
+        .iter()
+        .enumerate()
+        .flat_map(|(index, payload)| {
+            configs.iter().map(move |&layout| (index, layout, Column::Write { layout, memory: payload.memory(), emulated }))
+        })
+        .collect();
+    let columns: Vec<Column> = plans.iter().map(|(_, _, column)| column.clone()).collect();
+    observer.begin(&columns, &memory_labels(payloads));
+    plans
 }
 
 /// The writer's side of one group: warmup, then the timed iterations with up to `window` in flight.
@@ -252,7 +263,7 @@ impl<'w> Pipeline<'w> {
     fn post_iteration(&mut self, iteration: u64) -> Result<(), ExperimentError> {
         let posted = Instant::now();
         // Staged device memory is copied to the registered host buffer for every write: its real cost.
-        self.payload.stage_out(self.size)?;
+        self.payload.stage(Stage::Out, 0, self.size)?;
         let immediate = Immediate::encode(self.world.rank, iteration as u32);
         for segment in self.segments {
             let channel: &'w Channel = &self.world.channels[segment.channel];
@@ -328,27 +339,18 @@ fn receive_group(
     expected: &mut [u64],
 ) -> Result<(), ExperimentError> {
     let mut segment_len = vec![0u64; world.channels.len()];
+    // What telemetry has been told per channel: every immediate promised before this group. An immediate of
+    // this group that a progress call elsewhere (a barrier between groups) already reaped is this group's.
+    let mut seen: Vec<u64> = expected.to_vec();
     for segment in plan(config, WRITER, &[world.rank], size, world.channels.len()) {
         expected[segment.channel] += sweep.warmup + sweep.iters;
         segment_len[segment.channel] = segment.len;
     }
-    let mut seen: Vec<u64> = world
-        .channels
-        .iter()
-        .map(|c| c.immediates_from(WRITER))
-        .collect();
     let timeout = world.op_timeout;
     let mut last_change = Instant::now();
     loop {
-        let complete = world
-            .channels
-            .iter()
-            .zip(expected.iter())
-            .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
-        if complete {
-            return Ok(());
-        }
-        world.progress_all()?;
+        // Count what has landed before asking whether all of it has: the whole group may have been reaped
+        // before this call.
         let mut advanced = false;
         for ((channel, seen), len) in world.channels.iter().zip(seen.iter_mut()).zip(&segment_len) {
             let now = channel.immediates_from(WRITER);
@@ -359,6 +361,14 @@ fn receive_group(
                 *seen = now;
                 advanced = true;
             }
+        }
+        let complete = world
+            .channels
+            .iter()
+            .zip(expected.iter())
+            .all(|(channel, want)| channel.immediates_from(WRITER) >= *want);
+        if complete {
+            return Ok(());
         }
         if advanced {
             last_change = Instant::now();
@@ -371,6 +381,7 @@ fn receive_group(
                 },
             ));
         }
+        world.progress_all()?;
     }
 }
 
@@ -383,7 +394,7 @@ pub(crate) fn verify_received(
     seed: PatternSeed,
 ) -> Result<(), ExperimentError> {
     world.probe.set_phase(Phase::Verifying, seed.size);
-    payload.stage_in(seed.size)?;
+    payload.stage(Stage::In, 0, seed.size)?;
     payload
         .verify(seed)?
         .map_err(|mismatch| ExperimentError::Verification {
@@ -393,38 +404,6 @@ pub(crate) fn verify_received(
             size: format_size(seed.size),
             detail: mismatch.to_string(),
         })
-}
-
-fn summarise(
-    world: &World<'_>,
-    config: Layout,
-    column: &Column,
-    size: u64,
-    iters: u64,
-    pairs: Vec<PairMeasurement>,
-    latency: &LatencyRecorder,
-) -> Measurement {
-    let mean_gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
-    let channels_used = match config {
-        Layout::Single => 1,
-        Layout::Multi | Layout::RoundRobin => world.channels.len(),
-    };
-    Measurement {
-        config: column.clone(),
-        size,
-        count: size / 4,
-        gbps: mean_gbps,
-        busbw_percent: world
-            .link_gbps
-            .map(|link| 100.0 * mean_gbps / (link * channels_used as f64)),
-        nccl_busbw_gbps: None,
-        latency: latency.summary(),
-        iterations: iters,
-        pairs,
-        verified: true,
-        registration: None,
-        counters: None,
-    }
 }
 
 #[cfg(test)]

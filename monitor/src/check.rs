@@ -12,6 +12,7 @@
 //! node-problem-detector.
 
 mod rules;
+mod traffic;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,6 +27,7 @@ use efatop_proto::telemetry::NicKind;
 use crate::{Affinity, GpuReader, Monitor, Sysfs};
 
 pub use rules::{evaluate, WATCHED_COUNTERS};
+pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 
 /// A rule's outcome, from best to worst.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -76,10 +78,12 @@ pub enum Rule {
     Memlock,
     /// libfabric's efa provider and RDMA write.
     Libfabric,
+    /// `--traffic`: a short verified write through every NIC of the node.
+    Traffic,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 11] = [
+    pub const ALL: [Rule; 12] = [
         Rule::Instance,
         Rule::EfaDevices,
         Rule::EfaPorts,
@@ -91,6 +95,7 @@ impl Rule {
         Rule::Gpudirect,
         Rule::Memlock,
         Rule::Libfabric,
+        Rule::Traffic,
     ];
 
     /// The name in the table and JSON (`efa-ports`).
@@ -107,6 +112,7 @@ impl Rule {
             Rule::Gpudirect => "gpudirect",
             Rule::Memlock => "memlock",
             Rule::Libfabric => "libfabric",
+            Rule::Traffic => "traffic",
         }
     }
 }
@@ -187,6 +193,10 @@ pub struct Observed {
     pub kernel: Option<String>,
     pub memlock: Option<MemlockLimit>,
     pub libfabric: Libfabric,
+    /// The bytes each RDMA NIC's counters moved (tx + rx) over the window.
+    pub moved: Vec<NicBytes>,
+    /// What `--traffic` found; `None` without it.
+    pub traffic: Option<Traffic>,
 }
 
 /// The instance type to judge against, and where it came from.
@@ -204,16 +214,33 @@ pub struct Expected {
 /// Reads the node under `sysfs` over `window` (at least): facts, then the counters twice, asking
 /// `libfabric` between the two reads so that its time counts towards the window.
 pub fn observe(sysfs: &Sysfs, layout: Option<&NodeTopology>, window: Duration, libfabric: impl FnOnce() -> Libfabric) -> Observed {
+    observe_with_traffic(sysfs, layout, window, libfabric, || None)
+}
+
+/// [`observe`], running `traffic` (`--traffic`'s verified write) after asking `libfabric`, inside the
+/// window: the window lasts until it ends, and its error counters, rails and bytes moved cover it.
+pub fn observe_with_traffic(
+    sysfs: &Sysfs,
+    layout: Option<&NodeTopology>,
+    window: Duration,
+    libfabric: impl FnOnce() -> Libfabric,
+    traffic: impl FnOnce() -> Option<Traffic>,
+) -> Observed {
     let affinity = layout.map_or_else(Affinity::none, Affinity::from_topology);
     let mut monitor = Monitor::new("check", sysfs.clone(), affinity, GpuReader::unavailable("not read by the check"));
     let started = Instant::now();
     monitor.sample(Duration::ZERO);
     let libfabric = libfabric();
+    let traffic = traffic();
     std::thread::sleep(window.saturating_sub(started.elapsed()));
     let snapshot = monitor.sample(started.elapsed());
     let seconds = snapshot.interval_ms.unwrap_or(0.0) / 1e3;
     let mut grown = Vec::new();
+    let mut moved = Vec::new();
     for nic in snapshot.nics.iter().filter(|nic| nic.kind == NicKind::Rdma && nic.present) {
+        if let Some(gbps) = nic.total_gbps() {
+            moved.push(NicBytes { nic: nic.name.clone(), bytes: (gbps * 1e9 / 8.0 * seconds).round() as u64 });
+        }
         for (counter, stats) in &nic.counters {
             if !WATCHED_COUNTERS.contains(&counter.as_str()) {
                 continue;
@@ -238,6 +265,8 @@ pub fn observe(sysfs: &Sysfs, layout: Option<&NodeTopology>, window: Duration, l
         kernel: sysfs.kernel_release(),
         memlock: sysfs.memlock(),
         libfabric,
+        moved,
+        traffic,
     }
 }
 
@@ -252,6 +281,9 @@ pub struct Report {
     /// The worst finding's status ([`Report::status_of`]).
     pub status: Status,
     pub findings: Vec<Finding>,
+    /// What `--traffic` ran (provider, ranks, every channel's NIC and best rate) and how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
 }
 
 impl Report {
@@ -264,6 +296,7 @@ impl Report {
             window_s: observed.window.as_secs_f64(),
             status: Self::status_of(&findings),
             findings,
+            traffic: observed.traffic.clone(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! A whole fake node for the health check (`efatop check --sysfs-root DIR`): the tree of [`crate::FakeSysfs`]
-//! for any instance type efatop has a layout of (p5.48xlarge, p5en.48xlarge, p4d.24xlarge), built from
+//! for any instance type efatop has a layout of (p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge), built from
 //! that layout (`efatop_topology::instance_layout`), plus what the check reads beyond counters:
 //!
 //! - `sys/class/dmi/id/product_name`: the instance type;
@@ -278,7 +278,9 @@ mod tests {
 
     #[test]
     fn every_type_reads_back_with_its_efa_gpus_and_numa_nodes() {
-        for (instance_type, efa, rate) in [("p5.48xlarge", 32, 100.0), ("p5en.48xlarge", 16, 200.0), ("p4d.24xlarge", 4, 100.0)] {
+        for (instance_type, efa, rate) in
+            [("p5.48xlarge", 32, 100.0), ("p5e.48xlarge", 32, 100.0), ("p5en.48xlarge", 16, 200.0), ("p4d.24xlarge", 4, 100.0)]
+        {
             let dir = tempfile::tempdir().unwrap();
             let node = FakeNode::write(dir.path(), instance_type).unwrap();
             let sysfs = Sysfs::new(node.root());

@@ -167,7 +167,6 @@ impl RunView {
             self.ranks.resize(rank + 1, RankState::default());
         }
         let state = &mut self.ranks[rank];
-        let seconds = sample.interval_ns as f64 / 1e9;
         let mut merged = IntervalHistogram::default();
         let mut bytes = 0_u64;
         for channel in &sample.channels {
@@ -178,13 +177,13 @@ impl RunView {
             let rates = channel.rates(sample.interval_ns);
             let counted = &mut state.channels[index];
             counted.bytes_total = counted.bytes_total.saturating_add(channel.bytes);
-            counted.bytes_per_second = rates.gbps * 1e9 / 8.0;
+            counted.bytes_per_second = rates.bytes_per_s;
             counted.p50_s = rates.lat_p50_us.map(|us| us / 1e6);
             counted.p99_s = rates.lat_p99_us.map(|us| us / 1e6);
             merged.merge(&channel.latency);
             bytes = bytes.saturating_add(channel.bytes);
         }
-        state.bytes_per_second = if seconds > 0.0 { bytes as f64 / seconds } else { 0.0 };
+        state.bytes_per_second = RankSample::bytes_per_s(bytes, sample.interval_ns);
         state.p50_s = merged.quantile_us(0.50).map(|us| us / 1e6);
         state.p99_s = merged.quantile_us(0.99).map(|us| us / 1e6);
         state.drops = sample.drops;

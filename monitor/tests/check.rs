@@ -1,13 +1,16 @@
-//! The health check's rules on fake p5, p5en and p4d nodes: a healthy node has no problem and nothing
+//! The health check's rules on fake p5, p5e, p5en and p4d nodes: a healthy node has no problem and nothing
 //! unknown; each planted fault is named, by the rule that owns it and about the thing it broke, and
 //! nothing else is.
 
 use std::time::Duration;
 
-use efatop_monitor::check::{observe, Expected, Libfabric, LibfabricFacts, Observed, Report, Rule, Status};
+use efatop_monitor::check::{
+    observe, observe_with_traffic, Carrier, Expected, Finding, Libfabric, LibfabricFacts, NicBytes, Observed, Report, Rule, SlowNic, Status, Traffic,
+    TrafficChannel, TrafficOutcome,
+};
 use efatop_monitor::{FakeNode, Fault, Sysfs};
 
-const TYPES: [&str; 3] = ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
 
 fn expected(instance_type: &str) -> Expected {
     Expected {
@@ -201,4 +204,146 @@ fn gpudirect_and_memlock_are_not_judged_without_efa() {
     assert_eq!(status(Rule::Gpudirect), Some(Status::Skipped), "{:#?}", report.findings);
     assert_eq!(status(Rule::Memlock), Some(Status::Skipped));
     assert_eq!(report.status, Status::Unknown, "no EFA and no layout: could not tell");
+}
+
+/// `--traffic`'s facts as the binary hands them over: 2 ranks on GPU 0 and GPU 1 of a p5, each writing
+/// through its GPU's 4 EFA, ending with `outcome`.
+fn efa_traffic(node: &FakeNode, outcome: TrafficOutcome) -> Traffic {
+    let efa = node.efa();
+    let channels = (0..8)
+        .map(|i| TrafficChannel { rank: i / 4, gpu: Some(i / 4), channel: i % 4, nic: format!("{}-rdm", efa[i].0), best_gbps: Some(95.0 + i as f64) })
+        .collect();
+    Traffic {
+        provider: "efa".into(),
+        stack: Some("efa".into()),
+        carrier: Carrier::Nic,
+        ranks: 2,
+        size: 4 << 20,
+        iters: 4,
+        threshold: 0.5,
+        seconds: 3.0,
+        channels,
+        outcome,
+    }
+}
+
+/// The traffic rule's findings for `traffic` on a healthy fake p5, with `edit` applied to what was observed.
+fn traffic_findings(traffic: Traffic, edit: impl FnOnce(&mut Observed)) -> Vec<(Status, String, String)> {
+    traffic_report(traffic, edit).iter().map(|f| (f.status, f.subject.clone().unwrap_or_default(), f.short.clone())).collect()
+}
+
+fn traffic_report(traffic: Traffic, edit: impl FnOnce(&mut Observed)) -> Vec<Finding> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    let expected = expected("p5.48xlarge");
+    let mut observed =
+        observe_with_traffic(&Sysfs::new(node.root()), expected.layout.as_ref(), Duration::from_millis(10), not_checked, || Some(traffic));
+    edit(&mut observed);
+    let report = Report::new("node", &expected, &observed);
+    assert!(report.traffic.is_some(), "the report carries what the write found");
+    // A healthy tree: nothing else is wrong, but for a NIC off its rail where `edit` put one.
+    let others: Vec<&Finding> =
+        report.findings.iter().filter(|f| !matches!(f.rule, Rule::Traffic | Rule::Rails) && f.status == Status::Problem).collect();
+    assert!(others.is_empty(), "{others:#?}");
+    report.findings.into_iter().filter(|f| f.rule == Rule::Traffic).collect()
+}
+
+#[test]
+fn traffic_names_a_slow_nic_a_slow_pair_and_how_a_write_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let slow = |nic: &str, with: Option<(String, usize)>| SlowNic { rank: 0, nic: nic.into(), with, gbps: 12.0, median_gbps: 96.0 };
+    let verified = TrafficOutcome::Verified {
+        slow: vec![slow("rdmap80s0-rdm", None), slow("rdmap81s0-rdm", Some(("rdmap97s0-rdm".into(), 1)))],
+    };
+    assert_eq!(
+        traffic_findings(efa_traffic(&node, verified), |_| {}),
+        [
+            (Status::Problem, "rdmap80s0".into(), "rdmap80s0 slow 12.0 of 96.0 Gbps (efa)".into()),
+            (Status::Problem, "rdmap81s0".into(), "rdmap81s0 to rdmap97s0 slow 12.0 of 96.0 Gbps (efa)".into()),
+        ]
+    );
+    let corrupt = TrafficOutcome::Corrupt {
+        receiver: 1,
+        sender: 0,
+        nic: "rdmap97s0-rdm".into(),
+        from_nic: Some("rdmap80s0-rdm".into()),
+        detail: "offset 8: expected 0x01, found 0x00".into(),
+    };
+    assert_eq!(
+        traffic_findings(efa_traffic(&node, corrupt), |_| {}),
+        [(Status::Problem, "rdmap97s0".into(), "rdmap97s0 corrupt write from rdmap80s0 (efa)".into())]
+    );
+    for (outcome, want) in [
+        (TrafficOutcome::TimedOut { after_s: 20.0 }, (Status::Problem, "write via efa hung (20 s)")),
+        (TrafficOutcome::Failed { why: "rank 1 (node) exited mid-run".into() }, (Status::Problem, "write via efa failed: rank 1 (node) exited mid-run")),
+        (TrafficOutcome::NotRun { why: "no efa provider".into() }, (Status::Unknown, "write via efa not run: no efa provider")),
+    ] {
+        let found = traffic_findings(efa_traffic(&node, outcome), |_| {});
+        assert_eq!(found, [(want.0, String::new(), want.1.to_string())]);
+    }
+}
+
+#[test]
+fn traffic_on_efa_names_a_nic_whose_counters_did_not_grow_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let devices: Vec<String> = node.efa().iter().map(|(name, _)| name.clone()).collect();
+    let moved = |quiet: &[&str]| -> Vec<NicBytes> {
+        devices.iter().map(|nic| NicBytes { nic: nic.clone(), bytes: if quiet.contains(&nic.as_str()) { 0 } else { 80 << 20 } }).collect()
+    };
+    // The counters are this machine's only: read under `/`.
+    let here = |quiet: &'static [&'static str], off: Option<&'static str>| {
+        let moved = moved(quiet);
+        move |observed: &mut Observed| {
+            observed.root = "/".into();
+            observed.moved = moved;
+            if let Some(nic) = off {
+                observed.rails.push(efatop_proto::telemetry::rails::RailLoad {
+                    host: "node".into(),
+                    nic: nic.into(),
+                    gpu: 0,
+                    rail: 2,
+                    gbps: 0.0,
+                    rail_median_gbps: 1.0,
+                    ratio: Some(0.0),
+                    off: true,
+                });
+            }
+        }
+    };
+    let verified = || efa_traffic(&node, TrafficOutcome::Verified { slow: Vec::new() });
+    let found = traffic_findings(verified(), here(&["rdmap81s0", "rdmap150s0"], None));
+    // rdmap150s0 is no channel of this write (GPU 4's): not blamed.
+    assert_eq!(found, [(Status::Problem, "rdmap81s0".into(), "rdmap81s0 moved no bytes (efa)".into())]);
+    // The rail check already names it: once is enough.
+    let found = traffic_report(verified(), here(&["rdmap81s0"], Some("rdmap81s0")));
+    assert_eq!(found.iter().map(|f| f.status).collect::<Vec<_>>(), [Status::Ok], "{found:?}");
+    assert!(!found[0].message.contains("counters grew"), "{}", found[0].message);
+    let found = traffic_report(verified(), here(&[], None));
+    assert_eq!(found.iter().map(|f| (f.status, f.short.as_str())).collect::<Vec<_>>(), [(Status::Ok, "traffic via efa ok")]);
+    assert!(found[0].message.contains("; every NIC's counters grew"), "{}", found[0].message);
+}
+
+#[test]
+fn traffic_ok_says_what_carried_it_and_what_that_proves() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let expected = expected("p5.48xlarge");
+    for (provider, stack, proves) in [("efa", "efa", false), ("tcp", "tcp;ofi_rxm", true), ("shm", "shm", true)] {
+        let mut traffic = efa_traffic(&node, TrafficOutcome::Verified { slow: Vec::new() });
+        traffic.provider = provider.into();
+        traffic.stack = Some(stack.into());
+        traffic.carrier = Carrier::of(stack);
+        let observed =
+            observe_with_traffic(&Sysfs::new(node.root()), expected.layout.as_ref(), Duration::from_millis(10), not_checked, || Some(traffic));
+        let report = Report::new("node", &expected, &observed);
+        let finding = report.findings.iter().find(|f| f.rule == Rule::Traffic).expect("a traffic finding");
+        assert_eq!(finding.status, Status::Ok, "{finding:?}");
+        assert!(finding.message.starts_with(&format!("via {stack}: 2 ranks wrote 4 MiB x 4 each way through 8 NICs, every byte verified")), "{}", finding.message);
+        assert_eq!(finding.message.contains("not the NICs"), proves, "{}", finding.message);
+    }
+    // Without --traffic there is no traffic finding at all.
+    let (_, report) = check(&node, Duration::from_millis(10), false, not_checked());
+    assert!(report.findings.iter().all(|f| f.rule != Rule::Traffic) && report.traffic.is_none());
 }

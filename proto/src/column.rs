@@ -27,6 +27,15 @@ pub enum Layout {
 impl Layout {
     pub const ALL: [Layout; 3] = [Layout::Single, Layout::Multi, Layout::RoundRobin];
 
+    /// The channels of `channels` this layout writes over, which is what its `BusBW` divides by: one for
+    /// `Single`, all for `Multi` and `RoundRobin`.
+    pub fn channels_used(self, channels: usize) -> usize {
+        match self {
+            Layout::Single => 1,
+            Layout::Multi | Layout::RoundRobin => channels,
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Layout::Single => "Single",
@@ -229,6 +238,12 @@ mod tests {
 
     fn write(layout: Layout, memory: Memory, emulated: bool) -> Column {
         Column::Write { layout, memory, emulated }
+    }
+
+    #[test]
+    fn single_uses_one_channel_and_the_others_all() {
+        assert_eq!(Layout::ALL.map(|layout| layout.channels_used(4)), [1, 4, 4]);
+        assert_eq!(ProxyLayout::ALL.map(|layout| layout.layout().channels_used(2)), [1, 2, 1, 2]);
     }
 
     #[test]

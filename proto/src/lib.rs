@@ -1,12 +1,15 @@
 //! What travels between efatop's parts, as plain types with no hwloc, NVML, fabric, CUDA or async runtime
 //! behind them (serde, thiserror and histograms only): the leaf crate every other one builds on.
-//! - [`telemetry`]: a rank's interval sample and a node's monitor read ([`telemetry::NodeSample`], the one
-//!   type the monitor makes and the views draw, with its rail check), the probe and sampler that make
-//!   them, and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
+//! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
+//!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
+//!   the monitor makes and the views draw, with its rail check), the probe and sampler that make them,
+//!   and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //!   [`telemetry::rails`] holds the one rule by which a NIC is judged behind its rail (sweep, the
 //!   monitor's rail check, the dashboard's fleet view);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
-//!   the reports read it;
+//!   the reports read it; the one way a step becomes a [`Measurement`] (`Measurement::verified`, with its
+//!   BusBW) and the histogram every final latency figure comes from (`LatencyRecorder`, merged across
+//!   pairs and ranks);
 //! - [`sizes`]: message sizes as flags and tables write them;
 //! - [`column`]: what each column of the results is ([`Column`]), matched on by every crate and named in
 //!   one place; [`experiment`]: which experiment ran ([`Experiment`]); [`ipc`]: the ipc experiment's

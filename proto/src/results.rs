@@ -281,6 +281,44 @@ pub struct Measurement {
     pub counters: Option<crate::counters::StepCounters>,
 }
 
+impl Measurement {
+    /// The one way every experiment turns a step into its measurement, once every receiver has verified
+    /// what it got: Gbps is the mean of the pairs' (or the concurrent groups', or the ranks'), `BusBW` that
+    /// over `link_gbps` ([`busbw_percent`]: the speed of every link the configuration used together; `None`
+    /// when not known, and BusBW is left out), the latency `latency`'s summary. The caller adds what only
+    /// some experiments have (registration path, NIC counters, nccl-tests' busbw).
+    pub fn verified(
+        config: Column,
+        size: u64,
+        iterations: u64,
+        pairs: Vec<PairMeasurement>,
+        latency: &LatencyRecorder,
+        link_gbps: Option<f64>,
+    ) -> Self {
+        let gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
+        Measurement {
+            config,
+            size,
+            count: size / 4,
+            gbps,
+            busbw_percent: busbw_percent(gbps, link_gbps),
+            nccl_busbw_gbps: None,
+            latency: latency.summary(),
+            iterations,
+            pairs,
+            verified: true,
+            registration: None,
+            counters: None,
+        }
+    }
+}
+
+/// `BusBW (%)`: `gbps` over the speed of the links it crossed (`link_gbps`, e.g. a NIC's speed times the
+/// channels the configuration used, or an NVLink pair's peak); `None` when that speed is not known.
+pub fn busbw_percent(gbps: f64, link_gbps: Option<f64>) -> Option<f64> {
+    link_gbps.map(|link| 100.0 * gbps / link)
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {
     /// The file's format ([`SCHEMA_VERSION`] when written now; 1 for files from before it was recorded,
@@ -388,7 +426,12 @@ impl RunResults {
     }
 }
 
-/// Per-iteration latencies, recorded without allocating (fixed bounds) and merged across pairs.
+/// Per-iteration latencies, recorded without allocating (fixed bounds) and merged across pairs and ranks:
+/// the one histogram every final latency figure (a step's mean, p50, p99, max; a sweep figure's p50 and
+/// p99) comes from. It travels between ranks as its non-empty buckets (`[[ns, count], ...]`, each bucket
+/// named by its highest value), which rebuild the same histogram: rank 0 merging every rank's gets the
+/// percentiles it would have had recording their iterations itself.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LatencyRecorder {
     histogram: hdrhistogram::Histogram<u64>,
 }
@@ -431,6 +474,25 @@ impl LatencyRecorder {
     }
 }
 
+impl Serialize for LatencyRecorder {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.histogram.iter_recorded().map(|bucket| (bucket.value_iterated_to(), bucket.count_at_value())))
+    }
+}
+
+impl<'de> Deserialize<'de> for LatencyRecorder {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut recorder = LatencyRecorder::new();
+        for (ns, count) in Vec::<(u64, u64)>::deserialize(deserializer)? {
+            recorder
+                .histogram
+                .record_n(ns, count)
+                .map_err(|err| serde::de::Error::custom(format!("latency of {ns} ns: {err:?}")))?;
+        }
+        Ok(recorder)
+    }
+}
+
 /// Gigabits per second for `bytes` moved in `seconds`.
 pub fn gbps(bytes: f64, seconds: f64) -> f64 {
     if seconds > 0.0 { bytes * 8.0 / seconds / 1e9 } else { 0.0 }
@@ -453,6 +515,43 @@ mod tests {
         assert!((summary.p99_us - 99.0).abs() < 0.1, "{summary:?}");
         assert!((summary.mean_us - 50.5).abs() < 0.1, "{summary:?}");
         assert!((summary.max_us - 100.0).abs() < 0.1, "{summary:?}");
+    }
+
+    #[test]
+    fn histograms_travel_as_buckets_and_merge_as_if_recorded_in_one() {
+        let (mut all, mut first, mut second) = (LatencyRecorder::new(), LatencyRecorder::new(), LatencyRecorder::new());
+        for (index, ns) in [1u64, 7, 999, 1000, 1001, 65_432, 65_432, 2_500_000, 3_600_000_000_000, u64::MAX].into_iter().enumerate() {
+            all.record(Duration::from_nanos(ns));
+            if index % 2 == 0 { &mut first } else { &mut second }.record(Duration::from_nanos(ns));
+        }
+        let trip = |recorder: &LatencyRecorder| -> LatencyRecorder {
+            serde_json::from_str(&serde_json::to_string(recorder).expect("serializes")).expect("reads back")
+        };
+        assert_eq!(trip(&first), first);
+        let mut merged = trip(&first);
+        merged.merge(&trip(&second));
+        assert_eq!(merged.summary(), all.summary());
+        assert_eq!(merged, all);
+        assert_eq!(serde_json::to_string(&LatencyRecorder::new()).expect("serializes"), "[]");
+        assert!(serde_json::from_str::<LatencyRecorder>("[[1, 2], [3]]").is_err());
+        assert!(serde_json::from_str::<LatencyRecorder>("[[18446744073709551615, 1]]").is_err(), "beyond the bounds");
+    }
+
+    #[test]
+    fn a_verified_step_is_the_mean_of_its_pairs_against_the_links_it_used() {
+        let mut latency = LatencyRecorder::new();
+        latency.record(Duration::from_micros(10));
+        latency.record(Duration::from_micros(30));
+        let pairs = vec![PairMeasurement { peers: vec![1], gbps: 40.0, mean_us: 10.0 }, PairMeasurement { peers: vec![2], gbps: 80.0, mean_us: 30.0 }];
+        let measured = Measurement::verified(single(), 4096, 2, pairs.clone(), &latency, Some(200.0));
+        assert_eq!((measured.count, measured.iterations, measured.verified), (1024, 2, true));
+        assert!((measured.gbps - 60.0).abs() < 1e-12, "{measured:?}");
+        assert_eq!(measured.busbw_percent, Some(30.0));
+        assert_eq!((measured.latency, &measured.pairs), (latency.summary(), &pairs));
+        assert_eq!((measured.nccl_busbw_gbps, measured.registration, measured.counters), (None, None, None));
+        assert_eq!(Measurement::verified(single(), 4096, 2, pairs, &latency, None).busbw_percent, None, "never guessed");
+        let nothing = Measurement::verified(single(), 4, 0, Vec::new(), &LatencyRecorder::new(), Some(1.0));
+        assert!(nothing.gbps.abs() < f64::EPSILON && nothing.busbw_percent.is_some_and(|busbw| busbw.abs() < f64::EPSILON), "{nothing:?}");
     }
 
     #[test]

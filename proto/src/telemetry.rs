@@ -387,6 +387,11 @@ impl RankSample {
     pub fn gbps(bytes: u64, interval_ns: u64) -> f64 {
         if interval_ns == 0 { 0.0 } else { bytes as f64 * 8.0 / interval_ns as f64 }
     }
+
+    /// Bytes per second over an interval of `interval_ns` (0 for an empty interval).
+    pub fn bytes_per_s(bytes: u64, interval_ns: u64) -> f64 {
+        per_second(bytes, interval_ns)
+    }
 }
 
 /// What one channel's interval comes to: the rate and latency figures the dashboard and `--json` show,
@@ -394,6 +399,8 @@ impl RankSample {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ChannelRates {
     pub gbps: f64,
+    /// The same rate in bytes, for whoever counts bytes (Prometheus): never turned back from `gbps`.
+    pub bytes_per_s: f64,
     pub ops_per_s: f64,
     pub lat_p50_us: Option<f64>,
     pub lat_p99_us: Option<f64>,
@@ -406,6 +413,7 @@ impl ChannelSample {
         let seconds = interval_ns as f64 / 1e9;
         ChannelRates {
             gbps: RankSample::gbps(self.bytes, interval_ns),
+            bytes_per_s: RankSample::bytes_per_s(self.bytes, interval_ns),
             ops_per_s: if seconds > 0.0 { self.ops as f64 / seconds } else { 0.0 },
             lat_p50_us: self.latency.quantile_us(0.50),
             lat_p99_us: self.latency.quantile_us(0.99),
@@ -653,6 +661,7 @@ mod tests {
         let channel = ChannelSample { channel: 0, bytes: 125_000_000, ops: 50, in_flight: 1, latency: IntervalHistogram::default() };
         let rates = channel.rates(100_000_000);
         assert!((rates.gbps - 10.0).abs() < 1e-9, "{rates:?}");
+        assert!((rates.bytes_per_s - 1.25e9).abs() < 1e-3, "{rates:?}");
         assert!((rates.ops_per_s - 500.0).abs() < 1e-9, "{rates:?}");
         assert_eq!((rates.lat_p50_us, rates.lat_p99_us, rates.lat_max_us), (None, None, None));
         assert_eq!(channel.rates(0), ChannelRates { lat_p50_us: None, ..ChannelRates::default() });

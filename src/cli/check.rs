@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use efatop_fabric::Provider;
 
 /// How `efatop check` (and `efatop sweep --format`) reports. Exit codes are the same in every format: 0
 /// nothing wrong, 1 a problem, 2 could not tell (or bad input).
@@ -39,8 +40,8 @@ pub struct CheckArgs {
     /// How long to watch the error counters (and the rails) for growth, e.g. 2s (10ms to 20s)
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_window)]
     pub window: Duration,
-    /// Judge against this instance type (p5.48xlarge, p5en.48xlarge, p4d.24xlarge) instead of the DMI
-    /// product name
+    /// Judge against this instance type (p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge) instead of
+    /// the DMI product name
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
     /// Read sysfs (and proc/self/limits, proc/driver/nvidia) under this directory instead of /: a fake
@@ -53,12 +54,33 @@ pub struct CheckArgs {
     /// With --write-fake: break one thing (missing-nic, port-down, wrong-numa, low-memlock)
     #[arg(long, value_name = "FAULT", hide = true, requires = "write_fake")]
     pub plant: Option<String>,
+    /// Also write through every NIC of this node while the window runs: ranks on this node (one per GPU,
+    /// at least 2), every NIC a channel, efa's shared-memory shortcut off, 4 MiB a write, every byte
+    /// verified; a NIC that corrupts, lags far behind its peers or moves no bytes is a problem. Runs on this
+    /// machine even with --sysfs-root
+    #[arg(long)]
+    pub traffic: bool,
+    /// The libfabric provider --traffic writes with [default: efa, each byte crosses a NIC]; shm, tcp,
+    /// udp, sockets or another name `fi_info -l` lists prove efatop's path, not the NICs
+    #[arg(long, value_parser = parse_provider)]
+    pub provider: Option<Provider>,
+    /// Testing aid: --traffic's sender corrupts this byte offset (modulo 4 MiB), so verification must fail
+    #[arg(long, hide = true)]
+    pub debug_corrupt_byte: Option<u64>,
 }
 
 impl CheckArgs {
     pub fn format(&self) -> HealthFormat {
         if self.json { HealthFormat::Json } else { self.format }
     }
+}
+
+/// `--provider` for `--traffic`: a provider by name (`auto` would pick shm between ranks of one node, which
+/// proves nothing about the NICs, so it is not offered).
+fn parse_provider(text: &str) -> Result<Provider, String> {
+    Provider::parse(text).filter(|_| text != "auto").ok_or_else(|| {
+        format!("`{text}` is not a provider for --traffic; use {}, or another name `fi_info -l` lists", Provider::KNOWN.join(", "))
+    })
 }
 
 fn parse_window(text: &str) -> Result<Duration, String> {

@@ -232,13 +232,47 @@ pub fn cluster_must_work() -> Result<(), String> {
     }
 }
 
-/// Whether an executable file `name` is in one of the `PATH`'s directories.
-fn on_path(name: &str) -> bool {
+/// The executable file `name` in one of the `PATH`'s directories.
+pub fn program(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path)
-            .any(|dir| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
-    })
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|path| std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+fn on_path(name: &str) -> bool {
+    program(name).is_some()
+}
+
+/// `name` from the `PATH`, or `None` after a SKIPPED line; under `CI=true` a missing program fails the test
+/// instead (scripts/setup-debian installs Debian's `package`, which has it).
+pub fn required(name: &str, package: &str) -> Option<PathBuf> {
+    if let Some(path) = program(name) {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "no `{name}` on PATH under CI=true: scripts/setup-debian installs Debian's `{package}`"
+    );
+    eprintln!("SKIPPED: no `{name}` on PATH (Debian package `{package}`; scripts/setup-debian installs it)");
+    None
+}
+
+/// A port nobody listens on now (for a server that takes its listen address from the command line).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// `GET path` over HTTP/1.0 as `curl` asks (no `Accept`): the status and the body.
+pub fn http_get(address: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    let status = reply.split_whitespace().nth(1)?.parse().ok()?;
+    let body = reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())?;
+    Some((status, body))
 }
 
 /// What to do when `scripts/emulate-cluster up` failed (`failure`: how, with the script's stderr): panic where

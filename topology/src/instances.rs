@@ -6,6 +6,11 @@ use crate::{NodeTopology, TopologyError};
 /// Instance types with a fixture, and the fixture's hwloc XML.
 const FIXTURES: &[(&str, &str)] = &[
     ("p5.48xlarge", include_str!("../fixtures/p5.48xlarge.xml")),
+    // 8 H200 with the p5 NIC layout (32 EFA v2 at 100 Gbps, 4 per GPU): aws/aws-ofi-nccl
+    // src/platform-aws.cpp (commit 01666ece) has one "p5/p5e" platform entry for both types, and AWS's EC2
+    // User Guide (efa-acc-inst-types.html, "EFA configuration for a P5 and P5e instances") one 32-card
+    // layout; the bus numbers are assumed to be p5's (scripts/make-topology-fixtures, [ofi-p5e]).
+    ("p5e.48xlarge", include_str!("../fixtures/p5e.48xlarge.xml")),
     ("p5en.48xlarge", include_str!("../fixtures/p5en.48xlarge.xml")),
     ("p4d.24xlarge", include_str!("../fixtures/p4d.24xlarge.xml")),
 ];
@@ -29,7 +34,7 @@ mod tests {
 
     #[test]
     fn every_known_type_loads_with_its_gpus_and_efa() {
-        for (name, gpus, efa) in [("p5.48xlarge", 8, 32), ("p5en.48xlarge", 8, 16), ("p4d.24xlarge", 8, 4)] {
+        for (name, gpus, efa) in [("p5.48xlarge", 8, 32), ("p5e.48xlarge", 8, 32), ("p5en.48xlarge", 8, 16), ("p4d.24xlarge", 8, 4)] {
             let layout = instance_layout(name).expect("known").expect("loads");
             assert_eq!(layout.gpus.len(), gpus, "{name}");
             assert_eq!(layout.nics.iter().filter(|nic| nic.kind == crate::NicKind::Efa).count(), efa, "{name}");

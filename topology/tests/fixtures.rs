@@ -129,6 +129,24 @@ fn p5en_splits_a_switch_between_its_two_gpus() {
     assert_eq!(topo.nics[0].name, "rdmap85s0");
 }
 
+/// p5e.48xlarge is a p5 with H200s: aws-ofi-nccl gives both one platform entry ("p5/p5e"), AWS's EFA
+/// guide one network-card layout; the fixture is p5's tree with the GPUs changed (see
+/// scripts/make-topology-fixtures, [ofi-p5e]).
+#[test]
+fn p5e_is_the_p5_layout_with_h200s() {
+    let (p5, p5e) = (load("p5.48xlarge.xml"), load("p5e.48xlarge.xml"));
+    assert_eq!(p5e.nics, p5.nics);
+    assert_eq!(p5e.nic_links, p5.nic_links);
+    assert_eq!(p5e.gpu_links, p5.gpu_links);
+    assert_eq!(p5e.gpus.len(), 8);
+    for (h200, h100) in p5e.gpus.iter().zip(&p5.gpus) {
+        assert_eq!((h200.pci_id.as_str(), h200.model.as_deref()), ("10de:2335", Some("NVIDIA H200")));
+        assert_eq!((&h200.pci_bus_id, h200.numa_node, &h200.cpus), (&h100.pci_bus_id, h100.numa_node, &h100.cpus));
+        assert_eq!((&h200.nearest_nics, &h200.preferred_nics), (&h100.nearest_nics, &h100.preferred_nics));
+    }
+    assert!(p5e.nics.iter().filter(|n| n.kind == NicKind::Efa).all(|n| n.link_gbps == Some(100.0) && n.pci_id == "1d0f:efa1"));
+}
+
 #[test]
 fn this_machine_fixture_has_no_gpus_and_lists_its_nics() {
     let topo = load("this-machine.xml");

@@ -37,6 +37,7 @@ pub fn evaluate(observed: &Observed, expected: &Expected) -> Vec<Finding> {
     findings.extend(gpudirect(observed, layout, &efa));
     findings.push(memlock(observed, layout, &efa));
     findings.extend(libfabric(observed, layout, &efa));
+    findings.extend(super::traffic::traffic(observed));
     findings
 }
 

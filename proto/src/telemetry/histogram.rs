@@ -161,6 +161,16 @@ mod tests {
         assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
     }
 
+    /// docs/design.md says so: the live histogram's buckets are the final tables' hdrhistogram's at one
+    /// significant digit.
+    #[test]
+    fn buckets_are_hdrhistograms_at_one_significant_digit() {
+        let hdr = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 1).expect("valid bounds");
+        for ns in (0..5000u64).chain([1 << 20, (1 << 30) + 12345, (1 << 39) + 7]) {
+            assert_eq!(bucket_floor(bucket_of(ns)), hdr.lowest_equivalent(ns), "{ns}");
+        }
+    }
+
     #[test]
     fn quantiles_of_an_interval() {
         let histogram = AtomicHistogram::default();

@@ -256,7 +256,7 @@ fn ranks_beyond_the_host_list_are_grouped_as_unknown() {
 }
 
 #[test]
-fn no_size_and_no_state_makes_drawing_panic() {
+fn drawing_does_not_panic_at_any_size_in_any_state() {
     let mut states = vec![
         (DashboardState::default(), View::default()),
         (sample_state(), sample_view()),

@@ -1,0 +1,405 @@
+//! `efatop check --traffic`: a short verified write through every NIC of this node. The check starts
+//! `efatop run --ranks N sweep` as a child (the launcher and the sweep experiment as they are: ranks of
+//! this node, one per GPU and at least 2, `--channels all`, efa's shared-memory shortcut off as on every
+//! run), 4 MiB per write, one warmup and [`ITERS`] timed writes on every channel of every pair, each byte
+//! verified by its receiver, NICs judged against their peers at [`THRESHOLD`]. It reads the run's results
+//! file and hands the facts to the `traffic` rule (`efatop_monitor::check`): the NIC that received corrupt
+//! data, the NICs far below their peers, or how the run failed. The child is stopped when it outlasts
+//! [`LIMIT`], so that the whole check stays within 30 s.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use efatop_fabric::Provider;
+use efatop_monitor::check::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
+use efatop_monitor::Sysfs;
+use efatop_proto::results::{RunResults, RunState};
+use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};
+
+/// Bytes each channel writes per iteration.
+pub const SIZE: u64 = 4 << 20;
+/// Timed writes per channel and peer (after one warmup write).
+pub const ITERS: u64 = 4;
+/// A NIC whose best write is below this share of its peers' median is slow: the monitor's rail check's
+/// bar (more than half its rail's median away), not the sweep's 0.9, since four 4 MiB writes are a short
+/// look and a health check must not drain a node for noise.
+pub const THRESHOLD: f64 = 1.0 - efatop_proto::telemetry::rails::OFF_SHARE;
+/// How long the write may take, launch included, before it is stopped.
+pub const LIMIT: Duration = Duration::from_secs(20);
+/// Between SIGTERM to the launcher (which passes it on to its ranks) and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(4);
+/// `--timeout` and `--hang-timeout` of the run: well inside [`LIMIT`].
+const OP_TIMEOUT_S: u64 = 5;
+const HANG_TIMEOUT_S: u64 = 10;
+
+/// Ranks for this node: one per NVIDIA GPU (each then writes through the NICs next to its GPU, so every
+/// NIC of a p5 is some rank's), and at least 2.
+fn ranks_here() -> usize {
+    Sysfs::new("/").nvidia_gpus().len().max(2)
+}
+
+/// Runs the write and says what came of it.
+pub fn run(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
+    let started = Instant::now();
+    let name = provider.to_string();
+    let ranks = ranks_here();
+    let mut traffic = Traffic {
+        provider: name.clone(),
+        stack: None,
+        carrier: Carrier::of(&name),
+        ranks,
+        size: SIZE,
+        iters: ITERS,
+        threshold: THRESHOLD,
+        seconds: 0.0,
+        channels: Vec::new(),
+        outcome: TrafficOutcome::NotRun { why: String::new() },
+    };
+    let scratch = match Scratch::new() {
+        Ok(scratch) => scratch,
+        Err(err) => {
+            traffic.outcome = TrafficOutcome::NotRun { why: format!("no folder for the results file: {err}") };
+            return traffic;
+        }
+    };
+    let out = scratch.0.join("traffic.json");
+    let ended = launch(ranks, &name, corrupt_byte, &out);
+    traffic.seconds = started.elapsed().as_secs_f64();
+    let results = std::fs::read(&out).ok().and_then(|bytes| RunResults::from_json(&bytes).ok());
+    if let Some(results) = &results {
+        traffic.stack = Some(results.metadata.provider_stack.clone()).filter(|s| !s.is_empty());
+        traffic.carrier = Carrier::of(traffic.stack.as_deref().unwrap_or(&name));
+        traffic.channels = channels(results);
+    }
+    traffic.outcome = outcome(&ended, results.as_ref(), &traffic.channels);
+    traffic
+}
+
+/// How the child ended: its exit code (`None` when stopped for outlasting [`LIMIT`]) and its last error
+/// line.
+struct Ended {
+    code: Option<i32>,
+    timed_out: bool,
+    last_error: Option<String>,
+}
+
+fn launch(ranks: usize, provider: &str, corrupt_byte: Option<u64>, out: &Path) -> Ended {
+    let fail = |why: String| Ended { code: Some(2), timed_out: false, last_error: Some(why) };
+    let Ok(program) = std::env::current_exe() else { return fail("cannot find this program to start the ranks".into()) };
+    let mut args: Vec<String> = [
+        "run", "--ranks", &ranks.to_string(), "sweep", "--provider", provider, "--channels", "all", "--size", "4M", "--warmup", "1",
+        "--iters", &ITERS.to_string(), "--threshold", &THRESHOLD.to_string(), "--timeout", &OP_TIMEOUT_S.to_string(),
+        "--hang-timeout", &HANG_TIMEOUT_S.to_string(), "--no-tui", "--out",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    args.push(out.to_string_lossy().into_owned());
+    if let Some(byte) = corrupt_byte {
+        args.extend(["--debug-corrupt-byte".to_string(), byte.to_string()]);
+    }
+    let child = Command::new(program).args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(err) => return fail(format!("cannot start the ranks: {err}")),
+    };
+    // The ranks' error lines, read as they come so that a full pipe never stalls them; the last one says why.
+    let errors = child.stderr.take().map(|stderr| {
+        std::thread::spawn(move || {
+            BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| line.strip_prefix("efatop: error: ").map(str::to_string))
+                .last()
+        })
+    });
+    let (code, timed_out) = wait_within(&mut child, LIMIT);
+    let last_error = errors.and_then(|reader| reader.join().ok().flatten());
+    Ended { code, timed_out, last_error }
+}
+
+/// Waits for `child` up to `limit`; past it, SIGTERM (the launcher passes it on to rank 0, and every rank
+/// ends), then SIGKILL after [`STOP_GRACE`]. Returns its exit code and whether it was stopped.
+fn wait_within(child: &mut Child, limit: Duration) -> (Option<i32>, bool) {
+    let started = Instant::now();
+    let mut terminated_at: Option<Instant> = None;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return (status.code(), terminated_at.is_some());
+        }
+        match terminated_at {
+            None if started.elapsed() > limit => {
+                let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                terminated_at = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > STOP_GRACE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (None, true);
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every channel of every rank with its NIC and the best it did with any peer NIC.
+fn channels(results: &RunResults) -> Vec<TrafficChannel> {
+    let sweep = results.sweep.as_ref();
+    let rails = results.metadata.channels;
+    let best = sweep.map(|sweep| sweep.judge(rails).best).unwrap_or_default();
+    let mut channels = Vec::new();
+    for placement in &results.metadata.placements {
+        for (channel, nic) in placement.nics.iter().enumerate() {
+            let best_gbps = best.get(placement.rank).and_then(|rank| rank.get(channel)).copied().flatten();
+            channels.push(TrafficChannel { rank: placement.rank, gpu: placement.gpu, channel, nic: nic.clone(), best_gbps });
+        }
+    }
+    channels
+}
+
+fn nic_of(channels: &[TrafficChannel], rank: usize, channel: usize) -> Option<String> {
+    channels.iter().find(|c| c.rank == rank && c.channel == channel).map(|c| c.nic.clone())
+}
+
+fn outcome(ended: &Ended, results: Option<&RunResults>, channels: &[TrafficChannel]) -> TrafficOutcome {
+    let why = || ended.last_error.clone().unwrap_or_else(|| format!("the ranks ended with exit code {}", ended.code.unwrap_or(1)));
+    if ended.timed_out {
+        return TrafficOutcome::TimedOut { after_s: LIMIT.as_secs_f64() };
+    }
+    // Exit code 2: the run could not be set up here as asked (the provider is not offered, no NIC).
+    if ended.code == Some(2) {
+        return TrafficOutcome::NotRun { why: why() };
+    }
+    let Some(results) = results else { return TrafficOutcome::Failed { why: why() } };
+    let status = results.status.clone().unwrap_or_default();
+    match status.state {
+        RunState::Complete if ended.code == Some(0) => {
+            let verdict = results.sweep.as_ref().and_then(|sweep| sweep.verdict.clone()).unwrap_or_default();
+            TrafficOutcome::Verified { slow: slow_nics(&verdict) }
+        }
+        RunState::Running => TrafficOutcome::Failed { why: why() },
+        RunState::Complete | RunState::Failed => {
+            let reason = status.reason.unwrap_or_else(why);
+            match Corruption::parse(&reason) {
+                Some(bad) => {
+                    let ranks = results.metadata.ranks;
+                    let rails = results.metadata.channels;
+                    let from_nic = bad.sender_channel(ranks, rails).and_then(|channel| nic_of(channels, bad.sender, channel));
+                    TrafficOutcome::Corrupt {
+                        receiver: bad.receiver,
+                        sender: bad.sender,
+                        nic: nic_of(channels, bad.receiver, bad.channel).unwrap_or_else(|| format!("channel {}", bad.channel)),
+                        from_nic,
+                        detail: bad.detail,
+                    }
+                }
+                None => TrafficOutcome::Failed { why: reason },
+            }
+        }
+    }
+}
+
+/// The sweep's suspects as NICs far below their peers.
+fn slow_nics(verdict: &Verdict) -> Vec<SlowNic> {
+    let mut slow = Vec::new();
+    for suspect in &verdict.suspects {
+        let one = |nic: String, with: Option<(String, usize)>| SlowNic {
+            rank: suspect.rank,
+            nic,
+            with,
+            gbps: suspect.measured_gbps,
+            median_gbps: suspect.median_gbps,
+        };
+        match suspect.scope {
+            Scope::Nic => slow.push(one(suspect.nic.clone().unwrap_or_default(), None)),
+            Scope::Link => {
+                let with = suspect.peer_nic.clone().zip(suspect.peer);
+                slow.push(one(suspect.nic.clone().unwrap_or_default(), with));
+            }
+            Scope::Node => slow.extend(suspect.nics.iter().map(|nic| one(nic.clone(), None))),
+        }
+    }
+    slow
+}
+
+/// A verification failure as the run reports it (`ExperimentError::Verification`, passed on as text by
+/// the rank that found it): `data verification failed: rank R received from rank S (SweepPin round N
+/// channel K, size 4M): offset ...`.
+#[derive(Debug, PartialEq, Eq)]
+struct Corruption {
+    receiver: usize,
+    sender: usize,
+    round: Option<usize>,
+    channel: usize,
+    detail: String,
+}
+
+impl Corruption {
+    fn parse(text: &str) -> Option<Self> {
+        const MARK: &str = "data verification failed: rank ";
+        let rest = &text[text.find(MARK)? + MARK.len()..];
+        let (receiver, rest) = rest.split_once(" received from rank ")?;
+        let (sender, rest) = rest.split_once(" (")?;
+        let (config, rest) = rest.split_once(", size ")?;
+        let (_, detail) = rest.split_once("): ")?;
+        let (config, channel) = config.rsplit_once(" channel ")?;
+        let round = config.rsplit_once(" round ").and_then(|(_, round)| round.parse().ok());
+        Some(Self { receiver: receiver.parse().ok()?, sender: sender.parse().ok()?, round, channel: channel.parse().ok()?, detail: detail.to_string() })
+    }
+
+    /// The sender's channel that wrote the receiver's `channel`: the same one in a rail-aligned round,
+    /// its neighbour in the cross-rail round (the sweep's plan for `ranks` ranks, as the run made it);
+    /// `None` for a retest round, whose pairing the results file does not keep.
+    fn sender_channel(&self, ranks: usize, rails: usize) -> Option<usize> {
+        let mut plan = pairing_rounds(ranks, false);
+        if rails >= 2 {
+            if let Some(first) = plan.first().cloned() {
+                plan.push(cross_rail_round(plan.len(), &first));
+            }
+        }
+        let round = plan.get(self.round?)?;
+        Some(round.remote_rail(self.receiver, self.sender, self.channel, rails))
+    }
+}
+
+/// A private folder for the run's results file, removed with everything in it when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("efatop-check-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_experiments::ExperimentError;
+
+    /// The text the run reports is the experiment's own error, passed on by a peer: the parser reads it.
+    #[test]
+    fn a_verification_failure_names_receiver_sender_round_and_channel() {
+        let found = ExperimentError::Verification {
+            receiver: 3,
+            sender: 2,
+            config: "SweepPin round 7 channel 1".into(),
+            size: "4M".into(),
+            detail: "offset 1000: expected 0xf9, found 0x06".into(),
+        };
+        let passed_on = ExperimentError::PeerFailed { rank: 3, host: "node (a)".into(), message: found.to_string(), exit_code: 1 };
+        let bad = Corruption::parse(&passed_on.to_string()).expect("parsed");
+        assert_eq!(
+            bad,
+            Corruption { receiver: 3, sender: 2, round: Some(7), channel: 1, detail: "offset 1000: expected 0xf9, found 0x06".into() }
+        );
+        // 4 ranks: rounds 0-2 pair them, round 3 is the cross-rail round (rank 2's channel 1 meets rank 3's
+        // channel 2), later rounds are retests.
+        let cross = Corruption { round: Some(3), ..bad };
+        assert_eq!(cross.sender_channel(4, 4), Some(0));
+        assert_eq!(Corruption { round: Some(0), ..cross }.sender_channel(4, 4), Some(1));
+        assert_eq!(Corruption { round: Some(9), channel: 1, receiver: 3, sender: 2, detail: String::new() }.sender_channel(4, 4), None);
+        assert_eq!(Corruption::parse("rank 1 (vm) failed: no progress for 5 s (--timeout): rank 1 waited"), None);
+    }
+
+    /// A failed run's results file as the check reads it: 2 ranks on GPUs 0 and 1, 4 EFA each, rank 1's
+    /// channel 2 found corrupt bytes in the cross-rail round.
+    #[test]
+    fn a_corrupt_channel_is_named_by_its_rank_s_nic_and_the_nic_that_wrote_it() {
+        use efatop_proto::results::{RankPlacement, RunMetadata, RunStatus};
+        let placement = |rank: usize, first: u32| RankPlacement {
+            rank,
+            host: "node".into(),
+            gpu: Some(rank),
+            gpu_pci_bus_id: None,
+            numa_node: Some(0),
+            nics: (first..first + 4).map(|bus| format!("rdmap{bus}s0-rdm")).collect(),
+            pinned_cpus: None,
+        };
+        let reason = ExperimentError::PeerFailed {
+            rank: 1,
+            host: "node".into(),
+            message: ExperimentError::Verification {
+                receiver: 1,
+                sender: 0,
+                config: "SweepPin round 1 channel 2".into(),
+                size: "4M".into(),
+                detail: "offset 8: expected 0x01, found 0x00".into(),
+            }
+            .to_string(),
+            exit_code: 1,
+        }
+        .to_string();
+        let results = RunResults {
+            metadata: RunMetadata {
+                ranks: 2,
+                channels: 4,
+                provider_stack: "efa".into(),
+                placements: vec![placement(0, 79), placement(1, 96)],
+                ..RunMetadata::default()
+            },
+            status: Some(RunStatus { state: RunState::Failed, reason: Some(reason) }),
+            ..RunResults::default()
+        };
+        let channels = channels(&results);
+        assert_eq!(channels.len(), 8);
+        let ended = Ended { code: Some(1), timed_out: false, last_error: None };
+        // 2 ranks: round 0 pairs them, round 1 is the cross-rail round, where rank 0's channel 1 writes
+        // rank 1's channel 2.
+        assert_eq!(
+            outcome(&ended, Some(&results), &channels),
+            TrafficOutcome::Corrupt {
+                receiver: 1,
+                sender: 0,
+                nic: "rdmap98s0-rdm".into(),
+                from_nic: Some("rdmap80s0-rdm".into()),
+                detail: "offset 8: expected 0x01, found 0x00".into(),
+            }
+        );
+        let stopped = Ended { code: None, timed_out: true, last_error: None };
+        assert_eq!(outcome(&stopped, Some(&results), &channels), TrafficOutcome::TimedOut { after_s: LIMIT.as_secs_f64() });
+        let refused = Ended { code: Some(2), timed_out: false, last_error: Some("--provider efa: no efa here".into()) };
+        assert_eq!(outcome(&refused, None, &[]), TrafficOutcome::NotRun { why: "--provider efa: no efa here".into() });
+    }
+
+    #[test]
+    fn suspects_become_slow_nics() {
+        let suspect = |scope: Scope, nic: &str| efatop_proto::sweep::Suspect {
+            rank: 1,
+            host: "vm".into(),
+            gpu: Some(1),
+            nic: Some(nic.into()),
+            pci: None,
+            measured_gbps: 12.0,
+            median_gbps: 96.0,
+            peers_tried: vec![0],
+            why: String::new(),
+            scope,
+            rail: Some(0),
+            peer: Some(0),
+            peer_nic: Some("rdmap79s0-rdm".into()),
+            nics: Vec::new(),
+        };
+        let verdict = Verdict {
+            suspects: vec![suspect(Scope::Nic, "rdmap96s0-rdm"), suspect(Scope::Link, "rdmap97s0-rdm")],
+            checked: efatop_proto::sweep::Checked { nodes: 1, nics: 8 },
+        };
+        let slow = slow_nics(&verdict);
+        assert_eq!(slow.len(), 2);
+        assert_eq!((slow[0].nic.as_str(), slow[0].with.as_ref()), ("rdmap96s0-rdm", None));
+        assert_eq!(slow[1].with, Some(("rdmap79s0-rdm".to_string(), 0)));
+    }
+}
