@@ -5,10 +5,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::experiment::{Experiment, whole_number};
 
+mod bench;
 mod check;
 mod tools;
 mod view;
 
+pub use bench::{BenchCollectorArgs, Slow};
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
 pub use crate::experiment::parse_serve;
@@ -69,26 +71,6 @@ impl Cli {
         let cli = <Self as clap::CommandFactory>::command();
         cli.find_subcommand("run").map(|run| run.get_subcommands().map(|c| c.get_name().to_string()).collect()).unwrap_or_default()
     }
-}
-
-#[derive(Debug, Args)]
-pub struct BenchCollectorArgs {
-    /// Synthetic ranks, one connection each
-    #[arg(long, default_value_t = 4096, value_parser = whole_number::<u32>(1..=65536))]
-    pub ranks: u32,
-    /// Channels per rank
-    #[arg(long, default_value_t = 32, value_parser = whole_number::<u32>(1..=256))]
-    pub channels: u32,
-    /// Samples per second per rank
-    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(1..=1000))]
-    pub hz: u32,
-    /// How long to run
-    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(2..=600))]
-    pub seconds: u32,
-    /// Consume as `--json` does (a line per rank and channel on stdout; the bench's table goes to stderr)
-    /// instead of the dashboard's ingest
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -313,6 +313,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         metrics,
         pushgateway: common.pushgateway.clone(),
         collector,
+        consumer: None,
     };
     if inputs.send(Input::Ready(Box::new(setup))).is_err() {
         return Err(ExperimentError::Bootstrap("rank 0's loop is gone".into()));

@@ -120,6 +120,9 @@ pub struct Setup {
     pub metrics: Option<RunMetrics>,
     pub pushgateway: Option<crate::run_metrics::Pushgateway>,
     pub collector: Option<Collector>,
+    /// A consumer its caller started itself (`efatop bench-collector`'s timed dashboard on a
+    /// `TestBackend`, or its counted JSON printer); `None`: the loop starts the one `mode` names.
+    pub consumer: Option<Consumer>,
     /// Dropped once the ending is done: only then does rank 0's own thread close its fabric objects. A
     /// provider that crashes while closing an endpoint a failed run left mid-transfer (libfabric 1.17's
     /// tcp;ofi_rxm: docs/measurements.md, "Investigations") then cannot take the run's ending with it.
@@ -175,9 +178,12 @@ impl Observer for Forward {
     }
 }
 
+/// Where the loop sends the consumer the run's events, and the consumer's thread.
+pub type Consumer = (Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>);
+
 struct Loop {
     setup: Setup,
-    consumer: Option<(Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>)>,
+    consumer: Option<Consumer>,
     save_error: Option<ExperimentError>,
 }
 
@@ -196,6 +202,10 @@ impl Loop {
             if let Err(err) = outlets.begin(setup.start.clone()) {
                 eprintln!("efatop: warning: {err}; the run goes on without its recording");
             }
+        }
+        if let Some(consumer) = setup.consumer.take() {
+            self.consumer = Some(consumer);
+            return;
         }
         let consumer = session::start_consumer(session::ConsumerSetup {
             mode: setup.mode,

@@ -7,7 +7,7 @@
 //! a copy cut short) reads up to the cut, and the reader says where the recording stops.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,16 +18,20 @@ use flate2::write::GzEncoder;
 
 use crate::event::ConsumerEvent;
 
-/// A member is sealed at least this often while events arrive.
+/// A member is sealed at least this often while events arrive...
 const SEAL_EVERY: Duration = Duration::from_secs(1);
+/// ... and once it holds this many bytes of messages (a burst of a large run's telemetry), so that a cut
+/// loses little and a reader never needs much at once.
+const SEAL_BYTES: usize = 8 << 20;
 
 /// Rank 0's recording, written by the thread that serializes the run's events.
 pub struct Recorder {
     path: PathBuf,
     file: File,
     member: GzEncoder<Vec<u8>>,
-    /// Messages in the member not yet sealed.
+    /// Messages in the member not yet sealed, and their bytes.
     pending: usize,
+    pending_bytes: usize,
     sealed_at: Instant,
     /// The first write error; nothing more is written after it.
     failed: bool,
@@ -43,6 +47,7 @@ impl Recorder {
             file,
             member: GzEncoder::new(Vec::new(), Compression::fast()),
             pending: 0,
+            pending_bytes: 0,
             sealed_at: Instant::now(),
             failed: false,
         })
@@ -59,7 +64,8 @@ impl Recorder {
             return;
         }
         self.pending += 1;
-        if durable || self.sealed_at.elapsed() >= SEAL_EVERY {
+        self.pending_bytes += frame.len();
+        if durable || self.pending_bytes >= SEAL_BYTES || self.sealed_at.elapsed() >= SEAL_EVERY {
             self.seal();
         }
     }
@@ -71,6 +77,7 @@ impl Recorder {
             return;
         }
         self.pending = 0;
+        self.pending_bytes = 0;
         let member = std::mem::replace(&mut self.member, GzEncoder::new(Vec::new(), Compression::fast()));
         let written = member.finish().and_then(|bytes| self.file.write_all(&bytes));
         if let Err(err) = written {
@@ -90,19 +97,33 @@ impl Drop for Recorder {
     }
 }
 
-/// A recording read back: its events with their times, and, when the file was cut short, where.
+/// A recording read back: where each of its events lies and when it happened, and, when the file was cut
+/// short, where. The events stay in the file (a 1024-host run's telemetry would take gigabytes decoded):
+/// [`Recording::cursor`] decodes them member by member as playback reaches them.
 pub struct Recording {
-    pub events: Vec<(Duration, ConsumerEvent)>,
+    path: PathBuf,
+    /// Each event's time, and whether it is a step (playback's `[` and `]` go from step to step).
+    events: Vec<(Duration, bool)>,
+    members: Vec<Member>,
     /// Why the events stop before the run's end: a cut or damaged tail (the events before it are whole), or
     /// a whole file with no end (the run was cut off while it recorded).
     pub cut: Option<String>,
+}
+
+/// One gzip member: where it lies in the file and how many events it holds (a damaged member keeps the
+/// events before the damage).
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    offset: u64,
+    len: u64,
+    events: usize,
 }
 
 /// Why a file cannot be replayed at all (exit 2: it is the argument that is wrong).
 #[derive(Debug)]
 pub struct NotARecording(pub String);
 
-/// Reads the whole recording at `path`.
+/// Reads through the whole recording at `path` (checking every member, keeping none decoded).
 pub fn read(path: &Path) -> Result<Recording, NotARecording> {
     let shown = path.display();
     let file = File::open(path).map_err(|err| NotARecording(format!("{shown}: {err}")))?;
@@ -119,6 +140,8 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
         Hello::Foreign(_) => return Err(NotARecording(format!("{shown} is not an efatop recording (made with --record FILE)"))),
     }
     let mut events = Vec::new();
+    let mut members = Vec::new();
+    let mut finished = false;
     // Member by member: a member's messages count only once its checksum has been read and matched.
     let cut = loop {
         match reader.fill_buf() {
@@ -126,26 +149,58 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
             Ok(_) => {}
             Err(err) => break Some(err.to_string()),
         }
+        let offset = match reader.stream_position() {
+            Ok(offset) => offset,
+            Err(err) => break Some(err.to_string()),
+        };
+        // Decoded message by message (a member of a busy second holds hundreds of MiB of JSON): its
+        // events count once the member's checksum has been read and matched, else the member is dropped.
+        let first_event = events.len();
         let mut decoder = GzDecoder::new(reader);
-        let mut member = Vec::new();
-        if let Err(err) = decoder.read_to_end(&mut member) {
-            break Some(if err.kind() == std::io::ErrorKind::UnexpectedEof {
-                "the file ends inside a compressed block".to_string()
-            } else {
-                format!("a compressed block is damaged ({err})")
-            });
-        }
-        reader = decoder.into_inner();
-        let mut messages = member.as_slice();
+        let mut member_finished = false;
         let damaged = loop {
-            match stream::read_message(&mut messages) {
-                Ok(Some(StreamMessage::Event { t_us, event })) => events.push((Duration::from_micros(t_us), event)),
+            match stream::read_message(&mut decoder) {
+                Ok(Some(StreamMessage::Event { t_us, event })) => {
+                    member_finished |= matches!(event, ConsumerEvent::Finished { .. });
+                    events.push((Duration::from_micros(t_us), matches!(event, ConsumerEvent::Step { .. })));
+                }
                 Ok(Some(StreamMessage::Dropped { .. })) => {}
                 Ok(None) => break None,
-                Err(StreamError::Truncated) => break Some("a block ends inside a message".to_string()),
-                Err(err) => break Some(err.to_string()),
+                Err(StreamError::Io(err)) => {
+                    events.truncate(first_event);
+                    member_finished = false;
+                    break Some(if err.kind() == std::io::ErrorKind::UnexpectedEof {
+                        "the file ends inside a compressed block".to_string()
+                    } else {
+                        format!("a compressed block is damaged ({err})")
+                    });
+                }
+                // A whole member (its checksum matched) that ends inside a message, or holds one that is
+                // not valid: the events before it count.
+                Err(err) => {
+                    let why = if matches!(err, StreamError::Truncated) { "a block ends inside a message".to_string() } else { err.to_string() };
+                    if let Err(err) = std::io::copy(&mut decoder, &mut std::io::sink()) {
+                        events.truncate(first_event);
+                        member_finished = false;
+                        break Some(if err.kind() == std::io::ErrorKind::UnexpectedEof {
+                            "the file ends inside a compressed block".to_string()
+                        } else {
+                            format!("a compressed block is damaged ({err})")
+                        });
+                    }
+                    break Some(why);
+                }
             }
         };
+        reader = decoder.into_inner();
+        let end = match reader.stream_position() {
+            Ok(end) => end,
+            Err(err) => break Some(err.to_string()),
+        };
+        finished |= member_finished;
+        if events.len() > first_event {
+            members.push(Member { offset, len: end - offset, events: events.len() - first_event });
+        }
         if damaged.is_some() {
             break damaged;
         }
@@ -155,17 +210,102 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
     let cut = match cut {
         Some(why) => Some(format!("{shown} is cut short after {so_far}: {why}")),
         // Whole, but the run never said it ended: its rank 0 was killed or stopped while recording.
-        None if !events.iter().any(|(_, event)| matches!(event, ConsumerEvent::Finished { .. })) => Some(format!(
+        None if !finished => Some(format!(
             "{shown} has no end: the run was cut off after {so_far}, before it finished (its rank 0 was killed or stopped)"
         )),
         None => None,
     };
-    Ok(Recording { events, cut })
+    Ok(Recording { path: path.to_path_buf(), events, members, cut })
+}
+
+impl Recording {
+    /// How many events it holds.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// When event `index` happened (time since the run started).
+    pub fn time(&self, index: usize) -> Option<Duration> {
+        self.events.get(index).map(|&(at, _)| at)
+    }
+
+    /// Whether event `index` is a step.
+    pub fn is_step(&self, index: usize) -> bool {
+        self.events.get(index).is_some_and(|&(_, step)| step)
+    }
+
+    /// The events from the first, decoded one message at a time.
+    pub fn cursor(&self) -> Cursor<'_> {
+        Cursor { recording: self, member: 0, open: None }
+    }
+
+    /// Member `member`, opened for decoding.
+    fn open(&self, member: &Member) -> std::io::Result<MemberReader> {
+        let mut file = File::open(&self.path)?;
+        file.seek(SeekFrom::Start(member.offset))?;
+        Ok(GzDecoder::new(BufReader::new(file.take(member.len))))
+    }
+}
+
+type MemberReader = GzDecoder<BufReader<std::io::Take<File>>>;
+
+/// The events of a recording in order, decoded one message at a time from the file (what is in memory
+/// is the event being folded, whatever the recording's size).
+pub struct Cursor<'a> {
+    recording: &'a Recording,
+    /// The next member to open.
+    member: usize,
+    /// The member being read, and how many of its events are still to come.
+    open: Option<(MemberReader, usize)>,
+}
+
+impl Iterator for Cursor<'_> {
+    type Item = (Duration, ConsumerEvent);
+
+    /// The next event; `None` at the end, or when the file can no longer be read as it was (it changed
+    /// under the replay: what came before stays shown).
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((reader, left)) = &mut self.open {
+                if *left > 0 {
+                    match stream::read_message(reader) {
+                        Ok(Some(StreamMessage::Event { t_us, event })) => {
+                            *left -= 1;
+                            return Some((Duration::from_micros(t_us), event));
+                        }
+                        Ok(Some(StreamMessage::Dropped { .. })) => continue,
+                        Ok(None) => {}
+                        Err(err) => {
+                            eprintln!("efatop: warning: replay: {}: {err}", self.recording.path.display());
+                            self.member = self.recording.members.len();
+                        }
+                    }
+                }
+                self.open = None;
+            }
+            let member = *self.recording.members.get(self.member)?;
+            self.member += 1;
+            match self.recording.open(&member) {
+                Ok(reader) => self.open = Some((reader, member.events)),
+                Err(err) => {
+                    eprintln!("efatop: warning: replay: {}: {err}", self.recording.path.display());
+                    self.member = self.recording.members.len();
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use efatop_proto::column::{Column, Layout, Memory};
+
     use super::*;
+
+    fn single_pin() -> Column {
+        Column::write(Layout::Single, Memory::Host)
+    }
 
     #[test]
     fn a_recording_cut_anywhere_reads_back_its_whole_members_and_says_where_it_stops() {
@@ -175,7 +315,7 @@ mod tests {
         let mut frame = Vec::new();
         for i in 0..5u64 {
             frame.clear();
-            let event = ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << i };
+            let event = ConsumerEvent::Step { config: single_pin(), size: 4096 << i };
             stream::encode_event(i * 1000, &event, &mut frame).expect("encode");
             recorder.add(&frame, true);
         }
@@ -184,28 +324,31 @@ mod tests {
         recorder.add(&frame, true);
         drop(recorder);
         let whole = read(&path).expect("read");
-        assert_eq!(whole.events.len(), 6);
+        assert_eq!(whole.len(), 6);
         assert!(whole.cut.is_none());
-        assert_eq!(whole.events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: efatop_proto::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 << 4 }));
+        let events: Vec<(Duration, ConsumerEvent)> = whole.cursor().collect();
+        assert_eq!(events.len(), 6);
+        assert_eq!(events[4], (Duration::from_millis(4), ConsumerEvent::Step { config: single_pin(), size: 4096 << 4 }));
+        assert_eq!((whole.time(4), whole.is_step(4), whole.is_step(5)), (Some(Duration::from_millis(4)), true, false));
 
         let bytes = std::fs::read(&path).expect("bytes");
         std::fs::write(&path, &bytes[..bytes.len() - 5]).expect("cut");
         let cut = read(&path).expect("read");
-        assert_eq!(cut.events.len(), 5, "every member before the cut is whole");
+        assert_eq!((cut.len(), cut.cursor().count()), (5, 5), "every member before the cut is whole");
         assert!(cut.cut.as_deref().is_some_and(|why| why.contains("cut short after 5 events (0.0 s into the run)")), "{:?}", cut.cut);
 
         // Whole members but no end (rank 0 killed while it recorded), and a header alone: each says so.
         let mut recorder = Recorder::create(&path).expect("create");
         frame.clear();
-        stream::encode_event(0, &ConsumerEvent::Step { config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host), size: 4096 }, &mut frame).expect("encode");
+        stream::encode_event(0, &ConsumerEvent::Step { config: single_pin(), size: 4096 }, &mut frame).expect("encode");
         recorder.add(&frame, true);
         drop(recorder);
         let no_end = read(&path).expect("read");
-        assert_eq!(no_end.events.len(), 1);
+        assert_eq!(no_end.len(), 1);
         assert!(no_end.cut.as_deref().is_some_and(|why| why.ends_with("has no end: the run was cut off after 1 event (0.0 s into the run), before it finished (its rank 0 was killed or stopped)")), "{:?}", no_end.cut);
         drop(Recorder::create(&path).expect("create"));
         let header_only = read(&path).expect("read");
-        assert!(header_only.events.is_empty());
+        assert!(header_only.len() == 0 && header_only.cursor().next().is_none());
         assert!(header_only.cut.as_deref().is_some_and(|why| why.contains("has no end: the run was cut off after 0 events")), "{:?}", header_only.cut);
 
         std::fs::write(&path, b"{\"not\": \"a recording\"}").expect("write");

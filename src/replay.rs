@@ -7,7 +7,6 @@ use std::time::Duration;
 use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::ReplayArgs;
-use crate::event::ConsumerEvent;
 use crate::record::{self, Recording};
 use crate::term;
 use crate::tui::{Polled, Source};
@@ -29,17 +28,16 @@ pub fn replay(args: &ReplayArgs) -> i32 {
             return 2;
         }
     };
-    let Recording { events, cut } = recording;
     let code = if args.json || !term::stdout_is_terminal() {
         let mut viewer = JsonViewer::default();
-        for (at, event) in events {
+        for (at, event) in recording.cursor() {
             viewer.event(event, at);
         }
         viewer.tally.exit_code()
     } else {
-        dashboard(events, args.speed)
+        dashboard(&recording, args.speed)
     };
-    match cut {
+    match recording.cut {
         Some(why) => {
             eprintln!("efatop: error: replay: {why}; what came before is shown");
             1
@@ -48,15 +46,18 @@ pub fn replay(args: &ReplayArgs) -> i32 {
     }
 }
 
-fn dashboard(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> i32 {
-    let mut playback = Playback::new(events, speed);
+fn dashboard(recording: &Recording, speed: f64) -> i32 {
+    let mut playback = Playback::new(recording, speed);
     crate::viewer::show(&mut playback, &KEYS, "replay", 0)
 }
 
 /// A recording played back: where the playback is, its clock and its speed. The events are handed out
-/// as the clock reaches them; a step back tells the run again from its start.
-pub struct Playback {
-    events: Vec<(Duration, ConsumerEvent)>,
+/// as the clock reaches them, decoded from the file only then (a long run of thousands of ranks is never
+/// held decoded); a step back tells the run again from its start.
+pub struct Playback<'a> {
+    recording: &'a Recording,
+    /// The events from the next one to hand out.
+    cursor: record::Cursor<'a>,
     /// The next event to hand out.
     next: usize,
     /// The run's time the playback has reached.
@@ -73,10 +74,11 @@ pub struct Playback {
     told: (Option<Duration>, Option<SourceLine>),
 }
 
-impl Playback {
-    pub fn new(events: Vec<(Duration, ConsumerEvent)>, speed: f64) -> Self {
+impl<'a> Playback<'a> {
+    pub fn new(recording: &'a Recording, speed: f64) -> Self {
         Self {
-            events,
+            recording,
+            cursor: recording.cursor(),
             next: 0,
             clock: Duration::ZERO,
             speed,
@@ -88,8 +90,17 @@ impl Playback {
         }
     }
 
+    fn len(&self) -> usize {
+        self.recording.len()
+    }
+
+    /// Every event of the recording has been handed out.
+    pub fn is_over(&self) -> bool {
+        self.next >= self.len()
+    }
+
     fn is_step(&self, index: usize) -> bool {
-        matches!(self.events.get(index), Some((_, ConsumerEvent::Step { .. })))
+        self.recording.is_step(index)
     }
 
     /// The step being shown: the last step event handed out.
@@ -102,14 +113,15 @@ impl Playback {
         if index < self.next {
             self.restart = true;
             self.next = 0;
+            self.cursor = self.recording.cursor();
         }
         self.through = Some(index);
-        self.clock = self.events.get(index).map_or(self.clock, |(at, _)| *at);
+        self.clock = self.recording.time(index).unwrap_or(self.clock);
         self.wall = now;
     }
 
     fn steps(&self) -> (usize, usize) {
-        let total = (0..self.events.len()).filter(|&index| self.is_step(index)).count();
+        let total = (0..self.len()).filter(|&index| self.is_step(index)).count();
         let shown = (0..self.next).filter(|&index| self.is_step(index)).count();
         (shown, total)
     }
@@ -120,20 +132,20 @@ impl Playback {
             self.clock += now.saturating_sub(self.wall).mul_f64(self.speed);
         }
         self.wall = now;
-        if self.next == self.events.len() {
+        if self.is_over() {
             // The recording is over: the clock stops at its last event.
-            self.clock = self.events.last().map_or(Duration::ZERO, |(at, _)| *at);
+            self.clock = self.len().checked_sub(1).and_then(|last| self.recording.time(last)).unwrap_or_default();
         }
     }
 
     fn source(&self) -> SourceLine {
         let (shown, total) = self.steps();
-        let state = if self.paused { "PAUSED" } else if self.next == self.events.len() { "end" } else { "playing" };
+        let state = if self.paused { "PAUSED" } else if self.is_over() { "end" } else { "playing" };
         SourceLine { text: format!("replay {}x {state}, step {shown}/{total}", self.speed), alert: self.paused }
     }
 }
 
-impl Source for Playback {
+impl Source for Playback<'_> {
     type Event = Fed;
 
     fn poll(&mut self, now: Duration) -> Polled<Fed> {
@@ -141,10 +153,17 @@ impl Source for Playback {
             return Polled::Ready(Fed::Restart);
         }
         self.advance(now);
-        if let Some((at, event)) = self.events.get(self.next) {
-            if self.through.is_some_and(|through| self.next <= through) || *at <= self.clock {
-                self.next += 1;
-                return Polled::Ready(Fed::Event(*at, event.clone()));
+        if let Some(at) = self.recording.time(self.next) {
+            if self.through.is_some_and(|through| self.next <= through) || at <= self.clock {
+                match self.cursor.next() {
+                    Some((at, event)) => {
+                        self.next += 1;
+                        return Polled::Ready(Fed::Event(at, event));
+                    }
+                    // The file can no longer be read as it was (the cursor said why): the playback ends
+                    // where it is.
+                    None => self.next = self.len(),
+                }
             }
         }
         self.through = None;
@@ -166,7 +185,7 @@ impl Source for Playback {
             Key::Char('+' | '=') => self.speed = (self.speed * 2.0).min(64.0),
             Key::Char('-') => self.speed = (self.speed / 2.0).max(0.25),
             Key::Char(']') => {
-                if let Some(next) = (self.next..self.events.len()).find(|&index| self.is_step(index)) {
+                if let Some(next) = (self.next..self.len()).find(|&index| self.is_step(index)) {
                     self.seek(next, now);
                 }
             }

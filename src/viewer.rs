@@ -209,7 +209,7 @@ impl Tui for Viewer {
             Fed::Source(line) => self.source = line,
             Fed::Restart => {
                 if let Some(watched) = self.watched.take() {
-                    self.kept = Some(*watched.app.view());
+                    self.kept = Some(watched.app.view().clone());
                 }
             }
         }

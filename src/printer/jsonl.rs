@@ -20,9 +20,13 @@ thread_local! {
     static PENDING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Lines kept for one write at most: an event of a large run (a telemetry batch after a stall) goes out
+/// in several writes rather than holding hundreds of MiB.
+const PENDING_MAX: usize = 4 << 20;
+
 /// One line `{"data":…,"type":kind}` (the keys in the order a `Value` sorts them), kept until [`flush`].
 fn line_of(kind: &str, data: &impl serde::Serialize) {
-    PENDING.with_borrow_mut(|pending| {
+    let full = PENDING.with_borrow_mut(|pending| {
         pending.extend_from_slice(b"{\"data\":");
         if serde_json::to_writer(&mut *pending, data).is_err() {
             pending.extend_from_slice(b"null");
@@ -30,7 +34,11 @@ fn line_of(kind: &str, data: &impl serde::Serialize) {
         pending.extend_from_slice(b",\"type\":");
         let _ = serde_json::to_writer(&mut *pending, kind);
         pending.extend_from_slice(b"}\n");
+        pending.len() >= PENDING_MAX
     });
+    if full {
+        flush();
+    }
 }
 
 fn line(kind: &str, data: &Value) {
@@ -47,6 +55,7 @@ pub fn flush() {
         let _ = stdout.write_all(pending);
         let _ = stdout.flush();
         pending.clear();
+        pending.shrink_to(PENDING_MAX);
     });
 }
 
@@ -77,12 +86,78 @@ pub struct SampleLines {
     pub pairs: bool,
 }
 
+/// Telemetry batches that may wait for the printer: beyond, it is behind the run, and the oldest go.
+/// The collector sends a batch every 10 ms at most, so a large run's printer is at most a few seconds
+/// behind (a small run's batches come once per interval: it is never held to less than minutes).
+pub const WAITING_BATCHES: usize = 256;
+/// Samples that may wait for the printer, whatever the batches (about 90 MiB decoded): 1.6 s of a
+/// 1024-host × 8 × 4 run, 0.4 s of a 4096-host one.
+pub const WAITING_SAMPLES: u64 = 1 << 17;
+
+/// What the printer did with the telemetry it was given: printed, or dropped because it fell behind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Printed {
+    pub samples: u64,
+    pub dropped: u64,
+}
+
 /// Prints every event until the run is over; `clock` is the time since the run started.
 pub fn print_events(events: &Receiver<ConsumerEvent>, clock: impl Fn() -> Duration, lines: &mut SampleLines) {
-    while let Ok(event) = events.recv() {
-        if print_event(event, clock(), lines) {
+    print_events_counted(events, clock, lines, |_| {});
+}
+
+/// [`print_events`], telling `counted` after each event what was printed and dropped so far.
+///
+/// The printer never lags behind the run: when more telemetry waits for it than [`WAITING_BATCHES`]
+/// batches or [`WAITING_SAMPLES`] samples (stdout cannot take a large run's lines as fast as they come),
+/// the oldest waiting telemetry batches are dropped — every other event (steps, results, notes, the end)
+/// is kept, in order — and a `dropped` line says how many samples went, and how many in all.
+pub fn print_events_counted(events: &Receiver<ConsumerEvent>, clock: impl Fn() -> Duration, lines: &mut SampleLines, mut counted: impl FnMut(Printed)) {
+    let mut waiting: std::collections::VecDeque<ConsumerEvent> = std::collections::VecDeque::new();
+    let mut printed = Printed::default();
+    loop {
+        if waiting.is_empty() {
+            match events.recv() {
+                Ok(event) => waiting.push_back(event),
+                Err(_) => return,
+            }
+        }
+        waiting.extend(events.try_iter());
+        let (batches, samples) = waiting.iter().filter_map(telemetry_samples).fold((0, 0), |(b, s), n| (b + 1, s + n));
+        if batches > WAITING_BATCHES || samples > WAITING_SAMPLES {
+            // Keep the newest quarter of what the bounds allow; the rest of the telemetry goes.
+            let (mut drop_batches, mut drop_samples) = (batches.saturating_sub(WAITING_BATCHES / 4), samples.saturating_sub(WAITING_SAMPLES / 4));
+            let mut dropped = 0;
+            waiting.retain(|event| match telemetry_samples(event) {
+                Some(n) if drop_batches > 0 || drop_samples > 0 => {
+                    drop_batches = drop_batches.saturating_sub(1);
+                    drop_samples = drop_samples.saturating_sub(n);
+                    dropped += n;
+                    false
+                }
+                _ => true,
+            });
+            printed.dropped += dropped;
+            let t_ms = clock().as_secs_f64() * 1000.0;
+            line("dropped", &json!({ "t_ms": t_ms, "samples": dropped, "total": printed.dropped, "reason": "the printer fell behind the run" }));
+            flush();
+            counted(printed);
+        }
+        let Some(event) = waiting.pop_front() else { continue };
+        printed.samples += telemetry_samples(&event).unwrap_or(0);
+        let ended = print_event(event, clock(), lines);
+        counted(printed);
+        if ended {
             return;
         }
+    }
+}
+
+/// The samples in a telemetry batch; `None` for every other event.
+fn telemetry_samples(event: &ConsumerEvent) -> Option<u64> {
+    match event {
+        ConsumerEvent::Telemetry(events) => Some(events.iter().filter(|e| matches!(e, CollectorEvent::Sample(_))).count() as u64),
+        _ => None,
     }
 }
 
@@ -289,6 +364,39 @@ fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
 mod tests {
     use efatop_proto::telemetry::{ChannelSample, NvlinkSample, QueueSample, RankSample};
     use serde_json::json;
+
+    /// A printer that falls behind drops the oldest telemetry, counted, and keeps every other event.
+    #[test]
+    fn a_printer_behind_the_run_drops_old_telemetry_and_keeps_the_rest() {
+        use super::{print_events_counted, Printed, SampleLines, WAITING_BATCHES};
+        use crate::collector::CollectorEvent;
+        use crate::event::ConsumerEvent;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let batch = || ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(RankSample { rank: 1, ..RankSample::default() }))]);
+        for _ in 0..WAITING_BATCHES {
+            tx.send(batch()).expect("send");
+        }
+        tx.send(ConsumerEvent::Note("kept".into())).expect("send");
+        for _ in 0..WAITING_BATCHES {
+            tx.send(batch()).expect("send");
+        }
+        tx.send(ConsumerEvent::Finished { error: None }).expect("send");
+        let mut last = Printed::default();
+        print_events_counted(&rx, std::time::Duration::default, &mut SampleLines::default(), |printed| last = printed);
+        let offered = 2 * WAITING_BATCHES as u64;
+        assert_eq!(last.samples + last.dropped, offered, "{last:?}");
+        assert!(last.dropped >= offered - WAITING_BATCHES as u64 / 4 - 1, "{last:?}");
+        assert!(last.samples > 0, "the newest are printed");
+
+        // Keeping up: nothing dropped.
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..8 {
+            tx.send(batch()).expect("send");
+        }
+        drop(tx);
+        print_events_counted(&rx, std::time::Duration::default, &mut SampleLines::default(), |printed| last = printed);
+        assert_eq!(last, Printed { samples: 8, dropped: 0 });
+    }
 
     use super::sample_lines;
 

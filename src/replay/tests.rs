@@ -1,20 +1,42 @@
 //! `efatop replay` on the TUI loop on `TestBackend`: a recording played back, with its playback keys
 //! (space pauses, `]` and `[` step on and back, `+` speeds up), asserted on the screen.
 
+use efatop_proto::stream;
 use efatop_ui::state::Key;
 
 use super::{KEYS, Playback};
+use crate::event::ConsumerEvent;
+use crate::record::{self, Recorder, Recording};
 use crate::tui::Scripted;
 use crate::viewer::Viewer;
-use crate::viewer::script::{ms, recording};
+use crate::viewer::script::{self, ms};
 
-fn replay() -> Scripted<Viewer, Playback> {
-    Scripted::new(Viewer::new(&KEYS), Playback::new(recording(), 1.0), 120, 40)
+/// The scripted run, recorded as `--record` writes it and read back as `efatop replay` reads it (the
+/// events stay in the file until the playback reaches them).
+fn recorded(dir: &tempfile::TempDir) -> Recording {
+    let path = dir.path().join("run.efarec");
+    let mut recorder = Recorder::create(&path).expect("create");
+    let mut frame = Vec::new();
+    for (at, event) in script::recording() {
+        frame.clear();
+        let t_us = u64::try_from(at.as_micros()).expect("time");
+        stream::encode_event(t_us, &event, &mut frame).expect("encode");
+        recorder.add(&frame, !matches!(event, ConsumerEvent::Telemetry(_)));
+    }
+    drop(recorder);
+    record::read(&path).expect("read")
+}
+
+fn replay(recording: &Recording) -> Scripted<Viewer, Playback<'_>> {
+    Scripted::new(Viewer::new(&KEYS), Playback::new(recording, 1.0), 120, 40)
 }
 
 #[test]
 fn replay_plays_pauses_and_steps_on_and_back_through_a_recording() {
-    let mut tui = replay();
+    let dir = tempfile::tempdir().expect("dir");
+    let recording = recorded(&dir);
+    assert_eq!(recording.len(), script::recording().len(), "every event indexed");
+    let mut tui = replay(&recording);
     assert_eq!(tui.frame(ms(0)), None);
     assert!(tui.screen().contains("replay 1x playing, step 0/2"), "{}", tui.screen());
     // Space pauses: the playback clock stops, however long the session goes on.
@@ -62,7 +84,9 @@ fn replay_plays_pauses_and_steps_on_and_back_through_a_recording() {
 
 #[test]
 fn replay_q_leaves_mid_run() {
-    let mut tui = replay();
+    let dir = tempfile::tempdir().expect("dir");
+    let recording = recorded(&dir);
+    let mut tui = replay(&recording);
     assert_eq!(tui.frame(ms(300)), None);
     assert!(tui.row("SinglePin 4K").contains("0/2"), "{}", tui.screen());
     assert_eq!(tui.key(Key::Char('q'), ms(350)), Some(()));

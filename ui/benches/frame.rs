@@ -71,6 +71,8 @@ fn sample(rank: usize, seq: u64, channels: usize) -> RankSample {
 
 struct Figures {
     ingest_per_sample: Duration,
+    /// The process's resident memory once every history is full (`VmRSS`), in MiB.
+    rss_mib: Option<f64>,
     /// Wall time of each frame.
     frames: Vec<Duration>,
     /// CPU time of each frame, when the kernel says (`/proc/thread-self/schedstat`): on a shared machine
@@ -120,6 +122,8 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
         }
     }
     let ingest_per_sample = started.elapsed() / u32::try_from(samples).unwrap_or(u32::MAX);
+    ingest.tick(&mut state, Duration::from_millis(HISTORY_LEN as u64 * 100), &liveness);
+    let rss_mib = rss_mib();
 
     let mut terminal = match Terminal::new(TestBackend::new(options.width, options.height)) {
         Ok(terminal) => terminal,
@@ -146,7 +150,15 @@ fn run(options: &Options, link_gbps: Option<f64>) -> Figures {
             frames_cpu.push(after.saturating_sub(before));
         }
     }
-    Figures { ingest_per_sample, frames, frames_cpu }
+    Figures { ingest_per_sample, rss_mib, frames, frames_cpu }
+}
+
+/// This process's resident memory (`VmRSS` of /proc/self/status), in MiB; `None` off Linux.
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -166,8 +178,8 @@ fn main() {
         options.height,
         options.frames
     );
-    println!("| link speed | frame median (ms) | frame p90 (ms) | frame max (ms) | CPU per frame, median (ms) | ingest (µs/sample) |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| link speed | frame median (ms) | frame p90 (ms) | frame max (ms) | CPU per frame, median (ms) | ingest (µs/sample) | RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut worst: f64 = 0.0;
     for (label, link) in [("known (100 Gbps)", Some(100.0)), ("unknown (peak)", None)] {
         let mut figures = run(&options, link);
@@ -177,11 +189,12 @@ fn main() {
         let cpu = figures.frames_cpu.get(figures.frames_cpu.len() / 2).map_or_else(|| "-".to_string(), |cpu| format!("{:.2}", ms(*cpu)));
         worst = worst.max(ms(at(0.5)));
         println!(
-            "| {label} | {:.2} | {:.2} | {:.2} | {cpu} | {:.2} |",
+            "| {label} | {:.2} | {:.2} | {:.2} | {cpu} | {:.2} | {} |",
             ms(at(0.5)),
             ms(at(0.9)),
             ms(at(1.0)),
-            figures.ingest_per_sample.as_secs_f64() * 1e6
+            figures.ingest_per_sample.as_secs_f64() * 1e6,
+            figures.rss_mib.map_or_else(|| "-".to_string(), |mib| format!("{mib:.0}"))
         );
     }
     println!("\nworst median: {worst:.2} ms per frame, wall time (goal: <= 20 ms)");

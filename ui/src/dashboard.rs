@@ -16,6 +16,7 @@
 //! it is not drawn and the layout is exactly as above.
 
 mod chrome;
+pub mod fleet;
 mod gauges;
 mod gpu;
 mod grid;
@@ -171,7 +172,7 @@ fn render_body(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer
     let third = area.height / 3;
     let half = area.height / 2;
     let results_cap = if state.finished { half } else { third };
-    let gauges_lines = gauges::content_height(state).saturating_add(sparkline);
+    let gauges_lines = gauges::content_height(state, view).saturating_add(sparkline);
     let heatmap_lines = if state.pairs.is_some() { heatmap::content_height(state) } else { 0 };
     let gpu_lines = gpu::content_height(state);
     let log_wish = overhead + LOG_LINES_WISHED;
@@ -286,7 +287,9 @@ fn render_footer(state: &DashboardState, view: &View, area: Rect, buf: &mut Buff
         Line::styled(message, style).render(area, buf);
         return;
     }
-    let keys: &[(&str, &str)] = if view.focus == Panel::Pairs {
+    let keys: &[(&str, &str)] = if let Some(keys) = fleet::footer_keys(state, view) {
+        keys
+    } else if view.focus == Panel::Pairs {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "sender"), ("←→", "receiver"), ("p", "freeze"), ("?", "help")]
     } else {
         &[("q", "quit"), ("Tab", "panel"), ("↑↓", "rank"), ("←→", "channel"), ("p", "freeze"), ("?", "help")]

@@ -7,10 +7,11 @@ use efatop_proto::telemetry::{IntervalHistogram, RankSample};
 use efatop_proto::sizes::format_size;
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
+use crate::state::fleet::Fleet;
 use crate::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
-    ChannelView, DashboardState, HISTORY_LEN, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,
+    history_len, ChannelView, DashboardState, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,
     PeerView, QueueView, RunInfo,
 };
 
@@ -22,6 +23,8 @@ pub struct Ingest {
     /// sample finds its views without a search: rank 0 may hear from thousands of ranks per interval.
     first_view: Vec<usize>,
     channels_of: Vec<usize>,
+    /// Points each channel's history keeps ([`history_len`]).
+    history_len: usize,
     /// Ranks already named in the log as slow, silent or hung, so each is logged once per spell.
     reported: Vec<PeerState>,
 }
@@ -57,6 +60,7 @@ impl Ingest {
         state.run = run;
         // What the gauges read every frame, kept up to date by `sample` from here on.
         state.gauges = GaugeIndex::build(state);
+        state.fleet = Fleet::build(state, Duration::ZERO);
         let channels_of: Vec<usize> = (0..ranks).map(|rank| nics.get(rank).map_or(0, Vec::len)).collect();
         let first_view = channels_of
             .iter()
@@ -66,7 +70,8 @@ impl Ingest {
                 Some(first)
             })
             .collect();
-        Self { ranks, first_view, channels_of, reported: vec![PeerState::Alive; ranks] }
+        let history_len = history_len(state.channels.len());
+        Self { ranks, first_view, channels_of, history_len, reported: vec![PeerState::Alive; ranks] }
     }
 
     /// One rank's interval arrived at `at` (time since the run started).
@@ -95,12 +100,13 @@ impl Ingest {
             view.lat_p50_us = rates.lat_p50_us;
             view.lat_p99_us = rates.lat_p99_us;
             view.lat_max_us = rates.lat_max_us;
-            let popped = view.history.len() == HISTORY_LEN;
+            let popped = view.history.len() >= self.history_len;
             if popped {
                 view.history.pop_front();
             }
             view.history.push_back(view.gbps);
             state.gauges.record(at, view.gbps, popped, in_flight_was, view.in_flight);
+            state.fleet.record(at, view.gbps);
         }
         if let Some(peer) = state.peers.get_mut(rank) {
             peer.gbps = RankSample::gbps(rank_bytes, sample.interval_ns);
@@ -208,6 +214,7 @@ impl Ingest {
     /// the worse is logged once.
     pub fn tick(&mut self, state: &mut DashboardState, at: Duration, liveness: &Liveness) {
         state.progress.elapsed = at;
+        state.fleet.refresh(at);
         let mut news = Vec::new();
         for (rank, peer) in state.peers.iter_mut().enumerate() {
             if peer.state == PeerState::Done {
@@ -559,6 +566,9 @@ mod tests {
         assert_eq!(pairs.history(0, 1), None);
     }
 }
+
+#[cfg(test)]
+mod fleet_view;
 
 /// The gauges' index ([`GaugeIndex`]) kept while ingesting, against one built for the frame. Here, not in
 /// `state::gauges`, so that `state` imports neither `ingest` nor `dashboard`, even in tests.

@@ -1,6 +1,7 @@
 //! Everything the dashboard draws, ready to render. The binary's collector fills it from telemetry and
 //! from rank 0's experiment; the widgets only read it. No I/O, no clocks: times arrive as values.
 
+pub mod fleet;
 pub mod gauges;
 pub mod sweep;
 
@@ -12,6 +13,17 @@ use efatop_proto::telemetry::PeerSample;
 
 /// How many throughput points a sparkline keeps (one per telemetry interval).
 pub const HISTORY_LEN: usize = 240;
+/// Throughput points kept over all channels: a run with more than `HISTORY_BUDGET / HISTORY_LEN`
+/// channels keeps fewer points per channel (never fewer than [`HISTORY_MIN`]), so that the histories of
+/// a 4096-host run take no more than those of a 1024-host one (64 MiB).
+pub const HISTORY_BUDGET: usize = 1024 * 8 * 4 * HISTORY_LEN;
+/// Points a channel keeps however many channels there are: a minute at 10 Hz.
+pub const HISTORY_MIN: usize = 60;
+
+/// Points each channel's history keeps in a run of `channels` channels.
+pub fn history_len(channels: usize) -> usize {
+    (HISTORY_BUDGET / channels.max(1)).clamp(HISTORY_MIN, HISTORY_LEN)
+}
 /// How many log lines are kept.
 pub const LOG_LEN: usize = 500;
 /// Most (sender, column) cells the pair matrix keeps: every pair exactly up to 512 ranks; beyond, each
@@ -60,7 +72,7 @@ pub struct ChannelView {
     pub lat_p50_us: Option<f64>,
     pub lat_p99_us: Option<f64>,
     pub lat_max_us: Option<f64>,
-    /// Recent throughput, oldest first, at most `HISTORY_LEN` points.
+    /// Recent throughput, oldest first, at most [`history_len`] of the run's channel count.
     pub history: VecDeque<f64>,
 }
 
@@ -406,6 +418,9 @@ pub struct DashboardState {
     /// (views changed any other way are not seen in it: a state built by hand leaves it empty, and the
     /// gauges then build their own per frame).
     pub gauges: gauges::GaugeIndex,
+    /// The fleet model (per host its NICs, per rail median and spread, the worst NICs), kept by
+    /// [`Ingest`](crate::ingest::Ingest) like the gauges' index; what the fleet view draws.
+    pub fleet: fleet::Fleet,
     /// Where these events come from, or who else watches them (`serving on ...`, `attached to ...`,
     /// `replay 4x`): on the progress line when set.
     pub source: Option<SourceLine>,

@@ -7,7 +7,7 @@ use crate::state::{DashboardState, Panel};
 
 /// The dashboard's view: the focused panel, the selections, the overlays and whether the data drawn is
 /// a frozen copy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[allow(clippy::struct_excessive_bools)] // independent view toggles, each flipped by its own key
 pub struct View {
     /// `p`: what is drawn is a copy of the data, kept still while the run goes on (the session keeps
@@ -24,6 +24,8 @@ pub struct View {
     /// focus).
     pub selected_sender: usize,
     pub selected_receiver: usize,
+    /// Large runs: the fleet view's selected host, `/` search and host drilled into.
+    pub fleet: FleetView,
     /// Keys the session adds to the help overlay (a viewer's, a replay's playback keys).
     pub extra_keys: &'static [(&'static str, &'static str)],
 }
@@ -39,4 +41,17 @@ impl View {
             ..Self::default()
         }
     }
+}
+
+/// What the user looks at in the fleet view, apart from the fleet model ([`Fleet`](crate::state::fleet::Fleet),
+/// kept with the data): the selected host, a host name being typed after `/`, and the host drilled into.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetView {
+    /// The selected host (index into [`Fleet::hosts`](crate::state::fleet::Fleet::hosts)); `None`: the
+    /// worst host, whichever it is now.
+    pub selected: Option<usize>,
+    /// `/`: the host name typed so far; each key jumps to the first host it names.
+    pub search: Option<String>,
+    /// Enter: the host whose channel gauges are shown instead of the fleet (Esc comes back).
+    pub drilled: Option<usize>,
 }

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Checked, NodeFacts, Scope, Suspect, SweepRound, Verdict};
+use crate::telemetry::rails::{median, RailRule};
 
 /// What the judge looks at.
 pub struct JudgeInput<'a> {
@@ -39,8 +40,11 @@ pub struct Judgement {
     pub retest_cross: Vec<(usize, usize)>,
     /// Per rail: the fleet median of the channels' best figures (`None`: nothing measured on it).
     pub medians: Vec<Option<f64>>,
-    /// Per rail: the figure below which a channel is slow.
-    pub limits: Vec<Option<f64>>,
+    /// Per rail: what a channel is held to (the median, or the link speed where given and higher); a
+    /// channel below the rule's share of it is slow ([`RailRule`]).
+    pub bars: Vec<Option<f64>>,
+    /// The rule: `threshold` × the bar.
+    pub rule: RailRule,
     /// `[rank][rail]`: the channel's best figure with any peer so far.
     pub best: Vec<Vec<Option<f64>>>,
 }
@@ -48,7 +52,7 @@ pub struct Judgement {
 impl Judgement {
     /// Whether a figure on `rail` is below the bar.
     pub fn is_low(&self, rail: usize, gbps: f64) -> bool {
-        self.limits.get(rail).copied().flatten().is_some_and(|limit| gbps < limit)
+        self.bars.get(rail).copied().flatten().is_some_and(|bar| self.rule.is_low(gbps, bar))
     }
 }
 
@@ -94,14 +98,6 @@ pub struct Judge {
     rounds: usize,
 }
 
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    Some(if values.len() % 2 == 1 { values[mid] } else { f64::midpoint(values[mid - 1], values[mid]) })
-}
 
 fn list(ranks: impl IntoIterator<Item = usize>) -> String {
     ranks.into_iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
@@ -145,7 +141,7 @@ impl Judge {
         }
         let round_median = median(&mut this_round.values().copied().collect::<Vec<_>>());
         for (key, gbps) in this_round {
-            let behind = round_median.is_some_and(|m| gbps < self.threshold * m);
+            let behind = round_median.is_some_and(|m| RailRule::at(self.threshold).is_low(gbps, m));
             match self.pairs.entry(key) {
                 std::collections::hash_map::Entry::Occupied(mut entry) => {
                     let state = entry.get_mut();
@@ -214,18 +210,9 @@ impl Judge {
         let best = &self.best;
         let medians: Vec<Option<f64>> =
             (0..rails).map(|rail| median(&mut best.iter().filter_map(|b| b[rail]).collect::<Vec<_>>())).collect();
-        let limits: Vec<Option<f64>> = medians
-            .iter()
-            .map(|m| {
-                let by_median = m.map(|m| threshold * m);
-                let by_link = self.link_gbps.map(|l| threshold * l);
-                match (by_median, by_link) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                }
-            })
-            .collect();
-        let low = |gbps: f64, rail: usize| limits[rail].is_some_and(|limit| gbps < limit);
+        let rule = RailRule::at(threshold);
+        let bars: Vec<Option<f64>> = medians.iter().map(|&m| RailRule::bar(m, self.link_gbps)).collect();
+        let low = |gbps: f64, rail: usize| bars[rail].is_some_and(|bar| rule.is_low(gbps, bar));
         let bar = |rail: usize| -> String {
             let pct = (threshold * 100.0).round();
             match (medians[rail], self.link_gbps) {
@@ -404,7 +391,8 @@ impl Judge {
             retest,
             retest_cross: cross_pairs,
             medians,
-            limits,
+            bars,
+            rule,
             best: best.clone(),
         }
     }

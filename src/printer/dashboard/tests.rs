@@ -381,3 +381,76 @@ fn a_sweeps_rounds_fill_the_heatmap_and_the_verdict_names_the_slow_nic() {
     assert!(heat.contains("0.96") && heat.contains("0.24"), "rank 2's rails in the heatmap: {heat}");
     assert_eq!(session.key(Key::Char('x'), ms(400)), Some(Ended::Dismissed));
 }
+
+/// A fleet: 20 hosts of 2 ranks with 2 channels each (80 channels, more than a screen of gauges), every
+/// NIC near 90 Gbps but host 13's second rank's second channel, at half that from `slow_from` on.
+fn fleet_session() -> Session {
+    let (hosts, ranks_per_host) = (20, 2);
+    let ranks = hosts * ranks_per_host;
+    let info = RunInfo {
+        ranks,
+        hosts: (0..ranks).map(|rank| format!("node-{:02}", rank / ranks_per_host)).collect(),
+        channels: 2,
+        ..run_info()
+    };
+    let nics: Vec<Vec<String>> = vec![vec!["efa0".to_string(), "efa1".to_string()]; ranks];
+    let results = RunResults { configs: vec![single_pin()], ..RunResults::default() };
+    let mut session = Session::of(info, &nics, results);
+    session.terminal = Terminal::new(TestBackend::new(160, 50)).expect("terminal");
+    session
+}
+
+/// Every rank of the fleet reports an interval at `at`; rank 27 (node-13's second) channel 1 at `slow`.
+fn fleet_interval(session: &Session, seq: u64, slow: f64, at: Duration) {
+    let interval_ns = INTERVAL.as_nanos() as u64;
+    let bytes = |gbps: f64| (gbps * 1e9 / 8.0 * INTERVAL.as_secs_f64()) as u64;
+    let batch = (0..40u32)
+        .map(|rank| {
+            let channels = (0..2u16)
+                .map(|channel| {
+                    let gbps = if rank == 27 && channel == 1 { slow } else { 90.0 + f64::from(rank % 3) };
+                    ChannelSample { channel, bytes: bytes(gbps), ops: 40, in_flight: 4, latency: IntervalHistogram::default() }
+                })
+                .collect();
+            session.liveness.lock().heard(rank as usize, at);
+            CollectorEvent::Sample(Box::new(RankSample { rank, seq, interval_ns, channels, ..RankSample::default() }))
+        })
+        .collect();
+    session.send(ConsumerEvent::Telemetry(batch));
+}
+
+#[test]
+fn a_fleet_is_drawn_as_the_fleet_view_on_the_tui_loop_and_keys_drill_into_a_host_and_back() {
+    let mut session = fleet_session();
+    for seq in 0..25 {
+        let at = ms(100 * seq);
+        fleet_interval(&session, seq, if seq >= 5 { 45.0 } else { 90.0 }, at);
+        assert_eq!(session.frame(at), None);
+    }
+    let screen = session.screen();
+    assert!(screen.contains("Fleet") && screen.contains("20 hosts"), "the fleet view in the gauges' place:\n{screen}");
+    assert!(!screen.contains("Live channels"), "{screen}");
+    let worst = row(&screen, "node-13 r27");
+    assert!(worst.contains("rail 1") && worst.contains("BEHIND"), "the slow NIC heads the worst, flagged: {worst}");
+    let hosts = screen.lines().position(|line| line.contains("Hosts, worst NIC first")).expect("the host list");
+    assert!(screen.lines().nth(hosts + 1).is_some_and(|line| line.contains("▶ node-13")), "its host first, selected:\n{screen}");
+
+    // Enter: the worst host's gauges, its slow NIC selected; the keys change the view, not the run.
+    assert_eq!(session.key(Key::Enter, ms(2500)), None);
+    fleet_interval(&session, 25, 45.0, ms(2500));
+    assert_eq!(session.frame(ms(2500)), None);
+    let screen = session.screen();
+    assert!(screen.contains("Live channels of one host"), "{screen}");
+    assert!(row(&screen, "r27 c1").contains('▶'), "{screen}");
+    assert!(!screen.contains("r28 "), "only node-13's ranks:\n{screen}");
+    // Esc goes back to the fleet (it does not quit the run); `/` and a name select a host.
+    assert_eq!(session.key(Key::Esc, ms(2600)), None);
+    assert!(!session.stop.load(Ordering::Relaxed), "Esc out of a host leaves the run going");
+    for key in [Key::Char('/'), Key::Char('0'), Key::Char('4'), Key::Enter] {
+        assert_eq!(session.key(key, ms(2700)), None);
+    }
+    assert_eq!(session.frame(ms(2700)), None);
+    let screen = session.screen();
+    assert!(screen.contains("Fleet"), "{screen}");
+    assert!(screen.contains("▶ node-04"), "the host found by name is selected:\n{screen}");
+}

@@ -10,6 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Sparkline, Widget};
 
 use super::chrome::{self, Chrome};
+use super::fleet;
 use super::grid;
 use super::header::bar;
 use super::text::{cell, number, rate, speed, Align};
@@ -61,9 +62,23 @@ fn with_index<T>(state: &DashboardState, read: impl FnOnce(&GaugeIndex) -> T) ->
 }
 
 /// Lines the panel would like inside its frame.
-pub(super) fn content_height(state: &DashboardState) -> u16 {
-    let rows = if state.gauges.is_current(state) { state.gauges.rows.len() } else { GaugeIndex::build(state).rows.len() };
+pub(super) fn content_height(state: &DashboardState, view: &View) -> u16 {
+    if fleet::shows(state, view) {
+        return fleet::content_height(state);
+    }
+    let rows = with_index(state, |index| host_rows(state, view, index).len());
     u16::try_from(rows).unwrap_or(u16::MAX).max(1)
+}
+
+/// The rows shown: every row, or only the drilled-into host's (its heading and channels) when a large
+/// run's fleet view has one drilled into.
+fn host_rows(state: &DashboardState, view: &View, index: &GaugeIndex) -> std::ops::Range<usize> {
+    let all = 0..index.rows.len();
+    let Some(name) = fleet::drilled_host(state, view) else { return all };
+    let Some(host) = index.hosts.iter().position(|host| host.name == name) else { return all };
+    let Some(start) = index.rows.iter().position(|row| *row == GaugeRow::Host(host)) else { return all };
+    let end = index.rows[start + 1..].iter().position(|row| matches!(row, GaugeRow::Host(_))).map_or(index.rows.len(), |n| start + 1 + n);
+    start..end
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -175,6 +190,11 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     if area.is_empty() {
         return;
     }
+    // A large run: the fleet view in the gauges' place (the one place that chooses it).
+    if fleet::shows(state, view) {
+        fleet::render(state, view, area, buf, chrome);
+        return;
+    }
     with_index(state, |index| render_with(state, view, index, area, buf, chrome));
 }
 
@@ -182,7 +202,10 @@ fn render_with(state: &DashboardState, view: &View, index: &GaugeIndex, area: Re
     let focused = view.focus == Panel::Gauges;
     let scale = Scale::of(state, index);
     let inner = chrome::block("Live channels", focused, chrome).inner(area);
-    let entries = &index.rows;
+    let shown = host_rows(state, view, index);
+    let first_row = shown.start;
+    let drilled = first_row > 0 || shown.end < index.rows.len();
+    let entries = &index.rows[shown];
 
     let sparkline_height = if chrome == Chrome::Boxed && !entries.is_empty() {
         let spare = inner.height.saturating_sub(u16::try_from(entries.len()).unwrap_or(u16::MAX));
@@ -203,11 +226,14 @@ fn render_with(state: &DashboardState, view: &View, index: &GaugeIndex, area: Re
 
     // The selected channel stays on screen: scroll just far enough that it is the last visible row.
     let visible = usize::from(list_area.height);
-    let selected_entry =
-        index.view(state, view.selected_rank, view.selected_channel).and_then(|at| index.row_of(at));
+    let selected_entry = index
+        .view(state, view.selected_rank, view.selected_channel)
+        .and_then(|at| index.row_of(at))
+        .and_then(|row| row.checked_sub(first_row))
+        .filter(|&row| row < entries.len());
     let offset = grid::scroll_offset(selected_entry, visible);
 
-    let mut block = chrome::block("Live channels", focused, chrome);
+    let mut block = chrome::block(if drilled { "Live channels of one host (Esc: the fleet)" } else { "Live channels" }, focused, chrome);
     if !entries.is_empty() {
         // One right-aligned title: two titles on one border overwrite each other on narrow terminals.
         let position = if entries.len() > visible && visible > 0 {

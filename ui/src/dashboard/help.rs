@@ -32,6 +32,9 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     if state.pairs.is_some() {
         keys.splice(PAIR_KEYS_AFTER..PAIR_KEYS_AFTER, PAIR_KEYS);
     }
+    if super::fleet::applies(state) {
+        keys.extend_from_slice(&super::fleet::HELP);
+    }
     keys.extend_from_slice(view.extra_keys);
     let text_width = keys.iter().map(|(_, what)| what.chars().count()).max().unwrap_or(0) + KEY_WIDTH;
     let width = u16::try_from(text_width + 4).unwrap_or(u16::MAX).min(area.width);

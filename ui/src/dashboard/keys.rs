@@ -14,6 +14,8 @@ use crate::view::View;
 ///   `Left` and `Right` one of its channels (clamped at the ends) — with the pairs heatmap focused, they
 ///   move the selected pair's sender and receiver instead; `p` freezes or unfreezes the view;
 ///   `t` shows or hides the topology view; `?` opens the help.
+/// - a run drawn as a fleet takes its keys first: `Up`/`Down` select a host, `Enter` drills into its gauges
+///   and `Esc` comes back, `/` finds a host by name (the view's [`FleetView`](crate::view::FleetView)).
 pub fn handle_key(view: &mut View, state: &DashboardState, key: Key) -> Action {
     if state.finished {
         return Action::Quit;
@@ -27,6 +29,10 @@ pub fn handle_key(view: &mut View, state: &DashboardState, key: Key) -> Action {
             }
             _ => Action::None,
         };
+    }
+    // Large runs: the fleet view's keys (host selection, Enter, `/`, Esc out of a host) come first.
+    if super::fleet::handle_key(view, state, key) {
+        return Action::None;
     }
     let pairs = view.focus == Panel::Pairs;
     match key {
@@ -124,7 +130,7 @@ mod tests {
     fn help_open_ignores_other_keys_but_q_still_quits() {
         let mut shown = sample();
         shown.view.show_help = true;
-        let before = shown.view;
+        let before = shown.view.clone();
         for key in [Key::Tab, Key::Down, Key::Right, Key::Char('p'), Key::Enter] {
             assert_eq!(shown.key(key), Action::None);
         }

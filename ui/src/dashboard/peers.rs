@@ -20,9 +20,15 @@ pub(super) fn content_height(state: &DashboardState) -> u16 {
     u16::try_from(state.peers.len() + 1).unwrap_or(u16::MAX)
 }
 
+/// Peers whose cells size the panel's width (a 4096-host run has 32768 ranks: formatting every row every
+/// frame would cost tens of milliseconds). The rank and host columns are sized over every peer without
+/// formatting; the others over these and the rows on screen.
+const WIDTH_SAMPLE: usize = 256;
+
 /// Widest the panel needs to be, frame included.
 pub(super) fn natural_width(state: &DashboardState) -> u16 {
-    u16::try_from(grid::total_width(&columns(&rows(state))) + 2).unwrap_or(u16::MAX)
+    let sample = rows(state, 0..state.peers.len().min(WIDTH_SAMPLE));
+    u16::try_from(grid::total_width(&columns(state, &sample)) + 2).unwrap_or(u16::MAX)
 }
 
 fn host(state: &DashboardState, peer: &PeerView) -> String {
@@ -32,11 +38,14 @@ fn host(state: &DashboardState, peer: &PeerView) -> String {
     state.run.hosts.get(peer.rank).cloned().unwrap_or_else(|| "?".into())
 }
 
-fn rows(state: &DashboardState) -> Vec<Vec<(String, Style)>> {
+/// The rows of the peers in `range` (by position).
+fn rows(state: &DashboardState, range: std::ops::Range<usize>) -> Vec<Vec<(String, Style)>> {
     let plain = Style::new();
     let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
     state
         .peers
+        .get(range)
+        .unwrap_or_default()
         .iter()
         .map(|peer| {
             let doing = peer.phase.as_deref().map_or(String::new(), |phase| format!(" ({phase})"));
@@ -77,12 +86,23 @@ const TITLES: [(&str, Align); 8] = [
     ("state", Align::Left),
 ];
 
-fn columns(rows: &[Vec<(String, Style)>]) -> Vec<Column> {
-    TITLES
+/// Columns as wide as `rows` need, the rank and host columns as wide as every peer's.
+fn columns(state: &DashboardState, rows: &[Vec<(String, Style)>]) -> Vec<Column> {
+    let mut columns: Vec<Column> = TITLES
         .iter()
         .enumerate()
         .map(|(index, (title, align))| Column::fitted(title, *align, rows.iter().map(|row| row[index].0.as_str())))
-        .collect()
+        .collect();
+    let rank_width = state.peers.iter().map(|peer| peer.rank).max().map_or(1, |rank| rank.checked_ilog10().map_or(1, |log| log as usize + 1));
+    let host_width = state
+        .peers
+        .iter()
+        .map(|peer| if peer.host.is_empty() { state.run.hosts.get(peer.rank).map_or(1, |host| host.chars().count()) } else { peer.host.chars().count() })
+        .max()
+        .unwrap_or(0);
+    columns[0].width = columns[0].width.max(rank_width);
+    columns[1].width = columns[1].width.max(host_width);
+    columns
 }
 
 pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut Buffer, chrome: Chrome) {
@@ -99,8 +119,12 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
         Line::styled("no peers yet", Style::new().fg(Color::DarkGray)).render(inner, buf);
         return;
     }
-    let mut rows = rows(state);
-    let mut columns = columns(&rows);
+    // Only the rows on screen are built.
+    let selected = state.peers.iter().position(|peer| peer.rank == view.selected_rank);
+    let visible = usize::from(inner.height.saturating_sub(1));
+    let offset = grid::scroll_offset(selected, visible);
+    let mut rows = rows(state, offset..(offset + visible).min(state.peers.len()));
+    let mut columns = columns(state, &rows);
     // Too narrow: first squeeze the host names, then give up the last-seen column, then p50.
     let available = usize::from(inner.width);
     let overflow = grid::total_width(&columns).saturating_sub(available);
@@ -118,10 +142,7 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     if let Some(header_row) = lines.next() {
         grid::header(&columns).render(header_row, buf);
     }
-    let selected = state.peers.iter().position(|peer| peer.rank == view.selected_rank);
-    let visible = usize::from(inner.height.saturating_sub(1));
-    let offset = grid::scroll_offset(selected, visible);
-    for ((index, row), line_area) in rows.into_iter().enumerate().skip(offset).zip(lines) {
+    for ((index, row), line_area) in rows.into_iter().enumerate().map(|(at, row)| (at + offset, row)).zip(lines) {
         grid::row(Some(index) == selected, &columns, row).render(line_area, buf);
     }
 }

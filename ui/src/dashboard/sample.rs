@@ -409,3 +409,8 @@ pub fn alltoall_sample_view(ranks_per_host: usize, slow_host: usize) -> View {
         ..View::default()
     }
 }
+
+/// Host names of the synthetic fleets (`p5-node-0042`): the bench's feed and the tests name them alike.
+pub fn fleet_host(host: usize) -> String {
+    format!("p5-node-{host:04}")
+}
