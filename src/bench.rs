@@ -514,6 +514,7 @@ fn step_measured(shape: &Shape) -> efatop_proto::results::Measurement {
         verified: true,
         registration: Some("dmabuf".into()),
         counters: None,
+        telemetry_ab: None,
     }
 }
 
