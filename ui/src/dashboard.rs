@@ -31,7 +31,8 @@ mod results;
 pub mod sample;
 mod selection;
 mod sweep;
-mod text;
+/// Cells, numbers and durations as every panel writes them (the many-node monitor's fleet overview too).
+pub(crate) mod text;
 mod topology;
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@
 //! frame can be drawn at any size from the state.
 
 mod draw;
+pub mod fleet;
 mod nodes;
 #[cfg(test)]
 mod tests;

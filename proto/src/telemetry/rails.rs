@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::NodeSample;
+use super::{NicKind, NodeNic, NodeSample};
 
 /// Bars below this many Gbps are idle: nothing is judged against them (a rail that carries nothing has
 /// no NIC behind it).
@@ -107,12 +107,19 @@ pub struct RailLoad {
     pub off: bool,
 }
 
+/// Where a NIC stands in the rail check's order: under its first GPU (NICs next to none after every
+/// GPU's), then by PCI address, or by name where the address stayed on the node (a many-node view).
+fn rail_key(nic: &NodeNic) -> (usize, &str) {
+    (nic.gpus.first().copied().unwrap_or(usize::MAX), nic.pci_bus_id.as_deref().unwrap_or(&nic.name))
+}
+
 /// The rail of every NIC that has one: NIC name → (first GPU, rail).
 pub fn rails_of(snapshot: &NodeSample) -> Vec<(String, usize, usize)> {
     let mut by_gpu: std::collections::BTreeMap<usize, Vec<(&str, &str)>> = std::collections::BTreeMap::new();
     for nic in snapshot.nics.iter().filter(|nic| nic.present) {
-        if let Some(&gpu) = nic.gpus.first() {
-            by_gpu.entry(gpu).or_default().push((nic.pci_bus_id.as_deref().unwrap_or(&nic.name), &nic.name));
+        let (gpu, key) = rail_key(nic);
+        if gpu != usize::MAX {
+            by_gpu.entry(gpu).or_default().push((key, &nic.name));
         }
     }
     let mut rails = Vec::new();
@@ -121,6 +128,16 @@ pub fn rails_of(snapshot: &NodeSample) -> Vec<(String, usize, usize)> {
         rails.extend(nics.into_iter().enumerate().map(|(rail, (_, name))| (name.to_string(), gpu, rail)));
     }
     rails
+}
+
+/// A node's RDMA NICs (EFA on AWS) across a fleet: each NIC's index into `snapshot.nics` and its fleet
+/// rail, its position among the node's RDMA NICs in the rail check's order ([`rails_of`]'s: by first
+/// GPU, then PCI address or name), gone ones included so that a NIC keeps its place. NIC k of every node
+/// is fleet rail k; without a topology the order is by name alone.
+pub fn fleet_rails(snapshot: &NodeSample) -> Vec<(usize, usize)> {
+    let mut rdma: Vec<(usize, &NodeNic)> = snapshot.nics.iter().enumerate().filter(|(_, nic)| nic.kind == NicKind::Rdma).collect();
+    rdma.sort_by(|(_, a), (_, b)| rail_key(a).cmp(&rail_key(b)));
+    rdma.into_iter().enumerate().map(|(rail, (at, _))| (at, rail)).collect()
 }
 
 /// Every NIC with a rail and a rate, in the snapshots given (one node, or every node of a many-node view).
@@ -194,6 +211,34 @@ mod tests {
         assert_eq!(since, None);
         assert!(!rule.judge(50.0, 100.0, at(1200), &mut since), "a new spell");
         assert!(RailRule::at(0.8).judge(50.0, 100.0, at(0), &mut None), "no hold: one figure judges");
+    }
+
+    #[test]
+    fn fleet_rails_number_a_nodes_rdma_nics_in_the_rail_checks_order() {
+        let nic = |name: &str, kind: NicKind, gpu: Option<usize>, present: bool| NodeNic {
+            name: name.into(),
+            kind,
+            gpus: gpu.into_iter().collect(),
+            present,
+            ..NodeNic::default()
+        };
+        let snapshot = NodeSample {
+            nics: vec![
+                nic("lo", NicKind::Net, None, true),
+                nic("rdmap97s0", NicKind::Rdma, Some(1), true),
+                nic("rdmap80s0", NicKind::Rdma, Some(0), true),
+                nic("rdmap79s0", NicKind::Rdma, Some(0), false),
+                nic("eth0", NicKind::Net, Some(0), true),
+                nic("rdmap5s0", NicKind::Rdma, None, true),
+            ],
+            ..NodeSample::default()
+        };
+        // GPU 0's NICs (the gone one kept), then GPU 1's, then the NIC next to no GPU; no netdev.
+        assert_eq!(fleet_rails(&snapshot), [(3, 0), (2, 1), (1, 2), (5, 3)]);
+        // The rail check itself numbers within a GPU, present NICs only, in the same order.
+        let names: Vec<(String, usize, usize)> = rails_of(&snapshot);
+        assert_eq!(names[0], ("eth0".to_string(), 0, 0));
+        assert!(names.contains(&("rdmap80s0".to_string(), 0, 1)) && names.contains(&("rdmap97s0".to_string(), 1, 0)), "{names:?}");
     }
 
     #[test]

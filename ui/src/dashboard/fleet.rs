@@ -210,7 +210,7 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
 }
 
 /// How a NIC's share of its rail's median is drawn: a glyph whose height and colour both say it.
-fn nic_cell(ratio: Option<f64>, threshold: f64, behind: bool) -> (char, Style) {
+pub(crate) fn nic_cell(ratio: Option<f64>, threshold: f64, behind: bool) -> (char, Style) {
     let Some(ratio) = ratio else { return ('·', Style::new().fg(Color::DarkGray)) };
     let (glyph, colour) = if ratio >= threshold {
         ('█', Color::Green)
@@ -225,7 +225,7 @@ fn nic_cell(ratio: Option<f64>, threshold: f64, behind: bool) -> (char, Style) {
     (glyph, if behind { style.add_modifier(Modifier::BOLD) } else { style })
 }
 
-fn percent(ratio: f64) -> String {
+pub(crate) fn percent(ratio: f64) -> String {
     if ratio.is_finite() { format!("{:.0}%", ratio * 100.0) } else { "-".to_string() }
 }
 
@@ -310,7 +310,7 @@ fn render_with(state: &DashboardState, view: &View, fleet: &Fleet, area: Rect, b
     }
 }
 
-fn rails_heading(fleet: &Fleet, columns: usize) -> String {
+pub(crate) fn rails_heading(fleet: &Fleet, columns: usize) -> String {
     let spread = spread_width(columns);
     let mut text = format!("{:<7} {:>5} {:>7} {:>7} {:>7} Gbps", "Rails", "NICs", "p10", "median", "p90");
     if spread > 0 {
@@ -327,7 +327,7 @@ fn rails_heading(fleet: &Fleet, columns: usize) -> String {
 
 /// The percentile bars' common scale: from half the lowest rail median (slower NICs sit at its left
 /// end) to the fastest NIC of any rail, so that rails compare at a glance and a slow NIC stands out.
-fn spread_scale(fleet: &Fleet) -> (f64, f64) {
+pub(crate) fn spread_scale(fleet: &Fleet) -> (f64, f64) {
     let reporting = fleet.rails().iter().filter(|rail| rail.nics > 0);
     let low = reporting.clone().map(|rail| rail.p50).fold(f64::INFINITY, f64::min) * 0.5;
     let high = reporting.map(|rail| rail.max).fold(0.0, f64::max);
@@ -345,7 +345,7 @@ fn histogram_from(spread: usize) -> usize {
     RAIL_FIXED + if spread > 0 { spread + 2 } else { 0 } + 2
 }
 
-fn rail_line(rail: &RailSummary, fleet: &Fleet, columns: usize) -> Line<'static> {
+pub(crate) fn rail_line(rail: &RailSummary, fleet: &Fleet, columns: usize) -> Line<'static> {
     let gbps = |value: f64| cell(&number(Some(value), 1), 7, Align::Right);
     let mut spans = vec![Span::raw(format!(
         "rail {:<2} {:>5} {} {} {}     ",
@@ -410,7 +410,7 @@ fn histogram(rail: &RailSummary, threshold: f64) -> Vec<Span<'static>> {
         .collect()
 }
 
-fn rails_compact(rails: &[RailSummary], columns: usize) -> Line<'static> {
+pub(crate) fn rails_compact(rails: &[RailSummary], columns: usize) -> Line<'static> {
     let mut text = "rail p50 (p10-p90):".to_string();
     for rail in rails {
         let piece = format!(" {}:{}({}-{})", rail.rail, number(Some(rail.p50), 1), number(Some(rail.p10), 0), number(Some(rail.p90), 0));

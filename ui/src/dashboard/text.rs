@@ -7,13 +7,13 @@ use std::time::Duration;
 pub(super) const MISSING: &str = "-";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// Display width of `text`; everything this crate writes is one column per `char`.
-pub(super) fn width(text: &str) -> usize {
+pub(crate) fn width(text: &str) -> usize {
     text.chars().count()
 }
 
@@ -31,7 +31,7 @@ pub(super) fn truncate(text: &str, max: usize) -> String {
 }
 
 /// `text` cut or padded to exactly `columns`.
-pub(super) fn cell(text: &str, columns: usize, align: Align) -> String {
+pub(crate) fn cell(text: &str, columns: usize, align: Align) -> String {
     let text = truncate(text, columns);
     match align {
         Align::Left => format!("{text:<columns$}"),
@@ -44,7 +44,7 @@ pub(super) fn cell(text: &str, columns: usize, align: Align) -> String {
 const HUGE: f64 = 1e12;
 
 /// A measured value with `decimals` digits, or [`MISSING`].
-pub(super) fn number(value: Option<f64>, decimals: usize) -> String {
+pub(crate) fn number(value: Option<f64>, decimals: usize) -> String {
     match value {
         Some(value) if value.is_finite() && value.abs() < HUGE => format!("{value:.decimals$}"),
         Some(value) if value.is_finite() => format!("{value:.2e}"),
@@ -63,7 +63,7 @@ pub(super) fn clock(duration: Duration) -> String {
 }
 
 /// How long ago: tenths of a second while that still matters for a heartbeat, then coarser.
-pub(super) fn ago(duration: Duration) -> String {
+pub(crate) fn ago(duration: Duration) -> String {
     let secs = duration.as_secs();
     if secs < 10 {
         format!("{:.1}s", duration.as_secs_f64())

@@ -1,8 +1,11 @@
-//! Several nodes' monitors in one view (`efatop monitor` under mpirun, one rank per node): one node's
-//! panel at a time under a line naming every node; Tab / `]` shows the next node, Shift-Tab / `[` the
-//! previous one. Every other key goes to the node shown.
+//! Several nodes' monitors in one view (`efatop monitor` under mpirun, one rank per node). Up to a handful
+//! of nodes: one node's panel at a time under a line naming every node; Tab / `]` shows the next node,
+//! Shift-Tab / `[` the previous one, and every other key goes to the node shown. From
+//! [`FLEET_MIN_NODES`](super::fleet::FLEET_MIN_NODES) nodes on: the fleet overview of every node's EFA
+//! NICs ([`super::fleet`]), Enter showing one node's panel under a line naming it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use efatop_proto::telemetry::NodeSample;
 use ratatui::Frame;
@@ -12,6 +15,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
+use super::fleet::{self, NodeFleet};
 use super::{MonitorView, render};
 use crate::state::{Action, Key};
 
@@ -22,8 +26,10 @@ pub struct NodesView {
     /// The nodes expected (the job's ranks), so the tab line can say how many have not reported yet.
     pub expected: usize,
     pub nodes: BTreeMap<u32, MonitorView>,
-    /// Index into `nodes`, in rank order.
+    /// Index into `nodes`, in rank order (the tabs).
     pub selected: usize,
+    /// Every node's EFA NICs in the fleet model, and the overview's selection, search and drill-down.
+    pub fleet: NodeFleet,
 }
 
 impl NodesView {
@@ -31,13 +37,36 @@ impl NodesView {
         Self { filter: filter.to_string(), expected, ..Self::default() }
     }
 
-    /// Folds in one snapshot of the node that is rank `rank`.
+    /// Folds in one snapshot of the node that is rank `rank` (into its view and the fleet model).
     pub fn push(&mut self, rank: u32, snapshot: NodeSample) {
+        // A node's first read (or a new host name) renames the nodes that share its host.
+        let named = self.nodes.get(&rank).and_then(MonitorView::snapshot).is_some_and(|last| last.host == snapshot.host);
+        self.fleet.record(rank, &snapshot);
         let filter = &self.filter;
         self.nodes.entry(rank).or_insert_with(|| MonitorView::new(filter)).push(snapshot);
+        if !named {
+            let labels = self.labels();
+            self.fleet.relabel(self.nodes.keys().copied().zip(labels.iter().map(String::as_str)));
+        }
     }
 
+    /// Brings the fleet overview's summaries up to date as of `now` (once a frame).
+    pub fn refresh(&mut self, now: Duration) {
+        self.fleet.refresh(now);
+    }
+
+    /// Whether the fleet overview is drawn rather than tabs (see [`fleet::FLEET_MIN_NODES`]).
+    pub fn shows_fleet(&self) -> bool {
+        fleet::applies(self)
+    }
+
+    /// The node whose panel is shown: the selected tab, or the node drilled into from the overview
+    /// (`None` while the overview itself is shown).
     pub fn shown(&self) -> Option<&MonitorView> {
+        if self.shows_fleet() {
+            let rank = self.fleet.view.drilled.and_then(|host| self.fleet.rank_of(host))?;
+            return self.nodes.get(&rank);
+        }
         self.nodes.values().nth(self.selected)
     }
 
@@ -46,16 +75,21 @@ impl NodesView {
     pub fn labels(&self) -> Vec<String> {
         let host = |view: &MonitorView| view.snapshot().map_or("?", |s| s.host.as_str()).to_string();
         let hosts: Vec<String> = self.nodes.values().map(host).collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for name in &hosts {
+            *seen.entry(name).or_default() += 1;
+        }
         self.nodes
             .keys()
             .zip(&hosts)
-            .map(|(rank, name)| {
-                if hosts.iter().filter(|other| *other == name).count() > 1 { format!("{name}#{rank}") } else { name.clone() }
-            })
+            .map(|(rank, name)| if seen.get(name.as_str()).copied().unwrap_or(0) > 1 { format!("{name}#{rank}") } else { name.clone() })
             .collect()
     }
 
     pub fn handle_key(&mut self, key: Key) -> Action {
+        if self.shows_fleet() {
+            return fleet::handle_key(self, key);
+        }
         let typing = self.shown().is_some_and(|view| view.view.filter_input.is_some());
         let count = self.nodes.len().max(1);
         match key {
@@ -78,9 +112,20 @@ pub fn draw_nodes(frame: &mut Frame, view: &NodesView) {
     render_nodes(view, area, frame.buffer_mut());
 }
 
-/// The tab line, then the shown node's view below it.
+/// The tab line, then the shown node's view below it; from a handful of nodes on, the fleet overview, or
+/// the node drilled into from it under a line naming it.
 pub fn render_nodes(view: &NodesView, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
+        return;
+    }
+    if view.shows_fleet() {
+        match view.shown() {
+            Some(shown) => {
+                drilled_line(view, Rect { height: 1, ..area }, buf);
+                render(shown, Rect { y: area.y + 1, height: area.height - 1, ..area }, buf);
+            }
+            None => fleet::render_fleet(view, area, buf),
+        }
         return;
     }
     let mut spans = vec![Span::raw(" nodes ")];
@@ -102,6 +147,28 @@ pub fn render_nodes(view: &NodesView, area: Rect, buf: &mut Buffer) {
     if let Some(shown) = view.shown() {
         render(shown, rest, buf);
     }
+}
+
+/// Above a node drilled into from the overview: which node of how many, where it stands, the way back.
+fn drilled_line(view: &NodesView, area: Rect, buf: &mut Buffer) {
+    let fleet = &view.fleet;
+    let host = fleet.view.drilled;
+    let name = host.and_then(|host| fleet.model.hosts().get(host)).map_or("?", |strip| strip.name.as_str());
+    let rank = host.and_then(|host| fleet.rank_of(host)).map_or(String::new(), |rank| format!(" (rank {rank})"));
+    let place = host.and_then(|host| fleet.model.position_of(host)).map_or(String::new(), |at| format!("  {} of {} worst first", at + 1, fleet.model.hosts().len()));
+    let key = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
+    let dim = Style::new().fg(Color::DarkGray);
+    Line::from(vec![
+        Span::raw(" node "),
+        Span::styled(format!(" {name} "), Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)),
+        Span::raw(rank),
+        Span::styled(place, dim),
+        Span::styled("  Esc", key),
+        Span::styled(" fleet", dim),
+        Span::styled("  Tab/[ ]", key),
+        Span::styled(" next node by rank", dim),
+    ])
+    .render(area, buf);
 }
 
 #[cfg(test)]

@@ -1,16 +1,19 @@
-//! The fleet model: what a run of hundreds of hosts looks like at a glance, kept beside the channel views
-//! as samples arrive. Per host, a strip of its NICs (each channel of each of its ranks, with its rate
-//! now); per rail (channel k of every rank is rail k, as `sweep` and the monitor count them), the live
-//! median and spread and a small histogram of the NICs against that median; and the NICs furthest behind
-//! their rail now, with how long they have been low. Hosts are ordered by their worst NIC's share of its
-//! rail's median, worst first.
+//! The fleet model: what hundreds of hosts look like at a glance, kept beside the detailed views as
+//! rates arrive. It is fed (host, rail, rate) observations and knows nothing else of where they came
+//! from: the dashboard feeds it each channel of each rank (channel k of every rank is rail k, as `sweep`
+//! counts them; [`Fleet::build`]), the many-node monitor each EFA NIC of each node (NIC k of every node,
+//! in the rail check's order, is rail k; `crate::monitor`). Per host, a strip of its NICs with their
+//! rates now; per rail, the live median and spread and a small histogram of the NICs against that
+//! median; and the NICs furthest behind their rail now, with how long they have been low. Hosts are
+//! ordered by their worst NIC's share of its rail's median, worst first.
 //!
 //! A NIC that stays below its rail is flagged by the rule `sweep`'s verdict and the monitor's rail check
-//! use ([`RailRule`]): below `threshold` × its rail's live median, without a break, for [`FLEET_HOLD`].
+//! use ([`RailRule`]; live, [`LIVE_RULE`]): below `threshold` × its rail's live median, without a break,
+//! for [`FLEET_HOLD`].
 //!
-//! [`Ingest`](crate::ingest::Ingest) records each channel's rate (O(1)) and refreshes the summaries on
-//! its tick (O(channels), once per frame at most, and only when something arrived). Memory is a few
-//! dozen bytes per channel and a few hundred per host: no history is kept here.
+//! A feeder records each NIC's rate (O(1)) and refreshes the summaries on its tick (O(NICs), once per
+//! frame at most, and only when something arrived). Memory is a few dozen bytes per NIC and a few
+//! hundred per host: no history is kept here.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,6 +28,8 @@ pub const FLEET_HOLD: Duration = Duration::from_secs(1);
 pub const WORST_LEN: usize = 32;
 /// Without new rates, the flags' clocks move on this often.
 const IDLE_REFRESH: Duration = Duration::from_millis(100);
+/// The rule the fleet judges by, live: below [`DEFAULT_THRESHOLD`] of the rail's median for [`FLEET_HOLD`].
+pub const LIVE_RULE: RailRule = RailRule { threshold: DEFAULT_THRESHOLD, hold: FLEET_HOLD };
 /// Bins of the rail histograms: tenths of the rail's median from 0 up to 1.5, then everything above.
 pub const HISTOGRAM_BINS: usize = 16;
 
@@ -51,11 +56,12 @@ pub struct RailSummary {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostStrip {
     pub name: String,
-    /// Its channel views (indices into [`DashboardState::channels`]), by rank then channel.
+    /// Its NICs (indices into the model's NICs, in the order they were added: for the dashboard its
+    /// channel views, indices into [`DashboardState::channels`], by rank then channel).
     pub views: Vec<u32>,
     /// Its worst NIC's rate as a share of its rail's median; NaN while none is judged.
     pub worst_ratio: f32,
-    /// That NIC's view.
+    /// That NIC (index into the model's NICs).
     pub worst_view: Option<u32>,
     /// Its NICs flagged behind their rail now.
     pub behind: u32,
@@ -64,7 +70,8 @@ pub struct HostStrip {
 /// One of the worst NICs now.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WorstNic {
-    /// Its channel view (index into [`DashboardState::channels`]).
+    /// Its index among the model's NICs (for the dashboard its channel view, an index into
+    /// [`DashboardState::channels`]).
     pub view: usize,
     /// Index into [`Fleet::hosts`].
     pub host: usize,
@@ -79,7 +86,7 @@ pub struct WorstNic {
     pub behind: bool,
 }
 
-/// What the fleet model keeps per channel view.
+/// What the fleet model keeps per NIC.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Nic {
     host: u32,
@@ -93,10 +100,11 @@ struct Nic {
     low_since: Option<Duration>,
 }
 
-/// The fleet model of a run (see the module).
+/// The fleet model of a run or of many nodes (see the module).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Fleet {
-    /// How many channel views it was built for; `None` before it is built.
+    /// How many channel views it was built for (the dashboard's); `None` before it is built, and for a
+    /// model fed NIC by NIC.
     built_for: Option<usize>,
     rule: RailRule,
     nics: Vec<Nic>,
@@ -113,7 +121,7 @@ pub struct Fleet {
 impl Fleet {
     /// The model of `state`'s channel views (their current rates included), refreshed as of `now`.
     pub fn build(state: &DashboardState, now: Duration) -> Self {
-        let mut fleet = Self::with_rule(state, RailRule { threshold: DEFAULT_THRESHOLD, hold: FLEET_HOLD });
+        let mut fleet = Self::with_rule(state, LIVE_RULE);
         for (at, view) in state.channels.iter().enumerate() {
             if view.gbps.is_finite() && (view.gbps != 0.0 || !view.history.is_empty()) {
                 fleet.record(at, view.gbps);
@@ -123,36 +131,59 @@ impl Fleet {
         fleet
     }
 
-    /// An empty model of `state`'s channel views (no rate yet), judging by `rule`.
+    /// An empty model of `state`'s channel views (no rate yet), judging by `rule`: a NIC per channel
+    /// view, its host the rank's, its rail the channel.
     pub fn with_rule(state: &DashboardState, rule: RailRule) -> Self {
         let host_of = |rank: usize| state.run.hosts.get(rank).map_or("unknown host", String::as_str);
-        let mut index: HashMap<&str, u32> = HashMap::new();
-        let mut hosts: Vec<HostStrip> = Vec::new();
-        let mut nics = Vec::with_capacity(state.channels.len());
-        let mut rails = 0;
-        for (at, view) in state.channels.iter().enumerate() {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut fleet = Self::new(rule);
+        fleet.nics.reserve(state.channels.len());
+        for view in &state.channels {
             let name = host_of(view.rank);
-            let host = *index.entry(name).or_insert_with(|| {
-                hosts.push(HostStrip { name: name.to_string(), worst_ratio: f32::NAN, ..HostStrip::default() });
-                (hosts.len() - 1) as u32
-            });
-            hosts[host as usize].views.push(at as u32);
-            let rail = u16::try_from(view.channel).unwrap_or(u16::MAX);
-            rails = rails.max(usize::from(rail) + 1);
-            nics.push(Nic { host, rail, gbps: f32::NAN, ratio: f32::NAN, behind: false, low_since: None });
+            let host = *index.entry(name).or_insert_with(|| fleet.add_host(name));
+            fleet.add_nic(host, view.channel);
         }
-        let order = (0..hosts.len() as u32).collect();
-        Self {
-            built_for: Some(state.channels.len()),
-            rule,
-            nics,
-            hosts,
-            rails: (0..rails).map(|rail| RailSummary { rail, ..RailSummary::default() }).collect(),
-            order,
-            worst: Vec::new(),
-            dirty: false,
-            refreshed_at: Duration::ZERO,
+        fleet.built_for = Some(state.channels.len());
+        fleet
+    }
+
+    /// An empty model with no host yet, judging by `rule`; hosts and NICs come with
+    /// [`Self::add_host`] and [`Self::add_nic`].
+    pub fn new(rule: RailRule) -> Self {
+        Self { rule, ..Self::default() }
+    }
+
+    /// A new host named `name`, with no NIC yet; returns its index into [`Self::hosts`].
+    pub fn add_host(&mut self, name: &str) -> usize {
+        self.hosts.push(HostStrip { name: name.to_string(), worst_ratio: f32::NAN, ..HostStrip::default() });
+        self.order.push((self.hosts.len() - 1) as u32);
+        self.hosts.len() - 1
+    }
+
+    /// Host `host` is now called `name` (a many-node view telling apart nodes on one machine).
+    pub fn rename_host(&mut self, host: usize, name: &str) {
+        if let Some(strip) = self.hosts.get_mut(host) {
+            if strip.name != name {
+                strip.name = name.to_string();
+            }
         }
+    }
+
+    /// A new NIC of `host` on `rail`, with no rate yet; returns its index (what [`Self::record`] takes).
+    /// Rails are numbered from 0; a rail past the last one adds the rails up to it.
+    pub fn add_nic(&mut self, host: usize, rail: usize) -> usize {
+        let at = self.nics.len();
+        let host = u32::try_from(host).unwrap_or(u32::MAX);
+        let rail = u16::try_from(rail).unwrap_or(u16::MAX);
+        while self.rails.len() <= usize::from(rail) {
+            let next = self.rails.len();
+            self.rails.push(RailSummary { rail: next, ..RailSummary::default() });
+        }
+        if let Some(strip) = self.hosts.get_mut(host as usize) {
+            strip.views.push(at as u32);
+        }
+        self.nics.push(Nic { host, rail, gbps: f32::NAN, ratio: f32::NAN, behind: false, low_since: None });
+        at
     }
 
     /// Whether the model was built for `state`'s views (their count is the check, as for the gauges).
@@ -164,7 +195,8 @@ impl Fleet {
         self.rule
     }
 
-    /// Channel view `at` took a new interval at `gbps`. O(1); the summaries follow at the next refresh.
+    /// NIC `at` (for the dashboard, channel view `at`) took a new interval at `gbps` (NaN: it has no
+    /// rate now). O(1); the summaries follow at the next refresh.
     pub fn record(&mut self, at: usize, gbps: f64) {
         if let Some(nic) = self.nics.get_mut(at) {
             nic.gbps = gbps as f32;
@@ -281,7 +313,7 @@ impl Fleet {
         &self.rails
     }
 
-    /// Every host, in order of first appearance among the ranks.
+    /// Every host, in the order they were added (the dashboard's: first appearance among the ranks).
     pub fn hosts(&self) -> &[HostStrip] {
         &self.hosts
     }
