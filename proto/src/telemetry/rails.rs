@@ -10,7 +10,8 @@
 //!
 //! Behind its rail is one rule ([`RailRule`]: below a share of the rail's bar, held for a while), which
 //! `sweep`'s verdict (a channel's best figure against its rail's median), the dashboard's fleet view (a
-//! channel's live rate against its rail's live median, for as long as it stays there) and the monitor's
+//! channel's live rate against its rail's live median, for as long as it stays there; the many-node
+//! monitor's fleet overview likewise, NIC k of every node being rail k, [`fleet_rails`]) and the monitor's
 //! check below (a NIC's load, at `1 - OFF_SHARE`) all ask; none writes the comparison again. Above its
 //! rail is the monitor's own half of "off".
 

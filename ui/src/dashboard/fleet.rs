@@ -15,6 +15,9 @@
 //! Up and Down select a host, Enter shows its channel gauges (today's per-channel view, only that host;
 //! Esc comes back), `/` jumps to a host by name. On a short panel the rails shrink to one line and the
 //! worst NICs come before the hosts, so the worst NIC stays on screen down to 80×24.
+//!
+//! The pieces drawn from the model alone (a NIC's cell, the rail lines, their heading and scale, the
+//! compact rail line) are the many-node monitor's too (`crate::monitor::fleet`).
 
 use std::collections::HashSet;
 
