@@ -6,6 +6,9 @@
 //! [`MonitorView`] is the render-ready state: the binary pushes each [`NodeSample`] into its reads
 //! ([`NodeReads`]) and feeds keys to its view ([`NodeView`]); [`draw`] paints it and keeps nothing, so any
 //! frame can be drawn at any size from the state.
+//!
+//! Many nodes ([`NodesView`]): up to a handful one at a time behind tabs, more as a fleet overview of
+//! every node's EFA NICs on the dashboard's fleet model ([`fleet`]).
 
 mod draw;
 pub mod fleet;
