@@ -111,29 +111,14 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String], copies: P
 fn watch_stop_requests() -> std::sync::Arc<StopRequests> {
     let count = std::sync::Arc::new(StopRequests::default());
     let counted = std::sync::Arc::clone(&count);
-    let spawned = std::thread::Builder::new().name("efatop-launcher-signals".into()).spawn(move || {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
-        runtime.block_on(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut terminate), Ok(mut hangup), Ok(mut interrupt)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
-            else {
-                return;
-            };
-            loop {
-                let interrupted = tokio::select! {
-                    _ = terminate.recv() => false,
-                    _ = hangup.recv() => false,
-                    _ = interrupt.recv() => true,
-                };
-                if counted.count.load(Ordering::SeqCst) == 0 {
-                    counted.first_was_interrupt.store(interrupted, Ordering::SeqCst);
-                }
-                counted.count.fetch_add(1, Ordering::SeqCst);
-            }
-        });
+    let watched = crate::rank_zero::Stop::watch("efatop-launcher-signals", move |stop| {
+        if counted.count.load(Ordering::SeqCst) == 0 {
+            counted.first_was_interrupt.store(stop == crate::rank_zero::Stop::Interrupt, Ordering::SeqCst);
+        }
+        counted.count.fetch_add(1, Ordering::SeqCst);
+        true
     });
-    if let Err(err) = spawned {
+    if let Err(err) = watched {
         eprintln!("efatop: warning: no SIGTERM handler in the launcher ({err}): a SIGTERM would leave the ranks running");
     }
     count

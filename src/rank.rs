@@ -121,28 +121,7 @@ fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
 /// are inputs of the main thread: rank 0's loop ends the run through its ordinary ending; before the run
 /// has started (or on another rank) the process ends with the signal's usual code (143, 130).
 fn watch_stop_signals(inputs: Sender<Input>) {
-    let spawned = std::thread::Builder::new().name("efatop-signals".into()).spawn(move || {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
-        runtime.block_on(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut terminate), Ok(mut hangup), Ok(mut interrupt)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
-            else {
-                return;
-            };
-            loop {
-                let stop = tokio::select! {
-                    _ = terminate.recv() => rank_zero::Stop::Terminate,
-                    _ = hangup.recv() => rank_zero::Stop::Terminate,
-                    _ = interrupt.recv() => rank_zero::Stop::Interrupt,
-                };
-                if inputs.send(Input::Terminated(stop)).is_err() {
-                    return;
-                }
-            }
-        });
-    });
-    if let Err(err) = spawned {
+    if let Err(err) = rank_zero::Stop::watch("efatop-signals", move |stop| inputs.send(Input::Terminated(stop)).is_ok()) {
         eprintln!("efatop: warning: no signal handler ({err}): a SIGTERM would end the run without its tables");
     }
 }

@@ -74,6 +74,34 @@ impl Stop {
     pub fn from_reason(reason: &str) -> Option<Self> {
         [Self::Terminate, Self::Interrupt].into_iter().find(|stop| reason == stop.reason())
     }
+
+    /// Watches SIGTERM and SIGHUP (as [`Stop::Terminate`]) and SIGINT (as [`Stop::Interrupt`]) on a thread
+    /// named `name`, handing each to `on` until it returns false. The one watcher of the launcher and the
+    /// ranks.
+    pub fn watch(name: &str, mut on: impl FnMut(Self) -> bool + Send + 'static) -> std::io::Result<()> {
+        std::thread::Builder::new().name(name.into()).spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
+            runtime.block_on(async {
+                use tokio::signal::unix::{SignalKind, signal};
+                let (Ok(mut terminate), Ok(mut hangup), Ok(mut interrupt)) =
+                    (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt()))
+                else {
+                    return;
+                };
+                loop {
+                    let stop = tokio::select! {
+                        _ = terminate.recv() => Self::Terminate,
+                        _ = hangup.recv() => Self::Terminate,
+                        _ = interrupt.recv() => Self::Interrupt,
+                    };
+                    if !on(stop) {
+                        return;
+                    }
+                }
+            });
+        })?;
+        Ok(())
+    }
 }
 
 /// What the process's main thread hears.
