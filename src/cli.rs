@@ -120,4 +120,21 @@ mod tests {
         assert_eq!(sizes(&["write", "--max-size", "1M"]), (4 * K, M));
         assert_eq!(sizes(&["ipc"]), (M, 1024 * M));
     }
+
+    /// `ipc --same-gpu` opens one GPU for both ranks (the first unless `--gpu` names one), also on hosts
+    /// with more; without it each rank takes its own (auto).
+    #[test]
+    fn ipc_same_gpu_puts_both_ranks_on_one_gpu() {
+        let gpu = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("efatop").chain(args.iter().copied())).expect("parses");
+            match cli.command {
+                Command::Experiment(experiment) => experiment.descriptor().gpu_index(experiment.common().gpu.0),
+                _ => unreachable!("only experiments here"),
+            }
+        };
+        assert_eq!(gpu(&["ipc"]), None);
+        assert_eq!(gpu(&["ipc", "--same-gpu"]), Some(0));
+        assert_eq!(gpu(&["ipc", "--same-gpu", "--gpu", "1"]), Some(1));
+        assert_eq!(gpu(&["write", "--memory", "device"]), None);
+    }
 }

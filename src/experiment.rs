@@ -50,6 +50,10 @@ pub trait Descriptor {
     fn always_gpu(&self) -> bool {
         false
     }
+    /// The GPU every rank opens, given `--gpu` (`None`: auto, each rank its local rank's).
+    fn gpu_index(&self, chosen: Option<usize>) -> Option<usize> {
+        chosen
+    }
     /// Receiving ranks may have a provider copy into their GPU memory. libfabric's shm (CUDA IPC protocol)
     /// copies with `cudaMemcpy` device→device, which returns before the copy is done (CUDA's documented
     /// behaviour for device→device), and then completes the write: the initiator's completion and the

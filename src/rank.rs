@@ -179,7 +179,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
         // The proxy's writer is a GPU kernel and ipc's a GPU's stores: they always need the GPU.
-        gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(common.gpu.0),
+        gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(descriptor.gpu_index(common.gpu.0)),
     };
     let mut world = World::establish(bootstrap, &options).map_err(|err| match err {
         // Those need a GPU whatever --memory says: name the experiment, not the flag.

@@ -31,7 +31,8 @@ pub struct IpcArgs {
     /// Leave out the copy-engine baseline (`CE`)
     #[arg(long)]
     pub no_copy_engine: bool,
-    /// Let both ranks use one GPU: checks the IPC path on a one-GPU machine (bytes cross HBM, not NVLink)
+    /// Put both ranks on one GPU (the first, or --gpu's): the IPC path on a one-GPU machine, or a GPU's
+    /// copy rate into its own memory (bytes cross HBM, not NVLink)
     #[arg(long, hide = true)]
     pub same_gpu: bool,
 }
@@ -85,6 +86,12 @@ impl Descriptor for IpcArgs {
 
     fn always_gpu(&self) -> bool {
         true
+    }
+
+    /// `--same-gpu` puts both ranks on one GPU (the first, unless `--gpu` names one), also where the host has
+    /// more: it measures a GPU's copy into its own memory through an IPC mapping.
+    fn gpu_index(&self, chosen: Option<usize>) -> Option<usize> {
+        chosen.or(self.same_gpu.then_some(0))
     }
 
     fn copies_into_gpu_memory(&self) -> bool {

@@ -158,11 +158,29 @@ extern "C" __global__ void __launch_bounds__(EFATOP_TUNED_BLOCK, EFATOP_TUNED_BL
 // p x piece + grain x min(p, extra)); the bytes past the last whole grain go one per thread of block 0.
 #define EFATOP_BULK_STAGE 16384
 #define EFATOP_BULK_GRAIN 1024
-__device__ __forceinline__ void efatop_bulk_load(unsigned stage, unsigned barrier, const unsigned char* from, unsigned bytes) {
+// EFATOP_BULK_HINT (modes 7 to 9 are mode 6 with L2 hints): 0 none, 1 loads and stores marked evict-first
+// in L2, 2 loads only, 3 stores only: a copy's bytes are not read again, and the copy engine keeps them out
+// of the way of the rest.
+__device__ __forceinline__ void efatop_bulk_load(unsigned stage, unsigned barrier, const unsigned char* from, unsigned bytes,
+                                                 unsigned long long policy) {
     unsigned long long state;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(barrier), "r"(bytes) : "memory");
+#if EFATOP_BULK_HINT == 1 || EFATOP_BULK_HINT == 2
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 :: "r"(stage), "l"(from), "r"(bytes), "r"(barrier), "l"(policy) : "memory");
+#else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  :: "r"(stage), "l"(from), "r"(bytes), "r"(barrier) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void efatop_bulk_store(unsigned char* to, unsigned stage, unsigned bytes, unsigned long long policy) {
+#if EFATOP_BULK_HINT == 1 || EFATOP_BULK_HINT == 3
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;"
+                 :: "l"(to), "r"(stage), "r"(bytes), "l"(policy) : "memory");
+#else
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(to), "r"(stage), "r"(bytes) : "memory");
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const unsigned char* source,
@@ -172,6 +190,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
     extern __shared__ __align__(128) unsigned char efatop_stages[];
     __shared__ __align__(8) unsigned long long efatop_barriers[EFATOP_BULK_STAGES];
     if (threadIdx.x == 0 && piece + EFATOP_BULK_GRAIN <= EFATOP_BULK_STAGE) {
+        unsigned long long policy = 0;
+#if EFATOP_BULK_HINT != 0
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
         const unsigned stages = (unsigned)__cvta_generic_to_shared(efatop_stages);
         const unsigned barriers = (unsigned)__cvta_generic_to_shared(efatop_barriers);
         for (int s = 0; s < EFATOP_BULK_STAGES; s++) {
@@ -185,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
             const unsigned long long p = blockIdx.x + issued * gridDim.x;
             const unsigned long long at = p * piece + EFATOP_BULK_GRAIN * (p < extra ? p : extra);
             const unsigned bytes = (unsigned)(piece + (p < extra ? EFATOP_BULK_GRAIN : 0));
-            if (bytes) efatop_bulk_load(stages + (unsigned)issued * EFATOP_BULK_STAGE, barriers + 8 * (unsigned)issued, source + at, bytes);
+            if (bytes) efatop_bulk_load(stages + (unsigned)issued * EFATOP_BULK_STAGE, barriers + 8 * (unsigned)issued, source + at, bytes, policy);
         }
         for (unsigned long long i = 0; i < rounds; i++) {
             const unsigned s = (unsigned)(i % EFATOP_BULK_STAGES);
@@ -199,8 +221,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
                     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                                  : "=r"(done) : "r"(barriers + 8 * s), "r"(parity) : "memory");
                 }
-                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                             :: "l"(target + at), "r"(stages + s * EFATOP_BULK_STAGE), "r"(bytes) : "memory");
+                efatop_bulk_store(target + at, stages + s * EFATOP_BULK_STAGE, bytes, policy);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
             if (issued < rounds) {
@@ -210,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) efatop_ipc_store_bulk(const 
                 const unsigned long long from = q * piece + EFATOP_BULK_GRAIN * (q < extra ? q : extra);
                 const unsigned next = (unsigned)(piece + (q < extra ? EFATOP_BULK_GRAIN : 0));
                 const unsigned t = (unsigned)(issued % EFATOP_BULK_STAGES);
-                if (next) efatop_bulk_load(stages + t * EFATOP_BULK_STAGE, barriers + 8 * t, source + from, next);
+                if (next) efatop_bulk_load(stages + t * EFATOP_BULK_STAGE, barriers + 8 * t, source + from, next, policy);
                 issued++;
             }
         }
@@ -262,10 +283,10 @@ impl TunedShape {
             && (MIN_BLOCK..=MAX_BLOCK).contains(&block)
             && block % 32 == 0
             && block * blocks_per_sm <= 2048
-            && mode <= 6
+            && mode <= 9
             && fence <= 2
             // The bulk kernel: one warp a block, its stages in at most 224 KiB of shared memory per SM.
-            && (mode != 6 || (block == 32 && fence == 0 && u64::from(unroll * blocks_per_sm) * BULK_STAGE <= 224 << 10));
+            && (mode < 6 || (block == 32 && fence == 0 && u64::from(unroll * blocks_per_sm) * BULK_STAGE <= 224 << 10));
         valid.then_some(Self { unroll, blocks_per_sm, block, mode, fence })
     }
 
@@ -276,9 +297,10 @@ impl TunedShape {
         u64::from(sms * self.blocks_per_sm).min(needed) as u32
     }
 
-    /// Mode 6: the bulk-copy kernel (Hopper's `cp.async.bulk`), `unroll` stages of [`BULK_STAGE`] bytes.
+    /// Modes 6 to 9: the bulk-copy kernel (Hopper's `cp.async.bulk`), `unroll` stages of [`BULK_STAGE`]
+    /// bytes; 7 to 9 with L2 evict-first hints (`EFATOP_BULK_HINT`).
     pub fn is_bulk(&self) -> bool {
-        self.mode == 6
+        self.mode >= 6
     }
 
     /// The shape the store kernel is compiled for: this one, or for the bulk mode (whose store kernel moves
@@ -401,8 +423,9 @@ impl IpcWriter {
         let kernel = shape.store_kernel();
         let source = format!(
             "#define EFATOP_UNROLL {}\n#define EFATOP_TUNED_MODE {}\n#define EFATOP_TUNED_BLOCK {}\n\
-             #define EFATOP_TUNED_BLOCKS_PER_SM {}\n#define EFATOP_TUNED_FENCE {}\n#define EFATOP_BULK_STAGES {}\n{STORE_KERNEL}",
-            kernel.unroll, kernel.mode, kernel.block, kernel.blocks_per_sm, kernel.fence, shape.unroll
+             #define EFATOP_TUNED_BLOCKS_PER_SM {}\n#define EFATOP_TUNED_FENCE {}\n#define EFATOP_BULK_STAGES {}\n\
+             #define EFATOP_BULK_HINT {}\n{STORE_KERNEL}",
+            kernel.unroll, kernel.mode, kernel.block, kernel.blocks_per_sm, kernel.fence, shape.unroll, shape.mode.saturating_sub(6)
         );
         let options = cudarc::nvrtc::CompileOptions { arch: Some(crate::nvrtc_arch(&context)?), ..Default::default() };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| CudaError::Compile(e.to_string()))?;
@@ -429,9 +452,15 @@ impl IpcWriter {
             _ => "no fence (the kernel's end orders its stores, as for the copy engine)",
         };
         if self.bulk.is_some() {
+            let hints = match mode {
+                7 => ", loads and stores marked evict-first in L2",
+                8 => ", loads marked evict-first in L2",
+                9 => ", stores marked evict-first in L2",
+                _ => "",
+            };
             return format!(
                 "kernel (tuned): Hopper bulk copies (cp.async.bulk), grid {}x32 ({blocks_per_sm} per SM, {} SMs), one thread a \
-                 block moving equal shares through {unroll} shared-memory stages of {} KiB; sizes under {} KiB by the store \
+                 block moving equal shares through {unroll} shared-memory stages of {} KiB{hints}; sizes under {} KiB by the store \
                  kernel; {fence}",
                 self.sms * blocks_per_sm,
                 self.sms,
@@ -665,7 +694,7 @@ mod tests {
             TunedShape::parse("4, 4, 256, 1, 2"),
             Some(TunedShape { unroll: 4, blocks_per_sm: 4, block: 256, mode: 1, fence: 2 })
         );
-        for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,7", "8,2,2048,0", "8,0,512,0", "a,2,512,0", "8,4,1024,0", "8,2,512,0,3", "8,2,512,0,0,0"] {
+        for bad in ["", "8,2,512", "8,2,500,0", "0,2,512,0", "8,2,512,7", "8,1,32,10", "8,2,2048,0", "8,0,512,0", "a,2,512,0", "8,4,1024,0", "8,2,512,0,3", "8,2,512,0,0,0"] {
             assert_eq!(TunedShape::parse(bad), None, "{bad}");
         }
         let shape = TunedShape::parse("8,2,512,0").expect("shape");
