@@ -153,7 +153,7 @@ pub struct Setup {
     pub consumer: Option<Consumer>,
     /// Dropped once the ending is done: only then does rank 0's own thread close its fabric objects. A
     /// provider that crashes while closing an endpoint a failed run left mid-transfer (libfabric 1.17's
-    /// tcp;ofi_rxm: docs/measurements.md, "Investigations") then cannot take the run's ending with it.
+    /// `tcp;ofi_rxm`: docs/measurements.md, "Investigations") then cannot take the run's ending with it.
     pub release: Sender<()>,
 }
 

@@ -1,7 +1,7 @@
 //! `--serve ADDR` and `--record FILE` on rank 0: the run's events, as its own consumer folds them, go to
 //! any number of viewers (`efatop attach`) and into a recording (`efatop replay`).
 //!
-//! Rank 0's loop (rank_zero.rs) hands each event to [`Outlets::publish`], which serializes it once,
+//! Rank 0's loop (`rank_zero.rs`) hands each event to [`Outlets::publish`], which serializes it once,
 //! appends it to the recording and offers it to every viewer's queue. Nothing here is on the hot path or in
 //! the collector.
 //!

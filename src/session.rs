@@ -1,5 +1,5 @@
 //! Rank 0's consumer of the run's events for the chosen printer: the dashboard or JSON lines on a thread
-//! of their own, fed by rank 0's loop (rank_zero.rs); plain output needs none (the loop prints).
+//! of their own, fed by rank 0's loop (`rank_zero.rs`); plain output needs none (the loop prints).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

@@ -96,10 +96,10 @@ fn ends_with_error_then_summary(lines: &[String], who: &str) -> Value {
     let kinds: Vec<String> = lines.iter().filter_map(|l| kind(l)).collect();
     let at = kinds.iter().rposition(|k| k == "error").unwrap_or_else(|| panic!("{who}: no error line; last kinds {:?}", &kinds[kinds.len().saturating_sub(5)..]));
     assert_eq!(kinds.get(at + 1).map(String::as_str), Some("summary"), "{who}: error is not followed by summary: {:?}", &kinds[at..]);
-    let error: Value = serde_json::from_str(&lines.iter().filter(|l| kind(l).is_some()).nth(at).expect("line")).expect("json");
+    let error: Value = serde_json::from_str(lines.iter().filter(|l| kind(l).is_some()).nth(at).expect("line")).expect("json");
     let text = error["data"]["text"].as_str().unwrap_or_default();
     assert!(text.contains("rank 2 ("), "{who}: the error does not name rank 2: {text}");
-    let summary: Value = serde_json::from_str(&lines.iter().filter(|l| kind(l).is_some()).nth(at + 1).expect("line")).expect("json");
+    let summary: Value = serde_json::from_str(lines.iter().filter(|l| kind(l).is_some()).nth(at + 1).expect("line")).expect("json");
     assert_eq!(summary["data"]["status"]["state"], "failed", "{who}: {}", summary["data"]["status"]);
     summary["data"].clone()
 }
@@ -141,11 +141,11 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
                 break address;
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "{experiment}: never served; stderr {said:?}");
+        assert!(started.elapsed() < Duration::from_mins(1), "{experiment}: never served; stderr {said:?}");
     };
     let mut viewer = command(&["attach", &address, "--json"], dir.path()).spawn().expect("attach");
     ours.add(viewer.id());
-    let viewed = lines_of(viewer.stdout.take().expect("stdout"));
+    let viewer_lines = lines_of(viewer.stdout.take().expect("stdout"));
     let mut viewer_err = viewer.stderr.take().expect("stderr");
     // The moment to strike.
     let wanted: &[&str] = match fault {
@@ -153,7 +153,7 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
         Fault::KilledWhileAllocating => &["run"],
     };
     loop {
-        let line = stdout.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("{experiment}: no {wanted:?} line in 120 s"));
+        let line = stdout.recv_timeout(Duration::from_mins(2)).unwrap_or_else(|_| panic!("{experiment}: no {wanted:?} line in 120 s"));
         // Plain output: the header's first line, and each size's row as it comes (4 ranks: after the header).
         let plain_hit = match fault {
             Fault::KilledWhileAllocating => line.starts_with("# efatop "),
@@ -201,7 +201,7 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
     }
     // The viewer: the same ending, exit 1.
     let viewer_code = wait(&mut viewer, Duration::from_secs(15), "attach");
-    let viewer_lines = rest(&viewed, Duration::from_secs(5));
+    let viewer_lines = rest(&viewer_lines, Duration::from_secs(5));
     let mut viewer_said = String::new();
     let _ = viewer_err.read_to_string(&mut viewer_said);
     let viewer_summary = ends_with_error_then_summary(&viewer_lines, &format!("{who}: attach --json"));
@@ -286,7 +286,7 @@ fn stop_the_launcher(signal: &str, code: i32, reason: &str) {
     let mut printed = Vec::new();
     // Once the first size is in (minutes remain: 256M × 1000 at the end).
     loop {
-        let line = stdout.recv_timeout(Duration::from_secs(120)).expect("a first size within 120 s");
+        let line = stdout.recv_timeout(Duration::from_mins(2)).expect("a first size within 120 s");
         let hit = line.contains(": NIC/app");
         printed.push(line);
         if hit {
