@@ -145,7 +145,7 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
     };
     let mut viewer = command(&["attach", &address, "--json"], dir.path()).spawn().expect("attach");
     ours.add(viewer.id());
-    let viewer_lines = lines_of(viewer.stdout.take().expect("stdout"));
+    let viewer_stream = lines_of(viewer.stdout.take().expect("stdout"));
     let mut viewer_err = viewer.stderr.take().expect("stderr");
     // The moment to strike.
     let wanted: &[&str] = match fault {
@@ -201,7 +201,7 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
     }
     // The viewer: the same ending, exit 1.
     let viewer_code = wait(&mut viewer, Duration::from_secs(15), "attach");
-    let viewer_lines = rest(&viewer_lines, Duration::from_secs(5));
+    let viewer_lines = rest(&viewer_stream, Duration::from_secs(5));
     let mut viewer_said = String::new();
     let _ = viewer_err.read_to_string(&mut viewer_said);
     let viewer_summary = ends_with_error_then_summary(&viewer_lines, &format!("{who}: attach --json"));
