@@ -35,6 +35,22 @@ impl Drop for Started {
     }
 }
 
+/// A Pushgateway of our own on a free loopback port, its store and log in `dir`, ready to take pushes.
+fn start_pushgateway(pushgateway: &Path, dir: &Path) -> (SocketAddr, Started) {
+    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let server = Command::new(pushgateway)
+        .arg(format!("--web.listen-address={gateway}"))
+        .arg(format!("--persistence.file={}", dir.join("pushgateway.store").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("pushgateway.log")).expect("log file"))
+        .spawn()
+        .expect("start prometheus-pushgateway");
+    let server = Started { child: server };
+    wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    (gateway, server)
+}
+
 /// Asks `done` every 50 ms until it gives a value; panics naming `what` after `limit`.
 fn wait_for<T>(what: &str, limit: Duration, mut done: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
@@ -198,17 +214,7 @@ fn a_run_leaves_its_final_per_channel_totals_in_a_pushgateway_equal_to_its_resul
     let Some(pushgateway) = common::required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
-    let server = Command::new(pushgateway)
-        .arg(format!("--web.listen-address={gateway}"))
-        .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("pushgateway.log")).expect("log file"))
-        .spawn()
-        .expect("start prometheus-pushgateway");
-    let _server = Started { child: server };
-    wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    let (gateway, _server) = start_pushgateway(&pushgateway, dir.path());
 
     let url = format!("http://{gateway}");
     let args = write("256K", "5", &["--pushgateway", &url]);
@@ -365,17 +371,7 @@ fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
     let Some(pushgateway) = common::required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
     let _one = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
-    let server = Command::new(pushgateway)
-        .arg(format!("--web.listen-address={gateway}"))
-        .arg(format!("--persistence.file={}", dir.path().join("pushgateway.store").display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus-pushgateway");
-    let _server = Started { child: server };
-    wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
+    let (gateway, _server) = start_pushgateway(&pushgateway, dir.path());
     let url = format!("http://{gateway}");
     let args = write("64M", "300", &["--pushgateway", &url, "--hang-timeout", "3"]);
     let (mut run, lines, stdout) = start_efatop(dir.path(), &args);
