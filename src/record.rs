@@ -110,6 +110,15 @@ pub struct Recording {
     pub cut: Option<String>,
 }
 
+/// Why a compressed block could not be read: the file ends inside it, or its bytes are damaged.
+fn block_damage(err: &std::io::Error) -> String {
+    if err.kind() == std::io::ErrorKind::UnexpectedEof {
+        "the file ends inside a compressed block".to_string()
+    } else {
+        format!("a compressed block is damaged ({err})")
+    }
+}
+
 /// One gzip member: where it lies in the file and how many events it holds (a damaged member keeps the
 /// events before the damage).
 #[derive(Clone, Copy, Debug)]
@@ -169,11 +178,7 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
                 Err(StreamError::Io(err)) => {
                     events.truncate(first_event);
                     member_finished = false;
-                    break Some(if err.kind() == std::io::ErrorKind::UnexpectedEof {
-                        "the file ends inside a compressed block".to_string()
-                    } else {
-                        format!("a compressed block is damaged ({err})")
-                    });
+                    break Some(block_damage(&err));
                 }
                 // A whole member (its checksum matched) that ends inside a message, or holds one that is
                 // not valid: the events before it count.
@@ -182,11 +187,7 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
                     if let Err(err) = std::io::copy(&mut decoder, &mut std::io::sink()) {
                         events.truncate(first_event);
                         member_finished = false;
-                        break Some(if err.kind() == std::io::ErrorKind::UnexpectedEof {
-                            "the file ends inside a compressed block".to_string()
-                        } else {
-                            format!("a compressed block is damaged ({err})")
-                        });
+                        break Some(block_damage(&err));
                     }
                     break Some(why);
                 }
