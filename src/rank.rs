@@ -459,6 +459,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         placements: Vec::new(),
         gpu_pairs: Vec::new(),
+        instance_type: None,
         hang_timeout_s: experiment.common().hang_timeout,
     }
 }

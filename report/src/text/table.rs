@@ -228,6 +228,7 @@ pub(crate) mod tests {
             started_unix_s: 0,
             placements: vec![],
             gpu_pairs: vec![],
+            instance_type: None,
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
             config: column(config),
@@ -243,6 +244,7 @@ pub(crate) mod tests {
             registration: None,
             counters: None,
             telemetry_ab: None,
+            expected: None,
         };
         RunResults {
             metadata,
