@@ -160,15 +160,15 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
                 let latency = &measurement.latency;
                 cells.push((number(Some(measurement.gbps), 2), rate));
                 if expected {
-                    let share = measurement.expected.as_ref();
-                    let style = match share {
-                        Some(share) if share.below() => below,
-                        Some(share) if share.percent().is_some() => plain,
+                    let against = measurement.expected.as_ref();
+                    let style = match against {
+                        Some(figure) if figure.below() => below,
+                        Some(figure) if figure.percent().is_some() => plain,
                         _ => missing,
                     };
-                    cells.push((share.and_then(Expected::percent).map_or_else(|| MISSING.to_string(), |percent| {
-                        format!("{}{}", number(Some(percent), 1), if share.is_some_and(Expected::below) { "*" } else { "" })
-                    }), style));
+                    let mark = if against.is_some_and(Expected::below) { "*" } else { "" };
+                    let text = against.and_then(Expected::percent).map_or_else(|| MISSING.to_string(), |p| format!("{}{mark}", number(Some(p), 1)));
+                    cells.push((text, style));
                 }
                 let busbw = number(measurement.busbw_percent, 1);
                 let busbw_style = if measurement.busbw_percent.is_some() { plain } else { missing };
