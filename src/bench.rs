@@ -515,6 +515,7 @@ fn step_measured(shape: &Shape) -> efatop_proto::results::Measurement {
         registration: Some("dmabuf".into()),
         counters: None,
         telemetry_ab: None,
+        expected: None,
     }
 }
 

@@ -40,7 +40,8 @@ pub enum Command {
     Topo(TopoArgs),
     /// Render a saved results file as a table, CSV, Markdown or JSON, and plot it
     Report(ReportArgs),
-    /// Compare two saved runs per configuration and size; exit code 1 when one regressed
+    /// Compare two saved runs per configuration and size, or one run against the published figures of its
+    /// instance type (--expected); exit code 1 when one regressed or fell below expectation
     Compare(CompareArgs),
     /// Live view of every NIC and GPU link on this node (or several), with no benchmark running
     Monitor(MonitorArgs),

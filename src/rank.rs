@@ -226,6 +226,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         results.metadata.notes.push(format!("--serve {address}: the run is served beyond this host; whoever reaches it can watch"));
     }
     results.metadata.placements = placements;
+    instance_type(&world, common.sysfs_root.as_deref(), &mut results.metadata)?;
     if world.rank == 0 {
         results.metadata.gpu_pairs = gpu_pairs(&results.metadata.placements);
     }
@@ -339,6 +340,36 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         pinned_cpus: pinned,
     };
     efatop_experiments::gather(world.bootstrap, &mine, "placement record")
+}
+
+/// The instance type every rank reads from its DMI product name (under `--sysfs-root` when given), gathered
+/// so that rank 0 records its own and notes ranks on other types (their figures would differ).
+fn instance_type(world: &World<'_>, sysfs_root: Option<&std::path::Path>, metadata: &mut RunMetadata) -> Result<(), ExperimentError> {
+    let root = sysfs_root.unwrap_or_else(|| std::path::Path::new("/"));
+    let mine = efatop_monitor::Sysfs::new(root).product_name();
+    let all: Vec<Option<String>> = efatop_experiments::gather(world.bootstrap, &mine, "instance type")?;
+    let ours = all.first().cloned().flatten();
+    if let Some(dir) = sysfs_root.filter(|_| ours.is_some()) {
+        metadata.notes.push(format!(
+            "the instance type is read from {} (--sysfs-root), not from this machine",
+            dir.join("sys/class/dmi/id/product_name").display()
+        ));
+    }
+    let others: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, theirs)| **theirs != ours)
+        .map(|(rank, theirs)| format!("rank {rank} on {}", theirs.as_deref().unwrap_or("an unknown type")))
+        .collect();
+    if !others.is_empty() {
+        metadata.notes.push(format!(
+            "ranks run on different instance types: {}; % of expected is against rank 0's ({})",
+            others.join(", "),
+            ours.as_deref().unwrap_or("unknown")
+        ));
+    }
+    metadata.instance_type = ours;
+    Ok(())
 }
 
 /// How the GPUs the run uses on rank 0's host reach each other, for the dashboard's topology view and the
@@ -459,6 +490,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         placements: Vec::new(),
         gpu_pairs: Vec::new(),
+        instance_type: None,
         hang_timeout_s: experiment.common().hang_timeout,
     }
 }

@@ -338,7 +338,11 @@ impl Loop {
                     self.forward(ConsumerEvent::Telemetry(batch));
                 }
             }
-            Input::Experiment(event) => {
+            Input::Experiment(mut event) => {
+                // Each step against its instance type's published figure, for the file, tables and views alike.
+                if let ConsumerEvent::Measured(measurement) = &mut event {
+                    efatop_proto::expected::annotate(&self.setup.results.metadata, measurement);
+                }
                 self.keep(&event);
                 self.forward(event);
             }

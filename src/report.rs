@@ -1,9 +1,12 @@
 //! `efatop report` and `efatop compare`: saved runs rendered and compared (logic in `efatop-report`).
 //!
-//! Exit codes: 0 done (compare: nothing regressed), 1 compare found a regression, 2 bad input or a file
-//! that cannot be read, parsed or written (one line on stderr naming it).
+//! Exit codes: 0 done (compare: nothing regressed), 1 compare found a regression (with `--expected`: a
+//! figure below expectation), 2 bad input or a file that cannot be read, parsed or written, or nothing to
+//! compare (one line on stderr naming it).
 
+use efatop_proto::expected;
 use efatop_report::compare::compare_files;
+use efatop_report::expected::against_expected;
 use efatop_report::{load_results, render};
 
 use crate::cli::{CompareArgs, ReportArgs};
@@ -29,10 +32,21 @@ pub fn report(args: &ReportArgs) -> i32 {
 }
 
 pub fn compare(args: &CompareArgs) -> i32 {
+    if args.expected {
+        return compare_expected(args);
+    }
+    let Some(candidate) = &args.candidate else {
+        eprintln!("efatop: error: compare needs a baseline and a candidate results file, or one file with --expected");
+        return 2;
+    };
+    if args.instance_type.is_some() {
+        eprintln!("efatop: error: --instance-type picks the figures of --expected; add --expected and give one file");
+        return 2;
+    }
     match compare_files(
         &args.baseline,
-        &args.candidate,
-        args.threshold,
+        candidate,
+        args.threshold.unwrap_or(DEFAULT_THRESHOLD_PERCENT),
         args.allow_different,
     ) {
         Ok(comparison) => {
@@ -40,12 +54,65 @@ pub fn compare(args: &CompareArgs) -> i32 {
                 "{}",
                 comparison.render(
                     &args.baseline.display().to_string(),
-                    &args.candidate.display().to_string()
+                    &candidate.display().to_string()
                 )
             );
             i32::from(comparison.regressed())
         }
         Err(err) => fail(&err),
+    }
+}
+
+/// `--threshold` when not given: a drop of more than 5% between two runs.
+const DEFAULT_THRESHOLD_PERCENT: f64 = 5.0;
+
+/// `compare --expected RUN`: the run against its instance type's published figures (or `--instance-type`'s).
+/// Exit codes as for two runs: 0 every figure at or above the floor, 1 some below, 2 bad input or nothing to
+/// compare (one line naming the flag).
+fn compare_expected(args: &CompareArgs) -> i32 {
+    if args.candidate.is_some() {
+        eprintln!("efatop: error: --expected judges one results file against published figures: give one file, not two");
+        return 2;
+    }
+    if let Some(given) = args.instance_type.as_deref().filter(|t| !expected::is_listed(t)) {
+        eprintln!("efatop: error: --instance-type {given}: efatop has no reference figures for it; use one of {}", expected::listed());
+        return 2;
+    }
+    let results = match load_results(&args.baseline) {
+        Ok(results) => results,
+        Err(err) => return fail(&err),
+    };
+    let name = args.baseline.display().to_string();
+    let instance_type = match (args.instance_type.as_deref(), results.metadata.instance_type.as_deref()) {
+        (Some(given), _) => given.to_string(),
+        (None, Some(recorded)) if expected::is_listed(recorded) => recorded.to_string(),
+        (None, Some(recorded)) => {
+            eprintln!(
+                "efatop: error: --expected: {name} ran on {recorded}, which efatop has no reference figures for; pass \
+                 --instance-type, one of {}",
+                expected::listed()
+            );
+            return 2;
+        }
+        (None, None) => {
+            eprintln!(
+                "efatop: error: --expected: {name} records no instance type (no DMI product name, or a file from before \
+                 efatop recorded it); pass --instance-type, one of {}",
+                expected::listed()
+            );
+            return 2;
+        }
+    };
+    let threshold = args.threshold.unwrap_or(100.0 - expected::BELOW_PERCENT);
+    match against_expected(&results, &instance_type, threshold) {
+        Ok(against) => {
+            print!("{}", against.render(&name));
+            i32::from(against.below())
+        }
+        Err(why) => {
+            eprintln!("efatop: error: --expected: {why}: nothing in {name} to compare ({})", expected::DOC);
+            2
+        }
     }
 }
 

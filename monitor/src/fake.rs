@@ -1,7 +1,8 @@
 //! A fake sysfs tree shaped like a p5.48xlarge's, for tests and for trying the monitor without EFA
 //! (`efatop monitor --sysfs-root DIR`): 32 EFA devices `rdmap79s0` … `rdmap201s0` at the PCI addresses of
 //! shared/NODE-FACTS.md (the names are their buses in decimal), each with one port at
-//! `100 Gb/sec (4X EDR)` and the EFA driver's port and device counters, plus `lo` and an `eth0`.
+//! `100 Gb/sec (4X EDR)` and the EFA driver's port and device counters, plus `lo`, an `eth0` and the DMI
+//! product name `p5.48xlarge` (`sys/class/dmi/id/product_name`: the instance type runs read).
 //! `eth0`'s PCI address and speed are placeholders: no source names a p5's ENA interface.
 //!
 //! Counters are plain files; [`FakeSysfs::advance`] moves one as traffic would, [`FakeSysfs::set`] puts
@@ -106,6 +107,10 @@ impl FakeSysfs {
     /// Writes a p5.48xlarge-like tree under `root` (created if missing) and returns it.
     pub fn p5(root: impl Into<PathBuf>) -> io::Result<Self> {
         let fake = Self { root: root.into() };
+        // The instance type, as DMI names it: runs pointed at this tree hold themselves to p5's figures.
+        let dmi = fake.root.join("sys/class/dmi/id");
+        fs::create_dir_all(&dmi)?;
+        fs::write(dmi.join("product_name"), "p5.48xlarge\n")?;
         for (device_index, (name, bus_id)) in p5_efa_devices().into_iter().enumerate() {
             let dir = fake.root.join("sys/class/infiniband").join(&name);
             let port = dir.join("ports/1");

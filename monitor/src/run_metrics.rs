@@ -352,6 +352,7 @@ mod tests {
             registration: None,
             counters: Some(StepCounters { channels, ..StepCounters::default() }),
             telemetry_ab: None,
+            expected: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //!   and into recordings.
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
 //!   finds it with hwloc, `efatop-monitor` with NVML.
@@ -30,6 +31,7 @@
 pub mod column;
 pub mod counters;
 pub mod events;
+pub mod expected;
 pub mod experiment;
 pub mod ipc;
 pub mod results;

@@ -94,6 +94,11 @@ pub struct RunMetadata {
     /// Seconds of silence after which rank 0 names a rank hung (`--hang-timeout`); 0 in older files.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hang_timeout_s: u64,
+    /// The EC2 instance type rank 0 ran on, from its DMI product name (`p5.48xlarge`), which picks the
+    /// reference figures measurements are held against ([`crate::expected`]); absent when unreadable and
+    /// in files from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -283,6 +288,10 @@ pub struct Measurement {
     /// (what telemetry costs, measured inside one run). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry_ab: Option<TelemetryAb>,
+    /// The run's instance type has reference figures ([`crate::expected`]): this step's figure, its share
+    /// of it and its source, or why none applies. Absent for other machines and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<crate::expected::Expected>,
 }
 
 /// Where a timed block of `--telemetry-ab` stands: blocks go on, off, off, on in every cycle of four (so a
@@ -407,6 +416,7 @@ impl Measurement {
             registration: None,
             counters: None,
             telemetry_ab: None,
+            expected: None,
         }
     }
 }
@@ -708,6 +718,7 @@ mod tests {
             registration: None,
             counters: None,
             telemetry_ab: None,
+            expected: None,
         };
         RunResults {
             schema_version: SchemaVersion::default(),

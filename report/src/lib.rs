@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod expected;
 pub mod formats;
 pub mod load;
 pub mod plot;

@@ -68,6 +68,7 @@ pub fn measured(size: u64, gbps: f64) -> ConsumerEvent {
         registration: Some("host".into()),
         counters: None,
         telemetry_ab: None,
+        expected: None,
     }))
 }
 

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use efatop_proto::expected;
 use efatop_proto::results::LinkSource;
 use efatop_proto::{Experiment, RunMetadata};
 use efatop_proto::sizes::format_size;
@@ -59,6 +60,9 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             (None, _) => writeln!(out, "# link speed unknown (the provider reports none): BusBW not computed; pass --link-gbps"),
         };
     }
+    if let Some(line) = instance_line(meta) {
+        out.push_str(&line);
+    }
     if meta.hang_timeout_s > 0 {
         let _ = writeln!(
             out,
@@ -87,6 +91,28 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         let _ = writeln!(out, "# note: {note}");
     }
     out
+}
+
+/// The instance type the run found, and what its figures are held against: `# instance type p5.48xlarge
+/// (DMI product name)`, and whether efatop has reference figures for it; for a run over another provider
+/// than efa, that the figures it is shown against were measured over efa.
+fn instance_line(meta: &RunMetadata) -> Option<String> {
+    let instance_type = meta.instance_type.as_deref()?;
+    let what = if !expected::is_listed(instance_type) {
+        format!(": efatop has no reference figures for it ({})", expected::DOC)
+    } else if !expected::has_figures(instance_type, &meta.experiment) {
+        format!(": {}, % of expected not shown ({})", expected::no_figure(instance_type, &meta.experiment), expected::DOC)
+    } else if meta.experiment != Experiment::Ipc && meta.provider != "efa" {
+        format!(
+            "; % of expected against its published figures ({}), which were measured over efa: this run's provider is {}, \
+             not efa",
+            expected::DOC,
+            meta.provider
+        )
+    } else {
+        format!("; % of expected against its published figures ({})", expected::DOC)
+    };
+    Some(format!("# instance type {instance_type} (DMI product name){what}\n"))
 }
 
 /// The header of a run that never set up its world: what was asked for, and that nothing more is known.

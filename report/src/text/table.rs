@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use efatop_proto::expected::{self, Expected};
 use efatop_proto::ipc::IpcConfig;
 use efatop_proto::column::Column;
 use efatop_proto::{Experiment, RunResults};
@@ -19,6 +20,7 @@ fn gbps(value: f64) -> String {
 
 pub fn render_table(results: &RunResults) -> String {
     let mut out = render_seed_table(results);
+    out.push_str(&expected_legend(results));
     if results.measurements.iter().any(|m| m.nccl_busbw_gbps.is_some()) {
         out.push('\n');
         out.push_str(&render_nccl_busbw_table(results));
@@ -140,11 +142,64 @@ fn render_nccl_busbw_table(results: &RunResults) -> String {
     out
 }
 
+/// The run holds reference figures (its instance type is one efatop lists): each Gbps gets its share.
+fn with_expected(results: &RunResults) -> bool {
+    results.measurements.iter().any(|m| m.expected.is_some())
+}
+
+/// `97.1`, `45.2*` under [`expected::BELOW_PERCENT`], `-` where no figure applies (the legend says why).
+pub fn expected_cell(expected: Option<&Expected>) -> String {
+    match expected {
+        Some(figure @ Expected::Figure { percent, .. }) => format!("{percent:.1}{}", if figure.below() { "*" } else { "" }),
+        _ => NOT_MEASURED.to_string(),
+    }
+}
+
+/// Under the table: what `% of expected` is against, where the figures come from, and why a cell has none.
+fn expected_legend(results: &RunResults) -> String {
+    if !with_expected(results) {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut sources: Vec<&str> = Vec::new();
+    let mut missing: Vec<&str> = Vec::new();
+    for measurement in &results.measurements {
+        match &measurement.expected {
+            Some(Expected::Figure { source, .. }) => {
+                let file = source.split_once(": ").map_or(source.as_str(), |(file, _)| file);
+                if !sources.contains(&file) {
+                    sources.push(file);
+                }
+            }
+            Some(Expected::Missing { missing: why }) if !missing.contains(&why.as_str()) => missing.push(why),
+            _ => {}
+        }
+    }
+    if !sources.is_empty() {
+        let below = expected::BELOW_PERCENT;
+        let _ = writeln!(
+            out,
+            "# % of expected: Gbps as a share of the published figure for {} at that configuration and size ({}; {}); * under {below}%",
+            results.metadata.instance_type.as_deref().unwrap_or("the instance type"),
+            sources.join(", "),
+            expected::DOC,
+        );
+    }
+    for why in missing {
+        let _ = writeln!(out, "# % of expected -: {why}");
+    }
+    out
+}
+
 fn render_seed_table(results: &RunResults) -> String {
+    let expected = with_expected(results);
     let mut header = vec!["Size".to_string(), "Count".to_string()];
     for config in &results.configs {
+        header.push(format!("{config} (Gbps)"));
+        if expected {
+            header.push("% of expected".into());
+        }
         header.extend([
-            format!("{config} (Gbps)"),
             "BusBW (%)".into(),
             "Lat (us)".into(),
             "p50 (us)".into(),
@@ -156,14 +211,13 @@ fn render_seed_table(results: &RunResults) -> String {
         let mut row = vec![format_size(size), (size / 4).to_string()];
         for config in &results.configs {
             match results.find(config, size) {
-                Some(m) => row.extend([
-                    gbps(m.gbps),
+                Some(m) => row.extend([gbps(m.gbps)].into_iter().chain(expected.then(|| expected_cell(m.expected.as_ref()))).chain([
                     m.busbw_percent.map_or_else(|| NOT_MEASURED.into(), |b| format!("{b:.1}")),
                     format!("{:.2}", m.latency.mean_us),
                     format!("{:.2}", m.latency.p50_us),
                     format!("{:.2}", m.latency.p99_us),
-                ]),
-                None => row.extend(std::iter::repeat_n(NOT_MEASURED.to_string(), 5)),
+                ])),
+                None => row.extend(std::iter::repeat_n(NOT_MEASURED.to_string(), if expected { 6 } else { 5 })),
             }
         }
         rows.push(row);
@@ -228,6 +282,7 @@ pub(crate) mod tests {
             started_unix_s: 0,
             placements: vec![],
             gpu_pairs: vec![],
+            instance_type: None,
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
             config: column(config),
@@ -243,6 +298,7 @@ pub(crate) mod tests {
             registration: None,
             counters: None,
             telemetry_ab: None,
+            expected: None,
         };
         RunResults {
             metadata,
@@ -331,6 +387,43 @@ pub(crate) mod tests {
         assert_eq!(matrix.lines().count(), 4, "{matrix}");
         assert!(matrix.lines().nth(3).is_some_and(|row| row.contains("102.4") && row.contains("409.6")), "{matrix}");
         assert!(matrix.lines().nth(2).is_some_and(|row| row.contains(" 0.8 ") && row.contains(" 3.2 ")), "{matrix}");
+    }
+
+    #[test]
+    fn each_figure_gets_its_share_of_the_published_one_and_gaps_say_why() {
+        let mut results = sample();
+        results.metadata.instance_type = Some("p5.48xlarge".into());
+        results.measurements[2].gbps = 48.84;
+        for m in &mut results.measurements {
+            efatop_proto::expected::annotate(&results.metadata, m);
+        }
+        let table = render_table(&results);
+        let expected = "\
+| Size |     Count | SinglePin (Gbps) | % of expected | BusBW (%) | Lat (us) | p50 (us) | p99 (us) | MultiPin (Gbps) | % of expected | BusBW (%) | Lat (us) | p50 (us) | p99 (us) |
+|-----:|----------:|-----------------:|--------------:|----------:|---------:|---------:|---------:|----------------:|--------------:|----------:|---------:|---------:|---------:|
+| 256K |     65536 |            31.58 |         100.0 |      31.6 |    66.54 |    65.00 |    70.25 |           32.76 |             - |      32.8 |    66.54 |    65.00 |    70.25 |
+|   1G | 268435456 |            48.84 |         50.0* |      97.7 |    66.54 |    65.00 |    70.25 |               - |             - |         - |        - |        - |        - |
+# % of expected: Gbps as a share of the published figure for p5.48xlarge at that configuration and size (seeds/write.md; docs/expected.md); * under 90%
+# % of expected -: p5.48xlarge: no published figure for write MultiPin
+";
+        assert_eq!(table, expected);
+        // A listed type without figures: every cell `-`, one line naming the type.
+        results.metadata.instance_type = Some("p6-b300.48xlarge".into());
+        for m in &mut results.measurements {
+            efatop_proto::expected::annotate(&results.metadata, m);
+        }
+        let table = render_table(&results);
+        assert!(table.ends_with("# % of expected -: p6-b300.48xlarge: no published figure for write\n"), "{table}");
+        assert!(!table.contains("% of expected: Gbps"), "{table}");
+        let header = crate::text::render_header(&results.metadata, &[4096]);
+        assert!(header.contains("# instance type p6-b300.48xlarge (DMI product name): p6-b300.48xlarge: no published figure for write"), "{header}");
+        // Another machine: its type named, nothing per cell.
+        results.metadata.instance_type = Some("m7i.large".into());
+        let header = crate::text::render_header(&results.metadata, &[4096]);
+        assert!(header.contains("# instance type m7i.large (DMI product name): efatop has no reference figures for it"), "{header}");
+        results.metadata.instance_type = Some("p5.48xlarge".into());
+        let header = crate::text::render_header(&results.metadata, &[4096]);
+        assert!(header.contains("measured over efa: this run's provider is shm, not efa"), "{header}");
     }
 
     #[test]

@@ -127,6 +127,7 @@ fn measurement(size: u64, gbps: f64) -> Measurement {
         registration: Some("host".into()),
         counters: None,
         telemetry_ab: None,
+        expected: None,
     }
 }
 

@@ -9,6 +9,7 @@ use ratatui::text::Line;
 use ratatui::widgets::Widget;
 
 use efatop_proto::sizes::format_size;
+use efatop_proto::expected::Expected;
 use efatop_proto::{Column as ResultColumn, Experiment, Measurement};
 
 use super::chrome::{self, Chrome};
@@ -71,16 +72,24 @@ struct Shape {
     count: bool,
     percentiles: bool,
     titles: Titles,
+    /// `% of expected` beside each rate, when the run has reference figures: the last thing to go.
+    expected: bool,
 }
 
-const SHAPES: [Shape; 6] = [
-    Shape { count: true, percentiles: true, titles: Titles::WithUnits },
-    Shape { count: true, percentiles: false, titles: Titles::WithUnits },
-    Shape { count: true, percentiles: false, titles: Titles::Bare },
-    Shape { count: false, percentiles: false, titles: Titles::Bare },
-    Shape { count: false, percentiles: false, titles: Titles::Short },
-    Shape { count: false, percentiles: false, titles: Titles::Cut },
+const SHAPES: [Shape; 7] = [
+    Shape { count: true, percentiles: true, titles: Titles::WithUnits, expected: true },
+    Shape { count: true, percentiles: false, titles: Titles::WithUnits, expected: true },
+    Shape { count: true, percentiles: false, titles: Titles::Bare, expected: true },
+    Shape { count: false, percentiles: false, titles: Titles::Bare, expected: true },
+    Shape { count: false, percentiles: false, titles: Titles::Short, expected: true },
+    Shape { count: false, percentiles: false, titles: Titles::Cut, expected: true },
+    Shape { count: false, percentiles: false, titles: Titles::Cut, expected: false },
 ];
+
+/// The run holds reference figures for its instance type (some step has its share, or why it has none).
+fn has_expected(state: &DashboardState) -> bool {
+    state.results.as_ref().is_some_and(|results| results.measurements.iter().any(|m| m.expected.is_some()))
+}
 
 /// Whether every column shares its experiment's prefix (`Proxy`) and its memory suffix (`Pin`, `DMA`,
 /// `DMA(staged)`), from the columns' own parts ([`ResultColumn::parts`]); `None` when they share neither or
@@ -117,12 +126,17 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
     if shape.count {
         titles.push(("Count".into(), Align::Right));
     }
-    let per_config = if shape.percentiles { 5 } else { 3 };
+    let expected = shape.expected && has_expected(state);
+    let per_config = if shape.percentiles { 5 } else { 3 } + usize::from(expected);
+    let below = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
     let affixes = if shape.titles == Titles::Short { shared_affixes(&configs) } else { None };
     for config in &configs {
         let with_units = shape.titles == Titles::WithUnits;
         let rate_title = if with_units { format!("{config} Gbps") } else { short_name(config, affixes) };
         titles.push((rate_title, Align::Right));
+        if expected {
+            titles.push((if with_units { "% of exp" } else { "%exp" }.into(), Align::Right));
+        }
         titles.push((if with_units { "BusBW %" } else { "BusBW%" }.into(), Align::Right));
         titles.push(("Lat us".into(), Align::Right));
         if shape.percentiles {
@@ -145,6 +159,17 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
                 };
                 let latency = &measurement.latency;
                 cells.push((number(Some(measurement.gbps), 2), rate));
+                if expected {
+                    let against = measurement.expected.as_ref();
+                    let style = match against {
+                        Some(figure) if figure.below() => below,
+                        Some(figure) if figure.percent().is_some() => plain,
+                        _ => missing,
+                    };
+                    let mark = if against.is_some_and(Expected::below) { "*" } else { "" };
+                    let text = against.and_then(Expected::percent).map_or_else(|| MISSING.to_string(), |p| format!("{}{mark}", number(Some(p), 1)));
+                    cells.push((text, style));
+                }
                 let busbw = number(measurement.busbw_percent, 1);
                 let busbw_style = if measurement.busbw_percent.is_some() { plain } else { missing };
                 cells.push((busbw, busbw_style));
@@ -176,6 +201,20 @@ fn table(state: &DashboardState, shape: Shape) -> (Vec<Column>, Vec<Cells>) {
     (columns, rows)
 }
 
+/// What `% of exp` is against, in the panel's legend: the instance type and the mark for figures under
+/// [`efatop_proto::expected::BELOW_PERCENT`]; when no step has a figure, that the type has none.
+fn expected_legend(state: &DashboardState, shape: Shape) -> String {
+    let Some(results) = state.results.as_ref().filter(|_| shape.expected && has_expected(state)) else { return String::new() };
+    let instance_type = results.metadata.instance_type.as_deref().unwrap_or("?");
+    let below = efatop_proto::expected::BELOW_PERCENT;
+    let any_figure = results.measurements.iter().any(|m| m.expected.as_ref().and_then(Expected::percent).is_some());
+    match (any_figure, shape.titles == Titles::WithUnits) {
+        (true, true) => format!("% of {instance_type} expected (* under {below}%), "),
+        (true, false) => format!("%exp of {instance_type} (*<{below}%), "),
+        (false, _) => format!("%exp -: {instance_type} has no published figure, "),
+    }
+}
+
 /// The row to keep on screen: the size being measured, or once finished the last one measured.
 fn anchor(state: &DashboardState, sizes: &[u64]) -> Option<usize> {
     let running = state.progress.size.filter(|_| !state.finished).and_then(|size| sizes.iter().position(|&s| s == size));
@@ -205,10 +244,11 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
         }
         _ => String::new(),
     };
-    let legend = if shortened.is_empty() {
-        format!(" {experiment}Gbps, BusBW % of link, latency in us ")
+    let expected = expected_legend(state, shape);
+    let legend = if shortened.is_empty() && (expected.is_empty() || shape.titles == Titles::WithUnits) {
+        format!(" {experiment}Gbps, {expected}BusBW % of link, latency in us ")
     } else {
-        format!(" {experiment}{shortened}Gbps, BusBW %, us ")
+        format!(" {experiment}{shortened}Gbps, {expected}BusBW %, us ")
     };
     let block = chrome::block("Results", view.focus == Panel::Results, chrome)
         .title_top(Line::styled(legend, Style::new().fg(Color::DarkGray)).right_aligned());

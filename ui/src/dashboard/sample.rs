@@ -257,6 +257,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         started_unix_s: 0,
         placements: Vec::new(),
         gpu_pairs: Vec::new(),
+        instance_type: None,
     }
 }
 
@@ -286,6 +287,7 @@ fn measurements(single_config: &Column, multi_config: &Column) -> Vec<Measuremen
             registration: None,
             counters: None,
             telemetry_ab: None,
+            expected: None,
         }
     };
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));

@@ -599,3 +599,28 @@ fn gpu_states_draw_at_any_size_without_panicking() {
 fn row_text(buffer: &Buffer, y: u16) -> String {
     (buffer.area.left()..buffer.area.right()).map(|x| buffer[(x, y)].symbol()).collect()
 }
+
+/// A finished p5.48xlarge run against its published figures: `% of exp` beside each rate, red with `*`
+/// under 90%, `-` where no figure applies (MultiPin), and the type in the panel's legend.
+#[test]
+fn finished_run_against_the_expected_figures() {
+    let mut state = finished_state();
+    let results = state.results.as_mut().expect("results");
+    results.metadata.instance_type = Some("p5.48xlarge".into());
+    let slow = results.measurements.iter_mut().find(|m| m.config.to_string() == "SinglePin" && m.size == 8 << 20).expect("SinglePin 8M");
+    slow.gbps = 60.0;
+    let metadata = results.metadata.clone();
+    for measurement in &mut results.measurements {
+        efatop_proto::expected::annotate(&metadata, measurement);
+    }
+    let wide = dashboard(&state, &sample_view(), 200, 60);
+    assert_snapshot!("finished_expected_200x60", wide.backend());
+    assert_snapshot!("finished_expected_80x24", dashboard(&state, &sample_view(), 80, 24).backend());
+    let buffer = wide.backend().buffer();
+    assert!(find(buffer, "% of p5.48xlarge expected (* under 90%)").is_some(), "{buffer:?}");
+    assert_eq!(fg_at(buffer, "65.7*"), Color::Red);
+    assert_eq!(fg_at(buffer, "100.0"), Color::Reset);
+    // Runs without reference figures keep their table as it was.
+    let plain = finished_state();
+    assert!(find(dashboard(&plain, &sample_view(), 200, 60).backend().buffer(), "% of exp").is_none());
+}
