@@ -464,6 +464,19 @@ mod tests {
     );
 
     #[test]
+    fn the_instance_type_is_dmis_product_name_when_there_is_one() {
+        let root = std::env::temp_dir().join(format!("efatop-dmi-{}", std::process::id()));
+        let dmi = root.join("sys/class/dmi/id");
+        std::fs::create_dir_all(&dmi).expect("dmi dir");
+        assert_eq!(dmi_product_name(&root), None, "no file");
+        std::fs::write(dmi.join("product_name"), "  \n").expect("write");
+        assert_eq!(dmi_product_name(&root), None, "blank");
+        std::fs::write(dmi.join("product_name"), "p6-b300.48xlarge\n").expect("write");
+        assert_eq!(dmi_product_name(&root).as_deref(), Some("p6-b300.48xlarge"));
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
+
+    #[test]
     fn an_encoding_hwloc_cannot_convert_is_refused_not_a_panic() {
         // Found by `scripts/fuzz` (`topology_xml`): hwlocality panicked on hwloc's EILSEQ.
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzzed/utf7-declaration.xml");
