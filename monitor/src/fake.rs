@@ -60,7 +60,7 @@ pub const EFA_DEVICE_COUNTERS: &[&str] = &[
 ];
 
 /// Device-wide counters the out-of-tree EFA driver adds when built with kernel verbs (amzn/amzn-drivers
-/// kernel/linux/efa src/efa_verbs.c, `EFA_DEFINE_KVERBS_DEVICE_STATS`, since "Introduce EFA kernel verbs
+/// `kernel/linux/efa/src/efa_verbs.c`, `EFA_DEFINE_KVERBS_DEVICE_STATS`, since "Introduce EFA kernel verbs
 /// support" next to "Add 0xefa3 device support" in its RELEASENOTES; HEAD 64788ef, driver 3.1.0): memory
 /// registrations by kernel consumers that failed. The upstream kernel's driver has none of them. No
 /// counter was renamed: the 22 port counters above are the same names in both drivers.
