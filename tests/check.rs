@@ -1,4 +1,4 @@
-//! `efatop check` as a program, on fake p5, p5e, p5en and p4d nodes (`efatop_monitor::FakeNode`, what
+//! `efatop check` as a program, on fake p5, p5e, p5en, p4d, p4de, p6-b200, p6-b300 and p6e-gb200 nodes (`efatop_monitor::FakeNode`, what
 //! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
@@ -14,7 +14,16 @@ use common::efatop;
 use efatop_monitor::{FakeNode, Fault};
 use serde_json::Value;
 
-const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
+const TYPES: [&str; 8] = [
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+    "p6e-gb200.36xlarge",
+];
 const FORMATS: [&str; 5] = ["table", "json", "nhc", "npd", "slurm"];
 
 /// What each fault's one-line form must say besides the thing it broke.
@@ -187,6 +196,39 @@ fn a_nic_on_the_wrong_numa_node_is_named_in_every_format() {
 #[test]
 fn memlock_too_low_is_named_in_every_format() {
     every_format(Some(Fault::LowMemlock));
+}
+
+/// The newer EFA driver's device counters (on the EFA v3/v4 fake nodes) are read and watched: one growing
+/// during the window is named, in JSON and in the one-line formats, with the type's expectations met.
+#[test]
+fn the_newer_drivers_counters_are_watched_on_efa_v3_and_v4_nodes() {
+    for instance_type in ["p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let victim = node.victim();
+        let root = node.root().to_str().expect("utf-8").to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let bumper = {
+            let (node, stop, victim) = (node.clone(), stop.clone(), victim.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    node.counters().advance(&victim, "alloc_mr_err", 1).expect("advance");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        let run = efatop(&["check", "--sysfs-root", &root, "--window", "500ms", "--format", "json"]);
+        stop.store(true, Ordering::Relaxed);
+        bumper.join().expect("bumper");
+        assert_eq!(run.code, Some(1), "{instance_type}: {}\n{}", run.stdout, run.stderr);
+        let line: Value = serde_json::from_str(run.stdout.trim()).expect("json");
+        let problems: Vec<&Value> =
+            line["data"]["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
+        assert_eq!(problems.len(), 1, "{instance_type}: {problems:?}");
+        assert_eq!(problems[0]["rule"], "efa-counters", "{instance_type}");
+        let message = problems[0]["message"].as_str().expect("message");
+        assert!(message.contains(&victim) && message.contains("alloc_mr_err +"), "{instance_type}: {message}");
+    }
 }
 
 #[test]

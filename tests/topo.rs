@@ -115,7 +115,15 @@ fn this_machine_lists_its_real_nics() {
 
 #[test]
 fn fixtures_print_what_the_golden_files_hold() {
-    for name in ["p5.48xlarge", "p4d.24xlarge", "p5en.48xlarge"] {
+    for name in [
+        "p5.48xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p6e-gb200.36xlarge",
+    ] {
         let xml = fixture(&format!("{name}.xml"));
         let run = efatop(&["topo", "--from-xml", &xml]);
         assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
@@ -125,7 +133,44 @@ fn fixtures_print_what_the_golden_files_hold() {
         let run = efatop(&["topo", "--from-xml", &xml, "--json"]);
         assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
         assert!(run.stdout == golden(&format!("{name}.json")), "{name}: JSON differs from the golden file");
+        // `--ranks 8`: the topology, a blank line, then the placement table the library's golden holds.
+        let run = efatop(&["topo", "--from-xml", &xml, "--ranks", "8"]);
+        assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
+        let expected = format!("{}\n{}", golden(&format!("{name}.txt")), golden(&format!("{name}.ranks8.txt")));
+        assert!(run.stdout == expected, "{name}: --ranks 8 differs from the golden files:\n{}", run.stdout);
+        // Its JSON carries the same 8 placements, each rank on GPU (rank mod GPUs) with that GPU's channels.
+        let run = efatop(&["topo", "--from-xml", &xml, "--ranks", "8", "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("json");
+        let placements = json["placement"].as_array().expect("placement");
+        assert_eq!(placements.len(), 8, "{name}");
+        let gpus = json["gpus"].as_array().expect("gpus");
+        for (rank, placement) in placements.iter().enumerate() {
+            let gpu = &gpus[rank % gpus.len()];
+            assert_eq!(placement["gpu"], gpu["index"], "{name} rank {rank}");
+            let names: Vec<&serde_json::Value> = gpu["preferred_nics"]
+                .as_array()
+                .expect("preferred")
+                .iter()
+                .map(|k| &json["nics"][k.as_u64().expect("index") as usize]["name"])
+                .collect();
+            assert_eq!(placement["nics"].as_array().expect("nics").iter().collect::<Vec<_>>(), names, "{name} rank {rank}");
+        }
     }
+}
+
+/// The ENA-only card of a p6-b300 and the second device of a p6e-gb200 physical NIC are no rank's NIC.
+#[test]
+fn no_rank_gets_an_ena_or_the_second_half_of_a_physical_nic() {
+    let run = efatop(&["topo", "--from-xml", &fixture("p6-b300.48xlarge.xml"), "--ranks", "8"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let table = run.stdout.split("Placement of local ranks").nth(1).expect("placement table");
+    assert!(!table.contains("ens5"), "{table}");
+    assert!(run.stdout.contains("NIC0   ens5") && run.stdout.contains("no GPU channel"), "{}", run.stdout);
+    let run = efatop(&["topo", "--from-xml", &fixture("p6e-gb200.36xlarge.xml"), "--ranks", "4"]);
+    let table = run.stdout.split("Placement of local ranks").nth(1).expect("placement table");
+    assert!(table.contains("rdmap10s0,rdmap12s0    400"), "{table}");
+    assert!(!table.contains("rdmap11s0"), "{table}");
+    assert!(run.stdout.contains("16 devices on 8 physical NICs"), "{}", run.stdout);
 }
 
 #[test]

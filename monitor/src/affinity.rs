@@ -1,6 +1,9 @@
-//! Which GPU each NIC sits next to, from the topology (`efatop-topology`: hwloc on this machine, or an
-//! hwloc XML such as the p5 fixture): a NIC belongs to every GPU that has it among its nearest NICs. NICs
-//! are matched by PCI address first and by name second.
+//! Which GPU each NIC serves, from the topology (`efatop-topology`: hwloc on this machine, or an hwloc XML
+//! such as the p5 fixture): a NIC belongs to every GPU that has it among its preferred NICs (the NICs a
+//! rank on that GPU uses: p5en's GPU 1 gets the last two of its switch's four, p4d's two GPUs share their
+//! one; p6-b300's ENA-only card and the second device of a p6e-gb200 physical NIC belong to none). The
+//! rail check ([`efatop_proto::telemetry::rails`]) numbers a NIC within its first GPU, so NIC k of a GPU
+//! here is the sweep's channel k. NICs are matched by PCI address first and by name second.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +34,7 @@ impl Affinity {
             ..Self::default()
         };
         for gpu in &topology.gpus {
-            for &nic_index in &gpu.nearest_nics {
+            for &nic_index in &gpu.preferred_nics {
                 let Some(nic) = topology.nics.get(nic_index) else { continue };
                 affinity.by_bus_id.entry(nic.pci_bus_id.clone()).or_default().push(gpu.index);
                 for name in nic.os_devices.iter().chain([&nic.name]) {
@@ -78,6 +81,47 @@ mod tests {
         assert_eq!(affinity.gpus_of("rdmap82s0", None), [0]);
         assert_eq!(affinity.gpus_of("rdmap201s0", None), [7]);
         assert_eq!(affinity.gpus_of("eth0", None), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn rails_are_the_topologys_for_every_type() {
+        use efatop_proto::telemetry::{rails::rails_of, NicKind, NodeNic, NodeSample};
+        for name in ["p4d.24xlarge.xml", "p5en.48xlarge.xml", "p6-b200.48xlarge.xml", "p6-b300.48xlarge.xml", "p6e-gb200.36xlarge.xml"] {
+            let topology = fixture(name);
+            let affinity = Affinity::from_topology(&topology);
+            let sample = NodeSample {
+                nics: topology
+                    .nics
+                    .iter()
+                    .map(|nic| NodeNic {
+                        name: nic.name.clone(),
+                        kind: if nic.kind.is_rdma() { NicKind::Rdma } else { NicKind::Net },
+                        pci_bus_id: Some(nic.pci_bus_id.clone()),
+                        gpus: affinity.gpus_of(&nic.name, Some(&nic.pci_bus_id)),
+                        present: true,
+                        ..NodeNic::default()
+                    })
+                    .collect(),
+                ..NodeSample::default()
+            };
+            let mut from_monitor: Vec<(String, usize, usize)> = rails_of(&sample);
+            from_monitor.sort();
+            let mut from_topology: Vec<(String, usize, usize)> = topology
+                .rails()
+                .into_iter()
+                .zip(&topology.nics)
+                .filter_map(|(rail, nic)| rail.map(|(gpu, rail)| (nic.name.clone(), gpu, rail)))
+                .collect();
+            from_topology.sort();
+            assert_eq!(from_monitor, from_topology, "{name}");
+        }
+        // p5en: GPU 1's two EFA are its rails 0 and 1, not rails 2 and 3 of GPU 0's switch.
+        let p5en = Affinity::from_topology(&fixture("p5en.48xlarge.xml"));
+        assert_eq!(p5en.gpus_of("rdmap87s0", None), [1]);
+        // p6-b300's ENA-only card 0 and p6e-gb200's second card of a physical NIC serve no GPU.
+        assert!(Affinity::from_topology(&fixture("p6-b300.48xlarge.xml")).gpus_of("ens5", None).is_empty());
+        let gb200 = Affinity::from_topology(&fixture("p6e-gb200.36xlarge.xml"));
+        assert_eq!((gb200.gpus_of("rdmap10s0", None), gb200.gpus_of("rdmap11s0", None)), (vec![0], vec![]));
     }
 
     #[test]

@@ -60,6 +60,24 @@ pub const EFA_DEVICE_COUNTERS: &[&str] = &[
     "mmap_err",
 ];
 
+/// Device-wide counters the out-of-tree EFA driver adds when built with kernel verbs (amzn/amzn-drivers
+/// `kernel/linux/efa/src/efa_verbs.c`, `EFA_DEFINE_KVERBS_DEVICE_STATS`, since "Introduce EFA kernel verbs
+/// support" next to "Add 0xefa3 device support" in its RELEASENOTES; HEAD 64788ef, driver 3.1.0): memory
+/// registrations by kernel consumers that failed. The upstream kernel's driver has none of them. No
+/// counter was renamed: the 22 port counters above are the same names in both drivers.
+pub const EFA_KVERBS_DEVICE_COUNTERS: &[&str] = &["alloc_mr_err", "get_dma_mr_err"];
+
+/// The device counters a fake node of EFA generation `generation` has: the fake EFA v3 and v4 nodes
+/// (p5en, p6) run the out-of-tree driver AWS's installer ships (ASSUMED), so they have
+/// [`EFA_KVERBS_DEVICE_COUNTERS`] too; v1 and v2 nodes the upstream kernel's set.
+pub fn efa_device_counters(generation: Option<u8>) -> Vec<&'static str> {
+    let mut counters = EFA_DEVICE_COUNTERS.to_vec();
+    if generation.is_some_and(|g| g >= 3) {
+        counters.extend_from_slice(EFA_KVERBS_DEVICE_COUNTERS);
+    }
+    counters
+}
+
 pub(crate) const NET_COUNTERS: &[&str] = &[
     "rx_bytes",
     "tx_bytes",

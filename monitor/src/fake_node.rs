@@ -1,5 +1,6 @@
 //! A whole fake node for the health check (`efatop check --sysfs-root DIR`): the tree of [`crate::FakeSysfs`]
-//! for any instance type efatop has a layout of (p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge), built from
+//! for any instance type efatop has a layout of (p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge,
+//! p4de.24xlarge, p6-b200.48xlarge, p6-b300.48xlarge, p6e-gb200.36xlarge), built from
 //! that layout (`efatop_topology::instance_layout`), plus what the check reads beyond counters:
 //!
 //! - `sys/class/dmi/id/product_name`: the instance type;
@@ -7,7 +8,8 @@
 //!   GPUs the layout puts next to it (`sys/devices/pci0000:00/<root port>/<switch>/<function>`; the root
 //!   port and switch addresses are placeholders, `0000:00:0N.0` and `0000:eN:00.0`, which no layout
 //!   uses), linked from `sys/class/infiniband/<dev>/device` and `sys/bus/pci/devices`;
-//! - each port's `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`) and `rate`, and the EFA counters;
+//! - each port's `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`) and `rate`, and the EFA counters (on EFA
+//!   v3 and v4 types also the newer driver's device counters, [`crate::fake::efa_device_counters`]);
 //! - the GPUs as NVIDIA PCI functions (class `0x030200`) at the layout's addresses and NUMA nodes;
 //! - `sys/module/{nvidia,nvidia_peermem,efa}`, `proc/driver/nvidia/version` (an open kernel module),
 //!   `proc/sys/kernel/osrelease` and `proc/self/limits` with memlock unlimited;
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use efatop_topology::{instance_layout, NicKind as LayoutNicKind, NodeTopology};
 
-use crate::fake::{initial_value, EFA_DEVICE_COUNTERS, EFA_PORT_COUNTERS};
+use crate::fake::{efa_device_counters, initial_value, EFA_PORT_COUNTERS};
 use crate::FakeSysfs;
 
 /// One thing wrong with a node, as the health check should name it.
@@ -225,7 +227,7 @@ impl FakeNode {
             for (counter_index, counter) in EFA_PORT_COUNTERS.iter().enumerate() {
                 write_lines(&port.join("hw_counters").join(counter), &initial_value(device_index, counter_index, counter).to_string())?;
             }
-            for (counter_index, counter) in EFA_DEVICE_COUNTERS.iter().enumerate() {
+            for (counter_index, counter) in efa_device_counters(nic.efa_generation()).iter().enumerate() {
                 write_lines(&dir.join("hw_counters").join(counter), &initial_value(device_index, counter_index, counter).to_string())?;
             }
             symlink_replacing(&relative_to(&dir, &pci, &root), &dir.join("device"))?;
@@ -278,9 +280,16 @@ mod tests {
 
     #[test]
     fn every_type_reads_back_with_its_efa_gpus_and_numa_nodes() {
-        for (instance_type, efa, rate) in
-            [("p5.48xlarge", 32, 100.0), ("p5e.48xlarge", 32, 100.0), ("p5en.48xlarge", 16, 200.0), ("p4d.24xlarge", 4, 100.0)]
-        {
+        for (instance_type, efa, rate, gpus) in [
+            ("p5.48xlarge", 32, 100.0, 8),
+            ("p5e.48xlarge", 32, 100.0, 8),
+            ("p5en.48xlarge", 16, 200.0, 8),
+            ("p4d.24xlarge", 4, 100.0, 8),
+            ("p4de.24xlarge", 4, 100.0, 8),
+            ("p6-b200.48xlarge", 8, 400.0, 8),
+            ("p6-b300.48xlarge", 16, 400.0, 8),
+            ("p6e-gb200.36xlarge", 16, 200.0, 4),
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let node = FakeNode::write(dir.path(), instance_type).unwrap();
             let sysfs = Sysfs::new(node.root());
@@ -289,7 +298,7 @@ mod tests {
             assert_eq!(devices.len(), efa, "{instance_type}");
             assert!(devices.iter().all(|d| d.is_efa() && d.ports.len() == 1 && d.ports[0].is_active()), "{devices:?}");
             assert!(devices.iter().all(|d| d.ports[0].rate_gbps == Some(rate)));
-            assert_eq!(sysfs.nvidia_gpus().len(), 8);
+            assert_eq!(sysfs.nvidia_gpus().len(), gpus, "{instance_type}");
             assert_eq!(sysfs.memlock().map(|m| m.soft), Some(None));
             assert!(sysfs.module_loaded("nvidia_peermem"));
             // The counters reader sees the same devices at the same addresses.
@@ -299,6 +308,12 @@ mod tests {
             for device in &devices {
                 let reading = rdma.iter().find(|nic| nic.name == device.name).unwrap();
                 assert_eq!(reading.pci_bus_id.as_deref(), device.pci_address());
+                // The newer driver's device counters exist on EFA v3/v4 nodes only.
+                let newer = ["p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge"].contains(&instance_type);
+                for counter in crate::fake::EFA_KVERBS_DEVICE_COUNTERS {
+                    assert_eq!(reading.counters.contains_key(*counter), newer, "{instance_type} {counter}");
+                }
+                assert!(reading.counters.contains_key("rdma_write_bytes") && reading.counters.contains_key("impaired_remote_conn_events"));
             }
         }
     }

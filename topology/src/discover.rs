@@ -14,7 +14,7 @@ use efatop_proto::topology::{GpuLinkSource, Link, format_cpu_list};
 
 use crate::TopologyError;
 use crate::link::{Hop, pcie_link};
-use crate::model::{Gpu, Nic, NicKind, NodeTopology, NumaNode};
+use crate::model::{Gpu, Nic, NicKind, NodeTopology, NumaNode, PhysicalNic};
 
 const NVIDIA: u16 = 0x10de;
 const AMAZON: u16 = 0x1d0f;
@@ -31,7 +31,11 @@ impl NodeTopology {
         let builder = keep_all_io(Topology::builder())?;
         let topology = builder.build().map_err(|e| TopologyError::Discovery(e.to_string()))?;
         let live = topology.is_this_system();
-        Ok(build(&topology, "this machine".into(), live))
+        let mut found = build(&topology, "this machine".into(), live);
+        if live {
+            found.instance_type = dmi_product_name(Path::new("/"));
+        }
+        Ok(found)
     }
 
     /// The topology described by an hwloc XML file (`lstopo --of xml`, or scripts/make-topology-fixtures).
@@ -103,6 +107,14 @@ fn object_attribute_names(xml: &str) -> impl Iterator<Item = Vec<&str>> {
     })
 }
 
+/// The instance type as DMI names it (`/sys/class/dmi/id/product_name` under `root`: `p5.48xlarge` on
+/// EC2); `None` when the file is missing or blank.
+pub fn dmi_product_name(root: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(root.join("sys/class/dmi/id/product_name")).ok()?;
+    let name = text.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {
     builder.with_io_type_filter(TypeFilter::KeepAll).map_err(|e| TopologyError::Discovery(e.to_string()))
 }
@@ -116,6 +128,7 @@ struct Found<'t> {
 
 fn build(topology: &Topology, source: String, live: bool) -> NodeTopology {
     let host = topology.root_object().info("HostName").map(|h| h.to_string_lossy().into_owned());
+    let instance_type = topology.root_object().info("efatop.InstanceType").map(|h| h.to_string_lossy().into_owned());
     let numa_nodes = topology
         .objects_with_type(ObjectType::NUMANode)
         .map(|node| NumaNode {
@@ -195,6 +208,7 @@ fn build(topology: &Topology, source: String, live: bool) -> NodeTopology {
     NodeTopology {
         source,
         host,
+        instance_type,
         numa_nodes,
         gpus,
         nics,
@@ -327,6 +341,9 @@ fn nic_of(index: usize, found: &Found<'_>, live: bool) -> Nic {
         .find_map(|child| child.info("LinkSpeedGbps"))
         .and_then(|v| v.to_str().ok()?.parse::<f64>().ok());
     let link_gbps = from_info.or_else(|| if live { sysfs_link_gbps(rdma.as_deref(), netdev.as_deref()) } else { None });
+    let info = |key: &str| found.object.io_children().find_map(|child| child.info(key)).map(|v| v.to_string_lossy().into_owned());
+    let physical_nic = info("efatop.PhysicalNic")
+        .map(|label| PhysicalNic { label, link_gbps: info("efatop.PhysicalNicGbps").and_then(|v| v.parse().ok()) });
     Nic {
         index,
         name,
@@ -338,6 +355,7 @@ fn nic_of(index: usize, found: &Found<'_>, live: bool) -> Nic {
         cpus,
         os_devices: devices.into_iter().map(|(name, _)| name).collect(),
         libfabric: Vec::new(),
+        physical_nic,
     }
 }
 
@@ -355,7 +373,9 @@ fn sysfs_link_gbps(rdma: Option<&str>, netdev: Option<&str>) -> Option<f64> {
     (mbps > 0).then(|| mbps as f64 / 1000.0)
 }
 
-/// Nearest NICs per GPU, then the even split between GPUs that share them.
+/// Nearest NICs per GPU, then the even split between GPUs that share them. Devices that are halves of one
+/// physical NIC count once: only the first of them (in bus order) is split out, so a GPU gets one channel
+/// per physical NIC (p6e-gb200: cards 1 and 3, not 1 to 4).
 fn choose_nics(gpus: &mut [Gpu], nics: &[Nic], nic_links: &[Vec<Link>]) {
     // A GPU's traffic goes over RDMA when the node has it; an ENA or a management port at PIX must not
     // win over an EFA at NODE.
@@ -372,6 +392,18 @@ fn choose_nics(gpus: &mut [Gpu], nics: &[Nic], nic_links: &[Vec<Link>]) {
         sharing.entry(gpu.nearest_nics.clone()).or_default().push(gpu.index);
     }
     for (nearest, sharers) in sharing {
+        let mut physical_seen: Vec<&str> = Vec::new();
+        let nearest: Vec<usize> = nearest
+            .into_iter()
+            .filter(|&k| match &nics[k].physical_nic {
+                Some(shared) if physical_seen.contains(&shared.label.as_str()) => false,
+                Some(shared) => {
+                    physical_seen.push(&shared.label);
+                    true
+                }
+                None => true,
+            })
+            .collect();
         let (n, g) = (nearest.len(), sharers.len());
         for (position, &gpu) in sharers.iter().enumerate() {
             gpus[gpu].preferred_nics = if n >= g && n % g == 0 {
@@ -386,11 +418,12 @@ fn choose_nics(gpus: &mut [Gpu], nics: &[Nic], nic_links: &[Vec<Link>]) {
 
 /// NVLinks per GPU on an NVSwitch baseboard, by PCI device ID. Sources: NVIDIA's A100 (12 third-generation
 /// links), H100 SXM5 and H200 SXM (18 fourth-generation) and B200 (18 fifth-generation) datasheets; PCI IDs
-/// from the PCI ID Repository.
+/// from the PCI ID Repository. B300 (10de:3182, from aws/sagemaker-hyperpod-cli's MIG device filter): NVLink
+/// 5 at 1.8 TB/s per GPU as B200 (NODE-FACTS.md), so 18 links of 50 GB/s.
 fn nvlinks_per_gpu(device_id: u16) -> Option<u8> {
     match device_id {
         0x20b0 | 0x20b2 => Some(12),
-        0x2330 | 0x2335 | 0x2901 => Some(18),
+        0x2330 | 0x2335 | 0x2901 | 0x3182 => Some(18),
         _ => None,
     }
 }
@@ -401,7 +434,7 @@ fn nvlinks_per_gpu(device_id: u16) -> Option<u8> {
 fn nvlink_gbytes_per_s_per_link(device_id: u16) -> Option<f64> {
     match device_id {
         0x20b0 | 0x20b2 | 0x2330 | 0x2335 => Some(25.0),
-        0x2901 => Some(50.0),
+        0x2901 | 0x3182 => Some(50.0),
         _ => None,
     }
 }
@@ -429,6 +462,19 @@ mod tests {
         r#"<object type="Machine" os_index="0" cpuset="0xff" nodeset="0x1"><object cpuset="0xf">"#,
         r#"<object type="NUMANode" os_index="0" cpuset="0xff" nodeset="0x1"/></object></object></topology>"#,
     );
+
+    #[test]
+    fn the_instance_type_is_dmis_product_name_when_there_is_one() {
+        let root = std::env::temp_dir().join(format!("efatop-dmi-{}", std::process::id()));
+        let dmi = root.join("sys/class/dmi/id");
+        std::fs::create_dir_all(&dmi).expect("dmi dir");
+        assert_eq!(dmi_product_name(&root), None, "no file");
+        std::fs::write(dmi.join("product_name"), "  \n").expect("write");
+        assert_eq!(dmi_product_name(&root), None, "blank");
+        std::fs::write(dmi.join("product_name"), "p6-b300.48xlarge\n").expect("write");
+        assert_eq!(dmi_product_name(&root).as_deref(), Some("p6-b300.48xlarge"));
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
 
     #[test]
     fn an_encoding_hwloc_cannot_convert_is_refused_not_a_panic() {

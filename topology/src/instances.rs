@@ -13,6 +13,15 @@ const FIXTURES: &[(&str, &str)] = &[
     ("p5e.48xlarge", include_str!("../fixtures/p5e.48xlarge.xml")),
     ("p5en.48xlarge", include_str!("../fixtures/p5en.48xlarge.xml")),
     ("p4d.24xlarge", include_str!("../fixtures/p4d.24xlarge.xml")),
+    // p4d's layout with 80 GB A100s: aws/aws-ofi-nccl topology/p4de-24xl-topo.xml is p4d's file with GPU
+    // device 10de:20b2 (scripts/make-topology-fixtures, [ofi-p4de]).
+    ("p4de.24xlarge", include_str!("../fixtures/p4de.24xlarge.xml")),
+    // 8 EFA v4 at 400 Gbps, one per GPU ([nf-p6], [ofi-p5en]).
+    ("p6-b200.48xlarge", include_str!("../fixtures/p6-b200.48xlarge.xml")),
+    // 16 EFA v4, two per GPU, and network card 0 ENA-only (a NIC, never an EFA channel).
+    ("p6-b300.48xlarge", include_str!("../fixtures/p6-b300.48xlarge.xml")),
+    // 4 GPUs on 2 Grace CPUs; 16 EFA on 8 physical NICs, one channel per physical NIC per GPU.
+    ("p6e-gb200.36xlarge", include_str!("../fixtures/p6e-gb200.36xlarge.xml")),
 ];
 
 /// The instance types [`instance_layout`] knows, in the order above.
@@ -34,10 +43,20 @@ mod tests {
 
     #[test]
     fn every_known_type_loads_with_its_gpus_and_efa() {
-        for (name, gpus, efa) in [("p5.48xlarge", 8, 32), ("p5e.48xlarge", 8, 32), ("p5en.48xlarge", 8, 16), ("p4d.24xlarge", 8, 4)] {
+        for (name, gpus, efa) in [
+            ("p5.48xlarge", 8, 32),
+            ("p5e.48xlarge", 8, 32),
+            ("p5en.48xlarge", 8, 16),
+            ("p4d.24xlarge", 8, 4),
+            ("p4de.24xlarge", 8, 4),
+            ("p6-b200.48xlarge", 8, 8),
+            ("p6-b300.48xlarge", 8, 16),
+            ("p6e-gb200.36xlarge", 4, 16),
+        ] {
             let layout = instance_layout(name).expect("known").expect("loads");
             assert_eq!(layout.gpus.len(), gpus, "{name}");
             assert_eq!(layout.nics.iter().filter(|nic| nic.kind == crate::NicKind::Efa).count(), efa, "{name}");
+            assert_eq!(layout.instance_type.as_deref(), Some(name), "the fixture names its type");
         }
         assert!(instance_layout(" P5.48xlarge\n").is_some(), "case and blanks");
         assert!(instance_layout("m7i.large").is_none());

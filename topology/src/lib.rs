@@ -27,8 +27,9 @@ mod render;
 
 use std::path::PathBuf;
 
+pub use discover::dmi_product_name;
 pub use instances::{instance_layout, known_instance_types};
-pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, normalize_bus_id};
+pub use model::{FabricNic, Gpu, Nic, NicKind, NodeTopology, NumaNode, PhysicalNic, normalize_bus_id};
 pub use placement::{GpuChoice, Placement};
 
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,10 @@ pub struct NodeTopology {
     pub source: String,
     /// The host name hwloc recorded, when it did.
     pub host: Option<String>,
+    /// The EC2 instance type: DMI's `product_name` on this machine, the `efatop.InstanceType` info of a
+    /// fixture; `None` when neither says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
     pub numa_nodes: Vec<NumaNode>,
     /// In PCI bus order, which is nvidia-smi's order (and CUDA's with `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
     pub gpus: Vec<Gpu>,
@@ -118,6 +122,39 @@ pub struct Nic {
     /// The libfabric domains on this NIC, when libfabric was asked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub libfabric: Vec<FabricNic>,
+    /// The physical NIC this device is one of several devices on (p6e-gb200: network cards 1 and 2
+    /// share one 400G NIC); `None` when the device is a NIC of its own. Devices on one physical NIC
+    /// share its link: [`NodeTopology::aggregate_gbps`] never counts it twice, and a GPU's preferred NICs
+    /// take one device per physical NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_nic: Option<PhysicalNic>,
+}
+
+/// A physical NIC that carries several devices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhysicalNic {
+    /// The same on every device of the NIC (a fixture's `efatop.PhysicalNic`, e.g. `cards 1+2`).
+    pub label: String,
+    /// The physical link, shared by its devices.
+    pub link_gbps: Option<f64>,
+}
+
+impl Nic {
+    /// The EFA generation from the PCI device ID: 1d0f:efa0 is v1 (p4d), efa1 v2 (p5), efa2 v3 (p5en),
+    /// efa3 v4 (p6; the amzn-drivers efa driver binds it, the v4 name is by sequence). `None` for other NICs.
+    pub fn efa_generation(&self) -> Option<u8> {
+        if self.kind != NicKind::Efa {
+            return None;
+        }
+        let device = self.pci_id.strip_prefix("1d0f:efa")?;
+        device.parse::<u8>().ok().filter(|d| *d <= 9).map(|d| d + 1)
+    }
+
+    /// Whether the NIC does RDMA write in hardware: EFA v1 (p4d) reads only, and libfabric's efa
+    /// provider emulates writes over sends (`FI_OPT_EFA_EMULATED_WRITE`). `None` when not an EFA.
+    pub fn native_rdma_write(&self) -> Option<bool> {
+        self.efa_generation().map(|generation| generation >= 2)
+    }
 }
 
 /// A NIC as libfabric reports it (`fi_info`): what [`NodeTopology::attach_fabric_nics`] matches to hwloc's.
@@ -131,6 +168,61 @@ pub struct FabricNic {
 }
 
 impl NodeTopology {
+    /// Every NIC's rail: the first GPU (in index order) whose preferred NICs hold it, and its position
+    /// there; `None` for a NIC no GPU uses (an ENA-only card, the second device of a physical NIC, any NIC
+    /// of a node without GPUs). This is the one rule `--channels all`'s order, the sweep's rails and the
+    /// monitor's rail check follow: a rank's channel k is its GPU's rail k.
+    pub fn rails(&self) -> Vec<Option<(usize, usize)>> {
+        self.nics
+            .iter()
+            .map(|nic| {
+                self.gpus.iter().find_map(|gpu| {
+                    gpu.preferred_nics.iter().position(|&k| k == nic.index).map(|rail| (gpu.index, rail))
+                })
+            })
+            .collect()
+    }
+
+    /// What the NICs `indices` can carry together, Gbps: each device's link, except that devices on one
+    /// physical NIC together get no more than its link (two halves of a 400G NIC are 400G, not 800G).
+    /// `None` when a NIC's speed is unknown.
+    pub fn aggregate_gbps(&self, indices: &[usize]) -> Option<f64> {
+        let mut total = 0.0;
+        let mut physical: Vec<(&str, Option<f64>, f64)> = Vec::new();
+        let mut seen = Vec::new();
+        for &k in indices {
+            if seen.contains(&k) {
+                continue;
+            }
+            seen.push(k);
+            let nic = self.nics.get(k)?;
+            let gbps = nic.link_gbps?;
+            match &nic.physical_nic {
+                Some(shared) => match physical.iter_mut().find(|(label, _, _)| *label == shared.label) {
+                    Some(entry) => entry.2 += gbps,
+                    None => physical.push((&shared.label, shared.link_gbps, gbps)),
+                },
+                None => total += gbps,
+            }
+        }
+        for (_, link, sum) in physical {
+            total += link.map_or(sum, |link| sum.min(link));
+        }
+        Some(total)
+    }
+
+    /// How many distinct physical NICs the NICs `indices` are on (a device without a physical NIC is one).
+    pub fn physical_nic_count(&self, indices: &[usize]) -> usize {
+        let mut labels: Vec<String> = indices
+            .iter()
+            .filter_map(|&k| self.nics.get(k))
+            .map(|nic| nic.physical_nic.as_ref().map_or_else(|| format!("nic {}", nic.index), |p| p.label.clone()))
+            .collect();
+        labels.sort();
+        labels.dedup();
+        labels.len()
+    }
+
     pub fn gpu_by_pci_bus_id(&self, bus_id: &str) -> Option<&Gpu> {
         let wanted = normalize_bus_id(bus_id)?;
         self.gpus.iter().find(|gpu| gpu.pci_bus_id == wanted)

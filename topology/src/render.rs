@@ -27,6 +27,11 @@ impl NodeTopology {
             plural(self.nics.len(), "NIC", "NICs"),
             plural(self.numa_nodes.len(), "NUMA node", "NUMA nodes"),
         );
+        if let Some(instance_type) = &self.instance_type {
+            let from = if self.source == "this machine" { "DMI product_name" } else { "the XML's efatop.InstanceType" };
+            let _ = writeln!(out, "Instance type: {instance_type} (from {from})");
+        }
+        self.efa_summary(&mut out);
         out.push('\n');
         if self.gpus.is_empty() {
             out.push_str("No GPUs: hwloc sees no NVIDIA GPU (PCI vendor 10de) here.\n\n");
@@ -40,6 +45,26 @@ impl NodeTopology {
         }
         self.numa_table(&mut out);
         out
+    }
+
+    /// One line on the EFA devices: how many, on how many physical NICs, what they carry together, and
+    /// what the GPUs' channels (every GPU's preferred NICs) carry.
+    fn efa_summary(&self, out: &mut String) {
+        let efa: Vec<usize> = self.nics.iter().filter(|nic| nic.kind.is_rdma()).map(|nic| nic.index).collect();
+        if efa.is_empty() {
+            return;
+        }
+        let gbps = |indices: &[usize]| self.aggregate_gbps(indices).map_or_else(|| "? Gbps".to_string(), |g| format!("{} Gbps", trim_float(g)));
+        let physical = self.physical_nic_count(&efa);
+        let on = if physical == efa.len() { String::new() } else { format!(" on {physical} physical NICs") };
+        let mut line = format!("RDMA NICs: {} devices{on}, {} of links", efa.len(), gbps(&efa));
+        let mut channels: Vec<usize> = self.gpus.iter().flat_map(|gpu| gpu.preferred_nics.iter().copied()).collect();
+        channels.sort_unstable();
+        channels.dedup();
+        if !channels.is_empty() {
+            let _ = write!(line, "; the GPUs' channels: {} devices, {}", channels.len(), gbps(&channels));
+        }
+        let _ = writeln!(out, "{line}");
     }
 
     fn matrix(&self, out: &mut String) {
@@ -114,10 +139,24 @@ impl NodeTopology {
             return;
         }
         out.push_str("NICs:\n");
+        let rails = self.rails();
         let rows: Vec<Vec<String>> = self
             .nics
             .iter()
             .map(|nic| {
+                let rail = match rails[nic.index] {
+                    Some((gpu, rail)) => format!("GPU{gpu} rail {rail}"),
+                    None if self.gpus.is_empty() => String::new(),
+                    None => "no GPU channel".to_string(),
+                };
+                let generation = nic.efa_generation().map_or_else(String::new, |g| {
+                    let read_only = if nic.native_rdma_write() == Some(false) { ", RDMA read only" } else { "" };
+                    format!("EFA v{g}{read_only}")
+                });
+                let physical = nic.physical_nic.as_ref().map_or_else(String::new, |p| {
+                    let link = p.link_gbps.map_or_else(|| "?".to_string(), trim_float);
+                    format!("shares {} ({link} Gbps)", p.label)
+                });
                 vec![
                     format!("NIC{}", nic.index),
                     nic.name.clone(),
@@ -127,6 +166,9 @@ impl NodeTopology {
                     nic.link_gbps.map_or_else(|| "- Gbps".to_string(), |g| format!("{} Gbps", trim_float(g))),
                     nic.numa_node.map_or_else(|| "NUMA -".to_string(), |n| format!("NUMA {n}")),
                     if self.gpus.is_empty() { format!("CPUs {}", nic.cpus) } else { String::new() },
+                    generation,
+                    rail,
+                    physical,
                     libfabric_summary(nic),
                 ]
             })
@@ -171,7 +213,8 @@ impl NodeTopology {
                         if sharers.is_empty() { String::new() } else { format!(", shared with {}", sharers.join(" ")) };
                     let (nearest, preferred) = (self.nic_names(&gpu.nearest_nics), self.nic_names(&gpu.preferred_nics));
                     let _ = writeln!(out, "        nearest NICs ({link}{shared}): {nearest}");
-                    let _ = writeln!(out, "        a rank on GPU{} uses: {preferred}", gpu.index);
+                    let carries = self.aggregate_gbps(&gpu.preferred_nics).map_or_else(String::new, |g| format!(" ({} Gbps)", trim_float(g)));
+                    let _ = writeln!(out, "        a rank on GPU{} uses: {preferred}{carries}", gpu.index);
                 }
             }
         }
@@ -200,13 +243,16 @@ impl NodeTopology {
 
     /// The placement table: one line per local rank.
     pub fn render_placements(&self, placements: &[Placement]) -> String {
-        let mut rows = vec![["rank", "GPU", "PCI bus id", "NICs", "NUMA", "CPUs"].map(String::from).to_vec()];
+        let mut rows = vec![["rank", "GPU", "PCI bus id", "NICs", "Gbps", "NUMA", "CPUs"].map(String::from).to_vec()];
         for p in placements {
+            let indices: Option<Vec<usize>> = p.nics.iter().map(|name| self.nic_by_name(name).map(|nic| nic.index)).collect();
+            let gbps = indices.and_then(|indices| self.aggregate_gbps(&indices)).map_or_else(|| "-".to_string(), trim_float);
             rows.push(vec![
                 p.local_rank.to_string(),
                 p.gpu.map_or_else(|| "-".to_string(), |g| format!("GPU{g}")),
                 p.gpu_pci_bus_id.clone().unwrap_or_else(|| "-".to_string()),
                 if p.nics.is_empty() { "-".to_string() } else { p.nics.join(",") },
+                gbps,
                 p.numa_node.map_or_else(|| "-".to_string(), |n| n.to_string()),
                 p.cpus.clone(),
             ]);

@@ -45,7 +45,133 @@ fn check_golden(name: &str) -> NodeTopology {
     // The JSON is the same data: it reads back into an equal topology.
     let back: NodeTopology = serde_json::from_str(&json).expect("deserialize");
     assert_eq!(back, topo);
+    // `efatop topo --ranks 8`'s table: 8 local ranks, round-robin over the GPUs.
+    let placements: Vec<_> = (0..8).map(|rank| topo.placement(rank, GpuChoice::Auto).expect("placement")).collect();
+    golden(&format!("{name}.ranks8.txt"), &topo.render_placements(&placements));
     topo
+}
+
+/// Every GPU's channels (its preferred NICs' names), the rail of every NIC, and what a GPU's channels carry.
+fn channels(topo: &NodeTopology) -> Vec<Vec<&str>> {
+    topo.gpus.iter().map(|gpu| gpu.preferred_nics.iter().map(|&k| topo.nics[k].name.as_str()).collect()).collect()
+}
+
+/// The rules every type must keep, whatever its layout: a GPU's channels are rails 0.. of that GPU, no
+/// NIC is a channel of two GPUs unless it is their only NIC (p4d), and no ENA is ever a channel.
+fn rails_follow_the_channels(topo: &NodeTopology) {
+    let rails = topo.rails();
+    for gpu in &topo.gpus {
+        for (rail, &k) in gpu.preferred_nics.iter().enumerate() {
+            let (owner, at) = rails[k].expect("a channel has a rail");
+            assert!(owner <= gpu.index, "NIC{k}'s rail belongs to the first GPU that uses it");
+            if owner == gpu.index {
+                assert_eq!(at, rail, "GPU{} NIC{k}", gpu.index);
+            }
+        }
+    }
+    for nic in &topo.nics {
+        if nic.kind == NicKind::Ethernet {
+            assert_eq!(rails[nic.index], None, "{} (ENA) is never a channel", nic.name);
+            assert!(topo.gpus.iter().all(|gpu| !gpu.nearest_nics.contains(&nic.index)), "{}", nic.name);
+        }
+    }
+}
+
+#[test]
+fn p4de_is_the_p4d_layout_with_80gb_a100s() {
+    let (p4d, p4de) = (load("p4d.24xlarge.xml"), check_golden("p4de.24xlarge"));
+    assert_eq!(p4de.nics, p4d.nics);
+    assert_eq!((p4de.nic_links.clone(), p4de.gpu_links.clone()), (p4d.nic_links.clone(), p4d.gpu_links.clone()));
+    for (a80, a40) in p4de.gpus.iter().zip(&p4d.gpus) {
+        assert_eq!((a80.pci_id.as_str(), a80.model.as_deref()), ("10de:20b2", Some("NVIDIA A100-SXM4-80GB")));
+        assert_eq!((&a80.pci_bus_id, &a80.preferred_nics), (&a40.pci_bus_id, &a40.preferred_nics));
+    }
+    // EFA v1 reads only: writes are emulated over sends.
+    assert!(p4de.nics.iter().all(|n| n.efa_generation() == Some(1) && n.native_rdma_write() == Some(false)));
+    assert!(p4de.render_text().contains("EFA v1, RDMA read only"));
+    // One NIC shared by two GPUs: both use it, it is rail 0 of the first.
+    assert_eq!(p4de.rails()[0], Some((0, 0)));
+    assert_eq!(channels(&p4de)[1], ["rdmap16s27"]);
+    rails_follow_the_channels(&p4de);
+    assert_eq!(p4de.aggregate_gbps(&[0, 1, 2, 3]), Some(400.0));
+}
+
+#[test]
+fn p6_b200_gives_each_gpu_one_400g_efa_of_its_switch() {
+    let topo = check_golden("p6-b200.48xlarge");
+    assert_eq!((topo.gpus.len(), topo.nics.len()), (8, 8));
+    assert!(topo.nics.iter().all(|n| n.pci_id == "1d0f:efa3" && n.efa_generation() == Some(4) && n.link_gbps == Some(400.0)));
+    for gpu in &topo.gpus {
+        assert_eq!(gpu.nearest_nics.len(), 2, "2 GPUs and 2 NICs per switch");
+        assert_eq!(gpu.preferred_nics, [gpu.index], "split: NIC k for GPU k");
+        assert_eq!(topo.rails()[gpu.index], Some((gpu.index, 0)));
+        assert_eq!(topo.gpu_links[gpu.index][(gpu.index + 1) % 8], Link::NvLink(Some(18)));
+    }
+    rails_follow_the_channels(&topo);
+    assert_eq!(topo.aggregate_gbps(&(0..8).collect::<Vec<_>>()), Some(3200.0));
+    assert_eq!(topo.pair_link(0, 1).and_then(|p| p.peak_gbytes_per_s), Some(900.0), "B200: 18 x 50 GB/s");
+}
+
+#[test]
+fn p6_b300_gives_each_gpu_two_efa_and_never_the_ena_only_card_0() {
+    let topo = check_golden("p6-b300.48xlarge");
+    assert_eq!((topo.gpus.len(), topo.nics.len()), (8, 17));
+    let ena = &topo.nics[0];
+    assert_eq!((ena.kind, ena.pci_id.as_str(), ena.efa_generation()), (NicKind::Ethernet, "1d0f:ec20", None));
+    let efa: Vec<usize> = topo.nics.iter().filter(|n| n.kind == NicKind::Efa).map(|n| n.index).collect();
+    assert_eq!(efa.len(), 16);
+    assert_eq!(topo.aggregate_gbps(&efa), Some(6400.0));
+    let mut claimed = Vec::new();
+    for gpu in &topo.gpus {
+        assert_eq!(gpu.nearest_nics.len(), 4);
+        assert_eq!(gpu.preferred_nics.len(), 2, "GPU{}", gpu.index);
+        assert!(!gpu.preferred_nics.contains(&0) && !gpu.nearest_nics.contains(&0), "card 0 is ENA only");
+        assert_eq!(topo.aggregate_gbps(&gpu.preferred_nics), Some(800.0));
+        claimed.extend(gpu.preferred_nics.iter().copied());
+        let placement = topo.placement(gpu.index, GpuChoice::Auto).expect("placement");
+        assert!(!placement.nics.contains(&ena.name));
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, efa, "every EFA is exactly one GPU's channel");
+    assert_eq!(channels(&topo)[1], ["rdmap28s0", "rdmap29s0"]);
+    assert_eq!(topo.rails()[0], None);
+    rails_follow_the_channels(&topo);
+    assert!(topo.render_text().contains("no GPU channel"));
+}
+
+#[test]
+fn p6e_gb200_takes_one_device_per_physical_nic_and_never_counts_a_nic_twice() {
+    let topo = check_golden("p6e-gb200.36xlarge");
+    assert_eq!((topo.gpus.len(), topo.nics.len(), topo.numa_nodes.len()), (4, 17, 2));
+    assert_eq!(topo.numa_nodes[0].cpus, "0-71");
+    assert_eq!(topo.numa_nodes[1].cpus, "72-143");
+    assert_eq!(topo.nvswitches, 0, "the NVLink switches are outside the host");
+    let efa: Vec<usize> = (1..17).collect();
+    assert!(efa.iter().all(|&k| topo.nics[k].physical_nic.as_ref().is_some_and(|p| p.link_gbps == Some(400.0))));
+    assert_eq!(topo.physical_nic_count(&efa), 8);
+    // AWS's pairs: GPU0 on cards (1,3), GPU1 (5,7), GPU2 (9,11), GPU3 (13,15).
+    for gpu in &topo.gpus {
+        let first = 4 * gpu.index + 1;
+        assert_eq!(gpu.nearest_nics, (first..first + 4).collect::<Vec<_>>());
+        assert_eq!(gpu.preferred_nics, [first, first + 2], "GPU{}", gpu.index);
+        assert_eq!(topo.aggregate_gbps(&gpu.preferred_nics), Some(400.0));
+        // All four nearest devices are two physical NICs: 800, not 4 x 200 counted per physical link.
+        assert_eq!(topo.aggregate_gbps(&gpu.nearest_nics), Some(800.0));
+    }
+    // Two devices of one physical NIC are its link, not twice it, even where each device says 400.
+    let mut doubled = topo.clone();
+    for k in [1, 2] {
+        doubled.nics[k].link_gbps = Some(400.0);
+    }
+    assert_eq!(doubled.aggregate_gbps(&[1, 2]), Some(400.0));
+    assert_eq!(doubled.aggregate_gbps(&[1, 3]), Some(600.0));
+    let channel_set: Vec<usize> = topo.gpus.iter().flat_map(|g| g.preferred_nics.clone()).collect();
+    assert_eq!(topo.aggregate_gbps(&channel_set), Some(1600.0), "AWS: 1600 Gbps of EFA");
+    assert_eq!(topo.rails()[2], None, "the second half of a physical NIC is no channel");
+    assert_eq!(topo.rails()[3], Some((0, 1)));
+    rails_follow_the_channels(&topo);
+    // Placement of 8 ranks on 4 GPUs wraps around.
+    assert_eq!(topo.placement(5, GpuChoice::Auto).expect("placement").nics, channels(&topo)[1]);
 }
 
 /// GPU i's links to every NIC, grouped: (PIX/PXB NIC names, NODE/SYS count, others).
@@ -88,6 +214,9 @@ fn p5_every_gpu_has_its_own_four_efa() {
     // Same socket is NODE, the other socket SYS.
     assert_eq!(topo.nic_links[0][4], Link::Node);
     assert_eq!(topo.nic_links[0][16], Link::Sys);
+    // Four NICs per GPU: GPU1's are its rails 0-3.
+    assert_eq!(topo.rails()[4..8], [Some((1, 0)), Some((1, 1)), Some((1, 2)), Some((1, 3))]);
+    rails_follow_the_channels(&topo);
 }
 
 #[test]
@@ -127,6 +256,9 @@ fn p5en_splits_a_switch_between_its_two_gpus() {
     assert_eq!(topo.gpus[1].preferred_nics, [2, 3]);
     assert_eq!(topo.gpus[0].pci_bus_id, "0000:59:00.0");
     assert_eq!(topo.nics[0].name, "rdmap85s0");
+    // Two NICs per GPU: GPU1's are rails 0 and 1 of GPU1, not rails 2 and 3 of the switch's first GPU.
+    assert_eq!(topo.rails()[2], Some((1, 0)));
+    rails_follow_the_channels(&topo);
 }
 
 /// p5e.48xlarge is a p5 with H200s: aws-ofi-nccl gives both one platform entry ("p5/p5e"), AWS's EFA

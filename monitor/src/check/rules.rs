@@ -10,7 +10,8 @@ use crate::node::{PciFunction, RdmaDevice};
 
 /// The counters whose growth is a fault: those fleets alert on (EFA's `retrans_timeout_events`,
 /// `impaired_remote_conn_events`, `unresponsive_remote_events`, `rx_drops`), failed RDMA work requests,
-/// and admin commands that failed or never completed.
+/// admin commands that failed or never completed, and (out-of-tree driver with kernel verbs, seen on the
+/// EFA v3/v4 fake nodes) memory registrations that failed.
 pub const WATCHED_COUNTERS: &[&str] = &[
     "impaired_remote_conn_events",
     "unresponsive_remote_events",
@@ -20,6 +21,8 @@ pub const WATCHED_COUNTERS: &[&str] = &[
     "rdma_write_wr_err",
     "cmds_err",
     "no_completion_cmds",
+    "alloc_mr_err",
+    "get_dma_mr_err",
 ];
 
 /// Every rule's findings, in [`Rule::ALL`] order.
