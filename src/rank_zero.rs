@@ -341,7 +341,7 @@ impl Loop {
             Input::Experiment(mut event) => {
                 // Each step against its instance type's published figure, for the file, tables and views alike.
                 if let ConsumerEvent::Measured(measurement) = &mut event {
-                    efatop_proto::expected::annotate(&self.setup.results.metadata, measurement);
+                    measurement.annotate_expected(&self.setup.results.metadata);
                 }
                 self.keep(&event);
                 self.forward(event);

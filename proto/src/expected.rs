@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::column::Column;
 use crate::experiment::Experiment;
-use crate::results::{Measurement, RunMetadata};
 use crate::sizes::format_size;
 
 /// A measurement under this share of its expected figure is marked (`*` in text, red in the dashboard)
@@ -221,14 +220,6 @@ pub struct RunShape<'a> {
     pub channels: usize,
 }
 
-impl<'a> RunShape<'a> {
-    /// The shape of a recorded run; `None` when it records no instance type.
-    pub fn of(meta: &'a RunMetadata) -> Option<Self> {
-        let instance_type = meta.instance_type.as_deref()?;
-        Some(RunShape { instance_type, experiment: &meta.experiment, ranks: meta.ranks, channels: meta.channels })
-    }
-}
-
 /// Whether `instance_type` is one efatop lists (with or without figures).
 pub fn is_listed(instance_type: &str) -> bool {
     INSTANCE_TYPES.iter().any(|(name, _)| *name == instance_type)
@@ -303,18 +294,21 @@ fn sizes_covered(reference: &Reference) -> String {
     }
 }
 
-/// `measurement` against its figure in a run of `meta`'s shape: set when the run records an instance type
-/// efatop lists, left alone otherwise (a machine that is not one of these types has nothing to say per
-/// measurement; the header names its type).
-pub fn annotate(meta: &RunMetadata, measurement: &mut Measurement) {
-    let Some(shape) = RunShape::of(meta).filter(|shape| is_listed(shape.instance_type)) else { return };
-    measurement.expected = Some(match lookup(shape, &measurement.config, measurement.size) {
-        Lookup::Figure { gbps, source } => {
-            let percent = if gbps > 0.0 { 100.0 * measurement.gbps / gbps } else { 0.0 };
-            Expected::Figure { gbps, percent, source }
+/// A measurement of `gbps` in `column` at `size` against its figure in a run of this shape: `None` when the
+/// run's instance type is not one efatop lists (such a machine has nothing to say per measurement; the
+/// header names its type), else the figure and the share, or why there is none.
+/// [`crate::results::Measurement::annotate_expected`] applies it to a measurement of a recorded run.
+pub fn judge(shape: RunShape<'_>, column: &Column, size: u64, gbps: f64) -> Option<Expected> {
+    if !is_listed(shape.instance_type) {
+        return None;
+    }
+    Some(match lookup(shape, column, size) {
+        Lookup::Figure { gbps: figure, source } => {
+            let percent = if figure > 0.0 { 100.0 * gbps / figure } else { 0.0 };
+            Expected::Figure { gbps: figure, percent, source }
         }
         Lookup::Missing(why) => Expected::Missing { missing: why },
-    });
+    })
 }
 
 /// The reference tables as `docs/expected.md` shows them: the listed types and what each has, then one
@@ -422,16 +416,12 @@ mod tests {
             lookup(shape, &Column::write(Layout::Single, Memory::Host), GIB),
             Lookup::Missing("p6-b300.48xlarge: no published figure for write".into())
         );
-        let mut meta = RunMetadata { experiment: write, ranks: 2, channels: 1, ..RunMetadata::default() };
-        let mut measurement = sample(40.0);
-        annotate(&meta, &mut measurement);
-        assert_eq!(measurement.expected, None, "no instance type");
-        meta.instance_type = Some("m7i.large".into());
-        annotate(&meta, &mut measurement);
-        assert_eq!(measurement.expected, None, "not a listed type");
-        meta.instance_type = Some("p5.48xlarge".into());
-        annotate(&meta, &mut measurement);
-        let expected = measurement.expected.clone().expect("a figure");
+        let single = Column::write(Layout::Single, Memory::Host);
+        let unlisted = RunShape { instance_type: "m7i.large", experiment: &write, ranks: 2, channels: 1 };
+        assert_eq!(judge(unlisted, &single, GIB, 40.0), None, "not a listed type");
+        assert!(matches!(judge(shape, &single, GIB, 40.0), Some(Expected::Missing { .. })), "listed, no figure");
+        let p5 = RunShape { instance_type: "p5.48xlarge", experiment: &write, ranks: 2, channels: 1 };
+        let expected = judge(p5, &single, GIB, 40.0).expect("a figure");
         assert!((expected.percent().expect("a share") - 100.0 * 40.0 / 97.68).abs() < 1e-9 && expected.below());
         // In the file: the figure, its share and source; or why not.
         let json = serde_json::to_value(&expected).expect("json");
@@ -441,13 +431,6 @@ mod tests {
         let json = serde_json::to_value(&missing).expect("json");
         assert_eq!(json["missing"], "p6-b300.48xlarge: no published figure for write");
         assert_eq!(serde_json::from_value::<Expected>(json).expect("back"), missing);
-    }
-
-    fn sample(gbps: f64) -> Measurement {
-        let latency = crate::results::LatencyRecorder::new();
-        let mut m = Measurement::verified(Column::write(Layout::Single, Memory::Host), GIB, 1, Vec::new(), &latency, None);
-        m.gbps = gbps;
-        m
     }
 
     #[test]

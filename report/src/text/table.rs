@@ -395,7 +395,7 @@ pub(crate) mod tests {
         results.metadata.instance_type = Some("p5.48xlarge".into());
         results.measurements[2].gbps = 48.84;
         for m in &mut results.measurements {
-            efatop_proto::expected::annotate(&results.metadata, m);
+            m.annotate_expected(&results.metadata);
         }
         let table = render_table(&results);
         let expected = "\
@@ -410,7 +410,7 @@ pub(crate) mod tests {
         // A listed type without figures: every cell `-`, one line naming the type.
         results.metadata.instance_type = Some("p6-b300.48xlarge".into());
         for m in &mut results.measurements {
-            efatop_proto::expected::annotate(&results.metadata, m);
+            m.annotate_expected(&results.metadata);
         }
         let table = render_table(&results);
         assert!(table.ends_with("# % of expected -: p6-b300.48xlarge: no published figure for write\n"), "{table}");
