@@ -121,9 +121,9 @@ impl Sysfs {
         fs::read_to_string(self.root().join(relative)).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
     }
 
-    /// The DMI product name: the EC2 instance type on AWS (`p5.48xlarge`).
+    /// The DMI product name: the EC2 instance type on AWS (`p5.48xlarge`), read as the topology reads it.
     pub fn product_name(&self) -> Option<String> {
-        self.file_text("sys/class/dmi/id/product_name")
+        efatop_topology::dmi_product_name(self.root())
     }
 
     /// Every RDMA device in name order, with its PCI function and ports.
