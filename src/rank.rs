@@ -192,8 +192,12 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
         world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
     }
-    let pinned = if common.no_pin { None } else { pin_to_placement(&world) };
-    let placements = gather_placements(&world, pinned)?;
+    let pinning = if common.no_pin { None } else { Pinning::plan(&world) };
+    let placements = gather_placements(&world, pinning.as_ref())?;
+    // The threads started from here on (telemetry, rank 0's loop and printers) stay off every rank's hot CPU.
+    if let Some(pinning) = &pinning {
+        pinning.confine_helpers(&world, &placements);
+    }
     let sweep = SweepOptions {
         sizes: {
             let (min, max) = experiment.sizes();
@@ -253,6 +257,10 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
     let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
     let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, inputs, namespaces.as_ref())?;
     let Telemetry { collector, sampler, nics: every_rank_nics } = telemetry;
+    // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
+    if let Some(pinning) = &pinning {
+        pinning.pin_hot_thread();
+    }
 
     let Some(file) = file else {
         let outcome = planned(&sweep, &mut Unobserved);
@@ -310,25 +318,88 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
     Ok(0)
 }
 
-/// Pins this rank's threads (the hot path and every thread it starts later) to the CPUs of its GPU's NUMA
-/// node; returns them, or `None` when the topology gave none or the kernel refused.
-fn pin_to_placement(world: &World<'_>) -> Option<String> {
+/// Where a rank's threads run. The CPUs near its GPU (its NUMA node's), within what the process was
+/// allowed (taskset, Slurm's cpuset): all of them when the topology names none or none are allowed. In that
+/// set the rank's hot thread (posting and polling) gets one CPU of its own, by its local rank, as MPI's
+/// bind-to-core does; the threads that serve it (sampler, collector, rank 0's loop and printers) get the
+/// rest of the set less every local rank's hot CPU, so that a wake-up of theirs never lands on a busy
+/// poller and no busy poller is moved onto another's CPU. With more ranks on the host than CPUs in the set
+/// the hot threads are not given CPUs of their own (there are not enough): the scheduler shares the set.
+struct Pinning {
+    set: Vec<u32>,
+    hot: Option<u32>,
+}
+
+impl Pinning {
+    fn plan(world: &World<'_>) -> Option<Self> {
+        let allowed = allowed_cpus();
+        let near: Vec<u32> = world.placement.as_ref().map_or_else(Vec::new, |p| efatop_proto::topology::parse_cpu_list(&p.cpus));
+        let set = pinning_set(&near, &allowed);
+        if set.is_empty() {
+            return None;
+        }
+        let ranks_here = world.hosts.iter().filter(|h| **h == world.hosts[world.rank]).count();
+        let hot = (ranks_here <= set.len()).then(|| set[world.local_rank % set.len()]);
+        Some(Self { set, hot })
+    }
+
+    /// Confines this thread (so every thread it starts) and the process's main thread to the set less the
+    /// hot CPUs of the ranks on this host; a set with nothing left keeps every CPU but this rank's own.
+    fn confine_helpers(&self, world: &World<'_>, placements: &[RankPlacement]) {
+        let host = &world.hosts[world.rank];
+        let taken: Vec<u32> = placements.iter().filter(|p| &p.host == host).filter_map(|p| p.hot_cpu).collect();
+        let helpers = match self.hot {
+            Some(mine) => helper_cpus(&self.set, &taken, mine),
+            None => self.set.clone(),
+        };
+        let _ = set_affinity(0, &helpers);
+        let _ = set_affinity(std::process::id() as i32, &helpers);
+    }
+
+    fn pin_hot_thread(&self) {
+        if let Some(hot) = self.hot {
+            let _ = set_affinity(0, &[hot]);
+        }
+    }
+}
+
+/// The CPUs this process may run on (all it can address when the kernel does not say).
+fn allowed_cpus() -> Vec<u32> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
+    (0..CpuSet::count()).filter(|&cpu| set.is_set(cpu).unwrap_or(false)).map(|cpu| cpu as u32).collect()
+}
+
+/// The rank's CPUs: those near its GPU that it is allowed, else every allowed one.
+fn pinning_set(near: &[u32], allowed: &[u32]) -> Vec<u32> {
+    let both: Vec<u32> = near.iter().copied().filter(|cpu| allowed.contains(cpu)).collect();
+    if both.is_empty() { allowed.to_vec() } else { both }
+}
+
+/// The helper threads' CPUs: the set less every local hot CPU, else less this rank's, else the set.
+fn helper_cpus(set: &[u32], taken: &[u32], hot: u32) -> Vec<u32> {
+    let free: Vec<u32> = set.iter().copied().filter(|cpu| !taken.contains(cpu)).collect();
+    if !free.is_empty() {
+        return free;
+    }
+    let but_mine: Vec<u32> = set.iter().copied().filter(|&cpu| cpu != hot).collect();
+    if but_mine.is_empty() { set.to_vec() } else { but_mine }
+}
+
+/// Confines thread `tid` (0: the calling thread) to `cpus`; false when the kernel refused.
+fn set_affinity(tid: i32, cpus: &[u32]) -> bool {
     use nix::sched::{CpuSet, sched_setaffinity};
-    let cpus = world.placement.as_ref()?.cpus.clone();
-    let list = efatop_proto::topology::parse_cpu_list(&cpus);
-    if list.is_empty() {
-        return None;
-    }
     let mut set = CpuSet::new();
-    for cpu in list {
-        set.set(cpu as usize).ok()?;
+    for &cpu in cpus {
+        if set.set(cpu as usize).is_err() {
+            return false;
+        }
     }
-    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).ok()?;
-    Some(cpus)
+    sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).is_ok()
 }
 
 /// Every rank's placement, for the header and the results file.
-fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<RankPlacement>, ExperimentError> {
+fn gather_placements(world: &World<'_>, pinning: Option<&Pinning>) -> Result<Vec<RankPlacement>, ExperimentError> {
     let placement = world.placement.as_ref();
     let mine = RankPlacement {
         rank: world.rank,
@@ -337,7 +408,8 @@ fn gather_placements(world: &World<'_>, pinned: Option<String>) -> Result<Vec<Ra
         gpu_pci_bus_id: world.gpu_pci_bus_id(),
         numa_node: placement.and_then(|p| p.numa_node),
         nics: world.channels.iter().map(|c| c.nic().domain.clone()).collect(),
-        pinned_cpus: pinned,
+        pinned_cpus: pinning.map(|p| efatop_proto::topology::format_cpu_list(&p.set)),
+        hot_cpu: pinning.and_then(|p| p.hot),
     };
     efatop_experiments::gather(world.bootstrap, &mine, "placement record")
 }
@@ -498,6 +570,28 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
 #[cfg(test)]
 mod tests {
     use efatop_proto::results::RankPlacement;
+
+    #[test]
+    fn a_rank_stays_within_the_cpus_it_was_allowed() {
+        // p5's NUMA node 0 under `taskset -c 46,47,96`: only the allowed part of the node.
+        let near: Vec<u32> = (0..48).chain(96..144).collect();
+        assert_eq!(super::pinning_set(&near, &[46, 47, 96, 150]), vec![46, 47, 96]);
+        // The node's CPUs all outside the allowed set (taskset to the other socket): the allowed set.
+        assert_eq!(super::pinning_set(&near, &[60, 61]), vec![60, 61]);
+        // No topology: every allowed CPU.
+        assert_eq!(super::pinning_set(&[], &[0, 1]), vec![0, 1]);
+    }
+
+    #[test]
+    fn helpers_keep_off_every_hot_cpu_when_they_can() {
+        // Four ranks' hot CPUs 0..3 in a set of six: helpers get 4 and 5.
+        assert_eq!(super::helper_cpus(&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3], 1), vec![4, 5]);
+        // Two ranks on two CPUs (bench-vs-fabtests' taskset): each rank's helpers run on the other's CPU.
+        assert_eq!(super::helper_cpus(&[0, 1], &[0, 1], 0), vec![1]);
+        assert_eq!(super::helper_cpus(&[0, 1], &[0, 1], 1), vec![0]);
+        // One CPU: nowhere else to go.
+        assert_eq!(super::helper_cpus(&[7], &[7], 7), vec![7]);
+    }
 
     fn on(host: &str, gpu: usize, bus: &str) -> RankPlacement {
         RankPlacement { host: host.into(), gpu: Some(gpu), gpu_pci_bus_id: Some(bus.into()), ..RankPlacement::default() }

@@ -328,3 +328,92 @@ fn a_stale_shm_region_is_cleared_and_an_endpoint_that_cannot_open_ends_every_ran
     assert!(run.elapsed < std::time::Duration::from_secs(30), "took {:?}", run.elapsed);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CPUs this test process may run on, from /proc (what taskset or a cgroup left it).
+fn allowed_cpus() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim().to_string();
+    efatop_proto::topology::parse_cpu_list(&list)
+}
+
+/// Each thread of `pid` with its name and the CPUs it may run on.
+fn threads_of(pid: u32) -> Vec<(String, String)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks
+        .filter_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            let cpus = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim().to_string();
+            Some((comm.trim().to_string(), cpus))
+        })
+        .collect()
+}
+
+/// Under `taskset` with two CPUs, each rank's hot thread runs alone on one of them (rank 0 on the first,
+/// rank 1 on the second), its sampler on the other, and the results file and header say so; `--no-pin`
+/// leaves them unpinned.
+#[test]
+fn ranks_pin_their_hot_threads_within_the_cpus_they_were_given() {
+    let _one = serial();
+    let allowed = allowed_cpus();
+    if allowed.len() < 2 {
+        eprintln!("SKIPPED ranks_pin_their_hot_threads_within_the_cpus_they_were_given: this process may use only CPUs {allowed:?}");
+        return;
+    }
+    let Some(taskset) = common::required("taskset", "util-linux") else { return };
+    let (first, second) = (allowed[allowed.len() - 2], allowed[allowed.len() - 1]);
+    let dir = common::scratch();
+    let out = dir.path().join("pinned.json");
+    let cpus = format!("{first},{second}");
+    let efatop_path = common::efatop_path();
+    // Long enough (a few seconds of 4 MiB writes) to read the threads' affinity while it runs.
+    let args = ["-c", &cpus, efatop_path.to_str().expect("path"), "run", "--ranks", "2", "write", "--provider", "shm",
+        "--configs", "single", "--min-size", "4M", "--max-size", "4M", "--iters", "4000", "--warmup", "1", "--no-tui",
+        "--out", out.to_str().expect("path")];
+    let mut child = common::command_in(&taskset, dir.path()).args(args).stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped()).spawn().expect("taskset efatop");
+    // Per rank process: its threads' names and CPUs, once both hot threads are pinned (one CPU each).
+    let mut seen: Vec<Vec<(String, String)>> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline && child.try_wait().expect("wait").is_none() {
+        let ranks: Vec<Vec<(String, String)>> = common::descendants(child.id())
+            .into_iter()
+            .map(threads_of)
+            .filter(|threads| threads.iter().any(|(name, _)| name == "efatop-rank"))
+            .collect();
+        let pinned = |threads: &Vec<(String, String)>| {
+            threads.iter().any(|(name, cpus)| name == "efatop-rank" && cpus.parse::<u32>().is_ok())
+                && threads.iter().any(|(name, _)| name.starts_with("efatop-sampler"))
+        };
+        if ranks.len() == 2 && ranks.iter().all(pinned) {
+            seen = ranks;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("efatop's output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!seen.is_empty(), "never saw both ranks' hot threads pinned to one CPU each:\n{stdout}");
+    let cpu_of = |threads: &Vec<(String, String)>, prefix: &str| {
+        threads.iter().find(|(name, _)| name.starts_with(prefix)).map(|(_, cpus)| cpus.clone()).expect("thread")
+    };
+    let mut hot: Vec<String> = seen.iter().map(|threads| cpu_of(threads, "efatop-rank")).collect();
+    hot.sort();
+    assert_eq!(hot, vec![first.to_string(), second.to_string()], "{seen:?}");
+    for threads in &seen {
+        let mine = cpu_of(threads, "efatop-rank");
+        let other = if mine == first.to_string() { second } else { first };
+        assert_eq!(cpu_of(threads, "efatop-sampler"), other.to_string(), "the sampler should run away from its rank's hot thread: {threads:?}");
+    }
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("results")).expect("json");
+    let placements = results["metadata"]["placements"].as_array().expect("placements");
+    let recorded: Vec<u64> = placements.iter().map(|p| p["hot_cpu"].as_u64().expect("hot_cpu")).collect();
+    assert_eq!(recorded, vec![u64::from(first), u64::from(second)], "{placements:?}");
+    assert!(stdout.contains(&format!("its hot path alone on CPU {first}")), "{stdout}");
+
+    let unpinned = efatop(&["run", "--ranks", "2", "write", "--no-pin", "--provider", "shm", "--configs", "single", "--min-size", "4K",
+        "--max-size", "4K", "--iters", "5", "--warmup", "1", "--no-tui"]);
+    assert_eq!(unpinned.code, Some(0), "{}", unpinned.stderr);
+    assert!(unpinned.stdout.contains("not pinned"), "{}", unpinned.stdout);
+}

@@ -232,8 +232,13 @@ pub struct RankPlacement {
     pub numa_node: Option<u32>,
     /// The libfabric domain of each channel, in channel order.
     pub nics: Vec<String>,
-    /// CPUs the rank's threads were pinned to; `None` when not pinned (`--no-pin`, or no topology).
+    /// CPUs the rank's threads were pinned to: its GPU's NUMA node's within what the process was allowed,
+    /// else all it was allowed; `None` when not pinned (`--no-pin`).
     pub pinned_cpus: Option<String>,
+    /// The one CPU of that set its hot thread (posting and polling) had to itself; the other threads ran on
+    /// the rest. `None` in results files from before it was recorded.
+    #[serde(default)]
+    pub hot_cpu: Option<u32>,
 }
 
 /// Latency of one operation as the experiment defines it, in microseconds.

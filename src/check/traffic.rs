@@ -328,6 +328,7 @@ mod tests {
             numa_node: Some(0),
             nics: (first..first + 4).map(|bus| format!("rdmap{bus}s0-rdm")).collect(),
             pinned_cpus: None,
+            hot_cpu: None,
         };
         let reason = ExperimentError::PeerFailed {
             rank: 1,

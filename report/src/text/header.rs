@@ -81,7 +81,11 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
     // Where each rank runs (a few lines; large runs keep the detail in the results file).
     for placement in meta.placements.iter().take(8) {
         let gpu = placement.gpu.map_or_else(|| "no GPU".to_string(), |g| format!("GPU {g}"));
-        let cpus = placement.pinned_cpus.as_deref().map_or_else(|| "not pinned".to_string(), |c| format!("pinned to CPUs {c}"));
+        let cpus = match (placement.pinned_cpus.as_deref(), placement.hot_cpu) {
+            (Some(set), Some(hot)) => format!("pinned to CPUs {set}, its hot path alone on CPU {hot}"),
+            (Some(set), None) => format!("pinned to CPUs {set}"),
+            (None, _) => "not pinned".to_string(),
+        };
         let _ = writeln!(out, "# rank {} on {}: {gpu}, NICs {}, {cpus}", placement.rank, placement.host, placement.nics.join(","));
     }
     if meta.placements.len() > 8 {

@@ -68,7 +68,11 @@ fn lines(state: &DashboardState, width: usize) -> Vec<Line<'static>> {
                 (None, _) => "no GPU".to_string(),
             };
             let numa = placement.numa_node.map_or_else(String::new, |n| format!(" NUMA {n}"));
-            let cpus = placement.pinned_cpus.as_deref().map_or_else(|| "not pinned".to_string(), |c| format!("CPUs {c}"));
+            let cpus = match (placement.pinned_cpus.as_deref(), placement.hot_cpu) {
+                (Some(set), Some(hot)) => format!("CPUs {set} (hot {hot})"),
+                (Some(set), None) => format!("CPUs {set}"),
+                (None, _) => "not pinned".to_string(),
+            };
             let mut spans = vec![Span::raw(format!("  rank {:<4} {gpu}{numa}, {cpus}  NICs ", placement.rank))];
             for nic in &nics {
                 let used = placement.nics.iter().any(|n| n == nic);
@@ -176,6 +180,7 @@ mod tests {
             numa_node: Some(0),
             nics: nics.iter().map(|n| (*n).to_string()).collect(),
             pinned_cpus: Some("0-47,96-143".into()),
+            hot_cpu: Some(0),
         }
     }
 
@@ -241,6 +246,7 @@ mod tests {
                 numa_node: gpu.numa_node,
                 nics: gpu.preferred_nics.iter().map(|&k| format!("{}-rdm", p5.nics[k].name)).collect(),
                 pinned_cpus: Some(gpu.cpus.clone()),
+                hot_cpu: None,
             })
             .collect();
         let pairs = (0..8)
