@@ -97,7 +97,9 @@ impl SamplerThread {
                     }
                     return;
                 }
-                std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(20)));
+                // Parked until the next sample is due: a phase change (Probe::set_phase) or the stop wakes it
+                // sooner. One wake-up per interval, not a poll: its CPU is shared with busy-polling ranks.
+                std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
             }
         })?;
         probe_for_gate.attach_sampler(handle.thread().clone());

@@ -181,14 +181,18 @@ impl Probe {
         !self.gate.paused.load(Ordering::Acquire)
     }
 
-    /// This rank starts `phase` over `bytes`; the sampler tells rank 0 at its next look (within tens of
-    /// milliseconds), which counts as the rank being alive.
+    /// This rank starts `phase` over `bytes`; the sampler, woken, tells rank 0 at once, which counts as the
+    /// rank being alive. Called between steps, never inside a timed loop (the wake is a futex call when the
+    /// sampler sleeps).
     #[inline]
     pub fn set_phase(&self, phase: Phase, bytes: u64) {
         self.phase.code.store(phase.code(), Ordering::Relaxed);
         self.phase.bytes.store(bytes, Ordering::Relaxed);
         // Release: a sampler that sees the new count sees the phase and bytes stored before it.
         self.phase.changes.fetch_add(1, Ordering::Release);
+        if let Some(sampler) = self.gate.sampler.get() {
+            sampler.unpark();
+        }
     }
 
     /// The phase last set, as a report from `rank`; `None` before the first.
