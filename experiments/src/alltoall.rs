@@ -289,7 +289,7 @@ impl<'a> Exchange<'a> {
         tracking.arrived.fill(Duration::ZERO);
         let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
-        let mut last_change = Instant::now();
+        let mut stall = crate::Stall::new();
         loop {
             let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
                 want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
@@ -326,7 +326,7 @@ impl<'a> Exchange<'a> {
                 }
             }
             if advanced {
-                last_change = Instant::now();
+                stall.advanced();
                 let now = started.elapsed();
                 for (source, arrived) in tracking.arrived.iter_mut().enumerate() {
                     if source != world.rank
@@ -341,7 +341,7 @@ impl<'a> Exchange<'a> {
                         world.probe.landed_from(source, self.size, *arrived);
                     }
                 }
-            } else if last_change.elapsed() > world.op_timeout {
+            } else if stall.idle_longer_than(world.op_timeout) {
                 return Err(self.stalled(tracking, outstanding));
             }
         }

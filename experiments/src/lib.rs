@@ -258,8 +258,60 @@ pub fn size_limit(largest: u64, limit: u64, provider_stack: &str) -> Result<(), 
     })
 }
 
+/// Tells a polling loop when it has gone longer than its timeout without progress, reading the clock only
+/// once every [`Stall::SPINS`] idle spins: a spin is one progress call (one `epoll_wait` on tcp), and a clock
+/// read on every one of them is a cost of its own on hosts whose clock is not in the vDSO.
+pub(crate) struct Stall {
+    spins: u32,
+    since: Option<std::time::Instant>,
+}
+
+impl Stall {
+    const SPINS: u32 = 256;
+
+    pub(crate) fn new() -> Self {
+        Self { spins: 0, since: None }
+    }
+
+    /// Something arrived or completed: idleness starts over.
+    pub(crate) fn advanced(&mut self) {
+        self.spins = 0;
+        self.since = None;
+    }
+
+    /// One spin found nothing; true once the loop has been idle for longer than `timeout` (counted from
+    /// the first clock read of this idle stretch, at most [`Stall::SPINS`] spins after it began).
+    pub(crate) fn idle_longer_than(&mut self, timeout: std::time::Duration) -> bool {
+        self.spins = self.spins.wrapping_add(1);
+        if !self.spins.is_multiple_of(Self::SPINS) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        match self.since {
+            None => {
+                self.since = Some(now);
+                false
+            }
+            Some(since) => now.duration_since(since) > timeout,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stall_is_told_only_after_the_timeout_and_progress_resets_it() {
+        let mut stall = super::Stall::new();
+        let timeout = std::time::Duration::from_millis(30);
+        let idle = |stall: &mut super::Stall| (0..super::Stall::SPINS).any(|_| stall.idle_longer_than(timeout));
+        assert!(!idle(&mut stall), "the first clock read starts the idle stretch");
+        std::thread::sleep(timeout * 2);
+        assert!(idle(&mut stall), "idle for twice the timeout");
+        stall.advanced();
+        assert!(!idle(&mut stall));
+        assert!(!idle(&mut stall), "a fresh idle stretch, well inside the timeout");
+    }
+
     use super::*;
 
     #[test]

@@ -386,7 +386,7 @@ fn receive_group(
     }
     let used = used_channels(&world.channels, &incoming);
     let timeout = world.op_timeout;
-    let mut last_change = Instant::now();
+    let mut stall = crate::Stall::new();
     // `--telemetry-ab`: this rank's sampler follows the writer's blocks, by the iterations that have landed
     // on the first channel this group writes on (one write per iteration there).
     let blocks = sweep.telemetry_ab.and_then(|block| {
@@ -424,8 +424,8 @@ fn receive_group(
             }
         }
         if advanced {
-            last_change = Instant::now();
-        } else if last_change.elapsed() > timeout {
+            stall.advanced();
+        } else if stall.idle_longer_than(timeout) {
             return Err(ExperimentError::Fabric(
                 efatop_fabric::FabricError::Timeout {
                     what: "waiting for write immediates from rank 0",

@@ -237,7 +237,7 @@ pub struct RankPlacement {
     pub pinned_cpus: Option<String>,
     /// The one CPU of that set its hot thread (posting and polling) had to itself; the other threads ran on
     /// the rest. `None` in results files from before it was recorded.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hot_cpu: Option<u32>,
 }
 
