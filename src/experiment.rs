@@ -344,7 +344,7 @@ pub struct CommonArgs {
     /// (`--memory device` becomes `staged`; the proxy uses its staging pipeline)
     #[arg(long)]
     pub staged: bool,
-    /// Do not pin each rank to the CPUs of its GPU's NUMA node
+    /// Do not pin each rank's threads (its hot thread alone on one CPU of its GPU's NUMA node, the others on the rest)
     #[arg(long)]
     pub no_pin: bool,
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do

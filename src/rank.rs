@@ -192,11 +192,14 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
         world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
     }
-    let pinning = if common.no_pin { None } else { Pinning::plan(&world) };
+    // Ranks that share a kernel share its CPUs, whatever host name they go by (emulated nodes are network
+    // namespaces of one machine): the boot id tells them apart, and pinning counts ranks by it.
+    let machines: Vec<String> = efatop_experiments::gather(world.bootstrap, &boot_id(), "machine id")?;
+    let pinning = if common.no_pin { None } else { Pinning::plan(&world, &machines) };
     let placements = gather_placements(&world, pinning.as_ref())?;
     // The threads started from here on (telemetry, rank 0's loop and printers) stay off every rank's hot CPU.
     if let Some(pinning) = &pinning {
-        pinning.confine_helpers(&world, &placements);
+        pinning.confine_helpers(world.rank, &machines, &placements);
     }
     let sweep = SweepOptions {
         sizes: {
@@ -323,7 +326,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
 /// set the rank's hot thread (posting and polling) gets one CPU of its own, by its local rank, as MPI's
 /// bind-to-core does; the threads that serve it (sampler, collector, rank 0's loop and printers) get the
 /// rest of the set less every local rank's hot CPU, so that a wake-up of theirs never lands on a busy
-/// poller and no busy poller is moved onto another's CPU. With more ranks on the host than CPUs in the set
+/// poller and no busy poller is moved onto another's CPU. With more ranks on the machine than CPUs in the set
 /// the hot threads are not given CPUs of their own (there are not enough): the scheduler shares the set.
 struct Pinning {
     set: Vec<u32>,
@@ -331,23 +334,24 @@ struct Pinning {
 }
 
 impl Pinning {
-    fn plan(world: &World<'_>) -> Option<Self> {
+    /// `machines`: every rank's boot id, in rank order.
+    fn plan(world: &World<'_>, machines: &[String]) -> Option<Self> {
         let allowed = allowed_cpus();
         let near: Vec<u32> = world.placement.as_ref().map_or_else(Vec::new, |p| efatop_proto::topology::parse_cpu_list(&p.cpus));
         let set = pinning_set(&near, &allowed);
         if set.is_empty() {
             return None;
         }
-        let ranks_here = world.hosts.iter().filter(|h| **h == world.hosts[world.rank]).count();
-        let hot = (ranks_here <= set.len()).then(|| set[world.local_rank % set.len()]);
+        let (index, count) = index_on_machine(machines, world.rank);
+        let hot = (count <= set.len()).then(|| set[index % set.len()]);
         Some(Self { set, hot })
     }
 
     /// Confines this thread (so every thread it starts) and the process's main thread to the set less the
-    /// hot CPUs of the ranks on this host; a set with nothing left keeps every CPU but this rank's own.
-    fn confine_helpers(&self, world: &World<'_>, placements: &[RankPlacement]) {
-        let host = &world.hosts[world.rank];
-        let taken: Vec<u32> = placements.iter().filter(|p| &p.host == host).filter_map(|p| p.hot_cpu).collect();
+    /// hot CPUs of the ranks on this machine; a set with nothing left keeps every CPU but this rank's own.
+    fn confine_helpers(&self, rank: usize, machines: &[String], placements: &[RankPlacement]) {
+        let taken: Vec<u32> =
+            placements.iter().filter(|p| machines.get(p.rank) == machines.get(rank)).filter_map(|p| p.hot_cpu).collect();
         let helpers = match self.hot {
             Some(mine) => helper_cpus(&self.set, &taken, mine),
             None => self.set.clone(),
@@ -361,6 +365,22 @@ impl Pinning {
             let _ = set_affinity(0, &[hot]);
         }
     }
+}
+
+/// This machine's boot id (one per running kernel, so shared by the network namespaces of emulated nodes);
+/// the host name where the kernel does not give one.
+fn boot_id() -> String {
+    ["/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/hostname"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok().map(|id| id.trim().to_string()).filter(|id| !id.is_empty()))
+        .unwrap_or_default()
+}
+
+/// This rank's index among the ranks on its machine, and how many there are.
+fn index_on_machine(machines: &[String], rank: usize) -> (usize, usize) {
+    let Some(mine) = machines.get(rank) else { return (0, 1) };
+    let index = machines[..rank].iter().filter(|m| *m == mine).count();
+    (index, machines.iter().filter(|m| *m == mine).count())
 }
 
 /// The CPUs this process may run on (all it can address when the kernel does not say).
@@ -580,6 +600,16 @@ mod tests {
         assert_eq!(super::pinning_set(&near, &[60, 61]), vec![60, 61]);
         // No topology: every allowed CPU.
         assert_eq!(super::pinning_set(&[], &[0, 1]), vec![0, 1]);
+    }
+
+    #[test]
+    fn ranks_are_counted_by_machine_not_by_host_name() {
+        // Four emulated nodes on one machine, and a rank on another: one boot id per kernel.
+        let machines: Vec<String> = ["a", "a", "b", "a"].iter().map(|m| (*m).to_string()).collect();
+        assert_eq!(super::index_on_machine(&machines, 0), (0, 3));
+        assert_eq!(super::index_on_machine(&machines, 3), (2, 3));
+        assert_eq!(super::index_on_machine(&machines, 2), (0, 1));
+        assert!(!super::boot_id().is_empty());
     }
 
     #[test]

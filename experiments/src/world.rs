@@ -268,6 +268,13 @@ impl<'b> World<'b> {
         let emulated_write = any(&|c| c.report().emulated_write);
         let shm_shortcut = any(&|c| c.report().shm_permitted);
         notes.extend(endpoint_notes(&provider, emulated_write, shm_shortcut, &hosts, rank));
+        if provider == Provider::Tcp {
+            notes.push(
+                "tcp: an operation completes once the kernel has taken its bytes, so even --window 1 streams \
+                 through the socket buffers (fi_rma_bw -W 1 waits for the target's acknowledgement after each write)"
+                    .into(),
+            );
+        }
         let channel_nics: Vec<crate::counters::ChannelNic<'_>> = channels
             .iter()
             .map(|c| crate::counters::ChannelNic { index: c.index(), provider: &provider, domain: &c.nic().domain })

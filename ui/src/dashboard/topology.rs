@@ -180,7 +180,7 @@ mod tests {
             numa_node: Some(0),
             nics: nics.iter().map(|n| (*n).to_string()).collect(),
             pinned_cpus: Some("0-47,96-143".into()),
-            hot_cpu: Some(0),
+            hot_cpu: Some(rank as u32),
         }
     }
 
