@@ -383,9 +383,11 @@ fn ranks_pin_their_hot_threads_within_the_cpus_they_were_given() {
             .map(threads_of)
             .filter(|threads| threads.iter().any(|(name, _)| name == "efatop-rank"))
             .collect();
+        // Pinned: the rank thread on one CPU and its sampler started elsewhere. (Between the two steps the
+        // rank thread briefly has the helpers' CPUs, which under two CPUs is also a single one.)
         let pinned = |threads: &Vec<(String, String)>| {
-            threads.iter().any(|(name, cpus)| name == "efatop-rank" && cpus.parse::<u32>().is_ok())
-                && threads.iter().any(|(name, _)| name.starts_with("efatop-sampler"))
+            let cpus_of = |prefix: &str| threads.iter().find(|(name, _)| name.starts_with(prefix)).map(|(_, cpus)| cpus.as_str());
+            matches!((cpus_of("efatop-rank"), cpus_of("efatop-sampler")), (Some(hot), Some(sampler)) if hot.parse::<u32>().is_ok() && hot != sampler)
         };
         if ranks.len() == 2 && ranks.iter().all(pinned) {
             seen = ranks;
