@@ -323,9 +323,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
 
 /// Where a rank's threads run. The CPUs near its GPU (its NUMA node's), within what the process was
 /// allowed (taskset, Slurm's cpuset): all of them when the topology names none or none are allowed. In that
-/// set the rank's hot thread (posting and polling) gets one CPU of its own, by its local rank, as MPI's
-/// bind-to-core does; the threads that serve it (sampler, collector, rank 0's loop and printers) get the
-/// rest of the set less every local rank's hot CPU, so that a wake-up of theirs never lands on a busy
+/// set the rank's hot thread (posting and polling) gets one CPU of its own, by its index among the ranks on
+/// its machine, as MPI's bind-to-core does; the threads that serve it (sampler, collector, rank 0's loop and
+/// printers) get the rest of the set less the hot CPU of every rank on the machine, so that a wake-up of theirs never lands on a busy
 /// poller and no busy poller is moved onto another's CPU. With more ranks on the machine than CPUs in the set
 /// the hot threads are not given CPUs of their own (there are not enough): the scheduler shares the set.
 struct Pinning {
