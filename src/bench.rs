@@ -31,6 +31,7 @@ use efatop_ui::state::DashboardState;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
+use crate::affinity::pin_thread;
 use crate::app::App;
 use crate::cli::BenchCollectorArgs;
 use crate::collector::{Collector, CollectorEvent};
@@ -110,10 +111,10 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let consumer_cpu = cpus - 1;
     let sender_cpus: Vec<usize> = if cpus > 1 { (0..consumer_cpu).collect() } else { vec![0] };
-    let confined = cpus > 1 && collector_tid.as_deref().is_some_and(|tid| pin_thread(tid.parse().ok(), &[consumer_cpu]));
+    let confined = cpus > 1 && collector_tid.as_deref().is_some_and(|tid| pin_thread(tid.parse().ok(), [consumer_cpu]));
     let pin_consumer_side = move || {
         if cpus > 1 {
-            pin_thread(None, &[consumer_cpu]);
+            pin_thread(None, [consumer_cpu]);
         }
     };
 
@@ -533,18 +534,6 @@ fn describe_worst(state: &DashboardState) -> Option<String> {
         worst.rail_median,
         if worst.behind { ", flagged behind" } else { "" }
     ))
-}
-
-/// Confines a thread (`tid`, or the calling thread when `None`) to `cpus`; false when the kernel refused.
-fn pin_thread(tid: Option<i32>, cpus: &[usize]) -> bool {
-    use nix::sched::{CpuSet, sched_setaffinity};
-    let mut set = CpuSet::new();
-    for &cpu in cpus {
-        if set.set(cpu).is_err() {
-            return false;
-        }
-    }
-    sched_setaffinity(nix::unistd::Pid::from_raw(tid.unwrap_or(0)), &set).is_ok()
 }
 
 /// The id of this process's thread whose name (as the kernel keeps it, 15 characters) is `name`.

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod affinity;
 mod app;
 mod attach;
 mod bench;

@@ -9,6 +9,7 @@ use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_proto::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
+use efatop_experiments::world::machine;
 use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions};
 use efatop_proto::sizes;
 use efatop_fabric::Capabilities;
@@ -17,6 +18,7 @@ use efatop_topology::NodeTopology;
 use efatop_ui::liveness::Liveness;
 use efatop_ui::state::RunInfo;
 
+use crate::affinity::pin_thread;
 use crate::experiment::{Experiment, MemoryArg};
 use crate::collector::{Collector, SamplerThread};
 use crate::event::RunStart;
@@ -192,14 +194,11 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
         world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
     }
-    // Ranks that share a kernel share its CPUs, whatever host name they go by (emulated nodes are network
-    // namespaces of one machine): the boot id tells them apart, and pinning counts ranks by it.
-    let machines: Vec<String> = efatop_experiments::gather(world.bootstrap, &boot_id(), "machine id")?;
-    let pinning = if common.no_pin { None } else { Pinning::plan(&world, &machines) };
+    let pinning = if common.no_pin { None } else { Pinning::plan(&world) };
     let placements = gather_placements(&world, pinning.as_ref())?;
     // The threads started from here on (telemetry, rank 0's loop and printers) stay off every rank's hot CPU.
     if let Some(pinning) = &pinning {
-        pinning.confine_helpers(world.rank, &machines, &placements);
+        pinning.confine_helpers(&world, &placements);
     }
     let sweep = SweepOptions {
         sizes: {
@@ -325,69 +324,55 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
 /// allowed (taskset, Slurm's cpuset): all of them when the topology names none or none are allowed. In that
 /// set the rank's hot thread (posting and polling) gets one CPU of its own, by its index among the ranks on
 /// its machine, as MPI's bind-to-core does; the threads that serve it (sampler, collector, rank 0's loop and
-/// printers) get the rest of the set less the hot CPU of every rank on the machine, so that a wake-up of theirs never lands on a busy
-/// poller and no busy poller is moved onto another's CPU. With more ranks on the machine than CPUs in the set
-/// the hot threads are not given CPUs of their own (there are not enough): the scheduler shares the set.
+/// printers) get the rest of the set less the hot CPU of every rank on the machine, so that a wake-up of
+/// theirs never lands on a busy poller and no busy poller is moved onto another's CPU. With more ranks on
+/// the machine than CPUs in the set the hot threads are not given CPUs of their own (there are not enough):
+/// the scheduler shares the set.
 struct Pinning {
     set: Vec<u32>,
     hot: Option<u32>,
 }
 
 impl Pinning {
-    /// `machines`: every rank's boot id, in rank order.
-    fn plan(world: &World<'_>, machines: &[String]) -> Option<Self> {
-        let allowed = allowed_cpus();
+    fn plan(world: &World<'_>) -> Option<Self> {
+        let allowed: Vec<u32> = crate::affinity::allowed_cpus().into_iter().map(|cpu| cpu as u32).collect();
         let near: Vec<u32> = world.placement.as_ref().map_or_else(Vec::new, |p| efatop_proto::topology::parse_cpu_list(&p.cpus));
         let set = pinning_set(&near, &allowed);
         if set.is_empty() {
             return None;
         }
-        let (index, count) = index_on_machine(machines, world.rank);
+        let (index, count) = index_on_machine(&world.hosts, world.rank);
         let hot = (count <= set.len()).then(|| set[index % set.len()]);
         Some(Self { set, hot })
     }
 
     /// Confines this thread (so every thread it starts) and the process's main thread to the set less the
     /// hot CPUs of the ranks on this machine; a set with nothing left keeps every CPU but this rank's own.
-    fn confine_helpers(&self, rank: usize, machines: &[String], placements: &[RankPlacement]) {
-        let taken: Vec<u32> =
-            placements.iter().filter(|p| machines.get(p.rank) == machines.get(rank)).filter_map(|p| p.hot_cpu).collect();
+    fn confine_helpers(&self, world: &World<'_>, placements: &[RankPlacement]) {
+        let mine = machine(&world.hosts[world.rank]);
+        let taken: Vec<u32> = placements.iter().filter(|p| machine(&p.host) == mine).filter_map(|p| p.hot_cpu).collect();
         let helpers = match self.hot {
-            Some(mine) => helper_cpus(&self.set, &taken, mine),
+            Some(hot) => helper_cpus(&self.set, &taken, hot),
             None => self.set.clone(),
         };
-        let _ = set_affinity(0, &helpers);
-        let _ = set_affinity(std::process::id() as i32, &helpers);
+        let cpus = || helpers.iter().map(|&cpu| cpu as usize);
+        let _ = pin_thread(None, cpus());
+        let _ = pin_thread(Some(std::process::id() as i32), cpus());
     }
 
     fn pin_hot_thread(&self) {
         if let Some(hot) = self.hot {
-            let _ = set_affinity(0, &[hot]);
+            let _ = pin_thread(None, [hot as usize]);
         }
     }
 }
 
-/// This machine's boot id (one per running kernel, so shared by the network namespaces of emulated nodes);
-/// the host name where the kernel does not give one.
-fn boot_id() -> String {
-    ["/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/hostname"]
-        .iter()
-        .find_map(|path| std::fs::read_to_string(path).ok().map(|id| id.trim().to_string()).filter(|id| !id.is_empty()))
-        .unwrap_or_default()
-}
-
-/// This rank's index among the ranks on its machine, and how many there are.
-fn index_on_machine(machines: &[String], rank: usize) -> (usize, usize) {
-    let Some(mine) = machines.get(rank) else { return (0, 1) };
-    let index = machines[..rank].iter().filter(|m| *m == mine).count();
-    (index, machines.iter().filter(|m| *m == mine).count())
-}
-
-/// The CPUs this process may run on (all it can address when the kernel does not say).
-fn allowed_cpus() -> Vec<u32> {
-    use nix::sched::{CpuSet, sched_getaffinity};
-    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
-    (0..CpuSet::count()).filter(|&cpu| set.is_set(cpu).unwrap_or(false)).map(|cpu| cpu as u32).collect()
+/// This rank's index among the ranks on its machine, and how many there are. Ranks are counted by
+/// [`machine`], not by host name: emulated nodes are network namespaces of one kernel and share its CPUs.
+fn index_on_machine(hosts: &[String], rank: usize) -> (usize, usize) {
+    let Some(mine) = hosts.get(rank).map(|host| machine(host)) else { return (0, 1) };
+    let index = hosts[..rank].iter().filter(|host| machine(host) == mine).count();
+    (index, hosts.iter().filter(|host| machine(host) == mine).count())
 }
 
 /// The rank's CPUs: those near its GPU that it is allowed, else every allowed one.
@@ -406,17 +391,6 @@ fn helper_cpus(set: &[u32], taken: &[u32], hot: u32) -> Vec<u32> {
     if but_mine.is_empty() { set.to_vec() } else { but_mine }
 }
 
-/// Confines thread `tid` (0: the calling thread) to `cpus`; false when the kernel refused.
-fn set_affinity(tid: i32, cpus: &[u32]) -> bool {
-    use nix::sched::{CpuSet, sched_setaffinity};
-    let mut set = CpuSet::new();
-    for &cpu in cpus {
-        if set.set(cpu as usize).is_err() {
-            return false;
-        }
-    }
-    sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).is_ok()
-}
 
 /// Every rank's placement, for the header and the results file.
 fn gather_placements(world: &World<'_>, pinning: Option<&Pinning>) -> Result<Vec<RankPlacement>, ExperimentError> {
@@ -604,12 +578,11 @@ mod tests {
 
     #[test]
     fn ranks_are_counted_by_machine_not_by_host_name() {
-        // Four emulated nodes on one machine, and a rank on another: one boot id per kernel.
-        let machines: Vec<String> = ["a", "a", "b", "a"].iter().map(|m| (*m).to_string()).collect();
-        assert_eq!(super::index_on_machine(&machines, 0), (0, 3));
-        assert_eq!(super::index_on_machine(&machines, 3), (2, 3));
-        assert_eq!(super::index_on_machine(&machines, 2), (0, 1));
-        assert!(!super::boot_id().is_empty());
+        // Three emulated nodes on one machine (network namespaces of it), and a rank on another.
+        let hosts: Vec<String> = ["a:efatop-node0", "a:efatop-node1", "b", "a:efatop-node2"].iter().map(|h| (*h).to_string()).collect();
+        assert_eq!(super::index_on_machine(&hosts, 0), (0, 3));
+        assert_eq!(super::index_on_machine(&hosts, 3), (2, 3));
+        assert_eq!(super::index_on_machine(&hosts, 2), (0, 1));
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub fn start(shape: &Shape, address: SocketAddr, threads: usize, cpus: &[usize],
         let (offered, stop, connected, cpus, started) = (offered.clone(), stop.clone(), connected.clone(), cpus.to_vec(), started.clone());
         let (ranks, channels, hz) = (shape.ranks, shape.channels, shape.hz);
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
-            super::pin_thread(None, &cpus);
+            crate::affinity::pin_thread(None, cpus.iter().copied());
             // Per connection: its stream and the frames of the ranks it carries (rank r on r % connections).
             let mut links: Vec<Link> = Vec::with_capacity(my_connections.len());
             let connecting = (|| {
