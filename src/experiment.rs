@@ -307,6 +307,27 @@ pub enum MemoryArg {
     Staged,
 }
 
+/// `--completion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionArg {
+    /// delivery on tcp and sockets, the provider's default elsewhere
+    Auto,
+    /// the provider's default
+    Transmit,
+    /// `FI_DELIVERY_COMPLETE`: once the peer has the bytes
+    Delivery,
+}
+
+impl From<CompletionArg> for efatop_experiments::world::CompletionChoice {
+    fn from(arg: CompletionArg) -> Self {
+        match arg {
+            CompletionArg::Auto => Self::Auto,
+            CompletionArg::Transmit => Self::Transmit,
+            CompletionArg::Delivery => Self::Delivery,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 #[allow(clippy::struct_excessive_bools)] // command-line switches
 pub struct CommonArgs {
@@ -350,6 +371,11 @@ pub struct CommonArgs {
     /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
     #[arg(long, default_value_t = 1, value_parser = whole_number::<u16>(1..=1024))]
     pub window: u16,
+    /// When a write or send counts as complete: auto (delivery on tcp and sockets, whose own completion only
+    /// means the kernel took the bytes; the provider's default elsewhere), transmit (the provider's default),
+    /// or delivery (`FI_DELIVERY_COMPLETE`: once the peer has the bytes)
+    #[arg(long, value_enum, default_value_t = CompletionArg::Auto)]
+    pub completion: CompletionArg,
     /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
     #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
     pub link_gbps: Option<f64>,

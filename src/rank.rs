@@ -180,6 +180,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         max_in_flight: (window * bootstrap.size()).max(64),
         op_timeout: Duration::from_secs(common.timeout),
         link_gbps: common.link_gbps,
+        completion: common.completion.into(),
         // The proxy's writer is a GPU kernel and ipc's a GPU's stores: they always need the GPU.
         gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(descriptor.gpu_index(common.gpu.0)),
     };
@@ -540,6 +541,7 @@ fn metadata(world: &World<'_>, experiment: &Experiment, sweep: &SweepOptions) ->
         libfabric_api: efatop_fabric::api_version_string(),
         emulated_write: world.emulated_write,
         shm_shortcut: world.shm_shortcut,
+        completion: Some(world.completion),
         ranks: world.size,
         hosts: world.hosts.clone(),
         channels: world.channels.len(),

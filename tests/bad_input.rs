@@ -24,6 +24,7 @@ fn bad_input_table() {
         (&["write", "--configs", "single,bogus"], &["--configs", "possible values: single, multi, roundrobin"]),
         (&["write", "--iters", "0"], &["--iters"]),
         (&["write", "--window", "0"], &["--window"]),
+        (&["write", "--completion", "soon"], &["--completion", "possible values: auto, transmit, delivery"]),
         (&["write", "--link-gbps", "-3"], &["--link-gbps", "above 0"]),
         (&["write", "--timeout", "0"], &["--timeout"]),
         (&["write", "--hang-timeout", "0"], &["--hang-timeout", "1..=86400"]),

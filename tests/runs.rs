@@ -58,8 +58,9 @@ fn write_two_ranks_tcp_with_link_speed_flag() {
     // Which stack `tcp` resolves to is libfabric's business (1.17: `tcp;ofi_rxm`, 2.x: the native `tcp`).
     assert!(run.stdout.contains("provider tcp"), "{}", run.stdout);
     assert!(run.stdout.contains("100 Gbps per channel (from --link-gbps)"), "{}", run.stdout);
-    // What a window of 1 means on tcp, beside the figures that depend on it.
-    assert!(run.stdout.contains("# note: tcp: an operation completes once the kernel has taken its bytes"), "{}", run.stdout);
+    // What a window of 1 means on tcp, beside the figures that depend on it: by default an operation completes
+    // once the peer has it (two_endpoints.rs shows the provider holding it until the target progresses).
+    assert!(run.stdout.contains("# note: tcp: operations complete once the peer has them (FI_DELIVERY_COMPLETE)"), "{}", run.stdout);
     // BusBW = Gbps / link for Single.
     let row = &table_rows(&run.stdout)[3];
     let gbps: f64 = row[2].parse().expect("gbps");
@@ -71,9 +72,12 @@ fn write_two_ranks_tcp_with_link_speed_flag() {
 fn write_four_ranks_shm_and_tcp() {
     let _one = serial();
     for provider in ["shm", "tcp"] {
-        let run = local("4", &write_args(provider, &["--channels", "2"]));
+        // tcp with the provider's own completion, as before FI_DELIVERY_COMPLETE became its default.
+        let run = local("4", &write_args(provider, &["--channels", "2", "--completion", if provider == "tcp" { "transmit" } else { "auto" }]));
         assert_complete(&run, &WRITE_CONFIGS, &SIZES);
         assert!(run.stdout.contains("4 ranks"), "{}", run.stdout);
+        let said = run.stdout.contains("once the kernel has taken its bytes (--completion transmit)");
+        assert_eq!(said, provider == "tcp", "{}", run.stdout);
     }
 }
 
@@ -111,6 +115,7 @@ fn json_results_match_the_table() {
     assert_eq!(stack.split(';').next(), Some("tcp"), "{stack}");
     assert!(run.stdout.contains(&format!("provider {stack}")), "header and results file disagree on {stack}:\n{}", run.stdout);
     assert_eq!(meta["ranks"], 3);
+    assert_eq!(meta["completion"], "delivery", "tcp's default, as the header says");
     assert_eq!(meta["hosts"].as_array().map(Vec::len), Some(3));
     assert!(meta["libfabric_version"].as_str().is_some_and(|v| v.starts_with('1') || v.starts_with('2')));
     let placements = meta["placements"].as_array().expect("placements");

@@ -7,7 +7,7 @@ use efatop_fabric::{
     Capabilities, Channel, ChannelOptions, FabricError, Nic, PeerAddress, Provider, discover_nics, mr_mode_names,
 };
 
-use efatop_proto::results::LinkSource;
+use efatop_proto::results::{Completion, LinkSource};
 use efatop_topology::{GpuChoice, NodeTopology, Placement};
 
 use crate::ExperimentError;
@@ -54,6 +54,34 @@ pub struct WorldOptions {
     pub link_gbps: Option<f64>,
     /// Open a GPU for device memory: `Some(None)` picks the GPU of this rank's local rank.
     pub gpu: Option<Option<usize>>,
+    /// When an operation counts as complete (`--completion`).
+    pub completion: CompletionChoice,
+}
+
+/// `--completion`: when a write or send counts as complete, and so what a window of operations in flight
+/// means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompletionChoice {
+    /// Delivery where the provider's own completion is local (tcp and sockets: the kernel has taken the
+    /// bytes), the provider's default elsewhere (efa completes a write once the peer's NIC acknowledged it,
+    /// shm once the copy is done).
+    #[default]
+    Auto,
+    /// The provider's default (`FI_TRANSMIT_COMPLETE` or weaker).
+    Transmit,
+    /// `FI_DELIVERY_COMPLETE` on every provider.
+    Delivery,
+}
+
+impl CompletionChoice {
+    /// Whether to ask `provider` for `FI_DELIVERY_COMPLETE`.
+    pub fn delivery_for(self, provider: &Provider) -> bool {
+        match self {
+            CompletionChoice::Auto => matches!(provider, Provider::Tcp | Provider::Sockets),
+            CompletionChoice::Transmit => false,
+            CompletionChoice::Delivery => true,
+        }
+    }
 }
 
 pub struct World<'b> {
@@ -70,6 +98,8 @@ pub struct World<'b> {
     /// permitted on any of them (efa only; `None` where the provider does not say).
     pub emulated_write: Option<bool>,
     pub shm_shortcut: Option<bool>,
+    /// When the channels' operations complete: what every channel's endpoint kept of what was asked.
+    pub completion: efatop_proto::results::Completion,
     pub channels: Vec<Channel>,
     /// Distinct NICs the channels are spread over on this rank.
     pub distinct_nics: usize,
@@ -153,6 +183,10 @@ impl<'b> World<'b> {
         let hosts: Vec<String> = crate::gather(bootstrap, &hostname(), "host name")?;
 
         let provider = resolve_provider(bootstrap, &options.provider, options.capabilities, &hosts)?;
+        let options = &WorldOptions {
+            capabilities: Capabilities { delivery_complete: options.completion.delivery_for(&provider), ..options.capabilities },
+            ..options.clone()
+        };
 
         // Every rank must find the provider, or none proceeds: the failing rank's reason is shared.
         let single_host = hosts.iter().all(|h| *h == hosts[0]);
@@ -268,12 +302,10 @@ impl<'b> World<'b> {
         let emulated_write = any(&|c| c.report().emulated_write);
         let shm_shortcut = any(&|c| c.report().shm_permitted);
         notes.extend(endpoint_notes(&provider, emulated_write, shm_shortcut, &hosts, rank));
-        if provider == Provider::Tcp {
-            notes.push(
-                "tcp: an operation completes once the kernel has taken its bytes, so even --window 1 streams \
-                 through the socket buffers (fi_rma_bw -W 1 waits for the target's acknowledgement after each write)"
-                    .into(),
-            );
+        let delivery = channels.iter().all(|c| c.nic().delivery_complete());
+        let completion = if delivery { Completion::Delivery } else { Completion::Transmit };
+        if let Some(note) = completion_note(&provider, options.capabilities.delivery_complete, completion) {
+            notes.push(note);
         }
         let channel_nics: Vec<crate::counters::ChannelNic<'_>> = channels
             .iter()
@@ -291,6 +323,7 @@ impl<'b> World<'b> {
             provider_stack,
             fabric,
             emulated_write,
+            completion,
             shm_shortcut,
             channels,
             distinct_nics,
@@ -560,6 +593,31 @@ fn place(topology: &NodeTopology, local_rank: usize, choice: GpuChoice, opened: 
     }
 }
 
+/// The header's word on completion where it decides what `--window` means: on tcp and sockets, and wherever
+/// delivery was asked for and the provider did not keep it.
+fn completion_note(provider: &Provider, asked_delivery: bool, completion: Completion) -> Option<String> {
+    let local = matches!(provider, Provider::Tcp | Provider::Sockets);
+    match (asked_delivery, completion) {
+        (true, Completion::Delivery) if local => Some(format!(
+            "{provider}: operations complete once the peer has them (FI_DELIVERY_COMPLETE), so --window counts \
+             operations the peer has not yet received; --completion transmit completes them once the kernel has \
+             taken their bytes, and even --window 1 then streams through the socket buffers"
+        )),
+        (true, Completion::Delivery) => {
+            Some(format!("{provider}: operations complete once the peer has them (FI_DELIVERY_COMPLETE, --completion delivery)"))
+        }
+        (true, Completion::Transmit) => Some(format!(
+            "{provider} did not keep FI_DELIVERY_COMPLETE: operations complete when the provider says, which may be \
+             before the peer has them"
+        )),
+        (false, _) if local => Some(format!(
+            "{provider}: an operation completes once the kernel has taken its bytes (--completion transmit), so even \
+             --window 1 streams through the socket buffers"
+        )),
+        (false, _) => None,
+    }
+}
+
 /// What the header says about an efa endpoint: emulated writes (aws-ofi-nccl refuses to run so), and
 /// whether same-host peers cross the NIC.
 fn endpoint_notes(
@@ -759,4 +817,31 @@ pub fn order_nics(mut nics: Vec<Nic>, single_host: bool, preference: &dyn Fn(&Ni
     // The rank's own NICs (nearest its GPU) first, in the topology's order; then the rest.
     nics.sort_by_cached_key(|nic| (preference(nic).unwrap_or(usize::MAX), nic.pci_address.clone(), nic.domain.clone()));
     nics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_asks_for_delivery_only_where_completion_is_local() {
+        for provider in [Provider::Tcp, Provider::Sockets] {
+            assert!(CompletionChoice::Auto.delivery_for(&provider), "{provider}");
+            assert!(!CompletionChoice::Transmit.delivery_for(&provider), "{provider}");
+        }
+        for provider in [Provider::Efa, Provider::EfaDirect, Provider::Shm, Provider::Udp] {
+            assert!(!CompletionChoice::Auto.delivery_for(&provider), "{provider}");
+            assert!(CompletionChoice::Delivery.delivery_for(&provider), "{provider}");
+        }
+    }
+
+    #[test]
+    fn the_header_says_what_a_window_counts() {
+        let note = |provider, asked, got| completion_note(&provider, asked, got).unwrap_or_default();
+        assert!(note(Provider::Tcp, true, Completion::Delivery).contains("complete once the peer has them"));
+        assert!(note(Provider::Tcp, false, Completion::Transmit).contains("streams through the socket buffers"));
+        assert!(note(Provider::Shm, true, Completion::Transmit).contains("did not keep FI_DELIVERY_COMPLETE"));
+        assert!(note(Provider::Efa, true, Completion::Delivery).contains("--completion delivery"));
+        assert_eq!(completion_note(&Provider::Efa, false, Completion::Transmit), None, "efa's default needs no word");
+    }
 }

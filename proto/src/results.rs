@@ -38,6 +38,17 @@ fn first_schema() -> SchemaVersion {
     SchemaVersion::FIRST
 }
 
+/// When an operation counts as complete, and so what `--window` counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Completion {
+    /// The provider's default: once the provider has taken the operation's bytes (on tcp, the kernel's
+    /// socket buffer; on efa, once the peer's NIC acknowledged it).
+    Transmit,
+    /// `FI_DELIVERY_COMPLETE`: once the peer has the bytes.
+    Delivery,
+}
+
 /// One channel's NIC as recorded in the results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NicRecord {
@@ -70,6 +81,9 @@ pub struct RunMetadata {
     /// efa: same-host peers could use libfabric's shared-memory shortcut (`--allow-shm`) rather than the NIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shm_shortcut: Option<bool>,
+    /// When the endpoints' writes and sends counted as complete; absent in files from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<Completion>,
     pub ranks: usize,
     pub hosts: Vec<String>,
     pub channels: usize,

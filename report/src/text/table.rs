@@ -266,6 +266,7 @@ pub(crate) mod tests {
             libfabric_api: String::new(),
             emulated_write: None,
             shm_shortcut: None,
+            completion: None,
             ranks: 2,
             hosts: vec!["node-a".into(), "node-a".into()],
             channels: 1,

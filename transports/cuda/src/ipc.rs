@@ -402,6 +402,8 @@ pub struct IpcWriter {
     bulk: Option<CudaFunction>,
     shape: TunedShape,
     sms: u32,
+    /// The bulk kernel's grid: a block per SM times `blocks_per_sm`, or the SMs `EFATOP_IPC_BULK_SMS` allows.
+    bulk_grid: u32,
 }
 
 impl IpcWriter {
@@ -440,7 +442,11 @@ impl IpcWriter {
         } else {
             None
         };
-        Ok(Self { stream: context.new_stream()?, store, tuned, bulk, shape, sms: sms.max(1) as u32 })
+        let sms = sms.max(1) as u32;
+        // A measuring aid beside EFATOP_IPC_TUNED: the bulk kernel on fewer SMs than the GPU has.
+        let bulk_sms = std::env::var("EFATOP_IPC_BULK_SMS").ok().and_then(|n| n.trim().parse::<u32>().ok()).filter(|n| *n > 0);
+        let bulk_grid = bulk_sms.unwrap_or(sms).min(sms) * shape.blocks_per_sm;
+        Ok(Self { stream: context.new_stream()?, store, tuned, bulk, shape, sms, bulk_grid })
     }
 
     /// The tuned kernel's shape on this GPU, as a note for the run.
@@ -459,10 +465,11 @@ impl IpcWriter {
                 _ => "",
             };
             return format!(
-                "kernel (tuned): Hopper bulk copies (cp.async.bulk), grid {}x32 ({blocks_per_sm} per SM, {} SMs), one thread a \
+                "kernel (tuned): Hopper bulk copies (cp.async.bulk), grid {}x32 ({blocks_per_sm} per SM, {} of {} SMs), one thread a \
                  block moving equal shares through {unroll} shared-memory stages of {} KiB{hints}; sizes under {} KiB by the store \
                  kernel; {fence}",
-                self.sms * blocks_per_sm,
+                self.bulk_grid,
+                self.bulk_grid / blocks_per_sm,
                 self.sms,
                 BULK_STAGE >> 10,
                 BULK_SMALLEST >> 10
@@ -524,7 +531,7 @@ impl IpcWriter {
             }
             Mover::Tuned if self.bulk.is_some() && len >= BULK_SMALLEST => {
                 let Some(bulk) = &self.bulk else { unreachable!("checked") };
-                let grid = self.sms * self.shape.blocks_per_sm;
+                let grid = self.bulk_grid;
                 let (piece, rounds, extra) = bulk_pieces(u64::from(grid), len as u64);
                 let len64 = len as u64;
                 let mut launch = self.stream.launch_builder(bulk);

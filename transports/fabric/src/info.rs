@@ -107,13 +107,18 @@ pub struct Capabilities {
     /// that every byte crosses the NIC: efatop asks for `FI_REMOTE_COMM` without `FI_LOCAL_COMM` and turns
     /// `FI_OPT_SHARED_MEMORY_PERMITTED` off, as aws-ofi-nccl does.
     pub same_host_shortcut: bool,
+    /// Ask for `FI_DELIVERY_COMPLETE` as the endpoint's default operation flag (`tx_attr.op_flags`, as
+    /// Open MPI's `btl/ofi` and Sandia's SHMEM library do for one-sided writes): an operation completes once the
+    /// peer has it, not once the provider has taken its bytes. On tcp the latter is the kernel's socket
+    /// buffer, so a window of one operation would stream through it.
+    pub delivery_complete: bool,
 }
 
 impl Capabilities {
     pub const MESSAGES: Capabilities =
-        Capabilities { messages: true, rma_write: false, hmem: false, same_host_shortcut: false };
+        Capabilities { messages: true, rma_write: false, hmem: false, same_host_shortcut: false, delivery_complete: false };
     pub const MESSAGES_AND_WRITE: Capabilities =
-        Capabilities { messages: true, rma_write: true, hmem: false, same_host_shortcut: false };
+        Capabilities { messages: true, rma_write: true, hmem: false, same_host_shortcut: false, delivery_complete: false };
 
     /// The `caps` efatop puts in its hints for `provider`.
     pub fn hint_caps(self, provider: &Provider) -> u64 {
@@ -226,6 +231,14 @@ impl Nic {
     /// Debian's and Ubuntu's libfabric 1.17 advertise `FI_HMEM` on shm and return ENOSYS for CUDA memory).
     pub fn offers_hmem(&self) -> bool {
         self.caps & sys::FI_HMEM != 0
+    }
+
+    /// The provider's answer keeps `FI_DELIVERY_COMPLETE` as the endpoint's default operation flag (asked
+    /// for with [`Capabilities::delivery_complete`]): what the endpoint really does, for the run's facts.
+    pub fn delivery_complete(&self) -> bool {
+        // SAFETY: the entry came from fi_getinfo/fi_dupinfo; tx_attr is allocated with it.
+        let tx_attr = unsafe { self.info.get().tx_attr.as_ref() };
+        tx_attr.is_some_and(|attr| attr.op_flags & u64::from(sys::FI_DELIVERY_COMPLETE) != 0)
     }
 
     /// A write with remote CQ data consumes a receive the target posted (`FI_RX_CQ_DATA`: efa-direct on
@@ -490,6 +503,9 @@ impl Hints {
             domain.av_type = sys::fi_av_type_FI_AV_TABLE;
             if caps.rma_write {
                 domain.cq_data_size = 4;
+            }
+            if caps.delivery_complete {
+                (*info.tx_attr).op_flags = u64::from(sys::FI_DELIVERY_COMPLETE);
             }
         }
         Ok(hints)

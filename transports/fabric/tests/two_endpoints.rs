@@ -14,8 +14,7 @@ use efatop_fabric::{
 
 const LEN: usize = 65536;
 
-fn open(provider: &Provider) -> Channel {
-    let caps = Capabilities::MESSAGES_AND_WRITE;
+fn open_with(provider: &Provider, caps: Capabilities) -> Channel {
     let nics = discover_nics(provider, caps).expect("discover");
     let options = ChannelOptions {
         index: 0,
@@ -33,18 +32,27 @@ fn two_ranks(
     rank0: impl FnOnce(Channel, mpsc::Receiver<Vec<u8>>, mpsc::Sender<Vec<u8>>) + Send + 'static,
     rank1: impl FnOnce(Channel, mpsc::Receiver<Vec<u8>>, mpsc::Sender<Vec<u8>>) + Send + 'static,
 ) {
+    two_ranks_with(provider, Capabilities::MESSAGES_AND_WRITE, rank0, rank1);
+}
+
+fn two_ranks_with(
+    provider: Provider,
+    caps: Capabilities,
+    rank0: impl FnOnce(Channel, mpsc::Receiver<Vec<u8>>, mpsc::Sender<Vec<u8>>) + Send + 'static,
+    rank1: impl FnOnce(Channel, mpsc::Receiver<Vec<u8>>, mpsc::Sender<Vec<u8>>) + Send + 'static,
+) {
     let (to1, from0) = mpsc::channel::<Vec<u8>>();
     let (to0, from1) = mpsc::channel::<Vec<u8>>();
-    let provider_for_rank1 = provider.clone();
+    let provider_here = provider.clone();
     let second = thread::spawn(move || {
-        let channel = open(&provider_for_rank1);
+        let channel = open_with(&provider, caps);
         to0.send(channel.address().expect("name").0).expect("send name");
         let peer = PeerAddress(from0.recv().expect("peer name"));
         let own = channel.address().expect("name");
         channel.connect(&[peer, own]).expect("connect");
         rank1(channel, from0, to0);
     });
-    let channel = open(&provider);
+    let channel = open_with(&provider_here, caps);
     to1.send(channel.address().expect("name").0).expect("send name");
     let peer = PeerAddress(from1.recv().expect("peer name"));
     let own = channel.address().expect("name");
@@ -152,6 +160,61 @@ fn try_writes_all_land(provider: Provider) {
             assert_eq!(channel.immediates_from(0), WRITES as u64);
         },
     );
+}
+
+/// Over tcp a write completes, by default, once the kernel has taken its bytes: it completes while the
+/// target makes no progress at all. With `FI_DELIVERY_COMPLETE` (what `--completion auto` asks of tcp) it
+/// completes only once the target's provider has received it, so it waits for the target's progress.
+fn write_completes_without_the_target(delivery_complete: bool) -> bool {
+    const SMALL: usize = 16 << 10;
+    let (tell, told) = mpsc::channel::<bool>();
+    let caps = Capabilities { delivery_complete, ..Capabilities::MESSAGES_AND_WRITE };
+    two_ranks_with(
+        Provider::Tcp,
+        caps,
+        move |channel, from1, to1| {
+            assert_eq!(channel.nic().delivery_complete(), delivery_complete, "the answer keeps what was asked");
+            let src = Rc::new(HostBuffer::new(SMALL).expect("src"));
+            src.write(|bytes| bytes.fill(0x3c));
+            let mr = channel.register(src).expect("reg");
+            let remote = RemoteRegion::from_bytes(&from1.recv().expect("region")).expect("decode");
+            // A first write while the target progresses sets the connection up (tcp connects on first use).
+            channel.write(1, &mr, 0, SMALL, remote, 0, Some(Immediate::encode(0, 1))).expect("post").wait().expect("first write");
+            from1.recv().expect("first write arrived");
+            let op = channel.write(1, &mr, 0, SMALL, remote, 0, Some(Immediate::encode(0, 2))).expect("post");
+            // The target sits in a blocking receive meanwhile: nothing progresses its endpoint.
+            let until = std::time::Instant::now() + Duration::from_millis(500);
+            while !op.is_complete() && std::time::Instant::now() < until {
+                channel.progress().expect("progress");
+            }
+            tell.send(op.is_complete()).expect("tell");
+            to1.send(vec![]).expect("go");
+            op.wait().expect("the write completes once the target progresses");
+            from1.recv().expect("checked");
+        },
+        |channel, from0, to0| {
+            let dst = Rc::new(HostBuffer::new(SMALL).expect("dst"));
+            let mr = channel.register(dst.clone()).expect("reg");
+            to0.send(Channel::remote_region(&mr).to_bytes().to_vec()).expect("region");
+            channel.wait_immediates(0, 1).expect("first immediate");
+            to0.send(vec![]).expect("first write arrived");
+            from0.recv().expect("go");
+            channel.wait_immediates(0, 2).expect("second immediate");
+            dst.read(|bytes| assert!(bytes.iter().all(|b| *b == 0x3c)));
+            to0.send(vec![]).expect("checked");
+        },
+    );
+    told.recv().expect("told")
+}
+
+#[test]
+fn tcp_transmit_completion_needs_no_target() {
+    assert!(write_completes_without_the_target(false), "a 16 KiB write fits the socket buffers and completes at once");
+}
+
+#[test]
+fn tcp_delivery_completion_waits_for_the_target() {
+    assert!(!write_completes_without_the_target(true), "FI_DELIVERY_COMPLETE completed a write the target never received");
 }
 
 #[test]

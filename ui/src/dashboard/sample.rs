@@ -230,6 +230,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         libfabric_api: String::new(),
         emulated_write: None,
         shm_shortcut: None,
+        completion: None,
         ranks: 4,
         hosts,
         channels: 4,
