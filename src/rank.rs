@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_proto::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
-use efatop_experiments::world::machine;
+use efatop_experiments::world::{index_on_machine, machine};
 use efatop_experiments::{Bootstrap, ExperimentError, SweepOptions, Unobserved, World, WorldOptions};
 use efatop_proto::sizes;
 use efatop_fabric::Capabilities;
@@ -368,14 +368,6 @@ impl Pinning {
     }
 }
 
-/// This rank's index among the ranks on its machine, and how many there are. Ranks are counted by
-/// [`machine`], not by host name: emulated nodes are network namespaces of one kernel and share its CPUs.
-fn index_on_machine(hosts: &[String], rank: usize) -> (usize, usize) {
-    let Some(mine) = hosts.get(rank).map(|host| machine(host)) else { return (0, 1) };
-    let index = hosts[..rank].iter().filter(|host| machine(host) == mine).count();
-    (index, hosts.iter().filter(|host| machine(host) == mine).count())
-}
-
 /// The rank's CPUs: those near its GPU that it is allowed, else every allowed one.
 fn pinning_set(near: &[u32], allowed: &[u32]) -> Vec<u32> {
     let both: Vec<u32> = near.iter().copied().filter(|cpu| allowed.contains(cpu)).collect();
@@ -576,15 +568,6 @@ mod tests {
         assert_eq!(super::pinning_set(&near, &[60, 61]), vec![60, 61]);
         // No topology: every allowed CPU.
         assert_eq!(super::pinning_set(&[], &[0, 1]), vec![0, 1]);
-    }
-
-    #[test]
-    fn ranks_are_counted_by_machine_not_by_host_name() {
-        // Three emulated nodes on one machine (network namespaces of it), and a rank on another.
-        let hosts: Vec<String> = ["a:efatop-node0", "a:efatop-node1", "b", "a:efatop-node2"].iter().map(|h| (*h).to_string()).collect();
-        assert_eq!(super::index_on_machine(&hosts, 0), (0, 3));
-        assert_eq!(super::index_on_machine(&hosts, 3), (2, 3));
-        assert_eq!(super::index_on_machine(&hosts, 2), (0, 1));
     }
 
     #[test]

@@ -223,7 +223,8 @@ impl<'b> World<'b> {
             ChannelCount::All => min_nics,
             ChannelCount::Exactly(n) => n,
         };
-        let ranks_here = hosts.iter().filter(|h| **h == hosts[rank]).count();
+        // By machine, as pinning counts them: emulated nodes are namespaces of one kernel and share its cores.
+        let (_, ranks_here) = index_on_machine(&hosts, rank);
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let share_cpu = ranks_here > cores;
         if share_cpu {
@@ -231,7 +232,7 @@ impl<'b> World<'b> {
                 "{ranks_here} ranks share {} on {}: idle ranks yield the CPU while polling, so figures \
                  are lower than with a core per rank",
                 efatop_proto::words::plural(cores, "core"),
-                hosts[rank]
+                machine(&hosts[rank])
             ));
         }
         if provider == Provider::Udp {
@@ -808,6 +809,14 @@ pub fn machine(host: &str) -> &str {
     host.split(':').next().unwrap_or(host)
 }
 
+/// This rank's index among the ranks on its machine, and how many there are. Ranks are counted by
+/// [`machine`], not by host name: emulated nodes are network namespaces of one kernel and share its CPUs.
+pub fn index_on_machine(hosts: &[String], rank: usize) -> (usize, usize) {
+    let Some(mine) = hosts.get(rank).map(|host| machine(host)) else { return (0, 1) };
+    let index = hosts[..rank].iter().filter(|host| machine(host) == mine).count();
+    (index, hosts.iter().filter(|host| machine(host) == mine).count())
+}
+
 /// Orders NICs the same way on every rank, so that channel c pairs NIC c with NIC c (rail with rail):
 /// by PCI address, then name. Loopback is left out when the ranks span hosts, since it reaches no peer.
 pub fn order_nics(mut nics: Vec<Nic>, single_host: bool, preference: &dyn Fn(&Nic) -> Option<usize>) -> Vec<Nic> {
@@ -822,6 +831,15 @@ pub fn order_nics(mut nics: Vec<Nic>, single_host: bool, preference: &dyn Fn(&Ni
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_are_counted_by_machine_not_by_host_name() {
+        // Three emulated nodes on one machine (network namespaces of it), and a rank on another.
+        let hosts: Vec<String> = ["a:efatop-node0", "a:efatop-node1", "b", "a:efatop-node2"].iter().map(|h| (*h).to_string()).collect();
+        assert_eq!(index_on_machine(&hosts, 0), (0, 3));
+        assert_eq!(index_on_machine(&hosts, 3), (2, 3));
+        assert_eq!(index_on_machine(&hosts, 2), (0, 1));
+    }
 
     #[test]
     fn auto_asks_for_delivery_only_where_completion_is_local() {
