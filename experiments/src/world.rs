@@ -77,7 +77,7 @@ impl CompletionChoice {
     /// Whether to ask `provider` for `FI_DELIVERY_COMPLETE`.
     pub fn delivery_for(self, provider: &Provider) -> bool {
         match self {
-            CompletionChoice::Auto => matches!(provider, Provider::Tcp | Provider::Sockets),
+            CompletionChoice::Auto => provider.completes_locally(),
             CompletionChoice::Transmit => false,
             CompletionChoice::Delivery => true,
         }
@@ -99,7 +99,7 @@ pub struct World<'b> {
     pub emulated_write: Option<bool>,
     pub shm_shortcut: Option<bool>,
     /// When the channels' operations complete: what every channel's endpoint kept of what was asked.
-    pub completion: efatop_proto::results::Completion,
+    pub completion: Completion,
     pub channels: Vec<Channel>,
     /// Distinct NICs the channels are spread over on this rank.
     pub distinct_nics: usize,
@@ -597,7 +597,7 @@ fn place(topology: &NodeTopology, local_rank: usize, choice: GpuChoice, opened: 
 /// The header's word on completion where it decides what `--window` means: on tcp and sockets, and wherever
 /// delivery was asked for and the provider did not keep it.
 fn completion_note(provider: &Provider, asked_delivery: bool, completion: Completion) -> Option<String> {
-    let local = matches!(provider, Provider::Tcp | Provider::Sockets);
+    let local = provider.completes_locally();
     match (asked_delivery, completion) {
         (true, Completion::Delivery) if local => Some(format!(
             "{provider}: operations complete once the peer has them (FI_DELIVERY_COMPLETE), so --window counts \

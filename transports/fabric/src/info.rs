@@ -70,6 +70,12 @@ impl Provider {
         matches!(self, Provider::Efa | Provider::EfaDirect)
     }
 
+    /// The provider's own completion of a write or send is local: the kernel has taken the bytes (tcp,
+    /// sockets), not the peer. efa completes once the peer's NIC acknowledged, shm once the copy is done.
+    pub fn completes_locally(&self) -> bool {
+        matches!(self, Provider::Tcp | Provider::Sockets)
+    }
+
     /// Whether an `fi_info` entry of fabric `fabric` belongs to this choice. libfabric 1.x names the efa
     /// fabric after the device's GID prefix (`EFA-fe80::…`), 2.x names it `efa` and adds `efa-direct`.
     pub fn accepts_fabric(&self, fabric: &str) -> bool {
