@@ -128,25 +128,29 @@ fn watch_stop_signals(inputs: Sender<Input>) {
     }
 }
 
-/// The rank's thread: bootstrap, then the run. An error comes with the rank that met it (0 before the
-/// bootstrap said otherwise).
+/// The rank's thread: bootstrap, then the run; returns the rank's exit code, having printed its error. An
+/// error comes back only when the bootstrap could not start (as rank 0's: no rank is known yet).
 fn rank_thread(experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, (usize, ExperimentError)> {
     let bootstrap = bootstrap::connect().map_err(|err| (0, err))?;
     let rank = bootstrap.rank();
-    if bootstrap.size() < 2 {
-        return Err((
-            rank,
-            ExperimentError::InvalidInput {
-                flag: "--ranks",
-                message: format!(
-                    "{} needs at least 2 ranks; start them with `efatop run --ranks N {}` or under mpirun",
-                    experiment.name(),
-                    experiment.name()
-                ),
-            },
-        ));
-    }
-    run_rank(&*bootstrap, experiment, inputs).map_err(|err| (rank, err))
+    let outcome = if bootstrap.size() < 2 {
+        Err(ExperimentError::InvalidInput {
+            flag: "--ranks",
+            message: format!(
+                "{} needs at least 2 ranks; start them with `efatop run --ranks N {}` or under mpirun",
+                experiment.name(),
+                experiment.name()
+            ),
+        })
+    } else {
+        run_rank(&*bootstrap, experiment, inputs)
+    };
+    // The rank says why it failed (rank 0 for the run) before its bootstrap closes. Closing MPI waits for
+    // every rank, and once it returns the other ranks exit: a launcher that sees their non-zero codes ends
+    // this process at once, which could otherwise come before rank 0 has named the failed rank.
+    let code = exit_code(rank, outcome);
+    drop(bootstrap);
+    Ok(code)
 }
 
 #[allow(clippy::too_many_lines)] // the rank's setup in order: outlets, world, placement, telemetry, hand-over
