@@ -118,6 +118,53 @@ __global__ void __launch_bounds__(32, 1) bulk(const uint4* source, uint4* target
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// The bulk copies with LAG stores left in flight before a stage is loaded again (`bulk` waits for each
+// store to have read its stage: LAG 1), and with CHUNKED each block taking one contiguous run of pieces
+// instead of every gridDim.x-th.
+template <int STAGES, int CHUNK, int LAG, bool CHUNKED>
+__global__ void __launch_bounds__(32, 1) bulk_lag(const uint4* source, uint4* target, unsigned long long vectors) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long bar[STAGES];
+    if (threadIdx.x != 0) return;
+    const unsigned char* src = (const unsigned char*)source;
+    unsigned char* dst = (unsigned char*)target;
+    const unsigned long long chunks = vectors * 16 / CHUNK;
+    const unsigned long long per = (chunks + gridDim.x - 1) / gridDim.x;
+    const unsigned long long mine = CHUNKED ? (chunks > blockIdx.x * per ? min(per, chunks - blockIdx.x * per) : 0)
+                                            : (chunks > blockIdx.x ? (chunks - blockIdx.x + gridDim.x - 1) / gridDim.x : 0);
+    auto piece = [&](unsigned long long i) { return CHUNKED ? blockIdx.x * per + i : blockIdx.x + i * gridDim.x; };
+    const unsigned smem0 = (unsigned)__cvta_generic_to_shared(smem);
+    const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
+    for (int s = 0; s < STAGES; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8 * s) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    auto load = [&](unsigned long long i) {
+        const int s = (int)(i % STAGES);
+        unsigned long long state;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(bar0 + 8 * s), "r"(CHUNK) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     :: "r"(smem0 + s * CHUNK), "l"(src + piece(i) * CHUNK), "r"(CHUNK), "r"(bar0 + 8 * s) : "memory");
+    };
+    for (unsigned long long i = 0; i < mine && i < STAGES; i++) load(i);
+    for (unsigned long long i = 0; i < mine; i++) {
+        const int s = (int)(i % STAGES);
+        const unsigned parity = (unsigned)((i / STAGES) & 1);
+        unsigned done = 0;
+        while (!done) {
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done) : "r"(bar0 + 8 * s), "r"(parity) : "memory");
+        }
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(dst + piece(i) * CHUNK), "r"(smem0 + s * CHUNK), "r"(CHUNK) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        // Store j = i - LAG + 1 has read its stage once at most LAG - 1 newer groups are still reading.
+        if (i + 1 >= LAG && i + 1 - LAG + STAGES < mine) {
+            asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(LAG - 1) : "memory");
+            load(i + 1 - LAG + STAGES);
+        }
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 // Grid-stride with U loads in flight (the seed's shape, more of them).
 template <int U, int B, int K>
 __global__ void __launch_bounds__(B, K) strided(const uint4* __restrict__ source, uint4* __restrict__ target, unsigned long long vectors) {
@@ -183,6 +230,12 @@ int main(int argc, char** argv) {
     V("t4", (tiled<4, 0, 0, 512, 4>), 512, 4);
     V("t4.256B", (tiled<4, 3, 0, 512, 4>), 512, 4);
     BULK(4, 16384, 3); BULK(4, 32768, 1); BULK(8, 16384, 1); BULK(2, 32768, 3); BULK(3, 16384, 4); BULK(6, 32768, 1); BULK(4, 8192, 6);
+#define LAGGED(S, C, L, CH) do { char n[64]; snprintf(n, 64, "bulk %dx%dK lag%d%s", S, (C) >> 10, L, (CH) ? " chunked" : ""); \
+        CK(cudaFuncSetAttribute(bulk_lag<S, C, L, CH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
+        vs.push_back({n, bulk_lag<S, C, L, CH>, sms, 32, false, (S) * (C)}); } while (0)
+    LAGGED(8, 16384, 1, false); LAGGED(8, 16384, 2, false); LAGGED(8, 16384, 4, false); LAGGED(12, 16384, 4, false);
+    LAGGED(13, 16384, 6, false); LAGGED(6, 32768, 2, false); LAGGED(6, 32768, 3, false); LAGGED(8, 16384, 1, true);
+    LAGGED(8, 16384, 4, true); LAGGED(12, 16384, 4, true);
     const int warmup = 3, iters = 20;
     std::vector<size_t> sizes;
     for (size_t z = 8ull << 20; z <= maxlen; z <<= 1) sizes.push_back(z);
