@@ -179,6 +179,19 @@ pub struct Tracked {
     processes: Vec<(u32, u64)>,
 }
 
+/// A rank these tests killed leaves its shm regions in /dev/shm (a signal it cannot catch gives libfabric no
+/// chance to unlink them): once the test is done with its processes, those of ours that have ended lose theirs.
+/// A pid some other process has taken since is left alone.
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        for (pid, _) in &self.processes {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                efatop_fabric::shm_regions::remove_regions_of_ended_process(*pid);
+            }
+        }
+    }
+}
+
 impl Tracked {
     pub fn add(&mut self, pid: u32) {
         if let Some(started) = start_time(pid) {
