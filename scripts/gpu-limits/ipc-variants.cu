@@ -74,55 +74,12 @@ __global__ void __launch_bounds__(B, K) tiled(const uint4* __restrict__ source, 
 }
 
 // Hopper bulk copies: one thread per block moves CHUNK-byte pieces global -> shared -> global through
-// STAGES shared-memory stages, each load completing on an mbarrier (pieces dealt round-robin; sizes here are
-// whole pieces).
-template <int STAGES, int CHUNK>
+// STAGES shared-memory stages, each load completing on an mbarrier (sizes here are whole pieces). A stage is
+// loaded again once the store LAG pieces back has read it (LAG 1: each store's own, as the product kernel
+// waits). Pieces are dealt round-robin, every gridDim.x-th to a block, or with CHUNKED one contiguous run
+// of them a block.
+template <int STAGES, int CHUNK, int LAG = 1, bool CHUNKED = false>
 __global__ void __launch_bounds__(32, 1) bulk(const uint4* source, uint4* target, unsigned long long vectors) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) unsigned long long bar[STAGES];
-    if (threadIdx.x != 0) return;
-    const unsigned char* src = (const unsigned char*)source;
-    unsigned char* dst = (unsigned char*)target;
-    const unsigned long long chunks = vectors * 16 / CHUNK;
-    const unsigned long long n = chunks > blockIdx.x ? (chunks - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-    const unsigned smem0 = (unsigned)__cvta_generic_to_shared(smem);
-    const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
-    for (int s = 0; s < STAGES; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8 * s) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    auto load = [&](unsigned long long i) {
-        const int s = (int)(i % STAGES);
-        const unsigned long long c = blockIdx.x + i * gridDim.x;
-        unsigned long long state;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(bar0 + 8 * s), "r"(CHUNK) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     :: "r"(smem0 + s * CHUNK), "l"(src + c * CHUNK), "r"(CHUNK), "r"(bar0 + 8 * s) : "memory");
-    };
-    for (unsigned long long i = 0; i < n && i < STAGES; i++) load(i);
-    for (unsigned long long i = 0; i < n; i++) {
-        const int s = (int)(i % STAGES);
-        const unsigned parity = (unsigned)((i / STAGES) & 1);
-        unsigned done = 0;
-        while (!done) {
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                         : "=r"(done) : "r"(bar0 + 8 * s), "r"(parity) : "memory");
-        }
-        const unsigned long long c = blockIdx.x + i * gridDim.x;
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(dst + c * CHUNK), "r"(smem0 + s * CHUNK), "r"(CHUNK) : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        if (i + STAGES < n) {
-            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            load(i + STAGES);
-        }
-    }
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// The bulk copies with LAG stores left in flight before a stage is loaded again (`bulk` waits for each
-// store to have read its stage: LAG 1), and with CHUNKED each block taking one contiguous run of pieces
-// instead of every gridDim.x-th.
-template <int STAGES, int CHUNK, int LAG, bool CHUNKED>
-__global__ void __launch_bounds__(32, 1) bulk_lag(const uint4* source, uint4* target, unsigned long long vectors) {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) unsigned long long bar[STAGES];
     if (threadIdx.x != 0) return;
@@ -198,9 +155,10 @@ __global__ void check(const unsigned int* p, unsigned long long n, unsigned int 
 // Launch bounds = the launched shape (K blocks of B per SM), so registers allow all U loads in flight.
 #define V(label, kernel, B, K) do { char n[64]; snprintf(n, 64, "%s %dx%d", label, (K) * sms, B); \
         vs.push_back({n, kernel, (K) * sms, B, false}); } while (0)
-#define BULK(S, C, K) do { char n[64]; snprintf(n, 64, "bulk %dx%dK %dx32", S, (C) >> 10, (K) * sms); \
-        CK(cudaFuncSetAttribute(bulk<S, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
-        vs.push_back({n, bulk<S, C>, (K) * sms, 32, false, (S) * (C)}); } while (0)
+#define BULK(S, C, K, L, CH) do { char n[64]; snprintf(n, 64, "bulk %dx%dK %dx32", S, (C) >> 10, (K) * sms); \
+        std::string name = std::string(n) + ((L) > 1 ? " lag" + std::to_string(L) : "") + ((CH) ? " chunked" : ""); \
+        CK(cudaFuncSetAttribute(bulk<S, C, L, CH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
+        vs.push_back({name, bulk<S, C, L, CH>, (K) * sms, 32, false, (S) * (C)}); } while (0)
 
 #ifndef IPC_VARIANTS_NO_MAIN
 int main(int argc, char** argv) {
@@ -229,13 +187,11 @@ int main(int argc, char** argv) {
     V("t16.256B", (tiled<16, 3, 0, 256, 2>), 256, 2);
     V("t4", (tiled<4, 0, 0, 512, 4>), 512, 4);
     V("t4.256B", (tiled<4, 3, 0, 512, 4>), 512, 4);
-    BULK(4, 16384, 3); BULK(4, 32768, 1); BULK(8, 16384, 1); BULK(2, 32768, 3); BULK(3, 16384, 4); BULK(6, 32768, 1); BULK(4, 8192, 6);
-#define LAGGED(S, C, L, CH) do { char n[64]; snprintf(n, 64, "bulk %dx%dK lag%d%s", S, (C) >> 10, L, (CH) ? " chunked" : ""); \
-        CK(cudaFuncSetAttribute(bulk_lag<S, C, L, CH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (S) * (C))); \
-        vs.push_back({n, bulk_lag<S, C, L, CH>, sms, 32, false, (S) * (C)}); } while (0)
-    LAGGED(8, 16384, 1, false); LAGGED(8, 16384, 2, false); LAGGED(8, 16384, 4, false); LAGGED(12, 16384, 4, false);
-    LAGGED(13, 16384, 6, false); LAGGED(6, 32768, 2, false); LAGGED(6, 32768, 3, false); LAGGED(8, 16384, 1, true);
-    LAGGED(8, 16384, 4, true); LAGGED(12, 16384, 4, true);
+    BULK(4, 16384, 3, 1, false); BULK(4, 32768, 1, 1, false); BULK(8, 16384, 1, 1, false); BULK(2, 32768, 3, 1, false);
+    BULK(3, 16384, 4, 1, false); BULK(6, 32768, 1, 1, false); BULK(4, 8192, 6, 1, false);
+    BULK(8, 16384, 1, 2, false); BULK(8, 16384, 1, 4, false); BULK(12, 16384, 1, 4, false); BULK(13, 16384, 1, 6, false);
+    BULK(6, 32768, 1, 2, false); BULK(6, 32768, 1, 3, false); BULK(8, 16384, 1, 1, true); BULK(8, 16384, 1, 4, true);
+    BULK(12, 16384, 1, 4, true);
     const int warmup = 3, iters = 20;
     std::vector<size_t> sizes;
     for (size_t z = 8ull << 20; z <= maxlen; z <<= 1) sizes.push_back(z);
