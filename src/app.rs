@@ -189,6 +189,9 @@ impl App {
             CollectorEvent::Malformed { from, reason } => {
                 state.push_log(now, LogLevel::Warn, format!("telemetry frame from {from} rejected: {reason}"));
             }
+            CollectorEvent::Refused { from, reason, total } => {
+                state.push_log(now, LogLevel::Warn, format!("telemetry connection from {from} refused: {reason} ({total} refused so far)"));
+            }
             CollectorEvent::Closed { rank: Some(rank), .. } => {
                 let finished = state.progress.done >= state.progress.total;
                 Ingest::closed(state, rank as usize, finished);

@@ -105,7 +105,13 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let start = shape.run_start();
     let clock = Instant::now();
     let (inputs, from_run) = mpsc::channel::<Input>();
-    let collector = Collector::start(inputs.clone())?;
+    let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
+    let gate = crate::collector::Gate {
+        secret: secret.clone(),
+        bounds: efatop_proto::telemetry::Bounds { ranks: u32::try_from(ranks).unwrap_or(u32::MAX), channels: u32::try_from(channels).unwrap_or(u32::MAX) },
+        bind: std::net::IpAddr::from([127, 0, 0, 1]),
+    };
+    let collector = Collector::start(inputs.clone(), gate)?;
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], collector.address.port()));
     let collector_tid = thread_id("efatop-collecto");
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -190,7 +196,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
 
     // The senders connect first: a burst of thousands of connects is a start-up cost, not the load under test.
     let threads = (cpus - 1).clamp(2, 8);
-    let load = feed::start(&shape, address, threads, &sender_cpus, slow, &started);
+    let load = feed::start(&shape, address, &secret, threads, &sender_cpus, slow, &started);
     let began = *started.get_or_init(Instant::now);
     let hosts = shape.hosts.map_or(String::new(), |hosts| format!("{hosts} hosts × {} ranks = ", shape.ranks_per_host));
     say!(json,

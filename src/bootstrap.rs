@@ -4,9 +4,13 @@
 
 pub mod local;
 pub mod mpi;
+pub mod munge;
 pub mod slurm;
 
 use efatop_experiments::{Bootstrap, ExperimentError};
+use efatop_proto::auth::Source;
+
+use crate::secret::Keyed;
 
 /// Environment variables `efatop run` sets for the ranks it starts.
 pub const ENV_RENDEZVOUS: &str = "EFATOP_RENDEZVOUS";
@@ -47,17 +51,23 @@ impl Bootstrap for Alone {
     }
 }
 
-/// Picks the bootstrap this process was started with.
-pub fn connect() -> Result<Box<dyn Bootstrap>, ExperimentError> {
+/// The bootstrap this process was started with, and the run's secret (`crate::secret`).
+pub type Joined = (Box<dyn Bootstrap>, Keyed);
+
+/// Picks the bootstrap this process was started with, and learns the run's secret through it.
+pub fn connect() -> Result<Joined, ExperimentError> {
+    let keyed = |made: Result<Keyed, String>| made.map_err(|why| ExperimentError::Bootstrap(format!("the run's secret: {why}")));
     if let Some(address) = std::env::var_os(ENV_RENDEZVOUS) {
         let rank = env_number(ENV_RANK)?;
         let size = env_number(ENV_WORLD_SIZE)?;
-        return Ok(Box::new(local::LocalBootstrap::connect(&address.to_string_lossy(), rank, size)?));
+        let secret = keyed(crate::secret::from_launcher().unwrap_or_else(|| Err(format!("{} is not set", crate::secret::ENV_RUN_SECRET))))?;
+        let bootstrap = local::LocalBootstrap::connect(&address.to_string_lossy(), rank, size, &secret.secret)?;
+        return Ok((Box::new(bootstrap), secret));
     }
     let slurm_step = || slurm::SlurmStep::from_env(|name| std::env::var(name).ok());
     match std::env::var(ENV_BOOTSTRAP).ok().as_deref() {
-        Some("mpi") => return Ok(Box::new(mpi::MpiBootstrap::initialize()?)),
-        Some("none") => return Ok(Box::new(Alone)),
+        Some("mpi") => return mpi_bootstrap(),
+        Some("none") => return Ok((Box::new(Alone), keyed(Keyed::generate(Source::Process))?)),
         Some("slurm") => {
             let step = slurm_step()
                 .ok_or_else(|| ExperimentError::Bootstrap(format!("{ENV_BOOTSTRAP}=slurm: not a task of an srun step (no SLURM_STEP_ID)")))?;
@@ -67,21 +77,39 @@ pub fn connect() -> Result<Box<dyn Bootstrap>, ExperimentError> {
         None => {}
     }
     if under_mpi_launcher() {
-        return Ok(Box::new(mpi::MpiBootstrap::initialize()?));
+        return mpi_bootstrap();
     }
     // srun without an MPI plugin: Slurm's environment says who is who.
     if let Some(step) = slurm_step() {
         return slurm_bootstrap(step);
     }
-    Ok(Box::new(Alone))
+    Ok((Box::new(Alone), keyed(Keyed::generate(Source::Process))?))
 }
 
-fn slurm_bootstrap(step: Result<slurm::SlurmStep, String>) -> Result<Box<dyn Bootstrap>, ExperimentError> {
+/// MPI: rank 0 makes the secret and every rank takes it from the first allgather.
+fn mpi_bootstrap() -> Result<Joined, ExperimentError> {
+    let bootstrap = mpi::MpiBootstrap::initialize()?;
+    let mine = if bootstrap.rank() == 0 {
+        Keyed::generate(Source::Mpi).map_err(ExperimentError::Bootstrap)?.secret.as_bytes().to_vec()
+    } else {
+        Vec::new()
+    };
+    let gathered = bootstrap.allgather(&mine)?;
+    let bytes: [u8; 32] = gathered
+        .first()
+        .and_then(|first| first.as_slice().try_into().ok())
+        .ok_or_else(|| ExperimentError::Bootstrap("rank 0 broadcast no run secret".into()))?;
+    Ok((Box::new(bootstrap), Keyed { secret: efatop_proto::auth::Secret::from_bytes(bytes), source: Source::Mpi }))
+}
+
+fn slurm_bootstrap(step: Result<slurm::SlurmStep, String>) -> Result<Joined, ExperimentError> {
     let step = step.map_err(|why| ExperimentError::Bootstrap(format!("Slurm bootstrap: {why}")))?;
     if step.size == 1 {
-        return Ok(Box::new(Alone));
+        let secret = Keyed::generate(Source::Process).map_err(ExperimentError::Bootstrap)?;
+        return Ok((Box::new(Alone), secret));
     }
-    Ok(Box::new(slurm::connect(&step)?))
+    let (bootstrap, secret) = slurm::connect(&step)?;
+    Ok((Box::new(bootstrap), secret))
 }
 
 fn env_number(name: &str) -> Result<usize, ExperimentError> {

@@ -1,25 +1,74 @@
 //! Telemetry transport: every rank's sampler thread streams [`RankSample`] frames to a collector that
 //! rank 0 runs (tokio). The benchmark's hot path never takes part: it only bumps the probe's atomics.
 //!
+//! Who may send: every connection first proves the run's secret ([`efatop_proto::auth`], purpose
+//! `Telemetry`) within [`HANDSHAKE_WAIT`]; one that does not is dropped and counted
+//! ([`CollectorEvent::Refused`]), as is one beyond the run's world ([`Gate`]): too many connections, a rank
+//! outside the world or already connected, a frame longer than a rank of this world can send, an index
+//! beyond it. No refusal ends the run.
+//!
 //! Back-pressure: a sampler never blocks on rank 0. Its socket is non-blocking; frames that cannot be sent
 //! wait in a bounded queue, and when that is full the oldest is dropped and counted. The count travels in
 //! every sample and is shown in red on the dashboard.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use efatop_proto::auth::{self, ANSWER_LEN, Challenge, Purpose, Secret};
 use efatop_proto::telemetry::wire;
-use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler};
-use tokio::io::AsyncReadExt;
+use efatop_proto::telemetry::{Bounds, NodeSample, Probe, RankSample, Sampler};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
 const QUEUE_FRAMES: usize = 64;
+/// How long a connection may take to prove itself.
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// Handshakes in progress at once: connections beyond them are dropped at once (a sender retries).
+const HANDSHAKES_AT_ONCE: usize = 64;
+/// How long a sender keeps trying to get through (rank 0 busy with a flood of strangers' handshakes).
+const DIAL_FOR: Duration = Duration::from_secs(15);
+
+/// Connects to rank 0's collector and proves the run's secret; retried for [`DIAL_FOR`] while the
+/// collector closes before its hello (its handshakes all busy, or every rank connected meanwhile). A
+/// collector that sent its hello and then refused our proof, or proved nothing itself, is not retried.
+/// Returns the stream, non-blocking.
+pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<TcpStream> {
+    let denied = |why: String| std::io::Error::new(ErrorKind::PermissionDenied, why);
+    let started = Instant::now();
+    loop {
+        let attempt = (|| -> std::io::Result<TcpStream> {
+            let mut stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
+            stream.set_read_timeout(Some(HANDSHAKE_WAIT))?;
+            stream.set_write_timeout(Some(HANDSHAKE_WAIT))?;
+            let mut hello = [0u8; auth::HELLO_LEN];
+            std::io::Read::read_exact(&mut stream, &mut hello)?;
+            let (pending, answer) = auth::Answer::new(secret, Purpose::Telemetry, &hello).map_err(|e| denied(e.to_string()))?;
+            stream.write_all(&answer)?;
+            let mut proof = [0u8; auth::PROOF_LEN];
+            std::io::Read::read_exact(&mut stream, &mut proof)
+                .map_err(|e| denied(format!("rank 0's collector refused this rank's proof of the run's secret ({e})")))?;
+            pending.verify(secret, &proof).map_err(|e| denied(format!("rank 0's collector: {e}")))?;
+            stream.set_read_timeout(None)?;
+            stream.set_write_timeout(None)?;
+            stream.set_nodelay(true)?;
+            stream.set_nonblocking(true)?;
+            Ok(stream)
+        })();
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            // A collector that does not hold our secret will not start to: no retry.
+            Err(err) if err.kind() == ErrorKind::PermissionDenied => return Err(err),
+            Err(err) if started.elapsed() >= DIAL_FOR => return Err(err),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
 
 /// A rank's sampler: reads the probe every interval and sends the sample to rank 0's collector.
 pub struct SamplerThread {
@@ -28,10 +77,8 @@ pub struct SamplerThread {
 }
 
 impl SamplerThread {
-    pub fn start(rank: usize, probe: Arc<Probe>, collector: SocketAddr, interval: Duration) -> std::io::Result<Self> {
-        let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
-        stream.set_nodelay(true)?;
-        stream.set_nonblocking(true)?;
+    pub fn start(rank: usize, probe: Arc<Probe>, collector: SocketAddr, secret: &Secret, interval: Duration) -> std::io::Result<Self> {
+        let stream = dial(collector, secret)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let (ready_tx, ready) = std::sync::mpsc::sync_channel::<()>(1);
@@ -241,10 +288,8 @@ pub struct NodeSender {
 }
 
 impl NodeSender {
-    pub fn connect(collector: SocketAddr) -> std::io::Result<Self> {
-        let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
-        stream.set_nodelay(true)?;
-        stream.set_nonblocking(true)?;
+    pub fn connect(collector: SocketAddr, secret: &Secret) -> std::io::Result<Self> {
+        let stream = dial(collector, secret)?;
         Ok(Self { link: Link::new(stream, 1024) })
     }
 
@@ -274,6 +319,33 @@ impl NodeSender {
 
 pub use efatop_proto::events::CollectorEvent;
 
+/// Who may connect to a collector, where it listens, and the world it bounds them by.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    pub secret: Secret,
+    pub bounds: Bounds,
+    /// The address it listens on: loopback when every rank shares rank 0's machine ([`bind_address`]).
+    pub bind: IpAddr,
+}
+
+/// Where rank 0's listeners bind for a run on `hosts` (rank 0's first): loopback when every rank runs on
+/// rank 0's machine (emulated nodes are namespaces of it); else rank 0's own address as its name resolves
+/// (the address the other ranks will resolve and connect to); every address only when that name resolves
+/// to none of this machine's.
+pub fn bind_address(hosts: &[String]) -> IpAddr {
+    let machine = |host: &str| efatop_experiments::world::machine(host).to_string();
+    let Some(rank0) = hosts.first().map(|h| machine(h)) else { return IpAddr::from([127, 0, 0, 1]) };
+    if hosts.iter().all(|host| machine(host) == rank0) {
+        return IpAddr::from([127, 0, 0, 1]);
+    }
+    let local = |ip: &IpAddr| !ip.is_loopback() && std::net::TcpListener::bind(SocketAddr::new(*ip, 0)).is_ok();
+    (rank0.as_str(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut found| found.find(|a| a.is_ipv4() && local(&a.ip())))
+        .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())
+}
+
 /// Rank 0's collector: a tokio runtime on its own thread, one task per rank connection.
 ///
 /// Events reach the consumer in batches, not one by one: at 4096 ranks × 10 Hz, waking the consumer
@@ -293,15 +365,72 @@ pub const BATCH_EVERY: Duration = Duration::from_millis(10);
 /// Events decoded since the last batch left; shared by the connection tasks of the collector's one thread.
 type Pending = std::rc::Rc<std::cell::RefCell<Vec<CollectorEvent>>>;
 
+/// What the connection tasks share about the world's connections (the collector's one thread).
+struct Door {
+    gate: Gate,
+    max_frame: usize,
+    /// Handshakes in progress, and connections that passed theirs.
+    handshakes: usize,
+    admitted: usize,
+    /// The connection each rank speaks through: a rank's first keeps it until it closes.
+    owners: Vec<Option<SocketAddr>>,
+    /// Bytes held in the connections' read buffers, against [`Door::budget`].
+    buffered: usize,
+    budget: usize,
+    refused: u64,
+    told_at: Option<Instant>,
+}
+
+type Shared = std::rc::Rc<std::cell::RefCell<Door>>;
+
+impl Door {
+    fn new(gate: Gate) -> Self {
+        let ranks = gate.bounds.ranks as usize;
+        Self {
+            max_frame: gate.bounds.max_frame() as usize,
+            // A few frames' room per rank, and room for a few of the largest frames a rank can send.
+            budget: (64 << 20) + ranks * 4 * READ_ROOM,
+            owners: vec![None; ranks],
+            gate,
+            handshakes: 0,
+            admitted: 0,
+            buffered: 0,
+            refused: 0,
+            told_at: None,
+        }
+    }
+
+    /// Counts a refusal; tells the consumer of the first ones, then at most once a second (with the count).
+    fn refuse(&mut self, pending: &Pending, from: SocketAddr, reason: String) {
+        self.refused += 1;
+        let now = Instant::now();
+        if self.refused <= 10 || self.told_at.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            self.told_at = Some(now);
+            pending.borrow_mut().push(CollectorEvent::Refused { from, reason, total: self.refused });
+        }
+    }
+
+    /// Whether another connection may start its handshake: the run's ranks, plus room for handshakes.
+    fn room(&self) -> Result<(), String> {
+        if self.handshakes >= HANDSHAKES_AT_ONCE {
+            return Err(format!("{HANDSHAKES_AT_ONCE} handshakes in progress already"));
+        }
+        if self.admitted >= self.owners.len() {
+            return Err(format!("every one of the run's {} ranks is connected already", self.owners.len()));
+        }
+        Ok(())
+    }
+}
+
 impl Collector {
-    /// Listens on all interfaces (ranks on other hosts connect too) and forwards events to `events`.
-    pub fn start<E: From<Vec<CollectorEvent>> + Send + 'static>(events: Sender<E>) -> std::io::Result<Self> {
+    /// Listens on `gate.bind` and forwards what the run's ranks send to `events`.
+    pub fn start<E: From<Vec<CollectorEvent>> + Send + 'static>(events: Sender<E>, gate: Gate) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
         // A large accept backlog: thousands of ranks connect at once when a big job starts.
         let listener = runtime.block_on(async {
-            let socket = tokio::net::TcpSocket::new_v4()?;
+            let socket = if gate.bind.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
             socket.set_reuseaddr(true)?;
-            socket.bind(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+            socket.bind(SocketAddr::new(gate.bind, 0))?;
             socket.listen(8192)
         })?;
         let address = listener.local_addr()?;
@@ -309,6 +438,7 @@ impl Collector {
         let handle = std::thread::Builder::new().name("efatop-collector".into()).spawn(move || {
             let local = tokio::task::LocalSet::new();
             let pending: Pending = Pending::default();
+            let door: Shared = std::rc::Rc::new(std::cell::RefCell::new(Door::new(gate)));
             local.spawn_local(forward_batches(pending.clone(), events));
             local.block_on(&runtime, async move {
                 loop {
@@ -316,8 +446,14 @@ impl Collector {
                         _ = &mut shutdown_rx => return,
                         accepted = listener.accept() => {
                             let Ok((stream, from)) = accepted else { continue };
+                            let room = door.borrow().room();
+                            if let Err(why) = room {
+                                door.borrow_mut().refuse(&pending, from, why);
+                                continue;
+                            }
+                            door.borrow_mut().handshakes += 1;
                             let _ = stream.set_nodelay(true);
-                            tokio::task::spawn_local(serve_connection(stream, from, pending.clone()));
+                            tokio::task::spawn_local(serve_connection(stream, from, pending.clone(), door.clone()));
                         }
                     }
                 }
@@ -355,58 +491,140 @@ async fn forward_batches<E: From<Vec<CollectorEvent>>>(pending: Pending, events:
 /// catches up in few reads, while 4096 connections still hold only tens of MiB.
 const READ_ROOM: usize = 8 * 1024;
 
-/// Reads frames from one rank until it closes or sends a frame whose length cannot be trusted.
-async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, pending: Pending) {
-    let mut rank = None;
-    let mut buffer: Vec<u8> = Vec::with_capacity(READ_ROOM);
+/// The connecting side proves the run's secret, and learns that we hold it too.
+async fn handshake(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
+    let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
+    stream.write_all(&hello).await.map_err(|e| e.to_string())?;
+    let mut answer = [0u8; ANSWER_LEN];
+    stream.read_exact(&mut answer).await.map_err(|e| format!("no answer to the handshake ({e})"))?;
+    let proof = challenge.check(secret, &answer).map_err(|e| e.to_string())?;
+    stream.write_all(&proof).await.map_err(|e| e.to_string())
+}
+
+/// One connection: its handshake, then its frames until it closes or breaks a rule of the [`Door`].
+async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, pending: Pending, door: Shared) {
+    let secret = door.borrow().gate.secret.clone();
+    let admitted = tokio::time::timeout(HANDSHAKE_WAIT, handshake(&mut stream, &secret)).await;
+    let admitted = match admitted {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err(format!("no handshake within {HANDSHAKE_WAIT:?}")),
+    };
+    {
+        let mut door = door.borrow_mut();
+        door.handshakes -= 1;
+        match admitted {
+            Ok(()) => door.admitted += 1,
+            Err(why) => {
+                door.refuse(&pending, from, why);
+                return;
+            }
+        }
+    }
+    let mut claimed = Vec::new();
+    let refused = read_frames(&mut stream, from, &pending, &door, &mut claimed).await;
+    let mut door = door.borrow_mut();
+    door.admitted -= 1;
+    for rank in &claimed {
+        door.owners[*rank as usize] = None;
+    }
+    match refused {
+        Some(why) => door.refuse(&pending, from, why),
+        None => pending.borrow_mut().push(CollectorEvent::Closed { from, rank: claimed.first().copied() }),
+    }
+}
+
+/// Reads an admitted connection's frames until it closes or breaks a rule (why: then it is refused, not
+/// closed). `claimed`: the ranks it spoke for, the first first (a rank's sampler speaks for its own rank
+/// alone; the collector bench's senders carry several).
+async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pending: &Pending, door: &Shared, claimed: &mut Vec<u32>) -> Option<String> {
+    let (bounds, max_frame) = {
+        let door = door.borrow();
+        (door.gate.bounds, door.max_frame)
+    };
+    let mut buffer: Vec<u8> = Vec::new();
     // Bytes at the front of `buffer` already decoded.
     let mut consumed = 0;
-    'reading: loop {
+    let held = std::cell::Cell::new(0usize);
+    // Whatever this connection held goes back to the budget however it ends.
+    let release = |door: &Shared, held: &std::cell::Cell<usize>| door.borrow_mut().buffered -= held.replace(0);
+    let outcome = 'reading: loop {
         if consumed > 0 {
             buffer.drain(..consumed);
             consumed = 0;
         }
         // Reads go into spare capacity: nothing is zeroed first, which at 40K frames/s would cost more
-        // than decoding them.
+        // than decoding them. Growth is charged to the collector's budget.
         if buffer.capacity() - buffer.len() < READ_ROOM / 2 {
+            let before = buffer.capacity();
             buffer.reserve(READ_ROOM);
+            let grown = buffer.capacity() - before;
+            let mut door = door.borrow_mut();
+            if door.buffered + grown > door.budget {
+                break 'reading Some(format!("the collector's buffers are at their budget of {} MiB", door.budget >> 20));
+            }
+            door.buffered += grown;
+            held.set(held.get() + grown);
         }
         match stream.read_buf(&mut buffer).await {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => break None,
             Ok(_) => {}
         }
         // Every complete frame in what has arrived; a partial one waits for the next read.
         while let Some(prefix) = buffer.get(consumed..consumed + 4) {
             let announced = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
             let len = match wire::check_length(announced) {
-                Ok(len) => len,
+                Ok(len) if len <= max_frame => len,
+                Ok(len) => break 'reading Some(format!("a frame of {len} bytes; a rank of this run sends at most {max_frame}")),
                 Err(reason) => {
                     // The stream cannot be resynchronised after a bad length: drop the connection.
                     pending.borrow_mut().push(CollectorEvent::Malformed { from, reason });
-                    break 'reading;
+                    break 'reading None;
                 }
             };
             let Some(body) = buffer.get(consumed + 4..consumed + 4 + len) else { break };
-            let event = match wire::decode_frame(body) {
+            let (event, claimed_now) = match wire::decode_frame(body) {
                 Ok(wire::Frame::Rank(sample)) => {
-                    rank = Some(sample.rank);
-                    CollectorEvent::Sample(Box::new(sample))
+                    if let Err(why) = bounds.check_sample(&sample) {
+                        break 'reading Some(why);
+                    }
+                    let claimed = sample.rank;
+                    (CollectorEvent::Sample(Box::new(sample)), Some(claimed))
                 }
                 Ok(wire::Frame::Node(sample)) => {
-                    rank = Some(sample.rank);
-                    CollectorEvent::Node(Box::new(sample))
+                    let claimed = sample.rank;
+                    (CollectorEvent::Node(Box::new(sample)), Some(claimed))
                 }
-                Ok(wire::Frame::Phase(report)) => {
-                    rank = Some(report.rank);
-                    CollectorEvent::Phase(report)
-                }
-                Err(reason) => CollectorEvent::Malformed { from, reason },
+                Ok(wire::Frame::Phase(report)) => (CollectorEvent::Phase(report), Some(report.rank)),
+                Err(reason) => (CollectorEvent::Malformed { from, reason }, None),
             };
+            if let Some(rank) = claimed_now {
+                if let Err(why) = claim(door, claimed, rank, from, bounds) {
+                    break 'reading Some(why);
+                }
+            }
             pending.borrow_mut().push(event);
             consumed += 4 + len;
         }
+    };
+    release(door, &held);
+    outcome
+}
+
+/// A rank of the world belongs to the first connection that speaks for it, until that one closes.
+fn claim(door: &Shared, claimed: &mut Vec<u32>, rank: u32, from: SocketAddr, bounds: Bounds) -> Result<(), String> {
+    bounds.check_rank(rank)?;
+    if claimed.contains(&rank) {
+        return Ok(());
     }
-    pending.borrow_mut().push(CollectorEvent::Closed { from, rank });
+    let mut door = door.borrow_mut();
+    let owner = &mut door.owners[rank as usize];
+    if let Some(first) = owner {
+        return Err(format!("rank {rank} is connected already (from {first}); it keeps its first connection"));
+    }
+    *owner = Some(from);
+    claimed.push(rank);
+    Ok(())
 }
 
 /// Where rank `rank` should connect to reach rank 0's collector published as `host:port`.
@@ -430,8 +648,11 @@ mod tests {
     use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 
-    /// The collector, and its events one by one (they arrive in batches).
-    fn collector() -> (Collector, impl FnMut(Duration) -> Option<CollectorEvent>) {
+    const WORLD: Bounds = Bounds { ranks: 8, channels: 4 };
+
+    /// The collector of a run of [`WORLD`] on loopback, its secret, and its events one by one (they arrive
+    /// in batches).
+    fn collector() -> (Collector, Secret, impl FnMut(Duration) -> Option<CollectorEvent>) {
         let (tx, rx) = mpsc::channel::<Vec<CollectorEvent>>();
         let mut queued = std::collections::VecDeque::new();
         let next = move |wait: Duration| {
@@ -440,17 +661,114 @@ mod tests {
             }
             queued.pop_front()
         };
-        (Collector::start(tx).expect("collector"), next)
+        let secret = Secret::generate().expect("secret");
+        let gate = Gate { secret: secret.clone(), bounds: WORLD, bind: IpAddr::from([127, 0, 0, 1]) };
+        (Collector::start(tx, gate).expect("collector"), secret, next)
     }
 
     fn local(address: SocketAddr) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], address.port()))
     }
 
+    /// A blocking connection that passed the handshake.
+    fn admitted(address: SocketAddr, secret: &Secret) -> TcpStream {
+        let stream = dial(address, secret).expect("admitted");
+        stream.set_nonblocking(false).expect("blocking");
+        stream
+    }
+
+    fn sample_frame(rank: u32, seq: u64) -> Vec<u8> {
+        let mut frame = Vec::new();
+        wire::encode(&RankSample { rank, seq, ..RankSample::default() }, &mut frame);
+        frame
+    }
+
+    /// The next event that is not a batch of samples.
+    fn refusal(next_event: &mut impl FnMut(Duration) -> Option<CollectorEvent>) -> (String, u64) {
+        loop {
+            match next_event(Duration::from_secs(10)).expect("an event") {
+                CollectorEvent::Refused { reason, total, .. } => return (reason, total),
+                CollectorEvent::Closed { rank: Some(rank), .. } => panic!("rank {rank} closed: a refused connection must not look like a rank leaving"),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn strangers_are_refused_counted_and_never_speak_for_a_rank() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        // The 27-byte attack: a sampler's greeting as rank 1, then close, without the handshake.
+        let mut stranger = TcpStream::connect(address).expect("connect");
+        let _ = stranger.write_all(&wire::encode_phase(&efatop_proto::telemetry::PhaseReport { rank: 1, changes: 0, phase: 0, bytes: 0 }));
+        drop(stranger);
+        let (reason, total) = refusal(&mut next_event);
+        assert!(reason.contains("handshake") || reason.contains("prove"), "{reason}");
+        assert_eq!(total, 1);
+        // Another run's secret.
+        let other = Secret::generate().expect("secret");
+        assert!(dial(address, &other).is_err(), "a collector refuses another run's secret");
+        let (reason, total) = refusal(&mut next_event);
+        assert!(reason.contains("prove"), "{reason}");
+        assert_eq!(total, 2);
+        // The run's own rank still gets through, and its close is told as its own.
+        let mut rank = admitted(address, &secret);
+        rank.write_all(&sample_frame(1, 1)).expect("write");
+        drop(rank);
+        let mut seen = Vec::new();
+        while let Some(event) = next_event(Duration::from_secs(5)) {
+            let closed = matches!(event, CollectorEvent::Closed { rank: Some(1), .. });
+            seen.push(event);
+            if closed {
+                break;
+            }
+        }
+        assert!(matches!(&seen[0], CollectorEvent::Sample(s) if s.rank == 1), "{seen:?}");
+        assert!(matches!(seen.last(), Some(CollectorEvent::Closed { rank: Some(1), .. })), "{seen:?}");
+    }
+
+    #[test]
+    fn ranks_beyond_the_world_second_claims_and_long_frames_are_refused() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        // Rank 0xFFFFFFFF: refused before any consumer sees it.
+        let mut beyond = admitted(address, &secret);
+        beyond.write_all(&sample_frame(u32::MAX, 1)).expect("write");
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("rank 4294967295 of a run of 8"), "{reason}");
+        // Rank 2's first connection keeps it; a second one claiming rank 2 is refused.
+        let mut first = admitted(address, &secret);
+        first.write_all(&sample_frame(2, 1)).expect("write");
+        assert!(matches!(next_event(Duration::from_secs(5)), Some(CollectorEvent::Sample(s)) if s.rank == 2));
+        let mut second = admitted(address, &secret);
+        second.write_all(&sample_frame(2, 9)).expect("write");
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("keeps its first connection"), "{reason}");
+        first.write_all(&sample_frame(2, 2)).expect("the first owner goes on");
+        assert!(matches!(next_event(Duration::from_secs(5)), Some(CollectorEvent::Sample(s)) if s.rank == 2 && s.seq == 2));
+        // A length no rank of 8 ranks × 4 channels can send, though below the wire's own limit.
+        let mut long = admitted(address, &secret);
+        long.write_all(&(WORLD.max_frame() + 1).to_le_bytes()).expect("write");
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("sends at most"), "{reason}");
+    }
+
+    #[test]
+    fn connections_are_capped_by_the_world() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        let ranks: Vec<TcpStream> = (0..WORLD.ranks).map(|_| admitted(address, &secret)).collect();
+        // One more than the world, though it holds the secret.
+        let extra = TcpStream::connect(address).expect("connect");
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("connected already"), "{reason}");
+        drop((ranks, extra));
+    }
+
     #[test]
     fn malformed_frames_are_rejected_with_a_reason_and_good_ones_still_arrive() {
-        let (collector, mut next_event) = collector();
-        let mut stream = TcpStream::connect(local(collector.address)).expect("connect");
+        let (collector, secret, mut next_event) = collector();
+        let mut stream = admitted(local(collector.address), &secret);
         // Version 9, then a truncated body, then a good sample: the connection survives both bad frames.
         stream.write_all(&[2, 0, 0, 0, 9, 1]).expect("write");
         stream.write_all(&[3, 0, 0, 0, 1, 1, 0]).expect("write");
@@ -474,8 +792,8 @@ mod tests {
 
     #[test]
     fn a_node_sender_reaches_the_collector_as_node_events_then_closes() {
-        let (collector, mut next_event) = collector();
-        let mut sender = NodeSender::connect(local(collector.address)).expect("connect");
+        let (collector, secret, mut next_event) = collector();
+        let mut sender = NodeSender::connect(local(collector.address), &secret).expect("connect");
         for seq in 1..=2 {
             sender.send(&NodeSample { rank: 3, seq, host: "n3".into(), ..NodeSample::default() }).expect("send");
         }
@@ -491,9 +809,9 @@ mod tests {
 
     #[test]
     fn a_sampler_streams_what_the_probe_counts() {
-        let (collector, mut next_event) = collector();
+        let (collector, secret, mut next_event) = collector();
         let probe = Arc::new(Probe::new(2, 2));
-        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), Duration::from_millis(10))
+        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), &secret, Duration::from_millis(10))
             .expect("sampler");
         probe.completed(1, 0, 1 << 20, Some(Duration::from_micros(50)));
         std::thread::sleep(Duration::from_millis(60));
@@ -514,9 +832,9 @@ mod tests {
     /// resumed, its next sample carries what was counted meanwhile, over an interval that covers the pause.
     #[test]
     fn a_paused_sampler_sends_nothing_until_resumed() {
-        let (collector, mut next_event) = collector();
+        let (collector, secret, mut next_event) = collector();
         let probe = Arc::new(Probe::new(1, 2));
-        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), Duration::from_millis(10))
+        let sampler = SamplerThread::start(1, probe.clone(), local(collector.address), &secret, Duration::from_millis(10))
             .expect("sampler");
         // Its greeting and its first samples, then silence once paused.
         std::thread::sleep(Duration::from_millis(50));

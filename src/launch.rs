@@ -68,7 +68,9 @@ pub struct PeerCopies {
 }
 
 pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String], copies: PeerCopies) -> std::io::Result<i32> {
-    let rendezvous = Rendezvous::bind(ranks)?;
+    // The run's secret: every rank proves it to the rendezvous, and then to rank 0's collector.
+    let secret = crate::secret::Keyed::generate(efatop_proto::auth::Source::Launcher).map_err(std::io::Error::other)?;
+    let rendezvous = Rendezvous::bind(ranks, secret.secret.clone())?;
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
         if let Err(err) = rendezvous.serve(Duration::from_mins(1)) {
@@ -88,6 +90,7 @@ pub fn launch_ranks(ranks: usize, args: &[OsString], netns: &[String], copies: P
         let child = command
             .args(args)
             .env(ENV_RENDEZVOUS, &address)
+            .env(crate::secret::ENV_RUN_SECRET, secret.secret.to_hex())
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD_SIZE, ranks.to_string())
             .env(efatop_experiments::world::ENV_NETNS, if netns.is_empty() { "" } else { &netns[rank % netns.len()] })

@@ -29,6 +29,7 @@ mod replay;
 mod run_metrics;
 mod report;
 mod results_file;
+mod secret;
 mod serve;
 mod session;
 mod sweep_contract;

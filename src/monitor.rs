@@ -65,7 +65,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         }
         return launch_local_nodes(ranks);
     }
-    let bootstrap = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
+    let (bootstrap, secret) = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
     // `{rank}` lets ranks sharing a machine each read their own fake tree.
     let sysfs_root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &bootstrap.rank().to_string()));
     if !sysfs_root.is_dir() {
@@ -75,7 +75,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         if args.serve.is_some() || args.record.is_some() {
             return Err((2, "--serve/--record: one node's monitor only; serve each node's, or watch them all on rank 0".into()));
         }
-        return nodes::run(args, bootstrap.as_ref(), &sysfs_root);
+        return nodes::run(args, bootstrap.as_ref(), &secret, &sysfs_root);
     }
     let monitor = build_monitor(args, &sysfs_root)?;
     let exporter = start_exporter(args)?;

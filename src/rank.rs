@@ -131,7 +131,7 @@ fn watch_stop_signals(inputs: Sender<Input>) {
 /// The rank's thread: bootstrap, then the run; returns the rank's exit code, having printed its error. An
 /// error comes back only when the bootstrap could not start (as rank 0's: no rank is known yet).
 fn rank_thread(experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, (usize, ExperimentError)> {
-    let bootstrap = bootstrap::connect().map_err(|err| (0, err))?;
+    let (bootstrap, secret) = bootstrap::connect().map_err(|err| (0, err))?;
     let rank = bootstrap.rank();
     let outcome = if bootstrap.size() < 2 {
         Err(ExperimentError::InvalidInput {
@@ -143,7 +143,7 @@ fn rank_thread(experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, (
             ),
         })
     } else {
-        run_rank(&*bootstrap, experiment, inputs)
+        run_rank(&*bootstrap, &secret, experiment, inputs)
     };
     // The rank says why it failed (rank 0 for the run) before its bootstrap closes. Closing MPI waits for
     // every rank, and once it returns the other ranks exit: a launcher that sees their non-zero codes ends
@@ -157,7 +157,7 @@ fn rank_thread(experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, (
 /// Sets the rank up and runs the experiment. Rank 0 hands the run's events, and its ending, to the main
 /// thread's loop ([`Input::Ready`]); its own result then comes as [`Input::Ended`]. Returns the exit code of
 /// a rank other than 0 that went well.
-fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, ExperimentError> {
+fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment: &Experiment, inputs: &Sender<Input>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let common = experiment.common();
     let rank = bootstrap.rank();
@@ -233,6 +233,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         );
     }
     let planned = descriptor.plan(&world, &placements, &mut results.metadata);
+    results.metadata.notes.push(secret.note());
     if let Some(address) = outlets.as_ref().and_then(|o| o.serving).filter(|a| !a.ip().is_loopback()) {
         results.metadata.notes.push(format!("--serve {address}: the run is served beyond this host; whoever reaches it can watch"));
     }
@@ -262,7 +263,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
     // Telemetry runs in every mode: besides the live view, it is rank 0's heartbeat of every rank.
     let telemetry_wanted = !common.no_telemetry;
     let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
-    let telemetry = Telemetry::start(&world, telemetry_wanted, common.interval, inputs, namespaces.as_ref())?;
+    let telemetry = Telemetry::start(&world, &secret.secret, telemetry_wanted, common.interval, inputs, namespaces.as_ref())?;
     let Telemetry { collector, sampler, nics: every_rank_nics } = telemetry;
     // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
     if let Some(pinning) = &pinning {
@@ -480,6 +481,7 @@ struct Telemetry {
 impl Telemetry {
     fn start(
         world: &World<'_>,
+        secret: &crate::secret::Secret,
         wanted: bool,
         interval: Duration,
         events: &Sender<Input>,
@@ -487,7 +489,15 @@ impl Telemetry {
     ) -> Result<Self, ExperimentError> {
         // Telemetry sockets live in the namespace the launcher runs in, whichever node a rank emulates.
         let collector = if world.rank == 0 && wanted {
-            let started = crate::netns::at_home(namespaces, || Collector::start(events.clone()));
+            let gate = crate::collector::Gate {
+                secret: secret.clone(),
+                bounds: efatop_proto::telemetry::Bounds {
+                    ranks: u32::try_from(world.size).unwrap_or(u32::MAX),
+                    channels: u32::try_from(world.channels.len()).unwrap_or(u32::MAX),
+                },
+                bind: crate::collector::bind_address(&world.hosts),
+            };
+            let started = crate::netns::at_home(namespaces, || Collector::start(events.clone(), gate));
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry collector: {e}")))?)
         } else {
             None
@@ -503,7 +513,7 @@ impl Telemetry {
         } else {
             let started = crate::netns::at_home(namespaces, || {
                 crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
-                    .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, interval))
+                    .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, secret, interval))
             });
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
         };

@@ -104,7 +104,7 @@ pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Durat
             live.closed(rank);
             return Some(rank);
         }
-        CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Node(_) => {}
+        CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Refused { .. } | CollectorEvent::Node(_) => {}
     }
     None
 }

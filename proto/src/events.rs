@@ -67,6 +67,10 @@ pub enum CollectorEvent {
         #[serde(with = "told")]
         reason: WireError,
     },
+    /// A connection was refused: it did not prove the run's secret, or went beyond the run's world (a
+    /// rank outside it or already connected, too many connections, a frame too long). `total` counts every
+    /// refusal so far; the collector tells the first few and then at most one a second.
+    Refused { from: SocketAddr, reason: String, total: u64 },
     /// A rank's telemetry connection closed (`rank` is known once it sent a sample).
     Closed { from: SocketAddr, rank: Option<u32> },
     /// A rank started a phase (allocating, registering, verifying ...): progress, counted as alive.

@@ -19,6 +19,7 @@
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
+//! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
 //!   finds it with hwloc, `efatop-monitor` with NVML.
@@ -28,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod column;
 pub mod counters;
 pub mod events;

@@ -403,6 +403,49 @@ fn per_second(count: u64, interval_ns: u64) -> f64 {
     if interval_ns == 0 { 0.0 } else { count as f64 * 1e9 / interval_ns as f64 }
 }
 
+/// The run's world as its telemetry may name it: a frame naming a rank, channel or peer beyond it is
+/// refused where it is decoded, before any consumer sizes a table by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Ranks (or, for a many-node monitor, nodes) of the run.
+    pub ranks: u32,
+    /// Channels per rank.
+    pub channels: u32,
+}
+
+impl Bounds {
+    /// Whether `sample` stays within the world; the first index beyond it otherwise.
+    pub fn check_sample(&self, sample: &RankSample) -> Result<(), String> {
+        self.check_rank(sample.rank)?;
+        if let Some(channel) = sample.channels.iter().find(|c| u32::from(c.channel) >= self.channels) {
+            return Err(format!("channel {} of a run of {} channels a rank", channel.channel, self.channels));
+        }
+        if sample.channels.len() > self.channels as usize {
+            return Err(format!("{} channels in a run of {} channels a rank", sample.channels.len(), self.channels));
+        }
+        let peers = sample.peers.iter().map(|p| p.peer).chain(sample.nvlink.iter().map(|n| n.peer));
+        if let Some(peer) = peers.into_iter().find(|peer| *peer >= self.ranks) {
+            return Err(format!("peer {peer} of a run of {} ranks", self.ranks));
+        }
+        if sample.peers.len() > self.ranks as usize || sample.nvlink.len() > self.ranks as usize {
+            return Err(format!("more peers than the run's {} ranks", self.ranks));
+        }
+        Ok(())
+    }
+
+    pub fn check_rank(&self, rank: u32) -> Result<(), String> {
+        if rank >= self.ranks { Err(format!("rank {rank} of a run of {} ranks", self.ranks)) } else { Ok(()) }
+    }
+
+    /// The largest frame a rank of this world can send: every channel and every peer with every
+    /// histogram bucket filled, and a node read's room; never above [`wire::MAX_FRAME`].
+    pub fn max_frame(&self) -> u32 {
+        let histogram = 2 + 6 * histogram::BUCKETS as u64;
+        let bound = (256 << 10) + u64::from(self.channels) * (32 + histogram) + u64::from(self.ranks) * (64 + histogram);
+        bound.min(u64::from(wire::MAX_FRAME)) as u32
+    }
+}
+
 /// One rank's telemetry for one interval; also its heartbeat (sent even when idle).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankSample {

@@ -161,7 +161,7 @@ pub struct Load {
 /// Opens the connections and starts the senders (`threads` of them, on `cpus`); returns once every
 /// connection is up, so that a burst of connects is not part of the load measured. `started` is set by
 /// the caller when the load begins (the `--slow` clock).
-pub fn start(shape: &Shape, address: SocketAddr, threads: usize, cpus: &[usize], slow: Option<Slow>, started: &Arc<std::sync::OnceLock<Instant>>) -> Load {
+pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Secret, threads: usize, cpus: &[usize], slow: Option<Slow>, started: &Arc<std::sync::OnceLock<Instant>>) -> Load {
     let offered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
@@ -173,7 +173,7 @@ pub fn start(shape: &Shape, address: SocketAddr, threads: usize, cpus: &[usize],
     let mut senders = Vec::new();
     for thread in 0..threads {
         let my_connections: Vec<usize> = (thread..connections).step_by(threads).collect();
-        let (offered, stop, connected, cpus, started) = (offered.clone(), stop.clone(), connected.clone(), cpus.to_vec(), started.clone());
+        let (offered, stop, connected, cpus, started, secret) = (offered.clone(), stop.clone(), connected.clone(), cpus.to_vec(), started.clone(), secret.clone());
         let (ranks, channels, hz) = (shape.ranks, shape.channels, shape.hz);
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
             crate::affinity::pin_thread(None, cpus.iter().copied());
@@ -181,8 +181,9 @@ pub fn start(shape: &Shape, address: SocketAddr, threads: usize, cpus: &[usize],
             let mut links: Vec<Link> = Vec::with_capacity(my_connections.len());
             let connecting = (|| {
                 for &connection in &my_connections {
-                    let stream = TcpStream::connect(address)?;
-                    stream.set_nodelay(true)?;
+                    // Each connection proves the run's secret, as a rank's sampler does.
+                    let stream = crate::collector::dial(address, &secret)?;
+                    stream.set_nonblocking(false)?;
                     let frames = (connection..ranks)
                         .step_by(connections)
                         .map(|rank| {

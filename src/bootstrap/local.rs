@@ -1,18 +1,50 @@
 //! The launcher's rendezvous: ranks started by `efatop run` connect to a loopback socket the launcher
 //! listens on; each allgather round, every rank sends one frame and receives everyone's.
 //!
-//! Wire format (little-endian): a rank opens with `u32 rank`; a round is `u32 len, bytes` from each rank,
-//! answered with `u32 count` then `count` × (`u32 len, bytes`) in rank order.
+//! Every connection first proves it belongs to the run ([`Admission`]): the run secret's challenge and
+//! response (`efatop run`), or a MUNGE exchange that hands the joining rank the secret (the Slurm
+//! bootstrap). One that fails, or says nothing within [`HANDSHAKE_WAIT`], is dropped and counted; a rank
+//! claimed twice keeps its first owner; the run goes on.
+//!
+//! Wire format (little-endian), after the handshake: a rank opens with `u32 rank`; a round is
+//! `u32 len, bytes` from each rank, answered with `u32 count` then `count` × (`u32 len, bytes`) in rank order.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::{Bootstrap, ExperimentError};
+use efatop_proto::auth::{self, Purpose, Secret};
+
+use super::munge::Munge;
 
 /// A frame larger than this is refused: nothing efatop exchanges comes close.
 const MAX_FRAME: u32 = 64 << 20;
+/// How long a connection may take to prove itself and name its rank.
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// Handshakes in progress at once, beyond which new connections are dropped at once: a stranger opening
+/// connections ties up at most this many threads, each for [`HANDSHAKE_WAIT`] at most.
+const HANDSHAKES_AT_ONCE: usize = 32;
+
+/// How a connection into the rendezvous proves it belongs to the run.
+#[derive(Clone)]
+pub enum Admission {
+    /// The run secret's challenge and response.
+    Secret(Secret),
+    /// A MUNGE exchange of the job's user, which hands the joining rank `secret`.
+    Munge(Munge, Secret),
+}
+
+impl Admission {
+    fn admit(&self, stream: &mut TcpStream) -> Result<(), String> {
+        match self {
+            Self::Secret(secret) => auth::accept(stream, secret, Purpose::Rendezvous).map_err(|e| e.to_string()),
+            Self::Munge(munge, secret) => munge.admit(stream, secret),
+        }
+    }
+}
 
 fn read_u32(reader: &mut impl Read) -> std::io::Result<u32> {
     let mut bytes = [0u8; 4];
@@ -60,12 +92,22 @@ pub struct LocalBootstrap {
 }
 
 impl LocalBootstrap {
-    pub fn connect(address: &str, rank: usize, size: usize) -> Result<Self, ExperimentError> {
-        let lost = |e: std::io::Error| ExperimentError::Bootstrap(format!("cannot reach the launcher at {address}: {e}"));
-        let stream = TcpStream::connect(address).map_err(lost)?;
-        stream.set_nodelay(true).map_err(lost)?;
-        let mut writer = BufWriter::new(stream.try_clone().map_err(lost)?);
-        writer.write_all(&(rank as u32).to_le_bytes()).and_then(|()| writer.flush()).map_err(lost)?;
+    /// Connects to the launcher at `address` and proves the run's secret.
+    pub fn connect(address: &str, rank: usize, size: usize, secret: &Secret) -> Result<Self, ExperimentError> {
+        let lost = |e: String| ExperimentError::Bootstrap(format!("cannot join the launcher at {address}: {e}"));
+        let mut stream = TcpStream::connect(address).map_err(|e| lost(e.to_string()))?;
+        stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| lost(e.to_string()))?;
+        auth::connect(&mut stream, secret, Purpose::Rendezvous).map_err(|e| lost(e.to_string()))?;
+        Self::join(stream, rank, size).map_err(|e| lost(e.to_string()))
+    }
+
+    /// Names this rank on a connection that has passed its handshake.
+    pub fn join(stream: TcpStream, rank: usize, size: usize) -> std::io::Result<Self> {
+        stream.set_read_timeout(None)?;
+        stream.set_nodelay(true)?;
+        let mut writer = BufWriter::new(stream.try_clone()?);
+        writer.write_all(&(rank as u32).to_le_bytes())?;
+        writer.flush()?;
         Ok(Self { rank, size, stream: Mutex::new((BufReader::new(stream), writer)) })
     }
 }
@@ -118,51 +160,103 @@ impl LocalBootstrap {
 pub struct Rendezvous {
     listener: TcpListener,
     size: usize,
+    admission: Admission,
 }
 
+/// A connection that proved itself and named its rank.
+type Joined = (usize, TcpStream);
+
 impl Rendezvous {
-    pub fn bind(size: usize) -> std::io::Result<Self> {
-        Ok(Self { listener: TcpListener::bind("127.0.0.1:0")?, size })
+    /// Listens on loopback: `efatop run`'s ranks all run on this host.
+    pub fn bind(size: usize, secret: Secret) -> std::io::Result<Self> {
+        Ok(Self { listener: TcpListener::bind("127.0.0.1:0")?, size, admission: Admission::Secret(secret) })
     }
 
-    /// Listens on `address` (the Slurm bootstrap's rank 0: every address of its node, a known port).
-    pub fn bind_on(address: std::net::SocketAddr, size: usize) -> std::io::Result<Self> {
-        Ok(Self { listener: TcpListener::bind(address)?, size })
+    /// Listens on `address` (the Slurm bootstrap's rank 0: its node's address, a port of the step's).
+    pub fn bind_on(address: std::net::SocketAddr, size: usize, admission: Admission) -> std::io::Result<Self> {
+        Ok(Self { listener: TcpListener::bind(address)?, size, admission })
     }
 
     pub fn address(&self) -> std::io::Result<String> {
         Ok(self.listener.local_addr()?.to_string())
     }
 
+    /// Admits one connection on a thread of its own, so a silent one holds up no other: its handshake,
+    /// then its rank.
+    fn admit(&self, mut stream: TcpStream, joined: &SyncSender<Result<Joined, String>>, busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering;
+        let from = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+        if busy.fetch_add(1, Ordering::SeqCst) >= HANDSHAKES_AT_ONCE {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            let _ = joined.send(Err(format!("{from}: too many handshakes at once")));
+            return;
+        }
+        let (admission, joined, on_thread) = (self.admission.clone(), joined.clone(), busy.clone());
+        let spawned = std::thread::Builder::new().name("efatop-admit".into()).spawn(move || {
+            let outcome = (|| {
+                stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+                stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
+                stream.set_write_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
+                admission.admit(&mut stream)?;
+                let rank = read_u32(&mut stream).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
+                stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+                stream.set_write_timeout(None).map_err(|e| e.to_string())?;
+                Ok((rank, stream))
+            })();
+            on_thread.fetch_sub(1, Ordering::SeqCst);
+            let _ = joined.send(outcome.map_err(|why: String| format!("{from}: {why}")));
+        });
+        if spawned.is_err() {
+            busy.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// Accepts every rank (within `accept_timeout`), then relays allgather rounds. Returns when a rank
-    /// disconnects (normally: at exit); closing every socket then tells the others.
+    /// disconnects (normally: at exit); closing every socket then tells the others. Connections that fail
+    /// their handshake, name no rank of the run or a rank already joined are dropped, counted and told on
+    /// stderr; they never end the run.
     pub fn serve(self, accept_timeout: Duration) -> std::io::Result<()> {
         let mut ranks: Vec<Option<(BufReader<TcpStream>, BufWriter<TcpStream>)>> = (0..self.size).map(|_| None).collect();
         self.listener.set_nonblocking(true)?;
         let deadline = Instant::now() + accept_timeout;
+        let (joined_tx, joined_rx): (SyncSender<Result<Joined, String>>, Receiver<_>) = std::sync::mpsc::sync_channel(HANDSHAKES_AT_ONCE + 1);
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut joined = 0;
+        let mut refused = 0usize;
+        let mut refuse = |why: String| {
+            refused += 1;
+            // The first few are told; a flood is only counted.
+            if refused <= 5 {
+                eprintln!("efatop: warning: rendezvous: refused a connection ({why})");
+            }
+        };
         while joined < self.size {
             match self.listener.accept() {
-                Ok((stream, _)) => {
-                    stream.set_nonblocking(false)?;
-                    stream.set_nodelay(true)?;
-                    let mut reader = BufReader::new(stream.try_clone()?);
-                    let rank = read_u32(&mut reader)? as usize;
-                    if rank >= self.size || ranks[rank].is_some() {
-                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad rank {rank}")));
-                    }
-                    ranks[rank] = Some((reader, BufWriter::new(stream)));
-                    joined += 1;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "ranks did not all connect"));
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                Ok((stream, _)) => self.admit(stream, &joined_tx, &busy),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+            match joined_rx.recv_timeout(Duration::from_millis(5)) {
+                Ok(Ok((rank, stream))) if rank < self.size && ranks[rank].is_none() => {
+                    stream.set_nodelay(true)?;
+                    ranks[rank] = Some((BufReader::new(stream.try_clone()?), BufWriter::new(stream)));
+                    joined += 1;
+                }
+                Ok(Ok((rank, _))) if rank < self.size => refuse(format!("rank {rank} joined already; it keeps its first connection")),
+                Ok(Ok((rank, _))) => refuse(format!("rank {rank} is not a rank of this run of {}", self.size)),
+                Ok(Err(why)) => refuse(why),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+            if Instant::now() > deadline {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "ranks did not all connect"));
+            }
         }
+        if refused > 0 {
+            eprintln!("efatop: warning: rendezvous: {refused} connection(s) refused in all");
+        }
+        // Every rank has joined: the listener closes, and with it the door for strangers.
+        drop(self.listener);
         let ranks: Vec<_> = ranks.into_iter().flatten().collect();
         // One reader per rank, so a rank that dies is noticed at once, not only when its turn to be read
         // comes: the others may be waiting on a round that can no longer complete.
@@ -229,14 +323,15 @@ mod tests {
 
     #[test]
     fn three_ranks_gather_in_rank_order() {
-        let rendezvous = Rendezvous::bind(3).expect("bind");
+        let secret = Secret::generate().expect("secret");
+        let rendezvous = Rendezvous::bind(3, secret.clone()).expect("bind");
         let address = rendezvous.address().expect("address");
         let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(10)));
         let workers: Vec<_> = (0..3)
             .map(|rank| {
-                let address = address.clone();
+                let (address, secret) = (address.clone(), secret.clone());
                 std::thread::spawn(move || {
-                    let bootstrap = LocalBootstrap::connect(&address, rank, 3).expect("connect");
+                    let bootstrap = LocalBootstrap::connect(&address, rank, 3, &secret).expect("connect");
                     let first = bootstrap.allgather(format!("rank{rank}").as_bytes()).expect("round 1");
                     let second = bootstrap.allgather(&[]).expect("round 2");
                     (first, second)
@@ -253,14 +348,49 @@ mod tests {
 
     #[test]
     fn a_rank_that_leaves_fails_the_others_round() {
-        let rendezvous = Rendezvous::bind(2).expect("bind");
+        let secret = Secret::generate().expect("secret");
+        let rendezvous = Rendezvous::bind(2, secret.clone()).expect("bind");
         let address = rendezvous.address().expect("address");
         let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(10)));
-        let quitter = LocalBootstrap::connect(&address, 1, 2).expect("connect");
-        let stayer = LocalBootstrap::connect(&address, 0, 2).expect("connect");
+        let quitter = LocalBootstrap::connect(&address, 1, 2, &secret).expect("connect");
+        let stayer = LocalBootstrap::connect(&address, 0, 2, &secret).expect("connect");
         drop(quitter);
         let err = stayer.allgather(b"x").expect_err("the round cannot complete");
         assert!(err.to_string().contains("another rank has failed"), "{err}");
+        server.join().expect("server").expect("serve");
+    }
+
+    /// Strangers first: one that connects and says nothing, one without the secret, one with the secret of
+    /// another run claiming rank 0, and a rank claimed twice. None of them holds up or ends the run: the
+    /// real ranks join and gather, and the first owner of rank 1 keeps it.
+    #[test]
+    fn strangers_and_a_second_claim_are_refused_and_the_run_goes_on() {
+        let secret = Secret::generate().expect("secret");
+        let rendezvous = Rendezvous::bind(2, secret.clone()).expect("bind");
+        let address = rendezvous.address().expect("address");
+        let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(20)));
+        let _silent = TcpStream::connect(&address).expect("silent stranger");
+        let mut garbage = TcpStream::connect(&address).expect("stranger");
+        garbage.write_all(&[1, 0, 0, 0]).expect("write");
+        let other = Secret::generate().expect("other");
+        assert!(LocalBootstrap::connect(&address, 0, 2, &other).is_err(), "another run's secret is refused");
+        let started = Instant::now();
+        let first = std::thread::spawn({
+            let (address, secret) = (address.clone(), secret.clone());
+            move || {
+                let owner = LocalBootstrap::connect(&address, 1, 2, &secret).expect("rank 1");
+                owner.allgather(b"one").expect("round")
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        // Rank 1 again, from a party that holds the secret: it is told nothing more and the round is the first owner's.
+        let _second = LocalBootstrap::connect(&address, 1, 2, &secret).expect("connects, then is dropped");
+        let zero = LocalBootstrap::connect(&address, 0, 2, &secret).expect("rank 0");
+        let gathered = zero.allgather(b"zero").expect("round");
+        assert_eq!(gathered, vec![b"zero".to_vec(), b"one".to_vec()]);
+        assert_eq!(first.join().expect("rank 1"), gathered);
+        assert!(started.elapsed() < HANDSHAKE_WAIT, "a silent stranger held the run up for {:?}", started.elapsed());
+        drop(zero);
         server.join().expect("server").expect("serve");
     }
 }

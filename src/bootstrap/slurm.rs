@@ -1,26 +1,39 @@
 //! The Slurm bootstrap: ranks started by `srun` without MPI (`--mpi=none`, the default) find each other
 //! from Slurm's environment alone. Rank `SLURM_PROCID` of `SLURM_NTASKS`; rank 0 runs on the first node of
 //! the step (`SLURM_STEP_NODELIST`, else `SLURM_JOB_NODELIST`) and serves the launcher's rendezvous
-//! ([`super::local::Rendezvous`]) on a port every rank derives alike from `SLURM_JOB_ID` and
-//! `SLURM_STEP_ID` (`EFATOP_SLURM_PORT` sets it); the others resolve that node's name (DNS, else its
-//! `NodeAddr` from `scontrol show node`) and connect, retrying while rank 0 starts. From there it is the
-//! launcher's wire format, so nothing else changes.
+//! ([`super::local::Rendezvous`]) on its node's address (not every address), on the first free one of
+//! [`CANDIDATES`] ports every rank derives alike from `SLURM_JOB_ID` and `SLURM_STEP_ID`
+//! (`EFATOP_SLURM_PORT` names one instead); the others resolve that node's name (DNS, else its `NodeAddr`
+//! from `scontrol show node`) and try each candidate, retrying while rank 0 starts.
+//!
+//! Anyone can compute those ports, so no rank trusts a port: every connection proves itself both ways,
+//! through MUNGE ([`super::munge`]: the job's user, this job step, a fresh nonce), which also hands each
+//! rank the run's secret; with `EFATOP_TOKEN` or `EFATOP_TOKEN_FILE` set, through that token's challenge
+//! and response instead. A stranger who squats a candidate port is found out and the next one tried; a
+//! stranger who connects is dropped. From there it is the launcher's wire format.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::ExperimentError;
+use efatop_proto::auth::{self, Purpose, Secret, Source};
+use sha2::Digest;
 
-use super::local::{LocalBootstrap, Rendezvous};
+use super::local::{Admission, HANDSHAKE_WAIT, LocalBootstrap, Rendezvous};
+use super::munge::Munge;
+use crate::secret::Keyed;
 
 /// Sets the rendezvous port instead of the one derived from the job and step.
 pub const ENV_PORT: &str = "EFATOP_SLURM_PORT";
 /// How long ranks wait for each other to appear.
 const JOIN_TIMEOUT: Duration = Duration::from_mins(2);
-/// Derived ports start here and span this many.
-const PORT_BASE: u16 = 20_000;
-const PORT_SPAN: u64 = 20_000;
+/// Derived ports lie in 10000..32000: below Linux's ephemeral ports (32768 and up by default), so no
+/// outgoing connection of the node's holds one by chance.
+const PORT_BASE: u16 = 10_000;
+const PORT_SPAN: u64 = 22_000;
+/// Ports a step may use, tried in order: rank 0 takes the first it can bind, the others try each in turn.
+pub const CANDIDATES: usize = 8;
 
 /// One rank of a Slurm job step, as its environment describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,13 +44,23 @@ pub struct SlurmStep {
     pub first_node: String,
     /// This task's node (`SLURMD_NODENAME`), when Slurm says.
     pub this_node: Option<String>,
-    pub port: u16,
+    /// The rendezvous ports to try, in order.
+    pub ports: Vec<u16>,
+    /// `job.step`, as MUNGE payloads name it.
+    pub job: String,
+    pub step: String,
 }
 
-/// The rendezvous port of a job step: the same on every rank, different for the steps of a job and for
-/// jobs near each other.
-pub fn port_for(job: u64, step: u64) -> u16 {
-    PORT_BASE + ((job.wrapping_mul(64).wrapping_add(step)) % PORT_SPAN) as u16
+/// The rendezvous ports of a job step: the same on every rank, spread by a hash, so neighbouring jobs and
+/// steps share none by arithmetic (two steps may still draw one port: the handshake tells them apart).
+pub fn ports_for(job: u64, step: u64) -> Vec<u16> {
+    (0..CANDIDATES as u64)
+        .map(|k| {
+            let hash = sha2::Sha256::digest(format!("efatop-slurm {job}.{step} {k}").as_bytes());
+            let value = u64::from_le_bytes([hash[0], hash[1], hash[2], hash[3], hash[4], hash[5], hash[6], hash[7]]);
+            PORT_BASE + (value % PORT_SPAN) as u16
+        })
+        .collect()
 }
 
 impl SlurmStep {
@@ -59,13 +82,13 @@ impl SlurmStep {
         }
         let list = var("SLURM_STEP_NODELIST").or_else(|| var("SLURM_JOB_NODELIST")).ok_or("SLURM_STEP_NODELIST is not set")?;
         let first_node = expand_hostlist(&list)?.into_iter().next().ok_or_else(|| format!("an empty node list `{list}`"))?;
-        let port = if let Some(text) = var(ENV_PORT) {
-            text.trim().parse::<u16>().map_err(|_| format!("{ENV_PORT}={text} is not a port"))?
+        let job = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")).ok_or("SLURM_JOB_ID is not set")?;
+        let ports = if let Some(text) = var(ENV_PORT) {
+            vec![text.trim().parse::<u16>().map_err(|_| format!("{ENV_PORT}={text} is not a port"))?]
         } else {
-            let job = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")).ok_or("SLURM_JOB_ID is not set")?;
-            port_for(number("SLURM_JOB_ID", &job)?, number("SLURM_STEP_ID", step)?)
+            ports_for(number("SLURM_JOB_ID", &job)?, number("SLURM_STEP_ID", step)?)
         };
-        Ok(Self { rank, size, first_node, this_node: var("SLURMD_NODENAME"), port })
+        Ok(Self { rank, size, first_node, this_node: var("SLURMD_NODENAME"), ports, job: job.trim().into(), step: step.trim().into() })
     }
 }
 
@@ -128,8 +151,38 @@ fn addresses(node: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
     (address, port).to_socket_addrs().map(Iterator::collect).map_err(|e| format!("cannot resolve {node}'s NodeAddr {address}: {e}"))
 }
 
-/// Joins the step's ranks: rank 0 serves the rendezvous and joins it, the others connect to it.
-pub fn connect(step: &SlurmStep) -> Result<LocalBootstrap, ExperimentError> {
+/// How the step's connections prove themselves: a token the user gave, else MUNGE.
+enum Proof {
+    Token(Keyed),
+    Munge(Munge),
+}
+
+impl Proof {
+    fn for_step(step: &SlurmStep) -> Result<Self, String> {
+        if std::env::var_os(crate::secret::ENV_TOKEN).is_some() || std::env::var_os(crate::secret::ENV_TOKEN_FILE).is_some() {
+            return crate::secret::user_token(false).map(Self::Token);
+        }
+        Ok(Self::Munge(Munge::new(&step.job, &step.step)))
+    }
+
+    /// This rank's side of one connection's handshake; the run's secret when it holds.
+    fn join(&self, stream: &mut std::net::TcpStream) -> Result<Keyed, String> {
+        match self {
+            Self::Token(keyed) => auth::connect(stream, &keyed.secret, Purpose::Rendezvous).map(|()| keyed.clone()).map_err(|e| e.to_string()),
+            Self::Munge(munge) => munge.join(stream).map(|secret| Keyed { secret, source: Source::Munge }),
+        }
+    }
+}
+
+/// Joins the step's ranks: rank 0 serves the rendezvous and joins it, the others connect to it. Returns
+/// the bootstrap and the run's secret.
+pub fn connect(step: &SlurmStep) -> Result<(LocalBootstrap, Keyed), ExperimentError> {
+    let proof = Proof::for_step(step)
+        .map_err(|why| ExperimentError::Bootstrap(format!("Slurm bootstrap (rank {} of {}): {why}", step.rank, step.size)))?;
+    connect_with(step, proof)
+}
+
+fn connect_with(step: &SlurmStep, proof: Proof) -> Result<(LocalBootstrap, Keyed), ExperimentError> {
     let failed = |why: String| ExperimentError::Bootstrap(format!("Slurm bootstrap (rank {} of {}): {why}", step.rank, step.size));
     if step.rank == 0 {
         if let Some(here) = step.this_node.as_deref().filter(|here| *here != step.first_node) {
@@ -139,32 +192,93 @@ pub fn connect(step: &SlurmStep) -> Result<LocalBootstrap, ExperimentError> {
                 step.first_node
             )));
         }
-        let address = SocketAddr::from(([0, 0, 0, 0], step.port));
-        let rendezvous = Rendezvous::bind_on(address, step.size)
-            .map_err(|e| failed(format!("cannot listen on port {} ({e}); set {ENV_PORT} to another", step.port)))?;
+        let admission = match &proof {
+            Proof::Token(keyed) => Admission::Secret(keyed.secret.clone()),
+            Proof::Munge(munge) => Admission::Munge(munge.clone(), Secret::generate().map_err(|e| failed(e.to_string()))?),
+        };
+        let (rendezvous, address) = bind_first_free(step, admission).map_err(failed)?;
         std::thread::Builder::new()
             .name("efatop-slurm-rendezvous".into())
-            .spawn(move || rendezvous.serve(JOIN_TIMEOUT))
+            .spawn(move || {
+                if let Err(err) = rendezvous.serve(JOIN_TIMEOUT) {
+                    eprintln!("efatop: error: Slurm rendezvous: {err}");
+                }
+            })
             .map_err(|e| failed(format!("cannot start the rendezvous: {e}")))?;
-        return LocalBootstrap::connect(&format!("127.0.0.1:{}", step.port), 0, step.size);
+        return join_at(address, step, &proof).map_err(failed);
     }
     let started = Instant::now();
     let mut last_error = String::new();
     while started.elapsed() < JOIN_TIMEOUT {
-        match addresses(&step.first_node, step.port) {
-            Ok(found) => {
-                for address in found {
-                    match LocalBootstrap::connect(&address.to_string(), step.rank, step.size) {
-                        Ok(bootstrap) => return Ok(bootstrap),
-                        Err(err) => last_error = err.to_string(),
+        for &port in &step.ports {
+            match addresses(&step.first_node, port) {
+                Ok(found) => {
+                    for address in found {
+                        match join_at(address, step, &proof) {
+                            Ok(joined) => return Ok(joined),
+                            Err(err) => last_error = format!("{address}: {err}"),
+                        }
                     }
                 }
+                Err(err) => last_error = err,
             }
-            Err(err) => last_error = err,
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    Err(failed(format!("rank 0 on {} port {} did not answer within {JOIN_TIMEOUT:?}: {last_error}", step.first_node, step.port)))
+    Err(failed(format!(
+        "rank 0 on {} did not answer on ports {:?} within {JOIN_TIMEOUT:?}: {last_error}",
+        step.first_node, step.ports
+    )))
+}
+
+/// Connects to `address`, proves this rank and checks rank 0's proof, then names this rank.
+fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keyed), String> {
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
+    stream.set_write_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
+    let keyed = proof.join(&mut stream)?;
+    stream.set_write_timeout(None).map_err(|e| e.to_string())?;
+    let bootstrap = LocalBootstrap::join(stream, step.rank, step.size).map_err(|e| e.to_string())?;
+    Ok((bootstrap, keyed))
+}
+
+/// Rank 0 listens on its node's own address (as the other ranks resolve its name), on the first candidate
+/// port free there: a port squatted by someone else, or taken by another step, costs one candidate.
+fn bind_first_free(step: &SlurmStep, admission: Admission) -> Result<(Rendezvous, SocketAddr), String> {
+    let mut last_error = String::from("no candidate port");
+    for &port in &step.ports {
+        let found = addresses(&step.first_node, port)?;
+        // An address of this node's: one that binds. A name that resolves to no local address (a DNS view
+        // that differs inside the node) leaves every address, said so.
+        let mut bound = None;
+        for address in found.iter().filter(|a| a.is_ipv4()).chain(found.iter().filter(|a| a.is_ipv6())) {
+            match Rendezvous::bind_on(*address, step.size, admission.clone()) {
+                Ok(rendezvous) => {
+                    bound = Some((rendezvous, *address));
+                    break;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+                Err(err) => last_error = format!("port {port}: {err}"),
+            }
+        }
+        if bound.is_none() && found.iter().all(|a| !is_local(a)) {
+            let any = SocketAddr::from(([0, 0, 0, 0], port));
+            eprintln!("efatop: warning: {} resolves to no address of this node; the rendezvous listens on every address", step.first_node);
+            match Rendezvous::bind_on(any, step.size, admission.clone()) {
+                Ok(rendezvous) => bound = Some((rendezvous, SocketAddr::from(([127, 0, 0, 1], port)))),
+                Err(err) => last_error = format!("port {port}: {err}"),
+            }
+        }
+        if let Some(bound) = bound {
+            return Ok(bound);
+        }
+    }
+    Err(format!("cannot listen on any of ports {:?} ({last_error}); set {ENV_PORT} to a free one", step.ports))
+}
+
+/// Whether `address` belongs to this node (it binds).
+fn is_local(address: &SocketAddr) -> bool {
+    std::net::TcpListener::bind(SocketAddr::new(address.ip(), 0)).is_ok()
 }
 
 #[cfg(test)]
@@ -203,10 +317,23 @@ mod tests {
         .unwrap();
         assert_eq!(
             step,
-            SlurmStep { rank: 3, size: 4, first_node: "efatop-node0".into(), this_node: Some("efatop-node3".into()), port: port_for(42, 1) }
+            SlurmStep {
+                rank: 3,
+                size: 4,
+                first_node: "efatop-node0".into(),
+                this_node: Some("efatop-node3".into()),
+                ports: ports_for(42, 1),
+                job: "42".into(),
+                step: "1".into(),
+            }
         );
-        assert_ne!(port_for(42, 1), port_for(42, 2), "steps of a job differ");
-        assert_ne!(port_for(42, 0), port_for(43, 0), "neighbouring jobs differ");
+        assert_ne!(ports_for(42, 1)[0], ports_for(42, 2)[0], "steps of a job differ");
+        assert_ne!(ports_for(42, 0)[0], ports_for(43, 0)[0], "neighbouring jobs differ");
+        // Jobs 625 apart shared a port with the old arithmetic; a hash spreads them.
+        assert_ne!(ports_for(42, 0)[0], ports_for(42 + 625, 0)[0]);
+        for port in ports_for(7, 3) {
+            assert!((10_000..32_000).contains(&port), "{port} lies below the ephemeral ports");
+        }
         // A batch script, or no Slurm at all: not a step.
         assert!(SlurmStep::from_env(env(&[("SLURM_JOB_ID", "42"), ("SLURM_PROCID", "0")])).is_none());
         let port = SlurmStep::from_env(env(&[
@@ -214,24 +341,48 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "2"),
             ("SLURM_JOB_NODELIST", "a,b"),
+            ("SLURM_JOB_ID", "42"),
             (ENV_PORT, "31000"),
         ]))
         .unwrap()
         .unwrap()
-        .port;
-        assert_eq!(port, 31000);
-        let bad = SlurmStep::from_env(env(&[("SLURM_STEP_ID", "0"), ("SLURM_PROCID", "5"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_NODELIST", "a")]));
+        .ports;
+        assert_eq!(port, [31000]);
+        let bad = SlurmStep::from_env(env(&[("SLURM_STEP_ID", "0"), ("SLURM_PROCID", "5"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_NODELIST", "a"), ("SLURM_JOB_ID", "1")]));
         assert!(bad.unwrap().unwrap_err().contains("not below"));
     }
 
     #[test]
-    fn four_ranks_join_through_rank_zero_on_localhost() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    fn four_ranks_join_through_rank_zero_on_localhost_past_a_squatter() {
+        // Someone squats the step's first candidate port: rank 0 takes the next, and the ranks, trying the
+        // squatter first, find it out (it proves nothing) and move on.
+        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let squatted = squatter.local_addr().unwrap().port();
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in squatter.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = std::io::Write::write_all(&mut stream, b"EFATOP\x01\x01 a squatter's hello ..............");
+            }
+        });
+        // A token (not MUNGE) proves these ranks; tests/slurm.rs runs the MUNGE exchange under real srun.
+        let token = "a-test-token-of-the-slurm-bootstrap";
+        let proof = Keyed { secret: Secret::from_token(token).unwrap(), source: Source::Environment };
         let ranks: Vec<_> = (0..4)
             .map(|rank| {
+                let proof = proof.clone();
                 std::thread::spawn(move || {
-                    let step = SlurmStep { rank, size: 4, first_node: "localhost".into(), this_node: None, port };
-                    let bootstrap = connect(&step).expect("connect");
+                    let step = SlurmStep {
+                        rank,
+                        size: 4,
+                        first_node: "localhost".into(),
+                        this_node: None,
+                        ports: vec![squatted, free],
+                        job: "1".into(),
+                        step: "0".into(),
+                    };
+                    let (bootstrap, keyed) = connect_with(&step, Proof::Token(proof)).expect("connect");
+                    assert_eq!(keyed.source, Source::Environment);
                     efatop_experiments::Bootstrap::allgather(&bootstrap, format!("r{rank}").as_bytes()).expect("allgather")
                 })
             })

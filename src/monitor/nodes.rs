@@ -20,12 +20,28 @@ use crate::tui::{TICK, Tui};
 const ONCE_GRACE: Duration = Duration::from_secs(30);
 
 /// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
-pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, sysfs_root: &Path) -> Result<(), Failure> {
+pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
     let (rank, size) = (bootstrap.rank(), bootstrap.size());
     let lost = |err: &dyn std::fmt::Display| (1, format!("rank {rank}: {err}"));
     let (events, received) = mpsc::channel::<Vec<CollectorEvent>>();
-    let collector = if rank == 0 { Some(Collector::start(events).map_err(|e| lost(&e))?) } else { None };
     let host = efatop_experiments::world::hostname();
+    // Every node's host, so that rank 0's collector listens no wider than the nodes need.
+    let hosts: Vec<String> = bootstrap
+        .allgather(host.as_bytes())
+        .map_err(|e| lost(&e))?
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .collect();
+    let collector = if rank == 0 {
+        let gate = crate::collector::Gate {
+            secret: secret.secret.clone(),
+            bounds: efatop_proto::telemetry::Bounds { ranks: u32::try_from(size).map_err(|e| lost(&e))?, channels: 1 },
+            bind: crate::collector::bind_address(&hosts),
+        };
+        Some(Collector::start(events, gate).map_err(|e| lost(&e))?)
+    } else {
+        None
+    };
     let published = collector.as_ref().map_or(String::new(), |c| format!("{host}:{}", c.address.port()));
     let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
     let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
@@ -33,7 +49,7 @@ pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, sysfs_root: &Path) -> 
     let target = crate::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
     let monitor = build_monitor(args, sysfs_root)?;
     let reads = Reads::of(args);
-    let sender = NodeSender::connect(target).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
+    let sender = NodeSender::connect(target, &secret.secret).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
     let interval = args.interval;
     let rank_on_wire = u32::try_from(rank).map_err(|e| lost(&e))?;
     let reader = std::thread::Builder::new()
@@ -130,6 +146,9 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
                     closed.insert(rank.map_or_else(|| from.to_string(), |r| r.to_string()));
                 }
                 CollectorEvent::Malformed { from, reason } => eprintln!("efatop: warning: frame from {from} rejected: {reason}"),
+                CollectorEvent::Refused { from, reason, total } => {
+                    eprintln!("efatop: warning: connection from {from} refused ({reason}); {total} refused so far");
+                }
                 CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
         }
@@ -178,7 +197,7 @@ impl Tui for Nodes {
             match event {
                 CollectorEvent::Node(sample) => self.view.push(sample.rank, *sample),
                 CollectorEvent::Closed { .. } => self.closed += 1,
-                CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
+                CollectorEvent::Malformed { .. } | CollectorEvent::Refused { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
         }
         None

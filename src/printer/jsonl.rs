@@ -242,6 +242,9 @@ fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
         CollectorEvent::Malformed { from, reason } => {
             line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
         }
+        CollectorEvent::Refused { from, reason, total } => {
+            line("warning", &json!({ "text": format!("telemetry connection from {from} refused: {reason} ({total} refused so far)") }));
+        }
         // Only a served or recorded `efatop monitor` has node reads; a benchmark's ranks never send them.
         CollectorEvent::Node(sample) => line("node", &serde_json::to_value(&*sample).unwrap_or(Value::Null)),
         CollectorEvent::Closed { .. } | CollectorEvent::Phase(_) => {}
