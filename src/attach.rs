@@ -62,6 +62,17 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         });
     };
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
+    // The viewer proves the user's token first; the run proves it back.
+    let token = crate::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
+    stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+    prove_token(&mut stream, &token).map_err(|err| match err {
+        Proven::NotEfatop(what) => not_efatop(&what),
+        Proven::Refused(err) => format!(
+            "{address} did not accept this viewer's token ({}; {err}): the run's rank 0 must hold the same one \
+             (EFATOP_TOKEN, or the token file EFATOP_TOKEN_FILE names, else ~/.config/efatop/token)",
+            token.source
+        ),
+    })?;
     stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
     stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
     let mut reader = BufReader::new(stream);
@@ -87,6 +98,36 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     }
     reader.get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
     Ok(reader)
+}
+
+/// How a token's handshake failed: the peer is not efatop, or it refused (or did not prove) the token.
+enum Proven {
+    NotEfatop(String),
+    Refused(String),
+}
+
+/// The viewer's side of the token's handshake ([`efatop_proto::auth`]), telling a peer that is no efatop
+/// run (its first bytes are not the handshake's) from one that refused the token.
+fn prove_token(stream: &mut TcpStream, token: &crate::secret::Keyed) -> Result<(), Proven> {
+    use efatop_proto::auth::{Answer, HELLO_LEN, MAGIC, PROOF_LEN, Purpose};
+    use std::io::Read;
+    let silent = |err: std::io::Error| match err.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
+        std::io::ErrorKind::UnexpectedEof => Proven::NotEfatop("it closed the connection without a greeting".into()),
+        _ => Proven::NotEfatop(format!("the connection failed: {err}")),
+    };
+    let mut hello = [0u8; HELLO_LEN];
+    stream.read_exact(&mut hello[..MAGIC.len()]).map_err(silent)?;
+    if &hello[..MAGIC.len()] != MAGIC {
+        let text = String::from_utf8_lossy(&hello[..MAGIC.len()]).trim().to_string();
+        return Err(Proven::NotEfatop(format!("it answered `{text}`…")));
+    }
+    stream.read_exact(&mut hello[MAGIC.len()..]).map_err(silent)?;
+    let (pending, answer) = Answer::new(&token.secret, Purpose::Viewer, &hello).map_err(|e| Proven::NotEfatop(e.to_string()))?;
+    stream.write_all(&answer).map_err(|e| Proven::Refused(e.to_string()))?;
+    let mut proof = [0u8; PROOF_LEN];
+    stream.read_exact(&mut proof).map_err(|_| Proven::Refused("it closed the connection".into()))?;
+    pending.verify(&token.secret, &proof).map_err(|e| Proven::Refused(e.to_string()))
 }
 
 /// What the connection said, message by message, then how it ended (`None`: it closed cleanly).

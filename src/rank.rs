@@ -234,8 +234,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     }
     let planned = descriptor.plan(&world, &placements, &mut results.metadata);
     results.metadata.notes.push(secret.note());
-    if let Some(address) = outlets.as_ref().and_then(|o| o.serving).filter(|a| !a.ip().is_loopback()) {
-        results.metadata.notes.push(format!("--serve {address}: the run is served beyond this host; whoever reaches it can watch"));
+    if let Some((address, token)) = outlets.as_ref().and_then(|o| Some((o.serving?, o.viewers_token.clone()?))) {
+        let reach = if address.ip().is_loopback() { "" } else { " (beyond this host)" };
+        results.metadata.notes.push(format!("--serve {address}{reach}: viewers prove the token ({token})"));
     }
     results.metadata.placements = placements;
     instance_type(&world, common.sysfs_root.as_deref(), &mut results.metadata)?;

@@ -11,6 +11,10 @@
 //! are always queued, so a slow viewer still ends with every measurement. Nothing is read from a viewer
 //! but its handshake line. A viewer that joins late first gets the run's start, the latest sample of
 //! every rank and every other event so far, then the live stream.
+//!
+//! Who may watch: a viewer first proves the user's token ([`crate::secret::user_token`], purpose
+//! `Viewer`) within [`HANDSHAKE_WAIT`]; at most [`MAX_VIEWERS`] are served at once, each write bounded by
+//! [`WRITE_WAIT`]. Anyone else is dropped and counted.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,7 +23,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use efatop_experiments::ExperimentError;
+use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::collector::CollectorEvent;
@@ -31,8 +38,12 @@ use crate::record::Recorder;
 const QUEUE_BATCHES: usize = 512;
 /// Bytes of telemetry a viewer may have waiting, whatever the batches' size.
 const QUEUE_BYTES: usize = 32 << 20;
-/// How long a viewer has to say its handshake line.
+/// How long a viewer has to prove its token and say its handshake line.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// Viewers served at once (each has a thread and a queue); more are refused.
+pub const MAX_VIEWERS: usize = 16;
+/// A write to a viewer that has not completed in this long ends that viewer: it has stopped reading.
+const WRITE_WAIT: Duration = Duration::from_secs(10);
 /// At the run's end, viewers get this long to take the last events, as long as they keep taking them...
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// ... and a viewer that took nothing for this long is left behind; one whose write has been stuck this
@@ -45,6 +56,8 @@ type Frame = Arc<Vec<u8>>;
 /// event ([`Outlets::publish`]): serialized once, appended to the recording, offered to every viewer's queue.
 pub struct Outlets {
     pub serving: Option<SocketAddr>,
+    /// Where the token viewers must prove came from (the header says).
+    pub viewers_token: Option<efatop_proto::auth::Source>,
     hub: Arc<Hub>,
     /// Where the recording goes; it is created when the run starts ([`Outlets::begin`]), so a run refused
     /// during its setup leaves no file.
@@ -61,8 +74,11 @@ impl Outlets {
             return Ok(None);
         }
         let hub = Arc::new(Hub::default());
+        let mut viewers_token = None;
         let serving = match serve {
             Some(address) => {
+                let token = crate::secret::user_token(true)
+                    .map_err(|message| ExperimentError::InvalidInput { flag: "--serve", message: format!("the viewers' token: {message}") })?;
                 let listener = TcpListener::bind(address).map_err(|err| ExperimentError::InvalidInput {
                     flag: "--serve",
                     message: format!("cannot listen on {address}: {err}"),
@@ -71,18 +87,22 @@ impl Outlets {
                 let hub = hub.clone();
                 std::thread::Builder::new()
                     .name("efatop-serve".into())
-                    .spawn(move || accept(&listener, &hub))
+                    .spawn({
+                        let secret = token.secret.clone();
+                        move || accept(&listener, &hub, &secret)
+                    })
                     .map_err(|err| ExperimentError::Bootstrap(format!("--serve: {err}")))?;
                 if bound.ip().is_loopback() {
                     eprintln!("efatop: serving the run on {bound}");
                 } else {
-                    eprintln!("efatop: serving the run on {bound} (beyond this host: whoever reaches it can watch the run)");
+                    eprintln!("efatop: serving the run on {bound} (beyond this host: to whoever reaches it and holds the token)");
                 }
+                viewers_token = Some(token.source);
                 Some(bound)
             }
             None => None,
         };
-        Ok(Some(Self { serving, hub, record: record.map(Path::to_path_buf), recorder: None, started, frame: Vec::new() }))
+        Ok(Some(Self { serving, viewers_token, hub, record: record.map(Path::to_path_buf), recorder: None, started, frame: Vec::new() }))
     }
 
     /// The run has started: the recording is created and the run's start goes out first.
@@ -333,18 +353,45 @@ impl Viewer {
     }
 }
 
-fn accept(listener: &TcpListener, hub: &Arc<Hub>) {
+fn accept(listener: &TcpListener, hub: &Arc<Hub>, secret: &Secret) {
+    let viewers = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let hub = hub.clone();
-        let _ = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || serve_viewer(stream, &hub));
+        if viewers.fetch_add(1, Ordering::SeqCst) >= MAX_VIEWERS {
+            viewers.fetch_sub(1, Ordering::SeqCst);
+            refuse(&refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
+            continue;
+        }
+        let (hub, secret, served, refused) = (hub.clone(), secret.clone(), viewers.clone(), refused.clone());
+        let spawned = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || {
+            serve_viewer(stream, &hub, &secret, &refused);
+            served.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            viewers.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
-/// One viewer: its handshake line, ours, then the run's events until they end or the viewer goes.
-fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
+/// Counts a refused viewer; the first few are told on stderr (a flood is only counted).
+fn refuse(refused: &AtomicUsize, stream: &TcpStream, why: &str) {
+    let count = refused.fetch_add(1, Ordering::SeqCst) + 1;
+    if count <= 5 || count.is_power_of_two() {
+        let from = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+        eprintln!("efatop: warning: --serve: refused a viewer from {from} ({why}); {count} refused so far");
+    }
+}
+
+/// One viewer: its proof of the token, its handshake line, ours, then the run's events until they end or
+/// the viewer goes.
+fn serve_viewer(mut stream: TcpStream, hub: &Hub, secret: &Secret, refused: &AtomicUsize) {
     let _ = stream.set_nodelay(true);
-    if stream.set_read_timeout(Some(HANDSHAKE_WAIT)).is_err() {
+    if stream.set_read_timeout(Some(HANDSHAKE_WAIT)).is_err() || stream.set_write_timeout(Some(HANDSHAKE_WAIT)).is_err() {
+        return;
+    }
+    if let Err(err) = auth::accept(&mut stream, secret, Purpose::Viewer) {
+        refuse(refused, &stream, &err.to_string());
         return;
     }
     let mut line = Vec::new();
@@ -358,6 +405,9 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub) {
     let Hello::Efatop { version } = stream::parse_hello(&line, stream::MAGIC) else { return };
     // Both sides say their version; on a mismatch the viewer names both and leaves.
     if stream.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
+        return;
+    }
+    if stream.set_write_timeout(Some(WRITE_WAIT)).is_err() {
         return;
     }
     let viewer = Arc::new(Viewer::new());

@@ -63,11 +63,17 @@ pub fn scratch() -> tempfile::TempDir {
 pub fn command_in(program: impl AsRef<OsStr>, dir: &Path) -> Command {
     let mut command = Command::new(program);
     command.current_dir(dir);
+    // The viewers' token (--serve, attach): one for every process a test starts, so that they agree and no
+    // test writes the user's own token file.
+    command.env("EFATOP_TOKEN", TEST_TOKEN);
     if let Some(path) = library_path() {
         command.env("LD_LIBRARY_PATH", path);
     }
     command
 }
+
+/// The token every process the tests start proves to `--serve` (`EFATOP_TOKEN`).
+pub const TEST_TOKEN: &str = "efatop-tests-viewer-token";
 
 /// The efatop under test, started in `dir` (see [`command_in`]).
 pub fn efatop_in(dir: &Path) -> Command {
