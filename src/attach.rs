@@ -41,38 +41,28 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         .to_socket_addrs()
         .map_err(|err| format!("`{address}` is not an address to attach to ({err}); use HOST:PORT, as the run's --serve printed it"))?
         .collect();
-    let mut refused = None;
-    let mut stream = None;
-    for target in &targets {
-        match TcpStream::connect_timeout(target, CONNECT_WAIT) {
-            Ok(connected) => {
-                stream = Some(connected);
-                break;
-            }
-            Err(err) => refused = Some(err),
-        }
-    }
-    let Some(mut stream) = stream else {
-        // A run serves only while it runs: nothing there may as well be a run that has ended.
-        let after = "the run may have ended (what it recorded with --record FILE plays with `efatop replay FILE`), or not started yet";
-        return Err(match refused {
-            Some(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => format!("nothing listens at {address}: {after}"),
-            Some(err) => format!("cannot reach {address} ({err}): {after}"),
-            None => format!("`{address}` names no address to attach to"),
-        });
-    };
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
     // The viewer proves the user's token first; the run proves it back.
     let token = crate::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
-    stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
-    prove_token(&mut stream, &token).map_err(|err| match err {
-        Proven::NotEfatop(what) => not_efatop(&what),
-        Proven::Refused(err) => format!(
-            "{address} did not accept this viewer's token ({}; {err}): the run's rank 0 must hold the same one \
-             (EFATOP_TOKEN, or the token file EFATOP_TOKEN_FILE names, else ~/.config/efatop/token)",
-            token.source
-        ),
-    })?;
+    // A run whose handshakes are all taken (strangers holding them) closes at once: try again a while.
+    let started = std::time::Instant::now();
+    let mut stream = loop {
+        let mut stream = reach(address, &targets)?;
+        stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+        match prove_token(&mut stream, &token) {
+            Ok(()) => break stream,
+            Err(Proven::Busy) if started.elapsed() < RETRY_FOR => std::thread::sleep(Duration::from_millis(250)),
+            Err(Proven::Busy) => return Err(not_efatop("it closed the connection without a greeting")),
+            Err(Proven::NotEfatop(what)) => return Err(not_efatop(&what)),
+            Err(Proven::Refused(err)) => {
+                return Err(format!(
+                    "{address} did not accept this viewer's token ({}; {err}): the run's rank 0 must hold the same one \
+                     (EFATOP_TOKEN, or the token file EFATOP_TOKEN_FILE names, else ~/.config/efatop/token)",
+                    token.source
+                ));
+            }
+        }
+    };
     stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
     stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
     let mut reader = BufReader::new(stream);
@@ -100,10 +90,33 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     Ok(reader)
 }
 
-/// How a token's handshake failed: the peer is not efatop, or it refused (or did not prove) the token.
+/// How a token's handshake failed: the peer closed before its greeting (a run whose handshakes are all
+/// taken does), is not efatop, or refused (or did not prove) the token.
 enum Proven {
+    Busy,
     NotEfatop(String),
     Refused(String),
+}
+
+/// How long attach keeps trying a run that closes before its greeting.
+const RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// The first of `targets` that accepts a connection.
+fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, String> {
+    let mut refused = None;
+    for target in targets {
+        match TcpStream::connect_timeout(target, CONNECT_WAIT) {
+            Ok(connected) => return Ok(connected),
+            Err(err) => refused = Some(err),
+        }
+    }
+    // A run serves only while it runs: nothing there may as well be a run that has ended.
+    let after = "the run may have ended (what it recorded with --record FILE plays with `efatop replay FILE`), or not started yet";
+    Err(match refused {
+        Some(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => format!("nothing listens at {address}: {after}"),
+        Some(err) => format!("cannot reach {address} ({err}): {after}"),
+        None => format!("`{address}` names no address to attach to"),
+    })
 }
 
 /// The viewer's side of the token's handshake ([`efatop_proto::auth`]), telling a peer that is no efatop
@@ -113,7 +126,7 @@ fn prove_token(stream: &mut TcpStream, token: &crate::secret::Keyed) -> Result<(
     use std::io::Read;
     let silent = |err: std::io::Error| match err.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
-        std::io::ErrorKind::UnexpectedEof => Proven::NotEfatop("it closed the connection without a greeting".into()),
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Proven::Busy,
         _ => Proven::NotEfatop(format!("the connection failed: {err}")),
     };
     let mut hello = [0u8; HELLO_LEN];

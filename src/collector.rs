@@ -354,6 +354,9 @@ pub fn bind_address(hosts: &[String]) -> IpAddr {
 /// first event arrived.
 pub struct Collector {
     pub address: SocketAddr,
+    /// Connections refused so far (told as [`CollectorEvent::Refused`], but counted here too: those refused
+    /// before rank 0's loop started reach no consumer).
+    refused: Arc<std::sync::atomic::AtomicU64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     handle: Option<JoinHandle<()>>,
 }
@@ -378,13 +381,14 @@ struct Door {
     buffered: usize,
     budget: usize,
     refused: u64,
+    counted: Arc<std::sync::atomic::AtomicU64>,
     told_at: Option<Instant>,
 }
 
 type Shared = std::rc::Rc<std::cell::RefCell<Door>>;
 
 impl Door {
-    fn new(gate: Gate) -> Self {
+    fn new(gate: Gate, counted: Arc<std::sync::atomic::AtomicU64>) -> Self {
         let ranks = gate.bounds.ranks as usize;
         Self {
             max_frame: gate.bounds.max_frame() as usize,
@@ -396,6 +400,7 @@ impl Door {
             admitted: 0,
             buffered: 0,
             refused: 0,
+            counted,
             told_at: None,
         }
     }
@@ -403,6 +408,7 @@ impl Door {
     /// Counts a refusal; tells the consumer of the first ones, then at most once a second (with the count).
     fn refuse(&mut self, pending: &Pending, from: SocketAddr, reason: String) {
         self.refused += 1;
+        self.counted.store(self.refused, Ordering::Relaxed);
         let now = Instant::now();
         if self.refused <= 10 || self.told_at.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
             self.told_at = Some(now);
@@ -435,10 +441,12 @@ impl Collector {
         })?;
         let address = listener.local_addr()?;
         let (shutdown, mut shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = refused.clone();
         let handle = std::thread::Builder::new().name("efatop-collector".into()).spawn(move || {
             let local = tokio::task::LocalSet::new();
             let pending: Pending = Pending::default();
-            let door: Shared = std::rc::Rc::new(std::cell::RefCell::new(Door::new(gate)));
+            let door: Shared = std::rc::Rc::new(std::cell::RefCell::new(Door::new(gate, counted)));
             local.spawn_local(forward_batches(pending.clone(), events));
             local.block_on(&runtime, async move {
                 loop {
@@ -459,7 +467,12 @@ impl Collector {
                 }
             });
         })?;
-        Ok(Self { address, shutdown: Some(shutdown), handle: Some(handle) })
+        Ok(Self { address, refused, shutdown: Some(shutdown), handle: Some(handle) })
+    }
+
+    /// Connections refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 }
 

@@ -451,6 +451,14 @@ impl Loop {
                 }
             }
         }
+        let refused = self.setup.collector.as_ref().map_or(0, Collector::refused);
+        if refused > 0 {
+            let note = format!(
+                "rank 0's collector refused {refused} connection(s): no proof of the run's secret, or beyond the run's world"
+            );
+            self.setup.results.metadata.notes.push(note.clone());
+            self.forward(ConsumerEvent::Note(note));
+        }
         let error = outcome.as_ref().err().map(ToString::to_string);
         self.forward(ConsumerEvent::Finished { error: error.clone() });
         let consumer_outcome = self.consumer.take().map(|(sender, handle)| {

@@ -353,24 +353,30 @@ impl Viewer {
     }
 }
 
+/// Viewers being served, and connections still in their handshake: each capped on its own, so that
+/// strangers who say nothing never take a viewer's place (only a handshake's, for [`HANDSHAKE_WAIT`]).
+#[derive(Default)]
+struct Door {
+    viewers: AtomicUsize,
+    handshakes: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+/// Takes one of `count`'s `cap` places; false when all are taken.
+fn take_place(count: &AtomicUsize, cap: usize) -> bool {
+    count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1)).is_ok()
+}
+
 fn accept(listener: &TcpListener, hub: &Arc<Hub>, secret: &Secret) {
-    let viewers = Arc::new(AtomicUsize::new(0));
-    let refused = Arc::new(AtomicUsize::new(0));
+    let door = Arc::new(Door::default());
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        if viewers.fetch_add(1, Ordering::SeqCst) >= MAX_VIEWERS {
-            viewers.fetch_sub(1, Ordering::SeqCst);
-            refuse(&refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
+        if !take_place(&door.handshakes, MAX_VIEWERS) {
+            refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} handshakes in progress already"));
             continue;
         }
-        let (hub, secret, served, refused) = (hub.clone(), secret.clone(), viewers.clone(), refused.clone());
-        let spawned = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || {
-            serve_viewer(stream, &hub, &secret, &refused);
-            served.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            viewers.fetch_sub(1, Ordering::SeqCst);
-        }
+        let (hub, secret, door) = (hub.clone(), secret.clone(), door.clone());
+        let _ = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || serve_viewer(stream, &hub, &secret, &door));
     }
 }
 
@@ -385,15 +391,28 @@ fn refuse(refused: &AtomicUsize, stream: &TcpStream, why: &str) {
 
 /// One viewer: its proof of the token, its handshake line, ours, then the run's events until they end or
 /// the viewer goes.
-fn serve_viewer(mut stream: TcpStream, hub: &Hub, secret: &Secret, refused: &AtomicUsize) {
+fn serve_viewer(mut stream: TcpStream, hub: &Hub, secret: &Secret, door: &Door) {
     let _ = stream.set_nodelay(true);
-    if stream.set_read_timeout(Some(HANDSHAKE_WAIT)).is_err() || stream.set_write_timeout(Some(HANDSHAKE_WAIT)).is_err() {
+    let proven = stream
+        .set_read_timeout(Some(HANDSHAKE_WAIT))
+        .and_then(|()| stream.set_write_timeout(Some(HANDSHAKE_WAIT)))
+        .map_err(auth::AuthError::from)
+        .and_then(|()| auth::accept(&mut stream, secret, Purpose::Viewer));
+    door.handshakes.fetch_sub(1, Ordering::SeqCst);
+    if let Err(err) = proven {
+        refuse(&door.refused, &stream, &err.to_string());
         return;
     }
-    if let Err(err) = auth::accept(&mut stream, secret, Purpose::Viewer) {
-        refuse(refused, &stream, &err.to_string());
+    if !take_place(&door.viewers, MAX_VIEWERS) {
+        refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
         return;
     }
+    serve_admitted(stream, hub);
+    door.viewers.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A viewer that proved the token: its handshake line, ours, then the run's events.
+fn serve_admitted(mut stream: TcpStream, hub: &Hub) {
     let mut line = Vec::new();
     {
         let Ok(reading) = stream.try_clone() else { return };

@@ -1,0 +1,270 @@
+//! The attacks a security-minded operator would try against a run on a shared node, each from another
+//! process on loopback (this test's), and where the user matters from another uid (`nobody`, through
+//! `setpriv`, when the tests run as root). Each must be refused: the run completes, no forged figure
+//! reaches any output, rank 0 stays small, and no listener of the run is on a wildcard address.
+//!
+//! These tests signal only processes they started: the launcher they spawn and the ranks found below it.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{TEST_TOKEN, Tracked, descendants, efatop_path, library_path, serial};
+use efatop_proto::telemetry::wire;
+use efatop_proto::telemetry::{ChannelSample, PhaseReport, RankSample};
+use serde_json::Value;
+
+/// The bytes every forged sample claims: a figure no real interval of these runs comes near.
+const FORGED_BYTES: u64 = 100_000_000_000_000;
+/// Rank 0's peak resident memory must stay below this, whatever the attack.
+const RSS_LIMIT_KIB: u64 = 1 << 20;
+
+/// One run under attack: the launcher, its ranks, and what they print.
+struct Target {
+    launcher: Child,
+    tracked: Tracked,
+    stdout: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+    dir: tempfile::TempDir,
+    peak_rss_kib: u64,
+}
+
+fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn rank_pid(root: u32, rank: usize) -> Option<u32> {
+    let wanted = format!("EFATOP_RANK={rank}");
+    descendants(root).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
+    })
+}
+
+/// TCP listeners of `pid`, from `ss` (iproute2).
+fn listeners(pid: u32) -> Vec<SocketAddr> {
+    let Ok(output) = Command::new("ss").args(["-ltnpH"]).output() else { return Vec::new() };
+    let owner = format!("pid={pid},");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains(&owner))
+        .filter_map(|line| line.split_whitespace().nth(3)?.replace(['[', ']'], "").parse().ok().or_else(|| {
+            // `*:PORT` is how ss writes a wildcard of either family.
+            let port = line.split_whitespace().nth(3)?.rsplit(':').next()?.parse().ok()?;
+            Some(SocketAddr::from(([0, 0, 0, 0], port)))
+        }))
+        .collect()
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+impl Target {
+    /// A 4-rank shm write of a few seconds with every outlet on: JSON lines, --prometheus, --serve.
+    fn start(extra: &[&str]) -> Self {
+        let dir = common::scratch();
+        let out = dir.path().join("results.json");
+        let prometheus = format!("127.0.0.1:{}", common::free_port());
+        let mut args = vec!["run", "--ranks", "4", "write", "--provider", "shm", "--max-size", "4M", "--iters", "50", "--json"];
+        args.extend(["--prometheus", &prometheus, "--serve", "127.0.0.1:0", "--out", out.to_str().expect("path")]);
+        args.extend(extra);
+        let mut command = common::efatop_in(dir.path());
+        command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut launcher = command.spawn().expect("efatop run");
+        let stdout = lines_of(launcher.stdout.take().expect("stdout"));
+        let stderr = lines_of(launcher.stderr.take().expect("stderr"));
+        let mut tracked = Tracked::default();
+        tracked.add(launcher.id());
+        Self { launcher, tracked, stdout, stderr, dir, peak_rss_kib: 0 }
+    }
+
+    /// Rank 0's pid and its listeners, once it has its collector up (the run's `run` line is out then).
+    fn rank0(&mut self) -> (u32, Vec<SocketAddr>) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            self.tracked.add_descendants(self.launcher.id());
+            if let Some(pid) = rank_pid(self.launcher.id(), 0) {
+                let found = listeners(pid);
+                // --prometheus, --serve and the collector.
+                if found.len() >= 3 {
+                    return (pid, found);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.tracked.kill_all();
+        panic!("rank 0 never listened on its three ports");
+    }
+
+    /// Waits for the run's end, watching rank 0's memory; its exit code, stdout, stderr and results file.
+    fn finish(mut self, rank0: u32) -> (Option<i32>, Vec<String>, Vec<String>, Value) {
+        let until = Instant::now() + Duration::from_secs(120);
+        let code = loop {
+            if let Some(rss) = peak_rss_kib(rank0) {
+                self.peak_rss_kib = self.peak_rss_kib.max(rss);
+            }
+            if let Some(status) = self.launcher.try_wait().expect("wait") {
+                break status.code();
+            }
+            if Instant::now() > until {
+                self.tracked.kill_all();
+                panic!("the run under attack did not end within 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let drain = |lines: &mpsc::Receiver<String>| {
+            let mut all = Vec::new();
+            while let Ok(line) = lines.recv_timeout(Duration::from_secs(2)) {
+                all.push(line);
+            }
+            all
+        };
+        let (stdout, stderr) = (drain(&self.stdout), drain(&self.stderr));
+        let results: Value = serde_json::from_str(&std::fs::read_to_string(self.dir.path().join("results.json")).expect("results")).expect("json");
+        assert!(self.peak_rss_kib < RSS_LIMIT_KIB, "rank 0 peaked at {} KiB", self.peak_rss_kib);
+        assert!(self.tracked.alive().is_empty(), "processes left: {:?}", self.tracked.alive());
+        (code, stdout, stderr, results)
+    }
+}
+
+/// The run ended as if nothing had happened, and nothing forged reached its outputs.
+fn unharmed(code: Option<i32>, stdout: &[String], stderr: &[String], results: &Value) {
+    assert_eq!(code, Some(0), "stderr: {}", stderr.join("\n"));
+    assert_eq!(results["status"]["state"], "complete", "{}", results["status"]);
+    let measured = results["measurements"].as_array().map_or(0, Vec::len);
+    assert_eq!(measured, 33, "every size of the three configs was measured");
+    let forged = FORGED_BYTES.to_string();
+    for line in stdout {
+        let value: Value = serde_json::from_str(line).expect("a JSON line");
+        assert_ne!(value["data"]["bytes"].to_string(), forged, "a forged sample reached --json: {line}");
+        if value["type"] == "sample" {
+            let gbps = value["data"]["gbps"].as_f64().unwrap_or(0.0);
+            assert!(gbps < 1000.0, "an impossible rate reached --json: {line}");
+        }
+    }
+}
+
+/// A forged sample of rank `rank`, as a rank's sampler would frame it.
+fn forged_sample(rank: u32) -> Vec<u8> {
+    let mut frame = Vec::new();
+    let channel = ChannelSample { channel: 0, bytes: FORGED_BYTES, ops: 1, ..ChannelSample::default() };
+    wire::encode(&RankSample { rank, seq: 1, interval_ns: 100_000_000, channels: vec![channel], ..RankSample::default() }, &mut frame);
+    frame
+}
+
+#[test]
+fn strangers_at_the_collector_neither_end_forge_nor_bloat_a_run() {
+    let _serial = serial();
+    let mut target = Target::start(&[]);
+    let (rank0, ports) = target.rank0();
+    // Every port rank 0 listens on gets each attack: only the collector speaks this wire, but a stranger
+    // does not know which port is which either.
+    for port in &ports {
+        // 27 bytes: the sampler's greeting as rank 1, then close (this ended a healthy run before).
+        let phase = wire::encode_phase(&PhaseReport { rank: 1, changes: 0, phase: 0, bytes: 0 });
+        if let Ok(mut stream) = TcpStream::connect(port) {
+            let _ = stream.write_all(&phase);
+        }
+        // Forged samples of rank 1 at an impossible rate, and one claiming rank 0xFFFFFFFF.
+        if let Ok(mut stream) = TcpStream::connect(port) {
+            for _ in 0..20 {
+                let _ = stream.write_all(&forged_sample(1));
+            }
+            let _ = stream.write_all(&forged_sample(u32::MAX));
+        }
+        // Ten frames announcing 16 MiB each, each one byte short.
+        for _ in 0..10 {
+            if let Ok(mut stream) = TcpStream::connect(port) {
+                let _ = stream.write_all(&(16u32 << 20).to_le_bytes());
+                let _ = stream.write_all(&vec![0u8; (16 << 20) - 1]);
+            }
+        }
+    }
+    // 200 idle connections to the collector, held while the run goes on.
+    let idle: Vec<TcpStream> = ports.iter().cycle().take(200).filter_map(|port| TcpStream::connect(port).ok()).collect();
+    let (code, stdout, stderr, results) = target.finish(rank0);
+    drop(idle);
+    unharmed(code, &stdout, &stderr, &results);
+    let noted = results["metadata"]["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).find(|n| n.contains("collector refused"));
+    let counted: u64 = noted.and_then(|n| n.split_whitespace().nth(4)?.parse().ok()).unwrap_or(0);
+    // Per port: the greeting, the forgeries, ten long frames; plus the idle connections beyond the world.
+    assert!(counted >= 12, "the refused connections were counted: {noted:?}");
+}
+
+#[test]
+fn no_listener_of_a_local_run_is_on_a_wildcard_address() {
+    let _serial = serial();
+    let mut target = Target::start(&[]);
+    let (rank0, _) = target.rank0();
+    let mut every = Vec::new();
+    for pid in descendants(target.launcher.id()) {
+        every.extend(listeners(pid).into_iter().map(|address| (pid, address)));
+    }
+    let wide: Vec<_> = every.iter().filter(|(_, address)| address.ip().is_unspecified()).collect();
+    let (code, stdout, stderr, results) = target.finish(rank0);
+    assert!(wide.is_empty(), "listeners on a wildcard address: {wide:?} (all: {every:?})");
+    assert!(every.iter().all(|(_, address)| address.ip().is_loopback()), "{every:?}");
+    unharmed(code, &stdout, &stderr, &results);
+}
+
+#[test]
+fn a_viewer_without_the_token_is_refused_and_the_run_goes_on() {
+    let _serial = serial();
+    let mut target = Target::start(&[]);
+    let (rank0, _) = target.rank0();
+    let served = loop {
+        let line = target.stderr.recv_timeout(Duration::from_secs(30)).expect("the --serve line");
+        if let Some(address) = line.trim().strip_prefix("efatop: serving the run on ") {
+            break address.to_string();
+        }
+    };
+    // Another token: one line, exit 2, nothing on stdout.
+    let wrong = common::efatop_in(target.dir.path())
+        .args(["attach", &served, "--json"])
+        .env("EFATOP_TOKEN", "another-users-token-of-some-length")
+        .output()
+        .expect("attach");
+    assert_eq!(wrong.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(said.contains("did not accept this viewer's token"), "{said}");
+    assert!(wrong.stdout.is_empty());
+    // Another uid, with no token of its own to read: refused as well (only where the tests run as root).
+    if let (Some(setpriv), true) = (common::program("setpriv"), nix::unistd::geteuid().is_root()) {
+        let mut command = Command::new(setpriv);
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(efatop_path()).args(["attach", &served, "--json"]);
+        command.env_remove("EFATOP_TOKEN").env("HOME", "/nonexistent").current_dir("/");
+        if let Some(path) = library_path() {
+            command.env("LD_LIBRARY_PATH", path);
+        }
+        let other = command.output().expect("attach as nobody");
+        assert_eq!(other.status.code(), Some(2), "{}", String::from_utf8_lossy(&other.stderr));
+        assert!(other.stdout.is_empty());
+    } else {
+        eprintln!("security: SKIPPED the other-uid viewer: not root, or no setpriv");
+    }
+    // Silent connections beyond the viewers' cap: none of them holds the run up.
+    let address: SocketAddr = served.parse().expect("address");
+    let silent: Vec<TcpStream> = (0..40).filter_map(|_| TcpStream::connect(address).ok()).collect();
+    // The run's own viewer, with the token, still gets the whole run.
+    let viewer = common::efatop_in(target.dir.path()).args(["attach", &served, "--json"]).env("EFATOP_TOKEN", TEST_TOKEN).output();
+    let (code, stdout, stderr, results) = target.finish(rank0);
+    drop(silent);
+    unharmed(code, &stdout, &stderr, &results);
+    let viewer = viewer.expect("attach");
+    assert_eq!(viewer.status.code(), Some(0), "{}", String::from_utf8_lossy(&viewer.stderr));
+    let summary = String::from_utf8_lossy(&viewer.stdout).lines().filter(|l| l.contains("\"type\":\"summary\"")).count();
+    assert_eq!(summary, 1, "the token's viewer got the run's summary");
+}
