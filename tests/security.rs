@@ -93,7 +93,7 @@ impl Target {
 
     /// Rank 0's pid and its listeners, once it has its collector up (the run's `run` line is out then).
     fn rank0(&mut self) -> (u32, Vec<SocketAddr>) {
-        let until = Instant::now() + Duration::from_secs(60);
+        let until = Instant::now() + Duration::from_mins(1);
         while Instant::now() < until {
             self.tracked.add_descendants(self.launcher.id());
             if let Some(pid) = rank_pid(self.launcher.id(), 0) {
@@ -111,7 +111,7 @@ impl Target {
 
     /// Waits for the run's end, watching rank 0's memory; its exit code, stdout, stderr and results file.
     fn finish(mut self, rank0: u32) -> (Option<i32>, Vec<String>, Vec<String>, Value) {
-        let until = Instant::now() + Duration::from_secs(120);
+        let until = Instant::now() + Duration::from_mins(2);
         let code = loop {
             if let Some(rss) = peak_rss_kib(rank0) {
                 self.peak_rss_kib = self.peak_rss_kib.max(rss);

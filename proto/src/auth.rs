@@ -263,7 +263,7 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    fn pair(server_secret: Secret, client_secret: Secret, server_purpose: Purpose, client_purpose: Purpose) -> (Result<(), AuthError>, Result<(), AuthError>) {
+    fn pair(server_secret: Secret, client_secret: &Secret, server_purpose: Purpose, client_purpose: Purpose) -> (Result<(), AuthError>, Result<(), AuthError>) {
         let (mut a, mut b) = UnixStream::pair().expect("pair");
         let timeout = Some(std::time::Duration::from_secs(5));
         a.set_read_timeout(timeout).expect("timeout");
@@ -273,21 +273,21 @@ mod tests {
             drop(a);
             result
         });
-        let client = connect(&mut b, &client_secret, client_purpose);
+        let client = connect(&mut b, client_secret, client_purpose);
         (server.join().expect("server"), client)
     }
 
     #[test]
     fn both_sides_prove_the_same_secret() {
         let secret = Secret::generate().expect("secret");
-        let (server, client) = pair(secret.clone(), secret, Purpose::Telemetry, Purpose::Telemetry);
+        let (server, client) = pair(secret.clone(), &secret, Purpose::Telemetry, Purpose::Telemetry);
         server.expect("server accepts");
         client.expect("client accepts");
     }
 
     #[test]
     fn another_secret_is_refused_and_the_listener_proves_nothing() {
-        let (server, client) = pair(Secret::generate().unwrap(), Secret::generate().unwrap(), Purpose::Telemetry, Purpose::Telemetry);
+        let (server, client) = pair(Secret::generate().unwrap(), &Secret::generate().unwrap(), Purpose::Telemetry, Purpose::Telemetry);
         assert!(matches!(server, Err(AuthError::BadProof)), "{server:?}");
         // The listener closed without a proof: the client reads end of file, never a proof to test.
         assert!(matches!(client, Err(AuthError::Io(_))), "{client:?}");
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn a_proof_for_one_purpose_opens_no_other() {
         let secret = Secret::generate().expect("secret");
-        let (server, client) = pair(secret.clone(), secret, Purpose::Telemetry, Purpose::Viewer);
+        let (server, client) = pair(secret.clone(), &secret, Purpose::Telemetry, Purpose::Viewer);
         assert!(matches!(client, Err(AuthError::WrongPurpose(2))), "{client:?}");
         assert!(server.is_err());
     }

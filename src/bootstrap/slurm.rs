@@ -179,10 +179,10 @@ impl Proof {
 pub fn connect(step: &SlurmStep) -> Result<(LocalBootstrap, Keyed), ExperimentError> {
     let proof = Proof::for_step(step)
         .map_err(|why| ExperimentError::Bootstrap(format!("Slurm bootstrap (rank {} of {}): {why}", step.rank, step.size)))?;
-    connect_with(step, proof)
+    connect_with(step, &proof)
 }
 
-fn connect_with(step: &SlurmStep, proof: Proof) -> Result<(LocalBootstrap, Keyed), ExperimentError> {
+fn connect_with(step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keyed), ExperimentError> {
     let failed = |why: String| ExperimentError::Bootstrap(format!("Slurm bootstrap (rank {} of {}): {why}", step.rank, step.size));
     if step.rank == 0 {
         if let Some(here) = step.this_node.as_deref().filter(|here| *here != step.first_node) {
@@ -192,11 +192,11 @@ fn connect_with(step: &SlurmStep, proof: Proof) -> Result<(LocalBootstrap, Keyed
                 step.first_node
             )));
         }
-        let admission = match &proof {
+        let admission = match proof {
             Proof::Token(keyed) => Admission::Secret(keyed.secret.clone()),
             Proof::Munge(munge) => Admission::Munge(munge.clone(), Secret::generate().map_err(|e| failed(e.to_string()))?),
         };
-        let (rendezvous, address) = bind_first_free(step, admission).map_err(failed)?;
+        let (rendezvous, address) = bind_first_free(step, &admission).map_err(failed)?;
         std::thread::Builder::new()
             .name("efatop-slurm-rendezvous".into())
             .spawn(move || {
@@ -205,7 +205,7 @@ fn connect_with(step: &SlurmStep, proof: Proof) -> Result<(LocalBootstrap, Keyed
                 }
             })
             .map_err(|e| failed(format!("cannot start the rendezvous: {e}")))?;
-        return join_at(address, step, &proof).map_err(failed);
+        return join_at(address, step, proof).map_err(failed);
     }
     let started = Instant::now();
     let mut last_error = String::new();
@@ -214,7 +214,7 @@ fn connect_with(step: &SlurmStep, proof: Proof) -> Result<(LocalBootstrap, Keyed
             match addresses(&step.first_node, port) {
                 Ok(found) => {
                     for address in found {
-                        match join_at(address, step, &proof) {
+                        match join_at(address, step, proof) {
                             Ok(joined) => return Ok(joined),
                             Err(err) => last_error = format!("{address}: {err}"),
                         }
@@ -244,7 +244,7 @@ fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(Loca
 
 /// Rank 0 listens on its node's own address (as the other ranks resolve its name), on the first candidate
 /// port free there: a port squatted by someone else, or taken by another step, costs one candidate.
-fn bind_first_free(step: &SlurmStep, admission: Admission) -> Result<(Rendezvous, SocketAddr), String> {
+fn bind_first_free(step: &SlurmStep, admission: &Admission) -> Result<(Rendezvous, SocketAddr), String> {
     let mut last_error = String::from("no candidate port");
     for &port in &step.ports {
         let found = addresses(&step.first_node, port)?;
@@ -357,7 +357,7 @@ mod tests {
         // Someone squats the step's first candidate port: rank 0 takes the next, and the ranks, trying the
         // squatter first, find it out (it proves nothing) and move on.
         let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let squatted = squatter.local_addr().unwrap().port();
+        let taken_port = squatter.local_addr().unwrap().port();
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         std::thread::spawn(move || {
             for stream in squatter.incoming() {
@@ -377,11 +377,11 @@ mod tests {
                         size: 4,
                         first_node: "localhost".into(),
                         this_node: None,
-                        ports: vec![squatted, free],
+                        ports: vec![taken_port, free],
                         job: "1".into(),
                         step: "0".into(),
                     };
-                    let (bootstrap, keyed) = connect_with(&step, Proof::Token(proof)).expect("connect");
+                    let (bootstrap, keyed) = connect_with(&step, &Proof::Token(proof)).expect("connect");
                     assert_eq!(keyed.source, Source::Environment);
                     efatop_experiments::Bootstrap::allgather(&bootstrap, format!("r{rank}").as_bytes()).expect("allgather")
                 })
