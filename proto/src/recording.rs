@@ -412,7 +412,7 @@ mod tests {
         assert!(no_end.cut.as_deref().is_some_and(|why| why.ends_with("has no end: the run was cut off after 1 event (0.0 s into the run), before it finished (its rank 0 was killed or stopped)")), "{:?}", no_end.cut);
         drop(Recorder::create(&path).expect("create"));
         let header_only = read(&path).expect("read");
-        assert!(header_only.len() == 0 && header_only.cursor().next().is_none());
+        assert!(header_only.is_empty() && header_only.cursor().next().is_none());
         assert!(header_only.cut.as_deref().is_some_and(|why| why.contains("has no end: the run was cut off after 0 events")), "{:?}", header_only.cut);
 
         std::fs::write(&path, b"{\"not\": \"a recording\"}").expect("write");

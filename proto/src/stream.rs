@@ -45,10 +45,13 @@ pub const MAX_CHANNELS: usize = 64;
 /// Message sizes and result columns a run may claim: a sweep of sizes from 1 B to 16 GiB in powers of two
 /// is 35, an explicit `--sizes` list a few dozen, the columns fewer than twenty.
 pub const MAX_SIZES: usize = 4096;
-/// No message is longer. The largest a real run sends is its start (a 32768-rank run's hosts, NIC names
-/// and placements come to a few MiB of JSON) or a late viewer's snapshot of every rank's latest sample
-/// (a 4096-rank run's, about 4 MiB). Decoding one message holds its bytes and what they decode to (at most
-/// about 16 times its size, for JSON made of empty strings and arrays): 16 MiB keeps that under 300 MiB.
+/// No message is longer. The largest a real run sends is its start (about 530 bytes a rank with p5's host
+/// and NIC names, its placements told twice: 8.7 MiB for 16384 ranks, 17 MiB for 32768) or a late viewer's
+/// snapshot of every rank's latest sample (a 4096-rank run's, about 4 MiB). What a reader makes of one
+/// message is bounded by its size, not by it: a crafted 16 MiB start of 5.6 million empty notes peaks at
+/// 490 MB in `replay --json` (parsed, then kept by the tally), 350 MB in the dashboard; at 32 MiB that
+/// would near a GiB. So 16 MiB, and a start of more than about 31000 p5 ranks does not fit (it would, with
+/// its placements told once).
 pub const MAX_MESSAGE: u32 = 16 << 20;
 /// Decompressed bytes of one gzip member of a recording. The recorder seals a member at 8 MiB (older
 /// ones once a second: a 1024-host run's second was about 50 MiB); a member is never held whole, but this
