@@ -158,7 +158,10 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     };
 
     // Rank 0's loop, as a run's main thread runs it: its results file is a scratch file of the bench's.
-    let scratch = std::env::temp_dir().join(format!("efatop-bench-collector-{}.json", std::process::id()));
+    // In a private folder (0700, a random name, removed with its file when dropped): no name another user
+    // can guess and plant a link at.
+    let scratch_dir = tempfile::Builder::new().prefix("efatop-bench-collector-").tempdir()?;
+    let scratch = scratch_dir.path().join("results.json");
     let file = ResultsFile::create(&scratch, false, &start.results).map_err(|err| std::io::Error::other(err.to_string()))?;
     let outlets = match &args.record {
         Some(path) => Outlets::open(None, Some(path), clock).map_err(|err| std::io::Error::other(err.to_string()))?,
@@ -258,7 +261,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     }
     let peak_rss = rss_mib("VmHWM");
     let ending = loop_thread.join().map_err(|_| std::io::Error::other("rank 0's loop panicked"))?;
-    let _ = std::fs::remove_file(&scratch);
+    drop(scratch_dir);
     if let Err(err) = ending.code {
         say!(json, "# rank 0's loop ended the run: {err}");
     }

@@ -5,23 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use efatop_experiments::ExperimentError;
+use efatop_proto::files::write_atomically;
 use efatop_proto::results::RunResults;
 use time::OffsetDateTime;
 
-/// Writes `bytes` to a sibling of `path` (`<path>.<tag>.tmp`), then renames it over `path`: a reader sees
-/// the old file or the new one, never a part of either. Writers that may overlap use different tags.
-fn write_atomically(path: &Path, tag: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let mut staging = path.to_path_buf().into_os_string();
-    staging.push(format!(".{tag}.tmp"));
-    let staging = PathBuf::from(staging);
-    let written = std::fs::write(&staging, bytes).and_then(|()| std::fs::rename(&staging, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&staging);
-    }
-    written
-}
-
-/// The results file, replaced atomically (write to a sibling, rename) after every measurement.
+/// The results file, replaced atomically after every measurement: written to a fresh, unpredictably named
+/// sibling, then renamed over the path; never through a link ([`efatop_proto::files`]).
 pub struct ResultsFile {
     pub path: PathBuf,
 }
@@ -55,17 +44,14 @@ impl ResultsFile {
             })?;
         }
         let json = serde_json::to_vec_pretty(first).map_err(|e| ExperimentError::Bootstrap(e.to_string()))?;
-        write_atomically(path, "save", &json).map_err(|e| ExperimentError::InvalidInput {
-            flag: "--out",
-            message: format!("cannot write {}: {e}", path.display()),
-        })?;
+        write_atomically(path, &json).map_err(|e| ExperimentError::InvalidInput { flag: "--out", message: e.to_string() })?;
         Ok(Self { path: path.to_path_buf() })
     }
 
     pub fn save(&self, results: &RunResults) -> Result<(), ExperimentError> {
         let failed = |e: &dyn std::fmt::Display| ExperimentError::Bootstrap(format!("saving {}: {e}", self.path.display()));
         let json = serde_json::to_vec_pretty(results).map_err(|e| failed(&e))?;
-        write_atomically(&self.path, "save", &json).map_err(|e| failed(&e))
+        write_atomically(&self.path, &json).map_err(|e| failed(&e))
     }
 }
 

@@ -108,10 +108,8 @@ impl Outlets {
     /// The run has started: the recording is created and the run's start goes out first.
     pub fn begin(&mut self, start: RunStart) -> Result<(), ExperimentError> {
         if let Some(path) = self.record.take() {
-            self.recorder = Some(Recorder::create(&path).map_err(|err| ExperimentError::InvalidInput {
-                flag: "--record",
-                message: format!("cannot create {}: {err}", path.display()),
-            })?);
+            self.recorder =
+                Some(Recorder::create(&path).map_err(|err| ExperimentError::InvalidInput { flag: "--record", message: err.to_string() })?);
         }
         self.publish(&ConsumerEvent::Run(Box::new(start)));
         Ok(())

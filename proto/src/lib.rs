@@ -1,5 +1,6 @@
 //! What travels between efatop's parts, as plain types with no hwloc, NVML, fabric, CUDA or async runtime
-//! behind them (serde, thiserror and histograms only): the leaf crate every other one builds on.
+//! behind them (serde, thiserror, histograms, gzip and temporary files only): the leaf crate every other one
+//! builds on.
 //! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
 //!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
 //!   the monitor makes and the views draw, with its rail check), the probe and sampler that make them,
@@ -15,7 +16,10 @@
 //!   one place; [`experiment`]: which experiment ran ([`Experiment`]); [`ipc`]: the ipc experiment's
 //!   movers;
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
-//!   and into recordings.
+//!   and into recordings, within the caps a reader holds a stream to; [`recording`]: `--record`'s file and
+//!   `efatop replay`'s reader.
+//! - [`files`]: how every output file at a path the user names is written (never through a link, staged
+//!   under an unpredictable name and renamed into place).
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
@@ -35,7 +39,9 @@ pub mod counters;
 pub mod events;
 pub mod expected;
 pub mod experiment;
+pub mod files;
 pub mod ipc;
+pub mod recording;
 pub mod results;
 pub mod sizes;
 pub mod stream;

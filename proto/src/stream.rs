@@ -29,8 +29,144 @@ pub const VERSION: u32 = 2;
 pub const OLDEST_RECORDING: u32 = 1;
 /// The handshake line is never longer.
 pub const MAX_HELLO: usize = 64;
-/// No message is longer (a telemetry batch of thousands of ranks stays far below).
-pub const MAX_MESSAGE: u32 = 256 << 20;
+
+// What a stream (a served run's, a recording's) may make its reader hold: the caps, in one place. A
+// stream comes from outside this process (a file anyone may have written, a peer on the network), so
+// nothing it claims sizes an allocation before it has been checked against these. The largest fleet efatop
+// is built for is 4096 p5 nodes × 8 ranks (one per GPU) × 32 NICs per node; each cap leaves headroom over
+// what such a run sends, and is far below what would take a reader near a GiB.
+
+/// Ranks a run may claim (its start's `ranks`, hosts, NIC rows, placements; a sweep's nodes): 4096 nodes ×
+/// 8 ranks is 32768; twice that. The dashboard's per-rank tables are a few hundred bytes a rank.
+pub const MAX_RANKS: usize = 65_536;
+/// Channels (NICs) a rank may claim: a p5 node has 32 EFA NICs, and a rank drives at most all of them;
+/// twice that. Per-rank-and-channel tables hold at most [`MAX_RANKS`] × this.
+pub const MAX_CHANNELS: usize = 64;
+/// Message sizes and result columns a run may claim: a sweep of sizes from 1 B to 16 GiB in powers of two
+/// is 35, an explicit `--sizes` list a few dozen, the columns fewer than twenty.
+pub const MAX_SIZES: usize = 4096;
+/// No message is longer. The largest a real run sends is its start (about 530 bytes a rank with p5's host
+/// and NIC names, its placements told twice: 8.7 MiB for 16384 ranks, 17 MiB for 32768) or a late viewer's
+/// snapshot of every rank's latest sample (a 4096-rank run's, about 4 MiB). What a reader makes of one
+/// message is bounded by its size, not by it: a crafted 16 MiB start of 5.6 million empty notes peaks at
+/// 490 MB in `replay --json` (parsed, then kept by the tally), 350 MB in the dashboard; at 32 MiB that
+/// would near a GiB. So 16 MiB, and a start of more than about 31000 p5 ranks does not fit (it would, with
+/// its placements told once).
+pub const MAX_MESSAGE: u32 = 16 << 20;
+/// Decompressed bytes of one gzip member of a recording. The recorder seals a member at 8 MiB (older
+/// ones once a second: a 1024-host run's second was about 50 MiB); a member is never held whole, but this
+/// stops a classic gzip bomb (a few hundred KiB that inflate to gigabytes) at once.
+pub const MAX_MEMBER_BYTES: u64 = 256 << 20;
+/// Decompressed bytes of a whole recording read once through. A 4096-rank run's telemetry is about
+/// 12 MiB a second of JSON: this is about 90 minutes of it (most runs' recordings are far smaller), and
+/// bounds how long `efatop replay` reads before it says so (a minute or two).
+pub const MAX_RECORDING_BYTES: u64 = 64 << 30;
+/// Messages of a recording (each event is one entry of replay's index, 8 bytes): the collector sends at
+/// most a telemetry batch every 10 ms, so this is over 11 hours of the busiest run, in 32 MiB of index.
+pub const MAX_RECORDING_MESSAGES: usize = 1 << 22;
+
+/// A cap a stream went over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cap {
+    Ranks,
+    Channels,
+    Sizes,
+    MessageBytes,
+    MemberBytes,
+    RecordingBytes,
+    RecordingMessages,
+}
+
+impl Cap {
+    /// The cap's value.
+    pub fn limit(self) -> u64 {
+        match self {
+            Self::Ranks => MAX_RANKS as u64,
+            Self::Channels => MAX_CHANNELS as u64,
+            Self::Sizes => MAX_SIZES as u64,
+            Self::MessageBytes => u64::from(MAX_MESSAGE),
+            Self::MemberBytes => MAX_MEMBER_BYTES,
+            Self::RecordingBytes => MAX_RECORDING_BYTES,
+            Self::RecordingMessages => MAX_RECORDING_MESSAGES as u64,
+        }
+    }
+}
+
+/// A stream went over one of the caps: `found` is what it claimed or held (for the byte and message
+/// counts, the cap itself: the reader stops there), `limit` the cap's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverCap {
+    pub cap: Cap,
+    pub found: u64,
+    pub limit: u64,
+}
+
+impl OverCap {
+    /// One sentence: what `subject` claims or holds, and what `reader` holds at most, e.g. `recording
+    /// claims 200000000 ranks; replay holds at most 65536`.
+    pub fn sentence(&self, subject: &str, reader: &str) -> String {
+        let (found, limit) = (self.found, self.limit);
+        match self.cap {
+            Cap::Ranks => format!("{subject} claims {found} ranks; {reader} holds at most {limit}"),
+            Cap::Channels => format!("{subject} claims {found} channels a rank; {reader} holds at most {limit}"),
+            Cap::Sizes => format!("{subject} claims {found} sizes or columns; {reader} holds at most {limit}"),
+            Cap::MessageBytes => format!("{subject} holds a message of {found} bytes; {reader} reads at most {limit} bytes a message"),
+            Cap::MemberBytes => {
+                format!("{subject} holds a compressed block of more than {limit} bytes decompressed; {reader} inflates at most {limit} bytes a block")
+            }
+            Cap::RecordingBytes => format!("{subject} decompresses to more than {limit} bytes; {reader} reads at most {limit}"),
+            Cap::RecordingMessages => format!("{subject} holds more than {limit} messages; {reader} indexes at most {limit}"),
+        }
+    }
+
+    /// Refuses `found` over `cap`.
+    pub fn check(cap: Cap, found: usize) -> Result<(), Self> {
+        if found as u64 > cap.limit() { Err(Self::reached(cap, found as u64)) } else { Ok(()) }
+    }
+
+    /// `cap` was passed by `found`.
+    pub fn reached(cap: Cap, found: u64) -> Self {
+        Self { cap, found, limit: cap.limit() }
+    }
+}
+
+impl std::fmt::Display for OverCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.sentence("the stream", "efatop"))
+    }
+}
+
+impl std::error::Error for OverCap {}
+
+/// Refuses an event whose claims are over the caps: what a reader sizes tables by (a run's ranks, hosts,
+/// NIC rows and channels, sizes and columns; a sweep's nodes).
+pub fn check_claims(event: &ConsumerEvent) -> Result<(), OverCap> {
+    match event {
+        ConsumerEvent::Run(start) => {
+            let info = &start.info;
+            for ranks in [info.ranks, info.hosts.len(), info.placements.len(), start.nics.len()] {
+                OverCap::check(Cap::Ranks, ranks)?;
+            }
+            OverCap::check(Cap::Channels, info.channels)?;
+            for row in &start.nics {
+                OverCap::check(Cap::Channels, row.len())?;
+            }
+            for placement in &info.placements {
+                OverCap::check(Cap::Channels, placement.nics.len())?;
+            }
+            for sizes in [info.sizes.len(), info.configs.len(), start.results.configs.len()] {
+                OverCap::check(Cap::Sizes, sizes)?;
+            }
+            if let Some(sweep) = &start.results.sweep {
+                OverCap::check(Cap::Ranks, sweep.nodes.len())?;
+            }
+        }
+        ConsumerEvent::SweepBegin(sweep) => OverCap::check(Cap::Ranks, sweep.nodes.len())?,
+        ConsumerEvent::Begin { columns, .. } => OverCap::check(Cap::Sizes, columns.len())?,
+        _ => {}
+    }
+    Ok(())
+}
 
 /// One message of the stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -99,8 +235,8 @@ pub enum StreamError {
     Io(#[from] std::io::Error),
     #[error("the stream ends inside a message")]
     Truncated,
-    #[error("a message announces {0} bytes, more than any message has")]
-    TooLong(u32),
+    #[error("{0}")]
+    OverCap(#[from] OverCap),
     #[error("a message is not valid: {0}")]
     Invalid(#[from] serde_json::Error),
 }
@@ -121,15 +257,27 @@ pub fn read_message(reader: &mut impl Read) -> Result<Option<StreamMessage>, Str
     }
     let len = u32::from_le_bytes(prefix);
     if len > MAX_MESSAGE {
-        return Err(StreamError::TooLong(len));
+        return Err(StreamError::OverCap(OverCap::reached(Cap::MessageBytes, u64::from(len))));
     }
-    let mut body = vec![0; len as usize];
-    reader.read_exact(&mut body).map_err(|err| match err.kind() {
-        std::io::ErrorKind::UnexpectedEof => StreamError::Truncated,
-        _ => StreamError::Io(err),
-    })?;
-    Ok(Some(serde_json::from_slice(&body)?))
+    // The buffer grows with the bytes that arrive, never to a length a few bytes announced.
+    let mut body = Vec::with_capacity((len as usize).min(READ_ROOM));
+    let read = Read::take(&mut *reader, u64::from(len)).read_to_end(&mut body);
+    match read {
+        Ok(got) if got < len as usize => return Err(StreamError::Truncated),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(StreamError::Truncated),
+        Err(err) => return Err(err.into()),
+    }
+    let message: StreamMessage = serde_json::from_slice(&body)?;
+    drop(body);
+    if let StreamMessage::Event { event, .. } = &message {
+        check_claims(event)?;
+    }
+    Ok(Some(message))
 }
+
+/// What a message's buffer starts with.
+const READ_ROOM: usize = 64 << 10;
 
 #[cfg(test)]
 mod tests {
@@ -209,4 +357,38 @@ mod tests {
         }
         assert!(matches!(last, Some(StreamError::Truncated)), "{last:?}");
     }
+
+    #[test]
+    fn a_message_over_the_cap_or_claiming_more_than_a_fleet_is_refused_before_anything_is_sized_by_it() {
+        // 4 GiB announced by four bytes: refused at the prefix, nothing allocated for it.
+        let mut bytes: &[u8] = &[0xff, 0xff, 0xff, 0xff, b'{'];
+        let err = read_message(&mut bytes).expect_err("too long");
+        assert_eq!(err.to_string(), "the stream holds a message of 4294967295 bytes; efatop reads at most 16777216 bytes a message");
+        // Announced within the cap, but the stream ends first: cut, not a buffer of the announced size.
+        let mut bytes: &[u8] = &[0x00, 0x00, 0x00, 0x01, b'{'];
+        assert!(matches!(read_message(&mut bytes), Err(StreamError::Truncated)));
+
+        let over = |start: RunStart| {
+            let mut frame = Vec::new();
+            encode_event(0, &ConsumerEvent::Run(Box::new(start)), &mut frame).expect("encode");
+            match read_message(&mut frame.as_slice()) {
+                Err(StreamError::OverCap(over)) => over,
+                other => panic!("{other:?}"),
+            }
+        };
+        let info = |info: crate::events::RunInfo| RunStart { info, ..RunStart::default() };
+        assert_eq!(over(info(crate::events::RunInfo { ranks: 200_000_000, ..Default::default() })).cap, Cap::Ranks);
+        assert_eq!(over(info(crate::events::RunInfo { hosts: vec![String::new(); MAX_RANKS + 1], ..Default::default() })).cap, Cap::Ranks);
+        assert_eq!(over(info(crate::events::RunInfo { channels: 1 << 20, ..Default::default() })).cap, Cap::Channels);
+        assert_eq!(over(info(crate::events::RunInfo { sizes: vec![1; MAX_SIZES + 1], ..Default::default() })).cap, Cap::Sizes);
+        assert_eq!(over(RunStart { nics: vec![vec![String::new(); MAX_CHANNELS + 1]], ..RunStart::default() }).cap, Cap::Channels);
+        // The largest fleet efatop is built for reads.
+        let fleet = crate::events::RunInfo { ranks: 4096 * 8, hosts: vec!["h".into(); 4096 * 8], channels: 32, ..Default::default() };
+        let mut frame = Vec::new();
+        let start = RunStart { info: fleet, nics: vec![vec!["rdmap79s0-rdm".into(); 4]; 4096 * 8], ..RunStart::default() };
+        encode_event(0, &ConsumerEvent::Run(Box::new(start)), &mut frame).expect("encode");
+        assert!(frame.len() < (MAX_MESSAGE as usize) / 4, "{} bytes", frame.len());
+        assert!(matches!(read_message(&mut frame.as_slice()), Ok(Some(_))));
+    }
+
 }

@@ -22,6 +22,9 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// An output path refused (a link, not a regular file) or not written ([`efatop_proto::files`]).
+    #[error("{0}")]
+    Output(#[from] efatop_proto::files::OutputError),
     #[error("{}: {message}", .path.display())]
     Plot { path: PathBuf, message: String },
     /// Plot text needs a TrueType font file; none was found where we looked.
@@ -80,9 +83,8 @@ mod tests {
 
     #[test]
     fn bad_json_is_named_with_its_position() {
-        let dir = std::env::temp_dir().join(format!("efatop-report-load-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("broken.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broken.json");
         std::fs::write(&path, "{\"metadata\": ").unwrap();
         let text = load_results(&path).unwrap_err().to_string();
         assert!(
@@ -91,6 +93,5 @@ mod tests {
         );
         assert!(text.contains("line 1"), "{text}");
         assert_eq!(text.matches("not an efatop results file").count(), 1, "said once: {text}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

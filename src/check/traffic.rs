@@ -8,7 +8,7 @@
 //! [`LIMIT`], so that the whole check stays within 30 s.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -57,14 +57,16 @@ pub fn run(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
         channels: Vec::new(),
         outcome: TrafficOutcome::NotRun { why: String::new() },
     };
-    let scratch = match Scratch::new() {
+    // A private folder for the run's results file (0700, a random name, removed with everything in it when
+    // dropped): nothing another user can guess or plant a link in.
+    let scratch = match tempfile::Builder::new().prefix("efatop-check-").tempdir() {
         Ok(scratch) => scratch,
         Err(err) => {
             traffic.outcome = TrafficOutcome::NotRun { why: format!("no folder for the results file: {err}") };
             return traffic;
         }
     };
-    let out = scratch.0.join("traffic.json");
+    let out = scratch.path().join("traffic.json");
     let ended = launch(ranks, &name, corrupt_byte, &out);
     traffic.seconds = started.elapsed().as_secs_f64();
     let results = std::fs::read(&out).ok().and_then(|bytes| RunResults::from_json(&bytes).ok());
@@ -263,25 +265,6 @@ impl Corruption {
         }
         let round = plan.get(self.round?)?;
         Some(round.remote_rail(self.receiver, self.sender, self.channel, rails))
-    }
-}
-
-/// A private folder for the run's results file, removed with everything in it when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> std::io::Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("efatop-check-{}-{nanos}", std::process::id()));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

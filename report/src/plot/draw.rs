@@ -534,23 +534,20 @@ fn draw_heatmap(
     Ok(())
 }
 
+/// Encodes the picture and writes it at `path` ([`efatop_proto::files::write_atomically`]: never through a
+/// link, staged under a fresh name and renamed into place).
 pub fn write_png(path: &Path, width: u32, height: u32, pixels: &[u8]) -> Result<(), ReportError> {
-    let as_write_error = |e: std::io::Error| ReportError::Write {
+    let as_write_error = |e: png::EncodingError| ReportError::Write {
         path: path.to_path_buf(),
-        source: e,
+        source: std::io::Error::other(e.to_string()),
     };
-    let file = std::fs::File::create(path).map_err(as_write_error)?;
-    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
-    let to_io = |e: png::EncodingError| std::io::Error::other(e.to_string());
-    let mut writer = encoder
-        .write_header()
-        .map_err(to_io)
-        .map_err(as_write_error)?;
-    writer
-        .write_image_data(pixels)
-        .map_err(to_io)
-        .map_err(as_write_error)?;
-    writer.finish().map_err(to_io).map_err(as_write_error)
+    let mut writer = encoder.write_header().map_err(as_write_error)?;
+    writer.write_image_data(pixels).map_err(as_write_error)?;
+    writer.finish().map_err(as_write_error)?;
+    efatop_proto::files::write_atomically(path, &bytes)?;
+    Ok(())
 }
