@@ -640,8 +640,21 @@ fn claim(door: &Shared, claimed: &mut Vec<u32>, rank: u32, from: SocketAddr, bou
     Ok(())
 }
 
-/// Where rank `rank` should connect to reach rank 0's collector published as `host:port`.
+/// What rank 0 publishes of where its collector listens ([`resolve`] reads it): the address it bound, or
+/// `host:port` when it listens on every address.
+pub fn published(collector: &Collector, rank0_host: &str) -> String {
+    if collector.address.ip().is_unspecified() { format!("{rank0_host}:{}", collector.address.port()) } else { collector.address.to_string() }
+}
+
+/// Where rank `rank` should connect to reach rank 0's collector published as [`published`] made it: the
+/// address rank 0 bound; or, for a collector on every address, loopback on rank 0's machine and rank 0's
+/// host name elsewhere.
 pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Result<SocketAddr> {
+    if let Ok(bound) = published.parse::<SocketAddr>() {
+        if !bound.ip().is_unspecified() {
+            return Ok(bound);
+        }
+    }
     let port = published.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| {
         std::io::Error::new(ErrorKind::InvalidInput, format!("bad collector address {published}"))
     })?;

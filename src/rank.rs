@@ -504,7 +504,7 @@ impl Telemetry {
             None
         };
         // Rank 0 publishes where its collector listens; every rank its NICs' names.
-        let published = collector.as_ref().map_or(String::new(), |c| format!("{}:{}", world.hosts[0], c.address.port()));
+        let published = collector.as_ref().map_or(String::new(), |c| crate::collector::published(c, &world.hosts[0]));
         let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
         let gathered = efatop_experiments::gather(world.bootstrap, &(published, nic_names), "telemetry address and NICs")?;
         let address = gathered.first().map(|(address, _)| address.clone()).unwrap_or_default();

@@ -42,7 +42,7 @@ pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &crate::secret
     } else {
         None
     };
-    let published = collector.as_ref().map_or(String::new(), |c| format!("{host}:{}", c.address.port()));
+    let published = collector.as_ref().map_or(String::new(), |c| crate::collector::published(c, &host));
     let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
     let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
     let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
