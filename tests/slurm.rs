@@ -79,8 +79,13 @@ impl Drop for SlurmCluster {
     }
 }
 
+/// `srun args` without the tests' `EFATOP_TOKEN`: the ranks of a step without MPI then prove themselves and
+/// take the run's secret through the cluster's MUNGE, as on a real cluster (the test's srun reaches the
+/// cluster's munged through SLURM_CONF's `AuthInfo`).
 fn srun(args: &[&str], limit: Duration) -> common::Run {
-    run_program("srun", args, limit)
+    let mut without_token = vec!["-u", "EFATOP_TOKEN", "srun"];
+    without_token.extend_from_slice(args);
+    run_program("env", &without_token, limit)
 }
 
 fn lines_of_type(stdout: &str, kind: &str) -> Vec<Value> {
@@ -115,6 +120,10 @@ fn write_across(srun_args: &[&str], hosts: &[&str], what: &str) {
     let metadata = &summary[0]["data"]["metadata"];
     assert_eq!(metadata["hosts"], serde_json::json!(hosts), "{what}: {metadata}");
     assert_eq!(metadata["channels"], 4, "{what}: four NICs a node: {metadata}");
+    // Where the run's secret came from: MPI's broadcast under PMIx, else MUNGE.
+    let notes = metadata["notes"].to_string();
+    let source = if srun_args.iter().any(|a| a.starts_with("--mpi=pmi")) { "broadcast over MPI" } else { "MUNGE credentials" };
+    assert!(notes.contains("connections into this run prove its secret") && notes.contains(source), "{what}: {notes}");
     assert_eq!(summary[0]["data"]["status"]["state"], "complete", "{what}");
     assert!(!summary[0]["data"]["measurements"].as_array().expect("measurements").is_empty(), "{what}");
 }

@@ -44,7 +44,7 @@ impl Munge {
             return Err(format!("a credential of uid {uid}, not of this job's user ({})", self.uid));
         }
         let theirs = parse_payload(&payload, "join", &self.step, &nonce)?;
-        let answer = format!("efatop-secret {} {} {}", self.step, hex::encode(theirs), secret.to_hex());
+        let answer = format!("efatop-secret {} {theirs} {}", self.step, secret.to_hex());
         let credential = self.encode(&answer, true)?;
         write_credential(stream, &credential)
     }
@@ -185,6 +185,86 @@ fn read_credential(stream: &mut impl Read) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A munged of the test's own (key, socket), stopped when dropped; `None`, said on stderr, where munged
+    /// or mungekey is missing (scripts/setup-debian installs them; CI has them).
+    struct Daemon {
+        dir: tempfile::TempDir,
+    }
+
+    impl Daemon {
+        fn start() -> Option<Self> {
+            let dir = tempfile::tempdir().ok()?;
+            let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+            let key = Command::new("mungekey").args(["--create", "--keyfile", &path("key"), "--bits", "1024"]).status();
+            if !key.is_ok_and(|s| s.success()) {
+                eprintln!("munge tests: SKIPPED: mungekey is missing (Debian package munge)");
+                return None;
+            }
+            let started = Command::new("munged")
+                .args(["--force", "--socket", &path("socket"), "--key-file", &path("key"), "--pid-file", &path("pid")])
+                .args(["--log-file", &path("log"), "--seed-file", &path("seed")])
+                .status();
+            if !started.is_ok_and(|s| s.success()) {
+                eprintln!("munge tests: SKIPPED: munged did not start");
+                return None;
+            }
+            Some(Self { dir })
+        }
+
+        fn munge(&self, job: &str, step: &str) -> Munge {
+            Munge { step: format!("{job}.{step}"), socket: Some(self.dir.path().join("socket").to_string_lossy().into_owned()), uid: nix::unistd::geteuid().as_raw() }
+        }
+    }
+
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("pid")) {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+                }
+            }
+        }
+    }
+
+    /// Rank 0 and a rank of the same user and step: the rank gets the secret. A rank of another step of the
+    /// same user, and a credential made by another user (`nobody`, where the test runs as root), are refused.
+    #[test]
+    fn munge_hands_the_secret_to_the_jobs_own_user_and_step_only() {
+        let Some(daemon) = Daemon::start() else { return };
+        let secret = Secret::generate().expect("secret");
+        let exchange = |rank0: Munge, rank: Munge| {
+            let (mut a, mut b) = std::os::unix::net::UnixStream::pair().expect("pair");
+            let secret = secret.clone();
+            let server = std::thread::spawn(move || rank0.admit(&mut a, &secret));
+            let joined = rank.join(&mut b);
+            (server.join().expect("rank 0"), joined)
+        };
+        let (admitted, joined) = exchange(daemon.munge("7", "0"), daemon.munge("7", "0"));
+        admitted.expect("admitted");
+        assert_eq!(joined.expect("joined"), secret);
+        let (admitted, joined) = exchange(daemon.munge("7", "0"), daemon.munge("7", "1"));
+        assert!(admitted.expect_err("another step").contains("job step 7.1"));
+        assert!(joined.is_err());
+        // Another user's credential, answering rank 0's real challenge.
+        if !nix::unistd::geteuid().is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!("munge tests: SKIPPED the other user's credential: not root, or no setpriv");
+            return;
+        }
+        let rank0 = daemon.munge("7", "0");
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let server = std::thread::spawn(move || rank0.admit(&mut a, &Secret::generate().expect("secret")));
+        let mut nonce = [0u8; NONCE];
+        b.read_exact(&mut nonce).expect("challenge");
+        let payload = format!("efatop-join 7.0 {} {}", hex::encode(nonce), hex::encode([1u8; NONCE]));
+        let mut stranger = Command::new("setpriv");
+        stranger.args(["--reuid=65534", "--regid=65534", "--clear-groups", "munge", "--socket"]);
+        stranger.arg(daemon.dir.path().join("socket")).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let credential = run(stranger, payload.as_bytes()).expect("nobody's credential");
+        write_credential(&mut b, String::from_utf8_lossy(&credential).trim()).expect("send");
+        let refused = server.join().expect("rank 0").expect_err("another user's credential");
+        assert!(refused.contains("uid 65534"), "{refused}");
+    }
 
     #[test]
     fn slurm_conf_names_munges_socket() {
