@@ -279,7 +279,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
     let stop = Arc::new(AtomicBool::new(false));
     let mut metrics = metrics;
     if let Some(metrics) = &mut metrics {
-        metrics.set_hosts(&world.hosts);
+        metrics.set_world(&world.hosts, world.channels.len());
         metrics.set_nics(every_rank_nics.clone());
     }
     let start = RunStart {
@@ -306,7 +306,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, experiment: &Experiment, inputs: &Sender<
         interval: common.interval,
         outlets: outlets.take(),
         metrics,
-        pushgateway: common.pushgateway.clone(),
+        pushgateway: crate::run_metrics::PushTarget::new(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref()),
         collector,
         consumer: None,
     };

@@ -431,6 +431,48 @@ impl RankSample {
     pub fn bytes_per_s(bytes: u64, interval_ns: u64) -> f64 {
         per_second(bytes, interval_ns)
     }
+
+    /// The first index this sample carries that falls outside `world`: its rank, a channel's number, a
+    /// peer's or an NVLink pair's peer rank. Every consumer refuses (and counts) a sample that has one,
+    /// whole: an index outside the run's world must never size a table, and a sample naming one is not a
+    /// rank of this run speaking.
+    pub fn outside(&self, world: WorldBounds) -> Option<OutOfWorld> {
+        let rank_in = |rank: u32| usize::try_from(rank).is_ok_and(|rank| rank < world.ranks);
+        if !rank_in(self.rank) {
+            return Some(OutOfWorld::Rank { rank: self.rank, ranks: world.ranks });
+        }
+        if let Some(channel) = self.channels.iter().find(|c| usize::from(c.channel) >= world.channels) {
+            return Some(OutOfWorld::Channel { rank: self.rank, channel: channel.channel, channels: world.channels });
+        }
+        let mut peers = self.peers.iter().map(|p| p.peer).chain(self.nvlink.iter().map(|p| p.peer));
+        peers.find(|peer| !rank_in(*peer)).map(|peer| OutOfWorld::Peer { rank: self.rank, peer, ranks: world.ranks })
+    }
+}
+
+/// The run's world as a consumer of its telemetry knows it from the run's start (`RunInfo`, the world's
+/// Hello): how many ranks, and how many channels each has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorldBounds {
+    pub ranks: usize,
+    pub channels: usize,
+}
+
+/// Why a sample was refused: the index it carries outside the run's world ([`RankSample::outside`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutOfWorld {
+    Rank { rank: u32, ranks: usize },
+    Channel { rank: u32, channel: u16, channels: usize },
+    Peer { rank: u32, peer: u32, ranks: usize },
+}
+
+impl std::fmt::Display for OutOfWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rank { rank, ranks } => write!(f, "rank {rank} is outside the run's {ranks} ranks"),
+            Self::Channel { rank, channel, channels } => write!(f, "rank {rank}'s channel {channel} is outside the run's {channels} channels"),
+            Self::Peer { rank, peer, ranks } => write!(f, "rank {rank}'s peer {peer} is outside the run's {ranks} ranks"),
+        }
+    }
 }
 
 /// What one channel's interval comes to: the rate and latency figures the dashboard and `--json` show,
@@ -593,6 +635,24 @@ fn delta(counters: &Counters, last: &mut (u64, u64, Vec<u64>), latency: &mut Int
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sample_outside_the_world_names_the_index() {
+        let world = WorldBounds { ranks: 2, channels: 2 };
+        let sample = |rank, channel, peer| RankSample {
+            rank,
+            channels: vec![ChannelSample { channel, ..ChannelSample::default() }],
+            peers: vec![PeerSample { peer, ..PeerSample::default() }],
+            ..RankSample::default()
+        };
+        assert_eq!(sample(1, 1, 0).outside(world), None);
+        assert_eq!(sample(u32::MAX, 0, 0).outside(world), Some(OutOfWorld::Rank { rank: u32::MAX, ranks: 2 }));
+        assert_eq!(sample(1, 2, 0).outside(world), Some(OutOfWorld::Channel { rank: 1, channel: 2, channels: 2 }));
+        assert_eq!(sample(0, 0, 2).outside(world), Some(OutOfWorld::Peer { rank: 0, peer: 2, ranks: 2 }));
+        let nvlink = RankSample { nvlink: vec![NvlinkSample { peer: 9, ..NvlinkSample::default() }], ..RankSample::default() };
+        assert_eq!(nvlink.outside(world), Some(OutOfWorld::Peer { rank: 0, peer: 9, ranks: 2 }));
+        assert_eq!(sample(0, 0, 0).outside(WorldBounds::default()).map(|o| o.to_string()).as_deref(), Some("rank 0 is outside the run's 0 ranks"));
+    }
+
     use super::*;
 
     #[test]

@@ -119,7 +119,11 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
             match event {
                 CollectorEvent::Node(sample) => {
                     let (rank, snapshot) = (sample.rank, *sample);
-                    view.push(rank, snapshot.clone());
+                    // A read from a rank outside the job is refused (and counted) by the view: not kept.
+                    if !view.push(rank, snapshot.clone()) {
+                        eprintln!("efatop: warning: a read from rank {rank} refused: outside the job's {size} ranks, or naming more than {} NICs", efatop_ui::monitor::MAX_NODE_NICS);
+                        continue;
+                    }
                     if args.once {
                         latest.insert(rank, snapshot);
                     } else if let Some(node) = view.nodes.get(&rank) {
@@ -176,7 +180,9 @@ impl Tui for Nodes {
     fn event(&mut self, batch: Vec<CollectorEvent>, _now: Duration) -> Option<()> {
         for event in batch {
             match event {
-                CollectorEvent::Node(sample) => self.view.push(sample.rank, *sample),
+                CollectorEvent::Node(sample) => {
+                    self.view.push(sample.rank, *sample);
+                }
                 CollectorEvent::Closed { .. } => self.closed += 1,
                 CollectorEvent::Malformed { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }
