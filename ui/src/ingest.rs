@@ -383,7 +383,8 @@ mod tests {
         after.log.clear();
         after.refused_total = 0;
         expected.log.clear();
-        assert_eq!(after, expected, "no view changed, nothing grew");
+        // Compared as printed: the fleet model holds NaN (no rate yet), which equals nothing.
+        assert_eq!(format!("{after:?}"), format!("{expected:?}"), "no view changed, nothing grew");
         assert!(state.queues.is_empty() && state.nvlink.is_empty());
         // A sample inside the world still counts.
         ingest.sample(&mut state, &busy(1, 1, 0), Duration::from_millis(200));
@@ -571,14 +572,14 @@ mod tests {
         let mut state = DashboardState::default();
         let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results());
         // Rank 1 received one 1.25 MB round from rank 0 that took 1 ms (10 Gbps), and two 125 KB rounds
-        // from rank 2 of 1 ms each (1 Gbps); ranks out of range and rank 1 itself are ignored.
+        // from rank 2 of 1 ms each (1 Gbps); rank 1 itself is ignored. (A peer outside the run's ranks
+        // refuses the whole sample: `samples_outside_the_world_are_refused_counted_and_grow_nothing`.)
         let sample = RankSample {
             rank: 1,
             interval_ns: 100_000_000,
             peers: vec![
                 PeerSample { ops: 1, ..peer(0, 1_250_000, Some(1_000_000)) },
                 PeerSample { ops: 2, ..peer(2, 250_000, Some(1_000_000)) },
-                peer(7, 1, Some(1000)),
                 peer(1, 9, Some(1000)),
             ],
             ..RankSample::default()

@@ -38,8 +38,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`DRAIN_TIMEOUT`], before the connection closes.
 const DRAIN_BYTES: usize = 64 * 1024;
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(200);
-/// How often the accepting thread looks whether the endpoint was dropped while no one connects.
-const ACCEPT_POLL: Duration = Duration::from_millis(20);
+/// How long the accepting thread waits before it accepts again after a failed accept (out of file
+/// descriptors, say).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(20);
 
 /// What the serving threads share: the latest state (swapped in under the lock, rendered outside it, so a
 /// slow scrape never holds up an offer) and the counts.
@@ -67,12 +68,21 @@ pub struct Exporter<T: Exposition = Vec<NodeSample>> {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Where a connection reaches a listener bound to `address`: itself, or loopback for a wildcard.
+fn reachable(address: SocketAddr) -> SocketAddr {
+    let ip = match address.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, address.port())
+}
+
 impl<T: Exposition> Exporter<T> {
     /// Listens on `address` (port 0 picks one; [`Exporter::address`] says which).
     pub fn start(address: SocketAddr) -> Result<Self, String> {
         let listener = TcpListener::bind(address).map_err(|err| format!("cannot listen on {address}: {err}"))?;
         let bound = listener.local_addr().map_err(|err| format!("cannot listen on {address}: {err}"))?;
-        listener.set_nonblocking(true).map_err(|err| format!("cannot listen on {address}: {err}"))?;
         let shared = Arc::new(Shared { latest: Mutex::new(None), stop: AtomicBool::new(false), active: AtomicUsize::new(0), refused: AtomicU64::new(0) });
         let serving = shared.clone();
         let thread = std::thread::Builder::new()
@@ -102,10 +112,12 @@ impl<T: Exposition> Exporter<T> {
 
 impl<T: Exposition> Drop for Exporter<T> {
     fn drop(&mut self) {
-        // The accepting thread sees it within ACCEPT_POLL and closes the listener; connections being
-        // answered finish on their own threads, within their time limits.
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        // The accepting thread, woken by a connection of our own, sees the flag and closes the listener;
+        // connections being answered finish on their own threads, within their time limits. Were that
+        // connection refused (no thread would then wait in accept), the thread is left to the process's end.
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let woken = TcpStream::connect_timeout(&reachable(self.address), Duration::from_secs(1)).is_ok();
+        if let Some(thread) = self.thread.take().filter(|_| woken) {
             let _ = thread.join();
         }
     }
@@ -114,11 +126,15 @@ impl<T: Exposition> Drop for Exporter<T> {
 /// Takes connections until the endpoint is dropped, each onto a thread of its own while there is a free
 /// slot.
 fn accept<T: Exposition>(listener: &TcpListener, shared: &Arc<Shared<T>>) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match accepted {
             Ok((stream, _)) => admit(stream, shared),
-            // Nobody waiting, or out of file descriptors for a moment: look again shortly.
-            Err(_) => std::thread::sleep(ACCEPT_POLL),
+            // Out of file descriptors for a moment, say: try again shortly.
+            Err(_) => std::thread::sleep(ACCEPT_PAUSE),
         }
     }
 }
@@ -275,7 +291,7 @@ fn respond<T: Exposition>(head: &Head, latest: Option<&T>) -> Response {
 /// Serves one connection: one request, one answer, then a close.
 fn answer<T: Exposition>(mut stream: TcpStream, shared: &Shared<T>) {
     let deadline = Instant::now() + HEAD_TIMEOUT;
-    if stream.set_nonblocking(false).is_err() || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
+    if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
         return;
     }
     let (response, minor, head_only) = match read_head(&mut stream, deadline) {
