@@ -427,13 +427,13 @@ pub struct CommonArgs {
     #[arg(long, value_name = "URL", value_parser = crate::run_metrics::Pushgateway::parse)]
     pub pushgateway: Option<crate::run_metrics::Pushgateway>,
     /// --pushgateway's HTTP basic auth: FILE holds `user:password` on one line and only its owner may read
-    /// it (else the variable EFATOP_PUSHGATEWAY_AUTH holds `user:password`, or the URL does,
-    /// https://user:password@HOST:PORT, where other users can read it in the process list). Sent only over
+    /// it (else the variable `EFATOP_PUSHGATEWAY_AUTH` holds `user:password`, or the URL does,
+    /// `https://user:password@HOST:PORT`, where other users can read it in the process list). Sent only over
     /// https or to a loopback address
     #[arg(long, value_name = "FILE")]
     pub pushgateway_auth: Option<PathBuf>,
-    /// --pushgateway https://...: trust only the CA certificates in FILE (PEM), e.g. a private CA, instead of
-    /// the built-in public roots; /etc/ssl/certs/ca-certificates.crt trusts the system's
+    /// --pushgateway `https://...`: trust only the CA certificates in FILE (PEM), e.g. a private CA, instead
+    /// of the built-in public roots; /etc/ssl/certs/ca-certificates.crt trusts the system's
     #[arg(long, value_name = "FILE")]
     pub pushgateway_ca: Option<PathBuf>,
     /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)

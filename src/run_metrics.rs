@@ -373,7 +373,7 @@ pub fn push(target: &PushTarget, results: &RunResults, metrics: Option<&RunMetri
         config = config.proxy(None);
     }
     if gateway.https {
-        let roots = resolved.roots.map_or(ureq::tls::RootCerts::WebPki, |roots| ureq::tls::RootCerts::from(roots));
+        let roots = resolved.roots.map_or(ureq::tls::RootCerts::WebPki, ureq::tls::RootCerts::from);
         config = config.tls_config(ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls).root_certs(roots).build());
     }
     let agent: ureq::Agent = config.build().into();

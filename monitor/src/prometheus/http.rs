@@ -368,7 +368,7 @@ mod tests {
     }
 
     fn head_of(chunks: &[&[u8]]) -> Result<Head, Refusal> {
-        read_head(&mut Script(chunks.iter().map(|c| c.to_vec()).collect()), Instant::now() + Duration::from_secs(60))
+        read_head(&mut Script(chunks.iter().map(|c| c.to_vec()).collect()), Instant::now() + Duration::from_mins(1))
     }
 
     #[test]
