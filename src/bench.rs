@@ -108,7 +108,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
     let gate = crate::collector::Gate {
         secret: secret.clone(),
-        bounds: efatop_proto::telemetry::Bounds { ranks: u32::try_from(ranks).unwrap_or(u32::MAX), channels: u32::try_from(channels).unwrap_or(u32::MAX) },
+        bounds: efatop_proto::telemetry::WorldBounds { ranks, channels },
         bind: std::net::IpAddr::from([127, 0, 0, 1]),
     };
     let collector = Collector::start(inputs.clone(), gate)?;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use efatop_proto::auth::{self, ANSWER_LEN, Challenge, Purpose, Secret};
 use efatop_proto::telemetry::wire;
-use efatop_proto::telemetry::{Bounds, NodeSample, Probe, RankSample, Sampler};
+use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler, WorldBounds};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
@@ -323,7 +323,7 @@ pub use efatop_proto::events::CollectorEvent;
 #[derive(Clone, Debug)]
 pub struct Gate {
     pub secret: Secret,
-    pub bounds: Bounds,
+    pub bounds: WorldBounds,
     /// The address it listens on: loopback when every rank shares rank 0's machine ([`bind_address`]).
     pub bind: IpAddr,
 }
@@ -389,7 +389,7 @@ type Shared = std::rc::Rc<std::cell::RefCell<Door>>;
 
 impl Door {
     fn new(gate: Gate, counted: Arc<std::sync::atomic::AtomicU64>) -> Self {
-        let ranks = gate.bounds.ranks as usize;
+        let ranks = gate.bounds.ranks;
         Self {
             max_frame: gate.bounds.max_frame() as usize,
             // A few frames' room per rank, and room for a few of the largest frames a rank can send.
@@ -598,8 +598,8 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
             let Some(body) = buffer.get(consumed + 4..consumed + 4 + len) else { break };
             let (event, claimed_now) = match wire::decode_frame(body) {
                 Ok(wire::Frame::Rank(sample)) => {
-                    if let Err(why) = bounds.check_sample(&sample) {
-                        break 'reading Some(why);
+                    if let Some(outside) = sample.outside(bounds) {
+                        break 'reading Some(outside.to_string());
                     }
                     let claimed = sample.rank;
                     (CollectorEvent::Sample(Box::new(sample)), Some(claimed))
@@ -625,8 +625,8 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
 }
 
 /// A rank of the world belongs to the first connection that speaks for it, until that one closes.
-fn claim(door: &Shared, claimed: &mut Vec<u32>, rank: u32, from: SocketAddr, bounds: Bounds) -> Result<(), String> {
-    bounds.check_rank(rank)?;
+fn claim(door: &Shared, claimed: &mut Vec<u32>, rank: u32, from: SocketAddr, bounds: WorldBounds) -> Result<(), String> {
+    bounds.rank(rank).map_err(|outside| outside.to_string())?;
     if claimed.contains(&rank) {
         return Ok(());
     }
@@ -674,7 +674,7 @@ mod tests {
     use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 
-    const WORLD: Bounds = Bounds { ranks: 8, channels: 4 };
+    const WORLD: WorldBounds = WorldBounds { ranks: 8, channels: 4 };
 
     /// The collector of a run of [`WORLD`] on loopback, its secret, and its events one by one (they arrive
     /// in batches).
@@ -761,7 +761,7 @@ mod tests {
         let mut beyond = admitted(address, &secret);
         beyond.write_all(&sample_frame(u32::MAX, 1)).expect("write");
         let (reason, _) = refusal(&mut next_event);
-        assert!(reason.contains("rank 4294967295 of a run of 8"), "{reason}");
+        assert!(reason.contains("rank 4294967295 is outside the run's 8 ranks"), "{reason}");
         // Rank 2's first connection keeps it; a second one claiming rank 2 is refused.
         let mut first = admitted(address, &secret);
         first.write_all(&sample_frame(2, 1)).expect("write");

@@ -203,6 +203,8 @@ pub fn check_outputs(common: &CommonArgs) -> Result<(), String> {
                 check_writable_file(flag, path)?;
             }
         }
+        // Rank 0 pushes: only it needs the credentials and the CA (files perhaps on its host only).
+        crate::run_metrics::PushTarget::check(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref())?;
     }
     if let (Some(out), Some(record)) = (&common.out, &common.record) {
         if same_file(out, record) {
@@ -423,10 +425,20 @@ pub struct CommonArgs {
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub prometheus: Option<SocketAddr>,
     /// At the end, rank 0 pushes the run's final per-channel byte totals and how it ended to the Prometheus
-    /// Pushgateway at URL (http://HOST:PORT), as job `efatop`, instance rank 0's host; a failed push is a
-    /// warning
+    /// Pushgateway at URL (http://HOST:PORT or https://HOST:PORT), as job `efatop`, instance rank 0's host; a
+    /// failed push is a warning
     #[arg(long, value_name = "URL", value_parser = crate::run_metrics::Pushgateway::parse)]
     pub pushgateway: Option<crate::run_metrics::Pushgateway>,
+    /// --pushgateway's HTTP basic auth: FILE holds `user:password` on one line and only its owner may read
+    /// it (else the variable `EFATOP_PUSHGATEWAY_AUTH` holds `user:password`, or the URL does,
+    /// `https://user:password@HOST:PORT`, where other users can read it in the process list). Sent only over
+    /// https or to a loopback address
+    #[arg(long, value_name = "FILE")]
+    pub pushgateway_auth: Option<PathBuf>,
+    /// --pushgateway `https://...`: trust only the CA certificates in FILE (PEM), e.g. a private CA, instead
+    /// of the built-in public roots; /etc/ssl/certs/ca-certificates.crt trusts the system's
+    #[arg(long, value_name = "FILE")]
+    pub pushgateway_ca: Option<PathBuf>,
     /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)
     /// instead of this machine's; the run's notes say so (docs/counters.md)
     #[arg(long, hide = true)]

@@ -108,6 +108,7 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     if err.kind() == ErrorKind::InvalidSubcommand {
         let _ = write!(line, "; experiments: {} (`efatop --help` lists every command)", Cli::experiments().join(", "));
     }
-    eprintln!("efatop: error: {line}");
+    // clap quotes the value it refused: a `--pushgateway` URL's password must not be echoed.
+    eprintln!("efatop: error: {}", run_metrics::scrub_userinfo(&line));
     ExitCode::from(2)
 }

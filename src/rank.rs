@@ -281,7 +281,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     let stop = Arc::new(AtomicBool::new(false));
     let mut metrics = metrics;
     if let Some(metrics) = &mut metrics {
-        metrics.set_hosts(&world.hosts);
+        metrics.set_world(&world.hosts, world.channels.len());
         metrics.set_nics(every_rank_nics.clone());
     }
     let start = RunStart {
@@ -308,7 +308,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
         interval: common.interval,
         outlets: outlets.take(),
         metrics,
-        pushgateway: common.pushgateway.clone(),
+        pushgateway: crate::run_metrics::PushTarget::new(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref()),
         collector,
         consumer: None,
     };
@@ -492,10 +492,7 @@ impl Telemetry {
         let collector = if world.rank == 0 && wanted {
             let gate = crate::collector::Gate {
                 secret: secret.clone(),
-                bounds: efatop_proto::telemetry::Bounds {
-                    ranks: u32::try_from(world.size).unwrap_or(u32::MAX),
-                    channels: u32::try_from(world.channels.len()).unwrap_or(u32::MAX),
-                },
+                bounds: efatop_proto::telemetry::WorldBounds { ranks: world.size, channels: world.channels.len() },
                 bind: crate::collector::bind_address(&world.hosts),
             };
             let started = crate::netns::at_home(namespaces, || Collector::start(events.clone(), gate));

@@ -146,7 +146,7 @@ pub struct Setup {
     pub interval: Duration,
     pub outlets: Option<Outlets>,
     pub metrics: Option<RunMetrics>,
-    pub pushgateway: Option<crate::run_metrics::Pushgateway>,
+    pub pushgateway: Option<crate::run_metrics::PushTarget>,
     pub collector: Option<Collector>,
     /// A consumer its caller started itself (`efatop bench-collector`'s timed dashboard on a
     /// `TestBackend`, or its counted JSON printer); `None`: the loop starts the one `mode` names.

@@ -42,7 +42,7 @@ pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<(Sender<ConsumerEvent>
     let spawned = match mode {
         Mode::Json => {
             jsonl::print_run(metadata);
-            let mut lines = jsonl::SampleLines { pairs: start.pairs };
+            let mut lines = jsonl::SampleLines { pairs: start.pairs, world: Some(start.world()) };
             std::thread::Builder::new().name("efatop-json".into()).spawn(move || {
                 jsonl::print_events(&received, || started.elapsed(), &mut lines);
                 ConsumerOutcome::Done

@@ -2,8 +2,10 @@
 //! `promtool`, which scripts/setup-debian installs): `--pushgateway` leaves the run's final per-channel
 //! byte totals in a Pushgateway, equal to the bytes its results file records; the run's and the monitor's
 //! `/metrics` pass `promtool check metrics`; and the run's endpoint still answers, with the final totals,
-//! right after the run's last result. Without those programs the tests say `SKIPPED` and why, except under
-//! `CI=true`, where they fail.
+//! right after the run's last result; a push over https with basic auth reaches a Pushgateway that
+//! requires both (its `--web.config.file`, with a CA and certificate `openssl` makes), and a wrong password
+//! or an untrusted certificate is a warning that never shows the password. Without those programs the
+//! tests say `SKIPPED` and why, except under `CI=true`, where they fail.
 //!
 //! Every run starts in a temporary working directory; the tests signal only the processes they started.
 
@@ -12,7 +14,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -151,8 +153,14 @@ fn write<'a>(max_size: &'a str, iters: &'a str, more: &[&'a str]) -> Vec<&'a str
 
 /// `efatop ARGS` in `dir`, its stderr lines arriving on the receiver as they are written, its stdout kept.
 fn start_efatop(dir: &Path, args: &[&str]) -> (Started, Receiver<String>, std::thread::JoinHandle<String>) {
+    start_efatop_with(dir, args, &[])
+}
+
+/// [`start_efatop`] with `env` set (and `EFATOP_PUSHGATEWAY_AUTH` only where `env` sets it).
+fn start_efatop_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Started, Receiver<String>, std::thread::JoinHandle<String>) {
     let mut command = Command::new(common::efatop_path());
     command.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.env_remove(ENV_AUTH).envs(env.iter().copied());
     if let Some(path) = common::library_path() {
         command.env("LD_LIBRARY_PATH", path);
     }
@@ -270,7 +278,7 @@ fn a_failed_push_is_a_warning_and_a_bad_url_is_refused_before_the_run() {
     assert!(warnings[0].starts_with(&format!("efatop: warning: --pushgateway {url}: PUT {url}/metrics/job/efatop/instance/")), "{warnings:?}");
     assert_eq!(read_results(&dir.path().join("results.json"))["status"]["state"], "complete");
 
-    for bad in ["127.0.0.1:9091", "https://127.0.0.1:9091", "http://", "http://gw:9091/?job=x"] {
+    for bad in ["127.0.0.1:9091", "ftp://127.0.0.1:9091", "http://", "http://gw:9091/?job=x"] {
         let run = common::efatop(&["run", "--ranks", "2", "write", "--provider", "shm", "--pushgateway", bad]);
         assert_eq!(run.code, Some(2), "{bad}: {}", run.stderr);
         let lines: Vec<&str> = run.stderr.lines().collect();
@@ -411,4 +419,207 @@ fn the_linger_is_the_one_the_help_states() {
     let help = Command::new(env!("CARGO_BIN_EXE_efatop")).args(["write", "--help"]).output().expect("efatop write --help");
     let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("for 5 s after it ends"), "{help}");
+}
+
+/// The variable that may hold `--pushgateway`'s `user:password`.
+const ENV_AUTH: &str = "EFATOP_PUSHGATEWAY_AUTH";
+/// Who the secured Pushgateway lets in.
+const GATEWAY_USER: &str = "efatop";
+const GATEWAY_PASSWORD: &str = "efatop-test-secret";
+/// bcrypt (cost 4, the least Go's bcrypt takes) of [`GATEWAY_PASSWORD`], as crypt(3) makes it:
+/// `perl -e 'print crypt("efatop-test-secret", q($2b$04$) . "abcdefghijklmnopqrstuu")'`. The Pushgateway
+/// checking it is what tells it right: the right password is let in and a wrong one refused, below.
+const GATEWAY_HASH: &str = "$2b$04$abcdefghijklmnopqrstuuH2ww.SJ3ASXKxB.NXJo3tD2dO8FiKNC";
+
+/// Runs `openssl ARGS` in `dir`; panics with what it said when it fails.
+fn openssl(openssl: &Path, dir: &Path, args: &[&str]) {
+    let output = Command::new(openssl).args(args).current_dir(dir).stdin(Stdio::null()).output().expect("start openssl");
+    assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// A CA (`ca.pem`) and a certificate for 127.0.0.1 it signed (`server.pem`, key `server.key`), in `dir`.
+fn certificates(openssl_path: &Path, dir: &Path) -> PathBuf {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=efatop test CA", "-keyout", "ca.key", "-out", "ca.pem"];
+    ca.extend(ec);
+    openssl(openssl_path, dir, &ca);
+    let mut request = vec!["req", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"];
+    request.extend(ec);
+    openssl(openssl_path, dir, &request);
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").expect("extensions");
+    let sign = ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "server.ext", "-out", "server.pem"];
+    openssl(openssl_path, dir, &sign);
+    dir.join("ca.pem")
+}
+
+/// An agent that trusts only `ca`, for the test's own requests to the secured Pushgateway.
+fn trusting(ca: &Path) -> ureq::Agent {
+    let pem = std::fs::read(ca).expect("ca.pem");
+    let roots: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(certificate)) => Some(certificate),
+            _ => None,
+        })
+        .collect();
+    let tls = ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls).root_certs(ureq::tls::RootCerts::from(roots)).build();
+    ureq::Agent::config_builder().tls_config(tls).http_status_as_error(false).proxy(None).timeout_global(Some(Duration::from_secs(5))).build().into()
+}
+
+/// `GET https://gateway/path` as `user:password` (none: no credentials): the status and the body.
+fn secured_get(agent: &ureq::Agent, gateway: SocketAddr, path: &str, auth: Option<(&str, &str)>) -> Option<(u16, String)> {
+    use base64::Engine as _;
+    let mut request = agent.get(&format!("https://{gateway}{path}"));
+    if let Some((user, password)) = auth {
+        request = request.header("Authorization", format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))));
+    }
+    let mut response = request.call().ok()?;
+    Some((response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()))
+}
+
+/// A Pushgateway of our own that speaks only TLS (`server.pem` in `dir`) and lets in only
+/// [`GATEWAY_USER`] with [`GATEWAY_PASSWORD`]; returns once it answers them.
+fn start_secured_pushgateway(pushgateway: &Path, dir: &Path, agent: &ureq::Agent) -> (SocketAddr, Started) {
+    let config = dir.join("web.yml");
+    let yaml = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  {GATEWAY_USER}: {GATEWAY_HASH}\n",
+        dir.join("server.pem").display(),
+        dir.join("server.key").display()
+    );
+    std::fs::write(&config, yaml).expect("web config");
+    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let server = Command::new(pushgateway)
+        .arg(format!("--web.listen-address={gateway}"))
+        .arg(format!("--web.config.file={}", config.display()))
+        .arg(format!("--persistence.file={}", dir.join("pushgateway.store").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("pushgateway.log")).expect("log file"))
+        .spawn()
+        .expect("start prometheus-pushgateway");
+    let server = Started { child: server };
+    let ready = || secured_get(agent, gateway, "/-/ready", Some((GATEWAY_USER, GATEWAY_PASSWORD))).filter(|(status, _)| *status == 200);
+    wait_for("the secured pushgateway ready", Duration::from_secs(30), ready);
+    (gateway, server)
+}
+
+/// A 4K write pushing to `url` with `more` flags and `env`: its exit code, stderr lines and results.
+fn push_run(dir: &Path, url: &str, more: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<String>, String, Value) {
+    let mut flags = vec!["--pushgateway", url];
+    flags.extend_from_slice(more);
+    let args = write("4K", "5", &flags);
+    let (mut run, lines, stdout) = start_efatop_with(dir, &args, env);
+    let code = exit_code(&mut run, Duration::from_mins(2));
+    let stderr: Vec<String> = lines.try_iter().collect();
+    let stdout = stdout.join().expect("stdout");
+    let results = read_results(&dir.join("results.json"));
+    (code, stderr, stdout, results)
+}
+
+#[test]
+fn a_push_over_https_with_basic_auth_reaches_a_gateway_that_requires_both() {
+    let Some(pushgateway) = common::required("prometheus-pushgateway", "prometheus-pushgateway") else { return };
+    let Some(openssl_path) = common::required("openssl", "openssl") else { return };
+    let _one = common::serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = certificates(&openssl_path, dir.path());
+    let agent = trusting(&ca);
+    let (gateway, _server) = start_secured_pushgateway(&pushgateway, dir.path(), &agent);
+    // The gateway really asks: no credentials, or the wrong ones, are turned away.
+    assert_eq!(secured_get(&agent, gateway, "/metrics", None).map(|(status, _)| status), Some(401));
+    assert_eq!(secured_get(&agent, gateway, "/metrics", Some((GATEWAY_USER, "wrong"))).map(|(status, _)| status), Some(401));
+
+    let auth = dir.path().join("pushgateway.auth");
+    std::fs::write(&auth, format!("{GATEWAY_USER}:{GATEWAY_PASSWORD}\n")).expect("auth file");
+    std::fs::set_permissions(&auth, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod 600");
+    let (auth, ca_flag) = (auth.to_str().expect("utf-8 path"), ca.to_str().expect("utf-8 path"));
+    let url = format!("https://{gateway}");
+    let secret_shown = |stderr: &[String], stdout: &str, results: &Value| {
+        stderr.iter().any(|l| l.contains(GATEWAY_PASSWORD)) || stdout.contains(GATEWAY_PASSWORD) || results.to_string().contains(GATEWAY_PASSWORD)
+    };
+
+    // The file's credentials, the CA's trust: pushed, and the gateway holds what the results record.
+    let (code, stderr, stdout, results) = push_run(dir.path(), &url, &["--pushgateway-auth", auth, "--pushgateway-ca", ca_flag], &[]);
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{}", stderr.join("\n"));
+    assert!(!stderr.iter().any(|l| l.contains("--pushgateway")), "the push went through: {stderr:?}");
+    assert!(!secret_shown(&stderr, &stdout, &results));
+    let (status, metrics) = secured_get(&agent, gateway, "/metrics", Some((GATEWAY_USER, GATEWAY_PASSWORD))).expect("the gateway's /metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let pushed: BTreeMap<(usize, usize), u64> = channel_totals(&metrics).into_iter().map(|(key, (bytes, _))| (key, bytes)).collect();
+    assert_eq!(pushed, recorded_bytes(&results), "{metrics}");
+
+    // The same credentials in the URL are taken too; the URL is echoed nowhere with them.
+    let with_userinfo = format!("https://{GATEWAY_USER}:{GATEWAY_PASSWORD}@{gateway}");
+    let (code, stderr, stdout, results) = push_run(dir.path(), &with_userinfo, &["--pushgateway-ca", ca_flag], &[]);
+    assert_eq!(code, Some(0), "{stderr:?}");
+    assert!(!stderr.iter().any(|l| l.contains("--pushgateway")), "the push went through: {stderr:?}");
+    assert!(!secret_shown(&stderr, &stdout, &results));
+
+    // A wrong password from the environment: the gateway's 401 in one warning, the run still complete,
+    // the password nowhere.
+    let wrong = format!("{GATEWAY_USER}:not-{GATEWAY_PASSWORD}");
+    let (code, stderr, stdout, results) = push_run(dir.path(), &url, &["--pushgateway-ca", ca_flag], &[(ENV_AUTH, &wrong)]);
+    assert_eq!(code, Some(0), "{stderr:?}");
+    let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("--pushgateway")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr:?}");
+    assert!(warnings[0].starts_with(&format!("efatop: warning: --pushgateway {url}: PUT {url}/metrics/job/efatop/instance/")), "{warnings:?}");
+    assert!(warnings[0].contains("401"), "{warnings:?}");
+    assert!(!secret_shown(&stderr, &stdout, &results) && !stderr.iter().any(|l| l.contains(&wrong)), "{stderr:?}");
+    assert_eq!(results["status"]["state"], "complete");
+
+    // Without the CA the gateway's certificate is not trusted (the built-in roots do not hold it): no
+    // credentials are sent, and the warning says why.
+    let (code, stderr, _, _) = push_run(dir.path(), &url, &["--pushgateway-auth", auth], &[]);
+    assert_eq!(code, Some(0), "{stderr:?}");
+    let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("--pushgateway")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr:?}");
+    assert!(warnings[0].to_lowercase().contains("certificate"), "{warnings:?}");
+}
+
+/// Each bad auth or CA flag is refused before anything runs: one line naming the flag, exit 2, no results
+/// file, and never the password.
+#[test]
+fn bad_auth_and_ca_flags_are_refused_before_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf-8 path").to_string();
+    std::fs::write(path("open.auth"), "efatop:hunter2\n").expect("auth file");
+    std::fs::set_permissions(path("open.auth"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+    std::fs::write(path("ok.auth"), "efatop:hunter2\n").expect("auth file");
+    std::fs::set_permissions(path("ok.auth"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    std::fs::write(path("junk.pem"), "not a certificate\n").expect("ca file");
+    let out = path("results.json");
+    let (open, ok, junk, missing) = (path("open.auth"), path("ok.auth"), path("junk.pem"), path("missing"));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--pushgateway", "https://127.0.0.1:9", "--pushgateway-auth", &open], "--pushgateway-auth"),
+        (vec!["--pushgateway", "https://127.0.0.1:9", "--pushgateway-auth", &missing], "--pushgateway-auth"),
+        (vec!["--pushgateway", "http://gw.example:9091", "--pushgateway-auth", &ok], "--pushgateway-auth"),
+        (vec!["--pushgateway", "https://efatop:hunter2@127.0.0.1:9", "--pushgateway-auth", &ok], "--pushgateway-auth"),
+        (vec!["--pushgateway-auth", &ok], "--pushgateway-auth"),
+        (vec!["--pushgateway", "http://127.0.0.1:9", "--pushgateway-ca", &junk], "--pushgateway-ca"),
+        (vec!["--pushgateway", "https://127.0.0.1:9", "--pushgateway-ca", &junk], "--pushgateway-ca"),
+        (vec!["--pushgateway", "https://efatop:hunter2@gw:9091/?x=1"], "--pushgateway"),
+        (vec!["--pushgateway", "https://:hunter2@gw:9091"], "--pushgateway"),
+    ];
+    for (flags, flag) in cases {
+        let mut args = vec!["run", "--ranks", "2", "write", "--provider", "shm", "--out", &out];
+        args.extend_from_slice(&flags);
+        let run = common::efatop(&args);
+        assert_eq!(run.code, Some(2), "{flags:?}: {}", run.stderr);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{flags:?}: {lines:?}");
+        assert!(lines[0].starts_with("efatop: error: ") && lines[0].contains(flag), "{flags:?}: {lines:?}");
+        assert!(!run.stderr.contains("hunter2") && !run.stdout.contains("hunter2"), "{flags:?}: {lines:?}");
+        assert!(!Path::new(&out).exists(), "{flags:?}: nothing written");
+    }
+    // From the environment: a value that is not user:password names the variable.
+    let output = Command::new(common::efatop_path())
+        .args(["run", "--ranks", "2", "write", "--provider", "shm", "--out", &out, "--pushgateway", "https://127.0.0.1:9"])
+        .current_dir(dir.path())
+        .env(ENV_AUTH, "hunter2")
+        .stdin(Stdio::null())
+        .output()
+        .expect("efatop runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with(&format!("efatop: error: {ENV_AUTH}: ")) && stderr.lines().count() == 1, "{stderr}");
+    assert!(!stderr.contains("hunter2") && !Path::new(&out).exists(), "{stderr}");
 }

@@ -2,9 +2,10 @@
 //! server to scrape. The exposition comes from `prometheus-client` (a [`Collector`] over one owned
 //! snapshot, encoded per scrape) as `OpenMetrics` text, which a scrape that asks for it gets (Prometheus
 //! does); every other client (`curl`, `promtool check metrics`) gets the classic text format 0.0.4
-//! ([`to_text_format`]), as Prometheus's own Go client negotiates. The HTTP comes from `tiny_http`, on a
-//! thread of its own: the reader hands it snapshots through a bounded queue with `try_send`, so a slow
-//! scrape never holds up a read, and the two share no lock.
+//! ([`to_text_format`]), as Prometheus's own Go client negotiates. The HTTP ([`Exporter`], in `http`) answers
+//! `GET` and `HEAD` of `/metrics` only, on threads of its own, with a request's size, time and the
+//! connections served at once bounded: the reader offers it each new state, which a scrape renders outside
+//! any lock, so a slow scrape never holds up a read.
 //!
 //! Names follow Prometheus's conventions: one metric per sysfs counter, `efatop_nic_<counter>_total`
 //! (`efatop_nic_rdma_write_bytes_total`), gauges in base units (`efatop_nic_tx_bytes_per_second`), labels
@@ -12,10 +13,7 @@
 //! `efatop_nic_rail_load_ratio` (a NIC's load over its rail's median) and `efatop_nic_rail_off` (1 when
 //! far off). NVLink per GPU where NVML has it: `efatop_gpu_nvlink_{tx,rx}_bytes_per_second`.
 
-use std::net::SocketAddr;
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::thread::JoinHandle;
-use std::time::Duration;
+mod http;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -25,6 +23,8 @@ use prometheus_client::registry::Registry;
 
 use efatop_proto::telemetry::rails::{balance, rails_of};
 use efatop_proto::telemetry::{NodeGpus, NodeSample};
+
+pub use http::{Exporter, HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES, WRITE_TIMEOUT};
 
 /// The content type of `OpenMetrics` text, which `prometheus-client` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -290,7 +290,7 @@ pub fn render(snapshots: Vec<NodeSample>) -> Result<String, std::fmt::Error> {
 }
 
 /// What an endpoint serves: the `OpenMetrics` text of its latest state.
-pub trait Exposition: Send + 'static {
+pub trait Exposition: Send + Sync + 'static {
     fn render(&self) -> Result<String, std::fmt::Error>;
 }
 
@@ -326,106 +326,10 @@ impl Exposition for FreshCounters {
     }
 }
 
-/// The endpoint, serving on its own thread until dropped; it serves the latest state offered.
-pub struct Exporter<T: Exposition = Vec<NodeSample>> {
-    states: SyncSender<T>,
-    pub address: SocketAddr,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl<T: Exposition> Exporter<T> {
-    /// Listens on `address` (port 0 picks one; [`Exporter::address`] says which).
-    pub fn start(address: SocketAddr) -> Result<Self, String> {
-        let server = tiny_http::Server::http(address).map_err(|err| format!("cannot listen on {address}: {err}"))?;
-        let bound = server.server_addr().to_ip().ok_or_else(|| format!("{address} is not an IP address"))?;
-        let (states, received) = mpsc::sync_channel(4);
-        let thread = std::thread::Builder::new()
-            .name("efatop-prometheus".into())
-            .spawn(move || serve(&server, &received))
-            .map_err(|err| format!("cannot start the endpoint's thread: {err}"))?;
-        Ok(Self { states, address: bound, thread: Some(thread) })
-    }
-
-    /// Offers the latest state (every node's snapshots, a run's view); dropped when the endpoint is behind.
-    pub fn offer(&self, state: T) {
-        match self.states.try_send(state) {
-            Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
-        }
-    }
-
-    /// Hands over the last state, never dropped: waits for room in the queue, which the serving loop empties
-    /// at least every [`POLL`]. Every request that arrives after this returns is answered with it.
-    pub fn offer_last(&self, state: T) {
-        let _ = self.states.send(state);
-    }
-}
-
-impl<T: Exposition> Drop for Exporter<T> {
-    fn drop(&mut self) {
-        // Closing the queue ends the serving loop at its next look.
-        let (closed, _) = mpsc::sync_channel(1);
-        self.states = closed;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// How often the serving loop looks for a newer state while no request comes.
-const POLL: Duration = Duration::from_millis(100);
-
-/// Takes every state waiting in the queue, keeping the newest; false once the queue is closed.
-fn take_newest<T>(states: &Receiver<T>, latest: &mut Option<T>) -> bool {
-    loop {
-        match states.try_recv() {
-            Ok(state) => *latest = Some(state),
-            Err(TryRecvError::Empty) => return true,
-            Err(TryRecvError::Disconnected) => return false,
-        }
-    }
-}
-
-fn serve<T: Exposition>(server: &tiny_http::Server, states: &Receiver<T>) {
-    let mut latest: Option<T> = None;
-    loop {
-        if !take_newest(states, &mut latest) {
-            return;
-        }
-        let Ok(Some(request)) = server.recv_timeout(POLL) else { continue };
-        // A state offered while the loop waited for this request is newer than the one it holds.
-        let open = take_newest(states, &mut latest);
-        let path = request.url().split('?').next().unwrap_or_default().to_string();
-        let accept = request.headers().iter().find(|h| h.field.equiv("Accept")).map(|h| h.value.as_str());
-        let format = Format::negotiate(accept);
-        let response = match (path.as_str(), &latest) {
-            ("/metrics", Some(state)) => match state.render() {
-                Ok(text) => {
-                    let body = if format == Format::Text { to_text_format(&text) } else { text };
-                    text_response(body, 200, format.content_type())
-                }
-                Err(err) => text_response(format!("encoding failed: {err}\n"), 500, "text/plain; charset=utf-8"),
-            },
-            ("/metrics", None) => text_response("no read yet\n".into(), 503, "text/plain; charset=utf-8"),
-            _ => text_response("efatop: metrics are at /metrics\n".into(), 404, "text/plain; charset=utf-8"),
-        };
-        let _ = request.respond(response);
-        if !open {
-            return;
-        }
-    }
-}
-
-fn text_response(body: String, status: u16, content_type: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let response = tiny_http::Response::from_string(body).with_status_code(status);
-    match tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()) {
-        Ok(header) => response.with_header(header),
-        Err(()) => response,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use crate::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
 
     #[test]
@@ -538,5 +442,59 @@ mod tests {
         let mut reply = String::new();
         stream.read_to_string(&mut reply).unwrap();
         assert!(reply.contains("host=\"last\""), "{reply}");
+    }
+
+    /// Over real connections: other methods get 405 with `Allow`, `HEAD` gets no body, and connections
+    /// past the cap are closed unanswered and counted while the others are served.
+    #[test]
+    fn the_endpoint_answers_get_and_head_only_and_caps_its_connections() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        FakeSysfs::p5(dir.path()).unwrap();
+        let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("test"));
+        let exporter: Exporter = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        exporter.offer(vec![monitor.sample(Duration::ZERO)]);
+        let ask = |request: &str| {
+            let mut stream = std::net::TcpStream::connect(exporter.address).unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut reply = String::new();
+            let _ = stream.read_to_string(&mut reply);
+            reply
+        };
+        for method in ["POST", "PUT", "DELETE", "OPTIONS"] {
+            let reply = ask(&format!("{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"));
+            assert!(reply.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{method}: {reply}");
+            assert!(reply.contains("\r\nAllow: GET, HEAD\r\n"), "{method}: {reply}");
+            assert!(!reply.contains("efatop_nic"), "{method}: {reply}");
+        }
+        let head = ask("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.contains(TEXT_CONTENT_TYPE), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+        let big = ask(&format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES)));
+        assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
+        assert_eq!(exporter.refused(), 1);
+
+        // Every slot held by a connection that says nothing: one more is closed at once, unanswered.
+        let idle: Vec<std::net::TcpStream> = (0..MAX_CONNECTIONS).map(|_| std::net::TcpStream::connect(exporter.address).unwrap()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut extra = std::net::TcpStream::connect(exporter.address).unwrap();
+            let _ = extra.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            let mut reply = Vec::new();
+            let _ = extra.read_to_end(&mut reply);
+            if reply.is_empty() {
+                break;
+            }
+            // The idle connections' threads may not all have started yet.
+            assert!(std::time::Instant::now() < deadline, "a connection past the cap was answered");
+        }
+        assert!(exporter.refused() >= 2, "{}", exporter.refused());
+        drop(idle);
+        // Their slots come back once they are gone.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !ask("GET /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 200 OK") {
+            assert!(std::time::Instant::now() < deadline, "slots never came back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

@@ -11,12 +11,16 @@
 //! run's state and 0 for the others, and `efatop_run_end_timestamp_seconds` says when it ended. An ended
 //! run has no last-interval gauges (no interval is going on): its channel totals, its ranks' telemetry
 //! drops and its state remain.
+//!
+//! The view is sized by the run's world (its ranks, and the channels each has: [`RunView::set_world`]),
+//! never by a sample: a sample naming a rank, channel or peer outside it is refused whole and counted in
+//! `efatop_run_telemetry_refused_samples_total` (before the world is known, every sample is refused).
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use efatop_proto::results::{RunResults, RunState};
-use efatop_proto::telemetry::{IntervalHistogram, RankSample};
+use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -56,7 +60,12 @@ pub struct RunView {
     hosts: Vec<String>,
     /// Every rank's channels' NIC names, once known.
     nics: Vec<Vec<String>>,
+    /// One per rank of the world, each with room for the world's channels.
     ranks: Vec<RankState>,
+    /// Channels per rank in the world.
+    channels: usize,
+    /// Samples refused for an index outside the world.
+    refused: u64,
     ended: Option<Ended>,
 }
 
@@ -88,20 +97,37 @@ struct ChannelLabels {
 }
 
 impl RunView {
-    pub fn new(experiment: &str, hosts: Vec<String>) -> Self {
-        Self { experiment: experiment.to_string(), ranks: vec![RankState::default(); hosts.len()], hosts, nics: Vec::new(), ended: None }
+    /// A view of a run of `hosts.len()` ranks (`hosts` by rank) with `channels` channels each; a view that
+    /// starts before the world is up has none, until [`RunView::set_world`].
+    pub fn new(experiment: &str, hosts: Vec<String>, channels: usize) -> Self {
+        let mut view = Self { experiment: experiment.to_string(), ..Self::default() };
+        view.set_world(hosts, channels);
+        view
     }
 
     pub fn set_nics(&mut self, nics: Vec<Vec<String>>) {
         self.nics = nics;
     }
 
-    /// Every rank's host, once the world is up (a view may start before it).
-    pub fn set_hosts(&mut self, hosts: Vec<String>) {
-        if hosts.len() > self.ranks.len() {
-            self.ranks.resize(hosts.len(), RankState::default());
+    /// The world, once it is up (a view may start before it): every rank's host, by rank, and the channels
+    /// each rank has. Samples outside it are refused from then on.
+    pub fn set_world(&mut self, hosts: Vec<String>, channels: usize) {
+        self.ranks.resize(hosts.len(), RankState::default());
+        for rank in &mut self.ranks {
+            rank.channels.resize(channels, ChannelState::default());
         }
         self.hosts = hosts;
+        self.channels = channels;
+    }
+
+    /// The world the view holds: its ranks and channels per rank.
+    pub fn world(&self) -> WorldBounds {
+        WorldBounds { ranks: self.ranks.len(), channels: self.channels }
+    }
+
+    /// Samples refused so far for an index outside the world.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     pub fn experiment(&self) -> &str {
@@ -129,16 +155,15 @@ impl RunView {
     /// telemetry counted (a failed run's unfinished last step moved bytes no measurement holds) or the
     /// results record nothing for the channel, the telemetry's total stays, so the counter never goes back.
     /// NIC labels not known from telemetry come from the results' placements.
+    /// Only the world's ranks and channels are settled (a view with no world yet takes the results'); a
+    /// figure the results hold for another is left out.
     pub fn end(&mut self, results: &RunResults, at: SystemTime) {
+        if self.ranks.is_empty() {
+            self.set_world(results.metadata.hosts.clone(), results.metadata.channels);
+        }
         for ((rank, channel), bytes) in recorded_channel_bytes(results) {
-            if rank >= self.ranks.len() {
-                self.ranks.resize(rank + 1, RankState::default());
-            }
-            let channels = &mut self.ranks[rank].channels;
-            if channel >= channels.len() {
-                channels.resize(channel + 1, ChannelState::default());
-            }
-            channels[channel].bytes_total = channels[channel].bytes_total.max(bytes);
+            let Some(counted) = self.ranks.get_mut(rank).and_then(|state| state.channels.get_mut(channel)) else { continue };
+            counted.bytes_total = counted.bytes_total.max(bytes);
         }
         if self.nics.iter().all(Vec::is_empty) {
             self.nics = results.metadata.placements.iter().map(|p| p.nics.clone()).collect();
@@ -160,22 +185,19 @@ impl RunView {
         Ok(to_text_format(&self.render()?))
     }
 
-    /// Folds in one interval sample of a rank.
-    pub fn ingest(&mut self, sample: &RankSample) {
-        let rank = sample.rank as usize;
-        if rank >= self.ranks.len() {
-            self.ranks.resize(rank + 1, RankState::default());
-        }
-        let state = &mut self.ranks[rank];
+    /// Folds in one interval sample of a rank; false (and counted) when it names a rank, channel or peer
+    /// outside the world, which leaves the view as it was.
+    pub fn ingest(&mut self, sample: &RankSample) -> bool {
+        let world = self.world();
+        let Some(state) = self.ranks.get_mut(sample.rank as usize).filter(|_| sample.outside(world).is_none()) else {
+            self.refused = self.refused.saturating_add(1);
+            return false;
+        };
         let mut merged = IntervalHistogram::default();
         let mut bytes = 0_u64;
         for channel in &sample.channels {
-            let index = usize::from(channel.channel);
-            if index >= state.channels.len() {
-                state.channels.resize(index + 1, ChannelState::default());
-            }
             let rates = channel.rates(sample.interval_ns);
-            let counted = &mut state.channels[index];
+            let Some(counted) = state.channels.get_mut(usize::from(channel.channel)) else { continue };
             counted.bytes_total = counted.bytes_total.saturating_add(channel.bytes);
             counted.bytes_per_second = rates.bytes_per_s;
             counted.p50_s = rates.lat_p50_us.map(|us| us / 1e6);
@@ -187,6 +209,7 @@ impl RunView {
         state.p50_s = merged.quantile_us(0.50).map(|us| us / 1e6);
         state.p99_s = merged.quantile_us(0.99).map(|us| us / 1e6);
         state.drops = sample.drops;
+        true
     }
 
     fn rank_labels(&self, rank: usize) -> RankLabels {
@@ -260,6 +283,13 @@ impl Collector for RunView {
         gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", &live_ranks(&|r| r.p50_s))?;
         gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", &live_ranks(&|r| r.p99_s))?;
         gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", &ranks(&|r| Some(r.drops as f64)))?;
+        let mut refused = encoder.encode_descriptor(
+            "efatop_run_telemetry_refused_samples",
+            "telemetry samples refused because they named a rank, channel or peer outside the run's world",
+            None,
+            ConstCounter::new(0_u64).metric_type(),
+        )?;
+        ConstCounter::new(self.refused).encode(refused.encode_family(&RunLabels { experiment: self.experiment.clone() })?)?;
         let current = self.ended.map_or(RunState::Running, |ended| ended.state);
         let states: Vec<(StateLabels, f64)> = [RunState::Running, RunState::Complete, RunState::Failed]
             .into_iter()
@@ -307,7 +337,7 @@ mod tests {
         probe.completed(0, 0, 1_000_000, Some(Duration::from_micros(100)));
         probe.completed(1, 0, 3_000_000, Some(Duration::from_micros(100)));
         let sample = sampler.sample(&probe, Duration::from_millis(100), 2);
-        let mut view = RunView::new("write", vec!["a".into(), "b".into()]);
+        let mut view = RunView::new("write", vec!["a".into(), "b".into()], 2);
         view.set_nics(vec![vec![], vec!["efa0".into(), "efa1".into()]]);
         view.ingest(&sample);
         view.ingest(&RankSample { rank: 1, interval_ns: 100_000_000, channels: vec![ChannelSample { channel: 0, bytes: 500, ..ChannelSample::default() }], ..RankSample::default() });
@@ -359,11 +389,11 @@ mod tests {
     #[test]
     fn an_ended_run_settles_its_totals_from_the_results_and_says_how_it_ended() {
         use efatop_proto::results::{RankPlacement, RunStatus};
-        let mut view = RunView::new("write", vec!["a".into(), "b".into()]);
+        let mut view = RunView::new("write", vec!["a".into(), "b".into()], 2);
         // Telemetry saw 700 bytes of rank 0's channel 0 (a sample was dropped) and 900 of rank 1's (its
         // unfinished last step counts too); nothing yet of rank 1's channel 1.
         for (rank, bytes) in [(0, 700), (1, 900)] {
-            view.ingest(&RankSample { rank, interval_ns: 1, channels: vec![ChannelSample { channel: 0, bytes, ..ChannelSample::default() }], ..RankSample::default() });
+            assert!(view.ingest(&RankSample { rank, interval_ns: 1, channels: vec![ChannelSample { channel: 0, bytes, ..ChannelSample::default() }], ..RankSample::default() }));
         }
         let mut results = RunResults {
             measurements: vec![measured(&[(0, 0, 500), (1, 0, 500)]), measured(&[(0, 0, 300), (1, 0, 300), (1, 1, 40)])],
@@ -378,7 +408,8 @@ mod tests {
         assert!(!live.contains("efatop_run_end_timestamp_seconds{"), "{live}");
 
         view.end(&results, UNIX_EPOCH + std::time::Duration::from_hours(500_000));
-        assert_eq!(view.channel_totals(), BTreeMap::from([((0, 0), 800), ((1, 0), 900), ((1, 1), 40)]), "the larger of the two, per channel");
+        // Every channel of the world has its series, rank 0's channel 1 that moved nothing too.
+        assert_eq!(view.channel_totals(), BTreeMap::from([((0, 0), 800), ((0, 1), 0), ((1, 0), 900), ((1, 1), 40)]), "the larger of the two, per channel");
         let text = view.final_text().unwrap();
         for line in [
             "# TYPE efatop_run_channel_bytes_total counter",
@@ -400,5 +431,41 @@ mod tests {
         results.status = Some(RunStatus { state: RunState::Complete, reason: None });
         view.end(&results, UNIX_EPOCH);
         assert!(view.final_text().unwrap().contains(r#"efatop_run_state{experiment="write",state="complete"} 1.0"#));
+    }
+
+    /// One sample claiming rank `u32::MAX` once made rank 0 size its table by it (hundreds of GB): a
+    /// sample naming a rank, channel or peer outside the world is refused whole, counted, and the view
+    /// holds what it held.
+    #[test]
+    fn samples_outside_the_world_are_refused_and_counted_and_grow_nothing() {
+        use efatop_proto::telemetry::PeerSample;
+        let mut view = RunView::new("write", Vec::new(), 0);
+        let one = |rank: u32, channel: u16, peer: u32| RankSample {
+            rank,
+            interval_ns: 1,
+            channels: vec![ChannelSample { channel, bytes: 7, ..ChannelSample::default() }],
+            peers: vec![PeerSample { peer, bytes: 1, ..PeerSample::default() }],
+            ..RankSample::default()
+        };
+        assert!(!view.ingest(&one(0, 0, 0)), "no world yet: nothing can be placed");
+        view.set_world(vec!["a".into(), "b".into()], 2);
+        let before = view.channel_totals();
+        assert_eq!(before.len(), 4, "the world's 2 ranks x 2 channels: {before:?}");
+        for forged in [one(u32::MAX, 0, 0), one(2, 0, 0), one(1, 2, 0), one(1, u16::MAX, 0), one(0, 0, 2), one(0, 0, u32::MAX)] {
+            assert!(!view.ingest(&forged), "{forged:?}");
+        }
+        assert_eq!(view.refused(), 7);
+        assert_eq!(view.channel_totals(), before, "nothing grew, nothing was counted");
+        assert_eq!(view.world(), WorldBounds { ranks: 2, channels: 2 });
+        assert!(view.ingest(&one(1, 1, 0)));
+        assert_eq!(view.channel_totals()[&(1, 1)], 7);
+        let text = view.render().unwrap();
+        assert!(text.contains(r#"efatop_run_telemetry_refused_samples_total{experiment="write"} 7"#), "{text}");
+        assert!(!text.contains("rank=\"2\"") && !text.contains("channel=\"2\""), "{text}");
+        // The results cannot grow it either.
+        let results = RunResults { measurements: vec![measured(&[(5, 0, 1), (0, 9, 1), (0, 1, 3)])], ..RunResults::default() };
+        view.end(&results, UNIX_EPOCH);
+        assert_eq!(view.channel_totals().len(), 4);
+        assert_eq!(view.channel_totals()[&(0, 1)], 3);
     }
 }

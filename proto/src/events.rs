@@ -55,6 +55,15 @@ pub struct RunStart {
     pub interval_ms: u64,
 }
 
+impl RunStart {
+    /// The run's world, which every consumer holds its telemetry to: its ranks, and the most channels a
+    /// rank has (the run's, or the NIC names a rank reported, whichever is more).
+    pub fn world(&self) -> crate::telemetry::WorldBounds {
+        let channels = self.nics.iter().map(Vec::len).max().unwrap_or(0).max(self.info.channels);
+        crate::telemetry::WorldBounds { ranks: self.info.ranks, channels }
+    }
+}
+
 /// What the collector tells rank 0's consumer (dashboard or JSON printer).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CollectorEvent {

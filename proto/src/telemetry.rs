@@ -403,49 +403,6 @@ fn per_second(count: u64, interval_ns: u64) -> f64 {
     if interval_ns == 0 { 0.0 } else { count as f64 * 1e9 / interval_ns as f64 }
 }
 
-/// The run's world as its telemetry may name it: a frame naming a rank, channel or peer beyond it is
-/// refused where it is decoded, before any consumer sizes a table by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
-    /// Ranks (or, for a many-node monitor, nodes) of the run.
-    pub ranks: u32,
-    /// Channels per rank.
-    pub channels: u32,
-}
-
-impl Bounds {
-    /// Whether `sample` stays within the world; the first index beyond it otherwise.
-    pub fn check_sample(&self, sample: &RankSample) -> Result<(), String> {
-        self.check_rank(sample.rank)?;
-        if let Some(channel) = sample.channels.iter().find(|c| u32::from(c.channel) >= self.channels) {
-            return Err(format!("channel {} of a run of {} channels a rank", channel.channel, self.channels));
-        }
-        if sample.channels.len() > self.channels as usize {
-            return Err(format!("{} channels in a run of {} channels a rank", sample.channels.len(), self.channels));
-        }
-        let peers = sample.peers.iter().map(|p| p.peer).chain(sample.nvlink.iter().map(|n| n.peer));
-        if let Some(peer) = peers.into_iter().find(|peer| *peer >= self.ranks) {
-            return Err(format!("peer {peer} of a run of {} ranks", self.ranks));
-        }
-        if sample.peers.len() > self.ranks as usize || sample.nvlink.len() > self.ranks as usize {
-            return Err(format!("more peers than the run's {} ranks", self.ranks));
-        }
-        Ok(())
-    }
-
-    pub fn check_rank(&self, rank: u32) -> Result<(), String> {
-        if rank >= self.ranks { Err(format!("rank {rank} of a run of {} ranks", self.ranks)) } else { Ok(()) }
-    }
-
-    /// The largest frame a rank of this world can send: every channel and every peer with every
-    /// histogram bucket filled, and a node read's room; never above [`wire::MAX_FRAME`].
-    pub fn max_frame(&self) -> u32 {
-        let histogram = 2 + 6 * histogram::BUCKETS as u64;
-        let bound = (256 << 10) + u64::from(self.channels) * (32 + histogram) + u64::from(self.ranks) * (64 + histogram);
-        bound.min(u64::from(wire::MAX_FRAME)) as u32
-    }
-}
-
 /// One rank's telemetry for one interval; also its heartbeat (sent even when idle).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankSample {
@@ -473,6 +430,64 @@ impl RankSample {
     /// Bytes per second over an interval of `interval_ns` (0 for an empty interval).
     pub fn bytes_per_s(bytes: u64, interval_ns: u64) -> f64 {
         per_second(bytes, interval_ns)
+    }
+
+    /// The first index this sample carries that falls outside `world`: its rank, a channel's number, a
+    /// peer's or an NVLink pair's peer rank. Every consumer refuses (and counts) a sample that has one,
+    /// whole: an index outside the run's world must never size a table, and a sample naming one is not a
+    /// rank of this run speaking.
+    pub fn outside(&self, world: WorldBounds) -> Option<OutOfWorld> {
+        let rank_in = |rank: u32| usize::try_from(rank).is_ok_and(|rank| rank < world.ranks);
+        if !rank_in(self.rank) {
+            return Some(OutOfWorld::Rank { rank: self.rank, ranks: world.ranks });
+        }
+        if let Some(channel) = self.channels.iter().find(|c| usize::from(c.channel) >= world.channels) {
+            return Some(OutOfWorld::Channel { rank: self.rank, channel: channel.channel, channels: world.channels });
+        }
+        let mut peers = self.peers.iter().map(|p| p.peer).chain(self.nvlink.iter().map(|p| p.peer));
+        peers.find(|peer| !rank_in(*peer)).map(|peer| OutOfWorld::Peer { rank: self.rank, peer, ranks: world.ranks })
+    }
+}
+
+/// The run's world as a consumer of its telemetry knows it from the run's start (`RunInfo`, the world's
+/// Hello): how many ranks, and how many channels each has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorldBounds {
+    pub ranks: usize,
+    pub channels: usize,
+}
+
+impl WorldBounds {
+    /// A rank of this world, or why not (a node's read or a phase report names only its rank).
+    pub fn rank(&self, rank: u32) -> Result<(), OutOfWorld> {
+        if usize::try_from(rank).is_ok_and(|r| r < self.ranks) { Ok(()) } else { Err(OutOfWorld::Rank { rank, ranks: self.ranks }) }
+    }
+
+    /// The largest frame a rank of this world can send: every channel and every peer with every histogram
+    /// bucket filled, and a node read's room; never above [`wire::MAX_FRAME`]. Rank 0's collector refuses
+    /// a longer one before reading it.
+    pub fn max_frame(&self) -> u32 {
+        let histogram = 2 + 6 * histogram::BUCKETS;
+        let bound = (256 << 10) + self.channels.saturating_mul(32 + histogram) + self.ranks.saturating_mul(64 + histogram);
+        bound.min(wire::MAX_FRAME as usize) as u32
+    }
+}
+
+/// Why a sample was refused: the index it carries outside the run's world ([`RankSample::outside`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutOfWorld {
+    Rank { rank: u32, ranks: usize },
+    Channel { rank: u32, channel: u16, channels: usize },
+    Peer { rank: u32, peer: u32, ranks: usize },
+}
+
+impl std::fmt::Display for OutOfWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rank { rank, ranks } => write!(f, "rank {rank} is outside the run's {ranks} ranks"),
+            Self::Channel { rank, channel, channels } => write!(f, "rank {rank}'s channel {channel} is outside the run's {channels} channels"),
+            Self::Peer { rank, peer, ranks } => write!(f, "rank {rank}'s peer {peer} is outside the run's {ranks} ranks"),
+        }
     }
 }
 
@@ -636,6 +651,24 @@ fn delta(counters: &Counters, last: &mut (u64, u64, Vec<u64>), latency: &mut Int
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sample_outside_the_world_names_the_index() {
+        let world = WorldBounds { ranks: 2, channels: 2 };
+        let sample = |rank, channel, peer| RankSample {
+            rank,
+            channels: vec![ChannelSample { channel, ..ChannelSample::default() }],
+            peers: vec![PeerSample { peer, ..PeerSample::default() }],
+            ..RankSample::default()
+        };
+        assert_eq!(sample(1, 1, 0).outside(world), None);
+        assert_eq!(sample(u32::MAX, 0, 0).outside(world), Some(OutOfWorld::Rank { rank: u32::MAX, ranks: 2 }));
+        assert_eq!(sample(1, 2, 0).outside(world), Some(OutOfWorld::Channel { rank: 1, channel: 2, channels: 2 }));
+        assert_eq!(sample(0, 0, 2).outside(world), Some(OutOfWorld::Peer { rank: 0, peer: 2, ranks: 2 }));
+        let nvlink = RankSample { nvlink: vec![NvlinkSample { peer: 9, ..NvlinkSample::default() }], ..RankSample::default() };
+        assert_eq!(nvlink.outside(world), Some(OutOfWorld::Peer { rank: 0, peer: 9, ranks: 2 }));
+        assert_eq!(sample(0, 0, 0).outside(WorldBounds::default()).map(|o| o.to_string()).as_deref(), Some("rank 0 is outside the run's 0 ranks"));
+    }
+
     use super::*;
 
     #[test]

@@ -35,7 +35,7 @@ pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &crate::secret
     let collector = if rank == 0 {
         let gate = crate::collector::Gate {
             secret: secret.secret.clone(),
-            bounds: efatop_proto::telemetry::Bounds { ranks: u32::try_from(size).map_err(|e| lost(&e))?, channels: 1 },
+            bounds: efatop_proto::telemetry::WorldBounds { ranks: size, channels: 1 },
             bind: crate::collector::bind_address(&hosts),
         };
         Some(Collector::start(events, gate).map_err(|e| lost(&e))?)
@@ -135,7 +135,11 @@ fn show(args: &MonitorArgs, size: usize, received: &Receiver<Vec<CollectorEvent>
             match event {
                 CollectorEvent::Node(sample) => {
                     let (rank, snapshot) = (sample.rank, *sample);
-                    view.push(rank, snapshot.clone());
+                    // A read from a rank outside the job is refused (and counted) by the view: not kept.
+                    if !view.push(rank, snapshot.clone()) {
+                        eprintln!("efatop: warning: a read from rank {rank} refused: outside the job's {size} ranks, or naming more than {} NICs", efatop_ui::monitor::MAX_NODE_NICS);
+                        continue;
+                    }
                     if args.once {
                         latest.insert(rank, snapshot);
                     } else if let Some(node) = view.nodes.get(&rank) {
@@ -195,7 +199,9 @@ impl Tui for Nodes {
     fn event(&mut self, batch: Vec<CollectorEvent>, _now: Duration) -> Option<()> {
         for event in batch {
             match event {
-                CollectorEvent::Node(sample) => self.view.push(sample.rank, *sample),
+                CollectorEvent::Node(sample) => {
+                    self.view.push(sample.rank, *sample);
+                }
                 CollectorEvent::Closed { .. } => self.closed += 1,
                 CollectorEvent::Malformed { .. } | CollectorEvent::Refused { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
             }

@@ -80,10 +80,13 @@ pub fn print_verdict(verdict: &efatop_proto::sweep::Verdict) {
 }
 
 /// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
-/// receiver) too.
+/// receiver) too; a sample outside `world` (a rank, channel or peer the run does not have), a `warning`
+/// line instead.
 #[derive(Clone, Copy, Default)]
 pub struct SampleLines {
     pub pairs: bool,
+    /// The run's world, once known (its start); `None` takes every sample.
+    pub world: Option<efatop_proto::telemetry::WorldBounds>,
 }
 
 /// Telemetry batches that may wait for the printer: beyond, it is behind the run, and the oldest go.
@@ -181,6 +184,7 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
         // A viewer's first event: the line the run's own `--json` starts with.
         ConsumerEvent::Run(start) => {
             lines.pairs = start.pairs;
+            lines.world = Some(start.world());
             print_run(&start.results.metadata);
         }
         ConsumerEvent::Telemetry(events) => {
@@ -209,6 +213,10 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
 fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
     match event {
         CollectorEvent::Sample(sample) => {
+            if let Some(outside) = lines.world.and_then(|world| sample.outside(world)) {
+                line("warning", &json!({ "text": format!("telemetry sample refused: {outside}") }));
+                return;
+            }
             if lines.pairs {
                 // All-to-all ranks count each peer where its data lands: the sample's rank is the receiver.
                 for peer in sample.peers.iter().filter(|p| p.peer != sample.rank) {
@@ -472,5 +480,28 @@ mod tests {
         assert!(lines[0].get("queue").is_none());
         assert_eq!(lines[0]["nvlink"].as_array().map(Vec::len), Some(2));
         assert!(sample_lines(&RankSample { channels: Vec::new(), ..plain() }, 0.0).is_empty());
+    }
+
+    /// With the run's world known, a sample naming a rank, channel or peer outside it is one `warning`
+    /// line, not a forged `sample` line.
+    #[test]
+    fn a_sample_outside_the_world_is_a_warning_not_a_sample() {
+        use super::{print_telemetry, SampleLines, PENDING};
+        use crate::collector::CollectorEvent;
+        let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }) };
+        let printed = |sample: RankSample| {
+            PENDING.with_borrow_mut(Vec::clear);
+            print_telemetry(CollectorEvent::Sample(Box::new(sample)), 1.0, lines);
+            String::from_utf8(PENDING.with_borrow_mut(std::mem::take)).expect("UTF-8")
+        };
+        for (forged, why) in [
+            (RankSample { rank: u32::MAX, ..plain() }, "rank 4294967295 is outside the run's 3 ranks"),
+            (RankSample { channels: vec![ChannelSample { channel: 2, ..ChannelSample::default() }], ..plain() }, "channel 2 is outside"),
+        ] {
+            let text = printed(forged);
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(text.contains(r#""type":"warning""#) && text.contains(why), "{text}");
+        }
+        assert!(printed(plain()).lines().all(|line| line.contains(r#""type":"sample""#)));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use efatop_proto::telemetry::{IntervalHistogram, RankSample};
+use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
 use efatop_proto::sizes::format_size;
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
@@ -19,6 +19,9 @@ use crate::state::{
 /// kept here: that is rank 0's one liveness clock ([`Liveness`]), which [`Ingest::tick`] reads.
 pub struct Ingest {
     ranks: usize,
+    /// The run's world (its ranks, and the most channels a rank has): a sample naming a rank, channel or
+    /// peer outside it is refused whole and counted in `DashboardState::refused_total`.
+    world: WorldBounds,
     /// Index in `state.channels` of each rank's channel 0 (views are ordered by rank, then channel), so a
     /// sample finds its views without a search: rank 0 may hear from thousands of ranks per interval.
     first_view: Vec<usize>,
@@ -71,12 +74,21 @@ impl Ingest {
             })
             .collect();
         let history_len = history_len(state.channels.len());
-        Self { ranks, first_view, channels_of, history_len, reported: vec![PeerState::Alive; ranks] }
+        let world = WorldBounds { ranks, channels: channels_of.iter().copied().max().unwrap_or(0).max(state.run.channels) };
+        Self { ranks, world, first_view, channels_of, history_len, reported: vec![PeerState::Alive; ranks] }
     }
 
-    /// One rank's interval arrived at `at` (time since the run started).
-    /// (`_at` is kept for callers' symmetry: when a rank was heard is the liveness clock's business.)
-    pub fn sample(&mut self, state: &mut DashboardState, sample: &RankSample, _at: Duration) {
+    /// One rank's interval arrived at `at` (time since the run started). (When a rank was heard is the
+    /// liveness clock's business.) A sample naming a rank, channel or peer outside the run's world changes
+    /// nothing but `state.refused_total`; the first is logged.
+    pub fn sample(&mut self, state: &mut DashboardState, sample: &RankSample, at: Duration) {
+        if let Some(outside) = sample.outside(self.world) {
+            if state.refused_total == 0 {
+                state.push_log(at, LogLevel::Warn, format!("telemetry sample refused: {outside} (each one refused is counted in the header)"));
+            }
+            state.refused_total = state.refused_total.saturating_add(1);
+            return;
+        }
         let rank = sample.rank as usize;
         let mut rank_bytes: u64 = 0;
         let mut rank_latency = IntervalHistogram::default();
@@ -341,6 +353,51 @@ mod tests {
         assert_eq!(state.drops_total, 3);
     }
 
+    /// A sample naming a rank, channel or peer outside the run's world (a forged one: rank `u32::MAX`)
+    /// changes no view, grows no table and is counted, in the header's `refused` and once in the log.
+    #[test]
+    fn samples_outside_the_world_are_refused_counted_and_grow_nothing() {
+        use efatop_proto::telemetry::{NvlinkSample, QueueSample};
+        let mut state = DashboardState::default();
+        let nics = vec![vec!["shm".to_string(), "shm".to_string()]; 2];
+        let mut ingest = Ingest::begin(&mut state, alltoall_run(2), &nics, results());
+        let before = state.clone();
+        let busy = |rank: u32, channel: u16, peer: u32| RankSample {
+            rank,
+            interval_ns: 100_000_000,
+            drops: 9,
+            channels: vec![ChannelSample { channel, bytes: 1 << 30, ops: 1, ..ChannelSample::default() }],
+            peers: vec![PeerSample { peer, bytes: 1 << 20, ops: 1, latency: IntervalHistogram { buckets: vec![(100, 1)] } }],
+            queue: Some(QueueSample { depth: 1, capacity: 2, ..QueueSample::default() }),
+            nvlink: vec![NvlinkSample { peer: 0, bytes: 1, ..NvlinkSample::default() }],
+            ..RankSample::default()
+        };
+        let forged = [busy(u32::MAX, 0, 0), busy(2, 0, 0), busy(1, 2, 0), busy(1, u16::MAX, 0), busy(1, 0, 2), busy(0, 0, u32::MAX)];
+        for (n, sample) in forged.iter().enumerate() {
+            ingest.sample(&mut state, sample, Duration::from_millis(100));
+            assert_eq!(state.refused_total, n as u64 + 1, "{sample:?}");
+        }
+        assert_eq!(state.log.len(), before.log.len() + 1, "one line for the first: {:?}", state.log);
+        assert!(state.log.back().is_some_and(|l| l.text.contains("rank 4294967295 is outside the run's 2 ranks")), "{:?}", state.log);
+        let (mut after, mut expected) = (state.clone(), before.clone());
+        after.log.clear();
+        after.refused_total = 0;
+        expected.log.clear();
+        // Compared as printed: the fleet model holds NaN (no rate yet), which equals nothing.
+        assert_eq!(format!("{after:?}"), format!("{expected:?}"), "no view changed, nothing grew");
+        assert!(state.queues.is_empty() && state.nvlink.is_empty());
+        // A sample inside the world still counts.
+        ingest.sample(&mut state, &busy(1, 1, 0), Duration::from_millis(200));
+        assert!(state.channels[3].gbps > 0.0 && state.drops_total == 9);
+        assert_eq!(state.refused_total, 6);
+        let shown = {
+            let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(160, 30)).unwrap();
+            terminal.draw(|frame| crate::dashboard::draw(frame, &state, &View::of(&state))).unwrap();
+            terminal.backend().buffer().content().iter().map(ratatui::buffer::Cell::symbol).collect::<String>()
+        };
+        assert!(shown.contains("refused 6"), "{shown}");
+    }
+
     /// The rank table follows rank 0's one liveness clock: slow, then silent, then lost only once the
     /// hang timeout has passed; a phase change brings a rank back and says what it is doing.
     #[test]
@@ -515,14 +572,14 @@ mod tests {
         let mut state = DashboardState::default();
         let mut ingest = Ingest::begin(&mut state, alltoall_run(3), &[], results());
         // Rank 1 received one 1.25 MB round from rank 0 that took 1 ms (10 Gbps), and two 125 KB rounds
-        // from rank 2 of 1 ms each (1 Gbps); ranks out of range and rank 1 itself are ignored.
+        // from rank 2 of 1 ms each (1 Gbps); rank 1 itself is ignored. (A peer outside the run's ranks
+        // refuses the whole sample: `samples_outside_the_world_are_refused_counted_and_grow_nothing`.)
         let sample = RankSample {
             rank: 1,
             interval_ns: 100_000_000,
             peers: vec![
                 PeerSample { ops: 1, ..peer(0, 1_250_000, Some(1_000_000)) },
                 PeerSample { ops: 2, ..peer(2, 250_000, Some(1_000_000)) },
-                peer(7, 1, Some(1000)),
                 peer(1, 9, Some(1000)),
             ],
             ..RankSample::default()

@@ -23,7 +23,7 @@ use efatop_proto::telemetry::{NodeNic, NodeSample};
 use crate::state::{Action, Key};
 
 pub use draw::{draw, plain_text, render};
-pub use nodes::{NodesView, draw_nodes, render_nodes};
+pub use nodes::{MAX_NODE_NICS, NodesView, draw_nodes, render_nodes};
 
 /// Samples of history kept per NIC (the widest sparkline).
 pub const HISTORY_LEN: usize = 120;
@@ -102,6 +102,11 @@ impl NodeReads {
             if nic.retransmits_delta > 0 {
                 history.retransmits_moved_at = Some(self.samples);
             }
+        }
+        // A NIC that is gone stays in its node's reads (marked absent); names no read holds any more are
+        // let go once they pile up, so that reads naming new NICs again and again hold no more than this.
+        if self.history.len() > 2 * nodes::MAX_NODE_NICS {
+            self.history.retain(|name, _| snapshot.nics.iter().any(|nic| &nic.name == name));
         }
         self.snapshot = Some(snapshot);
     }

@@ -406,6 +406,8 @@ pub struct DashboardState {
     pub log: VecDeque<LogLine>,
     /// Telemetry samples dropped across all ranks.
     pub drops_total: u64,
+    /// Telemetry samples refused because they named a rank, channel or peer outside the run's world.
+    pub refused_total: u64,
     /// The run has ended (successfully or not); the final tables are on screen.
     pub finished: bool,
     /// All-to-all runs only: every sender→receiver pair's live bandwidth.

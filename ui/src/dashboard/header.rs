@@ -126,6 +126,9 @@ fn progress_line(state: &DashboardState, view: &View, columns: u16) -> Line<'sta
         format!("drops {}", state.drops_total),
         if state.drops_total > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() },
     );
+    // Only shown once something was refused: a sample outside the run's world.
+    let refused = (state.refused_total > 0)
+        .then(|| Span::styled(format!("refused {}", state.refused_total), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
     let frozen = view
         .frozen
         .then(|| Span::styled("FROZEN", Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD)));
@@ -140,6 +143,10 @@ fn progress_line(state: &DashboardState, view: &View, columns: u16) -> Line<'sta
             spans.push(Span::styled(SEPARATOR, Style::new().fg(Color::DarkGray)));
         }
         spans.push(drops.clone());
+        if let Some(refused) = &refused {
+            spans.push(Span::styled(SEPARATOR, Style::new().fg(Color::DarkGray)));
+            spans.push(refused.clone());
+        }
         if let Some(frozen) = &frozen {
             spans.push(Span::raw(" "));
             spans.push(frozen.clone());

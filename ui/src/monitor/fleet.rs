@@ -19,6 +19,7 @@ use std::time::Duration;
 use efatop_proto::telemetry::rails::fleet_rails;
 use efatop_proto::telemetry::NodeSample;
 
+use super::nodes::MAX_NODE_NICS;
 use super::NodesView;
 use crate::state::fleet::{Fleet, LIVE_RULE};
 use crate::state::{Action, Key};
@@ -81,16 +82,28 @@ impl NodeFleet {
         for (at, rail) in fleet_rails(snapshot) {
             let nic = &snapshot.nics[at];
             let gpu = nic.gpus.first().copied();
-            let index = *node.nics.entry(nic.name.clone()).or_insert_with(|| {
-                self.nics.push(FleetNic { rank, name: nic.name.clone(), gpu });
-                model.add_nic(host, rail)
-            });
+            // A node keeps at most MAX_NODE_NICS NICs in the model: names past those are left out.
+            let index = match node.nics.get(&nic.name) {
+                Some(index) => *index,
+                None if node.nics.len() >= MAX_NODE_NICS => continue,
+                None => {
+                    self.nics.push(FleetNic { rank, name: nic.name.clone(), gpu });
+                    let index = model.add_nic(host, rail);
+                    node.nics.insert(nic.name.clone(), index);
+                    index
+                }
+            };
             if let Some(known) = self.nics.get_mut(index) {
                 known.gpu = gpu;
             }
             let gbps = if nic.present { nic.total_gbps().unwrap_or(f64::NAN) } else { f64::NAN };
             model.record(index, gbps);
         }
+    }
+
+    /// How many NICs node `rank` has in the model.
+    pub fn nics_of(&self, rank: u32) -> usize {
+        self.nodes.get(&rank).map_or(0, |node| node.nics.len())
     }
 
     /// Names the nodes as the view does (`host`, or `host#rank` where hosts repeat).

@@ -30,15 +30,27 @@ pub struct NodesView {
     pub selected: usize,
     /// Every node's EFA NICs in the fleet model, and the overview's selection, search and drill-down.
     pub fleet: NodeFleet,
+    /// Reads refused: from a rank outside the job's `expected`, or naming more than [`MAX_NODE_NICS`] NICs.
+    pub refused: u64,
 }
+
+/// The most NICs one node's read may name (a p5 has 32 EFA NICs and a few others; the largest instances
+/// fewer than 64): a read naming more is refused, and a node keeps at most this many in the fleet model.
+pub const MAX_NODE_NICS: usize = 256;
 
 impl NodesView {
     pub fn new(filter: &str, expected: usize) -> Self {
         Self { filter: filter.to_string(), expected, ..Self::default() }
     }
 
-    /// Folds in one snapshot of the node that is rank `rank` (into its view and the fleet model).
-    pub fn push(&mut self, rank: u32, snapshot: NodeSample) {
+    /// Folds in one snapshot of the node that is rank `rank` (into its view and the fleet model); false
+    /// (and counted in `refused`) for a rank outside the job's `expected` ranks or a read naming more than
+    /// [`MAX_NODE_NICS`] NICs, which changes nothing: no read can add a node or grow one past the bound.
+    pub fn push(&mut self, rank: u32, snapshot: NodeSample) -> bool {
+        if !usize::try_from(rank).is_ok_and(|rank| rank < self.expected) || snapshot.nics.len() > MAX_NODE_NICS {
+            self.refused = self.refused.saturating_add(1);
+            return false;
+        }
         // A node's first read (or a new host name) renames the nodes that share its host.
         let named = self.nodes.get(&rank).and_then(MonitorView::snapshot).is_some_and(|last| last.host == snapshot.host);
         self.fleet.record(rank, &snapshot);
@@ -48,6 +60,7 @@ impl NodesView {
             let labels = self.labels();
             self.fleet.relabel(self.nodes.keys().copied().zip(labels.iter().map(String::as_str)));
         }
+        true
     }
 
     /// Brings the fleet overview's summaries up to date as of `now` (once a frame).
@@ -140,6 +153,9 @@ pub fn render_nodes(view: &NodesView, area: Rect, buf: &mut Buffer) {
     let missing = view.expected.saturating_sub(view.nodes.len());
     if missing > 0 {
         spans.push(Span::styled(format!("  waiting for {missing} of {}", view.expected), Style::new().fg(Color::Yellow)));
+    }
+    if view.refused > 0 {
+        spans.push(Span::styled(format!("  refused {}", view.refused), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
     }
     spans.push(Span::styled("  Tab/[ ] switch node", Style::new().fg(Color::DarkGray)));
     Line::from(spans).render(Rect { height: 1, ..area }, buf);
@@ -250,5 +266,30 @@ mod tests {
         assert!(screen(&empty, 60, 3).contains("waiting for 2 of 2"));
         assert_eq!(empty.handle_key(Key::Tab), Action::None);
         assert_eq!(empty.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    /// A read from a rank outside the job, or naming more NICs than a node has, adds no node and grows
+    /// nothing; it is counted and shown. A node naming new NICs read after read keeps a bounded history.
+    #[test]
+    fn reads_outside_the_job_are_refused_counted_and_grow_nothing() {
+        let mut view = NodesView::new("", 2);
+        assert!(view.push(0, snapshot("a", "efa0")));
+        for rank in [2, 7, u32::MAX] {
+            assert!(!view.push(rank, snapshot("evil", "efa0")), "{rank}");
+        }
+        let mut wide = snapshot("a", "efa0");
+        wide.nics = (0..=MAX_NODE_NICS).map(|n| NodeNic { name: format!("efa{n}"), ..wide.nics[0].clone() }).collect();
+        assert!(!view.push(1, wide));
+        assert_eq!(view.refused, 4);
+        assert_eq!(view.nodes.keys().copied().collect::<Vec<_>>(), [0]);
+        assert_eq!(view.fleet.model.hosts().len(), 1);
+        assert!(screen(&view, 120, 12).contains("refused 4"));
+        // New names read after read: the fleet keeps at most MAX_NODE_NICS of the node's, its history too.
+        for n in 0..MAX_NODE_NICS * 3 {
+            assert!(view.push(0, snapshot("a", &format!("efa-new-{n}"))));
+        }
+        let node = &view.nodes[&0];
+        assert!(node.reads.history.len() <= 2 * MAX_NODE_NICS, "{}", node.reads.history.len());
+        assert!(view.fleet.nics_of(0) <= MAX_NODE_NICS, "{}", view.fleet.nics_of(0));
     }
 }

@@ -65,7 +65,10 @@ fn header(view: &NodesView, area: Rect, buf: &mut Buffer) {
     let behind_style = if behind > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
     spans.push(Span::styled(format!("  {behind} behind"), behind_style));
     let missing = view.expected.saturating_sub(view.nodes.len());
-    let waiting = (missing > 0).then(|| Span::styled(format!("  waiting for {missing} of {}", view.expected), Style::new().fg(Color::Yellow)));
+    let mut waiting: Vec<Span> = (missing > 0).then(|| Span::styled(format!("  waiting for {missing} of {}", view.expected), Style::new().fg(Color::Yellow))).into_iter().collect();
+    if view.refused > 0 {
+        waiting.push(Span::styled(format!("  refused {}", view.refused), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
+    }
     // The rule where there is room for it after the rest.
     let rule = Span::styled(format!(" (< {:.0}% of rail median for {})", rule.threshold * 100.0, ago(rule.hold)), dim());
     let used: usize = spans.iter().chain(&waiting).map(|span| width(&span.content)).sum();
