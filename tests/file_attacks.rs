@@ -1,4 +1,4 @@
-//! What a file can do to efatop, with the real binary (docs/security-files.md):
+//! What a file can do to efatop, with the real binary (docs/security.md, "Files and crafted inputs"):
 //! - a symbolic link at an output path (`--out`, `--record`, `report --plot` and its sidecar, the monitor's
 //!   `--record`) is refused with one line naming the flag, exit 2, and what it points to is left as it was;
 //!   one at the old predictable staging name (`FILE.save.tmp`) is never written through either;
