@@ -1,7 +1,9 @@
 //! The libfabric objects themselves, each an RAII owner of one `fid`.
 //!
 //! Parents are kept alive by the children (`Rc`), so `fi_close` always runs child-first: endpoint, then
-//! its CQ and AV, memory regions, the domain, and last the fabric.
+//! its CQ and AV, memory regions, the domain, and last the fabric. Once the run has failed
+//! ([`crate::ending::abandon`]) nothing is closed: each `Drop` leaves its object open and keeps its parents
+//! (and a region's memory) alive for as long as the process lasts.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -30,6 +32,9 @@ pub struct EndpointReport {
 /// # Safety
 /// `fid` must be the `fid` member of a live object that nothing else will close.
 unsafe fn close(fid: *mut sys::fid) {
+    if crate::ending::abandoned() {
+        return;
+    }
     // SAFETY: guaranteed by the caller. A failing close during drop leaves nothing to recover.
     let _ = unsafe { sys::fi_close(fid) };
 }
@@ -90,6 +95,11 @@ pub(crate) struct EndpointObject {
 
 impl Drop for EndpointObject {
     fn drop(&mut self) {
+        if crate::ending::abandoned() {
+            // The endpoint stays open: its CQ, AV and domain must outlive it.
+            std::mem::forget((self._cq.clone(), self._av.clone(), self._domain.clone()));
+            return;
+        }
         // SAFETY: we own the endpoint; closing it cancels whatever is still posted.
         unsafe { close(&raw mut (*self.raw.as_ptr()).fid) }
     }
@@ -385,6 +395,11 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if crate::ending::abandoned() {
+            // The registration stays: an operation abandoned in flight may still reach its memory.
+            std::mem::forget((self.memory.clone(), self._domain.clone(), self.bound_endpoint.clone()));
+            return;
+        }
         // SAFETY: we own the registration. Operations that use it borrow it, so none is in flight.
         unsafe { close(&raw mut (*self.raw.as_ptr()).fid) }
     }
