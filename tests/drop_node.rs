@@ -259,7 +259,8 @@ fn under_efatop_run(experiment: &Experiment, fault: Fault) -> Outcome {
 
 /// `srun -N 4` on the emulated Slurm cluster, `per_node` ranks a node; the fault once it is mid-transfer.
 fn under_srun(experiment: &Experiment, fault: Fault, per_node: usize) -> Outcome {
-    let tag = format!("drop-node-{}-{:?}", std::process::id(), Instant::now());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let tag = format!("drop-node-{}-{nanos}", std::process::id());
     let mut args: Vec<String> = vec![
         "-N".into(),
         "4".into(),
