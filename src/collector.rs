@@ -54,7 +54,7 @@ impl SamplerThread {
         let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        let (timeout, mut lost) = match watch {
+        let (timeout, mut on_lost) = match watch {
             Some(RankZeroWatch { timeout, lost }) => {
                 let millis = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
                 nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::TcpUserTimeout, &millis).map_err(std::io::Error::from)?;
@@ -119,7 +119,7 @@ impl SamplerThread {
                 }
                 link.flush();
                 if link.broken && !stopping_now {
-                    if let Some(lost) = lost.take() {
+                    if let Some(lost) = on_lost.take() {
                         lost(match &link.error {
                             Some(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => format!(
                                 "nothing it sent rank 0's collector was acknowledged for {:.0} s (--hang-timeout): rank 0's node is unreachable",

@@ -1,6 +1,6 @@
 //! A node that drops off the network mid-run (issue 41), on the emulated cluster (scripts/emulate-cluster,
 //! 4 nodes × 2 NICs at 1 Gbit/s): every efa link of efatop-node2 goes down (`emulate-cluster cut`), or its
-//! ranks are SIGSTOPped, mid-write, mid-alltoall and mid-sweep, under `efatop run --netns` and under srun
+//! ranks are stopped (SIGSTOP), mid-write, mid-alltoall and mid-sweep, under `efatop run --netns` and under srun
 //! on the emulated Slurm cluster (scripts/slurm-cluster). Each time:
 //!
 //! - rank 0 names efatop-node2;
@@ -11,7 +11,7 @@
 //!   `tcp;ofi_rxm` segfaulted closing an endpoint a write was half-way into: see docs/endings.md);
 //! - nothing of theirs is left in /dev/shm.
 //!
-//! A SIGSTOPped node's ranks are let go (SIGCONT) once rank 0 has named them, as an operator would; under
+//! A stopped node's ranks are let go (SIGCONT) once rank 0 has named them, as an operator would; under
 //! `efatop run` the launcher does that itself. Needs root, ip and tc (and Slurm's daemons for the srun
 //! cases); where they are missing each test says SKIPPED, and fails under CI=true.
 
@@ -33,7 +33,7 @@ const VICTIM: &str = "efatop-node2";
 enum Fault {
     /// Every efa link of the node down.
     Cut,
-    /// The node's ranks SIGSTOPped.
+    /// The node's ranks stopped (SIGSTOP).
     Stop,
 }
 

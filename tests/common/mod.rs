@@ -372,7 +372,7 @@ impl SlurmCluster {
 
     /// With more `scripts/slurm-cluster up` flags.
     pub fn up_with(flags: &[&str]) -> Option<Self> {
-        Self::on(|| Cluster::up(), flags)
+        Self::on(Cluster::up, flags)
     }
 
     /// On the emulated cluster `cluster` brings up, with more `scripts/slurm-cluster up` flags.

@@ -88,16 +88,16 @@ impl Drop for AvObject {
 
 pub(crate) struct EndpointObject {
     raw: NonNull<sys::fid_ep>,
-    _cq: Rc<CqObject>,
-    _av: Rc<AvObject>,
-    _domain: Rc<DomainObject>,
+    cq: Rc<CqObject>,
+    av: Rc<AvObject>,
+    domain: Rc<DomainObject>,
 }
 
 impl Drop for EndpointObject {
     fn drop(&mut self) {
         if crate::ending::abandoned() {
             // The endpoint stays open: its CQ, AV and domain must outlive it.
-            std::mem::forget((self._cq.clone(), self._av.clone(), self._domain.clone()));
+            std::mem::forget((self.cq.clone(), self.av.clone(), self.domain.clone()));
             return;
         }
         // SAFETY: we own the endpoint; closing it cancels whatever is still posted.
@@ -150,9 +150,9 @@ impl EndpointStack {
         check("fi_endpoint", unsafe { sys::fi_endpoint(domain.raw.as_ptr(), info, &raw mut ep_raw, std::ptr::null_mut()) })?;
         let endpoint = Rc::new(EndpointObject {
             raw: non_null(ep_raw, "fi_endpoint")?,
-            _cq: cq.clone(),
-            _av: av.clone(),
-            _domain: domain.clone(),
+            cq: cq.clone(),
+            av: av.clone(),
+            domain: domain.clone(),
         });
         let ep = endpoint.raw.as_ptr();
         // SAFETY: binding live objects of the same domain, then enabling the endpoint.
@@ -259,7 +259,7 @@ pub struct MemoryRegion {
     path: RegistrationPath,
     /// Under `FI_MR_ENDPOINT` the registration is bound to the endpoint, which must outlive it.
     bound_endpoint: Option<Rc<EndpointObject>>,
-    _domain: Rc<DomainObject>,
+    domain: Rc<DomainObject>,
 }
 
 impl MemoryRegion {
@@ -340,7 +340,7 @@ impl MemoryRegion {
             memory,
             path,
             bound_endpoint: None,
-            _domain: stack.domain.clone(),
+            domain: stack.domain.clone(),
         };
         if nic.mr_requires(sys::FI_MR_ENDPOINT) {
             // SAFETY: binding a fresh MR to a live endpoint of the same domain, then enabling it.
@@ -397,7 +397,7 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         if crate::ending::abandoned() {
             // The registration stays: an operation abandoned in flight may still reach its memory.
-            std::mem::forget((self.memory.clone(), self._domain.clone(), self.bound_endpoint.clone()));
+            std::mem::forget((self.memory.clone(), self.domain.clone(), self.bound_endpoint.clone()));
             return;
         }
         // SAFETY: we own the registration. Operations that use it borrow it, so none is in flight.
