@@ -76,9 +76,40 @@ pub struct SamplerThread {
     handle: Option<JoinHandle<()>>,
 }
 
+/// A rank's watch on rank 0 through its telemetry connection: rank 0's collector is gone when the connection
+/// breaks (it closed: rank 0 ended or died) or when nothing sent on it was acknowledged for `timeout` (the
+/// kernel's `TCP_USER_TIMEOUT`: rank 0's node is unreachable). A rank 0 that is alive but slow to read still
+/// acknowledges (window probes too), so it is never taken for gone. `lost` is told why, once, while the
+/// sampler runs (never after it was asked to stop).
+pub struct RankZeroWatch {
+    pub timeout: Duration,
+    pub lost: Box<dyn FnOnce(String) + Send>,
+}
+
 impl SamplerThread {
+    #[cfg(test)]
     pub fn start(rank: usize, probe: Arc<Probe>, collector: SocketAddr, secret: &Secret, interval: Duration) -> std::io::Result<Self> {
+        Self::start_watching(rank, probe, collector, secret, interval, None)
+    }
+
+    /// [`SamplerThread::start`], telling `watch` when rank 0's collector is gone.
+    pub fn start_watching(
+        rank: usize,
+        probe: Arc<Probe>,
+        collector: SocketAddr,
+        secret: &Secret,
+        interval: Duration,
+        watch: Option<RankZeroWatch>,
+    ) -> std::io::Result<Self> {
         let stream = dial(collector, secret)?;
+        let (timeout, mut on_lost) = match watch {
+            Some(RankZeroWatch { timeout, lost }) => {
+                let millis = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+                nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::TcpUserTimeout, &millis).map_err(std::io::Error::from)?;
+                (timeout, Some(lost))
+            }
+            None => (Duration::ZERO, None),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let (ready_tx, ready) = std::sync::mpsc::sync_channel::<()>(1);
@@ -135,6 +166,18 @@ impl SamplerThread {
                     link.push(&sample);
                 }
                 link.flush();
+                if link.broken && !stopping_now {
+                    if let Some(lost) = on_lost.take() {
+                        lost(match &link.error {
+                            Some(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => format!(
+                                "nothing it sent rank 0's collector was acknowledged for {:.0} s (--hang-timeout): rank 0's node is unreachable",
+                                timeout.as_secs_f64()
+                            ),
+                            Some(e) => format!("its telemetry connection to rank 0's collector broke ({e}): rank 0 has ended"),
+                            None => "rank 0's collector closed its telemetry connection: rank 0 has ended".to_string(),
+                        });
+                    }
+                }
                 if stopping_now || link.broken {
                     // One last try to deliver what is queued, bounded so exit is never held up.
                     let deadline = Instant::now() + Duration::from_millis(200);
@@ -185,6 +228,8 @@ struct Link {
     written: usize,
     drops: u64,
     broken: bool,
+    /// Why the connection broke, when a write said.
+    error: Option<std::io::Error>,
 }
 
 /// Room set aside per frame buffer: a whole frame of a small run; a frame of thousands of peers grows its
@@ -215,6 +260,7 @@ impl Link {
             written: 0,
             drops: 0,
             broken: false,
+            error: None,
         }
     }
 
@@ -272,8 +318,9 @@ impl Link {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
+                Err(e) => {
                     self.broken = true;
+                    self.error = Some(e);
                     return;
                 }
             }

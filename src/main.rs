@@ -85,6 +85,10 @@ fn main() -> ExitCode {
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
     };
+    if efatop_fabric::ending::abandoned() {
+        // A run that failed left its fabric objects open: the process ends without libfabric's exit handlers.
+        efatop_fabric::ending::exit(code);
+    }
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

@@ -49,8 +49,27 @@ pub fn rank_main(experiment: Experiment) -> i32 {
         return 1;
     }
     // Rank 0 hands its setup over once the world is up; any rank's thread says when it is done.
+    let mut orphaned: Option<(String, Instant)> = None;
     loop {
-        match heard.recv() {
+        let next = match &orphaned {
+            None => heard.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            Some((_, since)) => heard.recv_timeout(ORPHAN_GRACE.saturating_sub(since.elapsed())),
+        };
+        if let Some((reason, _)) = &orphaned {
+            match next {
+                // The thread returned well after all (the run had just ended everywhere): nothing to say.
+                Ok(Input::Done(Ok(0))) => return 0,
+                Ok(Input::Done(_)) | Err(_) => {
+                    eprintln!("efatop: error: {reason}");
+                    // Whether or not the thread came back, the fabric objects are left open: end now.
+                    efatop_fabric::ending::exit(1);
+                }
+                Ok(_) => continue,
+            }
+        }
+        let next = next.map_err(|_| mpsc::RecvError);
+        match next {
+            Ok(Input::Orphaned(reason)) => orphaned = Some((reason, Instant::now())),
             Ok(Input::Ready(setup)) => {
                 let Ending { code, abandoned } = rank_zero::run(*setup, &heard);
                 let code = exit_code(0, code);
@@ -65,12 +84,10 @@ pub fn rank_main(experiment: Experiment) -> i32 {
                     }
                 }
                 if abandoned {
-                    // Rank 0's own thread is stuck where nothing reaches it (inside MPI): the run has ended
-                    // and said so everywhere; the process ends without that thread.
-                    use std::io::Write;
-                    let _ = std::io::stdout().flush();
-                    let _ = std::io::stderr().flush();
-                    std::process::exit(code);
+                    // Rank 0's own thread is stuck where nothing reaches it (inside MPI, or a fabric wait):
+                    // the run has ended and said so everywhere; the process ends without that thread, and
+                    // without libfabric's exit handlers, which would tear providers down under it.
+                    efatop_fabric::ending::exit(code);
                 }
                 return code;
             }
@@ -79,7 +96,12 @@ pub fn rank_main(experiment: Experiment) -> i32 {
             // Ctrl-C reaches every rank of a launcher's run; the launcher passes it on to rank 0, whose
             // abort ends the others through the run's ending.
             Ok(Input::Terminated(rank_zero::Stop::Interrupt)) if launched_as_peer => {}
-            Ok(Input::Terminated(stop)) => return stop.exit_code(),
+            Ok(Input::Terminated(stop)) => {
+                // The rank's thread may be inside libfabric: its objects are left open, and the process
+                // ends without libfabric's exit handlers (main ends it through efatop_fabric::ending).
+                efatop_fabric::ending::abandon();
+                return stop.exit_code();
+            }
             Ok(Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_) | Input::Ended(_)) => {}
             Err(_) => {
                 eprintln!("efatop: error: the rank's thread ended without a result (it panicked)");
@@ -95,6 +117,45 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 /// The rank's thread's stack: the experiments keep their sweeps' bookkeeping on it.
 const RANK_STACK: usize = 16 << 20;
 
+/// How long a rank that lost rank 0 gives its thread to stop its transfers and return, before the process
+/// ends without it (the thread may be blocked on a rendezvous or an MPI call that nothing will answer).
+const ORPHAN_GRACE: Duration = Duration::from_secs(3);
+
+/// Armed from the moment the world is up until the experiment has returned well: dropped armed (an error
+/// on the way), it abandons the fabric objects before the world drops (see [`efatop_fabric::ending`]).
+struct AbandonOnFailure(bool);
+
+impl AbandonOnFailure {
+    fn disarm_if(mut self, ok: bool) {
+        if ok {
+            self.0 = false;
+        }
+    }
+}
+
+impl Drop for AbandonOnFailure {
+    fn drop(&mut self) {
+        if self.0 {
+            efatop_fabric::ending::abandon();
+        }
+    }
+}
+
+/// The watch a rank other than 0 keeps on rank 0 (see [`crate::collector::RankZeroWatch`]): when rank 0 is
+/// gone, the rank's waits give up (its world's abort) and its main thread ends the process.
+fn orphan_watch(world: &World<'_>, hang_timeout: Duration, events: &Sender<Input>) -> crate::collector::RankZeroWatch {
+    let (abort, events) = (world.abort.clone(), events.clone());
+    let me = format!("rank {} ({})", world.rank, world.hosts[world.rank]);
+    crate::collector::RankZeroWatch {
+        timeout: hang_timeout,
+        lost: Box::new(move |why| {
+            let reason = format!("{me}: lost rank 0: {why}; this rank stops its transfers and ends");
+            abort.raise(reason.clone());
+            let _ = events.send(Input::Orphaned(reason));
+        }),
+    }
+}
+
 /// The exit code of a rank's outcome; prints its error as the rank speaks for it.
 fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
     let err = match outcome {
@@ -108,6 +169,8 @@ fn exit_code(rank: usize, outcome: Result<i32, ExperimentError>) -> i32 {
         ExperimentError::InvalidInput { .. } | ExperimentError::Unsupported(_) | ExperimentError::PeerFailed { .. } | ExperimentError::Stopped => {
             eprintln!("efatop: error: {err}");
         }
+        // Another rank's waits were abandoned because it lost rank 0: its main thread says so, once.
+        ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(_)) if rank != 0 && efatop_fabric::ending::abandoned() => {}
         ExperimentError::Fabric(efatop_fabric::FabricError::Abandoned(reason)) if rank == 0 => {
             eprintln!("efatop: error: {reason}");
             if let Some(stop) = rank_zero::Stop::from_reason(reason) {
@@ -195,6 +258,9 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
         }
         err => err,
     })?;
+    // Declared after the world, so dropped before it: a run that fails from here on leaves its fabric
+    // objects open (efatop_fabric::ending), as a peer may be mid-transfer into them.
+    let ending = AbandonOnFailure(true);
     if common.sysfs_root.is_some() || common.nic_map.is_some() {
         let root = common.sysfs_root.clone().unwrap_or_else(|| "/".into());
         world.watch_counters(&efatop_experiments::counters::CounterConfig { root, nic_map: common.nic_map.clone().unwrap_or_default() })?;
@@ -264,7 +330,15 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     // Telemetry runs in every mode: besides the live view, it is rank 0's heartbeat of every rank.
     let telemetry_wanted = !common.no_telemetry;
     let liveness = SharedLiveness::new(Liveness::new(world.size, common.interval, Duration::from_secs(common.hang_timeout)));
-    let telemetry = Telemetry::start(&world, &secret.secret, telemetry_wanted, common.interval, inputs, namespaces.as_ref())?;
+    let telemetry = Telemetry::start(
+        &world,
+        &secret.secret,
+        telemetry_wanted,
+        common.interval,
+        Duration::from_secs(common.hang_timeout),
+        inputs,
+        namespaces.as_ref(),
+    )?;
     let Telemetry { collector, sampler, nics: every_rank_nics } = telemetry;
     // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
     if let Some(pinning) = &pinning {
@@ -274,6 +348,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     let Some(file) = file else {
         let outcome = planned(&sweep, &mut Unobserved);
         drop(sampler);
+        ending.disarm_if(outcome.is_ok());
         return outcome.map(|()| 0);
     };
 
@@ -317,6 +392,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     }
     let mut observer = Forward { inputs: inputs.clone(), stop };
     let outcome = planned(&sweep, &mut observer);
+    ending.disarm_if(outcome.is_ok());
     // Rank 0's own telemetry closes after its last sample, as every rank's does.
     if let Some(sampler) = sampler {
         sampler.finish();
@@ -485,6 +561,7 @@ impl Telemetry {
         secret: &crate::secret::Secret,
         wanted: bool,
         interval: Duration,
+        hang_timeout: Duration,
         events: &Sender<Input>,
         namespaces: Option<&crate::netns::Namespaces>,
     ) -> Result<Self, ExperimentError> {
@@ -510,8 +587,12 @@ impl Telemetry {
             None
         } else {
             let started = crate::netns::at_home(namespaces, || {
-                crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank])
-                    .and_then(|target| SamplerThread::start(world.rank, world.probe.clone(), target, secret, interval))
+                crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank]).and_then(|target| {
+                    // Every rank but 0 watches rank 0 through this connection: once rank 0 is gone or cut off
+                    // the run is over for this rank, which stops its transfers and ends by itself.
+                    let watch = (world.rank != 0).then(|| orphan_watch(world, hang_timeout, events));
+                    SamplerThread::start_watching(world.rank, world.probe.clone(), target, secret, interval, watch)
+                })
             });
             Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
         };

@@ -121,6 +121,8 @@ pub enum Input {
     Ended(Result<(), ExperimentError>),
     /// SIGTERM, SIGHUP or SIGINT: the run is asked to stop.
     Terminated(Stop),
+    /// A rank other than 0 lost rank 0 (its collector closed or became unreachable): why, as one line.
+    Orphaned(String),
 }
 
 impl From<Vec<CollectorEvent>> for Input {
@@ -213,11 +215,13 @@ struct Loop {
     setup: Setup,
     consumer: Option<Consumer>,
     save_error: Option<ExperimentError>,
+    /// When the watchdog raised the abort because a rank's telemetry connection closed.
+    closed_verdict_at: Option<Instant>,
 }
 
 /// Runs rank 0's loop until the run has ended, and ends it.
 pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
-    let mut this = Loop { setup, consumer: None, save_error: None };
+    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None };
     this.start();
     let (outcome, abandoned) = this.follow(inputs);
     this.end(outcome, abandoned, inputs)
@@ -306,6 +310,10 @@ impl Loop {
     /// (the failing ranks exit once they have told rank 0).
     fn blame(&self, outcome: Result<(), ExperimentError>) -> Result<(), ExperimentError> {
         match outcome {
+            // Rank 0's own wait had made no progress since before that rank's connection closed: the rank
+            // ended because of the stall (it had shared its own, which ended every rank), not the other way
+            // round; the stall names the rank it waited for.
+            Err(ExperimentError::Stalled { timeout, .. }) if self.closed_verdict_at.is_some_and(|at| at.elapsed() < timeout) => outcome,
             Err(ExperimentError::Fabric(_) | ExperimentError::Bootstrap(_) | ExperimentError::Stalled { .. })
                 if self.setup.abort.is_raised() =>
             {
@@ -328,6 +336,7 @@ impl Loop {
                     if let Some(verdict) = watchdog.heard(&batch, at) {
                         if !self.setup.abort.is_raised() {
                             self.setup.abort.raise(verdict);
+                            self.closed_verdict_at = Some(Instant::now());
                         }
                     }
                 }
@@ -347,7 +356,7 @@ impl Loop {
                 self.forward(event);
             }
             Input::Sweep(sweep) => self.sweep(*sweep),
-            Input::Ready(_) | Input::Done(_) | Input::Ended(_) | Input::Terminated(_) => {}
+            Input::Ready(_) | Input::Done(_) | Input::Ended(_) | Input::Terminated(_) | Input::Orphaned(_) => {}
         }
     }
 

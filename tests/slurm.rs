@@ -19,65 +19,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, cluster_script, efatop_path, run_program, serial};
+use common::{SLURM_DIR, SlurmCluster, cluster_script, efatop_path, run_program, serial};
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
-/// Where scripts/slurm-cluster keeps its files (its default).
-const SLURM_DIR: &str = "/tmp/efatop-slurm";
-
-fn slurm_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-cluster")
-}
-
-/// The Slurm cluster, up while this lives, on an emulated cluster that holds the cluster lock.
-struct SlurmCluster {
-    _cluster: Cluster,
-}
-
-impl SlurmCluster {
-    fn up() -> Option<Self> {
-        Self::up_with(&[])
-    }
-
-    /// With more `scripts/slurm-cluster up` flags.
-    fn up_with(flags: &[&str]) -> Option<Self> {
-        let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| common::program(p).is_none()).collect();
-        if !missing.is_empty() {
-            assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
-            eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/setup-debian)");
-            return None;
-        }
-        let cluster = Cluster::up()?;
-        let efatop = efatop_path();
-        let output = Command::new(slurm_script()).args(["up", "--efatop"]).arg(&efatop).args(flags).output().expect("slurm-cluster");
-        if !output.status.success() {
-            let logs = std::fs::read_dir(format!("{SLURM_DIR}/log"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| format!("== {}\n{}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let _ = Command::new(slurm_script()).arg("down").output();
-            panic!("slurm-cluster up failed: {}\n{logs}", String::from_utf8_lossy(&output.stderr));
-        }
-        // srun, sinfo and scontrol of this test find the cluster through SLURM_CONF (the same value for every
-        // test; one cluster test runs at a time).
-        std::env::set_var("SLURM_CONF", format!("{SLURM_DIR}/slurm.conf"));
-        Some(Self { _cluster: cluster })
-    }
-}
-
-impl Drop for SlurmCluster {
-    fn drop(&mut self) {
-        let _ = Command::new(slurm_script()).arg("down").output();
-    }
-}
 
 /// `srun args` without the tests' `EFATOP_TOKEN`: the ranks of a step without MPI then prove themselves and
 /// take the run's secret through the cluster's MUNGE, as on a real cluster (the test's srun reaches the

@@ -282,7 +282,8 @@ impl<'a> Exchange<'a> {
                 self.remotes[segment.peer][segment.channel],
                 base + segment.offset,
                 Some(immediate),
-            )?;
+            )
+            .map_err(|err| crate::towards(world, segment.peer, err))?;
             world.probe.set_in_flight(segment.channel, channel.in_flight());
             tracking.posted.push(Posted { segment: *segment, op: Some(op) });
         }
@@ -399,7 +400,7 @@ impl<'a> Exchange<'a> {
             let names: Vec<String> = silent.iter().map(|r| format!("rank {r} ({})", world.hosts[*r])).collect();
             format!("rank {} waited for all-to-all data from {}", world.rank, names.join(", "))
         };
-        ExperimentError::Stalled { waiting, timeout: world.op_timeout }
+        crate::stalled(waiting, world.op_timeout)
     }
 }
 

@@ -162,6 +162,30 @@ enum RoundStatus {
     Failed { exit_code: i32, message: String },
 }
 
+/// A wait that made no progress for the operation timeout: the run has failed for this rank, whose fabric
+/// objects are left open from now on (operations still in flight are abandoned, not waited for; see
+/// `efatop_fabric::ending`).
+pub(crate) fn stalled(waiting: String, timeout: std::time::Duration) -> ExperimentError {
+    efatop_fabric::ending::abandon();
+    ExperimentError::Stalled { waiting, timeout }
+}
+
+/// A fabric error met on an operation towards `peer`: a timeout becomes a stall that names the peer (that
+/// rank, or the way to it, is what stopped), anything else stays as it is.
+pub(crate) fn towards(world: &World<'_>, peer: usize, err: FabricError) -> ExperimentError {
+    match err {
+        FabricError::Timeout { what, channel, .. } => stalled(
+            format!(
+                "rank {}'s writes to rank {peer} ({}) on channel {channel} never completed ({what})",
+                world.rank,
+                world.hosts.get(peer).map_or("?", String::as_str)
+            ),
+            world.op_timeout,
+        ),
+        err => ExperimentError::Fabric(err),
+    }
+}
+
 /// After a round, every rank shares whether it is fine; any failure ends the run on every rank, with the
 /// failing rank's own message. Rank 0 also passes on a stop request this way.
 pub(crate) fn agree(

@@ -437,13 +437,10 @@ impl Proxy<'_, '_> {
             if advanced {
                 last_change = Instant::now();
             } else if last_change.elapsed() > world.op_timeout {
-                return Err(ExperimentError::Stalled {
-                    waiting: format!(
-                        "proxy: {completed} of {expected} GPU-requested writes completed, {} consumed",
-                        consumer.consumed()
-                    ),
-                    timeout: world.op_timeout,
-                });
+                return Err(crate::stalled(
+                    format!("proxy: {completed} of {expected} GPU-requested writes completed, {} consumed", consumer.consumed()),
+                    world.op_timeout,
+                ));
             }
         }
         observer.note(&stages.line(column, size, self.staging.map(|s| s.stager.is_pinned()), step_started.elapsed()));

@@ -415,7 +415,7 @@ impl Exchange<'_> {
                 } else {
                     format!("rank {}'s sweep writes to rank {peer} ({}) never completed", world.rank, world.hosts[peer])
                 };
-                return Err(ExperimentError::Stalled { waiting, timeout: world.op_timeout });
+                return Err(crate::stalled(waiting, world.op_timeout));
             }
         }
         let (nic_retransmits, tcp_retransmits) = world.retransmits_since_before_step();

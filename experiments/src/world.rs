@@ -156,6 +156,9 @@ pub struct Abort {
 impl Abort {
     /// The first reason wins: it names what went wrong first.
     pub fn raise(&self, reason: impl Into<String>) {
+        // The run is over for this rank: its fabric objects are left as they are, never closed mid-transfer
+        // (efatop_fabric::ending).
+        efatop_fabric::ending::abandon();
         let mut kept = self.reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !self.raised.load(std::sync::atomic::Ordering::Acquire) {
             *kept = reason.into();

@@ -314,7 +314,8 @@ impl<'w> Pipeline<'w> {
                 self.remotes[segment.peer][segment.channel],
                 segment.offset,
                 Some(immediate),
-            )?;
+            )
+            .map_err(|err| crate::towards(self.world, segment.peer, err))?;
             self.in_flight.push_back(InFlight {
                 iteration,
                 posted,
@@ -346,9 +347,11 @@ impl<'w> Pipeline<'w> {
                 ..
             }) = self.in_flight.pop_front()
             {
-                self.world
-                    .progress_until(self.used, "RDMA write completion", || op.is_complete())?;
-                op.wait()?;
+                let world = self.world;
+                // A write that never completes names the rank it went to.
+                let stalled = |err| crate::towards(world, segment.peer, err);
+                world.progress_until(self.used, "RDMA write completion", || op.is_complete()).map_err(stalled)?;
+                op.wait().map_err(stalled)?;
                 let probe = &self.world.probe;
                 probe.completed(
                     segment.channel,
@@ -426,12 +429,9 @@ fn receive_group(
         if advanced {
             stall.advanced();
         } else if stall.idle_longer_than(timeout) {
-            return Err(ExperimentError::Fabric(
-                efatop_fabric::FabricError::Timeout {
-                    what: "waiting for write immediates from rank 0",
-                    channel: 0,
-                    timeout,
-                },
+            return Err(crate::stalled(
+                format!("rank {} waited for write immediates from rank {WRITER} ({})", world.rank, world.hosts[WRITER]),
+                timeout,
             ));
         }
         world.progress(used)?;

@@ -355,3 +355,64 @@ pub fn cluster_lock() -> std::fs::File {
     file.lock().expect("flock /tmp/efatop-cluster.lock");
     file
 }
+
+/// Where scripts/slurm-cluster keeps its files (its default).
+pub const SLURM_DIR: &str = "/tmp/efatop-slurm";
+
+fn slurm_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-cluster")
+}
+
+/// A real Slurm cluster (scripts/slurm-cluster: munged, slurmctld, one slurmd per emulated node), up while
+/// this lives, on an emulated cluster that holds the cluster lock. Where Slurm's programs are missing (and
+/// not on CI) it is `None`, with a SKIPPED line.
+pub struct SlurmCluster {
+    _cluster: Cluster,
+}
+
+impl SlurmCluster {
+    /// On 4 nodes × 4 NICs at 1 Gbit/s.
+    pub fn up() -> Option<Self> {
+        Self::up_with(&[])
+    }
+
+    /// With more `scripts/slurm-cluster up` flags.
+    pub fn up_with(flags: &[&str]) -> Option<Self> {
+        Self::on(Cluster::up, flags)
+    }
+
+    /// On the emulated cluster `cluster` brings up, with more `scripts/slurm-cluster up` flags.
+    pub fn on(cluster: impl FnOnce() -> Option<Cluster>, flags: &[&str]) -> Option<Self> {
+        let missing: Vec<&str> =
+            ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| program(p).is_none()).collect();
+        if !missing.is_empty() {
+            assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
+            eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/setup-debian)");
+            return None;
+        }
+        let cluster = cluster()?;
+        let efatop = efatop_path();
+        let output = Command::new(slurm_script()).args(["up", "--efatop"]).arg(&efatop).args(flags).output().expect("slurm-cluster");
+        if !output.status.success() {
+            let logs = std::fs::read_dir(format!("{SLURM_DIR}/log"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| format!("== {}\n{}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let _ = Command::new(slurm_script()).arg("down").output();
+            panic!("slurm-cluster up failed: {}\n{logs}", String::from_utf8_lossy(&output.stderr));
+        }
+        // srun, sinfo and scontrol of the test find the cluster through SLURM_CONF (the same value for every
+        // test; one cluster test runs at a time).
+        std::env::set_var("SLURM_CONF", format!("{SLURM_DIR}/slurm.conf"));
+        Some(Self { _cluster: cluster })
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(slurm_script()).arg("down").output();
+    }
+}

@@ -432,8 +432,13 @@ impl Channel {
                 return Err(err);
             }
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && crate::ending::abandoned() {
+                self.release_slot(slot);
+                return Err(FabricError::Abandoned("the run has failed; nothing more is posted".into()));
+            }
             if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
                 self.release_slot(slot);
+                crate::ending::abandon();
                 return Err(FabricError::Timeout { what: api, channel: self.index, timeout: self.op_timeout });
             }
         }
@@ -447,7 +452,11 @@ impl Channel {
             // Every slot is in flight: completing one frees it.
             self.progress()?;
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && crate::ending::abandoned() {
+                return Err(FabricError::Abandoned("the run has failed; nothing more is posted".into()));
+            }
             if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
+                crate::ending::abandon();
                 return Err(FabricError::Timeout { what: "a free operation slot", channel: self.index, timeout: self.op_timeout });
             }
         }
@@ -585,7 +594,11 @@ impl Channel {
         while self.immediates_from(source_rank) < count {
             self.progress()?;
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && crate::ending::abandoned() {
+                return Err(FabricError::Abandoned("the run has failed; stopped waiting for write immediates".into()));
+            }
             if spins.is_multiple_of(1024) && started.elapsed() > self.op_timeout {
+                crate::ending::abandon();
                 return Err(FabricError::Timeout { what: "waiting for write immediates", channel: self.index, timeout: self.op_timeout });
             }
         }
@@ -595,6 +608,13 @@ impl Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
+        if crate::ending::abandoned() {
+            // The endpoint is left open (see [`crate::ending`]): the contexts the provider may still hold
+            // stay allocated, and nothing is progressed again.
+            std::mem::forget(std::mem::take(&mut self.slots));
+            std::mem::forget(std::mem::take(&mut self.cq_data_receives));
+            return;
+        }
         // Give outstanding operations a moment to finish so the provider is not torn down mid-transfer.
         let deadline = Instant::now() + Duration::from_millis(200);
         while self.in_flight.get() > 0 && Instant::now() < deadline {
@@ -614,8 +634,9 @@ struct WriteTarget {
 }
 
 /// An operation in flight on a channel. Completes when its CQ entry is read. Dropping an `Op` that has not
-/// completed waits for it (bounded by the channel's timeout), so the memory it uses cannot be released
-/// under the NIC.
+/// completed waits for it (bounded by the channel's timeout, after which it is abandoned), so the memory it
+/// uses cannot be released under the NIC; once the run has failed ([`crate::ending`]) it is abandoned at
+/// once, and the memory stays allocated.
 #[must_use = "an operation must be waited for"]
 pub struct Op<'c> {
     channel: &'c Channel,
@@ -650,6 +671,10 @@ impl Op<'_> {
                 return Err(err);
             }
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && crate::ending::abandoned() {
+                self.abandon();
+                return Err(FabricError::Abandoned("the run has failed; the operation was abandoned".into()));
+            }
             if spins.is_multiple_of(1024) && started.elapsed() > self.channel.op_timeout {
                 self.abandon();
                 return Err(FabricError::Timeout { what: self.api, channel: self.channel.index, timeout: self.channel.op_timeout });
@@ -675,7 +700,10 @@ impl Op<'_> {
         Some(result)
     }
 
+    /// Gives up on the operation: its slot is never reused, and the process's fabric objects are left open
+    /// from now on (the provider may still write into its context and memory).
     fn abandon(&mut self) {
+        crate::ending::abandon();
         self.channel.slots[self.slot as usize].state.set(SlotState::Abandoned);
         self.finished = true;
     }
@@ -701,7 +729,14 @@ impl Future for Op<'_> {
 
 impl Drop for Op<'_> {
     fn drop(&mut self) {
-        if !self.finished {
+        if self.finished || self.take().is_some() {
+            return;
+        }
+        if crate::ending::abandoned() {
+            // The run has failed: not waited for. The provider may still own its context and memory, which
+            // stay allocated (crate::ending); its slot is never reused.
+            self.abandon();
+        } else {
             let _ = self.wait_inner();
         }
     }

@@ -13,6 +13,7 @@ pub mod info;
 pub mod memory;
 pub mod object;
 pub mod channel;
+pub mod ending;
 pub mod shm_regions;
 pub mod signals;
 

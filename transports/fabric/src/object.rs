@@ -1,7 +1,9 @@
 //! The libfabric objects themselves, each an RAII owner of one `fid`.
 //!
 //! Parents are kept alive by the children (`Rc`), so `fi_close` always runs child-first: endpoint, then
-//! its CQ and AV, memory regions, the domain, and last the fabric.
+//! its CQ and AV, memory regions, the domain, and last the fabric. Once the run has failed
+//! ([`crate::ending::abandon`]) nothing is closed: each `Drop` leaves its object open and keeps its parents
+//! (and a region's memory) alive for as long as the process lasts.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -30,6 +32,9 @@ pub struct EndpointReport {
 /// # Safety
 /// `fid` must be the `fid` member of a live object that nothing else will close.
 unsafe fn close(fid: *mut sys::fid) {
+    if crate::ending::abandoned() {
+        return;
+    }
     // SAFETY: guaranteed by the caller. A failing close during drop leaves nothing to recover.
     let _ = unsafe { sys::fi_close(fid) };
 }
@@ -83,13 +88,18 @@ impl Drop for AvObject {
 
 pub(crate) struct EndpointObject {
     raw: NonNull<sys::fid_ep>,
-    _cq: Rc<CqObject>,
-    _av: Rc<AvObject>,
-    _domain: Rc<DomainObject>,
+    cq: Rc<CqObject>,
+    av: Rc<AvObject>,
+    domain: Rc<DomainObject>,
 }
 
 impl Drop for EndpointObject {
     fn drop(&mut self) {
+        if crate::ending::abandoned() {
+            // The endpoint stays open: its CQ, AV and domain must outlive it.
+            std::mem::forget((self.cq.clone(), self.av.clone(), self.domain.clone()));
+            return;
+        }
         // SAFETY: we own the endpoint; closing it cancels whatever is still posted.
         unsafe { close(&raw mut (*self.raw.as_ptr()).fid) }
     }
@@ -140,9 +150,9 @@ impl EndpointStack {
         check("fi_endpoint", unsafe { sys::fi_endpoint(domain.raw.as_ptr(), info, &raw mut ep_raw, std::ptr::null_mut()) })?;
         let endpoint = Rc::new(EndpointObject {
             raw: non_null(ep_raw, "fi_endpoint")?,
-            _cq: cq.clone(),
-            _av: av.clone(),
-            _domain: domain.clone(),
+            cq: cq.clone(),
+            av: av.clone(),
+            domain: domain.clone(),
         });
         let ep = endpoint.raw.as_ptr();
         // SAFETY: binding live objects of the same domain, then enabling the endpoint.
@@ -249,7 +259,7 @@ pub struct MemoryRegion {
     path: RegistrationPath,
     /// Under `FI_MR_ENDPOINT` the registration is bound to the endpoint, which must outlive it.
     bound_endpoint: Option<Rc<EndpointObject>>,
-    _domain: Rc<DomainObject>,
+    domain: Rc<DomainObject>,
 }
 
 impl MemoryRegion {
@@ -330,7 +340,7 @@ impl MemoryRegion {
             memory,
             path,
             bound_endpoint: None,
-            _domain: stack.domain.clone(),
+            domain: stack.domain.clone(),
         };
         if nic.mr_requires(sys::FI_MR_ENDPOINT) {
             // SAFETY: binding a fresh MR to a live endpoint of the same domain, then enabling it.
@@ -385,6 +395,11 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if crate::ending::abandoned() {
+            // The registration stays: an operation abandoned in flight may still reach its memory.
+            std::mem::forget((self.memory.clone(), self.domain.clone(), self.bound_endpoint.clone()));
+            return;
+        }
         // SAFETY: we own the registration. Operations that use it borrow it, so none is in flight.
         unsafe { close(&raw mut (*self.raw.as_ptr()).fid) }
     }

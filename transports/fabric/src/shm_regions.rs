@@ -51,6 +51,12 @@ pub fn remove_regions_of_ended_process(pid: u32) -> usize {
     remove_in(Path::new(SHM_DIR), pid)
 }
 
+/// Removes this process's own regions: its shm endpoints were abandoned, not closed (see [`crate::ending`]),
+/// and the process is about to exit.
+pub(crate) fn remove_regions_of_this_process() -> usize {
+    remove_in(Path::new(SHM_DIR), std::process::id())
+}
+
 /// Before this process opens its first shm endpoint, no region with its pid can be its own: any that
 /// exists is a dead predecessor's and would make `fi_enable` fail. Removed once per process.
 pub(crate) fn remove_stale_regions_of_this_pid() {
