@@ -249,8 +249,10 @@ fn table(report: &Report) -> String {
         }
         Verdict::Unknown(why) => format!("UNKNOWN: could not tell: {why}"),
     };
+    if report.action != efatop_monitor::check::Action::None {
+        let _ = writeln!(text, "action: {} ({})", report.action, report.action_reason);
+    }
     let _ = writeln!(text, "{line}");
-    let _ = writeln!(text, "action: {} ({})", report.action, report.action_reason);
     text
 }
 

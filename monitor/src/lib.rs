@@ -18,6 +18,7 @@ pub mod prometheus;
 pub mod run_metrics;
 mod rates;
 mod sysfs;
+pub mod xid_watch;
 
 use std::time::Duration;
 
