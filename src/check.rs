@@ -88,7 +88,10 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
     };
     print(&text)?;
-    if args.drain {
+    // Only reset, reboot and replace drain: a node whose strongest action is watch stays in service.
+    if args.drain && matches!(verdict, Verdict::Problems(_)) && !report.action.drains() {
+        eprintln!("efatop: not drained: the strongest action is {} ({})", report.action, report.action_reason);
+    } else if args.drain {
         let node = health::slurm_node_name(args.node_name.as_deref());
         match health::apply_to_slurm(&node, &verdict) {
             Ok(DrainAction::Drained(_)) => eprintln!("efatop: drained {node}"),
