@@ -44,21 +44,12 @@ fn words(fault: Fault) -> &'static str {
 /// The action each fault calls for on `instance_type` (docs/check.md).
 fn action(fault: Fault, instance_type: &str) -> &'static str {
     match fault {
-        Fault::ImpairedRising => "watch",
-        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 => "reboot",
-        Fault::WrongNuma => "replace",
         // x8 of a Gen4 or Gen5 x16 is 126 or 252 Gbps: a 100 or 200 Gbps EFA still fits, a 400 Gbps one does not.
-        Fault::EfaLinkX8 => {
-            if instance_type.starts_with("p6-b") {
-                "reboot"
-            } else {
-                "watch"
-            }
-        }
-        Fault::Xid(13 | 31 | 43 | 94) => "watch",
+        Fault::EfaLinkX8 if instance_type.starts_with("p6-b") => "reboot",
+        Fault::ImpairedRising | Fault::EfaLinkX8 | Fault::Xid(13 | 31 | 43 | 94) => "watch",
+        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::Xid(119) => "reboot",
+        Fault::WrongNuma | Fault::Xid(79) => "replace",
         Fault::Xid(48 | 95) => "reset",
-        Fault::Xid(119) => "reboot",
-        Fault::Xid(79) => "replace",
         Fault::Xid(other) => unreachable!("no expectation for Xid {other}"),
     }
 }

@@ -225,7 +225,7 @@ impl FakeNode {
         use std::io::Write as _;
         let logged = address.rsplit_once('.').map_or(address, |(device, _)| device);
         let path = self.root().join("dev/kmsg");
-        let sequence = fs::read_to_string(&path).map(|text| text.lines().count()).unwrap_or(0) + 1;
+        let sequence = fs::read_to_string(&path).map_or(0, |text| text.lines().count()) + 1;
         let mut file = fs::OpenOptions::new().append(true).create(true).open(path)?;
         writeln!(file, "3,{sequence},{},-;NVRM: Xid (PCI:{logged}): {xid}, {}", sequence * 1000, xid_text(xid))
     }

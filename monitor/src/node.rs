@@ -92,7 +92,7 @@ impl PcieLink {
 
 /// `32.0 GT/s PCIe` (or `8 GT/s`, `2.5 GT/s`) → 32.0; `Unknown` → `None`.
 pub fn parse_link_speed(text: &str) -> Option<f64> {
-    let number = text.trim().split_whitespace().next()?;
+    let number = text.split_whitespace().next()?;
     number.parse::<f64>().ok().filter(|gts| *gts > 0.0)
 }
 

@@ -38,7 +38,7 @@ struct Counts {
     host: String,
     /// The GPUs' PCI addresses in PCI order.
     gpus: Vec<String>,
-    counts: BTreeMap<(String, u32), u64>,
+    seen: BTreeMap<(String, u32), u64>,
     /// Why the log could not be read, last time.
     error: Option<String>,
 }
@@ -89,7 +89,7 @@ impl XidWatch {
             Ok(log) => {
                 counts.error = None;
                 for ((pci, number), (times, _)) in xid::count(&log.events) {
-                    let entry = counts.counts.entry((pci, number)).or_insert(0);
+                    let entry = counts.seen.entry((pci, number)).or_insert(0);
                     *entry = (*entry).max(times);
                 }
             }
@@ -100,7 +100,7 @@ impl XidWatch {
     pub fn counts(&self) -> Vec<XidCount> {
         let Ok(counts) = self.0.lock() else { return Vec::new() };
         counts
-            .counts
+            .seen
             .iter()
             .map(|((pci, number), count)| XidCount {
                 gpu: counts.gpus.iter().position(|address| xid::names_function(pci, address)),

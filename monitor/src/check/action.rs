@@ -1,7 +1,7 @@
 //! What to do about a finding: one word from a small vocabulary, from least to most drastic, that the
 //! systems which take nodes out of service act on. `reset`, `reboot` and `replace` imply draining the
 //! node first; `watch` keeps it in service. docs/check.md maps these words to awsome-distributed-training's,
-//! SageMaker HyperPod's and NVIDIA NVSentinel's.
+//! `SageMaker` `HyperPod`'s and NVIDIA `NVSentinel`'s.
 
 use serde::{Deserialize, Serialize};
 
