@@ -88,7 +88,10 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
     };
     print(&text)?;
-    if args.drain {
+    // Only reset, reboot and replace drain: a node whose strongest action is watch stays in service.
+    if args.drain && matches!(verdict, Verdict::Problems(_)) && !report.action.drains() {
+        eprintln!("efatop: not drained: the strongest action is {} ({})", report.action, report.action_reason);
+    } else if args.drain {
         let node = health::slurm_node_name(args.node_name.as_deref());
         match health::apply_to_slurm(&node, &verdict) {
             Ok(DrainAction::Drained(_)) => eprintln!("efatop: drained {node}"),
@@ -108,17 +111,23 @@ struct JsonLine<'a> {
     data: &'a Report,
 }
 
-/// `--write-fake DIR`: a fake node of `--instance-type`, with `--plant`'s fault.
+/// `--write-fake DIR`: a fake node of `--instance-type`, with each `--plant`'s fault.
 fn write_fake(args: &CheckArgs, dir: &Path) -> Result<i32, Failure> {
     let instance_type = args.instance_type.as_deref().unwrap_or_default();
-    let fault = match args.plant.as_deref() {
-        None => None,
-        Some(name) => Some(Fault::parse(name).filter(|fault| *fault != Fault::ImpairedRising).ok_or_else(|| {
-            (2, format!("--plant {name}: not a fault to plant on disk; use missing-nic, port-down, wrong-numa or low-memlock"))
-        })?),
-    };
+    let mut faults = Vec::new();
+    for name in &args.plant {
+        faults.push(Fault::parse(name).filter(|fault| *fault != Fault::ImpairedRising).ok_or_else(|| {
+            (
+                2,
+                format!(
+                    "--plant {name}: not a fault to plant on disk; use missing-nic, port-down, wrong-numa, low-memlock, gpu-link-x8, \
+                     efa-link-x8 or xid-N (N an Xid number, 1 to 9999)"
+                ),
+            )
+        })?);
+    }
     let node = FakeNode::write(dir, instance_type).map_err(|err| (2, format!("--write-fake {}: {err}", dir.display())))?;
-    if let Some(fault) = fault {
+    for fault in faults {
         let what = node.plant(fault).map_err(|err| (1, format!("--plant {}: {err}", fault.name())))?;
         eprintln!("efatop: planted {} on {what}", fault.name());
     }
@@ -186,11 +195,27 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
 }
 
-/// The report as the contracts see it: its problems' short forms, or why it could not tell, or what was
-/// checked.
+/// The problems' short forms, strongest action first, each group led by its action:
+/// `replace: GPU 3 Xid 79`, `watch: rdmap80s0 PCIe x8 of x16; rdmap81s0 rx_drops +3`.
+pub fn problem_lines(report: &Report) -> Vec<String> {
+    let mut problems: Vec<&efatop_monitor::check::Finding> = report.with_status(Status::Problem).collect();
+    problems.sort_by_key(|finding| std::cmp::Reverse(finding.action));
+    let mut previous = None;
+    problems
+        .into_iter()
+        .map(|finding| {
+            let lead = previous != Some(finding.action);
+            previous = Some(finding.action);
+            if lead { format!("{}: {}", finding.action, finding.short) } else { finding.short.clone() }
+        })
+        .collect()
+}
+
+/// The report as the contracts see it: its problems' short forms led by their actions
+/// ([`problem_lines`]), or why it could not tell, or what was checked.
 pub fn verdict(report: &Report) -> Verdict {
     match report.status {
-        Status::Problem => Verdict::Problems(report.with_status(Status::Problem).map(|f| f.short.clone()).collect()),
+        Status::Problem => Verdict::Problems(problem_lines(report)),
         Status::Unknown => {
             let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
             Verdict::Unknown(unknown.join("; "))
@@ -215,9 +240,9 @@ fn table(report: &Report) -> String {
     let instance = report.instance_type.as_deref().map_or("instance type unknown".to_string(), |t| format!("{t} ({})", report.instance_source));
     let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| format!("  traffic via {}", traffic.via()));
     let mut text = format!("efatop check  {}  {instance}  window {:.1} s{traffic}\n", report.host, report.window_s);
-    let _ = writeln!(text, "  {:<13} {:<8} finding", "rule", "status");
+    let _ = writeln!(text, "  {:<13} {:<8} {:<8} finding", "rule", "status", "action");
     for finding in &report.findings {
-        let _ = writeln!(text, "  {:<13} {:<8} {}", finding.rule.name(), finding.status.label(), finding.message);
+        let _ = writeln!(text, "  {:<13} {:<8} {:<8} {}", finding.rule.name(), finding.status.label(), finding.action.name(), finding.message);
     }
     let line = match verdict(report) {
         Verdict::Ok(_) => "ok: nothing wrong found".to_string(),
@@ -227,6 +252,9 @@ fn table(report: &Report) -> String {
         }
         Verdict::Unknown(why) => format!("UNKNOWN: could not tell: {why}"),
     };
+    if report.action != efatop_monitor::check::Action::None {
+        let _ = writeln!(text, "action: {} ({})", report.action, report.action_reason);
+    }
     let _ = writeln!(text, "{line}");
     text
 }

@@ -162,7 +162,10 @@ fn build_monitor(args: &MonitorArgs, sysfs_root: &Path) -> Result<Monitor, Failu
     } else {
         GpuReader::unavailable(format!("not read: --sysfs-root {} is not this machine", sysfs_root.display()))
     };
-    Ok(Monitor::new(host_name(), Sysfs::new(sysfs_root), affinity, gpus))
+    let sysfs = Sysfs::new(sysfs_root);
+    // Xids counted live from the kernel log (this machine's, or the tree's dev/kmsg), for --prometheus.
+    efatop_monitor::xid_watch::XidWatch::start(&host_name(), &sysfs);
+    Ok(Monitor::new(host_name(), sysfs, affinity, gpus))
 }
 
 fn host_name() -> String {

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::experiment::{Experiment, SweepFormat};
 use crate::health::{self, Verdict};
+use efatop_monitor::check::Action;
 
 /// Set on the child, which then runs the sweep itself.
 const ENV_INNER: &str = "EFATOP_SWEEP_CONTRACT_CHILD";
@@ -148,8 +149,22 @@ fn node_of(host: &str) -> String {
     host.split('.').next().unwrap_or(host).to_string()
 }
 
-/// A few words on one suspect, for its node's reason.
+/// What a suspect calls for (docs/check.md, Actions): a NIC or a whole node slow with every peer is
+/// `reboot` (drained, its links retrained; replaced if it stays slow), a slow link between two nodes is
+/// `watch` (neither end is drained).
+pub fn action(suspect: &Suspect) -> Action {
+    match suspect.scope {
+        Scope::Nic | Scope::Node => Action::Reboot,
+        Scope::Link => Action::Watch,
+    }
+}
+
+/// A few words on one suspect, for its node's reason, led by its action: `reboot: efa1 slow (...)`.
 fn short(suspect: &Suspect, hosts: &BTreeMap<usize, String>) -> String {
+    format!("{}: {}", action(suspect), words(suspect, hosts))
+}
+
+fn words(suspect: &Suspect, hosts: &BTreeMap<usize, String>) -> String {
     let figures = format!("{:.2} of {:.2} Gbps", suspect.measured_gbps, suspect.median_gbps);
     let nic = suspect.nic.as_deref().unwrap_or("?");
     match suspect.scope {
@@ -182,7 +197,7 @@ fn verdict(heard: &Heard, code: i32) -> (Verdict, Vec<(String, String, bool)>) {
         problems.push(format!("{node} {words}"));
         let entry = by_node.entry(node).or_default();
         entry.0.push(words);
-        entry.1 |= suspect.scope != Scope::Link;
+        entry.1 |= action(suspect).drains();
     }
     let reasons = by_node
         .into_iter()
@@ -234,14 +249,14 @@ mod tests {
         assert_eq!(
             reasons,
             [
-                ("node0".to_string(), "efatop: sweep: link efa2 to node3 efa2 slow (0.24 of 0.96 Gbps)".to_string(), false),
-                ("node1".to_string(), "efatop: sweep: all 2 NICs slow (0.24 of 0.96 Gbps)".to_string(), true),
-                ("node2".to_string(), "efatop: sweep: efa1 slow (0.24 of 0.96 Gbps)".to_string(), true),
+                ("node0".to_string(), "efatop: sweep: watch: link efa2 to node3 efa2 slow (0.24 of 0.96 Gbps)".to_string(), false),
+                ("node1".to_string(), "efatop: sweep: reboot: all 2 NICs slow (0.24 of 0.96 Gbps)".to_string(), true),
+                ("node2".to_string(), "efatop: sweep: reboot: efa1 slow (0.24 of 0.96 Gbps)".to_string(), true),
             ]
         );
         let (npd_line, code) = health::npd(&verdict);
         assert_eq!(code, 1);
-        assert_eq!(npd_line, "efatop: sweep: node2 efa1 slow (0.24 of 0.96 Gbps) (+2 more)");
+        assert_eq!(npd_line, "efatop: sweep: node2 reboot: efa1 slow (0.24 of 0.96 Gbps) (+2 more)");
     }
 
     #[test]

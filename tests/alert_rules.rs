@@ -40,7 +40,7 @@ fn promtool_checks_the_rules() {
     let (ok, said) = promtool_says(&["check", "rules", "efatop-rules.yml"]);
     assert!(ok, "{said}");
     if !said.is_empty() {
-        assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 9 rules found"), "{said}");
     }
 }
 
@@ -73,6 +73,12 @@ fn every_metric_the_rules_name_is_served_by_the_monitor() {
     // A fake p5 whose rail 1 carries traffic, so that the rail gauges are served too.
     let dir = tempfile::tempdir().expect("tempdir");
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
+    // An Xid in its kernel log, counted live as `efatop monitor` counts them (efatop_gpu_xid_total).
+    node.plant(efatop_monitor::Fault::Xid(79)).expect("plant Xid 79");
+    let xids = efatop_monitor::xid_watch::XidWatch::start("p5", &Sysfs::new(node.root()));
+    let counts = xids.counts();
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    assert_eq!((counts[0].gpu, counts[0].xid, counts[0].count), (Some(3), 79, 1));
     let layout = efatop_topology::instance_layout("p5.48xlarge").expect("known").expect("loads");
     let mut monitor = Monitor::new("p5", Sysfs::new(node.root()), Affinity::from_topology(&layout), GpuReader::unavailable("test"));
     monitor.sample(Duration::ZERO);
@@ -83,4 +89,9 @@ fn every_metric_the_rules_name_is_served_by_the_monitor() {
     for name in &names {
         assert!(text.contains(&format!("\n{name}{{")), "the rules name {name}, which efatop monitor does not serve");
     }
+    assert!(
+        text.contains(r#"efatop_gpu_xid_total{host="p5",gpu="3",pci="0000:86:00",xid="79",action="replace"} 1"#),
+        "{}",
+        text.lines().filter(|line| line.contains("xid")).collect::<Vec<_>>().join("\n")
+    );
 }

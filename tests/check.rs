@@ -2,7 +2,9 @@
 //! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
-//! the thing it broke, with exit code 1; a healthy node names nothing, exit 0.
+//! the thing it broke, with its action and exit code 1; a healthy node names nothing, action `none`, exit
+//! 0. The same for a GPU's and an EFA's PCIe link trained at x8 of x16, and one Xid of each class of
+//! NVIDIA's catalog in the kernel log.
 
 mod common;
 
@@ -34,6 +36,21 @@ fn words(fault: Fault) -> &'static str {
         Fault::ImpairedRising => "impaired_remote_conn_events +",
         Fault::WrongNuma => "on NUMA",
         Fault::LowMemlock => "memlock 64 KiB, not unlimited",
+        Fault::GpuLinkX8 | Fault::EfaLinkX8 => "PCIe x8 of x16",
+        Fault::Xid(_) => "Xid",
+    }
+}
+
+/// The action each fault calls for on `instance_type` (docs/check.md).
+fn action(fault: Fault, instance_type: &str) -> &'static str {
+    match fault {
+        // x8 of a Gen4 or Gen5 x16 is 126 or 252 Gbps: a 100 or 200 Gbps EFA still fits, a 400 Gbps one does not.
+        Fault::EfaLinkX8 if instance_type.starts_with("p6-b") => "reboot",
+        Fault::ImpairedRising | Fault::EfaLinkX8 | Fault::Xid(13 | 31 | 43 | 94) => "watch",
+        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::Xid(119) => "reboot",
+        Fault::WrongNuma | Fault::Xid(79) => "replace",
+        Fault::Xid(48 | 95) => "reset",
+        Fault::Xid(other) => unreachable!("no expectation for Xid {other}"),
     }
 }
 
@@ -44,6 +61,8 @@ fn rule(fault: Fault) -> &'static str {
         Fault::ImpairedRising => "efa-counters",
         Fault::WrongNuma => "numa",
         Fault::LowMemlock => "memlock",
+        Fault::GpuLinkX8 | Fault::EfaLinkX8 => "pcie-link",
+        Fault::Xid(_) => "gpu-xid",
     }
 }
 
@@ -72,16 +91,19 @@ fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
 
 /// Asserts that `run` (format `format`) names exactly one problem, by `rule`, about `subject`, saying
 /// `words`; or, with `fault` `None`, nothing.
-fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, what: &str) {
-    assert_flagged(run, format, fault.map(|(fault, subject)| Named { rule: rule(fault), subject, words: words(fault) }), what);
+fn assert_names(run: &common::Run, format: &str, fault: Option<(Fault, &str)>, instance_type: &str, what: &str) {
+    let named = fault.map(|(fault, subject)| Named { rule: rule(fault), subject, words: words(fault), action: action(fault, instance_type) });
+    assert_flagged(run, format, named, what);
 }
 
-/// One problem as every format must show it: by `rule`, about `subject`, its short form saying `words`.
+/// One problem as every format must show it: by `rule`, about `subject`, its short form saying `words`,
+/// calling for `action`.
 #[derive(Clone, Copy)]
 struct Named<'a> {
     rule: &'a str,
     subject: &'a str,
     words: &'a str,
+    action: &'a str,
 }
 
 /// Asserts that `run` (format `format`) names exactly `fault`, or nothing.
@@ -99,10 +121,14 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
                     assert!(flagged.is_empty(), "{context}");
                     assert_eq!(last, "ok: nothing wrong found", "{context}");
                 }
-                Some(Named { rule, subject, words }) => {
+                Some(Named { rule, subject, words, action }) => {
                     assert_eq!(flagged.len(), 1, "{context}");
                     assert!(flagged[0].trim_start().starts_with(rule) && flagged[0].contains(subject), "{context}");
-                    assert!(last.starts_with("PROBLEM: 1 thing wrong: ") && last.contains(subject) && last.contains(words), "{context}");
+                    assert!(flagged[0].contains(&format!(" {action} ")), "{context}");
+                    assert!(last.starts_with(&format!("PROBLEM: 1 thing wrong: {action}: ")), "{context}");
+                    assert!(last.contains(subject) && last.contains(words), "{context}");
+                    let action_line = lines[lines.len() - 2];
+                    assert!(action_line.starts_with(&format!("action: {action} (")), "{context}");
                 }
             }
         }
@@ -120,12 +146,21 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
                 None => {
                     assert!(flagged.is_empty(), "{context}");
                     assert_eq!(line["data"]["status"], "ok", "{context}");
+                    assert_eq!(line["data"]["action"], "none", "{context}");
+                    assert!(findings.iter().all(|f| f["action"] == "none"), "{context}");
                 }
-                Some(Named { rule, subject, words }) => {
+                Some(Named { rule, subject, words, action }) => {
                     assert_eq!(flagged.len(), 1, "{context}");
                     assert_eq!((flagged[0].0, flagged[0].1), (rule, subject), "{context}");
                     assert!(flagged[0].2.contains(words), "{context}");
                     assert_eq!(line["data"]["status"], "problem", "{context}");
+                    let finding = findings.iter().find(|f| f["status"] == "problem").expect("the problem");
+                    assert_eq!(finding["action"], action, "{context}");
+                    assert!(!finding["action_reason"].as_str().unwrap_or("").is_empty(), "{context}");
+                    assert_eq!(line["data"]["action"], action, "{context}");
+                    assert!(line["data"]["action_reason"].as_str().unwrap_or("").contains(subject), "{context}");
+                    // Everything else is fine: no other action.
+                    assert_eq!(findings.iter().filter(|f| f["action"] != "none").count(), 1, "{context}");
                 }
             }
         }
@@ -134,8 +169,9 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
             assert!(lines[0].len() <= 80 && lines[0].is_ascii(), "{context}");
             match fault {
                 None => assert!(lines[0].starts_with("efatop: ok: "), "{context}"),
-                Some(Named { subject, words, .. }) => {
-                    assert!(lines[0].starts_with("efatop: ") && lines[0].contains(subject) && lines[0].contains(words), "{context}");
+                Some(Named { subject, words, action, .. }) => {
+                    assert!(lines[0].starts_with(&format!("efatop: {action}: ")), "{context}");
+                    assert!(lines[0].contains(subject) && lines[0].contains(words), "{context}");
                     assert!(!lines[0].contains(';') && !lines[0].contains("more)"), "one problem only: {context}");
                 }
             }
@@ -144,9 +180,10 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
             let prefix = if format == "nhc" { "check_efatop:  " } else { "efatop: " };
             match fault {
                 None => assert!(run.stdout.is_empty(), "{context}"),
-                Some(Named { subject, words, .. }) => {
+                Some(Named { subject, words, action, .. }) => {
                     assert_eq!(lines.len(), 1, "{context}");
                     let reason = lines[0].strip_prefix(prefix).unwrap_or_else(|| panic!("no {prefix:?}: {context}"));
+                    assert!(reason.starts_with(&format!("{action}: ")), "{context}");
                     assert!(reason.contains(subject) && reason.contains(words) && !reason.contains(';'), "{context}");
                 }
             }
@@ -162,8 +199,8 @@ fn every_format(fault: Option<Fault>) {
         let subject = fault.map(|fault| node.plant(fault).expect("plant"));
         for format in FORMATS {
             let run = check(&node, format, fault == Some(Fault::ImpairedRising));
-            let what = format!("{instance_type} {}", fault.map_or("healthy", Fault::name));
-            assert_names(&run, format, fault.zip(subject.as_deref()), &what);
+            let what = format!("{instance_type} {}", fault.map_or_else(|| "healthy".to_string(), Fault::name));
+            assert_names(&run, format, fault.zip(subject.as_deref()), instance_type, &what);
         }
     }
 }
@@ -196,6 +233,70 @@ fn a_nic_on_the_wrong_numa_node_is_named_in_every_format() {
 #[test]
 fn memlock_too_low_is_named_in_every_format() {
     every_format(Some(Fault::LowMemlock));
+}
+
+#[test]
+fn a_gpu_link_trained_at_x8_is_named_in_every_format() {
+    every_format(Some(Fault::GpuLinkX8));
+}
+
+#[test]
+fn an_efa_link_trained_at_x8_is_named_in_every_format() {
+    every_format(Some(Fault::EfaLinkX8));
+}
+
+#[test]
+fn one_xid_of_each_class_is_named_with_the_catalogs_action_in_every_format() {
+    for xid in Fault::XID_CLASSES {
+        every_format(Some(Fault::Xid(xid)));
+    }
+}
+
+/// The scenario of issue 45: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
+/// x16. JSON names both, `replace` for the GPU (with its PCI address and the NICs behind its switch) and
+/// the NIC's own action, `replace` for the node; the NPD line fits 80 characters and exits 1; the Slurm
+/// reason names both. The same node healthy says `none` and exits 0.
+#[test]
+fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
+    let healthy = check(&node, "json", false);
+    assert_eq!(healthy.code, Some(0), "{}{}", healthy.stdout, healthy.stderr);
+    let line: Value = serde_json::from_str(healthy.stdout.trim()).expect("json");
+    assert_eq!((line["data"]["status"].as_str(), line["data"]["action"].as_str()), (Some("ok"), Some("none")));
+    let layout = efatop_topology::instance_layout("p5.48xlarge").expect("known").expect("loads");
+    let gpu3 = layout.gpus.iter().find(|gpu| gpu.index == 3).expect("GPU 3").pci_bus_id.clone();
+    node.log_xid(&gpu3, 79).expect("log Xid 79");
+    assert_eq!(node.plant(Fault::EfaLinkX8).expect("plant"), "rdmap80s0");
+
+    let run = check(&node, "json", false);
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    let line: Value = serde_json::from_str(run.stdout.trim()).expect("json");
+    let data = &line["data"];
+    assert_eq!(data["action"], "replace", "{data}");
+    let problems: Vec<&Value> = data["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    let gpu = problems.iter().find(|f| f["rule"] == "gpu-xid").expect("the Xid finding");
+    assert_eq!((gpu["subject"].as_str(), gpu["action"].as_str()), (Some("GPU 3"), Some("replace")), "{gpu}");
+    let message = gpu["message"].as_str().expect("message");
+    // Named by index and PCI address, with the NICs of its PCIe switch (GPU 3's: rdmap130s0..rdmap133s0).
+    assert!(message.contains(&gpu3) && message.contains("Xid 79") && message.contains("rdmap130s0, rdmap131s0, rdmap132s0, rdmap133s0"), "{message}");
+    assert!(gpu["action_reason"].as_str().expect("reason").contains("fallen off the bus"), "{gpu}");
+    let nic = problems.iter().find(|f| f["rule"] == "pcie-link").expect("the link finding");
+    assert_eq!((nic["subject"].as_str(), nic["action"].as_str()), (Some("rdmap80s0"), Some("watch")), "{nic}");
+    let message = nic["message"].as_str().expect("message");
+    assert!(message.contains("x8 16 GT/s of x16 16 GT/s") && message.contains("126 Gbps less"), "{message}");
+
+    let npd = check(&node, "npd", false);
+    assert_eq!(npd.code, Some(1));
+    let npd_line = npd.stdout.trim_end();
+    assert!(npd_line.len() <= 80 && npd.stdout.lines().count() == 1, "{npd_line}");
+    assert_eq!(npd_line, "efatop: replace: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16");
+    let slurm = check(&node, "slurm", false);
+    assert_eq!(slurm.code, Some(1));
+    assert_eq!(slurm.stdout, "efatop: replace: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16\n");
+    let table = check(&node, "table", false);
+    assert!(table.stdout.contains("action: replace (GPU 3 Xid 79: "), "{}", table.stdout);
 }
 
 /// The newer EFA driver's device counters (on the EFA v3/v4 fake nodes) are read and watched: one growing
@@ -246,12 +347,13 @@ fn several_faults_fit_one_npd_line_worst_first_and_the_rest_counted() {
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     let line = run.stdout.trim_end();
     assert!(line.len() <= 80, "{line}");
-    assert!(line.starts_with("efatop: rdmap80s0 port 1 DOWN; rdmap81s0 port 1 DOWN"), "{line}");
-    assert!(line.ends_with(" more)"), "{line}");
+    // Strongest action first: the NIC on the wrong NUMA node (replace), then the ports down and memlock (reboot).
+    assert_eq!(line, "efatop: replace: rdmap80s0 on NUMA 1, not 0 (+4 more)");
     let slurm = check(&node, "slurm", false);
     assert_eq!(
         slurm.stdout,
-        "efatop: rdmap80s0 port 1 DOWN; rdmap81s0 port 1 DOWN; rdmap82s0 port 1 DOWN; rdmap80s0 on NUMA 1, not 0; memlock 64 KiB, not unlimited\n"
+        "efatop: replace: rdmap80s0 on NUMA 1, not 0; reboot: rdmap80s0 port 1 DOWN; rdmap81s0 port 1 DOWN; rdmap82s0 port 1 DOWN; \
+         memlock 64 KiB, not unlimited\n"
     );
 }
 
@@ -354,7 +456,7 @@ fn a_corrupt_write_names_its_nic_and_provider_in_every_format() {
     let words = format!("corrupt write from {nic} (tcp)");
     for format in FORMATS {
         let run = check_traffic(&node, "tcp", format, true);
-        assert_flagged(&run, format, Some(Named { rule: "traffic", subject: &nic, words: &words }), "--traffic with a corrupt byte");
+        assert_flagged(&run, format, Some(Named { rule: "traffic", subject: &nic, words: &words, action: "reboot" }), "--traffic with a corrupt byte");
     }
 }
 

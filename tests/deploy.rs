@@ -128,7 +128,14 @@ fn the_nhc_check_dies_with_efatops_message_only_on_a_problem() {
     broken.plant(Fault::LowMemlock).expect("plant");
     let root = |node: &FakeNode| node.root().to_str().expect("utf-8").to_string();
     assert_eq!(nhc(&["--sysfs-root", &root(&healthy), "--window", "100ms"]), "ret 0\n");
-    assert_eq!(nhc(&["--sysfs-root", &root(&broken), "--window", "100ms"]), "DIE 1 check_efatop:  memlock 64 KiB, not unlimited\nret 1\n");
+    assert_eq!(nhc(&["--sysfs-root", &root(&broken), "--window", "100ms"]), "DIE 1 check_efatop:  reboot: memlock 64 KiB, not unlimited\nret 1\n");
+    // A problem whose action is only watch (an EFA at x8 that still carries its 100 Gbps) is logged, not a drain.
+    let watched = FakeNode::write(dir.path().join("watched"), "p4d.24xlarge").expect("watched");
+    let victim = watched.plant(Fault::EfaLinkX8).expect("plant");
+    assert_eq!(
+        nhc(&["--sysfs-root", &root(&watched), "--window", "100ms"]),
+        format!("LOG check_efatop:  watch: {victim} PCIe x8 of x16 (action watch: not drained)\nret 0\n")
+    );
     let said = nhc(&["--sysfs-root", dir.path().to_str().expect("utf-8"), "--window", "100ms"]);
     assert_eq!(said, "LOG check_efatop:  efatop check could not tell (exit 2); passing\nret 0\n");
     // A slow binary is NHC's to time out; efatop's own window keeps it far inside NHC's default 30 s.

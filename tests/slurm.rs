@@ -181,7 +181,7 @@ fn as_health_check_a_planted_fault_drains_its_node_with_efatops_reason_and_remov
     let drained = wait_until("efatop-node2 drained by the health check", Duration::from_mins(1), || {
         reasons().into_iter().find(|(_, nodes)| nodes == "efatop-node2")
     });
-    assert_eq!(drained.0, "efatop: rdmap80s0 port 1 DOWN");
+    assert_eq!(drained.0, "efatop: reboot: rdmap80s0 port 1 DOWN");
     assert!(node_state("efatop-node2").starts_with("drain"), "{}", node_state("efatop-node2"));
     // The port comes back: the next check resumes the node; the operator's drain stays.
     std::fs::write(format!("{SLURM_DIR}/sysfs/efatop-node2/sys/class/infiniband/rdmap80s0/ports/1/state"), "4: ACTIVE\n").expect("port up");
@@ -206,7 +206,7 @@ fn as_prolog_a_planted_fault_drains_the_node_and_the_job_does_not_start_there() 
     assert_ne!(refused.code, Some(0), "{}", refused.stdout);
     assert!(refused.stderr.contains("prolog failed"), "{}", refused.stderr);
     assert!(!refused.stdout.contains("efatop-node3"), "the job ran: {}", refused.stdout);
-    assert_eq!(reasons(), [("efatop: rdmap80s0 port 1 DOWN".to_string(), "efatop-node3".to_string())]);
+    assert_eq!(reasons(), [("efatop: reboot: rdmap80s0 port 1 DOWN".to_string(), "efatop-node3".to_string())]);
     let healthy = srun(&["-w", "efatop-node0", "-N", "1", "hostname"], Duration::from_mins(1));
     assert_eq!((healthy.code, healthy.stdout.trim()), (Some(0), "efatop-node0"), "{}", healthy.stderr);
 }

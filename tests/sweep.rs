@@ -235,7 +235,7 @@ fn a_slow_cross_rail_path_is_named_as_a_link_between_two_rails() {
 }
 
 /// `--format slurm` and `--format npd` on two nodes, node 1's efa1 at 250 Mbit/s: the run's own output goes
-/// to stderr and stdout holds only the contract, `efatop-node1 efatop: sweep: efa1 slow (...)` as Slurm's
+/// to stderr and stdout holds only the contract, `efatop-node1 efatop: sweep: reboot: efa1 slow (...)` as Slurm's
 /// drain reason for that node, and one node-problem-detector line of at most 80 characters; exit code 1 (a
 /// problem), not sweep's own 3.
 #[test]
@@ -255,9 +255,9 @@ fn a_slow_nic_is_a_drain_reason_for_its_node_and_an_npd_line() {
         let lines: Vec<&str> = run.stdout.lines().collect();
         assert_eq!(lines.len(), 1, "{format}: {}", run.stdout);
         if format == "slurm" {
-            assert!(lines[0].starts_with("efatop-node1 efatop: sweep: efa1 slow ("), "{}", lines[0]);
+            assert!(lines[0].starts_with("efatop-node1 efatop: sweep: reboot: efa1 slow ("), "{}", lines[0]);
         } else {
-            assert!(lines[0].starts_with("efatop: sweep: efatop-node1 efa1 slow (") && lines[0].len() <= 80, "{}", lines[0]);
+            assert!(lines[0].starts_with("efatop: sweep: efatop-node1 reboot: efa1 slow (") && lines[0].len() <= 80, "{}", lines[0]);
         }
     }
 }

@@ -11,8 +11,10 @@
 //! rule) out. The binary prints them as a table, JSON, or the one-line contracts of NHC, Slurm and
 //! node-problem-detector.
 
+mod action;
 mod rules;
 mod traffic;
+pub mod xid;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ use efatop_proto::telemetry::NicKind;
 
 use crate::{Affinity, GpuReader, Monitor, Sysfs};
 
+pub use action::Action;
 pub use rules::{evaluate, WATCHED_COUNTERS};
 pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 
@@ -70,8 +73,14 @@ pub enum Rule {
     Numa,
     /// Each GPU's NICs behind its PCIe switch.
     Pcie,
+    /// Each GPU's and EFA's PCIe link trained at its full width and speed.
+    PcieLink,
     /// NVIDIA GPUs present against the layout.
     Gpus,
+    /// GPU Xid errors in the kernel log, each with the action NVIDIA's catalog gives it.
+    GpuXid,
+    /// GPU memory health through NVML: row remaps pending or failed, volatile uncorrectable ECC.
+    GpuMemory,
     /// nvidia-peermem, or dma-buf.
     Gpudirect,
     /// The memlock limit.
@@ -83,7 +92,7 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub const ALL: [Rule; 12] = [
+    pub const ALL: [Rule; 15] = [
         Rule::Instance,
         Rule::EfaDevices,
         Rule::EfaPorts,
@@ -91,7 +100,10 @@ impl Rule {
         Rule::Rails,
         Rule::Numa,
         Rule::Pcie,
+        Rule::PcieLink,
         Rule::Gpus,
+        Rule::GpuXid,
+        Rule::GpuMemory,
         Rule::Gpudirect,
         Rule::Memlock,
         Rule::Libfabric,
@@ -108,7 +120,10 @@ impl Rule {
             Rule::Rails => "rails",
             Rule::Numa => "numa",
             Rule::Pcie => "pcie",
+            Rule::PcieLink => "pcie-link",
             Rule::Gpus => "gpus",
+            Rule::GpuXid => "gpu-xid",
+            Rule::GpuMemory => "gpu-memory",
             Rule::Gpudirect => "gpudirect",
             Rule::Memlock => "memlock",
             Rule::Libfabric => "libfabric",
@@ -130,11 +145,56 @@ pub struct Finding {
     /// A few ASCII words naming the fault, for one-line contracts (a Slurm drain reason, an NPD message):
     /// `rdmap80s0 port 1 DOWN`.
     pub short: String,
+    /// What to do about it ([`Action`]): `none` for what is fine or not checked.
+    #[serde(default)]
+    pub action: Action,
+    /// Why that action, in a sentence.
+    #[serde(default)]
+    pub action_reason: String,
 }
 
 impl Finding {
+    /// A finding with its rule's usual action for `status` ([`default_action`]); [`Finding::act`] sets
+    /// another.
     pub(crate) fn new(rule: Rule, status: Status, subject: Option<&str>, message: String, short: String) -> Self {
-        Self { rule, status, subject: subject.map(str::to_string), message, short }
+        let (action, reason) = default_action(rule, status);
+        Self { rule, status, subject: subject.map(str::to_string), message, short, action, action_reason: reason.to_string() }
+    }
+
+    /// The same finding with this action and reason.
+    pub(crate) fn act(mut self, action: Action, reason: impl Into<String>) -> Self {
+        self.action = action;
+        self.action_reason = reason.into();
+        self
+    }
+}
+
+/// What a rule's finding calls for when the rule says nothing more specific: nothing when fine or not
+/// checked; `watch` when it could not tell; for a problem, by what the rule looks at (docs/check.md lists
+/// them).
+pub fn default_action(rule: Rule, status: Status) -> (Action, &'static str) {
+    match status {
+        Status::Ok => (Action::None, "nothing wrong"),
+        Status::Skipped => (Action::None, "not checked here"),
+        Status::Unknown => (Action::Watch, "could not tell: look at the node before trusting it"),
+        Status::Problem => match rule {
+            Rule::Instance | Rule::EfaCounters | Rule::Rails => {
+                (Action::Watch, "the node still works: watch whether it keeps happening or spreads")
+            }
+            Rule::EfaDevices | Rule::EfaPorts => (
+                Action::Reboot,
+                "an EFA that did not enumerate or a port that did not come up returns on a reboot unless it is broken; replace the node if it does not",
+            ),
+            Rule::Numa | Rule::Pcie => (Action::Replace, "device placement is the platform's: a reboot does not move a device"),
+            Rule::Gpus => (Action::Replace, "a GPU missing from the PCI bus is a hardware fault"),
+            Rule::PcieLink => (Action::Reboot, "a link retrains on a reboot; one that trains low again is hardware: replace"),
+            Rule::GpuXid | Rule::GpuMemory => (Action::Reset, "a GPU fault that a GPU reset clears"),
+            Rule::Gpudirect | Rule::Memlock | Rule::Libfabric => (
+                Action::Reboot,
+                "the node's software or configuration is wrong: fix it and restart the node (or its services) before jobs run",
+            ),
+            Rule::Traffic => (Action::Reboot, "a NIC that cannot carry a verified write is not fit for jobs until restarted"),
+        },
     }
 }
 
@@ -197,6 +257,10 @@ pub struct Observed {
     pub moved: Vec<NicBytes>,
     /// What `--traffic` found; `None` without it.
     pub traffic: Option<Traffic>,
+    /// The GPU Xids of the kernel log ([`xid::read`]), or why it could not be read.
+    pub xids: Result<xid::XidLog, String>,
+    /// Each GPU's memory health through NVML ([`crate::memory_health`]), or why it was not read.
+    pub gpu_memory: Result<Vec<crate::GpuMemory>, String>,
 }
 
 /// The instance type to judge against, and where it came from.
@@ -267,6 +331,12 @@ pub fn observe_with_traffic(
         libfabric,
         moved,
         traffic,
+        xids: xid::read(sysfs.root()),
+        gpu_memory: if sysfs.root() == std::path::Path::new("/") {
+            crate::memory_health()
+        } else {
+            Err(format!("--sysfs-root {} is not this machine: NVML not asked", sysfs.root().display()))
+        },
     }
 }
 
@@ -280,6 +350,12 @@ pub struct Report {
     pub window_s: f64,
     /// The worst finding's status ([`Report::status_of`]).
     pub status: Status,
+    /// The node's verdict: the strongest action of its findings ([`Report::action_of`]).
+    #[serde(default)]
+    pub action: Action,
+    /// Why: the finding that called for it (`GPU 3: ...`).
+    #[serde(default)]
+    pub action_reason: String,
     pub findings: Vec<Finding>,
     /// What `--traffic` ran (provider, ranks, every channel's NIC and best rate) and how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -289,12 +365,15 @@ pub struct Report {
 impl Report {
     pub fn new(host: impl Into<String>, expected: &Expected, observed: &Observed) -> Self {
         let findings = evaluate(observed, expected);
+        let (action, action_reason) = Self::action_of(&findings);
         Self {
             host: host.into(),
             instance_type: expected.instance_type.clone(),
             instance_source: expected.source.clone(),
             window_s: observed.window.as_secs_f64(),
             status: Self::status_of(&findings),
+            action,
+            action_reason,
             findings,
             traffic: observed.traffic.clone(),
         }
@@ -308,6 +387,21 @@ impl Report {
             Status::Unknown
         } else {
             Status::Ok
+        }
+    }
+
+    /// The strongest action of `findings` (the first of the strongest), and its reason naming the finding:
+    /// `none` and `nothing wrong` when none calls for one.
+    pub fn action_of(findings: &[Finding]) -> (Action, String) {
+        let mut strongest: Option<&Finding> = None;
+        for finding in findings {
+            if finding.action > strongest.map_or(Action::None, |f| f.action) {
+                strongest = Some(finding);
+            }
+        }
+        match strongest {
+            None => (Action::None, "nothing wrong".into()),
+            Some(finding) => (finding.action, format!("{}: {}", finding.short, finding.action_reason)),
         }
     }
 

@@ -40,24 +40,66 @@ pub enum Fault {
     WrongNuma,
     /// The memlock limit is 64 KiB.
     LowMemlock,
+    /// A GPU's PCIe link trained at x8 of its x16 ([`FakeNode::victim_gpu`]).
+    GpuLinkX8,
+    /// An EFA's PCIe link trained at x8 of its x16.
+    EfaLinkX8,
+    /// The kernel log holds this Xid for [`FakeNode::victim_gpu`] (`xid-79`).
+    Xid(u32),
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [Fault::MissingNic, Fault::PortDown, Fault::ImpairedRising, Fault::WrongNuma, Fault::LowMemlock];
+    pub const ALL: [Fault; 8] = [
+        Fault::MissingNic,
+        Fault::PortDown,
+        Fault::ImpairedRising,
+        Fault::WrongNuma,
+        Fault::LowMemlock,
+        Fault::GpuLinkX8,
+        Fault::EfaLinkX8,
+        Fault::Xid(79),
+    ];
+
+    /// One Xid of each class of NVIDIA's catalog as efatop maps it ([`crate::check::xid::CATALOG`]): an
+    /// application's fault, a contained ECC error (both `watch`), a double-bit ECC error and an
+    /// uncontained one (`reset`), a GSP error (`reboot`), a GPU off the bus (`replace`).
+    pub const XID_CLASSES: [u32; 6] = [13, 94, 48, 95, 119, 79];
 
     /// The name `efatop check --plant` and the tests use.
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            Fault::MissingNic => "missing-nic",
-            Fault::PortDown => "port-down",
-            Fault::ImpairedRising => "impaired-rising",
-            Fault::WrongNuma => "wrong-numa",
-            Fault::LowMemlock => "low-memlock",
+            Fault::MissingNic => "missing-nic".into(),
+            Fault::PortDown => "port-down".into(),
+            Fault::ImpairedRising => "impaired-rising".into(),
+            Fault::WrongNuma => "wrong-numa".into(),
+            Fault::LowMemlock => "low-memlock".into(),
+            Fault::GpuLinkX8 => "gpu-link-x8".into(),
+            Fault::EfaLinkX8 => "efa-link-x8".into(),
+            Fault::Xid(xid) => format!("xid-{xid}"),
         }
     }
 
+    /// A name of [`Fault::name`]'s; `xid-N` for any Xid number.
     pub fn parse(name: &str) -> Option<Fault> {
+        if let Some(number) = name.strip_prefix("xid-") {
+            return number.parse().ok().filter(|n| (1..10_000).contains(n)).map(Fault::Xid);
+        }
         Fault::ALL.into_iter().find(|fault| fault.name() == name)
+    }
+}
+
+/// What a fake node's PCIe links train at: x16 at the generation of the type's parts (ASSUMED: Gen5 for
+/// Hopper and Blackwell GPUs and EFA v3/v4, Gen4 for A100 and EFA v1/v2; no source gives EFA's).
+fn link_speed(pci_id: &str, gpu: bool, efa_generation: Option<u8>) -> &'static str {
+    let gen5 = if gpu { !pci_id.ends_with("20b0") && !pci_id.ends_with("20b2") } else { efa_generation.is_some_and(|g| g >= 3) };
+    if gen5 { "32.0 GT/s PCIe" } else { "16.0 GT/s PCIe" }
+}
+
+/// The text the NVIDIA driver logs with an Xid, roughly (only the number is read).
+fn xid_text(xid: u32) -> String {
+    match xid {
+        79 => "pid=0, GPU has fallen off the bus.".into(),
+        _ => format!("pid=4242, name=python3, {}", crate::check::xid::action(xid).1),
     }
 }
 
@@ -133,6 +175,8 @@ impl FakeNode {
         fs::write(root.join("proc/self/limits"), limits_text("unlimited"))?;
         node.counters.add_net("lo", None, None)?;
         node.counters.add_net("eth0", Some("0000:00:05.0"), Some(100_000))?;
+        // The kernel log as /dev/kmsg gives it, with no Xid.
+        write_lines(&root.join("dev/kmsg"), "6,1,0,-;Linux version 6.8.0-1015-aws\n6,2,1200,-;nvidia: loading out-of-tree module taints kernel.")?;
         Ok(node)
     }
 
@@ -169,6 +213,29 @@ impl FakeNode {
         efa.get(1).or(efa.first()).map(|(name, _)| name.clone()).unwrap_or_default()
     }
 
+    /// The GPU a planted GPU fault hits: GPU 3 (the last where there are fewer), as (name, PCI address).
+    pub fn victim_gpu(&self) -> (String, String) {
+        let gpu = self.layout.gpus.get(3).or(self.layout.gpus.last());
+        gpu.map(|gpu| (format!("GPU {}", gpu.index), gpu.pci_bus_id.clone())).unwrap_or_default()
+    }
+
+    /// Writes an Xid for the GPU at `address` (`0000:86:00.0`) into the fake kernel log, as the driver
+    /// logs it.
+    pub fn log_xid(&self, address: &str, xid: u32) -> io::Result<()> {
+        use std::io::Write as _;
+        let logged = address.rsplit_once('.').map_or(address, |(device, _)| device);
+        let path = self.root().join("dev/kmsg");
+        let sequence = fs::read_to_string(&path).map_or(0, |text| text.lines().count()) + 1;
+        let mut file = fs::OpenOptions::new().append(true).create(true).open(path)?;
+        writeln!(file, "3,{sequence},{},-;NVRM: Xid (PCI:{logged}): {xid}, {}", sequence * 1000, xid_text(xid))
+    }
+
+    /// Sets the PCIe link width the function at `address` trained at.
+    pub fn set_link_width(&self, address: &str, width: u32) -> io::Result<()> {
+        let dir = fs::canonicalize(self.root().join("sys/bus/pci/devices").join(address))?;
+        write_lines(&dir.join("current_link_width"), &width.to_string())
+    }
+
     /// Which switch each GPU and NIC sits behind: GPUs with the same nearest NICs share one.
     fn switches(&self) -> (Vec<usize>, Vec<Option<usize>>) {
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -192,9 +259,12 @@ impl FakeNode {
         let spare_switch = gpu_switch.iter().max().map_or(0, |max| max + 1);
         let bus_dir = root.join("sys/bus/pci/devices");
         fs::create_dir_all(&bus_dir)?;
-        let function = |switch: usize, address: &str, pci_id: &str, class: &str, numa: Option<u32>| -> io::Result<PathBuf> {
+        let function = |switch: usize, address: &str, pci_id: &str, class: &str, numa: Option<u32>, speed: &str| -> io::Result<PathBuf> {
             let dir = function_dir(&root, switch, address);
             fs::create_dir_all(&dir)?;
+            for (file, value) in [("current_link_width", "16"), ("max_link_width", "16"), ("current_link_speed", speed), ("max_link_speed", speed)] {
+                write_lines(&dir.join(file), value)?;
+            }
             let (vendor, device) = pci_id.split_once(':').unwrap_or((pci_id, ""));
             write_lines(&dir.join("vendor"), &format!("0x{vendor}"))?;
             write_lines(&dir.join("device"), &format!("0x{device}"))?;
@@ -204,7 +274,7 @@ impl FakeNode {
             Ok(dir)
         };
         for (gpu, switch) in self.layout.gpus.iter().zip(&gpu_switch) {
-            function(*switch, &gpu.pci_bus_id, &gpu.pci_id, "0x030200", gpu.numa_node)?;
+            function(*switch, &gpu.pci_bus_id, &gpu.pci_id, "0x030200", gpu.numa_node, link_speed(&gpu.pci_id, true, None))?;
         }
         let rate = |gbps: Option<f64>| match gbps.map(|g| g.round() as u64) {
             Some(400) => "400 Gb/sec (8X HDR)".to_string(),
@@ -214,7 +284,7 @@ impl FakeNode {
         };
         for (device_index, nic) in self.layout.nics.iter().enumerate().filter(|(_, nic)| nic.kind == LayoutNicKind::Efa) {
             let switch = nic_switch[device_index].unwrap_or(spare_switch);
-            let pci = function(switch, &nic.pci_bus_id, &nic.pci_id, "0x020000", nic.numa_node)?;
+            let pci = function(switch, &nic.pci_bus_id, &nic.pci_id, "0x020000", nic.numa_node, link_speed(&nic.pci_id, false, nic.efa_generation()))?;
             let dir = root.join("sys/class/infiniband").join(&nic.name);
             let port = dir.join("ports/1");
             fs::create_dir_all(port.join("hw_counters"))?;
@@ -261,6 +331,20 @@ impl FakeNode {
             Fault::LowMemlock => {
                 fs::write(self.root().join("proc/self/limits"), limits_text("65536"))?;
                 return Ok("memlock".into());
+            }
+            Fault::EfaLinkX8 => {
+                let address = self.efa().into_iter().find(|(name, _)| *name == victim).map(|(_, address)| address).unwrap_or_default();
+                self.set_link_width(&address, 8)?;
+            }
+            Fault::GpuLinkX8 => {
+                let (name, address) = self.victim_gpu();
+                self.set_link_width(&address, 8)?;
+                return Ok(name);
+            }
+            Fault::Xid(xid) => {
+                let (name, address) = self.victim_gpu();
+                self.log_xid(&address, xid)?;
+                return Ok(name);
             }
         }
         Ok(victim)

@@ -152,6 +152,79 @@ fn read_gpu(nvml: &'static Nvml, gpu: &mut WatchedGpu) -> NodeGpu {
     stats
 }
 
+/// One GPU's memory health as NVML reports it (DCGM's and NVIDIA's catalog's inputs for reset and
+/// replace): row remaps pending a reset or failed, and uncorrectable ECC errors since the driver loaded.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GpuMemory {
+    pub index: usize,
+    /// `0000:86:00.0`.
+    pub pci_bus_id: String,
+    /// A row was marked for remapping and waits for a GPU reset; `None` when NVML does not say (no row
+    /// remapping before Ampere).
+    pub remap_pending: Option<bool>,
+    /// A remap failed: the GPU has no spare row left where it needed one.
+    pub remap_failed: Option<bool>,
+    /// Rows remapped for uncorrectable errors, over the GPU's life.
+    pub remapped_uncorrectable: Option<u64>,
+    /// Uncorrectable ECC errors since the driver loaded; `None` where ECC is off or unsupported.
+    pub volatile_uncorrectable: Option<u64>,
+    /// PCIe generation and width now and at most, as NVML sees them: (gen, width, max gen, max width).
+    pub pcie: Option<(u32, u32, u32, u32)>,
+}
+
+/// NVML's field ids for row remapping (`nvml.h`: `NVML_FI_DEV_REMAPPED_*`).
+const FI_REMAPPED_UNC: u32 = 143;
+const FI_REMAPPED_PENDING: u32 = 144;
+const FI_REMAPPED_FAILURE: u32 = 145;
+
+/// Every GPU's memory health through NVML; `Err` says why it cannot be read (no driver on this machine).
+pub fn memory_health() -> Result<Vec<GpuMemory>, String> {
+    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let nvml = nvml()?;
+    let count = nvml.device_count().map_err(|err| format!("NVML cannot count GPUs: {err}"))?;
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        let device = nvml.device_by_index(index).map_err(|err| format!("NVML GPU {index}: {err}"))?;
+        let pci_bus_id = device.pci_info().ok().and_then(|pci| efatop_topology::normalize_bus_id(&pci.bus_id)).unwrap_or_default();
+        let ids = [FieldId(FI_REMAPPED_UNC), FieldId(FI_REMAPPED_PENDING), FieldId(FI_REMAPPED_FAILURE)];
+        let values: Vec<Option<u64>> = device.field_values_for(&ids).map_or_else(
+            |_| vec![None; ids.len()],
+            |samples| {
+                samples
+                    .into_iter()
+                    .map(|sample| match sample.ok()?.value.ok()? {
+                        SampleValue::U32(v) => Some(u64::from(v)),
+                        SampleValue::U64(v) => Some(v),
+                        SampleValue::I64(v) => u64::try_from(v).ok(),
+                        SampleValue::F64(v) => (v >= 0.0).then_some(v as u64),
+                    })
+                    .collect()
+            },
+        );
+        let value = |i: usize| values.get(i).copied().flatten();
+        let pcie = (|| {
+            Some((
+                device.current_pcie_link_gen().ok()?,
+                device.current_pcie_link_width().ok()?,
+                device.max_pcie_link_gen().ok()?,
+                device.max_pcie_link_width().ok()?,
+            ))
+        })();
+        gpus.push(GpuMemory {
+            index: index as usize,
+            pci_bus_id,
+            remap_pending: value(1).map(|v| v != 0),
+            remap_failed: value(2).map(|v| v != 0),
+            remapped_uncorrectable: value(0),
+            volatile_uncorrectable: device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            pcie,
+        });
+    }
+    Ok(gpus)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ pub mod prometheus;
 pub mod run_metrics;
 mod rates;
 mod sysfs;
+pub mod xid_watch;
 
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ pub use fake::{
     efa_device_counters, p5_efa_devices, FakeSysfs, EFA_DEVICE_COUNTERS, EFA_KVERBS_DEVICE_COUNTERS, EFA_PORT_COUNTERS,
     P5_EFA_FIRST_BUSES,
 };
-pub use gpu::{GpuReader, NO_DRIVER};
+pub use gpu::{memory_health, GpuMemory, GpuReader, NO_DRIVER};
 pub use nvlink::{NvlinkSurvey, pair_link, pair_link_or_inferred};
 pub use rates::{is_error_counter, is_retransmit_counter, NicSnapshot, RateTracker};
 pub use sysfs::{parse_net_speed, parse_rdma_rate, NicReading, Sysfs};

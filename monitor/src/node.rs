@@ -28,6 +28,72 @@ pub struct PciFunction {
     /// The PCI functions above it, from the root port down (its bridges and switch ports), as the
     /// canonical sysfs path lists them; empty when the path shows none.
     pub upstream: Vec<String>,
+    /// How its PCIe link trained (`current_link_*` against `max_link_*`); `None` when sysfs has no such
+    /// files (a virtual function, an old kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<PcieLink>,
+}
+
+/// A PCIe link as sysfs shows it: `current_link_width` `16`, `current_link_speed` `32.0 GT/s PCIe`, and
+/// the `max_link_*` the device and its slot can do.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PcieLink {
+    pub width: Option<u32>,
+    pub max_width: Option<u32>,
+    /// GT/s per lane.
+    pub speed_gts: Option<f64>,
+    pub max_speed_gts: Option<f64>,
+}
+
+impl Eq for PcieLink {}
+
+impl PcieLink {
+    /// Reads the four files under a function's directory; `None` when none of them is there.
+    fn read(dir: &Path) -> Option<Self> {
+        let text = |name: &str| fs::read_to_string(dir.join(name)).ok();
+        let width = |name: &str| text(name).and_then(|t| t.trim().parse::<u32>().ok()).filter(|w| *w > 0);
+        let speed = |name: &str| text(name).as_deref().and_then(parse_link_speed);
+        let link = Self {
+            width: width("current_link_width"),
+            max_width: width("max_link_width"),
+            speed_gts: speed("current_link_speed"),
+            max_speed_gts: speed("max_link_speed"),
+        };
+        (link != Self::default()).then_some(link)
+    }
+
+    /// One direction's usable bandwidth in Gbps at `width` lanes of `gts` GT/s: 8b/10b coding below
+    /// 8 GT/s (PCIe 1 and 2), 128b/130b from PCIe 3 to 5 (PCIe 6's FLIT mode is near 242/256; counted
+    /// as 128b/130b here, within 2%).
+    pub fn gbps(width: u32, gts: f64) -> f64 {
+        let coding = if gts < 8.0 { 8.0 / 10.0 } else { 128.0 / 130.0 };
+        f64::from(width) * gts * coding
+    }
+
+    /// The bandwidth it trained at and the most it could, in Gbps; `None` unless all four are known.
+    pub fn bandwidths(&self) -> Option<(f64, f64)> {
+        Some((Self::gbps(self.width?, self.speed_gts?), Self::gbps(self.max_width?, self.max_speed_gts?)))
+    }
+
+    /// Trained below its width or speed.
+    pub fn downgraded(&self) -> bool {
+        let narrower = matches!((self.width, self.max_width), (Some(now), Some(max)) if now < max);
+        let slower = matches!((self.speed_gts, self.max_speed_gts), (Some(now), Some(max)) if now + 1e-6 < max);
+        narrower || slower
+    }
+
+    /// `x8 16 GT/s`.
+    pub fn describe(width: Option<u32>, gts: Option<f64>) -> String {
+        let width = width.map_or_else(|| "x?".to_string(), |w| format!("x{w}"));
+        let gts = gts.map_or_else(|| "? GT/s".to_string(), |g| format!("{g} GT/s"));
+        format!("{width} {gts}")
+    }
+}
+
+/// `32.0 GT/s PCIe` (or `8 GT/s`, `2.5 GT/s`) → 32.0; `Unknown` → `None`.
+pub fn parse_link_speed(text: &str) -> Option<f64> {
+    let number = text.split_whitespace().next()?;
+    number.parse::<f64>().ok().filter(|gts| *gts > 0.0)
 }
 
 impl PciFunction {
@@ -42,7 +108,8 @@ impl PciFunction {
         let address = chain.pop()?;
         let text = |name: &str| fs::read_to_string(canonical.join(name)).ok().map(|t| t.trim().to_ascii_lowercase());
         let numa_node = text("numa_node").and_then(|t| t.parse::<i64>().ok()).and_then(|n| u32::try_from(n).ok());
-        Some(Self { address, vendor: text("vendor"), device: text("device"), class: text("class"), numa_node, upstream: chain })
+        let link = PcieLink::read(&canonical);
+        Some(Self { address, vendor: text("vendor"), device: text("device"), class: text("class"), numa_node, upstream: chain, link })
     }
 
     /// Whether `other` hangs below one of the same PCIe switches: the two share a bridge under the root

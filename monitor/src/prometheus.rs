@@ -284,6 +284,10 @@ impl Collector for Snapshots {
 pub fn render(snapshots: Vec<NodeSample>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshots(snapshots)));
+    // The process's live Xid counts, once `efatop monitor` started them (crate::xid_watch).
+    if let Some(xids) = crate::xid_watch::XidWatch::running() {
+        registry.register_collector(Box::new(crate::xid_watch::XidCollector(xids)));
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     Ok(text)

@@ -58,11 +58,25 @@ fn a_healthy_node_of_every_type_has_no_problem_and_nothing_unknown() {
         let (_, report) = check(&node, Duration::from_millis(50), false, not_checked());
         assert_eq!(report.status, Status::Ok, "{instance_type}: {:#?}", report.findings);
         let oks: Vec<Rule> = report.with_status(Status::Ok).map(|f| f.rule).collect();
-        for rule in [Rule::Instance, Rule::EfaDevices, Rule::EfaPorts, Rule::EfaCounters, Rule::Numa, Rule::Pcie, Rule::Gpus, Rule::Gpudirect, Rule::Memlock] {
+        for rule in [
+            Rule::Instance,
+            Rule::EfaDevices,
+            Rule::EfaPorts,
+            Rule::EfaCounters,
+            Rule::Numa,
+            Rule::Pcie,
+            Rule::PcieLink,
+            Rule::Gpus,
+            Rule::GpuXid,
+            Rule::Gpudirect,
+            Rule::Memlock,
+        ] {
             assert!(oks.contains(&rule), "{instance_type}: {rule:?} not ok: {:#?}", report.findings);
         }
         let skipped: Vec<Rule> = report.with_status(Status::Skipped).map(|f| f.rule).collect();
-        assert_eq!(skipped, [Rule::Rails, Rule::Libfabric], "{instance_type}");
+        // GPU memory health is NVML's, which a fake tree is not asked.
+        assert_eq!(skipped, [Rule::Rails, Rule::GpuMemory, Rule::Libfabric], "{instance_type}");
+        assert_eq!(report.action, efatop_monitor::check::Action::None, "{instance_type}");
     }
 }
 
@@ -81,6 +95,8 @@ fn each_planted_fault_is_named_alone_on_every_type() {
                 Fault::ImpairedRising => Rule::EfaCounters,
                 Fault::WrongNuma => Rule::Numa,
                 Fault::LowMemlock => Rule::Memlock,
+                Fault::GpuLinkX8 | Fault::EfaLinkX8 => Rule::PcieLink,
+                Fault::Xid(_) => Rule::GpuXid,
             };
             assert_eq!(problems(&report), [(rule, subject.clone())], "{instance_type} {fault:?}: {:#?}", report.findings);
             assert_eq!(report.status, Status::Problem);

@@ -51,9 +51,10 @@ pub struct CheckArgs {
     /// Write a fake node of --instance-type under DIR and exit (scripts/make-fake-sysfs)
     #[arg(long, value_name = "DIR", hide = true, requires = "instance_type")]
     pub write_fake: Option<PathBuf>,
-    /// With --write-fake: break one thing (missing-nic, port-down, wrong-numa, low-memlock)
+    /// With --write-fake: break one thing (missing-nic, port-down, wrong-numa, low-memlock, gpu-link-x8,
+    /// efa-link-x8, xid-N); repeat to break several
     #[arg(long, value_name = "FAULT", hide = true, requires = "write_fake")]
-    pub plant: Option<String>,
+    pub plant: Vec<String>,
     /// Also write through every NIC of this node while the window runs: ranks on this node (one per GPU,
     /// at least 2), every NIC a channel, efa's shared-memory shortcut off, 4 MiB a write, every byte
     /// verified; a NIC that corrupts, lags far behind its peers or moves no bytes is a problem. Runs on this

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use efatop_topology::{NicKind as LayoutNicKind, NodeTopology};
 
-use super::{Expected, Finding, Libfabric, LibfabricFacts, Observed, Rule, Status};
-use crate::node::{PciFunction, RdmaDevice};
+use super::{xid, Action, Expected, Finding, Libfabric, LibfabricFacts, Observed, Rule, Status};
+use crate::node::{PciFunction, PcieLink, RdmaDevice};
 
 /// The counters whose growth is a fault: those fleets alert on (EFA's `retrans_timeout_events`,
 /// `impaired_remote_conn_events`, `unresponsive_remote_events`, `rx_drops`), failed RDMA work requests,
@@ -36,7 +36,10 @@ pub fn evaluate(observed: &Observed, expected: &Expected) -> Vec<Finding> {
     findings.extend(rails(observed));
     findings.extend(numa(observed, layout, &efa));
     findings.extend(pcie(observed, layout, &efa));
+    findings.extend(pcie_link(observed, layout, &efa));
     findings.extend(gpus(observed, layout));
+    findings.extend(gpu_xid(observed, layout, &efa));
+    findings.extend(gpu_memory(observed, layout));
     findings.extend(gpudirect(observed, layout, &efa));
     findings.push(memlock(observed, layout, &efa));
     findings.extend(libfabric(observed, layout, &efa));
@@ -385,6 +388,185 @@ fn gpus(observed: &Observed, layout: Option<&NodeTopology>) -> Vec<Finding> {
         .collect();
     if findings.is_empty() {
         findings.push(ok(Rule::Gpus, format!("{present} of {} NVIDIA GPUs present", layout.gpus.len())));
+    }
+    findings
+}
+
+/// A GPU's index: the layout's where it places the address, else its place among the GPUs found (the
+/// PCI order nvidia-smi numbers them in).
+fn gpu_index(observed: &Observed, layout: Option<&NodeTopology>, address: &str) -> Option<usize> {
+    let laid_out = layout.and_then(|layout| layout.gpus.iter().find(|gpu| gpu.pci_bus_id.eq_ignore_ascii_case(address)).map(|gpu| gpu.index));
+    laid_out.or_else(|| observed.gpus.iter().position(|f| f.address == address))
+}
+
+/// The EFA devices behind the same PCIe switch as `function`, by name.
+fn nics_on_switch(function: &PciFunction, efa: &[&RdmaDevice]) -> Vec<String> {
+    efa.iter().filter(|d| d.pci.as_ref().is_some_and(|pci| function.shares_switch_with(pci))).map(|d| d.name.clone()).collect()
+}
+
+fn gbps_text(gbps: f64) -> String {
+    format!("{gbps:.0} Gbps")
+}
+
+fn pcie_link(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Vec<Finding> {
+    // (name for messages, subject, function, what it needs in Gbps, need's words)
+    let mut devices: Vec<(String, String, &PciFunction, Option<f64>, &str)> = Vec::new();
+    for function in &observed.gpus {
+        let name = gpu_index(observed, layout, &function.address).map_or_else(|| format!("GPU {}", function.address), |i| format!("GPU {i}"));
+        // A GPU uses its whole link (host copies, GPUDirect peers): it needs what it can do.
+        let need = function.link.as_ref().and_then(PcieLink::bandwidths).map(|(_, max)| max);
+        devices.push((name.clone(), name, function, need, "the link it can train at"));
+    }
+    for device in efa {
+        let Some(function) = device.pci.as_ref() else { continue };
+        let ports: f64 = device.ports.iter().filter_map(|port| port.rate_gbps).sum();
+        let layout_rate = layout.and_then(|layout| {
+            layout_efa(layout).find(|nic| device.pci_address() == Some(nic.pci_bus_id.as_str()) || device.name == nic.name)?.link_gbps
+        });
+        let need = layout_rate.or((ports > 0.0).then_some(ports));
+        devices.push((device.name.clone(), device.name.clone(), function, need, "its line rate"));
+    }
+    let with_link: Vec<_> = devices.iter().filter(|(_, _, function, _, _)| function.link.is_some()).collect();
+    if with_link.is_empty() {
+        return vec![skipped(Rule::PcieLink, "no GPU or EFA shows current_link_width/max_link_width in sysfs".into())];
+    }
+    let mut findings = Vec::new();
+    for (name, subject, function, need, need_words) in &with_link {
+        let Some(link) = function.link.as_ref().filter(|link| link.downgraded()) else { continue };
+        let now = PcieLink::describe(link.width, link.speed_gts);
+        let max = PcieLink::describe(link.max_width, link.max_speed_gts);
+        let short = match (link.width, link.max_width) {
+            (Some(w), Some(m)) if w < m => format!("{name} PCIe x{w} of x{m}"),
+            _ => format!("{name} PCIe {} of {}", PcieLink::describe(None, link.speed_gts).trim_start_matches("x? "), PcieLink::describe(None, link.max_speed_gts).trim_start_matches("x? ")),
+        };
+        let (message, action, reason) = match link.bandwidths() {
+            Some((trained, most)) => {
+                let cost = format!("{} of {}, {} less", gbps_text(trained), gbps_text(most), gbps_text(most - trained));
+                match need {
+                    Some(need) if trained + 0.5 < *need => (
+                        format!("{name} ({}) trained at {now} of {max}: {cost}, below {need_words} of {}", function.address, gbps_text(*need)),
+                        Action::Reboot,
+                        format!("it can no longer carry {need_words} ({}): a reboot retrains the link; replace the node if it trains low again", gbps_text(*need)),
+                    ),
+                    Some(need) => (
+                        format!("{name} ({}) trained at {now} of {max}: {cost}; {need_words} of {} still fits", function.address, gbps_text(*need)),
+                        Action::Watch,
+                        format!("{need_words} ({}) still fits: watch it, and reboot to retrain when it is next drained", gbps_text(*need)),
+                    ),
+                    None => (
+                        format!("{name} ({}) trained at {now} of {max}: {cost}", function.address),
+                        Action::Reboot,
+                        "a reboot retrains the link; replace the node if it trains low again".to_string(),
+                    ),
+                }
+            }
+            None => (
+                format!("{name} ({}) trained at {now} of {max}", function.address),
+                Action::Reboot,
+                "a reboot retrains the link; replace the node if it trains low again".to_string(),
+            ),
+        };
+        findings.push(Finding::new(Rule::PcieLink, Status::Problem, Some(subject), message, short).act(action, reason));
+    }
+    if findings.is_empty() {
+        let gpus = with_link.iter().filter(|(n, ..)| n.starts_with("GPU")).count();
+        findings.push(ok(Rule::PcieLink, format!("{gpus} GPUs and {} EFA at their full PCIe width and speed", with_link.len() - gpus)));
+    }
+    findings
+}
+
+fn gpu_xid(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Vec<Finding> {
+    let log = match &observed.xids {
+        Err(why) => return vec![skipped(Rule::GpuXid, format!("the kernel log cannot be read: {why}"))],
+        Ok(log) => log,
+    };
+    if log.events.is_empty() {
+        if observed.gpus.is_empty() && layout.is_none_or(|layout| layout.gpus.is_empty()) {
+            return vec![skipped(Rule::GpuXid, format!("no GPUs; no Xid in {}", log.source))];
+        }
+        return vec![ok(Rule::GpuXid, format!("no GPU Xid in {}", log.source))];
+    }
+    // Per GPU address: its Xids, worst action first, then by number.
+    let mut by_gpu: std::collections::BTreeMap<String, Vec<(u32, u64, String)>> = std::collections::BTreeMap::new();
+    for ((pci, number), (times, text)) in xid::count(&log.events) {
+        by_gpu.entry(pci).or_default().push((number, times, text));
+    }
+    let mut findings = Vec::new();
+    for (pci, mut xids) in by_gpu {
+        xids.sort_by_key(|(number, ..)| (std::cmp::Reverse(xid::action(*number).0), *number));
+        let function = observed.gpus.iter().find(|f| xid::names_function(&pci, &f.address));
+        let address = function.map_or_else(|| pci.clone(), |f| f.address.clone());
+        let index = gpu_index(observed, layout, &address);
+        let subject = index.map_or_else(|| format!("GPU {pci}"), |i| format!("GPU {i}"));
+        let nics = function.map(|f| nics_on_switch(f, efa)).unwrap_or_default();
+        let behind = if nics.is_empty() { String::new() } else { format!(", its PCIe switch shared with {}", nics.join(", ")) };
+        let listed: Vec<String> = xids
+            .iter()
+            .map(|(number, times, text)| {
+                let (_, what, _) = xid::action(*number);
+                let times = if *times == 1 { String::new() } else { format!(" x{times}") };
+                format!("Xid {number}{times} ({what}: {text})")
+            })
+            .collect();
+        let (worst, worst_what, worst_why) = xid::action(xids[0].0);
+        let numbers: Vec<String> = xids.iter().map(|(number, ..)| number.to_string()).collect();
+        let short = format!("{subject} Xid {}", numbers.join(","));
+        let message = format!("{subject} ({address}{behind}): {} in {}", listed.join("; "), log.source);
+        let reason = format!("Xid {} ({worst_what}): {worst_why}", xids[0].0);
+        findings.push(Finding::new(Rule::GpuXid, Status::Problem, Some(&subject), message, short).act(worst, reason));
+    }
+    findings
+}
+
+fn gpu_memory(observed: &Observed, layout: Option<&NodeTopology>) -> Vec<Finding> {
+    let gpus = match &observed.gpu_memory {
+        Err(why) => return vec![skipped(Rule::GpuMemory, format!("GPU memory health not read: {why}"))],
+        Ok(gpus) if gpus.is_empty() => return vec![skipped(Rule::GpuMemory, "NVML lists no GPUs".into())],
+        Ok(gpus) => gpus,
+    };
+    let mut findings = Vec::new();
+    for gpu in gpus {
+        let index = gpu_index(observed, layout, &gpu.pci_bus_id).unwrap_or(gpu.index);
+        let subject = format!("GPU {index}");
+        let problem = |message: String, short: String, action: Action, reason: &str| {
+            Finding::new(Rule::GpuMemory, Status::Problem, Some(&subject), message, short).act(action, reason)
+        };
+        if gpu.remap_failed == Some(true) {
+            findings.push(problem(
+                format!("{subject} ({}): a row remap failed: the GPU has no spare row where it needed one", gpu.pci_bus_id),
+                format!("{subject} row remap failed"),
+                Action::Replace,
+                "a failed row remap is hardware out of spare memory rows: NVIDIA services the GPU",
+            ));
+        } else if gpu.remap_pending == Some(true) {
+            findings.push(problem(
+                format!("{subject} ({}): a row remap is pending; it takes effect on the next GPU reset", gpu.pci_bus_id),
+                format!("{subject} row remap pending"),
+                Action::Reset,
+                "a pending row remap needs a GPU reset to take effect",
+            ));
+        } else if let Some(errors) = gpu.volatile_uncorrectable.filter(|errors| *errors > 0) {
+            findings.push(problem(
+                format!("{subject} ({}): {errors} uncorrectable ECC errors since the driver loaded", gpu.pci_bus_id),
+                format!("{subject} {errors} uncorrectable ECC"),
+                Action::Reset,
+                "uncorrectable ECC errors: reset the GPU so the rows are remapped; replace it if they come back",
+            ));
+        }
+    }
+    if findings.is_empty() {
+        let remapped: u64 = gpus.iter().filter_map(|gpu| gpu.remapped_uncorrectable).sum();
+        let pcie: std::collections::BTreeSet<String> =
+            gpus.iter().filter_map(|gpu| gpu.pcie).map(|(now, width, max, max_width)| format!("PCIe Gen{now} x{width} of Gen{max} x{max_width}")).collect();
+        let pcie: Vec<String> = pcie.into_iter().collect();
+        findings.push(ok(
+            Rule::GpuMemory,
+            format!(
+                "{} GPUs (NVML): no row remap pending or failed, no uncorrectable ECC since the driver loaded ({remapped} rows remapped over their life){}",
+                gpus.len(),
+                if pcie.is_empty() { String::new() } else { format!("; {}", pcie.join(", ")) }
+            ),
+        ));
     }
     findings
 }
