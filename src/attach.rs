@@ -119,28 +119,23 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
     })
 }
 
-/// The viewer's side of the token's handshake ([`efatop_proto::auth`]), telling a peer that is no efatop
-/// run (its first bytes are not the handshake's) from one that refused the token.
+/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect`]), telling a peer that is no
+/// efatop run (its first bytes are not the handshake's), one that closed before its greeting, and one that
+/// refused the token apart.
 fn prove_token(stream: &mut TcpStream, token: &crate::secret::Keyed) -> Result<(), Proven> {
-    use efatop_proto::auth::{Answer, HELLO_LEN, MAGIC, PROOF_LEN, Purpose};
-    use std::io::Read;
-    let silent = |err: std::io::Error| match err.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
-        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Proven::Busy,
-        _ => Proven::NotEfatop(format!("the connection failed: {err}")),
-    };
-    let mut hello = [0u8; HELLO_LEN];
-    stream.read_exact(&mut hello[..MAGIC.len()]).map_err(silent)?;
-    if &hello[..MAGIC.len()] != MAGIC {
-        let text = String::from_utf8_lossy(&hello[..MAGIC.len()]).trim().to_string();
-        return Err(Proven::NotEfatop(format!("it answered `{text}`…")));
-    }
-    stream.read_exact(&mut hello[MAGIC.len()..]).map_err(silent)?;
-    let (pending, answer) = Answer::new(&token.secret, Purpose::Viewer, &hello).map_err(|e| Proven::NotEfatop(e.to_string()))?;
-    stream.write_all(&answer).map_err(|e| Proven::Refused(e.to_string()))?;
-    let mut proof = [0u8; PROOF_LEN];
-    stream.read_exact(&mut proof).map_err(|_| Proven::Refused("it closed the connection".into()))?;
-    pending.verify(&token.secret, &proof).map_err(|e| Proven::Refused(e.to_string()))
+    use efatop_proto::auth::{self, AuthError, Purpose};
+    auth::connect(stream, &token.secret, Purpose::Viewer).map_err(|err| match err {
+        AuthError::NoHello(io) => match io.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs()))
+            }
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Proven::Busy,
+            _ => Proven::NotEfatop(format!("the connection failed: {io}")),
+        },
+        AuthError::NotEfatop => Proven::NotEfatop("its greeting is not efatop's".into()),
+        AuthError::WrongPurpose(_) => Proven::NotEfatop(err.to_string()),
+        other => Proven::Refused(other.to_string()),
+    })
 }
 
 /// What the connection said, message by message, then how it ended (`None`: it closed cleanly).

@@ -46,14 +46,10 @@ pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<TcpStream
             let mut stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
             stream.set_read_timeout(Some(HANDSHAKE_WAIT))?;
             stream.set_write_timeout(Some(HANDSHAKE_WAIT))?;
-            let mut hello = [0u8; auth::HELLO_LEN];
-            std::io::Read::read_exact(&mut stream, &mut hello)?;
-            let (pending, answer) = auth::Answer::new(secret, Purpose::Telemetry, &hello).map_err(|e| denied(e.to_string()))?;
-            stream.write_all(&answer)?;
-            let mut proof = [0u8; auth::PROOF_LEN];
-            std::io::Read::read_exact(&mut stream, &mut proof)
-                .map_err(|e| denied(format!("rank 0's collector refused this rank's proof of the run's secret ({e})")))?;
-            pending.verify(secret, &proof).map_err(|e| denied(format!("rank 0's collector: {e}")))?;
+            auth::connect(&mut stream, secret, Purpose::Telemetry).map_err(|err| match err {
+                auth::AuthError::NoHello(io) | auth::AuthError::Io(io) => io,
+                other => denied(format!("rank 0's collector: {other}")),
+            })?;
             stream.set_read_timeout(None)?;
             stream.set_write_timeout(None)?;
             stream.set_nodelay(true)?;

@@ -73,14 +73,14 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 impl Target {
-    /// A 4-rank shm write of a few seconds with every outlet on: JSON lines, --prometheus, --serve.
-    fn start(extra: &[&str]) -> Self {
+    /// A 4-rank shm write of `iters` iterations a size (50: a few seconds) with every outlet on: JSON lines,
+    /// --prometheus, --serve.
+    fn start(iters: &str) -> Self {
         let dir = common::scratch();
         let out = dir.path().join("results.json");
         let prometheus = format!("127.0.0.1:{}", common::free_port());
-        let mut args = vec!["run", "--ranks", "4", "write", "--provider", "shm", "--max-size", "4M", "--iters", "50", "--json"];
+        let mut args = vec!["run", "--ranks", "4", "write", "--provider", "shm", "--max-size", "4M", "--iters", iters, "--json"];
         args.extend(["--prometheus", &prometheus, "--serve", "127.0.0.1:0", "--out", out.to_str().expect("path")]);
-        args.extend(extra);
         let mut command = common::efatop_in(dir.path());
         command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut launcher = command.spawn().expect("efatop run");
@@ -168,7 +168,7 @@ fn forged_sample(rank: u32) -> Vec<u8> {
 #[test]
 fn strangers_at_the_collector_neither_end_forge_nor_bloat_a_run() {
     let _serial = serial();
-    let mut target = Target::start(&[]);
+    let mut target = Target::start("50");
     let (rank0, ports) = target.rank0();
     // Every port rank 0 listens on gets each attack: only the collector speaks this wire, but a stranger
     // does not know which port is which either.
@@ -207,7 +207,7 @@ fn strangers_at_the_collector_neither_end_forge_nor_bloat_a_run() {
 #[test]
 fn no_listener_of_a_local_run_is_on_a_wildcard_address() {
     let _serial = serial();
-    let mut target = Target::start(&[]);
+    let mut target = Target::start("50");
     let (rank0, _) = target.rank0();
     let mut every = Vec::new();
     for pid in descendants(target.launcher.id()) {
@@ -223,7 +223,8 @@ fn no_listener_of_a_local_run_is_on_a_wildcard_address() {
 #[test]
 fn a_viewer_without_the_token_is_refused_and_the_run_goes_on() {
     let _serial = serial();
-    let mut target = Target::start(&[]);
+    // Long enough for silent strangers' handshakes to time out (5 s) with the run still going.
+    let mut target = Target::start("400");
     let (rank0, _) = target.rank0();
     let served = loop {
         let line = target.stderr.recv_timeout(Duration::from_secs(30)).expect("the --serve line");

@@ -104,6 +104,13 @@ pub enum AuthError {
     WrongPurpose(u8),
     #[error("the peer did not prove it holds the run's secret")]
     BadProof,
+    /// The listener closed (or said nothing) before its hello: a listener whose handshakes are all taken
+    /// does so, and a caller may try again.
+    #[error("no greeting from the listener ({0})")]
+    NoHello(std::io::Error),
+    /// The listener took our answer and closed without its proof: it refused ours.
+    #[error("the listener refused this proof ({0})")]
+    Refused(std::io::Error),
     #[error("handshake: {0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -246,15 +253,23 @@ pub fn accept(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpos
     Ok(())
 }
 
-/// The whole exchange as the connecting side, over a blocking stream (whose caller set its timeouts).
+/// The whole exchange as the connecting side, over a blocking stream (whose caller set its timeouts). The
+/// magic is read, and checked, before the rest of the hello: a peer that is not efatop is told apart at its
+/// first bytes, not after a wait for bytes it will never send ([`AuthError::NotEfatop`]). A listener that
+/// closes before its hello ([`AuthError::NoHello`]) may be tried again; one that closes after our answer
+/// refused it ([`AuthError::Refused`]).
 pub fn connect(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpose) -> Result<(), AuthError> {
     let mut hello = [0u8; HELLO_LEN];
-    stream.read_exact(&mut hello)?;
+    stream.read_exact(&mut hello[..MAGIC.len()]).map_err(AuthError::NoHello)?;
+    if &hello[..MAGIC.len()] != MAGIC {
+        return Err(AuthError::NotEfatop);
+    }
+    stream.read_exact(&mut hello[MAGIC.len()..]).map_err(AuthError::NoHello)?;
     let (pending, answer) = Answer::new(secret, purpose, &hello)?;
     stream.write_all(&answer)?;
     stream.flush()?;
     let mut proof = [0u8; PROOF_LEN];
-    stream.read_exact(&mut proof)?;
+    stream.read_exact(&mut proof).map_err(AuthError::Refused)?;
     pending.verify(secret, &proof)
 }
 
@@ -290,7 +305,7 @@ mod tests {
         let (server, client) = pair(Secret::generate().unwrap(), &Secret::generate().unwrap(), Purpose::Telemetry, Purpose::Telemetry);
         assert!(matches!(server, Err(AuthError::BadProof)), "{server:?}");
         // The listener closed without a proof: the client reads end of file, never a proof to test.
-        assert!(matches!(client, Err(AuthError::Io(_))), "{client:?}");
+        assert!(matches!(client, Err(AuthError::Refused(_))), "{client:?}");
     }
 
     #[test]
