@@ -30,7 +30,7 @@ const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efato
 
 /// `srun args` without the tests' `EFATOP_TOKEN`: the ranks of a step without MPI then prove themselves and
 /// take the run's secret through the cluster's MUNGE, as on a real cluster (the test's srun reaches the
-/// cluster's munged through SLURM_CONF's `AuthInfo`).
+/// cluster's munged through `SLURM_CONF`'s `AuthInfo`).
 fn srun(args: &[&str], limit: Duration) -> common::Run {
     let mut without_token = vec!["-u", "EFATOP_TOKEN", "srun"];
     without_token.extend_from_slice(args);
