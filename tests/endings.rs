@@ -9,25 +9,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Tracked, descendants, efatop_path, library_path, serial};
+use common::{Tracked, efatop_path, library_path, lines_of, rank_pid, serial};
 use serde_json::Value;
 
 /// The `--hang-timeout` these runs use.
 const HANG_TIMEOUT_S: u64 = 3;
-
-fn rank_pid(root: u32, rank: usize) -> Option<u32> {
-    let wanted = format!("EFATOP_RANK={rank}");
-    descendants(root).into_iter().find(|pid| {
-        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
-            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "efatop")
-    })
-}
 
 fn command(args: &[&str], dir: &Path) -> Command {
     let mut command = Command::new(efatop_path());
@@ -36,19 +28,6 @@ fn command(args: &[&str], dir: &Path) -> Command {
         command.env("LD_LIBRARY_PATH", path);
     }
     command
-}
-
-/// Lines of `pipe` as they come.
-fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 /// Every line left on `lines` once its writer has gone.

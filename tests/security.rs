@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{TEST_TOKEN, Tracked, descendants, efatop_path, library_path, serial};
+use common::{TEST_TOKEN, Tracked, descendants, efatop_path, library_path, lines_of, rank_pid, serial};
 use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{ChannelSample, PhaseReport, RankSample};
 use serde_json::Value;
@@ -31,25 +31,6 @@ struct Target {
     stderr: mpsc::Receiver<String>,
     dir: tempfile::TempDir,
     peak_rss_kib: u64,
-}
-
-fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn rank_pid(root: u32, rank: usize) -> Option<u32> {
-    let wanted = format!("EFATOP_RANK={rank}");
-    descendants(root).into_iter().find(|pid| {
-        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
-    })
 }
 
 /// TCP listeners of `pid`, from `ss` (iproute2).

@@ -416,3 +416,27 @@ impl Drop for SlurmCluster {
         let _ = Command::new(slurm_script()).arg("down").output();
     }
 }
+
+/// Lines of `pipe` as they come, on a channel (read on a thread of their own, so a chatty child never blocks
+/// on a full pipe).
+pub fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The efatop process of rank `rank` below `root` (a launcher the test started), by its environment.
+pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
+    let wanted = format!("EFATOP_RANK={rank}");
+    descendants(root).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
+            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "efatop")
+    })
+}
