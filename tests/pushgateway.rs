@@ -37,18 +37,25 @@ impl Drop for Started {
     }
 }
 
-/// A Pushgateway of our own on a free loopback port, its store and log in `dir`, ready to take pushes.
-fn start_pushgateway(pushgateway: &Path, dir: &Path) -> (SocketAddr, Started) {
+/// A Pushgateway of our own on a free loopback port, with `extra` flags, its store and log in `dir` (not yet
+/// ready: each caller waits for it as it reaches it).
+fn spawn_pushgateway(pushgateway: &Path, dir: &Path, extra: &[String]) -> (SocketAddr, Started) {
     let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let server = Command::new(pushgateway)
         .arg(format!("--web.listen-address={gateway}"))
+        .args(extra)
         .arg(format!("--persistence.file={}", dir.join("pushgateway.store").display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("pushgateway.log")).expect("log file"))
         .spawn()
         .expect("start prometheus-pushgateway");
-    let server = Started { child: server };
+    (gateway, Started { child: server })
+}
+
+/// A Pushgateway of our own on a free loopback port, its store and log in `dir`, ready to take pushes.
+fn start_pushgateway(pushgateway: &Path, dir: &Path) -> (SocketAddr, Started) {
+    let (gateway, server) = spawn_pushgateway(pushgateway, dir, &[]);
     wait_for("the pushgateway ready", Duration::from_secs(30), || common::http_get(gateway, "/-/ready").filter(|(status, _)| *status == 200));
     (gateway, server)
 }
@@ -486,17 +493,7 @@ fn start_secured_pushgateway(pushgateway: &Path, dir: &Path, agent: &ureq::Agent
         dir.join("server.key").display()
     );
     std::fs::write(&config, yaml).expect("web config");
-    let gateway = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
-    let server = Command::new(pushgateway)
-        .arg(format!("--web.listen-address={gateway}"))
-        .arg(format!("--web.config.file={}", config.display()))
-        .arg(format!("--persistence.file={}", dir.join("pushgateway.store").display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("pushgateway.log")).expect("log file"))
-        .spawn()
-        .expect("start prometheus-pushgateway");
-    let server = Started { child: server };
+    let (gateway, server) = spawn_pushgateway(pushgateway, dir, &[format!("--web.config.file={}", config.display())]);
     let ready = || secured_get(agent, gateway, "/-/ready", Some((GATEWAY_USER, GATEWAY_PASSWORD))).filter(|(status, _)| *status == 200);
     wait_for("the secured pushgateway ready", Duration::from_secs(30), ready);
     (gateway, server)
