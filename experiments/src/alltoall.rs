@@ -373,7 +373,7 @@ impl<'a> Exchange<'a> {
         }
         let (posted, expected) = (&mut tracking.posted, &*tracking.expected);
         let channel = &world.channels[0];
-        world.progress_until(&world.channels, "all-to-all start of the next iteration", || {
+        let started = world.progress_until(&world.channels, "all-to-all start of the next iteration", || {
             for entry in posted.iter_mut() {
                 if entry.op.as_ref().is_some_and(Op::is_complete) {
                     entry.op = None;
@@ -381,8 +381,17 @@ impl<'a> Exchange<'a> {
             }
             posted.iter().all(|entry| entry.op.is_none())
                 && expected[0].iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
-        })?;
-        Ok(())
+        });
+        match started {
+            Ok(()) => Ok(()),
+            // Name the peers that never said they were done, as a stall mid-iteration does: a peer cut off
+            // between iterations is met here first.
+            Err(efatop_fabric::FabricError::Timeout { .. }) => {
+                let outstanding = tracking.posted.iter().filter(|entry| entry.op.is_some()).count();
+                Err(self.stalled(tracking, outstanding))
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// Names what never came: the peers whose immediates are missing, or this rank's own writes.
