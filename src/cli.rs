@@ -52,6 +52,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines
     Replay(ReplayArgs),
+    /// Write the man pages and shell completions that the .deb and .rpm install (scripts/build/package)
+    #[command(hide = true)]
+    PackageFiles(crate::package_files::PackageFilesArgs),
 }
 
 impl Cli {

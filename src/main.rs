@@ -20,6 +20,7 @@ mod launch;
 mod monitor;
 mod netns;
 mod nvlink;
+mod package_files;
 mod printer;
 mod queue;
 mod rank;
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
+        Command::PackageFiles(args) => package_files::package_files(&args),
     };
     if efatop_fabric::ending::abandoned() {
         // A run that failed left its fabric objects open: the process ends without libfabric's exit handlers.
