@@ -202,6 +202,11 @@ struct Tracking<'w> {
     posted: Vec<Posted<'w>>,
     /// When the last write of this iteration from each source had landed (zero until then).
     arrived: Vec<Duration>,
+    /// Sources whose data, in some timed or warmup iteration, had all landed by this rank's first look
+    /// after posting its own writes: it arrived while this rank was still leaving the previous iteration
+    /// (a provider whose receiver does the copies, such as shm's CUDA IPC path), so its time from this
+    /// rank's start is not a measurement of the pair.
+    early: Vec<bool>,
 }
 
 impl<'a> Exchange<'a> {
@@ -227,6 +232,7 @@ impl<'a> Exchange<'a> {
             expected,
             seen,
             arrived: vec![Duration::ZERO; world.size],
+            early: vec![false; world.size],
         };
         let mut report = RankReport {
             arrival_ns: vec![0; world.size],
@@ -256,6 +262,13 @@ impl<'a> Exchange<'a> {
             }
         }
         world.probe.set_sampling(true);
+        // A pair whose data landed before this rank's clock started is left unmeasured (blank in the pair
+        // matrix) rather than shown at an impossible rate.
+        for (total, early) in report.arrival_ns.iter_mut().zip(&tracking.early) {
+            if *early {
+                *total = 0;
+            }
+        }
         Ok(report)
     }
 
@@ -291,6 +304,7 @@ impl<'a> Exchange<'a> {
         let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
         let mut stall = crate::Stall::new();
+        let mut first_look = true;
         loop {
             let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
                 want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
@@ -336,6 +350,7 @@ impl<'a> Exchange<'a> {
                     {
                         // Never zero once set: an arrival in the same nanosecond as the start still counts.
                         *arrived = now.max(Duration::from_nanos(1));
+                        tracking.early[source] |= first_look;
                         sources_pending -= 1;
                         // Peers are counted where their data lands: the dashboard's pair matrix is
                         // filled column by column from the receivers' samples.
@@ -345,6 +360,7 @@ impl<'a> Exchange<'a> {
             } else if stall.idle_longer_than(world.op_timeout) {
                 return Err(self.stalled(tracking, outstanding));
             }
+            first_look = false;
         }
     }
 
