@@ -10,10 +10,10 @@
 //! lives on every rank. A rank sends from its own slot into its slot at each peer, so no two writers ever
 //! touch the same bytes, and each receiver checks every peer's slot against that peer's pattern.
 //!
-//! What is reported (README "All-to-all"): `Gbps` as in the seed table, one rank's buffer (`size`) over the
-//! time of one iteration, averaged over ranks; `BusBW (%)` that over the link speed of the channels the
-//! configuration uses. nccl-tests' alltoall busbw counts what each rank really puts on the wire, (N-1) ×
-//! size per iteration, which is (N-1) times the seed's figure; both are in the results, and the table
+//! What is reported (docs/experiments.md, "All-to-all"): `Gbps` as in the seed table, one rank's buffer
+//! (`size`) over the time of one iteration, averaged over ranks; `BusBW (%)` that over the link speed of the
+//! channels the configuration uses. nccl-tests' alltoall busbw counts what each rank really puts on the wire,
+//! (N-1) × size per iteration, which is (N-1) times the seed's figure; both are in the results, and the table
 //! prints the second under its own heading.
 
 use std::time::{Duration, Instant};
