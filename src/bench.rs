@@ -11,7 +11,7 @@
 //!
 //! Each second it prints what was offered, what was consumed, the backlog and the CPU of each of rank
 //! 0's threads; at the end, a verdict and one `# summary` line (frame time median and p99, RSS, JSON
-//! lines per second) that `scripts/bench-fleet` gathers into its table.
+//! lines per second) that `scripts/bench/bench-fleet` gathers into its table.
 //!
 //! The claim under test is that rank 0's side keeps up on one core, so the collector, loop and consumer
 //! threads are confined to the last CPU and the synthetic senders to the others (on a machine with one

@@ -82,7 +82,7 @@ pub struct RunArgs {
     /// Number of ranks to start on this host
     #[arg(long, value_parser = whole_number::<u16>(1..=4096))]
     pub ranks: u16,
-    /// Run rank i inside network namespace i (cycling), e.g. the nodes of scripts/emulate-cluster
+    /// Run rank i inside network namespace i (cycling), e.g. the nodes of scripts/cluster/emulate-cluster
     #[arg(long, value_delimiter = ',', value_parser = parse_netns)]
     pub netns: Vec<String>,
     #[command(subcommand)]

@@ -406,7 +406,7 @@ pub struct CommonArgs {
     /// Do not sample or stream telemetry (for measuring what telemetry costs)
     #[arg(long)]
     pub no_telemetry: bool,
-    /// Measuring aid (scripts/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
+    /// Measuring aid (scripts/bench/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
     /// rank's telemetry sampler paused in every other block (on, off, off, on), and both rates in the
     /// results file (`telemetry_ab`); write and alltoall, --iters a multiple of 4 × BLOCK
     #[arg(long, hide = true, value_name = "BLOCK", conflicts_with = "no_telemetry", value_parser = whole_number::<u64>(1..=1_000_000))]

@@ -21,9 +21,9 @@ fn promtool() -> Option<PathBuf> {
     if found.is_none() {
         assert!(
             std::env::var("CI").ok().as_deref() != Some("true"),
-            "promtool is not on PATH (Debian package `prometheus`; scripts/setup-debian installs it) and CI=true"
+            "promtool is not on PATH (Debian package `prometheus`; scripts/build/setup-debian installs it) and CI=true"
         );
-        eprintln!("SKIPPED: no `promtool` on PATH (Debian package `prometheus`; scripts/setup-debian installs it)");
+        eprintln!("SKIPPED: no `promtool` on PATH (Debian package `prometheus`; scripts/build/setup-debian installs it)");
     }
     found
 }

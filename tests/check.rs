@@ -1,5 +1,5 @@
 //! `efatop check` as a program, on fake p5, p5e, p5en, p4d, p4de, p6-b200, p6-b300 and p6e-gb200 nodes (`efatop_monitor::FakeNode`, what
-//! `scripts/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
+//! `scripts/fixtures/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
 //! the thing it broke, with its action and exit code 1; a healthy node names nothing, action `none`, exit

@@ -1,8 +1,8 @@
-//! The multi-NIC logic on a network that behaves like one: scripts/emulate-cluster builds 4 nodes × 4
+//! The multi-NIC logic on a network that behaves like one: scripts/cluster/emulate-cluster builds 4 nodes × 4
 //! NICs shaped to R = 1 Gbit/s (half the script's default, so that four busy-polling ranks on a two-core CI machine leave the links, not the CPUs, as the limit), and `efatop run --netns` puts one rank in each. The seed's write table must
 //! keep its shape at rate R: Single ≈ R, Multi (split over 4 NICs) ≈ 4R, RoundRobin to 3 peers ≈ 3R.
 //! Needs root, ip and tc for namespaces and shaping: where they are missing (and not on CI) each test says so
-//! and skips; where they are there, or with CI=true, a failure of `scripts/emulate-cluster up` fails the test.
+//! and skips; where they are there, or with CI=true, a failure of `scripts/cluster/emulate-cluster up` fails the test.
 
 mod common;
 
@@ -144,7 +144,7 @@ fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
     }
 }
 
-/// The cluster's wiring itself, with real TCP streams (scripts/test-emulate-cluster-routing, which takes the
+/// The cluster's wiring itself, with real TCP streams (scripts/cluster/test-emulate-cluster-routing, which takes the
 /// cluster lock): same rail straight over the bridge, cross-rail through the spine and in and out of the
 /// NICs that own the addresses, `shape` slowing a NIC for every peer and `link` one pair only. Skips where
 /// the cluster cannot be made (not root, or no ip or tc, and not CI), saying so; fails wherever it can.
@@ -155,8 +155,8 @@ fn the_emulated_cluster_routes_each_nic_through_itself_and_shapes_what_it_says()
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-emulate-cluster-routing");
-    let output = Command::new(&script).output().expect("scripts/test-emulate-cluster-routing");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/test-emulate-cluster-routing");
+    let output = Command::new(&script).output().expect("scripts/cluster/test-emulate-cluster-routing");
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));

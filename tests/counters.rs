@@ -13,7 +13,7 @@ use common::{efatop, run_program, serial};
 use efatop_monitor::FakeSysfs;
 use serde_json::Value;
 
-/// The lock every user of scripts/emulate-cluster takes (another engineer's runs, other test binaries).
+/// The lock every user of scripts/cluster/emulate-cluster takes (another engineer's runs, other test binaries).
 const CLUSTER_LOCK: &str = "/tmp/efatop-cluster.lock";
 const SKIP_MARK: &str = "efatop-test: cluster unavailable";
 
@@ -31,7 +31,7 @@ fn measurements(results: &Value) -> &Vec<Value> {
 /// comes or goes in between; the trap takes the cluster down whatever happens. Where `up` fails, the test
 /// fails if the cluster must work here (`common::cluster_must_work`), else this is `None` (SKIPPED, with why).
 fn run_on_cluster(experiment: &str, out: &Path) -> Option<common::Run> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/emulate-cluster");
     let body = format!(
         "trap '{script} down >/dev/null 2>&1' EXIT; \
          if ! {script} up --nodes 4 --nics 4 --rate 1gbit >/dev/null 2>/tmp/efatop-counters-up.err; then \

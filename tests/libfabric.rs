@@ -1,5 +1,5 @@
 //! The test binaries and the efatop they start load the libfabric they were built against: with
-//! `LIBFABRIC_DIR=<prefix>` (say libfabric 2.6.0 built by scripts/build-libfabric) that prefix's library, not
+//! `LIBFABRIC_DIR=<prefix>` (say libfabric 2.6.0 built by scripts/build/build-libfabric) that prefix's library, not
 //! the system's 1.17 that the loader would find first (cargo gives test binaries no rpath of their own).
 
 mod common;

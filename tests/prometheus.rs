@@ -1,5 +1,5 @@
 //! `efatop monitor --prometheus` scraped by a real Prometheus server (Debian's `prometheus` package, which
-//! scripts/setup-debian installs): the monitor reads a fake p5 tree whose `rdmap80s0` writes at a known
+//! scripts/build/setup-debian installs): the monitor reads a fake p5 tree whose `rdmap80s0` writes at a known
 //! rate, Prometheus scrapes it every 250 ms, and `rate()` through Prometheus's HTTP API must give that rate
 //! for that NIC, with its PCI address, GPU and rail as labels, and nothing for its idle neighbour. And the
 //! alert rules efatop ships (deploy/prometheus/efatop-rules.yml), loaded by a real Prometheus scraping a

@@ -1,5 +1,5 @@
 //! A run's figures in the Prometheus world, against real servers (Debian's `prometheus-pushgateway` and
-//! `promtool`, which scripts/setup-debian installs): `--pushgateway` leaves the run's final per-channel
+//! `promtool`, which scripts/build/setup-debian installs): `--pushgateway` leaves the run's final per-channel
 //! byte totals in a Pushgateway, equal to the bytes its results file records; the run's and the monitor's
 //! `/metrics` pass `promtool check metrics`; and the run's endpoint still answers, with the final totals,
 //! right after the run's last result; a push over https with basic auth reaches a Pushgateway that

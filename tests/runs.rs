@@ -274,7 +274,7 @@ fn alltoall_corruption_names_every_receiver_side() {
 }
 
 /// The libfabric versions whose shm segfaults in `smr_ep_ctrl` instead of failing `fi_enable` when
-/// `smr_create` fails with anything but EBUSY (see the README's troubleshooting).
+/// `smr_create` fails with anything but EBUSY (see docs/running.md, "Troubleshooting").
 fn shm_segfaults_when_a_region_cannot_be_created() -> bool {
     let version = efatop_fabric::runtime_version();
     let (major, minor) = version.split_once('.').expect("major.minor");

@@ -1,5 +1,5 @@
-//! A real Slurm cluster on the emulated nodes: scripts/emulate-cluster (4 nodes × 4 NICs at 1 Gbit/s) and
-//! scripts/slurm-cluster (munged, slurmctld, one slurmd per node in its own network namespace with its own
+//! A real Slurm cluster on the emulated nodes: scripts/cluster/emulate-cluster (4 nodes × 4 NICs at 1 Gbit/s) and
+//! scripts/cluster/slurm-cluster (munged, slurmctld, one slurmd per node in its own network namespace with its own
 //! host name and `NodeName`, efatop check as `HealthCheckProgram` on a fake p5 tree per node). Under the
 //! cluster lock, one test at a time:
 //!
@@ -14,7 +14,7 @@
 //! - as `Prolog` (deploy/slurm/efatop-prolog.sh), a planted fault drains the node with efatop's reason and
 //!   the job does not start there.
 //!
-//! Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup-debian): where they
+//! Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/build/setup-debian): where they
 //! are missing the tests say SKIPPED, and fail under CI=true.
 
 mod common;

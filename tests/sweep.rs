@@ -1,11 +1,11 @@
-//! `efatop sweep` on the emulated cluster (scripts/emulate-cluster: 4 nodes × 4 NICs at 1 Gbit/s): one NIC of
+//! `efatop sweep` on the emulated cluster (scripts/cluster/emulate-cluster: 4 nodes × 4 NICs at 1 Gbit/s): one NIC of
 //! one node re-shaped to 250 Mbit/s (both ends of its veth) is named, by rank and NIC, with exit code 3;
 //! every NIC of a node slowed names the node once; nothing re-shaped passes with exit code 0. Between two
 //! nodes (2 × 4 NICs), where each NIC has one peer NIC on its rail, the cross-rail round (through the
 //! cluster's spine) tells a slow NIC from a slow link: each is named as what it is. Each run's wall time and
 //! verdict are printed (`cargo test --test sweep -- --nocapture`), never asserted.
 //! Needs root, ip and tc for namespaces and shaping: where they are missing (and not on CI) each test says so
-//! and skips; where they are there, or with CI=true, a failure of `scripts/emulate-cluster up` fails the test.
+//! and skips; where they are there, or with CI=true, a failure of `scripts/cluster/emulate-cluster up` fails the test.
 //! Every test holds the cluster lock (/tmp/efatop-cluster.lock) while its cluster is up.
 
 mod common;

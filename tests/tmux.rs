@@ -29,7 +29,7 @@ impl Tmux {
             .arg(tmux.cwd.path())
             .arg(format!("{command}; echo EFATOP-EXIT=$?; sleep 600"))
             .status()
-            .expect("tmux is installed (scripts/setup-debian installs it)");
+            .expect("tmux is installed (scripts/build/setup-debian installs it)");
         assert!(status.success(), "tmux new-session failed");
         tmux
     }

@@ -4,7 +4,7 @@
 # healthy, exit 0; something wrong, the node is drained with efatop's reason (`sinfo -R`: `efatop: rdmap80s0
 # port 1 DOWN`) and the prolog exits 1, so Slurm requeues the job elsewhere; efatop could not tell (exit 2:
 # no EFA visible, say), the job runs. tests/slurm.rs runs it as the emulated cluster's Prolog
-# (scripts/slurm-cluster up --prolog): Slurm 22.05 keeps efatop's reason, and an srun on that node fails
+# (scripts/cluster/slurm-cluster up --prolog): Slurm 22.05 keeps efatop's reason, and an srun on that node fails
 # with `Job prolog failed` (an interactive step is not requeued; batch jobs are).
 EFATOP=${EFATOP:-/opt/efatop/bin/efatop}
 # shellcheck disable=SC2086 # EFATOP_CHECK_ARGS is a list of flags (e.g. --instance-type p5.48xlarge)

@@ -10,10 +10,10 @@
 //! lives on every rank. A rank sends from its own slot into its slot at each peer, so no two writers ever
 //! touch the same bytes, and each receiver checks every peer's slot against that peer's pattern.
 //!
-//! What is reported (README "All-to-all"): `Gbps` as in the seed table, one rank's buffer (`size`) over the
-//! time of one iteration, averaged over ranks; `BusBW (%)` that over the link speed of the channels the
-//! configuration uses. nccl-tests' alltoall busbw counts what each rank really puts on the wire, (N-1) ×
-//! size per iteration, which is (N-1) times the seed's figure; both are in the results, and the table
+//! What is reported (docs/experiments.md, "All-to-all"): `Gbps` as in the seed table, one rank's buffer
+//! (`size`) over the time of one iteration, averaged over ranks; `BusBW (%)` that over the link speed of the
+//! channels the configuration uses. nccl-tests' alltoall busbw counts what each rank really puts on the wire,
+//! (N-1) × size per iteration, which is (N-1) times the seed's figure; both are in the results, and the table
 //! prints the second under its own heading.
 
 use std::time::{Duration, Instant};
@@ -202,6 +202,11 @@ struct Tracking<'w> {
     posted: Vec<Posted<'w>>,
     /// When the last write of this iteration from each source had landed (zero until then).
     arrived: Vec<Duration>,
+    /// Sources whose data, in some timed or warmup iteration, had all landed by this rank's first look
+    /// after posting its own writes: it arrived while this rank was still leaving the previous iteration
+    /// (a provider whose receiver does the copies, such as shm's CUDA IPC path), so its time from this
+    /// rank's start is not a measurement of the pair.
+    early: Vec<bool>,
 }
 
 impl<'a> Exchange<'a> {
@@ -227,6 +232,7 @@ impl<'a> Exchange<'a> {
             expected,
             seen,
             arrived: vec![Duration::ZERO; world.size],
+            early: vec![false; world.size],
         };
         let mut report = RankReport {
             arrival_ns: vec![0; world.size],
@@ -256,6 +262,13 @@ impl<'a> Exchange<'a> {
             }
         }
         world.probe.set_sampling(true);
+        // A pair whose data landed before this rank's clock started is left unmeasured (blank in the pair
+        // matrix) rather than shown at an impossible rate.
+        for (total, early) in report.arrival_ns.iter_mut().zip(&tracking.early) {
+            if *early {
+                *total = 0;
+            }
+        }
         Ok(report)
     }
 
@@ -291,6 +304,7 @@ impl<'a> Exchange<'a> {
         let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
         let mut stall = crate::Stall::new();
+        let mut first_look = true;
         loop {
             let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
                 want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
@@ -336,6 +350,7 @@ impl<'a> Exchange<'a> {
                     {
                         // Never zero once set: an arrival in the same nanosecond as the start still counts.
                         *arrived = now.max(Duration::from_nanos(1));
+                        tracking.early[source] |= first_look;
                         sources_pending -= 1;
                         // Peers are counted where their data lands: the dashboard's pair matrix is
                         // filled column by column from the receivers' samples.
@@ -345,6 +360,7 @@ impl<'a> Exchange<'a> {
             } else if stall.idle_longer_than(world.op_timeout) {
                 return Err(self.stalled(tracking, outstanding));
             }
+            first_look = false;
         }
     }
 

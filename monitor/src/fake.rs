@@ -150,7 +150,7 @@ impl FakeSysfs {
         Ok(fake)
     }
 
-    /// A tree already on disk (written by [`FakeSysfs::p5`], or `scripts/make-fake-sysfs`).
+    /// A tree already on disk (written by [`FakeSysfs::p5`], or `scripts/fixtures/make-fake-sysfs`).
     pub fn open(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }

@@ -377,11 +377,9 @@ fn heatmaps(results: &RunResults, configs: &[Column]) -> Vec<Heatmap> {
                 .copied()
                 .fold(0.0, f64::max);
             Heatmap {
-                title: format!(
-                    "{} at {}: Gbps sender → receiver",
-                    matrix.config,
-                    format_size(matrix.size)
-                ),
+                // Short enough for a quarter of the image's width at the caption's size: four heatmaps
+                // share a row, and the axes already say which way is sender and receiver.
+                title: format!("{} at {}, Gbps", matrix.config, format_size(matrix.size)),
                 config: matrix.config.to_string(),
                 size: matrix.size,
                 gbps: matrix.gbps.clone(),

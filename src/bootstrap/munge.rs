@@ -187,7 +187,7 @@ mod tests {
     use super::*;
 
     /// A munged of the test's own (key, socket), stopped when dropped; `None`, said on stderr, where munged
-    /// or mungekey is missing (scripts/setup-debian installs them; CI has them).
+    /// or mungekey is missing (scripts/build/setup-debian installs them; CI has them).
     struct Daemon {
         dir: tempfile::TempDir,
     }

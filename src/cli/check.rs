@@ -45,10 +45,10 @@ pub struct CheckArgs {
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
     /// Read sysfs (and proc/self/limits, proc/driver/nvidia) under this directory instead of /: a fake
-    /// node from `scripts/make-fake-sysfs --type TYPE DIR`; libfabric is then not asked
+    /// node from `scripts/fixtures/make-fake-sysfs --type TYPE DIR`; libfabric is then not asked
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysfs_root: PathBuf,
-    /// Write a fake node of --instance-type under DIR and exit (scripts/make-fake-sysfs)
+    /// Write a fake node of --instance-type under DIR and exit (scripts/fixtures/make-fake-sysfs)
     #[arg(long, value_name = "DIR", hide = true, requires = "instance_type")]
     pub write_fake: Option<PathBuf>,
     /// With --write-fake: break one thing (missing-nic, port-down, wrong-numa, low-memlock, gpu-link-x8,

@@ -140,7 +140,7 @@ pub struct MonitorArgs {
     /// Stop after N snapshots (without --once: the first one, which has no rates, counts)
     #[arg(long, value_name = "N", value_parser = whole_number::<u64>(1..=1_000_000_000))]
     pub count: Option<u64>,
-    /// Read sysfs under this directory instead of / (a fake tree: scripts/make-fake-sysfs)
+    /// Read sysfs under this directory instead of / (a fake tree: scripts/fixtures/make-fake-sysfs)
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysfs_root: PathBuf,
     /// Place NICs next to GPUs by this hwloc XML topology (e.g. topology/fixtures/p5.48xlarge.xml) instead

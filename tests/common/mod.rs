@@ -227,12 +227,12 @@ impl Tracked {
     }
 }
 
-/// scripts/emulate-cluster, from the repository.
+/// scripts/cluster/emulate-cluster, from the repository.
 pub fn cluster_script() -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/emulate-cluster").display().to_string()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/emulate-cluster").display().to_string()
 }
 
-/// Whether scripts/emulate-cluster must work here: as root with `ip` and `tc` on the `PATH`, or on CI
+/// Whether scripts/cluster/emulate-cluster must work here: as root with `ip` and `tc` on the `PATH`, or on CI
 /// (`CI=true`), where a cluster suite must never pass without running. `Err` says why it cannot.
 pub fn cluster_must_work() -> Result<(), String> {
     if std::env::var("CI").is_ok_and(|ci| ci == "true") {
@@ -264,16 +264,16 @@ fn on_path(name: &str) -> bool {
 }
 
 /// `name` from the `PATH`, or `None` after a SKIPPED line; under `CI=true` a missing program fails the test
-/// instead (scripts/setup-debian installs Debian's `package`, which has it).
+/// instead (scripts/build/setup-debian installs Debian's `package`, which has it).
 pub fn required(name: &str, package: &str) -> Option<PathBuf> {
     if let Some(path) = program(name) {
         return Some(path);
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "no `{name}` on PATH under CI=true: scripts/setup-debian installs Debian's `{package}`"
+        "no `{name}` on PATH under CI=true: scripts/build/setup-debian installs Debian's `{package}`"
     );
-    eprintln!("SKIPPED: no `{name}` on PATH (Debian package `{package}`; scripts/setup-debian installs it)");
+    eprintln!("SKIPPED: no `{name}` on PATH (Debian package `{package}`; scripts/build/setup-debian installs it)");
     None
 }
 
@@ -294,12 +294,12 @@ pub fn http_get(address: std::net::SocketAddr, path: &str) -> Option<(u16, Strin
     Some((status, body))
 }
 
-/// What to do when `scripts/emulate-cluster up` failed (`failure`: how, with the script's stderr): panic where
+/// What to do when `scripts/cluster/emulate-cluster up` failed (`failure`: how, with the script's stderr): panic where
 /// the cluster must work ([`cluster_must_work`]), so that a broken script fails the suite; else say why the
 /// test skips. Returns only to skip.
 pub fn cluster_up_failed(failure: &str) {
     match cluster_must_work() {
-        Ok(()) => panic!("scripts/emulate-cluster up failed where it must work (root with ip and tc, or CI=true): {failure}"),
+        Ok(()) => panic!("scripts/cluster/emulate-cluster up failed where it must work (root with ip and tc, or CI=true): {failure}"),
         Err(why) => eprintln!("SKIPPED: {why}: {failure}"),
     }
 }
@@ -343,7 +343,7 @@ impl Drop for Cluster {
     }
 }
 
-/// The lock every user of scripts/emulate-cluster takes (`flock /tmp/efatop-cluster.lock …` by hand): one
+/// The lock every user of scripts/cluster/emulate-cluster takes (`flock /tmp/efatop-cluster.lock …` by hand): one
 /// emulated cluster on the machine at a time, across test binaries and people. Held until dropped.
 pub fn cluster_lock() -> std::fs::File {
     let file = std::fs::OpenOptions::new()
@@ -356,14 +356,14 @@ pub fn cluster_lock() -> std::fs::File {
     file
 }
 
-/// Where scripts/slurm-cluster keeps its files (its default).
+/// Where scripts/cluster/slurm-cluster keeps its files (its default).
 pub const SLURM_DIR: &str = "/tmp/efatop-slurm";
 
 fn slurm_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm-cluster")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/slurm-cluster")
 }
 
-/// A real Slurm cluster (scripts/slurm-cluster: munged, slurmctld, one slurmd per emulated node), up while
+/// A real Slurm cluster (scripts/cluster/slurm-cluster: munged, slurmctld, one slurmd per emulated node), up while
 /// this lives, on an emulated cluster that holds the cluster lock. Where Slurm's programs are missing (and
 /// not on CI) it is `None`, with a SKIPPED line.
 pub struct SlurmCluster {
@@ -376,18 +376,18 @@ impl SlurmCluster {
         Self::up_with(&[])
     }
 
-    /// With more `scripts/slurm-cluster up` flags.
+    /// With more `scripts/cluster/slurm-cluster up` flags.
     pub fn up_with(flags: &[&str]) -> Option<Self> {
         Self::on(Cluster::up, flags)
     }
 
-    /// On the emulated cluster `cluster` brings up, with more `scripts/slurm-cluster up` flags.
+    /// On the emulated cluster `cluster` brings up, with more `scripts/cluster/slurm-cluster up` flags.
     pub fn on(cluster: impl FnOnce() -> Option<Cluster>, flags: &[&str]) -> Option<Self> {
         let missing: Vec<&str> =
             ["slurmctld", "slurmd", "srun", "sinfo", "scontrol", "munged"].into_iter().filter(|p| program(p).is_none()).collect();
         if !missing.is_empty() {
             assert!(std::env::var("CI").ok().as_deref() != Some("true"), "CI=true and {missing:?} are not on PATH");
-            eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/setup-debian)");
+            eprintln!("SKIPPED: {missing:?} not on PATH (Debian packages slurmctld, slurmd, slurm-client, munge; scripts/build/setup-debian)");
             return None;
         }
         let cluster = cluster()?;

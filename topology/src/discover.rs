@@ -38,7 +38,7 @@ impl NodeTopology {
         Ok(found)
     }
 
-    /// The topology described by an hwloc XML file (`lstopo --of xml`, or scripts/make-topology-fixtures).
+    /// The topology described by an hwloc XML file (`lstopo --of xml`, or scripts/fixtures/make-topology-fixtures).
     pub fn from_xml_file(path: &Path) -> Result<Self, TopologyError> {
         // Read it here rather than hand hwloc the path: hwlocality panics on a missing file (it expects
         // only EINVAL from hwloc_topology_set_xml), and std's error says what is wrong with the path.
@@ -455,7 +455,7 @@ fn gpu_model(device_id: u16) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    /// Found by `scripts/fuzz` (`topology_xml`), reduced: hwloc 2.9 crashed with SIGSEGV loading this (a
+    /// Found by `scripts/bench/fuzz` (`topology_xml`), reduced: hwloc 2.9 crashed with SIGSEGV loading this (a
     /// fixture with one `complete_cpuset` left out did too), and efatop with it.
     const CPUSET_WITHOUT_COMPLETE_CPUSET: &str = concat!(
         r#"<?xml version="1.0"?><topology version="2.0">"#,
@@ -478,7 +478,7 @@ mod tests {
 
     #[test]
     fn an_encoding_hwloc_cannot_convert_is_refused_not_a_panic() {
-        // Found by `scripts/fuzz` (`topology_xml`): hwlocality panicked on hwloc's EILSEQ.
+        // Found by `scripts/bench/fuzz` (`topology_xml`): hwlocality panicked on hwloc's EILSEQ.
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzzed/utf7-declaration.xml");
         let err = NodeTopology::from_xml_file(&path).expect_err("refused");
         assert!(err.to_string().contains("is not an hwloc XML topology"), "{err}");

@@ -9,12 +9,12 @@ const FIXTURES: &[(&str, &str)] = &[
     // 8 H200 with the p5 NIC layout (32 EFA v2 at 100 Gbps, 4 per GPU): aws/aws-ofi-nccl
     // src/platform-aws.cpp (commit 01666ece) has one "p5/p5e" platform entry for both types, and AWS's EC2
     // User Guide (efa-acc-inst-types.html, "EFA configuration for a P5 and P5e instances") one 32-card
-    // layout; the bus numbers are assumed to be p5's (scripts/make-topology-fixtures, [ofi-p5e]).
+    // layout; the bus numbers are assumed to be p5's (scripts/fixtures/make-topology-fixtures, [ofi-p5e]).
     ("p5e.48xlarge", include_str!("../fixtures/p5e.48xlarge.xml")),
     ("p5en.48xlarge", include_str!("../fixtures/p5en.48xlarge.xml")),
     ("p4d.24xlarge", include_str!("../fixtures/p4d.24xlarge.xml")),
     // p4d's layout with 80 GB A100s: aws/aws-ofi-nccl topology/p4de-24xl-topo.xml is p4d's file with GPU
-    // device 10de:20b2 (scripts/make-topology-fixtures, [ofi-p4de]).
+    // device 10de:20b2 (scripts/fixtures/make-topology-fixtures, [ofi-p4de]).
     ("p4de.24xlarge", include_str!("../fixtures/p4de.24xlarge.xml")),
     // 8 EFA v4 at 400 Gbps, one per GPU ([nf-p6], [ofi-p5en]).
     ("p6-b200.48xlarge", include_str!("../fixtures/p6-b200.48xlarge.xml")),

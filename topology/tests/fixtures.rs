@@ -1,4 +1,4 @@
-//! The fixtures from scripts/make-topology-fixtures, read through hwloc: what every GPU is next to, and
+//! The fixtures from scripts/fixtures/make-topology-fixtures, read through hwloc: what every GPU is next to, and
 //! golden files of the text and JSON output. `EFATOP_BLESS=1 cargo test -p efatop-topology` rewrites the
 //! golden files after an intended change; review the diff.
 
@@ -263,7 +263,7 @@ fn p5en_splits_a_switch_between_its_two_gpus() {
 
 /// p5e.48xlarge is a p5 with H200s: aws-ofi-nccl gives both one platform entry ("p5/p5e"), AWS's EFA
 /// guide one network-card layout; the fixture is p5's tree with the GPUs changed (see
-/// scripts/make-topology-fixtures, [ofi-p5e]).
+/// scripts/fixtures/make-topology-fixtures, [ofi-p5e]).
 #[test]
 fn p5e_is_the_p5_layout_with_h200s() {
     let (p5, p5e) = (load("p5.48xlarge.xml"), load("p5e.48xlarge.xml"));

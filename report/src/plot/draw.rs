@@ -21,7 +21,7 @@ use crate::load::ReportError;
 const FONT_FAMILY: &str = "sans-serif";
 /// Set to a `.ttf` file to use instead of the Debian path below.
 const FONT_ENV: &str = "EFATOP_FONT";
-/// `DejaVuSans.ttf` from Debian's `fonts-dejavu-core` (`scripts/setup-debian` installs it).
+/// `DejaVuSans.ttf` from Debian's `fonts-dejavu-core` (`scripts/build/setup-debian` installs it).
 const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// plotters' pure-Rust text path keeps fonts in a process-wide table that wants `'static` bytes: the font
@@ -34,7 +34,7 @@ pub fn ensure_font() -> Result<(), ReportError> {
                 Some(path) => (std::path::PathBuf::from(path), format!("from {FONT_ENV}")),
                 None => (
                     std::path::PathBuf::from(DEFAULT_FONT),
-                    format!("install Debian's fonts-dejavu-core (scripts/setup-debian does) or set {FONT_ENV} to a .ttf file"),
+                    format!("install Debian's fonts-dejavu-core (scripts/build/setup-debian does) or set {FONT_ENV} to a .ttf file"),
                 ),
             };
             let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e} ({hint})", path.display()))?;
