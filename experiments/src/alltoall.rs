@@ -420,7 +420,22 @@ impl<'a> Exchange<'a> {
             .collect();
         silent.dedup();
         let waiting = if silent.is_empty() {
-            format!("{outstanding} all-to-all writes of rank {} never completed", world.rank)
+            // Every peer's data is here: what is missing is the completion of this rank's own writes, which
+            // (with delivery completion) the peers they went to never acknowledged. Name those peers.
+            let mut unacknowledged: Vec<usize> =
+                tracking.posted.iter().filter(|entry| entry.op.is_some()).map(|entry| entry.segment.peer).collect();
+            unacknowledged.sort_unstable();
+            unacknowledged.dedup();
+            if unacknowledged.is_empty() {
+                format!("{outstanding} all-to-all writes of rank {} never completed", world.rank)
+            } else {
+                let names: Vec<String> = unacknowledged.iter().map(|r| format!("rank {r} ({})", world.hosts[*r])).collect();
+                format!(
+                    "{outstanding} all-to-all writes of rank {} never completed: none acknowledged by {}",
+                    world.rank,
+                    names.join(", ")
+                )
+            }
         } else {
             let names: Vec<String> = silent.iter().map(|r| format!("rank {r} ({})", world.hosts[*r])).collect();
             format!("rank {} waited for all-to-all data from {}", world.rank, names.join(", "))
