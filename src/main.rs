@@ -5,41 +5,33 @@
 
 #![forbid(unsafe_code)]
 
-mod affinity;
 mod app;
 mod attach;
 mod bench;
-mod bootstrap;
 mod check;
 mod cli;
-mod collector;
-mod event;
 mod experiment;
 mod health;
 mod launch;
 mod monitor;
-mod netns;
 mod nvlink;
 mod printer;
 mod queue;
 mod rank;
 mod rank_zero;
-mod record;
 mod replay;
-mod run_metrics;
 mod report;
-mod results_file;
-mod secret;
-mod serve;
 mod session;
 mod sweep_contract;
 mod term;
 mod topo;
 mod tui;
 mod viewer;
-mod watchdog;
 
 use std::process::ExitCode;
+
+// The runtime's modules, under the paths the commands know them by.
+use efatop_runtime::{affinity, bootstrap, collector, event, netns, record, results_file, run_metrics, secret, serve, watchdog};
 
 /// Rank 0's collector decodes tens of thousands of samples a second on one thread and frees them on
 /// another; glibc's allocator spent a third of the collector's time on that (perf, 4096 ranks × 32

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use efatop_proto::telemetry::Phase;
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 
 use crate::collector::CollectorEvent;
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use efatop_proto::telemetry::Phase;
+use crate::telemetry::Phase;
 
 /// What rank 0 makes of a rank's silence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
