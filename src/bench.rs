@@ -42,7 +42,7 @@ use crate::rank_zero::{Input, Setup};
 use crate::replay::Playback;
 use crate::results_file::ResultsFile;
 use crate::serve::Outlets;
-use crate::session::ConsumerOutcome;
+use crate::session::{Consumer, ConsumerOutcome, Show, ShowStart};
 use crate::tui::{self, Polled, Source, TICK};
 use crate::viewer::{Fed, Viewer};
 use crate::watchdog::{SharedLiveness, Watchdog};
@@ -170,7 +170,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let (release, _released) = mpsc::channel::<()>();
     let setup = Setup {
         // The dashboard is drawn on a `TestBackend`: what rank 0 prints itself is the plain output's end.
-        mode: if json { Mode::Json } else { Mode::Plain },
+        show: Box::new(Started { consumer: Some((to_consumer, consumer_thread)), mode: if json { Mode::Json } else { Mode::Plain } }),
         results: start.results.clone(),
         file,
         sizes: start.info.sizes.clone(),
@@ -185,7 +185,6 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         metrics: None,
         pushgateway: None,
         collector: Some(collector),
-        consumer: Some((to_consumer, consumer_thread)),
         release,
     };
     let loop_thread = std::thread::Builder::new().name("efatop-loop".into()).spawn(move || {
@@ -570,4 +569,24 @@ fn rss_mib(field: &str) -> Option<f64> {
     let line = status.lines().find(|line| line.starts_with(field) && line[field.len()..].starts_with(':'))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// The bench's consumer, started by the bench itself (its timed dashboard on a `TestBackend`, or its counted
+/// JSON printer), and the end that plain output or JSON lines print.
+struct Started {
+    consumer: Option<Consumer>,
+    mode: Mode,
+}
+
+impl Show for Started {
+    fn start(&mut self, _run: ShowStart<'_>) -> Option<Consumer> {
+        self.consumer.take()
+    }
+
+    fn finish(&mut self, results: &efatop_proto::results::RunResults, sizes: &[u64], file: &std::path::Path, outcome: Option<ConsumerOutcome>) {
+        crate::printer::plain::print_final(self.mode, results, sizes, Some(file));
+        if let Some(ConsumerOutcome::Failed(reason)) = outcome {
+            eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
+        }
+    }
 }

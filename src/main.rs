@@ -18,7 +18,6 @@ mod nvlink;
 mod printer;
 mod queue;
 mod rank;
-mod rank_zero;
 mod replay;
 mod report;
 mod session;
@@ -31,7 +30,7 @@ mod viewer;
 use std::process::ExitCode;
 
 // The runtime's modules, under the paths the commands know them by.
-use efatop_runtime::{affinity, bootstrap, collector, event, netns, record, results_file, run_metrics, secret, serve, watchdog};
+use efatop_runtime::{affinity, bootstrap, collector, event, netns, rank_zero, record, results_file, run_metrics, secret, serve, watchdog};
 
 /// Rank 0's collector decodes tens of thousands of samples a second on one thread and frees them on
 /// another; glibc's allocator spent a third of the collector's time on that (perf, 4096 ranks × 32

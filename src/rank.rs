@@ -370,7 +370,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
     let (release, released) = mpsc::channel::<()>();
     let setup = Setup {
         release,
-        mode,
+        show: Box::new(crate::session::Printer { mode }),
         results,
         file,
         sizes: sweep.sizes.clone(),
@@ -385,7 +385,6 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, experiment
         metrics,
         pushgateway: crate::run_metrics::PushTarget::new(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref()),
         collector,
-        consumer: None,
     };
     if inputs.send(Input::Ready(Box::new(setup))).is_err() {
         return Err(ExperimentError::Bootstrap("rank 0's loop is gone".into()));

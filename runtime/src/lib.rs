@@ -11,6 +11,7 @@ pub mod bootstrap;
 pub mod collector;
 pub mod event;
 pub mod netns;
+pub mod rank_zero;
 pub mod record;
 pub mod results_file;
 pub mod run_metrics;

@@ -8,8 +8,9 @@ use efatop_experiments::World;
 
 use super::{parse_size_arg, CommonArgs, Descriptor, Planned};
 
-/// `sweep`'s exit code when its verdict names a suspect (0: none; 1 stays "the run failed", 2 "bad input").
-pub const SUSPECTS_FOUND: i32 = 3;
+/// `sweep`'s exit code when its verdict names a suspect (0: none; 1 stays "the run failed", 2 "bad input"):
+/// rank 0's loop ends a run with it.
+pub use efatop_runtime::rank_zero::SUSPECTS_FOUND;
 
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
