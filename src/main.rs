@@ -5,9 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-mod app;
 mod attach;
-mod bench;
 mod check;
 mod cli;
 mod experiment;
@@ -28,9 +26,6 @@ mod tui;
 mod viewer;
 
 use std::process::ExitCode;
-
-// The runtime's modules, under the paths the commands know them by.
-use efatop_runtime::{affinity, bootstrap, collector, event, netns, rank_zero, record, results_file, run_metrics, secret, serve, watchdog};
 
 /// Rank 0's collector decodes tens of thousands of samples a second on one thread and frees them on
 /// another; glibc's allocator spent a third of the collector's time on that (perf, 4096 ranks × 32
@@ -58,13 +53,10 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let code = match cli.command {
-        Command::Run(run) => match sweep_contract::wanted(&run.experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
-            None => launch::launch(&run),
-        },
-        Command::BenchCollector(args) => bench::bench_collector(&args),
+        // Each rank of a sweep with --format keeps its own contract (rank 0 prints it).
+        Command::Run(run) => launch::launch(&run),
         Command::Experiment(experiment) => match sweep_contract::wanted(&experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
+            Some((format, drain)) => sweep_contract::run(experiment, format, drain),
             None => rank::rank_main(experiment),
         },
         Command::Queue(args) => queue::queue(&args),
@@ -104,6 +96,6 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         let _ = write!(line, "; experiments: {} (`efatop --help` lists every command)", Cli::experiments().join(", "));
     }
     // clap quotes the value it refused: a `--pushgateway` URL's password must not be echoed.
-    eprintln!("efatop: error: {}", run_metrics::scrub_userinfo(&line));
+    eprintln!("efatop: error: {}", efatop_runtime::run_metrics::scrub_userinfo(&line));
     ExitCode::from(2)
 }

@@ -7,11 +7,11 @@ use std::sync::mpsc;
 
 use efatop_proto::results::RunResults;
 
-use crate::app::{App, Ended};
-use crate::event::ConsumerEvent;
+use efatop_ui::app::{App, Ended};
+use efatop_runtime::event::ConsumerEvent;
 use crate::printer::{Mode, dashboard, jsonl, plain};
 
-pub use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
+use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
 /// The printer `mode` names, as rank 0's consumer.
 pub struct Printer {
@@ -57,6 +57,10 @@ impl Show for Printer {
                 None
             }
         }
+    }
+
+    fn wants_liveness(&self) -> bool {
+        self.mode == Mode::Dashboard
     }
 
     fn finish(&mut self, results: &RunResults, sizes: &[u64], file: &Path, outcome: Option<ConsumerOutcome>) {

@@ -25,7 +25,7 @@ pub enum Health {
     Closed,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Liveness {
     /// When each rank was last heard from; `None` once its connection closed.
     heard: Vec<Option<Duration>>,

@@ -31,7 +31,8 @@ use crate::event::{ConsumerEvent, RunStart};
 use crate::results_file::ResultsFile;
 use crate::run_metrics::RunMetrics;
 use crate::serve::Outlets;
-use crate::watchdog::{SharedLiveness, Watchdog};
+use crate::watchdog::Watchdog;
+use efatop_proto::liveness::Liveness;
 
 /// The exit code of a sweep that named suspects (a slow NIC, link or node): the run itself went well.
 pub const SUSPECTS_FOUND: i32 = 3;
@@ -43,6 +44,9 @@ const TICK: Duration = Duration::from_millis(200);
 /// the fabric or the launcher's rendezvous; a wait inside MPI cannot be interrupted, and then the loop ends
 /// the run without it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// At most how often the consumer is told the liveness clock ([`ConsumerEvent::Liveness`]) while it moves.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -152,7 +156,8 @@ pub struct ShowStart<'a> {
     pub started: Instant,
     /// Raised when the user asks to quit.
     pub stop: Arc<AtomicBool>,
-    pub liveness: SharedLiveness,
+    /// The liveness clock at the start; its changes follow as [`ConsumerEvent::Liveness`] events.
+    pub liveness: Liveness,
 }
 
 /// Who shows the run: the binary's dashboard, JSON lines or plain tables, a bench's timed consumer, a
@@ -161,6 +166,11 @@ pub struct ShowStart<'a> {
 pub trait Show: Send {
     /// Starts the consumer; `None`: it takes no events (only the final results).
     fn start(&mut self, run: ShowStart<'_>) -> Option<Consumer>;
+    /// It shows ranks' liveness (a dashboard): the loop tells it the watchdog's clock as it moves
+    /// ([`ConsumerEvent::Liveness`]).
+    fn wants_liveness(&self) -> bool {
+        false
+    }
     /// The run is over: its final results (their status set, saved at `file`), and how the consumer's
     /// thread ended (`None`: there was none).
     fn finish(&mut self, results: &RunResults, sizes: &[u64], file: &Path, outcome: Option<ConsumerOutcome>);
@@ -180,7 +190,8 @@ pub struct Setup {
     pub abort: Arc<Abort>,
     /// The watchdog, when telemetry runs (it is rank 0's heartbeat of every rank).
     pub watchdog: Option<Watchdog>,
-    pub liveness: SharedLiveness,
+    /// The liveness clock the consumer starts from (the watchdog keeps it from there).
+    pub liveness: Liveness,
     pub interval: Duration,
     pub outlets: Option<Outlets>,
     pub metrics: Option<RunMetrics>,
@@ -247,11 +258,13 @@ struct Loop {
     save_error: Option<ExperimentError>,
     /// When the watchdog raised the abort because a rank's telemetry connection closed.
     closed_verdict_at: Option<Instant>,
+    /// When the consumer was last told the liveness clock.
+    liveness_told_at: Instant,
 }
 
 /// Runs rank 0's loop until the run has ended, and ends it.
 pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
-    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None };
+    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None, liveness_told_at: Instant::now() };
     this.start();
     let (outcome, abandoned) = this.follow(inputs);
     this.end(outcome, abandoned, inputs)
@@ -306,6 +319,9 @@ impl Loop {
                     return (Err(ExperimentError::Bootstrap("rank 0's thread ended without a result (it panicked)".into())), false);
                 }
             }
+            if self.liveness_told_at.elapsed() >= LIVENESS_EVERY {
+                self.tell_liveness();
+            }
             let at = self.setup.started.elapsed();
             if !self.setup.abort.is_raised() {
                 if let Some(verdict) = self.setup.watchdog.as_ref().and_then(|w| w.judge(at)) {
@@ -357,7 +373,7 @@ impl Loop {
         match input {
             Input::Telemetry(batch) => {
                 let at = self.setup.started.elapsed();
-                if let Some(watchdog) = &self.setup.watchdog {
+                if let Some(watchdog) = &mut self.setup.watchdog {
                     if let Some(verdict) = watchdog.heard(&batch, at) {
                         if !self.setup.abort.is_raised() {
                             self.setup.abort.raise(verdict);
@@ -435,6 +451,19 @@ impl Loop {
         }
     }
 
+    /// The watchdog's clock to the consumer alone (outlets' viewers keep their own from the telemetry),
+    /// when it moved since it was last told.
+    fn tell_liveness(&mut self) {
+        self.liveness_told_at = Instant::now();
+        if !self.setup.show.wants_liveness() {
+            return;
+        }
+        let (Some((consumer, _)), Some(watchdog)) = (&self.consumer, &mut self.setup.watchdog) else { return };
+        if let Some(snapshot) = watchdog.snapshot() {
+            let _ = consumer.send(ConsumerEvent::Liveness(Box::new(snapshot)));
+        }
+    }
+
     /// To the outlets, then the consumer.
     fn forward(&mut self, event: ConsumerEvent) {
         if let Some(outlets) = &mut self.setup.outlets {
@@ -458,7 +487,7 @@ impl Loop {
         if self.setup.watchdog.is_some() {
             let limit = if outcome.is_ok() { DRAIN_LIMIT } else { self.setup.interval.min(Duration::from_millis(200)) };
             let until = Instant::now() + limit;
-            while !self.setup.liveness.every_rank_closed() {
+            while !self.setup.watchdog.as_ref().is_some_and(Watchdog::every_rank_closed) {
                 let Some(left) = until.checked_duration_since(Instant::now()) else { break };
                 match inputs.recv_timeout(left.min(Duration::from_millis(20))) {
                     Ok(input @ (Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_))) => self.fold(input),
@@ -475,6 +504,7 @@ impl Loop {
             self.setup.results.metadata.notes.push(note.clone());
             self.forward(ConsumerEvent::Note(note));
         }
+        self.tell_liveness();
         let error = outcome.as_ref().err().map(ToString::to_string);
         self.forward(ConsumerEvent::Finished { error: error.clone() });
         let consumer_outcome = self.consumer.take().map(|(sender, handle)| {

@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use efatop_proto::results::{RunMetadata, RunResults};
 
 use super::{Mode, jsonl};
-use crate::event::ConsumerEvent;
+use efatop_runtime::event::ConsumerEvent;
 
 /// The run's header, before its first size.
 pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {

@@ -13,7 +13,7 @@ use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, PeerSample, Rank
 use efatop_proto::RunResults;
 use efatop_ui::dashboard;
 use efatop_ui::ingest::Ingest;
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 use efatop_ui::state::{DashboardState, RunInfo, HISTORY_LEN};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;

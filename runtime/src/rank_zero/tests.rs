@@ -14,7 +14,6 @@ use efatop_proto::liveness::Liveness;
 use efatop_proto::telemetry::RankSample;
 
 use super::*;
-use crate::watchdog::SharedLiveness;
 
 const HOSTS: [&str; 2] = ["a", "b"];
 
@@ -51,6 +50,10 @@ impl Show for Recorder {
         Some((events, handle))
     }
 
+    fn wants_liveness(&self) -> bool {
+        true
+    }
+
     fn finish(&mut self, results: &RunResults, _sizes: &[u64], file: &Path, outcome: Option<ConsumerOutcome>) {
         assert!(file.exists(), "the results file is saved before the consumer is finished");
         let status = results.status.clone().expect("a status");
@@ -75,7 +78,7 @@ impl Run {
         results.metadata.ranks = HOSTS.len();
         let file = ResultsFile::create(&dir.path().join("results.json"), false, &results).expect("the results file");
         let interval = Duration::from_millis(50);
-        let liveness = SharedLiveness::new(Liveness::new(HOSTS.len(), interval, hang_timeout));
+        let liveness = Liveness::new(HOSTS.len(), interval, hang_timeout);
         let hosts: Vec<String> = HOSTS.iter().map(|h| (*h).to_string()).collect();
         let start = RunStart {
             info: RunInfo { ranks: HOSTS.len(), hosts: hosts.clone(), ..RunInfo::default() },
@@ -264,6 +267,14 @@ fn a_hung_rank_is_named_and_a_stuck_rank_0_is_left_behind() {
     assert!(error.contains("rank 1 (b) stopped responding: no telemetry for "), "{error}");
     assert!(ending.abandoned, "rank 0's stuck thread is left behind");
     assert!(started.elapsed() >= Duration::from_millis(400) + EXIT_GRACE, "named before the hang timeout and the grace");
+    // The consumer hears the clock as an event, not through a lock: its last copy shows rank 1 hung.
+    let clock = told.events.iter().rev().find_map(|e| match e {
+        ConsumerEvent::Liveness(clock) => Some(clock),
+        _ => None,
+    });
+    let clock = clock.expect("the consumer is told the liveness clock");
+    assert!(matches!(clock.health(1, Duration::MAX), efatop_proto::liveness::Health::Hung(_)), "{clock:?}");
+    assert_eq!(clock.health(0, Duration::MAX), efatop_proto::liveness::Health::Alive);
     assert_eq!(saved.status.map(|s| s.state), Some(RunState::Failed));
     assert_eq!(finished_error(&told), Some(error));
 }
