@@ -1,5 +1,5 @@
 //! What one dashboard frame costs at scale (a benchmark, not a test): 1024 hosts × 8 ranks × 4 channels,
-//! every channel's history full, drawn on ratatui's `TestBackend`. Beside `efatop bench-collector` (can
+//! every channel's history full, drawn on ratatui's `TestBackend`. Beside the runtime's `bench_collector` example (can
 //! rank 0 take in the samples?), this asks whether it can draw them: the goal is ≤ 20 ms a frame in a
 //! release build, with and without a known link speed (without one, the gauges scale to the peak seen).
 //!
