@@ -5,39 +5,25 @@
 
 #![forbid(unsafe_code)]
 
-mod affinity;
-mod app;
 mod attach;
-mod bench;
-mod bootstrap;
 mod check;
 mod cli;
-mod collector;
-mod event;
 mod experiment;
 mod health;
 mod launch;
 mod monitor;
-mod netns;
 mod nvlink;
 mod printer;
 mod queue;
 mod rank;
-mod rank_zero;
-mod record;
 mod replay;
-mod run_metrics;
 mod report;
-mod results_file;
-mod secret;
-mod serve;
 mod session;
 mod sweep_contract;
 mod term;
 mod topo;
 mod tui;
 mod viewer;
-mod watchdog;
 
 use std::process::ExitCode;
 
@@ -67,13 +53,10 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let code = match cli.command {
-        Command::Run(run) => match sweep_contract::wanted(&run.experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
-            None => launch::launch(&run),
-        },
-        Command::BenchCollector(args) => bench::bench_collector(&args),
+        // Each rank of a sweep with --format keeps its own contract (rank 0 prints it).
+        Command::Run(run) => launch::launch(&run),
         Command::Experiment(experiment) => match sweep_contract::wanted(&experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
+            Some((format, drain)) => sweep_contract::run(experiment, format, drain),
             None => rank::rank_main(experiment),
         },
         Command::Queue(args) => queue::queue(&args),
@@ -113,6 +96,6 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         let _ = write!(line, "; experiments: {} (`efatop --help` lists every command)", Cli::experiments().join(", "));
     }
     // clap quotes the value it refused: a `--pushgateway` URL's password must not be echoed.
-    eprintln!("efatop: error: {}", run_metrics::scrub_userinfo(&line));
+    eprintln!("efatop: error: {}", efatop_runtime::run_metrics::scrub_userinfo(&line));
     ExitCode::from(2)
 }

@@ -54,7 +54,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     if let Some(record) = &args.record {
         crate::experiment::check_writable_file("--record", record).map_err(|line| (2, line))?;
     }
-    let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
+    let launched = std::env::var_os(efatop_runtime::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
         // Checked here once, so that bad input is one line rather than one per rank.
         for rank in 0..ranks {
@@ -65,7 +65,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         }
         return launch_local_nodes(ranks);
     }
-    let (bootstrap, secret) = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
+    let (bootstrap, secret) = efatop_runtime::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
     // `{rank}` lets ranks sharing a machine each read their own fake tree.
     let sysfs_root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &bootstrap.rank().to_string()));
     if !sysfs_root.is_dir() {
@@ -80,7 +80,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     let monitor = build_monitor(args, &sysfs_root)?;
     let exporter = start_exporter(args)?;
     let sysfs = Sysfs::new(&sysfs_root);
-    let mut served = crate::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
+    let mut served = efatop_runtime::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
     let outlets = Outlets { served: served.as_mut(), exporter: exporter.as_ref().map(|exporter| (exporter, &sysfs)) };
     let outcome = watch(monitor, args, outlets);
     if let Some(served) = served {
@@ -91,7 +91,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
 
 /// Where each read goes besides the screen: `--serve`/`--record`'s viewers and `--prometheus`'s endpoint.
 struct Outlets<'a> {
-    served: Option<&'a mut crate::serve::MonitorStream>,
+    served: Option<&'a mut efatop_runtime::serve::MonitorStream>,
     exporter: Option<(&'a Exporter<FreshCounters>, &'a Sysfs)>,
 }
 
@@ -139,7 +139,13 @@ fn watch(mut monitor: Monitor, args: &MonitorArgs, mut outlets: Outlets<'_>) -> 
 /// `--ranks N`: this binary N times as the launcher's ranks, each a node of the many-node view.
 fn launch_local_nodes(ranks: u16) -> Result<(), Failure> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    match crate::launch::launch_ranks(usize::from(ranks), &args, &[], crate::launch::PeerCopies::default()) {
+    let plan = efatop_runtime::launch::Ranks {
+        count: usize::from(ranks),
+        args,
+        dashboard_may_be_up: crate::term::stdout_is_terminal(),
+        ..efatop_runtime::launch::Ranks::default()
+    };
+    match efatop_runtime::launch::launch_ranks(&plan) {
         Ok(0) => Ok(()),
         Ok(code) => std::process::exit(code),
         Err(err) => Err((1, format!("starting {ranks} monitors: {err}"))),

@@ -2,58 +2,35 @@
 //! the pipelines that drain nodes ([`crate::health`]), with the exit codes they read (0 nothing suspect,
 //! 1 suspects, 2 the sweep failed) instead of sweep's own 3.
 //!
-//! The process runs the same command again as a child, with `--json` in place of `--format` and stderr
-//! passed through, and reads the child's typed JSON lines (`sweep`: every rank's host; `verdict`: the
-//! suspects; `error`): its own stdout then carries nothing but the contract. Under mpirun or srun every
-//! rank does this, and only rank 0's child prints the JSON lines, so only rank 0 prints a contract.
+//! This process runs its rank of the sweep itself (the runtime's [`efatop_runtime::rank::run`]) with a
+//! consumer of its own that keeps the events the contract needs (`SweepBegin`: every rank's host;
+//! `SweepVerdict`: the suspects; `Finished`: the error) and prints nothing: its stdout then carries nothing
+//! but the contract. Under mpirun, srun or `efatop run` every rank does this, and only rank 0's consumer
+//! hears the run, so only rank 0 prints a contract.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
 
+use efatop_proto::events::ConsumerEvent;
+use efatop_proto::results::RunResults;
 use efatop_proto::sweep::{Scope, Suspect, Verdict as SweepVerdict};
-use serde_json::Value;
+use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
 use crate::experiment::{Experiment, SweepFormat};
 use crate::health::{self, Verdict};
 use efatop_monitor::check::Action;
-
-/// Set on the child, which then runs the sweep itself.
-const ENV_INNER: &str = "EFATOP_SWEEP_CONTRACT_CHILD";
 
 /// The contract asked for, when this process is the one to wrap the sweep.
 pub fn wanted(experiment: &Experiment) -> Option<(SweepFormat, bool)> {
     let Experiment::Sweep(args) = experiment else { return None };
     // --drain with npd is refused by the sweep's own checks.
     let refused = args.drain && args.format != SweepFormat::Slurm;
-    if args.format == SweepFormat::Plain || refused || std::env::var_os(ENV_INNER).is_some() {
+    if args.format == SweepFormat::Plain || refused {
         return None;
     }
     Some((args.format, args.drain))
-}
-
-/// This process's arguments for the child: `--format X` and `--drain` out, `--json` in.
-fn child_args() -> Vec<OsString> {
-    let mut args: Vec<OsString> = Vec::new();
-    let mut skip_value = false;
-    for arg in std::env::args_os().skip(1) {
-        if skip_value {
-            skip_value = false;
-            continue;
-        }
-        let text = arg.to_string_lossy();
-        if text == "--format" {
-            skip_value = true;
-            continue;
-        }
-        if text.starts_with("--format=") || text == "--drain" {
-            continue;
-        }
-        args.push(arg);
-    }
-    args.push("--json".into());
-    args
 }
 
 /// This process is rank 0 (or alone), by whichever launcher started it.
@@ -64,7 +41,7 @@ fn is_rank_zero() -> bool {
         .is_none_or(|rank| rank.trim() == "0")
 }
 
-/// What the child's JSON lines said.
+/// What the run's events said.
 #[derive(Default)]
 struct Heard {
     hosts: BTreeMap<usize, String>,
@@ -73,47 +50,59 @@ struct Heard {
 }
 
 impl Heard {
-    fn take(&mut self, line: &str) {
-        let Ok(value) = serde_json::from_str::<Value>(line) else { return };
-        match value["type"].as_str() {
-            Some("sweep") => {
-                for node in value["data"]["nodes"].as_array().into_iter().flatten() {
-                    if let (Some(rank), Some(host)) = (node["rank"].as_u64(), node["host"].as_str()) {
-                        self.hosts.insert(rank as usize, host.to_string());
-                    }
+    fn take(&mut self, event: &ConsumerEvent) {
+        match event {
+            ConsumerEvent::SweepBegin(sweep) => {
+                for node in &sweep.nodes {
+                    self.hosts.insert(node.rank, node.host.clone());
                 }
             }
-            Some("verdict") => self.verdict = serde_json::from_value(value["data"].clone()).ok(),
-            Some("error") => self.errors.push(value["data"]["text"].as_str().unwrap_or("an error").to_string()),
+            ConsumerEvent::SweepVerdict(verdict) => self.verdict = Some((**verdict).clone()),
+            ConsumerEvent::Finished { error: Some(error) } => self.errors.push(error.clone()),
             _ => {}
         }
     }
 }
 
-/// Runs the sweep as a child and prints its verdict in `format`; returns the exit code.
-pub fn run(format: SweepFormat, drain: bool) -> i32 {
-    let Ok(program) = std::env::current_exe() else {
-        eprintln!("efatop: error: cannot find this program to run the sweep");
-        return 2;
-    };
-    let mut child = match Command::new(program).args(child_args()).env(ENV_INNER, "1").stdout(Stdio::piped()).spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("efatop: error: cannot start the sweep: {err}");
-            return 2;
-        }
-    };
-    let mut heard = Heard::default();
-    if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            heard.take(&line);
+/// Rank 0's consumer: keeps what the contract needs and prints nothing.
+struct Listen {
+    heard: mpsc::Sender<Heard>,
+}
+
+impl Show for Listen {
+    fn start(&mut self, _run: ShowStart<'_>) -> Option<Consumer> {
+        let (events, received) = mpsc::channel::<ConsumerEvent>();
+        let told = self.heard.clone();
+        let handle = std::thread::Builder::new().name("efatop-contract".into()).spawn(move || {
+            let mut heard = Heard::default();
+            for event in received {
+                heard.take(&event);
+            }
+            let _ = told.send(heard);
+            ConsumerOutcome::Done
+        });
+        match handle {
+            Ok(handle) => Some((events, handle)),
+            Err(err) => {
+                eprintln!("efatop: error: cannot start the sweep's consumer: {err}");
+                None
+            }
         }
     }
-    let code = child.wait().ok().and_then(|status| status.code()).unwrap_or(1);
+
+    fn finish(&mut self, _results: &RunResults, _sizes: &[u64], _file: &Path, _outcome: Option<ConsumerOutcome>) {}
+}
+
+/// Runs this rank of the sweep and, on rank 0, prints its verdict in `format`; returns the exit code.
+pub fn run(experiment: Experiment, format: SweepFormat, drain: bool) -> i32 {
+    let (told, heard) = mpsc::channel();
+    let code = crate::rank::rank_with(experiment, Box::new(Listen { heard: told }));
     if !is_rank_zero() {
         // Another rank: rank 0 reports; this one says only whether it ran.
         return if code == 0 { 0 } else { 2 };
     }
+    // Nothing heard: the run ended before it started (its error is on stderr).
+    let heard = heard.try_recv().unwrap_or_default();
     let verdict = verdict(&heard, code);
     let lines = match format {
         SweepFormat::Npd => vec![health::npd(&verdict.0).0],
@@ -262,17 +251,19 @@ mod tests {
     #[test]
     fn no_verdict_is_unknown_and_no_suspect_is_ok() {
         let mut heard = Heard::default();
-        heard.take(r#"{"type":"error","data":{"text":"rank 2 (node2) did not answer"}}"#);
+        heard.take(&ConsumerEvent::Finished { error: Some("rank 2 (node2) did not answer".into()) });
         assert_eq!(verdict(&heard, 1).0, Verdict::Unknown("rank 2 (node2) did not answer".into()));
-        heard.take(r#"{"type":"verdict","data":{"suspects":[],"checked":{"nodes":4,"nics":16}}}"#);
+        let none = SweepVerdict { suspects: Vec::new(), checked: efatop_proto::sweep::Checked { nodes: 4, nics: 16 } };
+        heard.take(&ConsumerEvent::SweepVerdict(Box::new(none)));
         assert_eq!(verdict(&heard, 0).0, Verdict::Ok("sweep: 4 nodes, 16 NICs, nothing slow".into()));
     }
 
     #[test]
-    fn the_child_gets_json_instead_of_the_format() {
-        // The test binary's own arguments: whatever they are, no --format and a --json at the end.
-        let args = child_args();
-        assert_eq!(args.last().map(|a| a.to_string_lossy().into_owned()).as_deref(), Some("--json"));
-        assert!(!args.iter().any(|a| a.to_string_lossy().starts_with("--format")));
+    fn every_rank_s_host_comes_from_the_sweep_s_start() {
+        let mut heard = Heard::default();
+        let node = |rank: usize, host: &str| efatop_proto::sweep::NodeFacts { rank, host: host.into(), ..Default::default() };
+        let setup = efatop_proto::sweep::SweepResults { nodes: vec![node(0, "a"), node(1, "b")], ..Default::default() };
+        heard.take(&ConsumerEvent::SweepBegin(Box::new(setup)));
+        assert_eq!(heard.hosts.into_iter().collect::<Vec<_>>(), [(0, "a".to_string()), (1, "b".to_string())]);
     }
 }

@@ -15,7 +15,6 @@ mod gpu;
 pub mod node;
 pub mod nvlink;
 pub mod prometheus;
-pub mod run_metrics;
 mod rates;
 mod sysfs;
 pub mod xid_watch;

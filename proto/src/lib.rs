@@ -24,6 +24,8 @@
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
+//! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
+//!   judges hangs by and the dashboard shows.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
 //!   finds it with hwloc, `efatop-monitor` with NVML.
@@ -40,6 +42,7 @@ pub mod events;
 pub mod expected;
 pub mod experiment;
 pub mod files;
+pub mod liveness;
 pub mod ipc;
 pub mod recording;
 pub mod results;

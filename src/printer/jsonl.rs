@@ -11,8 +11,8 @@ use efatop_proto::results::{RunMetadata, RunResults};
 use efatop_proto::telemetry::RankSample;
 use serde_json::{Value, json};
 
-use crate::event::ConsumerEvent;
-use crate::collector::CollectorEvent;
+use efatop_runtime::event::ConsumerEvent;
+use efatop_runtime::collector::CollectorEvent;
 
 thread_local! {
     /// Lines not yet written: an event's lines leave in one write (stdout alone would write each line as
@@ -205,7 +205,8 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
         ConsumerEvent::SweepBegin(setup) => line("sweep", &serde_json::to_value(&*setup).unwrap_or(Value::Null)),
         ConsumerEvent::SweepRound(round) => line("sweep_round", &serde_json::to_value(&*round).unwrap_or(Value::Null)),
         // The verdict is the run's last line, after the summary (`print_verdict`).
-        ConsumerEvent::SweepVerdict(_) => {}
+        // Only a dashboard shows liveness; JSON lines carry the samples it is kept from.
+        ConsumerEvent::SweepVerdict(_) | ConsumerEvent::Liveness(_) => {}
     }
     false
 }
@@ -380,8 +381,8 @@ mod tests {
     #[test]
     fn a_printer_behind_the_run_drops_old_telemetry_and_keeps_the_rest() {
         use super::{print_events_counted, Printed, SampleLines, WAITING_BATCHES};
-        use crate::collector::CollectorEvent;
-        use crate::event::ConsumerEvent;
+        use efatop_runtime::collector::CollectorEvent;
+        use efatop_runtime::event::ConsumerEvent;
         let (tx, rx) = std::sync::mpsc::channel();
         let batch = || ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(RankSample { rank: 1, ..RankSample::default() }))]);
         for _ in 0..WAITING_BATCHES {
@@ -487,7 +488,7 @@ mod tests {
     #[test]
     fn a_sample_outside_the_world_is_a_warning_not_a_sample() {
         use super::{print_telemetry, SampleLines, PENDING};
-        use crate::collector::CollectorEvent;
+        use efatop_runtime::collector::CollectorEvent;
         let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }) };
         let printed = |sample: RankSample| {
             PENDING.with_borrow_mut(Vec::clear);

@@ -9,13 +9,12 @@
 use std::time::Duration;
 
 use efatop_proto::sizes::format_size;
-use efatop_ui::ingest::Ingest;
-use efatop_ui::state::{Action, DashboardState, Key, LogLevel};
-use efatop_ui::view::View;
+use efatop_proto::events::{CollectorEvent, ConsumerEvent, RunStart};
 
-use crate::collector::CollectorEvent;
-use crate::event::{ConsumerEvent, RunStart};
-use crate::watchdog::SharedLiveness;
+use crate::ingest::Ingest;
+use crate::state::{Action, DashboardState, Key, LogLevel};
+use crate::view::View;
+use efatop_proto::liveness::Liveness;
 
 /// Everything the fold hears.
 #[derive(Debug)]
@@ -58,29 +57,35 @@ pub struct App {
     /// What the user looks at; only keys change it.
     view: View,
     ingest: Ingest,
-    /// Rank 0's one liveness clock, kept by the watchdog, read here on every tick.
-    liveness: SharedLiveness,
+    /// The liveness clock: this dashboard's copy of rank 0's, replaced by each copy the run tells
+    /// ([`ConsumerEvent::Liveness`]); a viewer moves it on itself ([`App::liveness_mut`]). Read on every tick.
+    liveness: Liveness,
     quit_requested: bool,
 }
 
 impl App {
     /// `state` as [`Ingest::begin`] set it up for the run.
-    pub fn new(state: DashboardState, ingest: Ingest, liveness: SharedLiveness) -> Self {
+    pub fn new(state: DashboardState, ingest: Ingest, liveness: Liveness) -> Self {
         let view = View::of(&state);
         Self { data: state, frozen: None, view, ingest, liveness, quit_requested: false }
     }
 
     /// The dashboard of the run `start` describes, as it stands before the run's first event (a viewer
     /// starts from the run's first event this way; rank 0 from what it is about to send).
-    pub fn for_run(start: RunStart, liveness: SharedLiveness) -> Self {
+    pub fn for_run(start: RunStart, liveness: Liveness) -> Self {
         let mut state = DashboardState::default();
         let ingest = begin(&mut state, start);
         Self::new(state, ingest, liveness)
     }
 
+    /// The liveness clock, for a session that keeps it from the telemetry itself (a viewer).
+    pub fn liveness_mut(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+
     /// Shows `line` on the progress line (who else watches the run, or where this view's events come
     /// from); `alert` draws it in colour.
-    pub fn set_source(&mut self, line: Option<efatop_ui::state::SourceLine>) {
+    pub fn set_source(&mut self, line: Option<crate::state::SourceLine>) {
         self.data.source.clone_from(&line);
         if let Some(frozen) = &mut self.frozen {
             frozen.source = line;
@@ -95,6 +100,10 @@ impl App {
     /// Folds one event that happened at `now` (time since the run started).
     pub fn update(&mut self, event: Event, now: Duration) -> Vec<Effect> {
         let effects = match event {
+            Event::Run(ConsumerEvent::Liveness(clock)) => {
+                self.liveness = *clock;
+                Vec::new()
+            }
             Event::Run(event) => {
                 self.apply(event, now);
                 Vec::new()
@@ -105,7 +114,7 @@ impl App {
             }
             Event::Tick => {
                 if !self.data.finished {
-                    self.ingest.tick(&mut self.data, now, &self.liveness.lock());
+                    self.ingest.tick(&mut self.data, now, &self.liveness);
                 }
                 self.after_run_event()
             }
@@ -123,7 +132,7 @@ impl App {
     /// of the data or lets it go.
     fn key(&mut self, key: Key, now: Duration) -> Vec<Effect> {
         let shown = self.frozen.as_deref().unwrap_or(&self.data);
-        if efatop_ui::dashboard::handle_key(&mut self.view, shown, key) == Action::Quit {
+        if crate::dashboard::handle_key(&mut self.view, shown, key) == Action::Quit {
             return self.quit(now);
         }
         match (self.view.frozen, self.frozen.is_some()) {
@@ -155,7 +164,7 @@ impl App {
     /// Draws the dashboard over the frame.
     pub fn draw(&self, frame: &mut ratatui::Frame) {
         let (data, view) = self.shown();
-        efatop_ui::dashboard::draw(frame, data, view);
+        crate::dashboard::draw(frame, data, view);
     }
 
     /// Once the run has ended, a quit asked for earlier leaves.
@@ -276,7 +285,7 @@ impl App {
                 for note in &setup.notes {
                     self.data.push_log(now, LogLevel::Warn, note.clone());
                 }
-                self.data.sweep = Some(efatop_ui::state::sweep::SweepView::begin(*setup, self.data.run.channels));
+                self.data.sweep = Some(crate::state::sweep::SweepView::begin(*setup, self.data.run.channels));
             }
             ConsumerEvent::SweepRound(round) => self.sweep_round(*round, now),
             ConsumerEvent::SweepVerdict(verdict) => {
@@ -313,6 +322,7 @@ impl App {
                     None => self.data.push_log(now, LogLevel::Info, "run complete: press any key"),
                 }
             }
+            ConsumerEvent::Liveness(clock) => self.liveness = *clock,
         }
     }
 }
@@ -329,7 +339,7 @@ fn begin(state: &mut DashboardState, start: RunStart) -> Ingest {
     if let Some(address) = serving {
         let everywhere = !address.ip().is_loopback();
         let text = if everywhere { format!("serving on {address} (beyond this host)") } else { format!("serving on {address}") };
-        state.source = Some(efatop_ui::state::SourceLine { text, alert: everywhere });
+        state.source = Some(crate::state::SourceLine { text, alert: everywhere });
     }
     ingest
 }

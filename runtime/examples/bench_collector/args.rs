@@ -1,31 +1,31 @@
-//! The arguments of `efatop bench-collector` (hidden): the synthetic fleet it feeds rank 0 with.
+//! The bench's arguments: the synthetic fleet it feeds rank 0 with.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::Parser;
 
-use crate::experiment::whole_number;
-
-#[derive(Debug, Args)]
+/// Can rank 0 keep up with a large job? A synthetic fleet feeds rank 0's real collector and loop.
+#[derive(Debug, Parser)]
+#[command(name = "bench_collector")]
 pub struct BenchCollectorArgs {
     /// Synthetic ranks, one connection each, all on one host (see --hosts for a fleet)
-    #[arg(long, default_value_t = 4096, value_parser = whole_number::<u32>(1..=65536))]
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub ranks: u32,
     /// Synthetic hosts of --ranks-per-host ranks each (named p5-node-0000 ...), instead of --ranks
-    #[arg(long, conflicts_with = "ranks", value_parser = whole_number::<u32>(1..=16384))]
+    #[arg(long, conflicts_with = "ranks", value_parser = clap::value_parser!(u32).range(1..=16384))]
     pub hosts: Option<u32>,
     /// Ranks per host, with --hosts
-    #[arg(long, default_value_t = 8, requires = "hosts", value_parser = whole_number::<u32>(1..=64))]
+    #[arg(long, default_value_t = 8, requires = "hosts", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub ranks_per_host: u32,
     /// Channels per rank
-    #[arg(long, default_value_t = 32, value_parser = whole_number::<u32>(1..=256))]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub channels: u32,
     /// Samples per second per rank
-    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(1..=1000))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub hz: u32,
     /// How long to run
-    #[arg(long, default_value_t = 10, value_parser = whole_number::<u32>(2..=600))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=600))]
     pub seconds: u32,
     /// Consume as `--json` does (a line per rank and channel on stdout; the bench's table goes to stderr)
     /// instead of the dashboard

@@ -1,13 +1,12 @@
-//! `efatop bench-collector` (hidden): can rank 0 keep up with a large job? A synthetic fleet
-//! ([`feed`]: `--hosts` × `--ranks-per-host` ranks, or `--ranks` on one host, × `--channels`, at `--hz`)
-//! sends real telemetry frames over TCP to rank 0's real collector, and rank 0's own loop
-//! ([`crate::rank_zero::run`]: the liveness clock and its watchdog, the results file, `--record`'s
-//! recording through the real outlets, the ending) runs behind it as in a run, on a thread of its own, fed
-//! the run's steps by this bench as an experiment would feed it. Its consumer is the dashboard (the real
-//! [`App`] on the one TUI loop's frames, [`crate::tui::frame`], drawn on a 200×60 `TestBackend` at the
-//! dashboard's frame rate) or, with `--json`, the real JSON printer on stdout. `--slow` makes one NIC
-//! slow from a time on; the dashboard then says how soon the fleet view had it at the top of its worst
-//! NICs, and flagged.
+//! Can rank 0 keep up with a large job? A synthetic fleet ([`feed`]: `--hosts` × `--ranks-per-host`
+//! ranks, or `--ranks` on one host, × `--channels`, at `--hz`) sends real telemetry frames over TCP to
+//! rank 0's real collector, and rank 0's own loop ([`efatop_runtime::rank_zero::run`]: the liveness
+//! clock and its watchdog, the results file, `--record`'s recording through the real outlets, the ending)
+//! runs behind it as in a run, on a thread of its own, fed the run's steps by this bench as an experiment
+//! would feed it. Its consumer is the dashboard (the real [`App`] of `efatop-ui`, folding every event and
+//! drawn on a 200×60 `TestBackend` every 50 ms, the dashboard's frame rate) or, with `--json`, every
+//! channel sample serialized as a JSON line on stdout. `--slow` makes one NIC slow from a time on; the
+//! dashboard then says how soon the fleet view had it at the top of its worst NICs, and flagged.
 //!
 //! Each second it prints what was offered, what was consumed, the backlog and the CPU of each of rank
 //! 0's threads; at the end, a verdict and one `# summary` line (frame time median and p99, RSS, JSON
@@ -16,7 +15,11 @@
 //! The claim under test is that rank 0's side keeps up on one core, so the collector, loop and consumer
 //! threads are confined to the last CPU and the synthetic senders to the others (on a machine with one
 //! CPU everything shares it, and the verdict says so).
+//!
+//! `cargo run --release -p efatop-runtime --example bench_collector -- --hosts 1024 --channels 4`
+//! (`--help` for the rest).
 
+mod args;
 mod feed;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,28 +29,29 @@ use std::time::{Duration, Instant};
 
 use efatop_experiments::world::Abort;
 use efatop_proto::column::{Column, Layout, Memory};
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
+use clap::Parser;
+use efatop_runtime::affinity::pin_thread;
+use efatop_runtime::collector::{Collector, CollectorEvent};
+use efatop_runtime::event::ConsumerEvent;
+use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Input, Setup, Show, ShowStart};
+use efatop_runtime::results_file::ResultsFile;
+use efatop_runtime::serve::Outlets;
+use efatop_runtime::watchdog::Watchdog;
+use efatop_ui::app::{App, Event};
 use efatop_ui::state::DashboardState;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use crate::affinity::pin_thread;
-use crate::app::App;
-use crate::cli::BenchCollectorArgs;
-use crate::collector::{Collector, CollectorEvent};
-use crate::event::ConsumerEvent;
-use crate::printer::Mode;
-use crate::printer::dashboard::Dashboard;
-use crate::rank_zero::{Input, Setup};
-use crate::replay::Playback;
-use crate::results_file::ResultsFile;
-use crate::serve::Outlets;
-use crate::session::ConsumerOutcome;
-use crate::tui::{self, Polled, Source, TICK};
-use crate::viewer::{Fed, Viewer};
-use crate::watchdog::{SharedLiveness, Watchdog};
-
+use args::BenchCollectorArgs;
 use feed::{Shape, Slow, SlowIn};
+
+/// The allocator the binary runs with: rank 0's side is measured as it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The dashboard's frame interval.
+const TICK: Duration = Duration::from_millis(50);
 
 /// The bench's own table: on stderr when stdout carries the JSON lines under test.
 macro_rules! say {
@@ -56,16 +60,17 @@ macro_rules! say {
     };
 }
 
-pub fn bench_collector(args: &BenchCollectorArgs) -> i32 {
+fn main() -> std::process::ExitCode {
+    let args = BenchCollectorArgs::parse();
     let outcome = match &args.fold {
         Some(path) => fold(path, args.screen),
-        None => run(args),
+        None => run(&args),
     };
     match outcome {
-        Ok(kept_up) => i32::from(!kept_up),
+        Ok(kept_up) => std::process::ExitCode::from(u8::from(!kept_up)),
         Err(err) => {
-            eprintln!("efatop: error: bench-collector: {err}");
-            1
+            eprintln!("bench_collector: error: {err}");
+            std::process::ExitCode::FAILURE
         }
     }
 }
@@ -100,13 +105,13 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let (ranks, channels, json) = (shape.ranks, shape.channels, args.json);
     let slow = args.slow.filter(|slow| slow.global_rank(&shape) < ranks && slow.channel < channels);
     if args.slow.is_some() && slow.is_none() {
-        eprintln!("efatop: warning: bench-collector: --slow names a NIC outside the fleet; nothing is slowed");
+        eprintln!("bench_collector: warning: --slow names a NIC outside the fleet; nothing is slowed");
     }
     let start = shape.run_start();
     let clock = Instant::now();
     let (inputs, from_run) = mpsc::channel::<Input>();
     let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
-    let gate = crate::collector::Gate {
+    let gate = efatop_runtime::collector::Gate {
         secret: secret.clone(),
         bounds: efatop_proto::telemetry::WorldBounds { ranks, channels },
         bind: std::net::IpAddr::from([127, 0, 0, 1]),
@@ -126,28 +131,22 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
 
     // The consumer: the dashboard, or the JSON printer, on a thread of its own as in a run.
     let consumed = Arc::new(AtomicU64::new(0));
-    // --json: samples the printer dropped because it fell behind (consumed counts them too).
+    // --json: samples dropped (this bench's JSON lines never drop: the column stays, at 0).
     let dropped = Arc::new(AtomicU64::new(0));
     let started: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
-    let liveness = SharedLiveness::new(Liveness::new(ranks, interval, Duration::from_secs(start.results.metadata.hang_timeout_s)));
+    let liveness = Liveness::new(ranks, interval, Duration::from_secs(start.results.metadata.hang_timeout_s));
     let (to_consumer, from_loop) = mpsc::channel::<ConsumerEvent>();
     let (frames_out, frames_in) = mpsc::channel::<Frames>();
     let consumer_thread = {
-        let (consumed, dropped, started, liveness) = (consumed.clone(), dropped.clone(), started.clone(), liveness.clone());
+        let (consumed, started, liveness) = (consumed.clone(), started.clone(), liveness.clone());
         let start = start.clone();
         let shape = shape.clone();
         let screen = args.screen;
         std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
             pin_consumer_side();
             let frames = if json {
-                // The run's own printer loop: it keeps up, or drops what it cannot print (counted).
-                let mut lines = crate::printer::jsonl::SampleLines::default();
-                crate::printer::jsonl::print_event(ConsumerEvent::Run(Box::new(start)), clock.elapsed(), &mut lines);
-                crate::printer::jsonl::print_events_counted(&from_loop, || clock.elapsed(), &mut lines, |printed| {
-                    consumed.store(printed.samples + printed.dropped, Ordering::Relaxed);
-                    dropped.store(printed.dropped, Ordering::Relaxed);
-                });
+                print_json(&from_loop, &consumed);
                 Frames::default()
             } else {
                 dashboard(App::for_run(start, liveness), &from_loop, &consumed, &shape, slow, &started, screen, clock)
@@ -170,7 +169,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let (release, _released) = mpsc::channel::<()>();
     let setup = Setup {
         // The dashboard is drawn on a `TestBackend`: what rank 0 prints itself is the plain output's end.
-        mode: if json { Mode::Json } else { Mode::Plain },
+        show: Box::new(Started { consumer: Some((to_consumer, consumer_thread)), dashboard: !json }),
         results: start.results.clone(),
         file,
         sizes: start.info.sizes.clone(),
@@ -185,12 +184,11 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         metrics: None,
         pushgateway: None,
         collector: Some(collector),
-        consumer: Some((to_consumer, consumer_thread)),
         release,
     };
     let loop_thread = std::thread::Builder::new().name("efatop-loop".into()).spawn(move || {
         pin_consumer_side();
-        crate::rank_zero::run(setup, &from_run)
+        efatop_runtime::rank_zero::run(setup, &from_run)
     })?;
     // The experiment's first events, as rank 0's thread tells them once the world is up.
     let step = Column::write(Layout::Single, Memory::Host);
@@ -207,7 +205,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         shape.hz,
         ranks as u64 * u64::from(shape.hz),
         load.connections,
-        if json { format!("--json lines on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
+        if json { format!("a JSON line per channel sample on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
     );
     if let Some(slow) = slow {
         say!(json, "# slow NIC: {}", slow.describe(&shape));
@@ -333,39 +331,63 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     Ok(kept_up)
 }
 
-/// `--fold FILE`: the recording played as `efatop replay` plays it at 1× (the same [`Playback`] and
-/// [`Viewer`] on the one TUI loop's frames), a frame for every 50 ms of the run's time, as fast as it
-/// goes. A frame's time is what it costs to fold that 50 ms of the run, tick and draw: a replay at 1×
-/// has that long for it.
+/// `--fold FILE`: the recording played as a replay plays it at 1× (the same [`App`], its liveness clock
+/// kept from the telemetry as a viewer keeps it), a frame for every 50 ms of the run's time, as fast as it
+/// goes. A frame's time is what it costs to fold that 50 ms of the run, tick and draw: a replay at 1× has
+/// that long for it.
 fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<bool> {
-    let recording = crate::record::read(path).map_err(|crate::record::NotARecording(why)| std::io::Error::other(why))?;
+    let recording = efatop_runtime::record::read(path).map_err(|efatop_runtime::record::NotARecording(why)| std::io::Error::other(why))?;
     if let Some(why) = &recording.cut {
-        eprintln!("efatop: warning: bench-collector: {why}");
+        eprintln!("bench_collector: warning: {why}");
     }
     let Ok(mut terminal) = Terminal::new(TestBackend::new(width, height));
-    let mut viewer = Viewer::new(&crate::replay::KEYS);
-    let mut playback = Counted { inner: Playback::new(&recording, 1.0), samples: 0 };
+    let mut events = recording.cursor().peekable();
+    let mut app: Option<App> = None;
+    let mut results_metadata = None;
+    let mut samples = 0;
     let mut times = Vec::new();
     let mut frame_at = Duration::ZERO;
     let started = Instant::now();
     loop {
-        let over = playback.inner.is_over();
         frame_at += TICK;
         let frame_start = Instant::now();
-        tui::frame(&mut terminal, &mut viewer, &mut playback, frame_at)?;
+        while let Some((at, event)) = events.next_if(|(at, _)| *at <= frame_at) {
+            samples += samples_in(&event);
+            match (&mut app, event) {
+                (None, ConsumerEvent::Run(start)) => {
+                    let interval = Duration::from_millis(start.interval_ms.max(10));
+                    let hang_timeout = Duration::from_secs(start.results.metadata.hang_timeout_s.max(1));
+                    let clock = Liveness::new(start.info.ranks, interval, hang_timeout);
+                    results_metadata = Some(start.results.metadata.clone());
+                    app = Some(App::for_run(*start, clock));
+                }
+                (Some(app), event) => {
+                    if let ConsumerEvent::Telemetry(batch) = &event {
+                        for telemetry in batch {
+                            efatop_runtime::watchdog::note_telemetry(app.liveness_mut(), telemetry, at);
+                        }
+                    }
+                    app.update(Event::Run(event), at);
+                }
+                (None, _) => {}
+            }
+        }
+        let over = events.peek().is_none();
+        if let Some(app) = &mut app {
+            app.update(Event::Tick, frame_at);
+            terminal.draw(|frame| app.draw(frame)).map_err(std::io::Error::other)?;
+        }
         times.push(frame_start.elapsed());
         if over {
             break;
         }
     }
-    let samples = playback.samples;
     let wall = started.elapsed();
     let (rss, peak) = (rss_mib("VmRSS"), rss_mib("VmHWM"));
-    let shape = viewer.watched.as_ref().map(|watched| {
-        let state = &watched.tally.results.metadata;
-        (state.hosts.iter().collect::<std::collections::HashSet<_>>().len(), state.ranks, state.channels)
+    let shape = results_metadata.map(|metadata| {
+        (metadata.hosts.iter().collect::<std::collections::HashSet<_>>().len(), metadata.ranks, metadata.channels)
     });
-    let behind = viewer.watched.as_ref().map_or(0, |watched| watched.app.shown().0.fleet.rails().iter().map(|rail| rail.behind).sum::<usize>());
+    let behind = app.as_ref().map_or(0, |app| app.shown().0.fleet.rails().iter().map(|rail| rail.behind).sum::<usize>());
     times.sort_unstable();
     let quantile = |q: f64| times.get(((times.len().max(1) - 1) as f64 * q).round() as usize).map(|t| t.as_secs_f64() * 1e3);
     let run_s = recording.len().checked_sub(1).and_then(|last| recording.time(last)).unwrap_or_default().as_secs_f64();
@@ -391,22 +413,29 @@ fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<
     Ok(true)
 }
 
-/// A replay's playback that counts the samples it hands out.
-struct Counted<'a> {
-    inner: Playback<'a>,
-    samples: u64,
-}
-
-impl Source for Counted<'_> {
-    type Event = Fed;
-
-    fn poll(&mut self, now: Duration) -> Polled<Fed> {
-        let polled = self.inner.poll(now);
-        if let Polled::Ready(Fed::Event(_, event)) = &polled {
-            self.samples += samples_in(event);
+/// `--json`: every channel sample of every batch as one JSON line (`[rank, seq, channel sample]`) on
+/// stdout, each batch in one write; counts the samples it printed.
+fn print_json(events: &Receiver<ConsumerEvent>, consumed: &AtomicU64) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let mut lines = Vec::new();
+    for event in events {
+        let ConsumerEvent::Telemetry(batch) = event else { continue };
+        lines.clear();
+        for telemetry in &batch {
+            let CollectorEvent::Sample(sample) = telemetry else { continue };
+            for channel in &sample.channels {
+                if serde_json::to_writer(&mut lines, &(sample.rank, sample.seq, channel)).is_ok() {
+                    lines.push(b'\n');
+                }
+            }
         }
-        polled
+        if stdout.write_all(&lines).is_err() {
+            return;
+        }
+        consumed.fetch_add(samples_in(&ConsumerEvent::Telemetry(batch)), Ordering::Relaxed);
     }
+    let _ = stdout.flush();
 }
 
 fn fmt(value: Option<f64>, decimals: usize) -> String {
@@ -432,33 +461,8 @@ fn samples_in(event: &ConsumerEvent) -> u64 {
     }
 }
 
-/// The run's events as the dashboard's loop takes them, counting the samples handed out and noting when
-/// rank 0's loop has gone.
-struct Counting<'a> {
-    events: &'a Receiver<ConsumerEvent>,
-    consumed: &'a AtomicU64,
-    gone: bool,
-}
-
-impl Source for Counting<'_> {
-    type Event = ConsumerEvent;
-
-    fn poll(&mut self, now: Duration) -> Polled<ConsumerEvent> {
-        let mut events = self.events;
-        let polled = events.poll(now);
-        match &polled {
-            Polled::Ready(event) => {
-                self.consumed.fetch_add(samples_in(event), Ordering::Relaxed);
-            }
-            Polled::Gone => self.gone = true,
-            Polled::Pending => {}
-        }
-        polled
-    }
-}
-
-/// The run's dashboard as rank 0 runs it ([`Dashboard`] on the one TUI loop's [`tui::frame`]), on a
-/// `TestBackend`: every tick, what arrived folded, the clock moved on, a redraw; each frame timed.
+/// The run's dashboard as rank 0 runs it (the [`App`] on the TUI loop's frames), on a `TestBackend`: every
+/// tick, what arrived folded, the clock moved on, a redraw; each frame timed.
 #[allow(clippy::too_many_arguments)] // the consumer thread's whole world, handed over once
 fn dashboard(
     mut app: App,
@@ -473,18 +477,33 @@ fn dashboard(
     let mut frames = Frames::default();
     let Ok(mut terminal) = Terminal::new(TestBackend::new(width, height));
     let slow_view = slow.map(|slow| slow.global_rank(shape) * shape.channels + slow.channel);
-    let stop = AtomicBool::new(false);
-    let mut source = Counting { events, consumed, gone: false };
+    let mut gone = false;
     let mut next = Instant::now();
     loop {
         let frame_start = Instant::now();
-        let drawn = tui::frame(&mut terminal, &mut Dashboard { app: &mut app, stop: &stop }, &mut source, clock.elapsed());
-        if drawn.is_err() {
+        let now = clock.elapsed();
+        // One frame of the TUI loop: what arrived, folded; the tick; the draw.
+        loop {
+            match events.try_recv() {
+                Ok(event) => {
+                    consumed.fetch_add(samples_in(&event), Ordering::Relaxed);
+                    app.update(Event::Run(event), now);
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    gone = true;
+                    app.update(Event::RunGone, now);
+                    break;
+                }
+            }
+        }
+        app.update(Event::Tick, now);
+        if terminal.draw(|frame| app.draw(frame)).is_err() {
             return frames;
         }
         let took = frame_start.elapsed();
         let since_load = started.get().map(Instant::elapsed);
-        if since_load.is_some_and(|t| t >= Duration::from_secs(1)) && !source.gone {
+        if since_load.is_some_and(|t| t >= Duration::from_secs(1)) && !gone {
             frames.times.push(took);
         }
         if let (Some(slow), Some(view), Some(load)) = (slow, slow_view, started.get()) {
@@ -499,7 +518,7 @@ fn dashboard(
                 }
             }
         }
-        if source.gone {
+        if gone {
             frames.last_worst = describe_worst(app.shown().0);
             return frames;
         }
@@ -570,4 +589,27 @@ fn rss_mib(field: &str) -> Option<f64> {
     let line = status.lines().find(|line| line.starts_with(field) && line[field.len()..].starts_with(':'))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// The bench's consumer, started by the bench itself (its timed dashboard on a `TestBackend`, or its counted
+/// JSON lines); it prints nothing at the end.
+struct Started {
+    consumer: Option<Consumer>,
+    dashboard: bool,
+}
+
+impl Show for Started {
+    fn start(&mut self, _run: ShowStart<'_>) -> Option<Consumer> {
+        self.consumer.take()
+    }
+
+    fn wants_liveness(&self) -> bool {
+        self.dashboard
+    }
+
+    fn finish(&mut self, _results: &efatop_proto::results::RunResults, _sizes: &[u64], _file: &std::path::Path, outcome: Option<ConsumerOutcome>) {
+        if let Some(ConsumerOutcome::Failed(reason)) = outcome {
+            eprintln!("bench_collector: warning: the consumer failed ({reason})");
+        }
+    }
 }

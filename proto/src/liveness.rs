@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use efatop_proto::telemetry::Phase;
+use crate::telemetry::Phase;
 
 /// What rank 0 makes of a rank's silence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub enum Health {
     Closed,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Liveness {
     /// When each rank was last heard from; `None` once its connection closed.
     heard: Vec<Option<Duration>>,

@@ -1,5 +1,5 @@
 //! Which CPUs a thread may run on: what the process was allowed, and confining a thread to some of them
-//! (a rank's hot thread and its helpers, bench-collector's load and consumer sides).
+//! (a rank's hot thread and its helpers, the bench_collector example's load and consumer sides).
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;

@@ -5,40 +5,24 @@
 //! raises the world's abort with the verdict, and ends the run through its ordinary ending (tables, the
 //! JSON `error` and `summary`, the stream's and the recording's end, the results file's status).
 //!
-//! The clock ([`Liveness`]) is shared with the dashboard, which only reads it: a rank shown slow or silent
-//! there is the same rank, by the same clock, that may later be named here.
+//! The clock ([`Liveness`]) is the watchdog's own. Rank 0's loop tells the consumer (the dashboard) a
+//! snapshot of it as it changes ([`Watchdog::snapshot`], sent as [`ConsumerEvent::Liveness`]): a rank
+//! shown slow or silent there is the same rank, by the same clock, that may later be named here.
+//!
+//! [`ConsumerEvent::Liveness`]: efatop_proto::events::ConsumerEvent::Liveness
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use efatop_proto::telemetry::Phase;
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 
 use crate::collector::CollectorEvent;
 
-/// Rank 0's liveness clock, written by rank 0's loop and read by the dashboard. Neither is the hot path.
-#[derive(Clone)]
-pub struct SharedLiveness(Arc<Mutex<Liveness>>);
-
-impl SharedLiveness {
-    pub fn new(liveness: Liveness) -> Self {
-        Self(Arc::new(Mutex::new(liveness)))
-    }
-
-    pub fn lock(&self) -> MutexGuard<'_, Liveness> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Every rank's telemetry connection has closed (after a run, every rank closes its own).
-    pub fn every_rank_closed(&self) -> bool {
-        let live = self.lock();
-        (0..live.ranks()).all(|rank| live.silence(rank, Duration::ZERO).is_none())
-    }
-}
-
 /// The rule, over the clock it judges by.
 pub struct Watchdog {
-    pub liveness: SharedLiveness,
+    liveness: Liveness,
+    /// The clock moved since the last [`Watchdog::snapshot`].
+    moved: bool,
     hosts: Vec<String>,
     /// Set once rank 0's experiment has ended: ranks then close their telemetry as they finish, and
     /// silence means nothing.
@@ -46,8 +30,23 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(liveness: SharedLiveness, hosts: Vec<String>) -> Self {
-        Self { liveness, hosts, run_over: false }
+    pub fn new(liveness: Liveness, hosts: Vec<String>) -> Self {
+        Self { liveness, moved: false, hosts, run_over: false }
+    }
+
+    /// The clock as it stands.
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// A copy of the clock when it moved since the last copy taken, for the consumer.
+    pub fn snapshot(&mut self) -> Option<Liveness> {
+        std::mem::take(&mut self.moved).then(|| self.liveness.clone())
+    }
+
+    /// Every rank's telemetry connection has closed (after a run, every rank closes its own).
+    pub fn every_rank_closed(&self) -> bool {
+        (0..self.liveness.ranks()).all(|rank| self.liveness.silence(rank, Duration::ZERO).is_none())
     }
 
     fn host(&self, rank: usize) -> &str {
@@ -56,11 +55,11 @@ impl Watchdog {
 
     /// Moves the clock on with a batch heard `at` after the run started; returns the verdict when a rank's
     /// telemetry connection closed mid-run.
-    pub fn heard(&self, batch: &[CollectorEvent], at: Duration) -> Option<String> {
+    pub fn heard(&mut self, batch: &[CollectorEvent], at: Duration) -> Option<String> {
         let mut verdict = None;
-        let mut live = self.liveness.lock();
+        self.moved |= !batch.is_empty();
         for telemetry in batch {
-            if let Some(rank) = note_telemetry(&mut live, telemetry, at) {
+            if let Some(rank) = note_telemetry(&mut self.liveness, telemetry, at) {
                 if rank != 0 && !self.run_over && verdict.is_none() {
                     verdict = Some(format!("rank {rank} ({}) exited mid-run: its telemetry connection closed", self.host(rank)));
                 }
@@ -74,7 +73,7 @@ impl Watchdog {
         if self.run_over {
             return None;
         }
-        let live = self.liveness.lock();
+        let live = &self.liveness;
         let (rank, silent) = live.hung(at)?;
         let doing = live
             .last_phase(rank)
@@ -123,7 +122,7 @@ mod tests {
     }
 
     fn dog(hosts: &[&str], hang_timeout: Duration) -> Watchdog {
-        let liveness = SharedLiveness::new(Liveness::new(hosts.len(), Duration::from_millis(100), hang_timeout));
+        let liveness = Liveness::new(hosts.len(), Duration::from_millis(100), hang_timeout);
         Watchdog::new(liveness, hosts.iter().map(|h| (*h).to_string()).collect())
     }
 
@@ -133,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_closed_connection_mid_run_names_the_rank_and_host() {
-        let dog = dog(&["a", "b", "c"], Duration::from_mins(1));
+        let mut dog = dog(&["a", "b", "c"], Duration::from_mins(1));
         assert_eq!(dog.heard(&[sample(2)], ms(10)), None);
         let verdict = dog.heard(&[closed(2)], ms(20));
         assert_eq!(verdict.as_deref(), Some("rank 2 (c) exited mid-run: its telemetry connection closed"));
@@ -141,7 +140,7 @@ mod tests {
 
     #[test]
     fn a_silent_rank_is_named_after_the_hang_timeout_and_not_before() {
-        let dog = dog(&["a", "b"], ms(900));
+        let mut dog = dog(&["a", "b"], ms(900));
         // Both speak for a while; then only rank 0 (its own sampler) does.
         let mut at = 0;
         for _ in 0..5 {
@@ -161,12 +160,12 @@ mod tests {
         assert!(at - last_heard >= 900, "named too early: {} ms of silence", at - last_heard);
         assert!(named.starts_with("rank 1 (b) stopped responding: no telemetry for "), "{named}");
         assert!(named.contains("--hang-timeout 1 s"), "{named}");
-        assert!(dog.liveness.lock().silence(1, Duration::from_hours(1)).is_some());
+        assert!(dog.liveness().silence(1, Duration::from_hours(1)).is_some());
     }
 
     #[test]
     fn progress_reports_keep_a_rank_alive() {
-        let dog = dog(&["a", "b"], ms(600));
+        let mut dog = dog(&["a", "b"], ms(600));
         let mut at = 0;
         for changes in 1..=10 {
             at += 150;
@@ -186,9 +185,22 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_is_taken_once_per_move_of_the_clock() {
+        let mut dog = dog(&["a", "b"], ms(900));
+        assert!(dog.snapshot().is_none(), "nothing heard yet");
+        dog.heard(&[sample(1)], ms(100));
+        dog.heard(&[sample(0)], ms(400));
+        let snapshot = dog.snapshot().expect("the clock moved");
+        assert_eq!(snapshot.silence(1, ms(1000)), Some(ms(300)), "silent since it was last heard, up to the latest word");
+        assert!(dog.snapshot().is_none(), "no move since the last snapshot");
+        dog.heard(&[closed(1)], ms(500));
+        assert_eq!(dog.snapshot().expect("a rank closed").silence(1, ms(1000)), None);
+    }
+
+    #[test]
     fn when_rank_0_hears_nobody_no_rank_is_blamed() {
         // Rank 0's collector is held up (nothing arrives from anyone): nobody is named however long.
-        let dog = dog(&["a", "b"], ms(300));
+        let mut dog = dog(&["a", "b"], ms(300));
         dog.heard(&[sample(0), sample(1)], ms(10));
         assert_eq!(dog.judge(ms(5_000)), None);
     }

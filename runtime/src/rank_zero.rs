@@ -2,8 +2,9 @@
 //! ([`Input`]): the collector's telemetry batches, the experiment's events (from the rank's own thread,
 //! through [`Forward`]), the experiment's end and SIGTERM. It keeps the one liveness clock and its verdicts
 //! ([`Watchdog`]), the run's results and their file, feeds the outlets (`--prometheus`, `--serve`,
-//! `--record`) and hands each event on to the consumer (the dashboard or the JSON printer), folding each
-//! event once.
+//! `--record`) and hands each event on to the consumer ([`Show`]: the binary's dashboard, JSON lines or
+//! plain tables, a bench's timed consumer, a test's recorder), folding each event once. Nothing here prints
+//! the run: the consumer is passed in ([`Setup::show`]).
 //!
 //! Every way a run ends goes through [`Loop::end`]: complete, `q`, a rank killed, a rank hung or lost, a
 //! rank dead during the run's setup, rank 0's own error, SIGTERM. The final tables (plain output, and the
@@ -20,19 +21,21 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_proto::column::Column;
-use efatop_proto::results::{Measurement, PairMatrix, RunResults, RunState, RunStatus};
+use efatop_proto::results::{Measurement, PairMatrix, RunMetadata, RunResults, RunState, RunStatus};
 use efatop_proto::sweep::SweepResults;
 use efatop_experiments::world::Abort;
 use efatop_experiments::{ExperimentError, Observer};
 
 use crate::collector::{Collector, CollectorEvent};
 use crate::event::{ConsumerEvent, RunStart};
-use crate::printer::{Mode, plain};
 use crate::results_file::ResultsFile;
 use crate::run_metrics::RunMetrics;
 use crate::serve::Outlets;
-use crate::session::{self, ConsumerOutcome};
-use crate::watchdog::{SharedLiveness, Watchdog};
+use crate::watchdog::Watchdog;
+use efatop_proto::liveness::Liveness;
+
+/// The exit code of a sweep that named suspects (a slow NIC, link or node): the run itself went well.
+pub const SUSPECTS_FOUND: i32 = 3;
 
 /// How often the loop asks the watchdog when nothing arrives.
 const TICK: Duration = Duration::from_millis(200);
@@ -41,6 +44,9 @@ const TICK: Duration = Duration::from_millis(200);
 /// the fabric or the launcher's rendezvous; a wait inside MPI cannot be interrupted, and then the loop ends
 /// the run without it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// At most how often the consumer is told the liveness clock ([`ConsumerEvent::Liveness`]) while it moves.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -131,9 +137,49 @@ impl From<Vec<CollectorEvent>> for Input {
     }
 }
 
+/// How rank 0's consumer ended.
+pub enum ConsumerOutcome {
+    Done,
+    Quit,
+    Failed(String),
+}
+
+/// Where the loop sends the consumer the run's events, and the consumer's thread.
+pub type Consumer = (Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>);
+
+/// What a consumer starts from.
+pub struct ShowStart<'a> {
+    pub metadata: &'a RunMetadata,
+    pub sizes: &'a [u64],
+    /// The run, every rank's NIC names and the results so far.
+    pub start: RunStart,
+    pub started: Instant,
+    /// Raised when the user asks to quit.
+    pub stop: Arc<AtomicBool>,
+    /// The liveness clock at the start; its changes follow as [`ConsumerEvent::Liveness`] events.
+    pub liveness: Liveness,
+}
+
+/// Who shows the run: the binary's dashboard, JSON lines or plain tables, a bench's timed consumer, a
+/// test's recorder. The loop starts it once, before the first event, sends its thread every event (the
+/// loop never waits on it), joins that thread at the end and hands it the final results.
+pub trait Show: Send {
+    /// Starts the consumer; `None`: it takes no events (only the final results).
+    fn start(&mut self, run: ShowStart<'_>) -> Option<Consumer>;
+    /// It shows ranks' liveness (a dashboard): the loop tells it the watchdog's clock as it moves
+    /// ([`ConsumerEvent::Liveness`]).
+    fn wants_liveness(&self) -> bool {
+        false
+    }
+    /// The run is over: its final results (their status set, saved at `file`), and how the consumer's
+    /// thread ended (`None`: there was none).
+    fn finish(&mut self, results: &RunResults, sizes: &[u64], file: &Path, outcome: Option<ConsumerOutcome>);
+}
+
 /// What rank 0's loop starts from, handed over by the rank's thread once the world is up.
 pub struct Setup {
-    pub mode: Mode,
+    /// Who shows the run.
+    pub show: Box<dyn Show>,
     pub results: RunResults,
     pub file: ResultsFile,
     pub sizes: Vec<u64>,
@@ -144,15 +190,13 @@ pub struct Setup {
     pub abort: Arc<Abort>,
     /// The watchdog, when telemetry runs (it is rank 0's heartbeat of every rank).
     pub watchdog: Option<Watchdog>,
-    pub liveness: SharedLiveness,
+    /// The liveness clock the consumer starts from (the watchdog keeps it from there).
+    pub liveness: Liveness,
     pub interval: Duration,
     pub outlets: Option<Outlets>,
     pub metrics: Option<RunMetrics>,
     pub pushgateway: Option<crate::run_metrics::PushTarget>,
     pub collector: Option<Collector>,
-    /// A consumer its caller started itself (`efatop bench-collector`'s timed dashboard on a
-    /// `TestBackend`, or its counted JSON printer); `None`: the loop starts the one `mode` names.
-    pub consumer: Option<Consumer>,
     /// Dropped once the ending is done: only then does rank 0's own thread close its fabric objects. A
     /// provider that crashes while closing an endpoint a failed run left mid-transfer (libfabric 1.17's
     /// `tcp;ofi_rxm`: docs/measurements.md, "Investigations") then cannot take the run's ending with it.
@@ -208,20 +252,19 @@ impl Observer for Forward {
     }
 }
 
-/// Where the loop sends the consumer the run's events, and the consumer's thread.
-pub type Consumer = (Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>);
-
 struct Loop {
     setup: Setup,
     consumer: Option<Consumer>,
     save_error: Option<ExperimentError>,
     /// When the watchdog raised the abort because a rank's telemetry connection closed.
     closed_verdict_at: Option<Instant>,
+    /// When the consumer was last told the liveness clock.
+    liveness_told_at: Instant,
 }
 
 /// Runs rank 0's loop until the run has ended, and ends it.
 pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
-    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None };
+    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None, liveness_told_at: Instant::now() };
     this.start();
     let (outcome, abandoned) = this.follow(inputs);
     this.end(outcome, abandoned, inputs)
@@ -235,12 +278,7 @@ impl Loop {
                 eprintln!("efatop: warning: {err}; the run goes on without its recording");
             }
         }
-        if let Some(consumer) = setup.consumer.take() {
-            self.consumer = Some(consumer);
-            return;
-        }
-        let consumer = session::start_consumer(session::ConsumerSetup {
-            mode: setup.mode,
+        let consumer = setup.show.start(ShowStart {
             metadata: &setup.results.metadata,
             sizes: &setup.sizes,
             start: setup.start.clone(),
@@ -280,6 +318,9 @@ impl Loop {
                 Err(RecvTimeoutError::Disconnected) => {
                     return (Err(ExperimentError::Bootstrap("rank 0's thread ended without a result (it panicked)".into())), false);
                 }
+            }
+            if self.liveness_told_at.elapsed() >= LIVENESS_EVERY {
+                self.tell_liveness();
             }
             let at = self.setup.started.elapsed();
             if !self.setup.abort.is_raised() {
@@ -332,7 +373,7 @@ impl Loop {
         match input {
             Input::Telemetry(batch) => {
                 let at = self.setup.started.elapsed();
-                if let Some(watchdog) = &self.setup.watchdog {
+                if let Some(watchdog) = &mut self.setup.watchdog {
                     if let Some(verdict) = watchdog.heard(&batch, at) {
                         if !self.setup.abort.is_raised() {
                             self.setup.abort.raise(verdict);
@@ -360,16 +401,11 @@ impl Loop {
         }
     }
 
-    /// The results (and their file) take an experiment's event; plain output prints what it says at once.
+    /// The results (and their file) take an experiment's event.
     fn keep(&mut self, event: &ConsumerEvent) {
-        let plain = self.setup.mode == Mode::Plain;
         let results = &mut self.setup.results;
         match event {
             ConsumerEvent::Begin { columns, memory } => {
-                // Plain output printed its header before the memory was registered: say how it was.
-                if plain && *memory != results.metadata.memory {
-                    println!("# memory as registered: {memory}");
-                }
                 results.configs.clone_from(columns);
                 results.metadata.memory.clone_from(memory);
             }
@@ -379,13 +415,7 @@ impl Loop {
                     let note = format!("NIC counters: {}", warning.headline);
                     if !results.metadata.notes.contains(&note) {
                         results.metadata.notes.push(note);
-                        if plain {
-                            println!("# warning: {}", warning.message);
-                        }
                     }
-                }
-                if let (true, Some(line)) = (plain, efatop_report::text::counters::step_line(measurement)) {
-                    println!("# {line}");
                 }
                 results.measurements.push((**measurement).clone());
                 self.save();
@@ -402,15 +432,8 @@ impl Loop {
         let new_rounds: Vec<_> = sweep.rounds.get(rounds_told..).unwrap_or_default().to_vec();
         let verdict = sweep.verdict.clone().filter(|_| !verdict_told);
         let setup = told.is_none().then(|| SweepResults { rounds: Vec::new(), verdict: None, ..sweep.clone() });
-        let nodes = sweep.nodes.len();
         self.setup.results.sweep = Some(sweep);
         self.save();
-        if self.setup.mode == Mode::Plain {
-            // A line per round as it finishes; the tables come at the end.
-            for round in &new_rounds {
-                println!("{}", plain::sweep_round_line(round, nodes));
-            }
-        }
         if let Some(setup) = setup {
             self.forward(ConsumerEvent::SweepBegin(Box::new(setup)));
         }
@@ -425,6 +448,19 @@ impl Loop {
     fn save(&mut self) {
         if let Err(err) = self.setup.file.save(&self.setup.results) {
             self.save_error.get_or_insert(err);
+        }
+    }
+
+    /// The watchdog's clock to the consumer alone (outlets' viewers keep their own from the telemetry),
+    /// when it moved since it was last told.
+    fn tell_liveness(&mut self) {
+        self.liveness_told_at = Instant::now();
+        if !self.setup.show.wants_liveness() {
+            return;
+        }
+        let (Some((consumer, _)), Some(watchdog)) = (&self.consumer, &mut self.setup.watchdog) else { return };
+        if let Some(snapshot) = watchdog.snapshot() {
+            let _ = consumer.send(ConsumerEvent::Liveness(Box::new(snapshot)));
         }
     }
 
@@ -451,7 +487,7 @@ impl Loop {
         if self.setup.watchdog.is_some() {
             let limit = if outcome.is_ok() { DRAIN_LIMIT } else { self.setup.interval.min(Duration::from_millis(200)) };
             let until = Instant::now() + limit;
-            while !self.setup.liveness.every_rank_closed() {
+            while !self.setup.watchdog.as_ref().is_some_and(Watchdog::every_rank_closed) {
                 let Some(left) = until.checked_duration_since(Instant::now()) else { break };
                 match inputs.recv_timeout(left.min(Duration::from_millis(20))) {
                     Ok(input @ (Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_))) => self.fold(input),
@@ -468,6 +504,7 @@ impl Loop {
             self.setup.results.metadata.notes.push(note.clone());
             self.forward(ConsumerEvent::Note(note));
         }
+        self.tell_liveness();
         let error = outcome.as_ref().err().map(ToString::to_string);
         self.forward(ConsumerEvent::Finished { error: error.clone() });
         let consumer_outcome = self.consumer.take().map(|(sender, handle)| {
@@ -487,10 +524,7 @@ impl Loop {
             eprintln!("efatop: warning: cannot record the run's end: {err}");
         }
         let path: &Path = &self.setup.file.path;
-        plain::print_final(self.setup.mode, results, &self.setup.sizes, Some(path));
-        if let Some(ConsumerOutcome::Failed(reason)) = consumer_outcome {
-            eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
-        }
+        self.setup.show.finish(results, &self.setup.sizes, path, consumer_outcome);
         if let Some(url) = &self.setup.pushgateway {
             if let Err(err) = crate::run_metrics::push(url, results, self.setup.metrics.as_ref()) {
                 eprintln!("efatop: warning: --pushgateway {url}: {err}");
@@ -503,10 +537,13 @@ impl Loop {
             (Err(err), _) | (Ok(()), Some(err)) => Err(err),
             (Ok(()), None) => {
                 let suspects = results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
-                Ok(if suspects { crate::experiment::SUSPECTS_FOUND } else { 0 })
+                Ok(if suspects { SUSPECTS_FOUND } else { 0 })
             }
         };
         drop(self.setup.release);
         Ending { code, abandoned }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! The synthetic feed of `efatop bench-collector`: a fleet of `hosts` × `ranks_per_host` ranks ×
+//! The synthetic feed of the `bench_collector` example: a fleet of `hosts` × `ranks_per_host` ranks ×
 //! `channels` channels, each rank a sender of real telemetry frames over TCP to rank 0's real collector,
 //! every channel near 95 Gbps (a deterministic jitter of a few Gbps), and optionally one NIC slowed from
 //! a time on (`--slow`). No fabric: only the wire.
@@ -14,8 +14,8 @@ use efatop_proto::results::{LinkSource, RankPlacement, RunMetadata};
 use efatop_proto::telemetry::{wire, ChannelSample, IntervalHistogram, PeerSample, RankSample};
 use efatop_proto::{Experiment, RunResults};
 
-pub use crate::cli::Slow;
-use crate::event::{RunInfo, RunStart};
+pub use crate::args::Slow;
+use efatop_runtime::event::{RunInfo, RunStart};
 
 /// Link speed of the synthetic NICs.
 const LINK_GBPS: f64 = 100.0;
@@ -34,7 +34,7 @@ pub struct Shape {
 impl Shape {
     pub fn host_of(&self, rank: usize) -> String {
         match self.hosts {
-            Some(_) => efatop_ui::dashboard::sample::fleet_host(rank / self.ranks_per_host),
+            Some(_) => format!("p5-node-{:04}", rank / self.ranks_per_host),
             None => "bench".to_string(),
         }
     }
@@ -62,7 +62,7 @@ impl Shape {
             efatop_version: env!("CARGO_PKG_VERSION").into(),
             experiment: Experiment::Write,
             provider: "efa".into(),
-            provider_stack: "efa (synthetic: efatop bench-collector)".into(),
+            provider_stack: "efa (synthetic: bench_collector)".into(),
             ranks: self.ranks,
             hosts: hosts.clone(),
             channels: self.channels,
@@ -176,13 +176,13 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
         let (offered, stop, connected, cpus, started, secret) = (offered.clone(), stop.clone(), connected.clone(), cpus.to_vec(), started.clone(), secret.clone());
         let (ranks, channels, hz) = (shape.ranks, shape.channels, shape.hz);
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
-            crate::affinity::pin_thread(None, cpus.iter().copied());
+            efatop_runtime::affinity::pin_thread(None, cpus.iter().copied());
             // Per connection: its stream and the frames of the ranks it carries (rank r on r % connections).
             let mut links: Vec<Link> = Vec::with_capacity(my_connections.len());
             let connecting = (|| {
                 for &connection in &my_connections {
                     // Each connection proves the run's secret, as a rank's sampler does.
-                    let stream = crate::collector::dial(address, &secret)?;
+                    let stream = efatop_runtime::collector::dial(address, &secret)?;
                     stream.set_nonblocking(false)?;
                     let frames = (connection..ranks)
                         .step_by(connections)
