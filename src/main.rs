@@ -15,7 +15,6 @@ mod cli;
 mod collector;
 mod event;
 mod experiment;
-mod health;
 mod launch;
 mod monitor;
 mod netns;

@@ -8,7 +8,6 @@
 #![forbid(unsafe_code)]
 
 mod affinity;
-pub mod check;
 mod fake;
 mod fake_node;
 mod gpu;
@@ -18,6 +17,7 @@ pub mod prometheus;
 pub mod run_metrics;
 mod rates;
 mod sysfs;
+pub mod xid;
 pub mod xid_watch;
 
 use std::time::Duration;
