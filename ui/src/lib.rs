@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dashboard;
+pub mod fleet;
 pub mod ingest;
 pub mod liveness;
 pub mod monitor;
