@@ -34,7 +34,8 @@ pub struct Shape {
 impl Shape {
     pub fn host_of(&self, rank: usize) -> String {
         match self.hosts {
-            Some(_) => efatop_ui::dashboard::sample::fleet_host(rank / self.ranks_per_host),
+            // `p5-node-0042`, as the UI's fleet tests name their synthetic hosts.
+            Some(_) => format!("p5-node-{:04}", rank / self.ranks_per_host),
             None => "bench".to_string(),
         }
     }
