@@ -9,7 +9,6 @@ mod attach;
 mod check;
 mod cli;
 mod experiment;
-mod health;
 mod launch;
 mod monitor;
 mod nvlink;

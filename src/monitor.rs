@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use efatop_monitor::prometheus::{Exporter, FreshCounters};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_proto::output::Line;
 use efatop_proto::telemetry::NodeSample;
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
@@ -178,30 +179,18 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
 }
 
-/// `{"type": "snapshot", "data": {...}}`, as the benchmarks' `--json` lines are shaped.
-#[derive(serde::Serialize)]
-struct JsonLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    /// The node's rank when several are shown.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rank: Option<u32>,
-    data: &'a NodeSample,
-}
-
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
 fn print_line(snapshot: &NodeSample, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
         // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
-        let filtered;
         let data = if view.view.filter.trim().is_empty() {
-            snapshot
+            snapshot.clone()
         } else {
-            filtered = NodeSample { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
-            &filtered
+            NodeSample { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() }
         };
-        let line = JsonLine { kind: "snapshot", rank, data };
-        serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
+        // `rank`: the node's rank when several are shown.
+        let line = Line::<()>::Snapshot { rank, data: Box::new(data) };
+        line.to_json().map_err(|err| (1, format!("JSON: {err}")))? + "\n"
     } else {
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
         // Ranks sharing a machine share a host name: the rank tells their tables apart.

@@ -8,7 +8,6 @@
 #![forbid(unsafe_code)]
 
 mod affinity;
-pub mod check;
 mod fake;
 mod fake_node;
 mod gpu;
@@ -17,6 +16,7 @@ pub mod nvlink;
 pub mod prometheus;
 mod rates;
 mod sysfs;
+pub mod xid;
 pub mod xid_watch;
 
 use std::time::Duration;

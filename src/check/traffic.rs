@@ -3,7 +3,7 @@
 //! this node, one per GPU and at least 2, `--channels all`, efa's shared-memory shortcut off as on every
 //! run), 4 MiB per write, one warmup and [`ITERS`] timed writes on every channel of every pair, each byte
 //! verified by its receiver, NICs judged against their peers at [`THRESHOLD`]. It reads the run's results
-//! file and hands the facts to the `traffic` rule (`efatop_monitor::check`): the NIC that received corrupt
+//! file and hands the facts to the `traffic` rule (`efatop_health`): the NIC that received corrupt
 //! data, the NICs far below their peers, or how the run failed. The ranks are stopped when they outlast
 //! [`LIMIT`], so that the whole check stays within 30 s.
 
@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use efatop_fabric::Provider;
-use efatop_monitor::check::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
+use efatop_health::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 use efatop_monitor::Sysfs;
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};

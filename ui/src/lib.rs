@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod dashboard;
+pub mod fleet;
 pub mod ingest;
 pub mod monitor;
 pub mod state;

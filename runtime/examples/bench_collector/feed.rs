@@ -34,6 +34,7 @@ pub struct Shape {
 impl Shape {
     pub fn host_of(&self, rank: usize) -> String {
         match self.hosts {
+            // `p5-node-0042`, as the UI's fleet tests name their synthetic hosts.
             Some(_) => format!("p5-node-{:04}", rank / self.ranks_per_host),
             None => "bench".to_string(),
         }

@@ -5,8 +5,11 @@ use std::fmt::Write as _;
 
 use efatop_topology::{NicKind as LayoutNicKind, NodeTopology};
 
-use super::{xid, Action, Expected, Finding, Libfabric, LibfabricFacts, Observed, Rule, Status};
-use crate::node::{PciFunction, PcieLink, RdmaDevice};
+use efatop_monitor::node::{PciFunction, PcieLink, RdmaDevice};
+use efatop_monitor::xid;
+use efatop_proto::action::Action;
+
+use super::{Expected, Finding, Libfabric, LibfabricFacts, Observed, Rule, Status};
 
 /// The counters whose growth is a fault: those fleets alert on (EFA's `retrans_timeout_events`,
 /// `impaired_remote_conn_events`, `unresponsive_remote_events`, `rx_drops`), failed RDMA work requests,

@@ -1,20 +1,25 @@
-//! `efatop check`: a node preflight that says in words what is wrong with a node's EFA, GPUs and limits,
-//! against what its instance type should have.
+//! Whether a node is fit to run, in one place: `efatop check`'s rules, the judging of its traffic check,
+//! the sweep's verdict per node, and the contracts they are told in.
 //!
 //! [`observe`] reads the node (under a [`Sysfs`] root: `/`, or a fake tree) over a short window: the
 //! instance type (DMI), every RDMA device with its PCI function and ports, the NVIDIA GPUs, the kernel
-//! modules for GPUDirect, the memlock limit, and two reads of the counters through the monitor
-//! ([`Monitor`]), whose difference shows the error counters that grew and whose rates feed the monitor's
-//! rail check ([`crate::rails::balance`]); what libfabric offers is asked by the caller (the binary links
-//! libfabric, this crate does not) while the window runs. [`evaluate`] is pure: [`Observed`] and the
-//! expected layout (`efatop_topology::instance_layout`) in, one [`Finding`] per problem (or one `ok` per
-//! rule) out. The binary prints them as a table, JSON, or the one-line contracts of NHC, Slurm and
-//! node-problem-detector.
+//! modules for GPUDirect, the memlock limit, and two reads of the counters through the node monitor
+//! ([`Monitor`]), whose difference shows the error counters that grew and whose rates feed the rail
+//! check; what libfabric offers is asked by the caller (the binary links libfabric, this crate does not)
+//! while the window runs. [`evaluate`] is pure: [`Observed`] and the expected layout
+//! (`efatop_topology::instance_layout`) in, one [`Finding`] per problem (or one `ok` per rule) out.
+//! - `rules`: every rule but traffic's; `traffic`: the facts of `check --traffic`'s verified write (the
+//!   binary runs it) and the rule that judges them;
+//! - [`contract`]: a verdict as the pipelines that drain nodes read it (Slurm drain reasons, LBNL NHC,
+//!   node-problem-detector) and the report's table;
+//! - [`sweep`]: the sweep's verdict in those contracts, per suspect node.
+//!
+//! The binary keeps only the commands' glue: flags, running the traffic and the sweep, printing.
 
-mod action;
+pub mod contract;
 mod rules;
+pub mod sweep;
 mod traffic;
-pub mod xid;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -22,13 +27,14 @@ use std::time::{Duration, Instant};
 use efatop_topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
-use crate::node::{MemlockLimit, PciFunction, RdmaDevice};
+use efatop_monitor::node::{MemlockLimit, PciFunction, RdmaDevice};
+use efatop_monitor::xid;
+use efatop_proto::action::Action;
 use efatop_proto::telemetry::rails::RailLoad;
 use efatop_proto::telemetry::NicKind;
 
-use crate::{Affinity, GpuReader, Monitor, Sysfs};
+use efatop_monitor::{Affinity, GpuReader, Monitor, Sysfs};
 
-pub use action::Action;
 pub use rules::{evaluate, WATCHED_COUNTERS};
 pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 
@@ -260,7 +266,7 @@ pub struct Observed {
     /// The GPU Xids of the kernel log ([`xid::read`]), or why it could not be read.
     pub xids: Result<xid::XidLog, String>,
     /// Each GPU's memory health through NVML ([`crate::memory_health`]), or why it was not read.
-    pub gpu_memory: Result<Vec<crate::GpuMemory>, String>,
+    pub gpu_memory: Result<Vec<efatop_monitor::GpuMemory>, String>,
 }
 
 /// The instance type to judge against, and where it came from.
@@ -333,7 +339,7 @@ pub fn observe_with_traffic(
         traffic,
         xids: xid::read(sysfs.root()),
         gpu_memory: if sysfs.root() == std::path::Path::new("/") {
-            crate::memory_health()
+            efatop_monitor::memory_health()
         } else {
             Err(format!("--sysfs-root {} is not this machine: NVML not asked", sysfs.root().display()))
         },

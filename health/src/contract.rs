@@ -14,6 +14,10 @@
 
 use std::process::Command;
 
+use efatop_proto::action::Action;
+
+use crate::{Carrier, Report, Status};
+
 /// node-problem-detector's message limit in its example custom-plugin configs.
 pub const NPD_MAX: usize = 80;
 /// A drain reason short enough to read whole in `sinfo -R -o '%100E'` and `scontrol show node`.
@@ -183,6 +187,71 @@ pub fn apply_to_slurm(node: &str, verdict: &Verdict) -> Result<DrainAction, Stri
         }
         Verdict::Unknown(_) => Ok(DrainAction::Nothing),
     }
+}
+
+/// What `efatop check` found, as the contracts see it.
+/// The problems' short forms, strongest action first, each group led by its action:
+/// `replace: GPU 3 Xid 79`, `watch: rdmap80s0 PCIe x8 of x16; rdmap81s0 rx_drops +3`.
+pub fn problem_lines(report: &Report) -> Vec<String> {
+    let mut problems: Vec<&crate::Finding> = report.with_status(Status::Problem).collect();
+    problems.sort_by_key(|finding| std::cmp::Reverse(finding.action));
+    let mut previous = None;
+    problems
+        .into_iter()
+        .map(|finding| {
+            let lead = previous != Some(finding.action);
+            previous = Some(finding.action);
+            if lead { format!("{}: {}", finding.action, finding.short) } else { finding.short.clone() }
+        })
+        .collect()
+}
+
+/// The report as the contracts see it: its problems' short forms led by their actions
+/// ([`problem_lines`]), or why it could not tell, or what was checked.
+pub fn verdict(report: &Report) -> Verdict {
+    match report.status {
+        Status::Problem => Verdict::Problems(problem_lines(report)),
+        Status::Unknown => {
+            let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
+            Verdict::Unknown(unknown.join("; "))
+        }
+        Status::Ok | Status::Skipped => {
+            let ok = report.with_status(Status::Ok).count();
+            let skipped = report.with_status(Status::Skipped).count();
+            let instance = report.instance_type.as_deref().unwrap_or("instance type unknown");
+            let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| {
+                // The provider as asked (`tcp`, not `tcp;ofi_rxm`): the line must fit node-problem-detector's 80.
+                let nics = if traffic.carrier == Carrier::Nic { "" } else { " (not NICs)" };
+                format!(", traffic via {}{nics}", traffic.provider)
+            });
+            Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped{traffic}"))
+        }
+    }
+}
+
+/// One row per finding, then the verdict.
+pub fn table(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let instance = report.instance_type.as_deref().map_or("instance type unknown".to_string(), |t| format!("{t} ({})", report.instance_source));
+    let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| format!("  traffic via {}", traffic.via()));
+    let mut text = format!("efatop check  {}  {instance}  window {:.1} s{traffic}\n", report.host, report.window_s);
+    let _ = writeln!(text, "  {:<13} {:<8} {:<8} finding", "rule", "status", "action");
+    for finding in &report.findings {
+        let _ = writeln!(text, "  {:<13} {:<8} {:<8} {}", finding.rule.name(), finding.status.label(), finding.action.name(), finding.message);
+    }
+    let line = match verdict(report) {
+        Verdict::Ok(_) => "ok: nothing wrong found".to_string(),
+        Verdict::Problems(problems) => {
+            let count = problems.len();
+            format!("PROBLEM: {count} thing{} wrong: {}", if count == 1 { "" } else { "s" }, problems.join("; "))
+        }
+        Verdict::Unknown(why) => format!("UNKNOWN: could not tell: {why}"),
+    };
+    if report.action != Action::None {
+        let _ = writeln!(text, "action: {} ({})", report.action, report.action_reason);
+    }
+    let _ = writeln!(text, "{line}");
+    text
 }
 
 #[cfg(test)]

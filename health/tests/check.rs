@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use efatop_monitor::check::{
+use efatop_health::{
     observe, observe_with_traffic, Carrier, Expected, Finding, Libfabric, LibfabricFacts, NicBytes, Observed, Report, Rule, SlowNic, Status, Traffic,
     TrafficChannel, TrafficOutcome,
 };
@@ -76,7 +76,7 @@ fn a_healthy_node_of_every_type_has_no_problem_and_nothing_unknown() {
         let skipped: Vec<Rule> = report.with_status(Status::Skipped).map(|f| f.rule).collect();
         // GPU memory health is NVML's, which a fake tree is not asked.
         assert_eq!(skipped, [Rule::Rails, Rule::GpuMemory, Rule::Libfabric], "{instance_type}");
-        assert_eq!(report.action, efatop_monitor::check::Action::None, "{instance_type}");
+        assert_eq!(report.action, efatop_proto::action::Action::None, "{instance_type}");
     }
 }
 

@@ -20,7 +20,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::Action;
+use efatop_proto::action::Action;
 
 /// One Xid of the catalog: its number, a few words, and the action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
