@@ -23,6 +23,7 @@
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
+//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
@@ -41,6 +42,7 @@ pub mod expected;
 pub mod experiment;
 pub mod files;
 pub mod ipc;
+pub mod nccl;
 pub mod recording;
 pub mod results;
 pub mod sizes;
