@@ -37,6 +37,7 @@ mod term;
 mod topo;
 mod tui;
 mod viewer;
+mod watch;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
+        Command::Watch(args) => watch::watch(&args),
     };
     if efatop_fabric::ending::abandoned() {
         // A run that failed left its fabric objects open: the process ends without libfabric's exit handlers.
