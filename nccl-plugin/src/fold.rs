@@ -461,3 +461,51 @@ fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>) {
     }
     comm.dirty_rows.insert(key);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{parse, Line};
+
+    fn fold_fixture(name: &str) -> Fold {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl").join(name);
+        let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
+        let mut fold = Fold::default();
+        for line in &trace.lines {
+            match line {
+                Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
+                    fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
+                }
+                Line::Record(r) => fold.add(r),
+                _ => {}
+            }
+        }
+        fold
+    }
+
+    #[test]
+    fn the_synthetic_run_folds_to_its_figures() {
+        let mut fold = fold_fixture("synthetic-full-r0.trace");
+        let out = fold.intervals(0, 0);
+        let PluginMessage::Interval { colls, peers, progress, .. } = &out[0].0 else { panic!() };
+        let row = |func: Func| colls.iter().find(|r| r.func == func).unwrap_or_else(|| panic!("{func:?} in {colls:#?}"));
+        let ar = row(Func::AllReduce);
+        assert_eq!((ar.size, ar.ops, ar.timed, ar.time_ns, ar.timing), (1 << 30, 6, 6, 6 * 20_000_000, Timing::Gpu));
+        let ag = row(Func::AllGather);
+        assert_eq!((ag.size, ag.ops, ag.time_ns), (128 << 20, 4, 4 * 4_000_000));
+        let a2a = row(Func::AlltoAll);
+        assert_eq!((a2a.size, a2a.ops, a2a.time_ns), (64 << 20, 4, 4 * 2_000_000));
+        assert_eq!(peers.len(), 1);
+        assert_eq!(peers[0].sent, 6 * (1 << 30) + 4 * (64 << 20) + 4 * (32 << 20));
+        assert!(progress.iter().all(|p| p.started == p.finished && p.open_seq.is_none()), "{progress:?}");
+        assert_eq!(fold.unmatched, 0);
+    }
+
+    #[test]
+    fn a_stuck_call_stays_open_with_its_sequence_number() {
+        let mut fold = fold_fixture("synthetic-hang-r1.trace");
+        let out = fold.intervals(0, 0);
+        let PluginMessage::Interval { progress, .. } = &out[0].0 else { panic!() };
+        assert_eq!(progress, &vec![Progress { func: Func::AllReduce, started: 6, finished: 5, open_seq: Some(5), open_ms: 0 }]);
+    }
+}

@@ -164,7 +164,8 @@ impl Plugin {
                 };
             }
             Record::Stop { id, .. } => {
-                let handle = handles.remove(id).unwrap_or(std::ptr::null_mut());
+                // NCCL keeps a stopped task's handle as its children's parent: so does the map.
+                let handle = handle_of(id, handles);
                 // SAFETY: as above.
                 unsafe {
                     match self.abi {
