@@ -1,12 +1,12 @@
 //! `efatop watch`: listens for an NCCL job's profiler plugins (nccl-plugin/, docs/watch.md), folds what
-//! they send (proto's `nccl::fold`) and shows it live: `--json` prints proto's typed [`WatchLine`]s, one a
-//! line; otherwise a plain line per event. `--from FILE...` folds plugin files (written where no watcher was
-//! named) instead of listening.
+//! they send (proto's `nccl::fold`) and shows it live: on a terminal `efatop_ui::watch`'s view; `--json`
+//! prints proto's typed [`WatchLine`]s, one a line; otherwise a plain line per event. `--from FILE...`
+//! folds plugin files (written where no watcher was named) instead of listening.
 //!
 //! Every connection proves the user's token (proto's handshake, purpose `Nccl`) within 5 s or is dropped
 //! and counted; connections are bounded by `--max-plugins`; a plugin's message is read within proto's caps.
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +18,7 @@ use clap::Args;
 use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::nccl::fold::{Config, Watch};
 use efatop_proto::nccl::{self, PluginMessage, WatchLine};
+use efatop_ui::watch::WatchView;
 
 use crate::experiment::{parse_serve, whole_number};
 
@@ -88,8 +89,32 @@ pub fn watch(args: &WatchArgs) -> i32 {
     let secret = token.secret;
     std::thread::spawn(move || accept_loop(&listener, &secret, &tx, &live, max));
     let started = Instant::now();
-    let mut watch = Watch::new(config);
+    let (lines_tx, lines_rx) = channel();
+    let duration = args.duration;
+    std::thread::spawn(move || fold_loop(&rx, config, started, duration, &lines_tx));
+    if !args.json && std::io::stdout().is_terminal() {
+        let mut view = Live { view: WatchView::new() };
+        return match crate::tui::on_terminal(&mut view, &mut &lines_rx, || started.elapsed()) {
+            Ok(()) => 0,
+            Err(err) => {
+                eprintln!("efatop watch: terminal: {err}");
+                1
+            }
+        };
+    }
     let mut out = std::io::stdout().lock();
+    for lines in lines_rx {
+        if print(&mut out, &lines, args.json).is_err() {
+            return 0;
+        }
+    }
+    0
+}
+
+/// The watcher's fold: takes what the plugins send, and every half second the lines it makes; ends after
+/// `duration` seconds (0: never), or when no one takes its lines.
+fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: Instant, duration: u64, out: &Sender<Vec<WatchLine>>) {
+    let mut watch = Watch::new(config);
     let tick = Duration::from_millis(500);
     let mut next = started + tick;
     loop {
@@ -99,17 +124,50 @@ pub fn watch(args: &WatchArgs) -> i32 {
             Ok(Inbound::Closed(conn)) => watch.closed(conn),
             Ok(Inbound::Refused) => watch.refused(),
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return 1,
+            Err(RecvTimeoutError::Disconnected) => return,
         }
         if Instant::now() >= next {
             next += tick;
-            if print(&mut out, &watch.tick(started.elapsed()), args.json).is_err() {
-                return 0;
+            if out.send(watch.tick(started.elapsed())).is_err() {
+                return;
             }
-            if args.duration > 0 && started.elapsed() >= Duration::from_secs(args.duration) {
-                return 0;
+            if duration > 0 && started.elapsed() >= Duration::from_secs(duration) {
+                return;
             }
         }
+    }
+}
+
+/// The live view (`efatop_ui::watch`) in the TUI loop: each tick's lines folded in, keys scroll or quit.
+struct Live {
+    view: WatchView,
+}
+
+impl crate::tui::Tui for Live {
+    type Event = Vec<WatchLine>;
+    type Ended = ();
+
+    fn event(&mut self, lines: Vec<WatchLine>, _now: Duration) -> Option<()> {
+        for line in lines {
+            self.view.push(line);
+        }
+        None
+    }
+
+    fn gone(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn key(&mut self, key: efatop_ui::state::Key, _now: Duration) -> Option<()> {
+        (self.view.handle_key(key) == efatop_ui::state::Action::Quit).then_some(())
+    }
+
+    fn interrupt(&mut self, _now: Duration) -> Option<()> {
+        Some(())
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        efatop_ui::watch::draw(frame, &self.view);
     }
 }
 

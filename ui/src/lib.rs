@@ -10,3 +10,4 @@ pub mod liveness;
 pub mod monitor;
 pub mod state;
 pub mod view;
+pub mod watch;
