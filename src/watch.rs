@@ -1,4 +1,4 @@
-//! `efatop watch`: listens for an NCCL job's profiler plugins (nccl-plugin/, docs/watch.md), folds what
+//! `efatop watch`: listens for an NCCL job's profiler plugins (transports/nccl-plugin/, docs/watch.md), folds what
 //! they send (proto's `nccl::fold`) and shows it live: on a terminal `efatop_ui::watch`'s view; `--json`
 //! prints proto's typed [`WatchLine`]s, one a line; otherwise a plain line per event. `--from FILE...`
 //! folds plugin files (written where no watcher was named) instead of listening.

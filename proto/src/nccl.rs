@@ -1,4 +1,4 @@
-//! NCCL's own traffic, as efatop's profiler plugin (`nccl-plugin/`, loaded by NCCL through
+//! NCCL's own traffic, as efatop's profiler plugin (`transports/nccl-plugin/`, loaded by NCCL through
 //! `NCCL_PROFILER_PLUGIN`) reports it and `efatop watch` shows it.
 //!
 //! - [`PluginMessage`]: what one plugin (one process, one or more communicators) sends: who it is, each

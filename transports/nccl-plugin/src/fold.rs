@@ -468,7 +468,7 @@ mod tests {
     use crate::trace::{parse, Line};
 
     fn fold_fixture(name: &str) -> Fold {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl").join(name);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
         let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
         let mut fold = Fold::default();
         for line in &trace.lines {
