@@ -155,14 +155,20 @@ impl Watch {
             }
             PluginMessage::Nics { nics, .. } => {
                 let host = plugin.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone());
-                let state = self.hosts.entry(host).or_default();
-                state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
-                state.fresh = true;
-                for key in &plugin.ranks {
+                let keys = plugin.ranks.clone();
+                for key in &keys {
                     if let Some(rank) = self.ranks.get_mut(key) {
                         rank.heard = now;
                     }
                 }
+                // The NICs' reading is paired with what NCCL had moved on this host when it was taken (the
+                // plugin sends its intervals before its reading), not at the next tick: a reading taken
+                // before the job's traffic is the window's baseline however soon the traffic follows.
+                let nccl = self.nccl_of(&host);
+                let state = self.hosts.entry(host).or_default();
+                state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
+                state.fresh = true;
+                state.samples.push_back((now, nccl, state.nics.clone()));
             }
             PluginMessage::Health { dropped, unsent, .. } => {
                 plugin.dropped = dropped;
@@ -256,20 +262,21 @@ impl Watch {
         }
     }
 
+    /// The bytes NCCL's ranks on `host` have sent and received so far (proxy ops and steps).
+    fn nccl_of(&self, host: &str) -> u64 {
+        self.ranks
+            .values()
+            .filter(|state| self.plugins.get(&state.conn).and_then(|p| p.origin.as_ref()).is_some_and(|o| o.host == host))
+            .map(|state| state.peers.values().map(|p| p.sent.saturating_add(p.received)).sum::<u64>())
+            .sum()
+    }
+
     fn join(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
-        let mut nccl_by_host: BTreeMap<String, u64> = BTreeMap::new();
-        for state in self.ranks.values() {
-            let Some(host) = self.plugins.get(&state.conn).and_then(|p| p.origin.as_ref()).map(|o| o.host.clone()) else { continue };
-            let bytes: u64 = state.peers.values().map(|p| p.sent.saturating_add(p.received)).sum();
-            *nccl_by_host.entry(host).or_default() += bytes;
-        }
         let window = self.config.window;
         for (host, state) in &mut self.hosts {
             if !std::mem::take(&mut state.fresh) {
                 continue;
             }
-            let nccl = nccl_by_host.get(host).copied().unwrap_or(0);
-            state.samples.push_back((now, nccl, state.nics.clone()));
             while state.samples.len() > 2 && state.samples.get(1).is_some_and(|s| now.saturating_sub(s.0) >= window) {
                 state.samples.pop_front();
             }

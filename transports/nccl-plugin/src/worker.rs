@@ -46,6 +46,10 @@ fn run(runtime: &'static Runtime) {
     let mut text = String::new();
     let mut last = Instant::now();
     let mut dropped_told = 0;
+    // The NICs' counters as the job starts, before any of its traffic: the watcher's join needs a reading
+    // on each side of what NCCL moves (a job shorter than one interval would otherwise show no window).
+    sink.send(&PluginMessage::Nics { t_ms: runtime.now_ns() / 1_000_000, nics: crate::identity::nics() });
+    sink.flush();
     loop {
         // Records first, then the communicators: every record drained was pushed after its communicator
         // registered, so its init is in this take or an earlier one.
