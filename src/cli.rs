@@ -47,6 +47,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines
     Replay(ReplayArgs),
+    /// Watch an NCCL job live through efatop's profiler plugin: its ranks, busbw per collective and size,
+    /// bytes per peer, its NICs (fallback, rails) and the rank a hang waits on
+    Watch(crate::watch::WatchArgs),
 }
 
 impl Cli {

@@ -23,6 +23,7 @@ mod term;
 mod topo;
 mod tui;
 mod viewer;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
+        Command::Watch(args) => watch::watch(&args),
     };
     if efatop_fabric::ending::abandoned() {
         // A run that failed left its fabric objects open: the process ends without libfabric's exit handlers.

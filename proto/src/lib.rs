@@ -25,6 +25,7 @@
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
+//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
 //! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
 //!   judges hangs by and the dashboard shows.
@@ -48,6 +49,7 @@ pub mod experiment;
 pub mod files;
 pub mod liveness;
 pub mod ipc;
+pub mod nccl;
 pub mod recording;
 pub mod results;
 pub mod sizes;

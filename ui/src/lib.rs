@@ -11,3 +11,4 @@ pub mod ingest;
 pub mod monitor;
 pub mod state;
 pub mod view;
+pub mod watch;
