@@ -67,7 +67,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
         return from_files(args, config);
     }
     let Some(address) = args.listen else { return 2 };
-    let token = match crate::secret::user_token(true) {
+    let token = match efatop_runtime::secret::user_token(true) {
         Ok(token) => token,
         Err(err) => {
             eprintln!("efatop watch: the user's token: {err}");
