@@ -10,7 +10,7 @@ use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_ui::state::SourceLine;
 
 use crate::cli::AttachArgs;
-use crate::event::ConsumerEvent;
+use efatop_runtime::event::ConsumerEvent;
 use crate::term;
 use crate::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
@@ -43,7 +43,7 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         .collect();
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
     // The viewer proves the user's token first; the run proves it back.
-    let token = crate::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
+    let token = efatop_runtime::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
     // A run whose handshakes are all taken (strangers holding them) closes at once: try again a while.
     let started = std::time::Instant::now();
     let mut stream = loop {
@@ -122,7 +122,7 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
 /// The viewer's side of the token's handshake ([`efatop_proto::auth::connect`]), telling a peer that is no
 /// efatop run (its first bytes are not the handshake's), one that closed before its greeting, and one that
 /// refused the token apart.
-fn prove_token(stream: &mut TcpStream, token: &crate::secret::Keyed) -> Result<(), Proven> {
+fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<(), Proven> {
     use efatop_proto::auth::{self, AuthError, Purpose};
     auth::connect(stream, &token.secret, Purpose::Viewer).map_err(|err| match err {
         AuthError::NoHello(io) => match io.kind() {

@@ -1,8 +1,8 @@
-//! `efatop check`: the node preflight (rules in `efatop_monitor::check`). This module picks the instance
+//! `efatop check`: the node preflight (rules in `efatop_health`). This module picks the instance
 //! type and its layout, asks libfabric what it offers (on this machine only: a fake tree is not this
 //! machine's libfabric), watches the node for `--window`, and prints the report in the format asked: a
 //! table, a JSON line, or the one-line contracts of NHC, Slurm and node-problem-detector
-//! ([`crate::health`]). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input. With
+//! (`efatop_health::contract`). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input. With
 //! `--traffic` a short verified write through every NIC of this node runs inside the window
 //! ([`traffic`]).
 
@@ -13,11 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use efatop_fabric::{Capabilities, Channel, ChannelOptions, Provider, discover_nics};
-use efatop_monitor::check::{observe_with_traffic, Carrier, Expected, Libfabric, LibfabricFacts, Report, Status};
+use efatop_health::contract::{self, table, verdict, DrainAction, Verdict};
+use efatop_health::{observe_with_traffic, Expected, Libfabric, LibfabricFacts, Report};
 use efatop_monitor::{FakeNode, Fault, Sysfs};
+use efatop_proto::output::Line;
 
 use crate::cli::{CheckArgs, HealthFormat};
-use crate::health::{self, DrainAction, Verdict};
 
 /// Runs `efatop check`; returns the exit code.
 pub fn check(args: &CheckArgs) -> i32 {
@@ -70,21 +71,21 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     let text = match args.format() {
         HealthFormat::Table => table(&report),
         HealthFormat::Json => {
-            let line = serde_json::to_string(&JsonLine { kind: "check", data: &report }).map_err(|err| (2, format!("JSON: {err}")))?;
+            let line = Line::Check(Box::new(report.clone())).to_json().map_err(|err| (2, format!("JSON: {err}")))?;
             format!("{line}\n")
         }
-        HealthFormat::Npd => format!("{}\n", health::npd(&verdict).0),
+        HealthFormat::Npd => format!("{}\n", contract::npd(&verdict).0),
         HealthFormat::Nhc => {
             if let Verdict::Unknown(why) = &verdict {
                 eprintln!("efatop: check: could not tell: {why}");
             }
-            health::nhc_message(&verdict).map_or(String::new(), |message| format!("{message}\n"))
+            contract::nhc_message(&verdict).map_or(String::new(), |message| format!("{message}\n"))
         }
         HealthFormat::Slurm => {
             if let Verdict::Unknown(why) = &verdict {
                 eprintln!("efatop: check: could not tell (the node is left as it is): {why}");
             }
-            health::slurm_reason(&verdict).map_or(String::new(), |reason| format!("{reason}\n"))
+            contract::slurm_reason(&verdict).map_or(String::new(), |reason| format!("{reason}\n"))
         }
     };
     print(&text)?;
@@ -92,8 +93,8 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     if args.drain && matches!(verdict, Verdict::Problems(_)) && !report.action.drains() {
         eprintln!("efatop: not drained: the strongest action is {} ({})", report.action, report.action_reason);
     } else if args.drain {
-        let node = health::slurm_node_name(args.node_name.as_deref());
-        match health::apply_to_slurm(&node, &verdict) {
+        let node = contract::slurm_node_name(args.node_name.as_deref());
+        match contract::apply_to_slurm(&node, &verdict) {
             Ok(DrainAction::Drained(_)) => eprintln!("efatop: drained {node}"),
             Ok(DrainAction::Resumed) => eprintln!("efatop: resumed {node} (efatop had drained it)"),
             Ok(DrainAction::Nothing) => {}
@@ -101,14 +102,6 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
     }
     Ok(code)
-}
-
-/// `{"type": "check", "data": {...}}`, as efatop's other JSON lines are shaped.
-#[derive(serde::Serialize)]
-struct JsonLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    data: &'a Report,
 }
 
 /// `--write-fake DIR`: a fake node of `--instance-type`, with each `--plant`'s fault.
@@ -193,70 +186,6 @@ fn loaded_library(name: &str) -> Option<String> {
 
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
-}
-
-/// The problems' short forms, strongest action first, each group led by its action:
-/// `replace: GPU 3 Xid 79`, `watch: rdmap80s0 PCIe x8 of x16; rdmap81s0 rx_drops +3`.
-pub fn problem_lines(report: &Report) -> Vec<String> {
-    let mut problems: Vec<&efatop_monitor::check::Finding> = report.with_status(Status::Problem).collect();
-    problems.sort_by_key(|finding| std::cmp::Reverse(finding.action));
-    let mut previous = None;
-    problems
-        .into_iter()
-        .map(|finding| {
-            let lead = previous != Some(finding.action);
-            previous = Some(finding.action);
-            if lead { format!("{}: {}", finding.action, finding.short) } else { finding.short.clone() }
-        })
-        .collect()
-}
-
-/// The report as the contracts see it: its problems' short forms led by their actions
-/// ([`problem_lines`]), or why it could not tell, or what was checked.
-pub fn verdict(report: &Report) -> Verdict {
-    match report.status {
-        Status::Problem => Verdict::Problems(problem_lines(report)),
-        Status::Unknown => {
-            let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
-            Verdict::Unknown(unknown.join("; "))
-        }
-        Status::Ok | Status::Skipped => {
-            let ok = report.with_status(Status::Ok).count();
-            let skipped = report.with_status(Status::Skipped).count();
-            let instance = report.instance_type.as_deref().unwrap_or("instance type unknown");
-            let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| {
-                // The provider as asked (`tcp`, not `tcp;ofi_rxm`): the line must fit node-problem-detector's 80.
-                let nics = if traffic.carrier == Carrier::Nic { "" } else { " (not NICs)" };
-                format!(", traffic via {}{nics}", traffic.provider)
-            });
-            Verdict::Ok(format!("{instance}: {ok} rules ok, {skipped} skipped{traffic}"))
-        }
-    }
-}
-
-/// One row per finding, then the verdict.
-fn table(report: &Report) -> String {
-    use std::fmt::Write as _;
-    let instance = report.instance_type.as_deref().map_or("instance type unknown".to_string(), |t| format!("{t} ({})", report.instance_source));
-    let traffic = report.traffic.as_ref().map_or(String::new(), |traffic| format!("  traffic via {}", traffic.via()));
-    let mut text = format!("efatop check  {}  {instance}  window {:.1} s{traffic}\n", report.host, report.window_s);
-    let _ = writeln!(text, "  {:<13} {:<8} {:<8} finding", "rule", "status", "action");
-    for finding in &report.findings {
-        let _ = writeln!(text, "  {:<13} {:<8} {:<8} {}", finding.rule.name(), finding.status.label(), finding.action.name(), finding.message);
-    }
-    let line = match verdict(report) {
-        Verdict::Ok(_) => "ok: nothing wrong found".to_string(),
-        Verdict::Problems(problems) => {
-            let count = problems.len();
-            format!("PROBLEM: {count} thing{} wrong: {}", if count == 1 { "" } else { "s" }, problems.join("; "))
-        }
-        Verdict::Unknown(why) => format!("UNKNOWN: could not tell: {why}"),
-    };
-    if report.action != efatop_monitor::check::Action::None {
-        let _ = writeln!(text, "action: {} ({})", report.action, report.action_reason);
-    }
-    let _ = writeln!(text, "{line}");
-    text
 }
 
 fn print(text: &str) -> Result<(), Failure> {

@@ -5,12 +5,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::experiment::{Experiment, whole_number};
 
-mod bench;
 mod check;
 mod tools;
 mod view;
 
-pub use bench::{BenchCollectorArgs, Slow};
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
 pub use crate::experiment::parse_serve;
@@ -33,9 +31,6 @@ pub enum Command {
     Queue(QueueArgs),
     /// Start N local ranks of an experiment, no MPI needed
     Run(RunArgs),
-    /// Load-test rank 0's telemetry collector with synthetic ranks (a benchmark, not a test)
-    #[command(hide = true)]
-    BenchCollector(BenchCollectorArgs),
     /// Where GPUs, NICs and CPUs sit (as `nvidia-smi topo -m`), and which NICs a rank on each GPU should use
     Topo(TopoArgs),
     /// Render a saved results file as a table, CSV, Markdown or JSON, and plot it
@@ -52,6 +47,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Play a recorded run (`--record`) in the dashboard, or print its JSON lines
     Replay(ReplayArgs),
+    /// Watch an NCCL job live through efatop's profiler plugin: its ranks, busbw per collective and size,
+    /// bytes per peer, its NICs (fallback, rails) and the rank a hang waits on
+    Watch(crate::watch::WatchArgs),
     /// Write the man pages and shell completions that the .deb and .rpm install (scripts/build/package)
     #[command(hide = true)]
     PackageFiles(crate::package_files::PackageFilesArgs),

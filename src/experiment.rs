@@ -15,7 +15,7 @@ use efatop_experiments::payload::MemoryChoice;
 use efatop_proto::column::Column;
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_proto::sizes::{self, format_size};
-use efatop_experiments::{ChannelCount, ExperimentError, Observer, ProviderChoice, SweepOptions, World};
+use efatop_experiments::{ChannelCount, ProviderChoice, World};
 use efatop_fabric::{Capabilities, Provider};
 
 mod alltoall;
@@ -29,7 +29,7 @@ pub use alltoall::AlltoallArgs;
 pub use ipc::IpcArgs;
 pub use proxy::ProxyArgs;
 pub use sendrecv::SendrecvArgs;
-pub use sweep::{SweepArgs, SweepFormat, SUSPECTS_FOUND};
+pub use sweep::{SweepArgs, SweepFormat};
 pub use write::WriteArgs;
 
 /// What a rank needs to know of an experiment, apart from the flags every experiment shares.
@@ -87,7 +87,7 @@ pub trait Descriptor {
 }
 
 /// An experiment's run, planned: the sweep and rank 0's observer go in, the outcome comes out.
-pub type Planned<'a> = Box<dyn FnOnce(&SweepOptions, &mut dyn Observer) -> Result<(), ExperimentError> + 'a>;
+pub use efatop_runtime::rank::Planned;
 
 /// The memories `--memory` names, `--staged` folding `device` into `staged`, each once, in order.
 pub fn memories_from_flags(common: &CommonArgs, gpu: usize) -> Vec<MemoryChoice> {
@@ -197,14 +197,14 @@ pub fn check_outputs(common: &CommonArgs) -> Result<(), String> {
     let files = [("--out", common.out.as_deref()), ("--record", common.record.as_deref())];
     // The folders are rank 0's to write in: a rank known to be another (under mpirun, perhaps on a host
     // where they do not exist) leaves them to it.
-    if crate::bootstrap::rank_from_env().is_none_or(|rank| rank == 0) {
+    if efatop_runtime::bootstrap::rank_from_env().is_none_or(|rank| rank == 0) {
         for (flag, path) in files {
             if let Some(path) = path {
                 check_writable_file(flag, path)?;
             }
         }
         // Rank 0 pushes: only it needs the credentials and the CA (files perhaps on its host only).
-        crate::run_metrics::PushTarget::check(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref())?;
+        efatop_runtime::run_metrics::PushTarget::check(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref())?;
     }
     if let (Some(out), Some(record)) = (&common.out, &common.record) {
         if same_file(out, record) {
@@ -427,8 +427,8 @@ pub struct CommonArgs {
     /// At the end, rank 0 pushes the run's final per-channel byte totals and how it ended to the Prometheus
     /// Pushgateway at URL (http://HOST:PORT or https://HOST:PORT), as job `efatop`, instance rank 0's host; a
     /// failed push is a warning
-    #[arg(long, value_name = "URL", value_parser = crate::run_metrics::Pushgateway::parse)]
-    pub pushgateway: Option<crate::run_metrics::Pushgateway>,
+    #[arg(long, value_name = "URL", value_parser = efatop_runtime::run_metrics::Pushgateway::parse)]
+    pub pushgateway: Option<efatop_runtime::run_metrics::Pushgateway>,
     /// --pushgateway's HTTP basic auth: FILE holds `user:password` on one line and only its owner may read
     /// it (else the variable `EFATOP_PUSHGATEWAY_AUTH` holds `user:password`, or the URL does,
     /// `https://user:password@HOST:PORT`, where other users can read it in the process list). Sent only over

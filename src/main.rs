@@ -5,40 +5,26 @@
 
 #![forbid(unsafe_code)]
 
-mod affinity;
-mod app;
 mod attach;
-mod bench;
-mod bootstrap;
 mod check;
 mod cli;
-mod collector;
-mod event;
 mod experiment;
-mod health;
 mod launch;
 mod monitor;
-mod netns;
 mod nvlink;
 mod package_files;
 mod printer;
 mod queue;
 mod rank;
-mod rank_zero;
-mod record;
 mod replay;
-mod run_metrics;
 mod report;
-mod results_file;
-mod secret;
-mod serve;
 mod session;
 mod sweep_contract;
 mod term;
 mod topo;
 mod tui;
 mod viewer;
-mod watchdog;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -68,13 +54,10 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let code = match cli.command {
-        Command::Run(run) => match sweep_contract::wanted(&run.experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
-            None => launch::launch(&run),
-        },
-        Command::BenchCollector(args) => bench::bench_collector(&args),
+        // Each rank of a sweep with --format keeps its own contract (rank 0 prints it).
+        Command::Run(run) => launch::launch(&run),
         Command::Experiment(experiment) => match sweep_contract::wanted(&experiment) {
-            Some((format, drain)) => sweep_contract::run(format, drain),
+            Some((format, drain)) => sweep_contract::run(experiment, format, drain),
             None => rank::rank_main(experiment),
         },
         Command::Queue(args) => queue::queue(&args),
@@ -85,6 +68,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::check(&args),
         Command::Attach(args) => attach::attach(&args),
         Command::Replay(args) => replay::replay(&args),
+        Command::Watch(args) => watch::watch(&args),
         Command::PackageFiles(args) => package_files::package_files(&args),
     };
     if efatop_fabric::ending::abandoned() {
@@ -115,6 +99,6 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         let _ = write!(line, "; experiments: {} (`efatop --help` lists every command)", Cli::experiments().join(", "));
     }
     // clap quotes the value it refused: a `--pushgateway` URL's password must not be echoed.
-    eprintln!("efatop: error: {}", run_metrics::scrub_userinfo(&line));
+    eprintln!("efatop: error: {}", efatop_runtime::run_metrics::scrub_userinfo(&line));
     ExitCode::from(2)
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use efatop_monitor::prometheus::{Exporter, FreshCounters};
 use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_proto::output::Line;
 use efatop_proto::telemetry::NodeSample;
 use efatop_topology::NodeTopology;
 use efatop_ui::monitor::{MonitorView, plain_text};
@@ -54,7 +55,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     if let Some(record) = &args.record {
         crate::experiment::check_writable_file("--record", record).map_err(|line| (2, line))?;
     }
-    let launched = std::env::var_os(crate::bootstrap::ENV_RENDEZVOUS).is_some();
+    let launched = std::env::var_os(efatop_runtime::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
         // Checked here once, so that bad input is one line rather than one per rank.
         for rank in 0..ranks {
@@ -65,7 +66,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         }
         return launch_local_nodes(ranks);
     }
-    let (bootstrap, secret) = crate::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
+    let (bootstrap, secret) = efatop_runtime::bootstrap::connect().map_err(|err| (1, err.to_string()))?;
     // `{rank}` lets ranks sharing a machine each read their own fake tree.
     let sysfs_root = PathBuf::from(args.sysfs_root.to_string_lossy().replace("{rank}", &bootstrap.rank().to_string()));
     if !sysfs_root.is_dir() {
@@ -80,7 +81,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     let monitor = build_monitor(args, &sysfs_root)?;
     let exporter = start_exporter(args)?;
     let sysfs = Sysfs::new(&sysfs_root);
-    let mut served = crate::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
+    let mut served = efatop_runtime::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
     let outlets = Outlets { served: served.as_mut(), exporter: exporter.as_ref().map(|exporter| (exporter, &sysfs)) };
     let outcome = watch(monitor, args, outlets);
     if let Some(served) = served {
@@ -91,7 +92,7 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
 
 /// Where each read goes besides the screen: `--serve`/`--record`'s viewers and `--prometheus`'s endpoint.
 struct Outlets<'a> {
-    served: Option<&'a mut crate::serve::MonitorStream>,
+    served: Option<&'a mut efatop_runtime::serve::MonitorStream>,
     exporter: Option<(&'a Exporter<FreshCounters>, &'a Sysfs)>,
 }
 
@@ -139,7 +140,13 @@ fn watch(mut monitor: Monitor, args: &MonitorArgs, mut outlets: Outlets<'_>) -> 
 /// `--ranks N`: this binary N times as the launcher's ranks, each a node of the many-node view.
 fn launch_local_nodes(ranks: u16) -> Result<(), Failure> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    match crate::launch::launch_ranks(usize::from(ranks), &args, &[], crate::launch::PeerCopies::default()) {
+    let plan = efatop_runtime::launch::Ranks {
+        count: usize::from(ranks),
+        args,
+        dashboard_may_be_up: crate::term::stdout_is_terminal(),
+        ..efatop_runtime::launch::Ranks::default()
+    };
+    match efatop_runtime::launch::launch_ranks(&plan) {
         Ok(0) => Ok(()),
         Ok(code) => std::process::exit(code),
         Err(err) => Err((1, format!("starting {ranks} monitors: {err}"))),
@@ -172,30 +179,18 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this host".to_string(), |name| name.trim().to_string())
 }
 
-/// `{"type": "snapshot", "data": {...}}`, as the benchmarks' `--json` lines are shaped.
-#[derive(serde::Serialize)]
-struct JsonLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    /// The node's rank when several are shown.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rank: Option<u32>,
-    data: &'a NodeSample,
-}
-
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
 fn print_line(snapshot: &NodeSample, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
         // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
-        let filtered;
         let data = if view.view.filter.trim().is_empty() {
-            snapshot
+            snapshot.clone()
         } else {
-            filtered = NodeSample { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() };
-            &filtered
+            NodeSample { nics: snapshot.nics.iter().filter(|nic| view.passes(nic)).cloned().collect(), ..snapshot.clone() }
         };
-        let line = JsonLine { kind: "snapshot", rank, data };
-        serde_json::to_string(&line).map_err(|err| (1, format!("JSON: {err}")))? + "\n"
+        // `rank`: the node's rank when several are shown.
+        let line = Line::<()>::Snapshot { rank, data: Box::new(data) };
+        line.to_json().map_err(|err| (1, format!("JSON: {err}")))? + "\n"
     } else {
         let columns = crossterm::terminal::size().map_or(120, |(width, _)| width.max(80));
         // Ranks sharing a machine share a host name: the rank tells their tables apart.

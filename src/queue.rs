@@ -4,7 +4,9 @@ use std::io::Write;
 
 use crate::cli::{QueueArgs, RingArg};
 use efatop_experiments::queue::RingDesign;
-use efatop_experiments::queue::{self, QueueOptions, QueueRow};
+use efatop_experiments::queue::{self, QueueOptions};
+use efatop_proto::output::Line;
+use efatop_proto::results::QueueRow;
 
 pub fn queue(args: &QueueArgs) -> i32 {
     let options = QueueOptions {
@@ -31,7 +33,9 @@ pub fn queue(args: &QueueArgs) -> i32 {
             println!("{:>6} {:>7} {:>9} | {:>10} {:>12} | {:>9} {:>9} {:>9} {:>9}", "Blocks", "Threads", "Producers", "Requests", "Requests/s", "LatReqs", "p50 (us)", "p99 (us)", "max (us)");
         }
         if json {
-            println!("{}", serde_json::json!({"type": "queue", "data": row}));
+            if let Ok(line) = Line::<()>::Queue(row.clone()).to_json() {
+                println!("{line}");
+            }
         } else {
             println!(
                 "{:>6} {:>7} {:>9} | {:>10} {:>12.0} | {:>9} {:>9.2} {:>9.2} {:>9.2}",

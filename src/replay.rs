@@ -7,7 +7,7 @@ use std::time::Duration;
 use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::ReplayArgs;
-use crate::record::{self, Recording};
+use efatop_runtime::record::{self, Recording};
 use crate::term;
 use crate::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};

@@ -1,71 +1,72 @@
-//! Rank 0's consumer of the run's events for the chosen printer: the dashboard or JSON lines on a thread
-//! of their own, fed by rank 0's loop (`rank_zero.rs`); plain output needs none (the loop prints).
+//! Rank 0's consumer of the run's events for the chosen printer ([`Printer`], the runtime's
+//! [`Show`]): the dashboard, JSON lines or plain lines on a thread of their own, fed by rank 0's loop
+//! (`efatop_runtime::rank_zero`), and the final tables once the run is over.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Sender};
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::path::Path;
+use std::sync::mpsc;
 
-use efatop_proto::results::RunMetadata;
+use efatop_proto::results::RunResults;
 
-use crate::app::{App, Ended};
-use crate::event::{ConsumerEvent, RunStart};
+use efatop_ui::app::{App, Ended};
+use efatop_runtime::event::ConsumerEvent;
 use crate::printer::{Mode, dashboard, jsonl, plain};
-use crate::watchdog::SharedLiveness;
 
-/// How rank 0's consumer ended.
-pub enum ConsumerOutcome {
-    Done,
-    Quit,
-    Failed(String),
-}
+use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
-/// What rank 0's consumer starts from.
-pub struct ConsumerSetup<'a> {
+/// The printer `mode` names, as rank 0's consumer.
+pub struct Printer {
     pub mode: Mode,
-    pub metadata: &'a RunMetadata,
-    pub sizes: &'a [u64],
-    /// The run, every rank's NIC names and the results so far.
-    pub start: RunStart,
-    pub started: Instant,
-    /// Raised when the user asks to quit.
-    pub stop: Arc<AtomicBool>,
-    pub liveness: SharedLiveness,
 }
 
-/// Starts the consumer for `setup.mode` and returns where to send it the run's events; plain output
-/// prints its header here and needs no thread.
-pub fn start_consumer(setup: ConsumerSetup<'_>) -> Option<(Sender<ConsumerEvent>, JoinHandle<ConsumerOutcome>)> {
-    let ConsumerSetup { mode, metadata, sizes, start, started, stop, liveness } = setup;
-    let (events, received) = mpsc::channel::<ConsumerEvent>();
-    let spawned = match mode {
-        Mode::Json => {
-            jsonl::print_run(metadata);
-            let mut lines = jsonl::SampleLines { pairs: start.pairs, world: Some(start.world()) };
-            std::thread::Builder::new().name("efatop-json".into()).spawn(move || {
-                jsonl::print_events(&received, || started.elapsed(), &mut lines);
-                ConsumerOutcome::Done
-            })
+impl Show for Printer {
+    /// Starts the consumer for the mode and returns where to send it the run's events; JSON lines and
+    /// plain output print their header here.
+    fn start(&mut self, run: ShowStart<'_>) -> Option<Consumer> {
+        let ShowStart { metadata, sizes, start, started, stop, liveness } = run;
+        let (events, received) = mpsc::channel::<ConsumerEvent>();
+        let spawned = match self.mode {
+            Mode::Json => {
+                jsonl::print_run(metadata);
+                let mut lines = jsonl::SampleLines { pairs: start.pairs, world: Some(start.world()) };
+                std::thread::Builder::new().name("efatop-json".into()).spawn(move || {
+                    jsonl::print_events(&received, || started.elapsed(), &mut lines);
+                    ConsumerOutcome::Done
+                })
+            }
+            Mode::Dashboard => {
+                let app = App::for_run(start, liveness);
+                std::thread::Builder::new().name("efatop-dashboard".into()).spawn(move || match dashboard::run(&received, app, &stop, started) {
+                    Ok(Ended::Quit) => ConsumerOutcome::Quit,
+                    Ok(Ended::Dismissed) => ConsumerOutcome::Done,
+                    Err(e) => ConsumerOutcome::Failed(e.to_string()),
+                })
+            }
+            Mode::Plain => {
+                plain::print_header(metadata, sizes);
+                let memory = metadata.memory.clone();
+                std::thread::Builder::new().name("efatop-plain".into()).spawn(move || {
+                    plain::print_events(&received, memory);
+                    ConsumerOutcome::Done
+                })
+            }
+        };
+        match spawned {
+            Ok(handle) => Some((events, handle)),
+            Err(err) => {
+                eprintln!("efatop: warning: cannot start the display thread ({err}); plain tables at the end");
+                None
+            }
         }
-        Mode::Dashboard => {
-            let app = App::for_run(start, liveness);
-            std::thread::Builder::new().name("efatop-dashboard".into()).spawn(move || match dashboard::run(&received, app, &stop, started) {
-                Ok(Ended::Quit) => ConsumerOutcome::Quit,
-                Ok(Ended::Dismissed) => ConsumerOutcome::Done,
-                Err(e) => ConsumerOutcome::Failed(e.to_string()),
-            })
-        }
-        Mode::Plain => {
-            plain::print_header(metadata, sizes);
-            return None;
-        }
-    };
-    match spawned {
-        Ok(handle) => Some((events, handle)),
-        Err(err) => {
-            eprintln!("efatop: warning: cannot start the display thread ({err}); plain tables at the end");
-            None
+    }
+
+    fn wants_liveness(&self) -> bool {
+        self.mode == Mode::Dashboard
+    }
+
+    fn finish(&mut self, results: &RunResults, sizes: &[u64], file: &Path, outcome: Option<ConsumerOutcome>) {
+        plain::print_final(self.mode, results, sizes, Some(file));
+        if let Some(ConsumerOutcome::Failed(reason)) = outcome {
+            eprintln!("efatop: warning: the dashboard failed ({reason}); results above are complete");
         }
     }
 }

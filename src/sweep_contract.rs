@@ -1,59 +1,34 @@
 //! `efatop sweep --format slurm|npd` (also under `efatop run`): the sweep's verdict in the contracts of
-//! the pipelines that drain nodes ([`crate::health`]), with the exit codes they read (0 nothing suspect,
+//! the pipelines that drain nodes (`efatop_health::contract`), with the exit codes they read (0 nothing suspect,
 //! 1 suspects, 2 the sweep failed) instead of sweep's own 3.
 //!
-//! The process runs the same command again as a child, with `--json` in place of `--format` and stderr
-//! passed through, and reads the child's typed JSON lines (`sweep`: every rank's host; `verdict`: the
-//! suspects; `error`): its own stdout then carries nothing but the contract. Under mpirun or srun every
-//! rank does this, and only rank 0's child prints the JSON lines, so only rank 0 prints a contract.
+//! This process runs its rank of the sweep itself (the runtime's [`efatop_runtime::rank::run`]) with a
+//! consumer of its own that keeps the events the contract needs (`SweepBegin`: every rank's host;
+//! `SweepVerdict`: the suspects; `Finished`: the error) and prints nothing: its stdout then carries nothing
+//! but the contract; what the verdict becomes per node is `efatop_health::sweep`'s. Under mpirun, srun or `efatop run` every rank does this, and only rank 0's consumer
+//! hears the run, so only rank 0 prints a contract.
 
-use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
 
-use efatop_proto::sweep::{Scope, Suspect, Verdict as SweepVerdict};
-use serde_json::Value;
+use efatop_proto::events::ConsumerEvent;
+use efatop_proto::results::RunResults;
+use efatop_health::contract::{self, Verdict};
+use efatop_health::sweep::{verdict, Heard};
+use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
 use crate::experiment::{Experiment, SweepFormat};
-use crate::health::{self, Verdict};
-use efatop_monitor::check::Action;
-
-/// Set on the child, which then runs the sweep itself.
-const ENV_INNER: &str = "EFATOP_SWEEP_CONTRACT_CHILD";
 
 /// The contract asked for, when this process is the one to wrap the sweep.
 pub fn wanted(experiment: &Experiment) -> Option<(SweepFormat, bool)> {
     let Experiment::Sweep(args) = experiment else { return None };
     // --drain with npd is refused by the sweep's own checks.
     let refused = args.drain && args.format != SweepFormat::Slurm;
-    if args.format == SweepFormat::Plain || refused || std::env::var_os(ENV_INNER).is_some() {
+    if args.format == SweepFormat::Plain || refused {
         return None;
     }
     Some((args.format, args.drain))
-}
-
-/// This process's arguments for the child: `--format X` and `--drain` out, `--json` in.
-fn child_args() -> Vec<OsString> {
-    let mut args: Vec<OsString> = Vec::new();
-    let mut skip_value = false;
-    for arg in std::env::args_os().skip(1) {
-        if skip_value {
-            skip_value = false;
-            continue;
-        }
-        let text = arg.to_string_lossy();
-        if text == "--format" {
-            skip_value = true;
-            continue;
-        }
-        if text.starts_with("--format=") || text == "--drain" {
-            continue;
-        }
-        args.push(arg);
-    }
-    args.push("--json".into());
-    args
 }
 
 /// This process is rank 0 (or alone), by whichever launcher started it.
@@ -64,59 +39,48 @@ fn is_rank_zero() -> bool {
         .is_none_or(|rank| rank.trim() == "0")
 }
 
-/// What the child's JSON lines said.
-#[derive(Default)]
-struct Heard {
-    hosts: BTreeMap<usize, String>,
-    verdict: Option<SweepVerdict>,
-    errors: Vec<String>,
+/// Rank 0's consumer: keeps what the contract needs and prints nothing.
+struct Listen {
+    heard: mpsc::Sender<Heard>,
 }
 
-impl Heard {
-    fn take(&mut self, line: &str) {
-        let Ok(value) = serde_json::from_str::<Value>(line) else { return };
-        match value["type"].as_str() {
-            Some("sweep") => {
-                for node in value["data"]["nodes"].as_array().into_iter().flatten() {
-                    if let (Some(rank), Some(host)) = (node["rank"].as_u64(), node["host"].as_str()) {
-                        self.hosts.insert(rank as usize, host.to_string());
-                    }
-                }
+impl Show for Listen {
+    fn start(&mut self, _run: ShowStart<'_>) -> Option<Consumer> {
+        let (events, received) = mpsc::channel::<ConsumerEvent>();
+        let told = self.heard.clone();
+        let handle = std::thread::Builder::new().name("efatop-contract".into()).spawn(move || {
+            let mut heard = Heard::default();
+            for event in received {
+                heard.take(&event);
             }
-            Some("verdict") => self.verdict = serde_json::from_value(value["data"].clone()).ok(),
-            Some("error") => self.errors.push(value["data"]["text"].as_str().unwrap_or("an error").to_string()),
-            _ => {}
+            let _ = told.send(heard);
+            ConsumerOutcome::Done
+        });
+        match handle {
+            Ok(handle) => Some((events, handle)),
+            Err(err) => {
+                eprintln!("efatop: error: cannot start the sweep's consumer: {err}");
+                None
+            }
         }
     }
+
+    fn finish(&mut self, _results: &RunResults, _sizes: &[u64], _file: &Path, _outcome: Option<ConsumerOutcome>) {}
 }
 
-/// Runs the sweep as a child and prints its verdict in `format`; returns the exit code.
-pub fn run(format: SweepFormat, drain: bool) -> i32 {
-    let Ok(program) = std::env::current_exe() else {
-        eprintln!("efatop: error: cannot find this program to run the sweep");
-        return 2;
-    };
-    let mut child = match Command::new(program).args(child_args()).env(ENV_INNER, "1").stdout(Stdio::piped()).spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("efatop: error: cannot start the sweep: {err}");
-            return 2;
-        }
-    };
-    let mut heard = Heard::default();
-    if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            heard.take(&line);
-        }
-    }
-    let code = child.wait().ok().and_then(|status| status.code()).unwrap_or(1);
+/// Runs this rank of the sweep and, on rank 0, prints its verdict in `format`; returns the exit code.
+pub fn run(experiment: Experiment, format: SweepFormat, drain: bool) -> i32 {
+    let (told, heard) = mpsc::channel();
+    let code = crate::rank::rank_with(experiment, Box::new(Listen { heard: told }));
     if !is_rank_zero() {
         // Another rank: rank 0 reports; this one says only whether it ran.
         return if code == 0 { 0 } else { 2 };
     }
+    // Nothing heard: the run ended before it started (its error is on stderr).
+    let heard = heard.try_recv().unwrap_or_default();
     let verdict = verdict(&heard, code);
     let lines = match format {
-        SweepFormat::Npd => vec![health::npd(&verdict.0).0],
+        SweepFormat::Npd => vec![contract::npd(&verdict.0).0],
         SweepFormat::Slurm => verdict.1.iter().map(|(node, reason, _)| format!("{node} {reason}")).collect(),
         SweepFormat::Plain => Vec::new(),
     };
@@ -133,146 +97,11 @@ pub fn run(format: SweepFormat, drain: bool) -> i32 {
             if !drainable {
                 continue;
             }
-            match health::drain_with_reason(node, reason) {
+            match contract::drain_with_reason(node, reason) {
                 Ok(()) => eprintln!("efatop: drained {node}"),
                 Err(err) => eprintln!("efatop: error: --drain {node}: {err}"),
             }
         }
     }
     verdict.0.exit_code()
-}
-
-/// A host as Slurm names its node: the short host name (the part before the first `.`); an emulated node
-/// (`efatop run --netns`: `host:namespace`) by its namespace.
-fn node_of(host: &str) -> String {
-    let host = host.rsplit_once(':').map_or(host, |(_, namespace)| namespace);
-    host.split('.').next().unwrap_or(host).to_string()
-}
-
-/// What a suspect calls for (docs/check.md, Actions): a NIC or a whole node slow with every peer is
-/// `reboot` (drained, its links retrained; replaced if it stays slow), a slow link between two nodes is
-/// `watch` (neither end is drained).
-pub fn action(suspect: &Suspect) -> Action {
-    match suspect.scope {
-        Scope::Nic | Scope::Node => Action::Reboot,
-        Scope::Link => Action::Watch,
-    }
-}
-
-/// A few words on one suspect, for its node's reason, led by its action: `reboot: efa1 slow (...)`.
-fn short(suspect: &Suspect, hosts: &BTreeMap<usize, String>) -> String {
-    format!("{}: {}", action(suspect), words(suspect, hosts))
-}
-
-fn words(suspect: &Suspect, hosts: &BTreeMap<usize, String>) -> String {
-    let figures = format!("{:.2} of {:.2} Gbps", suspect.measured_gbps, suspect.median_gbps);
-    let nic = suspect.nic.as_deref().unwrap_or("?");
-    match suspect.scope {
-        Scope::Nic => format!("{nic} slow ({figures})"),
-        Scope::Node => format!("all {} NICs slow ({figures})", suspect.nics.len()),
-        Scope::Link => {
-            let peer = suspect.peer.map_or_else(|| "?".to_string(), |rank| hosts.get(&rank).map_or_else(|| format!("rank {rank}"), |h| node_of(h)));
-            format!("link {nic} to {peer} {} slow ({figures})", suspect.peer_nic.as_deref().unwrap_or("?"))
-        }
-    }
-}
-
-/// The contract's verdict, and per suspect node its drain reason (`efatop: sweep: ...`) and whether it is
-/// to be drained (a NIC or the node is slow; a link names both ends and drains neither).
-fn verdict(heard: &Heard, code: i32) -> (Verdict, Vec<(String, String, bool)>) {
-    let Some(sweep) = &heard.verdict else {
-        let why = heard.errors.first().cloned().unwrap_or_else(|| format!("the sweep ended with exit code {code} and no verdict"));
-        return (Verdict::Unknown(why), Vec::new());
-    };
-    if sweep.suspects.is_empty() {
-        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-        let checked = format!("sweep: {}, {}, nothing slow", plural(sweep.checked.nodes, "node"), plural(sweep.checked.nics, "NIC"));
-        return (Verdict::Ok(checked), Vec::new());
-    }
-    let mut by_node: BTreeMap<String, (Vec<String>, bool)> = BTreeMap::new();
-    let mut problems = Vec::new();
-    for suspect in &sweep.suspects {
-        let node = node_of(&suspect.host);
-        let words = short(suspect, &heard.hosts);
-        problems.push(format!("{node} {words}"));
-        let entry = by_node.entry(node).or_default();
-        entry.0.push(words);
-        entry.1 |= action(suspect).drains();
-    }
-    let reasons = by_node
-        .into_iter()
-        .map(|(node, (words, drainable))| {
-            let reason = health::join_within(&format!("{} sweep: ", health::REASON_PREFIX), &words, health::SLURM_REASON_MAX);
-            (node, reason, drainable)
-        })
-        .collect();
-    (Verdict::Problems(problems.iter().map(|p| format!("sweep: {p}")).collect()), reasons)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn suspect(scope: Scope, rank: usize, host: &str, nic: Option<&str>) -> Suspect {
-        Suspect {
-            rank,
-            host: host.into(),
-            gpu: None,
-            nic: nic.map(str::to_string),
-            pci: None,
-            measured_gbps: 0.24,
-            median_gbps: 0.96,
-            peers_tried: vec![],
-            why: String::new(),
-            scope,
-            rail: Some(1),
-            peer: None,
-            peer_nic: None,
-            nics: vec![],
-        }
-    }
-
-    #[test]
-    fn suspects_become_reasons_per_node_and_links_are_not_drained() {
-        let mut heard = Heard::default();
-        heard.hosts.insert(3, "vm:node3".into());
-        let mut link = suspect(Scope::Link, 0, "node0.cluster", Some("efa2"));
-        link.peer = Some(3);
-        link.peer_nic = Some("efa2".into());
-        let mut node = suspect(Scope::Node, 1, "node1", None);
-        node.nics = vec!["efa0".into(), "efa1".into()];
-        heard.verdict = Some(SweepVerdict {
-            suspects: vec![suspect(Scope::Nic, 2, "node2", Some("efa1")), node, link],
-            checked: efatop_proto::sweep::Checked { nodes: 4, nics: 16 },
-        });
-        let (verdict, reasons) = verdict(&heard, 3);
-        assert_eq!(
-            reasons,
-            [
-                ("node0".to_string(), "efatop: sweep: watch: link efa2 to node3 efa2 slow (0.24 of 0.96 Gbps)".to_string(), false),
-                ("node1".to_string(), "efatop: sweep: reboot: all 2 NICs slow (0.24 of 0.96 Gbps)".to_string(), true),
-                ("node2".to_string(), "efatop: sweep: reboot: efa1 slow (0.24 of 0.96 Gbps)".to_string(), true),
-            ]
-        );
-        let (npd_line, code) = health::npd(&verdict);
-        assert_eq!(code, 1);
-        assert_eq!(npd_line, "efatop: sweep: node2 reboot: efa1 slow (0.24 of 0.96 Gbps) (+2 more)");
-    }
-
-    #[test]
-    fn no_verdict_is_unknown_and_no_suspect_is_ok() {
-        let mut heard = Heard::default();
-        heard.take(r#"{"type":"error","data":{"text":"rank 2 (node2) did not answer"}}"#);
-        assert_eq!(verdict(&heard, 1).0, Verdict::Unknown("rank 2 (node2) did not answer".into()));
-        heard.take(r#"{"type":"verdict","data":{"suspects":[],"checked":{"nodes":4,"nics":16}}}"#);
-        assert_eq!(verdict(&heard, 0).0, Verdict::Ok("sweep: 4 nodes, 16 NICs, nothing slow".into()));
-    }
-
-    #[test]
-    fn the_child_gets_json_instead_of_the_format() {
-        // The test binary's own arguments: whatever they are, no --format and a --json at the end.
-        let args = child_args();
-        assert_eq!(args.last().map(|a| a.to_string_lossy().into_owned()).as_deref(), Some("--json"));
-        assert!(!args.iter().any(|a| a.to_string_lossy().starts_with("--format")));
-    }
 }

@@ -6,18 +6,17 @@
 use std::time::Duration;
 
 use efatop_proto::results::{RunResults, RunState, RunStatus};
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 use efatop_ui::monitor::NodesView;
 use efatop_ui::state::{Key, SourceLine};
 use ratatui::Frame;
 
-use crate::app::{App, Effect, Event};
-use crate::collector::CollectorEvent;
-use crate::event::{ConsumerEvent, RunStart};
+use efatop_ui::app::{App, Effect, Event};
+use efatop_runtime::collector::CollectorEvent;
+use efatop_runtime::event::{ConsumerEvent, RunStart};
 use crate::printer::jsonl::{self, SampleLines};
 use crate::printer::{Mode, plain};
 use crate::tui::{Source, Tui};
-use crate::watchdog::SharedLiveness;
 
 /// What the run measured, as its events tell it: its start's results, then the columns, every
 /// measurement and pair matrix, and how it ended.
@@ -67,7 +66,7 @@ impl Tally {
                     sweep.verdict = Some((**verdict).clone());
                 }
             }
-            ConsumerEvent::Telemetry(_) | ConsumerEvent::Step { .. } | ConsumerEvent::Note(_) => {}
+            ConsumerEvent::Telemetry(_) | ConsumerEvent::Step { .. } | ConsumerEvent::Note(_) | ConsumerEvent::Liveness(_) => {}
         }
     }
 
@@ -77,7 +76,7 @@ impl Tally {
         let suspects = self.results.sweep.as_ref().and_then(|s| s.verdict.as_ref()).is_some_and(|v| !v.suspects.is_empty());
         match self.ended {
             Some(RunEnd::Failed(_)) => 1,
-            Some(RunEnd::Complete) if suspects => crate::experiment::SUSPECTS_FOUND,
+            Some(RunEnd::Complete) if suspects => efatop_runtime::rank_zero::SUSPECTS_FOUND,
             _ => 0,
         }
     }
@@ -112,7 +111,6 @@ pub struct Watched {
     pub app: App,
     /// A served or recorded `efatop monitor`: its nodes' view, drawn instead of the benchmark's.
     nodes: Option<NodesView>,
-    liveness: SharedLiveness,
     pub tally: Tally,
 }
 
@@ -121,21 +119,19 @@ impl Watched {
     pub fn new(start: &RunStart) -> Self {
         let interval = Duration::from_millis(start.interval_ms.max(10));
         let hang_timeout = Duration::from_secs(start.results.metadata.hang_timeout_s.max(1));
-        let liveness = SharedLiveness::new(Liveness::new(start.info.ranks, interval, hang_timeout));
-        let app = App::for_run(start.clone(), liveness.clone());
+        let app = App::for_run(start.clone(), Liveness::new(start.info.ranks, interval, hang_timeout));
         let mut tally = Tally::default();
         tally.add(&ConsumerEvent::Run(Box::new(start.clone())));
-        let nodes = (start.info.experiment == crate::serve::MONITOR).then(|| NodesView::new("", start.info.ranks.max(1)));
-        Self { app, nodes, liveness, tally }
+        let nodes = (start.info.experiment == efatop_runtime::serve::MONITOR).then(|| NodesView::new("", start.info.ranks.max(1)));
+        Self { app, nodes, tally }
     }
 
     /// Folds one event that happened `at` after the run started, as rank 0's session does (the liveness
-    /// clock moves on with its telemetry first, as the watchdog moves it).
+    /// clock, the dashboard's own here, moves on with its telemetry first, as the watchdog moves rank 0's).
     pub fn fold(&mut self, event: ConsumerEvent, at: Duration) {
         if let ConsumerEvent::Telemetry(batch) = &event {
-            let mut live = self.liveness.lock();
             for telemetry in batch {
-                crate::watchdog::note_telemetry(&mut live, telemetry, at);
+                efatop_runtime::watchdog::note_telemetry(self.app.liveness_mut(), telemetry, at);
                 if let (Some(nodes), CollectorEvent::Node(sample)) = (&mut self.nodes, telemetry) {
                     nodes.push(sample.rank, (**sample).clone());
                 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::efatop;
+use common::{efatop, report_of};
 use efatop_monitor::{FakeNode, Fault};
 use serde_json::Value;
 
@@ -134,9 +134,8 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
         }
         "json" => {
             assert_eq!(lines.len(), 1, "{context}");
-            let line: Value = serde_json::from_str(lines[0]).expect("JSON");
-            assert_eq!(line["type"], "check", "{context}");
-            let findings = line["data"]["findings"].as_array().expect("findings");
+            let report = report_of(lines[0]);
+            let findings = report["findings"].as_array().expect("findings");
             let flagged: Vec<(&str, &str, &str)> = findings
                 .iter()
                 .filter(|f| f["status"] == "problem" || f["status"] == "unknown")
@@ -145,20 +144,20 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
             match fault {
                 None => {
                     assert!(flagged.is_empty(), "{context}");
-                    assert_eq!(line["data"]["status"], "ok", "{context}");
-                    assert_eq!(line["data"]["action"], "none", "{context}");
+                    assert_eq!(report["status"], "ok", "{context}");
+                    assert_eq!(report["action"], "none", "{context}");
                     assert!(findings.iter().all(|f| f["action"] == "none"), "{context}");
                 }
                 Some(Named { rule, subject, words, action }) => {
                     assert_eq!(flagged.len(), 1, "{context}");
                     assert_eq!((flagged[0].0, flagged[0].1), (rule, subject), "{context}");
                     assert!(flagged[0].2.contains(words), "{context}");
-                    assert_eq!(line["data"]["status"], "problem", "{context}");
+                    assert_eq!(report["status"], "problem", "{context}");
                     let finding = findings.iter().find(|f| f["status"] == "problem").expect("the problem");
                     assert_eq!(finding["action"], action, "{context}");
                     assert!(!finding["action_reason"].as_str().unwrap_or("").is_empty(), "{context}");
-                    assert_eq!(line["data"]["action"], action, "{context}");
-                    assert!(line["data"]["action_reason"].as_str().unwrap_or("").contains(subject), "{context}");
+                    assert_eq!(report["action"], action, "{context}");
+                    assert!(report["action_reason"].as_str().unwrap_or("").contains(subject), "{context}");
                     // Everything else is fine: no other action.
                     assert_eq!(findings.iter().filter(|f| f["action"] != "none").count(), 1, "{context}");
                 }
@@ -262,8 +261,8 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
     let healthy = check(&node, "json", false);
     assert_eq!(healthy.code, Some(0), "{}{}", healthy.stdout, healthy.stderr);
-    let line: Value = serde_json::from_str(healthy.stdout.trim()).expect("json");
-    assert_eq!((line["data"]["status"].as_str(), line["data"]["action"].as_str()), (Some("ok"), Some("none")));
+    let report = report_of(healthy.stdout.trim());
+    assert_eq!((report["status"].as_str(), report["action"].as_str()), (Some("ok"), Some("none")));
     let layout = efatop_topology::instance_layout("p5.48xlarge").expect("known").expect("loads");
     let gpu3 = layout.gpus.iter().find(|gpu| gpu.index == 3).expect("GPU 3").pci_bus_id.clone();
     node.log_xid(&gpu3, 79).expect("log Xid 79");
@@ -271,8 +270,8 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
 
     let run = check(&node, "json", false);
     assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
-    let line: Value = serde_json::from_str(run.stdout.trim()).expect("json");
-    let data = &line["data"];
+    let report = report_of(run.stdout.trim());
+    let data = &report;
     assert_eq!(data["action"], "replace", "{data}");
     let problems: Vec<&Value> = data["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
     assert_eq!(problems.len(), 2, "{problems:?}");
@@ -322,9 +321,9 @@ fn the_newer_drivers_counters_are_watched_on_efa_v3_and_v4_nodes() {
         stop.store(true, Ordering::Relaxed);
         bumper.join().expect("bumper");
         assert_eq!(run.code, Some(1), "{instance_type}: {}\n{}", run.stdout, run.stderr);
-        let line: Value = serde_json::from_str(run.stdout.trim()).expect("json");
+        let report = report_of(run.stdout.trim());
         let problems: Vec<&Value> =
-            line["data"]["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
+            report["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
         assert_eq!(problems.len(), 1, "{instance_type}: {problems:?}");
         assert_eq!(problems[0]["rule"], "efa-counters", "{instance_type}");
         let message = problems[0]["message"].as_str().expect("message");
@@ -361,15 +360,15 @@ fn several_faults_fit_one_npd_line_worst_first_and_the_rest_counted() {
 fn this_machine_is_checked_within_30_seconds_and_says_how_it_stands() {
     let run = efatop(&["check", "--json"]);
     assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
-    let line: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
-    let status = line["data"]["status"].as_str().expect("status");
+    let report = report_of(run.stdout.trim());
+    let status = report["status"].as_str().expect("status");
     let code = match status {
         "ok" => 0,
         "problem" => 1,
         _ => 2,
     };
     assert_eq!(run.code, Some(code), "{}", run.stdout);
-    let libfabric = line["data"]["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "libfabric").cloned();
+    let libfabric = report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "libfabric").cloned();
     let libfabric = libfabric.expect("a libfabric finding");
     assert!(libfabric["message"].as_str().unwrap_or("").contains("libfabric "), "libfabric is asked on this machine: {libfabric}");
 }
@@ -402,9 +401,9 @@ fn check_traffic(node: &FakeNode, provider: &str, format: &str, corrupt: bool) -
 
 /// The `traffic` finding of a `--json` run, and its `traffic` record.
 fn traffic_of(run: &common::Run) -> (Value, Value) {
-    let line: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
-    let finding = line["data"]["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "traffic").cloned();
-    (finding.unwrap_or_else(|| panic!("no traffic finding: {}", run.stdout)), line["data"]["traffic"].clone())
+    let report = report_of(run.stdout.trim());
+    let finding = report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "traffic").cloned();
+    (finding.unwrap_or_else(|| panic!("no traffic finding: {}", run.stdout)), report["traffic"].clone())
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Cluster, cluster_script, efatop, serial};
+use common::{Cluster, cluster_script, efatop, json_lines, serial, JsonLine};
 
 const RATE_GBPS: f64 = 1.0;
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
@@ -101,14 +101,13 @@ fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
     assert!(slowed.status.success(), "{}", String::from_utf8_lossy(&slowed.stderr));
     let run = alltoall("multi", &["--json", "--interval", "200ms"]);
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let lines: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let lines = json_lines(&run.stdout);
 
     // What the dashboard's heatmap is fed: live landings per (sender, receiver), averaged over the run.
     let mut live = [[(0.0_f64, 0_u32); 4]; 4];
-    for pair in lines.iter().filter(|l| l["type"] == "pair").map(|l| &l["data"]) {
-        let (sender, receiver) = (pair["sender"].as_u64().expect("sender") as usize, pair["receiver"].as_u64().expect("receiver") as usize);
-        let cell = &mut live[sender][receiver];
-        *cell = (cell.0 + pair["gbps"].as_f64().expect("gbps"), cell.1 + 1);
+    for pair in lines.iter().filter_map(|l| if let JsonLine::Pair(pair) = l { Some(pair) } else { None }) {
+        let cell = &mut live[pair.sender as usize][pair.receiver as usize];
+        *cell = (cell.0 + pair.gbps, cell.1 + 1);
     }
     let live: Vec<Vec<Option<f64>>> = live
         .iter()
@@ -118,8 +117,7 @@ fn a_slow_node_is_the_slowest_row_and_column_of_the_pair_heatmap() {
     // And the final matrix of the results.
     let matrix: Vec<Vec<Option<f64>>> = lines
         .iter()
-        .find(|l| l["type"] == "pair_matrix")
-        .map(|l| serde_json::from_value(l["data"]["gbps"].clone()).expect("matrix"))
+        .find_map(|l| if let JsonLine::PairMatrix(matrix) = l { Some(matrix.gbps.clone()) } else { None })
         .expect("a pair matrix");
     for (name, cells) in [("live", &live), ("final", &matrix)] {
         println!("{name} pair Gbps (row sender, column receiver), node {slow_node} at 60 Mbit/s per NIC:");

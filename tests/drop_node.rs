@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, SlurmCluster, Tracked, cluster_script, command_in, efatop_path, scratch, serial};
+use common::{Cluster, JsonLine, SlurmCluster, Tracked, cluster_script, command_in, efatop_path, json_lines_among, scratch, serial};
 
 /// Short, so that the suite stays quick: rank 0's verdict, and the cut-off ranks' own, come after this.
 const HANG_TIMEOUT: u64 = 4;
@@ -106,12 +106,8 @@ impl Background {
     }
 
     /// The JSON lines of type `kind` so far.
-    fn lines_of(&self, kind: &str) -> Vec<serde_json::Value> {
-        self.stdout()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|l| l["type"] == kind)
-            .collect()
+    fn lines_of(&self, kind: &str) -> Vec<JsonLine> {
+        json_lines_among(&self.stdout()).into_iter().filter(|l| l.kind() == kind).collect()
     }
 
     /// Waits (up to `limit`) until `count` lines of type `kind` have come; false if it ended first.
@@ -302,12 +298,8 @@ fn under_srun(experiment: &Experiment, fault: Fault, per_node: usize) -> Outcome
 
 fn check(what: &str, outcome: &Outcome) {
     let Outcome { all_gone_after, stdout, stderr, code, shm_left } = outcome;
-    let errors: Vec<String> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["type"] == "error")
-        .map(|l| l["data"]["text"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let errors: Vec<String> =
+        json_lines_among(stdout).into_iter().filter_map(|l| if let JsonLine::Error(error) = l { Some(error.text) } else { None }).collect();
     let context = format!("{what}\nerrors: {errors:?}\nstderr:\n{stderr}");
     println!("{what}: every process gone {all_gone_after:?} after the fault; exit {code:?}; rank 0: {errors:?}");
     assert_eq!(errors.len(), 1, "one verdict: {context}");

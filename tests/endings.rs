@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Tracked, efatop_path, library_path, lines_of, rank_pid, serial};
+use common::{JsonLine, Tracked, efatop_path, json_lines_among, library_path, lines_of, rank_pid, serial};
 use serde_json::Value;
 
 /// The `--hang-timeout` these runs use.
@@ -58,8 +58,8 @@ fn wait(child: &mut Child, limit: Duration, what: &str) -> Option<i32> {
     }
 }
 
-fn kind(line: &str) -> Option<String> {
-    serde_json::from_str::<Value>(line).ok()?.get("type")?.as_str().map(String::from)
+fn kind(line: &str) -> Option<&'static str> {
+    JsonLine::parse(line).ok().map(|line| line.kind())
 }
 
 /// What was measured, as a `summary` line's data or a results file holds it: sizes, or sweep rounds.
@@ -72,15 +72,16 @@ fn measured(results: &Value) -> usize {
 /// Checks that `lines` (a `--json` stream) end with `error` naming rank 2, then `summary`; returns the
 /// summary's data.
 fn ends_with_error_then_summary(lines: &[String], who: &str) -> Value {
-    let kinds: Vec<String> = lines.iter().filter_map(|l| kind(l)).collect();
-    let at = kinds.iter().rposition(|k| k == "error").unwrap_or_else(|| panic!("{who}: no error line; last kinds {:?}", &kinds[kinds.len().saturating_sub(5)..]));
-    assert_eq!(kinds.get(at + 1).map(String::as_str), Some("summary"), "{who}: error is not followed by summary: {:?}", &kinds[at..]);
-    let error: Value = serde_json::from_str(lines.iter().filter(|l| kind(l).is_some()).nth(at).expect("line")).expect("json");
-    let text = error["data"]["text"].as_str().unwrap_or_default();
-    assert!(text.contains("rank 2 ("), "{who}: the error does not name rank 2: {text}");
-    let summary: Value = serde_json::from_str(lines.iter().filter(|l| kind(l).is_some()).nth(at + 1).expect("line")).expect("json");
-    assert_eq!(summary["data"]["status"]["state"], "failed", "{who}: {}", summary["data"]["status"]);
-    summary["data"].clone()
+    let lines = json_lines_among(&lines.join("\n"));
+    let kinds: Vec<&str> = lines.iter().map(JsonLine::kind).collect();
+    let at = kinds.iter().rposition(|k| *k == "error").unwrap_or_else(|| panic!("{who}: no error line; last kinds {:?}", &kinds[kinds.len().saturating_sub(5)..]));
+    assert_eq!(kinds.get(at + 1).copied(), Some("summary"), "{who}: error is not followed by summary: {:?}", &kinds[at..]);
+    let JsonLine::Error(error) = &lines[at] else { unreachable!("the error line") };
+    assert!(error.text.contains("rank 2 ("), "{who}: the error does not name rank 2: {}", error.text);
+    let JsonLine::Summary(summary) = &lines[at + 1] else { unreachable!("the summary line") };
+    let summary = serde_json::to_value(&**summary).expect("results serialize");
+    assert_eq!(summary["status"]["state"], "failed", "{who}: {}", summary["status"]);
+    summary
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +139,7 @@ fn end_a_run_printing(experiment: &str, extra: &[&str], fault: Fault, json: bool
             Fault::KilledWhileAllocating => line.starts_with("# efatop "),
             Fault::HungAfterFirstResult => line.contains(": NIC/app"),
         };
-        let hit = if json { kind(&line).is_some_and(|k| wanted.contains(&k.as_str())) } else { plain_hit };
+        let hit = if json { kind(&line).is_some_and(|k| wanted.contains(&k)) } else { plain_hit };
         printed.push(line);
         if hit {
             break;

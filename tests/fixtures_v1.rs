@@ -7,7 +7,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::efatop;
+use common::{efatop, json_lines};
+use efatop_proto::output::Untyped;
+use serde::Deserialize;
 use serde_json::Value;
 
 const RUNS: [&str; 4] = ["write-shm", "alltoall-shm", "sendrecv-shm", "sweep-shm"];
@@ -99,6 +101,7 @@ fn replay_prints_the_same_lines() {
         let replayed = efatop(&["replay", "--json", &path_text(&format!("{run}.efarec"))]);
         let expected_code = if run == "sweep-shm" { 3 } else { 0 };
         assert_eq!(replayed.code, Some(expected_code), "{run}: {}", replayed.stderr);
+        json_lines(&replayed.stdout);
         let (new, old) = (lines(&replayed.stdout), lines(&golden(&format!("{run}.replay.jsonl"))));
         assert_eq!(new.len(), old.len(), "{run}: lines");
         for (index, (new, old)) in new.iter().zip(&old).enumerate() {
@@ -113,17 +116,20 @@ fn replay_prints_the_same_lines() {
 fn a_version_1_monitor_recording_replays_its_reads() {
     let replayed = efatop(&["replay", "--json", &path_text("monitor-lo.efarec")]);
     assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    // Every line replayed reads as this version's line.
+    json_lines(&replayed.stdout);
     let (new, old) = (lines(&replayed.stdout), lines(&golden("monitor-lo.replay.jsonl")));
     assert_eq!(new.len(), old.len());
     let mut nodes = 0;
     for (new, old) in new.iter().zip(&old) {
-        assert_eq!(new["type"], old["type"]);
-        if old["type"] != "node" {
+        let [new_line, old_line] = [new, old].map(|line| Untyped::deserialize(line).expect("a line's envelope"));
+        assert_eq!(new_line.kind, old_line.kind);
+        if old_line.kind != "node" {
             says_all_of(new, old, "monitor line");
             continue;
         }
         nodes += 1;
-        let (new, old) = (&new["data"], &old["data"]);
+        let (new, old) = (&new_line.data, &old_line.data);
         for field in ["rank", "seq", "drops", "host", "t_ms", "interval_ms"] {
             assert_eq!(new[field], old[field], "{field}");
         }

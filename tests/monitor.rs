@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{efatop, efatop_in};
+use common::{efatop, efatop_in, snapshot_of};
 use efatop_monitor::FakeSysfs;
 use serde_json::Value;
 
@@ -17,7 +17,7 @@ fn p5_fixture() -> String {
 }
 
 fn nic<'a>(snapshot: &'a Value, name: &str) -> &'a Value {
-    snapshot["data"]["nics"]
+    snapshot["nics"]
         .as_array()
         .expect("nics")
         .iter()
@@ -38,7 +38,8 @@ fn stream(root: &Path, lines: usize, interval: &str, mut between: impl FnMut(usi
     for index in 0..lines {
         let mut line = String::new();
         reader.read_line(&mut line).expect("a line");
-        parsed.push(serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("line {index} {line:?}: {e}")));
+        assert!(!line.is_empty(), "line {index}: the monitor ended early");
+        parsed.push(snapshot_of(&line).1);
         between(index);
     }
     let status = child.wait().expect("efatop ends");
@@ -62,10 +63,9 @@ fn rates_are_the_bytes_moved_between_two_reads_over_the_time_between_them() {
         }
     });
     let [first, second] = [&snapshots[0], &snapshots[1]];
-    assert_eq!(first["type"], "snapshot");
-    assert!(first["data"]["interval_ms"].is_null());
+    assert!(first["interval_ms"].is_null());
     assert!(nic(first, "rdmap164s0")["tx_gbps"].is_null(), "no rate from one read");
-    let seconds = second["data"]["interval_ms"].as_f64().unwrap() / 1e3;
+    let seconds = second["interval_ms"].as_f64().unwrap() / 1e3;
     assert!((0.9..1.5).contains(&seconds), "{seconds}");
     let busy = nic(second, "rdmap164s0");
     let expect = |bytes: f64| bytes * 8.0 / seconds / 1e9;
@@ -81,8 +81,8 @@ fn rates_are_the_bytes_moved_between_two_reads_over_the_time_between_them() {
     assert_eq!(nic(second, "rdmap165s0")["tx_gbps"], 0.0, "its neighbour stayed idle");
     let lo = nic(second, "lo");
     assert!((lo["rx_gbps"].as_f64().unwrap() - expect(5e8)).abs() < 1e-6);
-    assert_eq!(second["data"]["topology_gpus"].as_array().unwrap().len(), 8);
-    assert_eq!(second["data"]["gpus"]["state"], "unavailable");
+    assert_eq!(second["topology_gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(second["gpus"]["state"], "unavailable");
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn a_wrapped_counter_and_a_vanished_device_leave_the_monitor_running() {
     assert_eq!(wrapped["went_backwards"], serde_json::json!(["tx_bytes"]));
     let gone = nic(&snapshots[1], "rdmap96s0");
     assert_eq!((gone["present"].as_bool(), gone["tx_gbps"].is_null()), (Some(false), true));
-    let seconds = snapshots[2]["data"]["interval_ms"].as_f64().unwrap() / 1e3;
+    let seconds = snapshots[2]["interval_ms"].as_f64().unwrap() / 1e3;
     let resumed = nic(&snapshots[2], "rdmap150s0")["tx_gbps"].as_f64().unwrap();
     assert!((resumed - 0.3 / seconds).abs() < 1e-6, "{resumed}");
     assert_eq!(nic(&snapshots[2], "rdmap96s0")["present"], false);
@@ -128,7 +128,7 @@ fn once_prints_one_snapshot_grouped_under_the_p5_gpus() {
     assert!(lines.iter().any(|l| l.starts_with("not next to a GPU")));
 
     let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms", "--sysfs-root", root, "--filter", "rdmap79"]);
-    let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let snapshot = snapshot_of(run.stdout.trim()).1;
     assert_eq!(run.stdout.lines().count(), 1);
     let first = nic(&snapshot, "rdmap79s0");
     assert_eq!(first["pci_bus_id"], "0000:4f:00.0");
@@ -146,8 +146,8 @@ fn json_keeps_only_the_nics_the_filter_names() {
     let names = |filter: &str| -> Vec<String> {
         let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms", "--sysfs-root", root, "--topology-xml", &fixture, "--filter", filter]);
         assert_eq!(run.code, Some(0), "{}", run.stderr);
-        let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
-        snapshot["data"]["nics"].as_array().unwrap().iter().map(|nic| nic["name"].as_str().unwrap().to_string()).collect()
+        let snapshot = snapshot_of(run.stdout.trim()).1;
+        snapshot["nics"].as_array().unwrap().iter().map(|nic| nic["name"].as_str().unwrap().to_string()).collect()
     };
     assert_eq!(names("lo"), ["lo"]);
     let mut near_gpu3 = names("LO, gpu3");
@@ -161,9 +161,9 @@ fn json_keeps_only_the_nics_the_filter_names() {
 fn this_machine_has_lo_and_a_gpu_panel_that_says_what_it_found() {
     let run = efatop(&["monitor", "--once", "--json", "--interval", "100ms"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let snapshot: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let snapshot = snapshot_of(run.stdout.trim()).1;
     assert_eq!(nic(&snapshot, "lo")["kind"], "net");
-    let gpus = &snapshot["data"]["gpus"];
+    let gpus = &snapshot["gpus"];
     match gpus["state"].as_str() {
         Some("unavailable") => assert_eq!(gpus["reason"], efatop_monitor::NO_DRIVER),
         Some("gpus") => assert!(!gpus["gpus"].as_array().unwrap().is_empty()),
@@ -204,24 +204,24 @@ fn two_nodes_stream_their_own_rates_to_rank_0() {
     let mut read_line = || {
         let mut line = String::new();
         reader.read_line(&mut line).expect("a line");
-        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+        snapshot_of(&line)
     };
     let firsts = [read_line(), read_line()];
-    let mut first_ranks: Vec<u64> = firsts.iter().map(|line| line["rank"].as_u64().expect("rank")).collect();
+    let mut first_ranks: Vec<u32> = firsts.iter().map(|(rank, _)| rank.expect("rank")).collect();
     first_ranks.sort_unstable();
     assert_eq!(first_ranks, [0, 1], "{firsts:?}");
-    assert!(firsts.iter().all(|line| line["data"]["interval_ms"].is_null()));
+    assert!(firsts.iter().all(|(_, line)| line["interval_ms"].is_null()));
     // Between the two reads: node 0 sends 2.5 GB on one EFA, node 1 receives 5 GB on another and retransmits.
     nodes[0].advance("rdmap164s0", "tx_bytes", 2_500_000_000).unwrap();
     nodes[1].advance("rdmap79s0", "rx_bytes", 5_000_000_000).unwrap();
     nodes[1].advance("rdmap79s0", "retrans_pkts", 3).unwrap();
     let mut seconds = [read_line(), read_line()];
-    seconds.sort_by_key(|line| line["rank"].as_u64());
+    seconds.sort_by_key(|(rank, _)| *rank);
     let status = child.wait().expect("efatop ends");
     assert!(status.success(), "{status}");
-    for (rank, line) in seconds.iter().enumerate() {
-        assert_eq!(line["rank"], rank as u64, "{line}");
-        let interval = line["data"]["interval_ms"].as_f64().expect("a rated snapshot") / 1e3;
+    for (rank, (told, line)) in seconds.iter().enumerate() {
+        assert_eq!(*told, Some(rank as u32), "{line}");
+        let interval = line["interval_ms"].as_f64().expect("a rated snapshot") / 1e3;
         assert!((0.9..1.5).contains(&interval), "{interval}");
         let gbps = |bytes: f64| bytes * 8.0 / interval / 1e9;
         let (busy, field, bytes, idle) =
@@ -234,7 +234,7 @@ fn two_nodes_stream_their_own_rates_to_rank_0() {
         assert_eq!(nic(line, busy)["link_gbps"], 100.0);
         assert_eq!(nic(line, busy)["present"], true);
         // The topology's grouping travels too: rank 0 draws each node's NICs under its GPUs.
-        assert_eq!(line["data"]["topology_gpus"].as_array().map(Vec::len), Some(8), "{line}");
+        assert_eq!(line["topology_gpus"].as_array().map(Vec::len), Some(8), "{line}");
         assert_eq!(nic(line, "rdmap164s0")["gpus"], serde_json::json!([5]));
     }
 }

@@ -420,7 +420,7 @@ fn a_failed_run_still_pushes_its_figures_and_says_it_failed() {
     }
 }
 
-/// The endpoint's linger after the run (`src/run_metrics.rs` `LINGER`, 5 s) is the one `--help` states.
+/// The endpoint's linger after the run (`runtime/src/run_metrics.rs` `LINGER`, 5 s) is the one `--help` states.
 #[test]
 fn the_linger_is_the_one_the_help_states() {
     let help = Command::new(env!("CARGO_BIN_EXE_efatop")).args(["write", "--help"]).output().expect("efatop write --help");

@@ -10,17 +10,12 @@ use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{efatop, efatop_in, efatop_path, run_program, serial};
+use common::{data_of, efatop, efatop_in, efatop_path, run_program, serial};
 use serde_json::Value;
 
-/// JSON lines of one type, as values.
+/// JSON lines of one type, their data as values.
 fn lines_of(stdout: &str, kind: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["type"] == kind)
-        .map(|line| line["data"].clone())
-        .collect()
+    data_of(stdout, kind)
 }
 
 fn measurements(results: &std::path::Path) -> Vec<Value> {

@@ -23,8 +23,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{SLURM_DIR, SlurmCluster, cluster_script, efatop_path, run_program, serial};
-use serde_json::Value;
+use common::{SLURM_DIR, SlurmCluster, cluster_script, data_of, efatop_path, run_program, serial};
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
 
@@ -37,9 +36,6 @@ fn srun(args: &[&str], limit: Duration) -> common::Run {
     run_program("env", &without_token, limit)
 }
 
-fn lines_of_type(stdout: &str, kind: &str) -> Vec<Value> {
-    stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|l| l["type"] == kind).collect()
-}
 
 /// `srun ... efatop write` across the nodes: exit 0, every rank on its own node (`hosts` in the run's
 /// metadata), every size verified (the summary's state is complete).
@@ -64,17 +60,17 @@ fn write_across(srun_args: &[&str], hosts: &[&str], what: &str) {
     let run = srun(&args, Duration::from_mins(3));
     println!("{what}: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
     assert_eq!(run.code, Some(0), "{what}: {}\n{}", run.stdout, run.stderr);
-    let summary = lines_of_type(&run.stdout, "summary");
+    let summary = data_of(&run.stdout, "summary");
     assert_eq!(summary.len(), 1, "{what}: one summary: {}", run.stdout);
-    let metadata = &summary[0]["data"]["metadata"];
+    let metadata = &summary[0]["metadata"];
     assert_eq!(metadata["hosts"], serde_json::json!(hosts), "{what}: {metadata}");
     assert_eq!(metadata["channels"], 4, "{what}: four NICs a node: {metadata}");
     // Where the run's secret came from: MPI's broadcast under PMIx, else MUNGE.
     let notes = metadata["notes"].to_string();
     let source = if srun_args.iter().any(|a| a.starts_with("--mpi=pmi")) { "broadcast over MPI" } else { "MUNGE credentials" };
     assert!(notes.contains("connections into this run prove its secret") && notes.contains(source), "{what}: {notes}");
-    assert_eq!(summary[0]["data"]["status"]["state"], "complete", "{what}");
-    assert!(!summary[0]["data"]["measurements"].as_array().expect("measurements").is_empty(), "{what}");
+    assert_eq!(summary[0]["status"]["state"], "complete", "{what}");
+    assert!(!summary[0]["measurements"].as_array().expect("measurements").is_empty(), "{what}");
 }
 
 #[test]
@@ -107,13 +103,13 @@ fn srun_sweep_names_a_nic_shaped_down_with_exit_3() {
     );
     println!("srun sweep, efatop-node2 efa1 at 250 Mbit/s: exit {:?} after {:.1} s", run.code, run.elapsed.as_secs_f64());
     assert_eq!(run.code, Some(3), "{}\n{}", run.stdout, run.stderr);
-    let verdict = lines_of_type(&run.stdout, "verdict");
+    let verdict = data_of(&run.stdout, "verdict");
     assert_eq!(verdict.len(), 1, "{}", run.stdout);
-    let suspects = verdict[0]["data"]["suspects"].as_array().expect("suspects");
+    let suspects = verdict[0]["suspects"].as_array().expect("suspects");
     assert_eq!(suspects.len(), 1, "exactly the shaped NIC: {}", verdict[0]);
     let s = &suspects[0];
     assert_eq!((&s["scope"], &s["rank"], &s["host"], &s["nic"]), (&"nic".into(), &2.into(), &"efatop-node2".into(), &"efa1".into()), "{s}");
-    assert_eq!(verdict[0]["data"]["checked"], serde_json::json!({ "nodes": 4, "nics": 16 }));
+    assert_eq!(verdict[0]["checked"], serde_json::json!({ "nodes": 4, "nics": 16 }));
 }
 
 #[test]

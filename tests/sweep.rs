@@ -13,7 +13,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Cluster, cluster_script, efatop, efatop_path, run_program, serial};
+use common::{Cluster, JsonLine, cluster_script, data_of, data_value, efatop, efatop_path, json_lines, run_program, serial};
 use efatop_monitor::FakeSysfs;
 use serde_json::Value;
 
@@ -44,9 +44,9 @@ fn sweep(label: &str, nodes: usize) -> (common::Run, Value, Value) {
         "32M", "--iters", "6", "--warmup", "1", "--out", out.to_str().expect("utf-8"),
     ]);
     let last = run.stdout.lines().last().unwrap_or_default();
-    let line: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}\n{}", run.stderr));
-    assert_eq!(line["type"], "verdict", "the last line is the verdict: {last}");
-    let verdict = line["data"].clone();
+    let line = JsonLine::parse(last).unwrap_or_else(|e| panic!("last line is not a --json line ({e}): {last}\n{}", run.stderr));
+    assert!(matches!(line, JsonLine::Verdict(_)), "the last line is the verdict: {last}");
+    let verdict = data_value(&line);
     println!("sweep, {label}: exit {:?} after {:.1} s\n{last}", run.code, run.elapsed.as_secs_f64());
     // The results file keeps every round (n − 1 of the tournament, the cross-rail round, then any retests)
     // and the same verdict.
@@ -76,8 +76,8 @@ fn sweep(label: &str, nodes: usize) -> (common::Run, Value, Value) {
     }
     assert_eq!(results["sweep"]["verdict"], verdict);
     assert_eq!(results["status"]["state"], "complete");
-    // Every stdout line before the verdict is JSON too, and every round was told as it finished.
-    let told = run.stdout.lines().filter(|l| l.contains(r#""type":"sweep_round""#)).count();
+    // Every stdout line before the verdict is a --json line too, and every round was told as it finished.
+    let told = json_lines(&run.stdout).iter().filter(|l| matches!(l, JsonLine::SweepRound(_))).count();
     assert_eq!(told, rounds.len());
     let sweep = results["sweep"].clone();
     (run, verdict, sweep)
@@ -193,13 +193,8 @@ fn retransmits_come_from_each_channels_nic_counters_where_it_has_them() {
         "1", "--json", "--no-cross-rail", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0,1=rdmap80s0",
     ]);
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let figures: Vec<Value> = run
-        .stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["type"] == "sweep_round")
-        .flat_map(|l| l["data"]["figures"].as_array().cloned().unwrap_or_default())
-        .collect();
+    let figures: Vec<Value> =
+        data_of(&run.stdout, "sweep_round").iter().flat_map(|round| round["figures"].as_array().cloned().unwrap_or_default()).collect();
     assert_eq!(figures.len(), 2 * 2, "one round, 2 channels both ways: {}", run.stdout);
     for f in &figures {
         match f["rail"].as_u64() {

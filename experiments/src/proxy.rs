@@ -71,7 +71,7 @@ const AHEAD_BYTES: u64 = 16 << 20;
 const MAX_DEPTH: usize = 16;
 /// Progress calls per pass of the proxy's loop. shm moves a large write a bounded piece per progress call,
 /// so the rest of a pass (ring polls, copy events) should not dilute them. On one H100 run, 4 rounds put
-/// every NBI column ahead of blocking where 1 had not; shm's spread between machines is as large (README).
+/// every NBI column ahead of blocking where 1 had not; shm's spread between machines is as large (docs/archive/measurements-2026.md).
 const PROGRESS_ROUNDS: usize = 4;
 /// How often rank 0's proxy tells the log its queue's depth, requests/s and Quiet calls.
 const REPORT_EVERY: Duration = Duration::from_secs(1);

@@ -16,6 +16,7 @@ use efatop_cuda::ring_gpu::{GpuRing, RingKernels, Running};
 pub use efatop_cuda::ring_gpu::RingDesign;
 use efatop_cuda::Gpu;
 
+use efatop_proto::results::QueueRow;
 use crate::cuda_error;
 use crate::ExperimentError;
 
@@ -32,20 +33,6 @@ pub struct QueueOptions {
     pub timeout: std::time::Duration,
     /// How the GPU's producers push.
     pub design: RingDesign,
-}
-
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct QueueRow {
-    pub blocks: u32,
-    pub threads: u32,
-    pub requests: u64,
-    pub requests_per_s: f64,
-    pub latency_requests: u64,
-    pub latency_p50_us: f64,
-    pub latency_p99_us: f64,
-    pub latency_max_us: f64,
-    /// Every request of both passes consumed exactly once (a row is only made when this holds).
-    pub verified: bool,
 }
 
 /// Opens the GPU, compiles the ring kernels and measures every (blocks, threads) shape, telling

@@ -60,7 +60,7 @@ impl Fault {
         Fault::Xid(79),
     ];
 
-    /// One Xid of each class of NVIDIA's catalog as efatop maps it ([`crate::check::xid::CATALOG`]): an
+    /// One Xid of each class of NVIDIA's catalog as efatop maps it ([`crate::xid::CATALOG`]): an
     /// application's fault, a contained ECC error (both `watch`), a double-bit ECC error and an
     /// uncontained one (`reset`), a GSP error (`reboot`), a GPU off the bus (`replace`).
     pub const XID_CLASSES: [u32; 6] = [13, 94, 48, 95, 119, 79];
@@ -99,7 +99,7 @@ fn link_speed(pci_id: &str, gpu: bool, efa_generation: Option<u8>) -> &'static s
 fn xid_text(xid: u32) -> String {
     match xid {
         79 => "pid=0, GPU has fallen off the bus.".into(),
-        _ => format!("pid=4242, name=python3, {}", crate::check::xid::action(xid).1),
+        _ => format!("pid=4242, name=python3, {}", crate::xid::action(xid).1),
     }
 }
 

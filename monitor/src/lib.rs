@@ -8,16 +8,15 @@
 #![forbid(unsafe_code)]
 
 mod affinity;
-pub mod check;
 mod fake;
 mod fake_node;
 mod gpu;
 pub mod node;
 pub mod nvlink;
 pub mod prometheus;
-pub mod run_metrics;
 mod rates;
 mod sysfs;
+pub mod xid;
 pub mod xid_watch;
 
 use std::time::Duration;

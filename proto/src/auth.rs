@@ -47,11 +47,13 @@ pub enum Purpose {
     Telemetry = 2,
     /// A viewer of a run or monitor served with `--serve` (`efatop attach`).
     Viewer = 3,
+    /// An NCCL job's profiler plugin streaming to `efatop watch`.
+    Nccl = 4,
 }
 
 impl Purpose {
     fn from_byte(byte: u8) -> Option<Self> {
-        [Self::Rendezvous, Self::Telemetry, Self::Viewer].into_iter().find(|p| *p as u8 == byte)
+        [Self::Rendezvous, Self::Telemetry, Self::Viewer, Self::Nccl].into_iter().find(|p| *p as u8 == byte)
     }
 }
 

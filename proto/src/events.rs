@@ -107,6 +107,10 @@ pub enum ConsumerEvent {
     /// Sweep: the verdict, once every round (retests included) is judged.
     SweepVerdict(Box<Verdict>),
     Finished { error: Option<String> },
+    /// Rank 0's liveness clock as its watchdog keeps it, told to rank 0's own consumer (the dashboard)
+    /// while it moves. Never served nor recorded: a viewer keeps its own clock from the telemetry.
+    #[serde(skip)]
+    Liveness(Box<crate::liveness::Liveness>),
 }
 
 impl From<Vec<CollectorEvent>> for ConsumerEvent {

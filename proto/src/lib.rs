@@ -23,7 +23,13 @@
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
+//! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
+//!   the exporter's Xid counts share.
+//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
+//! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
+//!   judges hangs by and the dashboard shows.
+//! - [`output`]: every `--json` line of every command, as one tagged type ([`output::Line`]), golden-tested.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
 //!   finds it with hwloc, `efatop-monitor` with NVML.
@@ -33,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod action;
 pub mod auth;
 pub mod column;
 pub mod counters;
@@ -40,7 +47,9 @@ pub mod events;
 pub mod expected;
 pub mod experiment;
 pub mod files;
+pub mod liveness;
 pub mod ipc;
+pub mod nccl;
 pub mod recording;
 pub mod results;
 pub mod sizes;
@@ -48,6 +57,7 @@ pub mod stream;
 pub mod sweep;
 pub mod telemetry;
 pub mod words;
+pub mod output;
 pub mod topology;
 
 pub use column::Column;

@@ -644,6 +644,21 @@ impl Measurement {
     }
 }
 
+/// `efatop queue`: one (blocks, threads) shape of the GPU→CPU request ring, measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueRow {
+    pub blocks: u32,
+    pub threads: u32,
+    pub requests: u64,
+    pub requests_per_s: f64,
+    pub latency_requests: u64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub latency_max_us: f64,
+    /// Every request of both passes consumed exactly once (a row is only made when this holds).
+    pub verified: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

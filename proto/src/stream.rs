@@ -204,9 +204,18 @@ pub fn parse_hello(line: &[u8], magic: &str) -> Hello {
 
 /// Appends `message` framed: length, then JSON.
 pub fn encode(message: &StreamMessage, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    frame(out, |out| serde_json::to_writer(out, message))
+}
+
+/// Appends one frame: the 4-byte little-endian length of what `body` writes, then it (the stream's framing,
+/// which the NCCL plugin's messages share: [`crate::nccl`]).
+pub fn frame<E>(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<(), E> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
-    serde_json::to_writer(&mut *out, message)?;
+    if let Err(err) = body(out) {
+        out.truncate(start);
+        return Err(err);
+    }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
@@ -243,6 +252,17 @@ pub enum StreamError {
 
 /// The next message; `None` where the stream ends between messages.
 pub fn read_message(reader: &mut impl Read) -> Result<Option<StreamMessage>, StreamError> {
+    let Some(body) = read_frame(reader, MAX_MESSAGE)? else { return Ok(None) };
+    let message: StreamMessage = serde_json::from_slice(&body)?;
+    drop(body);
+    if let StreamMessage::Event { event, .. } = &message {
+        check_claims(event)?;
+    }
+    Ok(Some(message))
+}
+
+/// The next frame's body, at most `max` bytes; `None` where the stream ends between frames.
+pub fn read_frame(reader: &mut impl Read, max: u32) -> Result<Option<Vec<u8>>, StreamError> {
     let mut prefix = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -256,7 +276,7 @@ pub fn read_message(reader: &mut impl Read) -> Result<Option<StreamMessage>, Str
         }
     }
     let len = u32::from_le_bytes(prefix);
-    if len > MAX_MESSAGE {
+    if len > max {
         return Err(StreamError::OverCap(OverCap::reached(Cap::MessageBytes, u64::from(len))));
     }
     // The buffer grows with the bytes that arrive, never to a length a few bytes announced.
@@ -268,12 +288,7 @@ pub fn read_message(reader: &mut impl Read) -> Result<Option<StreamMessage>, Str
         Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(StreamError::Truncated),
         Err(err) => return Err(err.into()),
     }
-    let message: StreamMessage = serde_json::from_slice(&body)?;
-    drop(body);
-    if let StreamMessage::Event { event, .. } = &message {
-        check_claims(event)?;
-    }
-    Ok(Some(message))
+    Ok(Some(body))
 }
 
 /// What a message's buffer starts with.

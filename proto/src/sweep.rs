@@ -2,7 +2,7 @@
 //!
 //! Everything here is pure (no fabric): [`plan`] makes the rounds, [`verdict`] judges the figures. Rank 0
 //! records [`SweepRound`]s in the results file as they finish, the JSON printer writes them as
-//! `{"type":"sweep_round",...}` lines, the dashboard draws them, and the run ends with one [`Verdict`].
+//! `sweep_round` lines ([`crate::output::Line::SweepRound`]), the dashboard draws them, and the run ends with one [`Verdict`].
 //!
 //! Units: a rank is a node of the plan (one rank per node is how a sweep is meant to run; ranks that share a
 //! host are still planned apart, and node-level findings group by host). A rank's channel k uses its k-th

@@ -7,7 +7,7 @@ use efatop_proto::stream::StreamMessage;
 use efatop_ui::state::Key;
 
 use super::{Attached, Incoming, KEYS};
-use crate::event::ConsumerEvent;
+use efatop_runtime::event::ConsumerEvent;
 use crate::tui::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{measured, ms, start, step, telemetry};

@@ -1,19 +1,17 @@
-//! `efatop check --traffic`: a short verified write through every NIC of this node. The check starts
-//! `efatop run --ranks N sweep` as a child (the launcher and the sweep experiment as they are: ranks of
+//! `efatop check --traffic`: a short verified write through every NIC of this node. The check launches
+//! the ranks of a `sweep` itself, through the runtime's launcher ([`efatop_runtime::launch`]: ranks of
 //! this node, one per GPU and at least 2, `--channels all`, efa's shared-memory shortcut off as on every
 //! run), 4 MiB per write, one warmup and [`ITERS`] timed writes on every channel of every pair, each byte
 //! verified by its receiver, NICs judged against their peers at [`THRESHOLD`]. It reads the run's results
-//! file and hands the facts to the `traffic` rule (`efatop_monitor::check`): the NIC that received corrupt
-//! data, the NICs far below their peers, or how the run failed. The child is stopped when it outlasts
+//! file and hands the facts to the `traffic` rule (`efatop_health`): the NIC that received corrupt
+//! data, the NICs far below their peers, or how the run failed. The ranks are stopped when they outlast
 //! [`LIMIT`], so that the whole check stays within 30 s.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use efatop_fabric::Provider;
-use efatop_monitor::check::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
+use efatop_health::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 use efatop_monitor::Sysfs;
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};
@@ -28,8 +26,6 @@ pub const ITERS: u64 = 4;
 pub const THRESHOLD: f64 = 1.0 - efatop_proto::telemetry::rails::OFF_SHARE;
 /// How long the write may take, launch included, before it is stopped.
 pub const LIMIT: Duration = Duration::from_secs(20);
-/// Between SIGTERM to the launcher (which passes it on to its ranks) and SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(4);
 /// `--timeout` and `--hang-timeout` of the run: well inside [`LIMIT`].
 const OP_TIMEOUT_S: u64 = 5;
 const HANG_TIMEOUT_S: u64 = 10;
@@ -79,8 +75,8 @@ pub fn run(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
     traffic
 }
 
-/// How the child ended: its exit code (`None` when stopped for outlasting [`LIMIT`]) and its last error
-/// line.
+/// How the ranks ended: their exit code (`None` when killed for outlasting [`LIMIT`]) and their last
+/// error line.
 struct Ended {
     code: Option<i32>,
     timed_out: bool,
@@ -88,63 +84,30 @@ struct Ended {
 }
 
 fn launch(ranks: usize, provider: &str, corrupt_byte: Option<u64>, out: &Path) -> Ended {
-    let fail = |why: String| Ended { code: Some(2), timed_out: false, last_error: Some(why) };
-    let Ok(program) = std::env::current_exe() else { return fail("cannot find this program to start the ranks".into()) };
-    let mut args: Vec<String> = [
-        "run", "--ranks", &ranks.to_string(), "sweep", "--provider", provider, "--channels", "all", "--size", "4M", "--warmup", "1",
-        "--iters", &ITERS.to_string(), "--threshold", &THRESHOLD.to_string(), "--timeout", &OP_TIMEOUT_S.to_string(),
-        "--hang-timeout", &HANG_TIMEOUT_S.to_string(), "--no-tui", "--out",
+    let mut args: Vec<std::ffi::OsString> = [
+        "sweep", "--provider", provider, "--channels", "all", "--size", "4M", "--warmup", "1", "--iters", &ITERS.to_string(),
+        "--threshold", &THRESHOLD.to_string(), "--timeout", &OP_TIMEOUT_S.to_string(), "--hang-timeout", &HANG_TIMEOUT_S.to_string(),
+        "--no-tui", "--out",
     ]
     .iter()
-    .map(ToString::to_string)
+    .map(Into::into)
     .collect();
-    args.push(out.to_string_lossy().into_owned());
+    args.push(out.into());
     if let Some(byte) = corrupt_byte {
-        args.extend(["--debug-corrupt-byte".to_string(), byte.to_string()]);
+        args.extend(["--debug-corrupt-byte".into(), byte.to_string().into()]);
     }
-    let child = Command::new(program).args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(err) => return fail(format!("cannot start the ranks: {err}")),
-    };
-    // The ranks' error lines, read as they come so that a full pipe never stalls them; the last one says why.
-    let errors = child.stderr.take().map(|stderr| {
-        std::thread::spawn(move || {
-            BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|line| line.strip_prefix("efatop: error: ").map(str::to_string))
-                .last()
-        })
-    });
-    let (code, timed_out) = wait_within(&mut child, LIMIT);
-    let last_error = errors.and_then(|reader| reader.join().ok().flatten());
-    Ended { code, timed_out, last_error }
-}
-
-/// Waits for `child` up to `limit`; past it, SIGTERM (the launcher passes it on to rank 0, and every rank
-/// ends), then SIGKILL after [`STOP_GRACE`]. Returns its exit code and whether it was stopped.
-fn wait_within(child: &mut Child, limit: Duration) -> (Option<i32>, bool) {
-    let started = Instant::now();
-    let mut terminated_at: Option<Instant> = None;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return (status.code(), terminated_at.is_some());
-        }
-        match terminated_at {
-            None if started.elapsed() > limit => {
-                let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                terminated_at = Some(Instant::now());
-            }
-            Some(at) if at.elapsed() > STOP_GRACE => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return (None, true);
-            }
-            _ => {}
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    use efatop_runtime::launch::{CUDA_LAUNCH_BLOCKING, PeerCopies, Ranks};
+    // As `efatop run` launches a sweep: the receiving ranks' CUDA copies synchronous.
+    let copies = PeerCopies { synchronous: std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none(), writer_exempt: false };
+    let plan = Ranks { count: ranks, args, copies, limit: Some(LIMIT), quiet: true, ..Ranks::default() };
+    match efatop_runtime::launch::launch(&plan) {
+        // Killed (137) after outlasting the limit: no exit code of its own.
+        Ok(launched) => Ended {
+            code: Some(launched.code).filter(|code| !(launched.timed_out && *code == 137)),
+            timed_out: launched.timed_out,
+            last_error: launched.last_error,
+        },
+        Err(err) => Ended { code: Some(2), timed_out: false, last_error: Some(format!("cannot start the ranks: {err}")) },
     }
 }
 

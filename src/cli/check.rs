@@ -12,7 +12,7 @@ use efatop_fabric::Provider;
 pub enum HealthFormat {
     /// a table: one row per rule and per thing found wrong
     Table,
-    /// one JSON line, {"type":"check","data":{...}}
+    /// one JSON `check` line (docs/output.md)
     Json,
     /// LBNL NHC: nothing when healthy; else the line for NHC's `die` (deploy/nhc/efatop.nhc)
     Nhc,

@@ -134,7 +134,7 @@ pub struct MonitorArgs {
     /// Read twice, --interval apart, print one snapshot with rates and exit
     #[arg(long)]
     pub once: bool,
-    /// Print JSON lines, {"type":"snapshot","data":{...}} per read, instead of drawing
+    /// Print a JSON `snapshot` line per read (docs/output.md), instead of drawing
     #[arg(long)]
     pub json: bool,
     /// Stop after N snapshots (without --once: the first one, which has no rates, counts)

@@ -1,5 +1,7 @@
 //! `efatop sweep`: every rank pair, rail by rail, in the rounds of a round-robin tournament, then a verdict
-//! naming the slow NIC, link or node (docs/sweep.md). Exit code [`SUSPECTS_FOUND`] when it names any.
+//! naming the slow NIC, link or node (docs/sweep.md). Exit code
+//! [`efatop_runtime::rank_zero::SUSPECTS_FOUND`] (3; 1 stays "the run failed", 2 "bad input") when it
+//! names any.
 
 use clap::Args;
 use efatop_proto::results::{RankPlacement, RunMetadata};
@@ -8,8 +10,6 @@ use efatop_experiments::World;
 
 use super::{parse_size_arg, CommonArgs, Descriptor, Planned};
 
-/// `sweep`'s exit code when its verdict names a suspect (0: none; 1 stays "the run failed", 2 "bad input").
-pub const SUSPECTS_FOUND: i32 = 3;
 
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {

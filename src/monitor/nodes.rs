@@ -13,14 +13,14 @@ use efatop_ui::monitor::NodesView;
 use efatop_ui::state::{Action, Key};
 
 use super::{Failure, MonitorArgs, build_monitor, print_line};
-use crate::collector::{Collector, CollectorEvent, NodeSender};
+use efatop_runtime::collector::{Collector, CollectorEvent, NodeSender};
 use crate::tui::{TICK, Tui};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
 const ONCE_GRACE: Duration = Duration::from_secs(30);
 
 /// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
-pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
+pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &efatop_runtime::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
     let (rank, size) = (bootstrap.rank(), bootstrap.size());
     let lost = |err: &dyn std::fmt::Display| (1, format!("rank {rank}: {err}"));
     let (events, received) = mpsc::channel::<Vec<CollectorEvent>>();
@@ -33,20 +33,20 @@ pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &crate::secret
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .collect();
     let collector = if rank == 0 {
-        let gate = crate::collector::Gate {
+        let gate = efatop_runtime::collector::Gate {
             secret: secret.secret.clone(),
             bounds: efatop_proto::telemetry::WorldBounds { ranks: size, channels: 1 },
-            bind: crate::collector::bind_address(&hosts),
+            bind: efatop_runtime::collector::bind_address(&hosts),
         };
         Some(Collector::start(events, gate).map_err(|e| lost(&e))?)
     } else {
         None
     };
-    let published = collector.as_ref().map_or(String::new(), |c| crate::collector::published(c, &host));
+    let published = collector.as_ref().map_or(String::new(), |c| efatop_runtime::collector::published(c, &host));
     let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
     let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
     let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
-    let target = crate::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
+    let target = efatop_runtime::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
     let monitor = build_monitor(args, sysfs_root)?;
     let reads = Reads::of(args);
     let sender = NodeSender::connect(target, &secret.secret).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;

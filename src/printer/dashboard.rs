@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use efatop_ui::state::Key;
 use ratatui::Frame;
 
-use crate::app::{App, Effect, Ended, Event};
-use crate::event::ConsumerEvent;
+use efatop_ui::app::{App, Effect, Ended, Event};
+use efatop_runtime::event::ConsumerEvent;
 use crate::tui::{self, Tui};
 
 /// Runs the dashboard on this process's terminal until the run has finished and a key was pressed (or

@@ -1,18 +1,18 @@
-//! `--json`: a second printer over the same events, one JSON object per line on stdout:
-//! `{"type": "run" | "sample" | "pair" | "step" | "result" | "pair_matrix" | "warning" | "summary", "data": {...}}`;
-//! a sweep adds `sweep` (its settings), `sweep_round` (each round's figures) and, last, `verdict`.
-//! docs/output.md documents the fields; `tests/json.rs` parses them back.
+//! `--json`: a second printer over the same events, one JSON object per line on stdout, each an
+//! [`efatop_proto::output::Line`] (`run`, `sample`, `pair`, `step`, `result`, `pair_matrix`, `warning`,
+//! `summary`, ...); a sweep adds `sweep` (its settings), `sweep_round` (each round's figures) and, last,
+//! `verdict`. docs/output.md documents the fields; `tests/json.rs` parses them back.
 
 use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
+use efatop_proto::output::{Begin, ChannelFigures, Dropped, Line, NvlinkFigures, Pair, QueueFigures, Sample, Step, Warning};
 use efatop_proto::results::{RunMetadata, RunResults};
 use efatop_proto::telemetry::RankSample;
-use serde_json::{Value, json};
 
-use crate::event::ConsumerEvent;
-use crate::collector::CollectorEvent;
+use efatop_runtime::event::ConsumerEvent;
+use efatop_runtime::collector::CollectorEvent;
 
 thread_local! {
     /// Lines not yet written: an event's lines leave in one write (stdout alone would write each line as
@@ -24,25 +24,15 @@ thread_local! {
 /// in several writes rather than holding hundreds of MiB.
 const PENDING_MAX: usize = 4 << 20;
 
-/// One line `{"data":…,"type":kind}` (the keys in the order a `Value` sorts them), kept until [`flush`].
-fn line_of(kind: &str, data: &impl serde::Serialize) {
+/// One line, kept until [`flush`].
+fn line(line: &Line) {
     let full = PENDING.with_borrow_mut(|pending| {
-        pending.extend_from_slice(b"{\"data\":");
-        if serde_json::to_writer(&mut *pending, data).is_err() {
-            pending.extend_from_slice(b"null");
-        }
-        pending.extend_from_slice(b",\"type\":");
-        let _ = serde_json::to_writer(&mut *pending, kind);
-        pending.extend_from_slice(b"}\n");
+        let _ = line.write_to(pending);
         pending.len() >= PENDING_MAX
     });
     if full {
         flush();
     }
-}
-
-fn line(kind: &str, data: &Value) {
-    line_of(kind, data);
 }
 
 /// Writes the lines kept so far, in one write.
@@ -60,23 +50,19 @@ pub fn flush() {
 }
 
 pub fn print_run(metadata: &RunMetadata) {
-    line("run", &serde_json::to_value(metadata).unwrap_or(Value::Null));
+    line(&Line::Run(Box::new(metadata.clone())));
     flush();
 }
 
 pub fn print_summary(results: &RunResults) {
-    line("summary", &serde_json::to_value(results).unwrap_or(Value::Null));
+    line(&Line::Summary(Box::new(results.clone())));
     flush();
 }
 
-/// A sweep's last line: `{"type":"verdict","data":{"suspects":[...],"checked":{...}}}`.
-/// Written as is, not through a `Value`: `type` first and the fields in the order docs/sweep.md gives.
+/// A sweep's last line: its verdict (`type` first and the fields in the order docs/sweep.md gives).
 pub fn print_verdict(verdict: &efatop_proto::sweep::Verdict) {
-    let Ok(data) = serde_json::to_string(verdict) else { return };
+    line(&Line::Verdict(Box::new(verdict.clone())));
     flush();
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, r#"{{"type":"verdict","data":{data}}}"#);
-    let _ = stdout.flush();
 }
 
 /// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
@@ -142,7 +128,7 @@ pub fn print_events_counted(events: &Receiver<ConsumerEvent>, clock: impl Fn() -
             });
             printed.dropped += dropped;
             let t_ms = clock().as_secs_f64() * 1000.0;
-            line("dropped", &json!({ "t_ms": t_ms, "samples": dropped, "total": printed.dropped, "reason": "the printer fell behind the run" }));
+            line(&Line::Dropped(Dropped { reason: "the printer fell behind the run".into(), samples: dropped, t_ms, total: printed.dropped }));
             flush();
             counted(printed);
         }
@@ -177,7 +163,7 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
     match event {
         ConsumerEvent::Finished { error } => {
             if let Some(text) = error {
-                line("error", &json!({ "text": text }));
+                line(&Line::error(text));
             }
             return true;
         }
@@ -192,20 +178,27 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
                 print_telemetry(event, t_ms, *lines);
             }
         }
-        ConsumerEvent::Begin { columns, memory } => line("begin", &json!({ "configs": columns, "memory": memory })),
-        ConsumerEvent::Step { config, size } => line("step", &json!({ "config": config, "size": size })),
+        ConsumerEvent::Begin { columns, memory } => line(&Line::Begin(Begin { configs: columns, memory })),
+        ConsumerEvent::Step { config, size } => line(&Line::Step(Step { config, size })),
         ConsumerEvent::Measured(measurement) => {
-            line("result", &serde_json::to_value(&*measurement).unwrap_or(Value::Null));
-            for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
-                line("warning", &json!({ "text": warning.message, "counters": warning }));
+            let warnings: Vec<Line> = measurement
+                .counters
+                .iter()
+                .flat_map(|c| &c.warnings)
+                .map(|warning| Line::Warning(Warning { counters: Some(warning.clone()), text: warning.message.clone() }))
+                .collect();
+            line(&Line::Result(measurement));
+            for warning in &warnings {
+                line(warning);
             }
         }
-        ConsumerEvent::PairMatrix(matrix) => line("pair_matrix", &serde_json::to_value(&*matrix).unwrap_or(Value::Null)),
-        ConsumerEvent::Note(text) => line("note", &json!({ "text": text })),
-        ConsumerEvent::SweepBegin(setup) => line("sweep", &serde_json::to_value(&*setup).unwrap_or(Value::Null)),
-        ConsumerEvent::SweepRound(round) => line("sweep_round", &serde_json::to_value(&*round).unwrap_or(Value::Null)),
+        ConsumerEvent::PairMatrix(matrix) => line(&Line::PairMatrix(matrix)),
+        ConsumerEvent::Note(text) => line(&Line::note(text)),
+        ConsumerEvent::SweepBegin(setup) => line(&Line::Sweep(setup)),
+        ConsumerEvent::SweepRound(round) => line(&Line::SweepRound(round)),
         // The verdict is the run's last line, after the summary (`print_verdict`).
-        ConsumerEvent::SweepVerdict(_) => {}
+        // Only a dashboard shows liveness; JSON lines carry the samples it is kept from.
+        ConsumerEvent::SweepVerdict(_) | ConsumerEvent::Liveness(_) => {}
     }
     false
 }
@@ -214,87 +207,38 @@ fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
     match event {
         CollectorEvent::Sample(sample) => {
             if let Some(outside) = lines.world.and_then(|world| sample.outside(world)) {
-                line("warning", &json!({ "text": format!("telemetry sample refused: {outside}") }));
+                line(&Line::warning(format!("telemetry sample refused: {outside}")));
                 return;
             }
             if lines.pairs {
                 // All-to-all ranks count each peer where its data lands: the sample's rank is the receiver.
                 for peer in sample.peers.iter().filter(|p| p.peer != sample.rank) {
                     let Some(gbps) = peer.landing_gbps() else { continue };
-                    line(
-                        "pair",
-                        &json!({
-                            "t_ms": t_ms,
-                            "sender": peer.peer,
-                            "receiver": sample.rank,
-                            "landings": peer.ops,
-                            "bytes": peer.bytes,
-                            "gbps": gbps,
-                            "lat_p50_us": peer.latency.quantile_us(0.50),
-                            "lat_p99_us": peer.latency.quantile_us(0.99),
-                        }),
-                    );
+                    line(&Line::Pair(Pair {
+                        t_ms,
+                        sender: peer.peer,
+                        receiver: sample.rank,
+                        landings: peer.ops,
+                        bytes: peer.bytes,
+                        gbps,
+                        lat_p50_us: peer.latency.quantile_us(0.50),
+                        lat_p99_us: peer.latency.quantile_us(0.99),
+                    }));
                 }
             }
-            if sample.queue.is_none() && sample.nvlink.is_empty() {
-                // The common line, written straight from the sample (no map built per line).
-                for channel in &sample.channels {
-                    line_of("sample", &ChannelLine::of(&sample, channel, t_ms));
-                }
-            } else {
-                for data in sample_lines(&sample, t_ms) {
-                    line("sample", &data);
-                }
+            for data in sample_lines(&sample, t_ms) {
+                line(&Line::Sample(data));
             }
         }
         CollectorEvent::Malformed { from, reason } => {
-            line("warning", &json!({ "text": format!("telemetry frame from {from} rejected: {reason}") }));
+            line(&Line::warning(format!("telemetry frame from {from} rejected: {reason}")));
         }
         CollectorEvent::Refused { from, reason, total } => {
-            line("warning", &json!({ "text": format!("telemetry connection from {from} refused: {reason} ({total} refused so far)") }));
+            line(&Line::warning(format!("telemetry connection from {from} refused: {reason} ({total} refused so far)")));
         }
         // Only a served or recorded `efatop monitor` has node reads; a benchmark's ranks never send them.
-        CollectorEvent::Node(sample) => line("node", &serde_json::to_value(&*sample).unwrap_or(Value::Null)),
+        CollectorEvent::Node(sample) => line(&Line::Node(sample)),
         CollectorEvent::Closed { .. } | CollectorEvent::Phase(_) => {}
-    }
-}
-
-/// A `sample` line's data for one channel: the fields of [`sample_lines`]' in the same (sorted) order.
-#[derive(serde::Serialize)]
-struct ChannelLine {
-    bytes: u64,
-    channel: u16,
-    drops: u64,
-    gbps: f64,
-    in_flight: u32,
-    interval_ms: f64,
-    lat_max_us: Option<f64>,
-    lat_p50_us: Option<f64>,
-    lat_p99_us: Option<f64>,
-    ops: u64,
-    rank: u32,
-    seq: u64,
-    t_ms: f64,
-}
-
-impl ChannelLine {
-    fn of(sample: &RankSample, channel: &efatop_proto::telemetry::ChannelSample, t_ms: f64) -> Self {
-        let rates = channel.rates(sample.interval_ns);
-        Self {
-            bytes: channel.bytes,
-            channel: channel.channel,
-            drops: sample.drops,
-            gbps: rates.gbps,
-            in_flight: channel.in_flight,
-            interval_ms: sample.interval_ns as f64 / 1e6,
-            lat_max_us: rates.lat_max_us,
-            lat_p50_us: rates.lat_p50_us,
-            lat_p99_us: rates.lat_p99_us,
-            ops: channel.ops,
-            rank: sample.rank,
-            seq: sample.seq,
-            t_ms,
-        }
     }
 }
 
@@ -302,73 +246,63 @@ impl ChannelLine {
 /// (`queue`: the proxy's request queue; `nvlink`: what its GPU wrote into peers' GPUs), ride on its first
 /// line only, so that summing lines never counts them twice; a rank with GPU figures and no channel gets
 /// one line with a null `channel` to carry them.
-fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<Value> {
+fn sample_lines(sample: &RankSample, t_ms: f64) -> impl Iterator<Item = Sample> + '_ {
     let interval_ns = sample.interval_ns;
-    let mut lines: Vec<Value> = sample
-        .channels
-        .iter()
-        .map(|channel| {
-            let rates = channel.rates(interval_ns);
-            json!({
-                "t_ms": t_ms,
-                "rank": sample.rank,
-                "seq": sample.seq,
-                "channel": channel.channel,
-                "interval_ms": interval_ns as f64 / 1e6,
-                "bytes": channel.bytes,
-                "gbps": rates.gbps,
-                "ops": channel.ops,
-                "in_flight": channel.in_flight,
-                "lat_p50_us": rates.lat_p50_us,
-                "lat_p99_us": rates.lat_p99_us,
-                "lat_max_us": rates.lat_max_us,
-                "drops": sample.drops,
-            })
+    let line = move |channel: Option<ChannelFigures>| Sample {
+        t_ms,
+        rank: sample.rank,
+        seq: sample.seq,
+        interval_ms: interval_ns as f64 / 1e6,
+        drops: sample.drops,
+        channel,
+        queue: None,
+        nvlink: None,
+    };
+    let channels = sample.channels.iter().map(move |channel| {
+        let rates = channel.rates(interval_ns);
+        Some(ChannelFigures {
+            channel: channel.channel,
+            bytes: channel.bytes,
+            gbps: rates.gbps,
+            ops: channel.ops,
+            in_flight: channel.in_flight,
+            lat_p50_us: rates.lat_p50_us,
+            lat_p99_us: rates.lat_p99_us,
+            lat_max_us: rates.lat_max_us,
         })
-        .collect();
-    if sample.queue.is_none() && sample.nvlink.is_empty() {
-        return lines;
-    }
-    if lines.is_empty() {
-        lines.push(json!({
-            "t_ms": t_ms,
-            "rank": sample.rank,
-            "seq": sample.seq,
-            "channel": Value::Null,
-            "interval_ms": interval_ns as f64 / 1e6,
-            "drops": sample.drops,
-        }));
-    }
-    if let Some(Value::Object(first)) = lines.first_mut() {
-        if let Some(queue) = &sample.queue {
-            first.insert(
-                "queue".into(),
-                json!({
-                    "depth": queue.depth,
-                    "capacity": queue.capacity,
-                    "requests": queue.requests,
-                    "requests_per_s": queue.requests_per_s(interval_ns),
-                    "quiet_calls": queue.quiet_calls,
-                    "quiet_calls_per_s": queue.quiet_calls_per_s(interval_ns),
-                    "held": queue.held,
-                }),
-            );
-        }
-        if !sample.nvlink.is_empty() {
-            let pairs = sample.nvlink.iter().map(|pair| {
-                json!({
-                    "peer": pair.peer,
-                    "gpu": pair.gpu,
-                    "peer_gpu": pair.peer_gpu,
-                    "bytes": pair.bytes,
-                    "gbytes_per_s": pair.gbytes_per_s(interval_ns),
-                    "peak_gbytes_per_s": pair.peak_gbytes_per_s,
-                })
+    });
+    let gpu_figures = sample.queue.is_some() || !sample.nvlink.is_empty();
+    // No channel to carry the GPU figures: one line of their own.
+    let carrier = (gpu_figures && sample.channels.is_empty()).then_some(None);
+    channels.chain(carrier).enumerate().map(move |(at, channel)| {
+        let mut data = line(channel);
+        if at == 0 {
+            data.queue = sample.queue.as_ref().map(|queue| QueueFigures {
+                capacity: queue.capacity,
+                depth: queue.depth,
+                held: queue.held,
+                quiet_calls: queue.quiet_calls,
+                quiet_calls_per_s: queue.quiet_calls_per_s(interval_ns),
+                requests: queue.requests,
+                requests_per_s: queue.requests_per_s(interval_ns),
             });
-            first.insert("nvlink".into(), Value::Array(pairs.collect()));
+            data.nvlink = (!sample.nvlink.is_empty()).then(|| {
+                sample
+                    .nvlink
+                    .iter()
+                    .map(|pair| NvlinkFigures {
+                        bytes: pair.bytes,
+                        gbytes_per_s: pair.gbytes_per_s(interval_ns),
+                        gpu: pair.gpu,
+                        peak_gbytes_per_s: pair.peak_gbytes_per_s,
+                        peer: pair.peer,
+                        peer_gpu: pair.peer_gpu,
+                    })
+                    .collect()
+            });
         }
-    }
-    lines
+        data
+    })
 }
 
 #[cfg(test)]
@@ -380,8 +314,8 @@ mod tests {
     #[test]
     fn a_printer_behind_the_run_drops_old_telemetry_and_keeps_the_rest() {
         use super::{print_events_counted, Printed, SampleLines, WAITING_BATCHES};
-        use crate::collector::CollectorEvent;
-        use crate::event::ConsumerEvent;
+        use efatop_runtime::collector::CollectorEvent;
+        use efatop_runtime::event::ConsumerEvent;
         let (tx, rx) = std::sync::mpsc::channel();
         let batch = || ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(RankSample { rank: 1, ..RankSample::default() }))]);
         for _ in 0..WAITING_BATCHES {
@@ -409,7 +343,10 @@ mod tests {
         assert_eq!(last, Printed { samples: 8, dropped: 0 });
     }
 
-    use super::sample_lines;
+    /// The `sample` lines' data of `sample`, as their JSON has it.
+    fn sample_lines(sample: &RankSample, t_ms: f64) -> Vec<serde_json::Value> {
+        super::sample_lines(sample, t_ms).map(|data| serde_json::to_value(data).expect("a sample line")).collect()
+    }
 
     fn plain() -> RankSample {
         RankSample {
@@ -487,7 +424,8 @@ mod tests {
     #[test]
     fn a_sample_outside_the_world_is_a_warning_not_a_sample() {
         use super::{print_telemetry, SampleLines, PENDING};
-        use crate::collector::CollectorEvent;
+        use efatop_proto::output::Line;
+        use efatop_runtime::collector::CollectorEvent;
         let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }) };
         let printed = |sample: RankSample| {
             PENDING.with_borrow_mut(Vec::clear);
@@ -500,8 +438,8 @@ mod tests {
         ] {
             let text = printed(forged);
             assert_eq!(text.lines().count(), 1, "{text}");
-            assert!(text.contains(r#""type":"warning""#) && text.contains(why), "{text}");
+            assert!(matches!(<Line>::parse(text.trim_end()), Ok(Line::Warning(warning)) if warning.text.contains(why)), "{text}");
         }
-        assert!(printed(plain()).lines().all(|line| line.contains(r#""type":"sample""#)));
+        assert!(printed(plain()).lines().all(|line| matches!(<Line>::parse(line), Ok(Line::Sample(_)))));
     }
 }

@@ -1,11 +1,15 @@
-//! Plain output: the run's header before the first size, the table and where the results went at the end.
+//! Plain output: the run's header before the first size, a line per step and sweep round as they come,
+//! the table and where the results went at the end.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
+use std::sync::mpsc::Receiver;
 
 use efatop_proto::results::{RunMetadata, RunResults};
 
 use super::{Mode, jsonl};
+use efatop_runtime::event::ConsumerEvent;
 
 /// The run's header, before its first size.
 pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {
@@ -86,4 +90,35 @@ pub fn sweep_round_line(round: &efatop_proto::sweep::SweepRound, ranks: usize) -
     let retransmits: u64 = round.figures.iter().filter_map(|f| f.retransmits).sum();
     let slowest = if retransmits > 0 { format!("{slowest}; {}", efatop_proto::words::plural(retransmits, "retransmit")) } else { slowest };
     format!("# sweep {kind} ({ranks} ranks): pairs {}{slowest}", pairs.join(" "))
+}
+
+/// Plain output's lines during the run, from the events rank 0's loop sends its consumer: how the memory
+/// was registered (the header was printed before), each NIC-counter warning once, each step's counter
+/// line, a line per sweep round as it finishes; the tables come at the end ([`print_final`]).
+pub fn print_events(events: &Receiver<ConsumerEvent>, mut memory: String) {
+    let mut warned = BTreeSet::new();
+    let mut nodes = 0;
+    for event in events {
+        match event {
+            ConsumerEvent::Begin { memory: registered, .. } => {
+                if registered != memory {
+                    println!("# memory as registered: {registered}");
+                }
+                memory = registered;
+            }
+            ConsumerEvent::Measured(measurement) => {
+                for warning in measurement.counters.iter().flat_map(|c| &c.warnings) {
+                    if warned.insert(warning.headline.clone()) {
+                        println!("# warning: {}", warning.message);
+                    }
+                }
+                if let Some(line) = efatop_report::text::counters::step_line(&measurement) {
+                    println!("# {line}");
+                }
+            }
+            ConsumerEvent::SweepBegin(sweep) => nodes = sweep.nodes.len(),
+            ConsumerEvent::SweepRound(round) => println!("{}", sweep_round_line(&round, nodes)),
+            _ => {}
+        }
+    }
 }

@@ -5,8 +5,8 @@ use efatop_proto::stream;
 use efatop_ui::state::Key;
 
 use super::{KEYS, Playback};
-use crate::event::ConsumerEvent;
-use crate::record::{self, Recorder, Recording};
+use efatop_runtime::event::ConsumerEvent;
+use efatop_runtime::record::{self, Recorder, Recording};
 use crate::tui::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{self, ms};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use efatop_proto::results::{LatencySummary, Measurement, RunMetadata, RunResults};
 use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 
-use crate::collector::CollectorEvent;
-use crate::event::{ConsumerEvent, RunInfo, RunStart};
+use efatop_runtime::collector::CollectorEvent;
+use efatop_runtime::event::{ConsumerEvent, RunInfo, RunStart};
 
 const INTERVAL: Duration = Duration::from_millis(100);
 

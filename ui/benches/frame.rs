@@ -1,5 +1,5 @@
 //! What one dashboard frame costs at scale (a benchmark, not a test): 1024 hosts × 8 ranks × 4 channels,
-//! every channel's history full, drawn on ratatui's `TestBackend`. Beside `efatop bench-collector` (can
+//! every channel's history full, drawn on ratatui's `TestBackend`. Beside the runtime's `bench_collector` example (can
 //! rank 0 take in the samples?), this asks whether it can draw them: the goal is ≤ 20 ms a frame in a
 //! release build, with and without a known link speed (without one, the gauges scale to the peak seen).
 //!
@@ -13,7 +13,7 @@ use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, PeerSample, Rank
 use efatop_proto::RunResults;
 use efatop_ui::dashboard;
 use efatop_ui::ingest::Ingest;
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 use efatop_ui::state::{DashboardState, RunInfo, HISTORY_LEN};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;

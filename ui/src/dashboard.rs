@@ -27,8 +27,9 @@ mod keys;
 mod log;
 mod peers;
 mod results;
-#[doc(hidden)]
-pub mod sample;
+/// The tests' fixture dashboards; not part of the product.
+#[cfg(test)]
+pub(crate) mod sample;
 mod selection;
 mod sweep;
 /// Cells, numbers and durations as every panel writes them (the many-node monitor's fleet overview too).

@@ -8,7 +8,7 @@ use efatop_proto::sizes::format_size;
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
 use crate::state::fleet::Fleet;
-use crate::liveness::{Health, Liveness};
+use efatop_proto::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
 use crate::state::{
     history_len, ChannelView, DashboardState, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,

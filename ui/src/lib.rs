@@ -1,12 +1,14 @@
-//! What efatop draws: the dashboard's ratatui widgets, its state and how events fold into it, the liveness
-//! clock it shows, and the monitor's views. This crate does no I/O and depends on `efatop-proto` and
-//! ratatui alone; the plain-text tables a run prints are `efatop-report`'s (`efatop_report::text`).
+//! What efatop draws: the dashboard's ratatui widgets, its state and how events fold into it (the run's
+//! events, keys and ticks folded by [`app::App`]), the liveness clock it shows, and the monitor's views.
+//! This crate does no I/O and depends on `efatop-proto` and ratatui alone; the plain-text tables a run prints are `efatop-report`'s (`efatop_report::text`).
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod dashboard;
+pub mod fleet;
 pub mod ingest;
-pub mod liveness;
 pub mod monitor;
 pub mod state;
 pub mod view;
+pub mod watch;

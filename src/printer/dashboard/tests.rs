@@ -9,18 +9,17 @@ use std::time::Duration;
 use efatop_proto::results::{LatencySummary, Measurement, RunResults};
 use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 use efatop_ui::ingest::Ingest;
-use efatop_ui::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 use efatop_ui::state::{DashboardState, Key, RunInfo};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use super::Dashboard;
-use crate::app::{App, Ended};
-use crate::collector::CollectorEvent;
-use crate::event::ConsumerEvent;
+use efatop_ui::app::{App, Ended};
+use efatop_runtime::collector::CollectorEvent;
+use efatop_runtime::event::ConsumerEvent;
 use crate::term::KeyPoll;
 use crate::tui;
-use crate::watchdog::SharedLiveness;
 
 const INTERVAL: Duration = Duration::from_millis(100);
 const HANG_TIMEOUT: Duration = Duration::from_secs(3);
@@ -31,8 +30,9 @@ struct Session {
     app: App,
     events: Receiver<ConsumerEvent>,
     send: Option<Sender<ConsumerEvent>>,
-    /// The watchdog's part: it keeps the liveness clock the dashboard reads.
-    liveness: SharedLiveness,
+    /// The watchdog's part: it keeps the liveness clock, and tells the dashboard a copy after each batch
+    /// (as rank 0's loop does, [`ConsumerEvent::Liveness`]).
+    liveness: std::cell::RefCell<Liveness>,
     stop: AtomicBool,
 }
 
@@ -66,14 +66,14 @@ impl Session {
         let mut state = DashboardState::default();
         let ranks = info.ranks;
         let ingest = Ingest::begin(&mut state, info, nics, results);
-        let liveness = SharedLiveness::new(Liveness::new(ranks, INTERVAL, HANG_TIMEOUT));
+        let liveness = Liveness::new(ranks, INTERVAL, HANG_TIMEOUT);
         let (send, events) = mpsc::channel();
         Self {
             terminal: Terminal::new(TestBackend::new(120, 40)).expect("terminal"),
             app: App::new(state, ingest, liveness.clone()),
             events,
             send: Some(send),
-            liveness,
+            liveness: std::cell::RefCell::new(liveness),
             stop: AtomicBool::new(false),
         }
     }
@@ -89,8 +89,14 @@ impl Session {
         let latency = IntervalHistogram { buckets: vec![(12, 40)] };
         let channel = ChannelSample { channel: 0, bytes, ops: 40, in_flight: 4, latency };
         let sample = RankSample { rank, seq, interval_ns, channels: vec![channel], ..RankSample::default() };
-        self.liveness.lock().heard(rank as usize, at);
+        self.liveness.borrow_mut().heard(rank as usize, at);
         self.send(ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(sample))]));
+        self.tell_liveness();
+    }
+
+    /// The watchdog's clock to the dashboard, as an event on the run's channel.
+    fn tell_liveness(&self) {
+        self.send(ConsumerEvent::Liveness(Box::new(self.liveness.borrow().clone())));
     }
 
     fn frame(&mut self, at: Duration) -> Option<Ended> {
@@ -99,7 +105,7 @@ impl Session {
     }
 
     fn key(&mut self, key: Key, at: Duration) -> Option<Ended> {
-        let effects = self.app.update(crate::app::Event::Key(key), at);
+        let effects = self.app.update(efatop_ui::app::Event::Key(key), at);
         super::perform(&effects, &self.stop)
     }
 
@@ -413,11 +419,12 @@ fn fleet_interval(session: &Session, seq: u64, slow: f64, at: Duration) {
                     ChannelSample { channel, bytes: bytes(gbps), ops: 40, in_flight: 4, latency: IntervalHistogram::default() }
                 })
                 .collect();
-            session.liveness.lock().heard(rank as usize, at);
+            session.liveness.borrow_mut().heard(rank as usize, at);
             CollectorEvent::Sample(Box::new(RankSample { rank, seq, interval_ns, channels, ..RankSample::default() }))
         })
         .collect();
     session.send(ConsumerEvent::Telemetry(batch));
+    session.tell_liveness();
 }
 
 #[test]

@@ -16,8 +16,9 @@
 //! Esc comes back), `/` jumps to a host by name. On a short panel the rails shrink to one line and the
 //! worst NICs come before the hosts, so the worst NIC stays on screen down to 80×24.
 //!
-//! The pieces drawn from the model alone (a NIC's cell, the rail lines, their heading and scale, the
-//! compact rail line) are the many-node monitor's too (`crate::monitor::fleet`).
+//! The pieces drawn from the model alone (a NIC's cell, a host's strip, the rail lines, their heading and
+//! scale, the compact rail line, how long a NIC has been low) are the fleet widget's ([`crate::fleet`]),
+//! which the many-node monitor's fleet overview (`crate::monitor::fleet`) draws with too.
 
 use std::collections::HashSet;
 
@@ -30,7 +31,8 @@ use ratatui::widgets::Widget;
 use super::chrome::{self, Chrome};
 use super::grid;
 use super::text::{ago, cell, number, width, Align};
-use crate::state::fleet::{Fleet, HostStrip, RailSummary, WorstNic, HISTOGRAM_BINS};
+use crate::fleet::{low_flag, nic_cell, percent, rail_line, rails_compact, rails_heading, strip};
+use crate::state::fleet::{Fleet, HostStrip, WorstNic};
 use crate::state::{DashboardState, Key, Panel, PeerState};
 use crate::view::View;
 
@@ -41,13 +43,6 @@ pub const FLEET_MIN_CHANNELS: usize = 64;
 const WORST_SHOWN: usize = 8;
 /// Widest host name column.
 const HOST_MAX: usize = 24;
-/// Narrowest percentile bar worth drawing.
-const SPREAD_MIN: usize = 12;
-const SPREAD_MAX: usize = 40;
-/// Histogram glyphs, fewest to most NICs (log scale, so that one NIC still shows).
-/// Columns of a rail line before its percentile bar.
-const RAIL_FIXED: usize = 42;
-const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// Whether this run is drawn as a fleet: more than [`FLEET_MIN_CHANNELS`] channels on two hosts or more.
 pub fn applies(state: &DashboardState) -> bool {
@@ -212,26 +207,6 @@ pub(super) fn render(state: &DashboardState, view: &View, area: Rect, buf: &mut 
     with_fleet(state, |fleet| render_with(state, view, fleet, area, buf, chrome));
 }
 
-/// How a NIC's share of its rail's median is drawn: a glyph whose height and colour both say it.
-pub(crate) fn nic_cell(ratio: Option<f64>, threshold: f64, behind: bool) -> (char, Style) {
-    let Some(ratio) = ratio else { return ('·', Style::new().fg(Color::DarkGray)) };
-    let (glyph, colour) = if ratio >= threshold {
-        ('█', Color::Green)
-    } else if ratio >= 0.75 {
-        ('▆', Color::Yellow)
-    } else if ratio >= 0.5 {
-        ('▄', Color::LightRed)
-    } else {
-        ('▂', Color::Red)
-    };
-    let style = Style::new().fg(colour);
-    (glyph, if behind { style.add_modifier(Modifier::BOLD) } else { style })
-}
-
-pub(crate) fn percent(ratio: f64) -> String {
-    if ratio.is_finite() { format!("{:.0}%", ratio * 100.0) } else { "-".to_string() }
-}
-
 fn dim() -> Style {
     Style::new().fg(Color::DarkGray)
 }
@@ -313,128 +288,12 @@ fn render_with(state: &DashboardState, view: &View, fleet: &Fleet, area: Rect, b
     }
 }
 
-pub(crate) fn rails_heading(fleet: &Fleet, columns: usize) -> String {
-    let spread = spread_width(columns);
-    let mut text = format!("{:<7} {:>5} {:>7} {:>7} {:>7} Gbps", "Rails", "NICs", "p10", "median", "p90");
-    if spread > 0 {
-        let (low, high) = spread_scale(fleet);
-        let label = format!("{} ─ p10 ━┃━ p90 ─ {} ({low:.0}…{high:.0} Gbps)", "min", "max");
-        text.push_str("  ");
-        text.push_str(&cell(&label, spread, Align::Left));
-    }
-    if columns >= histogram_from(spread) + HISTOGRAM_BINS + 2 {
-        text.push_str("  NICs by tenths of median 0…1.5+");
-    }
-    text
-}
-
-/// The percentile bars' common scale: from half the lowest rail median (slower NICs sit at its left
-/// end) to the fastest NIC of any rail, so that rails compare at a glance and a slow NIC stands out.
-pub(crate) fn spread_scale(fleet: &Fleet) -> (f64, f64) {
-    let reporting = fleet.rails().iter().filter(|rail| rail.nics > 0);
-    let low = reporting.clone().map(|rail| rail.p50).fold(f64::INFINITY, f64::min) * 0.5;
-    let high = reporting.map(|rail| rail.max).fold(0.0, f64::max);
-    if low.is_finite() && high > low { (low, high) } else { (0.0, high.max(1.0)) }
-}
-
-/// Columns of the percentile bar on a line `columns` wide (0: none).
-fn spread_width(columns: usize) -> usize {
-    let room = columns.saturating_sub(RAIL_FIXED + 2 + HISTOGRAM_BINS + 12);
-    if room >= SPREAD_MIN { room.min(SPREAD_MAX) } else { 0 }
-}
-
-/// Where the histogram starts on a rail line.
-fn histogram_from(spread: usize) -> usize {
-    RAIL_FIXED + if spread > 0 { spread + 2 } else { 0 } + 2
-}
-
-pub(crate) fn rail_line(rail: &RailSummary, fleet: &Fleet, columns: usize) -> Line<'static> {
-    let gbps = |value: f64| cell(&number(Some(value), 1), 7, Align::Right);
-    let mut spans = vec![Span::raw(format!(
-        "rail {:<2} {:>5} {} {} {}     ",
-        rail.rail,
-        rail.nics,
-        gbps(rail.p10),
-        gbps(rail.p50),
-        gbps(rail.p90)
-    ))];
-    if rail.nics == 0 {
-        return Line::from(vec![Span::raw(format!("rail {:<2} {:>5}", rail.rail, 0)), Span::styled("  no rate yet", dim())]);
-    }
-    let spread = spread_width(columns);
-    if spread > 0 {
-        spans.push(Span::raw("  "));
-        spans.extend(spread_bar(rail, spread_scale(fleet), spread));
-    }
-    if columns >= histogram_from(spread) + HISTOGRAM_BINS + 2 {
-        spans.push(Span::raw("  "));
-        spans.extend(histogram(rail, fleet.rule().threshold));
-    }
-    if rail.behind > 0 {
-        spans.push(Span::styled(format!("  {} behind", rail.behind), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
-    }
-    Line::from(spans)
-}
-
-/// Whiskers from the slowest NIC to the fastest, the box from p10 to p90, the median marked, on the
-/// common scale `(low, high)` ([`spread_scale`]; anything below `low` sits at the left end).
-fn spread_bar(rail: &RailSummary, (low, high): (f64, f64), columns: usize) -> Vec<Span<'static>> {
-    let at = |value: f64| ((((value - low) / (high - low)) * (columns - 1) as f64).round().max(0.0) as usize).min(columns - 1);
-    let (min, p10, p50, p90, max) = (at(rail.min), at(rail.p10), at(rail.p50), at(rail.p90), at(rail.max));
-    (0..columns)
-        .map(|x| {
-            if x == p50 {
-                Span::styled("┃", Style::new().fg(Color::White).add_modifier(Modifier::BOLD))
-            } else if (p10..=p90).contains(&x) {
-                Span::styled("━", Style::new().fg(Color::Cyan))
-            } else if (min..=max).contains(&x) {
-                Span::styled("─", dim())
-            } else {
-                Span::raw(" ")
-            }
-        })
-        .collect()
-}
-
-fn histogram(rail: &RailSummary, threshold: f64) -> Vec<Span<'static>> {
-    let most = rail.histogram.iter().copied().max().unwrap_or(0);
-    rail.histogram
-        .iter()
-        .enumerate()
-        .map(|(bin, &count)| {
-            if count == 0 {
-                return Span::styled(" ", dim());
-            }
-            let level = if most <= 1 { LEVELS.len() - 1 } else { ((f64::from(count).ln() / f64::from(most).ln()) * (LEVELS.len() - 1) as f64).round() as usize };
-            let low = ((bin + 1) as f64) / 10.0 <= threshold;
-            let colour = if low { Color::Red } else { Color::Green };
-            Span::styled(LEVELS[level.min(LEVELS.len() - 1)].to_string(), Style::new().fg(colour))
-        })
-        .collect()
-}
-
-pub(crate) fn rails_compact(rails: &[RailSummary], columns: usize) -> Line<'static> {
-    let mut text = "rail p50 (p10-p90):".to_string();
-    for rail in rails {
-        let piece = format!(" {}:{}({}-{})", rail.rail, number(Some(rail.p50), 1), number(Some(rail.p10), 0), number(Some(rail.p90), 0));
-        if width(&text) + width(&piece) > columns {
-            break;
-        }
-        text.push_str(&piece);
-    }
-    Line::styled(text, Style::new().add_modifier(Modifier::BOLD))
-}
-
 fn worst_line(state: &DashboardState, fleet: &Fleet, nic: &WorstNic, host_width: usize, columns: usize) -> Line<'static> {
     let host = fleet.hosts().get(nic.host).map_or("?", |host| host.name.as_str());
     let Some(view) = state.channels.get(nic.view) else { return Line::default() };
     let gpu = state.run.placements.get(view.rank).filter(|p| p.rank == view.rank).and_then(|p| p.gpu).map_or("-".to_string(), |gpu| gpu.to_string());
     let (glyph, style) = nic_cell(Some(nic.ratio), fleet.rule().threshold, nic.behind);
-    let flag = match (nic.behind, nic.low_for) {
-        (true, Some(low_for)) => Span::styled(format!("BEHIND {}", ago(low_for)), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
-        (false, Some(low_for)) => Span::styled(format!("low {}", ago(low_for)), Style::new().fg(Color::Yellow)),
-        _ => Span::raw(""),
-    };
+    let flag = low_flag(nic.behind, nic.low_for);
     let lost = matches!(state.peers.get(view.rank).map(|peer| peer.state), Some(PeerState::Lost | PeerState::Silent));
     let numbers = format!(
         " rail {:<2} {} Gbps {:>4} of {} ",
@@ -506,35 +365,23 @@ fn host_lines(
     }
 }
 
-fn host_line(state: &DashboardState, fleet: &Fleet, strip: &HostStrip, selected: bool, host_width: usize, columns: usize) -> Line<'static> {
+fn host_line(state: &DashboardState, fleet: &Fleet, host: &HostStrip, selected: bool, host_width: usize, columns: usize) -> Line<'static> {
     let threshold = fleet.rule().threshold;
     let marker = if selected { "▶ " } else { "  " };
     let name_style = if selected { Style::new().add_modifier(Modifier::BOLD) } else { Style::new() };
     let mut spans = vec![
         Span::styled(marker, Style::new().fg(Color::Cyan)),
-        Span::styled(cell(&strip.name, host_width, Align::Left), name_style),
-        Span::raw(format!(" {:>4} ", percent(f64::from(strip.worst_ratio)))),
+        Span::styled(cell(&host.name, host_width, Align::Left), name_style),
+        Span::raw(format!(" {:>4} ", percent(f64::from(host.worst_ratio)))),
     ];
-    let tail = if strip.behind > 0 { format!(" {} behind", strip.behind) } else { String::new() };
+    let tail = if host.behind > 0 { format!(" {} behind", host.behind) } else { String::new() };
     let room = columns.saturating_sub(2 + host_width + 6 + width(&tail));
-    let mut used = 0;
-    let mut last_rank = None;
-    for &at in &strip.views {
-        let at = at as usize;
-        let Some(view) = state.channels.get(at) else { continue };
-        let gap = usize::from(last_rank.is_some_and(|rank| rank != view.rank));
-        if used + gap + 1 > room {
-            spans.push(Span::styled("…", dim()));
-            break;
-        }
-        if gap > 0 {
-            spans.push(Span::raw(" "));
-        }
-        last_rank = Some(view.rank);
-        let (glyph, style) = nic_cell(fleet.ratio(at), threshold, fleet.is_behind(at));
-        spans.push(Span::styled(glyph.to_string(), style));
-        used += gap + 1;
-    }
+    // One group per rank.
+    let cells = host.views.iter().map(|&at| at as usize).filter_map(|at| {
+        let view = state.channels.get(at)?;
+        Some((view.rank, nic_cell(fleet.ratio(at), threshold, fleet.is_behind(at))))
+    });
+    spans.extend(strip(cells, room));
     if !tail.is_empty() {
         spans.push(Span::styled(tail, Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
     }

@@ -1,4 +1,4 @@
-//! A realistic mid-run dashboard for tests and screenshots: `write` over EFA on two hosts, two ranks
+//! A realistic mid-run dashboard for the tests (compiled only into them): `write` over EFA on two hosts, two ranks
 //! each, four channels per rank, SinglePin finished and MultiPin half-way, rank 3 lost after dropping
 //! telemetry. Deterministic: no clocks, no randomness.
 
@@ -413,7 +413,7 @@ pub fn alltoall_sample_view(ranks_per_host: usize, slow_host: usize) -> View {
     }
 }
 
-/// Host names of the synthetic fleets (`p5-node-0042`): the bench's feed and the tests name them alike.
+/// Host names of the synthetic fleets (`p5-node-0042`), as the fleet bench's feed names them too.
 pub fn fleet_host(host: usize) -> String {
     format!("p5-node-{host:04}")
 }

@@ -11,7 +11,7 @@ use efatop_proto::{Experiment, RunResults};
 
 use super::Ingest;
 use crate::dashboard::sample::fleet_host;
-use crate::liveness::Liveness;
+use efatop_proto::liveness::Liveness;
 use crate::state::{DashboardState, RunInfo};
 
 /// Link speed of the synthetic NICs.

@@ -14,7 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use super::NodeFleet;
-use crate::dashboard::fleet::{nic_cell, percent, rail_line, rails_compact, rails_heading, spread_scale};
+use crate::fleet::{low_flag, nic_cell, percent, rail_line, rails_compact, rails_heading, spread_scale, strip};
 use crate::dashboard::text::{ago, cell, number, width, Align};
 use crate::monitor::NodesView;
 use crate::state::fleet::{HostStrip, WorstNic};
@@ -175,11 +175,7 @@ fn worst_line(view: &NodesView, worst: &WorstNic, (node_width, nic_width): (usiz
         percent(worst.ratio),
         number(Some(worst.rail_median), 1)
     );
-    let flag = match (worst.behind, worst.low_for) {
-        (true, Some(low_for)) => Span::styled(format!("BEHIND {}", ago(low_for)), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
-        (false, Some(low_for)) => Span::styled(format!("low {}", ago(low_for)), Style::new().fg(Color::Yellow)),
-        _ => Span::raw(""),
-    };
+    let flag = low_flag(worst.behind, worst.low_for);
     let fixed = 2 + node_width + width(&numbers) + 12;
     let mut spans = vec![Span::styled(format!("{glyph} "), style), Span::styled(cell(node, node_width, Align::Left), bold())];
     // NIC name and GPU where there is room, the name first.
@@ -209,40 +205,25 @@ fn node_lines(fleet: &NodeFleet, lines: usize, node_width: usize, columns: usize
     }
 }
 
-fn node_line(fleet: &NodeFleet, strip: &HostStrip, selected: bool, node_width: usize, columns: usize) -> Line<'static> {
+fn node_line(fleet: &NodeFleet, node: &HostStrip, selected: bool, node_width: usize, columns: usize) -> Line<'static> {
     let model = &fleet.model;
     let threshold = model.rule().threshold;
     let marker = if selected { "▶ " } else { "  " };
     let name_style = if selected { Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED) } else { bold() };
     let mut spans = vec![
         Span::styled(marker, Style::new().fg(Color::Cyan)),
-        Span::styled(cell(&strip.name, node_width, Align::Left), name_style),
-        Span::raw(format!(" {:>4} ", percent(f64::from(strip.worst_ratio)))),
+        Span::styled(cell(&node.name, node_width, Align::Left), name_style),
+        Span::raw(format!(" {:>4} ", percent(f64::from(node.worst_ratio)))),
     ];
-    if strip.views.is_empty() {
+    if node.views.is_empty() {
         spans.push(Span::styled("no EFA NIC", dim()));
         return Line::from(spans);
     }
-    let tail = if strip.behind > 0 { format!(" {} behind", strip.behind) } else { String::new() };
+    let tail = if node.behind > 0 { format!(" {} behind", node.behind) } else { String::new() };
     let room = columns.saturating_sub(2 + node_width + 6 + width(&tail));
-    let mut used = 0;
-    let mut last_gpu = None;
-    for &at in &strip.views {
-        let at = at as usize;
-        let gpu = fleet.nic(at).and_then(|nic| nic.gpu);
-        let gap = usize::from(used > 0 && gpu != last_gpu);
-        if used + gap + 1 > room {
-            spans.push(Span::styled("…", dim()));
-            break;
-        }
-        if gap > 0 {
-            spans.push(Span::raw(" "));
-        }
-        last_gpu = gpu;
-        let (glyph, style) = nic_cell(model.ratio(at), threshold, model.is_behind(at));
-        spans.push(Span::styled(glyph.to_string(), style));
-        used += gap + 1;
-    }
+    // One group per GPU (the topology's), in rail order.
+    let cells = node.views.iter().map(|&at| at as usize).map(|at| (fleet.nic(at).and_then(|nic| nic.gpu), nic_cell(model.ratio(at), threshold, model.is_behind(at))));
+    spans.extend(strip(cells, room));
     if !tail.is_empty() {
         spans.push(Span::styled(tail, Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
     }

@@ -1,0 +1,405 @@
+//! NCCL's own traffic, as efatop's profiler plugin (`transports/nccl-plugin/`, loaded by NCCL through
+//! `NCCL_PROFILER_PLUGIN`) reports it and `efatop watch` shows it.
+//!
+//! - [`PluginMessage`]: what one plugin (one process, one or more communicators) sends: who it is, each
+//!   communicator it joined, and per interval the figures its own thread folded from NCCL's events
+//!   (collectives, peers, channels, progress by sequence number) and the node's EFA counters. Figures are
+//!   cumulative since the communicator began, so a watcher that connects late, or a file read from the
+//!   middle, still adds up.
+//! - Framing: the stream's ([`crate::stream::frame`], [`crate::stream::read_frame`]: a 4-byte
+//!   little-endian length, then JSON), after the run secret's handshake ([`crate::auth`],
+//!   [`crate::auth::Purpose::Nccl`]) on a connection, after the line `efatop-nccl <version>` in a file.
+//! - [`Func`]: a collective and nccl-tests' figures for it: its size column ([`Func::test_size`]), algbw
+//!   and busbw ([`Func::bus_factor`]), so the plugin's figures and a driver timed as nccl-tests does
+//!   compare one to one.
+//! - [`WatchLine`]: `efatop watch --json`'s typed lines; [`fold`]: the watcher's fold (ranks, figures per
+//!   collective and size, bytes per peer, the NIC join and its fallback and rail flags, the hang locator).
+
+use std::io::Read;
+
+use serde::{Deserialize, Serialize};
+
+use crate::stream::{OverCap, StreamError};
+
+pub mod fold;
+
+/// The first word of a plugin's file (and of its trace, with `-trace`).
+pub const MAGIC: &str = "efatop-nccl";
+/// Bumped whenever a message changes shape.
+pub const VERSION: u32 = 1;
+/// No plugin message is longer: an interval of a communicator's rows is a few KiB.
+pub const MAX_MESSAGE: u32 = 4 << 20;
+/// Rows (collective kinds and sizes, peers, channels, NICs, functions) one message may carry: the stream's
+/// cap on sizes.
+pub const MAX_ROWS: usize = crate::stream::MAX_SIZES;
+/// Characters of a name (host, communicator, algorithm...) a reader keeps.
+pub const MAX_NAME: usize = 256;
+
+/// A collective (or point-to-point call) as NCCL names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Func {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Reduce,
+    /// NCCL's own `ncclAlltoAll`, or a group of sends to every rank of equal size (nccl-tests' alltoall).
+    AlltoAll,
+    Gather,
+    Scatter,
+    /// A group of sends and receives that is not an alltoall.
+    SendRecv,
+    Other,
+}
+
+impl Func {
+    /// NCCL's name (`ncclFuncToString`: "AllReduce", "AllGather", ...).
+    pub fn from_nccl(name: &str) -> Self {
+        match name {
+            "AllReduce" => Self::AllReduce,
+            "AllGather" => Self::AllGather,
+            "ReduceScatter" => Self::ReduceScatter,
+            "Broadcast" => Self::Broadcast,
+            "Reduce" => Self::Reduce,
+            "AlltoAll" => Self::AlltoAll,
+            "Gather" => Self::Gather,
+            "Scatter" => Self::Scatter,
+            "SendRecv" | "Send" | "Recv" => Self::SendRecv,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::AllReduce => "allreduce",
+            Self::AllGather => "allgather",
+            Self::ReduceScatter => "reducescatter",
+            Self::Broadcast => "broadcast",
+            Self::Reduce => "reduce",
+            Self::AlltoAll => "alltoall",
+            Self::Gather => "gather",
+            Self::Scatter => "scatter",
+            Self::SendRecv => "sendrecv",
+            Self::Other => "other",
+        }
+    }
+
+    /// nccl-tests' busbw over algbw for `nranks` ranks: allreduce 2(n-1)/n; allgather, reducescatter,
+    /// alltoall, gather, scatter (n-1)/n; broadcast, reduce, send/receive 1 (nccl-tests' doc/PERFORMANCE.md).
+    pub fn bus_factor(self, nranks: u32) -> f64 {
+        let n = f64::from(nranks.max(1));
+        match self {
+            Self::AllReduce => 2.0 * (n - 1.0) / n,
+            Self::AllGather | Self::ReduceScatter | Self::AlltoAll | Self::Gather | Self::Scatter => (n - 1.0) / n,
+            Self::Broadcast | Self::Reduce | Self::SendRecv | Self::Other => 1.0,
+        }
+    }
+
+    /// nccl-tests' size column for one call of `count` elements of `type_size` bytes (NCCL's count: per
+    /// rank for allgather (send), reducescatter (receive), alltoall, gather and scatter (per peer)): the
+    /// whole buffer for those, the one buffer otherwise. A send/receive group's size is its bytes sent.
+    pub fn test_size(self, count: u64, type_size: u64, nranks: u32) -> u64 {
+        let bytes = count.saturating_mul(type_size);
+        match self {
+            Self::AllGather | Self::ReduceScatter | Self::AlltoAll | Self::Gather | Self::Scatter => {
+                bytes.saturating_mul(u64::from(nranks.max(1)))
+            }
+            _ => bytes,
+        }
+    }
+}
+
+/// Bytes of one element of NCCL's datatype, by `ncclDatatypeToString`'s name ("ncclFloat32"); 1 for an
+/// unknown one.
+pub fn type_size(datatype: &str) -> u64 {
+    match datatype.trim_start_matches("nccl") {
+        "Int8" | "Uint8" | "Char" | "Float8e4m3" | "Float8e5m2" => 1,
+        "Float16" | "Half" | "Bfloat16" => 2,
+        "Int32" | "Uint32" | "Int" | "Float32" | "Float" => 4,
+        "Int64" | "Uint64" | "Float64" | "Double" => 8,
+        _ => 1,
+    }
+}
+
+/// algbw in GB/s (10^9 bytes a second, as nccl-tests prints it): `size` bytes in `seconds`.
+pub fn algbw_gbps(size: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        size as f64 / seconds / 1e9
+    } else {
+        0.0
+    }
+}
+
+/// Where a collective's time came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// The GPU's global timer at the kernel's start and end on each channel (NCCL's KernelCh events): the
+    /// first channel's start to the last channel's end.
+    Gpu,
+    /// The proxy thread's first network step to its last (the host clock).
+    Proxy,
+    /// Not timed: a one-rank communicator (NCCL copies without a kernel plan, so only the API call is
+    /// seen), or no kernel or proxy event came.
+    None,
+}
+
+/// Who a plugin is: one process of the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub host: String,
+    pub pid: u32,
+    /// The process's GPU as the job gave it (`EFATOP_GPU`, else CUDA's current device where libcudart is
+    /// loaded, else `CUDA_VISIBLE_DEVICES` or the launcher's local rank).
+    pub gpu: Option<String>,
+    /// NCCL's version (`ncclGetVersion`, "2.28.3"), where the process exports it.
+    pub nccl_version: Option<String>,
+    /// The profiler ABI NCCL loaded: 4, 5 or 6.
+    pub abi: u32,
+    pub plugin_version: String,
+}
+
+/// A communicator as one rank joined it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommInfo {
+    /// NCCL's communicator id (its hash): the same on every rank of the communicator.
+    pub comm: u64,
+    pub name: Option<String>,
+    pub rank: u32,
+    pub nranks: u32,
+    pub nnodes: u32,
+}
+
+/// One kind of call at one size, cumulative.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollRow {
+    pub func: Func,
+    /// nccl-tests' size column ([`Func::test_size`]).
+    pub size: u64,
+    pub datatype: String,
+    pub algo: String,
+    pub proto: String,
+    /// Calls completed.
+    pub ops: u64,
+    pub timing: Timing,
+    /// Calls timed, and their time in all, the shortest and the longest (ns).
+    pub timed: u64,
+    pub time_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+}
+
+impl CollRow {
+    /// Mean time of a timed call, seconds.
+    pub fn mean_seconds(&self) -> Option<f64> {
+        (self.timed > 0).then(|| self.time_ns as f64 / self.timed as f64 / 1e9)
+    }
+}
+
+/// Bytes this rank's proxy moved with one peer (network transport), cumulative.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRow {
+    pub peer: u32,
+    pub sent: u64,
+    pub received: u64,
+    pub steps: u64,
+}
+
+/// One channel's proxy traffic and kernel time, cumulative.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelRow {
+    pub channel: u32,
+    pub sent: u64,
+    pub received: u64,
+    pub steps: u64,
+    pub kernel_ns: u64,
+}
+
+/// How far one rank got with one kind of collective (NCCL's sequence numbers count per communicator and
+/// function, from 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    pub func: Func,
+    /// Calls started: the next sequence number.
+    pub started: u64,
+    /// Every call below this number has finished.
+    pub finished: u64,
+    /// The oldest call started and not finished, and for how long (ms), if any.
+    pub open_seq: Option<u64>,
+    pub open_ms: u64,
+}
+
+/// One EFA device's counters (`ports/1/hw_counters`), cumulative as the kernel keeps them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicCount {
+    pub name: String,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+}
+
+/// What a plugin sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PluginMessage {
+    /// First, on every connection and at the top of a file.
+    Hello { origin: Origin },
+    /// A communicator this process joined (sent again on every reconnection).
+    Comm { info: CommInfo },
+    /// One communicator's figures, `t_ms` after the plugin started; sent every interval, even when nothing
+    /// changed (a heartbeat), with the rows that changed since the last one.
+    Interval { t_ms: u64, comm: u64, rank: u32, colls: Vec<CollRow>, peers: Vec<PeerRow>, channels: Vec<ChannelRow>, progress: Vec<Progress> },
+    /// The node's EFA devices, read by this process.
+    Nics { t_ms: u64, nics: Vec<NicCount> },
+    /// The plugin's own health: events seen, dropped (the ring was full), messages lost while no watcher
+    /// took them, stops and states for events never started.
+    Health { t_ms: u64, events: u64, dropped: u64, unsent: u64, unmatched: u64 },
+    /// A communicator ended (`finalize`).
+    Bye { comm: u64, rank: u32 },
+}
+
+impl PluginMessage {
+    /// Checks what a crafted message could make a reader hold.
+    pub fn check(&self) -> Result<(), OverCap> {
+        use crate::stream::Cap;
+        let rows = match self {
+            Self::Interval { colls, peers, channels, progress, .. } => colls.len().max(peers.len()).max(channels.len()).max(progress.len()),
+            Self::Nics { nics, .. } => nics.len(),
+            _ => 0,
+        };
+        // MAX_ROWS is the stream's cap on sizes and columns.
+        OverCap::check(Cap::Sizes, rows)
+    }
+}
+
+/// Appends `message` framed.
+pub fn encode(message: &PluginMessage, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    crate::stream::frame(out, |out| serde_json::to_writer(out, message))
+}
+
+/// The next message; `None` where the stream ends between messages. Names longer than [`MAX_NAME`] are cut.
+pub fn read(reader: &mut impl Read) -> Result<Option<PluginMessage>, StreamError> {
+    let Some(body) = crate::stream::read_frame(reader, MAX_MESSAGE)? else { return Ok(None) };
+    let mut message: PluginMessage = serde_json::from_slice(&body)?;
+    message.check()?;
+    if let PluginMessage::Hello { origin } = &mut message {
+        origin.host.truncate(MAX_NAME);
+    }
+    Ok(Some(message))
+}
+
+/// The first line of a plugin's file.
+pub fn file_hello() -> String {
+    format!("{MAGIC} {VERSION}\n")
+}
+
+/// What `efatop watch --json` prints, one JSON object a line, tagged by `line`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "line", rename_all = "snake_case")]
+pub enum WatchLine {
+    /// A rank of the job joined (or rejoined) a communicator.
+    Rank { host: String, pid: u32, gpu: Option<String>, comm: String, comm_name: Option<String>, rank: u32, nranks: u32, nnodes: u32, nccl_version: Option<String>, abi: u32 },
+    /// One collective kind at one size on one communicator, over the ranks that reported it: calls, mean
+    /// time (the ranks' mean of their mean), nccl-tests' algbw and busbw.
+    Coll { comm: String, func: Func, size: u64, datatype: String, algo: String, proto: String, ranks: u32, nranks: u32, ops: u64, timing: Timing, time_us: Option<f64>, algbw_gbps: Option<f64>, busbw_gbps: Option<f64> },
+    /// Bytes one rank's proxy moved with one peer.
+    Peer { comm: String, host: String, rank: u32, peer: u32, sent: u64, received: u64, steps: u64 },
+    /// One host over the last window: what NCCL's network path moved against what its EFA NICs carried,
+    /// and the verdict.
+    Nics { host: String, window_s: f64, nccl_bytes: u64, nic_bytes: u64, verdict: NicVerdict, nics: Vec<NicWindow> },
+    /// The hang locator: `rank` has not finished collective `seq` of `func` on `comm` (or went silent in
+    /// it) while `peers_done` have finished it, or wait in it.
+    Hang { comm: String, func: Func, seq: u64, rank: u32, host: String, gpu: Option<String>, why: HangWhy, waiting_s: f64, peers_done: Vec<u32>, peers_waiting: Vec<u32> },
+    /// A hang that was named is over.
+    HangOver { comm: String, func: Func, seq: u64 },
+    /// A plugin went away (`bye`: its communicator ended; otherwise its connection closed).
+    Gone { host: String, pid: u32, bye: bool },
+    /// The watcher's own counts: plugins connected, strangers refused, plugins' drops.
+    Health { plugins: u32, refused: u64, dropped: u64, unsent: u64 },
+}
+
+/// The NIC join's verdict for a host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NicVerdict {
+    /// NCCL's network path moved bytes and the EFA NICs carried them.
+    Ok,
+    /// Little moved on NCCL's network path.
+    Quiet,
+    /// NCCL's network path moved bytes while the host's EFA NICs stayed (nearly) idle: NCCL fell back to
+    /// sockets (TCP) or another transport.
+    Fallback,
+    /// A NIC carried much less than its rail (the host's other NICs).
+    BehindRail,
+}
+
+/// One NIC over the window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicWindow {
+    pub name: String,
+    pub bytes: u64,
+    pub behind: bool,
+}
+
+/// Why the hang locator named a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HangWhy {
+    /// It has not finished the call while its peers have.
+    NotFinished,
+    /// It has not started the call while its peers have.
+    NotStarted,
+    /// Its plugin went silent (the process stopped, or died) while its peers wait in the call.
+    Silent,
+}
+
+/// A communicator id as lines show it.
+pub fn comm_hex(comm: u64) -> String {
+    format!("{comm:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_tests_formulas() {
+        assert!((Func::AllReduce.bus_factor(8) - 1.75).abs() < 1e-12);
+        assert!((Func::AllGather.bus_factor(4) - 0.75).abs() < 1e-12);
+        assert!((Func::AlltoAll.bus_factor(2) - 0.5).abs() < 1e-12);
+        assert!((Func::Broadcast.bus_factor(8) - 1.0).abs() < 1e-12);
+        assert!(Func::AllReduce.bus_factor(1).abs() < 1e-12);
+        assert_eq!(Func::AllGather.test_size(1024, 4, 8), 32768);
+        assert_eq!(Func::AllReduce.test_size(1024, 4, 8), 4096);
+        assert_eq!(type_size("ncclBfloat16"), 2);
+        assert_eq!(type_size("ncclFloat32"), 4);
+        assert!((algbw_gbps(1_000_000_000, 0.5) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn messages_come_back_as_they_went_and_oversized_ones_are_refused() {
+        let message = example();
+        let mut out = Vec::new();
+        encode(&message, &mut out).expect("encode");
+        let back = read(&mut out.as_slice()).expect("read").expect("one");
+        assert_eq!(back, message);
+        let mut big = Vec::new();
+        big.extend_from_slice(&(MAX_MESSAGE + 1).to_le_bytes());
+        assert!(read(&mut big.as_slice()).is_err());
+        let many = PluginMessage::Nics { t_ms: 0, nics: vec![NicCount { name: "x".into(), tx_bytes: 0, rx_bytes: 0 }; MAX_ROWS + 1] };
+        let mut out = Vec::new();
+        encode(&many, &mut out).expect("encode");
+        assert!(read(&mut out.as_slice()).is_err(), "more rows than a reader holds");
+    }
+
+    fn example() -> PluginMessage {
+        PluginMessage::Interval {
+                t_ms: 1000,
+                comm: 0xfeed,
+                rank: 1,
+                colls: vec![CollRow { func: Func::AllReduce, size: 1 << 20, datatype: "ncclFloat32".into(), algo: "RING".into(), proto: "SIMPLE".into(), ops: 3, timing: Timing::Gpu, timed: 3, time_ns: 300_000, min_ns: 90_000, max_ns: 110_000 }],
+                peers: vec![PeerRow { peer: 0, sent: 10, received: 20, steps: 2 }],
+                channels: vec![ChannelRow { channel: 0, sent: 10, received: 20, steps: 2, kernel_ns: 5 }],
+                progress: vec![Progress { func: Func::AllReduce, started: 4, finished: 3, open_seq: Some(3), open_ms: 12 }],
+            }
+    }
+}

@@ -1,0 +1,564 @@
+//! Every `--json` line of every command, as one type: [`Line`], a message tagged by its `type` with its
+//! `data` beside it (`{"type":"verdict","data":{...}}`). The printers build a [`Line`] and write it; the
+//! readers (`check --traffic`, `sweep --format`, the tests) parse one back. Nothing else in the workspace
+//! spells the envelope.
+//!
+//! The lines keep the exact bytes they had before they were typed (golden tests below pin each kind),
+//! and those came in three layouts:
+//! - a run's lines (`run`, `sample`, `pair`, `step`, `result`, `warning`, `pair_matrix`, `note`, `error`,
+//!   `dropped`, `node`, `sweep`, `sweep_round`, `summary`) and `efatop queue`'s: `{"data":…,"type":…}`,
+//!   every object's keys in sorted order (they were built as `serde_json::Value`s, which sort);
+//! - a sweep's `verdict` and `efatop check`'s `check`: `{"type":…,"data":…}`, the data's fields in the
+//!   order its type declares them;
+//! - the monitor's `snapshot`: `{"type":"snapshot","rank":…,"data":…}`, `rank` only when several nodes
+//!   are shown.
+//!
+//! A reader takes the keys in any order. `check`'s data is the check crate's report, which this leaf
+//! crate cannot name: it is the type parameter `C` (a `serde_json::Value` unless the reader names it).
+
+use serde::de::{self, DeserializeOwned};
+use serde::ser::{self, SerializeMap};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::column::Column;
+use crate::counters::CounterWarning;
+use crate::results::{Measurement, PairMatrix, QueueRow, RunMetadata, RunResults};
+use crate::sweep::{SweepResults, SweepRound, Verdict};
+use crate::telemetry::NodeSample;
+
+/// One `--json` line; see the module docs for its layouts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line<C = Value> {
+    /// A run's first line: its metadata.
+    Run(Box<RunMetadata>),
+    /// The columns a run measures, and its memory.
+    Begin(Begin),
+    /// A step started.
+    Step(Step),
+    /// One rank's channel over one telemetry interval.
+    Sample(Sample),
+    /// All-to-all: what one sender landed on one receiver over one interval.
+    Pair(Pair),
+    /// A step's measurement.
+    Result(Box<Measurement>),
+    Warning(Warning),
+    PairMatrix(Box<PairMatrix>),
+    Note(Text),
+    /// What ended the run, when it did not end well.
+    Error(Text),
+    /// Telemetry the printer dropped because it fell behind the run.
+    Dropped(Dropped),
+    /// A node's read, in a served or recorded `efatop monitor`.
+    Node(Box<NodeSample>),
+    /// Sweep: its settings and every rank's host and NICs.
+    Sweep(Box<SweepResults>),
+    SweepRound(Box<SweepRound>),
+    /// A run's last line (before a sweep's verdict): its results.
+    Summary(Box<RunResults>),
+    /// A sweep's last line.
+    Verdict(Box<Verdict>),
+    /// `efatop monitor --json`: one node's read; `rank` when several nodes are shown.
+    Snapshot { rank: Option<u32>, data: Box<NodeSample> },
+    /// `efatop check --json`: the node's report.
+    Check(Box<C>),
+    /// `efatop queue --json`: one shape's row.
+    Queue(QueueRow),
+}
+
+/// Every `type` a line may have.
+pub const KINDS: &[&str] = &[
+    "run", "begin", "step", "sample", "pair", "result", "warning", "pair_matrix", "note", "error", "dropped", "node", "sweep", "sweep_round", "summary",
+    "verdict", "snapshot", "check", "queue",
+];
+
+/// `begin`'s data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Begin {
+    pub configs: Vec<Column>,
+    pub memory: String,
+}
+
+/// `step`'s data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub config: Column,
+    pub size: u64,
+}
+
+/// `note`'s and `error`'s data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Text {
+    pub text: String,
+}
+
+/// `warning`'s data: the sentence, and the counters' warning it came from when it came from one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Warning {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CounterWarning>,
+    pub text: String,
+}
+
+/// `dropped`'s data (fields in sorted order, as the line has them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dropped {
+    pub reason: String,
+    pub samples: u64,
+    pub t_ms: f64,
+    pub total: u64,
+}
+
+/// `pair`'s data (fields in sorted order, as the line has them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pair {
+    pub bytes: u64,
+    pub gbps: f64,
+    pub landings: u64,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub receiver: u32,
+    pub sender: u32,
+    pub t_ms: f64,
+}
+
+/// `sample`'s data: one rank's channel over one interval. A rank's GPU figures (`queue`, `nvlink`) ride
+/// on its first line only; a rank with GPU figures and no channel gets one line with a null `channel`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub t_ms: f64,
+    pub rank: u32,
+    pub seq: u64,
+    pub interval_ms: f64,
+    pub drops: u64,
+    /// `None`: the line only carries the rank's GPU figures.
+    pub channel: Option<ChannelFigures>,
+    pub queue: Option<QueueFigures>,
+    pub nvlink: Option<Vec<NvlinkFigures>>,
+}
+
+/// A channel's figures in a `sample` line.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ChannelFigures {
+    pub channel: u16,
+    pub bytes: u64,
+    pub gbps: f64,
+    pub ops: u64,
+    pub in_flight: u32,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub lat_max_us: Option<f64>,
+}
+
+/// The proxy's request queue in a `sample` line (fields in sorted order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueFigures {
+    pub capacity: u64,
+    pub depth: u64,
+    pub held: u64,
+    pub quiet_calls: u64,
+    pub quiet_calls_per_s: f64,
+    pub requests: u64,
+    pub requests_per_s: f64,
+}
+
+/// What a rank's GPU wrote into a peer's GPU, in a `sample` line (fields in sorted order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvlinkFigures {
+    pub bytes: u64,
+    pub gbytes_per_s: f64,
+    pub gpu: u32,
+    pub peak_gbytes_per_s: Option<f64>,
+    pub peer: u32,
+    pub peer_gpu: u32,
+}
+
+impl Serialize for Sample {
+    /// The keys in sorted order, as the line has always had them; a channel's figures only when it has a
+    /// channel, `queue` and `nvlink` only when present.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        let figures = self.channel.as_ref();
+        if let Some(figures) = figures {
+            map.serialize_entry("bytes", &figures.bytes)?;
+        }
+        map.serialize_entry("channel", &figures.map(|f| f.channel))?;
+        map.serialize_entry("drops", &self.drops)?;
+        if let Some(figures) = figures {
+            map.serialize_entry("gbps", &figures.gbps)?;
+            map.serialize_entry("in_flight", &figures.in_flight)?;
+        }
+        map.serialize_entry("interval_ms", &self.interval_ms)?;
+        if let Some(figures) = figures {
+            map.serialize_entry("lat_max_us", &figures.lat_max_us)?;
+            map.serialize_entry("lat_p50_us", &figures.lat_p50_us)?;
+            map.serialize_entry("lat_p99_us", &figures.lat_p99_us)?;
+        }
+        if let Some(nvlink) = &self.nvlink {
+            map.serialize_entry("nvlink", nvlink)?;
+        }
+        if let Some(figures) = figures {
+            map.serialize_entry("ops", &figures.ops)?;
+        }
+        if let Some(queue) = &self.queue {
+            map.serialize_entry("queue", queue)?;
+        }
+        map.serialize_entry("rank", &self.rank)?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("t_ms", &self.t_ms)?;
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Sample {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            t_ms: f64,
+            rank: u32,
+            seq: u64,
+            interval_ms: f64,
+            drops: u64,
+            channel: Option<u16>,
+            #[serde(default)]
+            bytes: u64,
+            // A rate that was not a number (NaN) was written as null.
+            #[serde(default)]
+            gbps: Option<f64>,
+            #[serde(default)]
+            ops: u64,
+            #[serde(default)]
+            in_flight: u32,
+            #[serde(default)]
+            lat_p50_us: Option<f64>,
+            #[serde(default)]
+            lat_p99_us: Option<f64>,
+            #[serde(default)]
+            lat_max_us: Option<f64>,
+            #[serde(default)]
+            queue: Option<QueueFigures>,
+            #[serde(default)]
+            nvlink: Option<Vec<NvlinkFigures>>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        Ok(Self {
+            t_ms: raw.t_ms,
+            rank: raw.rank,
+            seq: raw.seq,
+            interval_ms: raw.interval_ms,
+            drops: raw.drops,
+            channel: raw.channel.map(|channel| ChannelFigures {
+                channel,
+                bytes: raw.bytes,
+                gbps: raw.gbps.unwrap_or(f64::NAN),
+                ops: raw.ops,
+                in_flight: raw.in_flight,
+                lat_p50_us: raw.lat_p50_us,
+                lat_p99_us: raw.lat_p99_us,
+                lat_max_us: raw.lat_max_us,
+            }),
+            queue: raw.queue,
+            nvlink: raw.nvlink,
+        })
+    }
+}
+
+impl<C> Line<C> {
+    /// The line's `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Run(_) => "run",
+            Self::Begin(_) => "begin",
+            Self::Step(_) => "step",
+            Self::Sample(_) => "sample",
+            Self::Pair(_) => "pair",
+            Self::Result(_) => "result",
+            Self::Warning(_) => "warning",
+            Self::PairMatrix(_) => "pair_matrix",
+            Self::Note(_) => "note",
+            Self::Error(_) => "error",
+            Self::Dropped(_) => "dropped",
+            Self::Node(_) => "node",
+            Self::Sweep(_) => "sweep",
+            Self::SweepRound(_) => "sweep_round",
+            Self::Summary(_) => "summary",
+            Self::Verdict(_) => "verdict",
+            Self::Snapshot { .. } => "snapshot",
+            Self::Check(_) => "check",
+            Self::Queue(_) => "queue",
+        }
+    }
+
+    /// A `note` line.
+    pub fn note(text: impl Into<String>) -> Self {
+        Self::Note(Text { text: text.into() })
+    }
+
+    /// An `error` line.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self::Error(Text { text: text.into() })
+    }
+
+    /// A `warning` line with no counters behind it.
+    pub fn warning(text: impl Into<String>) -> Self {
+        Self::Warning(Warning { counters: None, text: text.into() })
+    }
+}
+
+impl<C: Serialize> Line<C> {
+    /// Appends the line and its newline to `out`.
+    pub fn write_to(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        serde_json::to_writer(&mut *out, self)?;
+        out.push(b'\n');
+        Ok(())
+    }
+
+    /// The line, without its newline.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+}
+
+impl<C: DeserializeOwned> Line<C> {
+    /// Reads one line back.
+    pub fn parse(line: &str) -> serde_json::Result<Self> {
+        serde_json::from_str(line)
+    }
+}
+
+/// Data serialized as a `serde_json::Value` would be: every object's keys sorted, at every depth.
+struct Sorted<'a, T>(&'a T);
+
+impl<T: Serialize> Serialize for Sorted<'_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serde_json::to_value(self.0).map_err(ser::Error::custom)?.serialize(serializer)
+    }
+}
+
+fn data_first<S: Serializer>(serializer: S, kind: &str, data: &impl Serialize) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(Some(2))?;
+    map.serialize_entry("data", data)?;
+    map.serialize_entry("type", kind)?;
+    map.end()
+}
+
+fn type_first<S: Serializer>(serializer: S, kind: &str, rank: Option<u32>, data: &impl Serialize) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(None)?;
+    map.serialize_entry("type", kind)?;
+    if let Some(rank) = rank {
+        map.serialize_entry("rank", &rank)?;
+    }
+    map.serialize_entry("data", data)?;
+    map.end()
+}
+
+impl<C: Serialize> Serialize for Line<C> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let kind = self.kind();
+        match self {
+            Self::Verdict(verdict) => type_first(serializer, kind, None, verdict),
+            Self::Check(report) => type_first(serializer, kind, None, report),
+            Self::Snapshot { rank, data } => type_first(serializer, kind, *rank, data),
+            // Written field by field, in sorted order: the lines a large run prints most.
+            Self::Sample(sample) => data_first(serializer, kind, sample),
+            Self::Pair(pair) => data_first(serializer, kind, pair),
+            Self::Run(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Begin(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Step(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Result(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Warning(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::PairMatrix(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Note(data) | Self::Error(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Dropped(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Node(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Sweep(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::SweepRound(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Summary(data) => data_first(serializer, kind, &Sorted(data)),
+            Self::Queue(data) => data_first(serializer, kind, &Sorted(data)),
+        }
+    }
+}
+
+/// A line's envelope read and its data left as JSON: for a reader of lines another version wrote, whose
+/// data may not read as this version's types (and the first step of reading a [`Line`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct Untyped {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub rank: Option<u32>,
+    #[serde(default)]
+    pub data: Value,
+}
+
+impl<'de, C: DeserializeOwned> Deserialize<'de> for Line<C> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        fn data<T: DeserializeOwned, E: de::Error>(data: Value) -> Result<T, E> {
+            serde_json::from_value(data).map_err(E::custom)
+        }
+        let Untyped { kind, rank, data: value } = Untyped::deserialize(deserializer)?;
+        Ok(match kind.as_str() {
+            "run" => Self::Run(data(value)?),
+            "begin" => Self::Begin(data(value)?),
+            "step" => Self::Step(data(value)?),
+            "sample" => Self::Sample(data(value)?),
+            "pair" => Self::Pair(data(value)?),
+            "result" => Self::Result(data(value)?),
+            "warning" => Self::Warning(data(value)?),
+            "pair_matrix" => Self::PairMatrix(data(value)?),
+            "note" => Self::Note(data(value)?),
+            "error" => Self::Error(data(value)?),
+            "dropped" => Self::Dropped(data(value)?),
+            "node" => Self::Node(data(value)?),
+            "sweep" => Self::Sweep(data(value)?),
+            "sweep_round" => Self::SweepRound(data(value)?),
+            "summary" => Self::Summary(data(value)?),
+            "verdict" => Self::Verdict(data(value)?),
+            "snapshot" => Self::Snapshot { rank, data: data(value)? },
+            "check" => Self::Check(data(value)?),
+            "queue" => Self::Queue(data(value)?),
+            other => return Err(de::Error::unknown_variant(other, KINDS)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Golden lines: each kind's bytes as the printers wrote them before the lines were typed. A change
+    //! here changes what every `--json` reader sees.
+
+    use super::*;
+    use crate::sweep::{Checked, Verdict};
+
+    fn golden<C: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(line: &Line<C>, expected: &str) {
+        let written = line.to_json().expect("serializes");
+        assert_eq!(written, expected, "{}", line.kind());
+        let back: Line<C> = Line::parse(&written).expect("parses back");
+        assert_eq!(back.kind(), line.kind());
+        assert_eq!(back.to_json().expect("serializes"), expected, "{} round trip", line.kind());
+    }
+
+    #[test]
+    fn text_lines() {
+        golden::<Value>(&Line::note("hello"), r#"{"data":{"text":"hello"},"type":"note"}"#);
+        golden::<Value>(&Line::error("rank 2 (node2) did not answer"), r#"{"data":{"text":"rank 2 (node2) did not answer"},"type":"error"}"#);
+        golden::<Value>(&Line::warning("telemetry frame from x rejected"), r#"{"data":{"text":"telemetry frame from x rejected"},"type":"warning"}"#);
+    }
+
+    #[test]
+    fn a_counters_warning_carries_its_counters_sorted() {
+        let counters: CounterWarning = serde_json::from_value(serde_json::json!({
+            "kind": "retransmits", "rank": 1, "channel": 0, "message": "rank 1 channel 0: retransmitted", "headline": "retransmitted"
+        }))
+        .expect("a counters warning");
+        let line: Line = Line::Warning(Warning { text: counters.message.clone(), counters: Some(counters) });
+        golden(
+            &line,
+            r#"{"data":{"counters":{"channel":0,"headline":"retransmitted","kind":"retransmits","message":"rank 1 channel 0: retransmitted","rank":1},"text":"rank 1 channel 0: retransmitted"},"type":"warning"}"#,
+        );
+    }
+
+    #[test]
+    fn sample_lines() {
+        let figures = ChannelFigures { channel: 3, bytes: 1000, gbps: 0.08, ops: 4, in_flight: 2, lat_p50_us: Some(1.5), lat_p99_us: None, lat_max_us: Some(9.0) };
+        let plain = Sample { t_ms: 250.0, rank: 2, seq: 7, interval_ms: 100.0, drops: 1, channel: Some(figures), queue: None, nvlink: None };
+        golden::<Value>(
+            &Line::Sample(plain.clone()),
+            r#"{"data":{"bytes":1000,"channel":3,"drops":1,"gbps":0.08,"in_flight":2,"interval_ms":100.0,"lat_max_us":9.0,"lat_p50_us":1.5,"lat_p99_us":null,"ops":4,"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
+        );
+        let queue = QueueFigures { capacity: 64, depth: 3, held: 0, quiet_calls: 5, quiet_calls_per_s: 50.0, requests: 10, requests_per_s: 100.0 };
+        let nvlink = NvlinkFigures { bytes: 8, gbytes_per_s: 0.5, gpu: 0, peak_gbytes_per_s: None, peer: 1, peer_gpu: 1 };
+        golden::<Value>(
+            &Line::Sample(Sample { queue: Some(queue), nvlink: Some(vec![nvlink]), ..plain.clone() }),
+            r#"{"data":{"bytes":1000,"channel":3,"drops":1,"gbps":0.08,"in_flight":2,"interval_ms":100.0,"lat_max_us":9.0,"lat_p50_us":1.5,"lat_p99_us":null,"nvlink":[{"bytes":8,"gbytes_per_s":0.5,"gpu":0,"peak_gbytes_per_s":null,"peer":1,"peer_gpu":1}],"ops":4,"queue":{"capacity":64,"depth":3,"held":0,"quiet_calls":5,"quiet_calls_per_s":50.0,"requests":10,"requests_per_s":100.0},"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
+        );
+        golden::<Value>(
+            &Line::Sample(Sample { channel: None, queue: Some(queue), ..plain }),
+            r#"{"data":{"channel":null,"drops":1,"interval_ms":100.0,"queue":{"capacity":64,"depth":3,"held":0,"quiet_calls":5,"quiet_calls_per_s":50.0,"requests":10,"requests_per_s":100.0},"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
+        );
+    }
+
+    #[test]
+    fn pair_step_begin_and_dropped_lines() {
+        let pair = Pair { bytes: 4096, gbps: 1.25, landings: 3, lat_p50_us: Some(2.0), lat_p99_us: None, receiver: 1, sender: 0, t_ms: 10.0 };
+        golden::<Value>(
+            &Line::Pair(pair),
+            r#"{"data":{"bytes":4096,"gbps":1.25,"landings":3,"lat_p50_us":2.0,"lat_p99_us":null,"receiver":1,"sender":0,"t_ms":10.0},"type":"pair"}"#,
+        );
+        let dropped = Dropped { reason: "the printer fell behind the run".into(), samples: 5, t_ms: 1.5, total: 9 };
+        golden::<Value>(
+            &Line::Dropped(dropped),
+            r#"{"data":{"reason":"the printer fell behind the run","samples":5,"t_ms":1.5,"total":9},"type":"dropped"}"#,
+        );
+        let column: Column = serde_json::from_value(serde_json::json!("SinglePin")).expect("a column");
+        let label = serde_json::to_string(&column).expect("a column's label");
+        golden::<Value>(&Line::Step(Step { config: column.clone(), size: 4096 }), &format!(r#"{{"data":{{"config":{label},"size":4096}},"type":"step"}}"#));
+        golden::<Value>(
+            &Line::Begin(Begin { configs: vec![column], memory: "host".into() }),
+            &format!(r#"{{"data":{{"configs":[{label}],"memory":"host"}},"type":"begin"}}"#),
+        );
+    }
+
+    #[test]
+    fn a_verdict_comes_type_first_in_declared_order() {
+        let verdict = Verdict { suspects: Vec::new(), checked: Checked { nodes: 4, nics: 16 } };
+        golden::<Value>(&Line::Verdict(Box::new(verdict)), r#"{"type":"verdict","data":{"suspects":[],"checked":{"nodes":4,"nics":16}}}"#);
+    }
+
+    #[test]
+    fn snapshots_and_checks_come_type_first() {
+        let node = NodeSample { host: "node1".into(), ..NodeSample::default() };
+        let data = serde_json::to_string(&node).expect("a node read");
+        golden::<Value>(&Line::Snapshot { rank: None, data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","data":{data}}}"#));
+        golden::<Value>(&Line::Snapshot { rank: Some(3), data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","rank":3,"data":{data}}}"#));
+        // A node line (a served monitor's) sorts its keys; a snapshot keeps the declared order.
+        let sorted = serde_json::to_value(&node).expect("a node read").to_string();
+        golden::<Value>(&Line::Node(Box::new(node)), &format!(r#"{{"data":{sorted},"type":"node"}}"#));
+
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Report {
+            status: String,
+            action: String,
+        }
+        golden(&Line::Check(Box::new(Report { status: "ok".into(), action: "none".into() })), r#"{"type":"check","data":{"status":"ok","action":"none"}}"#);
+    }
+
+    #[test]
+    fn queue_rows_sort_their_fields() {
+        let row = QueueRow {
+            blocks: 1,
+            threads: 32,
+            requests: 100,
+            requests_per_s: 1e6,
+            latency_requests: 10,
+            latency_p50_us: 1.0,
+            latency_p99_us: 2.0,
+            latency_max_us: 3.0,
+            verified: true,
+        };
+        golden::<Value>(
+            &Line::Queue(row),
+            r#"{"data":{"blocks":1,"latency_max_us":3.0,"latency_p50_us":1.0,"latency_p99_us":2.0,"latency_requests":10,"requests":100,"requests_per_s":1000000.0,"threads":32,"verified":true},"type":"queue"}"#,
+        );
+    }
+
+    #[test]
+    fn run_summary_and_sweep_lines_sort_their_keys() {
+        let metadata = RunMetadata::default();
+        let results = RunResults::default();
+        for (line, data) in [
+            (Line::<Value>::Run(Box::new(metadata.clone())), serde_json::to_value(&metadata).expect("metadata")),
+            (Line::Summary(Box::new(results.clone())), serde_json::to_value(&results).expect("results")),
+        ] {
+            golden(&line, &format!(r#"{{"data":{data},"type":"{}"}}"#, line.kind()));
+        }
+    }
+
+    #[test]
+    fn an_unknown_type_is_refused_with_the_known_ones() {
+        let err = Line::<Value>::parse(r#"{"type":"mystery","data":{}}"#).expect_err("unknown");
+        assert!(err.to_string().contains("mystery") && err.to_string().contains("sweep_round"), "{err}");
+        // Either key order reads.
+        assert_eq!(Line::<Value>::parse(r#"{"type":"note","data":{"text":"a"}}"#).expect("type first"), Line::note("a"));
+    }
+}

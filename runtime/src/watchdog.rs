@@ -1,0 +1,216 @@
+//! Rank 0's watchdog rule: telemetry doubles as a heartbeat. A rank whose telemetry connection closes before
+//! the run is over has died, and is named at once. A rank silent (no sample, no phase change) for longer
+//! than `--hang-timeout` has hung or been stopped. The rule only decides: rank 0's loop
+//! (`rank_zero.rs`) keeps the one liveness clock, asks the rule after every batch and every tick,
+//! raises the world's abort with the verdict, and ends the run through its ordinary ending (tables, the
+//! JSON `error` and `summary`, the stream's and the recording's end, the results file's status).
+//!
+//! The clock ([`Liveness`]) is the watchdog's own. Rank 0's loop tells the consumer (the dashboard) a
+//! snapshot of it as it changes ([`Watchdog::snapshot`], sent as [`ConsumerEvent::Liveness`]): a rank
+//! shown slow or silent there is the same rank, by the same clock, that may later be named here.
+//!
+//! [`ConsumerEvent::Liveness`]: efatop_proto::events::ConsumerEvent::Liveness
+
+use std::time::Duration;
+
+use efatop_proto::telemetry::Phase;
+use efatop_proto::liveness::Liveness;
+
+use crate::collector::CollectorEvent;
+
+/// The rule, over the clock it judges by.
+pub struct Watchdog {
+    liveness: Liveness,
+    /// The clock moved since the last [`Watchdog::snapshot`].
+    moved: bool,
+    hosts: Vec<String>,
+    /// Set once rank 0's experiment has ended: ranks then close their telemetry as they finish, and
+    /// silence means nothing.
+    pub run_over: bool,
+}
+
+impl Watchdog {
+    pub fn new(liveness: Liveness, hosts: Vec<String>) -> Self {
+        Self { liveness, moved: false, hosts, run_over: false }
+    }
+
+    /// The clock as it stands.
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// A copy of the clock when it moved since the last copy taken, for the consumer.
+    pub fn snapshot(&mut self) -> Option<Liveness> {
+        std::mem::take(&mut self.moved).then(|| self.liveness.clone())
+    }
+
+    /// Every rank's telemetry connection has closed (after a run, every rank closes its own).
+    pub fn every_rank_closed(&self) -> bool {
+        (0..self.liveness.ranks()).all(|rank| self.liveness.silence(rank, Duration::ZERO).is_none())
+    }
+
+    fn host(&self, rank: usize) -> &str {
+        self.hosts.get(rank).map_or("?", String::as_str)
+    }
+
+    /// Moves the clock on with a batch heard `at` after the run started; returns the verdict when a rank's
+    /// telemetry connection closed mid-run.
+    pub fn heard(&mut self, batch: &[CollectorEvent], at: Duration) -> Option<String> {
+        let mut verdict = None;
+        self.moved |= !batch.is_empty();
+        for telemetry in batch {
+            if let Some(rank) = note_telemetry(&mut self.liveness, telemetry, at) {
+                if rank != 0 && !self.run_over && verdict.is_none() {
+                    verdict = Some(format!("rank {rank} ({}) exited mid-run: its telemetry connection closed", self.host(rank)));
+                }
+            }
+        }
+        verdict
+    }
+
+    /// The verdict on a rank silent past `--hang-timeout` at `at`, if there is one.
+    pub fn judge(&self, at: Duration) -> Option<String> {
+        if self.run_over {
+            return None;
+        }
+        let live = &self.liveness;
+        let (rank, silent) = live.hung(at)?;
+        let doing = live
+            .last_phase(rank)
+            .map_or(String::new(), |(phase, bytes)| format!("; it last said: {} {}", phase.label(), efatop_proto::sizes::format_size(bytes)));
+        Some(format!(
+            "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
+            self.host(rank),
+            silent.as_secs_f64(),
+            live.hang_timeout.as_secs_f64()
+        ))
+    }
+}
+
+/// Moves the liveness clock on with one telemetry event heard `at` after the run started (a sample or a
+/// phase change is a sign of life); returns the rank whose telemetry connection closed, if it did. Rank 0
+/// and every viewer of a served or recorded run keep their clock this one way.
+pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Duration) -> Option<usize> {
+    match telemetry {
+        CollectorEvent::Sample(sample) => live.heard(sample.rank as usize, at),
+        CollectorEvent::Phase(report) => {
+            if let Some(phase) = Phase::from_code(report.phase) {
+                live.phase(report.rank as usize, phase, report.bytes, at);
+            }
+        }
+        CollectorEvent::Closed { rank: Some(rank), .. } => {
+            let rank = *rank as usize;
+            live.closed(rank);
+            return Some(rank);
+        }
+        CollectorEvent::Closed { rank: None, .. } | CollectorEvent::Malformed { .. } | CollectorEvent::Refused { .. } | CollectorEvent::Node(_) => {}
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_proto::telemetry::{PhaseReport, RankSample};
+
+    fn sample(rank: u32) -> CollectorEvent {
+        CollectorEvent::Sample(Box::new(RankSample { rank, ..RankSample::default() }))
+    }
+
+    fn closed(rank: u32) -> CollectorEvent {
+        CollectorEvent::Closed { from: "127.0.0.1:1".parse().expect("address"), rank: Some(rank) }
+    }
+
+    fn dog(hosts: &[&str], hang_timeout: Duration) -> Watchdog {
+        let liveness = Liveness::new(hosts.len(), Duration::from_millis(100), hang_timeout);
+        Watchdog::new(liveness, hosts.iter().map(|h| (*h).to_string()).collect())
+    }
+
+    const fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_closed_connection_mid_run_names_the_rank_and_host() {
+        let mut dog = dog(&["a", "b", "c"], Duration::from_mins(1));
+        assert_eq!(dog.heard(&[sample(2)], ms(10)), None);
+        let verdict = dog.heard(&[closed(2)], ms(20));
+        assert_eq!(verdict.as_deref(), Some("rank 2 (c) exited mid-run: its telemetry connection closed"));
+    }
+
+    #[test]
+    fn a_silent_rank_is_named_after_the_hang_timeout_and_not_before() {
+        let mut dog = dog(&["a", "b"], ms(900));
+        // Both speak for a while; then only rank 0 (its own sampler) does.
+        let mut at = 0;
+        for _ in 0..5 {
+            at += 150;
+            dog.heard(&[sample(1), sample(0)], ms(at));
+            assert_eq!(dog.judge(ms(at)), None, "rank 1 spoke every 150 ms");
+        }
+        let last_heard = at;
+        let named = loop {
+            at += 100;
+            dog.heard(&[sample(0)], ms(at));
+            if let Some(verdict) = dog.judge(ms(at)) {
+                break verdict;
+            }
+            assert!(at < 10_000, "never named");
+        };
+        assert!(at - last_heard >= 900, "named too early: {} ms of silence", at - last_heard);
+        assert!(named.starts_with("rank 1 (b) stopped responding: no telemetry for "), "{named}");
+        assert!(named.contains("--hang-timeout 1 s"), "{named}");
+        assert!(dog.liveness().silence(1, Duration::from_hours(1)).is_some());
+    }
+
+    #[test]
+    fn progress_reports_keep_a_rank_alive() {
+        let mut dog = dog(&["a", "b"], ms(600));
+        let mut at = 0;
+        for changes in 1..=10 {
+            at += 150;
+            // Rank 1 sends no samples at all (its sampler's interval is long), only phase changes.
+            let report = PhaseReport { rank: 1, changes, phase: Phase::Verifying.code(), bytes: 1 << 30 };
+            dog.heard(&[CollectorEvent::Phase(report), sample(0)], ms(at));
+            assert_eq!(dog.judge(ms(at)), None);
+        }
+        let named = loop {
+            at += 100;
+            dog.heard(&[sample(0)], ms(at));
+            if let Some(verdict) = dog.judge(ms(at)) {
+                break verdict;
+            }
+        };
+        assert!(named.ends_with("(hung or stopped; it last said: verifying 1G)"), "{named}");
+    }
+
+    #[test]
+    fn a_snapshot_is_taken_once_per_move_of_the_clock() {
+        let mut dog = dog(&["a", "b"], ms(900));
+        assert!(dog.snapshot().is_none(), "nothing heard yet");
+        dog.heard(&[sample(1)], ms(100));
+        dog.heard(&[sample(0)], ms(400));
+        let snapshot = dog.snapshot().expect("the clock moved");
+        assert_eq!(snapshot.silence(1, ms(1000)), Some(ms(300)), "silent since it was last heard, up to the latest word");
+        assert!(dog.snapshot().is_none(), "no move since the last snapshot");
+        dog.heard(&[closed(1)], ms(500));
+        assert_eq!(dog.snapshot().expect("a rank closed").silence(1, ms(1000)), None);
+    }
+
+    #[test]
+    fn when_rank_0_hears_nobody_no_rank_is_blamed() {
+        // Rank 0's collector is held up (nothing arrives from anyone): nobody is named however long.
+        let mut dog = dog(&["a", "b"], ms(300));
+        dog.heard(&[sample(0), sample(1)], ms(10));
+        assert_eq!(dog.judge(ms(5_000)), None);
+    }
+
+    #[test]
+    fn after_the_run_ranks_may_close_and_fall_silent() {
+        let mut dog = dog(&["a", "b"], ms(300));
+        dog.heard(&[sample(0), sample(1)], ms(10));
+        dog.run_over = true;
+        assert_eq!(dog.heard(&[closed(1)], ms(20)), None);
+        assert_eq!(dog.judge(ms(5_000)), None);
+    }
+}

@@ -1,0 +1,202 @@
+// efatop's NCCL driver: a small NCCL program that sweeps collectives and times them as nccl-tests does
+// (warm-up calls, then ITERS calls launched back to back on one stream, the host's clock around them and
+// the stream's synchronize; time = elapsed / ITERS; algbw = size / time; busbw by nccl-tests' factors).
+//
+//   nccl-driver [--ranks N] [--min BYTES] [--max BYTES] [--iters N] [--warmup N] [--colls LIST]
+//
+// One rank on GPU 0 by default; --ranks N starts N processes (this program again, one per GPU) that share
+// an NCCL id. Each rank prints one line per collective and size:
+//   driver rank=R nranks=N coll=allreduce size=BYTES count=C type=float time_us=T algbw=A busbw=B calls=K
+// (size as nccl-tests names it: the buffer of allreduce, the gathered buffer of allgather, what one rank
+// sends in all of alltoall; calls = warm-up + timed). alltoall is a group of ncclSend/ncclRecv, one pair per
+// peer (itself included), as nccl-tests' alltoall runs it, so a one-rank communicator runs a kernel too.
+// Built by scripts/gpu/nccl-watch-check: nvcc -O2 -o nccl-driver nccl-driver.cu -lnccl
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#define CUDA(call)                                                                                      \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) {                                                                            \
+      fprintf(stderr, "nccl-driver: %s: %s\n", #call, cudaGetErrorString(e_));                          \
+      exit(1);                                                                                          \
+    }                                                                                                   \
+  } while (0)
+#define NCCL(call)                                                                                      \
+  do {                                                                                                  \
+    ncclResult_t r_ = (call);                                                                           \
+    if (r_ != ncclSuccess) {                                                                            \
+      fprintf(stderr, "nccl-driver: %s: %s\n", #call, ncclGetErrorString(r_));                          \
+      exit(1);                                                                                          \
+    }                                                                                                   \
+  } while (0)
+
+struct Options {
+  int ranks = 1, rank = -1, iters = 20, warmup = 5;
+  size_t min = 1 << 20, max = (size_t)1 << 30;
+  std::string colls = "allreduce,allgather,alltoall", id;
+};
+
+static void usage_exit(const char* what) {
+  fprintf(stderr, "nccl-driver: %s\nusage: nccl-driver [--ranks 1..8] [--min BYTES] [--max BYTES] [--iters 1..10000] "
+                  "[--warmup 0..1000] [--colls allreduce,allgather,alltoall]\n", what);
+  exit(2);
+}
+
+static long number(const char* flag, const char* value, long lo, long hi) {
+  char* end = nullptr;
+  long v = strtol(value, &end, 10);
+  if (!*value || *end || v < lo || v > hi) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s %s: a whole number from %ld to %ld", flag, value, lo, hi);
+    usage_exit(msg);
+  }
+  return v;
+}
+
+static std::string hex(const ncclUniqueId& id) {
+  std::string s;
+  char b[3];
+  for (size_t i = 0; i < sizeof id.internal; i++) {
+    snprintf(b, sizeof b, "%02x", (unsigned char)id.internal[i]);
+    s += b;
+  }
+  return s;
+}
+
+static ncclUniqueId unhex(const std::string& s) {
+  ncclUniqueId id;
+  if (s.size() != 2 * sizeof id.internal) usage_exit("--id: not an NCCL id");
+  for (size_t i = 0; i < sizeof id.internal; i++) id.internal[i] = (char)strtol(s.substr(2 * i, 2).c_str(), nullptr, 16);
+  return id;
+}
+
+// One call of `coll` over `bytes` (nccl-tests' size), on `comm`.
+static void launch(const std::string& coll, size_t bytes, int nranks, void* send, void* recv, ncclComm_t comm, cudaStream_t s) {
+  if (coll == "allreduce") {
+    NCCL(ncclAllReduce(send, recv, bytes / sizeof(float), ncclFloat, ncclSum, comm, s));
+  } else if (coll == "allgather") {
+    NCCL(ncclAllGather(send, recv, bytes / nranks / sizeof(float), ncclFloat, comm, s));
+  } else {
+    size_t per_peer = bytes / nranks;
+    NCCL(ncclGroupStart());
+    for (int p = 0; p < nranks; p++) {
+      NCCL(ncclSend((char*)send + p * per_peer, per_peer / sizeof(float), ncclFloat, p, comm, s));
+      NCCL(ncclRecv((char*)recv + p * per_peer, per_peer / sizeof(float), ncclFloat, p, comm, s));
+    }
+    NCCL(ncclGroupEnd());
+  }
+}
+
+static double bus_factor(const std::string& coll, int n) {
+  if (coll == "allreduce") return 2.0 * (n - 1) / n;
+  return (double)(n - 1) / n;  // allgather, alltoall
+}
+
+static int run_rank(const Options& o) {
+  CUDA(cudaSetDevice(o.rank));
+  ncclUniqueId id = unhex(o.id);
+  ncclComm_t comm;
+  NCCL(ncclCommInitRank(&comm, o.ranks, id, o.rank));
+  cudaStream_t s;
+  CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void *send, *recv;
+  CUDA(cudaMalloc(&send, o.max));
+  CUDA(cudaMalloc(&recv, o.max));
+  CUDA(cudaMemset(send, 1, o.max));
+  CUDA(cudaMemset(recv, 0, o.max));
+  CUDA(cudaDeviceSynchronize());
+  int version = 0;
+  NCCL(ncclGetVersion(&version));
+  if (o.rank == 0) printf("driver nccl=%d ranks=%d iters=%d warmup=%d\n", version, o.ranks, o.iters, o.warmup);
+  std::string list = o.colls + ",";
+  for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+    std::string coll = list.substr(at, comma - at);
+    for (size_t bytes = o.min; bytes <= o.max; bytes *= 2) {
+      // nccl-tests' sizes: a whole number of elements per rank.
+      size_t size = bytes / (sizeof(float) * o.ranks) * sizeof(float) * o.ranks;
+      for (int i = 0; i < o.warmup; i++) launch(coll, size, o.ranks, send, recv, comm, s);
+      CUDA(cudaStreamSynchronize(s));
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.iters; i++) launch(coll, size, o.ranks, send, recv, comm, s);
+      CUDA(cudaStreamSynchronize(s));
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+      double algbw = size / secs / 1e9;
+      size_t count = coll == "allreduce" ? size / sizeof(float) : size / o.ranks / sizeof(float);
+      printf("driver rank=%d nranks=%d coll=%s size=%zu count=%zu type=float time_us=%.2f algbw=%.3f busbw=%.3f calls=%d\n",
+             o.rank, o.ranks, coll.c_str(), size, count, secs * 1e6, algbw, algbw * bus_factor(coll, o.ranks), o.warmup + o.iters);
+      fflush(stdout);
+    }
+  }
+  CUDA(cudaFree(send));
+  CUDA(cudaFree(recv));
+  NCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) usage_exit((a + ": needs a value").c_str());
+    const char* v = argv[++i];
+    if (a == "--ranks") o.ranks = number("--ranks", v, 1, 8);
+    else if (a == "--rank") o.rank = number("--rank", v, 0, 7);
+    else if (a == "--min") o.min = number("--min", v, 4096, 1L << 34);
+    else if (a == "--max") o.max = number("--max", v, 4096, 1L << 34);
+    else if (a == "--iters") o.iters = number("--iters", v, 1, 10000);
+    else if (a == "--warmup") o.warmup = number("--warmup", v, 0, 1000);
+    else if (a == "--colls") o.colls = v;
+    else if (a == "--id") o.id = v;
+    else usage_exit(("unknown flag " + a).c_str());
+  }
+  if (o.min > o.max) usage_exit("--min is above --max");
+  {
+    std::string list = o.colls + ",";
+    for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+      std::string c = list.substr(at, comma - at);
+      if (c != "allreduce" && c != "allgather" && c != "alltoall")
+        usage_exit(("--colls " + o.colls + ": a list of allreduce, allgather, alltoall").c_str());
+    }
+  }
+  if (o.rank >= 0) return run_rank(o);
+  // The parent: one NCCL id, a process per rank (this program again), their exit statuses.
+  ncclUniqueId id;
+  NCCL(ncclGetUniqueId(&id));
+  std::string idhex = hex(id);
+  std::vector<pid_t> children;
+  for (int r = 0; r < o.ranks; r++) {
+    pid_t pid = fork();
+    if (pid < 0) { perror("nccl-driver: fork"); return 1; }
+    if (pid == 0) {
+      std::vector<std::string> args;
+      for (int i = 0; i < argc; i++) args.push_back(argv[i]);
+      args.push_back("--rank"); args.push_back(std::to_string(r));
+      args.push_back("--id"); args.push_back(idhex);
+      std::vector<char*> cargs;
+      for (auto& s : args) cargs.push_back(&s[0]);
+      cargs.push_back(nullptr);
+      execv("/proc/self/exe", cargs.data());
+      perror("nccl-driver: exec");
+      _exit(1);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  return failed;
+}

@@ -1,0 +1,300 @@
+//! The NCCL profiler plugin, without a GPU: the built cdylib is loaded (dlopen) into player processes that
+//! play NCCL event sequences (tests/fixtures/nccl/) through each ABI (v4, v5, v6), two ranks on two
+//! "hosts", with `efatop watch --json` listening; the test reads the watcher's typed lines and checks the
+//! figures (busbw by nccl-tests' formulas), bytes per peer, the fallback flag (a fake node whose EFA
+//! counters stay flat), the hang locator (a rank behind its peer; a rank stopped with SIGSTOP while its
+//! peer waits), and that a missing, refusing or stalled watcher never holds up the hot path.
+//!
+//! A player is this test binary again (`player_child`, which does nothing unless `EFATOP_TEST_PLAY` is
+//! set), so that each rank is a process with its own plugin, as under NCCL.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use common::{efatop_in, lines_of, scratch, TEST_TOKEN};
+use nccl_profiler_efatop::ffi::player::Plugin;
+use nccl_profiler_efatop::trace::{self, Line};
+use efatop_proto::nccl::{Func, HangWhy, NicVerdict, Timing, WatchLine};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl").join(name)
+}
+
+/// The built plugin: cargo builds the dev-dependency's cdylib beside the test's dependencies.
+fn plugin_path() -> PathBuf {
+    let debug = common::efatop_path().parent().expect("target dir").to_path_buf();
+    let candidates = [debug.join("deps/libnccl_profiler_efatop.so"), debug.join("libnccl_profiler_efatop.so")];
+    candidates.iter().find(|p| p.exists()).cloned().unwrap_or_else(|| panic!("the plugin is not built: none of {candidates:?}"))
+}
+
+/// Not a test of its own: a player process (see the module's doc).
+#[test]
+fn player_child() {
+    let Ok(path) = std::env::var("EFATOP_TEST_PLAY") else { return };
+    let abi: u32 = std::env::var("EFATOP_TEST_ABI").expect("abi").parse().expect("abi");
+    let hold = Duration::from_millis(std::env::var("EFATOP_TEST_HOLD_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
+    let mut trace = trace::parse(&std::fs::read_to_string(&path).expect("trace")).expect("a trace");
+    if !hold.is_zero() {
+        trace.lines.retain(|l| !matches!(l, Line::Finalize { .. }));
+    }
+    let plugin = Plugin::load(&plugin_path(), abi).expect("the plugin loads");
+    let played = plugin.play(&trace, 1.0, Duration::from_millis(20)).expect("plays");
+    println!("PLAYED calls={} longest_us={}", played.calls, played.longest.as_micros());
+    // The plugin's thread sends its last interval (and its bye) in the next 200 ms.
+    std::thread::sleep(hold.max(Duration::from_millis(800)));
+    // Its threads run to the end of the process: the library stays loaded.
+    std::mem::forget(plugin);
+}
+
+struct Player {
+    child: Child,
+    out: Receiver<String>,
+}
+
+impl Player {
+    fn start(trace: &str, abi: u32, host: &str, gpu: &str, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(std::env::current_exe().expect("test binary"));
+        command
+            .args(["--exact", "player_child", "--nocapture", "--test-threads=1"])
+            .env("EFATOP_TEST_PLAY", fixture(trace))
+            .env("EFATOP_TEST_ABI", abi.to_string())
+            .env("EFATOP_TOKEN", TEST_TOKEN)
+            .env("EFATOP_HOST", host)
+            .env("EFATOP_GPU", gpu)
+            .env("EFATOP_PROFILER_INTERVAL_MS", "200")
+            .env("EFATOP_PROFILER_QUIET", "1")
+            .env_remove("EFATOP_WATCH")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("player");
+        let out = lines_of(child.stdout.take().expect("stdout"));
+        Self { child, out }
+    }
+
+    /// Waits for the end; the longest hot-path call (µs) and how long the process ran.
+    fn finish(mut self, limit: Duration) -> (u128, Duration) {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "player failed: {status}");
+                break;
+            }
+            if started.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("the player did not end within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let line = std::iter::from_fn(|| self.out.recv_timeout(Duration::from_secs(10)).ok()).find(|l| l.contains("PLAYED")).expect("the player's summary");
+        let longest = line.split("longest_us=").nth(1).and_then(|v| v.trim().parse().ok()).expect("longest");
+        (longest, started.elapsed())
+    }
+}
+
+struct Watcher {
+    child: Child,
+    lines: Receiver<String>,
+    address: String,
+    seen: Vec<WatchLine>,
+    _dir: tempfile::TempDir,
+}
+
+impl Watcher {
+    fn start(extra: &[&str], token: &str) -> Self {
+        let dir = scratch();
+        let mut command = efatop_in(dir.path());
+        command.args(["watch", "--listen", "127.0.0.1:0", "--json"]).args(extra).env("EFATOP_TOKEN", token).env("HOME", dir.path());
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop watch");
+        let lines = lines_of(child.stdout.take().expect("stdout"));
+        let err = lines_of(child.stderr.take().expect("stderr"));
+        let first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
+        let address = first.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_else(|| panic!("{first}")).to_string();
+        Self { child, lines, address, seen: Vec::new(), _dir: dir }
+    }
+
+    /// Reads lines until `done` holds over all seen so far, or `limit` passes (then fails with them).
+    fn until(&mut self, limit: Duration, what: &str, done: impl Fn(&[WatchLine]) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done(&self.seen) {
+            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| panic!("no {what} within {limit:?}; lines: {:#?}", self.seen));
+            if let Ok(line) = self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                let parsed: WatchLine = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                self.seen.push(parsed);
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+fn coll<'a>(lines: &'a [WatchLine], func: Func, size: u64) -> Option<&'a WatchLine> {
+    lines.iter().rev().find(|l| matches!(l, WatchLine::Coll { func: f, size: s, .. } if *f == func && *s == size))
+}
+
+fn fake_node() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = efatop_in(dir.path()).args(["monitor", "--write-fake-p5"]).arg(dir.path()).output().expect("efatop monitor --write-fake-p5");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.path().join("sys/class/infiniband/rdmap79s0/ports/1/hw_counters/tx_bytes").exists());
+    dir
+}
+
+#[test]
+fn every_abi_shows_the_figures_the_peers_and_a_fallback_to_sockets() {
+    let node = fake_node();
+    let sysfs = node.path().to_str().expect("utf-8").to_string();
+    for abi in [4, 5, 6] {
+        let mut watch = Watcher::start(&["--window", "2", "--hang-after", "30"], TEST_TOKEN);
+        let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_SYSFS_ROOT", sysfs.as_str())];
+        let players = [Player::start("synthetic-full-r0.trace", abi, "node-a", "0", &env), Player::start("synthetic-full-r1.trace", abi, "node-b", "1", &env)];
+        let want_allreduce = GIB as f64 / 0.020 / 1e9;
+        let want_small = (64 * MIB) as f64 / 0.002 / 1e9;
+        watch.until(Duration::from_secs(60), "figures", |lines| {
+            let done = |func, size, ops| {
+                matches!(coll(lines, func, size), Some(WatchLine::Coll { ops: o, ranks: 2, .. }) if *o == ops)
+            };
+            done(Func::AllReduce, GIB, 6) && done(Func::AllGather, 128 * MIB, 4) && done(Func::AlltoAll, 64 * MIB, 4)
+        });
+        let lines = &watch.seen;
+        let ranks: Vec<_> = lines.iter().filter_map(|l| if let WatchLine::Rank { host, gpu, rank, nranks: 2, abi: a, .. } = l { Some((host.clone(), gpu.clone(), *rank, *a)) } else { None }).collect();
+        assert!(ranks.contains(&("node-a".into(), Some("0".into()), 0, abi)) && ranks.contains(&("node-b".into(), Some("1".into()), 1, abi)), "v{abi}: {ranks:?}");
+        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), timing: Timing::Gpu, algo, proto, .. }) = coll(lines, Func::AllReduce, GIB) else { panic!("v{abi}: {lines:#?}") };
+        assert!(close(*algbw, want_allreduce) && close(*busbw, want_allreduce), "v{abi}: allreduce 1 GiB in 20 ms on 2 ranks: algbw = busbw = {want_allreduce}, got {algbw} {busbw}");
+        assert_eq!((algo.as_str(), proto.as_str()), ("RING", "SIMPLE"));
+        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), .. }) = coll(lines, Func::AllGather, 128 * MIB) else { panic!() };
+        assert!(close(*algbw, want_small) && close(*busbw, want_small / 2.0), "v{abi}: allgather: busbw = algbw (n-1)/n: {algbw} {busbw}");
+        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), .. }) = coll(lines, Func::AlltoAll, 64 * MIB) else { panic!() };
+        assert!(close(*algbw, want_small) && close(*busbw, want_small / 2.0), "v{abi}: alltoall (grouped sends): {algbw} {busbw}");
+        // Each rank sent its peer 6 × 1 GiB (ring allreduce on 2 ranks), 4 × 64 MiB (allgather), 4 × 32 MiB.
+        let sent = 6 * GIB + 4 * 64 * MIB + 4 * 32 * MIB;
+        watch.until(Duration::from_secs(20), "bytes per peer", |lines| {
+            [(0, 1), (1, 0)].iter().all(|(r, p)| lines.iter().any(|l| matches!(l, WatchLine::Peer { rank, peer, sent: s, received, .. } if rank == r && peer == p && *s == sent && *received == sent)))
+        });
+        // The fake nodes' EFA counters never move while NCCL's network path moves GiBs: a fallback.
+        watch.until(Duration::from_secs(20), "the fallback flag on both hosts", |lines| {
+            ["node-a", "node-b"].iter().all(|h| lines.iter().any(|l| matches!(l, WatchLine::Nics { host, verdict: NicVerdict::Fallback, nic_bytes: 0, nics, .. } if host == h && nics.len() == 32)))
+        });
+        for player in players {
+            let (longest, _) = player.finish(Duration::from_secs(60));
+            assert!(longest < 50_000, "v{abi}: a hot-path call took {longest} µs");
+        }
+        watch.until(Duration::from_secs(20), "both plugins leaving after finalize", |lines| lines.iter().filter(|l| matches!(l, WatchLine::Gone { bye: true, .. })).count() == 2);
+        assert!(!watch.seen.iter().any(|l| matches!(l, WatchLine::Hang { .. })), "v{abi}: no hang in a finished run: {:#?}", watch.seen);
+    }
+}
+
+#[test]
+fn the_hang_locator_names_the_rank_behind_and_the_rank_that_went_silent() {
+    // Rank 1 never finishes allreduce #5; rank 0 has.
+    let mut watch = Watcher::start(&["--hang-after", "2"], TEST_TOKEN);
+    let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_TEST_HOLD_MS", "6000")];
+    let players = [Player::start("synthetic-hang-r0.trace", 6, "node-a", "0", &env), Player::start("synthetic-hang-r1.trace", 6, "node-b", "3", &env)];
+    watch.until(Duration::from_secs(60), "a hang named", |lines| lines.iter().any(|l| matches!(l, WatchLine::Hang { .. })));
+    let hang = watch.seen.iter().find(|l| matches!(l, WatchLine::Hang { .. })).expect("hang").clone();
+    let WatchLine::Hang { func, seq, rank, host, gpu, why, peers_done, waiting_s, .. } = hang else { unreachable!() };
+    assert_eq!((func, seq, rank, host.as_str(), gpu.as_deref(), why, peers_done), (Func::AllReduce, 5, 1, "node-b", Some("3"), HangWhy::NotFinished, vec![0]));
+    assert!(waiting_s >= 2.0, "{waiting_s}");
+    for player in players {
+        player.finish(Duration::from_secs(60));
+    }
+    drop(watch);
+
+    // Both ranks wait in allreduce #5; then rank 1's process stops (SIGSTOP): its plugin goes silent.
+    let mut watch = Watcher::start(&["--hang-after", "2"], TEST_TOKEN);
+    let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_TEST_HOLD_MS", "30000")];
+    let waiting = Player::start("synthetic-wait-r0.trace", 5, "node-a", "0", &env);
+    let mut stopped = Player::start("synthetic-hang-r1.trace", 5, "node-b", "3", &env);
+    watch.until(Duration::from_secs(60), "both ranks in allreduce #5", |lines| lines.iter().filter(|l| matches!(l, WatchLine::Coll { func: Func::AllReduce, ops: 5, ranks: 2, .. })).count() >= 1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!watch.seen.iter().any(|l| matches!(l, WatchLine::Hang { .. })), "both report, both wait: nobody to name yet: {:#?}", watch.seen);
+    let pid = nix::unistd::Pid::from_raw(stopped.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP our player");
+    watch.until(Duration::from_secs(30), "the silent rank named", |lines| lines.iter().any(|l| matches!(l, WatchLine::Hang { why: HangWhy::Silent, .. })));
+    let hang = watch.seen.iter().find(|l| matches!(l, WatchLine::Hang { why: HangWhy::Silent, .. })).expect("hang").clone();
+    assert!(matches!(&hang, WatchLine::Hang { rank: 1, seq: 5, host, peers_waiting, .. } if host == "node-b" && *peers_waiting == vec![0]), "{hang:?}");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    // Heard again, it is no longer silent; still behind nobody, so the hang is over.
+    watch.until(Duration::from_secs(30), "the hang over once it reports again", |lines| lines.iter().any(|l| matches!(l, WatchLine::HangOver { seq: 5, .. })));
+    let _ = stopped.child.kill();
+    let _ = stopped.child.wait();
+    let mut waiting = waiting;
+    let _ = waiting.child.kill();
+    let _ = waiting.child.wait();
+}
+
+#[test]
+fn a_missing_refusing_or_stalled_watcher_never_holds_up_the_job() {
+    let trace = "synthetic-full-r0.trace";
+    // No one listens.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = closed.local_addr().expect("addr").to_string();
+    drop(closed);
+    // A listener that accepts and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_address = silent.local_addr().expect("addr").to_string();
+    // A watcher with another token refuses the plugin's proof.
+    let mut refusing = Watcher::start(&[], "another-token-entirely-0123456789");
+    let cases = [("missing", address), ("stalled", silent_address), ("refusing", refusing.address.clone())];
+    for (what, address) in cases {
+        let player = Player::start(trace, 6, "node-a", "0", &[("EFATOP_WATCH", address.as_str())]);
+        let (longest, ran) = player.finish(Duration::from_secs(30));
+        assert!(longest < 50_000, "{what} watcher: a hot-path call took {longest} µs");
+        // The trace plays in about 1 s, then the player lingers 0.8 s: the watcher adds nothing.
+        assert!(ran < Duration::from_secs(8), "{what} watcher: the job took {ran:?}");
+    }
+    refusing.until(Duration::from_secs(10), "the refusal counted", |lines| lines.iter().any(|l| matches!(l, WatchLine::Health { refused, .. } if *refused >= 1)));
+    assert!(!refusing.seen.iter().any(|l| matches!(l, WatchLine::Rank { .. })), "a refused plugin is never shown");
+    drop(silent);
+}
+
+#[test]
+fn without_a_watcher_the_plugin_writes_a_file_watch_reads_and_a_trace_that_plays_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("rank0.efanccl");
+    let traced = dir.path().join("rank0.trace");
+    let player = Player::start(
+        "synthetic-full-r0.trace",
+        5,
+        "node-a",
+        "0",
+        &[("EFATOP_PROFILER_FILE", file.to_str().expect("utf-8")), ("EFATOP_PROFILER_TRACE", traced.to_str().expect("utf-8")), ("EFATOP_NCCL_VERSION", "2.28.3")],
+    );
+    player.finish(Duration::from_secs(30));
+    let cwd = scratch();
+    let out = efatop_in(cwd.path()).args(["watch", "--json", "--from"]).arg(&file).output().expect("watch --from");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<WatchLine> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a typed line")).collect();
+    assert!(matches!(coll(&lines, Func::AllReduce, GIB), Some(WatchLine::Coll { ops: 6, busbw_gbps: Some(_), .. })), "{lines:#?}");
+    assert!(lines.iter().any(|l| matches!(l, WatchLine::Rank { nccl_version: Some(v), abi: 5, .. } if v == "2.28.3")));
+    // The trace the plugin wrote: its header names NCCL and the ABI; it holds every record it took.
+    let text = std::fs::read_to_string(&traced).expect("trace written");
+    let written = trace::parse(&text).expect("a trace");
+    assert_eq!((written.nccl_version.as_deref(), written.abi), (Some("2.28.3"), Some(5)));
+    let source = trace::parse(&std::fs::read_to_string(fixture("synthetic-full-r0.trace")).expect("fixture")).expect("fixture");
+    let count = |t: &trace::Trace| t.lines.iter().filter(|l| matches!(l, Line::Record(_))).count();
+    assert_eq!(count(&written), count(&source));
+    // A crafted file is refused by name, not trusted.
+    let bad = dir.path().join("bad.efanccl");
+    std::fs::write(&bad, b"efatop-nccl 1\n\xff\xff\xff\x7f").expect("write");
+    let out = efatop_in(cwd.path()).args(["watch", "--json", "--from"]).arg(&bad).output().expect("watch --from");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

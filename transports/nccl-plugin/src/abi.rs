@@ -1,0 +1,349 @@
+//! NCCL's profiler plugin ABI, v4, v5 and v6, written from NCCL 2.30.7's headers (tag v2.30.7-1:
+//! `src/include/plugin/nccl_profiler.h`, `src/include/plugin/profiler/profiler_v{4,5,6}.h`). Layouts only;
+//! what is done with them is in [`crate::ffi`].
+//!
+//! - v4 (NCCL 2.25–2.26, and later NCCLs through their v4 adapter): `type` is one byte; `init` takes the
+//!   communicator's name before its hash; a collective's and a point-to-point's parent is their group.
+//! - v5 (2.27–2.28): `type` is 64 bits; `init` takes the communicator id first; API events (group,
+//!   collective, point-to-point, kernel launch) parent the collective and point-to-point events, whose
+//!   group is in `parentGroup`.
+//! - v6 (2.29+): v5 plus copy-engine collective events (not folded here).
+
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// `ncclResult_t`: 0 is success.
+pub type NcclResult = c_int;
+pub const NCCL_SUCCESS: NcclResult = 0;
+
+// Event types (`type` of a descriptor), the activation mask's bits.
+pub const PROFILE_GROUP: u64 = 1 << 0;
+pub const PROFILE_COLL: u64 = 1 << 1;
+pub const PROFILE_P2P: u64 = 1 << 2;
+pub const PROFILE_PROXY_OP: u64 = 1 << 3;
+pub const PROFILE_PROXY_STEP: u64 = 1 << 4;
+pub const PROFILE_PROXY_CTRL: u64 = 1 << 5;
+pub const PROFILE_KERNEL_CH: u64 = 1 << 6;
+pub const PROFILE_NET_PLUGIN: u64 = 1 << 7;
+pub const PROFILE_GROUP_API: u64 = 1 << 8;
+pub const PROFILE_COLL_API: u64 = 1 << 9;
+pub const PROFILE_P2P_API: u64 = 1 << 10;
+pub const PROFILE_KERNEL_LAUNCH: u64 = 1 << 11;
+
+// Event states (`ncclProfilerEventState_t`) this plugin reads.
+pub const STATE_PROXY_STEP_SEND_GPU_WAIT: c_int = 8;
+pub const STATE_PROXY_STEP_SEND_WAIT: c_int = 9;
+pub const STATE_PROXY_STEP_RECV_WAIT: c_int = 10;
+pub const STATE_PROXY_STEP_RECV_FLUSH_WAIT: c_int = 11;
+pub const STATE_PROXY_STEP_RECV_GPU_WAIT: c_int = 12;
+pub const STATE_PROXY_STEP_SEND_PEER_WAIT_V4: c_int = 20;
+pub const STATE_KERNEL_CH_STOP: c_int = 22;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GroupApi {
+    pub graphCaptured: bool,
+    pub groupDepth: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollApi {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub root: c_int,
+    pub stream: *mut c_void,
+    pub graphCaptured: bool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pApi {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub stream: *mut c_void,
+    pub graphCaptured: bool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelLaunch {
+    pub stream: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV4 {
+    pub seqNumber: u64,
+    pub func: *const c_char,
+    pub sendBuff: *const c_void,
+    pub recvBuff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub nChannels: u8,
+    pub nWarps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV5 {
+    pub seqNumber: u64,
+    pub func: *const c_char,
+    pub sendBuff: *const c_void,
+    pub recvBuff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub nChannels: u8,
+    pub nWarps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+    pub parentGroup: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV4 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub nChannels: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV5 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub nChannels: u8,
+    pub parentGroup: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProxyOp {
+    /// `ncclPid_t`: `pid_t` on Linux.
+    pub pid: libc::pid_t,
+    pub channelId: u8,
+    pub peer: c_int,
+    pub nSteps: c_int,
+    pub chunkSize: c_int,
+    pub isSend: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProxyStep {
+    pub step: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelCh {
+    pub channelId: u8,
+    pub pTimer: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NetPlugin {
+    pub id: i64,
+    pub data: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeColl {
+    pub seqNumber: u64,
+    pub func: *const c_char,
+    pub sendBuff: *const c_void,
+    pub recvBuff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub syncStrategy: *const c_char,
+    pub intraBatchSync: bool,
+    pub batchSize: u32,
+    pub numBatches: u32,
+    pub ceSeqNum: u32,
+    pub stream: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeCollSync {
+    pub isComplete: bool,
+    pub nRanks: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeCollBatch {
+    pub numOps: c_int,
+    pub totalBytes: usize,
+    pub useIntraSync: bool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV4 {
+    pub coll: CollV4,
+    pub p2p: P2pV4,
+    pub proxyOp: ProxyOp,
+    pub proxyStep: ProxyStep,
+    pub kernelCh: KernelCh,
+    pub netPlugin: NetPlugin,
+}
+
+/// `ncclProfilerEventDescr_v4_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DescrV4 {
+    pub type_: u8,
+    pub parentObj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnionV4,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV5 {
+    pub groupApi: GroupApi,
+    pub collApi: CollApi,
+    pub p2pApi: P2pApi,
+    pub kernelLaunch: KernelLaunch,
+    pub coll: CollV5,
+    pub p2p: P2pV5,
+    pub proxyOp: ProxyOp,
+    pub proxyStep: ProxyStep,
+    pub kernelCh: KernelCh,
+    pub netPlugin: NetPlugin,
+}
+
+/// `ncclProfilerEventDescr_v5_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DescrV5 {
+    pub type_: u64,
+    pub parentObj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnionV5,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV6 {
+    pub groupApi: GroupApi,
+    pub collApi: CollApi,
+    pub p2pApi: P2pApi,
+    pub kernelLaunch: KernelLaunch,
+    pub coll: CollV5,
+    pub p2p: P2pV5,
+    pub proxyOp: ProxyOp,
+    pub proxyStep: ProxyStep,
+    pub kernelCh: KernelCh,
+    pub netPlugin: NetPlugin,
+    pub ceColl: CeColl,
+    pub ceCollSync: CeCollSync,
+    pub ceCollBatch: CeCollBatch,
+}
+
+/// `ncclProfilerEventDescr_v6_t`: v5's layout for every event v5 has (the union only grows).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DescrV6 {
+    pub type_: u64,
+    pub parentObj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnionV6,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StepArgs {
+    pub transSize: usize,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CtrlArgs {
+    pub appendedProxyOps: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NetArgs {
+    pub data: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelChArgs {
+    pub pTimer: u64,
+}
+
+/// `ncclProfilerEventStateArgs_v4_t`, `_v5_t` and `_v6_t` (one layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union StateArgs {
+    pub proxyStep: StepArgs,
+    pub proxyCtrl: CtrlArgs,
+    pub netPlugin: NetArgs,
+    pub kernelCh: KernelChArgs,
+}
+
+/// `ncclDebugLogger_t` (variadic; never called here).
+pub type Logger = *const c_void;
+
+pub type InitV4 = unsafe extern "C" fn(*mut *mut c_void, *mut c_int, *const c_char, u64, c_int, c_int, c_int, Logger) -> NcclResult;
+pub type InitV5 = unsafe extern "C" fn(*mut *mut c_void, u64, *mut c_int, *const c_char, c_int, c_int, c_int, Logger) -> NcclResult;
+pub type StartV4 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV4) -> NcclResult;
+pub type StartV5 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV5) -> NcclResult;
+pub type StartV6 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV6) -> NcclResult;
+pub type Stop = unsafe extern "C" fn(*mut c_void) -> NcclResult;
+pub type Record = unsafe extern "C" fn(*mut c_void, c_int, *mut StateArgs) -> NcclResult;
+pub type Finalize = unsafe extern "C" fn(*mut c_void) -> NcclResult;
+
+/// `ncclProfiler_v4_t`.
+#[repr(C)]
+pub struct ProfilerV4 {
+    pub name: *const c_char,
+    pub init: InitV4,
+    pub startEvent: StartV4,
+    pub stopEvent: Stop,
+    pub recordEventState: Record,
+    pub finalize: Finalize,
+}
+
+/// `ncclProfiler_v5_t`.
+#[repr(C)]
+pub struct ProfilerV5 {
+    pub name: *const c_char,
+    pub init: InitV5,
+    pub startEvent: StartV5,
+    pub stopEvent: Stop,
+    pub recordEventState: Record,
+    pub finalize: Finalize,
+}
+
+/// `ncclProfiler_v6_t`.
+#[repr(C)]
+pub struct ProfilerV6 {
+    pub name: *const c_char,
+    pub init: InitV5,
+    pub startEvent: StartV6,
+    pub stopEvent: Stop,
+    pub recordEventState: Record,
+    pub finalize: Finalize,
+}

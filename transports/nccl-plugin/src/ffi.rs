@@ -1,0 +1,356 @@
+//! The C side: the tables NCCL looks up (`ncclProfiler_v6`, `_v5`, `_v4`, newest first) and the functions in
+//! them, plus the few libc calls the plugin makes. The only module of the crate with `unsafe` (each block
+//! says why it holds).
+//!
+//! Handles: an event's handle is its id (a counter, never 0) cast to a pointer. NCCL never dereferences a
+//! handle (it hands it back to `stopEvent` and `recordEventState`, and to `startEvent` as a child's
+//! `parentObj`), so no memory is tied to an event and nothing is allocated for one.
+//!
+//! The hot path (`startEvent`, `stopEvent`, `recordEventState`) reads the descriptor, copies its names inline
+//! and pushes one fixed-size record into the lock-free ring ([`crate::runtime`]); when the ring is full the
+//! record is dropped and counted. It takes no lock, makes no system call and never allocates.
+
+#[cfg(feature = "player")]
+pub mod player;
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use efatop_proto::nccl::CommInfo;
+
+use crate::abi::{
+    DescrV4, DescrV5, DescrV6, Logger, NcclResult, ProfilerV4, ProfilerV5, ProfilerV6, StateArgs, NCCL_SUCCESS, PROFILE_COLL, PROFILE_COLL_API,
+    PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_KERNEL_CH, PROFILE_KERNEL_LAUNCH, PROFILE_P2P, PROFILE_P2P_API, PROFILE_PROXY_OP, PROFILE_PROXY_STEP,
+    STATE_KERNEL_CH_STOP, STATE_PROXY_STEP_RECV_GPU_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT, STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
+};
+use crate::record::{Event, Name, Record};
+use crate::runtime;
+
+/// The events this plugin asks NCCL for: groups, collectives and point-to-point calls with their kernels'
+/// channel times and the proxy's operations and steps (bytes per peer), and, from v5, the API calls (a
+/// one-rank communicator's collectives are seen there only).
+const MASK_V4: u64 = PROFILE_GROUP | PROFILE_COLL | PROFILE_P2P | PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_KERNEL_CH;
+const MASK_V5: u64 = MASK_V4 | PROFILE_COLL_API | PROFILE_P2P_API;
+
+const NAME: &CStr = c"efatop";
+
+/// A communicator's context, made by `init`: its index in the runtime.
+struct Ctx {
+    index: u32,
+}
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v6: ProfilerV6 =
+    ProfilerV6 { name: NAME.as_ptr(), init: init_v6, startEvent: start_v6, stopEvent: stop, recordEventState: record, finalize };
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v5: ProfilerV5 =
+    ProfilerV5 { name: NAME.as_ptr(), init: init_v5, startEvent: start_v5, stopEvent: stop, recordEventState: record, finalize };
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v4: ProfilerV4 =
+    ProfilerV4 { name: NAME.as_ptr(), init: init_v4, startEvent: start_v4, stopEvent: stop, recordEventState: record, finalize };
+
+// SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them between
+// threads reads constant data.
+unsafe impl Sync for ProfilerV4 {}
+// SAFETY: as for ProfilerV4.
+unsafe impl Sync for ProfilerV5 {}
+// SAFETY: as for ProfilerV4.
+unsafe impl Sync for ProfilerV6 {}
+
+/// A C string's first 15 bytes, copied; empty for a null pointer.
+///
+/// # Safety
+/// `ptr` is null or points to a NUL-terminated string (NCCL's names are static literals).
+#[inline]
+unsafe fn name(ptr: *const c_char) -> Name {
+    if ptr.is_null() {
+        return Name::default();
+    }
+    let mut bytes = [0u8; 15];
+    let mut len = 0;
+    while len < bytes.len() {
+        // SAFETY: the caller promises a NUL-terminated string; we stop at its NUL, never reading past it.
+        let byte = unsafe { *ptr.add(len) } as u8;
+        if byte == 0 {
+            break;
+        }
+        bytes[len] = byte;
+        len += 1;
+    }
+    Name::new(&bytes[..len])
+}
+
+fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, bits: u64) -> NcclResult {
+    let result = std::panic::catch_unwind(|| {
+        let runtime = runtime::start(abi);
+        let name = if comm_name.is_null() {
+            None
+        } else {
+            // SAFETY: NCCL passes its communicator's name as a NUL-terminated string, or null.
+            let text = unsafe { CStr::from_ptr(comm_name) };
+            Some(text.to_string_lossy().chars().take(efatop_proto::nccl::MAX_NAME).collect())
+        };
+        let info = CommInfo { comm, name, rank: rank.max(0) as u32, nranks: nranks.max(0) as u32, nnodes: nnodes.max(0) as u32 };
+        let index = runtime.register(info);
+        Box::into_raw(Box::new(Ctx { index }))
+    });
+    let Ok(ctx) = result else { return NCCL_SUCCESS };
+    // SAFETY: NCCL passes valid pointers to its context slot and to its activation mask.
+    unsafe {
+        *context = ctx.cast();
+        *mask = bits as c_int;
+    }
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn init_v6(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
+    init_common(6, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V5)
+}
+
+unsafe extern "C" fn init_v5(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
+    init_common(5, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V5)
+}
+
+unsafe extern "C" fn init_v4(context: *mut *mut c_void, mask: *mut c_int, comm_name: *const c_char, comm: u64, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
+    init_common(4, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V4)
+}
+
+/// The context's index, or `None` for a null context.
+///
+/// # Safety
+/// `context` is null or a pointer `init` returned.
+#[inline]
+unsafe fn ctx_index(context: *mut c_void) -> Option<u32> {
+    // SAFETY: non-null contexts are the `Ctx` boxes `init` leaked; they live for the process.
+    (!context.is_null()).then(|| unsafe { (*context.cast::<Ctx>()).index })
+}
+
+#[inline]
+fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_void, rank: c_int, event: Event) -> NcclResult {
+    let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
+    // SAFETY: the context is null or one `init` gave NCCL.
+    let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
+    let id = runtime.id();
+    runtime.push(Record::Start { t_ns: runtime.now_ns(), id, ctx, parent: parent as u64, rank, event });
+    if !handle.is_null() {
+        // SAFETY: NCCL passes a valid slot for the event's handle.
+        unsafe { *handle = id as *mut c_void };
+    }
+    NCCL_SUCCESS
+}
+
+/// v5's and v6's common events.
+///
+/// # Safety
+/// `descr` points to a descriptor of NCCL's v5 (or v6) layout whose union member matches its type.
+#[inline]
+unsafe fn event_v5(type_: u64, u: &crate::abi::DescrUnionV5, parent: *mut c_void) -> (Event, *mut c_void) {
+    // SAFETY (every union read below): NCCL fills the member that `type_` names.
+    unsafe {
+        match type_ {
+            PROFILE_GROUP => (Event::Group, parent),
+            PROFILE_COLL => {
+                let c = u.coll;
+                let event = Event::Coll {
+                    seq: c.seqNumber,
+                    func: name(c.func),
+                    count: c.count as u64,
+                    datatype: name(c.datatype),
+                    root: c.root,
+                    channels: c.nChannels,
+                    warps: c.nWarps,
+                    algo: name(c.algo),
+                    proto: name(c.proto),
+                    group: c.parentGroup as u64,
+                };
+                (event, parent)
+            }
+            PROFILE_P2P => {
+                let p = u.p2p;
+                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64 }, parent)
+            }
+            PROFILE_PROXY_OP => {
+                let p = u.proxyOp;
+                (Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }, parent)
+            }
+            PROFILE_PROXY_STEP => (Event::ProxyStep { step: u.proxyStep.step }, parent),
+            PROFILE_KERNEL_CH => (Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer }, parent),
+            PROFILE_COLL_API => {
+                let c = u.collApi;
+                (Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }, parent)
+            }
+            PROFILE_P2P_API => {
+                let p = u.p2pApi;
+                (Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }, parent)
+            }
+            PROFILE_GROUP_API => (Event::GroupApi { depth: u.groupApi.groupDepth }, parent),
+            PROFILE_KERNEL_LAUNCH => (Event::KernelLaunch, parent),
+            kind => (Event::Other { kind }, parent),
+        }
+    }
+}
+
+unsafe extern "C" fn start_v6(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV6) -> NcclResult {
+    if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // SAFETY: NCCL passes a valid descriptor for the call's duration. v6's union starts with v5's members
+    // at the same offsets (the union only grew), so for every type v5 knows, v5's view of it is v6's.
+    let (event, parent, rank) = unsafe {
+        let d = &*descr;
+        let u = &*std::ptr::addr_of!(d.u).cast::<crate::abi::DescrUnionV5>();
+        let (event, parent) = event_v5(d.type_, u, d.parentObj);
+        (event, parent, d.rank)
+    };
+    push_start(context, handle, parent, rank, event)
+}
+
+unsafe extern "C" fn start_v5(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV5) -> NcclResult {
+    if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // SAFETY: NCCL passes a valid v5 descriptor for the call's duration.
+    let (event, parent, rank) = unsafe {
+        let d = &*descr;
+        let (event, parent) = event_v5(d.type_, &d.u, d.parentObj);
+        (event, parent, d.rank)
+    };
+    push_start(context, handle, parent, rank, event)
+}
+
+unsafe extern "C" fn start_v4(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV4) -> NcclResult {
+    if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // SAFETY: NCCL passes a valid v4 descriptor for the call's duration, whose union member matches its
+    // type. In v4 a collective's and a point-to-point call's parent is their group.
+    let (event, parent, rank) = unsafe {
+        let d = &*descr;
+        let u = &d.u;
+        let event = match u64::from(d.type_) {
+            PROFILE_GROUP => Event::Group,
+            PROFILE_COLL => {
+                let c = u.coll;
+                Event::Coll {
+                    seq: c.seqNumber,
+                    func: name(c.func),
+                    count: c.count as u64,
+                    datatype: name(c.datatype),
+                    root: c.root,
+                    channels: c.nChannels,
+                    warps: c.nWarps,
+                    algo: name(c.algo),
+                    proto: name(c.proto),
+                    group: d.parentObj as u64,
+                }
+            }
+            PROFILE_P2P => {
+                let p = u.p2p;
+                Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: d.parentObj as u64 }
+            }
+            PROFILE_PROXY_OP => {
+                let p = u.proxyOp;
+                Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }
+            }
+            PROFILE_PROXY_STEP => Event::ProxyStep { step: u.proxyStep.step },
+            PROFILE_KERNEL_CH => Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer },
+            kind => Event::Other { kind },
+        };
+        (event, d.parentObj, d.rank)
+    };
+    push_start(context, handle, parent, rank, event)
+}
+
+unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
+    if handle.is_null() {
+        return NCCL_SUCCESS;
+    }
+    if let Some(runtime) = runtime::get() {
+        runtime.push(Record::Stop { t_ns: runtime.now_ns(), id: handle as u64 });
+    }
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateArgs) -> NcclResult {
+    if handle.is_null() {
+        return NCCL_SUCCESS;
+    }
+    let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
+    let wanted = (STATE_PROXY_STEP_SEND_GPU_WAIT..=STATE_PROXY_STEP_RECV_GPU_WAIT).contains(&state) || state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || state == STATE_KERNEL_CH_STOP;
+    let arg = if wanted && !args.is_null() {
+        // SAFETY: NCCL passes the state's arguments (zero-initialised, then the member for the state set):
+        // a proxy step's transSize for the step states, the kernel's pTimer for KernelChStop; both are 8
+        // bytes at the union's start.
+        unsafe {
+            if state == STATE_KERNEL_CH_STOP {
+                (*args).kernelCh.pTimer
+            } else {
+                (*args).proxyStep.transSize as u64
+            }
+        }
+    } else {
+        0
+    };
+    runtime.push(Record::State { t_ns: runtime.now_ns(), id: handle as u64, state, arg });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
+    // SAFETY: the context is null or one `init` gave NCCL. The `Ctx` is left allocated (a few bytes per
+    // communicator): a proxy thread could still hold it.
+    if let (Some(runtime), Some(ctx)) = (runtime::get(), unsafe { ctx_index(context) }) {
+        runtime.finalize(ctx);
+    }
+    NCCL_SUCCESS
+}
+
+/// This process's effective user id (a token file must be its own).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// NCCL's version as "2.28.3", where the process exports `ncclGetVersion` (libnccl is loaded: it loaded
+/// us).
+pub fn nccl_version() -> Option<String> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks a symbol up.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ncclGetVersion".as_ptr()) };
+    if symbol.is_null() {
+        return None;
+    }
+    let mut code: c_int = 0;
+    // SAFETY: `ncclResult_t ncclGetVersion(int*)` is NCCL's stable API; it writes one int.
+    let result = unsafe {
+        let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
+        get(&mut code)
+    };
+    (result == 0 && code > 0).then(|| {
+        // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before.
+        let code = code as u32;
+        if code >= 20900 {
+            format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
+        } else {
+            format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
+        }
+    })
+}
+
+/// CUDA's current device, where the process exports `cudaGetDevice` (a dynamically linked libcudart).
+pub fn cuda_device() -> Option<i32> {
+    // SAFETY: as in nccl_version.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"cudaGetDevice".as_ptr()) };
+    if symbol.is_null() {
+        return None;
+    }
+    let mut device: c_int = -1;
+    // SAFETY: `cudaError_t cudaGetDevice(int*)` writes one int; it is safe to call from any thread.
+    let result = unsafe {
+        let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
+        get(&mut device)
+    };
+    (result == 0 && device >= 0).then_some(device)
+}

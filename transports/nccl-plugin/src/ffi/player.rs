@@ -1,0 +1,302 @@
+//! The trace player: loads a built plugin (`dlopen`) and plays a [`Trace`]'s records into it through one
+//! ABI, as NCCL would call it (init, start/record/stop with the plugin's own handles as parents, finalize).
+//! The CI harness drives it; each call's duration is measured, so a test can show the hot path never
+//! waits.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void, CString};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::abi::{self, DescrV4, DescrV5, DescrV6, ProfilerV4, ProfilerV5, ProfilerV6, StateArgs};
+use crate::record::{Event, Name, Record};
+use crate::trace::{Line, Trace};
+
+/// A loaded plugin, through one ABI.
+pub struct Plugin {
+    _lib: libloading::Library,
+    abi: u32,
+    v4: *const ProfilerV4,
+    v5: *const ProfilerV5,
+    v6: *const ProfilerV6,
+}
+
+/// What a play did.
+#[derive(Clone, Debug, Default)]
+pub struct Played {
+    pub calls: u64,
+    /// The longest hot-path call (start, stop, record).
+    pub longest: Duration,
+}
+
+impl Plugin {
+    /// Loads `path` and looks up `ncclProfiler_v<abi>` (4, 5 or 6).
+    pub fn load(path: &Path, abi: u32) -> Result<Self, String> {
+        // SAFETY: loading the plugin runs no initialiser of ours beyond Rust's std (the plugin has no
+        // constructors); it is the library built from this crate.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("{}: {e}", path.display()))?;
+        let symbol = format!("ncclProfiler_v{abi}");
+        // SAFETY: the symbol is a static table of the type named by its version.
+        let table: *const c_void = unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.map(|s| *s).map_err(|e| format!("{symbol}: {e}"))?;
+        let (mut v4, mut v5, mut v6) = (std::ptr::null(), std::ptr::null(), std::ptr::null());
+        match abi {
+            4 => v4 = table.cast(),
+            5 => v5 = table.cast(),
+            6 => v6 = table.cast(),
+            _ => return Err(format!("no profiler ABI v{abi}")),
+        }
+        Ok(Self { _lib: lib, abi, v4, v5, v6 })
+    }
+
+    /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
+    pub fn play(&self, trace: &Trace, speed: f64, max_gap: Duration) -> Result<Played, String> {
+        let mut contexts: HashMap<u32, *mut c_void> = HashMap::new();
+        let mut handles: HashMap<u64, *mut c_void> = HashMap::new();
+        let mut played = Played::default();
+        let mut last_t: Option<u64> = None;
+        for line in &trace.lines {
+            let t_us = match line {
+                Line::Init { t_us, .. } | Line::Finalize { t_us, .. } => Some(*t_us),
+                Line::Record(Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. }) => Some(t_ns / 1000),
+                Line::Dropped(_) => None,
+            };
+            if let (Some(t), Some(prev)) = (t_us, last_t) {
+                let gap = Duration::from_micros(t.saturating_sub(prev)).div_f64(speed.max(1e-3)).min(max_gap);
+                if gap > Duration::from_micros(50) {
+                    std::thread::sleep(gap);
+                }
+            }
+            if t_us.is_some() {
+                last_t = t_us;
+            }
+            match line {
+                Line::Init { ctx, comm, rank, nranks, nnodes, name, .. } => {
+                    let name = CString::new(name.clone().unwrap_or_default()).unwrap_or_default();
+                    let mut context: *mut c_void = std::ptr::null_mut();
+                    let mut mask: c_int = 0;
+                    // SAFETY: the tables hold the plugin's functions of the ABI's signature; the arguments
+                    // live for the call.
+                    let result = unsafe {
+                        match self.abi {
+                            4 => ((*self.v4).init)(&mut context, &mut mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
+                            5 => ((*self.v5).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
+                            _ => ((*self.v6).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
+                        }
+                    };
+                    if result != abi::NCCL_SUCCESS || context.is_null() {
+                        return Err(format!("init failed ({result})"));
+                    }
+                    contexts.insert(*ctx, context);
+                }
+                Line::Finalize { ctx, .. } => {
+                    if let Some(context) = contexts.remove(ctx) {
+                        // SAFETY: as for init; the context is the one init gave.
+                        unsafe {
+                            match self.abi {
+                                4 => ((*self.v4).finalize)(context),
+                                5 => ((*self.v5).finalize)(context),
+                                _ => ((*self.v6).finalize)(context),
+                            }
+                        };
+                    }
+                }
+                Line::Record(record) => {
+                    let began = Instant::now();
+                    self.call(record, &contexts, &mut handles)?;
+                    played.longest = played.longest.max(began.elapsed());
+                    played.calls += 1;
+                }
+                Line::Dropped(_) => {}
+            }
+        }
+        Ok(played)
+    }
+
+    fn call(&self, record: &Record, contexts: &HashMap<u32, *mut c_void>, handles: &mut HashMap<u64, *mut c_void>) -> Result<(), String> {
+        let handle_of = |id: &u64, handles: &HashMap<u64, *mut c_void>| handles.get(id).copied().unwrap_or(std::ptr::null_mut());
+        match record {
+            Record::Start { id, ctx, parent, rank, event, .. } => {
+                let context = contexts.get(ctx).copied().ok_or_else(|| format!("event {id} of a communicator never initialised"))?;
+                let parent = handle_of(parent, handles);
+                let strings = Strings::of(event);
+                let mut handle: *mut c_void = std::ptr::null_mut();
+                // SAFETY: the descriptor is fully initialised for its type, its strings outlive the call,
+                // and the table's function has the ABI's signature.
+                unsafe {
+                    match self.abi {
+                        4 => {
+                            let mut d = descr_v4(event, parent, *rank, &strings, handles);
+                            ((*self.v4).startEvent)(context, &mut handle, &mut d)
+                        }
+                        5 => {
+                            let mut d = descr_v5(event, parent, *rank, &strings, handles);
+                            ((*self.v5).startEvent)(context, &mut handle, &mut d)
+                        }
+                        _ => {
+                            let d5 = descr_v5(event, parent, *rank, &strings, handles);
+                            let mut d: DescrV6 = std::mem::zeroed();
+                            d.type_ = d5.type_;
+                            d.parentObj = d5.parentObj;
+                            d.rank = d5.rank;
+                            std::ptr::copy_nonoverlapping(std::ptr::addr_of!(d5.u).cast::<u8>(), std::ptr::addr_of_mut!(d.u).cast::<u8>(), std::mem::size_of::<abi::DescrUnionV5>());
+                            ((*self.v6).startEvent)(context, &mut handle, &mut d)
+                        }
+                    }
+                };
+                handles.insert(*id, handle);
+            }
+            Record::State { id, state, arg, .. } => {
+                // SAFETY: a zeroed union is valid; the member set is the one the state reads.
+                let mut args: StateArgs = unsafe { std::mem::zeroed() };
+                if *state == abi::STATE_KERNEL_CH_STOP {
+                    args.kernelCh = abi::KernelChArgs { pTimer: *arg };
+                } else {
+                    args.proxyStep = abi::StepArgs { transSize: *arg as usize };
+                }
+                let handle = handle_of(id, handles);
+                // SAFETY: the table's function has the ABI's signature; args lives for the call.
+                unsafe {
+                    match self.abi {
+                        4 => ((*self.v4).recordEventState)(handle, *state, &mut args),
+                        5 => ((*self.v5).recordEventState)(handle, *state, &mut args),
+                        _ => ((*self.v6).recordEventState)(handle, *state, &mut args),
+                    }
+                };
+            }
+            Record::Stop { id, .. } => {
+                // NCCL keeps a stopped task's handle as its children's parent: so does the map.
+                let handle = handle_of(id, handles);
+                // SAFETY: as above.
+                unsafe {
+                    match self.abi {
+                        4 => ((*self.v4).stopEvent)(handle),
+                        5 => ((*self.v5).stopEvent)(handle),
+                        _ => ((*self.v6).stopEvent)(handle),
+                    }
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An event's names as C strings, alive while the call runs.
+struct Strings {
+    func: CString,
+    datatype: CString,
+    algo: CString,
+    proto: CString,
+}
+
+impl Strings {
+    fn of(event: &Event) -> Self {
+        let c = |n: &Name| CString::new(n.as_str()).unwrap_or_default();
+        let none = Name::default();
+        let (func, datatype, algo, proto) = match event {
+            Event::Coll { func, datatype, algo, proto, .. } => (func, datatype, algo, proto),
+            Event::P2p { func, datatype, .. } | Event::CollApi { func, datatype, .. } | Event::P2pApi { func, datatype, .. } => (func, datatype, &none, &none),
+            _ => (&none, &none, &none, &none),
+        };
+        Self { func: c(func), datatype: c(datatype), algo: c(algo), proto: c(proto) }
+    }
+}
+
+fn type_of(event: &Event) -> u64 {
+    match event {
+        Event::Group => abi::PROFILE_GROUP,
+        Event::Coll { .. } => abi::PROFILE_COLL,
+        Event::P2p { .. } => abi::PROFILE_P2P,
+        Event::ProxyOp { .. } => abi::PROFILE_PROXY_OP,
+        Event::ProxyStep { .. } => abi::PROFILE_PROXY_STEP,
+        Event::KernelCh { .. } => abi::PROFILE_KERNEL_CH,
+        Event::CollApi { .. } => abi::PROFILE_COLL_API,
+        Event::P2pApi { .. } => abi::PROFILE_P2P_API,
+        Event::GroupApi { .. } => abi::PROFILE_GROUP_API,
+        Event::KernelLaunch => abi::PROFILE_KERNEL_LAUNCH,
+        Event::Other { kind } => *kind,
+    }
+}
+
+fn descr_v5(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV5 {
+    // SAFETY: all-zero is a valid descriptor (null pointers, zero numbers), as NCCL starts from `= {0}`.
+    let mut d: DescrV5 = unsafe { std::mem::zeroed() };
+    d.type_ = type_of(event);
+    d.parentObj = parent;
+    d.rank = rank;
+    let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
+    match event {
+        Event::Coll { seq, count, root, channels, warps, group: g, .. } => {
+            d.u.coll = abi::CollV5 {
+                seqNumber: *seq,
+                func: s.func.as_ptr(),
+                sendBuff: std::ptr::null(),
+                recvBuff: std::ptr::null_mut(),
+                count: *count as usize,
+                root: *root,
+                datatype: s.datatype.as_ptr(),
+                nChannels: *channels,
+                nWarps: *warps,
+                algo: s.algo.as_ptr(),
+                proto: s.proto.as_ptr(),
+                parentGroup: group(g),
+            };
+        }
+        Event::P2p { count, peer, channels, group: g, .. } => {
+            d.u.p2p = abi::P2pV5 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels, parentGroup: group(g) };
+        }
+        Event::ProxyOp { channel, peer, steps, chunk, send } => {
+            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
+        }
+        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
+        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
+        Event::CollApi { count, root, .. } => {
+            d.u.collApi = abi::CollApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), root: *root, stream: std::ptr::null_mut(), graphCaptured: false };
+        }
+        Event::P2pApi { count, .. } => {
+            d.u.p2pApi = abi::P2pApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), stream: std::ptr::null_mut(), graphCaptured: false };
+        }
+        Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
+        Event::Group | Event::KernelLaunch | Event::Other { .. } => {}
+    }
+    d
+}
+
+/// v4 knows no API events: the player skips them (NCCL's v4 adapter does too) by sending them as types v4's
+/// plugin ignores. A collective's and a point-to-point call's parent is their group.
+fn descr_v4(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV4 {
+    // SAFETY: as in descr_v5.
+    let mut d: DescrV4 = unsafe { std::mem::zeroed() };
+    d.type_ = type_of(event) as u8;
+    d.parentObj = parent;
+    d.rank = rank;
+    let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
+    match event {
+        Event::Coll { seq, count, root, channels, warps, group: g, .. } => {
+            d.parentObj = group(g);
+            d.u.coll = abi::CollV4 {
+                seqNumber: *seq,
+                func: s.func.as_ptr(),
+                sendBuff: std::ptr::null(),
+                recvBuff: std::ptr::null_mut(),
+                count: *count as usize,
+                root: *root,
+                datatype: s.datatype.as_ptr(),
+                nChannels: *channels,
+                nWarps: *warps,
+                algo: s.algo.as_ptr(),
+                proto: s.proto.as_ptr(),
+            };
+        }
+        Event::P2p { count, peer, channels, group: g, .. } => {
+            d.parentObj = group(g);
+            d.u.p2p = abi::P2pV4 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels };
+        }
+        Event::ProxyOp { channel, peer, steps, chunk, send } => {
+            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
+        }
+        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
+        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
+        _ => {}
+    }
+    d
+}

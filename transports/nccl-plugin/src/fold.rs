@@ -1,0 +1,511 @@
+//! The plugin's own fold, on its thread: records in, per-communicator figures out.
+//!
+//! - A collective is finished when NCCL stopped it (host side, after the launch) and every child it had
+//!   (a kernel channel per channel it uses, its proxy operations) stopped. Its time is the GPU's: the first
+//!   channel's start to the last channel's end (KernelCh `pTimer`s, ns); without kernel events, the
+//!   proxy's first to last step; else none. NCCL's sequence number orders the calls per function.
+//! - Point-to-point calls are folded per group: a group of sends to every rank of one size is an alltoall
+//!   (nccl-tests' alltoall), any other a send/receive group; its time spans its calls' kernels.
+//! - Bytes per peer and channel come from proxy steps: the largest `transSize` a step reported, added when
+//!   it stops, to the peer and channel of its proxy operation (sent when the operation is a send).
+//! - A one-rank communicator has no kernel plan (NCCL copies): its collectives are counted from their API
+//!   events (v5 on), untimed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use efatop_proto::nccl::{type_size, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing};
+
+use crate::abi::STATE_KERNEL_CH_STOP;
+use crate::record::{Event, Record};
+
+/// Collectives a communicator may see without any kernel or proxy event before it stops waiting for them
+/// (NCCL may not deliver kernel events, e.g. under graph capture): then a call finishes when NCCL stops it.
+const UNTIMED_AFTER: u64 = 8;
+
+type RowKey = (Func, u64, String, String, String);
+
+#[derive(Default)]
+struct Span {
+    gpu_start: Option<u64>,
+    gpu_end: Option<u64>,
+    proxy_start: Option<u64>,
+    proxy_end: Option<u64>,
+}
+
+impl Span {
+    fn merge(&mut self, other: &Self) {
+        self.gpu_start = min_opt(self.gpu_start, other.gpu_start);
+        self.gpu_end = max_opt(self.gpu_end, other.gpu_end);
+        self.proxy_start = min_opt(self.proxy_start, other.proxy_start);
+        self.proxy_end = max_opt(self.proxy_end, other.proxy_end);
+    }
+
+    fn time(&self) -> (Timing, Option<u64>) {
+        match (self.gpu_start, self.gpu_end, self.proxy_start, self.proxy_end) {
+            (Some(a), Some(b), _, _) if b >= a => (Timing::Gpu, Some(b - a)),
+            (_, _, Some(a), Some(b)) if b >= a => (Timing::Proxy, Some(b - a)),
+            _ => (Timing::None, None),
+        }
+    }
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A collective or point-to-point call in flight.
+struct Task {
+    ctx: u32,
+    /// For a collective: its function, sequence number, row; for a point-to-point call: its group.
+    coll: Option<(Func, u64, RowKey)>,
+    p2p: Option<(u64, bool, i32, u64)>,
+    channels: u8,
+    stopped: bool,
+    kernels_open: u32,
+    kernels_done: u32,
+    proxies_open: u32,
+    proxies_done: u32,
+    span: Span,
+}
+
+struct Group {
+    ctx: u32,
+    stopped: bool,
+    open: u32,
+    sends: Vec<(i32, u64)>,
+    datatype: String,
+    span: Span,
+    any: bool,
+}
+
+enum Open {
+    Task(Task),
+    Group(Group),
+    ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32 },
+    ProxyStep { op: u64, bytes: u64 },
+    KernelCh { parent: u64, channel: u32, start: u64, end: Option<u64> },
+    Api { ctx: u32, func: Func, size: u64, datatype: String },
+    Other,
+}
+
+#[derive(Default)]
+struct Seqs {
+    started: u64,
+    finished: u64,
+    done: BTreeSet<u64>,
+    open: BTreeMap<u64, u64>,
+}
+
+impl Seqs {
+    fn start(&mut self, seq: u64, t_ns: u64) {
+        self.started = self.started.max(seq + 1);
+        self.open.insert(seq, t_ns);
+    }
+
+    fn finish(&mut self, seq: u64) {
+        self.open.remove(&seq);
+        if seq >= self.finished {
+            self.done.insert(seq);
+        }
+        loop {
+            if self.done.remove(&self.finished) {
+                self.finished += 1;
+            } else if !self.done.is_empty() && !self.open.contains_key(&self.finished) {
+                // A call whose start was dropped (full ring) never finishes here: step over it.
+                self.finished += 1;
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+struct Comm {
+    info: CommInfo,
+    rows: BTreeMap<RowKey, CollRow>,
+    dirty_rows: BTreeSet<RowKey>,
+    peers: BTreeMap<u32, PeerRow>,
+    dirty_peers: BTreeSet<u32>,
+    channels: BTreeMap<u32, ChannelRow>,
+    dirty_channels: BTreeSet<u32>,
+    seqs: BTreeMap<Func, Seqs>,
+    kernels_seen: bool,
+    proxies_seen: bool,
+    colls_seen: u64,
+    api_calls: u64,
+    finalized: bool,
+}
+
+/// The fold's state.
+#[derive(Default)]
+pub struct Fold {
+    comms: BTreeMap<u32, Comm>,
+    open: HashMap<u64, Open>,
+    /// Stops and states whose start never came (dropped, or before the plugin).
+    pub unmatched: u64,
+}
+
+impl Fold {
+    pub fn comm_started(&mut self, ctx: u32, info: CommInfo) {
+        self.comms.insert(
+            ctx,
+            Comm {
+                info,
+                rows: BTreeMap::new(),
+                dirty_rows: BTreeSet::new(),
+                peers: BTreeMap::new(),
+                dirty_peers: BTreeSet::new(),
+                channels: BTreeMap::new(),
+                dirty_channels: BTreeSet::new(),
+                seqs: BTreeMap::new(),
+                kernels_seen: false,
+                proxies_seen: false,
+                colls_seen: 0,
+                api_calls: 0,
+                finalized: false,
+            },
+        );
+    }
+
+    pub fn comm_ended(&mut self, ctx: u32) {
+        if let Some(comm) = self.comms.get_mut(&ctx) {
+            comm.finalized = true;
+        }
+    }
+
+    pub fn info(&self, ctx: u32) -> Option<&CommInfo> {
+        self.comms.get(&ctx).map(|c| &c.info)
+    }
+
+    pub fn add(&mut self, record: &Record) {
+        match *record {
+            Record::Start { t_ns, id, ctx, parent, event, .. } => self.start(t_ns, id, ctx, parent, event),
+            Record::State { id, state, arg, .. } => match self.open.get_mut(&id) {
+                Some(Open::ProxyStep { bytes, .. }) => *bytes = (*bytes).max(arg),
+                Some(Open::KernelCh { end, .. }) if state == STATE_KERNEL_CH_STOP => *end = Some(arg),
+                Some(_) => {}
+                None => self.unmatched += 1,
+            },
+            Record::Stop { t_ns, id } => self.stop(t_ns, id),
+        }
+    }
+
+    fn start(&mut self, t_ns: u64, id: u64, ctx: u32, parent: u64, event: Event) {
+        let Some(comm) = self.comms.get_mut(&ctx) else {
+            self.unmatched += 1;
+            return;
+        };
+        let nranks = comm.info.nranks;
+        let open = match event {
+            Event::Coll { seq, func, count, datatype, channels, algo, proto, .. } => {
+                let func = Func::from_nccl(func.as_str());
+                let size = func.test_size(count, type_size(datatype.as_str()), nranks);
+                comm.seqs.entry(func).or_default().start(seq, t_ns);
+                comm.colls_seen += 1;
+                let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string());
+                Open::Task(Task { ctx, coll: Some((func, seq, key)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
+            }
+            Event::P2p { func, count, datatype, peer, channels, group } => {
+                let bytes = count.saturating_mul(type_size(datatype.as_str()));
+                let send = func.as_str() == "Send";
+                comm.colls_seen += 1;
+                let group = if group == 0 { id } else { group };
+                match self.open.get_mut(&group) {
+                    Some(Open::Group(g)) => {
+                        g.open += 1;
+                        g.any = true;
+                        g.datatype = datatype.as_str().to_string();
+                        if send {
+                            g.sends.push((peer, bytes));
+                        }
+                    }
+                    _ => {
+                        // No group event (dropped, or masked): the call is its own group.
+                        let sends = if send { vec![(peer, bytes)] } else { Vec::new() };
+                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
+                    }
+                }
+                Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
+            }
+            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
+            Event::KernelCh { channel, ptimer } => {
+                comm.kernels_seen = true;
+                if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
+                    task.kernels_open += 1;
+                }
+                Open::KernelCh { parent, channel: u32::from(channel), start: ptimer, end: None }
+            }
+            Event::ProxyOp { channel, peer, send, .. } => {
+                comm.proxies_seen = true;
+                if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
+                    task.proxies_open += 1;
+                    task.span.proxy_start = min_opt(task.span.proxy_start, Some(t_ns));
+                }
+                Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel) }
+            }
+            Event::ProxyStep { .. } => Open::ProxyStep { op: parent, bytes: 0 },
+            Event::CollApi { func, count, datatype, .. } if nranks <= 1 => {
+                let func = Func::from_nccl(func.as_str());
+                Open::Api { ctx, func, size: func.test_size(count, type_size(datatype.as_str()), nranks), datatype: datatype.as_str().to_string() }
+            }
+            _ => Open::Other,
+        };
+        self.open.insert(id, open);
+    }
+
+    fn stop(&mut self, t_ns: u64, id: u64) {
+        let Some(open) = self.open.remove(&id) else {
+            self.unmatched += 1;
+            return;
+        };
+        match open {
+            Open::Task(mut task) => {
+                task.stopped = true;
+                self.settle_task(id, task);
+            }
+            Open::Group(mut group) => {
+                group.stopped = true;
+                self.settle_group(id, group);
+            }
+            Open::KernelCh { parent, channel, start, end } => {
+                let end = end.unwrap_or(start);
+                let ctx = if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
+                    task.kernels_open = task.kernels_open.saturating_sub(1);
+                    task.kernels_done += 1;
+                    task.span.gpu_start = min_opt(task.span.gpu_start, Some(start));
+                    task.span.gpu_end = max_opt(task.span.gpu_end, Some(end));
+                    Some(task.ctx)
+                } else {
+                    None
+                };
+                if let Some(comm) = ctx.and_then(|c| self.comms.get_mut(&c)) {
+                    let row = comm.channels.entry(channel).or_insert_with(|| ChannelRow { channel, sent: 0, received: 0, steps: 0, kernel_ns: 0 });
+                    row.kernel_ns += end.saturating_sub(start);
+                    comm.dirty_channels.insert(channel);
+                }
+                self.settle_parent(parent);
+            }
+            Open::ProxyOp { parent, .. } => {
+                if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
+                    task.proxies_open = task.proxies_open.saturating_sub(1);
+                    task.proxies_done += 1;
+                    task.span.proxy_end = max_opt(task.span.proxy_end, Some(t_ns));
+                }
+                self.settle_parent(parent);
+            }
+            Open::ProxyStep { op, bytes } => {
+                let Some(Open::ProxyOp { ctx, peer, send, channel, .. }) = self.open.get(&op) else { return };
+                let (ctx, peer, send, channel) = (*ctx, *peer, *send, *channel);
+                if let Some(comm) = self.comms.get_mut(&ctx) {
+                    let row = comm.peers.entry(peer).or_insert_with(|| PeerRow { peer, sent: 0, received: 0, steps: 0 });
+                    let ch = comm.channels.entry(channel).or_insert_with(|| ChannelRow { channel, sent: 0, received: 0, steps: 0, kernel_ns: 0 });
+                    if send {
+                        row.sent += bytes;
+                        ch.sent += bytes;
+                    } else {
+                        row.received += bytes;
+                        ch.received += bytes;
+                    }
+                    row.steps += 1;
+                    ch.steps += 1;
+                    comm.dirty_peers.insert(peer);
+                    comm.dirty_channels.insert(channel);
+                }
+            }
+            Open::Api { ctx, func, size, datatype } => {
+                if let Some(comm) = self.comms.get_mut(&ctx) {
+                    let key = (func, size, datatype.clone(), String::new(), String::new());
+                    let seq = comm.api_calls;
+                    comm.api_calls += 1;
+                    let seqs = comm.seqs.entry(func).or_default();
+                    seqs.start(seq, t_ns);
+                    seqs.finish(seq);
+                    add_row(comm, key, Timing::None, None);
+                }
+            }
+            Open::Other => {}
+        }
+    }
+
+    fn settle_parent(&mut self, parent: u64) {
+        if let Some(Open::Task(task)) = self.open.get(&parent) {
+            if task.stopped {
+                if let Some(Open::Task(task)) = self.open.remove(&parent) {
+                    self.settle_task(parent, task);
+                }
+            }
+        }
+    }
+
+    /// Finishes a stopped task whose children are done, or puts it back to wait for them.
+    fn settle_task(&mut self, id: u64, task: Task) {
+        let Some(comm) = self.comms.get(&task.ctx) else { return };
+        let children_done = task.kernels_open == 0
+            && task.proxies_open == 0
+            && if comm.kernels_seen {
+                task.kernels_done >= u32::from(task.channels.max(1))
+            } else if comm.proxies_seen {
+                task.proxies_done > 0
+            } else {
+                // No child yet on this communicator: wait for the first call's, unless none ever came.
+                comm.colls_seen > UNTIMED_AFTER
+            };
+        if !children_done {
+            self.open.insert(id, Open::Task(task));
+            return;
+        }
+        let Some(comm) = self.comms.get_mut(&task.ctx) else { return };
+        if let Some((func, seq, key)) = task.coll {
+            let (timing, time) = task.span.time();
+            add_row(comm, key, timing, time);
+            comm.seqs.entry(func).or_default().finish(seq);
+        }
+        if let Some((group, ..)) = task.p2p {
+            if let Some(Open::Group(g)) = self.open.get_mut(&group) {
+                g.open = g.open.saturating_sub(1);
+                g.span.merge(&task.span);
+                if g.stopped {
+                    if let Some(Open::Group(g)) = self.open.remove(&group) {
+                        self.settle_group(group, g);
+                    }
+                }
+            }
+        }
+    }
+
+    fn settle_group(&mut self, id: u64, group: Group) {
+        if group.open > 0 {
+            self.open.insert(id, Open::Group(group));
+            return;
+        }
+        if !group.any {
+            return;
+        }
+        let Some(comm) = self.comms.get_mut(&group.ctx) else { return };
+        let nranks = comm.info.nranks;
+        let bytes: u64 = group.sends.iter().map(|(_, b)| *b).sum();
+        let peers: BTreeSet<i32> = group.sends.iter().map(|(p, _)| *p).collect();
+        let even = group.sends.windows(2).all(|w| w[0].1 == w[1].1);
+        let func = if nranks > 1 && group.sends.len() == nranks as usize && peers.len() == nranks as usize && even { Func::AlltoAll } else { Func::SendRecv };
+        let (timing, time) = group.span.time();
+        add_row(comm, (func, bytes, group.datatype, String::new(), String::new()), timing, time);
+    }
+
+    /// Each communicator's interval message (rows changed since the last), `now_ns` on the plugin's clock;
+    /// finalized communicators are dropped after their last one.
+    pub fn intervals(&mut self, t_ms: u64, now_ns: u64) -> Vec<(PluginMessage, Option<PluginMessage>)> {
+        let mut out = Vec::new();
+        let mut ended = Vec::new();
+        for (ctx, comm) in &mut self.comms {
+            let colls = std::mem::take(&mut comm.dirty_rows).into_iter().filter_map(|k| comm.rows.get(&k).cloned()).collect();
+            let peers = std::mem::take(&mut comm.dirty_peers).into_iter().filter_map(|k| comm.peers.get(&k).cloned()).collect();
+            let channels = std::mem::take(&mut comm.dirty_channels).into_iter().filter_map(|k| comm.channels.get(&k).cloned()).collect();
+            let progress = comm
+                .seqs
+                .iter()
+                .map(|(func, s)| {
+                    let open = s.open.iter().next();
+                    Progress { func: *func, started: s.started, finished: s.finished, open_seq: open.map(|(q, _)| *q), open_ms: open.map_or(0, |(_, t)| now_ns.saturating_sub(*t) / 1_000_000) }
+                })
+                .collect();
+            let message = PluginMessage::Interval { t_ms, comm: comm.info.comm, rank: comm.info.rank, colls, peers, channels, progress };
+            let bye = comm.finalized.then_some(PluginMessage::Bye { comm: comm.info.comm, rank: comm.info.rank });
+            if comm.finalized {
+                ended.push(*ctx);
+            }
+            out.push((message, bye));
+        }
+        for ctx in ended {
+            self.comms.remove(&ctx);
+        }
+        out
+    }
+
+    /// Communicators still open.
+    pub fn comm_infos(&self) -> Vec<CommInfo> {
+        self.comms.values().map(|c| c.info.clone()).collect()
+    }
+}
+
+fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>) {
+    let row = comm.rows.entry(key.clone()).or_insert_with(|| CollRow {
+        func: key.0,
+        size: key.1,
+        datatype: key.2.clone(),
+        algo: key.3.clone(),
+        proto: key.4.clone(),
+        ops: 0,
+        timing,
+        timed: 0,
+        time_ns: 0,
+        min_ns: u64::MAX,
+        max_ns: 0,
+    });
+    row.ops += 1;
+    if let Some(ns) = time {
+        row.timing = timing;
+        row.timed += 1;
+        row.time_ns += ns;
+        row.min_ns = row.min_ns.min(ns);
+        row.max_ns = row.max_ns.max(ns);
+    }
+    comm.dirty_rows.insert(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{parse, Line};
+
+    fn fold_fixture(name: &str) -> Fold {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
+        let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
+        let mut fold = Fold::default();
+        for line in &trace.lines {
+            match line {
+                Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
+                    fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
+                }
+                Line::Record(r) => fold.add(r),
+                _ => {}
+            }
+        }
+        fold
+    }
+
+    #[test]
+    fn the_synthetic_run_folds_to_its_figures() {
+        let mut fold = fold_fixture("synthetic-full-r0.trace");
+        let out = fold.intervals(0, 0);
+        let PluginMessage::Interval { colls, peers, progress, .. } = &out[0].0 else { panic!() };
+        let row = |func: Func| colls.iter().find(|r| r.func == func).unwrap_or_else(|| panic!("{func:?} in {colls:#?}"));
+        let ar = row(Func::AllReduce);
+        assert_eq!((ar.size, ar.ops, ar.timed, ar.time_ns, ar.timing), (1 << 30, 6, 6, 6 * 20_000_000, Timing::Gpu));
+        let ag = row(Func::AllGather);
+        assert_eq!((ag.size, ag.ops, ag.time_ns), (128 << 20, 4, 4 * 4_000_000));
+        let a2a = row(Func::AlltoAll);
+        assert_eq!((a2a.size, a2a.ops, a2a.time_ns), (64 << 20, 4, 4 * 2_000_000));
+        assert_eq!(peers.len(), 1);
+        assert_eq!(peers[0].sent, 6 * (1 << 30) + 4 * (64 << 20) + 4 * (32 << 20));
+        assert!(progress.iter().all(|p| p.started == p.finished && p.open_seq.is_none()), "{progress:?}");
+        assert_eq!(fold.unmatched, 0);
+    }
+
+    #[test]
+    fn a_stuck_call_stays_open_with_its_sequence_number() {
+        let mut fold = fold_fixture("synthetic-hang-r1.trace");
+        let out = fold.intervals(0, 0);
+        let PluginMessage::Interval { progress, .. } = &out[0].0 else { panic!() };
+        assert_eq!(progress, &vec![Progress { func: Func::AllReduce, started: 6, finished: 5, open_seq: Some(5), open_ms: 0 }]);
+    }
+}

@@ -1,0 +1,25 @@
+//! efatop's NCCL profiler plugin: NCCL loads it through `NCCL_PROFILER_PLUGIN` (docs/watch.md) and calls it
+//! on every group, collective, point-to-point call, kernel channel and proxy operation and step.
+//!
+//! - [`ffi`]: the ABI tables NCCL looks up (`ncclProfiler_v6`, `_v5`, `_v4`) over [`abi`]'s layouts; the
+//!   hot path pushes fixed-size [`record::Record`]s into a lock-free ring ([`runtime`]) and returns: it
+//!   never blocks, locks or allocates, and a full ring drops and counts.
+//! - [`worker`]: the plugin's own thread folds the records ([`fold`]: per communicator and collective,
+//!   per peer, per channel, progress by sequence number), reads the node's EFA counters ([`identity`]) and
+//!   sends the figures ([`sink`]) to `efatop watch` or a file; with `EFATOP_PROFILER_TRACE` it also writes
+//!   every record ([`trace`]) for fixtures.
+//!
+//! It depends on `efatop-proto` alone among efatop's crates (no tokio, ratatui or hwloc).
+
+#![deny(unsafe_code)]
+
+pub mod abi;
+#[allow(unsafe_code)]
+pub mod ffi;
+pub mod fold;
+pub mod identity;
+pub mod record;
+pub mod runtime;
+pub mod sink;
+pub mod trace;
+pub mod worker;

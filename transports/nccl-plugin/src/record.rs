@@ -1,0 +1,53 @@
+//! What the hot path pushes into the ring: fixed-size, `Copy` records, names copied inline (NCCL's names
+//! are short literals: "AllReduce", "ncclFloat32", "RING", "SIMPLE"), so that nothing is allocated or
+//! dereferenced after the call returns.
+
+/// A name of at most 15 bytes, inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Name {
+    len: u8,
+    bytes: [u8; 15],
+}
+
+impl Name {
+    /// The first 15 bytes of `bytes`.
+    pub fn new(bytes: &[u8]) -> Self {
+        let mut name = Self::default();
+        let len = bytes.len().min(15);
+        name.bytes[..len].copy_from_slice(&bytes[..len]);
+        name.len = len as u8;
+        name
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+/// An event's descriptor, as far as the fold needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Group,
+    Coll { seq: u64, func: Name, count: u64, datatype: Name, root: i32, channels: u8, warps: u8, algo: Name, proto: Name, group: u64 },
+    P2p { func: Name, count: u64, datatype: Name, peer: i32, channels: u8, group: u64 },
+    ProxyOp { channel: u8, peer: i32, steps: i32, chunk: i32, send: bool },
+    ProxyStep { step: i32 },
+    KernelCh { channel: u8, ptimer: u64 },
+    CollApi { func: Name, count: u64, datatype: Name, root: i32 },
+    P2pApi { func: Name, count: u64, datatype: Name },
+    GroupApi { depth: i32 },
+    KernelLaunch,
+    /// Any other type (proxy control, network plugin, copy-engine events): counted, not folded.
+    Other { kind: u64 },
+}
+
+/// One call of the hot path. Ids are the handles this plugin gave NCCL (never 0); `parent` is NCCL's
+/// `parentObj`, which is one of them or 0. Times are ns since the plugin started (the host's monotonic
+/// clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    Start { t_ns: u64, id: u64, ctx: u32, parent: u64, rank: i32, event: Event },
+    /// `arg`: a proxy step's `transSize`, a kernel channel's stop `pTimer`, else 0.
+    State { t_ns: u64, id: u64, state: i32, arg: u64 },
+    Stop { t_ns: u64, id: u64 },
+}

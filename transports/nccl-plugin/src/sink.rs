@@ -1,0 +1,203 @@
+//! Where the fold's messages go: to the watcher `EFATOP_WATCH=host:port` names, or, without one, to a
+//! file `efatop replay` reads.
+//!
+//! The watcher's connection lives on a thread of its own, fed by a bounded queue the fold never waits on:
+//! a full queue (a slow or stopped watcher) or a missing one loses the message and counts it (`unsent`;
+//! figures are cumulative, so the next message carries what was lost). The thread connects with a
+//! timeout, proves the user's token (proto's handshake, purpose `Nccl`), sends the hello and the open
+//! communicators again on every connection, and retries with backoff (0.25 s doubling to 10 s). Nothing of
+//! this ever runs on NCCL's threads.
+
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_proto::nccl::{encode, file_hello, CommInfo, Origin, PluginMessage};
+
+/// Messages queued for the watcher's thread at most.
+const QUEUE: usize = 1024;
+
+type Frames = Arc<Mutex<Vec<(u64, u32, Vec<u8>)>>>;
+
+pub enum Sink {
+    Watcher { queue: SyncSender<Vec<u8>>, preamble: Frames, unsent: Arc<AtomicU64> },
+    File { file: std::io::BufWriter<std::fs::File>, unsent: u64 },
+    Off { unsent: u64 },
+}
+
+fn frame(message: &PluginMessage) -> Vec<u8> {
+    let mut out = Vec::new();
+    // A message of plain fields always serializes.
+    let _ = encode(message, &mut out);
+    out
+}
+
+fn say(text: &str) {
+    if std::env::var_os("EFATOP_PROFILER_QUIET").is_none() {
+        eprintln!("efatop-nccl[{}]: {text}", std::process::id());
+    }
+}
+
+impl Sink {
+    /// The sink the environment names, after `origin`'s hello.
+    pub fn from_env(origin: &Origin) -> Self {
+        let hello = frame(&PluginMessage::Hello { origin: origin.clone() });
+        if let Ok(address) = std::env::var("EFATOP_WATCH") {
+            let secret = match crate::identity::token() {
+                Ok(secret) => secret,
+                Err(err) => {
+                    say(&format!("EFATOP_WATCH={address}: {err}; nothing is sent"));
+                    return Self::Off { unsent: 0 };
+                }
+            };
+            let (queue, rx) = sync_channel(QUEUE);
+            let preamble: Frames = Arc::new(Mutex::new(vec![(u64::MAX, u32::MAX, hello)]));
+            let unsent = Arc::new(AtomicU64::new(0));
+            let (p, u) = (Arc::clone(&preamble), Arc::clone(&unsent));
+            let spawned = std::thread::Builder::new().name("efatop-nccl-send".into()).spawn(move || send_loop(&address, &secret, &rx, &p, &u));
+            if spawned.is_err() {
+                return Self::Off { unsent: 0 };
+            }
+            return Self::Watcher { queue, preamble, unsent };
+        }
+        let path = match std::env::var("EFATOP_PROFILER_FILE") {
+            Ok(p) if p == "none" => return Self::Off { unsent: 0 },
+            Ok(p) => PathBuf::from(p),
+            Err(_) => {
+                let dir = std::env::var_os("EFATOP_PROFILER_DIR").map_or_else(|| PathBuf::from("."), PathBuf::from);
+                dir.join(format!("efatop-nccl-{}-{}.efanccl", origin.host, origin.pid))
+            }
+        };
+        match efatop_proto::files::create_for_appending(&path) {
+            Ok(file) => {
+                let mut file = std::io::BufWriter::new(file);
+                let _ = file.write_all(file_hello().as_bytes());
+                let _ = file.write_all(&hello);
+                Self::File { file, unsent: 0 }
+            }
+            Err(err) => {
+                say(&format!("{err}; nothing is written"));
+                Self::Off { unsent: 0 }
+            }
+        }
+    }
+
+    /// A communicator opened: told now and on every reconnection.
+    pub fn comm(&mut self, info: &CommInfo) {
+        let message = frame(&PluginMessage::Comm { info: info.clone() });
+        if let Self::Watcher { preamble, .. } = self {
+            preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((info.comm, info.rank, message.clone()));
+        }
+        self.send_frame(message);
+    }
+
+    pub fn send(&mut self, message: &PluginMessage) {
+        if let (Self::Watcher { preamble, .. }, PluginMessage::Bye { comm, rank }) = (&*self, message) {
+            preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(c, r, _)| (*c, *r) != (*comm, *rank));
+        }
+        self.send_frame(frame(message));
+    }
+
+    fn send_frame(&mut self, bytes: Vec<u8>) {
+        match self {
+            Self::Watcher { queue, unsent, .. } => match queue.try_send(bytes) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    unsent.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Self::File { file, unsent } => {
+                if file.write_all(&bytes).is_err() {
+                    *unsent += 1;
+                }
+            }
+            Self::Off { unsent } => *unsent += 1,
+        }
+    }
+
+    pub fn flush(&mut self) {
+        if let Self::File { file, .. } = self {
+            let _ = file.flush();
+        }
+    }
+
+    pub fn unsent(&self) -> u64 {
+        match self {
+            Self::Watcher { unsent, .. } => unsent.load(Ordering::Relaxed),
+            Self::File { unsent, .. } | Self::Off { unsent } => *unsent,
+        }
+    }
+}
+
+fn connect(address: &str, secret: &Secret) -> Result<TcpStream, String> {
+    let addrs: Vec<_> = address.to_socket_addrs().map_err(|e| e.to_string())?.collect();
+    let mut last = String::from("no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(mut stream) => {
+                let timeout = Some(Duration::from_secs(5));
+                let _ = stream.set_read_timeout(timeout);
+                let _ = stream.set_write_timeout(timeout);
+                let _ = stream.set_nodelay(true);
+                match auth::connect(&mut stream, secret, Purpose::Nccl) {
+                    Ok(()) => return Ok(stream),
+                    Err(err) => last = err.to_string(),
+                }
+            }
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(last)
+}
+
+fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &Frames, unsent: &AtomicU64) {
+    let mut backoff = Duration::from_millis(250);
+    let mut told = false;
+    loop {
+        match connect(address, secret) {
+            Ok(mut stream) => {
+                backoff = Duration::from_millis(250);
+                say(&format!("streaming to efatop watch at {address}"));
+                told = false;
+                let frames: Vec<Vec<u8>> = preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, _, f)| f.clone()).collect();
+                if frames.iter().any(|f| stream.write_all(f).is_err()) {
+                    continue;
+                }
+                loop {
+                    match rx.recv_timeout(Duration::from_secs(1)) {
+                        Ok(bytes) => {
+                            if stream.write_all(&bytes).is_err() {
+                                unsent.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            }
+            Err(err) => {
+                if !told {
+                    say(&format!("efatop watch at {address}: {err}; retrying (the job goes on)"));
+                    told = true;
+                }
+                let deadline = std::time::Instant::now() + backoff;
+                while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+                    match rx.recv_timeout(left) {
+                        Ok(_) => {
+                            unsent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(RecvTimeoutError::Timeout) => break,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! `efatop watch`'s live view of an NCCL job, from the watcher's typed lines ([`WatchLine`]): a header with
+//! the job's size and the watcher's health, the hang locator's line, then sections drawn worst first so
+//! that a fleet's trouble is on the first screen:
+//! - **hosts**: per host, what NCCL's network path moved against what its EFA NICs carried over the last
+//!   window, with the fallback and rail flags (fallback first, then NICs behind their rail);
+//! - **ranks**: host, GPU, rank, communicator, NCCL and profiler ABI (a rank the hang locator names first,
+//!   then ranks that left);
+//! - **collectives**: per communicator, kind and size, calls, time, nccl-tests' algbw and busbw;
+//! - **peers**: bytes each rank's proxy sent to and received from each peer, most first.
+//!
+//! [`WatchView`] folds lines and keys; [`render`] paints it and keeps nothing. Keys: ↑↓ (or k j) scroll,
+//! PgUp-like `b`/space by a screen, `g` to the top, `q` quits.
+
+use std::collections::BTreeMap;
+
+use efatop_proto::counters::human_bytes;
+use efatop_proto::nccl::{Func, HangWhy, NicVerdict, WatchLine};
+use efatop_proto::sizes::format_size;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Widget;
+use ratatui::Frame;
+
+use crate::state::{Action, Key};
+
+/// One rank as the view shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankRow {
+    pub host: String,
+    pub pid: u32,
+    pub gpu: Option<String>,
+    pub comm: String,
+    pub rank: u32,
+    pub nranks: u32,
+    pub nccl_version: Option<String>,
+    pub abi: u32,
+    /// Its plugin left: with a bye (its communicator ended) or not.
+    pub gone: Option<bool>,
+}
+
+/// What the watcher's lines said, latest of each kind, and where the user scrolled to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WatchView {
+    /// By (host, pid, comm, rank).
+    pub ranks: BTreeMap<(String, u32, String, u32), RankRow>,
+    /// The latest `Coll` line of each (comm, func, size).
+    pub colls: BTreeMap<(String, Func, u64), WatchLine>,
+    /// The latest `Peer` line of each (comm, rank, peer).
+    pub peers: BTreeMap<(String, u32, u32), WatchLine>,
+    /// The latest `Nics` line of each host.
+    pub hosts: BTreeMap<String, WatchLine>,
+    /// Open hangs by (comm, func, seq).
+    pub hangs: BTreeMap<(String, Func, u64), WatchLine>,
+    pub health: Option<WatchLine>,
+    /// Lines folded so far.
+    pub lines: u64,
+    pub scroll: usize,
+}
+
+impl WatchView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds one line in.
+    pub fn push(&mut self, line: WatchLine) {
+        self.lines += 1;
+        match &line {
+            WatchLine::Rank { host, pid, gpu, comm, rank, nranks, nccl_version, abi, .. } => {
+                let row = RankRow { host: host.clone(), pid: *pid, gpu: gpu.clone(), comm: comm.clone(), rank: *rank, nranks: *nranks, nccl_version: nccl_version.clone(), abi: *abi, gone: None };
+                self.ranks.insert((host.clone(), *pid, comm.clone(), *rank), row);
+            }
+            WatchLine::Coll { comm, func, size, .. } => {
+                self.colls.insert((comm.clone(), *func, *size), line);
+            }
+            WatchLine::Peer { comm, rank, peer, .. } => {
+                self.peers.insert((comm.clone(), *rank, *peer), line);
+            }
+            WatchLine::Nics { host, .. } => {
+                self.hosts.insert(host.clone(), line);
+            }
+            WatchLine::Hang { comm, func, seq, .. } => {
+                self.hangs.insert((comm.clone(), *func, *seq), line);
+            }
+            WatchLine::HangOver { comm, func, seq } => {
+                self.hangs.remove(&(comm.clone(), *func, *seq));
+            }
+            WatchLine::Gone { host, pid, bye } => {
+                for row in self.ranks.values_mut().filter(|r| &r.host == host && r.pid == *pid) {
+                    row.gone = Some(*bye);
+                }
+            }
+            WatchLine::Health { .. } => self.health = Some(line),
+        }
+    }
+
+    /// One key: scrolling, or quitting.
+    pub fn handle_key(&mut self, key: Key) -> Action {
+        match key {
+            Key::Char('q') | Key::Esc => return Action::Quit,
+            Key::Down | Key::Char('j') => self.scroll += 1,
+            Key::Up | Key::Char('k') => self.scroll = self.scroll.saturating_sub(1),
+            Key::Char(' ') => self.scroll += 20,
+            Key::Char('b') => self.scroll = self.scroll.saturating_sub(20),
+            Key::Char('g') => self.scroll = 0,
+            _ => {}
+        }
+        Action::None
+    }
+
+    fn hung(&self, row: &RankRow) -> bool {
+        self.hangs.values().any(|h| matches!(h, WatchLine::Hang { comm, rank, host, .. } if *comm == row.comm && *rank == row.rank && *host == row.host))
+    }
+}
+
+const HEAD: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
+const BAD: Style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+const WARN: Style = Style::new().fg(Color::Yellow);
+const GOOD: Style = Style::new().fg(Color::Green);
+const DIM: Style = Style::new().fg(Color::DarkGray);
+
+fn severity(verdict: NicVerdict) -> u8 {
+    match verdict {
+        NicVerdict::Fallback => 0,
+        NicVerdict::BehindRail => 1,
+        NicVerdict::Ok => 2,
+        NicVerdict::Quiet => 3,
+    }
+}
+
+fn gbps(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+fn short_comm(comm: &str) -> &str {
+    comm.get(comm.len().saturating_sub(8)..).unwrap_or(comm)
+}
+
+/// The hang locator's sentence for one open hang.
+pub fn hang_text(line: &WatchLine) -> Option<String> {
+    let WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting } = line else { return None };
+    let what = match why {
+        HangWhy::NotFinished => "has not finished",
+        HangWhy::NotStarted => "has not started",
+        HangWhy::Silent => "went silent in",
+    };
+    let peers = if peers_done.is_empty() { format!("ranks {peers_waiting:?} wait in it") } else { format!("ranks {peers_done:?} finished it") };
+    Some(format!(
+        "HANG rank {rank} on {host} GPU {} {what} {} #{seq} on comm {} for {waiting_s:.0} s; {peers}",
+        gpu.as_deref().unwrap_or("?"),
+        func.label(),
+        short_comm(comm)
+    ))
+}
+
+/// Every line of the view, before scrolling: header, hang locator, hosts, ranks, collectives, peers.
+pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    let hosts: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.host.as_str()).collect();
+    let comms: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.comm.as_str()).collect();
+    let mut header = format!(" efatop watch · {} ranks on {} hosts · {} communicators", view.ranks.len(), hosts.len(), comms.len());
+    if let Some(WatchLine::Health { plugins, refused, dropped, unsent }) = &view.health {
+        header.push_str(&format!(" · {plugins} plugins connected · {refused} refused · {dropped} events dropped · {unsent} unsent"));
+    }
+    out.push(Line::styled(header, Style::new().add_modifier(Modifier::BOLD)));
+    if view.hangs.is_empty() {
+        out.push(Line::styled(" hang locator: no rank is behind its peers", GOOD));
+    } else {
+        out.extend(view.hangs.values().filter_map(hang_text).map(|t| Line::styled(format!(" {t}"), BAD)));
+    }
+
+    out.push(Line::from(""));
+    out.push(Line::styled(format!(" {:<16} {:>12} {:>12} {:>7}  {:<12} NICs", "HOST", "NCCL moved", "NICs carried", "window", "verdict"), HEAD));
+    let mut hosts: Vec<&WatchLine> = view.hosts.values().collect();
+    hosts.sort_by_key(|l| match l {
+        WatchLine::Nics { verdict, host, .. } => (severity(*verdict), host.clone()),
+        _ => (9, String::new()),
+    });
+    for line in hosts {
+        let WatchLine::Nics { host, window_s, nccl_bytes, nic_bytes, verdict, nics } = line else { continue };
+        let (label, style) = match verdict {
+            NicVerdict::Fallback => ("FALLBACK", BAD),
+            NicVerdict::BehindRail => ("NIC BEHIND", WARN),
+            NicVerdict::Ok => ("ok", GOOD),
+            NicVerdict::Quiet => ("quiet", DIM),
+        };
+        let behind: Vec<&str> = nics.iter().filter(|n| n.behind).map(|n| n.name.as_str()).collect();
+        let mut detail = format!("{} EFA", nics.len());
+        if !behind.is_empty() {
+            detail.push_str(&format!(", behind their rail: {}", behind.join(" ")));
+        }
+        out.push(Line::from(vec![
+            Span::raw(format!(" {host:<16} {:>12} {:>12} {:>6.1}s  ", human_bytes(*nccl_bytes), human_bytes(*nic_bytes), window_s)),
+            Span::styled(format!("{label:<12}"), style),
+            Span::raw(format!(" {detail}")),
+        ]));
+        if *verdict == NicVerdict::Fallback {
+            out.push(Line::styled(format!("   NCCL moved {}, its NICs carried {}: NCCL is not on EFA (sockets, TCP or shm)", human_bytes(*nccl_bytes), human_bytes(*nic_bytes)), BAD));
+        }
+    }
+    if view.hosts.is_empty() {
+        out.push(Line::styled(" (no host has sent its NICs' counters yet)", DIM));
+    }
+
+    out.push(Line::from(""));
+    out.push(Line::styled(format!(" {:<16} {:<10} {:>9} {:<9} {:<8} state", "HOST", "GPU", "RANK", "COMM", "NCCL"), HEAD));
+    let mut ranks: Vec<&RankRow> = view.ranks.values().collect();
+    ranks.sort_by_key(|r| (!view.hung(r), r.gone.is_some(), r.comm.clone(), r.rank));
+    for row in ranks {
+        let (state, style) = if view.hung(row) {
+            ("BEHIND (hang locator)".to_string(), BAD)
+        } else {
+            match row.gone {
+                Some(true) => ("finished".to_string(), DIM),
+                Some(false) => ("left without finalizing".to_string(), WARN),
+                None => ("live".to_string(), Style::new()),
+            }
+        };
+        out.push(Line::from(vec![
+            Span::raw(format!(
+                " {:<16} {:<10} {:>9} {:<9} {:<8} ",
+                row.host,
+                row.gpu.as_deref().unwrap_or("?"),
+                format!("{}/{}", row.rank, row.nranks),
+                short_comm(&row.comm),
+                format!("{} v{}", row.nccl_version.as_deref().unwrap_or("?"), row.abi)
+            )),
+            Span::styled(state, style),
+        ]));
+    }
+
+    out.push(Line::from(""));
+    out.push(Line::styled(format!(" {:<9} {:<14} {:>6} {:>6} {:>6} {:<14} {:>10} {:>9} {:>9}", "COMM", "COLLECTIVE", "SIZE", "CALLS", "RANKS", "ALGO/PROTO", "TIME us", "ALGBW", "BUSBW"), HEAD));
+    for line in view.colls.values() {
+        let WatchLine::Coll { comm, func, size, algo, proto, ranks, nranks, ops, time_us, algbw_gbps, busbw_gbps, .. } = line else { continue };
+        out.push(Line::raw(format!(
+            " {:<9} {:<14} {:>6} {:>6} {:>6} {:<14} {:>10} {:>9} {:>9}",
+            short_comm(comm),
+            func.label(),
+            format_size(*size),
+            ops,
+            format!("{ranks}/{nranks}"),
+            format!("{algo}/{proto}"),
+            time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
+            gbps(*algbw_gbps),
+            gbps(*busbw_gbps)
+        )));
+    }
+    if view.colls.is_empty() {
+        out.push(Line::styled(" (no collective yet)", DIM));
+    }
+
+    out.push(Line::from(""));
+    out.push(Line::styled(format!(" {:<9} {:<16} {:>6} {:>6} {:>12} {:>12} {:>9}", "COMM", "HOST", "RANK", "PEER", "SENT", "RECEIVED", "STEPS"), HEAD));
+    let mut peers: Vec<&WatchLine> = view.peers.values().collect();
+    peers.sort_by_key(|l| match l {
+        WatchLine::Peer { sent, received, .. } => std::cmp::Reverse(sent.saturating_add(*received)),
+        _ => std::cmp::Reverse(0),
+    });
+    for line in peers {
+        let WatchLine::Peer { comm, host, rank, peer, sent, received, steps } = line else { continue };
+        out.push(Line::raw(format!(" {:<9} {:<16} {rank:>6} {peer:>6} {:>12} {:>12} {steps:>9}", short_comm(comm), host, human_bytes(*sent), human_bytes(*received))));
+    }
+    if view.peers.is_empty() {
+        out.push(Line::styled(" (no bytes between peers yet: a one-rank communicator has none)", DIM));
+    }
+    out
+}
+
+/// Draws the whole view over the frame.
+pub fn draw(frame: &mut Frame, view: &WatchView) {
+    let area = frame.area();
+    render(view, area, frame.buffer_mut());
+}
+
+/// Draws the whole view into `area` of `buf`: the header and the hang locator stay; the rest scrolls;
+/// the last row names the keys.
+pub fn render(view: &WatchView, area: Rect, buf: &mut Buffer) {
+    if area.is_empty() {
+        return;
+    }
+    let all = lines(view);
+    let fixed = 1 + view.hangs.len().max(1);
+    let footer = u16::from(area.height > 2);
+    let rows = area.height.saturating_sub(footer) as usize;
+    let body = all.len().saturating_sub(fixed);
+    let scroll = view.scroll.min(body.saturating_sub(rows.saturating_sub(fixed)));
+    let shown = all.iter().take(fixed).chain(all.iter().skip(fixed + scroll)).take(rows);
+    for (y, line) in shown.enumerate() {
+        line.clone().render(Rect { y: area.y + y as u16, height: 1, ..area }, buf);
+    }
+    if footer == 1 {
+        let keys = format!(" ↑↓ scroll · space/b page · g top · q quit   {} lines", view.lines);
+        Line::styled(keys, DIM).render(Rect { y: area.bottom() - 1, height: 1, ..area }, buf);
+    }
+}
+
+/// The view as plain text, every line unscrolled (for logs and tests).
+pub fn plain_text(view: &WatchView) -> String {
+    lines(view).iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect::<String>().trim_end().to_string() + "\n").collect()
+}
+
+#[cfg(test)]
+mod tests;
