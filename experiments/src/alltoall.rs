@@ -202,7 +202,7 @@ struct Tracking<'w> {
     posted: Vec<Posted<'w>>,
     /// When the last write of this iteration from each source had landed (zero until then).
     arrived: Vec<Duration>,
-    /// Sources whose data, in some timed or warmup iteration, had all landed by this rank's first look
+    /// Sources whose data, in this iteration, had all landed by this rank's first look
     /// after posting its own writes: it arrived while this rank was still leaving the previous iteration
     /// (a provider whose receiver does the copies, such as shm's CUDA IPC path), so its time from this
     /// rank's start is not a measurement of the pair.
@@ -242,6 +242,9 @@ impl<'a> Exchange<'a> {
         for iteration in 0..sweep.warmup {
             self.iteration(iteration, &mut tracking)?;
         }
+        // Per source, the timed iterations whose arrival time counts (its data did not land before this
+        // rank's first look).
+        let mut counted = vec![0u64; world.size];
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
             // `--telemetry-ab`: every rank switches its sampler at the same iterations, before timing one.
             if let Some(block) = sweep.telemetry_ab {
@@ -257,17 +260,20 @@ impl<'a> Exchange<'a> {
             if sweep.telemetry_ab.is_some() {
                 report.iteration_ns.push(took.as_nanos() as u64);
             }
-            for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
-                *total += arrived.as_nanos() as u64;
+            for source in 0..world.size {
+                if !tracking.early[source] {
+                    report.arrival_ns[source] += tracking.arrived[source].as_nanos() as u64;
+                    counted[source] += 1;
+                }
             }
         }
         world.probe.set_sampling(true);
-        // A pair whose data landed before this rank's clock started is left unmeasured (blank in the pair
-        // matrix) rather than shown at an impossible rate.
-        for (total, early) in report.arrival_ns.iter_mut().zip(&tracking.early) {
-            if *early {
-                *total = 0;
-            }
+        // An iteration whose data from a source landed before this rank's clock started says nothing of the
+        // pair's rate: the pair's time is the mean over the other iterations, scaled to all of them (rank 0
+        // divides every pair's bytes by it), and a pair with no such iteration is left unmeasured (blank in
+        // the pair matrix) rather than shown at an impossible rate.
+        for (total, counted) in report.arrival_ns.iter_mut().zip(&counted) {
+            *total = if *counted == 0 { 0 } else { (u128::from(*total) * u128::from(sweep.iters) / u128::from(*counted)) as u64 };
         }
         Ok(report)
     }
@@ -301,6 +307,7 @@ impl<'a> Exchange<'a> {
             tracking.posted.push(Posted { segment: *segment, op: Some(op) });
         }
         tracking.arrived.fill(Duration::ZERO);
+        tracking.early.fill(false);
         let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
         let mut stall = crate::Stall::new();
