@@ -10,7 +10,7 @@ mod tools;
 mod view;
 
 pub use check::{CheckArgs, HealthFormat};
-pub use tools::{CompareArgs, MonitorArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
+pub use tools::{CompareArgs, MonitorArgs, PackageFilesArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
 pub use crate::experiment::parse_serve;
 pub use view::{AttachArgs, ReplayArgs};
 
@@ -52,7 +52,7 @@ pub enum Command {
     Watch(crate::watch::WatchArgs),
     /// Write the man pages and shell completions that the .deb and .rpm install (scripts/build/package)
     #[command(hide = true)]
-    PackageFiles(crate::package_files::PackageFilesArgs),
+    PackageFiles(PackageFilesArgs),
 }
 
 impl Cli {

@@ -6,20 +6,12 @@
 //! once complete, so a failed run leaves no half-written tree.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::CommandFactory as _;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
-
-#[derive(Debug, clap::Args)]
-pub struct PackageFilesArgs {
-    /// Directory to create, with man/ (one page per command, `efatop-run-write.1` for `efatop run write`)
-    /// and completions/ (bash, zsh, fish); it must not exist yet
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
-}
+use crate::cli::{Cli, PackageFilesArgs};
 
 /// The shells, each with the file name its completion directory expects.
 const SHELLS: [(Shell, &str); 3] = [(Shell::Bash, "efatop"), (Shell::Zsh, "_efatop"), (Shell::Fish, "efatop.fish")];

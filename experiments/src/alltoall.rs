@@ -202,11 +202,6 @@ struct Tracking<'w> {
     posted: Vec<Posted<'w>>,
     /// When the last write of this iteration from each source had landed (zero until then).
     arrived: Vec<Duration>,
-    /// Sources whose data, in this iteration, had all landed by this rank's first look
-    /// after posting its own writes: it arrived while this rank was still leaving the previous iteration
-    /// (a provider whose receiver does the copies, such as shm's CUDA IPC path), so its time from this
-    /// rank's start is not a measurement of the pair.
-    early: Vec<bool>,
 }
 
 impl<'a> Exchange<'a> {
@@ -232,7 +227,6 @@ impl<'a> Exchange<'a> {
             expected,
             seen,
             arrived: vec![Duration::ZERO; world.size],
-            early: vec![false; world.size],
         };
         let mut report = RankReport {
             arrival_ns: vec![0; world.size],
@@ -242,9 +236,6 @@ impl<'a> Exchange<'a> {
         for iteration in 0..sweep.warmup {
             self.iteration(iteration, &mut tracking)?;
         }
-        // Per source, the timed iterations whose arrival time counts (its data did not land before this
-        // rank's first look).
-        let mut counted = vec![0u64; world.size];
         for iteration in sweep.warmup..sweep.warmup + sweep.iters {
             // `--telemetry-ab`: every rank switches its sampler at the same iterations, before timing one.
             if let Some(block) = sweep.telemetry_ab {
@@ -260,21 +251,11 @@ impl<'a> Exchange<'a> {
             if sweep.telemetry_ab.is_some() {
                 report.iteration_ns.push(took.as_nanos() as u64);
             }
-            for source in 0..world.size {
-                if !tracking.early[source] {
-                    report.arrival_ns[source] += tracking.arrived[source].as_nanos() as u64;
-                    counted[source] += 1;
-                }
+            for (total, arrived) in report.arrival_ns.iter_mut().zip(&tracking.arrived) {
+                *total += arrived.as_nanos() as u64;
             }
         }
         world.probe.set_sampling(true);
-        // An iteration whose data from a source landed before this rank's clock started says nothing of the
-        // pair's rate: the pair's time is the mean over the other iterations, scaled to all of them (rank 0
-        // divides every pair's bytes by it), and a pair with no such iteration is left unmeasured (blank in
-        // the pair matrix) rather than shown at an impossible rate.
-        for (total, counted) in report.arrival_ns.iter_mut().zip(&counted) {
-            *total = if *counted == 0 { 0 } else { (u128::from(*total) * u128::from(sweep.iters) / u128::from(*counted)) as u64 };
-        }
         Ok(report)
     }
 
@@ -307,11 +288,9 @@ impl<'a> Exchange<'a> {
             tracking.posted.push(Posted { segment: *segment, op: Some(op) });
         }
         tracking.arrived.fill(Duration::ZERO);
-        tracking.early.fill(false);
         let mut sources_pending = world.size - 1;
         let mut outstanding = tracking.posted.len();
         let mut stall = crate::Stall::new();
-        let mut first_look = true;
         loop {
             let arrived_all = world.channels.iter().zip(tracking.expected.iter()).all(|(channel, want)| {
                 want.iter().enumerate().all(|(source, want)| channel.immediates_from(source) >= *want)
@@ -357,7 +336,6 @@ impl<'a> Exchange<'a> {
                     {
                         // Never zero once set: an arrival in the same nanosecond as the start still counts.
                         *arrived = now.max(Duration::from_nanos(1));
-                        tracking.early[source] |= first_look;
                         sources_pending -= 1;
                         // Peers are counted where their data lands: the dashboard's pair matrix is
                         // filled column by column from the receivers' samples.
@@ -367,7 +345,6 @@ impl<'a> Exchange<'a> {
             } else if stall.idle_longer_than(world.op_timeout) {
                 return Err(self.stalled(tracking, outstanding));
             }
-            first_look = false;
         }
     }
 

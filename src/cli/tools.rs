@@ -1,4 +1,5 @@
-//! The arguments of the tools beside the benchmarks: `queue`, `topo`, `report`, `compare`, `monitor`.
+//! The arguments of the tools beside the benchmarks: `queue`, `topo`, `report`, `compare`, `monitor`,
+//! `package-files`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -187,6 +188,15 @@ pub(super) fn parse_interval(text: &str) -> Result<Duration, String> {
         return Err(bad());
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `efatop package-files` (hidden): what scripts/build/package installs beside the binary.
+#[derive(Debug, clap::Args)]
+pub struct PackageFilesArgs {
+    /// Directory to create, with man/ (one page per command, `efatop-run-write.1` for `efatop run write`)
+    /// and completions/ (bash, zsh, fish); it must not exist yet
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub(crate) mod sample;
 mod selection;
 mod sweep;
 /// Cells, numbers and durations as every panel writes them (the many-node monitor's fleet overview too).
-pub(crate) mod text;
+pub(crate) use crate::text;
 mod topology;
 #[cfg(test)]
 mod tests;

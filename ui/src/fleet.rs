@@ -14,7 +14,7 @@
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 
-use crate::dashboard::text::{ago, cell, number, width, Align};
+use crate::text::{ago, cell, number, width, Align};
 use crate::state::fleet::{Fleet, RailSummary, HISTOGRAM_BINS};
 
 /// Narrowest percentile bar worth drawing.

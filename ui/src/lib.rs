@@ -10,5 +10,6 @@ pub mod fleet;
 pub mod ingest;
 pub mod monitor;
 pub mod state;
+pub(crate) mod text;
 pub mod view;
 pub mod watch;

@@ -86,7 +86,7 @@ unsafe fn name(ptr: *const c_char) -> Name {
 
 fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, bits: u64) -> NcclResult {
     let result = std::panic::catch_unwind(|| {
-        let runtime = runtime::start(abi);
+        let runtime = runtime::start(abi, crate::worker::spawn);
         let name = if comm_name.is_null() {
             None
         } else {
@@ -306,51 +306,4 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
         runtime.finalize(ctx);
     }
     NCCL_SUCCESS
-}
-
-/// This process's effective user id (a token file must be its own).
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// NCCL's version as "2.28.3", where the process exports `ncclGetVersion` (libnccl is loaded: it loaded
-/// us).
-pub fn nccl_version() -> Option<String> {
-    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks a symbol up.
-    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ncclGetVersion".as_ptr()) };
-    if symbol.is_null() {
-        return None;
-    }
-    let mut code: c_int = 0;
-    // SAFETY: `ncclResult_t ncclGetVersion(int*)` is NCCL's stable API; it writes one int.
-    let result = unsafe {
-        let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
-        get(&mut code)
-    };
-    (result == 0 && code > 0).then(|| {
-        // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before.
-        let code = code as u32;
-        if code >= 20900 {
-            format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
-        } else {
-            format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
-        }
-    })
-}
-
-/// CUDA's current device, where the process exports `cudaGetDevice` (a dynamically linked libcudart).
-pub fn cuda_device() -> Option<i32> {
-    // SAFETY: as in nccl_version.
-    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"cudaGetDevice".as_ptr()) };
-    if symbol.is_null() {
-        return None;
-    }
-    let mut device: c_int = -1;
-    // SAFETY: `cudaError_t cudaGetDevice(int*)` writes one int; it is safe to call from any thread.
-    let result = unsafe {
-        let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
-        get(&mut device)
-    };
-    (result == 0 && device >= 0).then_some(device)
 }

@@ -22,7 +22,7 @@ pub fn gpu() -> Option<String> {
     if let Ok(gpu) = std::env::var("EFATOP_GPU") {
         return Some(gpu);
     }
-    if let Some(device) = crate::ffi::cuda_device() {
+    if let Some(device) = crate::host::cuda_device() {
         return Some(device.to_string());
     }
     if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
@@ -39,7 +39,7 @@ pub fn origin(abi: u32) -> Origin {
         pid: std::process::id(),
         gpu: gpu(),
         // `EFATOP_NCCL_VERSION` stands in where no NCCL is loaded (the trace player).
-        nccl_version: crate::ffi::nccl_version().or_else(|| std::env::var("EFATOP_NCCL_VERSION").ok()),
+        nccl_version: crate::host::nccl_version().or_else(|| std::env::var("EFATOP_NCCL_VERSION").ok()),
         abi,
         plugin_version: env!("CARGO_PKG_VERSION").to_string(),
     }
@@ -69,7 +69,7 @@ fn read_token_file(path: &Path) -> Result<String, String> {
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
-    if meta.uid() != crate::ffi::euid() {
+    if meta.uid() != crate::host::euid() {
         return Err(format!("owned by uid {}, not by this user", meta.uid()));
     }
     if meta.mode() & 0o077 != 0 {

@@ -5,7 +5,8 @@
 //!   hot path pushes fixed-size [`record::Record`]s into a lock-free ring ([`runtime`]) and returns: it
 //!   never blocks, locks or allocates, and a full ring drops and counts.
 //! - [`worker`]: the plugin's own thread folds the records ([`fold`]: per communicator and collective,
-//!   per peer, per channel, progress by sequence number), reads the node's EFA counters ([`identity`]) and
+//!   per peer, per channel, progress by sequence number), reads the node's EFA counters ([`identity`], with
+//!   what [`host`] looks up in the process) and
 //!   sends the figures ([`sink`]) to `efatop watch` or a file; with `EFATOP_PROFILER_TRACE` it also writes
 //!   every record ([`trace`]) for fixtures.
 //!
@@ -17,6 +18,8 @@ pub mod abi;
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod fold;
+#[allow(unsafe_code)]
+pub mod host;
 pub mod identity;
 pub mod record;
 pub mod runtime;

@@ -96,10 +96,10 @@ pub fn get() -> Option<&'static Runtime> {
     RUNTIME.get()
 }
 
-/// The runtime, made (and its fold's thread started) by the first call.
-pub fn start(abi: u32) -> &'static Runtime {
+/// The runtime, made by the first call, which also starts its fold's thread with `spawn` (the worker's).
+pub fn start(abi: u32, spawn: fn(&'static Runtime)) -> &'static Runtime {
     let runtime = RUNTIME.get_or_init(Runtime::new);
     let _ = runtime.abi.compare_exchange(0, abi, Ordering::Relaxed, Ordering::Relaxed);
-    FOLD.call_once(|| crate::worker::spawn(runtime));
+    FOLD.call_once(|| spawn(runtime));
     runtime
 }

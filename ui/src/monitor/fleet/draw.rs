@@ -15,7 +15,7 @@ use ratatui::widgets::Widget;
 
 use super::NodeFleet;
 use crate::fleet::{low_flag, nic_cell, percent, rail_line, rails_compact, rails_heading, spread_scale, strip};
-use crate::dashboard::text::{ago, cell, number, width, Align};
+use crate::text::{ago, cell, number, width, Align};
 use crate::monitor::NodesView;
 use crate::state::fleet::{HostStrip, WorstNic};
 
