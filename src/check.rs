@@ -15,7 +15,7 @@ use std::time::Duration;
 use efatop_fabric::{Capabilities, Channel, ChannelOptions, Provider, discover_nics};
 use efatop_health::contract::{self, table, verdict, DrainAction, Verdict};
 use efatop_health::{observe_with_traffic, Expected, Libfabric, LibfabricFacts, Report};
-use efatop_monitor::{FakeNode, Fault, Sysfs};
+use efatop_node::{FakeNode, Fault, Sysfs};
 use efatop_proto::output::Line;
 
 use crate::cli::{CheckArgs, HealthFormat};

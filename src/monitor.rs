@@ -1,5 +1,5 @@
 //! `efatop monitor`: a live view of a node's NIC and GPU-link counters with no benchmark running (logic in
-//! `efatop-monitor`, drawing in `efatop_ui::monitor`). On a terminal: the ratatui view, redrawn on a tick,
+//! `efatop-node`, drawing in `efatop_ui::monitor`). On a terminal: the ratatui view, redrawn on a tick,
 //! fed by a reader thread every `--interval`. Otherwise, or with `--json` / `--once`: text or JSON lines
 //! on stdout. Under mpirun or srun, one rank per node, rank 0 shows every node ([`nodes`]).
 
@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use efatop_monitor::prometheus::{Exporter, FreshCounters};
-use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_node::prometheus::{Exporter, FreshCounters};
+use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
 use efatop_proto::output::Line;
 use efatop_proto::telemetry::NodeSample;
 use efatop_topology::NodeTopology;
@@ -171,7 +171,7 @@ fn build_monitor(args: &MonitorArgs, sysfs_root: &Path) -> Result<Monitor, Failu
     };
     let sysfs = Sysfs::new(sysfs_root);
     // Xids counted live from the kernel log (this machine's, or the tree's dev/kmsg), for --prometheus.
-    efatop_monitor::xid_watch::XidWatch::start(&host_name(), &sysfs);
+    efatop_node::xid_watch::XidWatch::start(&host_name(), &sysfs);
     Ok(Monitor::new(host_name(), sysfs, affinity, gpus))
 }
 

@@ -10,7 +10,7 @@ use efatop_topology::NodeTopology;
 pub fn peak_between_ranks(placements: &[RankPlacement]) -> Option<PairPeak> {
     let bus = |rank: usize| placements.iter().find(|p| p.rank == rank).and_then(|p| p.gpu_pci_bus_id.clone());
     let (from, to) = (bus(0)?, bus(1)?);
-    let pair = efatop_monitor::pair_link_or_inferred(NodeTopology::discover().ok().as_ref(), &from, &to).ok()?;
+    let pair = efatop_node::pair_link_or_inferred(NodeTopology::discover().ok().as_ref(), &from, &to).ok()?;
     let peak = pair.peak_gbytes_per_s?;
     let origin = NvlinkPeakOrigin { source: pair.source, links: pair.active_links.zip(pair.per_link_gbytes_per_s) };
     Some(PairPeak { gbytes_per_s: peak, origin })
@@ -19,7 +19,7 @@ pub fn peak_between_ranks(placements: &[RankPlacement]) -> Option<PairPeak> {
 /// NVML's count of this rank's GPU's NVLink traffic (GPM, Hopper and newer), as a log line beside what the
 /// experiment measures; nothing where NVML or GPM is missing.
 pub fn writer_link_counters(world: &efatop_experiments::World<'_>) -> efatop_experiments::ipc::LinkCounters {
-    use efatop_monitor::GpuReader;
+    use efatop_node::GpuReader;
     use efatop_proto::telemetry::NodeGpus;
     let bus = world.gpu.as_ref().and_then(|gpu| efatop_topology::normalize_bus_id(gpu.pci_bus_id()));
     let mut reader = GpuReader::open();

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use efatop_fabric::{Capabilities, Provider, discover_nics};
-use efatop_monitor::NvlinkSurvey;
+use efatop_node::NvlinkSurvey;
 use efatop_proto::topology::GpuLinkSource;
 use efatop_topology::{FabricNic, GpuChoice, NodeTopology, Placement, TopologyError};
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use efatop_monitor::{Affinity, FakeNode, GpuReader, Monitor, Sysfs};
+use efatop_node::{Affinity, FakeNode, GpuReader, Monitor, Sysfs};
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus")
@@ -74,8 +74,8 @@ fn every_metric_the_rules_name_is_served_by_the_monitor() {
     let dir = tempfile::tempdir().expect("tempdir");
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
     // An Xid in its kernel log, counted live as `efatop monitor` counts them (efatop_gpu_xid_total).
-    node.plant(efatop_monitor::Fault::Xid(79)).expect("plant Xid 79");
-    let xids = efatop_monitor::xid_watch::XidWatch::start("p5", &Sysfs::new(node.root()));
+    node.plant(efatop_node::Fault::Xid(79)).expect("plant Xid 79");
+    let xids = efatop_node::xid_watch::XidWatch::start("p5", &Sysfs::new(node.root()));
     let counts = xids.counts();
     assert_eq!(counts.len(), 1, "{counts:?}");
     assert_eq!((counts[0].gpu, counts[0].xid, counts[0].count), (Some(3), 79, 1));
@@ -85,7 +85,7 @@ fn every_metric_the_rules_name_is_served_by_the_monitor() {
     for (device, _) in node.efa().iter().skip(1).step_by(4) {
         node.counters().advance(device, "tx_bytes", 1_000_000_000).expect("advance");
     }
-    let text = efatop_monitor::prometheus::render(vec![monitor.sample(Duration::from_secs(1))]).expect("render");
+    let text = efatop_node::prometheus::render(vec![monitor.sample(Duration::from_secs(1))]).expect("render");
     for name in &names {
         assert!(text.contains(&format!("\n{name}{{")), "the rules name {name}, which efatop monitor does not serve");
     }

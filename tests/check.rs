@@ -1,4 +1,4 @@
-//! `efatop check` as a program, on fake p5, p5e, p5en, p4d, p4de, p6-b200, p6-b300 and p6e-gb200 nodes (`efatop_monitor::FakeNode`, what
+//! `efatop check` as a program, on fake p5, p5e, p5en, p4d, p4de, p6-b200, p6-b300 and p6e-gb200 nodes (`efatop_node::FakeNode`, what
 //! `scripts/fixtures/make-fake-sysfs --type` writes): for every fault planted (a missing NIC, a port down,
 //! `impaired_remote_conn_events` rising during the window, a NIC on the wrong NUMA node, memlock too low)
 //! and every format (table, JSON, NHC, node-problem-detector, Slurm), exactly that fault is named, about
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{efatop, report_of};
-use efatop_monitor::{FakeNode, Fault};
+use efatop_node::{FakeNode, Fault};
 use serde_json::Value;
 
 const TYPES: [&str; 8] = [

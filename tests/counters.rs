@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{efatop, run_program, serial};
-use efatop_monitor::FakeSysfs;
+use efatop_node::FakeSysfs;
 use serde_json::Value;
 
 /// The lock every user of scripts/cluster/emulate-cluster takes (another engineer's runs, other test binaries).

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{efatop, efatop_path, run_program};
-use efatop_monitor::{FakeNode, Fault};
+use efatop_node::{FakeNode, Fault};
 use serde_json::Value;
 
 fn deploy(path: &str) -> PathBuf {

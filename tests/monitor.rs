@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use common::{efatop, efatop_in, snapshot_of};
-use efatop_monitor::FakeSysfs;
+use efatop_node::FakeSysfs;
 use serde_json::Value;
 
 fn p5_fixture() -> String {
@@ -165,7 +165,7 @@ fn this_machine_has_lo_and_a_gpu_panel_that_says_what_it_found() {
     assert_eq!(nic(&snapshot, "lo")["kind"], "net");
     let gpus = &snapshot["gpus"];
     match gpus["state"].as_str() {
-        Some("unavailable") => assert_eq!(gpus["reason"], efatop_monitor::NO_DRIVER),
+        Some("unavailable") => assert_eq!(gpus["reason"], efatop_node::NO_DRIVER),
         Some("gpus") => assert!(!gpus["gpus"].as_array().unwrap().is_empty()),
         other => panic!("{other:?}: {snapshot}"),
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use efatop_monitor::FakeSysfs;
+use efatop_node::FakeSysfs;
 use serde_json::Value;
 
 /// Bytes per second the test writes on the fake NIC.
@@ -205,8 +205,8 @@ fn the_shipped_alert_fires_on_the_planted_fault_and_not_on_a_healthy_node() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/efatop-rules.yml");
-    let healthy = efatop_monitor::FakeNode::write(dir.path().join("healthy"), "p5.48xlarge").expect("healthy p5");
-    let faulty = efatop_monitor::FakeNode::write(dir.path().join("faulty"), "p5.48xlarge").expect("faulty p5");
+    let healthy = efatop_node::FakeNode::write(dir.path().join("healthy"), "p5.48xlarge").expect("healthy p5");
+    let faulty = efatop_node::FakeNode::write(dir.path().join("faulty"), "p5.48xlarge").expect("faulty p5");
     let (_healthy_monitor, healthy_endpoint) = start_monitor(healthy.root(), &fixture);
     let (_faulty_monitor, faulty_endpoint) = start_monitor(faulty.root(), &fixture);
     let stop = Arc::new(AtomicBool::new(false));

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use efatop_monitor::FakeSysfs;
+use efatop_node::FakeSysfs;
 use serde_json::Value;
 
 /// A process this test started (and, for a launcher, the ranks it started), killed by pid when the test

@@ -172,8 +172,8 @@ fn as_health_check_a_planted_fault_drains_its_node_with_efatops_reason_and_remov
     );
     assert_eq!(operator.code, Some(0), "{}", operator.stderr);
     // Node 2's port 1 of rdmap80s0 goes down.
-    let node = efatop_monitor::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node2"), "p5.48xlarge").expect("node 2's tree");
-    node.plant(efatop_monitor::Fault::PortDown).expect("plant");
+    let node = efatop_node::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node2"), "p5.48xlarge").expect("node 2's tree");
+    node.plant(efatop_node::Fault::PortDown).expect("plant");
     let drained = wait_until("efatop-node2 drained by the health check", Duration::from_mins(1), || {
         reasons().into_iter().find(|(_, nodes)| nodes == "efatop-node2")
     });
@@ -195,8 +195,8 @@ fn as_prolog_a_planted_fault_drains_the_node_and_the_job_does_not_start_there() 
     let _one = serial();
     // The health check off, so that only the prolog can drain.
     let Some(_slurm) = SlurmCluster::up_with(&["--prolog", "--healthcheck-interval", "0"]) else { return };
-    let node = efatop_monitor::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node3"), "p5.48xlarge").expect("node 3's tree");
-    node.plant(efatop_monitor::Fault::PortDown).expect("plant");
+    let node = efatop_node::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node3"), "p5.48xlarge").expect("node 3's tree");
+    node.plant(efatop_node::Fault::PortDown).expect("plant");
     let refused = srun(&["-w", "efatop-node3", "-N", "1", "hostname"], Duration::from_mins(1));
     println!("srun on the faulty node: exit {:?}\n{}", refused.code, refused.stderr);
     assert_ne!(refused.code, Some(0), "{}", refused.stdout);

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{Cluster, JsonLine, cluster_script, data_of, data_value, efatop, efatop_path, json_lines, run_program, serial};
-use efatop_monitor::FakeSysfs;
+use efatop_node::FakeSysfs;
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use efatop_topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
-use efatop_monitor::node::{MemlockLimit, PciFunction, RdmaDevice};
-use efatop_monitor::xid;
+use efatop_node::node::{MemlockLimit, PciFunction, RdmaDevice};
+use efatop_node::xid;
 use efatop_proto::action::Action;
 use efatop_proto::telemetry::rails::RailLoad;
 use efatop_proto::telemetry::NicKind;
 
-use efatop_monitor::{Affinity, GpuReader, Monitor, Sysfs};
+use efatop_node::{Affinity, GpuReader, Monitor, Sysfs};
 
 pub use rules::{evaluate, WATCHED_COUNTERS};
 pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
@@ -266,7 +266,7 @@ pub struct Observed {
     /// The GPU Xids of the kernel log ([`xid::read`]), or why it could not be read.
     pub xids: Result<xid::XidLog, String>,
     /// Each GPU's memory health through NVML ([`crate::memory_health`]), or why it was not read.
-    pub gpu_memory: Result<Vec<efatop_monitor::GpuMemory>, String>,
+    pub gpu_memory: Result<Vec<efatop_node::GpuMemory>, String>,
 }
 
 /// The instance type to judge against, and where it came from.
@@ -339,7 +339,7 @@ pub fn observe_with_traffic(
         traffic,
         xids: xid::read(sysfs.root()),
         gpu_memory: if sysfs.root() == std::path::Path::new("/") {
-            efatop_monitor::memory_health()
+            efatop_node::memory_health()
         } else {
             Err(format!("--sysfs-root {} is not this machine: NVML not asked", sysfs.root().display()))
         },

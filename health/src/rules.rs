@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use efatop_topology::{NicKind as LayoutNicKind, NodeTopology};
 
-use efatop_monitor::node::{PciFunction, PcieLink, RdmaDevice};
-use efatop_monitor::xid;
+use efatop_node::node::{PciFunction, PcieLink, RdmaDevice};
+use efatop_node::xid;
 use efatop_proto::action::Action;
 
 use super::{Expected, Finding, Libfabric, LibfabricFacts, Observed, Rule, Status};

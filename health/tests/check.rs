@@ -8,7 +8,7 @@ use efatop_health::{
     observe, observe_with_traffic, Carrier, Expected, Finding, Libfabric, LibfabricFacts, NicBytes, Observed, Report, Rule, SlowNic, Status, Traffic,
     TrafficChannel, TrafficOutcome,
 };
-use efatop_monitor::{FakeNode, Fault, Sysfs};
+use efatop_node::{FakeNode, Fault, Sysfs};
 
 const TYPES: [&str; 4] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge"];
 

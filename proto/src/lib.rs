@@ -32,7 +32,7 @@
 //! - [`output`]: every `--json` line of every command, as one tagged type ([`output::Line`]), golden-tested.
 //! - [`words`]: counts and articles in messages (`1 segment`, `an alltoall run`).
 //! - [`topology`]: a node's layout as results carry it (links, GPU pairs, CPU lists); `efatop-topology`
-//!   finds it with hwloc, `efatop-monitor` with NVML.
+//!   finds it with hwloc, `efatop-node` with NVML.
 //!
 //! `efatop-ui`, `efatop-report` and the fuzz targets build on this crate alone; every crate names these
 //! types by their paths here.

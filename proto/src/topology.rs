@@ -1,7 +1,7 @@
 //! A node's layout as results and the dashboard carry it, with no hwloc or NVML behind it: how two devices
 //! are connected in the terms of `nvidia-smi topo -m` ([`Link`]), what NVLink carries between two GPUs
 //! ([`PairLink`], and where that came from, [`GpuLinkSource`]), and CPU lists in the kernel's format.
-//! `efatop-topology` finds these facts with hwloc, `efatop-monitor` with NVML.
+//! `efatop-topology` finds these facts with hwloc, `efatop-node` with NVML.
 
 use std::fmt;
 use std::str::FromStr;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::world::{index_on_machine, machine};
 use efatop_experiments::{Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions};
-use efatop_monitor::NvlinkSurvey;
+use efatop_node::NvlinkSurvey;
 use efatop_proto::column::Column;
 use efatop_proto::liveness::Liveness;
 use efatop_proto::results::{GpuPairRecord, RankPlacement, RunMetadata, RunResults, RunStatus};
@@ -504,7 +504,7 @@ fn gather_placements(world: &World<'_>, pinning: Option<&Pinning>) -> Result<Vec
 /// so that rank 0 records its own and notes ranks on other types (their figures would differ).
 fn instance_type(world: &World<'_>, sysfs_root: Option<&std::path::Path>, metadata: &mut RunMetadata) -> Result<(), ExperimentError> {
     let root = sysfs_root.unwrap_or_else(|| std::path::Path::new("/"));
-    let mine = efatop_monitor::Sysfs::new(root).product_name();
+    let mine = efatop_node::Sysfs::new(root).product_name();
     let all: Vec<Option<String>> = efatop_experiments::gather(world.bootstrap, &mine, "instance type")?;
     let ours = all.first().cloned().flatten();
     if let Some(dir) = sysfs_root.filter(|_| ours.is_some()) {
@@ -702,7 +702,7 @@ mod tests {
         assert!(super::gpu_pairs(&placements).is_empty());
         assert!(super::gpu_pairs(&[]).is_empty());
         // Two GPUs that neither NVML nor hwloc knows here (no driver, no GPUs on a build machine): left out.
-        if efatop_monitor::NvlinkSurvey::read().is_err() && efatop_topology::NodeTopology::discover().is_ok_and(|t| t.gpus.is_empty()) {
+        if efatop_node::NvlinkSurvey::read().is_err() && efatop_topology::NodeTopology::discover().is_ok_and(|t| t.gpus.is_empty()) {
             assert!(super::gpu_pairs(&[on("a", 0, "0000:53:00.0"), on("a", 1, "0000:64:00.0")]).is_empty());
         }
     }

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::ExperimentError;
-use efatop_monitor::prometheus::{Exporter, Exposition, TEXT_CONTENT_TYPE, to_text_format};
+use efatop_node::prometheus::{Exporter, Exposition, TEXT_CONTENT_TYPE, to_text_format};
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
 use prometheus_client::collector::Collector;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use efatop_fabric::Provider;
 use efatop_health::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
-use efatop_monitor::Sysfs;
+use efatop_node::Sysfs;
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};
 

@@ -85,7 +85,7 @@ impl Reads {
     }
 }
 
-fn send_reads(mut monitor: efatop_monitor::Monitor, mut sender: NodeSender, rank: u32, interval: Duration, reads: Reads) {
+fn send_reads(mut monitor: efatop_node::Monitor, mut sender: NodeSender, rank: u32, interval: Duration, reads: Reads) {
     let started = Instant::now();
     let mut next = Instant::now();
     let mut seq = 0_u64;
@@ -231,7 +231,7 @@ impl Tui for Nodes {
 mod tests {
     use super::*;
     use efatop_proto::telemetry::wire;
-    use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+    use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
     use efatop_proto::telemetry::{NicKind, NodeGpu, NodeGpus};
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use efatop_monitor::{p5_efa_devices, NO_DRIVER};
+use efatop_node::{p5_efa_devices, NO_DRIVER};
 use efatop_proto::telemetry::{CounterStats, NicKind, NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 use insta::assert_snapshot;
 use ratatui::backend::TestBackend;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use efatop_monitor::{p5_efa_devices, NO_DRIVER};
+use efatop_node::{p5_efa_devices, NO_DRIVER};
 use efatop_proto::telemetry::{NicKind, NodeGpus, NodeNic, NodeSample};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;

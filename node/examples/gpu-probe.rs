@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use efatop_monitor::GpuReader;
+use efatop_node::GpuReader;
 
 fn main() {
     let mut reader = GpuReader::open();

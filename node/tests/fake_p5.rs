@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use efatop_monitor::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
 use efatop_proto::telemetry::rails::{balance, RailLoad};
 use efatop_proto::telemetry::{NodeGpus, NodeNic, NodeSample};
 use efatop_topology::NodeTopology;
@@ -88,7 +88,7 @@ fn one_nic_far_below_its_rail_is_off_and_its_rail_mates_are_not() {
     let mut monitor = p5_monitor(&fake);
     monitor.sample(Duration::ZERO);
     // Rail 1 (each GPU's second NIC) carries 10 GB/s each way on every GPU but GPU 5's.
-    for (device, _) in efatop_monitor::p5_efa_devices().iter().skip(1).step_by(4) {
+    for (device, _) in efatop_node::p5_efa_devices().iter().skip(1).step_by(4) {
         let by = if device == "rdmap165s0" { 1_000_000_000 } else { 10_000_000_000 };
         fake.advance(device, "tx_bytes", by).unwrap();
         fake.advance(device, "rx_bytes", by).unwrap();
