@@ -4,12 +4,15 @@
 //!   (a kernel channel per channel it uses, its proxy operations) stopped. Its time is the GPU's: the first
 //!   channel's start to the last channel's end (KernelCh `pTimer`s, ns); without kernel events, the
 //!   proxy's first to last step; else none. NCCL's sequence number orders the calls per function.
-//! - Point-to-point calls are folded per group: a group of sends to every rank of one size is an alltoall
-//!   (nccl-tests' alltoall), any other a send/receive group; its time spans its calls' kernels.
+//! - Point-to-point calls are folded per group: a group of a send to and a receive from every rank (itself
+//!   included), all of one size, is an alltoall (as nccl-tests' alltoall issues it), any other a send/receive
+//!   group; its time spans its calls' kernels (or proxy steps), and a group without either is counted untimed.
 //! - Bytes per peer and channel come from proxy steps: the largest `transSize` a step reported, added when
 //!   it stops, to the peer and channel of its proxy operation (sent when the operation is a send).
 //! - A one-rank communicator has no kernel plan (NCCL copies): its collectives are counted from their API
-//!   events (v5 on), untimed.
+//!   events (v5 on), untimed. NCCL 2.28.3 gives none for them (its one-rank path returns before any profiler
+//!   call); its self sends and receives come as groups of P2p events with no kernel or proxy child, which
+//!   settle when NCCL stops them: counted, with their bytes, and no time (none was measured).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -83,6 +86,7 @@ struct Group {
     stopped: bool,
     open: u32,
     sends: Vec<(i32, u64)>,
+    recvs: Vec<(i32, u64)>,
     datatype: String,
     span: Span,
     any: bool,
@@ -227,17 +231,19 @@ impl Fold {
                         g.datatype = datatype.as_str().to_string();
                         if send {
                             g.sends.push((peer, bytes));
+                        } else {
+                            g.recvs.push((peer, bytes));
                         }
                     }
                     _ => {
                         // No group event (dropped, or masked): the call is its own group.
-                        let sends = if send { vec![(peer, bytes)] } else { Vec::new() };
-                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
+                        let (sends, recvs) = if send { (vec![(peer, bytes)], Vec::new()) } else { (Vec::new(), vec![(peer, bytes)]) };
+                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, recvs, datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
                     }
                 }
                 Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
             }
-            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
+            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
             Event::KernelCh { channel, ptimer } => {
                 comm.kernels_seen = true;
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
@@ -356,6 +362,9 @@ impl Fold {
                 task.kernels_done >= u32::from(task.channels.max(1))
             } else if comm.proxies_seen {
                 task.proxies_done > 0
+            } else if comm.info.nranks <= 1 {
+                // One rank: NCCL gives its calls no kernel or proxy event (see the module's doc).
+                true
             } else {
                 // No child yet on this communicator: wait for the first call's, unless none ever came.
                 comm.colls_seen > UNTIMED_AFTER
@@ -394,9 +403,11 @@ impl Fold {
         let Some(comm) = self.comms.get_mut(&group.ctx) else { return };
         let nranks = comm.info.nranks;
         let bytes: u64 = group.sends.iter().map(|(_, b)| *b).sum();
-        let peers: BTreeSet<i32> = group.sends.iter().map(|(p, _)| *p).collect();
-        let even = group.sends.windows(2).all(|w| w[0].1 == w[1].1);
-        let func = if nranks > 1 && group.sends.len() == nranks as usize && peers.len() == nranks as usize && even { Func::AlltoAll } else { Func::SendRecv };
+        let func = if to_every_rank(&group.sends, nranks) && to_every_rank(&group.recvs, nranks) && group.sends.first().map(|s| s.1) == group.recvs.first().map(|r| r.1) {
+            Func::AlltoAll
+        } else {
+            Func::SendRecv
+        };
         let (timing, time) = group.span.time();
         add_row(comm, (func, bytes, group.datatype, String::new(), String::new()), timing, time);
     }
@@ -435,6 +446,12 @@ impl Fold {
     pub fn comm_infos(&self) -> Vec<CommInfo> {
         self.comms.values().map(|c| c.info.clone()).collect()
     }
+}
+
+/// One call per rank `0..nranks`, all of one size.
+fn to_every_rank(calls: &[(i32, u64)], nranks: u32) -> bool {
+    let peers: BTreeSet<i32> = calls.iter().map(|(p, _)| *p).collect();
+    calls.len() == nranks as usize && peers.len() == calls.len() && peers.iter().all(|p| (0..nranks as i32).contains(p)) && calls.windows(2).all(|w| w[0].1 == w[1].1)
 }
 
 fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>) {
@@ -498,6 +515,21 @@ mod tests {
         assert_eq!(peers.len(), 1);
         assert_eq!(peers[0].sent, 6 * (1 << 30) + 4 * (64 << 20) + 4 * (32 << 20));
         assert!(progress.iter().all(|p| p.started == p.finished && p.open_seq.is_none()), "{progress:?}");
+        assert_eq!(fold.unmatched, 0);
+    }
+
+    #[test]
+    fn one_rank_self_sends_and_receives_of_nccl_2_28_3_are_alltoalls_counted_untimed() {
+        let mut fold = fold_fixture("nccl-2.28.3-one-rank-sweep-r0.trace");
+        let out = fold.intervals(0, 0);
+        let PluginMessage::Interval { colls, peers, .. } = &out[0].0 else { panic!() };
+        // The recording holds the alltoall sweep, 1 MiB to 512 MiB (25 calls each), and 5 calls of 1 GiB
+        // (the trace ends there: the process exited before its last flush).
+        let sizes: Vec<(Func, u64, u64)> = colls.iter().map(|r| (r.func, r.size, r.ops)).collect();
+        let want: Vec<(Func, u64, u64)> = (20..=30).map(|p| (Func::AlltoAll, 1u64 << p, if p == 30 { 5 } else { 25 })).collect();
+        assert_eq!(sizes, want);
+        assert!(colls.iter().all(|r| r.timing == Timing::None && r.timed == 0 && r.time_ns == 0 && r.datatype == "ncclFloat32"), "{colls:#?}");
+        assert!(peers.is_empty(), "no proxy, no bytes on a peer: {peers:?}");
         assert_eq!(fold.unmatched, 0);
     }
 
