@@ -203,6 +203,32 @@ fn every_abi_shows_the_figures_the_peers_and_a_fallback_to_sockets() {
 }
 
 #[test]
+fn a_real_nccl_2_28_3_one_rank_run_shows_its_alltoalls_counted_and_untimed_through_every_abi() {
+    // Recorded on an H200 (tests/fixtures/nccl/README.md): NCCL 2.28.3 gives a one-rank communicator's
+    // allreduce and allgather no profiler event at all; its alltoall (a self send and receive per call) comes
+    // as P2p groups without kernel or proxy events: counted, sized as nccl-tests sizes it, never timed.
+    let trace = "nccl-2.28.3-one-rank-sweep-r0.trace";
+    let want: Vec<(u64, u64)> = (20..=30).map(|p| (1u64 << p, if p == 30 { 5 } else { 25 })).collect();
+    for abi in [4, 5, 6] {
+        let mut watch = Watcher::start(&[], TEST_TOKEN);
+        let player = Player::start(trace, abi, "node-a", "0", &[("EFATOP_WATCH", watch.address.as_str())]);
+        watch.until(Duration::from_secs(60), "every size of the alltoall sweep", |lines| {
+            want.iter().all(|(size, ops)| matches!(coll(lines, Func::AlltoAll, *size), Some(WatchLine::Coll { ops: o, .. }) if o == ops))
+        });
+        player.finish(Duration::from_secs(30));
+        let lines = &watch.seen;
+        assert!(lines.iter().any(|l| matches!(l, WatchLine::Rank { nranks: 1, rank: 0, abi: a, .. } if *a == abi)), "v{abi}: {lines:#?}");
+        for (size, _) in &want {
+            let Some(WatchLine::Coll { ranks, nranks, timing, time_us, algbw_gbps, busbw_gbps, datatype, .. }) = coll(lines, Func::AlltoAll, *size) else { unreachable!() };
+            assert_eq!((*ranks, *nranks, *timing, datatype.as_str()), (1, 1, Timing::None, "ncclFloat32"), "v{abi} {size}");
+            assert_eq!((*time_us, *algbw_gbps, *busbw_gbps), (None, None, None), "v{abi} {size}: nothing was timed, nothing is shown");
+        }
+        assert!(!lines.iter().any(|l| matches!(l, WatchLine::Coll { func, .. } if *func != Func::AlltoAll)), "v{abi}: only the alltoalls: {lines:#?}");
+        assert!(!lines.iter().any(|l| matches!(l, WatchLine::Peer { .. })), "v{abi}: no proxy step, no bytes per peer");
+    }
+}
+
+#[test]
 fn the_hang_locator_names_the_rank_behind_and_the_rank_that_went_silent() {
     // Rank 1 never finishes allreduce #5; rank 0 has.
     let mut watch = Watcher::start(&["--hang-after", "2"], TEST_TOKEN);
