@@ -1,12 +1,22 @@
 //! The plugin's own fold, on its thread: records in, per-communicator figures out.
 //!
 //! - A collective is finished when NCCL stopped it (host side, after the launch) and every child it had
-//!   (a kernel channel per channel it uses, its proxy operations) stopped. Its time is the GPU's: the first
+//!   (a kernel channel per channel it uses, its proxy operations) stopped. NCCL reports a kernel's channels
+//!   only once its proxy sees them run, long after a burst of launches was stopped host side: a call waits
+//!   for its children unless its communicator has shown none for [`UNTIMED_AFTER_NS`] since its first call
+//!   (NCCL may deliver none, e.g. under graph capture); then its calls finish when NCCL stops them, untimed.
+//!   A send or receive to the rank itself may have no child (NCCL 2.28.3: a copy in the group's kernel,
+//!   whose channels come on the group's calls to other ranks): once the rest of its group is done, it is
+//!   done when nothing of its own is open. Its time is the GPU's: the first
 //!   channel's start to the last channel's end (KernelCh `pTimer`s, ns); without kernel events, the
 //!   proxy's first to last step; else none. NCCL's sequence number orders the calls per function.
 //! - Point-to-point calls are folded per group: a group of a send to and a receive from every rank (itself
 //!   included), all of one size, is an alltoall (as nccl-tests' alltoall issues it), any other a send/receive
-//!   group; its time spans its calls' kernels (or proxy steps), and a group without either is counted untimed.
+//!   group. A group that went through the proxy (the network) is timed by it: from its first proxy step (or
+//!   the end of the communicator's previous group, if later: back-to-back groups overlap in the proxy, and
+//!   each is given its own share of the time) to its last proxy operation's end. NCCL 2.28.3's kernel
+//!   channel timers of such a group span only the kernel's own copies (8 µs of a 2.3 ms alltoall, measured),
+//!   not the transfer. A group without proxy events is timed by its kernels; one with neither is untimed.
 //! - Bytes per peer and channel come from proxy steps: the largest `transSize` a step reported, added when
 //!   it stops, to the peer and channel of its proxy operation (sent when the operation is a send).
 //! - A one-rank communicator has no kernel plan (NCCL copies): its collectives are counted from their API
@@ -21,9 +31,11 @@ use efatop_proto::nccl::{type_size, ChannelRow, CollRow, CommInfo, Func, PeerRow
 use crate::abi::STATE_KERNEL_CH_STOP;
 use crate::record::{Event, Record};
 
-/// Collectives a communicator may see without any kernel or proxy event before it stops waiting for them
-/// (NCCL may not deliver kernel events, e.g. under graph capture): then a call finishes when NCCL stops it.
-const UNTIMED_AFTER: u64 = 8;
+/// How long after its first call a communicator that has shown no kernel or proxy event stops waiting for
+/// them (NCCL may not deliver kernel events, e.g. under graph capture): then a call finishes when NCCL
+/// stops it. A count of calls would not do: a burst of launches is stopped host side long before the
+/// first kernel is reported (measured on NCCL 2.28.3: 20 calls in 0.3 ms, their first kernel 6 ms later).
+pub const UNTIMED_AFTER_NS: u64 = 2_000_000_000;
 
 type RowKey = (Func, u64, String, String, String);
 
@@ -33,6 +45,8 @@ struct Span {
     gpu_end: Option<u64>,
     proxy_start: Option<u64>,
     proxy_end: Option<u64>,
+    /// The first proxy step's start.
+    step_start: Option<u64>,
 }
 
 impl Span {
@@ -41,6 +55,27 @@ impl Span {
         self.gpu_end = max_opt(self.gpu_end, other.gpu_end);
         self.proxy_start = min_opt(self.proxy_start, other.proxy_start);
         self.proxy_end = max_opt(self.proxy_end, other.proxy_end);
+        self.step_start = min_opt(self.step_start, other.step_start);
+    }
+
+    /// A point-to-point group's time: its kernels' span, unless it is shorter than half the proxy's own
+    /// transfer (first step to last op's end), which a kernel that waited for its data cannot be; then the
+    /// proxy's, from its first step (or `after`, when later) to its last op's end.
+    fn p2p_time(&self, after: u64) -> (Timing, Option<u64>) {
+        let gpu = match (self.gpu_start, self.gpu_end) {
+            (Some(a), Some(b)) if b >= a => Some(b - a),
+            _ => None,
+        };
+        let proxy = match (self.step_start.or(self.proxy_start), self.proxy_end) {
+            (Some(a), Some(b)) if b >= a => Some((b - a, b.saturating_sub(a.max(after)))),
+            _ => None,
+        };
+        match (gpu, proxy) {
+            (Some(g), Some((transfer, _))) if g >= transfer / 2 => (Timing::Gpu, Some(g)),
+            (Some(g), None) => (Timing::Gpu, Some(g)),
+            (_, Some((_, share))) => (Timing::Proxy, Some(share)),
+            (None, None) => (Timing::None, None),
+        }
     }
 
     fn time(&self) -> (Timing, Option<u64>) {
@@ -87,6 +122,8 @@ struct Group {
     open: u32,
     sends: Vec<(i32, u64)>,
     recvs: Vec<(i32, u64)>,
+    /// Its sends and receives to the rank itself (their ids).
+    selves: Vec<u64>,
     datatype: String,
     span: Span,
     any: bool,
@@ -145,7 +182,11 @@ struct Comm {
     seqs: BTreeMap<Func, Seqs>,
     kernels_seen: bool,
     proxies_seen: bool,
-    colls_seen: u64,
+    /// When its first call started (the plugin's clock), and whether it gave up waiting for children.
+    first_call_ns: Option<u64>,
+    untimed: bool,
+    /// When its last point-to-point group timed by the proxy ended.
+    last_p2p_end: u64,
     api_calls: u64,
     finalized: bool,
 }
@@ -174,7 +215,9 @@ impl Fold {
                 seqs: BTreeMap::new(),
                 kernels_seen: false,
                 proxies_seen: false,
-                colls_seen: 0,
+                first_call_ns: None,
+                untimed: false,
+                last_p2p_end: 0,
                 api_calls: 0,
                 finalized: false,
             },
@@ -215,18 +258,22 @@ impl Fold {
                 let func = Func::from_nccl(func.as_str());
                 let size = func.test_size(count, type_size(datatype.as_str()), nranks);
                 comm.seqs.entry(func).or_default().start(seq, t_ns);
-                comm.colls_seen += 1;
+                comm.first_call_ns.get_or_insert(t_ns);
                 let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string());
                 Open::Task(Task { ctx, coll: Some((func, seq, key)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
             }
             Event::P2p { func, count, datatype, peer, channels, group } => {
                 let bytes = count.saturating_mul(type_size(datatype.as_str()));
                 let send = func.as_str() == "Send";
-                comm.colls_seen += 1;
+                comm.first_call_ns.get_or_insert(t_ns);
                 let group = if group == 0 { id } else { group };
+                let to_self = i64::from(peer) == i64::from(comm.info.rank);
                 match self.open.get_mut(&group) {
                     Some(Open::Group(g)) => {
                         g.open += 1;
+                        if to_self {
+                            g.selves.push(id);
+                        }
                         g.any = true;
                         g.datatype = datatype.as_str().to_string();
                         if send {
@@ -238,12 +285,12 @@ impl Fold {
                     _ => {
                         // No group event (dropped, or masked): the call is its own group.
                         let (sends, recvs) = if send { (vec![(peer, bytes)], Vec::new()) } else { (Vec::new(), vec![(peer, bytes)]) };
-                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, recvs, datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
+                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, recvs, selves: Vec::new(), datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
                     }
                 }
                 Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
             }
-            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
+            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), selves: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
             Event::KernelCh { channel, ptimer } => {
                 comm.kernels_seen = true;
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
@@ -259,7 +306,15 @@ impl Fold {
                 }
                 Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel) }
             }
-            Event::ProxyStep { .. } => Open::ProxyStep { op: parent, bytes: 0 },
+            Event::ProxyStep { .. } => {
+                if let Some(Open::ProxyOp { parent: task, .. }) = self.open.get(&parent) {
+                    let task = *task;
+                    if let Some(Open::Task(task)) = self.open.get_mut(&task) {
+                        task.span.step_start = min_opt(task.span.step_start, Some(t_ns));
+                    }
+                }
+                Open::ProxyStep { op: parent, bytes: 0 }
+            }
             Event::CollApi { func, count, datatype, .. } if nranks <= 1 => {
                 let func = Func::from_nccl(func.as_str());
                 Open::Api { ctx, func, size: func.test_size(count, type_size(datatype.as_str()), nranks), datatype: datatype.as_str().to_string() }
@@ -358,7 +413,9 @@ impl Fold {
         let Some(comm) = self.comms.get(&task.ctx) else { return };
         let children_done = task.kernels_open == 0
             && task.proxies_open == 0
-            && if comm.kernels_seen {
+            && if comm.untimed {
+                true
+            } else if comm.kernels_seen {
                 task.kernels_done >= u32::from(task.channels.max(1))
             } else if comm.proxies_seen {
                 task.proxies_done > 0
@@ -366,8 +423,8 @@ impl Fold {
                 // One rank: NCCL gives its calls no kernel or proxy event (see the module's doc).
                 true
             } else {
-                // No child yet on this communicator: wait for the first call's, unless none ever came.
-                comm.colls_seen > UNTIMED_AFTER
+                // No child yet on this communicator: wait for the first call's (see UNTIMED_AFTER_NS).
+                false
             };
         if !children_done {
             self.open.insert(id, Open::Task(task));
@@ -392,7 +449,18 @@ impl Fold {
         }
     }
 
-    fn settle_group(&mut self, id: u64, group: Group) {
+    fn settle_group(&mut self, id: u64, mut group: Group) {
+        // Its calls to the rank itself, stopped and with nothing of their own open, wait for no child once
+        // every other call of the group is done.
+        let idle = |open: &HashMap<u64, Open>, id: &u64| matches!(open.get(id), Some(Open::Task(t)) if t.stopped && t.kernels_open == 0 && t.proxies_open == 0);
+        if group.stopped && group.open > 0 && group.open as usize == group.selves.iter().filter(|s| idle(&self.open, s)).count() {
+            for s in std::mem::take(&mut group.selves) {
+                if let Some(Open::Task(task)) = self.open.remove(&s) {
+                    group.span.merge(&task.span);
+                    group.open -= 1;
+                }
+            }
+        }
         if group.open > 0 {
             self.open.insert(id, Open::Group(group));
             return;
@@ -408,13 +476,17 @@ impl Fold {
         } else {
             Func::SendRecv
         };
-        let (timing, time) = group.span.time();
+        let (timing, time) = group.span.p2p_time(comm.last_p2p_end);
+        if timing == Timing::Proxy {
+            comm.last_p2p_end = comm.last_p2p_end.max(group.span.proxy_end.unwrap_or(0));
+        }
         add_row(comm, (func, bytes, group.datatype, String::new(), String::new()), timing, time);
     }
 
     /// Each communicator's interval message (rows changed since the last), `now_ns` on the plugin's clock;
     /// finalized communicators are dropped after their last one.
     pub fn intervals(&mut self, t_ms: u64, now_ns: u64) -> Vec<(PluginMessage, Option<PluginMessage>)> {
+        self.give_up_waiting(now_ns);
         let mut out = Vec::new();
         let mut ended = Vec::new();
         for (ctx, comm) in &mut self.comms {
@@ -440,6 +512,29 @@ impl Fold {
             self.comms.remove(&ctx);
         }
         out
+    }
+
+    /// A communicator that has shown no kernel or proxy event [`UNTIMED_AFTER_NS`] after its first call
+    /// stops waiting for them: its stopped calls finish now, untimed, and its later ones when NCCL stops them.
+    fn give_up_waiting(&mut self, now_ns: u64) {
+        let mut gave_up = Vec::new();
+        for (ctx, comm) in &mut self.comms {
+            let waited = comm.first_call_ns.is_some_and(|t| now_ns.saturating_sub(t) >= UNTIMED_AFTER_NS);
+            if !comm.untimed && waited && !comm.kernels_seen && !comm.proxies_seen {
+                comm.untimed = true;
+                gave_up.push(*ctx);
+            }
+        }
+        if gave_up.is_empty() {
+            return;
+        }
+        let mut stopped: Vec<u64> = self.open.iter().filter(|(_, o)| matches!(o, Open::Task(t) if t.stopped && gave_up.contains(&t.ctx))).map(|(id, _)| *id).collect();
+        stopped.sort_unstable();
+        for id in stopped {
+            if let Some(Open::Task(task)) = self.open.remove(&id) {
+                self.settle_task(id, task);
+            }
+        }
     }
 
     /// Communicators still open.
@@ -485,6 +580,11 @@ mod tests {
     use crate::trace::{parse, Line};
 
     fn fold_fixture(name: &str) -> Fold {
+        fold_fixture_until(name, u64::MAX)
+    }
+
+    /// The fixture's records up to `until_ns` (its own clock), as the plugin had folded them then.
+    fn fold_fixture_until(name: &str, until_ns: u64) -> Fold {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
         let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
         let mut fold = Fold::default();
@@ -493,11 +593,47 @@ mod tests {
                 Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
                     fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
                 }
+                Line::Record(Record::Start { t_ns, .. } | Record::Stop { t_ns, .. } | Record::State { t_ns, .. }) if *t_ns > until_ns => break,
                 Line::Record(r) => fold.add(r),
                 _ => {}
             }
         }
         fold
+    }
+
+    #[test]
+    fn a_burst_of_launches_waits_for_its_kernels_and_a_stalled_peer_leaves_the_call_open() {
+        // NCCL 2.28.3, two ranks: rank 0 launched its 20 allreduces of 1 MiB in 0.3 ms, long before NCCL
+        // reported the first kernel; rank 1 slept 8 s before its 10th. 4 s in, rank 0 has finished 9 calls
+        // and waits in the 10th (#9), its last 11 launched and not run: nothing was settled untimed.
+        let mut fold = fold_fixture_until("nccl-2.28.3-two-rank-stall-r0.trace", 4_000_000_000);
+        let out = fold.intervals(4_000, 4_000_000_000);
+        let PluginMessage::Interval { progress, colls, .. } = &out[0].0 else { panic!() };
+        assert_eq!((progress[0].func, progress[0].started, progress[0].finished, progress[0].open_seq), (Func::AllReduce, 20, 9, Some(9)), "{progress:?}");
+        assert_eq!(colls.iter().map(|r| (r.func, r.size, r.ops, r.timed, r.timing)).collect::<Vec<_>>(), vec![(Func::AllReduce, 1 << 20, 9, 9, Timing::Gpu)]);
+        let mut fold = fold_fixture_until("nccl-2.28.3-two-rank-stall-r1.trace", 4_000_000_000);
+        let out = fold.intervals(4_000, 4_000_000_000);
+        let PluginMessage::Interval { progress, .. } = &out[0].0 else { panic!() };
+        assert_eq!((progress[0].started, progress[0].finished, progress[0].open_seq), (9, 9, None), "rank 1 has not started #9: {progress:?}");
+    }
+
+    #[test]
+    fn a_communicator_without_any_kernel_or_proxy_event_stops_waiting_two_seconds_after_its_first_call() {
+        let mut fold = Fold::default();
+        fold.comm_started(0, CommInfo { comm: 7, name: None, rank: 0, nranks: 2, nnodes: 2 });
+        let name = |s: &str| crate::record::Name::new(s.as_bytes());
+        for seq in 0..3u64 {
+            let event = Event::Coll { seq, func: name("AllReduce"), count: 256, datatype: name("ncclFloat32"), root: 0, channels: 2, warps: 8, algo: name("RING"), proto: name("SIMPLE"), group: 0 };
+            fold.add(&Record::Start { t_ns: seq * 1000, id: seq + 1, ctx: 0, parent: 0, rank: 0, event });
+            fold.add(&Record::Stop { t_ns: seq * 1000 + 500, id: seq + 1 });
+        }
+        let at = |fold: &mut Fold, now_ns: u64| {
+            let out = fold.intervals(now_ns / 1_000_000, now_ns);
+            let PluginMessage::Interval { progress, .. } = &out[0].0 else { panic!() };
+            progress[0].finished
+        };
+        assert_eq!(at(&mut fold, UNTIMED_AFTER_NS - 1), 0, "still waiting for the kernels");
+        assert_eq!(at(&mut fold, UNTIMED_AFTER_NS + 1), 3, "given up: finished when NCCL stopped them, untimed");
     }
 
     #[test]
