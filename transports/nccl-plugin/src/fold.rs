@@ -6,8 +6,8 @@
 //!   for its children unless its communicator has shown none for [`UNTIMED_AFTER_NS`] since its first call
 //!   (NCCL may deliver none, e.g. under graph capture); then its calls finish when NCCL stops them, untimed.
 //!   A send or receive to the rank itself may have no child (NCCL 2.28.3: a copy in the group's kernel,
-//!   whose channels come on the group's calls to other ranks): once the rest of its group is done, it is
-//!   done when nothing of its own is open. Its time is the GPU's: the first
+//!   whose channels come on the group's calls to other ranks): once the rest of its group is done and
+//!   nothing of its own is open at the next interval, it is done. Its time is the GPU's: the first
 //!   channel's start to the last channel's end (KernelCh `pTimer`s, ns); without kernel events, the
 //!   proxy's first to last step; else none. NCCL's sequence number orders the calls per function.
 //! - Point-to-point calls are folded per group: a group of a send to and a receive from every rank (itself
@@ -449,18 +449,31 @@ impl Fold {
         }
     }
 
-    fn settle_group(&mut self, id: u64, mut group: Group) {
-        // Its calls to the rank itself, stopped and with nothing of their own open, wait for no child once
-        // every other call of the group is done.
+    /// Groups whose only open calls are to the rank itself, stopped and with nothing of their own open, wait
+    /// for them no longer (run each interval: a kernel of such a call, where NCCL gives one, has come by then).
+    fn settle_idle_selves(&mut self) {
         let idle = |open: &HashMap<u64, Open>, id: &u64| matches!(open.get(id), Some(Open::Task(t)) if t.stopped && t.kernels_open == 0 && t.proxies_open == 0);
-        if group.stopped && group.open > 0 && group.open as usize == group.selves.iter().filter(|s| idle(&self.open, s)).count() {
+        let mut ready: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, o)| matches!(o, Open::Group(g) if g.stopped && g.open > 0 && g.open as usize == g.selves.iter().filter(|s| idle(&self.open, s)).count()))
+            .map(|(id, _)| *id)
+            .collect();
+        // In the order they started: the proxy's time shares follow it.
+        ready.sort_unstable();
+        for id in ready {
+            let Some(Open::Group(mut group)) = self.open.remove(&id) else { continue };
             for s in std::mem::take(&mut group.selves) {
                 if let Some(Open::Task(task)) = self.open.remove(&s) {
                     group.span.merge(&task.span);
                     group.open -= 1;
                 }
             }
+            self.settle_group(id, group);
         }
+    }
+
+    fn settle_group(&mut self, id: u64, group: Group) {
         if group.open > 0 {
             self.open.insert(id, Open::Group(group));
             return;
@@ -487,6 +500,7 @@ impl Fold {
     /// finalized communicators are dropped after their last one.
     pub fn intervals(&mut self, t_ms: u64, now_ns: u64) -> Vec<(PluginMessage, Option<PluginMessage>)> {
         self.give_up_waiting(now_ns);
+        self.settle_idle_selves();
         let mut out = Vec::new();
         let mut ended = Vec::new();
         for (ctx, comm) in &mut self.comms {
