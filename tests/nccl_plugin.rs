@@ -415,3 +415,49 @@ fn watch_record_refuses_a_file_it_cannot_write_before_it_listens() {
     }
     assert!(!missing.exists());
 }
+
+/// `efatop watch`'s view (`efatop_ui::watch`) drawn on ratatui's TestBackend, as text.
+fn render(lines: &[WatchLine], width: u16, height: u16) -> String {
+    let mut view = efatop_ui::watch::WatchView::new();
+    for line in lines {
+        view.push(line.clone());
+    }
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height)).expect("terminal");
+    terminal.draw(|frame| efatop_ui::watch::draw(frame, &view)).expect("draw");
+    let buffer = terminal.backend().buffer();
+    buffer.content.chunks(usize::from(width)).map(|row| row.iter().map(|c| c.symbol()).collect::<String>().trim_end().to_string() + "\n").collect()
+}
+
+#[test]
+fn the_watch_view_of_a_real_run_with_a_stall_and_no_efa_nic() {
+    // Both real two-rank NCCL 2.28.3 recordings at once (two communicators on the H200's host "vm"): the
+    // sweep's figures, rank 1's 8 s stall, and a host whose EFA counters (none: an empty node tree, as on
+    // the GPU machine) stay flat while NCCL moves its bytes. scripts/fixtures/screenshots-watch sets
+    // EFATOP_SCREENSHOT_DIR to write the screen as screenshots/watch-120x30.txt.
+    let node = tempfile::tempdir().expect("an empty node tree");
+    let root = node.path().to_str().expect("utf-8").to_string();
+    let mut watch = Watcher::start(&["--hang-after", "2"], TEST_TOKEN);
+    // The players' NCCL is this test: the version is the recording's.
+    let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_SYSFS_ROOT", root.as_str()), ("EFATOP_TEST_MAX_GAP_MS", "10000"), ("EFATOP_NCCL_VERSION", "2.28.3")];
+    let players = [
+        Player::start("nccl-2.28.3-two-rank-sweep-r0.trace", 5, "vm", "0", &env),
+        Player::start("nccl-2.28.3-two-rank-sweep-r1.trace", 5, "vm", "0", &env),
+        Player::start("nccl-2.28.3-two-rank-stall-r0.trace", 5, "vm", "0", &env),
+        Player::start("nccl-2.28.3-two-rank-stall-r1.trace", 5, "vm", "0", &env),
+    ];
+    watch.until(Duration::from_secs(60), "the sweep's figures, the stall named and the fallback", |lines| {
+        matches!(coll(lines, Func::AlltoAll, 2 * MIB), Some(WatchLine::Coll { ops: 4, ranks: 2, .. }))
+            && lines.iter().any(|l| matches!(l, WatchLine::Hang { rank: 1, seq: 9, .. }))
+            && lines.iter().any(|l| matches!(l, WatchLine::Nics { verdict: NicVerdict::Fallback, .. }))
+    });
+    let screen = render(&watch.seen, 120, 30);
+    if let Some(dir) = std::env::var_os("EFATOP_SCREENSHOT_DIR") {
+        std::fs::write(Path::new(&dir).join("watch-120x30.txt"), &screen).expect("write the screenshot");
+    }
+    for want in ["HANG rank 1 on vm", "FALLBACK", "alltoall", "allreduce", "2.28.3"] {
+        assert!(screen.to_lowercase().contains(&want.to_lowercase()), "{want:?} on screen:\n{screen}");
+    }
+    for player in players {
+        player.finish(Duration::from_secs(60));
+    }
+}
