@@ -43,6 +43,10 @@ pub struct Runtime {
 pub const FINALIZE_WAIT: Duration = Duration::from_millis(250);
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The CUDA device of the thread that first called `init` (NCCL's, with the communicator's device set),
+/// where CUDA could tell it: the process's GPU.
+pub static INIT_GPU: OnceLock<i32> = OnceLock::new();
 static FOLD: Once = Once::new();
 
 impl Runtime {
