@@ -1,6 +1,7 @@
 //! `efatop replay FILE`: a recording (`--record`) played in the same dashboard as the run, at its own
 //! pace or faster (`--speed`), with playback keys (pause, step by step back and forth); or its JSON
-//! lines, as the run's own `--json` printed them, at once (`--json`).
+//! lines, as the run's own `--json` printed them, at once (`--json`). An `efatop watch --record`ing plays
+//! in the watcher's view instead (`crate::watch::replay`).
 
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ pub const KEYS: [(&str, &str); 4] = [
 ];
 
 pub fn replay(args: &ReplayArgs) -> i32 {
+    // `efatop watch --record`'s file: the watcher's view, not a run's dashboard.
+    if crate::watch::is_recording(&args.file) {
+        return crate::watch::replay(&args.file, args.json, args.speed);
+    }
     let recording = match record::read(&args.file) {
         Ok(recording) => recording,
         Err(record::NotARecording(line)) => {

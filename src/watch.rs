@@ -1,7 +1,9 @@
 //! `efatop watch`: listens for an NCCL job's profiler plugins (transports/nccl-plugin/, docs/watch.md), folds what
 //! they send (proto's `nccl::fold`) and shows it live: on a terminal `efatop_ui::watch`'s view; `--json`
-//! prints proto's typed [`WatchLine`]s, one a line; otherwise a plain line per event. `--from FILE...`
-//! folds plugin files (written where no watcher was named) instead of listening.
+//! prints its [`WatchLine`]s as proto's typed lines ([`Line::Watch`]), one a line; otherwise a plain line
+//! per event. `--record FILE` also writes what the plugins sent, with its times ([`Recorded`]);
+//! `efatop replay FILE` plays it back, and `--from FILE...` folds such recordings, or plugin files (written
+//! where no watcher was named), instead of listening.
 //!
 //! Every connection proves the user's token (proto's handshake, purpose `Nccl`) within 5 s or is dropped
 //! and counted; connections are bounded by `--max-plugins`; a plugin's message is read within proto's caps.
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::nccl::fold::{Config, Watch};
-use efatop_proto::nccl::{self, PluginMessage, WatchLine};
+use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
+use efatop_proto::output::Line;
 use efatop_ui::watch::WatchView;
 
 use crate::experiment::{parse_serve, whole_number};
@@ -27,9 +30,12 @@ pub struct WatchArgs {
     /// Where to listen for the job's plugins (their EFATOP_WATCH): IP:PORT, or a port on 127.0.0.1
     #[arg(long, value_name = "ADDR", value_parser = parse_serve, required_unless_present = "from")]
     pub listen: Option<SocketAddr>,
-    /// Fold plugin files (written where no watcher was named) instead of listening
+    /// Fold plugin files (written where no watcher was named) or `--record`ings instead of listening
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "listen")]
     pub from: Vec<PathBuf>,
+    /// Also write what the plugins send, with its times, to FILE (`efatop replay FILE` plays it back)
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub record: Option<PathBuf>,
     /// Print typed JSON lines instead of plain ones
     #[arg(long)]
     pub json: bool,
@@ -67,6 +73,12 @@ pub fn watch(args: &WatchArgs) -> i32 {
         return from_files(args, config);
     }
     let Some(address) = args.listen else { return 2 };
+    if let Some(path) = &args.record {
+        if let Err(line) = crate::experiment::check_writable_file("--record", path) {
+            eprintln!("efatop watch: {line}");
+            return 2;
+        }
+    }
     let token = match efatop_runtime::secret::user_token(true) {
         Ok(token) => token,
         Err(err) => {
@@ -81,6 +93,13 @@ pub fn watch(args: &WatchArgs) -> i32 {
             return 2;
         }
     };
+    let recorder = match args.record.as_deref().map(|path| Recorder::create(path, &config)).transpose() {
+        Ok(recorder) => recorder,
+        Err(line) => {
+            eprintln!("efatop watch: {line}");
+            return 2;
+        }
+    };
     let bound = listener.local_addr().map_or_else(|_| address.to_string(), |a| a.to_string());
     eprintln!("efatop watch: listening on {bound} (plugins prove the token: {})", token.source);
     let (tx, rx) = channel();
@@ -91,7 +110,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
     let started = Instant::now();
     let (lines_tx, lines_rx) = channel();
     let duration = args.duration;
-    std::thread::spawn(move || fold_loop(&rx, config, started, duration, &lines_tx));
+    std::thread::spawn(move || fold_loop(&rx, config, started, duration, recorder, &lines_tx));
     if !args.json && std::io::stdout().is_terminal() {
         let mut view = Live { view: WatchView::new() };
         return match crate::tui::on_terminal(&mut view, &mut &lines_rx, || started.elapsed()) {
@@ -111,16 +130,71 @@ pub fn watch(args: &WatchArgs) -> i32 {
     0
 }
 
-/// The watcher's fold: takes what the plugins send, and every half second the lines it makes; ends after
-/// `duration` seconds (0: never), or when no one takes its lines.
-fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: Instant, duration: u64, out: &Sender<Vec<WatchLine>>) {
+/// `--record`'s file: the line `efatop-nccl-watch 1`, the watcher's settings, then each thing it took in,
+/// framed as the plugins' messages are; flushed every tick, so a watcher killed mid-way leaves a file that
+/// reads up to its last tick.
+struct Recorder {
+    file: std::io::BufWriter<std::fs::File>,
+    frame: Vec<u8>,
+    failed: bool,
+}
+
+impl Recorder {
+    fn create(path: &std::path::Path, config: &Config) -> Result<Self, String> {
+        let file = efatop_proto::files::create_for_appending(path).map_err(|err| format!("--record: {err}"))?;
+        let mut recorder = Self { file: std::io::BufWriter::new(file), frame: Vec::new(), failed: false };
+        let settings = Recorded::Settings { hang_after_s: config.hang_after.as_secs(), window_s: config.window.as_secs(), fallback_min_bytes: config.fallback_min_bytes };
+        let header = format!("{} {}\n", nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION);
+        recorder.file.write_all(header.as_bytes()).map_err(|err| format!("--record {}: {err}", path.display()))?;
+        recorder.add(&settings);
+        recorder.flush();
+        if recorder.failed {
+            return Err(format!("--record {}: the file could not be written", path.display()));
+        }
+        Ok(recorder)
+    }
+
+    fn add(&mut self, record: &Recorded) {
+        self.frame.clear();
+        if self.failed || nccl::encode_recorded(record, &mut self.frame).is_err() {
+            return;
+        }
+        if let Err(err) = self.file.write_all(&self.frame) {
+            eprintln!("efatop watch: --record: {err}; the recording stops here");
+            self.failed = true;
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.failed {
+            if let Err(err) = self.file.flush() {
+                eprintln!("efatop watch: --record: {err}; the recording stops here");
+                self.failed = true;
+            }
+        }
+    }
+}
+
+/// The watcher's fold: takes what the plugins send (and records it), and every half second the lines it
+/// makes; ends after `duration` seconds (0: never), or when no one takes its lines.
+fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: Instant, duration: u64, mut recorder: Option<Recorder>, out: &Sender<Vec<WatchLine>>) {
     let mut watch = Watch::new(config);
     let tick = Duration::from_millis(500);
     let mut next = started + tick;
     loop {
         let wait = next.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(Inbound::Message(conn, message)) => watch.ingest(conn, message, started.elapsed()),
+        let received = rx.recv_timeout(wait);
+        let now = started.elapsed();
+        if let (Some(recorder), Ok(inbound)) = (recorder.as_mut(), &received) {
+            let t_ms = now.as_millis() as u64;
+            recorder.add(&match inbound {
+                Inbound::Message(conn, message) => Recorded::Message { t_ms, conn: *conn, message: message.clone() },
+                Inbound::Closed(conn) => Recorded::Closed { t_ms, conn: *conn },
+                Inbound::Refused => Recorded::Refused { t_ms },
+            });
+        }
+        match received {
+            Ok(Inbound::Message(conn, message)) => watch.ingest(conn, message, now),
             Ok(Inbound::Closed(conn)) => watch.closed(conn),
             Ok(Inbound::Refused) => watch.refused(),
             Err(RecvTimeoutError::Timeout) => {}
@@ -128,6 +202,9 @@ fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: I
         }
         if Instant::now() >= next {
             next += tick;
+            if let Some(recorder) = recorder.as_mut() {
+                recorder.flush();
+            }
             if out.send(watch.tick(started.elapsed())).is_err() {
                 return;
             }
@@ -210,39 +287,185 @@ fn serve_plugin(mut stream: TcpStream, secret: &Secret, conn: u64, tx: &Sender<I
     let _ = tx.send(Inbound::Closed(conn));
 }
 
-/// Folds plugin files, each as one connection, on their own clock (`t_ms`), and prints every line.
+/// What a file given to `--from` or `efatop replay` holds, in the order it is to be folded.
+enum Taken {
+    Message(PluginMessage),
+    Closed,
+    Refused,
+}
+
+/// Folds plugin files (each one connection) and recordings (their connections as they were), on their
+/// own clocks, and prints every line.
 fn from_files(args: &WatchArgs, config: Config) -> i32 {
-    let mut watch = Watch::new(config);
-    let mut messages: Vec<(u64, u64, PluginMessage)> = Vec::new();
+    let mut events: Vec<(u64, u64, Taken)> = Vec::new();
     for (index, path) in args.from.iter().enumerate() {
-        let conn = index as u64 + 1;
-        match read_file(path) {
-            Ok(file) => messages.extend(file.into_iter().map(|(t, m)| (t, conn, m))),
+        // Each file's connections apart from every other file's.
+        let base = (index as u64 + 1) << 32;
+        match read_any(path) {
+            Ok(Input::Plugin(file)) => {
+                let end = file.last().map_or(0, |(t, _)| *t);
+                events.extend(file.into_iter().map(|(t, m)| (t, base, Taken::Message(m))));
+                events.push((end, base, Taken::Closed));
+            }
+            Ok(Input::Recording(records)) => events.extend(records.into_iter().filter_map(|r| recorded(base, r))),
             Err(err) => {
                 eprintln!("efatop watch: --from {}: {err}", path.display());
                 return 2;
             }
         }
     }
-    messages.sort_by_key(|(t, c, _)| (*t, *c));
+    // Stable: a file's own order stands where times tie.
+    events.sort_by_key(|(t, _, _)| *t);
     let mut out = std::io::stdout().lock();
+    for (_, lines) in fold(events, config) {
+        if print(&mut out, &lines, args.json).is_err() {
+            return 0;
+        }
+    }
+    0
+}
+
+/// A record as an event to fold, its connection apart from other files' (`base`).
+fn recorded(base: u64, record: Recorded) -> Option<(u64, u64, Taken)> {
+    match record {
+        Recorded::Message { t_ms, conn, message } => Some((t_ms, base + conn, Taken::Message(message))),
+        Recorded::Closed { t_ms, conn } => Some((t_ms, base + conn, Taken::Closed)),
+        Recorded::Refused { t_ms } => Some((t_ms, base, Taken::Refused)),
+        Recorded::Settings { .. } => None,
+    }
+}
+
+/// Folds timed events as the live watcher does (a tick every half second of their clock): each tick's
+/// lines, with its time.
+fn fold(events: Vec<(u64, u64, Taken)>, config: Config) -> Vec<(u64, Vec<WatchLine>)> {
+    let mut watch = Watch::new(config);
+    let mut batches = Vec::new();
     let mut last_tick = 0u64;
     let mut end = 0;
-    for (t_ms, conn, message) in messages {
+    for (t_ms, conn, event) in events {
         while t_ms >= last_tick + 500 {
             last_tick += 500;
-            if print(&mut out, &watch.tick(Duration::from_millis(last_tick)), args.json).is_err() {
+            batches.push((last_tick, watch.tick(Duration::from_millis(last_tick))));
+        }
+        match event {
+            Taken::Message(message) => watch.ingest(conn, message, Duration::from_millis(t_ms)),
+            Taken::Closed => watch.closed(conn),
+            Taken::Refused => watch.refused(),
+        }
+        end = t_ms;
+    }
+    batches.push((end + 500, watch.tick(Duration::from_millis(end + 500))));
+    batches.retain(|(_, lines)| !lines.is_empty());
+    batches
+}
+
+enum Input {
+    Plugin(Vec<(u64, PluginMessage)>),
+    /// What a watcher took in (`--from` judges it by its own flags, not the recording's settings).
+    Recording(Vec<Recorded>),
+}
+
+/// A file's first line names what it is: a plugin's file or a watcher's recording.
+fn read_any(path: &std::path::Path) -> Result<Input, String> {
+    if is_recording(path) {
+        read_recording(path).map(|(_, records)| Input::Recording(records))
+    } else {
+        read_file(path).map(Input::Plugin)
+    }
+}
+
+/// Whether `path` starts as `efatop watch --record` starts its file.
+pub fn is_recording(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut file) = std::fs::File::open(path) else { return false };
+    let n = file.read(&mut head).unwrap_or(0);
+    head[..n].starts_with(format!("{} ", nccl::RECORDING_MAGIC).as_bytes())
+}
+
+/// A `--record`ing: its settings (the watcher's defaults before its first record) and its records.
+fn read_recording(path: &std::path::Path) -> Result<(Config, Vec<Recorded>), String> {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut reader = BufReader::new(file);
+    let mut first = Vec::new();
+    Read::by_ref(&mut reader).take(64).read_until(b'\n', &mut first).map_err(|e| e.to_string())?;
+    match efatop_proto::stream::parse_hello(&first, nccl::RECORDING_MAGIC) {
+        efatop_proto::stream::Hello::Efatop { version } if version == nccl::RECORDING_VERSION => {}
+        efatop_proto::stream::Hello::Efatop { version } => return Err(format!("a watch recording of version {version}; this efatop reads {}", nccl::RECORDING_VERSION)),
+        efatop_proto::stream::Hello::Foreign(text) => return Err(format!("not an efatop watch recording (it starts with '{text}')")),
+    }
+    let mut config = Config::default();
+    let mut out = Vec::new();
+    loop {
+        match nccl::read_recorded(&mut reader) {
+            Ok(Some(Recorded::Settings { hang_after_s, window_s, fallback_min_bytes, .. })) => {
+                config.hang_after = Duration::from_secs(hang_after_s);
+                config.window = Duration::from_secs(window_s);
+                config.fallback_min_bytes = fallback_min_bytes;
+            }
+            Ok(Some(record)) => {
+                out.push(record);
+                if out.len() > efatop_proto::stream::MAX_RECORDING_MESSAGES {
+                    return Err("more records than a reader holds".into());
+                }
+            }
+            Ok(None) => return Ok((config, out)),
+            // A watcher killed mid-write keeps what came before.
+            Err(efatop_proto::stream::StreamError::Truncated) => return Ok((config, out)),
+            Err(err) => return Err(err.to_string()),
+        }
+    }
+}
+
+/// `efatop replay FILE` of a watch recording: folded with the settings it was recorded with; on a
+/// terminal the live view at the recording's pace (`speed` times), else its lines at once (`--json`: typed).
+pub fn replay(path: &std::path::Path, json: bool, speed: f64) -> i32 {
+    let (config, records) = match read_recording(path) {
+        Ok(read) => read,
+        Err(err) => {
+            eprintln!("efatop: error: replay: {}: {err}", path.display());
+            return 2;
+        }
+    };
+    let batches = fold(records.into_iter().filter_map(|r| recorded(0, r)).collect(), config);
+    if json || !std::io::stdout().is_terminal() {
+        let mut out = std::io::stdout().lock();
+        for (_, lines) in &batches {
+            if print(&mut out, lines, json).is_err() {
                 return 0;
             }
         }
-        watch.ingest(conn, message, Duration::from_millis(t_ms));
-        end = t_ms;
+        return 0;
     }
-    for conn in 1..=args.from.len() as u64 {
-        watch.closed(conn);
+    let mut view = Live { view: WatchView::new() };
+    let mut paced = Paced { batches: batches.into(), speed };
+    let started = Instant::now();
+    match crate::tui::on_terminal(&mut view, &mut paced, || started.elapsed()) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("efatop: error: replay: terminal: {err}");
+            1
+        }
     }
-    let _ = print(&mut out, &watch.tick(Duration::from_millis(end + 500)), args.json);
-    0
+}
+
+/// A recording's batches, each due at its time over `speed`; after the last, the view stays until `q`.
+struct Paced {
+    batches: std::collections::VecDeque<(u64, Vec<WatchLine>)>,
+    speed: f64,
+}
+
+impl crate::tui::Source for Paced {
+    type Event = Vec<WatchLine>;
+    fn poll(&mut self, now: Duration) -> crate::tui::Polled<Vec<WatchLine>> {
+        match self.batches.front() {
+            Some((t_ms, _)) if Duration::from_millis(*t_ms).div_f64(self.speed) <= now => {
+                crate::tui::Polled::Ready(self.batches.pop_front().map(|(_, lines)| lines).unwrap_or_default())
+            }
+            _ => crate::tui::Polled::Pending,
+        }
+    }
 }
 
 /// A plugin file's messages with their times (ms): the line `efatop-nccl 1`, then frames.
@@ -279,10 +502,12 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<(u64, PluginMessage)>, St
 }
 
 fn print(out: &mut impl Write, lines: &[WatchLine], json: bool) -> std::io::Result<()> {
+    let mut buffer = Vec::new();
     for line in lines {
         if json {
-            serde_json::to_writer(&mut *out, line)?;
-            out.write_all(b"\n")?;
+            buffer.clear();
+            Line::<serde_json::Value>::Watch(Box::new(line.clone())).write_to(&mut buffer).map_err(std::io::Error::other)?;
+            out.write_all(&buffer)?;
         } else {
             writeln!(out, "{}", plain(line))?;
         }

@@ -292,9 +292,48 @@ pub fn file_hello() -> String {
     format!("{MAGIC} {VERSION}\n")
 }
 
-/// What `efatop watch --json` prints, one JSON object a line, tagged by `line`.
+/// The first word of `efatop watch --record`'s file (then its version, [`RECORDING_VERSION`]).
+pub const RECORDING_MAGIC: &str = "efatop-nccl-watch";
+pub const RECORDING_VERSION: u32 = 1;
+
+/// One thing `efatop watch` took in, at `t_ms` after it started, as `--record` writes it: what the
+/// watcher is given is what it folds, so a recording folds again to the same lines (`--from`, `replay`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "line", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum Recorded {
+    /// The watcher's settings, the recording's first record: a replay judges as the watcher did.
+    Settings { hang_after_s: u64, window_s: u64, fallback_min_bytes: u64 },
+    /// Connection `conn` (numbered from 1 as they came) sent `message`.
+    Message { t_ms: u64, conn: u64, message: PluginMessage },
+    /// Connection `conn` closed.
+    Closed { t_ms: u64, conn: u64 },
+    /// A connection was refused (no token proof, or no room).
+    Refused { t_ms: u64 },
+}
+
+/// Appends `record` framed.
+pub fn encode_recorded(record: &Recorded, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    crate::stream::frame(out, |out| serde_json::to_writer(out, record))
+}
+
+/// The next record of a recording; `None` where it ends between records.
+pub fn read_recorded(reader: &mut impl Read) -> Result<Option<Recorded>, StreamError> {
+    let Some(body) = crate::stream::read_frame(reader, MAX_MESSAGE)? else { return Ok(None) };
+    let mut record: Recorded = serde_json::from_slice(&body)?;
+    if let Recorded::Message { message, .. } = &mut record {
+        message.check()?;
+        if let PluginMessage::Hello { origin } = message {
+            origin.host.truncate(MAX_NAME);
+        }
+    }
+    Ok(Some(record))
+}
+
+/// What `efatop watch` shows, one line per event. `--json` prints each as a [`crate::output::Line`], the
+/// envelope every command's lines have: `{"type":"coll","data":{...}}` (the data's fields in the order
+/// declared here).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum WatchLine {
     /// A rank of the job joined (or rejoined) a communicator.
     Rank { host: String, pid: u32, gpu: Option<String>, comm: String, comm_name: Option<String>, rank: u32, nranks: u32, nnodes: u32, nccl_version: Option<String>, abi: u32 },
@@ -315,6 +354,25 @@ pub enum WatchLine {
     Gone { host: String, pid: u32, bye: bool },
     /// The watcher's own counts: plugins connected, strangers refused, plugins' drops.
     Health { plugins: u32, refused: u64, dropped: u64, unsent: u64 },
+}
+
+/// Every `type` a [`WatchLine`] may have.
+pub const WATCH_KINDS: &[&str] = &["rank", "coll", "peer", "nics", "hang", "hang_over", "gone", "health"];
+
+impl WatchLine {
+    /// The line's `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Rank { .. } => "rank",
+            Self::Coll { .. } => "coll",
+            Self::Peer { .. } => "peer",
+            Self::Nics { .. } => "nics",
+            Self::Hang { .. } => "hang",
+            Self::HangOver { .. } => "hang_over",
+            Self::Gone { .. } => "gone",
+            Self::Health { .. } => "health",
+        }
+    }
 }
 
 /// The NIC join's verdict for a host.
@@ -373,6 +431,29 @@ mod tests {
         assert_eq!(type_size("ncclBfloat16"), 2);
         assert_eq!(type_size("ncclFloat32"), 4);
         assert!((algbw_gbps(1_000_000_000, 0.5) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_watch_recording_reads_back_as_written_and_a_cut_one_up_to_the_cut() {
+        let records = vec![
+            Recorded::Settings { hang_after_s: 3, window_s: 5, fallback_min_bytes: 16 << 20 },
+            Recorded::Message { t_ms: 10, conn: 1, message: example() },
+            Recorded::Refused { t_ms: 11 },
+            Recorded::Closed { t_ms: 12, conn: 1 },
+        ];
+        let mut out = Vec::new();
+        for record in &records {
+            encode_recorded(record, &mut out).expect("encode");
+        }
+        let mut reader = out.as_slice();
+        let back: Vec<Recorded> = std::iter::from_fn(|| read_recorded(&mut reader).expect("reads")).collect();
+        assert_eq!(back, records);
+        let cut = &out[..out.len() - 3];
+        let mut reader = cut;
+        assert_eq!(read_recorded(&mut reader).expect("first").as_ref(), Some(&records[0]));
+        assert_eq!(read_recorded(&mut reader).expect("second").as_ref(), Some(&records[1]));
+        assert_eq!(read_recorded(&mut reader).expect("third").as_ref(), Some(&records[2]));
+        assert!(matches!(read_recorded(&mut reader), Err(StreamError::Truncated)), "the cut record is named");
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! - a sweep's `verdict` and `efatop check`'s `check`: `{"type":…,"data":…}`, the data's fields in the
 //!   order its type declares them;
 //! - the monitor's `snapshot`: `{"type":"snapshot","rank":…,"data":…}`, `rank` only when several nodes
-//!   are shown.
+//!   are shown;
+//! - `efatop watch`'s lines ([`WatchLine`]: `rank`, `coll`, `peer`, `nics`, `hang`, `hang_over`, `gone`,
+//!   `health`): `{"type":…,"data":…}`, the data's fields in the order its variant declares them. (Until
+//!   they were typed here they were `{"line":"coll",…}`, flat; docs/output.md says so.)
 //!
 //! A reader takes the keys in any order. `check`'s data is the check crate's report, which this leaf
 //! crate cannot name: it is the type parameter `C` (a `serde_json::Value` unless the reader names it).
@@ -23,6 +26,7 @@ use serde_json::Value;
 
 use crate::column::Column;
 use crate::counters::CounterWarning;
+use crate::nccl::{WatchLine, WATCH_KINDS};
 use crate::results::{Measurement, PairMatrix, QueueRow, RunMetadata, RunResults};
 use crate::sweep::{SweepResults, SweepRound, Verdict};
 use crate::telemetry::NodeSample;
@@ -64,9 +68,11 @@ pub enum Line<C = Value> {
     Check(Box<C>),
     /// `efatop queue --json`: one shape's row.
     Queue(QueueRow),
+    /// `efatop watch --json`: one of its lines; its `type` is the [`WatchLine`]'s.
+    Watch(Box<WatchLine>),
 }
 
-/// Every `type` a line may have.
+/// Every `type` a line may have, but `efatop watch`'s ([`WATCH_KINDS`]).
 pub const KINDS: &[&str] = &[
     "run", "begin", "step", "sample", "pair", "result", "warning", "pair_matrix", "note", "error", "dropped", "node", "sweep", "sweep_round", "summary",
     "verdict", "snapshot", "check", "queue",
@@ -286,6 +292,7 @@ impl<C> Line<C> {
             Self::Snapshot { .. } => "snapshot",
             Self::Check(_) => "check",
             Self::Queue(_) => "queue",
+            Self::Watch(line) => line.kind(),
         }
     }
 
@@ -375,6 +382,8 @@ impl<C: Serialize> Serialize for Line<C> {
             Self::SweepRound(data) => data_first(serializer, kind, &Sorted(data)),
             Self::Summary(data) => data_first(serializer, kind, &Sorted(data)),
             Self::Queue(data) => data_first(serializer, kind, &Sorted(data)),
+            // Adjacently tagged: `{"type":…,"data":…}`.
+            Self::Watch(line) => line.serialize(serializer),
         }
     }
 }
@@ -417,6 +426,7 @@ impl<'de, C: DeserializeOwned> Deserialize<'de> for Line<C> {
             "snapshot" => Self::Snapshot { rank, data: data(value)? },
             "check" => Self::Check(data(value)?),
             "queue" => Self::Queue(data(value)?),
+            watch if WATCH_KINDS.contains(&watch) => Self::Watch(data(serde_json::json!({ "type": watch, "data": value }))?),
             other => return Err(de::Error::unknown_variant(other, KINDS)),
         })
     }
@@ -436,6 +446,58 @@ mod tests {
         let back: Line<C> = Line::parse(&written).expect("parses back");
         assert_eq!(back.kind(), line.kind());
         assert_eq!(back.to_json().expect("serializes"), expected, "{} round trip", line.kind());
+    }
+
+    #[test]
+    fn watch_lines() {
+        use crate::nccl::{Func, HangWhy, NicVerdict, NicWindow, Timing};
+        let coll = WatchLine::Coll {
+            comm: "d055e1ef875a2e15".into(),
+            func: Func::AllReduce,
+            size: 1 << 20,
+            datatype: "ncclFloat32".into(),
+            algo: "RING".into(),
+            proto: "SIMPLE".into(),
+            ranks: 2,
+            nranks: 2,
+            ops: 12,
+            timing: Timing::Gpu,
+            time_us: Some(250.0),
+            algbw_gbps: Some(4.194304),
+            busbw_gbps: Some(4.194304),
+        };
+        golden::<Value>(
+            &Line::Watch(Box::new(coll)),
+            r#"{"type":"coll","data":{"comm":"d055e1ef875a2e15","func":"all_reduce","size":1048576,"datatype":"ncclFloat32","algo":"RING","proto":"SIMPLE","ranks":2,"nranks":2,"ops":12,"timing":"gpu","time_us":250.0,"algbw_gbps":4.194304,"busbw_gbps":4.194304}}"#,
+        );
+        let untimed = WatchLine::Coll { comm: "c".into(), func: Func::AlltoAll, size: 1 << 20, datatype: "ncclFloat32".into(), algo: String::new(), proto: String::new(), ranks: 1, nranks: 1, ops: 25, timing: Timing::None, time_us: None, algbw_gbps: None, busbw_gbps: None };
+        golden::<Value>(
+            &Line::Watch(Box::new(untimed)),
+            r#"{"type":"coll","data":{"comm":"c","func":"allto_all","size":1048576,"datatype":"ncclFloat32","algo":"","proto":"","ranks":1,"nranks":1,"ops":25,"timing":"none","time_us":null,"algbw_gbps":null,"busbw_gbps":null}}"#,
+        );
+        let hang = WatchLine::Hang { comm: "c".into(), func: Func::AllReduce, seq: 9, rank: 1, host: "vm".into(), gpu: Some("0".into()), why: HangWhy::NotStarted, waiting_s: 3.5, peers_done: vec![], peers_waiting: vec![0] };
+        golden::<Value>(
+            &Line::Watch(Box::new(hang)),
+            r#"{"type":"hang","data":{"comm":"c","func":"all_reduce","seq":9,"rank":1,"host":"vm","gpu":"0","why":"not_started","waiting_s":3.5,"peers_done":[],"peers_waiting":[0]}}"#,
+        );
+        let nics = WatchLine::Nics { host: "vm".into(), window_s: 5.0, nccl_bytes: 1 << 30, nic_bytes: 0, verdict: NicVerdict::Fallback, nics: vec![NicWindow { name: "rdmap79s0".into(), bytes: 0, behind: false }] };
+        golden::<Value>(
+            &Line::Watch(Box::new(nics)),
+            r#"{"type":"nics","data":{"host":"vm","window_s":5.0,"nccl_bytes":1073741824,"nic_bytes":0,"verdict":"fallback","nics":[{"name":"rdmap79s0","bytes":0,"behind":false}]}}"#,
+        );
+        golden::<Value>(&Line::Watch(Box::new(WatchLine::HangOver { comm: "c".into(), func: Func::AllReduce, seq: 9 })), r#"{"type":"hang_over","data":{"comm":"c","func":"all_reduce","seq":9}}"#);
+        golden::<Value>(&Line::Watch(Box::new(WatchLine::Gone { host: "vm".into(), pid: 7, bye: true })), r#"{"type":"gone","data":{"host":"vm","pid":7,"bye":true}}"#);
+        golden::<Value>(
+            &Line::Watch(Box::new(WatchLine::Health { plugins: 2, refused: 1, dropped: 0, unsent: 0 })),
+            r#"{"type":"health","data":{"plugins":2,"refused":1,"dropped":0,"unsent":0}}"#,
+        );
+        let rank = WatchLine::Rank { host: "vm".into(), pid: 611, gpu: None, comm: "c".into(), comm_name: None, rank: 0, nranks: 2, nnodes: 2, nccl_version: Some("2.28.3".into()), abi: 5 };
+        golden::<Value>(
+            &Line::Watch(Box::new(rank)),
+            r#"{"type":"rank","data":{"host":"vm","pid":611,"gpu":null,"comm":"c","comm_name":null,"rank":0,"nranks":2,"nnodes":2,"nccl_version":"2.28.3","abi":5}}"#,
+        );
+        // A watch type is none of the other kinds'.
+        assert!(WATCH_KINDS.iter().all(|k| !KINDS.contains(k)));
     }
 
     #[test]

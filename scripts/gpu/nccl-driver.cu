@@ -3,9 +3,19 @@
 // the stream's synchronize; time = elapsed / ITERS; algbw = size / time; busbw by nccl-tests' factors).
 //
 //   nccl-driver [--ranks N] [--min BYTES] [--max BYTES] [--iters N] [--warmup N] [--colls LIST]
+//               [--same-gpu] [--stall-rank R --stall-at N [--stall-s S]]
 //
 // One rank on GPU 0 by default; --ranks N starts N processes (this program again, one per GPU) that share
-// an NCCL id. Each rank prints one line per collective and size:
+// an NCCL id.
+// --same-gpu puts every rank on GPU 0, each with its own NCCL_HOSTID (efatop-r<rank>, set before
+// ncclCommInitRank): NCCL then takes the ranks for processes on different hosts (it refuses two ranks on one
+// GPU only when their host hashes match, and NCCL_HOSTID is what it hashes), so with NCCL_SOCKET_IFNAME=lo
+// and NCCL_IB_DISABLE=1 they talk over NCCL's network path (the socket transport, its proxy) on one GPU.
+// The processes time-slice the GPU: slow, but the plugin and the driver time the same calls.
+// --stall-rank R --stall-at N: rank R sleeps S seconds (--stall-s, default 8) before its N-th call (1-based,
+// warm-up calls included, counted over the whole sweep), so that its peers wait in that call: the hang
+// locator's case with a real NCCL.
+// Each rank prints one line per collective and size:
 //   driver rank=R nranks=N coll=allreduce size=BYTES count=C type=float time_us=T algbw=A busbw=B calls=K
 // (size as nccl-tests names it: the buffer of allreduce, the gathered buffer of allgather, what one rank
 // sends in all of alltoall; calls = warm-up + timed). alltoall is a group of ncclSend/ncclRecv, one pair per
@@ -42,14 +52,16 @@
   } while (0)
 
 struct Options {
-  int ranks = 1, rank = -1, iters = 20, warmup = 5;
+  int ranks = 1, rank = -1, iters = 20, warmup = 5, stall_rank = -1, stall_at = 0, stall_s = 8;
+  bool same_gpu = false;
   size_t min = 1 << 20, max = (size_t)1 << 30;
   std::string colls = "allreduce,allgather,alltoall", id;
 };
 
 static void usage_exit(const char* what) {
   fprintf(stderr, "nccl-driver: %s\nusage: nccl-driver [--ranks 1..8] [--min BYTES] [--max BYTES] [--iters 1..10000] "
-                  "[--warmup 0..1000] [--colls allreduce,allgather,alltoall]\n", what);
+                  "[--warmup 0..1000] [--colls allreduce,allgather,alltoall] [--same-gpu] "
+                  "[--stall-rank 0..7 --stall-at 1..1000000 [--stall-s 1..600]]\n", what);
   exit(2);
 }
 
@@ -104,7 +116,12 @@ static double bus_factor(const std::string& coll, int n) {
 }
 
 static int run_rank(const Options& o) {
-  CUDA(cudaSetDevice(o.rank));
+  if (o.same_gpu) {
+    // Before any NCCL call: NCCL hashes NCCL_HOSTID once, on first use.
+    std::string hostid = "efatop-r" + std::to_string(o.rank);
+    setenv("NCCL_HOSTID", hostid.c_str(), 1);
+  }
+  CUDA(cudaSetDevice(o.same_gpu ? 0 : o.rank));
   ncclUniqueId id = unhex(o.id);
   ncclComm_t comm;
   NCCL(ncclCommInitRank(&comm, o.ranks, id, o.rank));
@@ -118,17 +135,27 @@ static int run_rank(const Options& o) {
   CUDA(cudaDeviceSynchronize());
   int version = 0;
   NCCL(ncclGetVersion(&version));
-  if (o.rank == 0) printf("driver nccl=%d ranks=%d iters=%d warmup=%d\n", version, o.ranks, o.iters, o.warmup);
+  if (o.rank == 0) printf("driver nccl=%d ranks=%d iters=%d warmup=%d same_gpu=%d\n", version, o.ranks, o.iters, o.warmup, o.same_gpu ? 1 : 0);
+  long calls = 0;
+  // Every launch goes through here: the stall comes before the N-th.
+  auto call = [&](const std::string& coll, size_t size) {
+    if (++calls == o.stall_at && o.rank == o.stall_rank) {
+      printf("driver rank=%d stall before call=%ld coll=%s size=%zu seconds=%d\n", o.rank, calls, coll.c_str(), size, o.stall_s);
+      fflush(stdout);
+      sleep(o.stall_s);
+    }
+    launch(coll, size, o.ranks, send, recv, comm, s);
+  };
   std::string list = o.colls + ",";
   for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
     std::string coll = list.substr(at, comma - at);
     for (size_t bytes = o.min; bytes <= o.max; bytes *= 2) {
       // nccl-tests' sizes: a whole number of elements per rank.
       size_t size = bytes / (sizeof(float) * o.ranks) * sizeof(float) * o.ranks;
-      for (int i = 0; i < o.warmup; i++) launch(coll, size, o.ranks, send, recv, comm, s);
+      for (int i = 0; i < o.warmup; i++) call(coll, size);
       CUDA(cudaStreamSynchronize(s));
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters; i++) launch(coll, size, o.ranks, send, recv, comm, s);
+      for (int i = 0; i < o.iters; i++) call(coll, size);
       CUDA(cudaStreamSynchronize(s));
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
       double algbw = size / secs / 1e9;
@@ -148,6 +175,7 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
+    if (a == "--same-gpu") { o.same_gpu = true; continue; }
     if (i + 1 >= argc) usage_exit((a + ": needs a value").c_str());
     const char* v = argv[++i];
     if (a == "--ranks") o.ranks = number("--ranks", v, 1, 8);
@@ -158,9 +186,14 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = number("--warmup", v, 0, 1000);
     else if (a == "--colls") o.colls = v;
     else if (a == "--id") o.id = v;
+    else if (a == "--stall-rank") o.stall_rank = number("--stall-rank", v, 0, 7);
+    else if (a == "--stall-at") o.stall_at = number("--stall-at", v, 1, 1000000);
+    else if (a == "--stall-s") o.stall_s = number("--stall-s", v, 1, 600);
     else usage_exit(("unknown flag " + a).c_str());
   }
   if (o.min > o.max) usage_exit("--min is above --max");
+  if ((o.stall_rank >= 0) != (o.stall_at > 0)) usage_exit("--stall-rank and --stall-at: give both or neither");
+  if (o.stall_rank >= o.ranks) usage_exit("--stall-rank: a rank below --ranks");
   {
     std::string list = o.colls + ",";
     for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {

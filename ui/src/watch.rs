@@ -160,7 +160,13 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     let hosts: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.host.as_str()).collect();
     let comms: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.comm.as_str()).collect();
-    let mut header = format!(" efatop watch · {} ranks on {} hosts · {} communicators", view.ranks.len(), hosts.len(), comms.len());
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut header = format!(
+        " efatop watch · {} on {} · {}",
+        plural(view.ranks.len(), "rank", "ranks"),
+        plural(hosts.len(), "host", "hosts"),
+        plural(comms.len(), "communicator", "communicators")
+    );
     if let Some(WatchLine::Health { plugins, refused, dropped, unsent }) = &view.health {
         header.push_str(&format!(" · {plugins} plugins connected · {refused} refused · {dropped} events dropped · {unsent} unsent"));
     }
@@ -242,7 +248,8 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
             format_size(*size),
             ops,
             format!("{ranks}/{nranks}"),
-            format!("{algo}/{proto}"),
+            // NCCL names no algorithm or protocol for a group of sends and receives.
+            if algo.is_empty() && proto.is_empty() { "-".to_string() } else { format!("{algo}/{proto}") },
             time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
             gbps(*algbw_gbps),
             gbps(*busbw_gbps)

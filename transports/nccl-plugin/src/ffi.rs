@@ -86,6 +86,12 @@ unsafe fn name(ptr: *const c_char) -> Name {
 
 fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, bits: u64) -> NcclResult {
     let result = std::panic::catch_unwind(|| {
+        // On NCCL's thread, whose device is the communicator's; before the fold's thread starts and asks.
+        if runtime::INIT_GPU.get().is_none() {
+            if let Some(device) = crate::host::cuda_device() {
+                let _ = runtime::INIT_GPU.set(device);
+            }
+        }
         let runtime = runtime::start(abi, crate::worker::spawn);
         let name = if comm_name.is_null() {
             None

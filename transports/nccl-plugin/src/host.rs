@@ -34,8 +34,15 @@ pub fn nccl_version() -> Option<String> {
     })
 }
 
-/// CUDA's current device, where the process exports `cudaGetDevice` (a dynamically linked libcudart).
+/// The calling thread's CUDA device: CUDA's runtime's current device where the process exports
+/// `cudaGetDevice` (a dynamically linked libcudart), else the device of the thread's current context from
+/// the driver (`cuCtxGetDevice` in libcuda, which a statically linked libcudart, nvcc's default, loads).
+/// Meaningful on a thread that set its device: NCCL's, in `init`.
 pub fn cuda_device() -> Option<i32> {
+    runtime_device().or_else(driver_device)
+}
+
+fn runtime_device() -> Option<i32> {
     // SAFETY: as in nccl_version.
     let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"cudaGetDevice".as_ptr()) };
     if symbol.is_null() {
@@ -47,5 +54,30 @@ pub fn cuda_device() -> Option<i32> {
         let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
         get(&mut device)
     };
+    (result == 0 && device >= 0).then_some(device)
+}
+
+fn driver_device() -> Option<i32> {
+    // SAFETY: RTLD_NOLOAD only hands back a library the process has loaded already (loading nothing, running
+    // no initializer); the handle is closed below.
+    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: dlsym on a valid handle with a NUL-terminated name only looks a symbol up.
+    let symbol = unsafe { libc::dlsym(handle, c"cuCtxGetDevice".as_ptr()) };
+    let mut device: c_int = -1;
+    let result = if symbol.is_null() {
+        -1
+    } else {
+        // SAFETY: `CUresult cuCtxGetDevice(CUdevice*)` (CUdevice is an int) writes one int; without a current
+        // context it returns an error and writes nothing.
+        unsafe {
+            let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(symbol);
+            get(&mut device)
+        }
+    };
+    // SAFETY: the handle dlopen gave above, closed once; libcuda stays loaded (the process holds it).
+    unsafe { libc::dlclose(handle) };
     (result == 0 && device >= 0).then_some(device)
 }

@@ -16,13 +16,14 @@ pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "unknown".into(), |h| h.trim().to_string())
 }
 
-/// The process's GPU: `EFATOP_GPU`, else CUDA's current device, else `CUDA_VISIBLE_DEVICES` when it names
-/// one device, else the launcher's local rank.
+/// The process's GPU: `EFATOP_GPU`, else the CUDA device NCCL's thread had when it first called `init`
+/// ([`crate::runtime::INIT_GPU`]; the fold's own thread has no device of its own to ask about), else
+/// `CUDA_VISIBLE_DEVICES` when it names one device, else the launcher's local rank.
 pub fn gpu() -> Option<String> {
     if let Ok(gpu) = std::env::var("EFATOP_GPU") {
         return Some(gpu);
     }
-    if let Some(device) = crate::host::cuda_device() {
+    if let Some(device) = crate::runtime::INIT_GPU.get() {
         return Some(device.to_string());
     }
     if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {

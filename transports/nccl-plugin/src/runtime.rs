@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use efatop_proto::nccl::CommInfo;
@@ -32,9 +32,21 @@ pub struct Runtime {
     /// The ABI NCCL took: 4, 5 or 6.
     pub abi: AtomicU32,
     pub comms: Mutex<Vec<CommEvent>>,
+    /// Finalizes told, and those whose last interval and bye the fold's thread has sent and flushed.
+    finalizes: AtomicU64,
+    pub finalizes_sent: AtomicU64,
 }
 
+/// How long `finalize` waits for the fold's thread to send the communicator's last figures and its bye: a
+/// job ends right after it (the process exits), and a watcher that missed the end would see its last calls
+/// unfinished. Not on the hot path; bounded, so a stuck sink never holds the job up longer.
+pub const FINALIZE_WAIT: Duration = Duration::from_millis(250);
+
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The CUDA device of the thread that first called `init` (NCCL's, with the communicator's device set),
+/// where CUDA could tell it: the process's GPU.
+pub static INIT_GPU: OnceLock<i32> = OnceLock::new();
 static FOLD: Once = Once::new();
 
 impl Runtime {
@@ -48,6 +60,8 @@ impl Runtime {
             base: Instant::now(),
             abi: AtomicU32::new(0),
             comms: Mutex::new(Vec::new()),
+            finalizes: AtomicU64::new(0),
+            finalizes_sent: AtomicU64::new(0),
         }
     }
 
@@ -80,9 +94,15 @@ impl Runtime {
         ctx
     }
 
+    /// A communicator ends (from `finalize`): waits up to [`FINALIZE_WAIT`] for its last figures to leave.
     pub fn finalize(&self, ctx: u32) {
         let t_ns = self.now_ns();
         self.comms.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(CommEvent::Finalize { ctx, t_ns });
+        let told = self.finalizes.fetch_add(1, Ordering::Relaxed) + 1;
+        let started = Instant::now();
+        while self.finalizes_sent.load(Ordering::Acquire) < told && started.elapsed() < FINALIZE_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     pub fn take_comms(&self) -> Vec<CommEvent> {

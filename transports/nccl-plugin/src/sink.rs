@@ -25,7 +25,8 @@ const QUEUE: usize = 1024;
 type Frames = Arc<Mutex<Vec<(u64, u32, Vec<u8>)>>>;
 
 pub enum Sink {
-    Watcher { queue: SyncSender<Vec<u8>>, preamble: Frames, unsent: Arc<AtomicU64> },
+    /// `queued`: frames put on the queue; `handled`: those the thread took off it (written or lost).
+    Watcher { queue: SyncSender<Vec<u8>>, preamble: Frames, unsent: Arc<AtomicU64>, queued: u64, handled: Arc<AtomicU64> },
     File { file: std::io::BufWriter<std::fs::File>, unsent: u64 },
     Off { unsent: u64 },
 }
@@ -58,12 +59,13 @@ impl Sink {
             let (queue, rx) = sync_channel(QUEUE);
             let preamble: Frames = Arc::new(Mutex::new(vec![(u64::MAX, u32::MAX, hello)]));
             let unsent = Arc::new(AtomicU64::new(0));
-            let (p, u) = (Arc::clone(&preamble), Arc::clone(&unsent));
-            let spawned = std::thread::Builder::new().name("efatop-nccl-send".into()).spawn(move || send_loop(&address, &secret, &rx, &p, &u));
+            let handled = Arc::new(AtomicU64::new(0));
+            let (p, u, h) = (Arc::clone(&preamble), Arc::clone(&unsent), Arc::clone(&handled));
+            let spawned = std::thread::Builder::new().name("efatop-nccl-send".into()).spawn(move || send_loop(&address, &secret, &rx, &p, &u, &h));
             if spawned.is_err() {
                 return Self::Off { unsent: 0 };
             }
-            return Self::Watcher { queue, preamble, unsent };
+            return Self::Watcher { queue, preamble, unsent, queued: 0, handled };
         }
         let path = match std::env::var("EFATOP_PROFILER_FILE") {
             Ok(p) if p == "none" => return Self::Off { unsent: 0 },
@@ -105,8 +107,8 @@ impl Sink {
 
     fn send_frame(&mut self, bytes: Vec<u8>) {
         match self {
-            Self::Watcher { queue, unsent, .. } => match queue.try_send(bytes) {
-                Ok(()) => {}
+            Self::Watcher { queue, unsent, queued, .. } => match queue.try_send(bytes) {
+                Ok(()) => *queued += 1,
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                     unsent.fetch_add(1, Ordering::Relaxed);
                 }
@@ -123,6 +125,17 @@ impl Sink {
     pub fn flush(&mut self) {
         if let Self::File { file, .. } = self {
             let _ = file.flush();
+        }
+    }
+
+    /// Waits up to `limit` for the watcher's thread to have taken every queued frame (a communicator's
+    /// last figures, before the process exits).
+    pub fn drain(&self, limit: Duration) {
+        if let Self::Watcher { queued, handled, .. } = self {
+            let started = std::time::Instant::now();
+            while handled.load(Ordering::Acquire) < *queued && started.elapsed() < limit {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 
@@ -155,7 +168,7 @@ fn connect(address: &str, secret: &Secret) -> Result<TcpStream, String> {
     Err(last)
 }
 
-fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &Frames, unsent: &AtomicU64) {
+fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) {
     let mut backoff = Duration::from_millis(250);
     let mut told = false;
     loop {
@@ -171,8 +184,12 @@ fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
                         Ok(bytes) => {
-                            if stream.write_all(&bytes).is_err() {
+                            let written = stream.write_all(&bytes).is_ok();
+                            if !written {
                                 unsent.fetch_add(1, Ordering::Relaxed);
+                            }
+                            handled.fetch_add(1, Ordering::Release);
+                            if !written {
                                 break;
                             }
                         }
@@ -191,6 +208,7 @@ fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &
                     match rx.recv_timeout(left) {
                         Ok(_) => {
                             unsent.fetch_add(1, Ordering::Relaxed);
+                            handled.fetch_add(1, Ordering::Release);
                         }
                         Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,

@@ -77,11 +77,11 @@ fn run(runtime: &'static Runtime) {
         }
         let idle = batch.is_empty();
         batch.clear();
-        let mut ended = false;
+        let mut ended = 0;
         for event in &comms {
             if let CommEvent::Finalize { ctx, t_ns } = event {
                 fold.comm_ended(*ctx);
-                ended = true;
+                ended += 1;
                 let _ = std::fmt::Write::write_fmt(&mut text, format_args!("F {} {ctx}\n", t_ns / 1000));
             }
         }
@@ -93,7 +93,7 @@ fn run(runtime: &'static Runtime) {
         if let Some(file) = trace.as_mut() {
             let _ = file.write_all(text.as_bytes());
         }
-        if ended || last.elapsed() >= interval {
+        if ended > 0 || last.elapsed() >= interval {
             last = Instant::now();
             let now_ns = runtime.now_ns();
             let t_ms = now_ns / 1_000_000;
@@ -109,6 +109,11 @@ fn run(runtime: &'static Runtime) {
             sink.flush();
             if let Some(file) = trace.as_mut() {
                 let _ = file.flush();
+            }
+            // `finalize` waits for this (FINALIZE_WAIT at most): the last figures on their way.
+            if ended > 0 {
+                sink.drain(crate::runtime::FINALIZE_WAIT);
+                runtime.finalizes_sent.fetch_add(ended, Ordering::Release);
             }
         }
         if idle {
