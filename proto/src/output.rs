@@ -652,6 +652,8 @@ mod tests {
     #[test]
     fn rail_lines_fold_each_host_and_rail_over_each_interval() {
         use crate::telemetry::{ChannelSample, RankSample};
+        /// A line's host, rail, channels, rate, slowest, fastest, slowest rank and time.
+        type Seen<'a> = (&'a str, u16, u32, f64, Option<f64>, Option<f64>, u32, f64);
         let rail = Rail {
             bytes: 2_500_000_000,
             channels: 8,
@@ -688,7 +690,7 @@ mod tests {
         assert!(out.is_empty(), "the interval is still open: {out:?}");
         // The next interval's first sample closes it: a line per host and rail heard from, in that order.
         lines.add(105.0, &sample(3, [0, 0]), |line| out.push(line));
-        let seen: Vec<(&str, u16, u32, f64, Option<f64>, Option<f64>, u32, f64)> = out
+        let seen: Vec<Seen> = out
             .iter()
             .map(|l| (l.host.as_str(), l.rail, l.channels, l.gbps, l.gbps_min, l.gbps_max, l.slowest_rank, l.t_ms))
             .collect();

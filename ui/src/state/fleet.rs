@@ -476,7 +476,7 @@ mod tests {
         let views = state.channels.len();
         assert!(views > FLEET_SCALE_NICS);
         let mut model = Fleet::build(&state, Duration::ZERO);
-        feed(&mut model, views, &[(7, 10.0)], Duration::from_millis(1000));
+        feed(&mut model, views, &[(7, 10.0)], Duration::from_secs(1));
         assert_eq!(model.worst()[0].view, 7, "the first refresh after a while is at once");
         // A new slow NIC 50 ms later: taken in, summaries not yet refreshed...
         feed(&mut model, views, &[(9, 5.0)], Duration::from_millis(1050));
@@ -487,7 +487,7 @@ mod tests {
         // A small model refreshes whenever asked.
         let small = fleet(4, 2, 2);
         let mut model = Fleet::build(&small, Duration::ZERO);
-        feed(&mut model, small.channels.len(), &[(3, 10.0)], Duration::from_millis(1000));
+        feed(&mut model, small.channels.len(), &[(3, 10.0)], Duration::from_secs(1));
         feed(&mut model, small.channels.len(), &[(5, 5.0)], Duration::from_millis(1001));
         assert_eq!(model.worst()[0].view, 5);
     }
