@@ -138,6 +138,9 @@ impl Experiment {
         let common = self.common();
         check_memories(common)?;
         check_outputs(common)?;
+        if common.json_samples != JsonSamplesArg::Auto && !common.json {
+            return Err("--json-samples chooses what --json prints (auto, every or rails); it needs --json".to_string());
+        }
         check_telemetry_ab(&self.kind(), common)?;
         self.descriptor().check()
     }
@@ -312,6 +315,27 @@ pub enum MemoryArg {
     Staged,
 }
 
+/// `--json-samples`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JsonSamplesArg {
+    /// `sample` lines up to 32768 channels, `rail` lines beyond
+    Auto,
+    /// a `sample` line per channel whatever the run's size
+    Every,
+    /// `rail` lines (per host and rail, every interval) whatever the run's size
+    Rails,
+}
+
+impl From<JsonSamplesArg> for crate::printer::jsonl::Samples {
+    fn from(arg: JsonSamplesArg) -> Self {
+        match arg {
+            JsonSamplesArg::Auto => Self::Auto,
+            JsonSamplesArg::Every => Self::Every,
+            JsonSamplesArg::Rails => Self::Rails,
+        }
+    }
+}
+
 /// `--completion`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CompletionArg {
@@ -397,6 +421,11 @@ pub struct CommonArgs {
     /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
     #[arg(long, conflicts_with = "no_tui")]
     pub json: bool,
+    /// With --json, what telemetry becomes: `auto`, a `sample` line per channel up to 32768 channels (ranks ×
+    /// channels) and `rail` lines beyond (per host and rail, every interval); `every`, a `sample` line per
+    /// channel whatever the size; `rails`, `rail` lines whatever the size
+    #[arg(long, value_enum, default_value_t = JsonSamplesArg::Auto)]
+    pub json_samples: JsonSamplesArg,
     /// Print plain tables even on a terminal (the dashboard never starts when stdout is not a terminal)
     #[arg(long)]
     pub no_tui: bool,

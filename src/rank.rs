@@ -27,7 +27,8 @@ pub fn rank_main(experiment: Experiment) -> i32 {
     } else {
         Mode::Dashboard
     };
-    rank_with(experiment, Box::new(Printer { mode }))
+    let samples = common.json_samples.into();
+    rank_with(experiment, Box::new(Printer { mode, samples }))
 }
 
 /// Runs this process's rank with `show` as rank 0's consumer; returns its exit code (2, one line, for

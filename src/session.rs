@@ -16,6 +16,8 @@ use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 /// The printer `mode` names, as rank 0's consumer.
 pub struct Printer {
     pub mode: Mode,
+    /// `--json-samples`.
+    pub samples: jsonl::Samples,
 }
 
 impl Show for Printer {
@@ -27,7 +29,8 @@ impl Show for Printer {
         let spawned = match self.mode {
             Mode::Json => {
                 jsonl::print_run(metadata);
-                let mut lines = jsonl::SampleLines { pairs: start.pairs, world: Some(start.world()) };
+                let mut lines = jsonl::SampleLines::for_run(&start, self.samples);
+                jsonl::print_note(&lines);
                 std::thread::Builder::new().name("efatop-json".into()).spawn(move || {
                     jsonl::print_events(&received, || started.elapsed(), &mut lines);
                     ConsumerOutcome::Done

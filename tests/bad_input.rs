@@ -64,6 +64,8 @@ fn bad_input_table() {
         (&["monitor", "--sysfs-root", "/nonexistent/sysfs", "--once"], &["--sysfs-root"]),
         (&["topo", "--from-xml", "/nonexistent/topo.xml"], &["--from-xml /nonexistent/topo.xml", "cannot read"]),
         (&["queue", "--blocks", "0"], &["--blocks", "1..=65536"]),
+        (&["write", "--json", "--json-samples", "most"], &["--json-samples", "possible values: auto, every, rails"]),
+        (&["write", "--json-samples", "rails"], &["--json-samples", "auto, every or rails", "needs --json"]),
         (&["queue", "--ring", "fast"], &["--ring", "possible values: warp, seed"]),
         (&["proxy", "--chunk", "3K"], &["--chunk", "not a power of two", "`whole`"]),
         (&["ipc", "--block", "48"], &["--block", "a multiple of 32 from 32 to 1024"]),

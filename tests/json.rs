@@ -4,7 +4,7 @@
 mod common;
 
 use common::{efatop, json_lines, serial, JsonLine};
-use efatop_proto::output::Sample;
+use efatop_proto::output::{Rail, Sample};
 use efatop_proto::results::Measurement;
 
 #[test]
@@ -47,6 +47,47 @@ fn json_lines_carry_samples_results_and_a_matching_summary() {
     let steps = lines.iter().filter(|l| matches!(l, JsonLine::Step(_))).count();
     assert_eq!(steps, results.len());
     assert!(!run.stdout.contains("| Size |"), "no table in JSON mode");
+}
+
+#[test]
+fn rails_fold_the_samples_per_host_and_rail_and_the_stream_says_so() {
+    let _one = serial();
+    let run = efatop(&[
+        "run", "--ranks", "2", "write", "--provider", "shm", "--json", "--json-samples", "rails", "--channels", "2", "--configs",
+        "multi", "--interval", "20ms", "--min-size", "1M", "--max-size", "4M", "--iters", "200",
+    ]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let lines = json_lines(&run.stdout);
+    assert!(matches!(lines.first(), Some(JsonLine::Run(_))), "the stream opens with the run");
+    // Said at once, right after the run's line: what comes instead of `sample` lines, and why.
+    let Some(JsonLine::Note(note)) = lines.get(1) else { panic!("no note after the run line: {:?}", lines.get(1)) };
+    assert!(note.text.contains("`rail` lines") && note.text.contains("--json-samples rails"), "{}", note.text);
+    assert!(!lines.iter().any(|l| matches!(l, JsonLine::Sample(_))), "no `sample` line when folded into rails");
+    let rails: Vec<&Rail> = lines.iter().filter_map(|l| if let JsonLine::Rail(r) = l { Some(r) } else { None }).collect();
+    assert!(!rails.is_empty(), "no rail lines in {} lines", lines.len());
+    let Some(JsonLine::Run(metadata)) = lines.first() else { unreachable!("checked above") };
+    let host = metadata.hosts[0].clone();
+    assert!(metadata.hosts.iter().all(|h| *h == host), "both ranks on one host: {:?}", metadata.hosts);
+    for rail in &rails {
+        // Both ranks on this machine: one host, rails 0 and 1, an interval of 20 ms on rank 0's clock.
+        assert_eq!(rail.host, host, "{rail:?}");
+        assert!(rail.rail < 2, "{rail:?}");
+        assert!((rail.interval_ms - 20.0).abs() < 1e-9, "{rail:?}");
+        assert!(rail.channels >= 1, "{rail:?}");
+        assert!((rail.t_ms / 20.0 - (rail.t_ms / 20.0).round()).abs() < 1e-9, "an interval's end on the grid: {rail:?}");
+        assert!((rail.gbps - rail.bytes as f64 * 8.0 / 20e6).abs() < 1e-6, "{rail:?}");
+        if let (Some(min), Some(max)) = (rail.gbps_min, rail.gbps_max) {
+            assert!(min <= max && rail.slowest_rank < 2, "{rail:?}");
+        }
+    }
+    assert!(rails.iter().any(|r| r.rail == 0) && rails.iter().any(|r| r.rail == 1), "both rails reported");
+    assert!(rails.iter().any(|r| r.gbps > 0.0), "some interval carried traffic");
+    // Each (rail, interval) once.
+    let mut seen = std::collections::BTreeSet::new();
+    for rail in &rails {
+        assert!(seen.insert((rail.rail, (rail.t_ms * 1000.0) as u64)), "twice: {rail:?}");
+    }
+    assert!(matches!(lines.last(), Some(JsonLine::Summary(_))), "and closes with the summary");
 }
 
 #[test]

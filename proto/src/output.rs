@@ -53,6 +53,8 @@ pub enum Line<C = Value> {
     Error(Text),
     /// Telemetry the printer dropped because it fell behind the run.
     Dropped(Dropped),
+    /// A run too large for a `sample` line per channel: one host's rail over one interval ([`RailLines`]).
+    Rail(Rail),
     /// A node's read, in a served or recorded `efatop monitor`.
     Node(Box<NodeSample>),
     /// Sweep: its settings and every rank's host and NICs.
@@ -74,7 +76,7 @@ pub enum Line<C = Value> {
 
 /// Every `type` a line may have, but `efatop watch`'s ([`WATCH_KINDS`]).
 pub const KINDS: &[&str] = &[
-    "run", "begin", "step", "sample", "pair", "result", "warning", "pair_matrix", "note", "error", "dropped", "node", "sweep", "sweep_round", "summary",
+    "run", "begin", "step", "sample", "pair", "result", "warning", "pair_matrix", "note", "error", "dropped", "rail", "node", "sweep", "sweep_round", "summary",
     "verdict", "snapshot", "check", "queue",
 ];
 
@@ -113,6 +115,151 @@ pub struct Dropped {
     pub samples: u64,
     pub t_ms: f64,
     pub total: u64,
+}
+
+/// `rail`'s data: the channels of one rail (channel `rail` of every rank) on one host, over one interval of
+/// rank 0's clock ending at `t_ms` (fields in sorted order, as the line has them). A run with more
+/// channels than [`RAIL_LINES_ABOVE`] prints these instead of a `sample` line per channel (unless asked for
+/// every sample): a 4096-host run's 1.3 million channel samples a second become 164 thousand lines.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rail {
+    /// Bytes the rail's channels on this host completed in the interval (as the `sample` lines' `bytes`).
+    pub bytes: u64,
+    /// Channel samples folded in: a rank sends one a channel an interval (two when its interval straddles
+    /// two of rank 0's, then none in the next).
+    pub channels: u32,
+    /// What the host's rail carried over the interval: `bytes` over `interval_ms` (Gbps).
+    pub gbps: f64,
+    /// The fastest and the slowest channel sample's own rate (Gbps; null when none had one), and the rank
+    /// that sent the slowest.
+    pub gbps_max: Option<f64>,
+    pub gbps_min: Option<f64>,
+    pub host: String,
+    pub interval_ms: f64,
+    pub ops: u64,
+    pub rail: u16,
+    pub slowest_rank: u32,
+    pub t_ms: f64,
+}
+
+/// More channels (ranks × channels a rank) than this and `--json` prints `rail` lines, not a `sample`
+/// line per channel: 1024 p5 hosts × 8 ranks × 4 channels at 10 Hz (327,680 lines a second) is what a
+/// `sample` line per channel keeps up with on one core.
+pub const RAIL_LINES_ABOVE: usize = 1024 * 8 * 4;
+
+/// Folds channel samples into [`Rail`] lines: per host and rail, per interval of rank 0's clock. O(1) a
+/// channel sample; O(hosts × rails) an interval, for the hosts heard from.
+#[derive(Clone, Debug)]
+pub struct RailLines {
+    /// Each rank's host (an index into `hosts`).
+    host_of: Vec<u32>,
+    hosts: Vec<String>,
+    rails: usize,
+    interval_ms: f64,
+    /// The interval being folded: it ends at this time (ms of rank 0's clock).
+    ends_ms: f64,
+    /// Per host and rail (host × rails + rail).
+    open: Vec<RailFold>,
+    /// What was folded in the interval, in the order first heard.
+    touched: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RailFold {
+    bytes: u64,
+    ops: u64,
+    channels: u32,
+    gbps_min: f64,
+    gbps_max: f64,
+    slowest_rank: u32,
+}
+
+impl RailLines {
+    /// For a run whose rank `r` runs on `hosts[r]`, with `channels` channels a rank, at `interval`.
+    pub fn new(hosts: &[String], channels: usize, interval: std::time::Duration) -> Self {
+        let mut names: Vec<String> = Vec::new();
+        let mut index: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+        let host_of = hosts
+            .iter()
+            .map(|host| {
+                *index.entry(host.as_str()).or_insert_with(|| {
+                    names.push(host.clone());
+                    (names.len() - 1) as u32
+                })
+            })
+            .collect();
+        let rails = channels.max(1);
+        let interval_ms = (interval.as_secs_f64() * 1000.0).max(1.0);
+        Self { host_of, open: vec![RailFold::default(); names.len() * rails], hosts: names, rails, interval_ms, ends_ms: 0.0, touched: Vec::new() }
+    }
+
+    /// Folds one rank's sample, at rank 0's `t_ms`; the interval that ended before it comes out first,
+    /// through `done`. A rank or channel beyond the run's is left out.
+    pub fn add(&mut self, t_ms: f64, sample: &crate::telemetry::RankSample, mut done: impl FnMut(Rail)) {
+        self.close_before(t_ms, &mut done);
+        let Some(&host) = self.host_of.get(sample.rank as usize) else { return };
+        for channel in &sample.channels {
+            let gbps = crate::telemetry::RankSample::gbps(channel.bytes, sample.interval_ns);
+            self.fold(host, sample.rank, usize::from(channel.channel), channel.bytes, channel.ops, gbps);
+        }
+    }
+
+    fn fold(&mut self, host: u32, rank: u32, rail: usize, bytes: u64, ops: u64, gbps: f64) {
+        if rail >= self.rails {
+            return;
+        }
+        let at = host as usize * self.rails + rail;
+        let fold = &mut self.open[at];
+        if fold.channels == 0 {
+            self.touched.push(at as u32);
+            *fold = RailFold { gbps_min: f64::INFINITY, gbps_max: f64::NEG_INFINITY, ..RailFold::default() };
+        }
+        fold.bytes += bytes;
+        fold.ops += ops;
+        fold.channels += 1;
+        if gbps.is_finite() {
+            if gbps < fold.gbps_min {
+                fold.gbps_min = gbps;
+                fold.slowest_rank = rank;
+            }
+            fold.gbps_max = fold.gbps_max.max(gbps);
+        }
+    }
+
+    /// The interval open at `t_ms` closes if it ended before: its lines, through `done`.
+    pub fn close_before(&mut self, t_ms: f64, done: &mut impl FnMut(Rail)) {
+        if t_ms < self.ends_ms {
+            return;
+        }
+        if !self.touched.is_empty() {
+            self.flush(done);
+        }
+        // The next interval: the one `t_ms` falls in, on the interval's grid.
+        self.ends_ms = ((t_ms / self.interval_ms).floor() + 1.0) * self.interval_ms;
+    }
+
+    /// Every rail folded so far, as lines (the run's end).
+    pub fn flush(&mut self, done: &mut impl FnMut(Rail)) {
+        let t_ms = self.ends_ms;
+        for at in self.touched.drain(..) {
+            let fold = std::mem::take(&mut self.open[at as usize]);
+            let (host, rail) = (at as usize / self.rails, at as usize % self.rails);
+            let known = fold.gbps_min.is_finite();
+            done(Rail {
+                bytes: fold.bytes,
+                channels: fold.channels,
+                gbps: fold.bytes as f64 * 8.0 / (self.interval_ms * 1e6),
+                gbps_max: known.then_some(fold.gbps_max),
+                gbps_min: known.then_some(fold.gbps_min),
+                host: self.hosts[host].clone(),
+                interval_ms: self.interval_ms,
+                ops: fold.ops,
+                rail: rail as u16,
+                slowest_rank: fold.slowest_rank,
+                t_ms,
+            });
+        }
+    }
 }
 
 /// `pair`'s data (fields in sorted order, as the line has them).
@@ -284,6 +431,7 @@ impl<C> Line<C> {
             Self::Note(_) => "note",
             Self::Error(_) => "error",
             Self::Dropped(_) => "dropped",
+            Self::Rail(_) => "rail",
             Self::Node(_) => "node",
             Self::Sweep(_) => "sweep",
             Self::SweepRound(_) => "sweep_round",
@@ -369,6 +517,7 @@ impl<C: Serialize> Serialize for Line<C> {
             // Written field by field, in sorted order: the lines a large run prints most.
             Self::Sample(sample) => data_first(serializer, kind, sample),
             Self::Pair(pair) => data_first(serializer, kind, pair),
+            Self::Rail(rail) => data_first(serializer, kind, rail),
             Self::Run(data) => data_first(serializer, kind, &Sorted(data)),
             Self::Begin(data) => data_first(serializer, kind, &Sorted(data)),
             Self::Step(data) => data_first(serializer, kind, &Sorted(data)),
@@ -418,6 +567,7 @@ impl<'de, C: DeserializeOwned> Deserialize<'de> for Line<C> {
             "note" => Self::Note(data(value)?),
             "error" => Self::Error(data(value)?),
             "dropped" => Self::Dropped(data(value)?),
+            "rail" => Self::Rail(data(value)?),
             "node" => Self::Node(data(value)?),
             "sweep" => Self::Sweep(data(value)?),
             "sweep_round" => Self::SweepRound(data(value)?),
@@ -559,6 +709,68 @@ mod tests {
             &Line::Begin(Begin { configs: vec![column], memory: "host".into() }),
             &format!(r#"{{"data":{{"configs":[{label}],"memory":"host"}},"type":"begin"}}"#),
         );
+    }
+
+    #[test]
+    fn rail_lines_fold_each_host_and_rail_over_each_interval() {
+        use crate::telemetry::{ChannelSample, RankSample};
+        /// A line's host, rail, channels, rate, slowest, fastest, slowest rank and time.
+        type Seen<'a> = (&'a str, u16, u32, f64, Option<f64>, Option<f64>, u32, f64);
+        let rail = Rail {
+            bytes: 2_500_000_000,
+            channels: 8,
+            gbps: 200.0,
+            gbps_max: Some(26.0),
+            gbps_min: Some(23.5),
+            host: "p5-node-0001".into(),
+            interval_ms: 100.0,
+            ops: 610,
+            rail: 2,
+            slowest_rank: 13,
+            t_ms: 1200.0,
+        };
+        golden::<Value>(
+            &Line::Rail(rail),
+            r#"{"data":{"bytes":2500000000,"channels":8,"gbps":200.0,"gbps_max":26.0,"gbps_min":23.5,"host":"p5-node-0001","interval_ms":100.0,"ops":610,"rail":2,"slowest_rank":13,"t_ms":1200.0},"type":"rail"}"#,
+        );
+
+        // Two hosts of two ranks, two channels a rank, at 100 ms.
+        let hosts: Vec<String> = ["a", "a", "b", "b"].map(String::from).to_vec();
+        let mut lines = RailLines::new(&hosts, 2, std::time::Duration::from_millis(100));
+        let sample = |rank: u32, bytes: [u64; 2]| RankSample {
+            rank,
+            interval_ns: 100_000_000,
+            channels: (0..2).map(|c| ChannelSample { channel: c, bytes: bytes[usize::from(c)], ops: 1, ..ChannelSample::default() }).collect(),
+            ..RankSample::default()
+        };
+        let mut out = Vec::new();
+        lines.add(10.0, &sample(0, [1_250_000_000, 1_000_000_000]), |line| out.push(line));
+        lines.add(20.0, &sample(1, [625_000_000, 1_000_000_000]), |line| out.push(line));
+        lines.add(30.0, &sample(2, [1_250_000_000, 1_250_000_000]), |line| out.push(line));
+        // A sample beyond the run's ranks or channels is left out.
+        lines.add(40.0, &sample(9, [1, 1]), |line| out.push(line));
+        assert!(out.is_empty(), "the interval is still open: {out:?}");
+        // The next interval's first sample closes it: a line per host and rail heard from, in that order.
+        lines.add(105.0, &sample(3, [0, 0]), |line| out.push(line));
+        let seen: Vec<Seen> = out
+            .iter()
+            .map(|l| (l.host.as_str(), l.rail, l.channels, l.gbps, l.gbps_min, l.gbps_max, l.slowest_rank, l.t_ms))
+            .collect();
+        assert_eq!(seen, [
+            ("a", 0, 2, 150.0, Some(50.0), Some(100.0), 1, 100.0),
+            ("a", 1, 2, 160.0, Some(80.0), Some(80.0), 0, 100.0),
+            ("b", 0, 1, 100.0, Some(100.0), Some(100.0), 2, 100.0),
+            ("b", 1, 1, 100.0, Some(100.0), Some(100.0), 2, 100.0),
+        ]);
+        assert_eq!(out[0].bytes, 1_875_000_000);
+        assert_eq!(out[0].ops, 2);
+        // The run's end: what is open comes out, at the end of its interval.
+        out.clear();
+        lines.flush(&mut |line| out.push(line));
+        assert_eq!(out.iter().map(|l| (l.host.as_str(), l.rail, l.t_ms, l.gbps)).collect::<Vec<_>>(), [("b", 0, 200.0, 0.0), ("b", 1, 200.0, 0.0)]);
+        out.clear();
+        lines.flush(&mut |line| out.push(line));
+        assert!(out.is_empty(), "nothing twice");
     }
 
     #[test]

@@ -126,7 +126,11 @@ impl Outlets {
         if let Some(recorder) = &mut self.recorder {
             recorder.add(&self.frame, durable);
         }
-        self.hub.publish(event, t_us, &self.frame);
+        // Only a server has viewers to queue for and late joiners to keep every rank's latest sample for
+        // (a copy of every sample: at 4096 hosts a third of a million a second that `--record` alone needs not).
+        if self.serving.is_some() {
+            self.hub.publish(event, t_us, &self.frame);
+        }
     }
 
     /// After the run's last event (its end): the recording is sealed, and viewers get a moment to take the

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use efatop_proto::output::{Begin, ChannelFigures, Dropped, Line, NvlinkFigures, Pair, QueueFigures, Sample, Step, Warning};
+use efatop_proto::output::{Begin, ChannelFigures, Dropped, Line, NvlinkFigures, Pair, QueueFigures, RAIL_LINES_ABOVE, RailLines, Sample, Step, Warning};
 use efatop_proto::results::{RunMetadata, RunResults};
 use efatop_proto::telemetry::RankSample;
 
@@ -67,12 +67,67 @@ pub fn print_verdict(verdict: &efatop_proto::sweep::Verdict) {
 
 /// What a sample turns into: one line per (rank, channel), and for all-to-all runs one per (sender,
 /// receiver) too; a sample outside `world` (a rank, channel or peer the run does not have), a `warning`
-/// line instead.
-#[derive(Clone, Copy, Default)]
+/// line instead. A run of more channels than [`RAIL_LINES_ABOVE`] gets `rail` lines instead (per host
+/// and rail, every interval: [`RailLines`]), unless `--json-samples every` asks for every sample.
+#[derive(Clone, Default)]
 pub struct SampleLines {
     pub pairs: bool,
     /// The run's world, once known (its start); `None` takes every sample.
     pub world: Option<efatop_proto::telemetry::WorldBounds>,
+    /// `--json-samples`.
+    pub samples: Samples,
+    /// Folding samples into `rail` lines, not printing a line per channel.
+    pub rails: Option<Box<RailLines>>,
+}
+
+/// `--json-samples`: what a telemetry sample turns into.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Samples {
+    /// `sample` lines up to [`RAIL_LINES_ABOVE`] channels, `rail` lines beyond.
+    #[default]
+    Auto,
+    /// A `sample` line per channel whatever the run's size (which a large run's printer may not keep up
+    /// with: it then drops, and says so in `dropped` lines).
+    Every,
+    /// `rail` lines whatever the run's size.
+    Rails,
+}
+
+impl SampleLines {
+    /// The lines of the run `start` describes, as `samples` asks.
+    pub fn for_run(start: &efatop_runtime::event::RunStart, samples: Samples) -> Self {
+        let world = start.world();
+        let channels = world.ranks.saturating_mul(world.channels);
+        let rails = match samples {
+            Samples::Auto => channels > RAIL_LINES_ABOVE,
+            Samples::Every => false,
+            Samples::Rails => true,
+        };
+        let interval = Duration::from_millis(start.interval_ms.max(1));
+        Self {
+            pairs: start.pairs,
+            world: Some(world),
+            samples,
+            rails: rails.then(|| Box::new(RailLines::new(&start.info.hosts, world.channels, interval))),
+        }
+    }
+
+    /// Said once, after the run's first line, when the samples are folded: what the lines are instead.
+    fn note(&self) -> Option<String> {
+        let world = self.world?;
+        self.rails.as_ref()?;
+        let why = match self.samples {
+            Samples::Rails => "as asked (--json-samples rails)".to_string(),
+            _ => format!(
+                "{} ranks × {} channels is more than {RAIL_LINES_ABOVE} channels, a `sample` line each",
+                world.ranks, world.channels
+            ),
+        };
+        Some(format!(
+            "telemetry is printed as `rail` lines, one per host and rail every interval, not a `sample` line per channel{}: {why}; --json-samples every prints every sample",
+            if self.pairs { " nor a `pair` line per sender and receiver" } else { "" }
+        ))
+    }
 }
 
 /// Telemetry batches that may wait for the printer: beyond, it is behind the run, and the oldest go.
@@ -162,6 +217,9 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
     let t_ms = at.as_secs_f64() * 1000.0;
     match event {
         ConsumerEvent::Finished { error } => {
+            if let Some(rails) = &mut lines.rails {
+                rails.flush(&mut |data| line(&Line::Rail(data)));
+            }
             if let Some(text) = error {
                 line(&Line::error(text));
             }
@@ -169,13 +227,13 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
         }
         // A viewer's first event: the line the run's own `--json` starts with.
         ConsumerEvent::Run(start) => {
-            lines.pairs = start.pairs;
-            lines.world = Some(start.world());
+            *lines = SampleLines::for_run(&start, lines.samples);
             print_run(&start.results.metadata);
+            print_note(lines);
         }
         ConsumerEvent::Telemetry(events) => {
             for event in events {
-                print_telemetry(event, t_ms, *lines);
+                print_telemetry(event, t_ms, lines);
             }
         }
         ConsumerEvent::Begin { columns, memory } => line(&Line::Begin(Begin { configs: columns, memory })),
@@ -203,11 +261,23 @@ fn keep_event(event: ConsumerEvent, at: Duration, lines: &mut SampleLines) -> bo
     false
 }
 
-fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: SampleLines) {
+/// The note that says the samples are folded into `rail` lines, when they are (after the run's first line).
+pub fn print_note(lines: &SampleLines) {
+    if let Some(note) = lines.note() {
+        line(&Line::note(note));
+        flush();
+    }
+}
+
+fn print_telemetry(event: CollectorEvent, t_ms: f64, lines: &mut SampleLines) {
     match event {
         CollectorEvent::Sample(sample) => {
             if let Some(outside) = lines.world.and_then(|world| sample.outside(world)) {
                 line(&Line::warning(format!("telemetry sample refused: {outside}")));
+                return;
+            }
+            if let Some(rails) = &mut lines.rails {
+                rails.add(t_ms, &sample, |data| line(&Line::Rail(data)));
                 return;
             }
             if lines.pairs {
@@ -426,10 +496,10 @@ mod tests {
         use super::{print_telemetry, SampleLines, PENDING};
         use efatop_proto::output::Line;
         use efatop_runtime::collector::CollectorEvent;
-        let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }) };
+        let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }), ..SampleLines::default() };
         let printed = |sample: RankSample| {
             PENDING.with_borrow_mut(Vec::clear);
-            print_telemetry(CollectorEvent::Sample(Box::new(sample)), 1.0, lines);
+            print_telemetry(CollectorEvent::Sample(Box::new(sample)), 1.0, &mut lines.clone());
             String::from_utf8(PENDING.with_borrow_mut(std::mem::take)).expect("UTF-8")
         };
         for (forged, why) in [

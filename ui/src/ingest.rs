@@ -30,7 +30,15 @@ pub struct Ingest {
     history_len: usize,
     /// Ranks already named in the log as slow, silent or hung, so each is logged once per spell.
     reported: Vec<PeerState>,
+    /// When the peers were last judged by the liveness clock (a fleet's, at most every
+    /// [`PEERS_EVERY`]).
+    peers_at: Option<Duration>,
 }
+
+/// A run of more ranks than this judges its peers' liveness at most every [`PEERS_EVERY`], not every
+/// frame: that pass is O(ranks) (32768 for 4096 hosts), and the clock it shows moves in tenths of a second.
+const PEERS_EVERY_ABOVE: usize = 1024;
+const PEERS_EVERY: Duration = Duration::from_millis(100);
 
 impl Ingest {
     /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
@@ -52,6 +60,7 @@ impl Ingest {
         state.peers = (0..run.ranks)
             .map(|rank| PeerView { rank, host: run.hosts.get(rank).cloned().unwrap_or_default(), ..PeerView::default() })
             .collect();
+        state.peers_host_width = Some(state.measure_peers_host_width());
         state.progress.total = run.configs.len() * run.sizes.len();
         state.results = Some(results);
         // GPU figures come with the samples: a new run starts without them (and without the GPU panel).
@@ -75,7 +84,7 @@ impl Ingest {
             .collect();
         let history_len = history_len(state.channels.len());
         let world = WorldBounds { ranks, channels: channels_of.iter().copied().max().unwrap_or(0).max(state.run.channels) };
-        Self { ranks, world, first_view, channels_of, history_len, reported: vec![PeerState::Alive; ranks] }
+        Self { ranks, world, first_view, channels_of, history_len, reported: vec![PeerState::Alive; ranks], peers_at: None }
     }
 
     /// One rank's interval arrived at `at` (time since the run started). (When a rank was heard is the
@@ -227,6 +236,10 @@ impl Ingest {
     pub fn tick(&mut self, state: &mut DashboardState, at: Duration, liveness: &Liveness) {
         state.progress.elapsed = at;
         state.fleet.refresh(at);
+        if state.peers.len() > PEERS_EVERY_ABOVE && self.peers_at.is_some_and(|last| at.saturating_sub(last) < PEERS_EVERY) {
+            return;
+        }
+        self.peers_at = Some(at);
         let mut news = Vec::new();
         for (rank, peer) in state.peers.iter_mut().enumerate() {
             if peer.state == PeerState::Done {

@@ -401,6 +401,10 @@ pub struct DashboardState {
     pub channels: Vec<ChannelView>,
     /// One entry per rank.
     pub peers: Vec<PeerView>,
+    /// The widest host name among `peers` (in characters), as set up with them ([`crate::ingest::Ingest`]):
+    /// the peers panel sizes its host column by it every frame, which over 32768 ranks' names would cost
+    /// more than the rest of the frame. `None`: measured when drawn.
+    pub peers_host_width: Option<usize>,
     /// Measurements so far; rows fill in as sizes complete.
     pub results: Option<RunResults>,
     pub log: VecDeque<LogLine>,
@@ -439,6 +443,16 @@ pub struct SourceLine {
 }
 
 impl DashboardState {
+    /// The widest host name among the peers, in characters (a peer without one of its own shows its
+    /// rank's host in the run, or `?`): what [`Self::peers_host_width`] keeps.
+    pub fn measure_peers_host_width(&self) -> usize {
+        self.peers
+            .iter()
+            .map(|peer| if peer.host.is_empty() { self.run.hosts.get(peer.rank).map_or(1, |host| host.chars().count()) } else { peer.host.chars().count() })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The panels Tab cycles through in this run.
     pub fn panel_order(&self) -> &'static [Panel] {
         if self.pairs.is_some() { &Panel::ALLTOALL_ORDER } else { &Panel::ORDER }

@@ -31,6 +31,10 @@ pub struct BenchCollectorArgs {
     /// instead of the dashboard
     #[arg(long)]
     pub json: bool,
+    /// With --json: `rail` lines (per host and rail, every interval) instead of a line per channel, as
+    /// efatop's `--json` prints them beyond 32768 channels; `auto` decides as it does
+    #[arg(long, value_name = "auto|every|rails", default_value = "auto", value_parser = ["auto", "every", "rails"], requires = "json")]
+    pub json_samples: String,
     /// Make one NIC slow from a time on: host HOST's rank RANK (within the host), its channel CHANNEL, at
     /// FRACTION of its rate from SECONDS into the load (e.g. 700:3:2@3=0.6)
     #[arg(long, value_name = "HOST:RANK:CHANNEL@SECONDS=FRACTION", value_parser = parse_slow)]

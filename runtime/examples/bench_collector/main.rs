@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use efatop_experiments::world::Abort;
 use efatop_proto::column::{Column, Layout, Memory};
 use efatop_proto::liveness::Liveness;
+use efatop_proto::output::RailLines;
 use clap::Parser;
 use efatop_runtime::affinity::pin_thread;
 use efatop_runtime::collector::{Collector, CollectorEvent};
@@ -137,6 +138,12 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
     let liveness = Liveness::new(ranks, interval, Duration::from_secs(start.results.metadata.hang_timeout_s));
     let (to_consumer, from_loop) = mpsc::channel::<ConsumerEvent>();
+    // --json beyond efatop's threshold (or asked): `rail` lines, as efatop's own --json prints them.
+    let rails = match args.json_samples.as_str() {
+        "rails" => true,
+        "every" => false,
+        _ => ranks * channels > efatop_proto::output::RAIL_LINES_ABOVE,
+    };
     let (frames_out, frames_in) = mpsc::channel::<Frames>();
     let consumer_thread = {
         let (consumed, started, liveness) = (consumed.clone(), started.clone(), liveness.clone());
@@ -146,7 +153,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         std::thread::Builder::new().name("efatop-ingest".into()).spawn(move || {
             pin_consumer_side();
             let frames = if json {
-                print_json(&from_loop, &consumed);
+                print_json(&from_loop, &consumed, rails.then(|| RailLines::new(&start.info.hosts, shape.channels, interval)), clock);
                 Frames::default()
             } else {
                 dashboard(App::for_run(start, liveness), &from_loop, &consumed, &shape, slow, &started, screen, clock)
@@ -205,7 +212,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         shape.hz,
         ranks as u64 * u64::from(shape.hz),
         load.connections,
-        if json { format!("a JSON line per channel sample on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
+        if json && rails { format!("`rail` JSON lines on stdout, per host and rail every interval ({} lines/s), as efatop --json prints a run of more than {} channels", shape.host_count() as u64 * channels as u64 * u64::from(shape.hz), efatop_proto::output::RAIL_LINES_ABOVE) } else if json { format!("a JSON line per channel sample on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
     );
     if let Some(slow) = slow {
         say!(json, "# slow NIC: {}", slow.describe(&shape));
@@ -299,6 +306,8 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     times.sort_unstable();
     let quantile = |q: f64| times.get(((times.len().max(1) - 1) as f64 * q).round() as usize).map(|t| t.as_secs_f64() * 1e3);
     let lines_per_s = json.then(|| median(half.iter().map(|s| (s.consumed.saturating_sub(s.dropped) * channels as u64) as f64).collect()));
+    // `rail` lines: one per host and rail every interval, whatever the samples folded into them.
+    let lines_per_s = if rails { lines_per_s.map(|_| (shape.host_count() * channels) as f64 * f64::from(shape.hz)) } else { lines_per_s };
     if !json {
         say!(json, "# dashboard frames (fold + draw, after the first second): {} frames, median {} ms, p99 {} ms",
             times.len(), fmt(quantile(0.5), 2), fmt(quantile(0.99), 2));
@@ -312,7 +321,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         }
     }
     say!(json,
-        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_dropped={} slow_top_s={} slow_flagged_s={} kept_up={} confined={}",
+        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_lines={} json_dropped={} slow_top_s={} slow_flagged_s={} kept_up={} confined={}",
         if json { "json" } else { "dashboard" },
         shape.host_count(),
         shape.hz,
@@ -322,6 +331,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         fmt(seconds.last().map(|s| s.rss_mib), 0),
         fmt(peak_rss, 0),
         fmt(lines_per_s, 0),
+        if !json { "-" } else if rails { "rails" } else { "samples" },
         if json { dropped_total.to_string() } else { "-".to_string() },
         fmt(frames.slow_on_top.map(|d| d.as_secs_f64()), 1),
         fmt(frames.slow_flagged.map(|d| d.as_secs_f64()), 1),
@@ -414,16 +424,24 @@ fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<
 }
 
 /// `--json`: every channel sample of every batch as one JSON line (`[rank, seq, channel sample]`) on
-/// stdout, each batch in one write; counts the samples it printed.
-fn print_json(events: &Receiver<ConsumerEvent>, consumed: &AtomicU64) {
+/// stdout, or with `rails` folded into efatop's `rail` lines (per host and rail, every interval), each
+/// batch in one write; counts the samples it printed (or folded).
+fn print_json(events: &Receiver<ConsumerEvent>, consumed: &AtomicU64, mut rails: Option<RailLines>, clock: Instant) {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     let mut lines = Vec::new();
     for event in events {
         let ConsumerEvent::Telemetry(batch) = event else { continue };
         lines.clear();
+        let t_ms = clock.elapsed().as_secs_f64() * 1000.0;
         for telemetry in &batch {
             let CollectorEvent::Sample(sample) = telemetry else { continue };
+            if let Some(rails) = &mut rails {
+                rails.add(t_ms, sample, |rail| {
+                    let _ = efatop_proto::output::Line::<serde_json::Value>::Rail(rail).write_to(&mut lines);
+                });
+                continue;
+            }
             for channel in &sample.channels {
                 if serde_json::to_writer(&mut lines, &(sample.rank, sample.seq, channel)).is_ok() {
                     lines.push(b'\n');

@@ -28,6 +28,12 @@ pub const FLEET_HOLD: Duration = Duration::from_secs(1);
 pub const WORST_LEN: usize = 32;
 /// Without new rates, the flags' clocks move on this often.
 const IDLE_REFRESH: Duration = Duration::from_millis(100);
+/// A model of more NICs than this (a fleet: 4096 hosts × 8 ranks × 4 channels is 131072) refreshes its
+/// summaries at most every [`FLEET_REFRESH`], however often it is asked (the dashboard asks every frame,
+/// 20 times a second): a refresh is O(NICs), and rates arrive once a telemetry interval anyway.
+pub const FLEET_SCALE_NICS: usize = 4096;
+/// See [`FLEET_SCALE_NICS`]: a telemetry interval at the default 10 Hz.
+pub const FLEET_REFRESH: Duration = Duration::from_millis(100);
 /// The rule the fleet judges by, live: below [`DEFAULT_THRESHOLD`] of the rail's median for [`FLEET_HOLD`].
 pub const LIVE_RULE: RailRule = RailRule { threshold: DEFAULT_THRESHOLD, hold: FLEET_HOLD };
 /// Bins of the rail histograms: tenths of the rail's median from 0 up to 1.5, then everything above.
@@ -116,6 +122,8 @@ pub struct Fleet {
     /// A rate arrived since the last refresh.
     dirty: bool,
     refreshed_at: Duration,
+    /// Refreshed at least once.
+    refreshed: bool,
 }
 
 impl Fleet {
@@ -204,8 +212,8 @@ impl Fleet {
         }
     }
 
-    /// Brings the summaries up to date as of `now`, if a rate arrived since the last refresh:
-    /// O(channels + hosts log hosts).
+    /// Brings the summaries up to date as of `now`, if a rate arrived since the last refresh (for a model
+    /// of more than [`FLEET_SCALE_NICS`] NICs, at most every [`FLEET_REFRESH`]): O(channels + hosts log hosts).
     pub fn refresh(&mut self, now: Duration) {
         if !self.dirty {
             // Nothing new, but flags depend on how long a NIC has been low: the clocks move on, at the
@@ -216,7 +224,14 @@ impl Fleet {
             }
             return;
         }
+        let since = now.saturating_sub(self.refreshed_at);
+        if self.refreshed && self.nics.len() > FLEET_SCALE_NICS && since < FLEET_REFRESH {
+            // A fleet's rates are taken in as they come (O(1) each); its summaries follow at most every
+            // FLEET_REFRESH (see there).
+            return;
+        }
         self.dirty = false;
+        self.refreshed = true;
         self.refreshed_at = now;
         // Per rail: percentiles by selection over the rates reported so far.
         let mut rates: Vec<Vec<f32>> = vec![Vec::new(); self.rails.len()];
@@ -452,6 +467,29 @@ mod tests {
         assert_eq!(model.find_host("nope"), None);
         assert_eq!(model.find_host(""), None);
         assert_eq!(model.position_of(1), Some(1));
+    }
+
+    #[test]
+    fn a_fleet_refreshes_at_most_every_interval_however_often_it_is_asked() {
+        // 1040 hosts × 4 ranks × 1 channel: above FLEET_SCALE_NICS.
+        let state = fleet(1040, 4, 1);
+        let views = state.channels.len();
+        assert!(views > FLEET_SCALE_NICS);
+        let mut model = Fleet::build(&state, Duration::ZERO);
+        feed(&mut model, views, &[(7, 10.0)], Duration::from_secs(1));
+        assert_eq!(model.worst()[0].view, 7, "the first refresh after a while is at once");
+        // A new slow NIC 50 ms later: taken in, summaries not yet refreshed...
+        feed(&mut model, views, &[(9, 5.0)], Duration::from_millis(1050));
+        assert_eq!(model.worst()[0].view, 7);
+        // ... until an interval after the last refresh, with nothing new asked of it in between.
+        model.refresh(Duration::from_millis(1100));
+        assert_eq!(model.worst()[0].view, 9);
+        // A small model refreshes whenever asked.
+        let small = fleet(4, 2, 2);
+        let mut model = Fleet::build(&small, Duration::ZERO);
+        feed(&mut model, small.channels.len(), &[(3, 10.0)], Duration::from_secs(1));
+        feed(&mut model, small.channels.len(), &[(5, 5.0)], Duration::from_millis(1001));
+        assert_eq!(model.worst()[0].view, 5);
     }
 
     #[test]
