@@ -1,10 +1,9 @@
-//! `efatop monitor` on many nodes: started once per node by mpirun or srun (or several times on one machine
-//! by `--ranks N`), every rank reads its node and sends each snapshot, as a node frame of the benchmarks'
-//! telemetry wire format, to a collector that rank 0 runs; rank 0 draws or prints every node.
+//! `efatop monitor` on many nodes: the ranks joined and each node's reads sent to rank 0's collector by
+//! the runtime ([`efatop_runtime::nodes`]); rank 0 draws or prints every node.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::Bootstrap;
@@ -14,103 +13,34 @@ use efatop_ui::tui::TICK;
 use efatop_ui::tui::nodes::Nodes;
 
 use super::{Failure, MonitorArgs, build_monitor, print_line};
-use efatop_runtime::collector::{Collector, CollectorEvent, NodeSender};
+use efatop_runtime::collector::CollectorEvent;
+use efatop_runtime::nodes::{self, Reads};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
 const ONCE_GRACE: Duration = Duration::from_secs(30);
 
 /// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
 pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &efatop_runtime::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
-    let (rank, size) = (bootstrap.rank(), bootstrap.size());
-    let lost = |err: &dyn std::fmt::Display| (1, format!("rank {rank}: {err}"));
-    let (events, received) = mpsc::channel::<Vec<CollectorEvent>>();
-    let host = efatop_experiments::world::hostname();
-    // Every node's host, so that rank 0's collector listens no wider than the nodes need.
-    let hosts: Vec<String> = bootstrap
-        .allgather(host.as_bytes())
-        .map_err(|e| lost(&e))?
-        .iter()
-        .map(|h| String::from_utf8_lossy(h).into_owned())
-        .collect();
-    let collector = if rank == 0 {
-        let gate = efatop_runtime::collector::Gate {
-            secret: secret.secret.clone(),
-            bounds: efatop_proto::telemetry::WorldBounds { ranks: size, channels: 1 },
-            bind: efatop_runtime::collector::bind_address(&hosts),
-        };
-        Some(Collector::start(events, gate).map_err(|e| lost(&e))?)
-    } else {
-        None
-    };
-    let published = collector.as_ref().map_or(String::new(), |c| efatop_runtime::collector::published(c, &host));
-    let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
-    let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
-    let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
-    let target = efatop_runtime::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
+    let wired = nodes::wire(bootstrap, secret).map_err(|e| (1, e))?;
+    let (rank, size) = (wired.rank, wired.size);
     let monitor = build_monitor(args, sysfs_root)?;
-    let reads = Reads::of(args);
-    let sender = NodeSender::connect(target, &secret.secret).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
-    let interval = args.interval;
-    let rank_on_wire = u32::try_from(rank).map_err(|e| lost(&e))?;
-    let reader = std::thread::Builder::new()
-        .name("efatop-monitor-node".into())
-        .spawn(move || send_reads(monitor, sender, rank_on_wire, interval, reads))
-        .map_err(|e| lost(&e))?;
+    let (reading, received) = wired.start_reads(monitor, secret, args.interval, reads(args)).map_err(|e| (1, e))?;
     if rank != 0 {
-        let _ = reader.join();
+        reading.wait();
         return Ok(());
     }
     // Rank 0's own reader ends when its next send finds the collector gone.
     let outcome = show(args, size, &received);
-    drop(collector);
+    drop(reading);
     outcome
 }
 
-/// How many reads a node sends, and which.
-#[derive(Clone, Copy)]
-enum Reads {
-    /// Two reads `--interval` apart; only the second (with rates) is sent.
-    Once,
-    Count(u64),
-    Forever,
-}
-
-impl Reads {
-    fn of(args: &MonitorArgs) -> Self {
-        match (args.once, args.count) {
-            (true, _) => Self::Once,
-            (false, Some(count)) => Self::Count(count),
-            (false, None) => Self::Forever,
-        }
-    }
-}
-
-fn send_reads(mut monitor: efatop_node::Monitor, mut sender: NodeSender, rank: u32, interval: Duration, reads: Reads) {
-    let started = Instant::now();
-    let mut next = Instant::now();
-    let mut seq = 0_u64;
-    loop {
-        let snapshot = monitor.sample(started.elapsed());
-        let skip_first = matches!(reads, Reads::Once) && snapshot.interval_ms.is_none();
-        if !skip_first {
-            seq += 1;
-            let sample = snapshot.sent_as(rank, seq, sender.drops());
-            if sender.send(&sample).is_err() {
-                // Rank 0 has gone: nothing is left to show this node's reads.
-                return;
-            }
-            let done = match reads {
-                Reads::Once => true,
-                Reads::Count(count) => seq >= count,
-                Reads::Forever => false,
-            };
-            if done {
-                sender.finish(Duration::from_secs(2));
-                return;
-            }
-        }
-        next += interval;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+/// How many reads a node sends, and which: `--once`, `--count N`, or on and on.
+fn reads(args: &MonitorArgs) -> Reads {
+    match (args.once, args.count) {
+        (true, _) => Reads::Once,
+        (false, Some(count)) => Reads::Count(count),
+        (false, None) => Reads::Forever,
     }
 }
 
