@@ -12,7 +12,7 @@ use efatop_ui::state::SourceLine;
 use crate::cli::AttachArgs;
 use efatop_runtime::event::ConsumerEvent;
 use crate::term;
-use crate::tui::{Polled, Source};
+use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
 
 /// How long connecting and the peer's handshake line may take.

@@ -4,19 +4,18 @@
 //! table, a JSON line, or the one-line contracts of NHC, Slurm and node-problem-detector
 //! (`efatop_health::contract`). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input. With
 //! `--traffic` a short verified write through every NIC of this node runs inside the window
-//! ([`traffic`]).
-
-mod traffic;
+//! (`traffic_write`, below).
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use efatop_fabric::{Capabilities, Channel, ChannelOptions, Provider, discover_nics};
 use efatop_health::contract::{self, table, verdict, DrainAction, Verdict};
-use efatop_health::{observe_with_traffic, Expected, Libfabric, LibfabricFacts, Report};
+use efatop_health::{observe_with_traffic, Carrier, Expected, Libfabric, LibfabricFacts, Report, Traffic, TrafficOutcome, WriteEnded};
 use efatop_node::{FakeNode, Fault, Sysfs};
 use efatop_proto::output::Line;
+use efatop_proto::results::RunResults;
 
 use crate::cli::{CheckArgs, HealthFormat};
 
@@ -63,7 +62,7 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     };
     // The write runs on this machine whatever --sysfs-root says (its finding says which provider carried it).
     let provider = args.provider.clone().unwrap_or(efatop_fabric::Provider::Efa);
-    let traffic = || args.traffic.then(|| traffic::run(&provider, args.debug_corrupt_byte));
+    let traffic = || args.traffic.then(|| traffic_write(&provider, args.debug_corrupt_byte));
     let observed = observe_with_traffic(&sysfs, expected.layout.as_ref(), args.window, libfabric, traffic);
     let report = Report::new(host_name(), &expected, &observed);
     let verdict = verdict(&report);
@@ -71,7 +70,7 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     let text = match args.format() {
         HealthFormat::Table => table(&report),
         HealthFormat::Json => {
-            let line = Line::Check(Box::new(report.clone())).to_json().map_err(|err| (2, format!("JSON: {err}")))?;
+            let line = Line::<Report>::Check(Box::new(report.clone())).to_json().map_err(|err| (2, format!("JSON: {err}")))?;
             format!("{line}\n")
         }
         HealthFormat::Npd => format!("{}\n", contract::npd(&verdict).0),
@@ -193,5 +192,96 @@ fn print(text: &str) -> Result<(), Failure> {
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err((2, format!("writing to stdout: {err}"))),
         _ => Ok(()),
+    }
+}
+
+// `--traffic`: a short verified write through every NIC of this node. The check launches the ranks of a
+// `sweep` itself, through the runtime's launcher (`efatop_runtime::launch`: ranks of this node, one per
+// GPU and at least 2, `--channels all`, efa's shared-memory shortcut off as on every run), 4 MiB per
+// write, one warmup and ITERS timed writes on every channel of every pair, each byte verified by its
+// receiver, NICs judged against their peers at THRESHOLD. Its results file and how its ranks ended become
+// the facts (`Traffic::read_back`) that the `traffic` rule judges (`efatop_health`): the NIC that received
+// corrupt data, the NICs far below their peers, or how the run failed. The ranks are stopped when they
+// outlast LIMIT, so that the whole check stays within 30 s.
+
+/// Bytes each channel writes per iteration.
+const SIZE: u64 = 4 << 20;
+/// Timed writes per channel and peer (after one warmup write).
+const ITERS: u64 = 4;
+/// A NIC whose best write is below this share of its peers' median is slow: the monitor's rail check's
+/// bar (more than half its rail's median away), not the sweep's 0.9, since four 4 MiB writes are a short
+/// look and a health check must not drain a node for noise.
+const THRESHOLD: f64 = 1.0 - efatop_proto::telemetry::rails::OFF_SHARE;
+/// How long the write may take, launch included, before it is stopped.
+const LIMIT: Duration = Duration::from_secs(20);
+/// `--timeout` and `--hang-timeout` of the run: well inside [`LIMIT`].
+const OP_TIMEOUT_S: u64 = 5;
+const HANG_TIMEOUT_S: u64 = 10;
+
+/// Ranks for this node: one per NVIDIA GPU (each then writes through the NICs next to its GPU, so every
+/// NIC of a p5 is some rank's), and at least 2.
+fn ranks_here() -> usize {
+    Sysfs::new("/").nvidia_gpus().len().max(2)
+}
+
+/// Runs the write and says what came of it.
+fn traffic_write(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
+    let started = Instant::now();
+    let name = provider.to_string();
+    let ranks = ranks_here();
+    let mut traffic = Traffic {
+        provider: name.clone(),
+        stack: None,
+        carrier: Carrier::of(&name),
+        ranks,
+        size: SIZE,
+        iters: ITERS,
+        threshold: THRESHOLD,
+        seconds: 0.0,
+        channels: Vec::new(),
+        outcome: TrafficOutcome::NotRun { why: String::new() },
+    };
+    // A private folder for the run's results file (0700, a random name, removed with everything in it when
+    // dropped): nothing another user can guess or plant a link in.
+    let scratch = match tempfile::Builder::new().prefix("efatop-check-").tempdir() {
+        Ok(scratch) => scratch,
+        Err(err) => {
+            traffic.outcome = TrafficOutcome::NotRun { why: format!("no folder for the results file: {err}") };
+            return traffic;
+        }
+    };
+    let out = scratch.path().join("traffic.json");
+    let ended = launch(ranks, &name, corrupt_byte, &out);
+    traffic.seconds = started.elapsed().as_secs_f64();
+    let results = std::fs::read(&out).ok().and_then(|bytes| RunResults::from_json(&bytes).ok());
+    traffic.read_back(&ended, results.as_ref(), LIMIT);
+    traffic
+}
+
+fn launch(ranks: usize, provider: &str, corrupt_byte: Option<u64>, out: &Path) -> WriteEnded {
+    let mut args: Vec<std::ffi::OsString> = [
+        "sweep", "--provider", provider, "--channels", "all", "--size", "4M", "--warmup", "1", "--iters", &ITERS.to_string(),
+        "--threshold", &THRESHOLD.to_string(), "--timeout", &OP_TIMEOUT_S.to_string(), "--hang-timeout", &HANG_TIMEOUT_S.to_string(),
+        "--no-tui", "--out",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(out.into());
+    if let Some(byte) = corrupt_byte {
+        args.extend(["--debug-corrupt-byte".into(), byte.to_string().into()]);
+    }
+    use efatop_runtime::launch::{CUDA_LAUNCH_BLOCKING, PeerCopies, Ranks};
+    // As `efatop run` launches a sweep: the receiving ranks' CUDA copies synchronous.
+    let copies = PeerCopies { synchronous: std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none(), writer_exempt: false };
+    let plan = Ranks { count: ranks, args, copies, limit: Some(LIMIT), quiet: true, ..Ranks::default() };
+    match efatop_runtime::launch::launch(&plan) {
+        // Killed (137) after outlasting the limit: no exit code of its own.
+        Ok(launched) => WriteEnded {
+            code: Some(launched.code).filter(|code| !(launched.timed_out && *code == 137)),
+            timed_out: launched.timed_out,
+            last_error: launched.last_error,
+        },
+        Err(err) => WriteEnded { code: Some(2), timed_out: false, last_error: Some(format!("cannot start the ranks: {err}")) },
     }
 }

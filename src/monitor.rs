@@ -19,7 +19,7 @@ use efatop_ui::monitor::{MonitorView, plain_text};
 use efatop_ui::state::{Action, Key};
 
 use crate::cli::MonitorArgs;
-use crate::tui::Tui;
+use efatop_ui::tui::Tui;
 
 /// Runs `efatop monitor`; returns the exit code (2 for bad input, after one line on stderr).
 pub fn monitor(args: &MonitorArgs) -> i32 {

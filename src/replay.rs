@@ -10,7 +10,7 @@ use efatop_ui::state::{Key, SourceLine};
 use crate::cli::ReplayArgs;
 use efatop_runtime::record::{self, Recording};
 use crate::term;
-use crate::tui::{Polled, Source};
+use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
 
 /// Playback keys, in the help overlay.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
 use efatop_ui::state::Key;
+use efatop_ui::tui::KeyPoll;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 
@@ -47,15 +48,6 @@ impl Drop for TerminalGuard {
     fn drop(&mut self) {
         restore();
     }
-}
-
-/// What the terminal said within one tick.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyPoll {
-    Nothing,
-    /// Ctrl-C (raw mode delivers it as a key).
-    Interrupt,
-    Key(Key),
 }
 
 /// Waits up to `tick` for a key press the views understand.

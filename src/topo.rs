@@ -5,6 +5,7 @@ use std::io::Write;
 
 use efatop_fabric::{Capabilities, Provider, discover_nics};
 use efatop_node::NvlinkSurvey;
+use efatop_proto::output::{Line, TOPOLOGY_SCHEMA};
 use efatop_proto::topology::GpuLinkSource;
 use efatop_topology::{FabricNic, GpuChoice, NodeTopology, Placement, TopologyError};
 
@@ -44,8 +45,8 @@ fn run(args: &TopoArgs) -> Result<(), (i32, String)> {
     let placements = placements(&topology, args)?;
 
     let text = if args.json {
-        let report = Report { topology: &topology, placement: &placements };
-        serde_json::to_string_pretty(&report).map_err(|e| (1, e.to_string()))? + "\n"
+        let report = Report { schema_version: TOPOLOGY_SCHEMA, topology: &topology, placement: &placements };
+        Line::<serde_json::Value, Report>::Topology(Box::new(report)).to_json().map_err(|e| (1, e.to_string()))? + "\n"
     } else if placements.is_empty() {
         topology.render_text()
     } else {
@@ -59,9 +60,11 @@ fn run(args: &TopoArgs) -> Result<(), (i32, String)> {
     }
 }
 
-/// `--json`: the topology's own fields, in its order, plus `placement` when `--ranks` or `--gpu` asked.
+/// `--json`'s `topology` line: its schema version, the topology's own fields in its order, plus
+/// `placement` when `--ranks` or `--gpu` asked.
 #[derive(serde::Serialize)]
 struct Report<'a> {
+    schema_version: u32,
     #[serde(flatten)]
     topology: &'a NodeTopology,
     #[serde(skip_serializing_if = "<[Placement]>::is_empty")]

@@ -16,7 +16,7 @@ use efatop_runtime::collector::CollectorEvent;
 use efatop_runtime::event::{ConsumerEvent, RunStart};
 use crate::printer::jsonl::{self, SampleLines};
 use crate::printer::{Mode, plain};
-use crate::tui::{Source, Tui};
+use efatop_ui::tui::{Source, Tui};
 
 /// What the run measured, as its events tell it: its start's results, then the columns, every
 /// measurement and pair matrix, and how it ended.

@@ -220,7 +220,7 @@ struct Live {
     view: WatchView,
 }
 
-impl crate::tui::Tui for Live {
+impl efatop_ui::tui::Tui for Live {
     type Event = Vec<WatchLine>;
     type Ended = ();
 
@@ -456,14 +456,14 @@ struct Paced {
     speed: f64,
 }
 
-impl crate::tui::Source for Paced {
+impl efatop_ui::tui::Source for Paced {
     type Event = Vec<WatchLine>;
-    fn poll(&mut self, now: Duration) -> crate::tui::Polled<Vec<WatchLine>> {
+    fn poll(&mut self, now: Duration) -> efatop_ui::tui::Polled<Vec<WatchLine>> {
         match self.batches.front() {
             Some((t_ms, _)) if Duration::from_millis(*t_ms).div_f64(self.speed) <= now => {
-                crate::tui::Polled::Ready(self.batches.pop_front().map(|(_, lines)| lines).unwrap_or_default())
+                efatop_ui::tui::Polled::Ready(self.batches.pop_front().map(|(_, lines)| lines).unwrap_or_default())
             }
-            _ => crate::tui::Polled::Pending,
+            _ => efatop_ui::tui::Polled::Pending,
         }
     }
 }

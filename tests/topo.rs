@@ -6,9 +6,22 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::efatop;
+use efatop_proto::output::{Line, TOPOLOGY_SCHEMA};
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures").join(name).display().to_string()
+}
+
+/// The data of `topo --json`'s one line: a `topology` line (`efatop_proto::output::Line`), schema 2.
+fn topology_line(stdout: &str) -> serde_json::Value {
+    assert_eq!(stdout.lines().count(), 1, "one line:\n{stdout}");
+    match Line::<serde_json::Value, serde_json::Value>::parse(stdout.trim_end()).expect("a typed line") {
+        Line::Topology(data) => {
+            assert_eq!(data["schema_version"], TOPOLOGY_SCHEMA, "{stdout}");
+            *data
+        }
+        other => panic!("not a topology line but a `{}` line: {stdout}", other.kind()),
+    }
 }
 
 fn golden(name: &str) -> String {
@@ -103,7 +116,7 @@ fn this_machine_lists_its_real_nics() {
 
     let run = efatop(&["topo", "--json", "--ranks", "2"]);
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
-    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let json = topology_line(&run.stdout);
     assert_eq!(json["source"], "this machine");
     assert_eq!(json["gpus"].as_array().unwrap().len(), gpus.len());
     let nics: Vec<&str> = json["nics"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
@@ -130,9 +143,14 @@ fn fixtures_print_what_the_golden_files_hold() {
         // Not assert_eq: a 30 kB diff helps nobody; the library's golden test shows the first bad line.
         let text = &run.stdout;
         assert!(*text == golden(&format!("{name}.txt")), "{name}: text differs from the golden file:\n{text}");
+        // `--json`: one `topology` line, type first, `schema_version` 2 first in its data, then the golden
+        // topology's fields in their order.
         let run = efatop(&["topo", "--from-xml", &xml, "--json"]);
         assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
-        assert!(run.stdout == golden(&format!("{name}.json")), "{name}: JSON differs from the golden file");
+        let topology: efatop_topology::NodeTopology = serde_json::from_str(&golden(&format!("{name}.json"))).expect("the golden topology");
+        let fields = serde_json::to_string(&topology).expect("serializes");
+        let expected = format!(r#"{{"type":"topology","data":{{"schema_version":2,{}}}"#, &fields[1..]) + "\n";
+        assert!(run.stdout == expected, "{name}: JSON differs from the golden file:\n{}", run.stdout);
         // `--ranks 8`: the topology, a blank line, then the placement table the library's golden holds.
         let run = efatop(&["topo", "--from-xml", &xml, "--ranks", "8"]);
         assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
@@ -140,7 +158,7 @@ fn fixtures_print_what_the_golden_files_hold() {
         assert!(run.stdout == expected, "{name}: --ranks 8 differs from the golden files:\n{}", run.stdout);
         // Its JSON carries the same 8 placements, each rank on GPU (rank mod GPUs) with that GPU's channels.
         let run = efatop(&["topo", "--from-xml", &xml, "--ranks", "8", "--json"]);
-        let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("json");
+        let json = topology_line(&run.stdout);
         let placements = json["placement"].as_array().expect("placement");
         assert_eq!(placements.len(), 8, "{name}");
         let gpus = json["gpus"].as_array().expect("gpus");
@@ -183,7 +201,7 @@ fn placement_of_local_ranks() {
 
     let run = efatop(&["topo", "--from-xml", &p5, "--gpu", "3", "--json"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let json = topology_line(&run.stdout);
     let placement = &json["placement"][0];
     assert_eq!(placement["gpu"], 3);
     assert_eq!(placement["gpu_pci_bus_id"], "0000:86:00.0");

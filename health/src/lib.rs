@@ -36,7 +36,7 @@ use efatop_proto::telemetry::NicKind;
 use efatop_node::{Affinity, GpuReader, Monitor, Sysfs};
 
 pub use rules::{evaluate, WATCHED_COUNTERS};
-pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
+pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome, WriteEnded};
 
 /// A rule's outcome, from best to worst.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

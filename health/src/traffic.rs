@@ -3,13 +3,17 @@
 //! channel, efa's shared-memory shortcut off) while the check's window runs, and hands over its facts as a
 //! [`Traffic`]; [`traffic`] turns them, with the bytes each RDMA NIC's counters moved during the window,
 //! into findings: a NIC that received corrupt data, one far below its peers, one that moved no bytes, a
-//! write that failed or hung, or one `ok` that says which provider carried it and what that proves.
+//! write that failed or hung, or one `ok` that says which provider carried it and what that proves. How
+//! the write's results file and its ranks' ending become those facts is `traffic/outcome.rs`'s.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Finding, Observed, Rule, Status};
+
+mod outcome;
+pub use outcome::WriteEnded;
 
 /// How the bytes of a write between two ranks of one node travel with a provider.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,16 +8,21 @@
 //! - a run's lines (`run`, `sample`, `pair`, `step`, `result`, `warning`, `pair_matrix`, `note`, `error`,
 //!   `dropped`, `node`, `sweep`, `sweep_round`, `summary`) and `efatop queue`'s: `{"data":…,"type":…}`,
 //!   every object's keys in sorted order (they were built as `serde_json::Value`s, which sort);
-//! - a sweep's `verdict` and `efatop check`'s `check`: `{"type":…,"data":…}`, the data's fields in the
-//!   order its type declares them;
+//! - a sweep's `verdict`, `efatop check`'s `check` and `efatop topo`'s `topology`: `{"type":…,"data":…}`,
+//!   the data's fields in the order its type declares them;
 //! - the monitor's `snapshot`: `{"type":"snapshot","rank":…,"data":…}`, `rank` only when several nodes
 //!   are shown;
 //! - `efatop watch`'s lines ([`WatchLine`]: `rank`, `coll`, `peer`, `nics`, `hang`, `hang_over`, `gone`,
 //!   `health`): `{"type":…,"data":…}`, the data's fields in the order its variant declares them. (Until
 //!   they were typed here they were `{"line":"coll",…}`, flat; docs/output.md says so.)
 //!
-//! A reader takes the keys in any order. `check`'s data is the check crate's report, which this leaf
-//! crate cannot name: it is the type parameter `C` (a `serde_json::Value` unless the reader names it).
+//! A reader takes the keys in any order. `check`'s data is the health crate's report and `topology`'s the
+//! topology crate's, which this leaf crate cannot name: they are the type parameters `C` and `T` (each a
+//! `serde_json::Value` unless the reader names it).
+//!
+//! `topology` is the one line whose shape changed when it was typed: `efatop topo --json` printed its
+//! document indented over many lines, with no envelope; its data now starts with `schema_version`
+//! ([`TOPOLOGY_SCHEMA`]), and a document without one is that first shape (docs/output.md).
 
 use serde::de::{self, DeserializeOwned};
 use serde::ser::{self, SerializeMap};
@@ -33,7 +38,7 @@ use crate::telemetry::NodeSample;
 
 /// One `--json` line; see the module docs for its layouts.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Line<C = Value> {
+pub enum Line<C = Value, T = Value> {
     /// A run's first line: its metadata.
     Run(Box<RunMetadata>),
     /// The columns a run measures, and its memory.
@@ -72,12 +77,18 @@ pub enum Line<C = Value> {
     Queue(QueueRow),
     /// `efatop watch --json`: one of its lines; its `type` is the [`WatchLine`]'s.
     Watch(Box<WatchLine>),
+    /// `efatop topo --json`: the node's topology, and the placements asked for.
+    Topology(Box<T>),
 }
+
+/// The `schema_version` a `topology` line's data starts with: 2, the first with the line's envelope (the
+/// indented document before it had none, and reads as version 1).
+pub const TOPOLOGY_SCHEMA: u32 = 2;
 
 /// Every `type` a line may have, but `efatop watch`'s ([`WATCH_KINDS`]).
 pub const KINDS: &[&str] = &[
     "run", "begin", "step", "sample", "pair", "result", "warning", "pair_matrix", "note", "error", "dropped", "rail", "node", "sweep", "sweep_round", "summary",
-    "verdict", "snapshot", "check", "queue",
+    "verdict", "snapshot", "check", "queue", "topology",
 ];
 
 /// `begin`'s data.
@@ -416,7 +427,7 @@ impl<'de> Deserialize<'de> for Sample {
     }
 }
 
-impl<C> Line<C> {
+impl<C, T> Line<C, T> {
     /// The line's `type`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -441,6 +452,7 @@ impl<C> Line<C> {
             Self::Check(_) => "check",
             Self::Queue(_) => "queue",
             Self::Watch(line) => line.kind(),
+            Self::Topology(_) => "topology",
         }
     }
 
@@ -460,7 +472,7 @@ impl<C> Line<C> {
     }
 }
 
-impl<C: Serialize> Line<C> {
+impl<C: Serialize, T: Serialize> Line<C, T> {
     /// Appends the line and its newline to `out`.
     pub fn write_to(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         serde_json::to_writer(&mut *out, self)?;
@@ -474,7 +486,7 @@ impl<C: Serialize> Line<C> {
     }
 }
 
-impl<C: DeserializeOwned> Line<C> {
+impl<C: DeserializeOwned, T: DeserializeOwned> Line<C, T> {
     /// Reads one line back.
     pub fn parse(line: &str) -> serde_json::Result<Self> {
         serde_json::from_str(line)
@@ -507,12 +519,13 @@ fn type_first<S: Serializer>(serializer: S, kind: &str, rank: Option<u32>, data:
     map.end()
 }
 
-impl<C: Serialize> Serialize for Line<C> {
+impl<C: Serialize, T: Serialize> Serialize for Line<C, T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let kind = self.kind();
         match self {
             Self::Verdict(verdict) => type_first(serializer, kind, None, verdict),
             Self::Check(report) => type_first(serializer, kind, None, report),
+            Self::Topology(topology) => type_first(serializer, kind, None, topology),
             Self::Snapshot { rank, data } => type_first(serializer, kind, *rank, data),
             // Written field by field, in sorted order: the lines a large run prints most.
             Self::Sample(sample) => data_first(serializer, kind, sample),
@@ -549,7 +562,7 @@ pub struct Untyped {
     pub data: Value,
 }
 
-impl<'de, C: DeserializeOwned> Deserialize<'de> for Line<C> {
+impl<'de, C: DeserializeOwned, T: DeserializeOwned> Deserialize<'de> for Line<C, T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         fn data<T: DeserializeOwned, E: de::Error>(data: Value) -> Result<T, E> {
             serde_json::from_value(data).map_err(E::custom)
@@ -576,6 +589,7 @@ impl<'de, C: DeserializeOwned> Deserialize<'de> for Line<C> {
             "snapshot" => Self::Snapshot { rank, data: data(value)? },
             "check" => Self::Check(data(value)?),
             "queue" => Self::Queue(data(value)?),
+            "topology" => Self::Topology(data(value)?),
             watch if WATCH_KINDS.contains(&watch) => Self::Watch(data(serde_json::json!({ "type": watch, "data": value }))?),
             other => return Err(de::Error::unknown_variant(other, KINDS)),
         })
@@ -590,10 +604,14 @@ mod tests {
     use super::*;
     use crate::sweep::{Checked, Verdict};
 
-    fn golden<C: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(line: &Line<C>, expected: &str) {
+    fn golden<C, T>(line: &Line<C, T>, expected: &str)
+    where
+        C: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+        T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
         let written = line.to_json().expect("serializes");
         assert_eq!(written, expected, "{}", line.kind());
-        let back: Line<C> = Line::parse(&written).expect("parses back");
+        let back: Line<C, T> = Line::parse(&written).expect("parses back");
         assert_eq!(back.kind(), line.kind());
         assert_eq!(back.to_json().expect("serializes"), expected, "{} round trip", line.kind());
     }
@@ -616,33 +634,33 @@ mod tests {
             algbw_gbps: Some(4.194304),
             busbw_gbps: Some(4.194304),
         };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Watch(Box::new(coll)),
             r#"{"type":"coll","data":{"comm":"d055e1ef875a2e15","func":"all_reduce","size":1048576,"datatype":"ncclFloat32","algo":"RING","proto":"SIMPLE","ranks":2,"nranks":2,"ops":12,"timing":"gpu","time_us":250.0,"algbw_gbps":4.194304,"busbw_gbps":4.194304}}"#,
         );
         let untimed = WatchLine::Coll { comm: "c".into(), func: Func::AlltoAll, size: 1 << 20, datatype: "ncclFloat32".into(), algo: String::new(), proto: String::new(), ranks: 1, nranks: 1, ops: 25, timing: Timing::None, time_us: None, algbw_gbps: None, busbw_gbps: None };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Watch(Box::new(untimed)),
             r#"{"type":"coll","data":{"comm":"c","func":"allto_all","size":1048576,"datatype":"ncclFloat32","algo":"","proto":"","ranks":1,"nranks":1,"ops":25,"timing":"none","time_us":null,"algbw_gbps":null,"busbw_gbps":null}}"#,
         );
         let hang = WatchLine::Hang { comm: "c".into(), func: Func::AllReduce, seq: 9, rank: 1, host: "vm".into(), gpu: Some("0".into()), why: HangWhy::NotStarted, waiting_s: 3.5, peers_done: vec![], peers_waiting: vec![0] };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Watch(Box::new(hang)),
             r#"{"type":"hang","data":{"comm":"c","func":"all_reduce","seq":9,"rank":1,"host":"vm","gpu":"0","why":"not_started","waiting_s":3.5,"peers_done":[],"peers_waiting":[0]}}"#,
         );
         let nics = WatchLine::Nics { host: "vm".into(), window_s: 5.0, nccl_bytes: 1 << 30, nic_bytes: 0, verdict: NicVerdict::Fallback, nics: vec![NicWindow { name: "rdmap79s0".into(), bytes: 0, behind: false }] };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Watch(Box::new(nics)),
             r#"{"type":"nics","data":{"host":"vm","window_s":5.0,"nccl_bytes":1073741824,"nic_bytes":0,"verdict":"fallback","nics":[{"name":"rdmap79s0","bytes":0,"behind":false}]}}"#,
         );
-        golden::<Value>(&Line::Watch(Box::new(WatchLine::HangOver { comm: "c".into(), func: Func::AllReduce, seq: 9 })), r#"{"type":"hang_over","data":{"comm":"c","func":"all_reduce","seq":9}}"#);
-        golden::<Value>(&Line::Watch(Box::new(WatchLine::Gone { host: "vm".into(), pid: 7, bye: true })), r#"{"type":"gone","data":{"host":"vm","pid":7,"bye":true}}"#);
-        golden::<Value>(
+        golden::<Value, Value>(&Line::Watch(Box::new(WatchLine::HangOver { comm: "c".into(), func: Func::AllReduce, seq: 9 })), r#"{"type":"hang_over","data":{"comm":"c","func":"all_reduce","seq":9}}"#);
+        golden::<Value, Value>(&Line::Watch(Box::new(WatchLine::Gone { host: "vm".into(), pid: 7, bye: true })), r#"{"type":"gone","data":{"host":"vm","pid":7,"bye":true}}"#);
+        golden::<Value, Value>(
             &Line::Watch(Box::new(WatchLine::Health { plugins: 2, refused: 1, dropped: 0, unsent: 0 })),
             r#"{"type":"health","data":{"plugins":2,"refused":1,"dropped":0,"unsent":0}}"#,
         );
         let rank = WatchLine::Rank { host: "vm".into(), pid: 611, gpu: None, comm: "c".into(), comm_name: None, rank: 0, nranks: 2, nnodes: 2, nccl_version: Some("2.28.3".into()), abi: 5 };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Watch(Box::new(rank)),
             r#"{"type":"rank","data":{"host":"vm","pid":611,"gpu":null,"comm":"c","comm_name":null,"rank":0,"nranks":2,"nnodes":2,"nccl_version":"2.28.3","abi":5}}"#,
         );
@@ -652,9 +670,9 @@ mod tests {
 
     #[test]
     fn text_lines() {
-        golden::<Value>(&Line::note("hello"), r#"{"data":{"text":"hello"},"type":"note"}"#);
-        golden::<Value>(&Line::error("rank 2 (node2) did not answer"), r#"{"data":{"text":"rank 2 (node2) did not answer"},"type":"error"}"#);
-        golden::<Value>(&Line::warning("telemetry frame from x rejected"), r#"{"data":{"text":"telemetry frame from x rejected"},"type":"warning"}"#);
+        golden::<Value, Value>(&Line::note("hello"), r#"{"data":{"text":"hello"},"type":"note"}"#);
+        golden::<Value, Value>(&Line::error("rank 2 (node2) did not answer"), r#"{"data":{"text":"rank 2 (node2) did not answer"},"type":"error"}"#);
+        golden::<Value, Value>(&Line::warning("telemetry frame from x rejected"), r#"{"data":{"text":"telemetry frame from x rejected"},"type":"warning"}"#);
     }
 
     #[test]
@@ -674,17 +692,17 @@ mod tests {
     fn sample_lines() {
         let figures = ChannelFigures { channel: 3, bytes: 1000, gbps: 0.08, ops: 4, in_flight: 2, lat_p50_us: Some(1.5), lat_p99_us: None, lat_max_us: Some(9.0) };
         let plain = Sample { t_ms: 250.0, rank: 2, seq: 7, interval_ms: 100.0, drops: 1, channel: Some(figures), queue: None, nvlink: None };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Sample(plain.clone()),
             r#"{"data":{"bytes":1000,"channel":3,"drops":1,"gbps":0.08,"in_flight":2,"interval_ms":100.0,"lat_max_us":9.0,"lat_p50_us":1.5,"lat_p99_us":null,"ops":4,"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
         );
         let queue = QueueFigures { capacity: 64, depth: 3, held: 0, quiet_calls: 5, quiet_calls_per_s: 50.0, requests: 10, requests_per_s: 100.0 };
         let nvlink = NvlinkFigures { bytes: 8, gbytes_per_s: 0.5, gpu: 0, peak_gbytes_per_s: None, peer: 1, peer_gpu: 1 };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Sample(Sample { queue: Some(queue), nvlink: Some(vec![nvlink]), ..plain.clone() }),
             r#"{"data":{"bytes":1000,"channel":3,"drops":1,"gbps":0.08,"in_flight":2,"interval_ms":100.0,"lat_max_us":9.0,"lat_p50_us":1.5,"lat_p99_us":null,"nvlink":[{"bytes":8,"gbytes_per_s":0.5,"gpu":0,"peak_gbytes_per_s":null,"peer":1,"peer_gpu":1}],"ops":4,"queue":{"capacity":64,"depth":3,"held":0,"quiet_calls":5,"quiet_calls_per_s":50.0,"requests":10,"requests_per_s":100.0},"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
         );
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Sample(Sample { channel: None, queue: Some(queue), ..plain }),
             r#"{"data":{"channel":null,"drops":1,"interval_ms":100.0,"queue":{"capacity":64,"depth":3,"held":0,"quiet_calls":5,"quiet_calls_per_s":50.0,"requests":10,"requests_per_s":100.0},"rank":2,"seq":7,"t_ms":250.0},"type":"sample"}"#,
         );
@@ -693,19 +711,19 @@ mod tests {
     #[test]
     fn pair_step_begin_and_dropped_lines() {
         let pair = Pair { bytes: 4096, gbps: 1.25, landings: 3, lat_p50_us: Some(2.0), lat_p99_us: None, receiver: 1, sender: 0, t_ms: 10.0 };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Pair(pair),
             r#"{"data":{"bytes":4096,"gbps":1.25,"landings":3,"lat_p50_us":2.0,"lat_p99_us":null,"receiver":1,"sender":0,"t_ms":10.0},"type":"pair"}"#,
         );
         let dropped = Dropped { reason: "the printer fell behind the run".into(), samples: 5, t_ms: 1.5, total: 9 };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Dropped(dropped),
             r#"{"data":{"reason":"the printer fell behind the run","samples":5,"t_ms":1.5,"total":9},"type":"dropped"}"#,
         );
         let column: Column = serde_json::from_value(serde_json::json!("SinglePin")).expect("a column");
         let label = serde_json::to_string(&column).expect("a column's label");
-        golden::<Value>(&Line::Step(Step { config: column.clone(), size: 4096 }), &format!(r#"{{"data":{{"config":{label},"size":4096}},"type":"step"}}"#));
-        golden::<Value>(
+        golden::<Value, Value>(&Line::Step(Step { config: column.clone(), size: 4096 }), &format!(r#"{{"data":{{"config":{label},"size":4096}},"type":"step"}}"#));
+        golden::<Value, Value>(
             &Line::Begin(Begin { configs: vec![column], memory: "host".into() }),
             &format!(r#"{{"data":{{"configs":[{label}],"memory":"host"}},"type":"begin"}}"#),
         );
@@ -729,7 +747,7 @@ mod tests {
             slowest_rank: 13,
             t_ms: 1200.0,
         };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Rail(rail),
             r#"{"data":{"bytes":2500000000,"channels":8,"gbps":200.0,"gbps_max":26.0,"gbps_min":23.5,"host":"p5-node-0001","interval_ms":100.0,"ops":610,"rail":2,"slowest_rank":13,"t_ms":1200.0},"type":"rail"}"#,
         );
@@ -776,25 +794,46 @@ mod tests {
     #[test]
     fn a_verdict_comes_type_first_in_declared_order() {
         let verdict = Verdict { suspects: Vec::new(), checked: Checked { nodes: 4, nics: 16 } };
-        golden::<Value>(&Line::Verdict(Box::new(verdict)), r#"{"type":"verdict","data":{"suspects":[],"checked":{"nodes":4,"nics":16}}}"#);
+        golden::<Value, Value>(&Line::Verdict(Box::new(verdict)), r#"{"type":"verdict","data":{"suspects":[],"checked":{"nodes":4,"nics":16}}}"#);
     }
 
     #[test]
     fn snapshots_and_checks_come_type_first() {
         let node = NodeSample { host: "node1".into(), ..NodeSample::default() };
         let data = serde_json::to_string(&node).expect("a node read");
-        golden::<Value>(&Line::Snapshot { rank: None, data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","data":{data}}}"#));
-        golden::<Value>(&Line::Snapshot { rank: Some(3), data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","rank":3,"data":{data}}}"#));
+        golden::<Value, Value>(&Line::Snapshot { rank: None, data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","data":{data}}}"#));
+        golden::<Value, Value>(&Line::Snapshot { rank: Some(3), data: Box::new(node.clone()) }, &format!(r#"{{"type":"snapshot","rank":3,"data":{data}}}"#));
         // A node line (a served monitor's) sorts its keys; a snapshot keeps the declared order.
         let sorted = serde_json::to_value(&node).expect("a node read").to_string();
-        golden::<Value>(&Line::Node(Box::new(node)), &format!(r#"{{"data":{sorted},"type":"node"}}"#));
+        golden::<Value, Value>(&Line::Node(Box::new(node)), &format!(r#"{{"data":{sorted},"type":"node"}}"#));
 
         #[derive(Debug, PartialEq, Serialize, Deserialize)]
         struct Report {
             status: String,
             action: String,
         }
-        golden(&Line::Check(Box::new(Report { status: "ok".into(), action: "none".into() })), r#"{"type":"check","data":{"status":"ok","action":"none"}}"#);
+        golden::<Report, Value>(&Line::Check(Box::new(Report { status: "ok".into(), action: "none".into() })), r#"{"type":"check","data":{"status":"ok","action":"none"}}"#);
+    }
+
+    /// `efatop topo --json` (version 2): type first, then the data in its declared order, on one line,
+    /// `schema_version` first; before version 2 the command printed the bare document, indented.
+    #[test]
+    fn a_topology_comes_type_first_with_its_schema_version_first() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Topology {
+            schema_version: u32,
+            source: String,
+            gpus: Vec<u32>,
+            placement: Vec<u32>,
+        }
+        let topology = Topology { schema_version: TOPOLOGY_SCHEMA, source: "p5.xml".into(), gpus: vec![0, 1], placement: vec![1] };
+        golden::<Value, Topology>(
+            &Line::Topology(Box::new(topology)),
+            r#"{"type":"topology","data":{"schema_version":2,"source":"p5.xml","gpus":[0,1],"placement":[1]}}"#,
+        );
+        // A reader that does not name the topology's type gets its data as JSON.
+        let untyped: Line = Line::parse(r#"{"type":"topology","data":{"schema_version":2}}"#).expect("a topology line");
+        assert_eq!(untyped, Line::Topology(Box::new(serde_json::json!({"schema_version": 2}))));
     }
 
     #[test]
@@ -810,7 +849,7 @@ mod tests {
             latency_max_us: 3.0,
             verified: true,
         };
-        golden::<Value>(
+        golden::<Value, Value>(
             &Line::Queue(row),
             r#"{"data":{"blocks":1,"latency_max_us":3.0,"latency_p50_us":1.0,"latency_p99_us":2.0,"latency_requests":10,"requests":100,"requests_per_s":1000000.0,"threads":32,"verified":true},"type":"queue"}"#,
         );

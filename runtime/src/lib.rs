@@ -12,6 +12,7 @@ pub mod collector;
 pub mod event;
 pub mod launch;
 pub mod netns;
+pub mod nodes;
 pub mod rank;
 pub mod rank_zero;
 pub mod record;

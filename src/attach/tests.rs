@@ -8,7 +8,7 @@ use efatop_ui::state::Key;
 
 use super::{Attached, Incoming, KEYS};
 use efatop_runtime::event::ConsumerEvent;
-use crate::tui::Scripted;
+use efatop_ui::tui::scripted::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{measured, ms, start, step, telemetry};
 

@@ -1,116 +1,46 @@
-//! `efatop monitor` on many nodes: started once per node by mpirun or srun (or several times on one machine
-//! by `--ranks N`), every rank reads its node and sends each snapshot, as a node frame of the benchmarks'
-//! telemetry wire format, to a collector that rank 0 runs; rank 0 draws or prints every node.
+//! `efatop monitor` on many nodes: the ranks joined and each node's reads sent to rank 0's collector by
+//! the runtime ([`efatop_runtime::nodes`]); rank 0 draws or prints every node.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::Bootstrap;
 use efatop_proto::telemetry::NodeSample;
 use efatop_ui::monitor::NodesView;
-use efatop_ui::state::{Action, Key};
+use efatop_ui::tui::TICK;
+use efatop_ui::tui::nodes::Nodes;
 
 use super::{Failure, MonitorArgs, build_monitor, print_line};
-use efatop_runtime::collector::{Collector, CollectorEvent, NodeSender};
-use crate::tui::{TICK, Tui};
+use efatop_runtime::collector::CollectorEvent;
+use efatop_runtime::nodes::{self, Reads};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.
 const ONCE_GRACE: Duration = Duration::from_secs(30);
 
 /// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
 pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &efatop_runtime::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
-    let (rank, size) = (bootstrap.rank(), bootstrap.size());
-    let lost = |err: &dyn std::fmt::Display| (1, format!("rank {rank}: {err}"));
-    let (events, received) = mpsc::channel::<Vec<CollectorEvent>>();
-    let host = efatop_experiments::world::hostname();
-    // Every node's host, so that rank 0's collector listens no wider than the nodes need.
-    let hosts: Vec<String> = bootstrap
-        .allgather(host.as_bytes())
-        .map_err(|e| lost(&e))?
-        .iter()
-        .map(|h| String::from_utf8_lossy(h).into_owned())
-        .collect();
-    let collector = if rank == 0 {
-        let gate = efatop_runtime::collector::Gate {
-            secret: secret.secret.clone(),
-            bounds: efatop_proto::telemetry::WorldBounds { ranks: size, channels: 1 },
-            bind: efatop_runtime::collector::bind_address(&hosts),
-        };
-        Some(Collector::start(events, gate).map_err(|e| lost(&e))?)
-    } else {
-        None
-    };
-    let published = collector.as_ref().map_or(String::new(), |c| efatop_runtime::collector::published(c, &host));
-    let gathered = bootstrap.allgather(published.as_bytes()).map_err(|e| lost(&e))?;
-    let address = String::from_utf8_lossy(gathered.first().map_or(&[][..], Vec::as_slice)).to_string();
-    let rank0_host = address.rsplit_once(':').map_or("", |(host, _)| host);
-    let target = efatop_runtime::collector::resolve(&address, rank0_host, &host).map_err(|e| lost(&e))?;
+    let wired = nodes::wire(bootstrap, secret).map_err(|e| (1, e))?;
+    let (rank, size) = (wired.rank, wired.size);
     let monitor = build_monitor(args, sysfs_root)?;
-    let reads = Reads::of(args);
-    let sender = NodeSender::connect(target, &secret.secret).map_err(|e| lost(&format!("cannot reach rank 0's collector: {e}")))?;
-    let interval = args.interval;
-    let rank_on_wire = u32::try_from(rank).map_err(|e| lost(&e))?;
-    let reader = std::thread::Builder::new()
-        .name("efatop-monitor-node".into())
-        .spawn(move || send_reads(monitor, sender, rank_on_wire, interval, reads))
-        .map_err(|e| lost(&e))?;
+    let (reading, received) = wired.start_reads(monitor, secret, args.interval, reads(args)).map_err(|e| (1, e))?;
     if rank != 0 {
-        let _ = reader.join();
+        reading.wait();
         return Ok(());
     }
     // Rank 0's own reader ends when its next send finds the collector gone.
     let outcome = show(args, size, &received);
-    drop(collector);
+    drop(reading);
     outcome
 }
 
-/// How many reads a node sends, and which.
-#[derive(Clone, Copy)]
-enum Reads {
-    /// Two reads `--interval` apart; only the second (with rates) is sent.
-    Once,
-    Count(u64),
-    Forever,
-}
-
-impl Reads {
-    fn of(args: &MonitorArgs) -> Self {
-        match (args.once, args.count) {
-            (true, _) => Self::Once,
-            (false, Some(count)) => Self::Count(count),
-            (false, None) => Self::Forever,
-        }
-    }
-}
-
-fn send_reads(mut monitor: efatop_node::Monitor, mut sender: NodeSender, rank: u32, interval: Duration, reads: Reads) {
-    let started = Instant::now();
-    let mut next = Instant::now();
-    let mut seq = 0_u64;
-    loop {
-        let snapshot = monitor.sample(started.elapsed());
-        let skip_first = matches!(reads, Reads::Once) && snapshot.interval_ms.is_none();
-        if !skip_first {
-            seq += 1;
-            let sample = snapshot.sent_as(rank, seq, sender.drops());
-            if sender.send(&sample).is_err() {
-                // Rank 0 has gone: nothing is left to show this node's reads.
-                return;
-            }
-            let done = match reads {
-                Reads::Once => true,
-                Reads::Count(count) => seq >= count,
-                Reads::Forever => false,
-            };
-            if done {
-                sender.finish(Duration::from_secs(2));
-                return;
-            }
-        }
-        next += interval;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+/// How many reads a node sends, and which: `--once`, `--count N`, or on and on.
+fn reads(args: &MonitorArgs) -> Reads {
+    match (args.once, args.count) {
+        (true, _) => Reads::Once,
+        (false, Some(count)) => Reads::Count(count),
+        (false, None) => Reads::Forever,
     }
 }
 
@@ -175,64 +105,12 @@ fn show_terminal(args: &MonitorArgs, size: usize, received: &Receiver<Vec<Collec
     crate::tui::on_terminal(&mut nodes, &mut { received }, || started.elapsed())
 }
 
-/// Rank 0's view of every node as the TUI loop drives it: each node's reads as the collector hands them
-/// over, until every node has sent its `--count` reads and closed, or the user quits.
-struct Nodes {
-    view: NodesView,
-    expected: usize,
-    /// Nodes whose connection closed.
-    closed: usize,
-    /// `--count`: the nodes stop after their reads, and so does the view once all have.
-    counted: bool,
-}
-
-impl Nodes {
-    fn new(filter: &str, expected: usize, counted: bool) -> Self {
-        Self { view: NodesView::new(filter, expected), expected, closed: 0, counted }
-    }
-}
-
-impl Tui for Nodes {
-    type Event = Vec<CollectorEvent>;
-    type Ended = ();
-
-    fn event(&mut self, batch: Vec<CollectorEvent>, _now: Duration) -> Option<()> {
-        for event in batch {
-            match event {
-                CollectorEvent::Node(sample) => {
-                    self.view.push(sample.rank, *sample);
-                }
-                CollectorEvent::Closed { .. } => self.closed += 1,
-                CollectorEvent::Malformed { .. } | CollectorEvent::Refused { .. } | CollectorEvent::Sample(_) | CollectorEvent::Phase(_) => {}
-            }
-        }
-        None
-    }
-
-    fn tick(&mut self, now: Duration) -> Option<()> {
-        self.view.refresh(now);
-        (self.counted && self.closed >= self.expected).then_some(())
-    }
-
-    fn key(&mut self, key: Key, _now: Duration) -> Option<()> {
-        (self.view.handle_key(key) == Action::Quit).then_some(())
-    }
-
-    fn interrupt(&mut self, _now: Duration) -> Option<()> {
-        Some(())
-    }
-
-    fn draw(&self, frame: &mut ratatui::Frame) {
-        efatop_ui::monitor::draw_nodes(frame, &self.view);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use efatop_proto::telemetry::wire;
     use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
-    use efatop_proto::telemetry::{NicKind, NodeGpu, NodeGpus};
+    use efatop_proto::telemetry::{NodeGpu, NodeGpus};
 
     #[test]
     fn a_snapshot_crosses_the_wire_with_what_the_view_draws() {
@@ -267,170 +145,5 @@ mod tests {
         assert_eq!(arrived, expected);
         let busy = arrived.nics.iter().find(|nic| nic.name == "rdmap79s0").unwrap();
         assert_eq!((busy.tx_gbps, busy.retransmits_delta), (Some(10.0), 4));
-    }
-
-    /// Node `rank`'s read as rank 0's collector hands it over: a batch of one node frame.
-    fn read(snapshot: &NodeSample, rank: u32, seq: u64) -> Vec<CollectorEvent> {
-        vec![CollectorEvent::Node(Box::new(snapshot.clone().sent_as(rank, seq, 0)))]
-    }
-
-    fn closed(rank: u32) -> Vec<CollectorEvent> {
-        vec![CollectorEvent::Closed { rank: Some(rank), from: "127.0.0.1:9".parse().unwrap() }]
-    }
-
-    fn ms(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn the_many_node_tui_shows_each_nodes_reads_and_switches_nodes_with_tab_and_brackets() {
-        let dir = tempfile::tempdir().unwrap();
-        let fake = FakeSysfs::p5(dir.path()).unwrap();
-        let node = |host: &str| Monitor::new(host, Sysfs::new(dir.path()), Affinity::none(), GpuReader::unavailable("no driver"));
-        let (mut a, mut b) = (node("node-a"), node("node-b"));
-        let (batches, received) = mpsc::channel();
-        let mut tui = crate::tui::Scripted::new(Nodes::new("", 3, true), received, 120, 40);
-        assert_eq!(tui.frame(ms(0)), None);
-        assert!(tui.row(" nodes ").contains("waiting for 3 of 3"), "{}", tui.screen());
-        // Node b speaks first; the tab line still lists the nodes by rank.
-        batches.send(read(&b.sample(ms(0)), 1, 1)).unwrap();
-        batches.send(read(&a.sample(ms(0)), 0, 1)).unwrap();
-        fake.advance("rdmap79s0", "tx_bytes", 1_250_000_000).unwrap();
-        batches.send(read(&a.sample(ms(1000)), 0, 2)).unwrap();
-        batches.send(read(&b.sample(ms(1000)), 1, 2)).unwrap();
-        assert_eq!(tui.frame(ms(1000)), None);
-        insta::assert_snapshot!("monitor_nodes_tui_120x40", tui.screen());
-        let tabs = tui.row(" nodes ");
-        assert!(tabs.contains(" node-a  node-b ") && tabs.contains("waiting for 1 of 3"), "{tabs}");
-        assert!(tui.row("efatop monitor").contains("node-a  every 1.0s"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Tab, ms(1100)), None);
-        assert!(tui.row("efatop monitor").contains("node-b"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Char(']'), ms(1200)), None);
-        assert!(tui.row("efatop monitor").contains("node-a"), "wraps around:\n{}", tui.screen());
-        assert_eq!(tui.key(Key::Char('['), ms(1300)), None);
-        assert!(tui.row("efatop monitor").contains("node-b"), "{}", tui.screen());
-        // Keys other than the node switches go to the node shown.
-        assert_eq!(tui.key(Key::Char('s'), ms(1400)), None);
-        assert!(tui.row("efatop monitor").contains("sort rate"), "{}", tui.screen());
-        // --count: once every node has sent its reads and closed, the view ends.
-        batches.send(closed(0)).unwrap();
-        batches.send(closed(1)).unwrap();
-        assert_eq!(tui.frame(ms(1500)), None, "rank 2 has not closed");
-        batches.send(closed(2)).unwrap();
-        assert_eq!(tui.frame(ms(1600)), Some(()));
-    }
-
-    /// The node the fleet session slows, and its NIC.
-    const SLOW_NODE: u32 = 41;
-    const SLOW_NIC: &str = "rdmap132s0";
-
-    /// One real read of a fake p5 tree, its NICs placed by the p5 topology fixture: 32 EFA NICs under
-    /// their GPUs, lo and eth0.
-    fn p5_shape() -> NodeSample {
-        let dir = tempfile::tempdir().unwrap();
-        FakeSysfs::p5(dir.path()).unwrap();
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topology/fixtures/p5.48xlarge.xml");
-        let topology = efatop_topology::NodeTopology::from_xml_file(&fixture).unwrap();
-        let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::from_topology(&topology), GpuReader::unavailable("no driver"));
-        monitor.sample(Duration::ZERO)
-    }
-
-    /// Node `node`'s read at `step` (step 0: its first, without rates), across the wire as rank 0's
-    /// collector hands it over: the p5's NICs with the node's own rates, each EFA NIC near 95 Gbps tx + rx
-    /// (a few Gbps of deterministic jitter), [`SLOW_NIC`] at 60 % of that when `slow`.
-    fn fleet_read(shape: &NodeSample, node: u32, step: u64, slow: bool) -> Vec<CollectorEvent> {
-        let mut snapshot =
-            NodeSample { host: format!("p5-node-{node:04}"), t_ms: step * 1000, interval_ms: (step > 0).then_some(1000.0), ..shape.clone() };
-        for (index, nic) in snapshot.nics.iter_mut().enumerate() {
-            let jitter = ((node as usize * 7 + index * 13 + step as usize * 3) % 41) as f64 / 10.0;
-            let gbps = match nic.kind {
-                NicKind::Rdma if slow && nic.name == SLOW_NIC => (93.0 + jitter) * 0.6,
-                NicKind::Rdma => 93.0 + jitter,
-                NicKind::Net => 0.1,
-            };
-            (nic.tx_gbps, nic.rx_gbps) = if step > 0 { (Some(gbps * 0.6), Some(gbps * 0.4)) } else { (None, None) };
-        }
-        let mut frame = Vec::new();
-        wire::encode_node(&snapshot.sent_as(node, step + 1, 0), &mut frame).unwrap();
-        let Ok(wire::Frame::Node(arrived)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
-        vec![CollectorEvent::Node(Box::new(arrived))]
-    }
-
-    fn rows_with(screen: &str, needle: &str) -> Vec<usize> {
-        screen.lines().enumerate().filter(|(_, line)| line.contains(needle)).map(|(at, _)| at).collect()
-    }
-
-    #[test]
-    fn the_many_node_tui_shows_64_nodes_as_a_fleet_the_slow_nic_first_and_drills_into_a_node() {
-        let shape = p5_shape();
-        assert_eq!(shape.nics.iter().filter(|nic| nic.kind == NicKind::Rdma).count(), 32);
-        let (batches, received) = mpsc::channel();
-        let mut tui = crate::tui::Scripted::new(Nodes::new("", 64, false), received, 200, 60);
-        assert_eq!(tui.frame(ms(0)), None);
-        assert!(tui.row("efatop monitor").contains("0 nodes  0 EFA NICs reporting  0 behind"), "{}", tui.screen());
-        assert!(tui.row("efatop monitor").contains("waiting for 64 of 64"), "{}", tui.screen());
-        // A read a second from every node; node 41's NIC slows from the third (2 s) on.
-        for step in 0..=4 {
-            for node in 0..64 {
-                batches.send(fleet_read(&shape, node, step, node == SLOW_NODE && step >= 2)).unwrap();
-            }
-            assert_eq!(tui.frame(ms(step * 1000)), None);
-        }
-        let screen = tui.screen();
-        insta::assert_snapshot!("monitor_fleet_64_nodes_200x60", screen);
-        assert!(tui.row("efatop monitor").contains("64 nodes  2048 EFA NICs reporting  1 behind"), "{screen}");
-        // The slow NIC heads the worst NICs, flagged, with its node, GPU and rail; its node heads the nodes.
-        let slow = rows_with(&screen, "p5-node-0041");
-        let line = screen.lines().nth(slow[0]).unwrap();
-        assert!(slow[0] < 21, "row {}:\n{screen}", slow[0]);
-        assert!(line.contains(SLOW_NIC) && line.contains("GPU 3") && line.contains("rail 14") && line.contains("BEHIND 2.0s"), "{line}");
-        let nodes = rows_with(&screen, "Nodes, worst NIC first")[0];
-        assert!(screen.lines().nth(nodes + 1).unwrap().starts_with("▶ p5-node-0041"), "{screen}");
-        for rail in [0, 14, 31] {
-            assert!(!rows_with(&screen, &format!("rail {rail:<2} {:>5}", 64)).is_empty(), "rail {rail}:\n{screen}");
-        }
-
-        // At 80×24 the worst NIC is still there, and flagged.
-        tui.terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
-        assert_eq!(tui.frame(ms(4000)), None);
-        insta::assert_snapshot!("monitor_fleet_64_nodes_80x24", tui.screen());
-        assert!(tui.row("p5-node-0041").contains("BEHIND 2.0s"), "{}", tui.screen());
-
-        // Enter: the worst node's own view under a line naming it; Tab the next node by rank; Esc back,
-        // on the node last shown.
-        tui.terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 40)).unwrap();
-        assert_eq!(tui.key(Key::Enter, ms(4100)), None);
-        assert!(tui.row(" node ").contains("p5-node-0041  (rank 41)  1 of 64 worst first"), "{}", tui.screen());
-        assert!(tui.row("efatop monitor").contains("p5-node-0041  every 1.0s  34 NICs"), "{}", tui.screen());
-        assert!(tui.row(SLOW_NIC).contains("100G"), "its NICs, as on one node:\n{}", tui.screen());
-        // The node's keys are the one-node monitor's; Esc closes its prompt first.
-        for key in [Key::Char('/'), Key::Char('x'), Key::Esc] {
-            assert_eq!(tui.key(key, ms(4200)), None);
-        }
-        assert!(tui.row("efatop monitor").contains("p5-node-0041"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Tab, ms(4300)), None);
-        assert!(tui.row("efatop monitor").contains("p5-node-0042"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Esc, ms(4400)), None);
-        assert!(tui.row("Nodes, worst NIC first").starts_with("Nodes"), "{}", tui.screen());
-        assert!(tui.screen().contains("▶ p5-node-0042"), "{}", tui.screen());
-
-        // `/` finds a node as its name is typed; Enter keeps it, Enter again shows it.
-        for key in "/0007".chars().map(Key::Char).chain([Key::Enter]) {
-            assert_eq!(tui.key(key, ms(4500)), None);
-        }
-        assert!(tui.screen().contains("▶ p5-node-0007"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Enter, ms(4600)), None);
-        assert!(tui.row("efatop monitor").contains("p5-node-0007"), "{}", tui.screen());
-        assert_eq!(tui.key(Key::Esc, ms(4700)), None);
-        assert_eq!(tui.key(Key::Char('q'), ms(4800)), Some(()));
-    }
-
-    #[test]
-    fn the_many_node_tui_leaves_on_q_and_stays_without_count() {
-        let (batches, received) = mpsc::channel();
-        let mut tui = crate::tui::Scripted::new(Nodes::new("", 1, false), received, 80, 24);
-        batches.send(closed(0)).unwrap();
-        assert_eq!(tui.frame(ms(0)), None, "without --count, closed nodes leave the view up");
-        assert_eq!(tui.key(Key::Char('q'), ms(100)), Some(()));
     }
 }

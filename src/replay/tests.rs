@@ -7,7 +7,7 @@ use efatop_ui::state::Key;
 use super::{KEYS, Playback};
 use efatop_runtime::event::ConsumerEvent;
 use efatop_runtime::record::{self, Recorder, Recording};
-use crate::tui::Scripted;
+use efatop_ui::tui::scripted::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{self, ms};
 

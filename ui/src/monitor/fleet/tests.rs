@@ -1,6 +1,6 @@
 //! The fleet overview's model as nodes' reads feed it (rails, the slow NIC flagged after the hold, gone
 //! NICs, netdevs left out, nodes on one machine), when it replaces the tabs, its keys, and tiny screens.
-//! The 64-node session with its snapshots runs the binary's many-node loop (`src/monitor/nodes.rs`).
+//! The 64-node session with its snapshots runs the many-node TUI on the session loop (`tui/nodes.rs`).
 
 use std::time::Duration;
 

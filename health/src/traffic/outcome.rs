@@ -1,113 +1,35 @@
-//! `efatop check --traffic`: a short verified write through every NIC of this node. The check launches
-//! the ranks of a `sweep` itself, through the runtime's launcher ([`efatop_runtime::launch`]: ranks of
-//! this node, one per GPU and at least 2, `--channels all`, efa's shared-memory shortcut off as on every
-//! run), 4 MiB per write, one warmup and [`ITERS`] timed writes on every channel of every pair, each byte
-//! verified by its receiver, NICs judged against their peers at [`THRESHOLD`]. It reads the run's results
-//! file and hands the facts to the `traffic` rule (`efatop_health`): the NIC that received corrupt
-//! data, the NICs far below their peers, or how the run failed. The ranks are stopped when they outlast
-//! [`LIMIT`], so that the whole check stays within 30 s.
+//! What `check --traffic`'s write left behind, read back into its facts: the channels its results file
+//! names (each rank's NICs and the best each did with a peer NIC), and how it ended: verified (with the
+//! sweep's suspects as NICs far below their peers), corrupt (the receiver's NIC and the sender's that wrote
+//! it, from the experiment's verification error), failed, stopped for outlasting its limit, or not run.
+//! The binary runs the write; the judging of these facts is [`super::traffic`]'s.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use efatop_fabric::Provider;
-use efatop_health::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
-use efatop_node::Sysfs;
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};
 
-/// Bytes each channel writes per iteration.
-pub const SIZE: u64 = 4 << 20;
-/// Timed writes per channel and peer (after one warmup write).
-pub const ITERS: u64 = 4;
-/// A NIC whose best write is below this share of its peers' median is slow: the monitor's rail check's
-/// bar (more than half its rail's median away), not the sweep's 0.9, since four 4 MiB writes are a short
-/// look and a health check must not drain a node for noise.
-pub const THRESHOLD: f64 = 1.0 - efatop_proto::telemetry::rails::OFF_SHARE;
-/// How long the write may take, launch included, before it is stopped.
-pub const LIMIT: Duration = Duration::from_secs(20);
-/// `--timeout` and `--hang-timeout` of the run: well inside [`LIMIT`].
-const OP_TIMEOUT_S: u64 = 5;
-const HANG_TIMEOUT_S: u64 = 10;
+use super::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 
-/// Ranks for this node: one per NVIDIA GPU (each then writes through the NICs next to its GPU, so every
-/// NIC of a p5 is some rank's), and at least 2.
-fn ranks_here() -> usize {
-    Sysfs::new("/").nvidia_gpus().len().max(2)
+/// How the write's ranks ended: their exit code (`None` when killed for outlasting the limit), whether
+/// they were stopped for it, and their last error line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteEnded {
+    pub code: Option<i32>,
+    pub timed_out: bool,
+    pub last_error: Option<String>,
 }
 
-/// Runs the write and says what came of it.
-pub fn run(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
-    let started = Instant::now();
-    let name = provider.to_string();
-    let ranks = ranks_here();
-    let mut traffic = Traffic {
-        provider: name.clone(),
-        stack: None,
-        carrier: Carrier::of(&name),
-        ranks,
-        size: SIZE,
-        iters: ITERS,
-        threshold: THRESHOLD,
-        seconds: 0.0,
-        channels: Vec::new(),
-        outcome: TrafficOutcome::NotRun { why: String::new() },
-    };
-    // A private folder for the run's results file (0700, a random name, removed with everything in it when
-    // dropped): nothing another user can guess or plant a link in.
-    let scratch = match tempfile::Builder::new().prefix("efatop-check-").tempdir() {
-        Ok(scratch) => scratch,
-        Err(err) => {
-            traffic.outcome = TrafficOutcome::NotRun { why: format!("no folder for the results file: {err}") };
-            return traffic;
+impl Traffic {
+    /// Fills in what the write left: the provider stack and channels of its results file (`None` when it
+    /// left none that reads), and how it ended. `limit` is how long the write was allowed.
+    pub fn read_back(&mut self, ended: &WriteEnded, results: Option<&RunResults>, limit: Duration) {
+        if let Some(results) = results {
+            self.stack = Some(results.metadata.provider_stack.clone()).filter(|s| !s.is_empty());
+            self.carrier = Carrier::of(self.stack.as_deref().unwrap_or(&self.provider));
+            self.channels = channels(results);
         }
-    };
-    let out = scratch.path().join("traffic.json");
-    let ended = launch(ranks, &name, corrupt_byte, &out);
-    traffic.seconds = started.elapsed().as_secs_f64();
-    let results = std::fs::read(&out).ok().and_then(|bytes| RunResults::from_json(&bytes).ok());
-    if let Some(results) = &results {
-        traffic.stack = Some(results.metadata.provider_stack.clone()).filter(|s| !s.is_empty());
-        traffic.carrier = Carrier::of(traffic.stack.as_deref().unwrap_or(&name));
-        traffic.channels = channels(results);
-    }
-    traffic.outcome = outcome(&ended, results.as_ref(), &traffic.channels);
-    traffic
-}
-
-/// How the ranks ended: their exit code (`None` when killed for outlasting [`LIMIT`]) and their last
-/// error line.
-struct Ended {
-    code: Option<i32>,
-    timed_out: bool,
-    last_error: Option<String>,
-}
-
-fn launch(ranks: usize, provider: &str, corrupt_byte: Option<u64>, out: &Path) -> Ended {
-    let mut args: Vec<std::ffi::OsString> = [
-        "sweep", "--provider", provider, "--channels", "all", "--size", "4M", "--warmup", "1", "--iters", &ITERS.to_string(),
-        "--threshold", &THRESHOLD.to_string(), "--timeout", &OP_TIMEOUT_S.to_string(), "--hang-timeout", &HANG_TIMEOUT_S.to_string(),
-        "--no-tui", "--out",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    args.push(out.into());
-    if let Some(byte) = corrupt_byte {
-        args.extend(["--debug-corrupt-byte".into(), byte.to_string().into()]);
-    }
-    use efatop_runtime::launch::{CUDA_LAUNCH_BLOCKING, PeerCopies, Ranks};
-    // As `efatop run` launches a sweep: the receiving ranks' CUDA copies synchronous.
-    let copies = PeerCopies { synchronous: std::env::var_os(CUDA_LAUNCH_BLOCKING).is_none(), writer_exempt: false };
-    let plan = Ranks { count: ranks, args, copies, limit: Some(LIMIT), quiet: true, ..Ranks::default() };
-    match efatop_runtime::launch::launch(&plan) {
-        // Killed (137) after outlasting the limit: no exit code of its own.
-        Ok(launched) => Ended {
-            code: Some(launched.code).filter(|code| !(launched.timed_out && *code == 137)),
-            timed_out: launched.timed_out,
-            last_error: launched.last_error,
-        },
-        Err(err) => Ended { code: Some(2), timed_out: false, last_error: Some(format!("cannot start the ranks: {err}")) },
+        self.outcome = outcome(ended, results, &self.channels, limit);
     }
 }
 
@@ -130,10 +52,10 @@ fn nic_of(channels: &[TrafficChannel], rank: usize, channel: usize) -> Option<St
     channels.iter().find(|c| c.rank == rank && c.channel == channel).map(|c| c.nic.clone())
 }
 
-fn outcome(ended: &Ended, results: Option<&RunResults>, channels: &[TrafficChannel]) -> TrafficOutcome {
+fn outcome(ended: &WriteEnded, results: Option<&RunResults>, channels: &[TrafficChannel], limit: Duration) -> TrafficOutcome {
     let why = || ended.last_error.clone().unwrap_or_else(|| format!("the ranks ended with exit code {}", ended.code.unwrap_or(1)));
     if ended.timed_out {
-        return TrafficOutcome::TimedOut { after_s: LIMIT.as_secs_f64() };
+        return TrafficOutcome::TimedOut { after_s: limit.as_secs_f64() };
     }
     // Exit code 2: the run could not be set up here as asked (the provider is not offered, no NIC).
     if ended.code == Some(2) {
@@ -236,6 +158,9 @@ mod tests {
     use super::*;
     use efatop_experiments::ExperimentError;
 
+    /// The binary's limit on the write.
+    const LIMIT: Duration = Duration::from_secs(20);
+
     /// The text the run reports is the experiment's own error, passed on by a peer: the parser reads it.
     #[test]
     fn a_verification_failure_names_receiver_sender_round_and_channel() {
@@ -303,11 +228,11 @@ mod tests {
         };
         let channels = channels(&results);
         assert_eq!(channels.len(), 8);
-        let ended = Ended { code: Some(1), timed_out: false, last_error: None };
+        let ended = WriteEnded { code: Some(1), timed_out: false, last_error: None };
         // 2 ranks: round 0 pairs them, round 1 is the cross-rail round, where rank 0's channel 1 writes
         // rank 1's channel 2.
         assert_eq!(
-            outcome(&ended, Some(&results), &channels),
+            outcome(&ended, Some(&results), &channels, LIMIT),
             TrafficOutcome::Corrupt {
                 receiver: 1,
                 sender: 0,
@@ -316,10 +241,10 @@ mod tests {
                 detail: "offset 8: expected 0x01, found 0x00".into(),
             }
         );
-        let stopped = Ended { code: None, timed_out: true, last_error: None };
-        assert_eq!(outcome(&stopped, Some(&results), &channels), TrafficOutcome::TimedOut { after_s: LIMIT.as_secs_f64() });
-        let refused = Ended { code: Some(2), timed_out: false, last_error: Some("--provider efa: no efa here".into()) };
-        assert_eq!(outcome(&refused, None, &[]), TrafficOutcome::NotRun { why: "--provider efa: no efa here".into() });
+        let stopped = WriteEnded { code: None, timed_out: true, last_error: None };
+        assert_eq!(outcome(&stopped, Some(&results), &channels, LIMIT), TrafficOutcome::TimedOut { after_s: 20.0 });
+        let refused = WriteEnded { code: Some(2), timed_out: false, last_error: Some("--provider efa: no efa here".into()) };
+        assert_eq!(outcome(&refused, None, &[], LIMIT), TrafficOutcome::NotRun { why: "--provider efa: no efa here".into() });
     }
 
     #[test]
