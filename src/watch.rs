@@ -383,18 +383,24 @@ pub fn is_recording(path: &std::path::Path) -> bool {
     head[..n].starts_with(format!("{} ", nccl::RECORDING_MAGIC).as_bytes())
 }
 
-/// A `--record`ing: its settings (the watcher's defaults before its first record) and its records.
-fn read_recording(path: &std::path::Path) -> Result<(Config, Vec<Recorded>), String> {
+/// `path` opened and read past its first line, the hello `MAGIC VERSION` (at most 64 bytes): `what` names
+/// the kind of file in the error for a foreign one, `of_version` starts the error for another version.
+fn open_past_hello(path: &std::path::Path, magic: &str, expected: u32, what: &str, of_version: &str) -> Result<BufReader<std::fs::File>, String> {
     use std::io::{BufRead, Read};
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut reader = BufReader::new(file);
     let mut first = Vec::new();
     Read::by_ref(&mut reader).take(64).read_until(b'\n', &mut first).map_err(|e| e.to_string())?;
-    match efatop_proto::stream::parse_hello(&first, nccl::RECORDING_MAGIC) {
-        efatop_proto::stream::Hello::Efatop { version } if version == nccl::RECORDING_VERSION => {}
-        efatop_proto::stream::Hello::Efatop { version } => return Err(format!("a watch recording of version {version}; this efatop reads {}", nccl::RECORDING_VERSION)),
-        efatop_proto::stream::Hello::Foreign(text) => return Err(format!("not an efatop watch recording (it starts with '{text}')")),
+    match efatop_proto::stream::parse_hello(&first, magic) {
+        efatop_proto::stream::Hello::Efatop { version } if version == expected => Ok(reader),
+        efatop_proto::stream::Hello::Efatop { version } => Err(format!("{of_version} {version}; this efatop reads {expected}")),
+        efatop_proto::stream::Hello::Foreign(text) => Err(format!("not an efatop {what} (it starts with '{text}')")),
     }
+}
+
+/// A `--record`ing: its settings (the watcher's defaults before its first record) and its records.
+fn read_recording(path: &std::path::Path) -> Result<(Config, Vec<Recorded>), String> {
+    let mut reader = open_past_hello(path, nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION, "watch recording", "a watch recording of version")?;
     let mut config = Config::default();
     let mut out = Vec::new();
     loop {
@@ -470,16 +476,7 @@ impl efatop_ui::tui::Source for Paced {
 
 /// A plugin file's messages with their times (ms): the line `efatop-nccl 1`, then frames.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<(u64, PluginMessage)>, String> {
-    use std::io::{BufRead, Read};
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(file);
-    let mut first = Vec::new();
-    Read::by_ref(&mut reader).take(64).read_until(b'\n', &mut first).map_err(|e| e.to_string())?;
-    match efatop_proto::stream::parse_hello(&first, nccl::MAGIC) {
-        efatop_proto::stream::Hello::Efatop { version } if version == nccl::VERSION => {}
-        efatop_proto::stream::Hello::Efatop { version } => return Err(format!("version {version}; this efatop reads {}", nccl::VERSION)),
-        efatop_proto::stream::Hello::Foreign(text) => return Err(format!("not an efatop NCCL plugin file (it starts with '{text}')")),
-    }
+    let mut reader = open_past_hello(path, nccl::MAGIC, nccl::VERSION, "NCCL plugin file", "version")?;
     let mut out = Vec::new();
     let mut t = 0;
     loop {
