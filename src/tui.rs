@@ -15,5 +15,5 @@ where
     S: Source<Event = T::Event>,
 {
     let (_guard, mut terminal) = TerminalGuard::enter()?;
-    run(&mut terminal, tui, source, clock, || next_key(efatop_ui::tui::TICK))
+    run(&mut terminal, tui, source, clock, next_key)
 }

@@ -408,20 +408,42 @@ pub struct Collector {
 /// can see on a dashboard redrawn every 100 ms.
 pub const BATCH_EVERY: Duration = Duration::from_millis(10);
 
+/// The most events a batch holds: one that fills leaves at once. A fleet's batch otherwise grows with
+/// however long the collector's thread went without running its timer (hundreds of milliseconds on a
+/// core it shares, hundreds of thousands of samples), and a consumer takes a batch whole: the dashboard's
+/// frame budget ([`efatop_ui`]'s `tui::FOLD_BUDGET`) can only stop between batches.
+pub const BATCH_MAX: usize = 2048;
+
 /// Events decoded since the last batch left; shared by the connection tasks of the collector's one thread.
 type Pending = std::rc::Rc<PendingBatch>;
 
-/// The batch being gathered, and the wake-up of [`forward_batches`] when its first event arrives.
-#[derive(Default)]
+/// The batch being gathered, the wake-up of [`forward_batches`] when its first event arrives, and where a
+/// full batch goes at once.
 struct PendingBatch {
     events: std::cell::RefCell<Vec<CollectorEvent>>,
     arrived: tokio::sync::Notify,
+    /// Hands a batch to the consumer; false once the consumer is gone.
+    hand_over: Box<dyn Fn(Vec<CollectorEvent>) -> bool>,
 }
 
 impl PendingBatch {
+    fn new(hand_over: Box<dyn Fn(Vec<CollectorEvent>) -> bool>) -> Self {
+        Self { events: std::cell::RefCell::default(), arrived: tokio::sync::Notify::new(), hand_over }
+    }
+
     fn push(&self, event: CollectorEvent) {
-        self.events.borrow_mut().push(event);
-        self.arrived.notify_one();
+        let full = {
+            let mut events = self.events.borrow_mut();
+            events.push(event);
+            (events.len() >= BATCH_MAX).then(|| std::mem::replace(&mut *events, Vec::with_capacity(BATCH_MAX)))
+        };
+        match full {
+            // A consumer gone is [`forward_batches`]'s to notice.
+            Some(batch) => {
+                let _ = (self.hand_over)(batch);
+            }
+            None => self.arrived.notify_one(),
+        }
     }
 }
 
@@ -502,7 +524,8 @@ impl Collector {
         let counted = refused.clone();
         let handle = std::thread::Builder::new().name("efatop-collector".into()).spawn(move || {
             let local = tokio::task::LocalSet::new();
-            let pending: Pending = Pending::default();
+            let full = events.clone();
+            let pending: Pending = Pending::new(PendingBatch::new(Box::new(move |batch| full.send(batch.into()).is_ok())));
             let door: Shared = std::rc::Rc::new(std::cell::RefCell::new(Door::new(gate, counted)));
             local.spawn_local(forward_batches(pending.clone(), events));
             local.block_on(&runtime, async move {
@@ -814,6 +837,31 @@ mod tests {
         }
         assert!(matches!(&seen[0], CollectorEvent::Sample(s) if s.rank == 1), "{seen:?}");
         assert!(matches!(seen.last(), Some(CollectorEvent::Closed { rank: Some(1), .. })), "{seen:?}");
+    }
+
+    /// A burst of samples larger than a batch leaves in batches of at most [`BATCH_MAX`], in order, with
+    /// nothing lost: a consumer's frame budget can stop between them.
+    #[test]
+    fn a_burst_leaves_in_batches_of_at_most_batch_max_in_order() {
+        let (tx, rx) = mpsc::channel::<Vec<CollectorEvent>>();
+        let secret = Secret::generate().expect("secret");
+        let gate = Gate { secret: secret.clone(), bounds: WORLD, bind: IpAddr::from([127, 0, 0, 1]) };
+        let collector = Collector::start(tx, gate).expect("collector");
+        let mut rank = admitted(local(collector.address), &secret);
+        let sent = 3 * BATCH_MAX as u64 + 7;
+        let burst: Vec<u8> = (0..sent).flat_map(|seq| sample_frame(3, seq)).collect();
+        rank.write_all(&burst).expect("write");
+        let (mut seqs, mut largest) = (Vec::new(), 0);
+        while (seqs.len() as u64) < sent {
+            let batch = rx.recv_timeout(Duration::from_secs(10)).expect("a batch");
+            largest = largest.max(batch.len());
+            seqs.extend(batch.iter().filter_map(|event| match event {
+                CollectorEvent::Sample(sample) => Some(sample.seq),
+                _ => None,
+            }));
+        }
+        assert!(largest <= BATCH_MAX, "a batch of {largest} events");
+        assert_eq!(seqs, (0..sent).collect::<Vec<_>>());
     }
 
     #[test]

@@ -89,6 +89,6 @@ fn the_monitor_tui_leaves_after_count_reads_when_the_reader_stops_and_on_ctrl_c(
     let mut node = Node::new("", None, Outlets { served: None, exporter: None });
     let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
     let mut script = [efatop_ui::tui::KeyPoll::Nothing, efatop_ui::tui::KeyPoll::Key(Key::Down), efatop_ui::tui::KeyPoll::Interrupt].into_iter();
-    let ended = efatop_ui::tui::run(&mut terminal, &mut node, &mut snapshots, || Duration::ZERO, || Ok(script.next().expect("ended at Ctrl-C")));
+    let ended = efatop_ui::tui::run(&mut terminal, &mut node, &mut snapshots, || Duration::ZERO, |_wait| Ok(script.next().expect("ended at Ctrl-C")));
     assert_eq!(ended.unwrap(), ());
 }

@@ -23,6 +23,15 @@ pub mod scripted;
 /// Frames per second of the redraw tick.
 pub const TICK: Duration = Duration::from_millis(50);
 
+/// The most wall time one frame of [`run`] spends taking in events before it draws. A source that has
+/// more (a fleet's telemetry after rank 0's core was taken by its collector for a while) keeps the rest
+/// for the next frame, which comes at once rather than a tick later ([`KeyPoll`] is then asked with no
+/// wait): what is drawn never waits hundreds of milliseconds behind a backlog, and the backlog drains as
+/// fast as the events fold. Looked at before every event but the first, so a frame always makes
+/// progress; a source's events must each be small (rank 0's collector hands telemetry over in batches of at
+/// most `efatop_runtime::collector::BATCH_MAX` samples).
+pub const FOLD_BUDGET: Duration = Duration::from_millis(35);
+
 /// What the terminal said within one tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyPoll {
@@ -97,14 +106,15 @@ pub trait Tui {
     fn draw(&self, frame: &mut Frame);
 }
 
-/// The session loop on any backend: a frame, then whatever `keys` says within a tick, until the TUI says
-/// how it ended. `clock` is the session's time (since the run started, for the run's own dashboard).
+/// The session loop on any backend: a frame, then whatever `keys` says within its wait (a tick; nothing
+/// when the frame left events behind, [`FOLD_BUDGET`]), until the TUI says how it ended. `clock` is the
+/// session's time (since the run started, for the run's own dashboard).
 pub fn run<B, T, S>(
     terminal: &mut Terminal<B>,
     tui: &mut T,
     source: &mut S,
     mut clock: impl FnMut() -> Duration,
-    mut keys: impl FnMut() -> std::io::Result<KeyPoll>,
+    mut keys: impl FnMut(Duration) -> std::io::Result<KeyPoll>,
 ) -> std::io::Result<T::Ended>
 where
     B: Backend,
@@ -113,10 +123,11 @@ where
     S: Source<Event = T::Event>,
 {
     loop {
-        if let Some(ended) = frame(terminal, tui, source, clock())? {
+        let drawn = frame_within(terminal, tui, source, clock(), Some(FOLD_BUDGET))?;
+        if let Some(ended) = drawn.ended {
             return Ok(ended);
         }
-        let poll = keys()?;
+        let poll = keys(if drawn.behind { Duration::ZERO } else { TICK })?;
         if let Some(ended) = key(tui, source, poll, clock()) {
             return Ok(ended);
         }
@@ -147,7 +158,35 @@ where
     T: Tui,
     S: Source<Event = T::Event>,
 {
+    frame_within(terminal, tui, source, now, None).map(|drawn| drawn.ended)
+}
+
+/// What one frame did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Drawn<E> {
+    /// How the session ended, if it did.
+    pub ended: Option<E>,
+    /// The frame stopped taking in events at its budget: the source has more due.
+    pub behind: bool,
+}
+
+/// One frame at `now`: what the source has due (within `budget` of wall time, when given, looked at before
+/// every event but the first), the tick, and a redraw.
+pub fn frame_within<B, T, S>(terminal: &mut Terminal<B>, tui: &mut T, source: &mut S, now: Duration, budget: Option<Duration>) -> std::io::Result<Drawn<T::Ended>>
+where
+    B: Backend,
+    B::Error: Send + Sync + 'static,
+    T: Tui,
+    S: Source<Event = T::Event>,
+{
+    let started = std::time::Instant::now();
+    let mut first = true;
+    let mut behind = false;
     loop {
+        if !std::mem::take(&mut first) && budget.is_some_and(|budget| started.elapsed() >= budget) {
+            behind = true;
+            break;
+        }
         let ended = match source.poll(now) {
             Polled::Ready(event) => tui.event(event, now),
             Polled::Pending => break,
@@ -157,12 +196,75 @@ where
             },
         };
         if ended.is_some() {
-            return Ok(ended);
+            return Ok(Drawn { ended, behind: false });
         }
     }
     if let Some(ended) = tui.tick(now) {
-        return Ok(Some(ended));
+        return Ok(Drawn { ended: Some(ended), behind });
     }
     terminal.draw(|frame| tui.draw(frame)).map_err(std::io::Error::other)?;
-    Ok(None)
+    Ok(Drawn { ended: None, behind })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::backend::TestBackend;
+
+    /// Takes in numbers, slowly; draws nothing.
+    struct Slow {
+        taken: Vec<u32>,
+        each: Duration,
+    }
+
+    impl Tui for Slow {
+        type Event = u32;
+        type Ended = ();
+        fn event(&mut self, event: u32, _now: Duration) -> Option<()> {
+            std::thread::sleep(self.each);
+            self.taken.push(event);
+            None
+        }
+        fn key(&mut self, _key: Key, _now: Duration) -> Option<()> {
+            None
+        }
+        fn interrupt(&mut self, _now: Duration) -> Option<()> {
+            Some(())
+        }
+        fn draw(&self, _frame: &mut Frame) {}
+    }
+
+    /// A backlog larger than a frame's budget is taken in over several frames, each stopping near the
+    /// budget and saying it is behind, in order and with nothing lost; without a budget one frame takes
+    /// everything.
+    #[test]
+    fn a_frame_stops_taking_in_events_at_its_budget_and_the_next_goes_on() {
+        let mut terminal = Terminal::new(TestBackend::new(10, 2)).expect("terminal");
+        let (send, events) = std::sync::mpsc::channel();
+        for n in 0..300 {
+            send.send(n).expect("queued");
+        }
+        let mut tui = Slow { taken: Vec::new(), each: Duration::from_micros(500) };
+        let budget = Duration::from_millis(20);
+        let mut frames = Vec::new();
+        loop {
+            let started = std::time::Instant::now();
+            let drawn = frame_within(&mut terminal, &mut tui, &mut &events, Duration::ZERO, Some(budget)).expect("drawn");
+            frames.push((tui.taken.len(), drawn.behind, started.elapsed()));
+            if !drawn.behind {
+                break;
+            }
+        }
+        assert!(frames.len() >= 3, "300 events of 0.5 ms each over frames of 20 ms: {frames:?}");
+        let first = frames[0].0;
+        assert!((1..300).contains(&first), "{frames:?}");
+        assert!(frames[..frames.len() - 1].iter().all(|&(_, behind, _)| behind), "{frames:?}");
+        assert_eq!(tui.taken, (0..300).collect::<Vec<_>>(), "every event, in order");
+
+        for n in 0..300 {
+            send.send(n).expect("queued");
+        }
+        let drawn = frame(&mut terminal, &mut tui, &mut &events, Duration::ZERO).expect("drawn");
+        assert_eq!((drawn, tui.taken.len()), (None, 600), "no budget: one frame takes everything due");
+    }
 }

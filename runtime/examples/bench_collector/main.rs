@@ -87,6 +87,7 @@ struct Frames {
     slow_flagged: Option<Duration>,
     /// The fleet view's rails and worst NIC at the end, as text.
     last_worst: Option<String>,
+    slowest: Slowest,
 }
 
 fn shape_of(args: &BenchCollectorArgs) -> Shape {
@@ -319,6 +320,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         if let Some(worst) = &frames.last_worst {
             say!(json, "# worst NIC at the end: {worst}");
         }
+        frames.slowest.print(json);
     }
     say!(json,
         "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_lines={} json_dropped={} slow_top_s={} slow_flagged_s={} kept_up={} confined={}",
@@ -356,12 +358,22 @@ fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<
     let mut results_metadata = None;
     let mut samples = 0;
     let mut times = Vec::new();
+    let mut slowest = Slowest::default();
     let mut frame_at = Duration::ZERO;
     let started = Instant::now();
     loop {
         frame_at += TICK;
         let frame_start = Instant::now();
-        while let Some((at, event)) = events.next_if(|(at, _)| *at <= frame_at) {
+        let mut folded = 0u64;
+        // As the replay's TUI loop takes them in (efatop_ui::tui::frame_within): what is due, within the
+        // frame's budget (decoding included); the rest next frame.
+        let mut first = true;
+        loop {
+            if !std::mem::take(&mut first) && frame_start.elapsed() >= efatop_ui::tui::FOLD_BUDGET {
+                break;
+            }
+            let Some((at, event)) = events.next_if(|(at, _)| *at <= frame_at) else { break };
+            folded += samples_in(&event);
             samples += samples_in(&event);
             match (&mut app, event) {
                 (None, ConsumerEvent::Run(start)) => {
@@ -382,12 +394,19 @@ fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<
                 (None, _) => {}
             }
         }
+        let fold_took = frame_start.elapsed();
         let over = events.peek().is_none();
+        let tick_start = Instant::now();
         if let Some(app) = &mut app {
             app.update(Event::Tick, frame_at);
+        }
+        let tick_took = tick_start.elapsed();
+        if let Some(app) = &app {
             terminal.draw(|frame| app.draw(frame)).map_err(std::io::Error::other)?;
         }
-        times.push(frame_start.elapsed());
+        let took = frame_start.elapsed();
+        times.push(took);
+        slowest.note(SlowFrame { at: frame_at, took, folded, fold: fold_took, tick: tick_took });
         if over {
             break;
         }
@@ -402,6 +421,7 @@ fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<
     let quantile = |q: f64| times.get(((times.len().max(1) - 1) as f64 * q).round() as usize).map(|t| t.as_secs_f64() * 1e3);
     let run_s = recording.len().checked_sub(1).and_then(|last| recording.time(last)).unwrap_or_default().as_secs_f64();
     let (hosts, ranks, channels) = shape.unwrap_or_default();
+    slowest.print(false);
     println!(
         "# folded {}: {hosts} hosts, {ranks} ranks × {channels} channels, {samples} samples over {run_s:.1} s of the run in {:.1} s ({:.1}× the run's pace); {} frames of {width}×{height}: median {} ms, p99 {} ms; {} flagged behind at the end",
         path.display(),
@@ -460,6 +480,42 @@ fn fmt(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_string(), |value| format!("{value:.decimals$}"))
 }
 
+/// One frame's cost, split: for the slowest frames' line (where a p99 comes from).
+#[derive(Clone, Copy)]
+struct SlowFrame {
+    /// The frame's time on the run's clock.
+    at: Duration,
+    took: Duration,
+    /// Samples folded in it, and the time the events took (decoding a replay's included).
+    folded: u64,
+    fold: Duration,
+    tick: Duration,
+}
+
+/// The slowest few frames of a run.
+#[derive(Default)]
+struct Slowest(Vec<SlowFrame>);
+
+impl Slowest {
+    const KEEP: usize = 5;
+
+    fn note(&mut self, frame: SlowFrame) {
+        self.0.push(frame);
+        self.0.sort_by(|a, b| b.took.cmp(&a.took));
+        self.0.truncate(Self::KEEP);
+    }
+
+    fn print(&self, json: bool) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let frames: Vec<String> = self
+            .0
+            .iter()
+            .map(|f| format!("{:.1} ms at {:.2} s ({} samples folded in {:.1} ms, tick {:.1} ms, draw {:.1} ms)", ms(f.took), f.at.as_secs_f64(), f.folded, ms(f.fold), ms(f.tick), ms(f.took.saturating_sub(f.fold + f.tick))))
+            .collect();
+        say!(json, "# slowest frames: {}", frames.join("; "));
+    }
+}
+
 /// One second of the load.
 struct Second {
     offered: u64,
@@ -501,9 +557,18 @@ fn dashboard(
         let frame_start = Instant::now();
         let now = clock.elapsed();
         // One frame of the TUI loop: what arrived, folded; the tick; the draw.
+        let mut folded = 0;
+        // As the TUI loop takes them in (efatop_ui::tui::frame_within): within a budget, the rest next frame.
+        let mut first = true;
+        let mut behind = false;
         loop {
+            if !std::mem::take(&mut first) && frame_start.elapsed() >= efatop_ui::tui::FOLD_BUDGET {
+                behind = true;
+                break;
+            }
             match events.try_recv() {
                 Ok(event) => {
+                    folded += samples_in(&event);
                     consumed.fetch_add(samples_in(&event), Ordering::Relaxed);
                     app.update(Event::Run(event), now);
                 }
@@ -515,7 +580,9 @@ fn dashboard(
                 }
             }
         }
+        let fold = frame_start.elapsed();
         app.update(Event::Tick, now);
+        let tick = frame_start.elapsed() - fold;
         if terminal.draw(|frame| app.draw(frame)).is_err() {
             return frames;
         }
@@ -523,6 +590,7 @@ fn dashboard(
         let since_load = started.get().map(Instant::elapsed);
         if since_load.is_some_and(|t| t >= Duration::from_secs(1)) && !gone {
             frames.times.push(took);
+            frames.slowest.note(SlowFrame { at: now, took, folded, fold, tick });
         }
         if let (Some(slow), Some(view), Some(load)) = (slow, slow_view, started.get()) {
             let (state, _) = app.shown();
@@ -540,7 +608,8 @@ fn dashboard(
             frames.last_worst = describe_worst(app.shown().0);
             return frames;
         }
-        next += TICK;
+        // A frame that left events behind is followed at once, as the TUI loop does.
+        next = if behind { Instant::now() } else { next + TICK };
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
 }

@@ -261,7 +261,7 @@ fn q_stops_the_run_and_the_dashboard_leaves_once_it_has_stopped() {
             tick += 50;
             ms(tick)
         },
-        || {
+        |_wait| {
             calls += 1;
             after_q.push(stop.load(Ordering::Relaxed));
             if let Some(key) = script.next() {
