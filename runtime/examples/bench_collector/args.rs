@@ -42,10 +42,15 @@ pub struct BenchCollectorArgs {
     /// Record the run's events as a run's --record does (`efatop replay FILE` plays them)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Serve the run as `--serve 127.0.0.1:0` does, to this many viewers of the bench's own (threads on the
+    /// senders' CPUs, as remote `efatop attach` processes would be) that prove the token, take every message
+    /// and count the samples they got and the batches dropped for them
+    #[arg(long, value_name = "VIEWERS", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub serve: Option<u32>,
     /// Instead of a live load: play this recording (made with --record) in the dashboard as `efatop
     /// replay` plays it at 1x, a frame every 50 ms of the run's time, as fast as it goes; report frame
     /// times and the RSS of a process that played the whole run
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "record", "slow", "hosts"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "record", "slow", "hosts", "serve"])]
     pub fold: Option<PathBuf>,
     /// The dashboard's screen, for its frame times
     #[arg(long, default_value = "200x60", value_name = "WIDTHxHEIGHT", value_parser = parse_screen)]

@@ -21,6 +21,7 @@
 
 mod args;
 mod feed;
+mod viewer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -170,9 +171,32 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let scratch_dir = tempfile::Builder::new().prefix("efatop-bench-collector-").tempdir()?;
     let scratch = scratch_dir.path().join("results.json");
     let file = ResultsFile::create(&scratch, false, &start.results).map_err(|err| std::io::Error::other(err.to_string()))?;
-    let outlets = match &args.record {
-        Some(path) => Outlets::open(None, Some(path), clock).map_err(|err| std::io::Error::other(err.to_string()))?,
-        None => None,
+    // --serve: the viewers' token is the bench's own, through the environment as a user's would be.
+    let token = args.serve.map(|_| efatop_proto::auth::Secret::generate().map(|secret| secret.to_hex())).transpose().map_err(std::io::Error::other)?;
+    if let Some(token) = &token {
+        std::env::set_var(efatop_runtime::secret::ENV_TOKEN, token);
+    }
+    let serve_at = args.serve.map(|_| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    // Opened on a thread confined to rank 0's CPU: the server's threads (its door, a writer per viewer)
+    // inherit that CPU, as rank 0's side is measured on one core.
+    let outlets = if serve_at.is_some() || args.record.is_some() {
+        let record = args.record.clone();
+        std::thread::spawn(move || {
+            pin_consumer_side();
+            Outlets::open(serve_at, record.as_deref(), clock)
+        })
+        .join()
+        .map_err(|_| std::io::Error::other("opening the outlets panicked"))?
+        .map_err(|err| std::io::Error::other(err.to_string()))?
+    } else {
+        None
+    };
+    let viewers = match (args.serve, outlets.as_ref().and_then(|outlets| outlets.serving), &token) {
+        (Some(count), Some(address), Some(token)) => {
+            let secret = efatop_proto::auth::Secret::from_token(token).map_err(std::io::Error::other)?;
+            (0..count).map(|n| viewer::start(n, address, &secret, sender_cpus.clone())).collect::<std::io::Result<Vec<_>>>()?
+        }
+        _ => Vec::new(),
     };
     let (release, _released) = mpsc::channel::<()>();
     let setup = Setup {
@@ -232,6 +256,9 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let (loop_tid, consumer_tid) = (thread_id("efatop-loop"), thread_id("efatop-ingest"));
     let tids = [collector_tid.as_deref(), loop_tid.as_deref(), consumer_tid.as_deref()];
     let cpu_now = || tids.map(thread_cpu_seconds);
+    let serve_cpu_now = || threads_cpu_seconds(&["efatop-serve", "efatop-viewer"]);
+    let mut last_serve_cpu = serve_cpu_now();
+    let mut serve_cpu = Vec::new();
     let (mut last_offered, mut last_consumed, mut last_dropped, mut last_cpu) = (0, 0, 0, cpu_now());
     let mut seconds = Vec::new();
     for second in 1..=args.seconds {
@@ -252,6 +279,9 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
             figures.offered, figures.consumed, figures.dropped, figures.backlog, percent[0], percent[1], percent[2], percent.iter().sum::<f64>(), figures.rss_mib
         );
         seconds.push(figures);
+        let serve_now = serve_cpu_now();
+        serve_cpu.push((serve_now - last_serve_cpu) * 100.0);
+        last_serve_cpu = serve_now;
         (last_offered, last_consumed, last_dropped, last_cpu) = (offered, consumed_now, dropped_now, cpu);
     }
     // The step is measured and rank 0's experiment returns, as in a run that ends well; then the ranks
@@ -267,6 +297,8 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     }
     let peak_rss = rss_mib("VmHWM");
     let ending = loop_thread.join().map_err(|_| std::io::Error::other("rank 0's loop panicked"))?;
+    // The viewers take what is left and see the stream's end.
+    let viewed: Vec<viewer::Viewed> = viewers.into_iter().map(viewer::Viewer::finish).collect();
     drop(scratch_dir);
     if let Err(err) = ending.code {
         say!(json, "# rank 0's loop ended the run: {err}");
@@ -286,15 +318,24 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let bounded = backlogs.get(backlogs.len() / 2).is_none_or(|&median| median <= 2 * one_interval);
     let not_growing = half.last().is_none_or(|s| s.backlog <= 4 * one_interval);
     let dropped_total = dropped.load(Ordering::Relaxed);
-    let kept_up = offered_enough && bounded && not_growing && dropped_total == 0;
+    let offered_total: u64 = load.offered.load(Ordering::Relaxed);
+    // Each viewer got every sample rank 0 took in, and nothing was dropped for it.
+    let viewers_kept_up = viewed.iter().all(|v| v.dropped == 0 && v.ended && v.samples >= consumed.load(Ordering::Relaxed));
+    for (n, v) in viewed.iter().enumerate() {
+        say!(json, "# viewer {n}: {} samples of the {} rank 0 took in ({offered_total} offered), {} batches dropped for it, {}; its reading thread {:.0}% of a core",
+            v.samples, consumed.load(Ordering::Relaxed), v.dropped, if v.ended { "saw the stream's end" } else { "did not see the stream's end" }, v.cpu_percent);
+    }
+    let kept_up = offered_enough && bounded && not_growing && dropped_total == 0 && viewers_kept_up;
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         values.get(values.len() / 2).copied().unwrap_or(0.0)
     };
     let cpu: [f64; 3] = std::array::from_fn(|i| median(half.iter().map(|s| s.cpu[i]).collect()));
     let side: f64 = median(half.iter().map(|s| s.cpu.iter().sum()).collect());
+    let serve_cpu = median(serve_cpu[serve_cpu.len() / 2..].to_vec());
     let verdict = match (offered_enough, bounded && not_growing, dropped_total) {
         (false, ..) => format!("inconclusive: the senders offered less than 95% of {target} samples/s"),
+        (true, true, 0) if !viewers_kept_up => "fell behind: a viewer was dropped batches or missed samples".to_string(),
         (true, true, 0) => format!("kept up: the backlog stayed within two intervals' samples (median second); rank 0's side {side:.0}% of one core (median)"),
         (true, true, dropped) => format!(
             "fell back by design: the JSON printer dropped {dropped} samples ({:.1}% of those offered, each counted in a `dropped` line) and never lagged more than its bound",
@@ -323,7 +364,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         frames.slowest.print(json);
     }
     say!(json,
-        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_lines={} json_dropped={} slow_top_s={} slow_flagged_s={} kept_up={} confined={}",
+        "# summary: mode={} hosts={} ranks={ranks} channels={channels} hz={} offered_per_s={target} collector_cpu={:.1} loop_cpu={:.1} consumer_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} json_lines_per_s={} json_lines={} json_dropped={} slow_top_s={} slow_flagged_s={} viewers={} viewer_dropped={} serve_cpu={} kept_up={} confined={}",
         if json { "json" } else { "dashboard" },
         shape.host_count(),
         shape.hz,
@@ -337,6 +378,9 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         if json { dropped_total.to_string() } else { "-".to_string() },
         fmt(frames.slow_on_top.map(|d| d.as_secs_f64()), 1),
         fmt(frames.slow_flagged.map(|d| d.as_secs_f64()), 1),
+        viewed.len(),
+        if viewed.is_empty() { "-".to_string() } else if viewers_kept_up { viewed.iter().map(|v| v.dropped).sum::<u64>().to_string() } else { format!("{}(missed)", viewed.iter().map(|v| v.dropped).sum::<u64>()) },
+        if viewed.is_empty() { "-".to_string() } else { format!("{serve_cpu:.1}") },
         if kept_up { "yes" } else if !offered_enough { "inconclusive" } else if dropped_total > 0 && bounded && not_growing { "dropped" } else { "no" },
         if confined { "yes" } else { "no" },
     );
@@ -658,6 +702,16 @@ fn thread_id(name: &str) -> Option<String> {
         let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
         (comm.trim() == name).then(|| task.file_name().to_string_lossy().into_owned())
     })
+}
+
+/// CPU seconds of every thread of this process whose name is one of `names`.
+fn threads_cpu_seconds(names: &[&str]) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    tasks
+        .flatten()
+        .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| names.contains(&comm.trim())))
+        .map(|task| thread_cpu_seconds(Some(&task.file_name().to_string_lossy())))
+        .sum()
 }
 
 fn thread_cpu_seconds(tid: Option<&str>) -> f64 {
