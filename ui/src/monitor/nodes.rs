@@ -32,6 +32,9 @@ pub struct NodesView {
     pub fleet: NodeFleet,
     /// Reads refused: from a rank outside the job's `expected`, or naming more than [`MAX_NODE_NICS`] NICs.
     pub refused: u64,
+    /// The ranks on each host, so that a node's first read renames only the nodes sharing its host (every
+    /// node's label again, for each of a fleet's 4096 first reads, took seconds).
+    ranks_by_host: HashMap<String, Vec<u32>>,
 }
 
 /// The most NICs one node's read may name (a p5 has 32 EFA NICs and a few others; the largest instances
@@ -51,14 +54,26 @@ impl NodesView {
             self.refused = self.refused.saturating_add(1);
             return false;
         }
-        // A node's first read (or a new host name) renames the nodes that share its host.
-        let named = self.nodes.get(&rank).and_then(MonitorView::snapshot).is_some_and(|last| last.host == snapshot.host);
+        // A node's first read (or a new host name) renames the nodes that share its host, old and new.
+        let was = self.nodes.get(&rank).and_then(MonitorView::snapshot).map(|last| last.host.clone());
+        let named = was.as_deref() == Some(snapshot.host.as_str());
+        let host = (!named).then(|| snapshot.host.clone());
         self.fleet.record(rank, &snapshot);
         let filter = &self.filter;
         self.nodes.entry(rank).or_insert_with(|| MonitorView::new(filter)).push(snapshot);
-        if !named {
-            let labels = self.labels();
-            self.fleet.relabel(self.nodes.keys().copied().zip(labels.iter().map(String::as_str)));
+        if let Some(host) = host {
+            if let Some(was) = &was {
+                if let Some(ranks) = self.ranks_by_host.get_mut(was) {
+                    ranks.retain(|&other| other != rank);
+                }
+            }
+            self.ranks_by_host.entry(host.clone()).or_default().push(rank);
+            for name in was.iter().chain([&host]) {
+                let Some(ranks) = self.ranks_by_host.get(name) else { continue };
+                let label = |rank: u32| if ranks.len() > 1 { format!("{name}#{rank}") } else { name.clone() };
+                let labels: Vec<(u32, String)> = ranks.iter().map(|&rank| (rank, label(rank))).collect();
+                self.fleet.relabel(labels.iter().map(|(rank, label)| (*rank, label.as_str())));
+            }
         }
         true
     }
@@ -259,6 +274,12 @@ mod tests {
         view.push(0, snapshot("h", "x"));
         view.push(1, snapshot("h", "y"));
         assert_eq!(view.labels(), ["h#0", "h#1"]);
+        // The fleet model's names follow each first read (and a host renamed), node by node.
+        let names = |view: &NodesView| view.fleet.model.hosts().iter().map(|host| host.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&view), ["h#0", "h#1"]);
+        view.push(1, snapshot("g", "y"));
+        assert_eq!((view.labels(), names(&view)), (vec!["h".to_string(), "g".into()], vec!["h".to_string(), "g".into()]));
+        view.push(1, snapshot("h", "y"));
         for (width, height) in [(0, 0), (1, 1), (5, 2), (30, 3)] {
             screen(&view, width, height);
         }
