@@ -9,8 +9,9 @@
 //! does not keep up, telemetry batches meant for it are dropped and counted, and the count is sent to it
 //! before its next message; the run's other events (steps, measurements, notes, the end: a few per size)
 //! are always queued, so a slow viewer still ends with every measurement. Nothing is read from a viewer
-//! but its handshake line. A viewer that joins late first gets the run's start, the latest sample of
-//! every rank and every other event so far, then the live stream.
+//! but its handshake line. A viewer that joins late first gets the run's start, a recent sample of
+//! every rank (at most a second older than its latest; a served monitor's latest read of every node) and
+//! every other event so far, then the live stream.
 //!
 //! Who may watch: a viewer first proves the user's token ([`crate::secret::user_token`], purpose
 //! `Viewer`) within [`HANDSHAKE_WAIT`]; at most [`MAX_VIEWERS`] are served at once, each write bounded by
@@ -51,6 +52,11 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 const DRAIN_STALL: Duration = Duration::from_millis(100);
 
 type Frame = Arc<Vec<u8>>;
+
+/// How old a rank's sample a late joiner may get first (then the live stream): a copy of every sample
+/// kept for late joiners cost rank 0's one core a tenth of itself at 4096 hosts × 8 ranks at 10 Hz; one a
+/// second per rank costs a tenth of that.
+const LATEST_EVERY_US: u64 = 1_000_000;
 
 /// Rank 0's outlets for the run's events: the server and the recording. Rank 0's loop hands them each
 /// event ([`Outlets::publish`]): serialized once, appended to the recording, offered to every viewer's queue.
@@ -170,8 +176,9 @@ struct HubState {
     run: Option<Frame>,
     /// Every event but telemetry, as sent, in order.
     history: Vec<Frame>,
-    /// Every rank's latest sample (and a served monitor's every node's latest read), and when it came.
-    latest: BTreeMap<(bool, u32), CollectorEvent>,
+    /// Every rank's latest sample (and a served monitor's every node's latest read), each with when it was
+    /// kept: a rank's sample is kept again at most every [`LATEST_EVERY_US`].
+    latest: BTreeMap<(bool, u32), (u64, CollectorEvent)>,
     latest_t_us: u64,
     viewers: Vec<Arc<Viewer>>,
     ended: bool,
@@ -197,7 +204,14 @@ impl Hub {
                         CollectorEvent::Node(sample) => (true, sample.rank),
                         _ => continue,
                     };
-                    state.latest.insert(key, telemetry.clone());
+                    match state.latest.get_mut(&key) {
+                        // A node's read (a served monitor's, a second apart) is always kept.
+                        Some((kept_at, _)) if !key.0 && t_us.saturating_sub(*kept_at) < LATEST_EVERY_US => {}
+                        Some(kept) => *kept = (t_us, telemetry.clone()),
+                        None => {
+                            state.latest.insert(key, (t_us, telemetry.clone()));
+                        }
+                    }
                 }
                 state.latest_t_us = t_us;
                 false
@@ -216,7 +230,7 @@ impl Hub {
         if let Some(run) = &state.run {
             viewer.offer(run, true);
             if !state.latest.is_empty() {
-                let samples = state.latest.values().cloned().collect();
+                let samples = state.latest.values().map(|(_, telemetry)| telemetry.clone()).collect();
                 let mut frame = Vec::new();
                 if stream::encode_event(state.latest_t_us, &ConsumerEvent::Telemetry(samples), &mut frame).is_ok() {
                     viewer.offer(&Arc::new(frame), true);
@@ -485,3 +499,51 @@ impl MonitorStream {
 
 /// `RunInfo::experiment` of a served or recorded `efatop monitor`.
 pub const MONITOR: efatop_proto::Experiment = efatop_proto::Experiment::Monitor;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use efatop_proto::telemetry::{NodeSample, RankSample};
+
+    /// What a viewer joining now is sent first of the ranks' and nodes' telemetry: (rank or node, seq).
+    fn first_telemetry(hub: &Hub) -> Vec<(bool, u32, u64)> {
+        let viewer = Arc::new(Viewer::new());
+        hub.join(&viewer);
+        let queue = viewer.queue();
+        let (frame, _) = queue.frames.get(1).expect("the run's start, then the telemetry kept");
+        let Ok(Some(StreamMessage::Event { event: ConsumerEvent::Telemetry(batch), .. })) = stream::read_message(&mut frame.as_slice()) else {
+            panic!("not a telemetry batch")
+        };
+        batch
+            .iter()
+            .map(|event| match event {
+                CollectorEvent::Sample(sample) => (false, sample.rank, sample.seq),
+                CollectorEvent::Node(read) => (true, read.rank, read.seq),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A late joiner first gets every rank's sample kept at most a second apart (a copy of every sample of
+    /// a fleet's was a tenth of rank 0's core), and every node's latest read.
+    #[test]
+    fn late_joiners_get_a_sample_of_every_rank_at_most_a_second_old_and_every_nodes_latest_read() {
+        let hub = Hub::default();
+        hub.state().run = Some(Arc::new(Vec::new()));
+        let publish = |t_ms: u64, seq: u64| {
+            let batch = vec![
+                CollectorEvent::Sample(Box::new(RankSample { rank: 3, seq, ..RankSample::default() })),
+                CollectorEvent::Node(Box::new(NodeSample { host: "n".into(), ..NodeSample::default() }.sent_as(5, seq, 0))),
+            ];
+            hub.publish(&ConsumerEvent::Telemetry(batch), t_ms * 1000, &[]);
+        };
+        publish(0, 1);
+        publish(400, 2);
+        assert_eq!(first_telemetry(&hub), [(false, 3, 1), (true, 5, 2)]);
+        publish(900, 3);
+        publish(1000, 4);
+        assert_eq!(first_telemetry(&hub), [(false, 3, 4), (true, 5, 4)]);
+        publish(1500, 5);
+        assert_eq!(first_telemetry(&hub), [(false, 3, 4), (true, 5, 5)]);
+    }
+}
