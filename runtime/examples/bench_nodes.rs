@@ -19,6 +19,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+#[path = "bench_common/mod.rs"]
+mod bench_common;
+use bench_common::{fd_budget, rss_mib, thread_cpu_seconds, thread_id};
 use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
 use efatop_proto::events::CollectorEvent;
 use efatop_proto::telemetry::{wire, NicKind, NodeSample, WorldBounds};
@@ -297,37 +301,6 @@ fn run(args: &Args) -> std::io::Result<bool> {
     Ok(kept_up)
 }
 
-/// File descriptors this process may open for the bench's connections: the soft limit raised to the
-/// hard one, less some to spare.
-fn fd_budget() -> usize {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 1024 };
-    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() { hard } else { soft };
-    usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(256)
-}
 
-/// The id of this process's thread whose name (as the kernel keeps it, 15 characters) is `name`.
-fn thread_id(name: &str) -> Option<String> {
-    std::thread::sleep(Duration::from_millis(50));
-    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|task| {
-        let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-        (comm.trim() == name).then(|| task.file_name().to_string_lossy().into_owned())
-    })
-}
 
-fn thread_cpu_seconds(tid: Option<&str>) -> f64 {
-    let Some(tid) = tid else { return 0.0 };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0.0 };
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
 
-/// A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in MiB.
-fn rss_mib(field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with(field) && line[field.len()..].starts_with(':'))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}

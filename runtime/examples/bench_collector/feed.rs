@@ -167,7 +167,7 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
     let stop = Arc::new(AtomicBool::new(false));
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
     // Two file descriptors per connection (both ends live in this process), and some to spare.
-    let connections = shape.ranks.min(fd_budget() / 2).max(1);
+    let connections = shape.ranks.min(crate::bench_common::fd_budget() / 2).max(1);
     let threads = threads.clamp(1, connections);
     let connected = Arc::new(Barrier::new(threads + 1));
     let slow_rank = slow.map(|slow| (slow.global_rank(shape), slow));
@@ -236,14 +236,6 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
     Load { offered, stop, senders, connections }
 }
 
-/// File descriptors this process may open for the bench's connections: the soft limit raised to the
-/// hard one, less some to spare.
-fn fd_budget() -> usize {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 1024 };
-    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() { hard } else { soft };
-    usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(256)
-}
 
 #[cfg(test)]
 mod tests {

@@ -20,8 +20,12 @@
 //! (`--help` for the rest).
 
 mod args;
+#[path = "../bench_common/mod.rs"]
+mod bench_common;
 mod feed;
 mod viewer;
+
+use bench_common::{rss_mib, thread_cpu_seconds, thread_id, threads_cpu_seconds};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -695,42 +699,9 @@ fn describe_worst(state: &DashboardState) -> Option<String> {
     ))
 }
 
-/// The id of this process's thread whose name (as the kernel keeps it, 15 characters) is `name`.
-fn thread_id(name: &str) -> Option<String> {
-    std::thread::sleep(Duration::from_millis(50));
-    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|task| {
-        let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-        (comm.trim() == name).then(|| task.file_name().to_string_lossy().into_owned())
-    })
-}
 
-/// CPU seconds of every thread of this process whose name is one of `names`.
-fn threads_cpu_seconds(names: &[&str]) -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
-    tasks
-        .flatten()
-        .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| names.contains(&comm.trim())))
-        .map(|task| thread_cpu_seconds(Some(&task.file_name().to_string_lossy())))
-        .sum()
-}
 
-fn thread_cpu_seconds(tid: Option<&str>) -> f64 {
-    let Some(tid) = tid else { return 0.0 };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0.0 };
-    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
 
-/// A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in MiB.
-fn rss_mib(field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with(field) && line[field.len()..].starts_with(':'))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
 
 /// The bench's consumer, started by the bench itself (its timed dashboard on a `TestBackend`, or its counted
 /// JSON lines); it prints nothing at the end.

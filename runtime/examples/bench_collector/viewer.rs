@@ -45,7 +45,7 @@ pub fn start(n: u32, address: SocketAddr, token: &Secret, cpus: Vec<usize>) -> s
     reader.get_ref().set_read_timeout(None)?;
     let handle = std::thread::Builder::new().name(format!("bench-viewer-{n}")).spawn(move || {
         efatop_runtime::affinity::pin_thread(None, cpus);
-        let (started, cpu_start) = (Instant::now(), thread_cpu());
+        let (started, cpu_start) = (Instant::now(), crate::bench_common::this_thread_cpu_seconds());
         let mut viewed = Viewed::default();
         loop {
             match stream::read_message(&mut reader) {
@@ -64,7 +64,7 @@ pub fn start(n: u32, address: SocketAddr, token: &Secret, cpus: Vec<usize>) -> s
                 }
             }
         }
-        viewed.cpu_percent = (thread_cpu() - cpu_start) * 100.0 / started.elapsed().as_secs_f64().max(1e-9);
+        viewed.cpu_percent = (crate::bench_common::this_thread_cpu_seconds() - cpu_start) * 100.0 / started.elapsed().as_secs_f64().max(1e-9);
         Ok(viewed)
     })?;
     Ok(Viewer(handle))
@@ -84,11 +84,3 @@ impl Viewer {
     }
 }
 
-/// This thread's CPU time in seconds.
-fn thread_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else { return 0.0 };
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
