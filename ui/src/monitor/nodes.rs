@@ -55,23 +55,19 @@ impl NodesView {
             return false;
         }
         // A node's first read (or a new host name) renames the nodes that share its host, old and new.
-        let was = self.nodes.get(&rank).and_then(MonitorView::snapshot).map(|last| last.host.clone());
-        let named = was.as_deref() == Some(snapshot.host.as_str());
-        let host = (!named).then(|| snapshot.host.clone());
+        let last = self.nodes.get(&rank).and_then(MonitorView::snapshot).map(|last| last.host.as_str());
+        let renamed = (last != Some(snapshot.host.as_str())).then(|| (last.map(str::to_string), snapshot.host.clone()));
         self.fleet.record(rank, &snapshot);
         let filter = &self.filter;
         self.nodes.entry(rank).or_insert_with(|| MonitorView::new(filter)).push(snapshot);
-        if let Some(host) = host {
-            if let Some(was) = &was {
-                if let Some(ranks) = self.ranks_by_host.get_mut(was) {
-                    ranks.retain(|&other| other != rank);
-                }
+        if let Some((was, host)) = renamed {
+            if let Some(ranks) = was.as_ref().and_then(|was| self.ranks_by_host.get_mut(was)) {
+                ranks.retain(|&other| other != rank);
             }
             self.ranks_by_host.entry(host.clone()).or_default().push(rank);
             for name in was.iter().chain([&host]) {
-                let Some(ranks) = self.ranks_by_host.get(name) else { continue };
-                let label = |rank: u32| if ranks.len() > 1 { format!("{name}#{rank}") } else { name.clone() };
-                let labels: Vec<(u32, String)> = ranks.iter().map(|&rank| (rank, label(rank))).collect();
+                let labels: Vec<(u32, String)> =
+                    self.ranks_by_host.get(name).into_iter().flatten().map(|&rank| (rank, self.label(name, rank))).collect();
                 self.fleet.relabel(labels.iter().map(|(rank, label)| (*rank, label.as_str())));
             }
         }
@@ -101,17 +97,12 @@ impl NodesView {
     /// Each node's name on the tab line: its host, with its rank where hosts repeat (several ranks on one
     /// machine, as when testing on one).
     pub fn labels(&self) -> Vec<String> {
-        let host = |view: &MonitorView| view.snapshot().map_or("?", |s| s.host.as_str()).to_string();
-        let hosts: Vec<String> = self.nodes.values().map(host).collect();
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        for name in &hosts {
-            *seen.entry(name).or_default() += 1;
-        }
-        self.nodes
-            .keys()
-            .zip(&hosts)
-            .map(|(rank, name)| if seen.get(name.as_str()).copied().unwrap_or(0) > 1 { format!("{name}#{rank}") } else { name.clone() })
-            .collect()
+        self.nodes.iter().map(|(&rank, view)| self.label(view.snapshot().map_or("?", |s| s.host.as_str()), rank)).collect()
+    }
+
+    /// Node `rank`'s name on `host`: the host, with the rank where several nodes share it.
+    fn label(&self, host: &str, rank: u32) -> String {
+        if self.ranks_by_host.get(host).is_some_and(|ranks| ranks.len() > 1) { format!("{host}#{rank}") } else { host.to_string() }
     }
 
     pub fn handle_key(&mut self, key: Key) -> Action {
