@@ -44,7 +44,8 @@ use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Input, Setup, Show, S
 use efatop_runtime::results_file::ResultsFile;
 use efatop_runtime::serve::Outlets;
 use efatop_runtime::watchdog::Watchdog;
-use efatop_ui::app::{App, Event};
+use efatop_ui::app::{App, Ended, Event};
+use efatop_ui::tui::{self, dashboard::Dashboard};
 use efatop_ui::state::DashboardState;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -599,42 +600,20 @@ fn dashboard(
     let mut frames = Frames::default();
     let Ok(mut terminal) = Terminal::new(TestBackend::new(width, height));
     let slow_view = slow.map(|slow| slow.global_rank(shape) * shape.channels + slow.channel);
-    let mut gone = false;
+    // The ranks' stop flag the dashboard would raise on `q`: nobody presses it here.
+    let stop = AtomicBool::new(false);
+    let mut source = Counted { events, consumed, gone: false };
     let mut next = Instant::now();
     loop {
         let frame_start = Instant::now();
         let now = clock.elapsed();
-        // One frame of the TUI loop: what arrived, folded; the tick; the draw.
-        let mut folded = 0;
-        // As the TUI loop takes them in (efatop_ui::tui::frame_within): within a budget, the rest next frame.
-        let mut first = true;
-        let mut behind = false;
-        loop {
-            if !std::mem::take(&mut first) && frame_start.elapsed() >= efatop_ui::tui::FOLD_BUDGET {
-                behind = true;
-                break;
-            }
-            match events.try_recv() {
-                Ok(event) => {
-                    folded += samples_in(&event);
-                    consumed.fetch_add(samples_in(&event), Ordering::Relaxed);
-                    app.update(Event::Run(event), now);
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    gone = true;
-                    app.update(Event::RunGone, now);
-                    break;
-                }
-            }
-        }
-        let fold = frame_start.elapsed();
-        app.update(Event::Tick, now);
-        let tick = frame_start.elapsed() - fold;
-        if terminal.draw(|frame| app.draw(frame)).is_err() {
-            return frames;
-        }
+        // One frame of the TUI loop, as the binary runs it: what arrived (within the frame's budget), the
+        // tick, the draw.
+        let mut timed = Timed { dashboard: Dashboard { app: &mut app, stop: &stop }, folded: 0, fold: Duration::ZERO, tick: Duration::ZERO };
+        let Ok(drawn) = tui::frame_within(&mut terminal, &mut timed, &mut source, now, Some(tui::FOLD_BUDGET)) else { return frames };
+        let Timed { folded, fold, tick, .. } = timed;
         let took = frame_start.elapsed();
+        let gone = source.gone || drawn.ended.is_some();
         let since_load = started.get().map(Instant::elapsed);
         if since_load.is_some_and(|t| t >= Duration::from_secs(1)) && !gone {
             frames.times.push(took);
@@ -657,8 +636,69 @@ fn dashboard(
             return frames;
         }
         // A frame that left events behind is followed at once, as the TUI loop does.
-        next = if behind { Instant::now() } else { next + TICK };
+        next = if drawn.behind { Instant::now() } else { next + TICK };
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// The run's channel as the dashboard's source, counting the samples taken in and noting when the run
+/// has gone.
+struct Counted<'a> {
+    events: &'a Receiver<ConsumerEvent>,
+    consumed: &'a AtomicU64,
+    gone: bool,
+}
+
+impl tui::Source for Counted<'_> {
+    type Event = ConsumerEvent;
+    fn poll(&mut self, now: Duration) -> tui::Polled<ConsumerEvent> {
+        let polled = self.events.poll(now);
+        match &polled {
+            tui::Polled::Ready(event) => {
+                self.consumed.fetch_add(samples_in(event), Ordering::Relaxed);
+            }
+            tui::Polled::Gone => self.gone = true,
+            tui::Polled::Pending => {}
+        }
+        polled
+    }
+}
+
+/// The binary's dashboard, its taking in and its tick timed for the slowest frames' line.
+struct Timed<'a> {
+    dashboard: Dashboard<'a>,
+    folded: u64,
+    fold: Duration,
+    tick: Duration,
+}
+
+impl tui::Tui for Timed<'_> {
+    type Event = ConsumerEvent;
+    type Ended = Ended;
+    fn event(&mut self, event: ConsumerEvent, now: Duration) -> Option<Ended> {
+        let started = Instant::now();
+        self.folded += samples_in(&event);
+        let ended = self.dashboard.event(event, now);
+        self.fold += started.elapsed();
+        ended
+    }
+    fn gone(&mut self, now: Duration) -> Option<Ended> {
+        self.dashboard.gone(now)
+    }
+    fn tick(&mut self, now: Duration) -> Option<Ended> {
+        let started = Instant::now();
+        let ended = self.dashboard.tick(now);
+        self.tick = started.elapsed();
+        ended
+    }
+    fn key(&mut self, key: efatop_ui::state::Key, now: Duration) -> Option<Ended> {
+        self.dashboard.key(key, now)
+    }
+    fn interrupt(&mut self, now: Duration) -> Option<Ended> {
+        self.dashboard.interrupt(now)
+    }
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        self.dashboard.draw(frame);
     }
 }
 
