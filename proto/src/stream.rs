@@ -326,6 +326,8 @@ fn decode_telemetry(body: &[u8]) -> Result<StreamMessage, StreamError> {
                 wire::Frame::Rank(sample) => CollectorEvent::Sample(Box::new(sample)),
                 wire::Frame::Node(sample) => CollectorEvent::Node(Box::new(sample)),
                 wire::Frame::Phase(report) => CollectorEvent::Phase(report),
+                // A relay's word to rank 0's collector, which tells it on as a rank's `Closed`.
+                wire::Frame::Gone(rank) => return Err(StreamError::Telemetry(format!("a relay's word that rank {rank} closed is not an event of a stream"))),
             },
             ITEM_JSON => serde_json::from_slice(item)?,
             other => return Err(StreamError::Telemetry(format!("unknown event kind {other}"))),

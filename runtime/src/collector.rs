@@ -26,7 +26,7 @@ use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler, WorldBound
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
-const QUEUE_FRAMES: usize = 64;
+pub(crate) const QUEUE_FRAMES: usize = 64;
 /// How long a connection may take to prove itself.
 pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// Handshakes in progress at once: connections beyond them are dropped at once (a sender retries).
@@ -80,6 +80,23 @@ pub struct SamplerThread {
 pub struct RankZeroWatch {
     pub timeout: Duration,
     pub lost: Box<dyn FnOnce(String) + Send>,
+    /// The host's relay the connection goes to instead of rank 0's collector (as "rank 8's telemetry
+    /// relay"): the relay watches rank 0 and closes its connections once rank 0 is gone.
+    pub relay: Option<String>,
+}
+
+/// Why a sampler's link to rank 0 (or to its host's relay, `relay`) broke, in one line.
+pub(crate) fn why_lost(error: Option<&std::io::Error>, timeout: Duration, relay: Option<&str>) -> String {
+    match (error, relay) {
+        (Some(e), _) if e.raw_os_error() == Some(libc::ETIMEDOUT) => format!(
+            "nothing it sent rank 0's collector was acknowledged for {:.0} s (--hang-timeout): rank 0's node is unreachable",
+            timeout.as_secs_f64()
+        ),
+        (Some(e), None) => format!("its telemetry connection to rank 0's collector broke ({e}): rank 0 has ended"),
+        (None, None) => "rank 0's collector closed its telemetry connection: rank 0 has ended".to_string(),
+        (Some(e), Some(relay)) => format!("its connection to {relay} broke ({e}): rank 0 has ended or is unreachable, or the relay's rank died"),
+        (None, Some(relay)) => format!("{relay} closed its connection: rank 0 has ended or is unreachable, or the relay's rank died"),
+    }
 }
 
 impl SamplerThread {
@@ -98,13 +115,13 @@ impl SamplerThread {
         watch: Option<RankZeroWatch>,
     ) -> std::io::Result<Self> {
         let stream = dial(collector, secret)?;
-        let (timeout, mut on_lost) = match watch {
-            Some(RankZeroWatch { timeout, lost }) => {
+        let (timeout, mut on_lost, relay) = match watch {
+            Some(RankZeroWatch { timeout, lost, relay }) => {
                 let millis = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
                 nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::TcpUserTimeout, &millis).map_err(std::io::Error::from)?;
-                (timeout, Some(lost))
+                (timeout, Some(lost), relay)
             }
-            None => (Duration::ZERO, None),
+            None => (Duration::ZERO, None, None),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
@@ -164,14 +181,7 @@ impl SamplerThread {
                 link.flush();
                 if link.broken && !stopping_now {
                     if let Some(lost) = on_lost.take() {
-                        lost(match &link.error {
-                            Some(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => format!(
-                                "nothing it sent rank 0's collector was acknowledged for {:.0} s (--hang-timeout): rank 0's node is unreachable",
-                                timeout.as_secs_f64()
-                            ),
-                            Some(e) => format!("its telemetry connection to rank 0's collector broke ({e}): rank 0 has ended"),
-                            None => "rank 0's collector closed its telemetry connection: rank 0 has ended".to_string(),
-                        });
+                        lost(why_lost(link.error.as_ref(), timeout, relay.as_deref()));
                     }
                 }
                 if stopping_now || link.broken {
@@ -215,17 +225,17 @@ impl Drop for SamplerThread {
     }
 }
 
-struct Link {
+pub(crate) struct Link {
     stream: TcpStream,
-    queue: VecDeque<Vec<u8>>,
+    pub(crate) queue: VecDeque<Vec<u8>>,
     /// Frame buffers not in the queue, kept for reuse: a sampler that recycles them never allocates.
     spare: Vec<Vec<u8>>,
     /// Bytes of the front frame already written.
     written: usize,
-    drops: u64,
-    broken: bool,
+    pub(crate) drops: u64,
+    pub(crate) broken: bool,
     /// Why the connection broke, when a write said.
-    error: Option<std::io::Error>,
+    pub(crate) error: Option<std::io::Error>,
 }
 
 /// Room set aside per frame buffer: a whole frame of a small run; a frame of thousands of peers grows its
@@ -247,7 +257,7 @@ fn prefault_stack() {
 }
 
 impl Link {
-    fn new(stream: TcpStream, room: usize) -> Self {
+    pub(crate) fn new(stream: TcpStream, room: usize) -> Self {
         Self {
             stream,
             queue: VecDeque::with_capacity(QUEUE_FRAMES),
@@ -260,7 +270,7 @@ impl Link {
         }
     }
 
-    fn buffer(&mut self) -> Vec<u8> {
+    pub(crate) fn buffer(&mut self) -> Vec<u8> {
         let mut buffer = self.spare.pop().unwrap_or_default();
         buffer.clear();
         buffer
@@ -278,13 +288,13 @@ impl Link {
         self.push_frame(frame);
     }
 
-    fn push_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
         let mut frame = self.buffer();
         frame.extend_from_slice(bytes);
         self.push_frame(frame);
     }
 
-    fn push_frame(&mut self, frame: Vec<u8>) {
+    pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {
         if self.queue.len() == QUEUE_FRAMES {
             // Drop the oldest frame not yet started; a half-written one must be finished to keep framing.
             let victim = usize::from(self.written > 0);
@@ -296,7 +306,7 @@ impl Link {
         self.queue.push_back(frame);
     }
 
-    fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         while let Some(front) = self.queue.front() {
             match self.stream.write(&front[self.written..]) {
                 Ok(0) => {
@@ -588,10 +598,10 @@ async fn forward_batches<E: From<Vec<CollectorEvent>>>(pending: Pending, events:
 
 /// Room a connection keeps for reading: several frames of a 32-channel rank, so a rank that fell behind
 /// catches up in few reads, while 4096 connections still hold only tens of MiB.
-const READ_ROOM: usize = 8 * 1024;
+pub(crate) const READ_ROOM: usize = 8 * 1024;
 
 /// The connecting side proves the run's secret, and learns that we hold it too.
-async fn handshake(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
+pub(crate) async fn handshake(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
     let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
     stream.write_all(&hello).await.map_err(|e| e.to_string())?;
     let mut answer = [0u8; ANSWER_LEN];
@@ -634,8 +644,9 @@ async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, p
 }
 
 /// Reads an admitted connection's frames until it closes or breaks a rule (why: then it is refused, not
-/// closed). `claimed`: the ranks it spoke for, the first first (a rank's sampler speaks for its own rank
-/// alone; the collector bench's senders carry several).
+/// closed). `claimed`: the ranks it speaks for, the first first (a rank's sampler speaks for its own rank
+/// alone; a host's relay ([`crate::relay`]) for its host's ranks, its own first, each until it says the rank
+/// is gone; the collector bench's senders carry several).
 async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pending: &Pending, door: &Shared, claimed: &mut Vec<u32>) -> Option<String> {
     let (bounds, max_frame) = {
         let door = door.borrow();
@@ -695,6 +706,16 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
                     (CollectorEvent::Node(Box::new(sample)), Some(claimed))
                 }
                 Ok(wire::Frame::Phase(report)) => (CollectorEvent::Phase(report), Some(report.rank)),
+                // A host's relay: a rank it carried closed its connection to the relay. The rank must be one
+                // this connection spoke for; it is then free, as if its own connection had closed.
+                Ok(wire::Frame::Gone(rank)) => {
+                    let Some(at) = claimed.iter().position(|&mine| mine == rank) else {
+                        break 'reading Some(format!("word that rank {rank} closed, from a connection that does not speak for it"));
+                    };
+                    claimed.remove(at);
+                    door.borrow_mut().owners[rank as usize] = None;
+                    (CollectorEvent::Closed { from, rank: Some(rank) }, None)
+                }
                 Err(reason) => (CollectorEvent::Malformed { from, reason }, None),
             };
             if let Some(rank) = claimed_now {

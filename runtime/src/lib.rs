@@ -16,6 +16,7 @@ pub mod nodes;
 pub mod rank;
 pub mod rank_zero;
 pub mod record;
+pub mod relay;
 pub mod results_file;
 pub mod run_metrics;
 pub mod secret;

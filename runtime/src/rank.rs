@@ -193,7 +193,7 @@ impl Drop for AbandonOnFailure {
 
 /// The watch a rank other than 0 keeps on rank 0 (see [`crate::collector::RankZeroWatch`]): when rank 0 is
 /// gone, the rank's waits give up (its world's abort) and its main thread ends the process.
-fn orphan_watch(world: &World<'_>, hang_timeout: Duration, events: &Sender<Input>) -> crate::collector::RankZeroWatch {
+fn orphan_watch(world: &World<'_>, hang_timeout: Duration, events: &Sender<Input>, relay: Option<String>) -> crate::collector::RankZeroWatch {
     let (abort, events) = (world.abort.clone(), events.clone());
     let me = format!("rank {} ({})", world.rank, world.hosts[world.rank]);
     crate::collector::RankZeroWatch {
@@ -203,6 +203,7 @@ fn orphan_watch(world: &World<'_>, hang_timeout: Duration, events: &Sender<Input
             abort.raise(reason.clone());
             let _ = events.send(Input::Orphaned(reason));
         }),
+        relay,
     }
 }
 
@@ -357,7 +358,7 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan
         inputs,
         namespaces.as_ref(),
     )?;
-    let Telemetry { collector, sampler, nics: every_rank_nics } = telemetry;
+    let Telemetry { collector, sampler, relay, nics: every_rank_nics } = telemetry;
     // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
     if let Some(pinning) = &pinning {
         pinning.pin_hot_thread();
@@ -366,6 +367,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan
     let Some(file) = file else {
         let outcome = planned(&sweep, &mut Unobserved);
         drop(sampler);
+        // A relay waits (briefly) for its host's ranks to close before it closes.
+        drop(relay);
         ending.disarm_if(outcome.is_ok());
         return outcome.map(|()| 0);
     };
@@ -569,6 +572,8 @@ fn gpu_pairs(placements: &[RankPlacement]) -> Vec<GpuPairRecord> {
 struct Telemetry {
     collector: Option<Collector>,
     sampler: Option<SamplerThread>,
+    /// This rank's host's relay, when this rank runs it.
+    relay: Option<crate::relay::Relay>,
     nics: Vec<Vec<String>>,
 }
 
@@ -594,26 +599,52 @@ impl Telemetry {
         } else {
             None
         };
-        // Rank 0 publishes where its collector listens; every rank its NICs' names.
-        let published = collector.as_ref().map_or(String::new(), |c| crate::collector::published(c, &world.hosts[0]));
-        let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
-        let gathered = efatop_experiments::gather(world.bootstrap, &(published, nic_names), "telemetry address and NICs")?;
-        let address = gathered.first().map(|(address, _)| address.clone()).unwrap_or_default();
-        let nics = gathered.into_iter().map(|(_, nics)| nics).collect();
-        let sampler = if address.is_empty() {
+        // A host other than rank 0's with more than one rank: its lowest rank relays the host's telemetry
+        // (crate::relay), its listener bound before the round so that the round can tell where it is.
+        let plan = crate::relay::Plan::of(&world.hosts, world.rank);
+        let leader = plan.as_ref().is_some_and(|plan| plan.leader == world.rank);
+        let listener = if leader {
+            let bound = crate::netns::at_home(namespaces, crate::relay::RelayListener::bind);
+            Some(bound.map_err(|e| ExperimentError::Bootstrap(format!("telemetry relay: {e}")))?)
+        } else {
             None
+        };
+        // Rank 0 publishes where its collector listens; a relay's rank where it listens; every rank its NICs' names.
+        let published = collector.as_ref().map_or(String::new(), |c| crate::collector::published(c, &world.hosts[0]));
+        let relaying = listener.as_ref().map_or(String::new(), |l| l.address.to_string());
+        let nic_names: Vec<String> = world.channels.iter().map(|c| c.nic().domain.clone()).collect();
+        let gathered = efatop_experiments::gather(world.bootstrap, &(published, relaying, nic_names), "telemetry address, relays and NICs")?;
+        let address = gathered.first().map(|(address, ..)| address.clone()).unwrap_or_default();
+        let relay_address = plan.as_ref().and_then(|plan| gathered.get(plan.leader)).and_then(|(_, relay, _)| relay.parse::<SocketAddr>().ok());
+        let nics = gathered.into_iter().map(|(.., nics)| nics).collect();
+        let (sampler, relay) = if address.is_empty() {
+            (None, None)
         } else {
             let started = crate::netns::at_home(namespaces, || {
-                crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank]).and_then(|target| {
-                    // Every rank but 0 watches rank 0 through this connection: once rank 0 is gone or cut off
-                    // the run is over for this rank, which stops its transfers and ends by itself.
-                    let watch = (world.rank != 0).then(|| orphan_watch(world, hang_timeout, events));
-                    SamplerThread::start_watching(world.rank, world.probe.clone(), target, secret, interval, watch)
-                })
+                let upstream = crate::collector::resolve(&address, &world.hosts[0], &world.hosts[world.rank])?;
+                // Every rank but 0 watches rank 0 through its connection: once rank 0 is gone or cut off the run
+                // is over for this rank, which stops its transfers and ends by itself. A relay's rank watches
+                // through the relay; the host's other ranks through their connection to it, which the relay
+                // closes once rank 0 is gone.
+                let watch = |relay: Option<String>| (world.rank != 0).then(|| orphan_watch(world, hang_timeout, events, relay));
+                let bounds = efatop_proto::telemetry::WorldBounds { ranks: world.size, channels: world.channels.len() };
+                let relay = match (listener, &plan) {
+                    (Some(listener), Some(plan)) => Some(listener.start(plan.clone(), upstream, secret, bounds, interval, watch(None))?),
+                    _ => None,
+                };
+                let sampler = match (relay_address, &plan) {
+                    (Some(relayed), Some(plan)) => {
+                        let watched = if leader { None } else { watch(Some(plan.describe())) };
+                        SamplerThread::start_watching(world.rank, world.probe.clone(), relayed, secret, interval, watched)?
+                    }
+                    _ => SamplerThread::start_watching(world.rank, world.probe.clone(), upstream, secret, interval, watch(None))?,
+                };
+                Ok::<_, std::io::Error>((sampler, relay))
             });
-            Some(started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?)
+            let (sampler, relay) = started.map_err(|e| ExperimentError::Bootstrap(format!("telemetry: cannot reach rank 0's collector: {e}")))?;
+            (Some(sampler), relay)
         };
-        Ok(Self { collector, sampler, nics })
+        Ok(Self { collector, sampler, relay, nics })
     }
 }
 

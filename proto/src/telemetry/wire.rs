@@ -48,6 +48,15 @@
 //! u64 bytes
 //! ```
 //!
+//! Version 1 also knows [`KIND_RANK_GONE`]: a host's telemetry relay (the lowest rank of a host other than
+//! rank 0's, which forwards its host's frames over one connection) says that one of the ranks it carried
+//! closed its connection to the relay. It means to rank 0 what that rank's own connection closing means.
+//! A rank's own sampler never sends it:
+//!
+//! ```text
+//! u32 rank
+//! ```
+//!
 //! A decoder never panics: a frame of another version, an unknown kind, a short or over-long body, or an
 //! out-of-range bucket is a [`WireError`] naming what was wrong. Changing any of this is a new version; the
 //! golden test below pins the bytes.
@@ -63,8 +72,11 @@ pub const KIND_RANK_SAMPLE: u8 = 1;
 pub const KIND_NODE_SNAPSHOT: u8 = 2;
 pub const KIND_RANK_SAMPLE_GPU: u8 = 3;
 pub const KIND_RANK_PHASE: u8 = 4;
+pub const KIND_RANK_GONE: u8 = 5;
 /// A phase frame's length: version, kind, rank, changes, phase, bytes.
 pub const PHASE_FRAME_LEN: usize = 4 + 2 + 4 + 8 + 1 + 8;
+/// A whole [`KIND_RANK_GONE`] frame, its length prefix included.
+pub const GONE_FRAME_LEN: usize = 4 + 2 + 4;
 /// The GPU section's queue state.
 const NO_QUEUE: u8 = 0;
 const QUEUE: u8 = 1;
@@ -115,6 +127,27 @@ pub enum Frame {
     Rank(RankSample),
     Node(NodeSample),
     Phase(PhaseReport),
+    /// A relay's word that the rank it carried closed its connection.
+    Gone(u32),
+}
+
+/// One framed [`KIND_RANK_GONE`], into a fixed array.
+pub fn encode_gone(rank: u32) -> [u8; GONE_FRAME_LEN] {
+    let mut frame = [0; GONE_FRAME_LEN];
+    frame[..4].copy_from_slice(&((GONE_FRAME_LEN - 4) as u32).to_le_bytes());
+    frame[4] = VERSION;
+    frame[5] = KIND_RANK_GONE;
+    frame[6..10].copy_from_slice(&rank.to_le_bytes());
+    frame
+}
+
+fn decode_gone(body: &[u8]) -> Result<u32, WireError> {
+    let mut reader = Reader { bytes: body };
+    let rank = reader.u32("rank")?;
+    if !reader.bytes.is_empty() {
+        return Err(WireError::Trailing(reader.bytes.len()));
+    }
+    Ok(rank)
 }
 
 /// One framed phase change, into a fixed array: the sampler sends it without allocating.
@@ -307,6 +340,7 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, WireError> {
     match body.get(..2) {
         Some(&[VERSION, KIND_NODE_SNAPSHOT]) => decode_node(&body[2..]).map(Frame::Node),
         Some(&[VERSION, KIND_RANK_PHASE]) => decode_phase(&body[2..]).map(Frame::Phase),
+        Some(&[VERSION, KIND_RANK_GONE]) => decode_gone(&body[2..]).map(Frame::Gone),
         _ => decode(body).map(Frame::Rank),
     }
 }
@@ -796,6 +830,22 @@ mod tests {
         let mut rank = Vec::new();
         encode(&sample(), &mut rank);
         assert_eq!(decode_frame(&rank[4..]), Ok(Frame::Rank(sample())));
+    }
+
+    /// The bytes of a version 1 gone frame. If this fails, the format changed: bump VERSION.
+    #[test]
+    fn golden_gone_frame() {
+        let frame = encode_gone(517);
+        let hex: String = frame.iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+        assert_eq!(hex, concat!("06000000", "01", "05", "05020000"));
+        assert_eq!(decode_frame(&frame[4..]), Ok(Frame::Gone(517)));
+        assert_eq!(decode(&frame[4..]), Err(WireError::Kind(KIND_RANK_GONE)));
+        for cut in 0..frame.len() - 4 {
+            assert!(decode_frame(&frame[4..4 + cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = frame[4..].to_vec();
+        longer.push(0);
+        assert_eq!(decode_frame(&longer), Err(WireError::Trailing(1)));
     }
 
     #[test]

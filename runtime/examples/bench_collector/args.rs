@@ -39,6 +39,11 @@ pub struct BenchCollectorArgs {
     /// FRACTION of its rate from SECONDS into the load (e.g. 700:3:2@3=0.6)
     #[arg(long, value_name = "HOST:RANK:CHANNEL@SECONDS=FRACTION", value_parser = parse_slow)]
     pub slow: Option<Slow>,
+    /// Each rank its own connection to rank 0, as before hosts' relays: by default (with --hosts) each host's
+    /// ranks reach rank 0 over one connection, a write of the host's frames every interval, as a host's
+    /// relay (efatop_runtime::relay) forwards them
+    #[arg(long, requires = "hosts")]
+    pub no_relay: bool,
     /// Record the run's events as a run's --record does (`efatop replay FILE` plays them)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,

@@ -25,6 +25,8 @@ const LINK_GBPS: f64 = 100.0;
 pub struct Shape {
     /// `None`: every rank on one host named `bench` (the bench as it was before `--hosts`).
     pub hosts: Option<usize>,
+    /// Each host's ranks over one connection, as its relay sends them (with `hosts`).
+    pub relay: bool,
     pub ranks_per_host: usize,
     pub ranks: usize,
     pub channels: usize,
@@ -155,7 +157,8 @@ pub struct Load {
     pub offered: Arc<AtomicU64>,
     pub stop: Arc<AtomicBool>,
     pub senders: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
-    /// Connections opened (ranks share them when the process may not open one per rank).
+    /// Connections opened: one a host (its relay's) or one a rank; ranks share more where the process may
+    /// not open that many.
     pub connections: usize,
 }
 
@@ -166,8 +169,13 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
     let offered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));
-    // Two file descriptors per connection (both ends live in this process), and some to spare.
-    let connections = shape.ranks.min(crate::bench_common::fd_budget() / 2).max(1);
+    // A connection carries `per` consecutive ranks: a host's, as its relay forwards them, or one rank, as a
+    // rank's own sampler sends; more where the process may not open that many (two file descriptors per
+    // connection: both ends live in this process).
+    let wanted = if shape.relay && shape.hosts.is_some() { shape.ranks_per_host.max(1) } else { 1 };
+    let most = (crate::bench_common::fd_budget() / 2).max(1);
+    let per = wanted.max(shape.ranks.div_ceil(most));
+    let connections = shape.ranks.div_ceil(per).max(1);
     let threads = threads.clamp(1, connections);
     let connected = Arc::new(Barrier::new(threads + 1));
     let slow_rank = slow.map(|slow| (slow.global_rank(shape), slow));
@@ -185,8 +193,7 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
                     // Each connection proves the run's secret, as a rank's sampler does.
                     let stream = efatop_runtime::collector::dial(address, &secret)?;
                     stream.set_nonblocking(false)?;
-                    let frames = (connection..ranks)
-                        .step_by(connections)
+                    let frames = (connection * per..((connection + 1) * per).min(ranks))
                         .map(|rank| {
                             let mut frame = Vec::new();
                             wire::encode(&synthetic_sample(rank, channels, hz, None), &mut frame);
@@ -243,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_slow_nic_is_one_channel_of_one_rank_of_one_host() {
-        let shape = Shape { hosts: Some(1024), ranks_per_host: 8, ranks: 8192, channels: 4, hz: 10 };
+        let shape = Shape { hosts: Some(1024), relay: true, ranks_per_host: 8, ranks: 8192, channels: 4, hz: 10 };
         let slow = Slow { host: 700, rank: 3, channel: 2, at: Duration::from_secs(3), fraction: 0.6 };
         assert_eq!(slow.global_rank(&shape), 5603);
         assert_eq!(slow.describe(&shape), "p5-node-0700 rank 3 (rank 5603 of 8192) channel 2 at 60% from 3.0 s");

@@ -101,9 +101,9 @@ fn shape_of(args: &BenchCollectorArgs) -> Shape {
     match args.hosts {
         Some(hosts) => {
             let ranks_per_host = args.ranks_per_host as usize;
-            Shape { hosts: Some(hosts as usize), ranks_per_host, ranks: hosts as usize * ranks_per_host, channels, hz: args.hz }
+            Shape { hosts: Some(hosts as usize), relay: !args.no_relay, ranks_per_host, ranks: hosts as usize * ranks_per_host, channels, hz: args.hz }
         }
-        None => Shape { hosts: None, ranks_per_host: args.ranks as usize, ranks: args.ranks as usize, channels, hz: args.hz },
+        None => Shape { hosts: None, relay: false, ranks_per_host: args.ranks as usize, ranks: args.ranks as usize, channels, hz: args.hz },
     }
 }
 
@@ -238,10 +238,11 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let began = *started.get_or_init(Instant::now);
     let hosts = shape.hosts.map_or(String::new(), |hosts| format!("{hosts} hosts × {} ranks = ", shape.ranks_per_host));
     say!(json,
-        "# collector load: {hosts}{ranks} ranks × {channels} channels at {} Hz = {} samples/s offered over {} connections; consumer: {}",
+        "# collector load: {hosts}{ranks} ranks × {channels} channels at {} Hz = {} samples/s offered over {} connections{}; consumer: {}",
         shape.hz,
         ranks as u64 * u64::from(shape.hz),
         load.connections,
+        if shape.relay && shape.hosts.is_some() { " (a host's ranks over its relay's one connection)" } else { "" },
         if json && rails { format!("`rail` JSON lines on stdout, per host and rail every interval ({} lines/s), as efatop --json prints a run of more than {} channels", shape.host_count() as u64 * channels as u64 * u64::from(shape.hz), efatop_proto::output::RAIL_LINES_ABOVE) } else if json { format!("a JSON line per channel sample on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
     );
     if let Some(slow) = slow {
