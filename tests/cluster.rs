@@ -161,3 +161,76 @@ fn the_emulated_cluster_routes_each_nic_through_itself_and_shapes_what_it_says()
     assert!(stdout.contains("all checks passed"), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }
+
+/// Hosts' telemetry relays (runtime/src/relay.rs) in a real run: 8 ranks on the 4 emulated nodes, two a
+/// node (round-robin: node k runs ranks k and k + 4), so each node but rank 0's sends its ranks' telemetry
+/// to rank 0 through its lowest rank. Every rank is heard. A rank killed on a relayed node is named at once,
+/// well before `--hang-timeout` (60 s): one its relay carries (rank 5 on node 1: the relay tells rank 0 its
+/// connection closed), and a relay's own rank (rank 2, node 2's: its relay goes with it).
+#[test]
+fn a_relayed_nodes_ranks_are_all_heard_and_a_killed_one_is_named_at_once() {
+    use std::time::{Duration, Instant};
+    let _one = serial();
+    let Some(_cluster) = Cluster::up() else { return };
+    for victim in [5usize, 2] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let netns = NODES.join(",");
+        let mut launcher = Command::new(common::efatop_path())
+            .args(["run", "--ranks", "8", "--netns", &netns, "write", "--provider", "tcp", "--channels", "1", "--json"])
+            .args(["--configs", "single", "--min-size", "64K", "--max-size", "64K", "--iters", "1000000", "--hang-timeout", "60"])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start");
+        let mut ours = common::Tracked::default();
+        ours.add(launcher.id());
+        let stdout = common::lines_of(launcher.stdout.take().expect("stdout"));
+        let stderr = common::lines_of(launcher.stderr.take().expect("stderr"));
+        // Every rank's telemetry, relayed or not, reaches rank 0; the run says which ranks relay.
+        let mut heard = [false; 8];
+        let mut relays = None;
+        let started = Instant::now();
+        while !heard.iter().all(|h| *h) {
+            assert!(started.elapsed() < Duration::from_mins(2), "ranks heard: {heard:?}");
+            if let Ok(line) = stdout.recv_timeout(Duration::from_millis(100)) {
+                match JsonLine::parse(&line) {
+                    Ok(JsonLine::Sample(sample)) => heard[sample.rank as usize] = true,
+                    Ok(JsonLine::Run(run)) => relays = Some(run.telemetry_relays.clone()),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(relays, Some(vec![1, 2, 3]), "nodes 1 to 3 relay through their lowest ranks");
+        ours.add_descendants(launcher.id());
+        let pid = common::rank_pid(launcher.id(), victim).expect("the victim's process");
+        let killed = Instant::now();
+        assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill").success());
+        let code = loop {
+            if let Some(status) = launcher.try_wait().expect("wait") {
+                break status.code();
+            }
+            assert!(killed.elapsed() < Duration::from_secs(50), "rank {victim} killed: the run still goes after 50 s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let ended_after = killed.elapsed();
+        let said: Vec<String> = std::iter::from_fn(|| stderr.recv_timeout(Duration::from_secs(2)).ok()).collect();
+        println!("rank {victim} killed: the run ended after {:.2} s, exit {code:?}; stderr:\n{}", ended_after.as_secs_f64(), said.join("\n"));
+        assert_eq!(code, Some(1), "{said:?}");
+        // Rank 0's own word (the launcher also says how its child ended): the rank's telemetry closed, which
+        // for rank 5 only its relay could tell.
+        let named = format!("efatop: error: rank {victim} (");
+        let closed = said.iter().any(|l| l.starts_with(&named) && l.contains(NODES[victim % 4]) && l.contains("its telemetry connection closed"));
+        assert!(closed, "rank 0 does not name rank {victim} on {}: {said:?}", NODES[victim % 4]);
+        assert!(!said.iter().any(|l| l.contains("stopped responding")), "named by the hang timeout, not at once: {said:?}");
+        assert!(ended_after < Duration::from_secs(20), "rank {victim}'s death took {ended_after:?} to end the run");
+        let until = Instant::now() + Duration::from_secs(10);
+        while !ours.alive().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left = ours.alive();
+        ours.kill_all();
+        assert!(left.is_empty(), "processes left: {left:?}");
+    }
+}

@@ -108,6 +108,11 @@ pub struct RunMetadata {
     /// Seconds of silence after which rank 0 names a rank hung (`--hang-timeout`); 0 in older files.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hang_timeout_s: u64,
+    /// The ranks that relayed their host's telemetry to rank 0 (one connection a host; see efatop_runtime's
+    /// relay): the lowest rank of every host but rank 0's that runs more than one rank. Empty: every rank
+    /// sent its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub telemetry_relays: Vec<usize>,
     /// The EC2 instance type rank 0 ran on, from its DMI product name (`p5.48xlarge`), which picks the
     /// reference figures measurements are held against ([`crate::expected`]); absent when unreadable and
     /// in files from before it was recorded.

@@ -693,6 +693,7 @@ fn metadata(world: &World<'_>, workload: &dyn Workload, sweep: &SweepOptions, ha
         gpu_pairs: Vec::new(),
         instance_type: None,
         hang_timeout_s: hang_timeout.as_secs(),
+        telemetry_relays: (0..world.size).filter(|&rank| crate::relay::Plan::of(&world.hosts, rank).is_some_and(|plan| plan.leader == rank)).collect(),
     }
 }
 

@@ -70,6 +70,15 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
             meta.hang_timeout_s
         );
     }
+    if !meta.telemetry_relays.is_empty() {
+        let _ = writeln!(
+            out,
+            "# telemetry: {} relayed to rank 0 over one connection a host, by the host's lowest rank ({}{})",
+            efatop_proto::words::plural(meta.telemetry_relays.len(), "host"),
+            meta.telemetry_relays.iter().take(6).map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            if meta.telemetry_relays.len() > 6 { ", …" } else { "" }
+        );
+    }
     if meta.experiment == Experiment::Alltoall {
         let _ = writeln!(
             out,

@@ -278,6 +278,7 @@ pub(crate) mod tests {
             window: 1,
             warmup: 1,
             hang_timeout_s: 0,
+        telemetry_relays: Vec::new(),
             iters: 10,
             notes: vec![],
             started_unix_s: 0,

@@ -253,6 +253,7 @@ fn metadata(hosts: Vec<String>) -> RunMetadata {
         window: 1,
         warmup: 3,
         hang_timeout_s: 0,
+        telemetry_relays: Vec::new(),
         iters: 20,
         notes: vec![],
         started_unix_s: 0,
