@@ -47,6 +47,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// At most how often the consumer is told the liveness clock ([`ConsumerEvent::Liveness`]) while it moves.
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// How often the watchdog judges the silences: it looks at every rank (32,768 at 4096 p5 hosts), and a
+/// loop that judged after every batch spent an eighth of rank 0's core on it; a verdict on a silence of
+/// seconds loses nothing by coming up to this much later.
+const JUDGE_EVERY: Duration = Duration::from_millis(100);
 
 /// How long rank 0 waits, after a run that went well, for every rank's telemetry to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -260,11 +264,12 @@ struct Loop {
     closed_verdict_at: Option<Instant>,
     /// When the consumer was last told the liveness clock.
     liveness_told_at: Instant,
+    judged_at: Instant,
 }
 
 /// Runs rank 0's loop until the run has ended, and ends it.
 pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
-    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None, liveness_told_at: Instant::now() };
+    let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None, liveness_told_at: Instant::now(), judged_at: Instant::now() };
     this.start();
     let (outcome, abandoned) = this.follow(inputs);
     this.end(outcome, abandoned, inputs)
@@ -323,7 +328,8 @@ impl Loop {
                 self.tell_liveness();
             }
             let at = self.setup.started.elapsed();
-            if !self.setup.abort.is_raised() {
+            if !self.setup.abort.is_raised() && self.judged_at.elapsed() >= JUDGE_EVERY {
+                self.judged_at = Instant::now();
                 if let Some(verdict) = self.setup.watchdog.as_ref().and_then(|w| w.judge(at)) {
                     self.setup.abort.raise(verdict);
                 }
