@@ -629,7 +629,10 @@ impl Telemetry {
                 let watch = |relay: Option<String>| (world.rank != 0).then(|| orphan_watch(world, hang_timeout, events, relay));
                 let bounds = efatop_proto::telemetry::WorldBounds { ranks: world.size, channels: world.channels.len() };
                 let relay = match (listener, &plan) {
-                    (Some(listener), Some(plan)) => Some(listener.start(plan.clone(), upstream, secret, bounds, interval, watch(None))?),
+                    (Some(listener), Some(plan)) => {
+                        let every = crate::relay::Plan::forward_every(interval, crate::relay::Plan::leaders(&world.hosts).len());
+                        Some(listener.start(plan.clone(), upstream, secret, bounds, every, watch(None))?)
+                    }
                     _ => None,
                 };
                 let sampler = match (relay_address, &plan) {
@@ -693,7 +696,7 @@ fn metadata(world: &World<'_>, workload: &dyn Workload, sweep: &SweepOptions, ha
         gpu_pairs: Vec::new(),
         instance_type: None,
         hang_timeout_s: hang_timeout.as_secs(),
-        telemetry_relays: (0..world.size).filter(|&rank| crate::relay::Plan::of(&world.hosts, rank).is_some_and(|plan| plan.leader == rank)).collect(),
+        telemetry_relays: crate::relay::Plan::leaders(&world.hosts),
     }
 }
 

@@ -1,6 +1,7 @@
 //! A host's telemetry relay: on every host but rank 0's that runs more than one rank, the host's lowest rank
 //! (its leader) takes the telemetry of the host's ranks, its own included, over loopback and forwards it to
-//! rank 0's collector over one connection, once an interval. Rank 0 then reads one connection a host
+//! rank 0's collector over one connection, once an interval (once every few beyond 2048 relays:
+//! [`Plan::forward_every`]). Rank 0 then reads one connection a host
 //! instead of one a rank: at 4096 p5 hosts, 4,096 connections and about 41,000 reads a second instead of
 //! 32,768 and 328,000, which cost rank 0's one core about half of itself in the kernel.
 //!
@@ -20,8 +21,8 @@
 //! - **Never blocking on rank 0.** Its connection to rank 0 is non-blocking with a bounded queue of
 //!   batches; when that is full the oldest batch is dropped and counted.
 //!
-//! What changes: a sample reaches rank 0 up to one interval later (it waits in the relay for the host's
-//! batch); a rank's end is told at once.
+//! What changes: a sample reaches rank 0 up to one forwarding period later (it waits in the relay for the
+//! host's batch); a rank's end is told at once.
 
 use std::cell::{Cell, RefCell};
 use std::net::{SocketAddr, TcpListener};
@@ -67,6 +68,29 @@ impl Plan {
         (ranks.len() > 1).then(|| Self { leader: ranks[0] as usize, ranks })
     }
 
+    /// Every relay's rank of a run on `hosts`, ascending: [`Plan::of`] for the whole run at once.
+    pub fn leaders(hosts: &[String]) -> Vec<usize> {
+        let mut ranks_on: std::collections::HashMap<&str, (usize, usize)> = std::collections::HashMap::new();
+        for (rank, host) in hosts.iter().enumerate() {
+            ranks_on.entry(host.as_str()).or_insert((rank, 0)).1 += 1;
+        }
+        let rank0 = hosts.first().map(String::as_str);
+        let mut leaders: Vec<usize> =
+            ranks_on.into_iter().filter(|(host, (_, count))| Some(*host) != rank0 && *count > 1).map(|(_, (first, _))| first).collect();
+        leaders.sort_unstable();
+        leaders
+    }
+
+    /// How often a relay forwards, with `relays` of them in the run: every sampling interval, and every
+    /// further interval per 2048 relays (at most 1 s), so that rank 0 reads at most about 2048 relays'
+    /// writes an interval. A read costs rank 0 about as much as the frames it holds (measured on an H200
+    /// host at 4096 relays: rank 0's collector took 43 % of its core with a write an interval, 31 % with
+    /// one every two; docs/measurements.md).
+    pub fn forward_every(interval: Duration, relays: usize) -> Duration {
+        let intervals = relays.div_ceil(2048).max(1) as u32;
+        (interval * intervals).min(Duration::from_secs(1).max(interval))
+    }
+
     /// How the relay is named to its host's ranks, in what they say when it goes.
     pub fn describe(&self) -> String {
         format!("rank {}'s telemetry relay", self.leader)
@@ -89,7 +113,8 @@ impl RelayListener {
     }
 
     /// Connects to rank 0's collector at `upstream` (proving the run's secret) and starts relaying for
-    /// `plan`'s ranks, bounded by the run's `bounds`, forwarding once every `interval`. `watch`: told once,
+    /// `plan`'s ranks, bounded by the run's `bounds`, forwarding once every `interval` (see
+    /// [`Plan::forward_every`]). `watch`: told once,
     /// with why, if rank 0 is gone while the relay runs.
     pub fn start(
         self,

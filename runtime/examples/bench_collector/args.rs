@@ -44,6 +44,10 @@ pub struct BenchCollectorArgs {
     /// relay (efatop_runtime::relay) forwards them
     #[arg(long, requires = "hosts")]
     pub no_relay: bool,
+    /// A host's relay forwards every this many intervals (each write then holds that many samples a rank);
+    /// by default as a run's relays do (efatop_runtime::relay::Plan::forward_every: 1 up to 2048 relays)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10), conflicts_with = "no_relay")]
+    pub relay_every: Option<u32>,
     /// Record the run's events as a run's --record does (`efatop replay FILE` plays them)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,

@@ -27,6 +27,8 @@ pub struct Shape {
     pub hosts: Option<usize>,
     /// Each host's ranks over one connection, as its relay sends them (with `hosts`).
     pub relay: bool,
+    /// Intervals between a relay's writes.
+    pub relay_every: u32,
     pub ranks_per_host: usize,
     pub ranks: usize,
     pub channels: usize,
@@ -183,7 +185,7 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
     for thread in 0..threads {
         let my_connections: Vec<usize> = (thread..connections).step_by(threads).collect();
         let (offered, stop, connected, cpus, started, secret) = (offered.clone(), stop.clone(), connected.clone(), cpus.to_vec(), started.clone(), secret.clone());
-        let (ranks, channels, hz) = (shape.ranks, shape.channels, shape.hz);
+        let (ranks, channels, hz, every) = (shape.ranks, shape.channels, shape.hz, u64::from(shape.relay_every.max(1)));
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
             efatop_runtime::affinity::pin_thread(None, cpus.iter().copied());
             // Per connection: its stream and the frames of the ranks it carries (rank r on r % connections).
@@ -211,7 +213,8 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
             let mut slowed = false;
             let mut next = Instant::now();
             let mut seq = 0u64;
-            let mut batch = Vec::new();
+            // What each connection has gathered and not yet written.
+            let mut batches: Vec<Vec<u8>> = vec![Vec::new(); links.len()];
             while !stop.load(Ordering::Relaxed) {
                 if let Some((rank, slow)) = slow_rank.filter(|(_, slow)| !slowed && began.elapsed() >= slow.at) {
                     slowed = true;
@@ -222,14 +225,16 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
                         }
                     }
                 }
-                for (stream, frames) in &mut links {
-                    batch.clear();
+                for ((stream, frames), batch) in links.iter_mut().zip(&mut batches) {
                     for (_, frame) in frames.iter_mut() {
                         // seq sits after length, version, kind and rank.
                         frame[10..18].copy_from_slice(&seq.to_le_bytes());
                         batch.extend_from_slice(frame);
                     }
-                    stream.write_all(&batch)?;
+                    if (seq + 1) % every == 0 {
+                        stream.write_all(batch)?;
+                        batch.clear();
+                    }
                     offered.fetch_add(frames.len() as u64, Ordering::Relaxed);
                 }
                 seq += 1;
@@ -250,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_slow_nic_is_one_channel_of_one_rank_of_one_host() {
-        let shape = Shape { hosts: Some(1024), relay: true, ranks_per_host: 8, ranks: 8192, channels: 4, hz: 10 };
+        let shape = Shape { hosts: Some(1024), relay: true, relay_every: 1, ranks_per_host: 8, ranks: 8192, channels: 4, hz: 10 };
         let slow = Slow { host: 700, rank: 3, channel: 2, at: Duration::from_secs(3), fraction: 0.6 };
         assert_eq!(slow.global_rank(&shape), 5603);
         assert_eq!(slow.describe(&shape), "p5-node-0700 rank 3 (rank 5603 of 8192) channel 2 at 60% from 3.0 s");

@@ -96,14 +96,21 @@ struct Frames {
     slowest: Slowest,
 }
 
+/// Intervals between a relay's writes in a run of `hosts` hosts (every host but rank 0's relays).
+fn relays_every(hosts: usize, hz: u32) -> u32 {
+    let interval = Duration::from_secs(1) / hz.max(1);
+    let every = efatop_runtime::relay::Plan::forward_every(interval, hosts.saturating_sub(1));
+    (every.as_nanos() / interval.as_nanos().max(1)).max(1) as u32
+}
+
 fn shape_of(args: &BenchCollectorArgs) -> Shape {
     let channels = args.channels as usize;
     match args.hosts {
         Some(hosts) => {
             let ranks_per_host = args.ranks_per_host as usize;
-            Shape { hosts: Some(hosts as usize), relay: !args.no_relay, ranks_per_host, ranks: hosts as usize * ranks_per_host, channels, hz: args.hz }
+            Shape { hosts: Some(hosts as usize), relay: !args.no_relay, relay_every: args.relay_every.unwrap_or_else(|| relays_every(hosts as usize, args.hz)), ranks_per_host, ranks: hosts as usize * ranks_per_host, channels, hz: args.hz }
         }
-        None => Shape { hosts: None, relay: false, ranks_per_host: args.ranks as usize, ranks: args.ranks as usize, channels, hz: args.hz },
+        None => Shape { hosts: None, relay: false, relay_every: 1, ranks_per_host: args.ranks as usize, ranks: args.ranks as usize, channels, hz: args.hz },
     }
 }
 
@@ -242,7 +249,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
         shape.hz,
         ranks as u64 * u64::from(shape.hz),
         load.connections,
-        if shape.relay && shape.hosts.is_some() { " (a host's ranks over its relay's one connection)" } else { "" },
+        if shape.relay && shape.hosts.is_some() { format!(" (a host's ranks over its relay's one connection, a write every {} interval(s))", shape.relay_every) } else { String::new() },
         if json && rails { format!("`rail` JSON lines on stdout, per host and rail every interval ({} lines/s), as efatop --json prints a run of more than {} channels", shape.host_count() as u64 * channels as u64 * u64::from(shape.hz), efatop_proto::output::RAIL_LINES_ABOVE) } else if json { format!("a JSON line per channel sample on stdout ({} lines/s)", (ranks * channels) as u64 * u64::from(shape.hz)) } else { format!("the dashboard (fold + draw on a {}×{} TestBackend every {} ms)", args.screen.0, args.screen.1, TICK.as_millis()) }
     );
     if let Some(slow) = slow {

@@ -75,6 +75,7 @@ fn the_plan_is_a_relay_for_every_host_but_rank_0s_that_runs_more_than_one_rank()
     assert_eq!(Plan::of(&hosts, 5), None, "a host of one rank has nothing to gather");
     assert_eq!(Plan::of(&hosts, 7), Some(Plan { leader: 6, ranks: vec![6, 7] }));
     assert_eq!(Plan::of(&hosts, 8), None);
+    assert_eq!(Plan::leaders(&hosts), vec![2, 6], "every relay at once, as each rank plans its own");
     // Emulated nodes are hosts of their own.
     let emulated: Vec<String> = ["m:node0", "m:node0", "m:node1", "m:node1"].iter().map(ToString::to_string).collect();
     assert_eq!(Plan::of(&emulated, 3), Some(Plan { leader: 2, ranks: vec![2, 3] }));
@@ -204,4 +205,15 @@ fn when_rank_0_goes_the_relay_tells_its_rank_and_closes_the_hosts_connections() 
     assert!(why.contains("rank 4's telemetry relay"), "{why}");
     drop(rank5);
     drop(relay);
+}
+
+#[test]
+fn relays_forward_every_interval_and_every_other_beyond_2048_of_them() {
+    let interval = Duration::from_millis(100);
+    assert_eq!(Plan::forward_every(interval, 1), interval);
+    assert_eq!(Plan::forward_every(interval, 2048), interval);
+    assert_eq!(Plan::forward_every(interval, 4095), interval * 2, "4096 p5 hosts");
+    assert_eq!(Plan::forward_every(interval, 16383), interval * 8);
+    assert_eq!(Plan::forward_every(interval, 65535), Duration::from_secs(1), "never more than a second");
+    assert_eq!(Plan::forward_every(Duration::from_secs(5), 4095), Duration::from_secs(5), "never less than the interval");
 }
