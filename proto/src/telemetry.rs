@@ -544,7 +544,7 @@ impl Sampler {
             last_queue: (0, 0),
             last_nvlink: vec![0; probe.nvlink.len()],
             spare_peers: (0..probe.peers.len())
-                .map(|_| PeerSample { latency: IntervalHistogram { buckets: Vec::with_capacity(histogram::BUCKETS) }, ..PeerSample::default() })
+                .map(|_| PeerSample { latency: IntervalHistogram { buckets: histogram::Buckets::with_capacity(histogram::BUCKETS) }, ..PeerSample::default() })
                 .collect(),
         }
     }
@@ -559,7 +559,7 @@ impl Sampler {
     /// A sample with room for everything `probe` can report: given to [`Self::sample_into`] again and
     /// again, sampling allocates nothing.
     pub fn room(probe: &Probe) -> RankSample {
-        let histogram = || IntervalHistogram { buckets: Vec::with_capacity(histogram::BUCKETS) };
+        let histogram = || IntervalHistogram { buckets: histogram::Buckets::with_capacity(histogram::BUCKETS) };
         RankSample {
             channels: (0..probe.channels.len())
                 .map(|_| ChannelSample { latency: histogram(), ..ChannelSample::default() })

@@ -41,7 +41,7 @@ pub fn telemetry(seq: u64, gbps: f64) -> ConsumerEvent {
     let bytes = (gbps * 1e9 / 8.0 * INTERVAL.as_secs_f64()) as u64;
     let samples = (0..2)
         .map(|rank| {
-            let latency = IntervalHistogram { buckets: vec![(12, 40)] };
+            let latency = IntervalHistogram { buckets: vec![(12, 40)].into() };
             let channel = ChannelSample { channel: 0, bytes, ops: 40, in_flight: 4, latency };
             CollectorEvent::Sample(Box::new(RankSample { rank, seq, interval_ns, channels: vec![channel], ..RankSample::default() }))
         })

@@ -50,7 +50,7 @@ fn options() -> Options {
 fn sample(rank: usize, seq: u64, channels: usize) -> RankSample {
     let interval_ns = 100_000_000;
     let bucket = bucket_of(8_000 + (rank as u64 % 7) * 1_000);
-    let latency = IntervalHistogram { buckets: vec![(u16::try_from(bucket).unwrap_or(u16::MAX), 1)] };
+    let latency = IntervalHistogram { buckets: vec![(u16::try_from(bucket).unwrap_or(u16::MAX), 1)].into() };
     RankSample {
         rank: rank as u32,
         seq,

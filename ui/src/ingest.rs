@@ -340,7 +340,7 @@ mod tests {
         let mut ingest = Ingest::begin(&mut state, run_info(), &nics, results());
         assert_eq!(state.channels.len(), 4);
         assert_eq!(state.progress.total, 2);
-        let latency = IntervalHistogram { buckets: vec![(100, 3)] };
+        let latency = IntervalHistogram { buckets: vec![(100, 3)].into() };
         let sample = RankSample {
             rank: 0,
             seq: 0,
@@ -380,7 +380,7 @@ mod tests {
             interval_ns: 100_000_000,
             drops: 9,
             channels: vec![ChannelSample { channel, bytes: 1 << 30, ops: 1, ..ChannelSample::default() }],
-            peers: vec![PeerSample { peer, bytes: 1 << 20, ops: 1, latency: IntervalHistogram { buckets: vec![(100, 1)] } }],
+            peers: vec![PeerSample { peer, bytes: 1 << 20, ops: 1, latency: IntervalHistogram { buckets: vec![(100, 1)].into() } }],
             queue: Some(QueueSample { depth: 1, capacity: 2, ..QueueSample::default() }),
             nvlink: vec![NvlinkSample { peer: 0, bytes: 1, ..NvlinkSample::default() }],
             ..RankSample::default()
@@ -565,7 +565,7 @@ mod tests {
         let buckets = latency_ns
             .map(|ns| vec![(u16::try_from(efatop_proto::telemetry::histogram::bucket_of(ns)).unwrap(), 4)])
             .unwrap_or_default();
-        PeerSample { peer, bytes, ops: 4, latency: IntervalHistogram { buckets } }
+        PeerSample { peer, bytes, ops: 4, latency: IntervalHistogram { buckets: buckets.into() } }
     }
 
     #[test]

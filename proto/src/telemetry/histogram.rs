@@ -90,10 +90,17 @@ impl AtomicHistogram {
     }
 }
 
+/// An interval's non-empty buckets: up to [`INLINE_BUCKETS`] held in place, more on the heap.
+pub type Buckets = smallvec::SmallVec<[(u16, u32); INLINE_BUCKETS]>;
+
+/// Buckets an interval holds without an allocation of its own: a steady channel's latencies fall in a few
+/// neighbouring buckets (16 a power of two).
+pub const INLINE_BUCKETS: usize = 6;
+
 /// The non-empty buckets of one interval, ascending by bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IntervalHistogram {
-    pub buckets: Vec<(u16, u32)>,
+    pub buckets: Buckets,
 }
 
 impl IntervalHistogram {
@@ -124,7 +131,7 @@ impl IntervalHistogram {
 
     /// Adds `other`'s counts (rank 0 merges channels and intervals this way).
     pub fn merge(&mut self, other: &IntervalHistogram) {
-        let mut merged = Vec::with_capacity(self.buckets.len() + other.buckets.len());
+        let mut merged = Buckets::with_capacity(self.buckets.len() + other.buckets.len());
         let (mut i, mut j) = (0, 0);
         while i < self.buckets.len() || j < other.buckets.len() {
             match (self.buckets.get(i), other.buckets.get(j)) {
@@ -199,10 +206,10 @@ mod tests {
 
     #[test]
     fn merging_adds_counts() {
-        let mut a = IntervalHistogram { buckets: vec![(1, 2), (40, 1)] };
-        let b = IntervalHistogram { buckets: vec![(1, 3), (7, 1), (50, 4)] };
+        let mut a = IntervalHistogram { buckets: smallvec::smallvec![(1, 2), (40, 1)] };
+        let b = IntervalHistogram { buckets: smallvec::smallvec![(1, 3), (7, 1), (50, 4)] };
         a.merge(&b);
-        assert_eq!(a.buckets, vec![(1, 5), (7, 1), (40, 1), (50, 4)]);
+        assert_eq!(a.buckets.as_slice(), &[(1, 5), (7, 1), (40, 1), (50, 4)]);
         assert_eq!(IntervalHistogram::default().quantile_us(0.5), None);
     }
 }

@@ -543,7 +543,7 @@ impl Reader<'_> {
 
     fn histogram(&mut self) -> Result<IntervalHistogram, WireError> {
         let count = self.u16("bucket count")?;
-        let mut buckets = Vec::with_capacity(usize::from(count).min(self.bytes.len() / 6));
+        let mut buckets = super::histogram::Buckets::with_capacity(usize::from(count).min(self.bytes.len() / 6));
         for _ in 0..count {
             let bucket = self.u16("bucket")?;
             if usize::from(bucket) >= BUCKETS {
@@ -570,7 +570,7 @@ mod tests {
                 bytes: 4096,
                 ops: 1,
                 in_flight: 5,
-                latency: IntervalHistogram { buckets: vec![(40, 1)] },
+                latency: IntervalHistogram { buckets: smallvec::smallvec![(40, 1)] },
             }],
             peers: vec![PeerSample { peer: 0, bytes: 4096, ops: 1, latency: IntervalHistogram::default() }],
             ..RankSample::default()

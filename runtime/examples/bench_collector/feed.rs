@@ -130,7 +130,7 @@ impl SlowIn for Slow {
 /// A busy rank's sample: every channel moved data near 95 Gbps (a few Gbps of jitter by rank and
 /// channel), a few latency buckets filled; `slow` scales one channel.
 pub fn synthetic_sample(rank: usize, channels: usize, hz: u32, slow: Option<(usize, f64)>) -> RankSample {
-    let latency = IntervalHistogram { buckets: vec![(200, 40), (210, 9), (250, 1)] };
+    let latency = IntervalHistogram { buckets: vec![(200, 40), (210, 9), (250, 1)].into() };
     let interval_ns = 1_000_000_000 / u64::from(hz.max(1));
     RankSample {
         rank: rank as u32,

@@ -342,7 +342,7 @@ pub fn alltoall_sample_state(hosts: usize, ranks_per_host: usize, slow_host: usi
                         bytes: (gbps * INTERVAL_NS as f64 / 8.0) as u64,
                         ops: 8,
                         latency: IntervalHistogram {
-                            buckets: vec![(u16::try_from(bucket_of(latency_ns)).unwrap_or(u16::MAX), 8)],
+                            buckets: vec![(u16::try_from(bucket_of(latency_ns)).unwrap_or(u16::MAX), 8)].into(),
                         },
                     }
                 })

@@ -84,7 +84,7 @@ impl Session {
     fn sample(&self, rank: u32, seq: u64, gbps: f64, at: Duration) {
         let interval_ns = INTERVAL.as_nanos() as u64;
         let bytes = (gbps * 1e9 / 8.0 * INTERVAL.as_secs_f64()) as u64;
-        let latency = IntervalHistogram { buckets: vec![(12, 40)] };
+        let latency = IntervalHistogram { buckets: vec![(12, 40)].into() };
         let channel = ChannelSample { channel: 0, bytes, ops: 40, in_flight: 4, latency };
         let sample = RankSample { rank, seq, interval_ns, channels: vec![channel], ..RankSample::default() };
         self.liveness.borrow_mut().heard(rank as usize, at);
