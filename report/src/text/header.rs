@@ -9,8 +9,9 @@ use efatop_proto::sizes::format_size;
 use efatop_proto::words::plural;
 
 pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
-    let mut hosts = meta.hosts.clone();
-    hosts.dedup();
+    // Each host once, in rank order (ranks placed round-robin over hosts repeat them out of order).
+    let mut seen = std::collections::HashSet::new();
+    let hosts: Vec<&str> = meta.hosts.iter().map(String::as_str).filter(|host| seen.insert(*host)).collect();
     let mut out = String::new();
     let sizes = match (sizes.first(), sizes.last()) {
         (Some(first), Some(last)) => format!(", sizes {}..{}", format_size(*first), format_size(*last)),
@@ -21,7 +22,7 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
         // provider stack to show, only what was asked for.
         return early_header(meta);
     }
-    let host_list = format!("{} on {} ({})", plural(meta.ranks, "rank"), plural(hosts.len(), "host"), hosts.join(", "));
+    let host_list = format!("{} on {} ({})", plural(meta.ranks, "rank"), plural(hosts.len(), "host"), host_names(&hosts));
     if meta.experiment == Experiment::Ipc {
         // No NIC moves ipc's bytes: the header names the GPUs (in the rank lines) and the NVLink peak.
         let _ = writeln!(out, "# efatop ipc — {host_list}, CUDA IPC between the ranks' GPUs");
@@ -145,9 +146,34 @@ fn early_header(meta: &RunMetadata) -> String {
     out
 }
 
+/// The hosts' names for the header's first line: all of a small run's, the first few of a fleet's.
+fn host_names(hosts: &[&str]) -> String {
+    const SHOWN: usize = 8;
+    if hosts.len() <= SHOWN {
+        return hosts.join(", ");
+    }
+    format!("{}, … and {} more", hosts[..SHOWN].join(", "), hosts.len() - SHOWN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_counted_once_each_and_a_fleets_are_not_all_listed() {
+        let mut meta = crate::text::table::tests::sample().metadata;
+        // Round-robin over two emulated nodes: each host once, in rank order.
+        meta.ranks = 4;
+        meta.hosts = ["m:node0", "m:node1", "m:node0", "m:node1"].iter().map(ToString::to_string).collect();
+        let header = render_header(&meta, &[1 << 20]);
+        assert!(header.contains("— 4 ranks on 2 hosts (m:node0, m:node1),"), "{header}");
+        meta.ranks = 32768;
+        meta.hosts = (0..32768).map(|rank| format!("p5-node-{:04}", rank / 8)).collect();
+        let first_line = render_header(&meta, &[1 << 20]).lines().next().unwrap_or_default().to_string();
+        assert!(first_line.contains("32768 ranks on 4096 hosts (p5-node-0000, "), "{first_line}");
+        assert!(first_line.contains("p5-node-0007, … and 4088 more)"), "{first_line}");
+        assert!(first_line.len() < 400, "{first_line}");
+    }
 
     #[test]
     fn ipc_names_the_nvlink_peak_not_a_nic() {
