@@ -776,16 +776,16 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 
-    const WORLD: WorldBounds = WorldBounds { ranks: 8, channels: 4 };
+    pub(crate) const WORLD: WorldBounds = WorldBounds { ranks: 8, channels: 4 };
 
     /// The collector of a run of [`WORLD`] on loopback, its secret, and its events one by one (they arrive
-    /// in batches).
-    fn collector() -> (Collector, Secret, impl FnMut(Duration) -> Option<CollectorEvent>) {
+    /// in batches). The relay's tests use it too.
+    pub(crate) fn collector() -> (Collector, Secret, impl FnMut(Duration) -> Option<CollectorEvent>) {
         let (tx, rx) = mpsc::channel::<Vec<CollectorEvent>>();
         let mut queued = std::collections::VecDeque::new();
         let next = move |wait: Duration| {

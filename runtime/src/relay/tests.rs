@@ -1,34 +1,19 @@
 //! The relay between real samplers and rank 0's real collector, over loopback.
 
 use super::*;
-use crate::collector::{Collector, CollectorEvent, Gate, SamplerThread};
+use crate::collector::{Collector, CollectorEvent, SamplerThread};
 use efatop_proto::telemetry::{Probe, RankSample};
 use std::io::Write;
-use std::net::{IpAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::mpsc;
 
-/// A run of 8 ranks; the host under test runs ranks 4 to 7.
-const WORLD: WorldBounds = WorldBounds { ranks: 8, channels: 4 };
+/// A run of 8 ranks (the collector's tests' world); the host under test runs ranks 4 to 7.
+use crate::collector::tests::{WORLD, collector};
 const INTERVAL: Duration = Duration::from_millis(20);
 
 fn plan() -> Plan {
     let hosts: Vec<String> = (0..8).map(|rank| format!("node{}", rank / 4)).collect();
     Plan::of(&hosts, 6).expect("ranks 4..8 share a host that is not rank 0's")
-}
-
-/// Rank 0's collector for [`WORLD`], its secret, and its events one by one.
-fn collector() -> (Collector, Secret, impl FnMut(Duration) -> Option<CollectorEvent>) {
-    let (tx, rx) = mpsc::channel::<Vec<CollectorEvent>>();
-    let mut queued = std::collections::VecDeque::new();
-    let next = move |wait: Duration| {
-        if queued.is_empty() {
-            queued.extend(rx.recv_timeout(wait).ok()?);
-        }
-        queued.pop_front()
-    };
-    let secret = Secret::generate().expect("secret");
-    let gate = Gate { secret: secret.clone(), bounds: WORLD, bind: IpAddr::from([127, 0, 0, 1]) };
-    (Collector::start(tx, gate).expect("collector"), secret, next)
 }
 
 fn start_relay(collector: &Collector, secret: &Secret, watch: Option<RankZeroWatch>) -> Relay {
