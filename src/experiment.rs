@@ -162,16 +162,16 @@ pub fn given_twice<T: ValueEnum + PartialEq>(values: &[T]) -> Option<String> {
     values[index].to_possible_value().map(|value| value.get_name().to_string())
 }
 
-/// `--telemetry-ab BLOCK` times whole cycles of four blocks, in the two experiments that time blocks.
+/// `--telemetry-ab BLOCK` times whole rounds of sixteen blocks, in the two experiments that time blocks.
 fn check_telemetry_ab(kind: &efatop_proto::Experiment, common: &CommonArgs) -> Result<(), String> {
     let Some(block) = common.telemetry_ab else { return Ok(()) };
     if !matches!(kind, efatop_proto::Experiment::Write | efatop_proto::Experiment::Alltoall) {
         return Err(format!("--telemetry-ab: {} does not time blocks of iterations; use write or alltoall", kind.known_name().unwrap_or("this experiment")));
     }
-    let cycle = block.saturating_mul(efatop_proto::results::AbArm::CYCLE);
-    if !common.iters.is_multiple_of(cycle) {
+    let round = block.saturating_mul(efatop_proto::results::AbArm::ROUND);
+    if !common.iters.is_multiple_of(round) {
         return Err(format!(
-            "--telemetry-ab {block}: --iters {} must be a multiple of {cycle} (cycles of 4 blocks: on, off, off, on)",
+            "--telemetry-ab {block}: --iters {} must be a multiple of {round} (rounds of 16 blocks: on, off, off, on twice, then off, on, on, off twice)",
             common.iters
         ));
     }
@@ -436,8 +436,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub no_telemetry: bool,
     /// Measuring aid (scripts/bench/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
-    /// rank's telemetry sampler paused in every other block (on, off, off, on), and both rates in the
-    /// results file (`telemetry_ab`); write and alltoall, --iters a multiple of 4 × BLOCK
+    /// rank's telemetry sampler paused in every other block (on, off, off, on, then the other way round), and
+    /// both rates in the results file (`telemetry_ab`); write and alltoall, --iters a multiple of 16 × BLOCK
     #[arg(long, hide = true, value_name = "BLOCK", conflicts_with = "no_telemetry", value_parser = whole_number::<u64>(1..=1_000_000))]
     pub telemetry_ab: Option<u64>,
     /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1

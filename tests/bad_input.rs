@@ -48,7 +48,7 @@ fn bad_input_table() {
         ),
         (&["run", "--ranks", "2", "alltoall", "--provider", "shm", "--window", "4"], &["--window 4", "takes 1"]),
         (&["alltoall", "--configs", "pairwise"], &["--configs", "possible values: single, multi, roundrobin"]),
-        (&["write", "--telemetry-ab", "2", "--iters", "12"], &["--telemetry-ab 2", "--iters 12", "multiple of 8"]),
+        (&["write", "--telemetry-ab", "2", "--iters", "24"], &["--telemetry-ab 2", "--iters 24", "multiple of 32"]),
         (&["sendrecv", "--telemetry-ab", "1", "--iters", "8"], &["--telemetry-ab", "sendrecv", "write or alltoall"]),
         (&["write", "--telemetry-ab", "1", "--iters", "8", "--no-telemetry"], &["--telemetry-ab", "--no-telemetry"]),
         (&["write", "--warmup", "many"], &["--warmup"]),

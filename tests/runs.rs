@@ -194,7 +194,7 @@ fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
         let out = dir.path().join(format!("{experiment}.json"));
         let args = [
             experiment, "--provider", "shm", "--configs", "single", "--min-size", "64K", "--max-size", "128K", "--iters",
-            "16", "--warmup", "1", "--telemetry-ab", block, "--out", out.to_str().expect("utf-8"),
+            "32", "--warmup", "1", "--telemetry-ab", block, "--out", out.to_str().expect("utf-8"),
         ];
         let run = local(ranks, &args);
         assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
@@ -206,7 +206,7 @@ fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
         for m in measurements {
             let ab = &m["telemetry_ab"];
             assert_eq!(ab["block_iterations"].as_u64(), Some(block), "{experiment}: {m}");
-            assert_eq!(ab["blocks"].as_u64(), Some(16 / block), "{experiment}: {m}");
+            assert_eq!(ab["blocks"].as_u64(), Some(32 / block), "{experiment}: {m}");
             let rates = ["on_gbps", "off_gbps"].iter().map(|k| &ab[*k]).chain(ab["on_halves_gbps"].as_array().expect("on halves")).chain(ab["off_halves_gbps"].as_array().expect("off halves"));
             for rate in rates {
                 assert!(rate.as_f64().is_some_and(|r| r > 0.0), "{experiment}: {m}");

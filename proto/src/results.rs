@@ -318,24 +318,35 @@ pub struct Measurement {
     pub expected: Option<crate::expected::Expected>,
 }
 
-/// Where a timed block of `--telemetry-ab` stands: blocks go on, off, off, on in every cycle of four (so a
-/// drift within a cycle weighs on both alike), and cycles alternate between two halves, each of which holds
-/// both, so that the spread between halves of the same arm tells the noise (A against A).
+/// Where a timed block of `--telemetry-ab` stands: blocks go on, off, off, on in a cycle of four (so a
+/// drift within a cycle weighs on both alike), or the other way round ([`AbArm::ROUND`]), and cycles
+/// alternate between two halves, each of which holds both, so that the spread between halves of the same
+/// arm tells the noise (A against A).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AbArm {
     /// Telemetry's samplers run during the block (else they are paused on every rank).
     pub on: bool,
     /// 0 for even cycles, 1 for odd ones.
     pub half: usize,
+    /// Its place in the cycle: 0 (on, the cycle's first), 1 (off, after an on), 2 (off), 3 (on, after an off).
+    pub position: usize,
 }
 
 impl AbArm {
-    /// Blocks per cycle: on, off, off, on.
+    /// Blocks per cycle: on, off, off, on, or the other way round.
     pub const CYCLE: u64 = 4;
+    /// Blocks per round: four cycles, on-off-off-on twice then off-on-on-off twice, so that each arm holds
+    /// each place in the cycle equally often and each half holds both orders. A block's place can matter
+    /// by itself: at one-iteration blocks, 8-rank all-to-all over shm ran the cycle's fourth iteration 4 %
+    /// faster than its second, telemetry or not, which on-off-off-on alone counted as telemetry's.
+    pub const ROUND: u64 = 4 * Self::CYCLE;
 
     /// The arm of timed block `block` (counted from 0).
     pub fn of_block(block: u64) -> Self {
-        Self { on: matches!(block % Self::CYCLE, 0 | 3), half: ((block / Self::CYCLE) % 2) as usize }
+        let cycle = block / Self::CYCLE;
+        let position = (block % Self::CYCLE) as usize;
+        let turned = (cycle / 2) % 2 == 1;
+        Self { on: matches!(position, 0 | 3) != turned, half: (cycle % 2) as usize, position }
     }
 }
 
@@ -345,12 +356,17 @@ pub struct AbTally {
     /// `[on as usize][half]`.
     bytes: [[f64; 2]; 2],
     seconds: [[f64; 2]; 2],
+    /// By place in the cycle ([`AbArm::position`]).
+    position_bytes: [f64; 4],
+    position_seconds: [f64; 4],
 }
 
 impl AbTally {
     pub fn add(&mut self, arm: AbArm, bytes: f64, seconds: f64) {
         self.bytes[usize::from(arm.on)][arm.half] += bytes;
         self.seconds[usize::from(arm.on)][arm.half] += seconds;
+        self.position_bytes[arm.position] += bytes;
+        self.position_seconds[arm.position] += seconds;
     }
 
     pub fn merge(&mut self, other: &AbTally) {
@@ -359,6 +375,10 @@ impl AbTally {
                 self.bytes[on][half] += other.bytes[on][half];
                 self.seconds[on][half] += other.seconds[on][half];
             }
+        }
+        for position in 0..4 {
+            self.position_bytes[position] += other.position_bytes[position];
+            self.position_seconds[position] += other.position_seconds[position];
         }
     }
 
@@ -376,12 +396,13 @@ impl AbTally {
             off_gbps: rate(0, &[0, 1]),
             on_halves_gbps: [rate(1, &[0]), rate(1, &[1])],
             off_halves_gbps: [rate(0, &[0]), rate(0, &[1])],
+            position_gbps: std::array::from_fn(|p| gbps(self.position_bytes[p], self.position_seconds[p])),
         }
     }
 }
 
 /// One step of `--telemetry-ab`: its timed iterations in blocks, the samplers of every rank paused in every
-/// other block (on, off, off, on), and the rate of each arm (bytes over the blocks' time, all pairs or
+/// other block (on, off, off, on, or the other way round), and the rate of each arm (bytes over the blocks' time, all pairs or
 /// ranks together). `cost()` is what telemetry takes; the halves (even and odd cycles) of one arm differ
 /// only by noise, which `noise()` gives.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -394,6 +415,10 @@ pub struct TelemetryAb {
     /// Each arm over even and over odd cycles.
     pub on_halves_gbps: [f64; 2],
     pub off_halves_gbps: [f64; 2],
+    /// Each place in the cycle (on first, off after on, off, on after off): where a switch of the samplers
+    /// costs, it shows in the block after it. Absent (zero) in older files.
+    #[serde(default)]
+    pub position_gbps: [f64; 4],
 }
 
 impl TelemetryAb {
@@ -847,12 +872,20 @@ mod tests {
     }
 
     #[test]
-    fn telemetry_ab_blocks_go_on_off_off_on_and_cycles_alternate_halves() {
-        let arms: Vec<(bool, usize)> = (0..10).map(AbArm::of_block).map(|a| (a.on, a.half)).collect();
-        assert_eq!(
-            arms,
-            [(true, 0), (false, 0), (false, 0), (true, 0), (true, 1), (false, 1), (false, 1), (true, 1), (true, 0), (false, 0)]
-        );
+    fn telemetry_ab_blocks_go_on_off_off_on_then_the_other_way_and_cycles_alternate_halves() {
+        let arms: String = (0..AbArm::ROUND + 4).map(AbArm::of_block).map(|a| if a.on { 'N' } else { 'f' }).collect();
+        assert_eq!(arms, "NffNNffNfNNffNNfNffN");
+        let halves: Vec<usize> = (0..AbArm::ROUND).step_by(4).map(|b| AbArm::of_block(b).half).collect();
+        assert_eq!(halves, [0, 1, 0, 1]);
+        // Over a round, each arm holds each place twice, and each half both orders.
+        for position in 0..4 {
+            let on = (0..AbArm::ROUND).map(AbArm::of_block).filter(|a| a.position == position && a.on).count();
+            assert_eq!(on, 2, "place {position}");
+        }
+        for half in 0..2 {
+            let first: Vec<bool> = (0..AbArm::ROUND).map(AbArm::of_block).filter(|a| a.half == half && a.position == 0).map(|a| a.on).collect();
+            assert_eq!(first, [true, false], "half {half}");
+        }
     }
 
     #[test]

@@ -151,17 +151,6 @@ impl SamplerThread {
             let mut last = Instant::now();
             let mut next = last + interval;
             loop {
-                if !probe.sampling() && !stopping.load(Ordering::Relaxed) {
-                    // Paused (`--telemetry-ab`'s off blocks): no sampling, no sending, no wake-ups, as with
-                    // telemetry off. The schedule waits with it, so running time keeps the usual sample rate;
-                    // the next sample's interval covers the pause, so its rates stay bytes over wall time.
-                    let paused = Instant::now();
-                    while !probe.sampling() && !stopping.load(Ordering::Relaxed) {
-                        std::thread::park_timeout(Duration::from_secs(1));
-                    }
-                    next += paused.elapsed();
-                    continue;
-                }
                 let stopping_now = stopping.load(Ordering::Relaxed);
                 let now = Instant::now();
                 // A phase change goes out at once: it is the rank's progress report.
@@ -170,13 +159,22 @@ impl SamplerThread {
                     link.push_bytes(&wire::encode_phase(&report));
                 }
                 if now >= next || stopping_now {
-                    sampler.sample_into(&probe, now - last, link.drops, &mut sample);
-                    last = now;
+                    // Paused (`--telemetry-ab`'s off blocks): the sample due is not taken and nothing is sent,
+                    // as with telemetry off; the schedule goes on as usual (no one wakes this thread to switch
+                    // arms), and the next sample's interval covers the pause, so its rates stay bytes over
+                    // wall time.
+                    let paused = !stopping_now && !probe.sampling();
+                    if !paused {
+                        sampler.sample_into(&probe, now - last, link.drops, &mut sample);
+                        last = now;
+                    }
                     next += interval;
                     if next < now {
                         next = now + interval;
                     }
-                    link.push(&sample);
+                    if !paused {
+                        link.push(&sample);
+                    }
                 }
                 link.flush();
                 if link.broken && !stopping_now {
