@@ -679,18 +679,17 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
             Ok(_) => {}
         }
         // Every complete frame in what has arrived; a partial one waits for the next read.
-        while let Some(prefix) = buffer.get(consumed..consumed + 4) {
-            let announced = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-            let len = match wire::check_length(announced) {
-                Ok(len) if len <= max_frame => len,
-                Ok(len) => break 'reading Some(format!("a frame of {len} bytes; a rank of this run sends at most {max_frame}")),
-                Err(reason) => {
+        loop {
+            let (len, body) = match wire::split_frame(&buffer[consumed..], max_frame) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(wire::SplitError::Malformed(reason)) => {
                     // The stream cannot be resynchronised after a bad length: drop the connection.
                     pending.push(CollectorEvent::Malformed { from, reason });
                     break 'reading None;
                 }
+                Err(too_long) => break 'reading Some(too_long.to_string()),
             };
-            let Some(body) = buffer.get(consumed + 4..consumed + 4 + len) else { break };
             let (event, claimed_now) = match wire::decode_frame(body) {
                 Ok(wire::Frame::Rank(sample)) => {
                     if let Some(outside) = sample.outside(bounds) {
@@ -722,7 +721,7 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
                 }
             }
             pending.push(event);
-            consumed += 4 + len;
+            consumed += len;
         }
     };
     release(door, &held);

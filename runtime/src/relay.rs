@@ -61,11 +61,14 @@ impl Plan {
     /// 0's collector itself.
     pub fn of(hosts: &[String], rank: usize) -> Option<Self> {
         let host = hosts.get(rank)?;
-        if Some(host) == hosts.first() {
-            return None;
-        }
         let ranks: Vec<u32> = hosts.iter().enumerate().filter(|(_, other)| *other == host).map(|(r, _)| r as u32).collect();
-        (ranks.len() > 1).then(|| Self { leader: ranks[0] as usize, ranks })
+        Self::relayed(hosts, host, ranks.len()).then(|| Self { leader: ranks[0] as usize, ranks })
+    }
+
+    /// The rule, for both [`Plan::of`] and [`Plan::leaders`]: a host other than rank 0's with more than one
+    /// rank of the run has a relay.
+    fn relayed(hosts: &[String], host: &str, ranks_on_host: usize) -> bool {
+        hosts.first().is_some_and(|rank0| rank0 != host) && ranks_on_host > 1
     }
 
     /// Every relay's rank of a run on `hosts`, ascending: [`Plan::of`] for the whole run at once.
@@ -74,9 +77,8 @@ impl Plan {
         for (rank, host) in hosts.iter().enumerate() {
             ranks_on.entry(host.as_str()).or_insert((rank, 0)).1 += 1;
         }
-        let rank0 = hosts.first().map(String::as_str);
         let mut leaders: Vec<usize> =
-            ranks_on.into_iter().filter(|(host, (_, count))| Some(*host) != rank0 && *count > 1).map(|(_, (first, _))| first).collect();
+            ranks_on.into_iter().filter(|(host, (_, count))| Self::relayed(hosts, host, *count)).map(|(_, (first, _))| first).collect();
         leaders.sort_unstable();
         leaders
     }
@@ -354,14 +356,12 @@ async fn read_local(stream: &mut tokio::net::TcpStream, number: u64, state: &Sta
             Ok(_) => {}
         }
         let mut consumed = 0;
-        while let Some(prefix) = buffer.get(consumed..consumed + 4) {
-            let announced = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-            let len = match wire::check_length(announced) {
-                Ok(len) if len <= state.run.max_frame => len,
-                Ok(len) => return Some(format!("a frame of {len} bytes; a rank of this run sends at most {}", state.run.max_frame)),
-                Err(reason) => return Some(format!("a malformed frame ({reason})")),
+        loop {
+            let (len, body) = match wire::split_frame(&buffer[consumed..], state.run.max_frame) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(why) => return Some(why.to_string()),
             };
-            let Some(body) = buffer.get(consumed + 4..consumed + 4 + len) else { break };
             let rank = match wire::decode_frame(body) {
                 Ok(wire::Frame::Rank(sample)) => match sample.outside(state.run.bounds) {
                     Some(outside) => return Some(outside.to_string()),
@@ -382,8 +382,8 @@ async fn read_local(stream: &mut tokio::net::TcpStream, number: u64, state: &Sta
                 owners[at] = Some(number);
                 claimed.push(at);
             }
-            state.batch.borrow_mut().extend_from_slice(&buffer[consumed..consumed + 4 + len]);
-            consumed += 4 + len;
+            state.batch.borrow_mut().extend_from_slice(&buffer[consumed..consumed + len]);
+            consumed += len;
         }
         buffer.drain(..consumed);
     }

@@ -254,6 +254,30 @@ pub fn check_length(len: u32) -> Result<usize, WireError> {
     if len > MAX_FRAME { Err(WireError::TooLong(len)) } else { Ok(len as usize) }
 }
 
+/// Why a stream's next frame cannot be taken: either way the stream cannot be followed past it (nothing says
+/// where the next frame would start), so its connection is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A length no frame has ([`check_length`]).
+    #[error("a malformed frame ({0})")]
+    Malformed(WireError),
+    /// A frame longer than any the run's ranks send (`max_frame`, from the run's world).
+    #[error("a frame of {len} bytes; a rank of this run sends at most {max}")]
+    TooLong { len: usize, max: usize },
+}
+
+/// The next whole frame at the front of `received` (bytes of a stream, from a frame's start): its length
+/// with the 4-byte prefix and its body, or `None` until more bytes arrive. Both of rank 0's readers (the
+/// collector, a host's relay) split a stream with it.
+pub fn split_frame(received: &[u8], max_frame: usize) -> Result<Option<(usize, &[u8])>, SplitError> {
+    let Some(prefix) = received.first_chunk::<4>() else { return Ok(None) };
+    let len = check_length(u32::from_le_bytes(*prefix)).map_err(SplitError::Malformed)?;
+    if len > max_frame {
+        return Err(SplitError::TooLong { len, max: max_frame });
+    }
+    Ok(received.get(4..4 + len).map(|body| (4 + len, body)))
+}
+
 /// Appends one framed node snapshot to `out`. A string longer than 65535 bytes cannot be framed; host,
 /// device and GPU names never come close, and the node would rather say so than send a cut name.
 pub fn encode_node(sample: &NodeSample, out: &mut Vec<u8>) -> Result<(), WireError> {
@@ -867,4 +891,29 @@ mod tests {
         unknown[2 + 4 + 8] = 6;
         assert_eq!(decode_frame(&unknown), Err(WireError::Phase(6)));
     }
+
+    #[test]
+    fn a_stream_splits_into_whole_frames_and_waits_for_a_partial_one() {
+        let mut stream = encode_gone(3).to_vec();
+        stream.extend_from_slice(&encode_gone(5));
+        let one = GONE_FRAME_LEN;
+        let (len, body) = split_frame(&stream, 64).expect("valid").expect("whole");
+        assert_eq!(len, one);
+        assert_eq!(decode_frame(body), Ok(Frame::Gone(3)));
+        let (_, body) = split_frame(&stream[one..], 64).expect("valid").expect("whole");
+        assert_eq!(decode_frame(body), Ok(Frame::Gone(5)));
+        // A prefix alone, or a body cut short: wait for more.
+        for cut in [0, 3, 4, one - 1] {
+            assert_eq!(split_frame(&stream[..cut], 64), Ok(None), "cut at {cut}");
+        }
+        // Longer than the run allows, or than any frame may be: refused, whatever follows.
+        assert_eq!(split_frame(&stream, one - 5), Err(SplitError::TooLong { len: one - 4, max: one - 5 }));
+        let huge = (MAX_FRAME + 1).to_le_bytes();
+        assert_eq!(split_frame(&huge, usize::MAX), Err(SplitError::Malformed(WireError::TooLong(MAX_FRAME + 1))));
+        assert_eq!(
+            SplitError::TooLong { len: 9, max: 8 }.to_string(),
+            "a frame of 9 bytes; a rank of this run sends at most 8"
+        );
+    }
+
 }
