@@ -5,7 +5,8 @@
 //! the latency queries rank 0 runs on every decoded histogram (percentiles, max, merging into a rank's total)
 //! and the rates it computes from a GPU section hold up too. Node
 //! snapshots (`efatop monitor` across nodes) share the stream: one that decodes re-encodes to the same bytes
-//! (compared as bytes: a rate may be NaN, which equals nothing).
+//! (compared as bytes: a rate may be NaN, which equals nothing). So do phase reports and a relay's word that a
+//! rank it carried closed: each decodes back to itself.
 
 #![no_main]
 
@@ -15,11 +16,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|stream: &[u8]| {
     let mut rest = stream;
-    while let Some((prefix, after_prefix)) = rest.split_first_chunk::<4>() {
-        // The collector hangs up on a length it cannot trust, and waits for more bytes on a short body.
-        let Ok(len) = wire::check_length(u32::from_le_bytes(*prefix)) else { return };
-        let Some(body) = after_prefix.get(..len) else { return };
-        rest = &after_prefix[len..];
+    // The collector and a host's relay split a stream as this does: they hang up on a length they cannot
+    // trust, and wait for more bytes on a short body.
+    while let Ok(Some((len, body))) = wire::split_frame(rest, wire::MAX_FRAME as usize) {
+        rest = &rest[len..];
         let sample = match wire::decode_frame(body) {
             Ok(wire::Frame::Rank(sample)) => sample,
             Ok(wire::Frame::Node(node)) => {
@@ -32,6 +32,15 @@ fuzz_target!(|stream: &[u8]| {
                     wire::encode_node(&again, &mut second).expect("what decoded encodes");
                     assert_eq!(first, second, "node frame changes on a round trip");
                 }
+                continue;
+            }
+            Ok(wire::Frame::Phase(report)) => {
+                let again = wire::decode_frame(&wire::encode_phase(&report)[4..]);
+                assert_eq!(again, Ok(wire::Frame::Phase(report)), "phase report changes on a round trip");
+                continue;
+            }
+            Ok(wire::Frame::Gone(rank)) => {
+                assert_eq!(wire::decode_frame(&wire::encode_gone(rank)[4..]), Ok(wire::Frame::Gone(rank)), "rank gone changes on a round trip");
                 continue;
             }
             Err(_) => continue,

@@ -53,8 +53,8 @@ impl NodeTopology {
     /// The topology described by hwloc XML text; `source` names it in the output.
     pub fn from_xml_str(xml: &str, source: &str) -> Result<Self, TopologyError> {
         let invalid = |detail: &str| TopologyError::InvalidXml { name: source.to_string(), detail: detail.to_string() };
-        if has_cpuset_without_complete_cpuset(xml) {
-            return Err(invalid("an <object> has a cpuset but no complete_cpuset"));
+        if let Some(set) = set_without_its_complete_set(xml) {
+            return Err(invalid(&format!("an <object> has a {set} but no complete_{set}")));
         }
         // hwloc says no more than EINVAL either way; what failed is the most we can add. hwlocality treats
         // any other errno from hwloc's XML loader as impossible and panics; hwloc gives EILSEQ for a file
@@ -72,11 +72,18 @@ impl NodeTopology {
     }
 }
 
-/// hwloc's XML writer gives every object with a `cpuset` its `complete_cpuset` too, and hwloc 2.9's loader
-/// relies on it without checking: it orders sibling objects by their complete cpusets and dereferences NULL
-/// when one has none (`lstopo --input` crashes the same way). Such files are refused before hwloc sees them.
-fn has_cpuset_without_complete_cpuset(xml: &str) -> bool {
-    object_attribute_names(xml).any(|names| names.contains(&"cpuset") && !names.contains(&"complete_cpuset"))
+/// hwloc's XML writer gives every object with a `cpuset` its `complete_cpuset` too, and one with a `nodeset`
+/// its `complete_nodeset`, and hwloc 2.9's loader relies on both without checking: it orders sibling objects
+/// by their complete cpusets, and adds each NUMA node to the machine's complete nodeset, dereferencing NULL
+/// when there is none (`lstopo --input` crashes the same way; both found by `scripts/bench/fuzz`). Such files
+/// are refused before hwloc sees them: the first set missing its complete one, `cpuset` or `nodeset`.
+fn set_without_its_complete_set(xml: &str) -> Option<&'static str> {
+    object_attribute_names(xml).find_map(|names| {
+        [("cpuset", "complete_cpuset"), ("nodeset", "complete_nodeset")]
+            .into_iter()
+            .find(|(set, complete)| names.contains(set) && !names.contains(complete))
+            .map(|(set, _)| set)
+    })
 }
 
 /// The attribute names of each `<object>` tag, read as XML writes them (`name="value"` or `name='value'`);
@@ -499,6 +506,21 @@ mod tests {
         assert!(NodeTopology::from_xml_str(&fixture, "p5.xml").is_ok());
     }
 
+    /// Found by `scripts/bench/fuzz` (`topology_xml`, 2026-12-02): the p5en fixture with its machine's
+    /// `complete_nodeset` renamed made hwloc's loader dereference NULL (SIGSEGV inside libhwloc).
+    #[test]
+    fn a_nodeset_without_its_complete_nodeset_is_refused_before_hwloc_crashes_on_it() {
+        let fixture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/p5en.48xlarge.xml"))
+            .expect("the p5en fixture");
+        let machine_without_complete_nodeset = fixture.replacen("complete_nodeset=", "complet2_nodeset=", 1);
+        let err = NodeTopology::from_xml_str(&machine_without_complete_nodeset, "fuzzed.xml").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "fuzzed.xml is not an hwloc XML topology (an <object> has a nodeset but no complete_nodeset)"
+        );
+        assert!(NodeTopology::from_xml_str(&fixture, "p5en.xml").is_ok());
+    }
+
     #[test]
     fn object_attributes_are_read_whatever_their_order_or_quotes() {
         let names = |xml| object_attribute_names(xml).collect::<Vec<_>>();
@@ -509,8 +531,10 @@ mod tests {
         assert_eq!(names(r#"<objects a="1"/><object_x b="2"/><info name="cpuset"/>"#), Vec::<Vec<&str>>::new());
         assert_eq!(names(r#"<object name="a>b" cpuset="0x1"/>"#), vec![vec!["name", "cpuset"]]);
         assert_eq!(names("<object>text<x a=\"1\"/><object cpuset=0x1 type=\"PU\">"), vec![Vec::<&str>::new(), Vec::new()]);
-        assert!(has_cpuset_without_complete_cpuset(r#"<object cpuset="0x1"/>"#));
-        assert!(!has_cpuset_without_complete_cpuset(r#"<object complete_cpuset="0x1" cpuset="0x1"/>"#));
-        assert!(!has_cpuset_without_complete_cpuset(r#"<object type="OSDev" name="eth0"/>"#));
+        assert_eq!(set_without_its_complete_set(r#"<object cpuset="0x1"/>"#), Some("cpuset"));
+        assert_eq!(set_without_its_complete_set(r#"<object complete_cpuset="0x1" cpuset="0x1"/>"#), None);
+        assert_eq!(set_without_its_complete_set(r#"<object cpuset="0x1" complete_cpuset="0x1" nodeset="0x1"/>"#), Some("nodeset"));
+        assert_eq!(set_without_its_complete_set(r#"<object complete_nodeset="0x1" nodeset="0x1"/>"#), None);
+        assert_eq!(set_without_its_complete_set(r#"<object type="OSDev" name="eth0"/>"#), None);
     }
 }
