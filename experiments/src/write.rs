@@ -128,12 +128,17 @@ pub fn run(
                 iteration: plan_index as u64,
             };
             observer.step(column, size);
-            if world.rank == WRITER {
+            let filled = if world.rank == WRITER {
                 world.probe.set_phase(Phase::Filling, size);
-                payload.fill(seed, sweep.corrupt_byte)?;
-            }
+                payload.fill(seed, sweep.corrupt_byte)
+            } else {
+                Ok(())
+            };
             world.probe.set_phase(Phase::Transferring, size);
             world.counters_before_step();
+            // Every rank has read its NIC counters before the writer's first write of the step can land: a
+            // target that read them late missed part of the warm-up (NIC/app 0.946 on a loaded CI machine).
+            agree(world, filled, observer)?;
             let mut pairs = Vec::new();
             let mut latency = LatencyRecorder::new();
             let mut tally = AbTally::default();
