@@ -163,17 +163,14 @@ impl SamplerThread {
                     // as with telemetry off; the schedule goes on as usual (no one wakes this thread to switch
                     // arms), and the next sample's interval covers the pause, so its rates stay bytes over
                     // wall time.
-                    let paused = !stopping_now && !probe.sampling();
-                    if !paused {
+                    if stopping_now || probe.sampling() {
                         sampler.sample_into(&probe, now - last, link.drops, &mut sample);
                         last = now;
+                        link.push(&sample);
                     }
                     next += interval;
                     if next < now {
                         next = now + interval;
-                    }
-                    if !paused {
-                        link.push(&sample);
                     }
                 }
                 link.flush();
