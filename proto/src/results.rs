@@ -328,7 +328,8 @@ pub struct AbArm {
     pub on: bool,
     /// 0 for even cycles, 1 for odd ones.
     pub half: usize,
-    /// Its place in the cycle: 0 (on, the cycle's first), 1 (off, after an on), 2 (off), 3 (on, after an off).
+    /// Its place in the cycle, 0 to 3: places 0 and 3 are on in an on-off-off-on cycle and off in the
+    /// other order, so that over a round each arm holds each place equally often.
     pub position: usize,
 }
 
@@ -415,8 +416,8 @@ pub struct TelemetryAb {
     /// Each arm over even and over odd cycles.
     pub on_halves_gbps: [f64; 2],
     pub off_halves_gbps: [f64; 2],
-    /// Each place in the cycle (on first, off after on, off, on after off): where a switch of the samplers
-    /// costs, it shows in the block after it. Absent (zero) in older files.
+    /// Each place in the cycle (0 to 3, both arms together): where the place itself matters, or a switch of
+    /// the samplers costs, it shows here rather than between the arms. Absent (zero) in older files.
     #[serde(default)]
     pub position_gbps: [f64; 4],
 }
