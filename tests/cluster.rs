@@ -166,7 +166,8 @@ fn the_emulated_cluster_routes_each_nic_through_itself_and_shapes_what_it_says()
 /// node (round-robin: node k runs ranks k and k + 4), so each node but rank 0's sends its ranks' telemetry
 /// to rank 0 through its lowest rank. Every rank is heard. A rank killed on a relayed node is named at once,
 /// well before `--hang-timeout` (60 s): one its relay carries (rank 5 on node 1: the relay tells rank 0 its
-/// connection closed), and a relay's own rank (rank 2, node 2's: its relay goes with it).
+/// connection closed), and a relay's own rank (rank 2, node 2's: its relay goes with it). The ranks its
+/// death ends say they are leaving, and none of them is named for it.
 #[test]
 fn a_relayed_nodes_ranks_are_all_heard_and_a_killed_one_is_named_at_once() {
     use std::time::{Duration, Instant};
@@ -223,6 +224,12 @@ fn a_relayed_nodes_ranks_are_all_heard_and_a_killed_one_is_named_at_once() {
         let named = format!("efatop: error: rank {victim} (");
         let closed = said.iter().any(|l| l.starts_with(&named) && l.contains(NODES[victim % 4]) && l.contains("its telemetry connection closed"));
         assert!(closed, "rank 0 does not name rank {victim} on {}: {said:?}", NODES[victim % 4]);
+        // The ranks its death ended (their rendezvous closed) said they were leaving: none is named for it,
+        // whichever connection rank 0 read first (CI once named rank 4, on rank 0's own node).
+        assert!(!said.iter().any(|l| l.contains("exited mid-run") && !l.starts_with(&named)), "another rank named: {said:?}");
+        // The launcher names the rank's node as rank 0 does.
+        let launcher = format!(":{}) was killed by signal 9", NODES[victim % 4]);
+        assert!(said.iter().any(|l| l.starts_with(&named) && l.ends_with(&launcher)), "{said:?}");
         assert!(!said.iter().any(|l| l.contains("stopped responding")), "named by the hang timeout, not at once: {said:?}");
         assert!(ended_after < Duration::from_secs(20), "rank {victim}'s death took {ended_after:?} to end the run");
         let until = Instant::now() + Duration::from_secs(10);

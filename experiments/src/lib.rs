@@ -76,6 +76,17 @@ impl ExperimentError {
             _ => 1,
         }
     }
+
+    /// Whether a rank ending with this error ends because of a failure rank 0 learns of another way: another
+    /// rank's (an agreement round's word, the launcher's rendezvous closing), rank 0's own stop or abort, or
+    /// this rank's own failure already shared in an agreement round. Such a rank says it is leaving before
+    /// its telemetry closes (`Phase::Leaving`), so that rank 0 does not name it as the rank that died.
+    pub fn follows_elsewhere(&self) -> bool {
+        matches!(
+            self,
+            Self::Reported { .. } | Self::Stopped | Self::PeerFailed { .. } | Self::Bootstrap(_) | Self::Fabric(FabricError::Abandoned(_))
+        )
+    }
 }
 
 /// A CUDA failure as the experiments report it: the GPU memory the flags asked for cannot be had.

@@ -78,6 +78,10 @@ pub enum Phase {
     Transferring = 4,
     /// Checking received bytes against the sender's pattern.
     Verifying = 5,
+    /// Ending because the run failed elsewhere: a peer's failure reached this rank (an agreement round, the
+    /// launcher's rendezvous, rank 0's stop). Its telemetry closing next is that failure's consequence, not
+    /// its death: rank 0 names the rank whose connection closed without it.
+    Leaving = 6,
 }
 
 impl Phase {
@@ -88,6 +92,7 @@ impl Phase {
             3 => Self::Filling,
             4 => Self::Transferring,
             5 => Self::Verifying,
+            6 => Self::Leaving,
             _ => return None,
         })
     }
@@ -103,6 +108,15 @@ impl Phase {
             Self::Filling => "filling",
             Self::Transferring => "transferring",
             Self::Verifying => "verifying",
+            Self::Leaving => "leaving",
+        }
+    }
+
+    /// The phase as a rank's progress reads: its label and the size of the step it works on, when it has one.
+    pub fn describe(self, bytes: u64) -> String {
+        match self {
+            Self::Leaving => self.label().to_string(),
+            _ => format!("{} {}", self.label(), crate::sizes::format_size(bytes)),
         }
     }
 }

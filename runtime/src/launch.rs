@@ -131,7 +131,13 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
             eprintln!("{line}");
         }
     };
-    let (code, timed_out) = supervise(children, &stop_requests, *dashboard_may_be_up, *limit, told);
+    // Each rank named as rank 0 names it: an emulated node's rank by its namespace too.
+    let machine = efatop_experiments::world::hostname();
+    let machine = efatop_experiments::world::machine(&machine);
+    let hosts: Vec<String> = (0..ranks)
+        .map(|rank| if netns.is_empty() { machine.to_string() } else { format!("{machine}:{}", netns[rank % netns.len()]) })
+        .collect();
+    let (code, timed_out) = supervise(children, &hosts, &stop_requests, *dashboard_may_be_up, *limit, told);
     // The readers end with their ranks' pipes; a moment for the last line.
     std::thread::sleep(Duration::from_millis(20));
     let last_error = last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
@@ -178,6 +184,7 @@ pub const ENV_PEER_COPIES: &str = "EFATOP_PEER_COPIES";
 /// result). Its own lines go to `told`.
 fn supervise(
     mut children: Vec<Child>,
+    hosts: &[String],
     stop_requests: &StopRequests,
     dashboard_may_be_up: bool,
     limit: Option<Duration>,
@@ -192,7 +199,6 @@ fn supervise(
     let mut rank0_terminated_at: Option<Instant> = None;
     // How many of the launcher's stop requests (SIGTERM, SIGHUP) were passed on.
     let mut stops_passed_on = 0;
-    let host = efatop_experiments::world::hostname();
     // While rank 0 may be drawing its dashboard, lines written now would land on top of it: they are kept
     // and printed once rank 0 has left the screen.
     let mut held: Vec<String> = Vec::new();
@@ -214,7 +220,7 @@ fn supervise(
                     use std::os::unix::process::ExitStatusExt;
                     let signal = status.signal().unwrap_or(0);
                     if others_terminated_at.is_none() {
-                        say(format!("efatop: error: rank {rank} ({host}) was killed by signal {signal}"), rank0_running && rank != 0);
+                        say(format!("efatop: error: rank {rank} ({}) was killed by signal {signal}", hosts[rank]), rank0_running && rank != 0);
                     }
                     128 + signal
                 });
@@ -258,7 +264,7 @@ fn supervise(
                 others_terminated_at = Some(Instant::now());
             }
             if others_terminated_at.is_some_and(|at| at.elapsed() > KILL_GRACE) {
-                for line in kill_running(&mut children, &mut codes, 1.., &host) {
+                for line in kill_running(&mut children, &mut codes, 1.., hosts) {
                     say(line, codes[0].is_none());
                 }
             }
@@ -269,7 +275,7 @@ fn supervise(
                         rank0_terminated_at = Some(Instant::now());
                     }
                     Some(at) if at.elapsed() > KILL_GRACE => {
-                        for line in kill_running(&mut children, &mut codes, 0..1, &host) {
+                        for line in kill_running(&mut children, &mut codes, 0..1, hosts) {
                             say(line, false);
                         }
                     }
@@ -279,7 +285,7 @@ fn supervise(
         }
         // A run stopped for outlasting its limit does not get rank 0's minute: it is killed with the others.
         if limited == 2 && others_terminated_at.is_some_and(|at| at.elapsed() > KILL_GRACE) {
-            for line in kill_running(&mut children, &mut codes, 0..1, &host) {
+            for line in kill_running(&mut children, &mut codes, 0..1, hosts) {
                 say(line, false);
             }
         }
@@ -320,12 +326,12 @@ fn kill_running(
     children: &mut [Child],
     codes: &mut [Option<i32>],
     which: impl std::ops::RangeBounds<usize>,
-    host: &str,
+    hosts: &[String],
 ) -> Vec<String> {
     let mut said = Vec::new();
     for (rank, child) in children.iter_mut().enumerate().filter(|(rank, _)| which.contains(rank)) {
         if codes[rank].is_none() {
-            said.push(format!("efatop: error: rank {rank} ({host}) did not stop after SIGTERM; killed"));
+            said.push(format!("efatop: error: rank {rank} ({}) did not stop after SIGTERM; killed", hosts[rank]));
             let _ = child.kill();
             let _ = child.wait();
             codes[rank] = Some(137);

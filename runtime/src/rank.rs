@@ -366,6 +366,10 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan
 
     let Some(file) = file else {
         let outcome = planned(&sweep, &mut Unobserved);
+        // Its sampler sends the phase before it closes: rank 0 then waits for the rank that died.
+        if outcome.as_ref().is_err_and(ExperimentError::follows_elsewhere) {
+            world.probe.set_phase(efatop_proto::telemetry::Phase::Leaving, 0);
+        }
         drop(sampler);
         // A relay waits (briefly) for its host's ranks to close before it closes.
         drop(relay);

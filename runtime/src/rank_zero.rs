@@ -44,6 +44,9 @@ const TICK: Duration = Duration::from_millis(200);
 /// the fabric or the launcher's rendezvous; a wait inside MPI cannot be interrupted, and then the loop ends
 /// the run without it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+// Rank 0's own word on a lost rendezvous (it names the rank that left) comes before the watchdog's word on
+// ranks that only said they were leaving.
+const _: () = assert!(EXIT_GRACE.as_millis() < crate::watchdog::SETTLE.as_millis());
 
 /// At most how often the consumer is told the liveness clock ([`ConsumerEvent::Liveness`]) while it moves.
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);

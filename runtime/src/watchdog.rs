@@ -5,6 +5,14 @@
 //! raises the world's abort with the verdict, and ends the run through its ordinary ending (tables, the
 //! JSON `error` and `summary`, the stream's and the recording's end, the results file's status).
 //!
+//! A rank that fails because another did (an agreement round told it, the launcher's rendezvous closed)
+//! says so before it closes (its last phase is [`Phase::Leaving`]): its closing is a consequence, and the
+//! watchdog waits up to [`SETTLE`] for the rank whose connection closed without that word, which it names.
+//! Many ranks end within milliseconds of one death, and whichever connection rank 0 reads first is
+//! chance (a relayed rank's word comes one hop later than a direct one's): only a rank that said nothing
+//! is named as the one that died. When no such rank closes within [`SETTLE`], the first leaver is named,
+//! saying that it left.
+//!
 //! The clock ([`Liveness`]) is the watchdog's own. Rank 0's loop tells the consumer (the dashboard) a
 //! snapshot of it as it changes ([`Watchdog::snapshot`], sent as [`ConsumerEvent::Liveness`]): a rank
 //! shown slow or silent there is the same rank, by the same clock, that may later be named here.
@@ -27,11 +35,19 @@ pub struct Watchdog {
     /// Set once rank 0's experiment has ended: ranks then close their telemetry as they finish, and
     /// silence means nothing.
     pub run_over: bool,
+    /// The first rank whose connection closed after it said it was leaving, and when.
+    left: Option<(usize, Duration)>,
 }
+
+/// How long, after a rank closed its telemetry saying it was leaving, the watchdog waits for the rank
+/// whose failure it followed: that rank's closing reaches rank 0 within milliseconds (a relayed rank's, one
+/// relay's urgent forward later). Longer than rank 0's own wait on a lost rendezvous (rank_zero.rs's
+/// `EXIT_GRACE`), whose own word (the launcher names the rank that left) then comes first.
+pub const SETTLE: Duration = Duration::from_millis(1500);
 
 impl Watchdog {
     pub fn new(liveness: Liveness, hosts: Vec<String>) -> Self {
-        Self { liveness, moved: false, hosts, run_over: false }
+        Self { liveness, moved: false, hosts, run_over: false, left: None }
     }
 
     /// The clock as it stands.
@@ -60,7 +76,12 @@ impl Watchdog {
         self.moved |= !batch.is_empty();
         for telemetry in batch {
             if let Some(rank) = note_telemetry(&mut self.liveness, telemetry, at) {
-                if rank != 0 && !self.run_over && verdict.is_none() {
+                if rank == 0 || self.run_over || verdict.is_some() {
+                    continue;
+                }
+                if matches!(self.liveness.last_phase(rank), Some((Phase::Leaving, _))) {
+                    self.left.get_or_insert((rank, at));
+                } else {
                     verdict = Some(format!("rank {rank} ({}) exited mid-run: its telemetry connection closed", self.host(rank)));
                 }
             }
@@ -73,11 +94,17 @@ impl Watchdog {
         if self.run_over {
             return None;
         }
+        if let Some((rank, since)) = self.left.filter(|(_, since)| at.saturating_sub(*since) >= SETTLE) {
+            return Some(format!(
+                "rank {rank} ({}) left the run: a failure elsewhere reached it, and no rank's telemetry connection closed \
+                 without saying it was leaving within {:.1} s",
+                self.host(rank),
+                at.saturating_sub(since).as_secs_f64()
+            ));
+        }
         let live = &self.liveness;
         let (rank, silent) = live.hung(at)?;
-        let doing = live
-            .last_phase(rank)
-            .map_or(String::new(), |(phase, bytes)| format!("; it last said: {} {}", phase.label(), efatop_proto::sizes::format_size(bytes)));
+        let doing = live.last_phase(rank).map_or(String::new(), |(phase, bytes)| format!("; it last said: {}", phase.describe(bytes)));
         Some(format!(
             "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
             self.host(rank),
@@ -136,6 +163,37 @@ mod tests {
         assert_eq!(dog.heard(&[sample(2)], ms(10)), None);
         let verdict = dog.heard(&[closed(2)], ms(20));
         assert_eq!(verdict.as_deref(), Some("rank 2 (c) exited mid-run: its telemetry connection closed"));
+    }
+
+    fn leaving(rank: u32, changes: u64) -> CollectorEvent {
+        CollectorEvent::Phase(PhaseReport { rank, changes, phase: Phase::Leaving.code(), bytes: 0 })
+    }
+
+    /// One death ends several ranks within milliseconds, and rank 0 may read a consequence's closing first
+    /// (CI once named rank 4, which had lost the rendezvous, for rank 5, killed on a relayed node): a rank that
+    /// said it was leaving is not named while the one that said nothing closes within SETTLE, whatever the order.
+    #[test]
+    fn a_rank_that_said_it_was_leaving_is_not_named_for_the_one_that_died() {
+        let mut dog = dog(&["a", "a", "b", "b"], Duration::from_mins(1));
+        dog.heard(&[sample(1), sample(2), sample(3)], ms(10));
+        assert_eq!(dog.heard(&[leaving(1, 3), closed(1), leaving(2, 5)], ms(100)), None, "rank 1 only left");
+        assert_eq!(dog.judge(ms(300)), None, "within SETTLE the watchdog waits for the rank that died");
+        assert_eq!(dog.heard(&[closed(2)], ms(350)), None);
+        let verdict = dog.heard(&[closed(3)], ms(400));
+        assert_eq!(verdict.as_deref(), Some("rank 3 (b) exited mid-run: its telemetry connection closed"));
+    }
+
+    #[test]
+    fn when_only_leavers_close_the_first_is_named_after_settle() {
+        let mut dog = dog(&["a", "b", "c"], Duration::from_mins(1));
+        dog.heard(&[sample(1), sample(2)], ms(10));
+        assert_eq!(dog.heard(&[leaving(2, 1), closed(2)], ms(100)), None);
+        assert_eq!(dog.heard(&[leaving(1, 1), closed(1)], ms(120)), None);
+        assert_eq!(dog.judge(ms(100) + SETTLE - ms(1)), None);
+        let verdict = dog.judge(ms(100) + SETTLE).expect("named once SETTLE has passed");
+        assert!(verdict.starts_with("rank 2 (c) left the run: a failure elsewhere reached it"), "{verdict}");
+        dog.run_over = true;
+        assert_eq!(dog.judge(ms(5_000)), None, "a run that ended names nobody");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
-use efatop_proto::sizes::format_size;
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
 use crate::state::fleet::Fleet;
@@ -245,7 +244,7 @@ impl Ingest {
             if peer.state == PeerState::Done {
                 continue;
             }
-            peer.phase = liveness.last_phase(rank).map(|(phase, bytes)| format!("{} {}", phase.label(), format_size(bytes)));
+            peer.phase = liveness.last_phase(rank).map(|(phase, bytes)| phase.describe(bytes));
             let health = liveness.health(rank, at);
             let (seen, next) = match health {
                 // A closed connection is `closed`'s to show; here only the clock is.

@@ -43,8 +43,8 @@
 //! progress; a decoder that predates it rejects it as an unknown kind and goes on:
 //!
 //! ```text
-//! u32 rank, u64 changes, u8 phase (1 allocating, 2 registering, 3 filling, 4 transferring, 5 verifying;
-//! 0 with 0 changes: the sampler's hello, which names the connection's rank before its first sample),
+//! u32 rank, u64 changes, u8 phase (1 allocating, 2 registering, 3 filling, 4 transferring, 5 verifying,
+//! 6 leaving: ending because of a failure elsewhere, bytes 0; 0 with 0 changes: the sampler's hello, which names the connection's rank before its first sample),
 //! u64 bytes
 //! ```
 //!
@@ -888,8 +888,8 @@ mod tests {
         // A hello (phase 0, no changes yet) is the one report of no phase a decoder takes.
         let hello = encode_phase(&PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 });
         assert_eq!(decode_frame(&hello[4..]), Ok(Frame::Phase(PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 })));
-        unknown[2 + 4 + 8] = 6;
-        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(6)));
+        unknown[2 + 4 + 8] = 7;
+        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(7)));
     }
 
     #[test]

@@ -24,6 +24,10 @@ use super::munge::Munge;
 const MAX_FRAME: u32 = 64 << 20;
 /// How long a connection may take to prove itself and name its rank.
 pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// The count that, in place of a round's answer, says a rank left: the rank's number follows.
+const LEFT: u32 = u32::MAX;
+/// How long the launcher tries to tell a rank which rank left.
+const NOTICE_WAIT: Duration = Duration::from_millis(200);
 /// Handshakes in progress at once, beyond which new connections are dropped at once: a stranger opening
 /// connections ties up at most this many threads, each for [`HANDSHAKE_WAIT`] at most.
 const HANDSHAKES_AT_ONCE: usize = 32;
@@ -148,7 +152,15 @@ impl LocalBootstrap {
                 wait_readable(reader.get_ref(), idle).map_err(lost)?;
             }
         }
-        let count = read_u32(reader).map_err(lost)? as usize;
+        let count = read_u32(reader).map_err(lost)?;
+        if count == LEFT {
+            // The launcher's word on which rank left before the round could complete.
+            let rank = read_u32(reader).map_err(lost)?;
+            return Err(ExperimentError::Bootstrap(format!(
+                "lost the launcher's rendezvous: rank {rank} left it mid-run (it failed or was killed)"
+            )));
+        }
+        let count = count as usize;
         if count != self.size {
             return Err(ExperimentError::Bootstrap(format!("the launcher answered for {count} ranks, not {}", self.size)));
         }
@@ -293,6 +305,20 @@ impl Rendezvous {
                         frames[rank] = Some(frame);
                         missing -= 1;
                     }
+                    // A rank left: the others are told which before the sockets close, so that each can say
+                    // whose failure ended it (at a run's end every rank leaves, and the word reaches ranks that
+                    // no longer read).
+                    Ok((gone, None)) => {
+                        let mut notice = LEFT.to_le_bytes().to_vec();
+                        notice.extend_from_slice(&(gone as u32).to_le_bytes());
+                        for (_, mut socket) in sockets.iter().enumerate().filter(|(rank, _)| *rank != gone) {
+                            // Bounded: a rank that stopped reading never holds the launcher up.
+                            let _ = socket.set_write_timeout(Some(NOTICE_WAIT));
+                            let _ = socket.write_all(&notice);
+                        }
+                        close_all(&sockets);
+                        return Ok(());
+                    }
                     _ => {
                         close_all(&sockets);
                         return Ok(());
@@ -356,7 +382,7 @@ mod tests {
         let stayer = LocalBootstrap::connect(&address, 0, 2, &secret).expect("connect");
         drop(quitter);
         let err = stayer.allgather(b"x").expect_err("the round cannot complete");
-        assert!(err.to_string().contains("another rank has failed"), "{err}");
+        assert!(err.to_string().contains("rank 1 left it mid-run"), "the launcher names the rank that left: {err}");
         server.join().expect("server").expect("serve");
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use efatop_proto::column::{Column, Layout, Memory};
 use efatop_proto::events::RunInfo;
 use efatop_proto::liveness::Liveness;
-use efatop_proto::telemetry::RankSample;
+use efatop_proto::telemetry::{Phase, PhaseReport, RankSample};
 
 use super::*;
 
@@ -240,6 +240,29 @@ fn a_rank_killed_mid_run_ends_the_run_naming_the_rank_and_its_host() {
     assert_eq!(status.state, RunState::Failed);
     assert!(status.reason.as_deref().is_some_and(|r| r.contains("rank 1 (b) exited mid-run")), "{status:?}");
     assert_eq!(finished_error(&told), Some(error), "the consumer is told the same reason");
+}
+
+/// One death ends the other ranks too (their rendezvous closed), and rank 0 may read their connections
+/// closing before the dead rank's: a rank that said it was leaving is not named for it, and rank 0's own
+/// lost rendezvous, which names the rank that left it, is the run's reason.
+#[test]
+fn a_rank_that_said_it_was_leaving_is_not_named_for_a_death_elsewhere() {
+    let run = Run::new(Duration::from_mins(1), false);
+    run.send(Input::Telemetry(vec![sample(0), sample(1)]));
+    let leaving = PhaseReport { rank: 1, changes: 4, phase: Phase::Leaving.code(), bytes: 0 };
+    run.send(Input::Telemetry(vec![CollectorEvent::Phase(leaving), closed(1)]));
+    run.experiment(|forward, _| {
+        begin(forward);
+        std::thread::sleep(Duration::from_millis(100));
+        Some(Err(ExperimentError::Bootstrap("lost the launcher's rendezvous: rank 7 left it mid-run (it failed or was killed)".into())))
+    });
+    let (ending, told, saved) = run.end();
+    let error = ending.code.expect_err("the run failed").to_string();
+    assert!(error.contains("rank 7 left it mid-run"), "rank 0's own word is the reason: {error}");
+    assert!(!error.contains("rank 1 (b)"), "{error}");
+    let status = saved.status.expect("a status");
+    assert_eq!(status.state, RunState::Failed);
+    assert_eq!(finished_error(&told), Some(error));
 }
 
 #[test]
