@@ -8,6 +8,8 @@
 //!
 //! Wire format (little-endian), after the handshake: a rank opens with `u32 rank`; a round is
 //! `u32 len, bytes` from each rank, answered with `u32 count` then `count` × (`u32 len, bytes`) in rank order.
+//! A rank that leaves ends the rendezvous: the others are sent `u32 0xFFFFFFFF, u32 rank` (which rank left)
+//! before their sockets close, so that each can name it.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
