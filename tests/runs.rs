@@ -208,11 +208,40 @@ fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
             assert_eq!(ab["block_iterations"].as_u64(), Some(block), "{experiment}: {m}");
             assert_eq!(ab["blocks"].as_u64(), Some(32 / block), "{experiment}: {m}");
             let rates = ["on_gbps", "off_gbps"].iter().map(|k| &ab[*k]).chain(ab["on_halves_gbps"].as_array().expect("on halves")).chain(ab["off_halves_gbps"].as_array().expect("off halves"));
-            for rate in rates {
+            // Whole units only (two cycles, one of each order): 32 blocks hold 4, 16 blocks 2.
+            let units = ab["unit_gbps"].as_array().expect("unit rates");
+            assert_eq!(units.len() as u64, 32 / block / 8, "{experiment}: {m}");
+            let unit_rates = units.iter().flat_map(|u| u.as_array().expect("[on, off]"));
+            for rate in rates.chain(unit_rates) {
                 assert!(rate.as_f64().is_some_and(|r| r > 0.0), "{experiment}: {m}");
             }
         }
     }
+}
+
+/// The bench that judges telemetry's cost (`scripts/bench/bench-telemetry-cost`) still runs against this
+/// build and reads its files: each size's pooled units, with their interval, rest on every run's units.
+#[test]
+fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
+    let _one = serial();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/bench-telemetry-cost");
+    let efatop = common::efatop_path();
+    let args = [
+        "--efatop", efatop.to_str().expect("utf-8"), "--experiments", "alltoall", "--ranks", "2", "--channels", "1",
+        "--min-size", "64K", "--max-size", "128K", "--seconds", "0.2", "--repeats", "2", "--min-cycles", "8",
+    ];
+    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(120));
+    assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let rows = table_rows(&run.stdout);
+    let sizes: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "64K" || r[0] == "128K").collect();
+    assert_eq!(sizes.len(), 2, "{}", run.stdout);
+    for row in sizes {
+        // "+0.52% (-1.20..+2.31%, 8)": at least 8 cycles a run, two cycles a unit, two runs.
+        let pooled = &row[7];
+        assert!(pooled.ends_with(", 8)") && pooled.contains(".."), "{pooled}: {}", run.stdout);
+    }
+    assert!(run.stdout.contains("# alltoall single, 2 ranks, 1 channel a rank: median cost"), "{}", run.stdout);
+    assert!(run.stdout.contains("pooled units: highest upper end"), "{}", run.stdout);
 }
 
 fn alltoall_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {

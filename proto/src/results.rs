@@ -331,6 +331,11 @@ pub struct AbArm {
     /// Its place in the cycle, 0 to 3: places 0 and 3 are on in an on-off-off-on cycle and off in the
     /// other order, so that over a round each arm holds each place equally often.
     pub position: usize,
+    /// The smallest run of blocks in which each arm holds each place once ([`AbArm::UNIT`]), counted from 0:
+    /// a cycle and the cycle of the other order two after it (cycles 0 and 2 of a round, then 1 and 3). A
+    /// unit's cost carries neither a drift nor a place's effect, so units are the samples a confidence
+    /// interval is drawn from ([`TelemetryAb::interval`]).
+    pub unit: usize,
 }
 
 impl AbArm {
@@ -341,18 +346,21 @@ impl AbArm {
     /// by itself: at one-iteration blocks, 8-rank all-to-all over shm ran the cycle's fourth iteration 4 %
     /// faster than its second, telemetry or not, which on-off-off-on alone counted as telemetry's.
     pub const ROUND: u64 = 4 * Self::CYCLE;
+    /// Blocks per unit ([`AbArm::unit`]): two cycles, one of each order.
+    pub const UNIT: u64 = 2 * Self::CYCLE;
 
     /// The arm of timed block `block` (counted from 0).
     pub fn of_block(block: u64) -> Self {
         let cycle = block / Self::CYCLE;
         let position = (block % Self::CYCLE) as usize;
         let turned = (cycle / 2) % 2 == 1;
-        Self { on: matches!(position, 0 | 3) != turned, half: (cycle % 2) as usize, position }
+        let unit = ((cycle / 4) * 2 + cycle % 2) as usize;
+        Self { on: matches!(position, 0 | 3) != turned, half: (cycle % 2) as usize, position, unit }
     }
 }
 
 /// Bytes and seconds of the timed blocks, by arm and half, summed over pairs or ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AbTally {
     /// `[on as usize][half]`.
     bytes: [[f64; 2]; 2],
@@ -360,6 +368,9 @@ pub struct AbTally {
     /// By place in the cycle ([`AbArm::position`]).
     position_bytes: [f64; 4],
     position_seconds: [f64; 4],
+    /// By unit ([`AbArm::unit`]): `[on bytes, on seconds, off bytes, off seconds]`. Grown as blocks arrive,
+    /// outside the blocks' time; a step holds a few hundred units at most.
+    units: Vec<[f64; 4]>,
 }
 
 impl AbTally {
@@ -368,6 +379,12 @@ impl AbTally {
         self.seconds[usize::from(arm.on)][arm.half] += seconds;
         self.position_bytes[arm.position] += bytes;
         self.position_seconds[arm.position] += seconds;
+        if self.units.len() <= arm.unit {
+            self.units.resize(arm.unit + 1, [0.0; 4]);
+        }
+        let at = if arm.on { 0 } else { 2 };
+        self.units[arm.unit][at] += bytes;
+        self.units[arm.unit][at + 1] += seconds;
     }
 
     pub fn merge(&mut self, other: &AbTally) {
@@ -380,6 +397,14 @@ impl AbTally {
         for position in 0..4 {
             self.position_bytes[position] += other.position_bytes[position];
             self.position_seconds[position] += other.position_seconds[position];
+        }
+        if self.units.len() < other.units.len() {
+            self.units.resize(other.units.len(), [0.0; 4]);
+        }
+        for (mine, theirs) in self.units.iter_mut().zip(&other.units) {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a += b;
+            }
         }
     }
 
@@ -398,6 +423,13 @@ impl AbTally {
             on_halves_gbps: [rate(1, &[0]), rate(1, &[1])],
             off_halves_gbps: [rate(0, &[0]), rate(0, &[1])],
             position_gbps: std::array::from_fn(|p| gbps(self.position_bytes[p], self.position_seconds[p])),
+            // A unit cut short by the end of the step holds an arm at some places only: it is left out.
+            unit_gbps: self
+                .units
+                .iter()
+                .take(usize::try_from(blocks / AbArm::UNIT).unwrap_or(usize::MAX))
+                .map(|u| [gbps(u[0], u[1]), gbps(u[2], u[3])])
+                .collect(),
         }
     }
 }
@@ -406,7 +438,7 @@ impl AbTally {
 /// other block (on, off, off, on, or the other way round), and the rate of each arm (bytes over the blocks' time, all pairs or
 /// ranks together). `cost()` is what telemetry takes; the halves (even and odd cycles) of one arm differ
 /// only by noise, which `noise()` gives.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TelemetryAb {
     pub block_iterations: u64,
     /// Timed blocks per pair (write) or rank (alltoall).
@@ -420,6 +452,10 @@ pub struct TelemetryAb {
     /// the samplers costs, it shows here rather than between the arms. Absent (zero) in older files.
     #[serde(default)]
     pub position_gbps: [f64; 4],
+    /// Each whole unit's rates, `[on, off]` ([`AbArm::unit`]), in order: the samples of
+    /// [`TelemetryAb::interval`], which a bench may also pool over runs. Absent in older files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unit_gbps: Vec<[f64; 2]>,
 }
 
 impl TelemetryAb {
@@ -435,6 +471,44 @@ impl TelemetryAb {
         let (on, off) = (between(self.on_halves_gbps), between(self.off_halves_gbps));
         if on.abs() >= off.abs() { on } else { off }
     }
+
+    /// The cost from the units alone, with its 95 % confidence interval: `(cost, low, high)`, or `None`
+    /// with fewer than 3 units that have both rates. See [`ab_interval`].
+    pub fn interval(&self) -> Option<(f64, f64, f64)> {
+        ab_interval(&self.unit_gbps)
+    }
+}
+
+/// Telemetry's cost over paired units `[on, off]` and its 95 % confidence interval `(cost, low, high)`.
+/// Each unit gives `ln(on / off)`, free of drift and of a place's effect ([`AbArm::unit`]); their mean `m`
+/// and Student's t interval `m ± t · s / √n` are turned back into costs `1 - e^m` (a log ratio weighs a
+/// faster and a slower block alike, where a mean of ratios leans one way). `None` with fewer than 3 units
+/// that have both rates.
+pub fn ab_interval(units: &[[f64; 2]]) -> Option<(f64, f64, f64)> {
+    let logs: Vec<f64> = units.iter().filter(|[on, off]| *on > 0.0 && *off > 0.0).map(|[on, off]| (on / off).ln()).collect();
+    let n = logs.len();
+    if n < 3 {
+        return None;
+    }
+    let mean = logs.iter().sum::<f64>() / n as f64;
+    let variance = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = student_t_975(n - 1) * (variance / n as f64).sqrt();
+    let cost = |log: f64| 1.0 - log.exp();
+    Some((cost(mean), cost(mean + half), cost(mean - half)))
+}
+
+/// Student's t at 97.5 % (a two-sided 95 % interval) for `df` degrees of freedom: the table's values up to
+/// 30, then Cornish-Fisher's expansion around the normal's 1.96, within 0.1 % of the table from there on.
+fn student_t_975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    if (1..=30).contains(&df) {
+        return TABLE[df - 1];
+    }
+    let (z, v): (f64, f64) = (1.959_964, df.max(1) as f64);
+    z + (z.powi(3) + z) / (4.0 * v) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
 }
 
 impl Measurement {
@@ -887,6 +961,48 @@ mod tests {
             let first: Vec<bool> = (0..AbArm::ROUND).map(AbArm::of_block).filter(|a| a.half == half && a.position == 0).map(|a| a.on).collect();
             assert_eq!(first, [true, false], "half {half}");
         }
+    }
+
+    #[test]
+    fn a_unit_holds_each_arm_at_each_place_once_and_its_cost_gives_an_interval() {
+        // Units pair a cycle with the cycle of the other order two after it: 0 with 2, 1 with 3, 4 with 6...
+        let units: Vec<usize> = (0..8 * AbArm::CYCLE).step_by(4).map(|b| AbArm::of_block(b).unit).collect();
+        assert_eq!(units, [0, 1, 0, 1, 2, 3, 2, 3]);
+        for unit in 0..4 {
+            let arms: Vec<AbArm> = (0..8 * AbArm::CYCLE).map(AbArm::of_block).filter(|a| a.unit == unit).collect();
+            assert_eq!(arms.len() as u64, AbArm::UNIT);
+            for position in 0..4 {
+                assert_eq!(arms.iter().filter(|a| a.position == position && a.on).count(), 1, "unit {unit} place {position}");
+            }
+        }
+        // Three whole units and part of a fourth; every on block 1 % slower, and the fourth place of each
+        // cycle 5 % faster whatever its arm: a unit's cost holds telemetry's alone.
+        let mut tally = AbTally::default();
+        for block in 0..3 * AbArm::UNIT + 4 {
+            let arm = AbArm::of_block(block);
+            let seconds = if arm.on { 1.01 } else { 1.0 } * if arm.position == 3 { 0.95 } else { 1.0 };
+            tally.add(arm, 1e9, seconds);
+        }
+        let ab = tally.result(1, 3 * AbArm::UNIT + 4);
+        assert_eq!(ab.unit_gbps.len(), 3, "the cut-short unit is left out: {ab:?}");
+        let (cost, low, high) = ab.interval().expect("three units");
+        assert!((cost - (1.0 - 1.0 / 1.01)).abs() < 1e-12 && (low - cost).abs() < 1e-12 && (high - cost).abs() < 1e-12, "{cost} {low} {high}");
+        // Noisy units: the interval holds the mean and widens as the spread does; fewer than 3 give none.
+        let units = [[99.0, 100.0], [101.0, 100.0], [98.0, 100.0], [100.0, 100.0]];
+        let (cost, low, high) = ab_interval(&units).expect("four units");
+        let logs: Vec<f64> = units.iter().map(|[on, off]| (on / off).ln()).collect();
+        let mean = logs.iter().sum::<f64>() / 4.0;
+        let sd = (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+        assert!((cost - (1.0 - mean.exp())).abs() < 1e-12);
+        assert!((high - (1.0 - (mean - 3.182 * sd / 2.0).exp())).abs() < 1e-12 && low < cost && cost < high, "{low} {cost} {high}");
+        assert!(ab_interval(&units[..2]).is_none() && ab_interval(&[[0.0, 1.0]; 5]).is_none());
+        // Student's t: the table, then the expansion, which meets the table at 30 and the normal far out.
+        assert!((student_t_975(30) - 2.042).abs() < 1e-9 && (student_t_975(31) - 2.040).abs() < 2e-3);
+        assert!((student_t_975(120) - 1.980).abs() < 2e-3 && (student_t_975(100_000) - 1.960).abs() < 1e-3);
+        // The units travel in the file and are left out of it when there are none.
+        let back: TelemetryAb = serde_json::from_str(&serde_json::to_string(&ab).expect("json")).expect("back");
+        assert_eq!(back, ab);
+        assert!(!serde_json::to_string(&AbTally::default().result(1, 0)).expect("json").contains("unit_gbps"));
     }
 
     #[test]
