@@ -437,8 +437,9 @@ pub struct CommonArgs {
     pub no_telemetry: bool,
     /// Measuring aid (scripts/bench/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
     /// rank's telemetry sampler paused in every other block (on, off, off, on, then the other way round), and
-    /// both rates in the results file (`telemetry_ab`); write and alltoall, --iters a multiple of 16 × BLOCK
-    #[arg(long, hide = true, value_name = "BLOCK", conflicts_with = "no_telemetry", value_parser = whole_number::<u64>(1..=1_000_000))]
+    /// both rates in the results file (`telemetry_ab`); write and alltoall, --iters a multiple of 16 × BLOCK.
+    /// With --no-telemetry there is nothing to pause: the same blocks, whose arms differ by the method alone
+    #[arg(long, hide = true, value_name = "BLOCK", value_parser = whole_number::<u64>(1..=1_000_000))]
     pub telemetry_ab: Option<u64>,
     /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1
     /// (another address is served beyond this host, and the header says so); port 0 picks a free port and

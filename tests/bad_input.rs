@@ -50,7 +50,6 @@ fn bad_input_table() {
         (&["alltoall", "--configs", "pairwise"], &["--configs", "possible values: single, multi, roundrobin"]),
         (&["write", "--telemetry-ab", "2", "--iters", "24"], &["--telemetry-ab 2", "--iters 24", "multiple of 32"]),
         (&["sendrecv", "--telemetry-ab", "1", "--iters", "8"], &["--telemetry-ab", "sendrecv", "write or alltoall"]),
-        (&["write", "--telemetry-ab", "1", "--iters", "8", "--no-telemetry"], &["--telemetry-ab", "--no-telemetry"]),
         (&["write", "--warmup", "many"], &["--warmup"]),
         (&["write", "--iters", "x"], &["--iters"]),
         (&["write", "--timeout", "99999"], &["--timeout", "1..=3600"]),

@@ -220,7 +220,8 @@ fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
 }
 
 /// The bench that judges telemetry's cost (`scripts/bench/bench-telemetry-cost`) still runs against this
-/// build and reads its files: each size's pooled units, with their interval, rest on every run's units.
+/// build and reads its files: each size's pooled units, with their interval, rest on every run's units, and
+/// `--control` pools as many from the same blocks run with no telemetry at all.
 #[test]
 fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
     let _one = serial();
@@ -228,20 +229,22 @@ fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
     let efatop = common::efatop_path();
     let args = [
         "--efatop", efatop.to_str().expect("utf-8"), "--experiments", "alltoall", "--ranks", "2", "--channels", "1",
-        "--min-size", "64K", "--max-size", "128K", "--seconds", "0.2", "--repeats", "2", "--min-cycles", "8",
+        "--min-size", "64K", "--max-size", "128K", "--seconds", "0.2", "--repeats", "2", "--min-cycles", "8", "--control",
     ];
-    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(120));
+    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(300));
     assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     let rows = table_rows(&run.stdout);
     let sizes: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "64K" || r[0] == "128K").collect();
     assert_eq!(sizes.len(), 2, "{}", run.stdout);
     for row in sizes {
         // "+0.52% (-1.20..+2.31%, 8)": at least 8 cycles a run, two cycles a unit, two runs.
-        let pooled = &row[7];
-        assert!(pooled.ends_with(", 8)") && pooled.contains(".."), "{pooled}: {}", run.stdout);
+        for pooled in [&row[7], &row[9]] {
+            assert!(pooled.ends_with(", 8)") && pooled.contains(".."), "{pooled}: {}", run.stdout);
+        }
     }
     assert!(run.stdout.contains("# alltoall single, 2 ranks, 1 channel a rank: median cost"), "{}", run.stdout);
     assert!(run.stdout.contains("pooled units: highest upper end"), "{}", run.stdout);
+    assert!(run.stdout.contains("control (no telemetry): widest interval"), "{}", run.stdout);
 }
 
 fn alltoall_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
