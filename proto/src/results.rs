@@ -334,7 +334,7 @@ pub struct AbArm {
     /// The smallest run of blocks in which each arm holds each place once ([`AbArm::UNIT`]), counted from 0:
     /// a cycle and the cycle of the other order two after it (cycles 0 and 2 of a round, then 1 and 3). A
     /// unit's cost carries neither a drift nor a place's effect, so units are the samples a confidence
-    /// interval is drawn from ([`TelemetryAb::interval`]).
+    /// interval is drawn from ([`TelemetryAb::unit_gbps`]).
     pub unit: usize,
 }
 
@@ -452,8 +452,9 @@ pub struct TelemetryAb {
     /// the samplers costs, it shows here rather than between the arms. Absent (zero) in older files.
     #[serde(default)]
     pub position_gbps: [f64; 4],
-    /// Each whole unit's rates, `[on, off]` ([`AbArm::unit`]), in order: the samples of
-    /// [`TelemetryAb::interval`], which a bench may also pool over runs. Absent in older files.
+    /// Each whole unit's rates, `[on, off]` ([`AbArm::unit`]), in order: the samples from which
+    /// `scripts/bench/bench-telemetry-cost` draws the cost's confidence interval, pooled over runs. Absent in
+    /// older files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unit_gbps: Vec<[f64; 2]>,
 }
@@ -471,44 +472,6 @@ impl TelemetryAb {
         let (on, off) = (between(self.on_halves_gbps), between(self.off_halves_gbps));
         if on.abs() >= off.abs() { on } else { off }
     }
-
-    /// The cost from the units alone, with its 95 % confidence interval: `(cost, low, high)`, or `None`
-    /// with fewer than 3 units that have both rates. See [`ab_interval`].
-    pub fn interval(&self) -> Option<(f64, f64, f64)> {
-        ab_interval(&self.unit_gbps)
-    }
-}
-
-/// Telemetry's cost over paired units `[on, off]` and its 95 % confidence interval `(cost, low, high)`.
-/// Each unit gives `ln(on / off)`, free of drift and of a place's effect ([`AbArm::unit`]); their mean `m`
-/// and Student's t interval `m ± t · s / √n` are turned back into costs `1 - e^m` (a log ratio weighs a
-/// faster and a slower block alike, where a mean of ratios leans one way). `None` with fewer than 3 units
-/// that have both rates.
-pub fn ab_interval(units: &[[f64; 2]]) -> Option<(f64, f64, f64)> {
-    let logs: Vec<f64> = units.iter().filter(|[on, off]| *on > 0.0 && *off > 0.0).map(|[on, off]| (on / off).ln()).collect();
-    let n = logs.len();
-    if n < 3 {
-        return None;
-    }
-    let mean = logs.iter().sum::<f64>() / n as f64;
-    let variance = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half = student_t_975(n - 1) * (variance / n as f64).sqrt();
-    let cost = |log: f64| 1.0 - log.exp();
-    Some((cost(mean), cost(mean + half), cost(mean - half)))
-}
-
-/// Student's t at 97.5 % (a two-sided 95 % interval) for `df` degrees of freedom: the table's values up to
-/// 30, then Cornish-Fisher's expansion around the normal's 1.96, within 0.1 % of the table from there on.
-fn student_t_975(df: usize) -> f64 {
-    const TABLE: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-    ];
-    if (1..=30).contains(&df) {
-        return TABLE[df - 1];
-    }
-    let (z, v): (f64, f64) = (1.959_964, df.max(1) as f64);
-    z + (z.powi(3) + z) / (4.0 * v) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
 }
 
 impl Measurement {
@@ -964,7 +927,7 @@ mod tests {
     }
 
     #[test]
-    fn a_unit_holds_each_arm_at_each_place_once_and_its_cost_gives_an_interval() {
+    fn a_unit_holds_each_arm_at_each_place_once_and_its_cost_is_telemetrys_alone() {
         // Units pair a cycle with the cycle of the other order two after it: 0 with 2, 1 with 3, 4 with 6...
         let units: Vec<usize> = (0..8 * AbArm::CYCLE).step_by(4).map(|b| AbArm::of_block(b).unit).collect();
         assert_eq!(units, [0, 1, 0, 1, 2, 3, 2, 3]);
@@ -985,20 +948,9 @@ mod tests {
         }
         let ab = tally.result(1, 3 * AbArm::UNIT + 4);
         assert_eq!(ab.unit_gbps.len(), 3, "the cut-short unit is left out: {ab:?}");
-        let (cost, low, high) = ab.interval().expect("three units");
-        assert!((cost - (1.0 - 1.0 / 1.01)).abs() < 1e-12 && (low - cost).abs() < 1e-12 && (high - cost).abs() < 1e-12, "{cost} {low} {high}");
-        // Noisy units: the interval holds the mean and widens as the spread does; fewer than 3 give none.
-        let units = [[99.0, 100.0], [101.0, 100.0], [98.0, 100.0], [100.0, 100.0]];
-        let (cost, low, high) = ab_interval(&units).expect("four units");
-        let logs: Vec<f64> = units.iter().map(|[on, off]| (on / off).ln()).collect();
-        let mean = logs.iter().sum::<f64>() / 4.0;
-        let sd = (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
-        assert!((cost - (1.0 - mean.exp())).abs() < 1e-12);
-        assert!((high - (1.0 - (mean - 3.182 * sd / 2.0).exp())).abs() < 1e-12 && low < cost && cost < high, "{low} {cost} {high}");
-        assert!(ab_interval(&units[..2]).is_none() && ab_interval(&[[0.0, 1.0]; 5]).is_none());
-        // Student's t: the table, then the expansion, which meets the table at 30 and the normal far out.
-        assert!((student_t_975(30) - 2.042).abs() < 1e-9 && (student_t_975(31) - 2.040).abs() < 2e-3);
-        assert!((student_t_975(120) - 1.980).abs() < 2e-3 && (student_t_975(100_000) - 1.960).abs() < 1e-3);
+        for [on, off] in &ab.unit_gbps {
+            assert!((1.0 - on / off - (1.0 - 1.0 / 1.01)).abs() < 1e-12, "a unit's cost is telemetry's alone: {ab:?}");
+        }
         // The units travel in the file and are left out of it when there are none.
         let back: TelemetryAb = serde_json::from_str(&serde_json::to_string(&ab).expect("json")).expect("back");
         assert_eq!(back, ab);
