@@ -72,7 +72,9 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
     let (ranks, copies) = (*ranks, *copies);
     // The run's secret: every rank proves it to the rendezvous, and then to rank 0's collector.
     let secret = crate::secret::Keyed::generate(efatop_proto::auth::Source::Launcher).map_err(std::io::Error::other)?;
-    let rendezvous = Rendezvous::bind(ranks, secret.secret.clone())?;
+    // Set once a rank fails or the run is stopped: a rendezvous still gathering then ends without a word.
+    let ending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rendezvous = Rendezvous::bind(ranks, secret.secret.clone())?.ending_with(ending.clone());
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
         if let Err(err) = rendezvous.serve(Duration::from_mins(1)) {
@@ -137,7 +139,7 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
     let hosts: Vec<String> = (0..ranks)
         .map(|rank| if netns.is_empty() { machine.to_string() } else { format!("{machine}:{}", netns[rank % netns.len()]) })
         .collect();
-    let (code, timed_out) = supervise(children, &hosts, &stop_requests, *dashboard_may_be_up, *limit, told);
+    let (code, timed_out) = supervise(children, &hosts, &stop_requests, *dashboard_may_be_up, *limit, &ending, told);
     // The readers end with their ranks' pipes; a moment for the last line.
     std::thread::sleep(Duration::from_millis(20));
     let last_error = last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
@@ -188,6 +190,7 @@ fn supervise(
     stop_requests: &StopRequests,
     dashboard_may_be_up: bool,
     limit: Option<Duration>,
+    ending: &std::sync::atomic::AtomicBool,
     told: impl Fn(String),
 ) -> (i32, bool) {
     let launched = Instant::now();
@@ -258,6 +261,7 @@ fn supervise(
             stops_passed_on = requests;
         }
         if let Some(failed) = failed_at {
+            ending.store(true, Ordering::SeqCst);
             let rank0_done = codes[0].is_some();
             if others_terminated_at.is_none() && (rank0_done || failed.elapsed() > REPORT_GRACE) {
                 terminate(&children, &codes, 1..children.len());

@@ -175,6 +175,10 @@ pub struct Rendezvous {
     listener: TcpListener,
     size: usize,
     admission: Admission,
+    /// Set by whoever supervises the ranks once the run is ending (a rank failed or was stopped) before
+    /// every rank joined: the rendezvous then closes its door quietly, since a connection cut short now is
+    /// one of the run's own ranks being stopped mid-handshake, not news.
+    ending: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A connection that proved itself and named its rank.
@@ -183,12 +187,24 @@ type Joined = (usize, TcpStream);
 impl Rendezvous {
     /// Listens on loopback: `efatop run`'s ranks all run on this host.
     pub fn bind(size: usize, secret: Secret) -> std::io::Result<Self> {
-        Ok(Self { listener: TcpListener::bind("127.0.0.1:0")?, size, admission: Admission::Secret(secret) })
+        Ok(Self { listener: TcpListener::bind("127.0.0.1:0")?, size, admission: Admission::Secret(secret), ending: None })
     }
 
     /// Listens on `address` (the Slurm bootstrap's rank 0: its node's address, a port of the step's).
     pub fn bind_on(address: std::net::SocketAddr, size: usize, admission: Admission) -> std::io::Result<Self> {
-        Ok(Self { listener: TcpListener::bind(address)?, size, admission })
+        Ok(Self { listener: TcpListener::bind(address)?, size, admission, ending: None })
+    }
+
+    /// Once `ending` is set, a rendezvous still gathering ranks stops: no more refusals are told, and
+    /// [`Self::serve`] returns `Ok` (the supervisor speaks for the run's end).
+    #[must_use]
+    pub fn ending_with(mut self, ending: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.ending = Some(ending);
+        self
+    }
+
+    fn is_ending(&self) -> bool {
+        self.ending.as_ref().is_some_and(|ending| ending.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     pub fn address(&self) -> std::io::Result<String> {
@@ -245,6 +261,9 @@ impl Rendezvous {
             }
         };
         while joined < self.size {
+            if self.is_ending() {
+                return Ok(());
+            }
             match self.listener.accept() {
                 Ok((stream, _)) => self.admit(stream, &joined_tx, &busy),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -259,6 +278,7 @@ impl Rendezvous {
                 }
                 Ok(Ok((rank, _))) if rank < self.size => refuse(format!("rank {rank} joined already; it keeps its first connection")),
                 Ok(Ok((rank, _))) => refuse(format!("rank {rank} is not a rank of this run of {}", self.size)),
+                Ok(Err(_)) if self.is_ending() => return Ok(()),
                 Ok(Err(why)) => refuse(why),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
@@ -420,5 +440,25 @@ mod tests {
         assert!(started.elapsed() < HANDSHAKE_WAIT, "a silent stranger held the run up for {:?}", started.elapsed());
         drop(zero);
         server.join().expect("server").expect("serve");
+    }
+
+    /// A run that ends before every rank joined (rank 0 refused its input, and the launcher is stopping
+    /// the rest, one of them perhaps mid-handshake): the rendezvous stops gathering at once and returns.
+    #[test]
+    fn a_rendezvous_whose_run_is_ending_stops_gathering() {
+        let secret = Secret::generate().expect("secret");
+        let ending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rendezvous = Rendezvous::bind(2, secret.clone()).expect("bind").ending_with(ending.clone());
+        let address = rendezvous.address().expect("address");
+        let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(20)));
+        let _joined = LocalBootstrap::connect(&address, 1, 2, &secret).expect("rank 1");
+        // A rank stopped mid-handshake: it said the first bytes, then went.
+        let mut cut = TcpStream::connect(&address).expect("connects");
+        cut.write_all(&[1]).expect("write");
+        drop(cut);
+        let started = Instant::now();
+        ending.store(true, std::sync::atomic::Ordering::SeqCst);
+        server.join().expect("server").expect("an ending run is no rendezvous error");
+        assert!(started.elapsed() < Duration::from_secs(2), "it took {:?} to stop", started.elapsed());
     }
 }
