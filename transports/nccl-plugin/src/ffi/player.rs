@@ -54,6 +54,11 @@ impl Plugin {
         let mut handles: HashMap<u64, *mut c_void> = HashMap::new();
         let mut played = Played::default();
         let mut last_t: Option<u64> = None;
+        // Each record is played at its own time on one schedule (the trace's gaps, each cut to `max_gap`,
+        // from when playing began), not after a sleep of its gap from the last call: a late wake-up (a busy
+        // machine) then delays that one record, and does not add up along the records of one collective.
+        let began_playing = Instant::now();
+        let mut scheduled = Duration::ZERO;
         for line in &trace.lines {
             let t_us = match line {
                 Line::Init { t_us, .. } | Line::Finalize { t_us, .. } => Some(*t_us),
@@ -61,9 +66,12 @@ impl Plugin {
                 Line::Dropped(_) => None,
             };
             if let (Some(t), Some(prev)) = (t_us, last_t) {
-                let gap = Duration::from_micros(t.saturating_sub(prev)).div_f64(speed.max(1e-3)).min(max_gap);
-                if gap > Duration::from_micros(50) {
-                    std::thread::sleep(gap);
+                scheduled += Duration::from_micros(t.saturating_sub(prev)).div_f64(speed.max(1e-3)).min(max_gap);
+                let due = began_playing + scheduled;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    if wait > Duration::from_micros(50) {
+                        std::thread::sleep(wait);
+                    }
                 }
             }
             if t_us.is_some() {
