@@ -53,6 +53,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
+    // A rank's process (what `efatop run` launches, and a rank under mpirun or srun) loads libfabric.
+    let a_rank = matches!(cli.command, Command::Experiment(_));
     let code = match cli.command {
         // Each rank of a sweep with --format keeps its own contract (rank 0 prints it).
         Command::Run(run) => launch::launch(&run),
@@ -71,8 +73,12 @@ fn main() -> ExitCode {
         Command::Watch(args) => watch::watch(&args),
         Command::PackageFiles(args) => package_files::package_files(&args),
     };
-    if efatop_fabric::ending::abandoned() {
-        // A run that failed left its fabric objects open: the process ends without libfabric's exit handlers.
+    if a_rank || efatop_fabric::ending::abandoned() {
+        // A run that failed left its fabric objects open, and a run that ended well has closed them and
+        // written its files: either way the process ends without libfabric's exit handlers. `fi_fini`
+        // destroys the memory monitor's locks and frees the providers while another thread of the process
+        // may still reach them (a relay's or sampler's last free, through the monitor's munmap hook); a lock
+        // taken after that aborts the rank in glibc (docs/endings.md).
         efatop_fabric::ending::exit(code);
     }
     ExitCode::from(u8::try_from(code).unwrap_or(1))

@@ -304,3 +304,36 @@ fn a_sigterm_to_the_launcher_ends_the_run_with_its_tables_and_no_rank_left() {
 fn a_sigint_to_the_launcher_ends_the_run_with_its_tables_and_no_rank_left() {
     stop_the_launcher("-INT", 130, "stopped by SIGINT");
 }
+
+/// A run that ended well: each rank's process closes its world, writes what it writes, and ends through
+/// `_exit`, so libfabric's exit handler (`fi_fini`, which frees the providers and destroys the memory
+/// monitor's locks while the process's other threads still run) never runs in it (docs/endings.md). With
+/// `FI_LOG_LEVEL=info` libfabric logs its providers' teardown there (`psmx_fini()` in 1.17): `fi_info -l`,
+/// a program that ends through it, shows such lines (the control that the log would show it); the ranks of
+/// a 2-rank run that ended well (exit 0, results written) show libfabric's lines and none of those.
+#[test]
+fn a_rank_that_ended_well_ends_without_libfabrics_exit_handler() {
+    let _one = serial();
+    let teardown = |stderr: &str| stderr.lines().filter(|l| l.starts_with("libfabric:") && l.contains("_fini()")).count();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut control = Command::new("fi_info");
+    control.arg("-l").env("FI_LOG_LEVEL", "info").current_dir(dir.path()).stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(path) = library_path() {
+        control.env("LD_LIBRARY_PATH", path);
+    }
+    let control = control.output().expect("fi_info (libfabric-bin, which scripts/build/setup-debian installs)");
+    let control = String::from_utf8_lossy(&control.stderr);
+    assert!(teardown(&control) > 0, "fi_info -l logged no provider teardown at its exit, so this check could not tell:\n{control}");
+    let out = dir.path().join("results.json");
+    let mut run = command(
+        &["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--no-tui", "--out", out.to_str().expect("utf-8")],
+        dir.path(),
+    );
+    let run = run.env("FI_LOG_LEVEL", "info").output().expect("efatop run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert!(out.exists(), "the results file is written before the rank ends");
+    assert!(stderr.lines().any(|l| l.starts_with("libfabric:")), "the ranks logged nothing of libfabric's: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("libfabric:") && l.contains("_fini()")).collect();
+    assert!(lines.is_empty(), "a rank ran libfabric's exit handler: {lines:?}");
+}
