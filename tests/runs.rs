@@ -247,6 +247,32 @@ fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
     assert!(run.stdout.contains("control (no telemetry): widest interval"), "{}", run.stdout);
 }
 
+/// The bench that shows where telemetry's time goes (`scripts/bench/bench-telemetry-cpu`) still finds every
+/// rank's threads in this build and reads the kernel's accounting of them: with telemetry off there is no
+/// sampler or collector thread, and their CPU is zero; with it on, both used CPU, so each sample has a cost
+/// per thread; the hot threads polled through both windows.
+#[test]
+fn the_telemetry_cpu_bench_accounts_for_every_ranks_threads() {
+    let _one = serial();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/bench-telemetry-cpu");
+    let efatop = common::efatop_path();
+    let args = [
+        "--efatop", efatop.to_str().expect("utf-8"), "--experiment", "write", "--ranks", "2", "--channels", "1",
+        "--size", "64K", "--interval", "20ms", "--seconds", "1", "--settle", "0.5", "--repeats", "1",
+    ];
+    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(120));
+    assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let rows = table_rows(&run.stdout);
+    let arm = |name: &str| rows.iter().find(|r| r[0] == name).unwrap_or_else(|| panic!("no {name} row: {}", run.stdout)).clone();
+    let number = |cell: &str| cell.parse::<f64>().unwrap_or_else(|_| panic!("{cell} is not a number: {}", run.stdout));
+    let (off, on) = (arm("off"), arm("on"));
+    assert!(number(&off[2]) > 10.0 && number(&on[2]) > 10.0, "the hot threads poll: {}", run.stdout);
+    assert!(number(&off[5]) == 0.0 && number(&off[7]) == 0.0 && off[6] == "-", "no telemetry, no telemetry threads: {}", run.stdout);
+    assert!(number(&on[5]) > 0.0 && number(&on[6]) > 0.0, "every rank's sampler worked: {}", run.stdout);
+    assert!(number(&on[7]) > 0.0 && number(&on[8]) > 0.0, "rank 0's collector worked: {}", run.stdout);
+    assert!(run.stdout.contains("hot threads, off -> on: run-queue wait"), "{}", run.stdout);
+}
+
 fn alltoall_args<'a>(provider: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["alltoall", "--provider", provider, "--min-size", "4K", "--max-size", "32K", "--iters", "5", "--warmup", "1"];
     args.extend_from_slice(extra);
