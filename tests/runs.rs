@@ -258,7 +258,7 @@ fn the_telemetry_cpu_bench_accounts_for_every_ranks_threads() {
     let efatop = common::efatop_path();
     let args = [
         "--efatop", efatop.to_str().expect("utf-8"), "--experiment", "write", "--ranks", "2", "--channels", "1",
-        "--size", "64K", "--interval", "20ms", "--seconds", "1", "--settle", "0.5", "--repeats", "1",
+        "--size", "1M", "--interval", "20ms", "--seconds", "1", "--settle", "0.5", "--repeats", "1",
     ];
     let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(120));
     assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
