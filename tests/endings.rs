@@ -314,7 +314,9 @@ fn a_sigint_to_the_launcher_ends_the_run_with_its_tables_and_no_rank_left() {
 #[test]
 fn a_rank_that_ended_well_ends_without_libfabrics_exit_handler() {
     let _one = serial();
-    let teardown = |stderr: &str| stderr.lines().filter(|l| l.starts_with("libfabric:") && l.contains("_fini()")).count();
+    let teardown = |stderr: &str| -> Vec<String> {
+        stderr.lines().filter(|l| l.starts_with("libfabric:") && l.contains("_fini()")).map(str::to_string).collect()
+    };
     let dir = tempfile::tempdir().expect("dir");
     let mut control = Command::new("fi_info");
     control.arg("-l").env("FI_LOG_LEVEL", "info").current_dir(dir.path()).stdout(Stdio::null()).stderr(Stdio::piped());
@@ -323,7 +325,7 @@ fn a_rank_that_ended_well_ends_without_libfabrics_exit_handler() {
     }
     let control = control.output().expect("fi_info (libfabric-bin, which scripts/build/setup-debian installs)");
     let control = String::from_utf8_lossy(&control.stderr);
-    assert!(teardown(&control) > 0, "fi_info -l logged no provider teardown at its exit, so this check could not tell:\n{control}");
+    assert!(!teardown(&control).is_empty(), "fi_info -l logged no provider teardown at its exit, so this check could not tell:\n{control}");
     let out = dir.path().join("results.json");
     let mut run = command(
         &["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--no-tui", "--out", out.to_str().expect("utf-8")],
@@ -334,6 +336,6 @@ fn a_rank_that_ended_well_ends_without_libfabrics_exit_handler() {
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert!(out.exists(), "the results file is written before the rank ends");
     assert!(stderr.lines().any(|l| l.starts_with("libfabric:")), "the ranks logged nothing of libfabric's: {stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("libfabric:") && l.contains("_fini()")).collect();
+    let lines = teardown(&stderr);
     assert!(lines.is_empty(), "a rank ran libfabric's exit handler: {lines:?}");
 }

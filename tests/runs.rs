@@ -219,19 +219,25 @@ fn telemetry_ab_times_both_arms_of_write_and_alltoall() {
     }
 }
 
+/// Runs `scripts/bench/NAME` against this build (`--efatop`) with `args`, within `limit`.
+fn bench(name: &str, args: &[&str], limit: std::time::Duration) -> Run {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench").join(name);
+    let efatop = common::efatop_path();
+    let args = [&["--efatop", efatop.to_str().expect("utf-8")][..], args].concat();
+    common::run_program(script.to_str().expect("utf-8"), &args, limit)
+}
+
 /// The bench that judges telemetry's cost (`scripts/bench/bench-telemetry-cost`) still runs against this
 /// build and reads its files: each size's pooled units, with their interval, rest on every run's units, and
 /// `--control` pools as many from the same blocks run with no telemetry at all.
 #[test]
 fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
     let _one = serial();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/bench-telemetry-cost");
-    let efatop = common::efatop_path();
     let args = [
-        "--efatop", efatop.to_str().expect("utf-8"), "--experiments", "alltoall", "--ranks", "2", "--channels", "1",
+        "--experiments", "alltoall", "--ranks", "2", "--channels", "1",
         "--min-size", "64K", "--max-size", "128K", "--seconds", "0.2", "--repeats", "2", "--min-cycles", "8", "--control",
     ];
-    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(300));
+    let run = bench("bench-telemetry-cost", &args, std::time::Duration::from_secs(300));
     assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     let rows = table_rows(&run.stdout);
     let sizes: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "64K" || r[0] == "128K").collect();
@@ -254,13 +260,11 @@ fn the_telemetry_cost_bench_pools_every_runs_units_into_an_interval() {
 #[test]
 fn the_telemetry_cpu_bench_accounts_for_every_ranks_threads() {
     let _one = serial();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/bench-telemetry-cpu");
-    let efatop = common::efatop_path();
     let args = [
-        "--efatop", efatop.to_str().expect("utf-8"), "--experiment", "write", "--ranks", "2", "--channels", "1",
+        "--experiment", "write", "--ranks", "2", "--channels", "1",
         "--size", "1M", "--interval", "20ms", "--seconds", "1", "--settle", "0.5", "--repeats", "1",
     ];
-    let run = common::run_program(script.to_str().expect("utf-8"), &args, std::time::Duration::from_secs(120));
+    let run = bench("bench-telemetry-cpu", &args, std::time::Duration::from_secs(120));
     assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     let rows = table_rows(&run.stdout);
     let arm = |name: &str| rows.iter().find(|r| r[0] == name).unwrap_or_else(|| panic!("no {name} row: {}", run.stdout)).clone();
