@@ -31,7 +31,9 @@ const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efato
 /// take the run's secret through the cluster's MUNGE, as on a real cluster (the test's srun reaches the
 /// cluster's munged through `SLURM_CONF`'s `AuthInfo`).
 fn srun(args: &[&str], limit: Duration) -> common::Run {
-    let mut without_token = vec!["-u", "EFATOP_TOKEN", "srun"];
+    // --kill-on-bad-exit: a task that crashes ends the step at once (as batch scripts set it), rather than
+    // leaving the others waiting in a collective until the test's limit.
+    let mut without_token = vec!["-u", "EFATOP_TOKEN", "srun", "--kill-on-bad-exit=1"];
     without_token.extend_from_slice(args);
     run_program("env", &without_token, limit)
 }

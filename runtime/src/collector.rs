@@ -115,6 +115,8 @@ impl SamplerThread {
         watch: Option<RankZeroWatch>,
     ) -> std::io::Result<Self> {
         let stream = dial(collector, secret)?;
+        // The schedule below steps by whole intervals: never by none.
+        let interval = interval.max(Duration::from_micros(100));
         let (timeout, mut on_lost, relay) = match watch {
             Some(RankZeroWatch { timeout, lost, relay }) => {
                 let millis = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
@@ -149,7 +151,7 @@ impl SamplerThread {
             // The hot path starts only once all of this is in place (`start` waits for it).
             let _ = ready_tx.send(());
             let mut last = Instant::now();
-            let mut next = last + interval;
+            let mut next = first_tick(interval);
             loop {
                 let stopping_now = stopping.load(Ordering::Relaxed);
                 let now = Instant::now();
@@ -168,9 +170,10 @@ impl SamplerThread {
                         last = now;
                         link.push(&sample);
                     }
+                    // Late (a busy CPU, a pause): the next tick of the same grid, so the machine's samplers stay together.
                     next += interval;
-                    if next < now {
-                        next = now + interval;
+                    while next <= now {
+                        next += interval;
                     }
                 }
                 link.flush();
@@ -239,6 +242,26 @@ fn frame_room(probe: &Probe) -> usize {
     let histogram = 2 + 6 * efatop_proto::telemetry::histogram::BUCKETS;
     let bound = 64 + probe.channel_count() * (24 + histogram) + probe.rank_count() * (48 + histogram);
     bound.min(64 << 10)
+}
+
+/// The next moment after now that is a multiple of `period` on the machine's monotonic clock, which every
+/// process of the machine reads alike (and `Instant` is read from).
+pub(crate) fn next_tick(period: Duration) -> Instant {
+    let now = Instant::now();
+    let Ok(clock) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) else { return now + period };
+    let period_ns = period.as_nanos().max(1);
+    let since_boot = u128::from(clock.tv_sec().unsigned_abs()) * 1_000_000_000 + u128::from(clock.tv_nsec().unsigned_abs());
+    now + Duration::from_nanos(u64::try_from(period_ns - since_boot % period_ns).unwrap_or(u64::MAX))
+}
+
+/// When a sampler that starts now takes its first sample: the next tick of `interval` ([`next_tick`]), at
+/// least half an interval away so that no sample covers a sliver. Every sampler of a machine then samples at
+/// the same moments: the rates of its ranks cover the same windows, and their samples reach rank 0's
+/// collector (or the host's relay) together, one wake-up of it an interval rather than one a rank.
+pub(crate) fn first_tick(interval: Duration) -> Instant {
+    let now = Instant::now();
+    let tick = next_tick(interval);
+    if tick - now < interval / 2 { tick + interval } else { tick }
 }
 
 /// Touches the first 64 KiB of this thread's stack, so that sampling never faults a stack page in.
@@ -776,6 +799,24 @@ pub(crate) mod tests {
     use std::sync::mpsc;
 
     pub(crate) const WORLD: WorldBounds = WorldBounds { ranks: 8, channels: 4 };
+
+    #[test]
+    fn samplers_started_apart_sample_at_the_same_moments() {
+        let interval = Duration::from_millis(100);
+        let early = Instant::now();
+        let first = first_tick(interval);
+        std::thread::sleep(Duration::from_millis(37));
+        let late = Instant::now();
+        let second = first_tick(interval);
+        for (started, tick) in [(early, first), (late, second)] {
+            let away = tick - started;
+            assert!(away >= interval / 2 && away <= interval * 3 / 2, "first sample {away:?} after the start");
+        }
+        // On one grid: the two ticks are whole intervals apart (to the microseconds between two clock reads).
+        let apart = second.saturating_duration_since(first).max(first.saturating_duration_since(second));
+        let off_grid = (apart.as_micros() % interval.as_micros()).min(interval.as_micros() - apart.as_micros() % interval.as_micros());
+        assert!(off_grid < 1_000, "ticks {apart:?} apart: {off_grid} µs off the interval's grid");
+    }
 
     /// The collector of a run of [`WORLD`] on loopback, its secret, and its events one by one (they arrive
     /// in batches). The relay's tests use it too.

@@ -37,7 +37,7 @@ use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{PhaseReport, WorldBounds};
 use tokio::io::AsyncReadExt;
 
-use crate::collector::{HANDSHAKE_WAIT, Link, RankZeroWatch, READ_ROOM, dial, handshake, why_lost};
+use crate::collector::{HANDSHAKE_WAIT, Link, RankZeroWatch, READ_ROOM, dial, handshake, next_tick, why_lost};
 
 /// How long a relay that was asked to finish waits for its host's ranks to close (their last samples).
 pub const FINISH_WITHIN: Duration = Duration::from_secs(3);
@@ -259,7 +259,11 @@ async fn relay(
     timeout: Duration,
     mut lost: Option<Box<dyn FnOnce(String) + Send>>,
 ) {
-    let mut next = tokio::time::Instant::now() + interval;
+    // The host's samplers sample on the ticks of the interval (`first_tick`); the relay forwards a little
+    // after a tick, once their samples are in, so that a sample waits here milliseconds, not up to a period.
+    let lag = (interval / 10).clamp(Duration::from_millis(1), Duration::from_millis(20));
+    let after_tick = || tokio::time::Instant::from_std(next_tick(interval) + lag);
+    let mut next = after_tick();
     let mut deadline: Option<Instant> = None;
     let mut accepting = true;
     loop {
@@ -307,7 +311,7 @@ async fn relay(
             continue;
         }
         let now = tokio::time::Instant::now();
-        next = if link.queue.is_empty() { (next + interval).max(now) } else { now + RETRY_EVERY };
+        next = if link.queue.is_empty() { after_tick() } else { now + RETRY_EVERY };
     }
 }
 

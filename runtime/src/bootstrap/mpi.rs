@@ -14,9 +14,17 @@ pub struct MpiBootstrap {
 }
 
 impl MpiBootstrap {
+    /// MPI at the level of threading a rank's process has: several threads (sampler, collector, signals,
+    /// rank 0's loop), of which only the rank's thread, the one that initializes MPI, ever calls it
+    /// (`MPI_THREAD_FUNNELED`; `MPI_THREAD_SINGLE` promises one thread in the process).
     pub fn initialize() -> Result<Self, ExperimentError> {
-        let universe = mpi::initialize()
+        let (universe, provided) = mpi::initialize_with_threading(mpi::Threading::Funneled)
             .ok_or_else(|| ExperimentError::Bootstrap("MPI was already initialized in this process".into()))?;
+        if provided < mpi::Threading::Funneled {
+            return Err(ExperimentError::Bootstrap(format!(
+                "this MPI gives {provided:?} threading; efatop needs MPI_THREAD_FUNNELED (only the rank's thread calls MPI, beside others)"
+            )));
+        }
         Ok(Self { world: universe.world(), _universe: universe })
     }
 }
