@@ -273,7 +273,8 @@ fn the_telemetry_cpu_bench_accounts_for_every_ranks_threads() {
     assert!(number(&off[2]) > 10.0 && number(&on[2]) > 10.0, "the hot threads poll: {}", run.stdout);
     assert!(number(&off[5]) == 0.0 && number(&off[7]) == 0.0 && off[6] == "-", "no telemetry, no telemetry threads: {}", run.stdout);
     assert!(number(&on[5]) > 0.0 && number(&on[6]) > 0.0, "every rank's sampler worked: {}", run.stdout);
-    assert!(number(&on[7]) > 0.0 && number(&on[8]) > 0.0, "rank 0's collector worked: {}", run.stdout);
+    assert!(number(&on[7]) > 0.0 && number(&on[8]) > 0.0 && number(&on[9]) > 0.0, "rank 0's collector worked, woken: {}", run.stdout);
+    assert!(number(&off[9]) == 0.0, "no collector, no wake-ups: {}", run.stdout);
     assert!(run.stdout.contains("hot threads, off -> on: run-queue wait"), "{}", run.stdout);
 }
 
