@@ -7,15 +7,22 @@
 use efatop_proto::expected;
 use efatop_report::compare::compare_files;
 use efatop_report::expected::against_expected;
-use efatop_report::{load_results, render};
+use efatop_report::{load, render, Format};
 
 use crate::cli::{CompareArgs, ReportArgs};
 
 pub fn report(args: &ReportArgs) -> i32 {
-    let results = match load_results(&args.results) {
-        Ok(results) => results,
+    let (results, notes) = match load(&args.results) {
+        Ok(loaded) => (loaded.results, loaded.notes),
         Err(err) => return fail(&err),
     };
+    let format: Format = args.format.into();
+    // Table, Markdown and JSON carry the note among the run's notes; CSV has no place for it.
+    if format == Format::Csv {
+        for note in &notes {
+            eprintln!("efatop: note: {}: {note}", args.results.display());
+        }
+    }
     if let Some(png) = &args.plot {
         if let Err(err) = efatop_report::plot(&results, png) {
             eprintln!("efatop: error: --plot: {err}");
@@ -27,7 +34,7 @@ pub fn report(args: &ReportArgs) -> i32 {
             efatop_report::sidecar_path(png).display()
         );
     }
-    print!("{}", render(&results, args.format.into()));
+    print!("{}", render(&results, format));
     0
 }
 
@@ -78,8 +85,8 @@ fn compare_expected(args: &CompareArgs) -> i32 {
         eprintln!("efatop: error: --instance-type {given}: efatop has no reference figures for it; use one of {}", expected::listed());
         return 2;
     }
-    let results = match load_results(&args.baseline) {
-        Ok(results) => results,
+    let (results, notes) = match load(&args.baseline) {
+        Ok(loaded) => (loaded.results, loaded.notes),
         Err(err) => return fail(&err),
     };
     let name = args.baseline.display().to_string();
@@ -105,7 +112,8 @@ fn compare_expected(args: &CompareArgs) -> i32 {
     };
     let threshold = args.threshold.unwrap_or(100.0 - expected::BELOW_PERCENT);
     match against_expected(&results, &instance_type, threshold) {
-        Ok(against) => {
+        Ok(mut against) => {
+            against.notes = notes;
             print!("{}", against.render(&name));
             i32::from(against.below())
         }

@@ -49,6 +49,14 @@ impl Experiment {
         })
     }
 
+    /// Today's experiment for a name an older efatop wrote (`all2all`, the seed's name, is `alltoall`),
+    /// with that old name; `None` for every other experiment. Readers that take a file's old name for
+    /// today's say so ([`OLD_NAMES`]).
+    pub fn renamed(&self) -> Option<(Experiment, &'static str)> {
+        let Experiment::Other(name) = self else { return None };
+        OLD_NAMES.iter().find(|(old, _)| old == name).map(|(old, today)| (today.clone(), *old))
+    }
+
     /// The experiment a file's name stands for.
     fn from_name(name: &str) -> Experiment {
         const KNOWN: [Experiment; 9] = [
@@ -65,6 +73,11 @@ impl Experiment {
         KNOWN.into_iter().find(|known| known.name() == name).unwrap_or_else(|| Experiment::Other(name.to_string()))
     }
 }
+
+/// Experiment names older efatops wrote in results files, and the experiment each is today. `all2all`:
+/// the first `efatop report` read all-to-all runs under the seed's name (`seeds/all2all.md`) before the
+/// subcommand was named `alltoall`; its configurations (`SingleDMA`, `MultiDMA`, ...) are today's labels.
+pub const OLD_NAMES: [(&str, Experiment); 1] = [("all2all", Experiment::Alltoall)];
 
 impl Serialize for Experiment {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -97,5 +110,12 @@ mod tests {
         }
         assert_eq!(serde_json::from_str::<Experiment>("\"fleet\"").expect("reads"), Experiment::Other("fleet".into()));
         assert_eq!(Experiment::Sendrecv.to_string(), "sendrecv");
+    }
+
+    #[test]
+    fn an_old_name_is_told_apart_and_maps_to_todays() {
+        assert_eq!(Experiment::Other("all2all".into()).renamed(), Some((Experiment::Alltoall, "all2all")));
+        assert_eq!(Experiment::Other("fleet".into()).renamed(), None);
+        assert_eq!(Experiment::Alltoall.renamed(), None);
     }
 }

@@ -8,6 +8,9 @@ use crate::column::Column;
 use crate::experiment::Experiment;
 use crate::topology::{GpuLinkSource, PairLink};
 
+mod figures;
+pub use figures::{ImpossibleFigure, CEILING_GBPS, LINK_ALLOWANCE};
+
 /// The results file's format. 1: files from before the field existed (read as they always were); 2:
 /// the same fields, and this one.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -590,13 +593,17 @@ pub enum ResultsFileError {
     MeasuredTwice { config: String, size: u64 },
     #[error("the pair matrix of {config} at size {size} is not square ({rows} senders, a row of {columns} receivers)")]
     PairMatrixShape { config: String, size: u64, rows: usize, columns: usize },
+    /// A figure no run can have measured ([`RunResults::check_figures`]).
+    #[error("{0}")]
+    Impossible(ImpossibleFigure),
 }
 
 impl RunResults {
     /// Reads a results file (`--out`) back. Beyond its shape, checks what readers of it rely on: every
     /// measurement's configuration is listed (tables have one column per listed configuration, so an
     /// unlisted one would vanish silently), each configuration and size is measured once (so [`Self::find`]
-    /// is not ambiguous), and each pair matrix is square (it is indexed `[sender][receiver]`).
+    /// is not ambiguous), each pair matrix is square (it is indexed `[sender][receiver]`), and every figure
+    /// is one a run can have measured ([`RunResults::check_figures`]).
     pub fn from_json(bytes: &[u8]) -> Result<Self, ResultsFileError> {
         let results: Self = serde_json::from_slice(bytes)?;
         let mut measured = std::collections::HashSet::new();
@@ -617,6 +624,7 @@ impl RunResults {
                 return Err(ResultsFileError::PairMatrixShape { config, size, rows, columns });
             }
         }
+        results.check_figures().map_err(ResultsFileError::Impossible)?;
         Ok(results)
     }
 }
@@ -843,7 +851,7 @@ mod tests {
         };
         RunResults {
             schema_version: SchemaVersion::default(),
-            metadata: RunMetadata { experiment: Experiment::Write, ranks: 2, ..RunMetadata::default() },
+            metadata: RunMetadata { experiment: Experiment::Write, ranks: 2, channels: 1, ..RunMetadata::default() },
             configs: vec![single(), multi()],
             measurements: vec![measurement(single(), 4096), measurement(multi(), 4096)],
             pair_matrices: vec![PairMatrix { config: single(), size: 4096, gbps: vec![vec![None, Some(1.5)], vec![Some(1.0), None]], same_host: Vec::new() }],

@@ -11,7 +11,7 @@ use efatop_proto::RunResults;
 use serde::Serialize;
 
 use crate::formats::{file_summary, ordered_measurements};
-use crate::load::{load_results, ReportError};
+use crate::load::{load, ReportError};
 
 /// Reads `--threshold`: a percentage such as `5%`, `2.5%` or `5`.
 pub fn parse_threshold(text: &str) -> Result<f64, String> {
@@ -63,6 +63,10 @@ pub struct Comparison {
     /// How each run ended (complete, failed and why, not ended) and what its file holds, in one line.
     pub baseline_summary: String,
     pub candidate_summary: String,
+    /// What reading each file took that the file does not say itself (an old experiment name read as
+    /// today's), one line each ([`crate::load::Loaded::notes`]).
+    pub baseline_notes: Vec<String>,
+    pub candidate_notes: Vec<String>,
 }
 
 impl Comparison {
@@ -158,6 +162,8 @@ pub fn compare(
         setup_differences: setup_differences(baseline, candidate),
         baseline_summary: file_summary(baseline),
         candidate_summary: file_summary(candidate),
+        baseline_notes: Vec::new(),
+        candidate_notes: Vec::new(),
     }
 }
 
@@ -168,8 +174,8 @@ pub fn compare_files(
     threshold_percent: f64,
     allow_different: bool,
 ) -> Result<Comparison, ReportError> {
-    let baseline = load_results(baseline_path)?;
-    let candidate = load_results(candidate_path)?;
+    let crate::Loaded { results: baseline, notes: baseline_notes } = load(baseline_path)?;
+    let crate::Loaded { results: candidate, notes: candidate_notes } = load(candidate_path)?;
     if baseline.metadata.experiment != candidate.metadata.experiment && !allow_different {
         return Err(ReportError::DifferentExperiments {
             baseline: baseline_path.to_path_buf(),
@@ -178,7 +184,8 @@ pub fn compare_files(
             candidate_experiment: candidate.metadata.experiment,
         });
     }
-    let comparison = compare(&baseline, &candidate, threshold_percent);
+    let mut comparison = compare(&baseline, &candidate, threshold_percent);
+    (comparison.baseline_notes, comparison.candidate_notes) = (baseline_notes, candidate_notes);
     if comparison.deltas.is_empty() {
         return Err(ReportError::NothingInCommon {
             baseline: baseline_path.to_path_buf(),
@@ -268,6 +275,11 @@ impl Comparison {
         let mut out = format!("# baseline {baseline_name}, candidate {candidate_name}; regression beyond {threshold}%\n");
         let _ = writeln!(out, "# baseline {baseline_name}: {}", self.baseline_summary);
         let _ = writeln!(out, "# candidate {candidate_name}: {}", self.candidate_summary);
+        for (name, notes) in [(baseline_name, &self.baseline_notes), (candidate_name, &self.candidate_notes)] {
+            for note in notes {
+                let _ = writeln!(out, "# note: {name}: {note}");
+            }
+        }
         for difference in &self.setup_differences {
             let _ = writeln!(out, "# note: {difference}");
         }

@@ -34,6 +34,9 @@ pub struct AgainstExpected {
     pub summary: String,
     /// The run's provider, when it was not efa (the figures were measured over efa).
     pub not_efa: Option<String>,
+    /// What reading the file took that it does not say itself ([`crate::load::Loaded::notes`]); set by
+    /// the caller that read it.
+    pub notes: Vec<String>,
 }
 
 impl AgainstExpected {
@@ -78,7 +81,7 @@ pub fn against_expected(results: &RunResults, instance_type: &str, threshold_per
         return Err(missing.into_iter().next().unwrap_or_else(|| format!("{instance_type}: the run holds no measurement")));
     }
     let not_efa = (meta.experiment != Experiment::Ipc && meta.provider != "efa").then(|| meta.provider.clone());
-    Ok(AgainstExpected { instance_type: instance_type.to_string(), threshold_percent, rows, missing, summary: file_summary(results), not_efa })
+    Ok(AgainstExpected { instance_type: instance_type.to_string(), threshold_percent, rows, missing, summary: file_summary(results), not_efa, notes: Vec::new() })
 }
 
 /// Right-aligned Markdown, the last column (the source) left as it is.
@@ -116,6 +119,9 @@ impl AgainstExpected {
             expected::DOC
         );
         let _ = writeln!(out, "# {name}: {}", self.summary);
+        for note in &self.notes {
+            let _ = writeln!(out, "# note: {name}: {note}");
+        }
         if let Some(provider) = &self.not_efa {
             let _ = writeln!(out, "# note: this run's provider is {provider}, not efa; the published figures were measured over efa");
         }

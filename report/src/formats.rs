@@ -66,7 +66,18 @@ fn render_table(results: &RunResults) -> String {
         out.push('\n');
         out.push_str(&crate::text::render_table(results));
     }
+    out.push_str(&sweep_text(results));
     out.push_str(&verification_line(results));
+    out
+}
+
+/// A sweep's verdict (best figure per rank and rail, latencies, suspects), its rounds and its slowest
+/// per-pair figures; empty for other runs.
+fn sweep_text(results: &RunResults) -> String {
+    let Some(sweep) = &results.sweep else { return String::new() };
+    let mut out = String::from("\n");
+    out.push_str(&crate::text::render_verdict(sweep, results.metadata.channels));
+    out.push_str(&crate::text::render_rounds(sweep));
     out
 }
 
@@ -98,7 +109,15 @@ fn verification_line(results: &RunResults) -> String {
         .map(|m| format!("{} {}", m.config, format_size(m.size)))
         .collect();
     let complete = results.status.as_ref().is_none_or(|status| status.state == RunState::Complete);
-    if results.measurements.is_empty() {
+    if let Some(sweep) = results.sweep.as_ref().filter(|_| results.measurements.is_empty()) {
+        let figures: usize = sweep.rounds.iter().map(|r| r.figures.len()).sum();
+        let ended = match results.status.as_ref().map(|status| status.state) {
+            Some(RunState::Complete) => "",
+            Some(RunState::Failed) => ", before the run failed",
+            _ => ", before the run stopped writing this file",
+        };
+        format!("# sweep: {} in {}{ended}\n", plural(figures, "figure"), plural(sweep.rounds.len(), "round"))
+    } else if results.measurements.is_empty() {
         "# no measurements in this file\n".to_string()
     } else if !unverified.is_empty() {
         format!("# NOT verified: {}\n", unverified.join(", "))
@@ -138,6 +157,10 @@ fn csv_field(text: &str) -> String {
 }
 
 fn render_csv(results: &RunResults) -> String {
+    // A sweep measures per-pair figures, not steps: a row per figure.
+    if let Some(sweep) = results.sweep.as_ref().filter(|_| results.measurements.is_empty()) {
+        return crate::text::render_figures_csv(sweep);
+    }
     let mut out =
         String::from("config,size,count,gbps,busbw_percent,lat_mean_us,lat_p50_us,lat_p99_us,lat_max_us,iterations,verified\n");
     for m in ordered_measurements(results) {
@@ -256,6 +279,20 @@ fn render_markdown(results: &RunResults) -> String {
         }
         if let Some(matrix) = largest_matrix(results, config) {
             out.push_str(&markdown_matrix(matrix));
+        }
+    }
+    if results.sweep.is_some() {
+        out.push_str("\n## sweep\n");
+        // The text's `# ` lines are headings in Markdown: there they are paragraphs of their own.
+        for line in sweep_text(results).lines() {
+            match line.strip_prefix("# ") {
+                Some(text) => {
+                    let _ = writeln!(out, "{}\n", md_cell(text));
+                }
+                None => {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
         }
     }
     out

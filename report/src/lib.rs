@@ -14,6 +14,6 @@ pub mod text;
 
 pub use compare::{compare, parse_threshold, Comparison};
 pub use formats::{render, Format};
-pub use load::{load_results, ReportError};
+pub use load::{load, load_results, Loaded, ReportError};
 pub use plot::{plot, sidecar_path, PlotSpec};
 

@@ -9,4 +9,4 @@ pub mod verdict;
 
 pub use header::render_header;
 pub use table::render_table;
-pub use verdict::render_verdict;
+pub use verdict::{render_figures_csv, render_rounds, render_verdict};

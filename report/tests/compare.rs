@@ -121,7 +121,7 @@ fn different_experiments_are_refused_unless_allowed() {
     let text = err.to_string();
     assert!(
         text.contains("`write` run")
-            && text.contains("`all2all` run")
+            && text.contains("`alltoall` run")
             && text.contains("--allow-different"),
         "{text}"
     );

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use efatop_proto::sizes::format_size;
-use efatop_proto::sweep::{RoundKind, Scope, SweepResults};
+use efatop_proto::sweep::{Figure, RoundKind, Scope, SweepResults};
 use efatop_proto::words::plural;
 
 /// The sweep's tables as text; `rails` is the run's channels per rank.
@@ -96,6 +96,105 @@ pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     out
 }
 
+/// Per-pair figures a report lists in text, slowest first; CSV lists every one.
+pub const FIGURES_SHOWN: usize = 20;
+
+/// What a round is, in a word or two.
+fn kind_text(kind: RoundKind) -> &'static str {
+    match kind {
+        RoundKind::Pairing => "pairing",
+        RoundKind::CrossRail => "cross-rail",
+        RoundKind::Retest => "retest",
+    }
+}
+
+/// The channel a figure wrote over: `0`, or `0 → 1` across rails.
+fn channel_text(figure: &Figure) -> String {
+    if figure.target_rail() == figure.rail { figure.rail.to_string() } else { format!("{} → {}", figure.rail, figure.target_rail()) }
+}
+
+/// `efatop report`'s view of a sweep's file beyond [`render_verdict`]: every round (its kind, pairs, its
+/// median and slowest figure) and the slowest per-pair figures of the whole sweep, worst first
+/// ([`FIGURES_SHOWN`] of them; CSV has every one).
+pub fn render_rounds(sweep: &SweepResults) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n# rounds: the median and the slowest figure of each (median write's rate, Gbps)");
+    let _ = writeln!(out, "| round | kind | pairs | figures | median Gbps | slowest Gbps | slowest: from → to, channel |");
+    let _ = writeln!(out, "|---:|:---|---:|---:|---:|---:|:---|");
+    for round in &sweep.rounds {
+        let mut rates: Vec<f64> = round.figures.iter().map(Figure::judged_gbps).collect();
+        rates.sort_by(f64::total_cmp);
+        let median = rates.get(rates.len() / 2).map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
+        let slowest = round.figures.iter().min_by(|a, b| a.judged_gbps().total_cmp(&b.judged_gbps()));
+        let (rate, who) = slowest.map_or_else(
+            || ("-".to_string(), "-".to_string()),
+            |f| (format!("{:.2}", f.judged_gbps()), format!("rank {} → rank {}, {}", f.from, f.to, channel_text(f))),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {median} | {rate} | {who} |",
+            round.round.index + 1,
+            kind_text(round.round.kind),
+            round.round.pairs.len(),
+            round.figures.len(),
+        );
+    }
+    let mut figures: Vec<(usize, &Figure)> = sweep.rounds.iter().flat_map(|r| r.figures.iter().map(move |f| (r.round.index, f))).collect();
+    figures.sort_by(|(_, a), (_, b)| a.judged_gbps().total_cmp(&b.judged_gbps()));
+    let shown = figures.len().min(FIGURES_SHOWN);
+    let _ = writeln!(
+        out,
+        "\n# per-pair figures, slowest first: {} of {}{}",
+        shown,
+        plural(figures.len(), "figure"),
+        if figures.len() > shown { " (--format csv lists every one)" } else { "" }
+    );
+    let _ = writeln!(out, "| round | from | to | channel | Gbps (median write) | Gbps (whole) | p50 (µs) | p99 (µs) | retransmits |");
+    let _ = writeln!(out, "|---:|---:|---:|:---|---:|---:|---:|---:|---:|");
+    for (round, f) in figures.iter().take(shown) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {} |",
+            round + 1,
+            f.from,
+            f.to,
+            channel_text(f),
+            f.judged_gbps(),
+            f.gbps,
+            f.p50_us,
+            f.p99_us,
+            f.retransmits.map_or_else(|| "-".to_string(), |r| r.to_string()),
+        );
+    }
+    out
+}
+
+/// Every figure of a sweep, one CSV row each, in round order: what a spreadsheet of a fleet's sweep
+/// sorts and filters.
+pub fn render_figures_csv(sweep: &SweepResults) -> String {
+    let mut out = String::from("round,kind,from,to,rail,to_rail,gbps,steady_gbps,p50_us,p99_us,retransmits\n");
+    for round in &sweep.rounds {
+        for f in &round.figures {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{}",
+                round.round.index + 1,
+                kind_text(round.round.kind),
+                f.from,
+                f.to,
+                f.rail,
+                f.target_rail(),
+                f.gbps,
+                f.steady_gbps,
+                f.p50_us,
+                f.p99_us,
+                f.retransmits.map_or_else(String::new, |r| r.to_string()),
+            );
+        }
+    }
+    out
+}
+
 /// Per rank and rail, as the writer: p50/p99 of each write in its best round, and what it retransmitted
 /// over the sweep where a counter tells.
 fn latency_table(out: &mut String, sweep: &SweepResults, rails: usize, names: &[String]) {
@@ -140,7 +239,7 @@ fn latency_table(out: &mut String, sweep: &SweepResults, rails: usize, names: &[
 
 #[cfg(test)]
 mod tests {
-    use efatop_proto::sweep::{pairing_rounds, Figure, NicFacts, NodeFacts, SweepRound};
+    use efatop_proto::sweep::{pairing_rounds, NicFacts, NodeFacts, SweepRound};
 
     use super::*;
 
