@@ -88,7 +88,7 @@ impl XidWatch {
             Err(why) => counts.error = Some(why),
             Ok(log) => {
                 counts.error = None;
-                for ((pci, number), (times, _)) in xid::count(&log.events) {
+                for ((pci, number), times) in log.all() {
                     let entry = counts.seen.entry((pci, number)).or_insert(0);
                     *entry = (*entry).max(times);
                 }
