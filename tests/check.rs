@@ -265,7 +265,6 @@ fn assert_problems_line(runs: &[(&str, common::Run)], line: &str, what: &str) {
         let want = match *format {
             "table" => format!("PROBLEM: {count} thing{} wrong: {line}", if count == 1 { "" } else { "s" }),
             "json" => continue,
-            "npd" => format!("efatop: {line}"),
             "nhc" => format!("check_efatop:  {line}"),
             _ => format!("efatop: {line}"),
         };
@@ -317,7 +316,7 @@ fn a_flood_of_one_xid_does_not_hide_a_worse_one_in_any_format() {
     }
 }
 
-/// On every type, in every format: Xid 79 is reboot (NVIDIA's catalog: RESTART_BM); after the driver
+/// On every type, in every format: Xid 79 is reboot (NVIDIA's catalog: `RESTART_BM`); after the driver
 /// reloaded (a reset) the node is healthy again, the 79 told as history; 79 again after that is replace.
 #[test]
 fn only_xids_since_the_driver_loaded_count_and_79_again_is_replace_in_every_format() {
@@ -445,7 +444,7 @@ fn the_kernel_log_device_is_read_through_sysfs_root() {
                         report["findings"].as_array().expect("findings").iter().filter(|f| f["rule"] == "gpu-xid").collect();
                     assert!(!xids.is_empty() && xids.iter().all(|f| f["status"] == "ok" || f["status"] == "problem"), "{context}");
                     assert!(xids.iter().all(|f| f["message"].as_str().unwrap_or("").contains("/dev/kmsg, ")), "{context}");
-                    let code = if report["status"] == "problem" { 1 } else { 0 };
+                    let code = i32::from(report["status"] == "problem");
                     assert_eq!((report["status"] != "unknown", run.code), (true, Some(code)), "{context}");
                 }
                 "table" => {
@@ -534,7 +533,7 @@ fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
 }
 
 /// The scenario of issue 45: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
-/// x16. JSON names both, `reboot` for the GPU (NVIDIA's catalog: RESTART_BM; with its PCI address and the
+/// x16. JSON names both, `reboot` for the GPU (NVIDIA's catalog: `RESTART_BM`; with its PCI address and the
 /// NICs behind its switch) and the NIC's own action, `reboot` for the node; the NPD line fits 80 characters and exits 1; the Slurm
 /// reason names both. The same node healthy says `none` and exits 0.
 #[test]

@@ -411,6 +411,7 @@ fn every_xid_of_the_catalog_gets_its_rows_action() {
 /// action is the worst (79's), not the first N events'.
 #[test]
 fn a_flood_of_one_xid_does_not_hide_a_worse_one_on_another_gpu() {
+    use efatop_proto::action::Action;
     let dir = tempfile::tempdir().unwrap();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
     let layout = efatop_topology::instance_layout("p5.48xlarge").unwrap().unwrap();
@@ -418,8 +419,7 @@ fn a_flood_of_one_xid_does_not_hide_a_worse_one_on_another_gpu() {
     node.log_xid(&layout.gpus[1].pci_bus_id, 79).unwrap();
     let (_, report) = check(&node, Duration::from_millis(20), false, not_checked());
     let findings = xid_findings(&report);
-    let named: Vec<(Option<&str>, efatop_proto::action::Action)> = findings.iter().map(|f| (f.subject.as_deref(), f.action)).collect();
-    use efatop_proto::action::Action;
+    let named: Vec<(Option<&str>, Action)> = findings.iter().map(|f| (f.subject.as_deref(), f.action)).collect();
     assert_eq!(named, [(Some("GPU 0"), Action::Watch), (Some("GPU 1"), Action::Reboot)], "{findings:#?}");
     assert!(findings[0].message.contains("Xid 31 x12000 ("), "{}", findings[0].message);
     assert_eq!(report.action, Action::Reboot);

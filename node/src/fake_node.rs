@@ -61,7 +61,7 @@ impl Fault {
     ];
 
     /// Xids of each action of NVIDIA's catalog as efatop maps it ([`crate::xid::catalog`]): an application's
-    /// fault (`watch`); a double-bit ECC error, a GSP RPC timeout, an NVLink5 error and Xid 154 naming a GPU
+    /// fault (`watch`); a double-bit ECC error, a GSP RPC timeout, an `NVLink5` error and Xid 154 naming a GPU
     /// reset (`reset`); a GPU off the bus (`reboot`); auxiliary power not connected (`replace`).
     pub const XID_CLASSES: [u32; 7] = [13, 48, 119, 145, 154, 79, 54];
 
@@ -242,13 +242,14 @@ impl FakeNode {
     /// Appends records of level `level` to the fake kernel log, as `/dev/kmsg` gives them: sequence numbers
     /// and times (µs since boot, a millisecond per record) going on from the last.
     fn log(&self, level: u8, messages: &[&str]) -> io::Result<()> {
+        use std::fmt::Write as _;
         use std::io::Write as _;
         let path = self.root().join("dev/kmsg");
         let last = fs::read_to_string(&path).map_or(0, |text| text.lines().count());
         let mut text = String::new();
         for (at, message) in messages.iter().enumerate() {
             let sequence = last + at + 1;
-            text.push_str(&format!("{level},{sequence},{},-;{message}\n", sequence * 1000));
+            let _ = writeln!(text, "{level},{sequence},{},-;{message}", sequence * 1000);
         }
         fs::OpenOptions::new().append(true).create(true).open(path)?.write_all(text.as_bytes())
     }

@@ -143,18 +143,14 @@ pub fn judge(xid: u32, text: &str) -> Judged {
         why.push_str("; ");
         why.push_str(kind.note);
     }
-    let action = match kind.action {
-        Some(action) => action,
-        None => match recovery_action(text) {
-            Some((action, named)) => {
-                why = format!("NVIDIA's Xid catalog: follow the recovery action Xid 154 names, here {named}");
-                action
-            }
-            None => {
-                why = "Xid 154 names a recovery action efatop does not know (or none): watch, and read the message".into();
-                Action::Watch
-            }
-        },
+    let action = if let Some(action) = kind.action {
+        action
+    } else if let Some((action, named)) = recovery_action(text) {
+        why = format!("NVIDIA's Xid catalog: follow the recovery action Xid 154 names, here {named}");
+        action
+    } else {
+        why = "Xid 154 names a recovery action efatop does not know (or none): watch, and read the message".into();
+        Action::Watch
     };
     Judged { action, what: kind.what, why }
 }
@@ -640,6 +636,7 @@ pub fn names_function(logged: &str, function: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt::Write as _;
 
     fn log_of(text: &str, limits: Limits) -> XidLog {
         read_lines(text.as_bytes(), "test".into(), limits).unwrap()
@@ -689,10 +686,10 @@ mod tests {
                         "Xid {}: {action} for {}, and no note why: {kind:?}",
                         kind.xid,
                         kind.bucket
-                    )
+                    );
                 }
                 (Some(_), None) => {
-                    panic!("Xid {}: bucket {} has no mapping", kind.xid, kind.bucket)
+                    panic!("Xid {}: bucket {} has no mapping", kind.xid, kind.bucket);
                 }
             }
             let judged = judge(kind.xid, "");
@@ -736,15 +733,15 @@ mod tests {
     fn a_flood_is_counted_whole_with_bounded_state() {
         let mut text = String::new();
         for at in 0..12_000 {
-            text.push_str(&format!("3,{at},{},-;NVRM: Xid (PCI:0000:53:00): 31, pid={at}, MMU Fault\n", 1000 + at));
+            let _ = writeln!(text, "3,{at},{},-;NVRM: Xid (PCI:0000:53:00): 31, pid={at}, MMU Fault", 1000 + at);
         }
         text.push_str("3,12000,99000,-;NVRM: Xid (PCI:0000:64:00): 79, pid=0, GPU has fallen off the bus.\n");
         let log = log_of(&text, Limits::default());
         assert_eq!(log.unfinished, None);
         assert_eq!(log.records, 12_001);
-        let counts: Vec<(&str, u32, u64, Option<u64>, Option<u64>)> =
-            log.current.iter().map(|t| (t.pci.as_str(), t.xid, t.count, t.first_us, t.last_us)).collect();
-        assert_eq!(counts, [("0000:53:00", 31, 12_000, Some(1000), Some(12_999)), ("0000:64:00", 79, 1, Some(99_000), Some(99_000))]);
+        let counts: Vec<String> =
+            log.current.iter().map(|t| format!("{} {} x{} {:?}..{:?}", t.pci, t.xid, t.count, t.first_us, t.last_us)).collect();
+        assert_eq!(counts, ["0000:53:00 31 x12000 Some(1000)..Some(12999)", "0000:64:00 79 x1 Some(99000)..Some(99000)"]);
         assert_eq!(log.current[0].sample, "pid=11999, MMU Fault");
     }
 
@@ -763,17 +760,17 @@ mod tests {
 
     #[test]
     fn reads_stop_at_their_limits_and_say_so() {
-        let text = "6,1,1,-;a line\n".repeat(1000);
-        let log = log_of(&text, Limits { records: 100, ..Limits::default() });
+        let lines = "6,1,1,-;a line\n".repeat(1000);
+        let log = log_of(&lines, Limits { records: 100, ..Limits::default() });
         assert_eq!(log.records, 100);
         assert!(log.unfinished.as_deref().is_some_and(|why| why.contains("100 records")), "{:?}", log.unfinished);
-        let log = log_of(&text, Limits { bytes: 1000, ..Limits::default() });
+        let log = log_of(&lines, Limits { bytes: 1000, ..Limits::default() });
         assert!(log.unfinished.as_deref().is_some_and(|why| why.contains("bytes")), "{:?}", log.unfinished);
-        let log = log_of(&text, Limits { time: Duration::ZERO, ..Limits::default() });
+        let log = log_of(&lines, Limits { time: Duration::ZERO, ..Limits::default() });
         assert!(log.unfinished.is_some());
         // A line longer than any record is skipped; the records around it are read.
-        let long = format!("3,1,1,-;NVRM: Xid (PCI:0000:53:00): 31, {}\n3,2,2,-;NVRM: Xid (PCI:0000:53:00): 13, x\n", "y".repeat(100_000));
-        let log = log_of(&long, Limits::default());
+        let overlong = format!("3,1,1,-;NVRM: Xid (PCI:0000:53:00): 31, {}\n3,2,2,-;NVRM: Xid (PCI:0000:53:00): 13, x\n", "y".repeat(100_000));
+        let log = log_of(&overlong, Limits::default());
         assert_eq!(log.current.iter().map(|t| t.xid).collect::<Vec<_>>(), [13]);
     }
 
@@ -788,7 +785,7 @@ mod tests {
         );
         let mut many = String::new();
         for bus in 0..(MAX_PAIRS + 10) {
-            many.push_str(&format!("3,1,1,-;NVRM: Xid (PCI:{:04x}:{:02x}:00): 31, x\n", bus / 256, bus % 256));
+            let _ = writeln!(many, "3,1,1,-;NVRM: Xid (PCI:{:04x}:{:02x}:00): 31, x", bus / 256, bus % 256);
         }
         let log = log_of(&many, Limits::default());
         assert_eq!((log.current.len(), log.unnamed), (MAX_PAIRS, 10));
