@@ -616,10 +616,22 @@ fn read_command(program: &str, args: &[&str], source: &str, limits: Limits) -> R
         let _ = send.send(read_lines(stdout, source_name, limits));
     });
     let outcome = receive.recv_timeout(limits.time + Duration::from_millis(500));
-    // Whatever it read, the program is done with: stopped if still running, then reaped.
-    let _ = child.kill();
+    // Whatever it read, the program is done with: it exits once its output ended (a second's grace), else
+    // it is stopped; then reaped.
+    let grace = Instant::now() + Duration::from_secs(1);
+    while outcome.as_ref().is_ok_and(|read| read.as_ref().is_ok_and(|log| log.unfinished.is_none()))
+        && Instant::now() < grace
+        && child.try_wait().map_err(|err| err.to_string())?.is_none()
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if child.try_wait().map_err(|err| err.to_string())?.is_none() {
+        let _ = child.kill();
+    }
     let status = child.wait().map_err(|err| err.to_string())?;
     match outcome {
+        // A kernel log always holds the boot's messages: none read means none could be (no permission).
+        Ok(Ok(log)) if log.records == 0 => Err(format!("no records ({status}): not allowed to read the kernel's messages?")),
         Ok(Ok(log)) if status.success() || log.unfinished.is_some() => Ok(log),
         Ok(Ok(_)) => Err(format!("exited with {status}")),
         Ok(Err(err)) => Err(err.to_string()),
@@ -769,7 +781,8 @@ mod tests {
         let log = log_of(&lines, Limits { time: Duration::ZERO, ..Limits::default() });
         assert!(log.unfinished.is_some());
         // A line longer than any record is skipped; the records around it are read.
-        let overlong = format!("3,1,1,-;NVRM: Xid (PCI:0000:53:00): 31, {}\n3,2,2,-;NVRM: Xid (PCI:0000:53:00): 13, x\n", "y".repeat(100_000));
+        let overlong =
+            format!("3,1,1,-;NVRM: Xid (PCI:0000:53:00): 31, {}\n3,2,2,-;NVRM: Xid (PCI:0000:53:00): 13, x\n", "y".repeat(100_000));
         let log = log_of(&overlong, Limits::default());
         assert_eq!(log.current.iter().map(|t| t.xid).collect::<Vec<_>>(), [13]);
     }
@@ -789,6 +802,19 @@ mod tests {
         }
         let log = log_of(&many, Limits::default());
         assert_eq!((log.current.len(), log.unnamed), (MAX_PAIRS, 10));
+    }
+
+    #[test]
+    fn a_program_that_gives_no_records_is_not_a_clean_log() {
+        let err = read_command("true", &[], "true", Limits::default()).unwrap_err();
+        assert!(err.contains("no records"), "{err}");
+        let log =
+            read_command("printf", &["[    1.500000] NVRM: Xid (PCI:0000:53:00): 79, pid=0, x\\n"], "printf", Limits::default()).unwrap();
+        assert_eq!(log.current.iter().map(|t| (t.xid, t.first_us)).collect::<Vec<_>>(), [(79, Some(1_500_000))]);
+        let slow = Limits { time: Duration::from_millis(200), ..Limits::default() };
+        let started = Instant::now();
+        assert!(read_command("sleep", &["30"], "sleep", slow).is_err());
+        assert!(started.elapsed() < Duration::from_secs(10), "stopped at its time limit: {:?}", started.elapsed());
     }
 
     #[test]
