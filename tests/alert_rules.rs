@@ -90,7 +90,7 @@ fn every_metric_the_rules_name_is_served_by_the_monitor() {
         assert!(text.contains(&format!("\n{name}{{")), "the rules name {name}, which efatop monitor does not serve");
     }
     assert!(
-        text.contains(r#"efatop_gpu_xid_total{host="p5",gpu="3",pci="0000:86:00",xid="79",action="replace"} 1"#),
+        text.contains(r#"efatop_gpu_xid_total{host="p5",gpu="3",pci="0000:86:00",xid="79",action="reboot"} 1"#),
         "{}",
         text.lines().filter(|line| line.contains("xid")).collect::<Vec<_>>().join("\n")
     );

@@ -46,10 +46,10 @@ fn action(fault: Fault, instance_type: &str) -> &'static str {
     match fault {
         // x8 of a Gen4 or Gen5 x16 is 126 or 252 Gbps: a 100 or 200 Gbps EFA still fits, a 400 Gbps one does not.
         Fault::EfaLinkX8 if instance_type.starts_with("p6-b") => "reboot",
-        Fault::ImpairedRising | Fault::EfaLinkX8 | Fault::Xid(13 | 31 | 43 | 94) => "watch",
-        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::Xid(119) => "reboot",
-        Fault::WrongNuma | Fault::Xid(79) => "replace",
-        Fault::Xid(48 | 95) => "reset",
+        Fault::ImpairedRising | Fault::EfaLinkX8 | Fault::Xid(13 | 31 | 94) => "watch",
+        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::Xid(79) => "reboot",
+        Fault::WrongNuma | Fault::Xid(54) => "replace",
+        Fault::Xid(48 | 95 | 119 | 145 | 154) => "reset",
         Fault::Xid(other) => unreachable!("no expectation for Xid {other}"),
     }
 }
@@ -251,12 +251,293 @@ fn one_xid_of_each_class_is_named_with_the_catalogs_action_in_every_format() {
     }
 }
 
+/// Runs `check` on `node` in every format.
+fn every_format_of(node: &FakeNode) -> Vec<(&'static str, common::Run)> {
+    FORMATS.iter().map(|format| (*format, check(node, format, false))).collect()
+}
+
+/// Asserts that every format says `line` (`reboot: GPU 1 Xid 79; watch: GPU 0 Xid 31`), exit 1.
+fn assert_problems_line(runs: &[(&str, common::Run)], line: &str, what: &str) {
+    for (format, run) in runs {
+        let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+        assert_eq!(run.code, Some(1), "{context}");
+        let count = line.split("; ").count();
+        let want = match *format {
+            "table" => format!("PROBLEM: {count} thing{} wrong: {line}", if count == 1 { "" } else { "s" }),
+            "json" => continue,
+            "nhc" => format!("check_efatop:  {line}"),
+            _ => format!("efatop: {line}"),
+        };
+        assert_eq!(run.stdout.lines().last(), Some(want.as_str()), "{context}");
+    }
+}
+
+/// Asserts that every format says the node could not be told, naming `short`, exit 2.
+fn assert_unknown(runs: &[(&str, common::Run)], short: &str, what: &str) {
+    for (format, run) in runs {
+        let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+        assert_eq!(run.code, Some(2), "{context}");
+        match *format {
+            "table" => assert_eq!(run.stdout.lines().last(), Some(format!("UNKNOWN: could not tell: {short}").as_str()), "{context}"),
+            "json" => {
+                let report = report_of(run.stdout.trim());
+                assert_eq!(report["status"], "unknown", "{context}");
+                let xid =
+                    report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "gpu-xid").cloned().expect("gpu-xid");
+                assert_eq!((xid["status"].as_str(), xid["short"].as_str()), (Some("unknown"), Some(short)), "{context}");
+            }
+            "npd" => assert_eq!(run.stdout, format!("efatop: unknown: {short}\n"), "{context}"),
+            _ => {
+                assert!(run.stdout.is_empty(), "{context}");
+                assert!(run.stderr.contains("could not tell") && run.stderr.contains(short), "{context}");
+            }
+        }
+    }
+}
+
+/// 12,000 × Xid 31 on GPU 0, then Xid 79 on GPU 1, on every type: every format leads with 79's action and
+/// names both GPUs; JSON counts all 12,000.
+#[test]
+fn a_flood_of_one_xid_does_not_hide_a_worse_one_in_any_format() {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let layout = efatop_topology::instance_layout(instance_type).expect("known").expect("loads");
+        node.log_xids(&layout.gpus[0].pci_bus_id, 31, 12_000).expect("flood");
+        node.log_xid(&layout.gpus[1].pci_bus_id, 79).expect("79");
+        let runs = every_format_of(&node);
+        let (first, second) = (layout.gpus[0].index, layout.gpus[1].index);
+        assert_problems_line(&runs, &format!("reboot: GPU {second} Xid 79; watch: GPU {first} Xid 31"), instance_type);
+        let report = report_of(runs[1].1.stdout.trim());
+        assert_eq!(report["action"], "reboot", "{instance_type}");
+        let xids: Vec<&Value> = report["findings"].as_array().expect("findings").iter().filter(|f| f["rule"] == "gpu-xid").collect();
+        assert_eq!(xids.len(), 2, "{instance_type}: {xids:?}");
+        assert!(xids[0]["message"].as_str().expect("message").contains("Xid 31 x12000 ("), "{instance_type}: {}", xids[0]);
+    }
+}
+
+/// On every type, in every format: Xid 79 is reboot (NVIDIA's catalog: `RESTART_BM`); after the driver
+/// reloaded (a reset) the node is healthy again, the 79 told as history; 79 again after that is replace.
+#[test]
+fn only_xids_since_the_driver_loaded_count_and_79_again_is_replace_in_every_format() {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let (gpu, address) = node.victim_gpu();
+        node.log_xid(&address, 79).expect("79");
+        assert_problems_line(&every_format_of(&node), &format!("reboot: {gpu} Xid 79"), instance_type);
+        node.log_driver_load().expect("driver load");
+        for (format, run) in every_format_of(&node) {
+            assert_names(&run, format, None, instance_type, &format!("{instance_type} 79 then a driver load"));
+            if format == "json" {
+                let report = report_of(run.stdout.trim());
+                let xid =
+                    report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "gpu-xid").cloned().expect("gpu-xid");
+                assert!(xid["message"].as_str().expect("message").contains(&format!("(history, not judged): {gpu} Xid 79")), "{xid}");
+            }
+        }
+        node.log_xid(&address, 79).expect("79 again");
+        for (format, run) in every_format_of(&node) {
+            let named = Named { rule: "gpu-xid", subject: &gpu, words: "Xid 79", action: "replace" };
+            assert_flagged(&run, format, Some(named), &format!("{instance_type} 79, a driver load, 79"));
+        }
+    }
+}
+
+/// A kernel log that is not one (a FIFO, a directory, a link to itself, nothing) is unknown, exit 2, in every
+/// format, on every type; the check does not wait on a FIFO.
+#[test]
+fn an_unreadable_kernel_log_is_unknown_exit_2_in_every_format() {
+    for (at, instance_type) in TYPES.iter().enumerate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let log = dir.path().join("dev/kmsg");
+        std::fs::remove_file(&log).expect("remove");
+        let what = match at % 4 {
+            0 => {
+                let made = std::process::Command::new("mkfifo").arg(&log).status().expect("mkfifo");
+                assert!(made.success());
+                "a FIFO, not the kernel log"
+            }
+            1 => {
+                std::fs::create_dir(&log).expect("dir");
+                "a directory, not the kernel log"
+            }
+            2 => {
+                std::os::unix::fs::symlink("kmsg", &log).expect("link");
+                "symbolic links"
+            }
+            _ => "No such file",
+        };
+        let runs = every_format_of(&node);
+        assert_unknown(&runs, "kernel log unreadable", instance_type);
+        let report = report_of(runs[1].1.stdout.trim());
+        let xid = report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "gpu-xid").cloned().expect("gpu-xid");
+        assert!(xid["message"].as_str().expect("message").contains(what), "{instance_type}: {xid}");
+        assert!(runs.iter().all(|(_, run)| run.elapsed < Duration::from_secs(30)));
+    }
+}
+
+/// A log longer than a check reads (a million records) is unknown, exit 2, in every format; a fault found in
+/// what was read stays a fault, exit 1.
+#[test]
+fn a_kernel_log_not_read_to_its_end_is_unknown_unless_a_fault_was_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p6e-gb200.36xlarge").expect("fake node");
+    let log = dir.path().join("dev/kmsg");
+    let clean = std::fs::read_to_string(&log).expect("log");
+    let noise = "6,3,5000,-;eth0: link up\n".repeat(1_000_001);
+    std::fs::write(&log, format!("{clean}{noise}")).expect("write");
+    assert_unknown(&every_format_of(&node), "kernel log not read to its end", "a million records");
+    std::fs::write(&log, &clean).expect("write");
+    let (gpu, address) = node.victim_gpu();
+    node.log_xid(&address, 79).expect("79");
+    let mut text = std::fs::read_to_string(&log).expect("log");
+    text.push_str(&noise);
+    std::fs::write(&log, text).expect("write");
+    let runs = every_format_of(&node);
+    assert_problems_line(&runs, &format!("reboot: {gpu} Xid 79"), "79 then a million records");
+    let report = report_of(runs[1].1.stdout.trim());
+    let xid = report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "gpu-xid").cloned().expect("gpu-xid");
+    assert!(xid["message"].as_str().expect("message").contains("the log was read only in part (stopped at 1000000 records)"), "{xid}");
+}
+
+/// Whether this process may read and write the machine's kernel log (`/dev/kmsg`): as root, as CI runs.
+/// Elsewhere a SKIPPED line says why; under `CI=true` that fails.
+fn kernel_log_here() -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg") {
+        Ok(_) => true,
+        Err(err) => {
+            assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true and /dev/kmsg cannot be read and written: {err}");
+            eprintln!("SKIPPED: /dev/kmsg cannot be read and written here ({err}): the real kernel log needs root");
+            false
+        }
+    }
+}
+
+/// A fake node of `instance_type` whose kernel log is this machine's: `dev/kmsg` a link to `/dev/kmsg`.
+fn on_the_real_kernel_log(dir: &std::path::Path, instance_type: &str) -> FakeNode {
+    let node = FakeNode::write(dir, instance_type).expect("fake node");
+    let log = dir.join("dev/kmsg");
+    std::fs::remove_file(&log).expect("remove");
+    std::os::unix::fs::symlink("/dev/kmsg", &log).expect("link");
+    node
+}
+
+/// The kernel log as the kernel gives it (the character device, which `--sysfs-root /host` reads in the
+/// Kubernetes DaemonSet): read on every type, never skipped or unknown, its verdict's exit code in every format.
+#[test]
+fn the_kernel_log_device_is_read_through_sysfs_root() {
+    if !kernel_log_here() {
+        return;
+    }
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = on_the_real_kernel_log(dir.path(), instance_type);
+        for (format, run) in every_format_of(&node) {
+            let context = format!("{instance_type} --format {format}\n{}\n{}", run.stdout, run.stderr);
+            match format {
+                "json" => {
+                    let report = report_of(run.stdout.trim());
+                    let xids: Vec<&Value> =
+                        report["findings"].as_array().expect("findings").iter().filter(|f| f["rule"] == "gpu-xid").collect();
+                    assert!(!xids.is_empty() && xids.iter().all(|f| f["status"] == "ok" || f["status"] == "problem"), "{context}");
+                    assert!(xids.iter().all(|f| f["message"].as_str().unwrap_or("").contains("/dev/kmsg, ")), "{context}");
+                    let code = i32::from(report["status"] == "problem");
+                    assert_eq!((report["status"] != "unknown", run.code), (true, Some(code)), "{context}");
+                }
+                "table" => {
+                    let row = run.stdout.lines().find(|l| l.trim_start().starts_with("gpu-xid ")).unwrap_or_else(|| panic!("{context}"));
+                    assert!(row.contains(" ok ") || row.contains(" PROBLEM "), "{context}");
+                    assert!(matches!(run.code, Some(0 | 1)), "{context}");
+                }
+                _ => assert!(matches!(run.code, Some(0 | 1)), "{context}"),
+            }
+        }
+    }
+}
+
+/// The address of the GPU the test below adds to fake nodes and plants Xids for in this machine's log: one
+/// no real GPU has (PCI domain 0x00ef), the same every run, so earlier runs' records only add to its count.
+const TEST_GPU: &str = "00ef:ef:00";
+
+/// Adds an NVIDIA GPU at [`TEST_GPU`] to the fake node under `root`.
+fn add_test_gpu(root: &std::path::Path) {
+    let address = format!("{TEST_GPU}.0");
+    let dir = root.join("sys/devices/pci00ef:ef").join(&address);
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (file, value) in [("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200"), ("numa_node", "0")] {
+        std::fs::write(dir.join(file), format!("{value}\n")).expect("write");
+    }
+    std::os::unix::fs::symlink(&dir, root.join("sys/bus/pci/devices").join(&address)).expect("link");
+}
+
+/// `Xid 79 x3 (` → 3, `Xid 79 (` → 1, in the test GPU's finding of a JSON report; 0 without one.
+fn test_gpu_79s(report: &Value) -> (u64, Option<Value>) {
+    let finding =
+        report["findings"].as_array().expect("findings").iter().find(|f| f["message"].as_str().unwrap_or("").contains(TEST_GPU)).cloned();
+    let count = finding.as_ref().map_or(0, |f| {
+        let message = f["message"].as_str().unwrap_or("");
+        let rest = message.split_once("Xid 79").map_or("", |(_, rest)| rest);
+        rest.strip_prefix(" x").and_then(|n| n.split(' ').next()?.parse().ok()).unwrap_or(1)
+    });
+    (count, finding)
+}
+
+/// As root, a line written to `/dev/kmsg` is a kernel log record: Xid 79 for the GPU at [`TEST_GPU`] is
+/// named for that GPU, counted once more, with its message, in every format on every type.
+#[test]
+fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
+    use std::io::Write as _;
+    if !kernel_log_here() {
+        return;
+    }
+    let before: Vec<u64> = TYPES
+        .iter()
+        .map(|instance_type| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let node = on_the_real_kernel_log(dir.path(), instance_type);
+            add_test_gpu(dir.path());
+            test_gpu_79s(&report_of(check(&node, "json", false).stdout.trim())).0
+        })
+        .collect();
+    let token = format!(
+        "efatop test {}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_nanos()
+    );
+    let line = format!("NVRM: Xid (PCI:{TEST_GPU}): 79, pid=0, GPU has fallen off the bus. ({token})\n");
+    std::fs::OpenOptions::new().write(true).open("/dev/kmsg").expect("open /dev/kmsg").write_all(line.as_bytes()).expect("write /dev/kmsg");
+    for (instance_type, before) in TYPES.iter().zip(before) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = on_the_real_kernel_log(dir.path(), instance_type);
+        add_test_gpu(dir.path());
+        let runs = every_format_of(&node);
+        let report = report_of(runs[1].1.stdout.trim());
+        let (count, finding) = test_gpu_79s(&report);
+        let finding = finding.unwrap_or_else(|| panic!("{instance_type}: no finding for {TEST_GPU}: {report}"));
+        assert_eq!(count, before + 1, "{instance_type}: {finding}");
+        assert!(finding["message"].as_str().unwrap_or("").contains(&token), "{instance_type}: {finding}");
+        // Reboot; replace where this machine's driver reloaded since an earlier run planted one.
+        assert!(finding["action"] == "reboot" || finding["action"] == "replace", "{instance_type}: {finding}");
+        let subject = finding["subject"].as_str().expect("subject").to_string();
+        for (format, run) in &runs {
+            let context = format!("{instance_type} --format {format}\n{}\n{}", run.stdout, run.stderr);
+            assert_eq!(run.code, Some(1), "{context}");
+            if *format != "json" {
+                assert!(run.stdout.contains(&format!("{subject} Xid 79")), "{context}");
+            }
+        }
+    }
+}
+
 /// The scenario of issue 45: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
-/// x16. JSON names both, `replace` for the GPU (with its PCI address and the NICs behind its switch) and
-/// the NIC's own action, `replace` for the node; the NPD line fits 80 characters and exits 1; the Slurm
+/// x16. JSON names both, `reboot` for the GPU (NVIDIA's catalog: `RESTART_BM`; with its PCI address and the
+/// NICs behind its switch) and the NIC's own action, `reboot` for the node; the NPD line fits 80 characters and exits 1; the Slurm
 /// reason names both. The same node healthy says `none` and exits 0.
 #[test]
-fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
+fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_reboot_and_names_both() {
     let dir = tempfile::tempdir().expect("tempdir");
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
     let healthy = check(&node, "json", false);
@@ -272,11 +553,11 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
     assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
     let report = report_of(run.stdout.trim());
     let data = &report;
-    assert_eq!(data["action"], "replace", "{data}");
+    assert_eq!(data["action"], "reboot", "{data}");
     let problems: Vec<&Value> = data["findings"].as_array().expect("findings").iter().filter(|f| f["status"] == "problem").collect();
     assert_eq!(problems.len(), 2, "{problems:?}");
     let gpu = problems.iter().find(|f| f["rule"] == "gpu-xid").expect("the Xid finding");
-    assert_eq!((gpu["subject"].as_str(), gpu["action"].as_str()), (Some("GPU 3"), Some("replace")), "{gpu}");
+    assert_eq!((gpu["subject"].as_str(), gpu["action"].as_str()), (Some("GPU 3"), Some("reboot")), "{gpu}");
     let message = gpu["message"].as_str().expect("message");
     // Named by index and PCI address, with the NICs of its PCIe switch (GPU 3's: rdmap130s0..rdmap133s0).
     assert!(message.contains(&gpu3) && message.contains("Xid 79") && message.contains("rdmap130s0, rdmap131s0, rdmap132s0, rdmap133s0"), "{message}");
@@ -290,12 +571,12 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_replace_and_names_both() {
     assert_eq!(npd.code, Some(1));
     let npd_line = npd.stdout.trim_end();
     assert!(npd_line.len() <= 80 && npd.stdout.lines().count() == 1, "{npd_line}");
-    assert_eq!(npd_line, "efatop: replace: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16");
+    assert_eq!(npd_line, "efatop: reboot: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16");
     let slurm = check(&node, "slurm", false);
     assert_eq!(slurm.code, Some(1));
-    assert_eq!(slurm.stdout, "efatop: replace: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16\n");
+    assert_eq!(slurm.stdout, "efatop: reboot: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16\n");
     let table = check(&node, "table", false);
-    assert!(table.stdout.contains("action: replace (GPU 3 Xid 79: "), "{}", table.stdout);
+    assert!(table.stdout.contains("action: reboot (GPU 3 Xid 79: "), "{}", table.stdout);
 }
 
 /// The newer EFA driver's device counters (on the EFA v3/v4 fake nodes) are read and watched: one growing

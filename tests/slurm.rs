@@ -210,3 +210,23 @@ fn as_prolog_a_planted_fault_drains_the_node_and_the_job_does_not_start_there() 
     let healthy = srun(&["-w", "efatop-node0", "-N", "1", "hostname"], Duration::from_mins(1));
     assert_eq!((healthy.code, healthy.stdout.trim()), (Some(0), "efatop-node0"), "{}", healthy.stderr);
 }
+
+/// The reset window under `HealthCheckProgram`: Xid 79 on node 2's GPU 3 drains it (`reboot`); once the
+/// NVIDIA driver reloaded (its GPUs reset) and no Xid followed, the next check resumes it.
+#[test]
+fn as_health_check_an_xid_drains_and_a_driver_reload_resumes() {
+    let _one = serial();
+    let Some(_slurm) = SlurmCluster::up() else {
+        return;
+    };
+    assert!(reasons().is_empty(), "a healthy cluster: {:?}", reasons());
+    let node = efatop_node::FakeNode::open(format!("{SLURM_DIR}/sysfs/efatop-node2"), "p5.48xlarge").expect("node 2's tree");
+    node.plant(efatop_node::Fault::Xid(79)).expect("plant");
+    let drained = wait_until("efatop-node2 drained by the health check", Duration::from_mins(1), || {
+        reasons().into_iter().find(|(_, nodes)| nodes == "efatop-node2")
+    });
+    assert_eq!(drained.0, "efatop: reboot: GPU 3 Xid 79");
+    node.log_driver_load().expect("driver load");
+    wait_until("efatop-node2 resumed", Duration::from_mins(1), || (node_state("efatop-node2") == "idle").then_some(()));
+    assert!(reasons().is_empty(), "{:?}", reasons());
+}

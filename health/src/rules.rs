@@ -478,47 +478,140 @@ fn pcie_link(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDev
     findings
 }
 
+/// At most this many Xids are named in one finding; the rest are counted.
+const XIDS_NAMED: usize = 8;
+
+/// `items` joined with `sep`, at most `max` of them, then `(+N more)`.
+fn at_most(items: &[String], max: usize, sep: &str) -> String {
+    let mut text = items.iter().take(max).cloned().collect::<Vec<_>>().join(sep);
+    if items.len() > max {
+        let _ = write!(text, " (+{} more)", items.len() - max);
+    }
+    text
+}
+
+/// `Xid 79 x3 (GPU has fallen off the bus, reboot; 12.0 to 14.5 s after boot: pid=0, ...)`.
+fn xid_words(tally: &xid::XidTally, judged: &xid::Judged) -> String {
+    let times = if tally.count == 1 { String::new() } else { format!(" x{}", tally.count) };
+    let when = match (tally.first_us, tally.last_us) {
+        (Some(first), Some(last)) if first != last => format!("; {} to {} after boot", xid::seconds(first), xid::seconds(last)),
+        (_, Some(last)) => format!("; {} after boot", xid::seconds(last)),
+        _ => String::new(),
+    };
+    format!("Xid {}{times} ({}, {}{when}: {})", tally.xid, judged.what, judged.action, tally.sample)
+}
+
+/// The GPU a driver message names, as the findings name it: (subject, address, the EFA behind its switch).
+fn xid_gpu(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice], pci: &str) -> (String, String, String) {
+    let function = observed.gpus.iter().find(|f| xid::names_function(pci, &f.address));
+    let address = function.map_or_else(|| pci.to_string(), |f| f.address.clone());
+    let subject = gpu_index(observed, layout, &address).map_or_else(|| format!("GPU {pci}"), |i| format!("GPU {i}"));
+    let nics = function.map(|f| nics_on_switch(f, efa)).unwrap_or_default();
+    let behind = if nics.is_empty() { String::new() } else { format!(", its PCIe switch shared with {}", nics.join(", ")) };
+    (subject, address, behind)
+}
+
+/// Xids since the NVIDIA driver last loaded: one finding per GPU whose Xids call for an action, its worst
+/// Xid's (NVIDIA's catalog, `efatop_node::xid`); Xids before the load are history, told and not judged. A log
+/// that could not be read is unknown; one not read to its end is unknown unless a fault was found in what
+/// was read (which stays a fault, its message saying the log was read in part).
 fn gpu_xid(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Vec<Finding> {
     let log = match &observed.xids {
-        Err(why) => return vec![skipped(Rule::GpuXid, format!("the kernel log cannot be read: {why}"))],
+        Err(why) => {
+            return vec![Finding::new(
+                Rule::GpuXid,
+                Status::Unknown,
+                None,
+                format!("the kernel log could not be read, so GPU Xids are not known: {why}"),
+                "kernel log unreadable".into(),
+            )];
+        }
         Ok(log) => log,
     };
-    if log.events.is_empty() {
-        if observed.gpus.is_empty() && layout.is_none_or(|layout| layout.gpus.is_empty()) {
-            return vec![skipped(Rule::GpuXid, format!("no GPUs; no Xid in {}", log.source))];
-        }
-        return vec![ok(Rule::GpuXid, format!("no GPU Xid in {}", log.source))];
+    let window = log.window();
+    let mut read = format!("{}, {} records", log.source, log.records);
+    if log.overwritten > 0 {
+        let _ = write!(read, "; records were overwritten {} times while read, so some may be missed", log.overwritten);
     }
-    // Per GPU address: its Xids, worst action first, then by number.
-    let mut by_gpu: std::collections::BTreeMap<String, Vec<(u32, u64, String)>> = std::collections::BTreeMap::new();
-    for ((pci, number), (times, text)) in xid::count(&log.events) {
-        by_gpu.entry(pci).or_default().push((number, times, text));
+    if log.unnamed > 0 {
+        let _ = write!(read, "; {} Xids of more than {} GPU-Xid pairs counted, not named", log.unnamed, xid::MAX_PAIRS);
+    }
+    let history_of = |pci: Option<&str>| -> Vec<String> {
+        log.history
+            .iter()
+            .filter(|tally| pci.is_none_or(|pci| tally.pci == pci))
+            .map(|tally| {
+                let times = if tally.count == 1 { String::new() } else { format!(" x{}", tally.count) };
+                let gpu = if pci.is_some() { String::new() } else { format!("{} ", xid_gpu(observed, layout, efa, &tally.pci).0) };
+                format!("{gpu}Xid {}{times}", tally.xid)
+            })
+            .collect()
+    };
+    let before = || match log.driver_loaded_us {
+        Some(at) => format!("before the driver loaded at {}", xid::seconds(at)),
+        None => "before the driver last loaded".to_string(),
+    };
+    // Per GPU address: its Xids in the window, each judged, worst first.
+    let mut by_gpu: std::collections::BTreeMap<&str, Vec<(&xid::XidTally, xid::Judged)>> = std::collections::BTreeMap::new();
+    for tally in &log.current {
+        let mut judged = xid::judge(tally.xid, &tally.sample);
+        // 79 again after the driver reloaded: the restart did not bring the GPU back for good.
+        if tally.xid == 79 && log.history.iter().any(|old| old.pci == tally.pci && old.xid == 79) {
+            judged.action = Action::Replace;
+            judged.why = "it recurs after the driver reloaded: NVIDIA's catalog has the hardware serviced (CONTACT_SUPPORT)".into();
+        }
+        by_gpu.entry(tally.pci.as_str()).or_default().push((tally, judged));
     }
     let mut findings = Vec::new();
+    let mut quiet = Vec::new();
     for (pci, mut xids) in by_gpu {
-        xids.sort_by_key(|(number, ..)| (std::cmp::Reverse(xid::action(*number).0), *number));
-        let function = observed.gpus.iter().find(|f| xid::names_function(&pci, &f.address));
-        let address = function.map_or_else(|| pci.clone(), |f| f.address.clone());
-        let index = gpu_index(observed, layout, &address);
-        let subject = index.map_or_else(|| format!("GPU {pci}"), |i| format!("GPU {i}"));
-        let nics = function.map(|f| nics_on_switch(f, efa)).unwrap_or_default();
-        let behind = if nics.is_empty() { String::new() } else { format!(", its PCIe switch shared with {}", nics.join(", ")) };
-        let listed: Vec<String> = xids
-            .iter()
-            .map(|(number, times, text)| {
-                let (_, what, _) = xid::action(*number);
-                let times = if *times == 1 { String::new() } else { format!(" x{times}") };
-                format!("Xid {number}{times} ({what}: {text})")
-            })
-            .collect();
-        let (worst, worst_what, worst_why) = xid::action(xids[0].0);
-        let numbers: Vec<String> = xids.iter().map(|(number, ..)| number.to_string()).collect();
-        let short = format!("{subject} Xid {}", numbers.join(","));
-        let message = format!("{subject} ({address}{behind}): {} in {}", listed.join("; "), log.source);
-        let reason = format!("Xid {} ({worst_what}): {worst_why}", xids[0].0);
-        findings.push(Finding::new(Rule::GpuXid, Status::Problem, Some(&subject), message, short).act(worst, reason));
+        xids.sort_by_key(|(tally, judged)| (std::cmp::Reverse(judged.action), tally.xid));
+        let (subject, address, behind) = xid_gpu(observed, layout, efa, pci);
+        let listed: Vec<String> = xids.iter().map(|(tally, judged)| xid_words(tally, judged)).collect();
+        let (worst, judged) = (&xids[0].0, &xids[0].1);
+        if judged.action == Action::None {
+            quiet.push(format!("{subject} {}", at_most(&listed, XIDS_NAMED, "; ")));
+            continue;
+        }
+        let numbers: Vec<String> = xids.iter().filter(|(_, j)| j.action != Action::None).map(|(tally, _)| tally.xid.to_string()).collect();
+        let short = format!("{subject} Xid {}", at_most(&numbers, 4, ","));
+        let mut message = format!("{subject} ({address}{behind}): {} {window} ({read})", at_most(&listed, XIDS_NAMED, "; "));
+        let history = history_of(Some(pci));
+        if !history.is_empty() {
+            let _ = write!(message, "; {} (history, not judged): {}", before(), at_most(&history, XIDS_NAMED, ", "));
+        }
+        if let Some(why) = &log.unfinished {
+            let _ = write!(message, "; the log was read only in part ({why})");
+        }
+        let reason = format!("Xid {} ({}): {}", worst.xid, judged.what, judged.why);
+        findings.push(Finding::new(Rule::GpuXid, Status::Problem, Some(&subject), message, short).act(judged.action, reason));
     }
-    findings
+    if !findings.is_empty() {
+        return findings;
+    }
+    let mut told = String::new();
+    if !quiet.is_empty() {
+        let _ = write!(told, "; Xids that call for no action: {}", at_most(&quiet, XIDS_NAMED, "; "));
+    }
+    let history = history_of(None);
+    if !history.is_empty() {
+        let _ = write!(told, "; {} (history, not judged): {}", before(), at_most(&history, XIDS_NAMED, ", "));
+    }
+    if let Some(why) = &log.unfinished {
+        return vec![Finding::new(
+            Rule::GpuXid,
+            Status::Unknown,
+            None,
+            format!(
+                "the kernel log was not read to its end ({why}; {read}): no GPU Xid calling for action in what was read {window}{told}"
+            ),
+            "kernel log not read to its end".into(),
+        )];
+    }
+    if log.current.is_empty() && log.history.is_empty() && observed.gpus.is_empty() && layout.is_none_or(|layout| layout.gpus.is_empty()) {
+        return vec![skipped(Rule::GpuXid, format!("no GPUs; no Xid in {read}"))];
+    }
+    vec![ok(Rule::GpuXid, format!("no GPU Xid calling for action {window} ({read}){told}"))]
 }
 
 fn gpu_memory(observed: &Observed, layout: Option<&NodeTopology>) -> Vec<Finding> {

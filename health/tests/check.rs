@@ -192,7 +192,8 @@ fn an_unknown_type_without_efa_is_unknown_not_healthy() {
     let report = Report::new("node", &expected, &observed);
     assert_eq!(report.status, Status::Unknown, "{:#?}", report.findings);
     let unknown: Vec<&str> = report.with_status(Status::Unknown).map(|f| f.short.as_str()).collect();
-    assert_eq!(unknown, ["no EFA devices"]);
+    // No kernel log in the tree either: GPU Xids are not known.
+    assert_eq!(unknown, ["no EFA devices", "kernel log unreadable"]);
 }
 
 #[test]
@@ -362,4 +363,116 @@ fn traffic_ok_says_what_carried_it_and_what_that_proves() {
     // Without --traffic there is no traffic finding at all.
     let (_, report) = check(&node, Duration::from_millis(10), false, not_checked());
     assert!(report.findings.iter().all(|f| f.rule != Rule::Traffic) && report.traffic.is_none());
+}
+
+/// The GPU Xid findings of `observed` with its kernel log read again (after the test wrote to it).
+fn xid_report(node: &FakeNode, observed: &mut Observed, limits: efatop_node::xid::Limits) -> Report {
+    observed.xids = efatop_node::xid::read_with(node.root(), limits);
+    Report::new("node", &expected(node.instance_type()), observed)
+}
+
+fn xid_findings(report: &Report) -> Vec<&Finding> {
+    report.findings.iter().filter(|f| f.rule == Rule::GpuXid).collect()
+}
+
+/// A test per row of NVIDIA's Xid catalog (node/data/xid-catalog.csv): one record of that Xid on GPU 3 of a
+/// fake p5 is that row's action, by the rule, about GPU 3; an Xid whose action is none is not a problem.
+#[test]
+fn every_xid_of_the_catalog_gets_its_rows_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let log = dir.path().join("dev/kmsg");
+    let clean = std::fs::read_to_string(&log).unwrap();
+    let (_, address) = node.victim_gpu();
+    let (mut observed, _) = check(&node, Duration::from_millis(20), false, not_checked());
+    let catalog = efatop_node::xid::catalog();
+    assert_eq!(catalog.len(), 172);
+    for kind in catalog {
+        std::fs::write(&log, &clean).unwrap();
+        node.log_xid(&address, kind.xid).unwrap();
+        let report = xid_report(&node, &mut observed, efatop_node::xid::Limits::default());
+        let findings = xid_findings(&report);
+        // 154's record (the fake driver's) names a GPU reset.
+        let want = kind.action.unwrap_or(efatop_proto::action::Action::Reset);
+        assert_eq!(findings.len(), 1, "Xid {}: {findings:#?}", kind.xid);
+        let finding = findings[0];
+        if want == efatop_proto::action::Action::None {
+            assert_eq!((finding.status, report.status), (Status::Ok, Status::Ok), "Xid {}: {finding:#?}", kind.xid);
+            assert!(finding.message.contains(&format!("Xid {}", kind.xid)), "told, not judged: {}", finding.message);
+        } else {
+            assert_eq!((finding.status, finding.action), (Status::Problem, want), "Xid {} ({}): {finding:#?}", kind.xid, kind.bucket);
+            assert_eq!((finding.subject.as_deref(), finding.short.as_str()), (Some("GPU 3"), format!("GPU 3 Xid {}", kind.xid).as_str()));
+            assert!(finding.action_reason.contains(&format!("Xid {}", kind.xid)), "{}", finding.action_reason);
+        }
+    }
+}
+
+/// 12,000 × Xid 31 on GPU 0, then Xid 79 on GPU 1: every GPU is named with its counts, and the node's
+/// action is the worst (79's), not the first N events'.
+#[test]
+fn a_flood_of_one_xid_does_not_hide_a_worse_one_on_another_gpu() {
+    use efatop_proto::action::Action;
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let layout = efatop_topology::instance_layout("p5.48xlarge").unwrap().unwrap();
+    node.log_xids(&layout.gpus[0].pci_bus_id, 31, 12_000).unwrap();
+    node.log_xid(&layout.gpus[1].pci_bus_id, 79).unwrap();
+    let (_, report) = check(&node, Duration::from_millis(20), false, not_checked());
+    let findings = xid_findings(&report);
+    let named: Vec<(Option<&str>, Action)> = findings.iter().map(|f| (f.subject.as_deref(), f.action)).collect();
+    assert_eq!(named, [(Some("GPU 0"), Action::Watch), (Some("GPU 1"), Action::Reboot)], "{findings:#?}");
+    assert!(findings[0].message.contains("Xid 31 x12000 ("), "{}", findings[0].message);
+    assert_eq!(report.action, Action::Reboot);
+    assert!(report.action_reason.starts_with("GPU 1 Xid 79: "), "{}", report.action_reason);
+}
+
+/// Only Xids since the NVIDIA driver last loaded count: a 79 before a driver reload is history (the node is
+/// fine again, so `--drain` may resume it); a 79 after it again is `replace`.
+#[test]
+fn xids_before_the_driver_reloaded_are_history_and_79_again_is_replace() {
+    use efatop_proto::action::Action;
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p6e-gb200.36xlarge").unwrap();
+    let (name, address) = node.victim_gpu();
+    node.log_xid(&address, 79).unwrap();
+    let (mut observed, report) = check(&node, Duration::from_millis(20), false, not_checked());
+    assert_eq!((report.status, report.action), (Status::Problem, Action::Reboot), "{:#?}", report.findings);
+    node.log_driver_load().unwrap();
+    let report = xid_report(&node, &mut observed, efatop_node::xid::Limits::default());
+    assert_eq!((report.status, report.action), (Status::Ok, Action::None), "{:#?}", report.findings);
+    let finding = xid_findings(&report)[0];
+    assert!(
+        finding.message.contains("since the NVIDIA driver loaded") && finding.message.contains("(history, not judged): GPU 3 Xid 79"),
+        "{}",
+        finding.message
+    );
+    node.log_xid(&address, 145).unwrap();
+    node.log_xid(&address, 79).unwrap();
+    let report = xid_report(&node, &mut observed, efatop_node::xid::Limits::default());
+    let findings = xid_findings(&report);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!((findings[0].subject.as_deref(), findings[0].action), (Some(name.as_str()), Action::Replace));
+    assert_eq!(findings[0].short, "GPU 3 Xid 79,145");
+    assert!(findings[0].action_reason.contains("recurs after the driver reloaded"), "{}", findings[0].action_reason);
+}
+
+/// A log not read to its end is unknown, unless a fault was found in what was read, which stays a fault.
+#[test]
+fn a_log_not_read_to_its_end_is_unknown_unless_a_fault_was_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").unwrap();
+    let limits = efatop_node::xid::Limits { records: 2, ..Default::default() };
+    let (mut observed, _) = check(&node, Duration::from_millis(20), false, not_checked());
+    node.log_xid(&node.victim_gpu().1, 31).unwrap();
+    let report = xid_report(&node, &mut observed, limits);
+    assert_eq!(report.status, Status::Unknown, "{:#?}", report.findings);
+    assert_eq!(xid_findings(&report)[0].short, "kernel log not read to its end");
+    assert!(xid_findings(&report)[0].message.contains("stopped at 2 records"), "{}", xid_findings(&report)[0].message);
+    // The fault first, then more than the limit lets be read.
+    std::fs::write(dir.path().join("dev/kmsg"), "").unwrap();
+    node.log_xid(&node.victim_gpu().1, 79).unwrap();
+    node.log_xids(&node.victim_gpu().1, 13, 5).unwrap();
+    let report = xid_report(&node, &mut observed, limits);
+    assert_eq!((report.status, report.action), (Status::Problem, efatop_proto::action::Action::Reboot), "{:#?}", report.findings);
+    assert!(xid_findings(&report)[0].message.contains("the log was read only in part (stopped at 2 records)"));
 }

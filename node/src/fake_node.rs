@@ -60,10 +60,10 @@ impl Fault {
         Fault::Xid(79),
     ];
 
-    /// One Xid of each class of NVIDIA's catalog as efatop maps it ([`crate::xid::CATALOG`]): an
-    /// application's fault, a contained ECC error (both `watch`), a double-bit ECC error and an
-    /// uncontained one (`reset`), a GSP error (`reboot`), a GPU off the bus (`replace`).
-    pub const XID_CLASSES: [u32; 6] = [13, 94, 48, 95, 119, 79];
+    /// Xids of each action of NVIDIA's catalog as efatop maps it ([`crate::xid::catalog`]): an application's
+    /// fault (`watch`); a double-bit ECC error, a GSP RPC timeout, an `NVLink5` error and Xid 154 naming a GPU
+    /// reset (`reset`); a GPU off the bus (`reboot`); auxiliary power not connected (`replace`).
+    pub const XID_CLASSES: [u32; 7] = [13, 48, 119, 145, 154, 79, 54];
 
     /// The name `efatop check --plant` and the tests use.
     pub fn name(self) -> String {
@@ -95,10 +95,11 @@ fn link_speed(pci_id: &str, gpu: bool, efa_generation: Option<u8>) -> &'static s
     if gen5 { "32.0 GT/s PCIe" } else { "16.0 GT/s PCIe" }
 }
 
-/// The text the NVIDIA driver logs with an Xid, roughly (only the number is read).
+/// The text the NVIDIA driver logs with an Xid, roughly (the number is read, and 154's recovery action).
 fn xid_text(xid: u32) -> String {
     match xid {
         79 => "pid=0, GPU has fallen off the bus.".into(),
+        154 => "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".into(),
         _ => format!("pid=4242, name=python3, {}", crate::xid::action(xid).1),
     }
 }
@@ -222,12 +223,35 @@ impl FakeNode {
     /// Writes an Xid for the GPU at `address` (`0000:86:00.0`) into the fake kernel log, as the driver
     /// logs it.
     pub fn log_xid(&self, address: &str, xid: u32) -> io::Result<()> {
-        use std::io::Write as _;
+        self.log_xids(address, xid, 1)
+    }
+
+    /// Writes `times` records of an Xid for the GPU at `address` (a storm), one millisecond apart.
+    pub fn log_xids(&self, address: &str, xid: u32, times: usize) -> io::Result<()> {
         let logged = address.rsplit_once('.').map_or(address, |(device, _)| device);
+        let text = format!("NVRM: Xid (PCI:{logged}): {xid}, {}", xid_text(xid));
+        self.log(3, &vec![text.as_str(); times])
+    }
+
+    /// Writes the record the NVIDIA driver logs when it loads (after a reset of its GPUs by a driver
+    /// reload, or at boot): only Xids after it count.
+    pub fn log_driver_load(&self) -> io::Result<()> {
+        self.log(6, &["NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  (dvs-builder@U16-I3-B03-4-3)"])
+    }
+
+    /// Appends records of level `level` to the fake kernel log, as `/dev/kmsg` gives them: sequence numbers
+    /// and times (µs since boot, a millisecond per record) going on from the last.
+    fn log(&self, level: u8, messages: &[&str]) -> io::Result<()> {
+        use std::fmt::Write as _;
+        use std::io::Write as _;
         let path = self.root().join("dev/kmsg");
-        let sequence = fs::read_to_string(&path).map_or(0, |text| text.lines().count()) + 1;
-        let mut file = fs::OpenOptions::new().append(true).create(true).open(path)?;
-        writeln!(file, "3,{sequence},{},-;NVRM: Xid (PCI:{logged}): {xid}, {}", sequence * 1000, xid_text(xid))
+        let last = fs::read_to_string(&path).map_or(0, |text| text.lines().count());
+        let mut text = String::new();
+        for (at, message) in messages.iter().enumerate() {
+            let sequence = last + at + 1;
+            let _ = writeln!(text, "{level},{sequence},{},-;{message}", sequence * 1000);
+        }
+        fs::OpenOptions::new().append(true).create(true).open(path)?.write_all(text.as_bytes())
     }
 
     /// Sets the PCIe link width the function at `address` trained at.

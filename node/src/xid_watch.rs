@@ -1,7 +1,7 @@
 //! `efatop monitor`'s live Xid counts: every GPU's Xids in the kernel log ([`crate::xid::read`]),
 //! read again every few seconds on a thread of their own, counted per GPU and Xid, and served to
 //! Prometheus as the counter `efatop_gpu_xid_total{host, gpu, pci, xid, action}` (the action from NVIDIA's
-//! Xid catalog, [`crate::xid::CATALOG`]). A count never goes down: the kernel's ring forgets old
+//! Xid catalog, [`crate::xid::catalog`]). A count never goes down: the kernel's ring forgets old
 //! records, and a re-read that finds fewer keeps the count it had.
 //!
 //! The counts are the process's (one kernel log per machine): [`XidWatch::start`] sets them, and
@@ -88,7 +88,7 @@ impl XidWatch {
             Err(why) => counts.error = Some(why),
             Ok(log) => {
                 counts.error = None;
-                for ((pci, number), (times, _)) in xid::count(&log.events) {
+                for ((pci, number), times) in log.all() {
                     let entry = counts.seen.entry((pci, number)).or_insert(0);
                     *entry = (*entry).max(times);
                 }
