@@ -2,7 +2,8 @@
 //! type and its layout, asks libfabric what it offers (on this machine only: a fake tree is not this
 //! machine's libfabric), watches the node for `--window`, and prints the report in the format asked: a
 //! table, a JSON line, or the one-line contracts of NHC, Slurm and node-problem-detector
-//! (`efatop_health::contract`). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input. With
+//! (`efatop_health::contract`). Exit code 0 nothing wrong, 1 a problem, 2 could not tell or bad input (NPD:
+//! 0 also for problems that only call for watching, [`contract::npd`]). With
 //! `--traffic` a short verified write through every NIC of this node runs inside the window
 //! (`traffic_write`, below).
 
@@ -15,6 +16,7 @@ use efatop_health::contract::{self, table, verdict, DrainAction, Verdict};
 use efatop_health::{observe_with_traffic, Carrier, Expected, Libfabric, LibfabricFacts, Report, Traffic, TrafficOutcome, WriteEnded};
 use efatop_node::{FakeNode, Fault, Sysfs};
 use efatop_proto::output::Line;
+use efatop_proto::words::{printable, NAME_MAX};
 use efatop_proto::results::RunResults;
 
 use crate::cli::{CheckArgs, HealthFormat};
@@ -48,7 +50,7 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
     }
     if !args.sysfs_root.is_dir() {
-        return Err((2, format!("--sysfs-root {}: not a directory", args.sysfs_root.display())));
+        return Err((2, format!("--sysfs-root {}: not a directory", printable(&args.sysfs_root.to_string_lossy(), NAME_MAX))));
     }
     let sysfs = Sysfs::new(&args.sysfs_root);
     let expected = expected(args, &sysfs)?;
@@ -66,7 +68,11 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     let observed = observe_with_traffic(&sysfs, expected.layout.as_ref(), args.window, libfabric, traffic);
     let report = Report::new(host_name(), &expected, &observed);
     let verdict = verdict(&report);
-    let code = verdict.exit_code();
+    let code = if args.format() == HealthFormat::Npd { contract::npd(&verdict).1 } else { verdict.exit_code() };
+    let unknown = match &verdict {
+        Verdict::Unknown(why) | Verdict::Watch { unknown: Some(why), .. } => Some(why.as_str()),
+        _ => None,
+    };
     let text = match args.format() {
         HealthFormat::Table => table(&report),
         HealthFormat::Json => {
@@ -75,13 +81,13 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
         }
         HealthFormat::Npd => format!("{}\n", contract::npd(&verdict).0),
         HealthFormat::Nhc => {
-            if let Verdict::Unknown(why) = &verdict {
+            if let Some(why) = unknown {
                 eprintln!("efatop: check: could not tell: {why}");
             }
             contract::nhc_message(&verdict).map_or(String::new(), |message| format!("{message}\n"))
         }
         HealthFormat::Slurm => {
-            if let Verdict::Unknown(why) = &verdict {
+            if let Some(why) = unknown {
                 eprintln!("efatop: check: could not tell (the node is left as it is): {why}");
             }
             contract::slurm_reason(&verdict).map_or(String::new(), |reason| format!("{reason}\n"))
@@ -89,41 +95,61 @@ fn run(args: &CheckArgs) -> Result<i32, Failure> {
     };
     print(&text)?;
     // Only reset, reboot and replace drain: a node whose strongest action is watch stays in service.
-    if args.drain && matches!(verdict, Verdict::Problems(_)) && !report.action.drains() {
+    if args.drain && matches!(verdict, Verdict::Watch { .. }) {
         eprintln!("efatop: not drained: the strongest action is {} ({})", report.action, report.action_reason);
     } else if args.drain {
-        let node = contract::slurm_node_name(args.node_name.as_deref());
+        let node = printable(&contract::slurm_node_name(args.node_name.as_deref()), NAME_MAX);
         match contract::apply_to_slurm(&node, &verdict) {
             Ok(DrainAction::Drained(_)) => eprintln!("efatop: drained {node}"),
             Ok(DrainAction::Resumed) => eprintln!("efatop: resumed {node} (efatop had drained it)"),
             Ok(DrainAction::Nothing) => {}
-            Err(err) => return Err((2, format!("--drain: {err}"))),
+            // A faulty node is still a faulty node (exit 1) when scontrol fails; one line says so.
+            Err(err) => {
+                eprintln!("efatop: error: --drain: {err}");
+                return Ok(if code == 1 { 1 } else { 2 });
+            }
         }
     }
     Ok(code)
 }
 
-/// `--write-fake DIR`: a fake node of `--instance-type`, with each `--plant`'s fault.
+/// `--write-fake DIR`: a fake node of `--instance-type`, with each `--plant`'s fault, in a new or empty
+/// directory (never over another tree: two types' files would mix into a node of neither).
 fn write_fake(args: &CheckArgs, dir: &Path) -> Result<i32, Failure> {
+    let shown = printable(&dir.to_string_lossy(), NAME_MAX);
     let instance_type = args.instance_type.as_deref().unwrap_or_default();
     let mut faults = Vec::new();
     for name in &args.plant {
         faults.push(Fault::parse(name).filter(|fault| *fault != Fault::ImpairedRising).ok_or_else(|| {
+            let plantable: Vec<String> = Fault::ALL.iter().filter(|fault| **fault != Fault::ImpairedRising).map(|fault| fault.name()).collect();
             (
                 2,
                 format!(
-                    "--plant {name}: not a fault to plant on disk; use missing-nic, port-down, wrong-numa, low-memlock, gpu-link-x8, \
-                     efa-link-x8 or xid-N (N an Xid number, 1 to 9999)"
+                    "--plant {}: not a fault to plant on disk; use {} or xid-N (N an Xid number, 1 to 9999)",
+                    printable(name, NAME_MAX),
+                    plantable.iter().filter(|name| !name.starts_with("xid-")).cloned().collect::<Vec<_>>().join(", ")
                 ),
             )
         })?);
     }
-    let node = FakeNode::write(dir, instance_type).map_err(|err| (2, format!("--write-fake {}: {err}", dir.display())))?;
+    if efatop_topology::instance_layout(instance_type).is_none() {
+        let known: Vec<&str> = efatop_topology::known_instance_types().collect();
+        return Err((2, format!("--instance-type {}: no built-in layout; efatop knows {}", printable(instance_type, NAME_MAX), known.join(", "))));
+    }
+    match std::fs::read_dir(dir).map(|mut entries| entries.next().is_some()) {
+        Ok(true) => {
+            return Err((2, format!("--write-fake {shown}: not empty; give a new or empty directory (a fake node is never written over another)")));
+        }
+        Ok(false) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err((2, format!("--write-fake {shown}: {err}"))),
+    }
+    let node = FakeNode::write(dir, instance_type).map_err(|err| (2, format!("--write-fake {shown}: {err}")))?;
     for fault in faults {
         let what = node.plant(fault).map_err(|err| (1, format!("--plant {}: {err}", fault.name())))?;
         eprintln!("efatop: planted {} on {what}", fault.name());
     }
-    print(&format!("{}\n", dir.display()))?;
+    print(&format!("{shown}\n"))?;
     Ok(0)
 }
 
@@ -134,10 +160,11 @@ fn expected(args: &CheckArgs, sysfs: &Sysfs) -> Result<Expected, Failure> {
     };
     let layout = match instance_type.as_deref().and_then(efatop_topology::instance_layout) {
         Some(Ok(layout)) => Some(layout),
-        Some(Err(err)) => return Err((1, format!("the built-in layout of {}: {err}", instance_type.unwrap_or_default()))),
+        Some(Err(err)) => return Err((1, format!("the built-in layout of {}: {err}", printable(&instance_type.unwrap_or_default(), NAME_MAX)))),
         None if args.instance_type.is_some() => {
             let known: Vec<&str> = efatop_topology::known_instance_types().collect();
-            return Err((2, format!("--instance-type {}: no built-in layout; efatop knows {}", instance_type.unwrap_or_default(), known.join(", "))));
+            let given = printable(&instance_type.unwrap_or_default(), NAME_MAX);
+            return Err((2, format!("--instance-type {given}: no built-in layout; efatop knows {}", known.join(", "))));
         }
         None => None,
     };

@@ -37,6 +37,7 @@ fn words(fault: Fault) -> &'static str {
         Fault::WrongNuma => "on NUMA",
         Fault::LowMemlock => "memlock 64 KiB, not unlimited",
         Fault::GpuLinkX8 | Fault::EfaLinkX8 => "PCIe x8 of x16",
+        Fault::GpuLinkDown | Fault::EfaLinkDown => "PCIe link down",
         Fault::Xid(_) => "Xid",
     }
 }
@@ -47,7 +48,9 @@ fn action(fault: Fault, instance_type: &str) -> &'static str {
         // x8 of a Gen4 or Gen5 x16 is 126 or 252 Gbps: a 100 or 200 Gbps EFA still fits, a 400 Gbps one does not.
         Fault::EfaLinkX8 if instance_type.starts_with("p6-b") => "reboot",
         Fault::ImpairedRising | Fault::EfaLinkX8 | Fault::Xid(13 | 31 | 94) => "watch",
-        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::Xid(79) => "reboot",
+        Fault::MissingNic | Fault::PortDown | Fault::LowMemlock | Fault::GpuLinkX8 | Fault::GpuLinkDown | Fault::EfaLinkDown | Fault::Xid(79) => {
+            "reboot"
+        }
         Fault::WrongNuma | Fault::Xid(54) => "replace",
         Fault::Xid(48 | 95 | 119 | 145 | 154) => "reset",
         Fault::Xid(other) => unreachable!("no expectation for Xid {other}"),
@@ -61,7 +64,7 @@ fn rule(fault: Fault) -> &'static str {
         Fault::ImpairedRising => "efa-counters",
         Fault::WrongNuma => "numa",
         Fault::LowMemlock => "memlock",
-        Fault::GpuLinkX8 | Fault::EfaLinkX8 => "pcie-link",
+        Fault::GpuLinkX8 | Fault::EfaLinkX8 | Fault::GpuLinkDown | Fault::EfaLinkDown => "pcie-link",
         Fault::Xid(_) => "gpu-xid",
     }
 }
@@ -109,7 +112,13 @@ struct Named<'a> {
 /// Asserts that `run` (format `format`) names exactly `fault`, or nothing.
 fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, what: &str) {
     let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    assert_eq!(run.code, Some(i32::from(fault.is_some())), "{context}");
+    // node-problem-detector's OK for a problem that only calls for watching: its NonOK cordons.
+    let code = match fault {
+        None => 0,
+        Some(Named { action: "watch", .. }) if format == "npd" => 0,
+        Some(_) => 1,
+    };
+    assert_eq!(run.code, Some(code), "{context}");
     let lines: Vec<&str> = run.stdout.lines().collect();
     match format {
         "table" => {
@@ -242,6 +251,16 @@ fn a_gpu_link_trained_at_x8_is_named_in_every_format() {
 #[test]
 fn an_efa_link_trained_at_x8_is_named_in_every_format() {
     every_format(Some(Fault::EfaLinkX8));
+}
+
+#[test]
+fn a_gpu_link_down_is_named_in_every_format() {
+    every_format(Some(Fault::GpuLinkDown));
+}
+
+#[test]
+fn an_efa_link_down_is_named_in_every_format() {
+    every_format(Some(Fault::EfaLinkDown));
 }
 
 #[test]
@@ -568,7 +587,7 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_reboot_and_names_both() {
     assert!(message.contains("x8 16 GT/s of x16 16 GT/s") && message.contains("126 Gbps less"), "{message}");
 
     let npd = check(&node, "npd", false);
-    assert_eq!(npd.code, Some(1));
+    assert_eq!(npd.code, Some(1), "replace calls for draining: NonOK");
     let npd_line = npd.stdout.trim_end();
     assert!(npd_line.len() <= 80 && npd.stdout.lines().count() == 1, "{npd_line}");
     assert_eq!(npd_line, "efatop: reboot: GPU 3 Xid 79; watch: rdmap80s0 PCIe x8 of x16");
@@ -763,5 +782,392 @@ fn traffic_flags_are_checked() {
         assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
         assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+}
+
+// What a faulty node shows where a healthy one has a number: dead and garbled PCIe links, counters that
+// hold no count, a FIFO or a link where an attribute should be, a counter reset during the window, a DMI
+// product name crafted to attack a terminal. Every run gets the check's 30 s budget as its wall-clock
+// limit (a run past it is killed and fails the test).
+
+/// The budget `efatop check` keeps within (docs/check.md).
+const BUDGET: Duration = Duration::from_secs(30);
+
+/// `efatop check --sysfs-root ROOT --window WINDOW --format FORMAT`, killed (and failed) past [`BUDGET`].
+fn check_within_budget(root: &std::path::Path, format: &str, window: &str) -> common::Run {
+    let root = root.to_str().expect("utf-8");
+    common::run_program(
+        common::efatop_path().to_str().expect("utf-8"),
+        &["check", "--sysfs-root", root, "--window", window, "--format", format],
+        BUDGET,
+    )
+}
+
+fn mkfifo(path: &std::path::Path) {
+    if path.exists() {
+        std::fs::remove_file(path).expect("remove");
+    }
+    let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+fn self_symlink(path: &std::path::Path) {
+    std::fs::remove_file(path).expect("remove");
+    std::os::unix::fs::symlink(path.file_name().expect("a name"), path).expect("symlink");
+}
+
+/// Asserts that `run` (format `format`) names exactly these findings of `rule`, each (subject, words in
+/// its message) with `status` (`unknown`, or `problem` with `action`), and says the node's verdict in
+/// the format's words with its exit code: unknown is exit 2 everywhere; a problem exit 1.
+fn assert_findings(run: &common::Run, format: &str, rule: &str, status: &str, action: &str, named: &[(String, String)], what: &str) {
+    let context = format!("{what} --format {format}\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let code = if status == "unknown" { 2 } else { 1 };
+    assert_eq!(run.code, Some(code), "{context}");
+    assert!(run.stdout.len() < 64 << 10 && run.stderr.len() < 64 << 10, "capped output: {what} {format}: {} bytes", run.stdout.len());
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    match format {
+        "table" => {
+            let label = if status == "unknown" { " unknown " } else { " PROBLEM " };
+            let rows: Vec<&str> = lines.iter().copied().filter(|l| l.trim_start().starts_with(rule) && l.contains(label)).collect();
+            assert_eq!(rows.len(), named.len(), "{context}");
+            for (subject, words) in named {
+                assert!(rows.iter().any(|row| row.contains(subject.as_str()) && row.contains(words.as_str())), "{subject} {words}: {context}");
+            }
+            let last = lines.last().copied().unwrap_or_default();
+            if status == "unknown" {
+                assert!(last.starts_with("UNKNOWN: could not tell: "), "{context}");
+            } else {
+                assert!(last.starts_with(&format!("PROBLEM: {} things wrong: {action}: ", named.len())) || named.len() == 1, "{context}");
+            }
+        }
+        "json" => {
+            assert_eq!(lines.len(), 1, "{context}");
+            let report = report_of(lines[0]);
+            assert_eq!(report["status"], status, "{context}");
+            let findings = report["findings"].as_array().expect("findings");
+            let flagged: Vec<&Value> = findings.iter().filter(|f| f["status"] == "problem" || f["status"] == "unknown").collect();
+            assert_eq!(flagged.len(), named.len(), "{context}");
+            for (subject, words) in named {
+                let found = flagged.iter().find(|f| f["subject"] == subject.as_str()).unwrap_or_else(|| panic!("{subject}: {context}"));
+                assert_eq!((found["rule"].as_str(), found["status"].as_str()), (Some(rule), Some(status)), "{context}");
+                assert!(found["message"].as_str().unwrap_or("").contains(words.as_str()), "{subject} {words}: {context}");
+                if status == "problem" {
+                    assert_eq!(found["action"], action, "{context}");
+                }
+            }
+        }
+        "npd" => {
+            assert_eq!(lines.len(), 1, "{context}");
+            assert!(lines[0].len() <= 80 && lines[0].is_ascii(), "{context}");
+            let lead = if status == "unknown" { "efatop: unknown: ".to_string() } else { format!("efatop: {action}: ") };
+            assert!(lines[0].starts_with(&lead), "{context}");
+        }
+        "nhc" | "slurm" => {
+            if status == "unknown" {
+                assert!(run.stdout.is_empty(), "{context}");
+                assert!(run.stderr.contains("could not tell") && run.stderr.contains(named[0].0.as_str()), "{context}");
+            } else {
+                let prefix = if format == "nhc" { "check_efatop:  " } else { "efatop: " };
+                assert_eq!(lines.len(), 1, "{context}");
+                assert!(lines[0].starts_with(&format!("{prefix}{action}: ")), "{context}");
+            }
+        }
+        other => unreachable!("format {other}"),
+    }
+}
+
+/// A fake node of `instance_type`, its layout's EFA names and (index, PCI address) of its GPUs.
+fn fake(dir: &std::path::Path, instance_type: &str) -> (FakeNode, Vec<(String, String)>, Vec<(usize, String)>) {
+    let node = FakeNode::write(dir, instance_type).expect("fake node");
+    let layout = efatop_topology::instance_layout(instance_type).expect("known").expect("loads");
+    let gpus = layout.gpus.iter().map(|gpu| (gpu.index, gpu.pci_bus_id.clone())).collect();
+    let efa = node.efa();
+    (node, efa, gpus)
+}
+
+#[test]
+fn pcie_links_down_are_problems_calling_for_a_reboot_in_every_format() {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (node, efa, gpus) = fake(dir.path(), instance_type);
+        // Each as the kernel shows a link that is down, one file at a time: width 0; `Unknown`; older
+        // kernels' `Unknown speed`.
+        std::fs::write(node.link_file(&efa[0].1, "current_link_width").expect("link"), "0\n").expect("write");
+        std::fs::write(node.link_file(&gpus[0].1, "current_link_speed").expect("link"), "Unknown\n").expect("write");
+        std::fs::write(node.link_file(&gpus[1].1, "current_link_speed").expect("link"), "Unknown speed\n").expect("write");
+        let named = vec![
+            (efa[0].0.clone(), "PCIe link is down: trained at x0".to_string()),
+            (format!("GPU {}", gpus[0].0), "PCIe link is down: trained at x16 Unknown".to_string()),
+            (format!("GPU {}", gpus[1].0), "PCIe link is down".to_string()),
+        ];
+        for format in FORMATS {
+            let run = check_within_budget(node.root(), format, "10ms");
+            assert_findings(&run, format, "pcie-link", "problem", "reboot", &named, &format!("{instance_type} links down"));
+            if format != "json" && format != "table" {
+                assert!(run.stdout.contains("PCIe link down"), "{instance_type} {format}: {}", run.stdout);
+            }
+        }
+    }
+}
+
+#[test]
+fn pcie_link_files_that_cannot_be_read_are_unknown_naming_the_file_in_every_format() {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (node, efa, gpus) = fake(dir.path(), instance_type);
+        let file = |address: &str, name: &str| node.link_file(address, name).expect("link file");
+        let last = efa.last().expect("an EFA");
+        std::fs::write(file(&efa[0].1, "current_link_width"), "x16\n").expect("write");
+        std::fs::remove_file(file(&last.1, "current_link_width")).expect("remove");
+        std::fs::remove_file(file(&last.1, "current_link_speed")).expect("remove");
+        std::fs::write(file(&gpus[0].1, "current_link_width"), "32\n").expect("write");
+        std::fs::write(file(&gpus[1].1, "max_link_speed"), "fast\n").expect("write");
+        self_symlink(&file(&gpus[2].1, "current_link_speed"));
+        let shown = |path: std::path::PathBuf| path.display().to_string();
+        let named = vec![
+            (efa[0].0.clone(), format!("{}: `x16` is not a PCIe link width", shown(file(&efa[0].1, "current_link_width")))),
+            (last.0.clone(), format!("{}: missing", shown(file(&last.1, "current_link_width")))),
+            (format!("GPU {}", gpus[0].0), "x32 32 GT/s, above its max x16".to_string()),
+            (format!("GPU {}", gpus[1].0), format!("{}: `fast` is not a PCIe link speed", shown(file(&gpus[1].1, "max_link_speed")))),
+            (format!("GPU {}", gpus[2].0), format!("{}: a symbolic link, not a sysfs attribute", shown(file(&gpus[2].1, "current_link_speed")))),
+        ];
+        // p4d's GPUs are Gen4 (16 GT/s): the contradiction reads with its own speed.
+        let named: Vec<(String, String)> = named
+            .into_iter()
+            .map(|(subject, words)| (subject, if instance_type.starts_with("p4") { words.replace("x32 32 GT/s, above its max x16", "x32 16 GT/s, above its max x16") } else { words }))
+            .collect();
+        for format in FORMATS {
+            let run = check_within_budget(node.root(), format, "10ms");
+            assert_findings(&run, format, "pcie-link", "unknown", "watch", &named, &format!("{instance_type} unreadable links"));
+        }
+    }
+}
+
+/// What each garbage counter file holds (or is), and the words that must name it.
+const GARBAGE: [(&str, &str, &str); 8] = [
+    ("rx_drops", "abc\n", "`abc` is not a count"),
+    ("retrans_timeout_events", "-1\n", "`-1` is negative, not a count"),
+    ("unresponsive_remote_events", "", "empty, not a count"),
+    ("impaired_remote_conn_events", "(10 MB of digits)", "longer than 4096 bytes, not a sysfs attribute"),
+    ("rdma_read_wr_err", "18446744073709551616\n", "`18446744073709551616` is more than a 64-bit counter holds"),
+    ("rdma_write_wr_err", "18446744073709551615\n", "`18446744073709551615` is 2^63 or more"),
+    ("tx_pkts", "(a link to itself)", "a symbolic link, not a sysfs attribute"),
+    ("cmds_err", "(a FIFO)", "a FIFO, not a sysfs attribute"),
+];
+
+#[test]
+fn counters_that_hold_no_count_are_unknown_naming_each_file_and_a_fifo_does_not_stall_the_check() {
+    for instance_type in TYPES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
+        let victim = node.victim();
+        let mut words = Vec::new();
+        for (counter, text, says) in GARBAGE {
+            let path = node.counter_file(&victim, counter);
+            match text {
+                "(10 MB of digits)" => std::fs::write(&path, "9".repeat(10 << 20)).expect("write"),
+                "(a link to itself)" => self_symlink(&path),
+                "(a FIFO)" => mkfifo(&path),
+                text => std::fs::write(&path, text).expect("write"),
+            }
+            words.push(format!("{}: {says}", path.display()));
+        }
+        for format in FORMATS {
+            // Ended within the budget (killed and failed otherwise), the FIFO named.
+            let run = check_within_budget(node.root(), format, "10ms");
+            let named: Vec<(String, String)> = words.iter().map(|words| (victim.clone(), words.clone())).collect();
+            // One finding about the NIC names every file.
+            let one = &named[..1];
+            assert_findings(&run, format, "efa-counters", "unknown", "watch", one, &format!("{instance_type} garbage counters"));
+            if format == "json" || format == "table" {
+                for (_, words) in &named {
+                    assert!(run.stdout.contains(words.as_str()), "{instance_type} {format}: {words}\n{}", run.stdout);
+                }
+                assert!(!run.stdout.contains("18446744073709551615") || run.stdout.contains("`18446744073709551615` is 2^63"), "{}", run.stdout);
+            }
+        }
+    }
+}
+
+#[test]
+fn fifos_where_the_product_name_and_a_link_should_be_are_named_within_the_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (node, _, gpus) = fake(dir.path(), "p6e-gb200.36xlarge");
+    let product_name = node.root().join("sys/class/dmi/id/product_name");
+    mkfifo(&product_name);
+    let width = node.link_file(&gpus[3].1, "current_link_width").expect("link");
+    mkfifo(&width);
+    let run = check_within_budget(node.root(), "json", "10ms");
+    assert_eq!(run.code, Some(2), "{}\n{}", run.stdout, run.stderr);
+    let report = report_of(run.stdout.trim());
+    let findings = report["findings"].as_array().expect("findings");
+    let instance = findings.iter().find(|f| f["rule"] == "instance").expect("instance");
+    assert_eq!(instance["status"], "unknown", "{instance}");
+    assert!(instance["message"].as_str().unwrap_or("").contains(&format!("{}: a FIFO, not a sysfs attribute", product_name.display())), "{instance}");
+    let link = findings.iter().find(|f| f["rule"] == "pcie-link" && f["status"] == "unknown").expect("the link");
+    assert!(link["message"].as_str().unwrap_or("").contains(&format!("{}: a FIFO", width.display())), "{link}");
+}
+
+#[test]
+fn a_counter_that_goes_back_during_the_window_is_a_reset_not_growth() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    let victim = node.victim();
+    for format in ["json", "npd", "table"] {
+        // The counter falls every 5 ms (a driver that reloads and reloads), written whole each time: the
+        // window's two reads see it lower the second time.
+        node.counters().set(&victim, "rx_drops", 1_000_000).expect("set");
+        let stop = Arc::new(AtomicBool::new(false));
+        let falling = {
+            let (node, stop, victim) = (node.clone(), stop.clone(), victim.clone());
+            std::thread::spawn(move || {
+                let mut value = 1_000_000_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    value -= 1;
+                    node.counters().set(&victim, "rx_drops", value).expect("set");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        let run = check_within_budget(node.root(), format, "500ms");
+        stop.store(true, Ordering::Relaxed);
+        falling.join().expect("falling");
+        let context = format!("--format {format}\n{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.code, Some(2), "{context}");
+        assert!(!run.stdout.contains("+18446744073709551615") && !run.stdout.contains("rx_drops +"), "{context}");
+        match format {
+            "json" => {
+                let report = report_of(run.stdout.trim());
+                let findings = report["findings"].as_array().expect("findings");
+                let flagged: Vec<&Value> = findings.iter().filter(|f| f["status"] != "ok" && f["status"] != "skipped").collect();
+                assert_eq!(flagged.len(), 1, "{context}");
+                assert_eq!((flagged[0]["rule"].as_str(), flagged[0]["status"].as_str()), (Some("efa-counters"), Some("unknown")), "{context}");
+                assert_eq!(flagged[0]["subject"], victim.as_str(), "{context}");
+                assert!(flagged[0]["message"].as_str().unwrap_or("").contains("rx_drops went back from"), "{context}");
+            }
+            "npd" => assert_eq!(run.stdout, format!("efatop: unknown: {victim} counters reset\n"), "{context}"),
+            _ => assert!(run.stdout.contains("its counters were reset"), "{context}"),
+        }
+    }
+}
+
+#[test]
+fn a_crafted_product_name_is_escaped_and_capped_in_every_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
+    let product_name = node.root().join("sys/class/dmi/id/product_name");
+    // Retitles the terminal, clears the screen, reverses the text after it.
+    std::fs::write(&product_name, "\u{1b}]0;owned\u{7}p5.48xlarge\u{1b}[2J\u{202e}\u{9b}31m\n").expect("write");
+    for format in FORMATS {
+        let run = check_within_budget(node.root(), format, "10ms");
+        let all = format!("{}{}", run.stdout, run.stderr);
+        let context = format!("--format {format}\n{all}");
+        assert!(!all.chars().any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'), "{context}");
+        let escaped = r"\x1b]0;owned\x07p5.48xlarge\x1b[2J\u{202e}\x9b31m";
+        match format {
+            "table" => assert!(run.stdout.contains(escaped), "{context}"),
+            "json" => assert_eq!(report_of(run.stdout.trim())["instance_type"], escaped, "{context}"),
+            _ => {}
+        }
+    }
+    // 10 MB of name: not an attribute, said in a line; not 20 MB of output.
+    std::fs::write(&product_name, "\u{1b}[2J".repeat(2 << 20)).expect("write");
+    for format in FORMATS {
+        let run = check_within_budget(node.root(), format, "10ms");
+        let context = format!("--format {format}\n{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.code, Some(2), "{context}");
+        assert!(run.stdout.len() + run.stderr.len() < 64 << 10, "{context}");
+        if format == "json" {
+            let report = report_of(run.stdout.trim());
+            let instance = report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "instance").cloned().expect("instance");
+            assert_eq!(instance["status"], "unknown", "{context}");
+            assert!(instance["message"].as_str().unwrap_or("").contains("longer than 4096 bytes"), "{context}");
+        }
+    }
+}
+
+#[test]
+fn write_fake_refuses_a_directory_that_is_not_empty_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gb200 = dir.path().join("gb200");
+    let written = efatop(&["check", "--write-fake", gb200.to_str().expect("utf-8"), "--instance-type", "p6e-gb200.36xlarge"]);
+    assert_eq!(written.code, Some(0), "{}", written.stderr);
+    let listing = |root: &std::path::Path| {
+        let mut all = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read_dir").map(|e| e.expect("entry")) {
+                let meta = std::fs::symlink_metadata(entry.path()).expect("meta");
+                if meta.is_dir() {
+                    stack.push(entry.path());
+                }
+                all.push((entry.path(), meta.len()));
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = listing(&gb200);
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    std::fs::write(other.join("notes"), "mine\n").expect("write");
+    for (target, what) in [(&gb200, "a fake GB200"), (&other, "a directory with one file")] {
+        let run = efatop(&["check", "--write-fake", target.to_str().expect("utf-8"), "--instance-type", "p5.48xlarge", "--plant", "port-down"]);
+        assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{what}: {}", run.stderr);
+        assert!(run.stderr.contains("--write-fake") && run.stderr.contains("not empty"), "{what}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{what}");
+    }
+    assert_eq!(listing(&gb200), before, "nothing written over the GB200");
+    assert_eq!(listing(&other).len(), 1);
+    assert_eq!(std::fs::read_to_string(gb200.join("sys/class/dmi/id/product_name")).expect("read"), "p6e-gb200.36xlarge\n");
+}
+
+#[test]
+fn a_failing_scontrol_leaves_a_faulty_node_at_exit_1_with_one_line_saying_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = FakeNode::write(dir.path().join("node"), "p5.48xlarge").expect("fake node");
+    node.plant(Fault::PortDown).expect("plant");
+    // An scontrol that fails as one does when slurmctld is away: several lines on stderr.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        "#!/bin/sh\necho 'slurm_update error: Unable to contact slurm controller (connect failure)' >&2\n\
+         echo 'scontrol: error: second line' >&2\necho '' >&2\necho 'third line' >&2\nexit 1\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let scratch = common::scratch();
+    let root = node.root().to_str().expect("utf-8");
+    let output = common::efatop_in(scratch.path())
+        .args(["check", "--sysfs-root", root, "--window", "10ms", "--format", "slurm", "--drain", "--node-name", "node7"])
+        .env("PATH", path)
+        .output()
+        .expect("efatop");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(1), "a faulty node is exit 1 whatever scontrol does: {stdout}\n{stderr}");
+    assert_eq!(stdout, "efatop: reboot: rdmap80s0 port 1 DOWN\n");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("efatop: error: --drain: scontrol update nodename=node7 state=drain")
+            && stderr.contains("exit 1: slurm_update error: Unable to contact slurm controller (connect failure) / scontrol: error: second line / third line"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_help_lists_every_known_type_the_fake_tree_flags_and_the_exit_codes() {
+    let run = efatop(&["check", "--help"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let help = run.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    for instance_type in efatop_topology::known_instance_types() {
+        assert!(help.contains(instance_type), "{instance_type} in:\n{}", run.stdout);
+    }
+    assert_eq!(efatop_topology::known_instance_types().count(), TYPES.len());
+    for words in ["--write-fake", "--plant", "Exit codes:", "npd 0 (OK) nothing wrong, or only problems whose action is watch", "unknown could not be read", "watch keep the node in service"] {
+        assert!(help.contains(words), "{words} in:\n{}", run.stdout);
     }
 }

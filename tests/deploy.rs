@@ -2,12 +2,16 @@
 //!
 //! - the node-problem-detector custom-plugin config (deploy/kubernetes/npd-efatop-check.json): each rule's
 //!   command, with the fake node's root in place of the host's `/host`, exits 0 on a healthy p5, 1 on one
-//!   with a port down (named), 2 where it cannot tell, always with one stdout line no longer than the
-//!   config's `max_output_length`, well inside the rule's timeout;
+//!   with a port down (named), 0 on one whose only problem calls for watching (NonOK would set the
+//!   condition that cordons; its line says `watch`), 2 where it cannot tell, always with one stdout line no
+//!   longer than the config's `max_output_length`, well inside the rule's timeout;
 //! - the `MPIJob`'s efatop command line and the NPD `DaemonSet`'s flags are ones the binary accepts;
 //! - the NHC check (deploy/nhc/efatop.nhc), sourced by bash with NHC's `die` and `log` stubbed: it dies
-//!   with efatop's message on a problem, and passes (logging why) on a healthy node and where efatop
-//!   cannot tell.
+//!   with efatop's message on a problem, and passes (logging why) on a healthy node, on a problem whose
+//!   action is `watch`, and where efatop cannot tell;
+//! - the Slurm prolog (deploy/slurm/efatop-prolog.sh), run by bash with an `scontrol` that records what it
+//!   is asked: it drains and fails (exit 1) only for a problem calling for more than watching; a healthy
+//!   node, a `watch` finding and an unknown verdict run the job (exit 0) with no drain.
 
 mod common;
 
@@ -49,6 +53,10 @@ fn the_npd_plugin_rules_keep_npds_contract_on_fake_nodes() {
     let healthy = FakeNode::write(dir.path().join("healthy"), "p5.48xlarge").expect("healthy");
     let broken = FakeNode::write(dir.path().join("broken"), "p5en.48xlarge").expect("broken");
     let victim = broken.plant(Fault::PortDown).expect("plant");
+    // An EFA at x8 of a Gen4 x16 still carries its 100 Gbps: watch, which must not cordon.
+    let watched = FakeNode::write(dir.path().join("watched"), "p4d.24xlarge").expect("watched");
+    let watched_victim = watched.plant(Fault::EfaLinkX8).expect("plant");
+    let watch_line = format!("efatop: watch: {watched_victim} PCIe x8 of x16");
     let nothing = dir.path().join("nothing");
     std::fs::create_dir(&nothing).expect("empty root");
     for rule in rules {
@@ -58,7 +66,12 @@ fn the_npd_plugin_rules_keep_npds_contract_on_fake_nodes() {
         let args: Vec<&str> = rule["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("string")).collect();
         let at = args.iter().position(|a| *a == "--sysfs-root").expect("the host's root is given") + 1;
         assert_eq!(args[at], "/host", "the DaemonSet mounts the host's / at /host");
-        for (root, code, says) in [(healthy.root(), 0, "efatop: ok: "), (broken.root(), 1, victim.as_str()), (nothing.as_path(), 2, "efatop: unknown: ")] {
+        for (root, code, says) in [
+            (healthy.root(), 0, "efatop: ok: "),
+            (broken.root(), 1, victim.as_str()),
+            (watched.root(), 0, watch_line.as_str()),
+            (nothing.as_path(), 2, "efatop: unknown: "),
+        ] {
             let mut args = args.clone();
             let root = root.to_str().expect("utf-8");
             args[at] = root;
@@ -141,4 +154,63 @@ fn the_nhc_check_dies_with_efatops_message_only_on_a_problem() {
     // A slow binary is NHC's to time out; efatop's own window keeps it far inside NHC's default 30 s.
     let run = run_program(efatop_path().to_str().expect("utf-8"), &["check", "--format", "nhc", "--sysfs-root", &root(&healthy)], Duration::from_secs(30));
     assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+}
+
+/// Runs deploy/slurm/efatop-prolog.sh as slurmd would (`SLURMD_NODENAME`), with efatop judging `root` and
+/// an `scontrol` (first on `PATH`) that appends each call's arguments to `calls` and answers `show node`
+/// with an idle node; returns the prolog's exit code and stderr.
+fn prolog(root: &Path, bin: &Path, calls: &Path) -> (Option<i32>, String) {
+    let _ = std::fs::remove_file(calls);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let run = Command::new("bash")
+        .arg(deploy("slurm/efatop-prolog.sh"))
+        .env("EFATOP", efatop_path())
+        .env("EFATOP_CHECK_ARGS", format!("--sysfs-root {} --window 100ms", root.display()))
+        .env("SLURMD_NODENAME", "node7")
+        .env("SCONTROL_CALLS", calls)
+        .env("PATH", path)
+        .output()
+        .expect("bash");
+    (run.status.code(), String::from_utf8_lossy(&run.stderr).into_owned())
+}
+
+#[test]
+fn the_slurm_prolog_drains_only_for_what_calls_for_more_than_watching() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        "#!/bin/sh\necho \"$*\" >> \"$SCONTROL_CALLS\"\n\
+         if [ \"$1\" = show ]; then echo \"NodeName=$3 Arch=x86_64\"; echo \"   State=IDLE ThreadsPerCore=1\"; fi\nexit 0\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let calls = dir.path().join("calls");
+    let said = || std::fs::read_to_string(&calls).unwrap_or_default();
+
+    let healthy = FakeNode::write(dir.path().join("healthy"), "p5.48xlarge").expect("healthy");
+    let (code, stderr) = prolog(healthy.root(), &bin, &calls);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(said(), "show node node7\n", "a healthy node is only looked at (to resume it if efatop drained it)");
+
+    let watched = FakeNode::write(dir.path().join("watched"), "p4d.24xlarge").expect("watched");
+    let victim = watched.plant(Fault::EfaLinkX8).expect("plant");
+    let (code, stderr) = prolog(watched.root(), &bin, &calls);
+    assert_eq!(code, Some(0), "a watch finding runs the job: {stderr}");
+    assert_eq!(said(), "", "and is not drained");
+    assert!(stderr.contains(&format!("efatop prolog: efatop: watch: {victim} PCIe x8 of x16 (action watch: not drained)")), "{stderr}");
+
+    let broken = FakeNode::write(dir.path().join("broken"), "p5.48xlarge").expect("broken");
+    broken.plant(Fault::PortDown).expect("plant");
+    let (code, stderr) = prolog(broken.root(), &bin, &calls);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(said(), "update nodename=node7 state=drain reason=efatop: reboot: rdmap80s0 port 1 DOWN\n");
+
+    let nothing = dir.path().join("nothing");
+    std::fs::create_dir(&nothing).expect("empty root");
+    let (code, stderr) = prolog(&nothing, &bin, &calls);
+    assert_eq!(code, Some(0), "could not tell: the job runs: {stderr}");
+    assert_eq!(said(), "", "and the node is left as it is");
 }

@@ -24,6 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use efatop_fabric::Provider;
+use efatop_node::sysfs::{open_attribute, read_counter_at, COUNTER_READ};
 use efatop_proto::counters::{ChannelReading, CounterSource, OtherNicReading, RankReading};
 
 use crate::ExperimentError;
@@ -142,14 +143,19 @@ pub struct ChannelNic<'a> {
 }
 
 fn open_counter(name: &'static str, paths: Vec<PathBuf>) -> CounterFiles {
-    let opened: Vec<(File, PathBuf)> = paths.into_iter().filter_map(|path| Some((File::open(&path).ok()?, path))).collect();
+    let opened: Vec<(File, PathBuf)> = paths.into_iter().filter_map(|path| Some((open_attribute(&path).ok()?, path))).collect();
     let (files, paths) = opened.into_iter().unzip();
     CounterFiles { name, files, paths }
 }
 
-fn read_number(file: &File, scratch: &mut [u8; 32]) -> Option<u64> {
-    let len = file.read_at(scratch, 0).ok()?;
-    std::str::from_utf8(&scratch[..len]).ok()?.trim().parse().ok()
+/// A counter as the node's reader reads it (`efatop_node::sysfs`): a file that holds no count is `None`.
+fn read_number(file: &File, scratch: &mut [u8; COUNTER_READ]) -> Option<u64> {
+    read_counter_at(file, scratch).ok()
+}
+
+/// Counters summed over ports, `None` when one is unreadable or the sum is beyond a count.
+fn summed(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    values.try_fold(0_u64, |sum, value| sum.checked_add(value?)).filter(|sum| *sum <= i64::MAX as u64)
 }
 
 fn open_rdma(root: &Path, device: &str) -> Option<Vec<CounterFiles>> {
@@ -389,12 +395,12 @@ fn reader_names(reader: &Reader) -> Vec<&'static str> {
 fn read_into(reader: &Reader, reopen: bool, net_dev: Option<&str>, out: &mut [Option<u64>]) {
     match reader {
         Reader::Files(counters) => {
-            let mut scratch = [0_u8; 32];
+            let mut scratch = [0_u8; COUNTER_READ];
             for (slot, counter) in out.iter_mut().zip(counters) {
                 *slot = if reopen {
-                    counter.paths.iter().map(|path| File::open(path).ok().and_then(|file| read_number(&file, &mut scratch))).try_fold(0_u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
+                    summed(counter.paths.iter().map(|path| open_attribute(path).ok().and_then(|file| read_number(&file, &mut scratch))))
                 } else {
-                    counter.files.iter().map(|file| read_number(file, &mut scratch)).try_fold(0_u64, |sum, v| v.map(|v| sum.wrapping_add(v)))
+                    summed(counter.files.iter().map(|file| read_number(file, &mut scratch)))
                 };
             }
         }

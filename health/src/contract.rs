@@ -1,9 +1,11 @@
 //! The health contracts of the pipelines that take a node out of service, shared by `efatop check` and
 //! `efatop sweep --format`: a verdict (ok, problems, or could not tell) becomes
 //!
-//! - a Kubernetes node-problem-detector custom-plugin result: exit 0 OK, 1 problem (`NonOK`), 2 unknown, and
-//!   one line on stdout of at most [`NPD_MAX`] characters (NPD cuts at `max_output_length`, 80 in its
-//!   example configs);
+//! - a Kubernetes node-problem-detector custom-plugin result: exit 0 OK, 1 problem (`NonOK`), 2 unknown
+//!   (NPD reads any other code as Unknown), and one line on stdout of at most [`NPD_MAX`] characters (NPD
+//!   cuts at `max_output_length`, 80 in its example configs). A node whose problems only call for
+//!   watching is OK there, with its line (`efatop: watch: ...`): NPD's NonOK sets the condition that
+//!   cordons;
 //! - a Slurm drain reason (`scontrol update nodename=N state=drain reason="efatop: ..."`), which is what an
 //!   operator reads in `sinfo -R`; `--drain` runs scontrol, and resumes a node only when the drain reason
 //!   is efatop's (never one an operator or another check set), as NHC's node-mark-online does;
@@ -32,19 +34,31 @@ pub const NHC_CHECK: &str = "check_efatop";
 pub enum Verdict {
     /// Nothing wrong; a few words on what was checked (`p5.48xlarge: 32 EFA, 8 GPUs`).
     Ok(String),
-    /// What is wrong, each in a few words, worst first.
+    /// What is wrong, each in a few words, worst first; something calls for draining the node (a
+    /// reset, a reboot, a replacement).
     Problems(Vec<String>),
+    /// What is wrong where nothing calls for more than watching (the node stays in service), worst first,
+    /// and what could not be told besides (`None`: nothing).
+    Watch { problems: Vec<String>, unknown: Option<String> },
     /// Could not tell, and why.
     Unknown(String),
 }
 
 impl Verdict {
-    /// The exit code of every format: 0 ok, 1 problem, 2 unknown.
+    /// The exit code of every format but NPD's ([`npd`]): 0 ok, 1 a problem (watch included), 2 unknown.
     pub fn exit_code(&self) -> i32 {
         match self {
             Verdict::Ok(_) => 0,
-            Verdict::Problems(_) => 1,
+            Verdict::Problems(_) | Verdict::Watch { .. } => 1,
             Verdict::Unknown(_) => 2,
+        }
+    }
+
+    /// The problems' short forms, each group led by its action, when there are problems.
+    pub fn problems(&self) -> Option<&[String]> {
+        match self {
+            Verdict::Problems(problems) | Verdict::Watch { problems, .. } => Some(problems),
+            Verdict::Ok(_) | Verdict::Unknown(_) => None,
         }
     }
 }
@@ -85,31 +99,27 @@ pub fn join_within(prefix: &str, items: &[String], max: usize) -> String {
     format!("{}{tail}", cut(&format!("{prefix}{first}"), max.saturating_sub(tail.len())))
 }
 
-/// node-problem-detector's line and exit code.
+/// node-problem-detector's line and exit code: 0 (OK) healthy, or only problems to watch (the line says
+/// them: `efatop: watch: ...`; NonOK would set the condition that cordons); 1 (NonOK) a problem that
+/// calls for draining; 2 (Unknown) could not tell, also beside problems to watch.
 pub fn npd(verdict: &Verdict) -> (String, i32) {
-    let line = match verdict {
-        Verdict::Ok(what) => cut(&format!("efatop: ok: {}", ascii(what)), NPD_MAX),
-        Verdict::Problems(problems) => join_within("efatop: ", problems, NPD_MAX),
-        Verdict::Unknown(why) => cut(&format!("efatop: unknown: {}", ascii(why)), NPD_MAX),
-    };
-    (line, verdict.exit_code())
+    match verdict {
+        Verdict::Ok(what) => (cut(&format!("efatop: ok: {}", ascii(what)), NPD_MAX), 0),
+        Verdict::Problems(problems) => (join_within("efatop: ", problems, NPD_MAX), 1),
+        Verdict::Watch { problems, unknown: None } => (join_within("efatop: ", problems, NPD_MAX), 0),
+        Verdict::Watch { unknown: Some(why), .. } | Verdict::Unknown(why) => (cut(&format!("efatop: unknown: {}", ascii(why)), NPD_MAX), 2),
+    }
 }
 
 /// The Slurm drain reason; `None` when there is nothing to drain for.
 pub fn slurm_reason(verdict: &Verdict) -> Option<String> {
-    match verdict {
-        Verdict::Problems(problems) => Some(join_within(&format!("{REASON_PREFIX} "), problems, SLURM_REASON_MAX)),
-        Verdict::Ok(_) | Verdict::Unknown(_) => None,
-    }
+    verdict.problems().map(|problems| join_within(&format!("{REASON_PREFIX} "), problems, SLURM_REASON_MAX))
 }
 
 /// NHC's die message; `None` when the check passes (NHC has no "unknown": a check that cannot tell
 /// passes, and says why on stderr).
 pub fn nhc_message(verdict: &Verdict) -> Option<String> {
-    match verdict {
-        Verdict::Problems(problems) => Some(join_within(&format!("{NHC_CHECK}:  "), problems, SLURM_REASON_MAX)),
-        Verdict::Ok(_) | Verdict::Unknown(_) => None,
-    }
+    verdict.problems().map(|problems| join_within(&format!("{NHC_CHECK}:  "), problems, SLURM_REASON_MAX))
 }
 
 /// The Slurm node this process runs on: `$SLURMD_NODENAME` (slurmd sets it for its health check and
@@ -145,11 +155,20 @@ pub fn parse_node_state(text: &str) -> (Option<String>, Option<String>) {
     (state, reason)
 }
 
+/// One line of a command's error output, however many it wrote: its lines joined with ` / `, made
+/// printable and capped.
+fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
+    efatop_proto::words::printable(&lines.join(" / "), SLURM_REASON_MAX)
+}
+
 fn scontrol(args: &[String]) -> Result<String, String> {
-    let shown = format!("scontrol {}", args.join(" "));
+    let shown = one_line(&format!("scontrol {}", args.join(" ")));
     let output = Command::new("scontrol").args(args).output().map_err(|err| format!("{shown}: {err}"))?;
     if !output.status.success() {
-        return Err(format!("{shown}: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        let said = one_line(&String::from_utf8_lossy(&output.stderr));
+        let code = output.status.code().map_or_else(|| "killed by a signal".to_string(), |code| format!("exit {code}"));
+        return Err(if said.is_empty() { format!("{shown}: {code}") } else { format!("{shown}: {code}: {said}") });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
@@ -167,8 +186,9 @@ pub enum DrainAction {
     Nothing,
 }
 
-/// Drains `node` with `verdict`'s reason when something is wrong; resumes it when nothing is and the node
-/// is drained with a reason efatop set; leaves it alone when the verdict is unknown.
+/// Drains `node` with `verdict`'s reason when something calls for draining; resumes it when nothing is
+/// wrong and the node is drained with a reason efatop set; leaves it alone when the verdict is unknown or
+/// only calls for watching.
 pub fn apply_to_slurm(node: &str, verdict: &Verdict) -> Result<DrainAction, String> {
     match verdict {
         Verdict::Problems(_) => {
@@ -185,7 +205,7 @@ pub fn apply_to_slurm(node: &str, verdict: &Verdict) -> Result<DrainAction, Stri
             }
             Ok(DrainAction::Nothing)
         }
-        Verdict::Unknown(_) => Ok(DrainAction::Nothing),
+        Verdict::Unknown(_) | Verdict::Watch { .. } => Ok(DrainAction::Nothing),
     }
 }
 
@@ -210,7 +230,11 @@ pub fn problem_lines(report: &Report) -> Vec<String> {
 /// ([`problem_lines`]), or why it could not tell, or what was checked.
 pub fn verdict(report: &Report) -> Verdict {
     match report.status {
-        Status::Problem => Verdict::Problems(problem_lines(report)),
+        Status::Problem if report.action.drains() => Verdict::Problems(problem_lines(report)),
+        Status::Problem => {
+            let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
+            Verdict::Watch { problems: problem_lines(report), unknown: (!unknown.is_empty()).then(|| unknown.join("; ")) }
+        }
         Status::Unknown => {
             let unknown: Vec<String> = report.with_status(Status::Unknown).map(|f| f.short.clone()).collect();
             Verdict::Unknown(unknown.join("; "))
@@ -241,7 +265,7 @@ pub fn table(report: &Report) -> String {
     }
     let line = match verdict(report) {
         Verdict::Ok(_) => "ok: nothing wrong found".to_string(),
-        Verdict::Problems(problems) => {
+        Verdict::Problems(problems) | Verdict::Watch { problems, .. } => {
             let count = problems.len();
             format!("PROBLEM: {count} thing{} wrong: {}", if count == 1 { "" } else { "s" }, problems.join("; "))
         }
@@ -282,6 +306,12 @@ mod tests {
         assert_eq!(npd(&Verdict::Problems(items(&["rdmap80s0 port 1 DOWN"]))), ("efatop: rdmap80s0 port 1 DOWN".into(), 1));
         let (line, code) = npd(&Verdict::Unknown("y".repeat(100)));
         assert_eq!((line.len(), code), (80, 2));
+        // Only problems to watch: OK with the line (NonOK would cordon); beside something unknown: Unknown.
+        let watch = Verdict::Watch { problems: items(&["watch: rdmap80s0 PCIe x8 of x16"]), unknown: None };
+        assert_eq!(npd(&watch), ("efatop: watch: rdmap80s0 PCIe x8 of x16".into(), 0));
+        assert_eq!(watch.exit_code(), 1, "the other formats say it is a problem");
+        let watch_unknown = Verdict::Watch { problems: items(&["watch: rdmap80s0 PCIe x8 of x16"]), unknown: Some("GPU 3 PCIe link unreadable".into()) };
+        assert_eq!(npd(&watch_unknown), ("efatop: unknown: GPU 3 PCIe link unreadable".into(), 2));
     }
 
     #[test]
@@ -301,6 +331,12 @@ mod tests {
                     Reason=efatop: rdmap80s0 port 1 DOWN [root@2025-11-25T12:00:00]\n";
         assert_eq!(parse_node_state(text), (Some("IDLE+DRAIN".into()), Some("efatop: rdmap80s0 port 1 DOWN".into())));
         assert_eq!(parse_node_state("NodeName=n State=IDLE Arch=x"), (Some("IDLE".into()), None));
+    }
+
+    #[test]
+    fn a_commands_error_output_is_one_printable_line() {
+        assert_eq!(one_line("scontrol: error: a\n\n  slurm_update error: \u{1b}[2JInvalid node\n"), "scontrol: error: a / slurm_update error: \\x1b[2JInvalid node");
+        assert!(one_line(&"e\n".repeat(10_000)).len() < SLURM_REASON_MAX + 40);
     }
 
     #[test]

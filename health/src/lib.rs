@@ -32,8 +32,9 @@ use efatop_node::xid;
 use efatop_proto::action::Action;
 use efatop_proto::telemetry::rails::RailLoad;
 use efatop_proto::telemetry::NicKind;
+use efatop_proto::words::{printable, MESSAGE_MAX, NAME_MAX};
 
-use efatop_node::{Affinity, GpuReader, Monitor, Sysfs};
+use efatop_node::{Affinity, GpuReader, Monitor, Sysfs, Unreadable};
 
 pub use rules::{evaluate, WATCHED_COUNTERS};
 pub use traffic::{Carrier, NicBytes, SlowNic, Traffic, TrafficChannel, TrafficOutcome, WriteEnded};
@@ -162,15 +163,25 @@ pub struct Finding {
 impl Finding {
     /// A finding with its rule's usual action for `status` ([`default_action`]); [`Finding::act`] sets
     /// another.
+    /// Every text is made [`printable`]: names read from the node (a device, a DMI product name, a path)
+    /// are the node's, and may hold anything; each is capped, so that no file can flood the output.
     pub(crate) fn new(rule: Rule, status: Status, subject: Option<&str>, message: String, short: String) -> Self {
         let (action, reason) = default_action(rule, status);
-        Self { rule, status, subject: subject.map(str::to_string), message, short, action, action_reason: reason.to_string() }
+        Self {
+            rule,
+            status,
+            subject: subject.map(|subject| printable(subject, NAME_MAX)),
+            message: printable(&message, MESSAGE_MAX),
+            short: printable(&short, NAME_MAX),
+            action,
+            action_reason: reason.to_string(),
+        }
     }
 
     /// The same finding with this action and reason.
     pub(crate) fn act(mut self, action: Action, reason: impl Into<String>) -> Self {
         self.action = action;
-        self.action_reason = reason.into();
+        self.action_reason = printable(&reason.into(), MESSAGE_MAX);
         self
     }
 }
@@ -238,6 +249,16 @@ pub struct Growth {
     pub by: u64,
 }
 
+/// A watched counter that went back between the two reads: the driver reset it (a reload, the device
+/// created again), which is not growth; what grew in between cannot be told.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reset {
+    pub nic: String,
+    pub counter: String,
+    pub before: u64,
+    pub after: u64,
+}
+
 /// Everything the rules look at.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Observed {
@@ -249,8 +270,19 @@ pub struct Observed {
     pub gpus: Vec<PciFunction>,
     /// The window actually watched.
     pub window: Duration,
-    /// Watched counters ([`WATCHED_COUNTERS`]) of RDMA devices that grew over the window.
+    /// Watched counters ([`WATCHED_COUNTERS`]) of RDMA devices that grew over the window, by exactly
+    /// what the second read holds more than the first.
     pub grown: Vec<Growth>,
+    /// Watched counters of RDMA devices that went back between the two reads.
+    #[serde(default)]
+    pub resets: Vec<Reset>,
+    /// The counter files of each NIC that held no count in either read (not a number, a FIFO, too long,
+    /// ...), by NIC name.
+    #[serde(default)]
+    pub unreadable_counters: Vec<(String, Unreadable)>,
+    /// The DMI product name's file, where it is there but cannot be read.
+    #[serde(default)]
+    pub product_name_unreadable: Option<Unreadable>,
     /// The rail check over the window (NICs with a rail and a rate).
     pub rails: Vec<RailLoad>,
     pub nvidia_loaded: bool,
@@ -299,35 +331,52 @@ pub fn observe_with_traffic(
     let affinity = layout.map_or_else(Affinity::none, Affinity::from_topology);
     let mut monitor = Monitor::new("check", sysfs.clone(), affinity, GpuReader::unavailable("not read by the check"));
     let started = Instant::now();
-    monitor.sample(Duration::ZERO);
+    let first = monitor.sample(Duration::ZERO);
+    let mut unreadable_counters: Vec<(String, Unreadable)> = monitor.unreadable().to_vec();
     let libfabric = libfabric();
     let traffic = traffic();
     std::thread::sleep(window.saturating_sub(started.elapsed()));
     let snapshot = monitor.sample(started.elapsed());
+    for file in monitor.unreadable() {
+        if !unreadable_counters.contains(file) {
+            unreadable_counters.push(file.clone());
+        }
+    }
     let seconds = snapshot.interval_ms.unwrap_or(0.0) / 1e3;
     let mut grown = Vec::new();
+    let mut resets = Vec::new();
     let mut moved = Vec::new();
     for nic in snapshot.nics.iter().filter(|nic| nic.kind == NicKind::Rdma && nic.present) {
         if let Some(gbps) = nic.total_gbps() {
             moved.push(NicBytes { nic: nic.name.clone(), bytes: (gbps * 1e9 / 8.0 * seconds).round() as u64 });
         }
+        let before = first.nics.iter().find(|old| old.name == nic.name && old.present);
         for (counter, stats) in &nic.counters {
             if !WATCHED_COUNTERS.contains(&counter.as_str()) {
                 continue;
             }
-            let by = stats.per_s.map_or(0, |per_s| (per_s * seconds).round() as u64);
-            if by > 0 {
-                grown.push(Growth { nic: nic.name.clone(), counter: counter.clone(), by });
+            let Some(then) = before.and_then(|old| old.counters.get(counter)).map(|old| old.value) else { continue };
+            match stats.value.checked_sub(then) {
+                Some(0) => {}
+                Some(by) => grown.push(Growth { nic: nic.name.clone(), counter: counter.clone(), by }),
+                None => resets.push(Reset { nic: nic.name.clone(), counter: counter.clone(), before: then, after: stats.value }),
             }
         }
     }
+    let (product_name, product_name_unreadable) = match sysfs.read_product_name() {
+        Ok(name) => (name, None),
+        Err(file) => (None, Some(file)),
+    };
     Observed {
         root: sysfs.root().to_path_buf(),
-        product_name: sysfs.product_name(),
+        product_name,
+        product_name_unreadable,
         rdma: sysfs.rdma_devices(),
         gpus: sysfs.nvidia_gpus(),
         window: Duration::from_secs_f64(seconds),
         grown,
+        resets,
+        unreadable_counters,
         rails: efatop_proto::telemetry::rails::balance(&[&snapshot]),
         nvidia_loaded: sysfs.module_loaded("nvidia"),
         peermem_loaded: sysfs.module_loaded("nvidia_peermem"),
@@ -373,9 +422,9 @@ impl Report {
         let findings = evaluate(observed, expected);
         let (action, action_reason) = Self::action_of(&findings);
         Self {
-            host: host.into(),
-            instance_type: expected.instance_type.clone(),
-            instance_source: expected.source.clone(),
+            host: printable(&host.into(), NAME_MAX),
+            instance_type: expected.instance_type.as_deref().map(|name| printable(name, NAME_MAX)),
+            instance_source: printable(&expected.source, NAME_MAX),
             window_s: observed.window.as_secs_f64(),
             status: Self::status_of(&findings),
             action,

@@ -95,6 +95,15 @@ fn describe_layout(layout: &NodeTopology) -> String {
 }
 
 fn instance(observed: &Observed, expected: &Expected) -> Finding {
+    if let (None, Some(file)) = (&expected.instance_type, &observed.product_name_unreadable) {
+        return Finding::new(
+            Rule::Instance,
+            Status::Unknown,
+            None,
+            format!("{file}: the instance type cannot be read (give --instance-type): device counts, NUMA nodes and PCIe placement are not checked"),
+            "instance type unreadable".into(),
+        );
+    }
     match (&expected.instance_type, &expected.layout) {
         (Some(name), Some(layout)) => ok(Rule::Instance, format!("{name} ({}): expects {}", expected.source, describe_layout(layout))),
         (Some(name), None) => skipped(
@@ -236,34 +245,74 @@ fn efa_ports(layout: Option<&NodeTopology>, efa: &[&RdmaDevice]) -> Vec<Finding>
     findings
 }
 
+/// At most this many unreadable files are named in one finding's sentence; the rest are counted.
+const FILES_NAMED: usize = 8;
+
 fn efa_counters(observed: &Observed, efa: &[&RdmaDevice]) -> Vec<Finding> {
     if efa.is_empty() {
         return vec![skipped(Rule::EfaCounters, "no EFA devices".into())];
     }
     let seconds = observed.window.as_secs_f64();
+    let is_efa = |nic: &str| efa.iter().any(|d| d.name == nic);
+    let mut findings = Vec::new();
+    // Files that hold no count: the counters of that NIC cannot be judged.
+    let mut unreadable: std::collections::BTreeMap<&str, Vec<&efatop_node::Unreadable>> = std::collections::BTreeMap::new();
+    for (nic, file) in observed.unreadable_counters.iter().filter(|(nic, _)| is_efa(nic)) {
+        unreadable.entry(nic.as_str()).or_default().push(file);
+    }
+    for (nic, files) in unreadable {
+        let named: Vec<String> = files.iter().take(FILES_NAMED).map(ToString::to_string).collect();
+        let more = files.len().saturating_sub(FILES_NAMED);
+        let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+        let counters: Vec<String> =
+            files.iter().take(3).map(|file| file.path.file_name().map_or_else(String::new, |name| name.to_string_lossy().into_owned())).collect();
+        findings.push(Finding::new(
+            Rule::EfaCounters,
+            Status::Unknown,
+            Some(nic),
+            format!("{nic}: {}{more}: these counters cannot be read, so their growth is not judged", named.join("; ")),
+            format!("{nic} {} unreadable", counters.join(",")),
+        ));
+    }
+    // Counters that went back: reset, not growth.
+    let mut resets: std::collections::BTreeMap<&str, Vec<&super::Reset>> = std::collections::BTreeMap::new();
+    for reset in observed.resets.iter().filter(|reset| is_efa(&reset.nic)) {
+        resets.entry(reset.nic.as_str()).or_default().push(reset);
+    }
+    for (nic, resets) in resets {
+        let listed: Vec<String> = resets.iter().map(|r| format!("{} went back from {} to {}", r.counter, r.before, r.after)).collect();
+        findings.push(Finding::new(
+            Rule::EfaCounters,
+            Status::Unknown,
+            Some(nic),
+            format!(
+                "{nic}: {} in {seconds:.1} s: its counters were reset (a driver reload, the device created again), which is not growth; what grew meanwhile cannot be told",
+                listed.join(", ")
+            ),
+            format!("{nic} counters reset"),
+        ));
+    }
     let mut by_nic: std::collections::BTreeMap<&str, Vec<&super::Growth>> = std::collections::BTreeMap::new();
-    for growth in observed.grown.iter().filter(|g| efa.iter().any(|d| d.name == g.nic)) {
+    for growth in observed.grown.iter().filter(|g| is_efa(&g.nic)) {
         by_nic.entry(growth.nic.as_str()).or_default().push(growth);
     }
-    if by_nic.is_empty() {
-        return vec![ok(
+    for (nic, grown) in by_nic {
+        let mut message = format!("{nic}:");
+        let mut short = nic.to_string();
+        for growth in &grown {
+            let _ = write!(message, " {} +{}", growth.counter, growth.by);
+            let _ = write!(short, " {} +{}", growth.counter, growth.by);
+        }
+        let _ = write!(message, " in {seconds:.1} s");
+        findings.push(Finding::new(Rule::EfaCounters, Status::Problem, Some(nic), message, short));
+    }
+    if findings.is_empty() {
+        findings.push(ok(
             Rule::EfaCounters,
             format!("no error counter grew in {seconds:.1} s on {} EFA ({})", efa.len(), WATCHED_COUNTERS[..4].join(", ")),
-        )];
+        ));
     }
-    by_nic
-        .into_iter()
-        .map(|(nic, grown)| {
-            let mut message = format!("{nic}:");
-            let mut short = nic.to_string();
-            for growth in &grown {
-                let _ = write!(message, " {} +{}", growth.counter, growth.by);
-                let _ = write!(short, " {} +{}", growth.counter, growth.by);
-            }
-            let _ = write!(message, " in {seconds:.1} s");
-            Finding::new(Rule::EfaCounters, Status::Problem, Some(nic), message, short)
-        })
-        .collect()
+    findings
 }
 
 fn rails(observed: &Observed) -> Vec<Finding> {
@@ -434,10 +483,63 @@ fn pcie_link(observed: &Observed, layout: Option<&NodeTopology>, efa: &[&RdmaDev
         return vec![skipped(Rule::PcieLink, "no GPU or EFA shows current_link_width/max_link_width in sysfs".into())];
     }
     let mut findings = Vec::new();
+    // The kernel shows the link files of every PCIe function: one without them, beside others that have
+    // them, cannot be judged.
+    for (name, subject, function, ..) in devices.iter().filter(|(_, _, function, _, _)| function.link.is_none()) {
+        findings.push(Finding::new(
+            Rule::PcieLink,
+            Status::Unknown,
+            Some(subject),
+            format!(
+                "{name} ({}) has no current_link_width, current_link_speed, max_link_width or max_link_speed in sysfs, which the other devices have: its link cannot be judged",
+                function.address
+            ),
+            format!("{name} PCIe link files missing"),
+        ));
+    }
     for (name, subject, function, need, need_words) in &with_link {
-        let Some(link) = function.link.as_ref().filter(|link| link.downgraded()) else { continue };
+        let Some(link) = function.link.as_ref() else { continue };
         let now = PcieLink::describe(link.width, link.speed_gts);
         let max = PcieLink::describe(link.max_width, link.max_speed_gts);
+        if !link.unreadable.is_empty() {
+            let files: Vec<String> = link.unreadable.iter().map(ToString::to_string).collect();
+            let names: Vec<String> =
+                link.unreadable.iter().filter_map(|file| file.path.file_name()).map(|name| name.to_string_lossy().into_owned()).collect();
+            findings.push(Finding::new(
+                Rule::PcieLink,
+                Status::Unknown,
+                Some(subject),
+                format!("{name} ({}): {}: its PCIe link cannot be judged", function.address, files.join("; ")),
+                format!("{name} PCIe {} unreadable", names.join(",")),
+            ));
+            continue;
+        }
+        if link.down() {
+            findings.push(
+                Finding::new(
+                    Rule::PcieLink,
+                    Status::Problem,
+                    Some(subject),
+                    format!("{name} ({}) PCIe link is down: trained at {now} of {max}: nothing crosses it", function.address),
+                    format!("{name} PCIe link down"),
+                )
+                .act(Action::Reboot, "a PCIe link that is down carries nothing: a reboot retrains it; replace the node if it stays down"),
+            );
+            continue;
+        }
+        if link.above_max() {
+            findings.push(Finding::new(
+                Rule::PcieLink,
+                Status::Unknown,
+                Some(subject),
+                format!("{name} ({}) claims its PCIe link trained at {now}, above its max {max}: sysfs contradicts itself", function.address),
+                format!("{name} PCIe {now} above max {max}"),
+            ));
+            continue;
+        }
+        if !link.downgraded() {
+            continue;
+        }
         let short = match (link.width, link.max_width) {
             (Some(w), Some(m)) if w < m => format!("{name} PCIe x{w} of x{m}"),
             _ => format!("{name} PCIe {} of {}", PcieLink::describe(None, link.speed_gts).trim_start_matches("x? "), PcieLink::describe(None, link.max_speed_gts).trim_start_matches("x? ")),

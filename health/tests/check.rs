@@ -95,7 +95,7 @@ fn each_planted_fault_is_named_alone_on_every_type() {
                 Fault::ImpairedRising => Rule::EfaCounters,
                 Fault::WrongNuma => Rule::Numa,
                 Fault::LowMemlock => Rule::Memlock,
-                Fault::GpuLinkX8 | Fault::EfaLinkX8 => Rule::PcieLink,
+                Fault::GpuLinkX8 | Fault::EfaLinkX8 | Fault::GpuLinkDown | Fault::EfaLinkDown => Rule::PcieLink,
                 Fault::Xid(_) => Rule::GpuXid,
             };
             assert_eq!(problems(&report), [(rule, subject.clone())], "{instance_type} {fault:?}: {:#?}", report.findings);

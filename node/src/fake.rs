@@ -206,9 +206,13 @@ impl FakeSysfs {
     }
 
     pub fn set(&self, device: &str, counter: &str, value: u64) -> io::Result<()> {
-        // Write then rename, so a reader never sees a half-written number.
+        // Write then rename, so a reader never sees a half-written number; staged outside the counters'
+        // directory (on the same file system), where a reader listing the counters never meets it.
+        static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = self.counter_path(device, counter);
-        let staging = path.with_extension("new");
+        let staging_dir = self.root.join(".staging");
+        fs::create_dir_all(&staging_dir)?;
+        let staging = staging_dir.join(format!("{}-{}", std::process::id(), STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
         fs::write(&staging, format!("{value}\n"))?;
         fs::rename(staging, path)
     }

@@ -44,12 +44,16 @@ pub enum Fault {
     GpuLinkX8,
     /// An EFA's PCIe link trained at x8 of its x16.
     EfaLinkX8,
+    /// A GPU's PCIe link is down: `current_link_width` 0, `current_link_speed` `Unknown`.
+    GpuLinkDown,
+    /// An EFA's PCIe link is down, as [`Fault::GpuLinkDown`].
+    EfaLinkDown,
     /// The kernel log holds this Xid for [`FakeNode::victim_gpu`] (`xid-79`).
     Xid(u32),
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 10] = [
         Fault::MissingNic,
         Fault::PortDown,
         Fault::ImpairedRising,
@@ -57,6 +61,8 @@ impl Fault {
         Fault::LowMemlock,
         Fault::GpuLinkX8,
         Fault::EfaLinkX8,
+        Fault::GpuLinkDown,
+        Fault::EfaLinkDown,
         Fault::Xid(79),
     ];
 
@@ -75,6 +81,8 @@ impl Fault {
             Fault::LowMemlock => "low-memlock".into(),
             Fault::GpuLinkX8 => "gpu-link-x8".into(),
             Fault::EfaLinkX8 => "efa-link-x8".into(),
+            Fault::GpuLinkDown => "gpu-link-down".into(),
+            Fault::EfaLinkDown => "efa-link-down".into(),
             Fault::Xid(xid) => format!("xid-{xid}"),
         }
     }
@@ -256,8 +264,30 @@ impl FakeNode {
 
     /// Sets the PCIe link width the function at `address` trained at.
     pub fn set_link_width(&self, address: &str, width: u32) -> io::Result<()> {
-        let dir = fs::canonicalize(self.root().join("sys/bus/pci/devices").join(address))?;
-        write_lines(&dir.join("current_link_width"), &width.to_string())
+        write_lines(&self.link_file(address, "current_link_width")?, &width.to_string())
+    }
+
+    /// The path of one of the PCIe link files (`current_link_width`, `max_link_speed`, ...) of the
+    /// function at `address`, to plant what a node shows.
+    pub fn link_file(&self, address: &str, file: &str) -> io::Result<PathBuf> {
+        Ok(fs::canonicalize(self.root().join("sys/bus/pci/devices").join(address))?.join(file))
+    }
+
+    /// The path of `device`'s counter `counter` (a port counter of port 1, else a device counter), to
+    /// plant what a node shows.
+    pub fn counter_file(&self, device: &str, counter: &str) -> PathBuf {
+        self.counters.counter_path(device, counter)
+    }
+
+    /// The address of the EFA named `device`.
+    fn efa_address(&self, device: &str) -> String {
+        self.efa().into_iter().find(|(name, _)| name == device).map(|(_, address)| address).unwrap_or_default()
+    }
+
+    /// Takes the link of the function at `address` down, as the kernel then shows it.
+    fn link_down(&self, address: &str) -> io::Result<()> {
+        write_lines(&self.link_file(address, "current_link_width")?, "0")?;
+        write_lines(&self.link_file(address, "current_link_speed")?, "Unknown")
     }
 
     /// Which switch each GPU and NIC sits behind: GPUs with the same nearest NICs share one.
@@ -356,9 +386,12 @@ impl FakeNode {
                 fs::write(self.root().join("proc/self/limits"), limits_text("65536"))?;
                 return Ok("memlock".into());
             }
-            Fault::EfaLinkX8 => {
-                let address = self.efa().into_iter().find(|(name, _)| *name == victim).map(|(_, address)| address).unwrap_or_default();
-                self.set_link_width(&address, 8)?;
+            Fault::EfaLinkX8 => self.set_link_width(&self.efa_address(&victim), 8)?,
+            Fault::EfaLinkDown => self.link_down(&self.efa_address(&victim))?,
+            Fault::GpuLinkDown => {
+                let (name, address) = self.victim_gpu();
+                self.link_down(&address)?;
+                return Ok(name);
             }
             Fault::GpuLinkX8 => {
                 let (name, address) = self.victim_gpu();

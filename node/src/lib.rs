@@ -15,7 +15,7 @@ pub mod node;
 pub mod nvlink;
 pub mod prometheus;
 mod rates;
-mod sysfs;
+pub mod sysfs;
 pub mod xid;
 pub mod xid_watch;
 
@@ -32,7 +32,7 @@ pub use fake::{
 pub use gpu::{memory_health, GpuMemory, GpuReader, NO_DRIVER};
 pub use nvlink::{NvlinkSurvey, pair_link, pair_link_or_inferred};
 pub use rates::{is_error_counter, is_retransmit_counter, NicSnapshot, RateTracker};
-pub use sysfs::{parse_net_speed, parse_rdma_rate, NicReading, Sysfs};
+pub use sysfs::{parse_net_speed, parse_rdma_rate, NicReading, Sysfs, Unreadable};
 
 /// Reads a node again and again; see the crate docs.
 pub struct Monitor {
@@ -40,16 +40,26 @@ pub struct Monitor {
     sysfs: Sysfs,
     tracker: RateTracker,
     gpus: GpuReader,
+    /// The last read's counter files that held no count, by NIC.
+    unreadable: Vec<(String, Unreadable)>,
 }
 
 impl Monitor {
     pub fn new(host: impl Into<String>, sysfs: Sysfs, affinity: Affinity, gpus: GpuReader) -> Self {
-        Self { host: host.into(), sysfs, tracker: RateTracker::new(affinity), gpus }
+        Self { host: host.into(), sysfs, tracker: RateTracker::new(affinity), gpus, unreadable: Vec::new() }
+    }
+
+    /// The counter files of the last read that could not be read as a count, with their NIC's name: left
+    /// out of its counters (and rates), never read as 0.
+    pub fn unreadable(&self) -> &[(String, Unreadable)] {
+        &self.unreadable
     }
 
     /// One read, taken at `at` (time since the monitor started; it must not go back).
     pub fn sample(&mut self, at: Duration) -> NodeSample {
         let readings = self.sysfs.read_all();
+        self.unreadable =
+            readings.iter().flat_map(|nic| nic.unreadable.iter().map(|file| (nic.name.clone(), file.clone()))).collect();
         let NicSnapshot { t_ms, interval_ms, nics } = self.tracker.update(readings, at);
         NodeSample {
             rank: 0,

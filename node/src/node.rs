@@ -2,15 +2,16 @@
 //! ports (state, physical state, rate), the NVIDIA GPUs on the PCI bus, loaded kernel modules, the NVIDIA
 //! driver and kernel release, and the memlock limit, all read under the same root as the counters
 //! ([`Sysfs`]): `/` on a node, a directory of plain files in tests (`proc/self/limits` there stands for the
-//! process's limits). Nothing here fails: what cannot be read is `None` or absent, and the health check
-//! says so.
+//! process's limits). Every file goes through the bounded reader ([`crate::sysfs::read_attribute`]).
+//! Nothing here fails: what cannot be read is `None` or absent, or named where the health check must
+//! say so ([`PcieLink::unreadable`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sysfs::{entries, is_pci_address, parse_rdma_rate, Sysfs};
+use crate::sysfs::{attribute_text, entries, is_pci_address, parse_rdma_rate, read_attribute, ReadError, Sysfs, Unreadable};
 
 /// A PCI function as sysfs shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,31 +36,102 @@ pub struct PciFunction {
 }
 
 /// A PCIe link as sysfs shows it: `current_link_width` `16`, `current_link_speed` `32.0 GT/s PCIe`, and
-/// the `max_link_*` the device and its slot can do.
+/// the `max_link_*` the device and its slot can do. A link that is down reads width `0` and speed
+/// `Unknown` (the kernel's words when the link status register says no speed), kept here as 0.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PcieLink {
+    /// Lanes it trained at; 0 when the link is down.
     pub width: Option<u32>,
     pub max_width: Option<u32>,
-    /// GT/s per lane.
+    /// GT/s per lane it trained at; 0 when sysfs says `Unknown` (the link is down).
     pub speed_gts: Option<f64>,
     pub max_speed_gts: Option<f64>,
+    /// The link files that are there but do not read as a width or speed, and those missing beside the
+    /// others (the kernel shows all four or none): the link cannot be judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
 }
 
 impl Eq for PcieLink {}
 
+/// The most lanes a PCIe link has.
+const WIDTH_MAX: u32 = 32;
+
 impl PcieLink {
     /// Reads the four files under a function's directory; `None` when none of them is there.
     fn read(dir: &Path) -> Option<Self> {
-        let text = |name: &str| fs::read_to_string(dir.join(name)).ok();
-        let width = |name: &str| text(name).and_then(|t| t.trim().parse::<u32>().ok()).filter(|w| *w > 0);
-        let speed = |name: &str| text(name).as_deref().and_then(parse_link_speed);
-        let link = Self {
-            width: width("current_link_width"),
-            max_width: width("max_link_width"),
-            speed_gts: speed("current_link_speed"),
-            max_speed_gts: speed("max_link_speed"),
+        let mut link = Self::default();
+        let mut present = false;
+        let mut missing = Vec::new();
+        let texts: Vec<Option<(PathBuf, String)>> = ["current_link_width", "max_link_width", "current_link_speed", "max_link_speed"]
+            .into_iter()
+            .map(|name| {
+                let path = dir.join(name);
+                match read_attribute(&path) {
+                    Ok(text) => {
+                        present = true;
+                        Some((path, text.trim().to_string()))
+                    }
+                    Err(ReadError::Missing) => {
+                        missing.push(path);
+                        None
+                    }
+                    Err(ReadError::Bad(why)) => {
+                        present = true;
+                        link.unreadable.push(Unreadable { path, why });
+                        None
+                    }
+                }
+            })
+            .collect();
+        if !present {
+            return None;
+        }
+        let shown = |text: &str| efatop_proto::words::printable(text, 24);
+        let mut width = |read: &Option<(PathBuf, String)>| {
+            let (path, text) = read.as_ref()?;
+            match text.parse::<u32>() {
+                Ok(width) if width <= WIDTH_MAX => Some(width),
+                _ => {
+                    let why = format!("`{}` is not a PCIe link width (0 to {WIDTH_MAX})", shown(text));
+                    link.unreadable.push(Unreadable { path: path.clone(), why });
+                    None
+                }
+            }
         };
-        (link != Self::default()).then_some(link)
+        let (now_width, max_width) = (width(&texts[0]), width(&texts[1]));
+        let mut speed = |read: &Option<(PathBuf, String)>| {
+            let (path, text) = read.as_ref()?;
+            let gts = parse_link_speed(text);
+            if gts.is_none() {
+                link.unreadable.push(Unreadable { path: path.clone(), why: format!("`{}` is not a PCIe link speed", shown(text)) });
+            }
+            gts
+        };
+        let (now_speed, max_speed) = (speed(&texts[2]), speed(&texts[3]));
+        (link.width, link.max_width, link.speed_gts, link.max_speed_gts) = (now_width, max_width, now_speed, max_speed);
+        for path in missing {
+            link.unreadable.push(Unreadable { path, why: "missing, beside the other link files".into() });
+        }
+        if link.max_width == Some(0) {
+            link.unreadable.push(Unreadable { path: dir.join("max_link_width"), why: "says 0: what the link can do is not known".into() });
+        }
+        if link.max_speed_gts == Some(0.0) {
+            link.unreadable.push(Unreadable { path: dir.join("max_link_speed"), why: "says Unknown: what the link can do is not known".into() });
+        }
+        Some(link)
+    }
+
+    /// Down: it trained at no width or no speed.
+    pub fn down(&self) -> bool {
+        self.width == Some(0) || self.speed_gts == Some(0.0)
+    }
+
+    /// It claims to run wider or faster than it can: sysfs contradicts itself.
+    pub fn above_max(&self) -> bool {
+        let wider = matches!((self.width, self.max_width), (Some(now), Some(max)) if now > max);
+        let faster = matches!((self.speed_gts, self.max_speed_gts), (Some(now), Some(max)) if now > max + 1e-6);
+        wider || faster
     }
 
     /// One direction's usable bandwidth in Gbps at `width` lanes of `gts` GT/s: 8b/10b coding below
@@ -82,18 +154,28 @@ impl PcieLink {
         narrower || slower
     }
 
-    /// `x8 16 GT/s`.
+    /// `x8 16 GT/s`; a link down `x0 Unknown`.
     pub fn describe(width: Option<u32>, gts: Option<f64>) -> String {
         let width = width.map_or_else(|| "x?".to_string(), |w| format!("x{w}"));
-        let gts = gts.map_or_else(|| "? GT/s".to_string(), |g| format!("{g} GT/s"));
+        let gts = match gts {
+            Some(0.0) => "Unknown".to_string(),
+            Some(g) => format!("{g} GT/s"),
+            None => "? GT/s".to_string(),
+        };
         format!("{width} {gts}")
     }
 }
 
-/// `32.0 GT/s PCIe` (or `8 GT/s`, `2.5 GT/s`) → 32.0; `Unknown` → `None`.
+/// `32.0 GT/s PCIe` (or `8 GT/s`, `8.0 GT/s`, `2.5 GT/s`, as kernels have written it) → 32.0; `Unknown`
+/// and older kernels' `Unknown speed` (no speed: the link is down) → 0; anything else → `None`.
 pub fn parse_link_speed(text: &str) -> Option<f64> {
-    let number = text.split_whitespace().next()?;
-    number.parse::<f64>().ok().filter(|gts| *gts > 0.0)
+    let mut words = text.split_whitespace();
+    let number = words.next()?;
+    if number == "Unknown" {
+        return Some(0.0);
+    }
+    let gts = number.parse::<f64>().ok().filter(|gts| gts.is_finite() && *gts > 0.0 && *gts <= 1024.0)?;
+    (words.next() == Some("GT/s")).then_some(gts)
 }
 
 impl PciFunction {
@@ -106,7 +188,7 @@ impl PciFunction {
             .filter(|name| is_pci_address(name))
             .collect();
         let address = chain.pop()?;
-        let text = |name: &str| fs::read_to_string(canonical.join(name)).ok().map(|t| t.trim().to_ascii_lowercase());
+        let text = |name: &str| attribute_text(&canonical.join(name)).map(|t| t.to_ascii_lowercase());
         let numa_node = text("numa_node").and_then(|t| t.parse::<i64>().ok()).and_then(|n| u32::try_from(n).ok());
         let link = PcieLink::read(&canonical);
         Some(Self { address, vendor: text("vendor"), device: text("device"), class: text("class"), numa_node, upstream: chain, link })
@@ -183,14 +265,28 @@ pub fn parse_memlock(limits: &str) -> Option<MemlockLimit> {
     Some(MemlockLimit { soft: value(fields.next())?, hard: value(fields.next())? })
 }
 
+/// Where the DMI product name is, under the root.
+pub const PRODUCT_NAME: &str = "sys/class/dmi/id/product_name";
+
 impl Sysfs {
     fn file_text(&self, relative: &str) -> Option<String> {
-        fs::read_to_string(self.root().join(relative)).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
+        attribute_text(&self.root().join(relative))
     }
 
-    /// The DMI product name: the EC2 instance type on AWS (`p5.48xlarge`), read as the topology reads it.
+    /// The DMI product name: the EC2 instance type on AWS (`p5.48xlarge`); `None` when missing or blank.
     pub fn product_name(&self) -> Option<String> {
-        efatop_topology::dmi_product_name(self.root())
+        self.read_product_name().ok().flatten()
+    }
+
+    /// The DMI product name, or why the file that should hold it cannot be read (`Ok(None)`: there is
+    /// none, or it is blank, as on a machine outside EC2).
+    pub fn read_product_name(&self) -> Result<Option<String>, Unreadable> {
+        let path = self.root().join(PRODUCT_NAME);
+        match read_attribute(&path) {
+            Ok(text) => Ok(Some(text.trim().to_string()).filter(|name| !name.is_empty())),
+            Err(ReadError::Missing) => Ok(None),
+            Err(ReadError::Bad(why)) => Err(Unreadable { path, why }),
+        }
     }
 
     /// Every RDMA device in name order, with its PCI function and ports.
@@ -251,12 +347,11 @@ impl Sysfs {
 fn read_port(port: String, dir: &Path) -> RdmaPort {
     // `4: ACTIVE`, `5: LinkUp`: the name after the number.
     let named = |file: &str| {
-        fs::read_to_string(dir.join(file))
-            .ok()
-            .map(|text| text.trim().rsplit_once(':').map_or(text.trim(), |(_, name)| name.trim()).to_string())
+        attribute_text(&dir.join(file))
+            .map(|text| text.rsplit_once(':').map_or(text.as_str(), |(_, name)| name.trim()).to_string())
             .filter(|name| !name.is_empty())
     };
-    let rate_gbps = fs::read_to_string(dir.join("rate")).ok().as_deref().and_then(parse_rdma_rate);
+    let rate_gbps = attribute_text(&dir.join("rate")).as_deref().and_then(parse_rdma_rate);
     RdmaPort { port, state: named("state"), phys_state: named("phys_state"), rate_gbps }
 }
 
@@ -274,6 +369,51 @@ mod tests {
             Some(MemlockLimit { soft: None, hard: None })
         );
         assert_eq!(parse_memlock("Max open files 1024 1024 files"), None);
+    }
+
+    #[test]
+    fn link_speeds_parse_as_kernels_write_them() {
+        assert_eq!(parse_link_speed("32.0 GT/s PCIe"), Some(32.0));
+        assert_eq!(parse_link_speed("8 GT/s"), Some(8.0));
+        assert_eq!(parse_link_speed("2.5 GT/s PCIe\n"), Some(2.5));
+        assert_eq!(parse_link_speed("Unknown"), Some(0.0), "no speed: the link is down");
+        assert_eq!(parse_link_speed("Unknown speed"), Some(0.0), "older kernels' words");
+        for garbage in ["", "fast", "32.0", "NaN GT/s", "-8 GT/s", "0 GT/s", "1e300 GT/s"] {
+            assert_eq!(parse_link_speed(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn a_link_reads_down_unreadable_or_contradicting_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        assert_eq!(PcieLink::read(dir.path()), None, "no link files: not a PCIe function");
+        for (name, text) in [("current_link_width", "16\n"), ("max_link_width", "16\n"), ("current_link_speed", "32.0 GT/s PCIe\n"), ("max_link_speed", "32.0 GT/s PCIe\n")] {
+            write(name, text);
+        }
+        let healthy = PcieLink::read(dir.path()).unwrap();
+        assert!(!healthy.down() && !healthy.above_max() && !healthy.downgraded() && healthy.unreadable.is_empty(), "{healthy:?}");
+        write("current_link_width", "0\n");
+        let down = PcieLink::read(dir.path()).unwrap();
+        assert!(down.down() && down.unreadable.is_empty(), "{down:?}");
+        write("current_link_width", "16\n");
+        write("current_link_speed", "Unknown\n");
+        assert!(PcieLink::read(dir.path()).unwrap().down());
+        write("current_link_speed", "64.0 GT/s PCIe\n");
+        assert!(PcieLink::read(dir.path()).unwrap().above_max());
+        write("current_link_speed", "x16\n");
+        let garbled = PcieLink::read(dir.path()).unwrap();
+        assert_eq!(garbled.unreadable.len(), 1, "{garbled:?}");
+        assert!(garbled.unreadable[0].to_string().ends_with("current_link_speed: `x16` is not a PCIe link speed"), "{garbled:?}");
+        std::fs::remove_file(dir.path().join("current_link_speed")).unwrap();
+        std::fs::remove_file(dir.path().join("current_link_width")).unwrap();
+        let missing = PcieLink::read(dir.path()).unwrap();
+        let named: Vec<String> = missing.unreadable.iter().map(ToString::to_string).collect();
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named.iter().all(|n| n.contains("current_link_") && n.ends_with("missing, beside the other link files")), "{named:?}");
+        write("current_link_width", "4294967296\n");
+        write("current_link_speed", "32.0 GT/s PCIe\n");
+        assert!(PcieLink::read(dir.path()).unwrap().unreadable[0].why.contains("is not a PCIe link width"));
     }
 
     #[test]

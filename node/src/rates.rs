@@ -152,6 +152,7 @@ mod tests {
             pci_bus_id: None,
             link_gbps: Some(100.0),
             counters: counters.iter().map(|(n, v)| ((*n).to_string(), *v)).collect(),
+            unreadable: Vec::new(),
         }
     }
 

@@ -1,15 +1,173 @@
-//! Reading a node's NIC counters from sysfs: every RDMA device under `sys/class/infiniband` (its ports'
-//! `hw_counters` and its own) and every network interface under `sys/class/net` (`statistics`), below a
-//! root that is `/` on a real node and a directory of plain files in tests.
+//! Reading a node's sysfs: the one bounded reader every file of `/sys` and `/proc` goes through
+//! ([`read_attribute`], [`open_attribute`], [`parse_counter`]), and with it the NIC counters: every RDMA
+//! device under `sys/class/infiniband` (its ports' `hw_counters` and its own) and every network interface
+//! under `sys/class/net` (`statistics`), below a root that is `/` on a real node and a directory of plain
+//! files in tests.
 //!
-//! A read never fails as a whole: a device that vanishes while it is read, a counter file that cannot
-//! be read or does not hold a number, are left out of that read, and the rate layer sees the device go.
+//! A sysfs attribute is a regular file of at most one page ([`ATTRIBUTE_MAX`]): the reader opens it
+//! non-blocking and without following a final symbolic link, refuses anything else (a FIFO, a character
+//! device, a socket, a link, a directory), and reads at most a page and a byte, so that no file planted
+//! where an attribute should be can stall or flood a reader. What it refuses is said, with the path.
+//!
+//! A counters read never fails as a whole: a device that vanishes while it is read is left out of that
+//! read, and the rate layer sees the device go; a counter file that cannot be read or does not hold a
+//! count is left out of the counters and named in [`NicReading::unreadable`].
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use efatop_proto::telemetry::NicKind;
+use efatop_proto::words::{printable, NAME_MAX};
+
+/// The most a sysfs attribute holds: the kernel gives an attribute's `show` one page.
+pub const ATTRIBUTE_MAX: usize = 4096;
+
+/// The most entries a directory of a node's tree is listed with (a p5 has 32 RDMA devices, a few hundred
+/// PCI functions, some 40 counters a device): a crafted tree of millions costs no more.
+pub const ENTRIES_MAX: usize = 16_384;
+
+/// Why a file could not be read as a sysfs attribute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// There is no such file.
+    Missing,
+    /// It is there but is not an attribute's text: why, in a few words.
+    Bad(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Missing => f.write_str("missing"),
+            ReadError::Bad(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A file that could not be read, and why: `/sys/.../hw_counters/rx_drops: `abc` is not a count`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", printable(&self.path.to_string_lossy(), NAME_MAX), self.why)
+    }
+}
+
+fn kind_of(file_type: fs::FileType) -> &'static str {
+    if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn refuse(file_type: fs::FileType) -> ReadError {
+    ReadError::Bad(format!("{}, not a sysfs attribute (a regular file)", kind_of(file_type)))
+}
+
+/// Opens `path` as a sysfs attribute: a regular file, not reached through a final symbolic link, opened
+/// non-blocking (`O_NONBLOCK | O_NOFOLLOW | O_NOCTTY`), so that a FIFO or a device planted in its place
+/// is refused without waiting on it. The type is checked before the open (a device is never opened) and
+/// again on the open file (it cannot be swapped between the two).
+pub fn open_attribute(path: &Path) -> Result<File, ReadError> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::Missing),
+        Err(err) => return Err(ReadError::Bad(err.to_string())),
+    };
+    if !metadata.file_type().is_file() {
+        return Err(refuse(metadata.file_type()));
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|err| if err.kind() == std::io::ErrorKind::NotFound { ReadError::Missing } else { ReadError::Bad(err.to_string()) })?;
+    let opened = file.metadata().map_err(|err| ReadError::Bad(err.to_string()))?;
+    if !opened.file_type().is_file() {
+        return Err(refuse(opened.file_type()));
+    }
+    Ok(file)
+}
+
+/// The text of the sysfs attribute at `path` ([`open_attribute`]), at most [`ATTRIBUTE_MAX`] bytes: a
+/// longer file, or one that is not UTF-8, is not an attribute.
+pub fn read_attribute(path: &Path) -> Result<String, ReadError> {
+    let file = open_attribute(path)?;
+    let mut bytes = Vec::with_capacity(256);
+    file.take(ATTRIBUTE_MAX as u64 + 1).read_to_end(&mut bytes).map_err(|err| ReadError::Bad(err.to_string()))?;
+    if bytes.len() > ATTRIBUTE_MAX {
+        return Err(ReadError::Bad(format!("longer than {ATTRIBUTE_MAX} bytes, not a sysfs attribute")));
+    }
+    String::from_utf8(bytes).map_err(|_| ReadError::Bad("not text".into()))
+}
+
+/// [`read_attribute`], trimmed; `None` when missing, blank or unreadable (for what a node may lack).
+pub(crate) fn attribute_text(path: &Path) -> Option<String> {
+    read_attribute(path).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
+}
+
+/// The bytes a counter file is read into by [`read_counter_at`]: a u64 is at most 20 digits and a newline,
+/// so a read that fills it is not a count.
+pub const COUNTER_READ: usize = 32;
+
+/// A counter's value from its text (`12345\n`, as the kernel writes a u64). Not a count, and said why:
+/// empty, negative (`-1`), not digits (`abc`), more than a u64 holds, or 2^63 and above, which is what a
+/// negative number printed unsigned looks like (an error code, `-1` as `18446744073709551615`); no
+/// counter of a node reaches it (2^63 bytes is 5.8 years at 400 Gbps).
+pub fn parse_counter(text: &str) -> Result<u64, String> {
+    let digits = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let quoted = || format!("`{}`", printable(digits, 24));
+    if digits.is_empty() {
+        return Err("empty, not a count".into());
+    }
+    if digits.starts_with('-') {
+        return Err(format!("{} is negative, not a count", quoted()));
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{} is not a count", quoted()));
+    }
+    let value: u64 = digits.parse().map_err(|_| format!("{} is more than a 64-bit counter holds", quoted()))?;
+    if value > i64::MAX as u64 {
+        return Err(format!("{} is 2^63 or more: a negative number printed unsigned, not a count", quoted()));
+    }
+    Ok(value)
+}
+
+/// The counter at `path`: [`read_attribute`] then [`parse_counter`].
+pub fn read_counter(path: &Path) -> Result<u64, String> {
+    parse_counter(&read_attribute(path).map_err(|err| err.to_string())?)
+}
+
+/// The counter of an attribute opened once ([`open_attribute`]) and read again at offset 0 into
+/// `scratch` (no allocation): [`parse_counter`] of what it holds, a file that fills `scratch` is not one.
+pub fn read_counter_at(file: &File, scratch: &mut [u8; COUNTER_READ]) -> Result<u64, String> {
+    use std::os::unix::fs::FileExt;
+    let len = file.read_at(scratch, 0).map_err(|err| err.to_string())?;
+    if len == scratch.len() {
+        return Err(format!("longer than {} bytes, not a count", COUNTER_READ - 1));
+    }
+    parse_counter(std::str::from_utf8(&scratch[..len]).map_err(|_| "not text".to_string())?)
+}
 
 /// One read of one NIC: its identity and every counter it had.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +182,9 @@ pub struct NicReading {
     /// Counter name → value. An RDMA device's port counters are summed over its ports; its device-wide
     /// counters keep their names unless a port counter has the same one, then they are `device_<name>`.
     pub counters: BTreeMap<String, u64>,
+    /// The counter files that are there but could not be read as a count, with why ([`read_counter`]):
+    /// left out of `counters`, never read as 0.
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// A sysfs tree to read NICs from.
@@ -61,28 +222,46 @@ impl Sysfs {
     }
 }
 
-/// The entries of a directory in name order; none when it cannot be read (no RDMA devices at all is
-/// normal).
+/// The entries of a directory in name order, at most [`ENTRIES_MAX`]; none when it cannot be read (no
+/// RDMA devices at all is normal).
 pub(crate) fn entries(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(read) = fs::read_dir(dir) else { return Vec::new() };
-    let mut found: Vec<(String, PathBuf)> =
-        read.filter_map(Result::ok).map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.path())).collect();
+    let mut found: Vec<(String, PathBuf)> = read
+        .filter_map(Result::ok)
+        .take(ENTRIES_MAX)
+        .map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry.path()))
+        .collect();
     found.sort();
     found
 }
 
-/// Every file in `dir` that holds an unsigned number, by file name; `None` when the directory cannot be
-/// listed (the device went away).
-fn read_counters(dir: &Path) -> Option<BTreeMap<String, u64>> {
-    let read = fs::read_dir(dir).ok()?;
-    let mut counters = BTreeMap::new();
-    for entry in read.filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
+/// The counters of one directory: every count by file name, and the files that hold none.
+#[derive(Default)]
+struct Counters {
+    values: BTreeMap<String, u64>,
+    unreadable: Vec<Unreadable>,
+}
+
+/// Every file in `dir` but the settings ([`NOT_COUNTERS`]), each through [`read_counter`]; `None` when
+/// the directory cannot be listed (the device went away).
+fn read_counters(dir: &Path) -> Option<Counters> {
+    fs::read_dir(dir).ok()?;
+    let mut counters = Counters::default();
+    for (name, path) in entries(dir) {
         if NOT_COUNTERS.contains(&name.as_str()) {
             continue;
         }
-        if let Some(value) = fs::read_to_string(entry.path()).ok().and_then(|text| text.trim().parse::<u64>().ok()) {
-            counters.insert(name, value);
+        let value = match read_attribute(&path) {
+            // Gone since the listing (a device going away, a file replaced): not there.
+            Err(ReadError::Missing) => continue,
+            Err(ReadError::Bad(why)) => Err(why),
+            Ok(text) => parse_counter(&text),
+        };
+        match value {
+            Ok(value) => {
+                counters.values.insert(name, value);
+            }
+            Err(why) => counters.unreadable.push(Unreadable { path, why }),
         }
     }
     Some(counters)
@@ -90,16 +269,29 @@ fn read_counters(dir: &Path) -> Option<BTreeMap<String, u64>> {
 
 fn read_rdma(name: String, dir: &Path) -> Option<NicReading> {
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+    let mut unreadable = Vec::new();
     let mut link_gbps: Option<f64> = None;
     let mut any_port = false;
-    for (_, port) in entries(&dir.join("ports")) {
+    let ports_dir = dir.join("ports");
+    for (_, port) in entries(&ports_dir) {
         let Some(port_counters) = read_counters(&port.join("hw_counters")) else { continue };
         any_port = true;
-        for (counter, value) in port_counters {
-            let total = counters.entry(counter).or_insert(0);
-            *total = total.wrapping_add(value);
+        unreadable.extend(port_counters.unreadable);
+        for (counter, value) in port_counters.values {
+            // Summed over ports; a sum beyond what a counter holds is not a count either.
+            let total = counters.get(&counter).copied().unwrap_or(0);
+            match total.checked_add(value).filter(|sum| *sum <= i64::MAX as u64) {
+                Some(sum) => {
+                    counters.insert(counter, sum);
+                }
+                None => {
+                    counters.remove(&counter);
+                    let path = ports_dir.join("*/hw_counters").join(&counter);
+                    unreadable.push(Unreadable { path, why: "the ports' sum is 2^63 or more, not a count".into() });
+                }
+            }
         }
-        if let Some(rate) = fs::read_to_string(port.join("rate")).ok().as_deref().and_then(parse_rdma_rate) {
+        if let Some(rate) = attribute_text(&port.join("rate")).as_deref().and_then(parse_rdma_rate) {
             *link_gbps.get_or_insert(0.0) += rate;
         }
     }
@@ -108,17 +300,19 @@ fn read_rdma(name: String, dir: &Path) -> Option<NicReading> {
         // No counters at all: the device is gone, or it is not one we can watch.
         return None;
     }
-    for (counter, value) in device_counters.unwrap_or_default() {
+    let device_counters = device_counters.unwrap_or_default();
+    unreadable.extend(device_counters.unreadable);
+    for (counter, value) in device_counters.values {
         let key = if counters.contains_key(&counter) { format!("device_{counter}") } else { counter };
         counters.insert(key, value);
     }
-    Some(NicReading { name, kind: NicKind::Rdma, pci_bus_id: pci_bus_id(dir), link_gbps, counters })
+    Some(NicReading { name, kind: NicKind::Rdma, pci_bus_id: pci_bus_id(dir), link_gbps, counters, unreadable })
 }
 
 fn read_net(name: String, dir: &Path) -> Option<NicReading> {
-    let counters = read_counters(&dir.join("statistics"))?;
-    let link_gbps = fs::read_to_string(dir.join("speed")).ok().as_deref().and_then(parse_net_speed);
-    Some(NicReading { name, kind: NicKind::Net, pci_bus_id: pci_bus_id(dir), link_gbps, counters })
+    let Counters { values: counters, unreadable } = read_counters(&dir.join("statistics"))?;
+    let link_gbps = attribute_text(&dir.join("speed")).as_deref().and_then(parse_net_speed);
+    Some(NicReading { name, kind: NicKind::Net, pci_bus_id: pci_bus_id(dir), link_gbps, counters, unreadable })
 }
 
 /// `100 Gb/sec (4X EDR)` → 100. Rates in other units (`2.5 Gb/sec`, `25 Gb/sec`) are all Gb/sec in the
@@ -188,6 +382,97 @@ mod tests {
         assert!(!is_pci_address("pci0000:00"));
         assert!(!is_pci_address("virtio2"));
         assert!(!is_pci_address("0000:4f:00.0x"));
+    }
+
+    #[test]
+    fn counters_are_counts_and_nothing_else() {
+        assert_eq!(parse_counter("12345\n"), Ok(12345));
+        assert_eq!(parse_counter("0"), Ok(0));
+        assert_eq!(parse_counter(&(i64::MAX as u64).to_string()), Ok(i64::MAX as u64));
+        for (text, says) in [
+            ("", "empty"),
+            ("\n", "empty"),
+            ("abc", "`abc` is not a count"),
+            ("-1", "negative"),
+            ("12 34", "not a count"),
+            ("+5", "not a count"),
+            ("18446744073709551616", "more than a 64-bit counter holds"),
+            ("18446744073709551615", "2^63 or more"),
+            ("9223372036854775808", "2^63 or more"),
+        ] {
+            let why = parse_counter(text).expect_err(text);
+            assert!(why.contains(says), "{text:?}: {why}");
+        }
+        // A long text is quoted cut, not whole.
+        let why = parse_counter(&"x".repeat(5000)).expect_err("long");
+        assert!(why.len() < 100, "{why}");
+    }
+
+    #[test]
+    fn only_regular_files_of_a_page_are_attributes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rx_drops");
+        std::fs::write(&file, "7\n").unwrap();
+        assert_eq!(read_attribute(&file).as_deref(), Ok("7\n"));
+        assert_eq!(read_counter(&file), Ok(7));
+        assert_eq!(read_attribute(&dir.path().join("absent")), Err(ReadError::Missing));
+        // A FIFO with no writer: refused at once, never waited on.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert_eq!(read_attribute(&fifo), Err(ReadError::Bad("a FIFO, not a sysfs attribute (a regular file)".into())));
+        // A link to itself, a link to a good file: links are not attributes.
+        let looped = dir.path().join("looped");
+        std::os::unix::fs::symlink("looped", &looped).unwrap();
+        assert!(matches!(read_attribute(&looped), Err(ReadError::Bad(why)) if why.starts_with("a symbolic link")));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("rx_drops", &link).unwrap();
+        assert!(matches!(read_attribute(&link), Err(ReadError::Bad(why)) if why.starts_with("a symbolic link")));
+        // A character device and a directory.
+        assert!(matches!(read_attribute(Path::new("/dev/null")), Err(ReadError::Bad(why)) if why.starts_with("a character device")));
+        assert!(matches!(read_attribute(dir.path()), Err(ReadError::Bad(why)) if why.starts_with("a directory")));
+        // A page is an attribute; a page and a byte is not.
+        std::fs::write(&file, "1".repeat(ATTRIBUTE_MAX)).unwrap();
+        assert_eq!(read_attribute(&file).map(|text| text.len()), Ok(ATTRIBUTE_MAX));
+        std::fs::write(&file, "1".repeat(10 << 20)).unwrap();
+        assert!(matches!(read_attribute(&file), Err(ReadError::Bad(why)) if why.starts_with("longer than 4096 bytes")));
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        assert_eq!(read_attribute(&file), Err(ReadError::Bad("not text".into())));
+    }
+
+    #[test]
+    fn a_counter_read_again_into_a_fixed_buffer_is_judged_as_one_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tx_bytes");
+        std::fs::write(&path, "42\n").unwrap();
+        let file = open_attribute(&path).unwrap();
+        let mut scratch = [0_u8; COUNTER_READ];
+        assert_eq!(read_counter_at(&file, &mut scratch), Ok(42));
+        std::fs::write(&path, "9".repeat(10 << 20)).unwrap();
+        assert!(read_counter_at(&file, &mut scratch).unwrap_err().starts_with("longer than"));
+        std::fs::write(&path, "-1\n").unwrap();
+        assert!(read_counter_at(&file, &mut scratch).unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn unreadable_counters_are_named_not_read_as_zero_and_a_sum_over_ports_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let device = dir.path().join("sys/class/infiniband/rdmap79s0");
+        for port in ["1", "2"] {
+            let counters = device.join("ports").join(port).join("hw_counters");
+            std::fs::create_dir_all(&counters).unwrap();
+            std::fs::write(counters.join("tx_bytes"), "5\n").unwrap();
+            std::fs::write(counters.join("rx_drops"), format!("{}\n", i64::MAX)).unwrap();
+        }
+        std::fs::write(device.join("ports/1/hw_counters/retrans_pkts"), "abc\n").unwrap();
+        let nics = Sysfs::new(dir.path()).read_all();
+        let nic = &nics[0];
+        assert_eq!(nic.counters.get("tx_bytes"), Some(&10));
+        assert_eq!(nic.counters.get("retrans_pkts"), None);
+        assert_eq!(nic.counters.get("rx_drops"), None, "a sum beyond a count is not one");
+        let named: Vec<String> = nic.unreadable.iter().map(ToString::to_string).collect();
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named.iter().any(|n| n.ends_with("ports/1/hw_counters/retrans_pkts: `abc` is not a count")), "{named:?}");
+        assert!(named.iter().any(|n| n.contains("rx_drops: the ports' sum is 2^63 or more")), "{named:?}");
     }
 
     #[test]

@@ -20,9 +20,57 @@ pub fn article(word: &str) -> &'static str {
     if first.is_some_and(|c| "aeiouAEIOU".contains(c)) { "an" } else { "a" }
 }
 
+/// The longest a name read from a node (a device, a DMI product name, a path) is shown.
+pub const NAME_MAX: usize = 256;
+/// The longest a sentence made of such names is shown.
+pub const MESSAGE_MAX: usize = 4096;
+
+/// `text` as it may be printed to a terminal, a log or a file: every control character (C0, DEL, C1,
+/// which can move a cursor, retitle a terminal or clear a screen) and every invisible formatting one
+/// (bidirectional overrides and isolates, zero-width characters, which can make text read other than it
+/// is) written as an escape (`\x1b`, `\u{202e}`), and at most `max` characters kept, the rest counted
+/// (`... (+9999744 bytes)`). A tab stays (it is spacing); a newline does not (one item, one line).
+/// Escaping twice gives the same text as once.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut shown = String::with_capacity(text.len().min(max) + 16);
+    let mut kept = 0;
+    for (at, c) in text.char_indices() {
+        if kept >= max {
+            shown.push_str(&format!("... (+{} bytes)", text.len() - at));
+            return shown;
+        }
+        kept += 1;
+        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        if c == '\t' {
+            shown.push(c);
+        } else if c.is_control() && u32::from(c) < 0x100 {
+            shown.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else if c.is_control() || invisible {
+            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_and_invisible_characters_are_escaped_and_long_text_cut() {
+        assert_eq!(printable("p5.48xlarge", NAME_MAX), "p5.48xlarge");
+        assert_eq!(printable("\u{1b}]0;owned\u{7}p5\u{1b}[2J\n", NAME_MAX), "\\x1b]0;owned\\x07p5\\x1b[2J\\x0a");
+        assert_eq!(printable("a\u{9b}b\u{202e}c\u{7f}", NAME_MAX), "a\\x9bb\\u{202e}c\\x7f");
+        assert_eq!(printable("GPU \u{2192} NIC\t1 \u{b5}s", NAME_MAX), "GPU \u{2192} NIC\t1 \u{b5}s");
+        let long = "x".repeat(10_000_000);
+        let shown = printable(&long, NAME_MAX);
+        assert_eq!(shown, format!("{}... (+{} bytes)", "x".repeat(NAME_MAX), 10_000_000 - NAME_MAX));
+        let once = printable("\u{1b}[31mred\u{1b}[0m", NAME_MAX);
+        assert_eq!(printable(&once, NAME_MAX), once, "escaping again changes nothing");
+        assert_eq!(printable("\u{e9}t\u{e9}", 2), "\u{e9}t... (+2 bytes)", "cut on a character, counting bytes");
+    }
 
     #[test]
     fn one_is_singular_and_every_other_count_plural() {

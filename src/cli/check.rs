@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use efatop_fabric::Provider;
 
-/// How `efatop check` (and `efatop sweep --format`) reports. Exit codes are the same in every format: 0
-/// nothing wrong, 1 a problem, 2 could not tell (or bad input).
+/// How `efatop check` (and `efatop sweep --format`) reports. Exit codes: 0 nothing wrong, 1 a problem, 2
+/// could not tell (or bad input); `npd` also 0 when every problem only calls for watching (CHECK_HELP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HealthFormat {
     /// a table: one row per rule and per thing found wrong
@@ -16,13 +16,43 @@ pub enum HealthFormat {
     Json,
     /// LBNL NHC: nothing when healthy; else the line for NHC's `die` (deploy/nhc/efatop.nhc)
     Nhc,
-    /// Kubernetes node-problem-detector custom plugin: one line of at most 80 characters
+    /// Kubernetes node-problem-detector custom plugin: one line of at most 80 characters; exit 0 (OK) also
+    /// when every problem's action is watch, 1 (NonOK) only when one calls for reset, reboot or replace
     Npd,
     /// Slurm: the drain reason when something is wrong, nothing when healthy
     Slurm,
 }
 
+/// What `efatop check --help` adds after the flags: the exit codes per format, and what each verdict and
+/// action means for a scheduler (docs/check.md says more).
+const CHECK_HELP: &str = "\
+Exit codes:
+  table, json, slurm, nhc  0 nothing wrong; 1 a problem, whatever its action (the output names the action);
+                           2 could not tell (something a node has could not be read), or bad input
+  npd                      0 (OK) nothing wrong, or only problems whose action is watch (the line says
+                           `efatop: watch: ...`); 1 (NonOK) a problem calling for reset, reboot or replace;
+                           2 (Unknown) could not tell, or bad input
+  --drain                  a faulty node is still exit 1 when scontrol fails (stderr says why, one line)
+
+Verdicts (each rule's status, then the node's):
+  ok       nothing wrong found
+  skipped  does not apply here (no layout for the type, idle rails, a fake tree's libfabric): not a fault
+  unknown  could not be read or told (a file that does not read as a sysfs attribute, a counter reset
+           during the window): look before trusting the node; the shipped integrations leave it in service
+  PROBLEM  something is wrong; its action says what to do
+
+Actions (the node's is its strongest finding's):
+  none     nothing to do
+  watch    keep the node in service and look again: no shipped integration drains or cordons for it
+  reset    drain, then reset the GPU (or reload its driver)
+  reboot   drain, then reboot the node
+  replace  drain, and replace the node (or the part)
+
+Instance types with a built-in layout: p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge,
+p4de.24xlarge, p6-b200.48xlarge, p6-b300.48xlarge, p6e-gb200.36xlarge.";
+
 #[derive(Debug, Args)]
+#[command(after_help = CHECK_HELP)]
 pub struct CheckArgs {
     /// How to report
     #[arg(long, value_enum, default_value_t = HealthFormat::Table)]
@@ -40,20 +70,21 @@ pub struct CheckArgs {
     /// How long to watch the error counters (and the rails) for growth, e.g. 2s (10ms to 20s)
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_window)]
     pub window: Duration,
-    /// Judge against this instance type (p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p4d.24xlarge) instead of
-    /// the DMI product name
+    /// Judge against this instance type instead of the DMI product name: p5.48xlarge, p5e.48xlarge,
+    /// p5en.48xlarge, p4d.24xlarge, p4de.24xlarge, p6-b200.48xlarge, p6-b300.48xlarge, p6e-gb200.36xlarge
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
     /// Read sysfs (and proc/self/limits, proc/driver/nvidia) under this directory instead of /: a fake
     /// node from `scripts/fixtures/make-fake-sysfs --type TYPE DIR`; libfabric is then not asked
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub sysfs_root: PathBuf,
-    /// Write a fake node of --instance-type under DIR and exit (scripts/fixtures/make-fake-sysfs)
-    #[arg(long, value_name = "DIR", hide = true, requires = "instance_type")]
+    /// Write a fake node of --instance-type under DIR (new or empty) and exit, to try check on with
+    /// --sysfs-root DIR (scripts/fixtures/make-fake-sysfs)
+    #[arg(long, value_name = "DIR", requires = "instance_type")]
     pub write_fake: Option<PathBuf>,
     /// With --write-fake: break one thing (missing-nic, port-down, wrong-numa, low-memlock, gpu-link-x8,
-    /// efa-link-x8, xid-N); repeat to break several
-    #[arg(long, value_name = "FAULT", hide = true, requires = "write_fake")]
+    /// efa-link-x8, gpu-link-down, efa-link-down, xid-N); repeat to break several
+    #[arg(long, value_name = "FAULT", requires = "write_fake")]
     pub plant: Vec<String>,
     /// Also write through every NIC of this node while the window runs: ranks on this node (one per GPU,
     /// at least 2), every NIC a channel, efa's shared-memory shortcut off, 4 MiB a write, every byte
