@@ -624,26 +624,25 @@ async fn forward_batches<E: From<Vec<CollectorEvent>>>(pending: Pending, events:
 /// catches up in few reads, while 4096 connections still hold only tens of MiB.
 pub(crate) const READ_ROOM: usize = 8 * 1024;
 
-/// The connecting side proves the run's secret, and learns that we hold it too.
-pub(crate) async fn handshake(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
-    let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
-    stream.write_all(&hello).await.map_err(|e| e.to_string())?;
-    let mut answer = [0u8; ANSWER_LEN];
-    stream.read_exact(&mut answer).await.map_err(|e| format!("no answer to the handshake ({e})"))?;
-    let proof = challenge.check(secret, &answer).map_err(|e| e.to_string())?;
-    stream.write_all(&proof).await.map_err(|e| e.to_string())
-}
-
-/// A connection's whole handshake, within one deadline ([`HANDSHAKE_WAIT`]), holding its `seat` among the
+/// A connection's whole handshake (the connecting side proves the run's secret, and learns that we hold it
+/// too), within one deadline ([`HANDSHAKE_WAIT`]), holding its `seat` among the
 /// unproven; why it failed (the lobby's reason when it dropped the connection to make room).
 pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret: &Secret) -> Result<(), String> {
-    match tokio::time::timeout(HANDSHAKE_WAIT, handshake(stream, secret)).await {
-        Ok(Ok(())) if seat.was_dropped() => Err(seat.why("")),
-        Ok(Ok(())) => {
-            seat.proven();
-            Ok(())
+    let exchange = async move {
+        let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
+        stream.write_all(&hello).await.map_err(|e| seat.why(e))?;
+        let mut answer = [0u8; ANSWER_LEN];
+        stream.read_exact(&mut answer).await.map_err(|e| seat.why(format!("no answer to the handshake ({e})")))?;
+        let proof = challenge.check(secret, &answer).map_err(|e| e.to_string())?;
+        // Out of the lobby before it is told it is believed: one the lobby dropped meanwhile is not told.
+        let why_dropped = seat.why("");
+        if !seat.proven() {
+            return Err(why_dropped);
         }
-        Ok(Err(why)) => Err(seat.why(why)),
+        stream.write_all(&proof).await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(HANDSHAKE_WAIT, exchange).await {
+        Ok(outcome) => outcome,
         Err(_) => Err(format!("no handshake within {} s", HANDSHAKE_WAIT.as_secs())),
     }
 }

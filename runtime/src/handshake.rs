@@ -58,7 +58,16 @@ impl Deadline {
 
     /// `stream` with every read and write bounded by what is left until this deadline.
     pub fn on<'a>(&self, stream: &'a TcpStream) -> Within<'a> {
-        Within { stream, deadline: *self }
+        Within { stream, deadline: *self, seat: None, heard: false }
+    }
+
+    /// A listener's side of [`Deadline::on`], holding the connection's `seat` in its lobby: the listener's
+    /// first write after it has heard from the peer (the message that tells the peer it is believed: a
+    /// proof, a credential) first takes the connection out of the lobby ([`Seat::proven`]), and is not sent
+    /// when the lobby dropped the connection meanwhile. So a party is either believed and kept, or dropped
+    /// and reset (it tries again), never told it is in and then cut off.
+    pub fn admitting<'a>(&self, stream: &'a TcpStream, seat: Seat) -> Within<'a> {
+        Within { stream, deadline: *self, seat: Some(seat), heard: false }
     }
 }
 
@@ -67,6 +76,10 @@ impl Deadline {
 pub struct Within<'a> {
     stream: &'a TcpStream,
     deadline: Deadline,
+    /// A listener's connection still in its lobby.
+    seat: Option<Seat>,
+    /// Something was read.
+    heard: bool,
 }
 
 fn passed() -> std::io::Error {
@@ -84,18 +97,43 @@ impl Within<'_> {
         self.stream.set_read_timeout(None)?;
         self.stream.set_write_timeout(None)
     }
+
+    /// A listener's connection whose handshake holds: out of the lobby now, if it was not yet; false when
+    /// the lobby dropped it.
+    pub fn proven(&mut self) -> bool {
+        self.seat.take().is_none_or(Seat::proven)
+    }
+
+    /// Why a listener's handshake failed, as [`Seat::why`] tells it.
+    pub fn why(&self, failed: impl std::fmt::Display) -> String {
+        match &self.seat {
+            Some(seat) => seat.why(failed),
+            None => failed.to_string(),
+        }
+    }
 }
+
+/// What a connection dropped from a lobby is told, and counted as.
+const DROPPED: &str = "dropped before it proved anything, to make room";
 
 impl Read for Within<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let left = self.deadline.left().ok_or_else(passed)?;
         self.stream.set_read_timeout(Some(left))?;
-        at_deadline((&*self.stream).read(buf))
+        let read = at_deadline((&*self.stream).read(buf));
+        self.heard |= read.as_ref().is_ok_and(|n| *n > 0);
+        read
     }
 }
 
 impl Write for Within<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.heard && self.seat.is_some() {
+            let at_once = self.seat.as_ref().map_or(0, |seat| seat.inner.at_once);
+            if !self.proven() {
+                return Err(std::io::Error::new(ErrorKind::ConnectionReset, format!("{DROPPED} ({at_once} connections at most may be unproven at once)")));
+            }
+        }
         let left = self.deadline.left().ok_or_else(passed)?;
         self.stream.set_write_timeout(Some(left))?;
         at_deadline((&*self.stream).write(buf))
@@ -168,7 +206,7 @@ impl Seat {
     /// Why this connection's handshake failed, told with `failed`'s own reason unless the lobby dropped it.
     pub fn why(&self, failed: impl std::fmt::Display) -> String {
         if self.was_dropped() {
-            format!("dropped before it proved anything, to make room ({} connections at most may be unproven at once)", self.inner.at_once)
+            format!("{DROPPED} ({} connections at most may be unproven at once)", self.inner.at_once)
         } else {
             failed.to_string()
         }
@@ -398,6 +436,30 @@ mod tests {
         assert_eq!(flood.iter().filter(|(seat, ..)| seat.was_dropped()).count(), 3, "the flooder keeps its newest 2");
         assert!(flood[3..].iter().all(|(seat, ..)| !seat.was_dropped()));
         assert_eq!((lobby.waiting(), lobby.dropped()), (3, 3));
+    }
+
+    /// A connection the lobby dropped during its handshake is never sent the listener's proof (it would take
+    /// itself for admitted, then be cut off): it is reset, which the connecting side takes as "try again".
+    #[test]
+    fn a_connection_dropped_mid_handshake_is_reset_never_proven() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let lobby = Lobby::new(1, 1);
+        let secret = Secret::generate().expect("secret");
+        let (mut client, server, from) = pair(&listener);
+        let seat = lobby.enter(&server, from).expect("seat");
+        let proving = std::thread::spawn({
+            let secret = secret.clone();
+            move || auth::connect(&mut Deadline::handshake().on(&client.try_clone().expect("clone")), &secret, Purpose::Telemetry).map(|()| drop(client.flush()))
+        });
+        let (_newer_client, newer, newer_from) = pair(&listener);
+        let _newer = lobby.enter(&newer, newer_from).expect("seat");
+        let mut within = Deadline::handshake().admitting(&server, seat);
+        let refused = auth::accept(&mut within, &secret, Purpose::Telemetry).map_err(|err| within.why(err));
+        assert!(refused.as_ref().is_err_and(|why| why.contains("to make room")), "{refused:?}");
+        drop(within);
+        drop(server);
+        let told = proving.join().expect("client").expect_err("never admitted");
+        assert!(retryable(&told), "{told:?}");
     }
 
     #[test]

@@ -414,15 +414,13 @@ fn refuse(refused: &AtomicUsize, stream: &TcpStream, why: &str) {
 fn serve_viewer(stream: TcpStream, seat: crate::handshake::Seat, hub: &Hub, secret: &Secret, door: &Door) {
     let _ = stream.set_nodelay(true);
     let deadline = Deadline::handshake();
-    let proven = auth::accept(&mut deadline.on(&stream), secret, Purpose::Viewer).map_err(|err| seat.why(err));
+    let mut within = deadline.admitting(&stream, seat);
+    let proven = auth::accept(&mut within, secret, Purpose::Viewer).map_err(|err| within.why(err));
     if let Err(why) = proven {
         refuse(&door.refused, &stream, &why);
         return;
     }
-    if !seat.proven() {
-        refuse(&door.refused, &stream, "dropped before it proved anything, to make room");
-        return;
-    }
+    drop(within);
     if !take_place(&door.viewers, MAX_VIEWERS) {
         refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
         return;

@@ -249,10 +249,10 @@ impl Rendezvous {
             let outcome = (|| {
                 stream.set_nonblocking(false).map_err(|e| e.to_string())?;
                 let deadline = Deadline::handshake();
-                let mut within = deadline.on(&stream);
-                admission.admit(&mut within).map_err(|why| seat.why(why))?;
-                if !seat.proven() {
-                    return Err(format!("dropped before it proved anything, to make room ({HANDSHAKES_AT_ONCE} at most at once)"));
+                let mut within = deadline.admitting(&stream, seat);
+                admission.admit(&mut within).map_err(|why| within.why(why))?;
+                if !within.proven() {
+                    return Err(within.why("dropped"));
                 }
                 let rank = read_u32(&mut within).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
                 within.done().map_err(|e| e.to_string())?;
