@@ -321,7 +321,7 @@ impl Squatter {
         let setpriv = common::required("setpriv", "util-linux")?;
         // The system's python, which another user can run (a python of root's own, pyenv's say, it cannot).
         let python = ["/usr/bin/python3", "/bin/python3"].into_iter().map(std::path::PathBuf::from).find(|p| p.exists());
-        let Some(python) = python.or_else(|| common::required("python3", "python3")) else { return None };
+        let python = python.or_else(|| common::required("python3", "python3"))?;
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/security/squatter.py");
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &namespace.name]).arg(setpriv).args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);

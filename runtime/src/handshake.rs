@@ -226,7 +226,7 @@ impl Drop for Seat {
 fn place(from: &SocketAddr) -> Option<IpAddr> {
     let ip = match from.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
+        v4 @ IpAddr::V4(_) => v4,
     };
     (!ip.is_loopback()).then_some(ip)
 }
@@ -424,9 +424,9 @@ mod tests {
         let other: SocketAddr = "10.0.0.2:40000".parse().expect("addr");
         let flooder: SocketAddr = "10.0.0.1:40000".parse().expect("addr");
         let mut seats = Vec::new();
-        let (_c, s, _) = pair(&listener);
-        let theirs = lobby.enter(&s, other).expect("seat");
-        seats.push((_c, s));
+        let (client, server, _) = pair(&listener);
+        let theirs = lobby.enter(&server, other).expect("seat");
+        seats.push((client, server));
         let mut flood = Vec::new();
         for _ in 0..5 {
             let (c, s, _) = pair(&listener);

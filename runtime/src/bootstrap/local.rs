@@ -96,6 +96,24 @@ fn wait_readable(stream: &TcpStream, idle: &mut dyn FnMut()) -> std::io::Result<
     outcome
 }
 
+/// Drops the connections still in their handshake once every rank has joined, and hears how each ended
+/// (bounded: each thread ends once its socket is shut).
+fn last_handshakes(lobby: &Lobby, busy: &std::sync::atomic::AtomicUsize, joined: &Receiver<Result<Joined, String>>) -> Vec<String> {
+    lobby.clear();
+    let mut refused = Vec::new();
+    let heard_until = Instant::now() + Duration::from_secs(1);
+    while busy.load(std::sync::atomic::Ordering::SeqCst) > 0 && Instant::now() < heard_until {
+        if let Ok(Err(why)) = joined.recv_timeout(Duration::from_millis(5)) {
+            refused.push(why);
+        }
+    }
+    refused.extend(joined.try_iter().map(|outcome| match outcome {
+        Err(why) => why,
+        Ok((rank, _)) => format!("rank {rank} joined already; it keeps its first connection"),
+    }));
+    refused
+}
+
 /// A rank's side.
 pub struct LocalBootstrap {
     rank: usize,
@@ -266,6 +284,22 @@ impl Rendezvous {
         }
     }
 
+    /// Admits every connection waiting to be accepted; whether there was one.
+    fn accept_waiting(&self, lobby: &Lobby, joined: &Sender<Result<Joined, String>>, busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> bool {
+        let mut any = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, from)) => {
+                    any = true;
+                    self.admit(stream, from, lobby, joined, busy);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // None waiting; or out of file descriptors and the like: the next round tries again.
+                Err(_) => return any,
+            }
+        }
+    }
+
     /// Accepts every rank (within `accept_timeout`), then relays allgather rounds. Returns when a rank
     /// disconnects (normally: at exit); closing every socket then tells the others. Connections that fail
     /// their handshake, name no rank of the run or a rank already joined are dropped, counted and told on
@@ -291,19 +325,7 @@ impl Rendezvous {
                 return Ok(());
             }
             // Every connection waiting, then every handshake that ended; a short wait when neither was.
-            let mut busy_now = false;
-            loop {
-                match self.listener.accept() {
-                    Ok((stream, from)) => {
-                        busy_now = true;
-                        self.admit(stream, from, &lobby, &joined_tx, &busy);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // Out of file descriptors and the like: the next round tries again.
-                    Err(_) => break,
-                }
-            }
+            let busy_now = self.accept_waiting(&lobby, &joined_tx, &busy);
             let outcome = match joined_rx.try_recv() {
                 Ok(outcome) => Ok(outcome),
                 Err(_) if busy_now => Err(RecvTimeoutError::Timeout),
@@ -328,20 +350,9 @@ impl Rendezvous {
         // Every rank has joined: the listener closes, and with it the door for strangers; those still in
         // their handshake are dropped, and heard from (bounded: each thread ends once its socket is shut).
         drop(self.listener);
-        lobby.clear();
-        let heard_until = Instant::now() + Duration::from_secs(1);
-        while busy.load(std::sync::atomic::Ordering::SeqCst) > 0 && Instant::now() < heard_until {
-            if let Ok(Err(why)) = joined_rx.recv_timeout(Duration::from_millis(5)) {
-                refuse(why);
-            }
+        for why in last_handshakes(&lobby, &busy, &joined_rx) {
+            refuse(why);
         }
-        while let Ok(outcome) = joined_rx.try_recv() {
-            match outcome {
-                Err(why) => refuse(why),
-                Ok((rank, _)) => refuse(format!("rank {rank} joined already; it keeps its first connection")),
-            }
-        }
-        drop(joined_rx);
         if refused > 0 {
             eprintln!("efatop: warning: rendezvous: {refused} connection(s) refused in all");
         }
