@@ -971,6 +971,27 @@ pub(crate) mod tests {
         drop((ranks, extra));
     }
 
+    /// More silent strangers than the collector takes unproven at once, connected before any rank: a rank
+    /// takes the oldest one's place and is in at once, not after the strangers' deadline; those dropped for
+    /// room are counted.
+    #[test]
+    fn a_flood_of_silent_strangers_beyond_the_budget_keeps_no_rank_out() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        let strangers: Vec<TcpStream> = (0..HANDSHAKES_AT_ONCE + 8).map(|_| TcpStream::connect(address).expect("stranger")).collect();
+        let started = Instant::now();
+        let rank = admitted(address, &secret);
+        assert!(started.elapsed() < HANDSHAKE_WAIT, "the rank waited {:?} on the strangers", started.elapsed());
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("to make room"), "{reason}");
+        let until = Instant::now() + Duration::from_secs(4);
+        while collector.refused() < 9 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(collector.refused() >= 9, "8 beyond the budget and 1 for the rank: {}", collector.refused());
+        drop((rank, strangers));
+    }
+
     #[test]
     fn malformed_frames_are_rejected_with_a_reason_and_good_ones_still_arrive() {
         let (collector, secret, mut next_event) = collector();

@@ -507,6 +507,30 @@ mod tests {
         server.join().expect("server").expect("serve");
     }
 
+    /// More silent strangers than the rendezvous takes unproven at once, connected before any rank: each
+    /// rank takes the oldest one's place and joins at once, not after the strangers' deadline.
+    #[test]
+    fn a_flood_of_silent_strangers_beyond_the_budget_keeps_no_rank_out() {
+        let secret = Secret::generate().expect("secret");
+        let rendezvous = Rendezvous::bind(2, secret.clone()).expect("bind");
+        let address = rendezvous.address().expect("address");
+        let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(20)));
+        let strangers: Vec<TcpStream> = (0..HANDSHAKES_AT_ONCE + 8).map(|_| TcpStream::connect(&address).expect("stranger")).collect();
+        let started = Instant::now();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                let (address, secret) = (address.clone(), secret.clone());
+                std::thread::spawn(move || LocalBootstrap::connect(&address, rank, 2, &secret).expect("joins").allgather(&[rank as u8]).expect("round"))
+            })
+            .collect();
+        for rank in ranks {
+            assert_eq!(rank.join().expect("rank"), vec![vec![0], vec![1]]);
+        }
+        assert!(started.elapsed() < HANDSHAKE_WAIT, "the ranks waited {:?} on the strangers", started.elapsed());
+        drop(strangers);
+        server.join().expect("server").expect("serve");
+    }
+
     /// A run that ends before every rank joined (rank 0 refused its input, and the launcher is stopping
     /// the rest, one of them perhaps mid-handshake): the rendezvous stops gathering at once and returns.
     #[test]
