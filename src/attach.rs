@@ -7,6 +7,7 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
 
 use efatop_proto::stream::{self, Hello, StreamMessage};
+use efatop_runtime::handshake::{Attempt, Deadline, retry};
 use efatop_ui::state::SourceLine;
 
 use crate::cli::AttachArgs;
@@ -44,25 +45,35 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
     // The viewer proves the user's token first; the run proves it back.
     let token = efatop_runtime::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
-    // A run whose handshakes are all taken (strangers holding them) closes at once: try again a while.
-    let started = std::time::Instant::now();
-    let mut stream = loop {
-        let mut stream = reach(address, &targets)?;
-        stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+    // A run that drops this connection before it could prove anything (strangers filling its budget of
+    // unproven connections) resets or closes it: try again, backing off, for a while.
+    let proven = retry(RETRY_FOR, || {
+        let mut stream = reach(address, &targets).map_err(|line| Attempt::Final(Proven::Unreachable(line)))?;
         match prove_token(&mut stream, &token) {
-            Ok(()) => break stream,
-            Err(Proven::Busy) if started.elapsed() < RETRY_FOR => std::thread::sleep(Duration::from_millis(250)),
-            Err(Proven::Busy) => return Err(not_efatop("it closed the connection without a greeting")),
-            Err(Proven::NotEfatop(what)) => return Err(not_efatop(&what)),
-            Err(Proven::Refused(err)) => {
-                return Err(format!(
-                    "{address} did not accept this viewer's token ({}; {err}): the run's rank 0 must hold the same one \
-                     (EFATOP_TOKEN, or the token file EFATOP_TOKEN_FILE names, else ~/.config/efatop/token)",
-                    token.source
-                ));
-            }
+            Ok(()) => Ok(stream),
+            Err(Proven::Busy) => Err(Attempt::Again(Proven::Busy)),
+            Err(other) => Err(Attempt::Final(other)),
+        }
+    });
+    let mut stream = match proven {
+        Ok(stream) => stream,
+        Err(Proven::Busy) => {
+            return Err(not_efatop(&format!(
+                "it closed the connection without a greeting, or dropped it, on every try for {} s",
+                RETRY_FOR.as_secs()
+            )));
+        }
+        Err(Proven::Unreachable(line)) => return Err(line),
+        Err(Proven::NotEfatop(what)) => return Err(not_efatop(&what)),
+        Err(Proven::Refused(err)) => {
+            return Err(format!(
+                "{address} did not accept this viewer's token ({}; {err}): the run's rank 0 must hold the same one \
+                 (EFATOP_TOKEN, or the token file EFATOP_TOKEN_FILE names, else ~/.config/efatop/token)",
+                token.source
+            ));
         }
     };
+    stream.set_write_timeout(None).map_err(|err| err.to_string())?;
     stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
     stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
     let mut reader = BufReader::new(stream);
@@ -90,16 +101,18 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     Ok(reader)
 }
 
-/// How a token's handshake failed: the peer closed before its greeting (a run whose handshakes are all
-/// taken does), is not efatop, or refused (or did not prove) the token.
+/// How a token's handshake failed: the peer closed before its greeting or reset the connection (a run
+/// whose budget of unproven connections is full does), is not efatop, or refused (or did not prove) the
+/// token; or nothing could be reached.
 enum Proven {
     Busy,
+    Unreachable(String),
     NotEfatop(String),
     Refused(String),
 }
 
-/// How long attach keeps trying a run that closes before its greeting.
-const RETRY_FOR: Duration = Duration::from_secs(15);
+/// How long attach keeps trying a run that drops it before it could prove its token.
+const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The first of `targets` that accepts a connection.
 fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, String> {
@@ -124,14 +137,17 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
 /// refused the token apart.
 fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<(), Proven> {
     use efatop_proto::auth::{self, AuthError, Purpose};
-    auth::connect(stream, &token.secret, Purpose::Viewer).map_err(|err| match err {
+    use std::io::ErrorKind;
+    // One deadline for the whole exchange, as the run gives its side.
+    let deadline = Deadline::after(CONNECT_WAIT);
+    auth::connect(&mut deadline.on(stream), &token.secret, Purpose::Viewer).map_err(|err| match err {
         AuthError::NoHello(io) => match io.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs()))
-            }
-            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Proven::Busy,
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => Proven::Busy,
             _ => Proven::NotEfatop(format!("the connection failed: {io}")),
         },
+        // Reset after our answer, before the run's proof: dropped to make room, not refused.
+        AuthError::Refused(io) | AuthError::Io(io) if matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => Proven::Busy,
         AuthError::NotEfatop => Proven::NotEfatop("its greeting is not efatop's".into()),
         AuthError::WrongPurpose(_) => Proven::NotEfatop(err.to_string()),
         other => Proven::Refused(other.to_string()),

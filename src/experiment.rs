@@ -206,6 +206,10 @@ pub fn check_outputs(common: &CommonArgs) -> Result<(), String> {
                 check_writable_file(flag, path)?;
             }
         }
+        // Without --out, results go to ./efatop-results: a link or another user's folder there is refused.
+        if common.out.is_none() {
+            efatop_runtime::results_file::check_default_folder(std::path::Path::new(efatop_runtime::results_file::DEFAULT_RESULTS_DIR))?;
+        }
         // Rank 0 pushes: only it needs the credentials and the CA (files perhaps on its host only).
         efatop_runtime::run_metrics::PushTarget::check(common.pushgateway.as_ref(), common.pushgateway_auth.as_deref(), common.pushgateway_ca.as_deref())?;
     }

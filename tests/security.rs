@@ -59,11 +59,25 @@ impl Target {
     /// --prometheus, --serve.
     fn start(iters: &str) -> Self {
         let dir = common::scratch();
-        let out = dir.path().join("results.json");
         let prometheus = format!("127.0.0.1:{}", common::free_port());
+        let command = common::efatop_in(dir.path());
+        Self::spawn(command, dir, iters, &["--prometheus", &prometheus, "--serve", "127.0.0.1:0"])
+    }
+
+    /// The same run with JSON lines alone, started by `ip netns exec NAMESPACE`: its listeners are the only
+    /// ones in that namespace.
+    fn start_in(namespace: &Namespace, iters: &str) -> Self {
+        let dir = common::scratch();
+        let mut command = common::command_in("ip", dir.path());
+        command.args(["netns", "exec", &namespace.name]).arg(efatop_path());
+        Self::spawn(command, dir, iters, &[])
+    }
+
+    fn spawn(mut command: Command, dir: tempfile::TempDir, iters: &str, outlets: &[&str]) -> Self {
+        let out = dir.path().join("results.json");
         let mut args = vec!["run", "--ranks", "4", "write", "--provider", "shm", "--max-size", "4M", "--iters", iters, "--json"];
-        args.extend(["--prometheus", &prometheus, "--serve", "127.0.0.1:0", "--out", out.to_str().expect("path")]);
-        let mut command = common::efatop_in(dir.path());
+        args.extend(outlets);
+        args.extend(["--out", out.to_str().expect("path")]);
         command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut launcher = command.spawn().expect("efatop run");
         let stdout = lines_of(launcher.stdout.take().expect("stdout"));
@@ -71,6 +85,20 @@ impl Target {
         let mut tracked = Tracked::default();
         tracked.add(launcher.id());
         Self { launcher, tracked, stdout, stderr, dir, peak_rss_kib: 0 }
+    }
+
+    /// Rank 0's pid, once it has started.
+    fn rank0_pid(&mut self) -> u32 {
+        let until = Instant::now() + Duration::from_mins(1);
+        while Instant::now() < until {
+            self.tracked.add_descendants(self.launcher.id());
+            if let Some(pid) = rank_pid(self.launcher.id(), 0) {
+                return pid;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.tracked.kill_all();
+        panic!("rank 0 never started");
     }
 
     /// Rank 0's pid and its listeners, once it has its collector up (the run's `run` line is out then).
@@ -249,4 +277,265 @@ fn a_viewer_without_the_token_is_refused_and_the_run_goes_on() {
     assert_eq!(viewer.status.code(), Some(0), "{}", String::from_utf8_lossy(&viewer.stderr));
     let summary = common::json_lines_among(&String::from_utf8_lossy(&viewer.stdout)).iter().filter(|l| matches!(l, common::JsonLine::Summary(_))).count();
     assert_eq!(summary, 1, "the token's viewer got the run's summary");
+}
+
+/// A network namespace of the test's own, with loopback up: a run started in it ([`Target::start_in`]) has
+/// the only listeners there, so the stranger attacks this run's alone. Deleted when dropped.
+struct Namespace {
+    name: String,
+}
+
+impl Namespace {
+    /// `None`, with a SKIPPED line, where the test cannot make one (not root, no `ip`): CI runs as root.
+    fn make() -> Option<Self> {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the attack suite as root");
+            eprintln!("security: SKIPPED: a stranger of another uid in a namespace of the test's needs root");
+            return None;
+        }
+        common::required("ip", "iproute2")?;
+        let name = format!("efatop-sec-{}", std::process::id());
+        let ip = |args: &[&str]| Command::new("ip").args(args).status().is_ok_and(|s| s.success());
+        assert!(ip(&["netns", "add", &name]), "ip netns add {name}");
+        let namespace = Self { name };
+        assert!(ip(&["-n", &namespace.name, "link", "set", "lo", "up"]), "loopback up in {}", namespace.name);
+        Some(namespace)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// `tests/fixtures/security/squatter.py` as `nobody`, in `namespace`: it opens `count` idle connections to
+/// every listener that appears on 127.0.0.1 there, and tells what it did, line by line (`ready` first).
+struct Squatter {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Squatter {
+    fn start(namespace: &Namespace, count: usize) -> Option<Self> {
+        let setpriv = common::required("setpriv", "util-linux")?;
+        // The system's python, which another user can run (a python of root's own, pyenv's say, it cannot).
+        let python = ["/usr/bin/python3", "/bin/python3"].into_iter().map(std::path::PathBuf::from).find(|p| p.exists());
+        let python = python.or_else(|| common::required("python3", "python3"))?;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/security/squatter.py");
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &namespace.name]).arg(setpriv).args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        command.arg(python).arg(script).arg(count.to_string()).current_dir("/");
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("the squatter");
+        let lines = lines_of(child.stdout.take().expect("stdout"));
+        let ready = lines.recv_timeout(Duration::from_secs(30)).expect("the squatter is watching");
+        assert_eq!(ready, "ready");
+        Some(Self { child, lines })
+    }
+
+    /// Lets go of its connections; what it said: connections greeted by purpose byte, and connections
+    /// established in all.
+    fn finish(mut self) -> (std::collections::BTreeMap<u8, usize>, usize) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+        let mut greeted = std::collections::BTreeMap::new();
+        let mut opened = 0;
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["greeted", _, purpose] => *greeted.entry(purpose.parse().expect("purpose")).or_default() += 1,
+                ["listener", _, "opened", n] => opened += n.parse::<usize>().expect("count"),
+                _ => {}
+            }
+        }
+        (greeted, opened)
+    }
+}
+
+/// The first row, and the collector's: another user watches `/proc/net/tcp` for the run's
+/// listeners and opens 80 idle connections to each as soon as it appears (more than the rendezvous' 32 and
+/// the collector's 64 unproven at once), before the ranks connect. The run must complete with its figures,
+/// and both must have counted the strangers: each dropped its oldest unproven connection to make room.
+#[test]
+fn a_stranger_holding_every_listener_of_a_run_neither_keeps_the_ranks_out_nor_ends_it() {
+    let _serial = serial();
+    let Some(namespace) = Namespace::make() else { return };
+    // The squatter races the ranks to each listener; a race it loses (ranks already in) shows nothing, so
+    // the run is tried again, up to three times, until the squatter was first at both.
+    for attempt in 1..=3 {
+        let Some(squatter) = Squatter::start(&namespace, 80) else { return };
+        let mut target = Target::start_in(&namespace, "50");
+        let rank0 = target.rank0_pid();
+        let (code, stdout, stderr, results) = target.finish(rank0);
+        let (greeted, opened) = squatter.finish();
+        unharmed(code, &stdout, &stderr, &results);
+        // A listener greets a stranger only while it still waits for ranks (then it closes, or refuses at
+        // once): more greeted than its budget of unproven connections means the squatter filled it first.
+        let (at_rendezvous, at_collector) = (greeted.get(&1).copied().unwrap_or(0), greeted.get(&2).copied().unwrap_or(0));
+        if at_rendezvous <= 32 {
+            eprintln!("security: attempt {attempt}: the ranks were in first (greeted {greeted:?} of {opened}); again");
+            continue;
+        }
+        // Every stranger the rendezvous greeted was dropped and counted by the time its door closed.
+        let counted: usize = stderr
+            .iter()
+            .find_map(|l| l.strip_prefix("efatop: warning: rendezvous: ")?.strip_suffix(" connection(s) refused in all")?.parse().ok())
+            .unwrap_or(0);
+        assert!(at_rendezvous > 32 && counted >= at_rendezvous, "greeted {greeted:?} of {opened}; the rendezvous counted {counted}");
+        // The collector: its ranks dial it within milliseconds of learning where it is, and mostly win that
+        // race (then it refuses the squatter at once, counted). When the squatter won it, the collector
+        // counted at least those beyond its 64 unproven at once (the rest too, if the run outlived their
+        // deadline), and the ranks still got in.
+        let noted = results["metadata"]["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).find(|n| n.contains("collector refused"));
+        let refused: usize = noted.and_then(|n| n.split_whitespace().nth(4)?.parse().ok()).unwrap_or(0);
+        if at_collector > 64 {
+            assert!(refused >= at_collector - 64, "greeted {greeted:?}; collector: {noted:?}");
+        } else {
+            assert!(refused >= 1, "the squatter's connections to the collector were counted: {noted:?}");
+            eprintln!("security: the ranks reached the collector before the squatter (greeted {greeted:?}; {noted:?})");
+        }
+        return;
+    }
+    panic!("in three runs the squatter never held the rendezvous before the ranks connected");
+}
+
+/// One connection that sends a byte every `every`, from the moment it connects, and reads whatever comes
+/// back; how long after connecting the listener cut it (`None`: not within `limit`), and how many bytes it
+/// had sent by then.
+fn trickle(address: SocketAddr, every: Duration, limit: Duration) -> std::thread::JoinHandle<(Option<Duration>, usize)> {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let started = Instant::now();
+        let Ok(mut stream) = TcpStream::connect(address) else { return (Some(Duration::ZERO), 0) };
+        let mut sent = 0;
+        let mut next = started;
+        let mut sink = [0u8; 256];
+        while started.elapsed() < limit {
+            if Instant::now() >= next {
+                if stream.write_all(&[0]).is_err() {
+                    return (Some(started.elapsed()), sent);
+                }
+                sent += 1;
+                next += every;
+            }
+            let wait = next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let _ = stream.set_read_timeout(Some(wait));
+            match stream.read(&mut sink) {
+                Ok(0) => return (Some(started.elapsed()), sent),
+                Ok(_) => {}
+                Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => return (Some(started.elapsed()), sent),
+            }
+        }
+        (None, sent)
+    })
+}
+
+/// The second row: 16 connections to `--serve` (its whole budget of unproven connections), each
+/// sending a byte every 4 s, which kept a per-read limit of 5 s from ever ending them. `efatop attach`
+/// with the token must get in at once (the oldest trickle makes room) and see the whole stream; every
+/// trickle must be cut at the handshake's one deadline (5 s), not kept by its bytes. Served by a one-node
+/// `efatop monitor --serve` (the same server as a run's), which serves for as long as the test needs.
+#[test]
+fn trickling_strangers_at_serve_are_cut_at_the_deadline_and_a_viewer_gets_in() {
+    let _serial = serial();
+    let dir = common::scratch();
+    let mut monitor = common::efatop_in(dir.path())
+        .args(["monitor", "--serve", "127.0.0.1:0", "--json", "--interval", "250ms", "--count", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("efatop monitor");
+    let stderr = lines_of(monitor.stderr.take().expect("stderr"));
+    let served = loop {
+        let line = stderr.recv_timeout(Duration::from_secs(30)).expect("the --serve line");
+        if let Some(address) = line.trim().strip_prefix("efatop: serving the run on ") {
+            break address.to_string();
+        }
+    };
+    let address: SocketAddr = served.parse().expect("address");
+    let limit = Duration::from_secs(15);
+    let tricklers: Vec<_> = (0..16).map(|_| trickle(address, Duration::from_secs(4), limit)).collect();
+    // Every trickle connected (and so holds a place among the unproven) before the viewer comes.
+    let until = Instant::now() + Duration::from_secs(10);
+    while connections_to(address.port()) < 16 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let attached = Instant::now();
+    let viewer = common::efatop_in(dir.path()).args(["attach", &served, "--json"]).output().expect("attach");
+    let viewed_for = attached.elapsed();
+    let cut: Vec<(Option<Duration>, usize)> = tricklers.into_iter().map(|t| t.join().expect("trickle")).collect();
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    assert_eq!(viewer.status.code(), Some(0), "{}", String::from_utf8_lossy(&viewer.stderr));
+    let reads = String::from_utf8_lossy(&viewer.stdout).lines().filter(|l| l.contains("\"type\":\"node\"")).count();
+    assert!(reads >= 10, "the viewer saw {reads} reads in {viewed_for:?}");
+    // Each trickle was cut (the oldest perhaps at once, to make room for the viewer), none kept past the
+    // deadline plus a loaded machine's margin, and each had sent a byte after the first (so a limit per
+    // read would have kept it).
+    for (at, _) in &cut {
+        let at = at.unwrap_or_else(|| panic!("a trickle was kept past {limit:?}: {cut:?}"));
+        assert!(at < Duration::from_secs(12), "a trickle was cut only after {at:?}: {cut:?}");
+    }
+    let at_deadline = cut.iter().filter(|(at, sent)| at.is_some_and(|at| at >= Duration::from_millis(4500)) && *sent >= 2).count();
+    assert!(at_deadline >= 12, "most trickles were cut at the deadline, after their second byte: {cut:?}");
+}
+
+/// Established TCP connections to local port `port` (both ends count: the test's and the server's).
+fn connections_to(port: u16) -> usize {
+    let Ok(output) = Command::new("ss").args(["-tnH", "state", "established", &format!("( dport = :{port} )")]).output() else { return 0 };
+    String::from_utf8_lossy(&output.stdout).lines().count()
+}
+
+/// The last row: another user's link or folder at `./efatop-results` (a shared directory) is
+/// refused before anything runs, one line, exit 2, nothing written through it or into it; with nothing
+/// there, the run makes the folder readable by its user alone.
+#[test]
+fn a_strangers_link_or_folder_at_the_default_results_folder_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _serial = serial();
+    let dir = common::scratch();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).expect("a shared directory");
+    let folder = dir.path().join("efatop-results");
+    let run = || {
+        common::efatop_in(dir.path())
+            .args(["run", "--ranks", "2", "write", "--provider", "shm", "--max-size", "4K", "--iters", "5"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("efatop run")
+    };
+    let refused_in_one_line = |output: &std::process::Output, why: &str| {
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{said}");
+        assert_eq!(said.lines().count(), 1, "one line: {said}");
+        assert!(said.contains("./efatop-results") && said.contains(why), "{said}");
+        assert!(output.stdout.is_empty());
+    };
+    // A link to a folder the stranger reads.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).expect("dir");
+    std::os::unix::fs::symlink(&theirs, &folder).expect("link");
+    refused_in_one_line(&run(), "symbolic link");
+    assert_eq!(std::fs::read_dir(&theirs).expect("dir").count(), 0, "nothing written through the link");
+    std::fs::remove_file(&folder).expect("unlink");
+    // A folder of another user's (root can make one for `nobody`).
+    if nix::unistd::geteuid().is_root() {
+        std::fs::create_dir(&folder).expect("dir");
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o777)).expect("mode");
+        std::os::unix::fs::chown(&folder, Some(65534), Some(65534)).expect("chown");
+        refused_in_one_line(&run(), "belongs to uid 65534");
+        assert_eq!(std::fs::read_dir(&folder).expect("dir").count(), 0, "nothing written into it");
+        std::fs::remove_dir(&folder).expect("rmdir");
+    } else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs the attack suite as root");
+        eprintln!("security: SKIPPED another user's results folder: not root");
+    }
+    // Nothing there: made for this user alone, and the results go in it.
+    let made = run();
+    assert_eq!(made.status.code(), Some(0), "{}", String::from_utf8_lossy(&made.stderr));
+    let meta = std::fs::symlink_metadata(&folder).expect("made");
+    assert!(meta.is_dir() && meta.mode() & 0o777 == 0o700 && meta.uid() == nix::unistd::geteuid().as_raw(), "{meta:?}");
+    assert_eq!(std::fs::read_dir(&folder).expect("dir").count(), 1, "the results file");
 }

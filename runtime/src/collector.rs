@@ -2,10 +2,12 @@
 //! rank 0 runs (tokio). The benchmark's hot path never takes part: it only bumps the probe's atomics.
 //!
 //! Who may send: every connection first proves the run's secret ([`efatop_proto::auth`], purpose
-//! `Telemetry`) within [`HANDSHAKE_WAIT`]; one that does not is dropped and counted
-//! ([`CollectorEvent::Refused`]), as is one beyond the run's world ([`Gate`]): too many connections, a rank
+//! `Telemetry`) within one deadline ([`HANDSHAKE_WAIT`] for the whole exchange); one that does not is
+//! dropped and counted ([`CollectorEvent::Refused`]), as is one beyond the run's world ([`Gate`]): a rank
 //! outside the world or already connected, a frame longer than a rank of this world can send, an index
-//! beyond it. No refusal ends the run.
+//! beyond it. Connections that have proved nothing wait in a budget of their own ([`crate::handshake`]'s
+//! lobby: a new one takes the oldest one's place), so strangers never keep a rank out. No refusal ends the
+//! run.
 //!
 //! Back-pressure: a sampler never blocks on rank 0. Its socket is non-blocking; frames that cannot be sent
 //! wait in a bounded queue, and when that is full the oldest is dropped and counted. The count travels in
@@ -21,49 +23,48 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_proto::auth::{self, ANSWER_LEN, Challenge, Purpose, Secret};
+
+use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, Seat, retry, retryable};
 use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler, WorldBounds};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.
 pub(crate) const QUEUE_FRAMES: usize = 64;
-/// How long a connection may take to prove itself.
-pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
-/// Handshakes in progress at once: connections beyond them are dropped at once (a sender retries).
+/// How long a connection may take to prove itself, in all.
+pub use crate::handshake::HANDSHAKE_WAIT;
+/// Connections that have proved nothing, at once: a newer one takes the oldest one's place (whose sender,
+/// if it holds the secret, tries again).
 const HANDSHAKES_AT_ONCE: usize = 64;
 /// How long a sender keeps trying to get through (rank 0 busy with a flood of strangers' handshakes).
 const DIAL_FOR: Duration = Duration::from_secs(15);
 
-/// Connects to rank 0's collector and proves the run's secret; retried for [`DIAL_FOR`] while the
-/// collector closes before its hello (its handshakes all busy, or every rank connected meanwhile). A
-/// collector that sent its hello and then refused our proof, or proved nothing itself, is not retried.
-/// Returns the stream, non-blocking.
+/// Connects to rank 0's collector and proves the run's secret, within one deadline; retried, backing off,
+/// for [`DIAL_FOR`] while the collector drops the connection before we could prove anything (strangers
+/// filling its budget of unproven connections, or every rank connected meanwhile: [`retryable`]). A
+/// collector that refused our proof, or proved nothing itself, is not retried. Returns the stream,
+/// non-blocking.
 pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<TcpStream> {
     let denied = |why: String| std::io::Error::new(ErrorKind::PermissionDenied, why);
-    let started = Instant::now();
-    loop {
-        let attempt = (|| -> std::io::Result<TcpStream> {
-            let mut stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10))?;
-            stream.set_read_timeout(Some(HANDSHAKE_WAIT))?;
-            stream.set_write_timeout(Some(HANDSHAKE_WAIT))?;
-            auth::connect(&mut stream, secret, Purpose::Telemetry).map_err(|err| match err {
-                auth::AuthError::NoHello(io) | auth::AuthError::Io(io) => io,
-                other => denied(format!("rank 0's collector: {other}")),
-            })?;
-            stream.set_read_timeout(None)?;
-            stream.set_write_timeout(None)?;
-            stream.set_nodelay(true)?;
-            stream.set_nonblocking(true)?;
-            Ok(stream)
-        })();
-        match attempt {
-            Ok(stream) => return Ok(stream),
+    retry(DIAL_FOR, || {
+        let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10)).map_err(Attempt::Again)?;
+        let deadline = Deadline::handshake();
+        let mut within = deadline.on(&stream);
+        match auth::connect(&mut within, secret, Purpose::Telemetry) {
+            Ok(()) => {}
+            Err(auth::AuthError::NoHello(io) | auth::AuthError::Io(io)) => return Err(Attempt::Again(io)),
+            Err(err) if retryable(&err) => return Err(Attempt::Again(std::io::Error::other(format!("rank 0's collector: {err}")))),
             // A collector that does not hold our secret will not start to: no retry.
-            Err(err) if err.kind() == ErrorKind::PermissionDenied => return Err(err),
-            Err(err) if started.elapsed() >= DIAL_FOR => return Err(err),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            Err(other) => return Err(Attempt::Final(denied(format!("rank 0's collector: {other}")))),
         }
-    }
+        let ready = || -> std::io::Result<()> {
+            within.done()?;
+            stream.set_nodelay(true)?;
+            stream.set_nonblocking(true)
+        };
+        ready().map_err(Attempt::Final)?;
+        Ok(stream)
+    })
 }
 
 /// A rank's sampler: reads the probe every interval and sends the sample to rank 0's collector.
@@ -479,8 +480,8 @@ impl PendingBatch {
 struct Door {
     gate: Gate,
     max_frame: usize,
-    /// Handshakes in progress, and connections that passed theirs.
-    handshakes: usize,
+    /// Connections that have proved nothing yet, and those that passed their handshake.
+    handshakes: Lobby,
     admitted: usize,
     /// The connection each rank speaks through: a rank's first keeps it until it closes.
     owners: Vec<Option<SocketAddr>>,
@@ -503,7 +504,7 @@ impl Door {
             budget: (64 << 20) + ranks * 4 * READ_ROOM,
             owners: vec![None; ranks],
             gate,
-            handshakes: 0,
+            handshakes: Lobby::new(HANDSHAKES_AT_ONCE, PER_PEER),
             admitted: 0,
             buffered: 0,
             refused: 0,
@@ -523,11 +524,9 @@ impl Door {
         }
     }
 
-    /// Whether another connection may start its handshake: the run's ranks, plus room for handshakes.
+    /// Whether another connection may start its handshake: not once every rank of the run is connected
+    /// (unproven ones wait in the lobby, which makes room for each newcomer).
     fn room(&self) -> Result<(), String> {
-        if self.handshakes >= HANDSHAKES_AT_ONCE {
-            return Err(format!("{HANDSHAKES_AT_ONCE} handshakes in progress already"));
-        }
         if self.admitted >= self.owners.len() {
             return Err(format!("every one of the run's {} ranks is connected already", self.owners.len()));
         }
@@ -567,9 +566,16 @@ impl Collector {
                                 door.borrow_mut().refuse(&pending, from, why);
                                 continue;
                             }
-                            door.borrow_mut().handshakes += 1;
+                            let seat = door.borrow().handshakes.enter(&stream, from);
+                            let seat = match seat {
+                                Ok(seat) => seat,
+                                Err(err) => {
+                                    door.borrow_mut().refuse(&pending, from, err.to_string());
+                                    continue;
+                                }
+                            };
                             let _ = stream.set_nodelay(true);
-                            tokio::task::spawn_local(serve_connection(stream, from, pending.clone(), door.clone()));
+                            tokio::task::spawn_local(serve_connection(stream, from, seat, pending.clone(), door.clone()));
                         }
                     }
                 }
@@ -618,28 +624,35 @@ async fn forward_batches<E: From<Vec<CollectorEvent>>>(pending: Pending, events:
 /// catches up in few reads, while 4096 connections still hold only tens of MiB.
 pub(crate) const READ_ROOM: usize = 8 * 1024;
 
-/// The connecting side proves the run's secret, and learns that we hold it too.
-pub(crate) async fn handshake(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
-    let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
-    stream.write_all(&hello).await.map_err(|e| e.to_string())?;
-    let mut answer = [0u8; ANSWER_LEN];
-    stream.read_exact(&mut answer).await.map_err(|e| format!("no answer to the handshake ({e})"))?;
-    let proof = challenge.check(secret, &answer).map_err(|e| e.to_string())?;
-    stream.write_all(&proof).await.map_err(|e| e.to_string())
+/// A connection's whole handshake (the connecting side proves the run's secret, and learns that we hold it
+/// too), within one deadline ([`HANDSHAKE_WAIT`]), holding its `seat` among the
+/// unproven; why it failed (the lobby's reason when it dropped the connection to make room).
+pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret: &Secret) -> Result<(), String> {
+    let exchange = async move {
+        let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
+        stream.write_all(&hello).await.map_err(|e| seat.why(e))?;
+        let mut answer = [0u8; ANSWER_LEN];
+        stream.read_exact(&mut answer).await.map_err(|e| seat.why(format!("no answer to the handshake ({e})")))?;
+        let proof = challenge.check(secret, &answer).map_err(|e| e.to_string())?;
+        // Out of the lobby before it is told it is believed: one the lobby dropped meanwhile is not told.
+        let why_dropped = seat.why("");
+        if !seat.proven() {
+            return Err(why_dropped);
+        }
+        stream.write_all(&proof).await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(HANDSHAKE_WAIT, exchange).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("no handshake within {} s", HANDSHAKE_WAIT.as_secs())),
+    }
 }
 
 /// One connection: its handshake, then its frames until it closes or breaks a rule of the [`Door`].
-async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, pending: Pending, door: Shared) {
+async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, seat: Seat, pending: Pending, door: Shared) {
     let secret = door.borrow().gate.secret.clone();
-    let admitted = tokio::time::timeout(HANDSHAKE_WAIT, handshake(&mut stream, &secret)).await;
-    let admitted = match admitted {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(why)) => Err(why),
-        Err(_) => Err(format!("no handshake within {HANDSHAKE_WAIT:?}")),
-    };
+    let admitted = admit(&mut stream, seat, &secret).await;
     {
         let mut door = door.borrow_mut();
-        door.handshakes -= 1;
         match admitted {
             Ok(()) => door.admitted += 1,
             Err(why) => {
@@ -956,6 +969,27 @@ pub(crate) mod tests {
         let (reason, _) = refusal(&mut next_event);
         assert!(reason.contains("connected already"), "{reason}");
         drop((ranks, extra));
+    }
+
+    /// More silent strangers than the collector takes unproven at once, connected before any rank: a rank
+    /// takes the oldest one's place and is in at once, not after the strangers' deadline; those dropped for
+    /// room are counted.
+    #[test]
+    fn a_flood_of_silent_strangers_beyond_the_budget_keeps_no_rank_out() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        let strangers: Vec<TcpStream> = (0..HANDSHAKES_AT_ONCE + 8).map(|_| TcpStream::connect(address).expect("stranger")).collect();
+        let started = Instant::now();
+        let rank = admitted(address, &secret);
+        assert!(started.elapsed() < HANDSHAKE_WAIT, "the rank waited {:?} on the strangers", started.elapsed());
+        let (reason, _) = refusal(&mut next_event);
+        assert!(reason.contains("to make room"), "{reason}");
+        let until = Instant::now() + Duration::from_secs(4);
+        while collector.refused() < 9 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(collector.refused() >= 9, "8 beyond the budget and 1 for the rank: {}", collector.refused());
+        drop((rank, strangers));
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
     let rendezvous = Rendezvous::bind(ranks, secret.secret.clone())?.ending_with(ending.clone());
     let address = rendezvous.address()?;
     std::thread::spawn(move || {
-        if let Err(err) = rendezvous.serve(Duration::from_mins(1)) {
+        if let Err(err) = rendezvous.serve(crate::bootstrap::local::JOIN_WITHIN) {
             eprintln!("efatop: error: rendezvous: {err}");
         }
     });

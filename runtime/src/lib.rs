@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod bootstrap;
 pub mod collector;
 pub mod event;
+pub mod handshake;
 pub mod launch;
 pub mod netns;
 pub mod nodes;

@@ -37,11 +37,13 @@ use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{PhaseReport, WorldBounds};
 use tokio::io::AsyncReadExt;
 
-use crate::collector::{HANDSHAKE_WAIT, Link, RankZeroWatch, READ_ROOM, dial, handshake, next_tick, why_lost};
+use crate::collector::{Link, RankZeroWatch, READ_ROOM, admit, dial, next_tick, why_lost};
+use crate::handshake::{Lobby, PER_PEER, Seat};
 
 /// How long a relay that was asked to finish waits for its host's ranks to close (their last samples).
 pub const FINISH_WITHIN: Duration = Duration::from_secs(3);
-/// Handshakes in progress at once beyond the host's ranks.
+/// Connections that have proved nothing, at once, beyond the host's ranks: a newer one takes the oldest
+/// one's place.
 const SPARE_HANDSHAKES: usize = 8;
 /// While batches wait for rank 0, the relay tries again this often.
 const RETRY_EVERY: Duration = Duration::from_millis(10);
@@ -219,9 +221,12 @@ struct State {
     urgent: tokio::sync::Notify,
     /// The connection speaking for each of the host's ranks, by its place in the plan.
     owners: RefCell<Vec<Option<u64>>>,
-    /// Connections open (handshaking or admitted), and the last one's number.
+    /// Connections open (handshaking or admitted), those admitted, and the last one's number.
     open: Cell<usize>,
+    admitted: Cell<usize>,
     numbered: Cell<u64>,
+    /// Connections that have proved nothing yet.
+    lobby: Lobby,
 }
 
 impl State {
@@ -233,7 +238,9 @@ impl State {
             urgent: tokio::sync::Notify::new(),
             owners: RefCell::new(vec![None; ranks]),
             open: Cell::new(0),
+            admitted: Cell::new(0),
             numbered: Cell::new(0),
+            lobby: Lobby::new(ranks + SPARE_HANDSHAKES, PER_PEER),
         }
     }
 
@@ -270,11 +277,16 @@ async fn relay(
         tokio::select! {
             accepted = listener.accept(), if accepting => {
                 if let Ok((stream, from)) = accepted {
-                    if state.open.get() >= state.run.plan.ranks.len() + SPARE_HANDSHAKES {
-                        state.refuse(from, "every rank of the host is connected or handshaking already");
+                    if state.admitted.get() >= state.run.plan.ranks.len() {
+                        state.refuse(from, "every rank of the host is connected already");
                     } else {
-                        state.open.set(state.open.get() + 1);
-                        tokio::task::spawn_local(serve_local(stream, from, state.clone()));
+                        match state.lobby.enter(&stream, from) {
+                            Ok(seat) => {
+                                state.open.set(state.open.get() + 1);
+                                tokio::task::spawn_local(serve_local(stream, from, seat, state.clone()));
+                            }
+                            Err(err) => state.refuse(from, &err.to_string()),
+                        }
                     }
                 }
                 continue;
@@ -317,22 +329,19 @@ async fn relay(
 
 /// One local connection: its handshake, then its frames, checked and added to the batch, until it closes.
 /// The ranks it spoke for are then told gone.
-async fn serve_local(mut stream: tokio::net::TcpStream, from: SocketAddr, state: Rc<State>) {
+async fn serve_local(mut stream: tokio::net::TcpStream, from: SocketAddr, seat: Seat, state: Rc<State>) {
     let number = state.numbered.get() + 1;
     state.numbered.set(number);
-    let admitted = match tokio::time::timeout(HANDSHAKE_WAIT, handshake(&mut stream, &state.run.secret)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(why)) => Err(why),
-        Err(_) => Err(format!("no handshake within {HANDSHAKE_WAIT:?}")),
-    };
-    if let Err(why) = admitted {
+    if let Err(why) = admit(&mut stream, seat, &state.run.secret).await {
         state.open.set(state.open.get() - 1);
         state.refuse(from, &why);
         return;
     }
+    state.admitted.set(state.admitted.get() + 1);
     let mut claimed: Vec<usize> = Vec::new();
     let refused = read_local(&mut stream, number, &state, &mut claimed).await;
     drop(stream);
+    state.admitted.set(state.admitted.get() - 1);
     {
         let mut owners = state.owners.borrow_mut();
         let mut batch = state.batch.borrow_mut();

@@ -14,8 +14,10 @@
 //! every other event so far, then the live stream.
 //!
 //! Who may watch: a viewer first proves the user's token ([`crate::secret::user_token`], purpose
-//! `Viewer`) within [`HANDSHAKE_WAIT`]; at most [`MAX_VIEWERS`] are served at once, each write bounded by
-//! [`WRITE_WAIT`]. Anyone else is dropped and counted.
+//! `Viewer`) and says its hello line, all within one deadline ([`crate::handshake`]); connections that have
+//! proved nothing wait in a budget of their own ([`MAX_VIEWERS`] at once, the oldest dropped to make room for
+//! a new one), apart from the viewers, of which at most [`MAX_VIEWERS`] are served at once, each write
+//! bounded by [`WRITE_WAIT`]. Anyone else is dropped and counted.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -31,6 +33,7 @@ use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::collector::CollectorEvent;
+use crate::handshake::{Deadline, Lobby, PER_PEER};
 use crate::event::{ConsumerEvent, RunStart};
 use crate::record::Recorder;
 
@@ -39,8 +42,6 @@ use crate::record::Recorder;
 const QUEUE_BATCHES: usize = 512;
 /// Bytes of telemetry a viewer may have waiting, whatever the batches' size.
 const QUEUE_BYTES: usize = 32 << 20;
-/// How long a viewer has to prove its token and say its handshake line.
-const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// Viewers served at once (each has a thread and a queue); more are refused.
 pub const MAX_VIEWERS: usize = 16;
 /// A write to a viewer that has not completed in this long ends that viewer: it has stopped reading.
@@ -369,12 +370,12 @@ impl Viewer {
     }
 }
 
-/// Viewers being served, and connections still in their handshake: each capped on its own, so that
-/// strangers who say nothing never take a viewer's place (only a handshake's, for [`HANDSHAKE_WAIT`]).
-#[derive(Default)]
+/// Viewers being served, and connections still in their handshake ([`Lobby`]): each bounded on its own, so
+/// that strangers who say nothing never take a viewer's place, nor keep a viewer from proving itself (a
+/// full lobby drops its oldest for the newcomer).
 struct Door {
     viewers: AtomicUsize,
-    handshakes: AtomicUsize,
+    handshakes: Lobby,
     refused: AtomicUsize,
 }
 
@@ -384,15 +385,18 @@ fn take_place(count: &AtomicUsize, cap: usize) -> bool {
 }
 
 fn accept(listener: &TcpListener, hub: &Arc<Hub>, secret: &Secret) {
-    let door = Arc::new(Door::default());
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        if !take_place(&door.handshakes, MAX_VIEWERS) {
-            refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} handshakes in progress already"));
-            continue;
-        }
+    let door = Arc::new(Door { viewers: AtomicUsize::new(0), handshakes: Lobby::new(MAX_VIEWERS, PER_PEER), refused: AtomicUsize::new(0) });
+    loop {
+        let Ok((stream, from)) = listener.accept() else { continue };
+        let seat = match door.handshakes.enter(&stream, from) {
+            Ok(seat) => seat,
+            Err(err) => {
+                refuse(&door.refused, &stream, &err.to_string());
+                continue;
+            }
+        };
         let (hub, secret, door) = (hub.clone(), secret.clone(), door.clone());
-        let _ = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || serve_viewer(stream, &hub, &secret, &door));
+        let _ = std::thread::Builder::new().name("efatop-viewer".into()).spawn(move || serve_viewer(stream, seat, &hub, &secret, &door));
     }
 }
 
@@ -405,37 +409,37 @@ fn refuse(refused: &AtomicUsize, stream: &TcpStream, why: &str) {
     }
 }
 
-/// One viewer: its proof of the token, its handshake line, ours, then the run's events until they end or
-/// the viewer goes.
-fn serve_viewer(mut stream: TcpStream, hub: &Hub, secret: &Secret, door: &Door) {
+/// One viewer: its proof of the token and its handshake line (one deadline for both), ours, then the run's
+/// events until they end or the viewer goes.
+fn serve_viewer(stream: TcpStream, seat: crate::handshake::Seat, hub: &Hub, secret: &Secret, door: &Door) {
     let _ = stream.set_nodelay(true);
-    let proven = stream
-        .set_read_timeout(Some(HANDSHAKE_WAIT))
-        .and_then(|()| stream.set_write_timeout(Some(HANDSHAKE_WAIT)))
-        .map_err(auth::AuthError::from)
-        .and_then(|()| auth::accept(&mut stream, secret, Purpose::Viewer));
-    door.handshakes.fetch_sub(1, Ordering::SeqCst);
-    if let Err(err) = proven {
-        refuse(&door.refused, &stream, &err.to_string());
+    let deadline = Deadline::handshake();
+    let mut within = deadline.admitting(&stream, seat);
+    let proven = auth::accept(&mut within, secret, Purpose::Viewer).map_err(|err| within.why(err));
+    if let Err(why) = proven {
+        refuse(&door.refused, &stream, &why);
         return;
     }
+    drop(within);
     if !take_place(&door.viewers, MAX_VIEWERS) {
         refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
         return;
     }
-    serve_admitted(stream, hub);
+    serve_admitted(stream, deadline, hub);
     door.viewers.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A viewer that proved the token: its handshake line, ours, then the run's events.
-fn serve_admitted(mut stream: TcpStream, hub: &Hub) {
+/// A viewer that proved the token: its handshake line (by `deadline`), ours, then the run's events.
+fn serve_admitted(mut stream: TcpStream, deadline: Deadline, hub: &Hub) {
     let mut line = Vec::new();
     {
-        let Ok(reading) = stream.try_clone() else { return };
-        let mut reader = BufReader::new(reading.take(stream::MAX_HELLO as u64));
+        let mut reader = BufReader::new(deadline.on(&stream).take(stream::MAX_HELLO as u64));
         if reader.read_until(b'\n', &mut line).is_err() {
             return;
         }
+    }
+    if stream.set_read_timeout(None).is_err() {
+        return;
     }
     let Hello::Efatop { version } = stream::parse_hello(&line, stream::MAGIC) else { return };
     // Both sides say their version; on a mismatch the viewer names both and leaves.

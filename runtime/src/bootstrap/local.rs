@@ -3,8 +3,10 @@
 //!
 //! Every connection first proves it belongs to the run ([`Admission`]): the run secret's challenge and
 //! response (`efatop run`), or a MUNGE exchange that hands the joining rank the secret (the Slurm
-//! bootstrap). One that fails, or says nothing within [`HANDSHAKE_WAIT`], is dropped and counted; a rank
-//! claimed twice keeps its first owner; the run goes on.
+//! bootstrap), and names its rank, all within one deadline ([`crate::handshake`]). One that fails, or has
+//! not done so by the deadline, is dropped and counted; connections that have proved nothing are held in a
+//! budget of their own, whose oldest is dropped to make room for a new one; a rank claimed twice keeps its
+//! first owner; the run goes on. A rank dropped before it proved itself tries again ([`JOIN_WITHIN`]).
 //!
 //! Wire format (little-endian), after the handshake: a rank opens with `u32 rank`; a round is
 //! `u32 len, bytes` from each rank, answered with `u32 count` then `count` × (`u32 len, bytes`) in rank order.
@@ -14,24 +16,28 @@
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::{Bootstrap, ExperimentError};
 use efatop_proto::auth::{self, Purpose, Secret};
 
+use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, retry, retryable};
+
 use super::munge::Munge;
 
 /// A frame larger than this is refused: nothing efatop exchanges comes close.
 const MAX_FRAME: u32 = 64 << 20;
-/// How long a connection may take to prove itself and name its rank.
-pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// How long a connection may take to prove itself and name its rank, in all.
+pub use crate::handshake::HANDSHAKE_WAIT;
+/// How long the launcher's rendezvous gathers its ranks, and so how long a rank keeps trying to join it.
+pub const JOIN_WITHIN: Duration = Duration::from_mins(1);
 /// The count that, in place of a round's answer, says a rank left: the rank's number follows.
 const LEFT: u32 = u32::MAX;
 /// How long the launcher tries to tell a rank which rank left.
 const NOTICE_WAIT: Duration = Duration::from_millis(200);
-/// Handshakes in progress at once, beyond which new connections are dropped at once: a stranger opening
-/// connections ties up at most this many threads, each for [`HANDSHAKE_WAIT`] at most.
+/// Connections that have proved nothing, at once (each on a thread of its own, for [`HANDSHAKE_WAIT`] at
+/// most): a newer one takes the oldest one's place ([`Lobby`]).
 const HANDSHAKES_AT_ONCE: usize = 32;
 
 /// How a connection into the rendezvous proves it belongs to the run.
@@ -44,7 +50,7 @@ pub enum Admission {
 }
 
 impl Admission {
-    fn admit(&self, stream: &mut TcpStream) -> Result<(), String> {
+    fn admit(&self, stream: &mut (impl Read + Write)) -> Result<(), String> {
         match self {
             Self::Secret(secret) => auth::accept(stream, secret, Purpose::Rendezvous).map_err(|e| e.to_string()),
             Self::Munge(munge, secret) => munge.admit(stream, secret),
@@ -90,6 +96,24 @@ fn wait_readable(stream: &TcpStream, idle: &mut dyn FnMut()) -> std::io::Result<
     outcome
 }
 
+/// Drops the connections still in their handshake once every rank has joined, and hears how each ended
+/// (bounded: each thread ends once its socket is shut).
+fn last_handshakes(lobby: &Lobby, busy: &std::sync::atomic::AtomicUsize, joined: &Receiver<Result<Joined, String>>) -> Vec<String> {
+    lobby.clear();
+    let mut refused = Vec::new();
+    let heard_until = Instant::now() + Duration::from_secs(1);
+    while busy.load(std::sync::atomic::Ordering::SeqCst) > 0 && Instant::now() < heard_until {
+        if let Ok(Err(why)) = joined.recv_timeout(Duration::from_millis(5)) {
+            refused.push(why);
+        }
+    }
+    refused.extend(joined.try_iter().map(|outcome| match outcome {
+        Err(why) => why,
+        Ok((rank, _)) => format!("rank {rank} joined already; it keeps its first connection"),
+    }));
+    refused
+}
+
 /// A rank's side.
 pub struct LocalBootstrap {
     rank: usize,
@@ -98,12 +122,26 @@ pub struct LocalBootstrap {
 }
 
 impl LocalBootstrap {
-    /// Connects to the launcher at `address` and proves the run's secret.
+    /// Connects to the launcher at `address` and proves the run's secret, within one deadline; tried again,
+    /// backing off, for as long as the launcher gathers ranks ([`JOIN_WITHIN`]) while the launcher drops the
+    /// connection before it could prove anything (strangers holding its door).
     pub fn connect(address: &str, rank: usize, size: usize, secret: &Secret) -> Result<Self, ExperimentError> {
+        Self::connect_within(address, rank, size, secret, JOIN_WITHIN)
+    }
+
+    fn connect_within(address: &str, rank: usize, size: usize, secret: &Secret, window: Duration) -> Result<Self, ExperimentError> {
         let lost = |e: String| ExperimentError::Bootstrap(format!("cannot join the launcher at {address}: {e}"));
-        let mut stream = TcpStream::connect(address).map_err(|e| lost(e.to_string()))?;
-        stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| lost(e.to_string()))?;
-        auth::connect(&mut stream, secret, Purpose::Rendezvous).map_err(|e| lost(e.to_string()))?;
+        let stream = retry(window, || {
+            let stream = TcpStream::connect(address).map_err(|e| Attempt::Again(e.to_string()))?;
+            let deadline = Deadline::handshake();
+            let mut within = deadline.on(&stream);
+            match auth::connect(&mut within, secret, Purpose::Rendezvous) {
+                Ok(()) => within.done().map(|()| stream).map_err(|e| Attempt::Final(e.to_string())),
+                Err(err) if retryable(&err) => Err(Attempt::Again(err.to_string())),
+                Err(err) => Err(Attempt::Final(err.to_string())),
+            }
+        })
+        .map_err(lost)?;
         Self::join(stream, rank, size).map_err(|e| lost(e.to_string()))
     }
 
@@ -211,26 +249,31 @@ impl Rendezvous {
         Ok(self.listener.local_addr()?.to_string())
     }
 
-    /// Admits one connection on a thread of its own, so a silent one holds up no other: its handshake,
-    /// then its rank.
-    fn admit(&self, mut stream: TcpStream, joined: &SyncSender<Result<Joined, String>>, busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// Admits one connection on a thread of its own, so a silent one holds up no other: its handshake, then
+    /// its rank, within one deadline. It waits in `lobby` until it has proved itself; a full lobby drops its
+    /// oldest for it, never refuses it.
+    fn admit(&self, stream: TcpStream, from: std::net::SocketAddr, lobby: &Lobby, joined: &Sender<Result<Joined, String>>, busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::atomic::Ordering;
-        let from = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
-        if busy.fetch_add(1, Ordering::SeqCst) >= HANDSHAKES_AT_ONCE {
-            busy.fetch_sub(1, Ordering::SeqCst);
-            let _ = joined.send(Err(format!("{from}: too many handshakes at once")));
-            return;
-        }
+        let seat = match lobby.enter(&stream, from) {
+            Ok(seat) => seat,
+            Err(err) => {
+                let _ = joined.send(Err(format!("{from}: {err}")));
+                return;
+            }
+        };
+        busy.fetch_add(1, Ordering::SeqCst);
         let (admission, joined, on_thread) = (self.admission.clone(), joined.clone(), busy.clone());
         let spawned = std::thread::Builder::new().name("efatop-admit".into()).spawn(move || {
             let outcome = (|| {
                 stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-                stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
-                stream.set_write_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
-                admission.admit(&mut stream)?;
-                let rank = read_u32(&mut stream).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
-                stream.set_read_timeout(None).map_err(|e| e.to_string())?;
-                stream.set_write_timeout(None).map_err(|e| e.to_string())?;
+                let deadline = Deadline::handshake();
+                let mut within = deadline.admitting(&stream, seat);
+                admission.admit(&mut within).map_err(|why| within.why(why))?;
+                if !within.proven() {
+                    return Err(within.why("dropped"));
+                }
+                let rank = read_u32(&mut within).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
+                within.done().map_err(|e| e.to_string())?;
                 Ok((rank, stream))
             })();
             on_thread.fetch_sub(1, Ordering::SeqCst);
@@ -238,6 +281,22 @@ impl Rendezvous {
         });
         if spawned.is_err() {
             busy.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Admits every connection waiting to be accepted; whether there was one.
+    fn accept_waiting(&self, lobby: &Lobby, joined: &Sender<Result<Joined, String>>, busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> bool {
+        let mut any = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, from)) => {
+                    any = true;
+                    self.admit(stream, from, lobby, joined, busy);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // None waiting; or out of file descriptors and the like: the next round tries again.
+                Err(_) => return any,
+            }
         }
     }
 
@@ -249,8 +308,9 @@ impl Rendezvous {
         let mut ranks: Vec<Option<(BufReader<TcpStream>, BufWriter<TcpStream>)>> = (0..self.size).map(|_| None).collect();
         self.listener.set_nonblocking(true)?;
         let deadline = Instant::now() + accept_timeout;
-        let (joined_tx, joined_rx): (SyncSender<Result<Joined, String>>, Receiver<_>) = std::sync::mpsc::sync_channel(HANDSHAKES_AT_ONCE + 1);
+        let (joined_tx, joined_rx): (Sender<Result<Joined, String>>, Receiver<_>) = std::sync::mpsc::channel();
         let busy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let lobby = Lobby::new(HANDSHAKES_AT_ONCE, PER_PEER);
         let mut joined = 0;
         let mut refused = 0usize;
         let mut refuse = |why: String| {
@@ -264,13 +324,14 @@ impl Rendezvous {
             if self.is_ending() {
                 return Ok(());
             }
-            match self.listener.accept() {
-                Ok((stream, _)) => self.admit(stream, &joined_tx, &busy),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-            match joined_rx.recv_timeout(Duration::from_millis(5)) {
+            // Every connection waiting, then every handshake that ended; a short wait when neither was.
+            let busy_now = self.accept_waiting(&lobby, &joined_tx, &busy);
+            let outcome = match joined_rx.try_recv() {
+                Ok(outcome) => Ok(outcome),
+                Err(_) if busy_now => Err(RecvTimeoutError::Timeout),
+                Err(_) => joined_rx.recv_timeout(Duration::from_millis(5)),
+            };
+            match outcome {
                 Ok(Ok((rank, stream))) if rank < self.size && ranks[rank].is_none() => {
                     stream.set_nodelay(true)?;
                     ranks[rank] = Some((BufReader::new(stream.try_clone()?), BufWriter::new(stream)));
@@ -286,11 +347,15 @@ impl Rendezvous {
                 return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "ranks did not all connect"));
             }
         }
+        // Every rank has joined: the listener closes, and with it the door for strangers; those still in
+        // their handshake are dropped, and heard from (bounded: each thread ends once its socket is shut).
+        drop(self.listener);
+        for why in last_handshakes(&lobby, &busy, &joined_rx) {
+            refuse(why);
+        }
         if refused > 0 {
             eprintln!("efatop: warning: rendezvous: {refused} connection(s) refused in all");
         }
-        // Every rank has joined: the listener closes, and with it the door for strangers.
-        drop(self.listener);
         let ranks: Vec<_> = ranks.into_iter().flatten().collect();
         // One reader per rank, so a rank that dies is noticed at once, not only when its turn to be read
         // comes: the others may be waiting on a round that can no longer complete.
@@ -439,6 +504,30 @@ mod tests {
         assert_eq!(first.join().expect("rank 1"), gathered);
         assert!(started.elapsed() < HANDSHAKE_WAIT, "a silent stranger held the run up for {:?}", started.elapsed());
         drop(zero);
+        server.join().expect("server").expect("serve");
+    }
+
+    /// More silent strangers than the rendezvous takes unproven at once, connected before any rank: each
+    /// rank takes the oldest one's place and joins at once, not after the strangers' deadline.
+    #[test]
+    fn a_flood_of_silent_strangers_beyond_the_budget_keeps_no_rank_out() {
+        let secret = Secret::generate().expect("secret");
+        let rendezvous = Rendezvous::bind(2, secret.clone()).expect("bind");
+        let address = rendezvous.address().expect("address");
+        let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(20)));
+        let strangers: Vec<TcpStream> = (0..HANDSHAKES_AT_ONCE + 8).map(|_| TcpStream::connect(&address).expect("stranger")).collect();
+        let started = Instant::now();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                let (address, secret) = (address.clone(), secret.clone());
+                std::thread::spawn(move || LocalBootstrap::connect(&address, rank, 2, &secret).expect("joins").allgather(&[rank as u8]).expect("round"))
+            })
+            .collect();
+        for rank in ranks {
+            assert_eq!(rank.join().expect("rank"), vec![vec![0], vec![1]]);
+        }
+        assert!(started.elapsed() < HANDSHAKE_WAIT, "the ranks waited {:?} on the strangers", started.elapsed());
+        drop(strangers);
         server.join().expect("server").expect("serve");
     }
 

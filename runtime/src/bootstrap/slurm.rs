@@ -20,7 +20,7 @@ use efatop_experiments::ExperimentError;
 use efatop_proto::auth::{self, Purpose, Secret, Source};
 use sha2::Digest;
 
-use super::local::{Admission, HANDSHAKE_WAIT, LocalBootstrap, Rendezvous};
+use super::local::{Admission, LocalBootstrap, Rendezvous};
 use super::munge::Munge;
 use crate::secret::Keyed;
 
@@ -166,7 +166,7 @@ impl Proof {
     }
 
     /// This rank's side of one connection's handshake; the run's secret when it holds.
-    fn join(&self, stream: &mut std::net::TcpStream) -> Result<Keyed, String> {
+    fn join(&self, stream: &mut (impl std::io::Read + std::io::Write)) -> Result<Keyed, String> {
         match self {
             Self::Token(keyed) => auth::connect(stream, &keyed.secret, Purpose::Rendezvous).map(|()| keyed.clone()).map_err(|e| e.to_string()),
             Self::Munge(munge) => munge.join(stream).map(|secret| Keyed { secret, source: Source::Munge }),
@@ -233,11 +233,12 @@ fn connect_with(step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keye
 
 /// Connects to `address`, proves this rank and checks rank 0's proof, then names this rank.
 fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keyed), String> {
-    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(HANDSHAKE_WAIT)).map_err(|e| e.to_string())?;
-    let keyed = proof.join(&mut stream)?;
-    stream.set_write_timeout(None).map_err(|e| e.to_string())?;
+    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    // One deadline for the whole exchange: a squatter that trickles its side is left at it.
+    let deadline = crate::handshake::Deadline::handshake();
+    let mut within = deadline.on(&stream);
+    let keyed = proof.join(&mut within)?;
+    within.done().map_err(|e| e.to_string())?;
     let bootstrap = LocalBootstrap::join(stream, step.rank, step.size).map_err(|e| e.to_string())?;
     Ok((bootstrap, keyed))
 }
