@@ -442,7 +442,8 @@ fn impossible_figures_are_refused_naming_the_file_and_field() {
         let measurements = results["measurements"].as_array().expect("measurements");
         measurements.iter().position(|m| m["config"] == config && m["size"] == size).expect("measured")
     };
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Vec<&str>)> = vec![
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit, Vec<&str>)> = vec![
         (
             "negative.json",
             Box::new(move |r| {

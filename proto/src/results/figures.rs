@@ -19,7 +19,7 @@ use crate::sizes::format_size;
 use crate::stream::{MAX_CHANNELS, MAX_RANKS};
 
 /// The most any one rate of a run can be, in Gbps, where no link speed of the run bounds it: above the
-/// fastest memory of any GPU in efatop's node layouts (B200 and B300 HBM3e, 8 TB/s = 64,000 Gbps a GPU, by
+/// fastest memory of any GPU in efatop's node layouts (B200 and B300 high-bandwidth memory, 8 TB/s = 64,000 Gbps a GPU, by
 /// NVIDIA's datasheets), which bounds a copy within one GPU, the fastest figure efatop measures (ipc); and
 /// far above any NIC or NVLink in them (400 Gbps an EFA v4 NIC, 1.8 TB/s = 14,400 Gbps of NVLink 5 a GPU).
 pub const CEILING_GBPS: f64 = 100_000.0;
@@ -331,9 +331,14 @@ impl RunResults {
                 LinkSource::Provider => meta.link_gbps,
                 _ => None,
             });
-        let wire_bound = meta.experiment != Experiment::Ipc
-            && meta.provider == "efa"
-            && meta.shm_shortcut != Some(true);
+        // Same-host pairs may have gone through libfabric's shared-memory shortcut: memory, not the wire.
+        // Files from before it was recorded say nothing; there, one rank a host rules it out.
+        let mut hosts: Vec<&String> = meta.hosts.iter().collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let apart = !meta.hosts.is_empty() && hosts.len() == meta.hosts.len();
+        let no_shortcut = meta.shm_shortcut == Some(false) || (meta.shm_shortcut.is_none() && apart);
+        let wire_bound = meta.experiment != Experiment::Ipc && meta.provider == "efa" && no_shortcut;
         match nic_link.filter(|_| wire_bound) {
             Some(link) => {
                 let allowance = (LINK_ALLOWANCE - 1.0) * 100.0;
@@ -406,6 +411,7 @@ mod tests {
             ranks: 2,
             channels: 2,
             nics,
+            hosts: vec!["a".into(), "b".into()],
             ..RunMetadata::default()
         };
         RunResults {
@@ -461,6 +467,14 @@ mod tests {
             Ok(()),
             "tcp's completions come from the socket buffer: not bound by the link"
         );
+        // Two ranks on one host, in a file that does not say whether the shm shortcut was allowed: memory
+        // may have moved it, so only the absolute ceiling holds; a file that says it was not is bound.
+        let mut one_host = run("efa", Some(100.0));
+        one_host.measurements[0].gbps = 251.0;
+        one_host.metadata.hosts = vec!["a".into(), "a".into()];
+        assert_eq!(one_host.check_figures(), Ok(()));
+        one_host.metadata.shm_shortcut = Some(false);
+        assert!(one_host.check_figures().is_err());
         let text = refused(&|r| r.metadata.ranks = 0, "efa");
         assert_eq!(
             text,
