@@ -24,7 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use efatop_fabric::Provider;
-use efatop_node::sysfs::{open_attribute, read_counter_at, COUNTER_READ};
+use efatop_node::sysfs::{open_attribute, read_counter_at, COUNTER_READ, COUNT_MAX};
 use efatop_proto::counters::{ChannelReading, CounterSource, OtherNicReading, RankReading};
 
 use crate::ExperimentError;
@@ -155,7 +155,7 @@ fn read_number(file: &File, scratch: &mut [u8; COUNTER_READ]) -> Option<u64> {
 
 /// Counters summed over ports, `None` when one is unreadable or the sum is beyond a count.
 fn summed(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    values.try_fold(0_u64, |sum, value| sum.checked_add(value?)).filter(|sum| *sum <= i64::MAX as u64)
+    values.try_fold(0_u64, |sum, value| sum.checked_add(value?)).filter(|sum| *sum <= COUNT_MAX)
 }
 
 fn open_rdma(root: &Path, device: &str) -> Option<Vec<CounterFiles>> {

@@ -32,7 +32,7 @@ use efatop_node::xid;
 use efatop_proto::action::Action;
 use efatop_proto::telemetry::rails::RailLoad;
 use efatop_proto::telemetry::NicKind;
-use efatop_proto::words::{printable, MESSAGE_MAX, NAME_MAX};
+use efatop_proto::words::{into_printable, printable, MESSAGE_MAX, NAME_MAX};
 
 use efatop_node::{Affinity, GpuReader, Monitor, Sysfs, Unreadable};
 
@@ -171,8 +171,8 @@ impl Finding {
             rule,
             status,
             subject: subject.map(|subject| printable(subject, NAME_MAX)),
-            message: printable(&message, MESSAGE_MAX),
-            short: printable(&short, NAME_MAX),
+            message: into_printable(message, MESSAGE_MAX),
+            short: into_printable(short, NAME_MAX),
             action,
             action_reason: reason.to_string(),
         }
@@ -181,7 +181,7 @@ impl Finding {
     /// The same finding with this action and reason.
     pub(crate) fn act(mut self, action: Action, reason: impl Into<String>) -> Self {
         self.action = action;
-        self.action_reason = printable(&reason.into(), MESSAGE_MAX);
+        self.action_reason = into_printable(reason.into(), MESSAGE_MAX);
         self
     }
 }
@@ -422,7 +422,7 @@ impl Report {
         let findings = evaluate(observed, expected);
         let (action, action_reason) = Self::action_of(&findings);
         Self {
-            host: printable(&host.into(), NAME_MAX),
+            host: into_printable(host.into(), NAME_MAX),
             instance_type: expected.instance_type.as_deref().map(|name| printable(name, NAME_MAX)),
             instance_source: printable(&expected.source, NAME_MAX),
             window_s: observed.window.as_secs_f64(),

@@ -126,6 +126,9 @@ pub(crate) fn attribute_text(path: &Path) -> Option<String> {
     read_attribute(path).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
 }
 
+/// The largest count a counter holds: below 2^63 ([`parse_counter`]).
+pub const COUNT_MAX: u64 = (1 << 63) - 1;
+
 /// The bytes a counter file is read into by [`read_counter_at`]: a u64 is at most 20 digits and a newline,
 /// so a read that fills it is not a count.
 pub const COUNTER_READ: usize = 32;
@@ -147,7 +150,7 @@ pub fn parse_counter(text: &str) -> Result<u64, String> {
         return Err(format!("{} is not a count", quoted()));
     }
     let value: u64 = digits.parse().map_err(|_| format!("{} is more than a 64-bit counter holds", quoted()))?;
-    if value > i64::MAX as u64 {
+    if value > COUNT_MAX {
         return Err(format!("{} is 2^63 or more: a negative number printed unsigned, not a count", quoted()));
     }
     Ok(value)
@@ -280,15 +283,12 @@ fn read_rdma(name: String, dir: &Path) -> Option<NicReading> {
         for (counter, value) in port_counters.values {
             // Summed over ports; a sum beyond what a counter holds is not a count either.
             let total = counters.get(&counter).copied().unwrap_or(0);
-            match total.checked_add(value).filter(|sum| *sum <= i64::MAX as u64) {
-                Some(sum) => {
-                    counters.insert(counter, sum);
-                }
-                None => {
-                    counters.remove(&counter);
-                    let path = ports_dir.join("*/hw_counters").join(&counter);
-                    unreadable.push(Unreadable { path, why: "the ports' sum is 2^63 or more, not a count".into() });
-                }
+            if let Some(sum) = total.checked_add(value).filter(|sum| *sum <= COUNT_MAX) {
+                counters.insert(counter, sum);
+            } else {
+                counters.remove(&counter);
+                let path = ports_dir.join("*/hw_counters").join(&counter);
+                unreadable.push(Unreadable { path, why: "the ports' sum is 2^63 or more, not a count".into() });
             }
         }
         if let Some(rate) = attribute_text(&port.join("rate")).as_deref().and_then(parse_rdma_rate) {

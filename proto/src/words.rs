@@ -32,26 +32,34 @@ pub const MESSAGE_MAX: usize = 4096;
 /// (`... (+9999744 bytes)`). A tab stays (it is spacing); a newline does not (one item, one line).
 /// Escaping twice gives the same text as once.
 pub fn printable(text: &str, max: usize) -> String {
+    use std::fmt::Write as _;
     let mut shown = String::with_capacity(text.len().min(max) + 16);
-    let mut kept = 0;
-    for (at, c) in text.char_indices() {
+    for (kept, (at, c)) in text.char_indices().enumerate() {
         if kept >= max {
-            shown.push_str(&format!("... (+{} bytes)", text.len() - at));
+            let _ = write!(shown, "... (+{} bytes)", text.len() - at);
             return shown;
         }
-        kept += 1;
-        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
-        if c == '\t' {
+        if !escaped(c) {
             shown.push(c);
-        } else if c.is_control() && u32::from(c) < 0x100 {
-            shown.push_str(&format!("\\x{:02x}", u32::from(c)));
-        } else if c.is_control() || invisible {
-            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else if u32::from(c) < 0x100 {
+            let _ = write!(shown, "\\x{:02x}", u32::from(c));
         } else {
-            shown.push(c);
+            let _ = write!(shown, "\\u{{{:x}}}", u32::from(c));
         }
     }
     shown
+}
+
+/// [`printable`], keeping `text` itself when it is printable already (no copy).
+pub fn into_printable(text: String, max: usize) -> String {
+    if text.len() <= max && !text.chars().any(escaped) { text } else { printable(&text, max) }
+}
+
+/// A character [`printable`] writes as an escape: a control character but the tab, or an invisible
+/// formatting one.
+fn escaped(c: char) -> bool {
+    let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+    (c.is_control() && c != '\t') || invisible
 }
 
 #[cfg(test)]
@@ -70,6 +78,9 @@ mod tests {
         let once = printable("\u{1b}[31mred\u{1b}[0m", NAME_MAX);
         assert_eq!(printable(&once, NAME_MAX), once, "escaping again changes nothing");
         assert_eq!(printable("\u{e9}t\u{e9}", 2), "\u{e9}t... (+2 bytes)", "cut on a character, counting bytes");
+        for text in ["p5.48xlarge", "\u{1b}[2J", "\u{e9}t\u{e9}", &"y".repeat(300)] {
+            assert_eq!(into_printable(text.to_string(), NAME_MAX), printable(text, NAME_MAX), "{text:?}");
+        }
     }
 
     #[test]
