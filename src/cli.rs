@@ -139,4 +139,21 @@ mod tests {
         assert_eq!(gpu(&["ipc", "--same-gpu", "--gpu", "1"]), Some(1));
         assert_eq!(gpu(&["write", "--memory", "device"]), None);
     }
+
+    /// Every duration flag takes units, and a bare number is seconds on every one of them.
+    #[test]
+    fn every_duration_flag_takes_units_and_bare_seconds() {
+        let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("efatop").chain(args.iter().copied())).expect("parses").command;
+        let Command::Experiment(write) = parse(&["write", "--interval", "2", "--timeout", "2m", "--hang-timeout", "90s"]) else { unreachable!() };
+        assert_eq!(write.common().interval, std::time::Duration::from_secs(2));
+        assert_eq!((write.common().timeout, write.common().hang_timeout), (120, 90));
+        let Command::Watch(watch) = parse(&["watch", "--listen", "0", "--window", "5s", "--hang-after", "1m", "--duration", "2"]) else { unreachable!() };
+        assert_eq!((watch.window, watch.hang_after, watch.duration), (5, 60, 2));
+        let Command::Check(check) = parse(&["check", "--window", "2"]) else { unreachable!() };
+        assert_eq!(check.window, std::time::Duration::from_secs(2));
+        let Command::Monitor(monitor) = parse(&["monitor", "--interval", "2.5s"]) else { unreachable!() };
+        assert_eq!(monitor.interval, std::time::Duration::from_millis(2500));
+        let Command::Queue(queue) = parse(&["queue", "--timeout", "1m"]) else { unreachable!() };
+        assert_eq!(queue.timeout, 60);
+    }
 }

@@ -412,11 +412,11 @@ pub struct CommonArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Seconds an operation may take before its rank is reported as hung
-    #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = crate::parse::seconds(1..=3600))]
     pub timeout: u64,
     /// Seconds a rank may send no telemetry (no sample, no progress) before rank 0 names it hung; a rank
     /// that exits is named at once whatever this says
-    #[arg(long, default_value_t = 60, value_parser = whole_number::<u64>(1..=86_400))]
+    #[arg(long, default_value_t = 60, value_parser = crate::parse::seconds(1..=86_400))]
     pub hang_timeout: u64,
     /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
     #[arg(long, conflicts_with = "no_tui")]
@@ -430,7 +430,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub no_tui: bool,
     /// Telemetry sampling interval, e.g. 100ms or 1s (10ms to 10s)
-    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
+    #[arg(long, default_value = "100ms", value_parser = crate::parse::duration("an interval", Duration::from_millis(10), Duration::from_secs(10), "100ms or 1s"))]
     pub interval: Duration,
     /// Do not sample or stream telemetry (for measuring what telemetry costs)
     #[arg(long)]
@@ -531,21 +531,6 @@ fn parse_channels(text: &str) -> Result<ChannelCount, String> {
     match text.parse::<usize>() {
         Ok(n) if (1..=256).contains(&n) => Ok(ChannelCount::Exactly(n)),
         _ => Err(format!("`{text}` is not a channel count; use a number from 1 to 256, or `all`")),
-    }
-}
-
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    let millis = if let Some(ms) = trimmed.strip_suffix("ms") {
-        ms.parse::<u64>().ok()
-    } else if let Some(s) = trimmed.strip_suffix('s') {
-        s.parse::<u64>().ok().and_then(|s| s.checked_mul(1000))
-    } else {
-        trimmed.parse::<u64>().ok()
-    };
-    match millis {
-        Some(ms) if (10..=10_000).contains(&ms) => Ok(Duration::from_millis(ms)),
-        _ => Err(format!("`{text}` is not an interval; use 10ms to 10s, e.g. 100ms or 1s")),
     }
 }
 
