@@ -251,7 +251,7 @@ fn one_xid_of_each_class_is_named_with_the_catalogs_action_in_every_format() {
     }
 }
 
-/// The scenario of issue 45: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
+/// A GPU and a NIC failing together: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
 /// x16. JSON names both, `replace` for the GPU (with its PCI address and the NICs behind its switch) and
 /// the NIC's own action, `replace` for the node; the NPD line fits 80 characters and exits 1; the Slurm
 /// reason names both. The same node healthy says `none` and exits 0.
