@@ -10,7 +10,7 @@ use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_ui::state::SourceLine;
 
 use crate::cli::AttachArgs;
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 use crate::term;
 use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};

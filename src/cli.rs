@@ -3,15 +3,18 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::experiment::{Experiment, whole_number};
+use crate::parse::whole_number;
 
 mod check;
+mod experiments;
 mod tools;
 mod view;
 
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, PackageFilesArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
-pub use crate::experiment::parse_serve;
+pub use experiments::{
+    AlltoallArgs, CommonArgs, Experiment, IpcArgs, JsonSamplesArg, MemoryArg, ProxyArgs, SendrecvArgs, SweepArgs, SweepFormat, WriteArgs,
+};
 pub use view::{AttachArgs, ReplayArgs};
 
 #[derive(Debug, Parser)]
@@ -24,7 +27,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    // The benchmarks, one rank per process: `crate::experiment`'s list.
+    // The benchmarks, one rank per process: `experiments.rs`'s list.
     #[command(flatten)]
     Experiment(Experiment),
     /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency

@@ -1,11 +1,16 @@
 //! The values the command line's flags take, parsed once for every command (the flags themselves are
-//! declared under `cli/`). Durations: a number with a unit, `ms`, `s`, `m` or `h` (a fraction allowed:
+//! declared under `cli/`): whole numbers within a range, sizes, addresses to serve or listen on, files to
+//! write, and durations. Durations: a number with a unit, `ms`, `s`, `m` or `h` (a fraction allowed:
 //! `2.5s`, `0.5m`), or a bare number, which is seconds on every flag. Each flag keeps its own range; a
 //! value outside it, or not a duration, is refused in one line that names the flag (clap adds it) and
 //! the range.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::RangeInclusive;
+use std::path::Path;
 use std::time::Duration;
+
+use efatop_proto::sizes;
 
 /// `text` as a duration: `100ms`, `1s`, `2.5s`, `5m`, `1h`, or a bare number of seconds (`2`, `0.5`).
 pub fn parse_duration(text: &str) -> Option<Duration> {
@@ -59,6 +64,65 @@ pub fn seconds(range: RangeInclusive<u64>) -> impl Fn(&str) -> Result<u64, Strin
                 range.start().max(&1)
             )),
         }
+    }
+}
+
+/// `--serve`: `IP:PORT`, or a bare port on 127.0.0.1.
+pub fn parse_serve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    text.parse::<SocketAddr>()
+        .map_err(|_| format!("`{text}` is not an address to serve on; use IP:PORT (e.g. 127.0.0.1:0, 0.0.0.0:7420) or a port"))
+}
+
+/// `--prometheus`: an IP address and port to listen on.
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| format!("`{text}` is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400"))
+}
+
+/// A whole-number flag within `range`. Read as a signed number, so that `--iters -5` is refused as out of
+/// range, naming the flag and the range, rather than as a stray `-5` or "invalid digit".
+pub fn whole_number<T>(range: impl std::ops::RangeBounds<i64>) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: TryFrom<i64> + Clone + Send + Sync + 'static,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::value_parser!(i64).range(range).try_map(T::try_from)
+}
+
+pub fn parse_size_arg(text: &str) -> Result<u64, String> {
+    sizes::parse_size(text)
+}
+
+/// `--serve` and `--prometheus` (on a run or the monitor) on one port of one address: the second could not
+/// listen. Port 0 picks a free port for each.
+pub fn check_listeners(serve: Option<SocketAddr>, prometheus: Option<SocketAddr>) -> Result<(), String> {
+    let (Some(serve), Some(prometheus)) = (serve, prometheus) else { return Ok(()) };
+    let same_address = serve.ip() == prometheus.ip() || serve.ip().is_unspecified() || prometheus.ip().is_unspecified();
+    if serve.port() != 0 && serve.port() == prometheus.port() && same_address {
+        return Err(format!(
+            "--serve {serve} and --prometheus {prometheus} would listen on one port; give each its own (or port 0 for --serve)"
+        ));
+    }
+    Ok(())
+}
+
+/// A file `flag` will create: its folder must exist (a folder named on the command line is not made), and
+/// it must not be a folder itself.
+pub fn check_writable_file(flag: &str, path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory; name a file in it", path.display()));
+    }
+    // A link (or a FIFO, a device) is refused here, before anything runs, and again where the file is
+    // written (a link planted in between is replaced, never followed).
+    efatop_proto::files::check_output_path(path).map_err(|err| format!("{flag}: {err}"))?;
+    match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => {
+            Err(format!("{flag} {}: there is no directory {} to write it in", path.display(), dir.display()))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -23,7 +23,7 @@ use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
 use efatop_proto::output::Line;
 use efatop_ui::watch::WatchView;
 
-use crate::experiment::{parse_serve, whole_number};
+use crate::parse::{parse_serve, whole_number};
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -74,7 +74,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
     }
     let Some(address) = args.listen else { return 2 };
     if let Some(path) = &args.record {
-        if let Err(line) = crate::experiment::check_writable_file("--record", path) {
+        if let Err(line) = crate::parse::check_writable_file("--record", path) {
             eprintln!("efatop: error: {line}");
             return 2;
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use efatop_report::{Format, parse_threshold};
 
-use crate::experiment::whole_number;
+use crate::parse::whole_number;
 
 #[derive(Debug, Clone, Args)]
 pub struct QueueArgs {
@@ -161,14 +161,14 @@ pub struct MonitorArgs {
     pub ranks: Option<u16>,
     /// Serve the monitor's reads to `efatop attach` viewers at ADDR (IP:PORT, or a port on 127.0.0.1; port
     /// 0 picks one and prints it); one node (not with mpirun/srun)
-    #[arg(long, value_name = "ADDR", value_parser = super::parse_serve)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse::parse_serve)]
     pub serve: Option<std::net::SocketAddr>,
     /// Record the monitor's reads, timestamped and compressed, into FILE for `efatop replay`; one node
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Serve the counters, rates and rail balance for Prometheus at /metrics on ADDR, e.g. 127.0.0.1:9400
     /// or 0.0.0.0:9400; see docs/counters.md
-    #[arg(long, value_name = "ADDR", value_parser = crate::experiment::parse_listen_address)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse::parse_listen_address)]
     pub prometheus: Option<std::net::SocketAddr>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0, DMI product name) under DIR and exit
     #[arg(long, value_name = "DIR", hide = true)]
