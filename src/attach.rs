@@ -11,7 +11,7 @@ use efatop_runtime::handshake::{Attempt, Deadline, retry};
 use efatop_ui::state::SourceLine;
 
 use crate::cli::AttachArgs;
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 use crate::term;
 use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};

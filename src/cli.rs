@@ -3,15 +3,18 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::experiment::{Experiment, whole_number};
+use crate::parse::whole_number;
 
 mod check;
+mod experiments;
 mod tools;
 mod view;
 
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, PackageFilesArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};
-pub use crate::experiment::parse_serve;
+pub use experiments::{
+    AlltoallArgs, CommonArgs, Experiment, IpcArgs, JsonSamplesArg, MemoryArg, ProxyArgs, SendrecvArgs, SweepArgs, SweepFormat, WriteArgs,
+};
 pub use view::{AttachArgs, ReplayArgs};
 
 #[derive(Debug, Parser)]
@@ -24,7 +27,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    // The benchmarks, one rank per process: `crate::experiment`'s list.
+    // The benchmarks, one rank per process: `experiments.rs`'s list.
     #[command(flatten)]
     Experiment(Experiment),
     /// The GPU→CPU request ring alone (one GPU, no fabric): requests/s and push-to-consume latency
@@ -138,5 +141,22 @@ mod tests {
         assert_eq!(gpu(&["ipc", "--same-gpu"]), Some(0));
         assert_eq!(gpu(&["ipc", "--same-gpu", "--gpu", "1"]), Some(1));
         assert_eq!(gpu(&["write", "--memory", "device"]), None);
+    }
+
+    /// Every duration flag takes units, and a bare number is seconds on every one of them.
+    #[test]
+    fn every_duration_flag_takes_units_and_bare_seconds() {
+        let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("efatop").chain(args.iter().copied())).expect("parses").command;
+        let Command::Experiment(write) = parse(&["write", "--interval", "2", "--timeout", "2m", "--hang-timeout", "90s"]) else { unreachable!() };
+        assert_eq!(write.common().interval, std::time::Duration::from_secs(2));
+        assert_eq!((write.common().timeout, write.common().hang_timeout), (120, 90));
+        let Command::Watch(watch) = parse(&["watch", "--listen", "0", "--window", "5s", "--hang-after", "1m", "--duration", "2"]) else { unreachable!() };
+        assert_eq!((watch.window, watch.hang_after, watch.duration), (5, 60, 2));
+        let Command::Check(check) = parse(&["check", "--window", "2"]) else { unreachable!() };
+        assert_eq!(check.window, std::time::Duration::from_secs(2));
+        let Command::Monitor(monitor) = parse(&["monitor", "--interval", "2.5s"]) else { unreachable!() };
+        assert_eq!(monitor.interval, std::time::Duration::from_millis(2500));
+        let Command::Queue(queue) = parse(&["queue", "--timeout", "1m"]) else { unreachable!() };
+        assert_eq!(queue.timeout, 60);
     }
 }

@@ -1,22 +1,21 @@
-//! The experiments this binary runs, each described once: its flags (clap), the defaults and checks that
-//! depend on it, the columns it fills, what it needs of the world, and how it runs. [`Descriptor`] is
-//! what a rank asks of an experiment; the [`register!`] list at the bottom is the one place that names
-//! them, so a new benchmark is one module under `src/experiment/` plus one line there.
-//!
-//! The flags every experiment shares ([`CommonArgs`]) live here too: they are the experiments', and the
-//! rest of the command line (`cli.rs`) builds on them.
+//! The experiments this binary runs, each described once: the defaults and checks that depend on its
+//! flags, the columns it fills, what it needs of the world, and how it runs. [`Descriptor`] is what a rank
+//! asks of an experiment; its flags (clap) are the command line's (`cli/experiments.rs`, whose
+//! `Experiment` lists them all), and [`Experiment::descriptor`] maps each to its module here, so a new
+//! benchmark is its flags there, one module under `src/experiment/` and one line in each list.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 use efatop_experiments::payload::MemoryChoice;
+use efatop_experiments::World;
+use efatop_fabric::Capabilities;
 use efatop_proto::column::Column;
 use efatop_proto::results::{RankPlacement, RunMetadata};
-use efatop_proto::sizes::{self, format_size};
-use efatop_experiments::{ChannelCount, ProviderChoice, World};
-use efatop_fabric::{Capabilities, Provider};
+use efatop_proto::sizes::format_size;
+
+use crate::cli::{CommonArgs, Experiment, JsonSamplesArg, MemoryArg};
+use crate::parse::{check_listeners, check_writable_file};
 
 mod alltoall;
 mod ipc;
@@ -24,13 +23,6 @@ mod proxy;
 mod sendrecv;
 mod sweep;
 mod write;
-
-pub use alltoall::AlltoallArgs;
-pub use ipc::IpcArgs;
-pub use proxy::ProxyArgs;
-pub use sendrecv::SendrecvArgs;
-pub use sweep::{SweepArgs, SweepFormat};
-pub use write::WriteArgs;
 
 /// What a rank needs to know of an experiment, apart from the flags every experiment shares.
 pub trait Descriptor {
@@ -224,36 +216,6 @@ pub fn check_outputs(common: &CommonArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--serve` and `--prometheus` (on a run or the monitor) on one port of one address: the second could not
-/// listen. Port 0 picks a free port for each.
-pub fn check_listeners(serve: Option<SocketAddr>, prometheus: Option<SocketAddr>) -> Result<(), String> {
-    let (Some(serve), Some(prometheus)) = (serve, prometheus) else { return Ok(()) };
-    let same_address = serve.ip() == prometheus.ip() || serve.ip().is_unspecified() || prometheus.ip().is_unspecified();
-    if serve.port() != 0 && serve.port() == prometheus.port() && same_address {
-        return Err(format!(
-            "--serve {serve} and --prometheus {prometheus} would listen on one port; give each its own (or port 0 for --serve)"
-        ));
-    }
-    Ok(())
-}
-
-/// A file `flag` will create: its folder must exist (a folder named on the command line is not made), and
-/// it must not be a folder itself.
-pub fn check_writable_file(flag: &str, path: &Path) -> Result<(), String> {
-    if path.is_dir() {
-        return Err(format!("{flag} {}: is a directory; name a file in it", path.display()));
-    }
-    // A link (or a FIFO, a device) is refused here, before anything runs, and again where the file is
-    // written (a link planted in between is replaced, never followed).
-    efatop_proto::files::check_output_path(path).map_err(|err| format!("{flag}: {err}"))?;
-    match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        Some(dir) if !dir.is_dir() => {
-            Err(format!("{flag} {}: there is no directory {} to write it in", path.display(), dir.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Whether two paths name one file: by their folders' canonical paths (the files need not exist yet).
 fn same_file(a: &Path, b: &Path) -> bool {
     let resolved = |path: &Path| {
@@ -264,70 +226,19 @@ fn same_file(a: &Path, b: &Path) -> bool {
     a == b || resolved(a).is_some_and(|a| Some(a) == resolved(b))
 }
 
-/// Declares the experiments: the clap subcommands (`efatop <name>` and `efatop run --ranks N <name>`) and
-/// the one place that maps each to its [`Descriptor`].
-macro_rules! register {
-    ($( $(#[$doc:meta])* $variant:ident($args:ty) ),* $(,)?) => {
-        #[derive(Debug, clap::Subcommand)]
-        pub enum Experiment {
-            $( $(#[$doc])* $variant($args), )*
+impl Experiment {
+    /// What a rank asks of the experiment: its flags' `Args`, each a [`Descriptor`]; the one place that
+    /// maps each of `cli::Experiment`'s subcommands to its module here.
+    pub fn descriptor(&self) -> &dyn Descriptor {
+        match self {
+            Experiment::Write(args) => args,
+            Experiment::Sendrecv(args) => args,
+            Experiment::Alltoall(args) => args,
+            Experiment::Proxy(args) => args,
+            Experiment::Ipc(args) => args,
+            Experiment::Sweep(args) => args,
         }
-
-        impl Experiment {
-            pub fn descriptor(&self) -> &dyn Descriptor {
-                match self {
-                    $( Experiment::$variant(args) => args, )*
-                }
-            }
-        }
-    };
-}
-
-register! {
-    /// One-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (Single, Multi, `RoundRobin`)
-    Write(WriteArgs),
-    /// Two-sided SEND/RECV ping-pong between rank 0 and each rank k
-    Sendrecv(SendrecvArgs),
-    /// Every rank writes its buffer to every other rank at once (RDMA WRITE with immediate data)
-    Alltoall(AlltoallArgs),
-    /// GPU-initiated RDMA WRITEs through a CPU proxy, rank 0's GPU → rank 1 (blocking and NBI)
-    Proxy(ProxyArgs),
-    /// NVLink writes through CUDA IPC, rank 0's GPU → rank 1's (store kernel grid × block, and the copy engine)
-    Ipc(IpcArgs),
-    /// Find the slow NIC, link or node of a fleet: every rank pair, rail by rail; exit code 3 when something is suspect
-    Sweep(SweepArgs),
-}
-
-/// `--provider`: `auto`, one of [`Provider::KNOWN`], or any other provider name `fi_info -l` lists.
-fn parse_provider(text: &str) -> Result<ProviderChoice, String> {
-    if text == "auto" {
-        return Ok(ProviderChoice::Auto);
     }
-    Provider::parse(text).map(ProviderChoice::Given).ok_or_else(|| {
-        format!("`{text}` is not a provider name; use auto, {}, or another name `fi_info -l` lists", Provider::KNOWN.join(", "))
-    })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum MemoryArg {
-    /// pinned (page-locked) host memory
-    Host,
-    /// GPU memory (registered with the NIC where the provider can, else staged through pinned host memory)
-    Device,
-    /// GPU memory always staged through pinned host memory (columns `...DMA(staged)`), beside `device`
-    /// to compare the two paths in one run
-    Staged,
-}
-
-/// `--json-samples`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum JsonSamplesArg {
-    /// `sample` lines up to 32768 channels, `rail` lines beyond
-    Auto,
-    /// a `sample` line per channel whatever the run's size
-    Every,
-    /// `rail` lines (per host and rail, every interval) whatever the run's size
-    Rails,
 }
 
 impl From<JsonSamplesArg> for crate::printer::jsonl::Samples {
@@ -340,222 +251,3 @@ impl From<JsonSamplesArg> for crate::printer::jsonl::Samples {
     }
 }
 
-/// `--completion`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CompletionArg {
-    /// delivery on tcp and sockets, the provider's default elsewhere
-    Auto,
-    /// the provider's default
-    Transmit,
-    /// `FI_DELIVERY_COMPLETE`: once the peer has the bytes
-    Delivery,
-}
-
-impl From<CompletionArg> for efatop_experiments::world::CompletionChoice {
-    fn from(arg: CompletionArg) -> Self {
-        match arg {
-            CompletionArg::Auto => Self::Auto,
-            CompletionArg::Transmit => Self::Transmit,
-            CompletionArg::Delivery => Self::Delivery,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-#[allow(clippy::struct_excessive_bools)] // command-line switches
-pub struct CommonArgs {
-    /// libfabric provider: auto (efa when every rank has it, else shm when all ranks share a host, else
-    /// tcp), efa (the efa fabric), efa-direct, shm, tcp, udp (rxd over UDP), sockets (milliseconds per
-    /// transfer: not for benchmarking), or any other provider `fi_info -l` lists
-    #[arg(long, default_value = "auto", value_parser = parse_provider)]
-    pub provider: ProviderChoice,
-    /// On efa, let same-host peers use libfabric's shared-memory shortcut (measures shm, not the NIC);
-    /// same-host pairs are then marked in tables and results
-    #[arg(long)]
-    pub allow_shm: bool,
-    /// Channels per rank (one endpoint each, on its own NIC where there are enough): a count or `all`
-    #[arg(long, default_value = "1", value_parser = parse_channels)]
-    pub channels: ChannelCount,
-    /// Smallest message size, a power of two (K, M, G suffixes) [default: 4K; proxy: 8M, as its seed; ipc: 1M]
-    #[arg(long, value_parser = parse_size_arg)]
-    pub min_size: Option<u64>,
-    /// Largest message size, a power of two (K, M, G suffixes) [default: 64M; proxy and ipc: 1G]
-    #[arg(long, value_parser = parse_size_arg)]
-    pub max_size: Option<u64>,
-    /// Untimed iterations before each size
-    #[arg(long, default_value_t = 3, value_parser = whole_number::<u64>(0..=1_000_000))]
-    pub warmup: u64,
-    /// Timed iterations per size and pair
-    #[arg(long, default_value_t = 20, value_parser = whole_number::<u64>(1..=1_000_000))]
-    pub iters: u64,
-    /// Memory the benchmark moves; `host,device` runs both, their columns side by side
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [MemoryArg::Host])]
-    pub memory: Vec<MemoryArg>,
-    /// GPU for --memory device: an index, or `auto` for this rank's local rank
-    #[arg(long, default_value = "auto", value_parser = parse_gpu)]
-    pub gpu: GpuChoice,
-    /// Stage GPU memory through pinned host memory even where the provider registers it natively
-    /// (`--memory device` becomes `staged`; the proxy uses its staging pipeline)
-    #[arg(long)]
-    pub staged: bool,
-    /// Do not pin each rank's threads (its hot thread alone on one CPU of its GPU's NUMA node, the others on the rest)
-    #[arg(long)]
-    pub no_pin: bool,
-    /// Iterations kept in flight per pair; 1 times each operation alone, as the seed tables do
-    #[arg(long, default_value_t = 1, value_parser = whole_number::<u16>(1..=1024))]
-    pub window: u16,
-    /// When a write or send counts as complete: auto (delivery on tcp and sockets, whose own completion only
-    /// means the kernel took the bytes; the provider's default elsewhere), transmit (the provider's default),
-    /// or delivery (`FI_DELIVERY_COMPLETE`: once the peer has the bytes)
-    #[arg(long, value_enum, default_value_t = CompletionArg::Auto)]
-    pub completion: CompletionArg,
-    /// Link speed per channel in Gbps for `BusBW`, instead of what the provider reports
-    #[arg(long, value_parser = parse_link_gbps, allow_hyphen_values = true)]
-    pub link_gbps: Option<f64>,
-    /// Results file (JSON, rewritten after every size); default efatop-results/<experiment>-<UTC time>-<pid>.json
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Seconds an operation may take before its rank is reported as hung
-    #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
-    pub timeout: u64,
-    /// Seconds a rank may send no telemetry (no sample, no progress) before rank 0 names it hung; a rank
-    /// that exits is named at once whatever this says
-    #[arg(long, default_value_t = 60, value_parser = whole_number::<u64>(1..=86_400))]
-    pub hang_timeout: u64,
-    /// Print JSON lines to stdout (samples, per-size results, a final summary) instead of tables
-    #[arg(long, conflicts_with = "no_tui")]
-    pub json: bool,
-    /// With --json, what telemetry becomes: `auto`, a `sample` line per channel up to 32768 channels (ranks ×
-    /// channels) and `rail` lines beyond (per host and rail, every interval); `every`, a `sample` line per
-    /// channel whatever the size; `rails`, `rail` lines whatever the size
-    #[arg(long, value_enum, default_value_t = JsonSamplesArg::Auto)]
-    pub json_samples: JsonSamplesArg,
-    /// Print plain tables even on a terminal (the dashboard never starts when stdout is not a terminal)
-    #[arg(long)]
-    pub no_tui: bool,
-    /// Telemetry sampling interval, e.g. 100ms or 1s (10ms to 10s)
-    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
-    pub interval: Duration,
-    /// Do not sample or stream telemetry (for measuring what telemetry costs)
-    #[arg(long)]
-    pub no_telemetry: bool,
-    /// Measuring aid (scripts/bench/bench-telemetry-cost): each size's timed iterations in blocks of BLOCK, every
-    /// rank's telemetry sampler paused in every other block (on, off, off, on, then the other way round), and
-    /// both rates in the results file (`telemetry_ab`); write and alltoall, --iters a multiple of 16 × BLOCK.
-    /// With --no-telemetry there is nothing to pause: the same blocks, whose arms differ by the method alone
-    #[arg(long, hide = true, value_name = "BLOCK", value_parser = whole_number::<u64>(1..=1_000_000))]
-    pub telemetry_ab: Option<u64>,
-    /// Rank 0 serves the run's events to `efatop attach` viewers at ADDR: IP:PORT, or a port on 127.0.0.1
-    /// (another address is served beyond this host, and the header says so); port 0 picks a free port and
-    /// prints it
-    #[arg(long, value_name = "ADDR", value_parser = parse_serve)]
-    pub serve: Option<SocketAddr>,
-    /// Rank 0 records the run's events, timestamped and compressed, into FILE for `efatop replay`
-    #[arg(long, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-    /// Rank 0 serves the run (per-channel bytes and rates, p50/p99 per channel and rank, its state) for
-    /// Prometheus at /metrics on ADDR while it runs, and its final figures for 5 s after it ends so that a
-    /// last scrape gets them, e.g. 127.0.0.1:9401
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
-    pub prometheus: Option<SocketAddr>,
-    /// At the end, rank 0 pushes the run's final per-channel byte totals and how it ended to the Prometheus
-    /// Pushgateway at URL (http://HOST:PORT or https://HOST:PORT), as job `efatop`, instance rank 0's host; a
-    /// failed push is a warning
-    #[arg(long, value_name = "URL", value_parser = efatop_runtime::run_metrics::Pushgateway::parse)]
-    pub pushgateway: Option<efatop_runtime::run_metrics::Pushgateway>,
-    /// --pushgateway's HTTP basic auth: FILE holds `user:password` on one line and only its owner may read
-    /// it (else the variable `EFATOP_PUSHGATEWAY_AUTH` holds `user:password`, or the URL does,
-    /// `https://user:password@HOST:PORT`, where other users can read it in the process list). Sent only over
-    /// https or to a loopback address
-    #[arg(long, value_name = "FILE")]
-    pub pushgateway_auth: Option<PathBuf>,
-    /// --pushgateway `https://...`: trust only the CA certificates in FILE (PEM), e.g. a private CA, instead
-    /// of the built-in public roots; /etc/ssl/certs/ca-certificates.crt trusts the system's
-    #[arg(long, value_name = "FILE")]
-    pub pushgateway_ca: Option<PathBuf>,
-    /// Testing aid: read NIC counters under this root (a fake p5 tree from `efatop monitor --write-fake-p5`)
-    /// instead of this machine's; the run's notes say so (docs/counters.md)
-    #[arg(long, hide = true)]
-    pub sysfs_root: Option<PathBuf>,
-    /// Testing aid: the NIC of each channel for its counters, e.g. `0=rdmap79s0,1=rdmap80s0`, where the
-    /// domain does not name it (docs/counters.md)
-    #[arg(long, hide = true, value_parser = efatop_experiments::counters::parse_nic_map)]
-    pub nic_map: Option<std::collections::BTreeMap<usize, String>>,
-    /// Testing aid: the sender corrupts this byte offset (modulo the size) so verification must fail
-    #[arg(long, hide = true)]
-    pub debug_corrupt_byte: Option<u64>,
-}
-
-/// `--serve`: `IP:PORT`, or a bare port on 127.0.0.1.
-pub fn parse_serve(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(port) = text.parse::<u16>() {
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    text.parse::<SocketAddr>()
-        .map_err(|_| format!("`{text}` is not an address to serve on; use IP:PORT (e.g. 127.0.0.1:0, 0.0.0.0:7420) or a port"))
-}
-
-/// `--prometheus`: an IP address and port to listen on.
-pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
-    text.parse().map_err(|_| format!("`{text}` is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400"))
-}
-
-/// A whole-number flag within `range`. Read as a signed number, so that `--iters -5` is refused as out of
-/// range, naming the flag and the range, rather than as a stray `-5` or "invalid digit".
-pub fn whole_number<T>(range: impl std::ops::RangeBounds<i64>) -> impl clap::builder::TypedValueParser<Value = T>
-where
-    T: TryFrom<i64> + Clone + Send + Sync + 'static,
-    T::Error: std::error::Error + Send + Sync + 'static,
-{
-    use clap::builder::TypedValueParser as _;
-    clap::value_parser!(i64).range(range).try_map(T::try_from)
-}
-
-pub fn parse_size_arg(text: &str) -> Result<u64, String> {
-    sizes::parse_size(text)
-}
-
-/// `--gpu`: an index, or `None` for the rank's local rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GpuChoice(pub Option<usize>);
-
-fn parse_gpu(text: &str) -> Result<GpuChoice, String> {
-    if text.eq_ignore_ascii_case("auto") {
-        return Ok(GpuChoice(None));
-    }
-    text.parse::<usize>()
-        .map(|index| GpuChoice(Some(index)))
-        .map_err(|_| format!("`{text}` is not a GPU; use an index such as 0, or `auto` (the rank's local rank)"))
-}
-
-fn parse_channels(text: &str) -> Result<ChannelCount, String> {
-    if text.eq_ignore_ascii_case("all") {
-        return Ok(ChannelCount::All);
-    }
-    match text.parse::<usize>() {
-        Ok(n) if (1..=256).contains(&n) => Ok(ChannelCount::Exactly(n)),
-        _ => Err(format!("`{text}` is not a channel count; use a number from 1 to 256, or `all`")),
-    }
-}
-
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    let millis = if let Some(ms) = trimmed.strip_suffix("ms") {
-        ms.parse::<u64>().ok()
-    } else if let Some(s) = trimmed.strip_suffix('s') {
-        s.parse::<u64>().ok().and_then(|s| s.checked_mul(1000))
-    } else {
-        trimmed.parse::<u64>().ok()
-    };
-    match millis {
-        Some(ms) if (10..=10_000).contains(&ms) => Ok(Duration::from_millis(ms)),
-        _ => Err(format!("`{text}` is not an interval; use 10ms to 10s, e.g. 100ms or 1s")),
-    }
-}
-
-fn parse_link_gbps(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= 100_000.0 => Ok(v),
-        _ => Err(format!("`{text}` is not a link speed; use Gbps above 0, e.g. 100 or 2.5")),
-    }
-}

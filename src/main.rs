@@ -13,6 +13,7 @@ mod launch;
 mod monitor;
 mod nvlink;
 mod package_files;
+mod parse;
 mod printer;
 mod queue;
 mod rank;

@@ -51,9 +51,9 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
         ));
     }
     // As a run's: two listeners on one port, or a recording with no folder, refused before anything starts.
-    crate::experiment::check_listeners(args.serve, args.prometheus).map_err(|line| (2, line))?;
+    crate::parse::check_listeners(args.serve, args.prometheus).map_err(|line| (2, line))?;
     if let Some(record) = &args.record {
-        crate::experiment::check_writable_file("--record", record).map_err(|line| (2, line))?;
+        crate::parse::check_writable_file("--record", record).map_err(|line| (2, line))?;
     }
     let launched = std::env::var_os(efatop_runtime::bootstrap::ENV_RENDEZVOUS).is_some();
     if let (Some(ranks), false) = (args.ranks, launched) {
@@ -82,8 +82,8 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
     let exporter = start_exporter(args)?;
     let sysfs = Sysfs::new(&sysfs_root);
     let mut served = efatop_runtime::serve::MonitorStream::open(args.serve, args.record.as_deref(), &host_name(), args.interval)?;
-    let outlets = Outlets { served: served.as_mut(), exporter: exporter.as_ref().map(|exporter| (exporter, &sysfs)) };
-    let outcome = watch(monitor, args, outlets);
+    let sinks = Sinks { served: served.as_mut(), exporter: exporter.as_ref().map(|exporter| (exporter, &sysfs)) };
+    let outcome = watch(monitor, args, sinks);
     if let Some(served) = served {
         served.finish();
     }
@@ -91,12 +91,12 @@ fn run(args: &MonitorArgs) -> Result<(), Failure> {
 }
 
 /// Where each read goes besides the screen: `--serve`/`--record`'s viewers and `--prometheus`'s endpoint.
-struct Outlets<'a> {
+struct Sinks<'a> {
     served: Option<&'a mut efatop_runtime::serve::MonitorStream>,
     exporter: Option<(&'a Exporter<FreshCounters>, &'a Sysfs)>,
 }
 
-impl Outlets<'_> {
+impl Sinks<'_> {
     fn send(&mut self, snapshot: &NodeSample) {
         if let Some(served) = self.served.as_mut() {
             served.send(snapshot);
@@ -107,26 +107,26 @@ impl Outlets<'_> {
     }
 }
 
-/// One node's monitor until `--count` reads or the user quits, each read also to its outlets.
-fn watch(mut monitor: Monitor, args: &MonitorArgs, mut outlets: Outlets<'_>) -> Result<(), Failure> {
+/// One node's monitor until `--count` reads or the user quits, each read also to its sinks.
+fn watch(mut monitor: Monitor, args: &MonitorArgs, mut sinks: Sinks<'_>) -> Result<(), Failure> {
     let started = Instant::now();
     if args.once {
         monitor.sample(started.elapsed());
         std::thread::sleep(args.interval);
         let snapshot = monitor.sample(started.elapsed());
-        outlets.send(&snapshot);
+        sinks.send(&snapshot);
         let mut view = MonitorView::new(&args.filter);
         view.push(snapshot.clone());
         return print_line(&snapshot, None, &view, args.json);
     }
     if !args.json && std::io::stdout().is_terminal() {
-        return run_terminal(monitor, args, started, outlets).map_err(|err| (1, format!("terminal: {err}")));
+        return run_terminal(monitor, args, started, sinks).map_err(|err| (1, format!("terminal: {err}")));
     }
     let mut view = MonitorView::new(&args.filter);
     let mut printed = 0_u64;
     loop {
         let snapshot = monitor.sample(started.elapsed());
-        outlets.send(&snapshot);
+        sinks.send(&snapshot);
         view.push(snapshot.clone());
         print_line(&snapshot, None, &view, args.json)?;
         printed += 1;
@@ -182,7 +182,7 @@ fn host_name() -> String {
 /// One snapshot on stdout: a JSON line, or the plain table followed by a blank line.
 fn print_line(snapshot: &NodeSample, rank: Option<u32>, view: &MonitorView, json: bool) -> Result<(), Failure> {
     let text = if json {
-        // `--filter` keeps the same NICs as in the table (the outlets get every NIC).
+        // `--filter` keeps the same NICs as in the table (the sinks get every NIC).
         let data = if view.view.filter.trim().is_empty() {
             snapshot.clone()
         } else {
@@ -253,24 +253,24 @@ fn start_exporter(args: &MonitorArgs) -> Result<Option<Exporter<FreshCounters>>,
     Ok(Some(exporter))
 }
 
-fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, outlets: Outlets<'_>) -> std::io::Result<()> {
+fn run_terminal(monitor: Monitor, args: &MonitorArgs, started: Instant, sinks: Sinks<'_>) -> std::io::Result<()> {
     let mut snapshots = spawn_reader(monitor, args.interval, started);
-    let mut node = Node::new(&args.filter, args.count, outlets);
+    let mut node = Node::new(&args.filter, args.count, sinks);
     crate::tui::on_terminal(&mut node, &mut snapshots, || started.elapsed())
 }
 
-/// One node's monitor as the TUI loop drives it: each read to the outlets and into the view, until
+/// One node's monitor as the TUI loop drives it: each read to the sinks and into the view, until
 /// `--count` reads, the reader stops, or the user quits.
 struct Node<'a> {
     view: MonitorView,
-    outlets: Outlets<'a>,
+    sinks: Sinks<'a>,
     count: Option<u64>,
     taken: u64,
 }
 
 impl<'a> Node<'a> {
-    fn new(filter: &str, count: Option<u64>, outlets: Outlets<'a>) -> Self {
-        Self { view: MonitorView::new(filter), outlets, count, taken: 0 }
+    fn new(filter: &str, count: Option<u64>, sinks: Sinks<'a>) -> Self {
+        Self { view: MonitorView::new(filter), sinks, count, taken: 0 }
     }
 }
 
@@ -279,7 +279,7 @@ impl Tui for Node<'_> {
     type Ended = ();
 
     fn event(&mut self, snapshot: NodeSample, _now: Duration) -> Option<()> {
-        self.outlets.send(&snapshot);
+        self.sinks.send(&snapshot);
         self.view.push(snapshot);
         self.taken += 1;
         None

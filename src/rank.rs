@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use efatop_experiments::payload::MemoryChoice;
-use efatop_experiments::{SweepOptions, World, WorldOptions};
+use efatop_experiments::{StepOptions, World, WorldOptions};
 use efatop_fabric::Capabilities;
 use efatop_proto::column::Column;
 use efatop_proto::results::{RankPlacement, RunMetadata};
@@ -13,9 +13,9 @@ use efatop_runtime::rank::{Plan, Planned, Workload};
 use efatop_runtime::rank_zero::Show;
 use efatop_runtime::run_metrics::PushTarget;
 
-use crate::experiment::{Experiment, MemoryArg};
+use crate::cli::{Experiment, MemoryArg};
 use crate::printer::Mode;
-use crate::session::Printer;
+use crate::session::Session;
 
 /// Runs this process's rank with the printer the flags and the terminal choose; returns its exit code.
 pub fn rank_main(experiment: Experiment) -> i32 {
@@ -28,7 +28,7 @@ pub fn rank_main(experiment: Experiment) -> i32 {
         Mode::Dashboard
     };
     let samples = common.json_samples.into();
-    rank_with(experiment, Box::new(Printer { mode, samples }))
+    rank_with(experiment, Box::new(Session { mode, samples }))
 }
 
 /// Runs this process's rank with `show` as rank 0's consumer; returns its exit code (2, one line, for
@@ -58,7 +58,7 @@ fn plan(experiment: Experiment) -> Plan {
         gpu: (common.memory.iter().any(|m| *m != MemoryArg::Host) || descriptor.always_gpu()).then_some(descriptor.gpu_index(common.gpu.0)),
     };
     let (min, max) = experiment.sizes();
-    let sweep = SweepOptions {
+    let sweep = StepOptions {
         sizes: efatop_proto::sizes::sweep(min, max),
         warmup: common.warmup,
         iters: common.iters,

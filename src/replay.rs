@@ -8,7 +8,7 @@ use std::time::Duration;
 use efatop_ui::state::{Key, SourceLine};
 
 use crate::cli::ReplayArgs;
-use efatop_runtime::record::{self, Recording};
+use efatop_proto::recording::{self, Recording};
 use crate::term;
 use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
@@ -26,9 +26,9 @@ pub fn replay(args: &ReplayArgs) -> i32 {
     if crate::watch::is_recording(&args.file) {
         return crate::watch::replay(&args.file, args.json, args.speed);
     }
-    let recording = match record::read(&args.file) {
+    let recording = match recording::read(&args.file) {
         Ok(recording) => recording,
-        Err(record::NotARecording(line)) => {
+        Err(recording::NotARecording(line)) => {
             eprintln!("efatop: error: replay: {line}");
             return 2;
         }
@@ -62,7 +62,7 @@ fn dashboard(recording: &Recording, speed: f64) -> i32 {
 pub struct Playback<'a> {
     recording: &'a Recording,
     /// The events from the next one to hand out.
-    cursor: record::Cursor<'a>,
+    cursor: recording::Cursor<'a>,
     /// The next event to hand out.
     next: usize,
     /// The run's time the playback has reached.

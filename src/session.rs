@@ -1,4 +1,4 @@
-//! Rank 0's consumer of the run's events for the chosen printer ([`Printer`], the runtime's
+//! Rank 0's consumer of the run's events for the chosen printer ([`Session`], the runtime's
 //! [`Show`]): the dashboard, JSON lines or plain lines on a thread of their own, fed by rank 0's loop
 //! (`efatop_runtime::rank_zero`), and the final tables once the run is over.
 
@@ -8,19 +8,19 @@ use std::sync::mpsc;
 use efatop_proto::results::RunResults;
 
 use efatop_ui::app::{App, Ended};
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 use crate::printer::{Mode, dashboard, jsonl, plain};
 
 use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
 /// The printer `mode` names, as rank 0's consumer.
-pub struct Printer {
+pub struct Session {
     pub mode: Mode,
     /// `--json-samples`.
     pub samples: jsonl::Samples,
 }
 
-impl Show for Printer {
+impl Show for Session {
     /// Starts the consumer for the mode and returns where to send it the run's events; JSON lines and
     /// plain output print their header here.
     fn start(&mut self, run: ShowStart<'_>) -> Option<Consumer> {

@@ -18,7 +18,7 @@ use efatop_health::contract::{self, Verdict};
 use efatop_health::sweep::{verdict, Heard};
 use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Show, ShowStart};
 
-use crate::experiment::{Experiment, SweepFormat};
+use crate::cli::{Experiment, SweepFormat};
 
 /// The contract asked for, when this process is the one to wrap the sweep.
 pub fn wanted(experiment: &Experiment) -> Option<(SweepFormat, bool)> {

@@ -12,8 +12,8 @@ use efatop_ui::state::{Key, SourceLine};
 use ratatui::Frame;
 
 use efatop_ui::app::{App, Effect, Event};
-use efatop_runtime::collector::CollectorEvent;
-use efatop_runtime::event::{ConsumerEvent, RunStart};
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::{ConsumerEvent, RunStart};
 use crate::printer::jsonl::{self, SampleLines};
 use crate::printer::{Mode, plain};
 use efatop_ui::tui::{Source, Tui};

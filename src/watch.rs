@@ -23,7 +23,7 @@ use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
 use efatop_proto::output::Line;
 use efatop_ui::watch::WatchView;
 
-use crate::experiment::{parse_serve, whole_number};
+use crate::parse::{parse_serve, whole_number};
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -40,10 +40,10 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
     /// Seconds a rank may stay behind its peers (or silent while they wait) before it is named (1 to 3600)
-    #[arg(long, default_value_t = 10, value_parser = whole_number::<u64>(1..=3600))]
+    #[arg(long, default_value_t = 10, value_parser = crate::parse::seconds(1..=3600))]
     pub hang_after: u64,
     /// Seconds of the NIC join's window (1 to 600)
-    #[arg(long, default_value_t = 5, value_parser = whole_number::<u64>(1..=600))]
+    #[arg(long, default_value_t = 5, value_parser = crate::parse::seconds(1..=600))]
     pub window: u64,
     /// MiB NCCL's network path must move in a window before its NICs are judged (0 to 1048576)
     #[arg(long, default_value_t = 16, value_parser = whole_number::<u64>(0..=1_048_576))]
@@ -52,7 +52,7 @@ pub struct WatchArgs {
     #[arg(long, default_value_t = 4096, value_parser = whole_number::<usize>(1..=65_536))]
     pub max_plugins: usize,
     /// Stop after this many seconds (0: run until interrupted)
-    #[arg(long, default_value_t = 0, value_parser = whole_number::<u64>(0..=31_536_000))]
+    #[arg(long, default_value_t = 0, value_parser = crate::parse::seconds(0..=31_536_000))]
     pub duration: u64,
 }
 
@@ -74,29 +74,29 @@ pub fn watch(args: &WatchArgs) -> i32 {
     }
     let Some(address) = args.listen else { return 2 };
     if let Some(path) = &args.record {
-        if let Err(line) = crate::experiment::check_writable_file("--record", path) {
-            eprintln!("efatop watch: {line}");
+        if let Err(line) = crate::parse::check_writable_file("--record", path) {
+            eprintln!("efatop: error: {line}");
             return 2;
         }
     }
     let token = match efatop_runtime::secret::user_token(true) {
         Ok(token) => token,
         Err(err) => {
-            eprintln!("efatop watch: the user's token: {err}");
+            eprintln!("efatop: error: watch: the user's token: {err}");
             return 2;
         }
     };
     let listener = match TcpListener::bind(address) {
         Ok(listener) => listener,
         Err(err) => {
-            eprintln!("efatop watch: --listen {address}: {err}");
+            eprintln!("efatop: error: --listen {address}: {err}");
             return 2;
         }
     };
     let recorder = match args.record.as_deref().map(|path| Recorder::create(path, &config)).transpose() {
         Ok(recorder) => recorder,
         Err(line) => {
-            eprintln!("efatop watch: {line}");
+            eprintln!("efatop: error: {line}");
             return 2;
         }
     };
@@ -309,7 +309,7 @@ fn from_files(args: &WatchArgs, config: Config) -> i32 {
             }
             Ok(Input::Recording(records)) => events.extend(records.into_iter().filter_map(|r| recorded(base, r))),
             Err(err) => {
-                eprintln!("efatop watch: --from {}: {err}", path.display());
+                eprintln!("efatop: error: --from {}: {err}", path.display());
                 return 2;
             }
         }

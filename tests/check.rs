@@ -551,7 +551,7 @@ fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
     }
 }
 
-/// The scenario of issue 45: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
+/// A GPU and a NIC failing together: on a fake p5, Xid 79 logged for GPU 3 and EFA rdmap80s0 trained at x8 of
 /// x16. JSON names both, `reboot` for the GPU (NVIDIA's catalog: `RESTART_BM`; with its PCI address and the
 /// NICs behind its switch) and the NIC's own action, `reboot` for the node; the NPD line fits 80 characters and exits 1; the Slurm
 /// reason names both. The same node healthy says `none` and exits 0.

@@ -1,4 +1,4 @@
-//! A node that drops off the network mid-run (issue 41), on the emulated cluster (scripts/cluster/emulate-cluster,
+//! A node that drops off the network mid-run, on the emulated cluster (scripts/cluster/emulate-cluster,
 //! 4 nodes × 2 NICs at 1 Gbit/s): every efa link of efatop-node2 goes down (`emulate-cluster cut`), or its
 //! ranks are stopped (SIGSTOP), mid-write, mid-alltoall and mid-sweep, under `efatop run --netns` and under srun
 //! on the emulated Slurm cluster (scripts/cluster/slurm-cluster). Each time:

@@ -52,9 +52,9 @@ fn lines(text: &str) -> Vec<Value> {
     text.lines().map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))).collect()
 }
 
-/// The goldens are the output of the binary before the typed facts, plus what issue 28 added on purpose
-/// (each file's `status` line, `compare`'s line per file, "1 NIC" for "1 NIC(s)") and issue 55 (a sweep's
-/// verdict, rounds and per-pair figures, where it said "no measurements"): nothing else changed.
+/// The goldens are the output of the binary before the typed facts, plus what was added on purpose since
+/// (each file's `status` line, `compare`'s line per file, "1 NIC" for "1 NIC(s)"; a sweep's verdict, rounds and
+/// per-pair figures, where it said "no measurements"): nothing else changed.
 #[test]
 fn report_prints_the_same_table_csv_and_markdown() {
     for run in RUNS {

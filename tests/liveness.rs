@@ -1,6 +1,6 @@
 //! A healthy run is never killed as hung, even on a loaded node.
 //!
-//! The load is the one that made the old heartbeat (2.5 s of silence) kill healthy 1 GiB runs (issue 18):
+//! The load is the one that made the old heartbeat (2.5 s of silence) kill healthy 1 GiB runs:
 //! threads of this test process that map, fault in, lock and unmap 1 GiB over and over,
 //! as a rank's buffer set-up does. It keeps the kernel busy zeroing, compacting and freeing memory, so
 //! that a rank's own 1 GiB mlock holds its process's memory map lock for seconds; a sampler thread that

@@ -31,7 +31,7 @@ use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, prepare, Payload, Stage};
 use crate::world::World;
 use crate::write::{begin_columns, plan, Segment};
-use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, SweepOptions};
+use crate::{agree, agree_on, check_sizes, ExperimentError, Observer, StepOptions};
 
 /// The all-to-all configurations, in the seed's order of columns (`Single`, `Multi`, `RoundRobin`).
 pub const CONFIGS: [Layout; 3] = Layout::ALL;
@@ -94,7 +94,7 @@ struct RankReport {
 /// matrices, telling `observer` of each step as it starts and ends.
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     configs: &[Layout],
     observer: &mut dyn Observer,
 ) -> Result<(Vec<Measurement>, Vec<PairMatrix>), ExperimentError> {
@@ -207,7 +207,7 @@ struct Tracking<'w> {
 impl<'a> Exchange<'a> {
     /// Warmup, then the timed iterations; `expected[channel][source]` counts the immediates this rank has
     /// been promised so far.
-    fn time(&'a self, sweep: &SweepOptions, expected: &'a mut [Vec<u64>]) -> Result<RankReport, ExperimentError> {
+    fn time(&'a self, sweep: &StepOptions, expected: &'a mut [Vec<u64>]) -> Result<RankReport, ExperimentError> {
         let world = self.world;
         let channels = world.channels.len();
         let mine = segments(self.config, world.rank, world.size, self.size, channels);

@@ -29,7 +29,7 @@ use efatop_proto::sizes::format_size;
 
 use crate::pattern::PatternSeed;
 use crate::world::World;
-use crate::{agree_on, cuda_error, ExperimentError, Observer, SweepOptions};
+use crate::{agree_on, cuda_error, ExperimentError, Observer, StepOptions};
 
 const WRITER: usize = 0;
 const TARGET: usize = 1;
@@ -71,7 +71,7 @@ pub struct IpcOptions {
 
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     options: &mut IpcOptions,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
@@ -238,7 +238,7 @@ fn move_bytes(
     source: &DeviceBuffer,
     peer: &PeerMemory,
     size: u64,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     counters: &mut LinkNotes,
     observer: &mut dyn Observer,
 ) -> Result<(Vec<u64>, u64), ExperimentError> {

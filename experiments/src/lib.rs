@@ -99,9 +99,10 @@ pub(crate) fn cuda_error(err: efatop_cuda::CudaError) -> ExperimentError {
     }
 }
 
-/// The size sweep and iteration counts every experiment shares.
+/// The steps every experiment takes, one a message size, and the iterations of each (not the fleet
+/// `sweep`, which is an experiment of its own).
 #[derive(Clone, Debug)]
-pub struct SweepOptions {
+pub struct StepOptions {
     pub sizes: Vec<u64>,
     pub warmup: u64,
     pub iters: u64,
@@ -263,7 +264,7 @@ pub(crate) fn agree_on<T>(
 }
 
 /// Refuses sizes the provider cannot carry in one message.
-pub(crate) fn check_sizes(world: &World<'_>, sweep: &SweepOptions) -> Result<(), ExperimentError> {
+pub(crate) fn check_sizes(world: &World<'_>, sweep: &StepOptions) -> Result<(), ExperimentError> {
     match sweep.sizes.iter().copied().max() {
         // efa-direct carries messages of about the MTU: name the fabric, which is what the user chose.
         Some(largest) if world.provider == efatop_fabric::Provider::EfaDirect => {

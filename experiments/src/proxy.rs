@@ -47,7 +47,7 @@ use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
 use crate::world::World;
 use crate::write::verify_received;
-use crate::{agree_on, check_sizes, cuda_error, ExperimentError, Observer, SweepOptions};
+use crate::{agree_on, check_sizes, cuda_error, ExperimentError, Observer, StepOptions};
 
 /// Quiet after every write (blocking) or once at the end (NBI).
 fn quiet_each(config: ProxyLayout) -> bool {
@@ -88,7 +88,7 @@ pub const DEFAULT_CHUNK: u64 = 1 << 20;
 /// most that many bytes; 0 = one write per channel per iteration).
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     configs: &[ProxyLayout],
     chunk: u64,
     observer: &mut dyn Observer,
@@ -253,7 +253,7 @@ impl SlotsInUse {
 /// Rank 0's CPU proxy for one (configuration, size).
 struct Proxy<'a, 'w> {
     world: &'a World<'w>,
-    sweep: &'a SweepOptions,
+    sweep: &'a StepOptions,
     payload: &'a Payload,
     staging: Option<&'a Staging<'a>>,
     remotes: &'a [Vec<RemoteRegion>],
@@ -606,7 +606,7 @@ fn largest_write(size: u64, channels: usize, chunk: u64) -> u64 {
 /// Rank 1: waits for every write's immediate on each channel the configuration uses.
 fn receive(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     config: ProxyLayout,
     size: u64,
     chunk: u64,

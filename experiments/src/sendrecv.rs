@@ -12,14 +12,14 @@ use efatop_proto::sizes::format_size;
 use crate::pattern::PatternSeed;
 use crate::payload::{Payload, Stage, memory_labels, prepare};
 use crate::world::World;
-use crate::{ExperimentError, Observer, SweepOptions, agree, check_sizes};
+use crate::{ExperimentError, Observer, StepOptions, agree, check_sizes};
 
 const INITIATOR: usize = 0;
 const CHANNEL: usize = 0;
 
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if world.size < 2 {
@@ -46,7 +46,7 @@ pub fn run(
 /// The sweep for one memory kind: every size, every pair.
 fn measure_memory(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     send: &Payload,
     recv: &Payload,
     column: &Column,
@@ -89,7 +89,7 @@ fn measure_memory(
 
 fn ping(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     size: u64,
     peer: usize,
     send: &Payload,
@@ -139,7 +139,7 @@ fn ping(
 
 fn pong(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     size: u64,
     send: &Payload,
     recv: &Payload,

@@ -25,7 +25,7 @@ use crate::alltoall::slot_stride;
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload, Stage};
 use crate::world::{CrossRail, World};
-use crate::{agree, agree_on, ExperimentError, Observer, SweepOptions};
+use crate::{agree, agree_on, ExperimentError, Observer, StepOptions};
 
 /// What the sweep's flags ask for.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,7 +49,7 @@ const RETEST_ROUNDS: usize = 4;
 /// telling `observer` after each round.
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     config: &SweepConfig,
     observer: &mut dyn Observer,
 ) -> Result<SweepResults, ExperimentError> {
@@ -215,7 +215,7 @@ fn crowded_machines(world: &World<'_>) -> Result<Option<String>, ExperimentError
 /// One rank's side of the rounds.
 struct Exchange<'a> {
     world: &'a World<'a>,
-    sweep: &'a SweepOptions,
+    sweep: &'a StepOptions,
     size: u64,
     stride: u64,
     payload: &'a Payload,

@@ -22,7 +22,7 @@ use efatop_proto::telemetry::Phase;
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, Payload, Stage};
 use crate::world::World;
-use crate::{agree, check_sizes, ExperimentError, Observer, SweepOptions};
+use crate::{agree, check_sizes, ExperimentError, Observer, StepOptions};
 
 /// One write of an iteration: which peer, on which channel, which bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ const WRITER: usize = 0;
 /// `observer` of each step as it starts and ends.
 pub fn run(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     configs: &[Layout],
     observer: &mut dyn Observer,
 ) -> Result<Vec<Measurement>, ExperimentError> {
@@ -199,7 +199,7 @@ pub(crate) fn begin_columns(
 /// The writer's side of one group: warmup, then the timed iterations with up to `window` in flight.
 fn time_group(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     config: Layout,
     size: u64,
     group: &[usize],
@@ -378,7 +378,7 @@ impl<'w> Pipeline<'w> {
 /// is only declared hung when no immediate arrives for the operation timeout.
 fn receive_group(
     world: &World<'_>,
-    sweep: &SweepOptions,
+    sweep: &StepOptions,
     config: Layout,
     size: u64,
     expected: &mut [u64],

@@ -9,6 +9,7 @@
 
 mod affinity;
 mod fake;
+pub mod fake_fleet;
 mod fake_node;
 mod gpu;
 pub mod node;

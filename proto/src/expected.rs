@@ -28,7 +28,7 @@ pub const DOC: &str = "docs/expected.md";
 pub const INSTANCE_TYPES: [(&str, &str); 8] = [
     ("p4d.24xlarge", "no published figure for these experiments (its EFA v1 NICs have no RDMA write)"),
     ("p4de.24xlarge", "no published figure for these experiments"),
-    ("p5.48xlarge", "the seed tables (seeds/*.md)"),
+    ("p5.48xlarge", "the seed tables the project began from (runs on p5.48xlarge, quoted in docs/expected.md)"),
     ("p5e.48xlarge", "no published figure (same NICs as p5.48xlarge, but no run on it was published)"),
     ("p5en.48xlarge", "no published figure (no per-NIC figure for its 200G EFA was found)"),
     ("p6-b200.48xlarge", "no published figure (no per-NIC figure for its 400G EFA was found)"),

@@ -492,16 +492,23 @@ impl Measurement {
         link_gbps: Option<f64>,
     ) -> Self {
         let gbps = pairs.iter().map(|p| p.gbps).sum::<f64>() / pairs.len().max(1) as f64;
+        Measurement { busbw_percent: busbw_percent(gbps, link_gbps), pairs, ..Measurement::plain(config, size, gbps, latency.summary(), iterations) }
+    }
+
+    /// `gbps` at `size` in `config` over `iterations` with `latency`, verified, and none of what only some
+    /// steps add (pairs, BusBW, registration, NIC counters, ...): the one shape tests, fixtures and
+    /// synthetic runs start from and complete with struct-update syntax. A run's steps are [`Self::verified`].
+    pub fn plain(config: Column, size: u64, gbps: f64, latency: LatencySummary, iterations: u64) -> Self {
         Measurement {
             config,
             size,
             count: size / 4,
             gbps,
-            busbw_percent: busbw_percent(gbps, link_gbps),
+            busbw_percent: None,
             nccl_busbw_gbps: None,
-            latency: latency.summary(),
+            latency,
             iterations,
-            pairs,
+            pairs: Vec::new(),
             verified: true,
             registration: None,
             counters: None,
@@ -834,20 +841,8 @@ mod tests {
     fn saved_run() -> RunResults {
         let latency = LatencySummary { mean_us: 2.0, p50_us: 2.0, p99_us: 3.0, max_us: 4.0 };
         let measurement = |config: Column, size: u64| Measurement {
-            config,
-            size,
-            count: size / 4,
-            gbps: 1.5,
-            busbw_percent: None,
-            nccl_busbw_gbps: None,
-            latency,
-            iterations: 20,
             pairs: vec![PairMeasurement { peers: vec![1], gbps: 1.5, mean_us: 2.0 }],
-            verified: true,
-            registration: None,
-            counters: None,
-            telemetry_ab: None,
-            expected: None,
+            ..Measurement::plain(config, size, 1.5, latency, 20)
         };
         RunResults {
             schema_version: SchemaVersion::default(),

@@ -23,9 +23,9 @@ use clap::Parser;
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 use bench_common::{fd_budget, rss_mib, thread_cpu_seconds, thread_id};
-use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
+use efatop_node::fake_fleet;
 use efatop_proto::events::CollectorEvent;
-use efatop_proto::telemetry::{wire, NicKind, NodeSample, WorldBounds};
+use efatop_proto::telemetry::{wire, NicKind, WorldBounds};
 use efatop_runtime::affinity::pin_thread;
 use efatop_runtime::collector::{Collector, Gate};
 use efatop_ui::tui::nodes::Nodes;
@@ -69,32 +69,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// One real read of a fake p5 tree (the second: with rates), as the node's monitor makes it.
-fn p5_shape(topology: &std::path::Path) -> std::io::Result<NodeSample> {
-    let dir = tempfile::tempdir()?;
-    FakeSysfs::p5(dir.path())?;
-    let topology = efatop_topology::NodeTopology::from_xml_file(topology).map_err(|err| std::io::Error::other(format!("{}: {err}", topology.display())))?;
-    let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::from_topology(&topology), GpuReader::unavailable("no driver"));
-    monitor.sample(Duration::ZERO);
-    Ok(monitor.sample(Duration::from_secs(1)))
-}
-
-/// Node `node`'s read number `step`: every EFA NIC near 95 Gbps tx + rx with a little deterministic
-/// jitter, the slow NIC at 60 % when `slow`.
-fn read_of(shape: &NodeSample, node: u32, step: u64, slow: bool) -> NodeSample {
-    let mut read = NodeSample { host: format!("p5-node-{node:04}"), t_ms: step * 1000, interval_ms: Some(1000.0), ..shape.clone() };
-    for (index, nic) in read.nics.iter_mut().enumerate() {
-        let jitter = ((node as usize * 7 + index * 13 + step as usize * 3) % 41) as f64 / 10.0;
-        let gbps = match nic.kind {
-            NicKind::Rdma if slow && nic.name == SLOW_NIC => (93.0 + jitter) * 0.6,
-            NicKind::Rdma => 93.0 + jitter,
-            NicKind::Net => 0.1,
-        };
-        (nic.tx_gbps, nic.rx_gbps) = (Some(gbps * 0.6), Some(gbps * 0.4));
-    }
-    read.sent_as(node, step + 1, 0)
-}
-
 /// The collector's batches, counted as the TUI takes them in.
 struct Counted {
     batches: std::sync::mpsc::Receiver<Vec<CollectorEvent>>,
@@ -119,7 +93,8 @@ impl Source for Counted {
 #[allow(clippy::too_many_lines)] // one bench, read top to bottom: setup, load, per-second table, verdict
 fn run(args: &Args) -> std::io::Result<bool> {
     let nodes = args.nodes as usize;
-    let shape = p5_shape(&args.topology)?;
+    let tree = tempfile::tempdir()?;
+    let shape = fake_fleet::p5_read(tree.path(), &args.topology, true)?;
     let efa_nics = shape.nics.iter().filter(|nic| nic.kind == NicKind::Rdma).count();
     let slow_node = args.nodes * 7 / 10;
     let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
@@ -166,7 +141,7 @@ fn run(args: &Args) -> std::io::Result<bool> {
                 for (stream, carried) in &mut links {
                     frames.clear();
                     for &node in carried.iter() {
-                        wire::encode_node(&read_of(&shape, node, step, slow && node == slow_node), &mut frames).map_err(std::io::Error::other)?;
+                        wire::encode_node(&fake_fleet::fleet_read(&shape, node, step, (slow && node == slow_node).then_some(SLOW_NIC)), &mut frames).map_err(std::io::Error::other)?;
                     }
                     stream.write_all(&frames)?;
                     offered.fetch_add(carried.len() as u64, Ordering::Relaxed);

@@ -134,7 +134,7 @@ impl SamplerThread {
             // Everything this thread will touch is allocated and faulted in now, before the hot path
             // starts: from here on it never calls the allocator and never faults a fresh page, so it
             // never waits on the process's memory map, which a large mlock or registration on the hot
-            // path holds for seconds on a loaded node (issue 18: a healthy 1 GiB run was once named hung this way).
+            // path holds for seconds on a loaded node (a healthy 1 GiB run was once named hung this way; tests/liveness.rs).
             prefault_stack();
             let mut link = Link::new(stream, frame_room(&probe));
             let mut sampler = Sampler::new(rank, &probe);
@@ -389,7 +389,7 @@ impl NodeSender {
     }
 }
 
-pub use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::CollectorEvent;
 
 /// Who may connect to a collector, where it listens, and the world it bounds them by.
 #[derive(Clone, Debug)]

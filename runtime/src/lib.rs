@@ -9,14 +9,12 @@
 pub mod affinity;
 pub mod bootstrap;
 pub mod collector;
-pub mod event;
 pub mod handshake;
 pub mod launch;
 pub mod netns;
 pub mod nodes;
 pub mod rank;
 pub mod rank_zero;
-pub mod record;
 pub mod relay;
 pub mod results_file;
 pub mod run_metrics;

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use efatop_experiments::Bootstrap;
 use efatop_node::Monitor;
 
-use crate::collector::{self, Collector, CollectorEvent, Gate, NodeSender};
+use crate::collector::{self, Collector, Gate, NodeSender};
+use efatop_proto::events::CollectorEvent;
 use crate::secret::Keyed;
 
 /// The ranks joined: rank 0's collector (on rank 0) and where every rank sends its reads.

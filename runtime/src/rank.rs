@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::world::{index_on_machine, machine};
-use efatop_experiments::{Bootstrap, ExperimentError, Observer, SweepOptions, Unobserved, World, WorldOptions};
+use efatop_experiments::{Bootstrap, ExperimentError, Observer, StepOptions, Unobserved, World, WorldOptions};
 use efatop_node::NvlinkSurvey;
 use efatop_proto::column::Column;
 use efatop_proto::liveness::Liveness;
@@ -26,7 +26,7 @@ use efatop_topology::NodeTopology;
 use crate::affinity::pin_thread;
 use crate::bootstrap;
 use crate::collector::{Collector, SamplerThread};
-use crate::event::{RunInfo, RunStart};
+use efatop_proto::events::{RunInfo, RunStart};
 use crate::rank_zero::{self, Ending, Forward, Input, Setup, Show};
 use crate::results_file::{ResultsFile, default_results_path};
 use crate::run_metrics::{PushTarget, RunMetrics};
@@ -54,7 +54,7 @@ pub trait Workload: Send {
 }
 
 /// An experiment's run, planned: the sweep and rank 0's observer go in, the outcome comes out.
-pub type Planned<'a> = Box<dyn FnOnce(&SweepOptions, &mut dyn Observer) -> Result<(), ExperimentError> + 'a>;
+pub type Planned<'a> = Box<dyn FnOnce(&StepOptions, &mut dyn Observer) -> Result<(), ExperimentError> + 'a>;
 
 /// One rank's run, as the binary's flags decided it.
 pub struct Plan {
@@ -62,7 +62,7 @@ pub struct Plan {
     /// The world to establish; `max_in_flight` is raised to the window times the world's size.
     pub world: WorldOptions,
     /// The sweep; its `memories` are the workload's, set once the GPU is known.
-    pub sweep: SweepOptions,
+    pub sweep: StepOptions,
     /// Read NIC counters (and the instance type) under this root (`--sysfs-root`).
     pub sysfs_root: Option<PathBuf>,
     /// `--nic-map`: which sysfs device each channel's NIC is.
@@ -584,7 +584,7 @@ struct Telemetry {
 impl Telemetry {
     fn start(
         world: &World<'_>,
-        secret: &crate::secret::Secret,
+        secret: &efatop_proto::auth::Secret,
         wanted: bool,
         interval: Duration,
         hang_timeout: Duration,
@@ -655,7 +655,7 @@ impl Telemetry {
     }
 }
 
-fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> RunInfo {
+fn run_info(results: &RunResults, world: &World<'_>, sweep: &StepOptions) -> RunInfo {
     RunInfo {
         experiment: results.metadata.experiment.clone(),
         provider_stack: world.provider_stack.clone(),
@@ -670,7 +670,7 @@ fn run_info(results: &RunResults, world: &World<'_>, sweep: &SweepOptions) -> Ru
     }
 }
 
-fn metadata(world: &World<'_>, workload: &dyn Workload, sweep: &SweepOptions, hang_timeout: Duration) -> RunMetadata {
+fn metadata(world: &World<'_>, workload: &dyn Workload, sweep: &StepOptions, hang_timeout: Duration) -> RunMetadata {
     RunMetadata {
         efatop_version: env!("CARGO_PKG_VERSION").into(),
         libfabric_version: efatop_fabric::runtime_version(),

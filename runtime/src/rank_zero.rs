@@ -26,8 +26,9 @@ use efatop_proto::sweep::SweepResults;
 use efatop_experiments::world::Abort;
 use efatop_experiments::{ExperimentError, Observer};
 
-use crate::collector::{Collector, CollectorEvent};
-use crate::event::{ConsumerEvent, RunStart};
+use crate::collector::Collector;
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::{ConsumerEvent, RunStart};
 use crate::results_file::ResultsFile;
 use crate::run_metrics::RunMetrics;
 use crate::serve::Outlets;

@@ -43,7 +43,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::collector::CollectorEvent;
+use efatop_proto::events::CollectorEvent;
 
 /// How long `--prometheus`'s endpoint keeps answering with the final figures after the run ends.
 pub const LINGER: Duration = Duration::from_secs(5);
@@ -856,22 +856,9 @@ mod view_tests {
                 deltas: BTreeMap::new(),
             })
             .collect();
-        Measurement {
-            config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host),
-            size: 4096,
-            count: 1024,
-            gbps: 1.0,
-            busbw_percent: None,
-            nccl_busbw_gbps: None,
-            latency: LatencySummary { mean_us: 1.0, p50_us: 1.0, p99_us: 1.0, max_us: 1.0 },
-            iterations: 1,
-            pairs: Vec::new(),
-            verified: true,
-            registration: None,
-            counters: Some(StepCounters { channels, ..StepCounters::default() }),
-            telemetry_ab: None,
-            expected: None,
-        }
+        let config = efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host);
+        let latency = LatencySummary { mean_us: 1.0, p50_us: 1.0, p99_us: 1.0, max_us: 1.0 };
+        Measurement { counters: Some(StepCounters { channels, ..StepCounters::default() }), ..Measurement::plain(config, 4096, 1.0, latency, 1) }
     }
 
     #[test]

@@ -32,10 +32,10 @@ use efatop_experiments::ExperimentError;
 use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
-use crate::collector::CollectorEvent;
 use crate::handshake::{Deadline, Lobby, PER_PEER};
-use crate::event::{ConsumerEvent, RunStart};
-use crate::record::Recorder;
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::{ConsumerEvent, RunStart};
+use efatop_proto::recording::Recorder;
 
 /// Telemetry batches a viewer may have waiting (a batch leaves the collector at most every 10 ms): a few
 /// seconds of a small run.
@@ -469,7 +469,7 @@ impl MonitorStream {
         let opened = Outlets::open(serve, record, Instant::now()).map_err(failed)?;
         let Some(mut outlets) = opened else { return Ok(None) };
         let start = RunStart {
-            info: crate::event::RunInfo { experiment: MONITOR, ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
+            info: efatop_proto::events::RunInfo { experiment: MONITOR, ranks: 1, hosts: vec![host.to_string()], ..Default::default() },
             results: efatop_proto::RunResults {
                 metadata: efatop_proto::RunMetadata {
                     efatop_version: env!("CARGO_PKG_VERSION").into(),

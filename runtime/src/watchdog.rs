@@ -24,7 +24,7 @@ use std::time::Duration;
 use efatop_proto::telemetry::Phase;
 use efatop_proto::liveness::Liveness;
 
-use crate::collector::CollectorEvent;
+use efatop_proto::events::CollectorEvent;
 
 /// The rule, over the clock it judges by.
 pub struct Watchdog {

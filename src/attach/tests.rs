@@ -7,7 +7,7 @@ use efatop_proto::stream::StreamMessage;
 use efatop_ui::state::Key;
 
 use super::{Attached, Incoming, KEYS};
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 use efatop_ui::tui::scripted::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{measured, ms, start, step, telemetry};

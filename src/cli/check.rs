@@ -116,7 +116,9 @@ fn parse_provider(text: &str) -> Result<Provider, String> {
 }
 
 fn parse_window(text: &str) -> Result<Duration, String> {
-    let window = super::tools::parse_interval(text).map_err(|_| format!("`{text}` is not a window; use 10ms to 20s, e.g. 2s"))?;
+    let window = crate::parse::parse_duration(text)
+        .filter(|window| *window >= Duration::from_millis(10))
+        .ok_or_else(|| format!("`{text}` is not a window; use 10ms to 20s, e.g. 2s (a bare number is seconds)"))?;
     if window > Duration::from_secs(20) {
         return Err(format!("`{text}` is too long a window: the whole check must finish within Slurm's 60 s; use at most 20s"));
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use efatop_report::{Format, parse_threshold};
 
-use crate::experiment::whole_number;
+use crate::parse::whole_number;
 
 #[derive(Debug, Clone, Args)]
 pub struct QueueArgs {
@@ -30,7 +30,7 @@ pub struct QueueArgs {
     #[arg(long, default_value_t = 1024, value_parser = parse_slots)]
     pub slots: u64,
     /// Seconds without a request before the run is declared hung
-    #[arg(long, default_value_t = 30, value_parser = whole_number::<u64>(1..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = crate::parse::seconds(1..=3600))]
     pub timeout: u64,
     /// How GPU producers push: `warp` (one claim and one waiter per warp, the head mirrored in GPU memory)
     /// or `seed` (the first design: every thread claims and polls host memory), for comparisons
@@ -130,7 +130,7 @@ pub struct CompareArgs {
 #[derive(Debug, Args)]
 pub struct MonitorArgs {
     /// Time between reads, e.g. 500ms, 1s, 2.5s (10ms to 60s); rates are the change over it
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = crate::parse::duration("an interval", Duration::from_millis(10), Duration::from_secs(60), "500ms or 1s"))]
     pub interval: Duration,
     /// Read twice, --interval apart, print one snapshot with rates and exit
     #[arg(long)]
@@ -161,33 +161,18 @@ pub struct MonitorArgs {
     pub ranks: Option<u16>,
     /// Serve the monitor's reads to `efatop attach` viewers at ADDR (IP:PORT, or a port on 127.0.0.1; port
     /// 0 picks one and prints it); one node (not with mpirun/srun)
-    #[arg(long, value_name = "ADDR", value_parser = super::parse_serve)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse::parse_serve)]
     pub serve: Option<std::net::SocketAddr>,
     /// Record the monitor's reads, timestamped and compressed, into FILE for `efatop replay`; one node
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Serve the counters, rates and rail balance for Prometheus at /metrics on ADDR, e.g. 127.0.0.1:9400
     /// or 0.0.0.0:9400; see docs/counters.md
-    #[arg(long, value_name = "ADDR", value_parser = crate::experiment::parse_listen_address)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse::parse_listen_address)]
     pub prometheus: Option<std::net::SocketAddr>,
     /// Write a fake p5.48xlarge sysfs tree (32 EFA, lo, eth0, DMI product name) under DIR and exit
     #[arg(long, value_name = "DIR", hide = true)]
     pub write_fake_p5: Option<PathBuf>,
-}
-
-/// `500ms`, `1s`, `2.5s`, `2` (seconds).
-pub(super) fn parse_interval(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not an interval; use 10ms to 60s, e.g. 500ms or 1s");
-    let trimmed = text.trim();
-    let seconds = if let Some(ms) = trimmed.strip_suffix("ms") {
-        ms.trim().parse::<f64>().map_err(|_| bad())? / 1e3
-    } else {
-        trimmed.strip_suffix('s').unwrap_or(trimmed).trim().parse::<f64>().map_err(|_| bad())?
-    };
-    if !(0.01..=60.0).contains(&seconds) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// `efatop package-files` (hidden): what scripts/build/package installs beside the binary.
@@ -197,19 +182,4 @@ pub struct PackageFilesArgs {
     /// and completions/ (bash, zsh, fish); it must not exist yet
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn intervals_parse_and_bad_ones_say_why() {
-        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_interval("2.5s"), Ok(Duration::from_millis(2500)));
-        assert_eq!(parse_interval("2"), Ok(Duration::from_secs(2)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("fast").unwrap_err().contains("`fast` is not an interval"));
-    }
 }

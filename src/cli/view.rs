@@ -36,7 +36,7 @@ fn parse_speed(text: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::parse_speed;
-    use crate::experiment::parse_serve;
+    use crate::parse::parse_serve;
 
     #[test]
     fn serve_addresses_default_to_this_host() {

@@ -1,18 +1,12 @@
 //! `efatop alltoall`: every rank writes its buffer to every other rank at once, with per-pair matrices
 //! (seed `all2all.md`). It takes `write`'s flags.
 
-use clap::Args;
 use efatop_experiments::alltoall;
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::World;
 
-use super::{CommonArgs, Descriptor, Planned, WriteArgs};
-
-#[derive(Debug, Clone, Args)]
-pub struct AlltoallArgs {
-    #[command(flatten)]
-    pub write: WriteArgs,
-}
+use super::{Descriptor, Planned};
+use crate::cli::{AlltoallArgs, CommonArgs};
 
 impl Descriptor for AlltoallArgs {
     fn kind(&self) -> efatop_proto::Experiment {

@@ -1,41 +1,14 @@
 //! `efatop ipc`: NVLink writes through CUDA IPC, rank 0's GPU → rank 1's: store kernels of each grid ×
 //! block and the tuned store kernel against the copy engine; `BusBW` against the GPU pair's NVLink peak.
 
-use clap::Args;
 use efatop_experiments::ipc;
 use efatop_experiments::World;
 use efatop_fabric::Capabilities;
 use efatop_proto::ipc::IpcConfig;
 use efatop_proto::results::{LinkSource, RankPlacement, RunMetadata};
 
-use super::{CommonArgs, Descriptor, MemoryArg, Planned};
-
-#[derive(Debug, Clone, Args)]
-#[allow(clippy::struct_excessive_bools)] // command-line switches
-pub struct IpcArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Store kernel grids to run (blocks per launch), e.g. 1,16,128
-    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 16, 128], value_parser = super::whole_number::<u32>(1..=65_535))]
-    pub grid: Vec<u32>,
-    /// Store kernel blocks to run (threads per block): multiples of 32 from 32 to 1024
-    #[arg(long, value_delimiter = ',', default_values_t = [256u32], value_parser = parse_block)]
-    pub block: Vec<u32>,
-    /// Sweep every grid 1, 2, 4 … 512 with every block 64, 128 … 1024 (instead of --grid and --block)
-    #[arg(long, conflicts_with_all = ["grid", "block"])]
-    pub sweep: bool,
-    /// Leave out the tuned kernel (`kernel (tuned)`: Hopper bulk copies, one block per SM; else a store kernel
-    /// with a resident grid and 8 loads in flight per thread)
-    #[arg(long)]
-    pub no_tuned: bool,
-    /// Leave out the copy-engine baseline (`CE`)
-    #[arg(long)]
-    pub no_copy_engine: bool,
-    /// Put both ranks on one GPU (the first, or --gpu's): the IPC path on a one-GPU machine, or a GPU's
-    /// copy rate into its own memory (bytes cross HBM, not NVLink)
-    #[arg(long, hide = true)]
-    pub same_gpu: bool,
-}
+use super::{Descriptor, Planned};
+use crate::cli::{CommonArgs, IpcArgs, MemoryArg};
 
 impl IpcArgs {
     /// The kernel configurations in column order (grid-major), then the tuned kernel, then the copy engine.
@@ -55,13 +28,6 @@ impl IpcArgs {
             configs.push(IpcConfig::COPY_ENGINE);
         }
         configs
-    }
-}
-
-fn parse_block(text: &str) -> Result<u32, String> {
-    match text.parse::<u32>() {
-        Ok(block) if (32..=1024).contains(&block) && block % 32 == 0 => Ok(block),
-        _ => Err(format!("`{text}` is not a block size; use threads per block, a multiple of 32 from 32 to 1024")),
     }
 }
 

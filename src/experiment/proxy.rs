@@ -1,58 +1,15 @@
 //! `efatop proxy`: GPU-initiated RDMA WRITEs through a CPU proxy, rank 0's GPU → rank 1, blocking and NBI
 //! (seed `proxy.md`).
 
-use clap::{Args, ValueEnum};
 use efatop_experiments::payload::MemoryChoice;
 use efatop_experiments::proxy;
 use efatop_proto::column::{Column, Memory, ProxyLayout};
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::World;
+
+use super::{Descriptor, Planned, memories_from_flags};
+use crate::cli::{CommonArgs, ProxyArgs};
 use efatop_proto::sizes;
-
-use super::{CommonArgs, Descriptor, Planned, memories_from_flags};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProxyConfigArg {
-    Single,
-    Multi,
-    #[value(name = "single-nbi")]
-    SingleNbi,
-    #[value(name = "multi-nbi")]
-    MultiNbi,
-}
-
-impl From<ProxyConfigArg> for ProxyLayout {
-    fn from(arg: ProxyConfigArg) -> Self {
-        match arg {
-            ProxyConfigArg::Single => ProxyLayout::Single,
-            ProxyConfigArg::Multi => ProxyLayout::Multi,
-            ProxyConfigArg::SingleNbi => ProxyLayout::SingleNbi,
-            ProxyConfigArg::MultiNbi => ProxyLayout::MultiNbi,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ProxyArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Configurations to run, in this order (blocking: Quiet after each write; NBI: Quiet once at the end)
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ProxyConfigArg::Single, ProxyConfigArg::Multi, ProxyConfigArg::SingleNbi, ProxyConfigArg::MultiNbi])]
-    pub configs: Vec<ProxyConfigArg>,
-    /// Largest write the GPU asks for: each channel's share of a size goes out in writes of at most this
-    /// size, and blocking configurations Quiet after every one (a power of two, or `whole` for one write
-    /// per channel per iteration)
-    #[arg(long, default_value = "1M", value_parser = parse_chunk)]
-    pub chunk: u64,
-}
-
-/// `--chunk`: a size, or `whole` (0).
-fn parse_chunk(text: &str) -> Result<u64, String> {
-    if text.eq_ignore_ascii_case("whole") {
-        return Ok(0);
-    }
-    sizes::parse_size(text).map_err(|why| format!("{why}; or `whole` for one write per channel per iteration"))
-}
 
 impl ProxyArgs {
     fn configs(&self) -> Vec<ProxyLayout> {

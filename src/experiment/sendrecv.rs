@@ -1,18 +1,12 @@
 //! `efatop sendrecv`: two-sided SEND/RECV ping-pong between rank 0 and each rank k (seed `sendrecv.md`).
 
-use clap::Args;
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::{World, sendrecv};
 use efatop_proto::column::{Column, Memory};
 use efatop_fabric::Capabilities;
 
-use super::{CommonArgs, Descriptor, Planned};
-
-#[derive(Debug, Clone, Args)]
-pub struct SendrecvArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-}
+use super::{Descriptor, Planned};
+use crate::cli::{CommonArgs, SendrecvArgs};
 
 impl Descriptor for SendrecvArgs {
     fn kind(&self) -> efatop_proto::Experiment {

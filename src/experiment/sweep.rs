@@ -3,60 +3,13 @@
 //! [`efatop_runtime::rank_zero::SUSPECTS_FOUND`] (3; 1 stays "the run failed", 2 "bad input") when it
 //! names any.
 
-use clap::Args;
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::sweep::{self, SweepConfig};
 use efatop_experiments::World;
 
-use super::{parse_size_arg, CommonArgs, Descriptor, Planned};
+use super::{Descriptor, Planned};
+use crate::cli::{CommonArgs, SweepArgs, SweepFormat};
 
-
-#[derive(Debug, Clone, Args)]
-pub struct SweepArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Bytes each channel writes per iteration (K, M, G suffixes)
-    #[arg(long, default_value = "64M", value_parser = parse_size_arg)]
-    pub size: u64,
-    /// Only the first ⌈n/2⌉ rounds of the tournament (each rank meets half its peers), then the retests
-    #[arg(long)]
-    pub quick: bool,
-    /// A channel whose best figure with any peer is below this share of its rail's fleet median is suspect
-    /// (and below this share of --link-gbps, when given)
-    #[arg(long, default_value_t = efatop_proto::telemetry::rails::DEFAULT_THRESHOLD, value_parser = parse_threshold)]
-    pub threshold: f64,
-    /// Skip the cross-rail round (NIC k of one node with NIC k+1 of another), for fabrics whose rails do not
-    /// reach each other
-    #[arg(long)]
-    pub no_cross_rail: bool,
-    /// How rank 0 reports the verdict: plain (tables, exit 3 when something is suspect), slurm (a line
-    /// `NODE REASON` per suspect node on stdout; the run's tables go to stderr) or npd (one line of at most 80
-    /// characters); with slurm and npd the exit code is 0 nothing suspect, 1 suspects, 2 the sweep failed
-    #[arg(long, value_enum, default_value_t = SweepFormat::Plain, conflicts_with = "json")]
-    pub format: SweepFormat,
-    /// With --format slurm: drain every node with a slow NIC (or slow as a whole) with its reason, through
-    /// `scontrol update` (links between two nodes are reported, not drained)
-    #[arg(long)]
-    pub drain: bool,
-}
-
-/// `sweep --format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SweepFormat {
-    /// tables (or the dashboard), exit 3 when something is suspect
-    Plain,
-    /// a Slurm drain reason per suspect node
-    Slurm,
-    /// a node-problem-detector line
-    Npd,
-}
-
-fn parse_threshold(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
-        _ => Err(format!("`{text}` is not a threshold; use a share of the median between 0 and 1, e.g. 0.9")),
-    }
-}
 
 impl Descriptor for SweepArgs {
     fn kind(&self) -> efatop_proto::Experiment {

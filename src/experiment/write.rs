@@ -1,38 +1,12 @@
 //! `efatop write`: one-sided RDMA WRITE with immediate data, rank 0 → ranks 1..N-1 (seed `write.md`).
 
-use clap::{Args, ValueEnum};
 use efatop_proto::column::{Column, Layout, Memory};
 use efatop_proto::results::{RankPlacement, RunMetadata};
 use efatop_experiments::write;
 use efatop_experiments::World;
 
-use super::{CommonArgs, Descriptor, Planned};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WriteConfigArg {
-    Single,
-    Multi,
-    Roundrobin,
-}
-
-impl From<WriteConfigArg> for Layout {
-    fn from(arg: WriteConfigArg) -> Self {
-        match arg {
-            WriteConfigArg::Single => Layout::Single,
-            WriteConfigArg::Multi => Layout::Multi,
-            WriteConfigArg::Roundrobin => Layout::RoundRobin,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct WriteArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Configurations to run, in this order
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WriteConfigArg::Single, WriteConfigArg::Multi, WriteConfigArg::Roundrobin])]
-    pub configs: Vec<WriteConfigArg>,
-}
+use super::{Descriptor, Planned};
+use crate::cli::{CommonArgs, WriteArgs};
 
 impl WriteArgs {
     pub fn configs(&self) -> Vec<Layout> {

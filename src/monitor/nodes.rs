@@ -13,7 +13,7 @@ use efatop_ui::tui::TICK;
 use efatop_ui::tui::nodes::Nodes;
 
 use super::{Failure, MonitorArgs, build_monitor, print_line};
-use efatop_runtime::collector::CollectorEvent;
+use efatop_proto::events::CollectorEvent;
 use efatop_runtime::nodes::{self, Reads};
 
 /// How long rank 0 waits, past the reads themselves, for every node before `--once` prints what it has.

@@ -31,7 +31,7 @@ fn ms(ms: u64) -> Duration {
 fn the_monitor_tui_draws_a_fake_nodes_reads_and_its_keys_sort_filter_and_pause() {
     let (_dir, fake, mut monitor) = fake_node();
     let (reads, snapshots) = mpsc::channel();
-    let node = Node::new("", None, Outlets { served: None, exporter: None });
+    let node = Node::new("", None, Sinks { served: None, exporter: None });
     let mut tui = efatop_ui::tui::scripted::Scripted::new(node, snapshots, 120, 40);
     assert_eq!(tui.frame(ms(0)), None);
     assert!(tui.screen().contains("waiting for the first read"), "{}", tui.screen());
@@ -72,21 +72,21 @@ fn the_monitor_tui_leaves_after_count_reads_when_the_reader_stops_and_on_ctrl_c(
     let (_dir, _fake, mut monitor) = fake_node();
     // --count 2: the second read ends the view.
     let (reads, snapshots) = mpsc::channel();
-    let mut tui = efatop_ui::tui::scripted::Scripted::new(Node::new("", Some(2), Outlets { served: None, exporter: None }), snapshots, 80, 24);
+    let mut tui = efatop_ui::tui::scripted::Scripted::new(Node::new("", Some(2), Sinks { served: None, exporter: None }), snapshots, 80, 24);
     reads.send(monitor.sample(ms(0))).unwrap();
     assert_eq!(tui.frame(ms(0)), None);
     reads.send(monitor.sample(ms(1000))).unwrap();
     assert_eq!(tui.frame(ms(1000)), Some(()));
     // The reader gone: the view ends.
     let (reads, snapshots) = mpsc::channel();
-    let mut tui = efatop_ui::tui::scripted::Scripted::new(Node::new("", None, Outlets { served: None, exporter: None }), snapshots, 80, 24);
+    let mut tui = efatop_ui::tui::scripted::Scripted::new(Node::new("", None, Sinks { served: None, exporter: None }), snapshots, 80, 24);
     reads.send(monitor.sample(ms(2000))).unwrap();
     assert_eq!(tui.frame(ms(2000)), None);
     drop(reads);
     assert_eq!(tui.frame(ms(2050)), Some(()));
     // Ctrl-C, through the loop with a scripted key source.
     let (_reads, mut snapshots) = mpsc::channel::<NodeSample>();
-    let mut node = Node::new("", None, Outlets { served: None, exporter: None });
+    let mut node = Node::new("", None, Sinks { served: None, exporter: None });
     let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
     let mut script = [efatop_ui::tui::KeyPoll::Nothing, efatop_ui::tui::KeyPoll::Key(Key::Down), efatop_ui::tui::KeyPoll::Interrupt].into_iter();
     let ended = efatop_ui::tui::run(&mut terminal, &mut node, &mut snapshots, || Duration::ZERO, |_wait| Ok(script.next().expect("ended at Ctrl-C")));

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 use efatop_ui::app::{App, Ended};
 use efatop_ui::tui::dashboard::Dashboard;
 

@@ -11,8 +11,8 @@ use efatop_proto::output::{Begin, ChannelFigures, Dropped, Line, NvlinkFigures, 
 use efatop_proto::results::{RunMetadata, RunResults};
 use efatop_proto::telemetry::RankSample;
 
-use efatop_runtime::event::ConsumerEvent;
-use efatop_runtime::collector::CollectorEvent;
+use efatop_proto::events::ConsumerEvent;
+use efatop_proto::events::CollectorEvent;
 
 thread_local! {
     /// Lines not yet written: an event's lines leave in one write (stdout alone would write each line as
@@ -95,7 +95,7 @@ pub enum Samples {
 
 impl SampleLines {
     /// The lines of the run `start` describes, as `samples` asks.
-    pub fn for_run(start: &efatop_runtime::event::RunStart, samples: Samples) -> Self {
+    pub fn for_run(start: &efatop_proto::events::RunStart, samples: Samples) -> Self {
         let world = start.world();
         let channels = world.ranks.saturating_mul(world.channels);
         let rails = match samples {
@@ -384,8 +384,8 @@ mod tests {
     #[test]
     fn a_printer_behind_the_run_drops_old_telemetry_and_keeps_the_rest() {
         use super::{print_events_counted, Printed, SampleLines, WAITING_BATCHES};
-        use efatop_runtime::collector::CollectorEvent;
-        use efatop_runtime::event::ConsumerEvent;
+        use efatop_proto::events::CollectorEvent;
+        use efatop_proto::events::ConsumerEvent;
         let (tx, rx) = std::sync::mpsc::channel();
         let batch = || ConsumerEvent::Telemetry(vec![CollectorEvent::Sample(Box::new(RankSample { rank: 1, ..RankSample::default() }))]);
         for _ in 0..WAITING_BATCHES {
@@ -495,7 +495,7 @@ mod tests {
     fn a_sample_outside_the_world_is_a_warning_not_a_sample() {
         use super::{print_telemetry, SampleLines, PENDING};
         use efatop_proto::output::Line;
-        use efatop_runtime::collector::CollectorEvent;
+        use efatop_proto::events::CollectorEvent;
         let lines = SampleLines { pairs: true, world: Some(efatop_proto::telemetry::WorldBounds { ranks: 3, channels: 2 }), ..SampleLines::default() };
         let printed = |sample: RankSample| {
             PENDING.with_borrow_mut(Vec::clear);

@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use efatop_proto::results::{RunMetadata, RunResults};
 
 use super::{Mode, jsonl};
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::ConsumerEvent;
 
 /// The run's header, before its first size.
 pub fn print_header(metadata: &RunMetadata, sizes: &[u64]) {

@@ -5,8 +5,8 @@ use efatop_proto::stream;
 use efatop_ui::state::Key;
 
 use super::{KEYS, Playback};
-use efatop_runtime::event::ConsumerEvent;
-use efatop_runtime::record::{self, Recorder, Recording};
+use efatop_proto::events::ConsumerEvent;
+use efatop_proto::recording::{self, Recorder, Recording};
 use efatop_ui::tui::scripted::Scripted;
 use crate::viewer::Viewer;
 use crate::viewer::script::{self, ms};
@@ -24,7 +24,7 @@ fn recorded(dir: &tempfile::TempDir) -> Recording {
         recorder.add(&frame, !matches!(event, ConsumerEvent::Telemetry(_)));
     }
     drop(recorder);
-    record::read(&path).expect("read")
+    recording::read(&path).expect("read")
 }
 
 fn replay(recording: &Recording) -> Scripted<Viewer, Playback<'_>> {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use efatop_proto::results::{LatencySummary, Measurement, RunMetadata, RunResults};
 use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, RankSample};
 
-use efatop_runtime::collector::CollectorEvent;
-use efatop_runtime::event::{ConsumerEvent, RunInfo, RunStart};
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::{ConsumerEvent, RunInfo, RunStart};
 
 const INTERVAL: Duration = Duration::from_millis(100);
 
@@ -54,21 +54,12 @@ pub fn step(size: u64) -> ConsumerEvent {
 }
 
 pub fn measured(size: u64, gbps: f64) -> ConsumerEvent {
+    let config = efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host);
+    let latency = LatencySummary { mean_us: 3.0, p50_us: 2.5, p99_us: 7.5, max_us: 9.0 };
     ConsumerEvent::Measured(Box::new(Measurement {
-        config: efatop_proto::column::Column::write(efatop_proto::column::Layout::Single, efatop_proto::column::Memory::Host),
-        size,
-        count: size / 4,
-        gbps,
         busbw_percent: Some(gbps),
-        nccl_busbw_gbps: None,
-        latency: LatencySummary { mean_us: 3.0, p50_us: 2.5, p99_us: 7.5, max_us: 9.0 },
-        iterations: 10,
-        pairs: Vec::new(),
-        verified: true,
         registration: Some("host".into()),
-        counters: None,
-        telemetry_ab: None,
-        expected: None,
+        ..Measurement::plain(config, size, gbps, latency, 10)
     }))
 }
 

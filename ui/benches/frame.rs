@@ -14,7 +14,8 @@ use efatop_proto::RunResults;
 use efatop_ui::dashboard;
 use efatop_ui::ingest::Ingest;
 use efatop_proto::liveness::Liveness;
-use efatop_ui::state::{DashboardState, RunInfo, HISTORY_LEN};
+use efatop_proto::events::RunInfo;
+use efatop_ui::state::{DashboardState, HISTORY_LEN};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 

@@ -9,10 +9,8 @@ use efatop_proto::{Column, Experiment, Measurement, RunResults};
 use crate::state::fleet::Fleet;
 use efatop_proto::liveness::{Health, Liveness};
 use crate::state::gauges::GaugeIndex;
-use crate::state::{
-    history_len, ChannelView, DashboardState, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState,
-    PeerView, QueueView, RunInfo,
-};
+use efatop_proto::events::RunInfo;
+use crate::state::{history_len, ChannelView, DashboardState, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState, PeerView, QueueView};
 
 /// Keeps what the state does not show but ingestion needs. When each rank was last heard from is not
 /// kept here: that is rank 0's one liveness clock ([`Liveness`]), which [`Ingest::tick`] reads.
@@ -653,7 +651,8 @@ mod gauge_index {
     use super::Ingest;
     use crate::dashboard::draw_panel;
     use crate::state::gauges::GaugeIndex;
-    use crate::state::{DashboardState, Panel, RunInfo, HISTORY_LEN};
+    use efatop_proto::events::RunInfo;
+    use crate::state::{DashboardState, Panel, HISTORY_LEN};
 
     fn gauges_panel(state: &DashboardState, view: &crate::view::View) -> ratatui::buffer::Buffer {
         let mut terminal = Terminal::new(TestBackend::new(90, 30)).unwrap();

@@ -12,6 +12,8 @@ pub mod fleet;
 pub mod ingest;
 pub mod monitor;
 pub mod state;
+#[cfg(any(test, feature = "scripted"))]
+pub mod screen;
 pub(crate) mod text;
 pub mod tui;
 pub mod view;

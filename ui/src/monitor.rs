@@ -23,7 +23,11 @@ use efatop_proto::telemetry::{NodeNic, NodeSample};
 use crate::state::{Action, Key};
 
 pub use draw::{draw, plain_text, render};
-pub use nodes::{MAX_NODE_NICS, NodesView, draw_nodes, render_nodes};
+pub use nodes::{NodesView, draw_nodes, render_nodes};
+
+/// The most NICs one node's read may name (a p5 has 32 EFA NICs and a few others; the largest instances
+/// fewer than 64): a read naming more is refused, and a node keeps at most this many in the fleet model.
+pub const MAX_NODE_NICS: usize = 256;
 
 /// Samples of history kept per NIC (the widest sparkline).
 pub const HISTORY_LEN: usize = 120;
@@ -105,7 +109,7 @@ impl NodeReads {
         }
         // A NIC that is gone stays in its node's reads (marked absent); names no read holds any more are
         // let go once they pile up, so that reads naming new NICs again and again hold no more than this.
-        if self.history.len() > 2 * nodes::MAX_NODE_NICS {
+        if self.history.len() > 2 * MAX_NODE_NICS {
             self.history.retain(|name, _| snapshot.nics.iter().any(|nic| &nic.name == name));
         }
         self.snapshot = Some(snapshot);

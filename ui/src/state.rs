@@ -36,7 +36,7 @@ pub const PAIR_HISTORY_LEN: usize = 120;
 /// Points in an NVLink pair's history (one per telemetry interval of its rank).
 pub const NVLINK_HISTORY_LEN: usize = 120;
 
-pub use efatop_proto::events::RunInfo;
+use efatop_proto::events::RunInfo;
 
 /// Where the sweep is.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -287,20 +287,8 @@ pub(crate) mod tests {
             instance_type: None,
         };
         let m = |config: &str, size: u64, gbps: f64| Measurement {
-            config: column(config),
-            size,
-            count: size / 4,
-            gbps,
             busbw_percent: Some(gbps),
-            nccl_busbw_gbps: None,
-            latency: LatencySummary { mean_us: 66.54, p50_us: 65.0, p99_us: 70.25, max_us: 71.0 },
-            iterations: 10,
-            pairs: vec![],
-            verified: true,
-            registration: None,
-            counters: None,
-            telemetry_ab: None,
-            expected: None,
+            ..Measurement::plain(column(config), size, gbps, LatencySummary { mean_us: 66.54, p50_us: 65.0, p99_us: 70.25, max_us: 71.0 }, 10)
         };
         RunResults {
             metadata,

@@ -15,7 +15,7 @@ use efatop_proto::telemetry::{wire, ChannelSample, IntervalHistogram, PeerSample
 use efatop_proto::{Experiment, RunResults};
 
 pub use crate::args::Slow;
-use efatop_runtime::event::{RunInfo, RunStart};
+use efatop_proto::events::{RunInfo, RunStart};
 
 /// Link speed of the synthetic NICs.
 const LINK_GBPS: f64 = 100.0;

@@ -38,8 +38,9 @@ use efatop_proto::liveness::Liveness;
 use efatop_proto::output::RailLines;
 use clap::Parser;
 use efatop_runtime::affinity::pin_thread;
-use efatop_runtime::collector::{Collector, CollectorEvent};
-use efatop_runtime::event::ConsumerEvent;
+use efatop_runtime::collector::Collector;
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::ConsumerEvent;
 use efatop_runtime::rank_zero::{Consumer, ConsumerOutcome, Input, Setup, Show, ShowStart};
 use efatop_runtime::results_file::ResultsFile;
 use efatop_runtime::serve::Outlets;
@@ -407,7 +408,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
 /// goes. A frame's time is what it costs to fold that 50 ms of the run, tick and draw: a replay at 1× has
 /// that long for it.
 fn fold(path: &std::path::Path, (width, height): (u16, u16)) -> std::io::Result<bool> {
-    let recording = efatop_runtime::record::read(path).map_err(|efatop_runtime::record::NotARecording(why)| std::io::Error::other(why))?;
+    let recording = efatop_proto::recording::read(path).map_err(|efatop_proto::recording::NotARecording(why)| std::io::Error::other(why))?;
     if let Some(why) = &recording.cut {
         eprintln!("bench_collector: warning: {why}");
     }
@@ -715,21 +716,12 @@ impl tui::Tui for Timed<'_> {
 /// The synthetic step's measurement: every rank's channels near 95 Gbps.
 fn step_measured(shape: &Shape) -> efatop_proto::results::Measurement {
     use efatop_proto::results::{LatencySummary, Measurement};
+    let latency = LatencySummary { mean_us: 60.0, p50_us: 50.2, p99_us: 434.2, max_us: 612.0 };
+    let gbps = 95.0 * shape.channels as f64;
     Measurement {
-        config: Column::write(Layout::Single, Memory::Host),
-        size: 8 << 20,
-        count: 2 << 20,
-        gbps: 95.0 * shape.channels as f64,
         busbw_percent: Some(95.0),
-        nccl_busbw_gbps: None,
-        latency: LatencySummary { mean_us: 60.0, p50_us: 50.2, p99_us: 434.2, max_us: 612.0 },
-        iterations: 100,
-        pairs: Vec::new(),
-        verified: true,
         registration: Some("dmabuf".into()),
-        counters: None,
-        telemetry_ab: None,
-        expected: None,
+        ..Measurement::plain(Column::write(Layout::Single, Memory::Host), 8 << 20, gbps, latency, 100)
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::stream::{self, Hello, StreamMessage};
-use efatop_runtime::collector::CollectorEvent;
-use efatop_runtime::event::ConsumerEvent;
+use efatop_proto::events::CollectorEvent;
+use efatop_proto::events::ConsumerEvent;
 
 /// What a viewer got.
 #[derive(Clone, Copy, Debug, Default)]

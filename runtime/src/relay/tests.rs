@@ -1,7 +1,8 @@
 //! The relay between real samplers and rank 0's real collector, over loopback.
 
 use super::*;
-use crate::collector::{Collector, CollectorEvent, SamplerThread};
+use crate::collector::{Collector, SamplerThread};
+use efatop_proto::events::CollectorEvent;
 use efatop_proto::telemetry::{Probe, RankSample};
 use std::io::Write;
 use std::net::TcpStream;

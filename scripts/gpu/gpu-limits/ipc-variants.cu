@@ -1,5 +1,5 @@
 // Store-kernel variants against the copy engine, one GPU, device-to-device (what `ipc --same-gpu` moves):
-// the exploration behind `kernel (tuned)` in transports/cuda/src/ipc.rs (issue 32). Build and run on the GPU
+// the exploration behind `kernel (tuned)` in transports/cuda/src/ipc.rs. Build and run on the GPU
 // machine: nvcc -O3 -arch=sm_90 -o /tmp/v ipc-variants.cu && /tmp/v
 // Prints GB/s per size for the copy engine, the seed's kernel at 128x256 and each variant, verified.
 #include <cstdio>

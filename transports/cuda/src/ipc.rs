@@ -258,7 +258,7 @@ pub struct TunedShape {
 }
 
 impl TunedShape {
-    /// What the measurements chose (docs/measurements.md, issue 32): Hopper's bulk copies, 8 stages of
+    /// What the measurements chose (docs/measurements.md): Hopper's bulk copies, 8 stages of
     /// 16 KiB, one block per SM; where the GPU has none (before compute capability 9.0) and for sizes under
     /// [`BULK_SMALLEST`], the store kernel in [`TunedShape::STORE`]'s shape.
     pub const DEFAULT: TunedShape = TunedShape { unroll: 8, blocks_per_sm: 1, block: 32, mode: 6, fence: 0 };

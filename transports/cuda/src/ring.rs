@@ -289,7 +289,7 @@ pub const DEVICE_WORDS: usize = 64;
 
 /// The producer's side in CUDA C, for NVRTC; the constants are the ones above.
 ///
-/// Two designs of the same protocol over the same words: `efatop_ring_push` (issue 32) claims one run of
+/// Two designs of the same protocol over the same words: `efatop_ring_push` (`--ring warp`) claims one run of
 /// tickets per warp (one atomic, lanes take consecutive tickets), lets one lane wait for room for the whole
 /// run, and waits on a device-memory mirror of the head that one producer at a time refreshes from host
 /// memory; `efatop_ring_push_seed` is the first design, one ticket and one poller of host memory per
@@ -431,7 +431,7 @@ __device__ unsigned long long efatop_ring_push(unsigned long long* words, unsign
     return ticket;
 }
 
-// The first design (before issue 32), for comparisons: every thread claims its own ticket and polls the
+// The first design (`--ring seed`), for comparisons: every thread claims its own ticket and polls the
 // head in host memory, with backoff, until its slot is free.
 __device__ unsigned long long efatop_ring_push_seed(unsigned long long* words, unsigned long long* dev,
         unsigned long long capacity, unsigned long long route, unsigned long long offset,

@@ -89,7 +89,7 @@ extern "C" __global__ void efatop_proxy_writer(unsigned long long* words, unsign
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RingDesign {
     /// One tail atomic per warp (lanes take consecutive tickets), one waiter per warp, waiting on a
-    /// device-memory mirror of the head that one producer at a time refreshes over PCIe (issue 32).
+    /// device-memory mirror of the head that one producer at a time refreshes over PCIe (docs/measurements.md).
     #[default]
     Warp,
     /// The first design: one tail atomic and one poller of the head in host memory per thread.

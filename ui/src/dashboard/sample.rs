@@ -12,9 +12,10 @@ use efatop_proto::column::{Column, Layout, Memory, ProxyLayout};
 use efatop_proto::results::LinkSource;
 use efatop_proto::{Experiment, RunResults};
 
+use efatop_proto::events::RunInfo;
 use crate::state::{
     ChannelView, DashboardState, LogLevel, NvlinkView, PairMatrixView, Panel, PeerState, PeerView, Progress, QueueView,
-    RunInfo, HISTORY_LEN, NVLINK_HISTORY_LEN,
+    HISTORY_LEN, NVLINK_HISTORY_LEN,
 };
 use crate::view::View;
 
@@ -270,27 +271,8 @@ fn measurements(single_config: &Column, multi_config: &Column) -> Vec<Measuremen
     let multi = [45.12, 98.75, 171.40];
     let measurement = |config: &Column, size: u64, gbps: f64, channels: f64| {
         let mean_us = size as f64 * 8.0 / gbps / 1e3;
-        Measurement {
-            config: config.clone(),
-            size,
-            count: size / 4,
-            gbps,
-            busbw_percent: Some(gbps / (LINK_GBPS * channels) * 100.0),
-            nccl_busbw_gbps: None,
-            latency: LatencySummary {
-                mean_us,
-                p50_us: mean_us * 0.97,
-                p99_us: mean_us * 1.31,
-                max_us: mean_us * 1.6,
-            },
-            iterations: 20,
-            pairs: vec![],
-            verified: true,
-            registration: None,
-            counters: None,
-            telemetry_ab: None,
-            expected: None,
-        }
+        let latency = LatencySummary { mean_us, p50_us: mean_us * 0.97, p99_us: mean_us * 1.31, max_us: mean_us * 1.6 };
+        Measurement { busbw_percent: Some(gbps / (LINK_GBPS * channels) * 100.0), ..Measurement::plain(config.clone(), size, gbps, latency, 20) }
     };
     let single = SIZES.iter().zip(single).map(|(&size, gbps)| measurement(single_config, size, gbps, 1.0));
     let multi = SIZES.iter().zip(multi).map(|(&size, gbps)| measurement(multi_config, size, gbps, 4.0));

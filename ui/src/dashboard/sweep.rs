@@ -145,7 +145,8 @@ mod tests {
 
     use super::super::draw;
     use crate::state::sweep::SweepView;
-    use crate::state::{DashboardState, RunInfo};
+    use efatop_proto::events::RunInfo;
+    use crate::state::DashboardState;
     use crate::view::View;
 
     const RAILS: usize = 4;

@@ -12,7 +12,8 @@ use ratatui::Terminal;
 
 use super::sample::{sample_state, sample_view};
 use super::{draw, draw_panel, header};
-use crate::state::{ChannelView, DashboardState, LogLevel, Panel, PeerState, PeerView, RunInfo};
+use efatop_proto::events::RunInfo;
+use crate::state::{ChannelView, DashboardState, LogLevel, Panel, PeerState, PeerView};
 use crate::view::View;
 
 fn terminal(width: u16, height: u16) -> Terminal<TestBackend> {

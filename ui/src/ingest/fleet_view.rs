@@ -12,7 +12,8 @@ use efatop_proto::{Experiment, RunResults};
 use super::Ingest;
 use crate::dashboard::sample::fleet_host;
 use efatop_proto::liveness::Liveness;
-use crate::state::{DashboardState, RunInfo};
+use efatop_proto::events::RunInfo;
+use crate::state::DashboardState;
 
 /// Link speed of the synthetic NICs.
 const LINK_GBPS: f64 = 100.0;

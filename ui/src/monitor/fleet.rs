@@ -5,9 +5,9 @@
 //! check use): a NIC's rail is its index among its node's RDMA NICs in the rail check's order
 //! ([`fleet_rails`]), its rate tx + rx Gbps (the rail check's load).
 //!
-//! Keys: ↑/↓ select a node (worst first), Enter shows its one-node view (every key there is the one-node
-//! monitor's; Tab or `]` / Shift-Tab or `[` the next or previous node by rank), Esc comes back, `/` finds
-//! a node by name, `q` quits.
+//! Keys (the many-node view's, `nodes.rs`, which holds this model): ↑/↓ select a node (worst first),
+//! Enter shows its one-node view (every key there is the one-node monitor's; Tab or `]` / Shift-Tab or
+//! `[` the next or previous node by rank), Esc comes back, `/` finds a node by name, `q` quits.
 
 mod draw;
 #[cfg(test)]
@@ -19,10 +19,8 @@ use std::time::Duration;
 use efatop_proto::telemetry::rails::fleet_rails;
 use efatop_proto::telemetry::NodeSample;
 
-use super::nodes::MAX_NODE_NICS;
-use super::NodesView;
+use super::MAX_NODE_NICS;
 use crate::state::fleet::{Fleet, LIVE_RULE};
-use crate::state::{Action, Key};
 use crate::view::FleetView;
 
 pub(super) use draw::render_fleet;
@@ -141,7 +139,7 @@ impl NodeFleet {
     }
 
     /// Moves the selection one host down (towards the better ones) or up.
-    fn step(&mut self, down: bool) {
+    pub(super) fn step(&mut self, down: bool) {
         let order = self.model.order();
         let at = self.selected().and_then(|host| self.model.position_of(host)).unwrap_or(0);
         let to = if down { (at + 1).min(order.len().saturating_sub(1)) } else { at.saturating_sub(1) };
@@ -149,86 +147,4 @@ impl NodeFleet {
             self.view.selected = Some(host as usize);
         }
     }
-}
-
-/// Whether `view` draws the fleet overview rather than tabs: the job has [`FLEET_MIN_NODES`] nodes or
-/// more.
-pub(super) fn applies(view: &NodesView) -> bool {
-    view.expected.max(view.nodes.len()) >= FLEET_MIN_NODES
-}
-
-/// A key in the overview (or in a node drilled into from it).
-pub(super) fn handle_key(view: &mut NodesView, key: Key) -> Action {
-    let fleet = &mut view.fleet;
-    if let Some(query) = &mut fleet.view.search {
-        match key {
-            Key::Esc | Key::Enter => fleet.view.search = None,
-            Key::Char('\u{8}') => {
-                query.pop();
-            }
-            Key::Char(c) => query.push(c),
-            // Any other key ends the search and does what it does.
-            _ => {
-                fleet.view.search = None;
-                return handle_key(view, key);
-            }
-        }
-        if let Some(query) = &fleet.view.search {
-            if let Some(host) = fleet.model.find_host(query) {
-                fleet.view.selected = Some(host);
-            }
-        }
-        return Action::None;
-    }
-    if let Some(host) = fleet.view.drilled {
-        let Some(rank) = fleet.rank_of(host).filter(|rank| view.nodes.contains_key(rank)) else {
-            fleet.view.drilled = None;
-            return Action::None;
-        };
-        // The node's own prompt and help take their keys first.
-        let busy = view.nodes.get(&rank).is_some_and(|node| node.view.filter_input.is_some() || node.view.show_help);
-        if !busy {
-            let to = match key {
-                Key::Esc => {
-                    fleet.view.drilled = None;
-                    fleet.view.selected = Some(host);
-                    return Action::None;
-                }
-                Key::Tab | Key::Char(']') => Some(next_rank(view, rank, true)),
-                Key::BackTab | Key::Char('[') => Some(next_rank(view, rank, false)),
-                _ => None,
-            };
-            if let Some(to) = to {
-                let fleet = &mut view.fleet;
-                fleet.view.drilled = fleet.host_of(to).or(Some(host));
-                return Action::None;
-            }
-        }
-        return view.nodes.get_mut(&rank).map_or(Action::None, |node| node.handle_key(key));
-    }
-    match key {
-        Key::Char('q') => return Action::Quit,
-        Key::Char('/') => fleet.view.search = Some(String::new()),
-        Key::Down | Key::Char('j') => fleet.step(true),
-        Key::Up | Key::Char('k') => fleet.step(false),
-        Key::Enter => {
-            if let Some(host) = fleet.selected().filter(|&host| fleet.rank_of(host).is_some_and(|rank| view.nodes.contains_key(&rank))) {
-                fleet.view.selected = Some(host);
-                fleet.view.drilled = Some(host);
-            }
-        }
-        _ => {}
-    }
-    Action::None
-}
-
-/// The node after (or before) `rank`, by rank, wrapping around.
-fn next_rank(view: &NodesView, rank: u32, forward: bool) -> u32 {
-    let nodes = &view.nodes;
-    let found = if forward {
-        nodes.range(rank.saturating_add(1)..).next().or_else(|| nodes.iter().next())
-    } else {
-        nodes.range(..rank).next_back().or_else(|| nodes.iter().next_back())
-    };
-    found.map_or(rank, |(&rank, _)| rank)
 }

@@ -16,7 +16,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Widget;
 
 use super::fleet::{self, NodeFleet};
-use super::{MonitorView, render};
+use super::{MAX_NODE_NICS, MonitorView, render};
 use crate::state::{Action, Key};
 
 /// Every node's view, by rank.
@@ -36,10 +36,6 @@ pub struct NodesView {
     /// node's label again, for each of a fleet's 4096 first reads, took seconds).
     ranks_by_host: HashMap<String, Vec<u32>>,
 }
-
-/// The most NICs one node's read may name (a p5 has 32 EFA NICs and a few others; the largest instances
-/// fewer than 64): a read naming more is refused, and a node keeps at most this many in the fleet model.
-pub const MAX_NODE_NICS: usize = 256;
 
 impl NodesView {
     pub fn new(filter: &str, expected: usize) -> Self {
@@ -81,7 +77,7 @@ impl NodesView {
 
     /// Whether the fleet overview is drawn rather than tabs (see [`fleet::FLEET_MIN_NODES`]).
     pub fn shows_fleet(&self) -> bool {
-        fleet::applies(self)
+        fleet_applies(self)
     }
 
     /// The node whose panel is shown: the selected tab, or the node drilled into from the overview
@@ -107,7 +103,7 @@ impl NodesView {
 
     pub fn handle_key(&mut self, key: Key) -> Action {
         if self.shows_fleet() {
-            return fleet::handle_key(self, key);
+            return fleet_key(self, key);
         }
         let typing = self.shown().is_some_and(|view| view.view.filter_input.is_some());
         let count = self.nodes.len().max(1);
@@ -193,6 +189,88 @@ fn drilled_line(view: &NodesView, area: Rect, buf: &mut Buffer) {
     .render(area, buf);
 }
 
+/// Whether `view` draws the fleet overview rather than tabs: the job has [`fleet::FLEET_MIN_NODES`] nodes or
+/// more.
+fn fleet_applies(view: &NodesView) -> bool {
+    view.expected.max(view.nodes.len()) >= fleet::FLEET_MIN_NODES
+}
+
+/// A key in the fleet overview (or in a node drilled into from it).
+fn fleet_key(view: &mut NodesView, key: Key) -> Action {
+    let fleet = &mut view.fleet;
+    if let Some(query) = &mut fleet.view.search {
+        match key {
+            Key::Esc | Key::Enter => fleet.view.search = None,
+            Key::Char('\u{8}') => {
+                query.pop();
+            }
+            Key::Char(c) => query.push(c),
+            // Any other key ends the search and does what it does.
+            _ => {
+                fleet.view.search = None;
+                return fleet_key(view, key);
+            }
+        }
+        if let Some(query) = &fleet.view.search {
+            if let Some(host) = fleet.model.find_host(query) {
+                fleet.view.selected = Some(host);
+            }
+        }
+        return Action::None;
+    }
+    if let Some(host) = fleet.view.drilled {
+        let Some(rank) = fleet.rank_of(host).filter(|rank| view.nodes.contains_key(rank)) else {
+            fleet.view.drilled = None;
+            return Action::None;
+        };
+        // The node's own prompt and help take their keys first.
+        let busy = view.nodes.get(&rank).is_some_and(|node| node.view.filter_input.is_some() || node.view.show_help);
+        if !busy {
+            let to = match key {
+                Key::Esc => {
+                    fleet.view.drilled = None;
+                    fleet.view.selected = Some(host);
+                    return Action::None;
+                }
+                Key::Tab | Key::Char(']') => Some(next_rank(view, rank, true)),
+                Key::BackTab | Key::Char('[') => Some(next_rank(view, rank, false)),
+                _ => None,
+            };
+            if let Some(to) = to {
+                let fleet = &mut view.fleet;
+                fleet.view.drilled = fleet.host_of(to).or(Some(host));
+                return Action::None;
+            }
+        }
+        return view.nodes.get_mut(&rank).map_or(Action::None, |node| node.handle_key(key));
+    }
+    match key {
+        Key::Char('q') => return Action::Quit,
+        Key::Char('/') => fleet.view.search = Some(String::new()),
+        Key::Down | Key::Char('j') => fleet.step(true),
+        Key::Up | Key::Char('k') => fleet.step(false),
+        Key::Enter => {
+            if let Some(host) = fleet.selected().filter(|&host| fleet.rank_of(host).is_some_and(|rank| view.nodes.contains_key(&rank))) {
+                fleet.view.selected = Some(host);
+                fleet.view.drilled = Some(host);
+            }
+        }
+        _ => {}
+    }
+    Action::None
+}
+
+/// The node after (or before) `rank`, by rank, wrapping around.
+fn next_rank(view: &NodesView, rank: u32, forward: bool) -> u32 {
+    let nodes = &view.nodes;
+    let found = if forward {
+        nodes.range(rank.saturating_add(1)..).next().or_else(|| nodes.iter().next())
+    } else {
+        nodes.range(..rank).next_back().or_else(|| nodes.iter().next_back())
+    };
+    found.map_or(rank, |(&rank, _)| rank)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,10 +306,7 @@ mod tests {
     }
 
     fn screen(view: &NodesView, width: u16, height: u16) -> String {
-        let area = Rect::new(0, 0, width, height);
-        let mut buf = Buffer::empty(area);
-        render_nodes(view, area, &mut buf);
-        (0..height).map(|y| (0..width).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n").collect()
+        crate::screen::rendered(width, height, |area, buf| render_nodes(view, area, buf))
     }
 
     #[test]

@@ -109,9 +109,7 @@ fn view_after(steps: u64, gpus: fn() -> NodeGpus) -> MonitorView {
 }
 
 fn screen(view: &MonitorView, width: u16, height: u16) -> Terminal<TestBackend> {
-    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal.draw(|frame| draw(frame, view)).unwrap();
-    terminal
+    crate::screen::drawn(width, height, |frame| draw(frame, view))
 }
 
 fn find(buffer: &Buffer, needle: &str) -> Option<(u16, u16)> {

@@ -380,7 +380,8 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{ChannelView, RunInfo};
+    use efatop_proto::events::RunInfo;
+    use crate::state::ChannelView;
 
     /// `hosts` × `ranks` × `channels` views, every NIC at 100 Gbps but those in `slow` (view, Gbps).
     fn fleet(hosts: usize, ranks: usize, channels: usize) -> DashboardState {

@@ -68,8 +68,8 @@ mod tests {
 
     use super::*;
     use crate::tui::scripted::Scripted;
-    use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
     use efatop_proto::telemetry::wire;
+    use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
     use efatop_proto::telemetry::{NicKind, NodeSample};
 
     /// Node `rank`'s read as rank 0's collector hands it over: a batch of one node frame.
@@ -127,34 +127,21 @@ mod tests {
     const SLOW_NODE: u32 = 41;
     const SLOW_NIC: &str = "rdmap132s0";
 
-    /// One real read of a fake p5 tree, its NICs placed by the p5 topology fixture: 32 EFA NICs under
-    /// their GPUs, lo and eth0.
+    /// One real read of a fake p5 tree (`efatop_node::fake_fleet`), its NICs placed by the p5 topology
+    /// fixture: 32 EFA NICs under their GPUs, lo and eth0.
     fn p5_shape() -> NodeSample {
         let dir = tempfile::tempdir().unwrap();
-        FakeSysfs::p5(dir.path()).unwrap();
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../topology/fixtures/p5.48xlarge.xml");
-        let topology = efatop_topology::NodeTopology::from_xml_file(&fixture).unwrap();
-        let mut monitor = Monitor::new("p5", Sysfs::new(dir.path()), Affinity::from_topology(&topology), GpuReader::unavailable("no driver"));
-        monitor.sample(Duration::ZERO)
+        efatop_node::fake_fleet::p5_read(dir.path(), &fixture, false).unwrap()
     }
 
     /// Node `node`'s read at `step` (step 0: its first, without rates), across the wire as rank 0's
-    /// collector hands it over: the p5's NICs with the node's own rates, each EFA NIC near 95 Gbps tx + rx
-    /// (a few Gbps of deterministic jitter), [`SLOW_NIC`] at 60 % of that when `slow`.
+    /// collector hands it over: the fleet's read ([`efatop_node::fake_fleet::fleet_read`]), [`SLOW_NIC`]
+    /// at 60 % when `slow`.
     fn fleet_read(shape: &NodeSample, node: u32, step: u64, slow: bool) -> Vec<CollectorEvent> {
-        let mut snapshot =
-            NodeSample { host: format!("p5-node-{node:04}"), t_ms: step * 1000, interval_ms: (step > 0).then_some(1000.0), ..shape.clone() };
-        for (index, nic) in snapshot.nics.iter_mut().enumerate() {
-            let jitter = ((node as usize * 7 + index * 13 + step as usize * 3) % 41) as f64 / 10.0;
-            let gbps = match nic.kind {
-                NicKind::Rdma if slow && nic.name == SLOW_NIC => (93.0 + jitter) * 0.6,
-                NicKind::Rdma => 93.0 + jitter,
-                NicKind::Net => 0.1,
-            };
-            (nic.tx_gbps, nic.rx_gbps) = if step > 0 { (Some(gbps * 0.6), Some(gbps * 0.4)) } else { (None, None) };
-        }
+        let read = efatop_node::fake_fleet::fleet_read(shape, node, step, slow.then_some(SLOW_NIC));
         let mut frame = Vec::new();
-        wire::encode_node(&snapshot.sent_as(node, step + 1, 0), &mut frame).unwrap();
+        wire::encode_node(&read, &mut frame).unwrap();
         let Ok(wire::Frame::Node(arrived)) = wire::decode_frame(&frame[4..]) else { panic!("not a node frame") };
         vec![CollectorEvent::Node(Box::new(arrived))]
     }

@@ -9,14 +9,8 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use super::{KeyPoll, Source, Tui};
+use crate::screen::screen;
 use crate::state::Key;
-
-/// The screen of a `TestBackend` as text, one line per row.
-pub fn screen(terminal: &Terminal<TestBackend>) -> String {
-    let buffer = terminal.backend().buffer();
-    let width = usize::from(buffer.area.width).max(1);
-    buffer.content().chunks(width).map(|row| row.iter().map(ratatui::buffer::Cell::symbol).collect::<String>() + "\n").collect()
-}
 
 /// A TUI, its source and a test terminal.
 pub struct Scripted<T, S> {

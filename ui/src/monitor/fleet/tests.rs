@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use efatop_node::{p5_efa_devices, NO_DRIVER};
 use efatop_proto::telemetry::{NicKind, NodeGpus, NodeNic, NodeSample};
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
 
 use super::FLEET_MIN_NODES;
 use crate::monitor::{render_nodes, NodesView};
@@ -69,10 +67,7 @@ fn fed(nodes: u32, steps: u64, slow: Option<(u32, usize, f64)>) -> NodesView {
 }
 
 fn screen(view: &NodesView, width: u16, height: u16) -> String {
-    let area = Rect::new(0, 0, width, height);
-    let mut buf = Buffer::empty(area);
-    render_nodes(view, area, &mut buf);
-    (0..height).map(|y| (0..width).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n").collect()
+    crate::screen::rendered(width, height, |area, buf| render_nodes(view, area, buf))
 }
 
 #[test]

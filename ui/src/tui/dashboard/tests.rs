@@ -16,7 +16,8 @@ use ratatui::backend::TestBackend;
 use super::Dashboard;
 use crate::app::{App, Ended};
 use crate::ingest::Ingest;
-use crate::state::{DashboardState, Key, RunInfo};
+use efatop_proto::events::RunInfo;
+use crate::state::{DashboardState, Key};
 use crate::tui::{self, KeyPoll};
 
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -108,7 +109,7 @@ impl Session {
     }
 
     fn screen(&self) -> String {
-        tui::scripted::screen(&self.terminal)
+        crate::screen::screen(&self.terminal)
     }
 }
 
@@ -117,22 +118,8 @@ fn ms(ms: u64) -> Duration {
 }
 
 fn measurement(size: u64, gbps: f64) -> Measurement {
-    Measurement {
-        config: single_pin(),
-        size,
-        count: size / 4,
-        gbps,
-        busbw_percent: Some(gbps),
-        nccl_busbw_gbps: None,
-        latency: LatencySummary { mean_us: 3.0, p50_us: 2.5, p99_us: 7.5, max_us: 9.0 },
-        iterations: 10,
-        pairs: Vec::new(),
-        verified: true,
-        registration: Some("host".into()),
-        counters: None,
-        telemetry_ab: None,
-        expected: None,
-    }
+    let latency = LatencySummary { mean_us: 3.0, p50_us: 2.5, p99_us: 7.5, max_us: 9.0 };
+    Measurement { busbw_percent: Some(gbps), registration: Some("host".into()), ..Measurement::plain(single_pin(), size, gbps, latency, 10) }
 }
 
 /// The screen row that holds `needle`.
