@@ -38,8 +38,8 @@ impl Default for Config {
     }
 }
 
-/// Ranks of one stuck call newly named in one tick at most (a rack gone slow at once is named over a few
-/// ticks, each line listing the call's peers).
+/// Ranks newly named in one tick at most (a rack gone slow at once is named over a few ticks, each line
+/// listing the call's peers: at 32,768 ranks a line lists up to 32,767).
 const NAMED_PER_TICK: usize = 64;
 
 type RowKey = (Func, u64, String, String, String);
@@ -341,7 +341,8 @@ impl Watch {
         let comms: BTreeSet<u64> = self.ranks.keys().map(|(c, _)| *c).collect();
         let mut still: BTreeSet<(u64, Func, u64)> = BTreeSet::new();
         let mut found: Vec<(u64, Func, u64, u32, HangWhy, Vec<u32>, Vec<u32>)> = Vec::new();
-        let mut listed: HashMap<(u64, Func, u64), (Vec<u32>, usize)> = HashMap::new();
+        let mut listed: HashMap<(u64, Func, u64), Vec<u32>> = HashMap::new();
+        let mut named_now = 0;
         for comm in comms {
             let members: Vec<(&u32, &RankState)> =
                 self.ranks.range((comm, 0)..=(comm, u32::MAX)).map(|((_, r), s)| (r, s)).filter(|(_, s)| !s.bye).collect();
@@ -369,16 +370,15 @@ impl Watch {
                         };
                         still.insert((comm, func, seq));
                         // Listed only for a rank about to be named, once per call, and for at most
-                        // NAMED_PER_TICK of a call's ranks a tick (the rest on the next ticks): at a
-                        // fleet's scale most ranks behind are a report or two behind, and listing the world
-                        // for each would cost its square.
+                        // NAMED_PER_TICK ranks a tick (the rest on the next ticks): at a fleet's scale most
+                        // ranks behind are a report or two behind, and listing the world for each would
+                        // cost its square.
                         let done = if self.due((comm, func, seq), **rank, now) {
-                            let (done, named) = listed.entry((comm, func, seq)).or_insert_with(|| (members.iter().filter(|(_, s)| at(s).1 > seq).map(|(r, _)| **r).collect(), 0));
-                            if *named >= NAMED_PER_TICK {
+                            if named_now >= NAMED_PER_TICK {
                                 continue;
                             }
-                            *named += 1;
-                            done.clone()
+                            named_now += 1;
+                            listed.entry((comm, func, seq)).or_insert_with(|| members.iter().filter(|(_, s)| at(s).1 > seq).map(|(r, _)| **r).collect()).clone()
                         } else {
                             Vec::new()
                         };
@@ -400,11 +400,10 @@ impl Watch {
                         };
                         still.insert((comm, func, bottom));
                         let peers = if self.due((comm, func, bottom), **rank, now) {
-                            let (_, named) = listed.entry((comm, func, bottom)).or_insert_with(|| (Vec::new(), 0));
-                            if *named >= NAMED_PER_TICK {
+                            if named_now >= NAMED_PER_TICK {
                                 continue;
                             }
-                            *named += 1;
+                            named_now += 1;
                             waiting.iter().copied().filter(|r| r != *rank).collect()
                         } else {
                             Vec::new()

@@ -513,3 +513,66 @@ async fn read_frames(
     door.borrow_mut().buffered -= charged;
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::TcpStream;
+
+    use efatop_proto::auth;
+    use efatop_proto::nccl::Origin;
+
+    use super::*;
+
+    fn hello_frame() -> Vec<u8> {
+        let origin = Origin { host: "node-a".into(), pid: 7, gpu: None, nccl_version: None, abi: 6, plugin_version: "t".into() };
+        let mut out = Vec::new();
+        nccl::encode(&PluginMessage::Hello { origin }, &mut out).expect("encode");
+        out
+    }
+
+    /// Strangers filling the unproven budget from one address are dropped and counted, and a plugin from
+    /// another address that proves the token gets in and is read; one with the wrong token is refused.
+    #[test]
+    fn strangers_are_dropped_and_counted_and_never_keep_a_plugin_out() {
+        let secret = Secret::generate().expect("secret");
+        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+        let settings = Settings { unproven: 4, unproven_per_peer: 2, ..Settings::default() };
+        let server = Server::start("127.0.0.1:0".parse().expect("address"), secret.clone(), settings, tx).expect("server");
+        let strangers: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(server.address).expect("connect")).collect();
+        // Each stranger past the address's two waits, then is dropped: counted as it goes.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.counts().evicted.load(Ordering::Relaxed) < 8 {
+            assert!(Instant::now() < deadline, "{:?}", server.counts());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The plugin comes from the strangers' address: it may find their share full and within its grace,
+        // and then tries again, as the plugin does.
+        let mut plugin = loop {
+            let mut stream = TcpStream::connect(server.address).expect("the plugin connects");
+            stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+            if auth::connect(&mut stream, &secret, Purpose::Nccl).is_ok() {
+                break stream;
+            }
+            assert!(Instant::now() < deadline, "the plugin never got in: {:?}", server.counts());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        plugin.write_all(&hello_frame()).expect("write");
+        let mut impostor = TcpStream::connect(server.address).expect("connect");
+        impostor.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        assert!(auth::connect(&mut impostor, &Secret::generate().expect("secret"), Purpose::Nccl).is_err());
+        let mut got = Vec::new();
+        while !got.iter().any(|i| matches!(i, Inbound::Message(_, PluginMessage::Hello { origin }) if origin.host == "node-a")) {
+            got.extend(rx.recv_timeout(Duration::from_secs(20)).expect("a batch"));
+        }
+        let counts = server.counts();
+        assert_eq!(counts.proven.load(Ordering::Relaxed), 1, "{counts:?}");
+        assert_eq!(counts.live.load(Ordering::Relaxed), 1, "{counts:?}");
+        // The two strangers the budget held fail their deadline, and the impostor its proof: all counted.
+        while counts.strangers.load(Ordering::Relaxed) < 2 || counts.refused() < 11 {
+            assert!(Instant::now() < deadline, "the strangers held and the impostor are counted: {counts:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(strangers);
+    }
+}
