@@ -185,6 +185,7 @@ pub fn hang_text(line: &WatchLine) -> Option<String> {
 }
 
 /// Every line of the view, before scrolling: header, hang locator, hosts, ranks, collectives, peers.
+#[allow(clippy::too_many_lines)] // one section after another, in the order they are drawn
 pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     let hosts: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.host.as_str()).collect();

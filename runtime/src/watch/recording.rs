@@ -240,7 +240,7 @@ pub fn fold_files(paths: &[PathBuf], config: Config) -> Result<Batches, String> 
         let base = (index as u64 + 1) << 32;
         let read = if is_recording(path) {
             read_recording(path).map(|(_, records)| {
-                events.extend(records.into_iter().filter_map(|r| recorded(base, r)))
+                events.extend(records.into_iter().filter_map(|r| recorded(base, r)));
             })
         } else {
             read_plugin_file(path).map(|file| {
