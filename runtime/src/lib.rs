@@ -20,4 +20,5 @@ pub mod results_file;
 pub mod run_metrics;
 pub mod secret;
 pub mod serve;
+pub mod watch;
 pub mod watchdog;

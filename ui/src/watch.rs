@@ -88,7 +88,10 @@ impl WatchView {
                 self.hangs.remove(&(comm.clone(), *func, *seq));
             }
             WatchLine::Gone { host, pid, bye } => {
-                for row in self.ranks.values_mut().filter(|r| &r.host == host && r.pid == *pid) {
+                // The plugin's ranks are together in the map's order: a fleet's thousands of plugins leaving
+                // cost each its own ranks, not the world's.
+                let from = (host.clone(), *pid, String::new(), 0);
+                for (_, row) in self.ranks.range_mut(from..).take_while(|((h, p, _, _), _)| h == host && p == pid) {
                     row.gone = Some(*bye);
                 }
             }
@@ -110,8 +113,15 @@ impl WatchView {
         Action::None
     }
 
-    fn hung(&self, row: &RankRow) -> bool {
-        self.hangs.values().any(|h| matches!(h, WatchLine::Hang { comm, rank, host, .. } if *comm == row.comm && *rank == row.rank && *host == row.host))
+    /// The ranks the hang locator names: (comm, rank, host).
+    fn hung(&self) -> std::collections::HashSet<(&str, u32, &str)> {
+        self.hangs
+            .values()
+            .filter_map(|h| match h {
+                WatchLine::Hang { comm, rank, host, .. } => Some((comm.as_str(), *rank, host.as_str())),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -138,6 +148,25 @@ fn short_comm(comm: &str) -> &str {
     comm.get(comm.len().saturating_sub(8)..).unwrap_or(comm)
 }
 
+/// Ranks as a sentence names them: every one of a few (`ranks [0, 2]`), a count and the first of many (a
+/// fleet's 32,767 peers).
+fn rank_list(ranks: &[u32]) -> String {
+    if ranks.len() <= LISTED_RANKS {
+        format!("ranks {ranks:?}")
+    } else {
+        let first: Vec<String> = ranks.iter().take(LISTED_RANKS).map(u32::to_string).collect();
+        format!("{} ranks [{}, …]", ranks.len(), first.join(", "))
+    }
+}
+
+/// Ranks a hang's sentence lists by number.
+const LISTED_RANKS: usize = 8;
+/// Rows a section shows at most; past them one line counts the rest (the worst come first). A fleet's
+/// view stays a screenful of its trouble: every row is in `--json`.
+pub const SECTION_ROWS: usize = 64;
+/// Hang lines shown (under the header, not scrolled) at most.
+pub const HANG_ROWS: usize = 8;
+
 /// The hang locator's sentence for one open hang.
 pub fn hang_text(line: &WatchLine) -> Option<String> {
     let WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting } = line else { return None };
@@ -146,7 +175,7 @@ pub fn hang_text(line: &WatchLine) -> Option<String> {
         HangWhy::NotStarted => "has not started",
         HangWhy::Silent => "went silent in",
     };
-    let peers = if peers_done.is_empty() { format!("ranks {peers_waiting:?} wait in it") } else { format!("ranks {peers_done:?} finished it") };
+    let peers = if peers_done.is_empty() { format!("{} wait in it", rank_list(peers_waiting)) } else { format!("{} finished it", rank_list(peers_done)) };
     Some(format!(
         "HANG rank {rank} on {host} GPU {} {what} {} #{seq} on comm {} for {waiting_s:.0} s; {peers}",
         gpu.as_deref().unwrap_or("?"),
@@ -156,6 +185,7 @@ pub fn hang_text(line: &WatchLine) -> Option<String> {
 }
 
 /// Every line of the view, before scrolling: header, hang locator, hosts, ranks, collectives, peers.
+#[allow(clippy::too_many_lines)] // one section after another, in the order they are drawn
 pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     let hosts: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.host.as_str()).collect();
@@ -174,17 +204,23 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     if view.hangs.is_empty() {
         out.push(Line::styled(" hang locator: no rank is behind its peers", GOOD));
     } else {
-        out.extend(view.hangs.values().filter_map(hang_text).map(|t| Line::styled(format!(" {t}"), BAD)));
+        out.extend(view.hangs.values().take(HANG_ROWS).filter_map(hang_text).map(|t| Line::styled(format!(" {t}"), BAD)));
+        if view.hangs.len() > HANG_ROWS {
+            out.push(Line::styled(format!(" … and {} more hangs", view.hangs.len() - HANG_ROWS), BAD));
+        }
     }
+    out.extend(straggler_lines(view));
 
     out.push(Line::from(""));
     out.push(Line::styled(format!(" {:<16} {:>12} {:>12} {:>7}  {:<12} NICs", "HOST", "NCCL moved", "NICs carried", "window", "verdict"), HEAD));
     let mut hosts: Vec<&WatchLine> = view.hosts.values().collect();
+    // Stable: hosts of one verdict stay in their names' order.
     hosts.sort_by_key(|l| match l {
-        WatchLine::Nics { verdict, host, .. } => (severity(*verdict), host.clone()),
-        _ => (9, String::new()),
+        WatchLine::Nics { verdict, .. } => severity(*verdict),
+        _ => 9,
     });
-    for line in hosts {
+    let more_hosts = hosts.len().saturating_sub(SECTION_ROWS);
+    for line in hosts.into_iter().take(SECTION_ROWS) {
         let WatchLine::Nics { host, window_s, nccl_bytes, nic_bytes, verdict, nics } = line else { continue };
         let (label, style) = match verdict {
             NicVerdict::Fallback => ("FALLBACK", BAD),
@@ -206,16 +242,29 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
             out.push(Line::styled(format!("   NCCL moved {}, its NICs carried {}: NCCL is not on EFA (sockets, TCP or shm)", human_bytes(*nccl_bytes), human_bytes(*nic_bytes)), BAD));
         }
     }
+    if more_hosts > 0 {
+        out.push(Line::styled(format!(" … {more_hosts} more hosts, none worse than those above"), DIM));
+    }
     if view.hosts.is_empty() {
         out.push(Line::styled(" (no host has sent its NICs' counters yet)", DIM));
     }
 
     out.push(Line::from(""));
     out.push(Line::styled(format!(" {:<16} {:<10} {:>9} {:<9} {:<8} state", "HOST", "GPU", "RANK", "COMM", "NCCL"), HEAD));
-    let mut ranks: Vec<&RankRow> = view.ranks.values().collect();
-    ranks.sort_by_key(|r| (!view.hung(r), r.gone.is_some(), r.comm.clone(), r.rank));
-    for row in ranks {
-        let (state, style) = if view.hung(row) {
+    let hung = view.hung();
+    let is_hung = |r: &RankRow| hung.contains(&(r.comm.as_str(), r.rank, r.host.as_str()));
+    let mut ranks: Vec<(bool, &RankRow)> = view.ranks.values().map(|r| (is_hung(r), r)).collect();
+    let shown = ranks.len().min(SECTION_ROWS);
+    let order = |a: &(bool, &RankRow), b: &(bool, &RankRow)| (!a.0, a.1.gone.is_some(), &a.1.comm, a.1.rank).cmp(&(!b.0, b.1.gone.is_some(), &b.1.comm, b.1.rank));
+    // The worst of a fleet's ranks without sorting all of them each frame.
+    if shown < ranks.len() {
+        ranks.select_nth_unstable_by(shown, order);
+        ranks.truncate(shown);
+    }
+    ranks.sort_by(order);
+    let more_ranks = view.ranks.len() - shown;
+    for (hung, row) in ranks {
+        let (state, style) = if hung {
             ("BEHIND (hang locator)".to_string(), BAD)
         } else {
             match row.gone {
@@ -236,10 +285,14 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
             Span::styled(state, style),
         ]));
     }
+    if more_ranks > 0 {
+        let live = view.ranks.values().filter(|r| r.gone.is_none()).count();
+        out.push(Line::styled(format!(" … {more_ranks} more ranks ({live} of all {} live), none worse than those above", view.ranks.len()), DIM));
+    }
 
     out.push(Line::from(""));
     out.push(Line::styled(format!(" {:<9} {:<14} {:>6} {:>6} {:>6} {:<14} {:>10} {:>9} {:>9}", "COMM", "COLLECTIVE", "SIZE", "CALLS", "RANKS", "ALGO/PROTO", "TIME us", "ALGBW", "BUSBW"), HEAD));
-    for line in view.colls.values() {
+    for line in view.colls.values().take(SECTION_ROWS) {
         let WatchLine::Coll { comm, func, size, algo, proto, ranks, nranks, ops, time_us, algbw_gbps, busbw_gbps, .. } = line else { continue };
         out.push(Line::raw(format!(
             " {:<9} {:<14} {:>6} {:>6} {:>6} {:<14} {:>10} {:>9} {:>9}",
@@ -255,6 +308,9 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
             gbps(*busbw_gbps)
         )));
     }
+    if view.colls.len() > SECTION_ROWS {
+        out.push(Line::styled(format!(" … {} more collectives and sizes", view.colls.len() - SECTION_ROWS), DIM));
+    }
     if view.colls.is_empty() {
         out.push(Line::styled(" (no collective yet)", DIM));
     }
@@ -262,18 +318,34 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     out.push(Line::from(""));
     out.push(Line::styled(format!(" {:<9} {:<16} {:>6} {:>6} {:>12} {:>12} {:>9}", "COMM", "HOST", "RANK", "PEER", "SENT", "RECEIVED", "STEPS"), HEAD));
     let mut peers: Vec<&WatchLine> = view.peers.values().collect();
-    peers.sort_by_key(|l| match l {
+    let most = |l: &&WatchLine| match l {
         WatchLine::Peer { sent, received, .. } => std::cmp::Reverse(sent.saturating_add(*received)),
         _ => std::cmp::Reverse(0),
-    });
+    };
+    if peers.len() > SECTION_ROWS {
+        peers.select_nth_unstable_by_key(SECTION_ROWS, most);
+        peers.truncate(SECTION_ROWS);
+    }
+    // Stable: pairs that moved as much stay in the map's order.
+    peers.sort_by_key(most);
     for line in peers {
         let WatchLine::Peer { comm, host, rank, peer, sent, received, steps } = line else { continue };
         out.push(Line::raw(format!(" {:<9} {:<16} {rank:>6} {peer:>6} {:>12} {:>12} {steps:>9}", short_comm(comm), host, human_bytes(*sent), human_bytes(*received))));
+    }
+    if view.peers.len() > SECTION_ROWS {
+        out.push(Line::styled(format!(" … {} more pairs of peers, each moved less than those above", view.peers.len() - SECTION_ROWS), DIM));
     }
     if view.peers.is_empty() {
         out.push(Line::styled(" (no bytes between peers yet: a one-rank communicator has none)", DIM));
     }
     out
+}
+
+/// THE STRAGGLER LINE's place (issue 58): under the hang locator, above the hosts. The rank the others
+/// wait for, how long, how often, on which host and GPU, once the fold computes it (from v7's kernel
+/// phases, else each rank's start of the same collective); nothing until then.
+fn straggler_lines(_view: &WatchView) -> Vec<Line<'static>> {
+    Vec::new()
 }
 
 /// Draws the whole view over the frame.
@@ -289,7 +361,7 @@ pub fn render(view: &WatchView, area: Rect, buf: &mut Buffer) {
         return;
     }
     let all = lines(view);
-    let fixed = 1 + view.hangs.len().max(1);
+    let fixed = 1 + view.hangs.len().clamp(1, HANG_ROWS + 1);
     let footer = u16::from(area.height > 2);
     let rows = area.height.saturating_sub(footer) as usize;
     let body = all.len().saturating_sub(fixed);

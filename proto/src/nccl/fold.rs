@@ -38,6 +38,10 @@ impl Default for Config {
     }
 }
 
+/// Ranks newly named in one tick at most (a rack gone slow at once is named over a few ticks, each line
+/// listing the call's peers: at 32,768 ranks a line lists up to 32,767).
+const NAMED_PER_TICK: usize = 64;
+
 type RowKey = (Func, u64, String, String, String);
 
 #[derive(Default)]
@@ -74,6 +78,8 @@ pub struct Watch {
     plugins: HashMap<u64, Plugin>,
     ranks: BTreeMap<(u64, u32), RankState>,
     hosts: BTreeMap<String, HostState>,
+    /// What NCCL's ranks on each host have sent and received so far (their peer rows' sum).
+    nccl_moved: HashMap<String, u64>,
     /// When each (communicator, function, call) was first seen stuck, and the ranks named for it.
     stuck: BTreeMap<(u64, Func, u64), (Duration, BTreeSet<u32>)>,
     refused: u64,
@@ -83,7 +89,7 @@ pub struct Watch {
 
 impl Watch {
     pub fn new(config: Config) -> Self {
-        Self { config, plugins: HashMap::new(), ranks: BTreeMap::new(), hosts: BTreeMap::new(), stuck: BTreeMap::new(), refused: 0, health: (0, 0, 0, 0), pending: Vec::new() }
+        Self { config, plugins: HashMap::new(), ranks: BTreeMap::new(), hosts: BTreeMap::new(), nccl_moved: HashMap::new(), stuck: BTreeMap::new(), refused: 0, health: (0, 0, 0, 0), pending: Vec::new() }
     }
 
     /// Whether one more plugin may connect.
@@ -138,6 +144,19 @@ impl Watch {
             PluginMessage::Interval { comm, rank, colls, peers, progress, .. } => {
                 let Some(state) = self.ranks.get_mut(&(comm, rank)).filter(|s| s.conn == conn) else { return };
                 state.heard = now;
+                // The host's running total of what NCCL's network path moved (the NIC join's side), kept as
+                // rows come: summing every rank at each NIC reading costs the world's ranks per reading.
+                let (mut added, mut taken) = (0u64, 0u64);
+                for row in &peers {
+                    added = added.saturating_add(row.sent.saturating_add(row.received));
+                    taken = taken.saturating_add(state.peers.get(&row.peer).map_or(0, |old| old.sent.saturating_add(old.received)));
+                }
+                if added != taken {
+                    if let Some(origin) = &plugin.origin {
+                        let moved = self.nccl_moved.entry(origin.host.clone()).or_default();
+                        *moved = moved.saturating_add(added).saturating_sub(taken);
+                    }
+                }
                 for row in colls {
                     let key = (row.func, row.size, row.datatype.clone(), row.algo.clone(), row.proto.clone());
                     state.dirty_colls.insert(key.clone());
@@ -264,11 +283,7 @@ impl Watch {
 
     /// The bytes NCCL's ranks on `host` have sent and received so far (proxy ops and steps).
     fn nccl_of(&self, host: &str) -> u64 {
-        self.ranks
-            .values()
-            .filter(|state| self.plugins.get(&state.conn).and_then(|p| p.origin.as_ref()).is_some_and(|o| o.host == host))
-            .map(|state| state.peers.values().map(|p| p.sent.saturating_add(p.received)).sum::<u64>())
-            .sum()
+        self.nccl_moved.get(host).copied().unwrap_or(0)
     }
 
     fn join(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
@@ -317,10 +332,17 @@ impl Watch {
         !state.bye && (closed || now.saturating_sub(state.heard) >= self.config.hang_after)
     }
 
+    /// Whether `rank` behind in call `key` is named at `now` (stuck long enough, and not named yet).
+    fn due(&self, key: (u64, Func, u64), rank: u32, now: Duration) -> bool {
+        self.stuck.get(&key).is_some_and(|(since, named)| now.saturating_sub(*since) >= self.config.hang_after && !named.contains(&rank))
+    }
+
     fn hangs(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
         let comms: BTreeSet<u64> = self.ranks.keys().map(|(c, _)| *c).collect();
         let mut still: BTreeSet<(u64, Func, u64)> = BTreeSet::new();
         let mut found: Vec<(u64, Func, u64, u32, HangWhy, Vec<u32>, Vec<u32>)> = Vec::new();
+        let mut listed: HashMap<(u64, Func, u64), Vec<u32>> = HashMap::new();
+        let mut named_now = 0;
         for comm in comms {
             let members: Vec<(&u32, &RankState)> =
                 self.ranks.range((comm, 0)..=(comm, u32::MAX)).map(|((_, r), s)| (r, s)).filter(|(_, s)| !s.bye).collect();
@@ -346,8 +368,20 @@ impl Watch {
                         } else {
                             HangWhy::NotFinished
                         };
-                        let done = members.iter().filter(|(_, s)| at(s).1 > seq).map(|(r, _)| **r).collect();
                         still.insert((comm, func, seq));
+                        // Listed only for a rank about to be named, once per call, and for at most
+                        // NAMED_PER_TICK ranks a tick (the rest on the next ticks): at a fleet's scale most
+                        // ranks behind are a report or two behind, and listing the world for each would
+                        // cost its square.
+                        let done = if self.due((comm, func, seq), **rank, now) {
+                            if named_now >= NAMED_PER_TICK {
+                                continue;
+                            }
+                            named_now += 1;
+                            listed.entry((comm, func, seq)).or_insert_with(|| members.iter().filter(|(_, s)| at(s).1 > seq).map(|(r, _)| **r).collect()).clone()
+                        } else {
+                            Vec::new()
+                        };
                         found.push((comm, func, seq, **rank, why, done, Vec::new()));
                     }
                 } else {
@@ -364,8 +398,16 @@ impl Watch {
                         } else {
                             continue;
                         };
-                        let peers = waiting.iter().copied().filter(|r| r != *rank).collect();
                         still.insert((comm, func, bottom));
+                        let peers = if self.due((comm, func, bottom), **rank, now) {
+                            if named_now >= NAMED_PER_TICK {
+                                continue;
+                            }
+                            named_now += 1;
+                            waiting.iter().copied().filter(|r| r != *rank).collect()
+                        } else {
+                            Vec::new()
+                        };
                         found.push((comm, func, bottom, **rank, why, Vec::new(), peers));
                     }
                 }

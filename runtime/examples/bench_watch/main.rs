@@ -1,0 +1,317 @@
+//! Can `efatop watch` keep up with a fleet's NCCL job? A synthetic job ([`plugins`]: `--hosts` ×
+//! `--ranks-per-host` plugins, each its own TCP connection, at the plugin's interval) streams to the real
+//! watch server ([`efatop_runtime::watch::server`]) and fold loop ([`efatop_runtime::watch::folder`]),
+//! and the live view (`efatop_ui::watch`, the real one) folds every tick's lines and is drawn on a
+//! TestBackend every 100 ms. The server, the fold and the view are confined to the last CPU (the claim
+//! is that the watcher takes one core); the plugins run on the others.
+//!
+//! From `--stall-at`, one rank stops before its next allreduce (its peers start it and wait): the bench
+//! measures how soon the hang line names it. Each second it prints what was sent and folded; at the end,
+//! a verdict and one `# summary:` line that `scripts/bench/bench-watch` judges.
+//!
+//! `cargo run --release -p efatop-runtime --example bench_watch -- --hosts 4096`
+
+#[path = "../bench_common/mod.rs"]
+mod bench_common;
+mod plugins;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bench_common::{rss_mib, thread_cpu_seconds, thread_id};
+use clap::Parser;
+use efatop_proto::auth::Secret;
+use efatop_proto::nccl::fold::Config;
+use efatop_proto::nccl::WatchLine;
+use efatop_runtime::affinity::{allowed_cpus, pin_thread};
+use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
+use efatop_runtime::watch::{folder, raise_open_files, Settings};
+use efatop_ui::watch::WatchView;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use plugins::Job;
+
+/// The allocator the binary runs with: the watcher is measured as it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The view's frame interval.
+const FRAME: Duration = Duration::from_millis(100);
+
+/// Can `efatop watch` keep up with a fleet's NCCL job?
+#[derive(Debug, Parser)]
+#[command(name = "bench_watch")]
+struct Args {
+    /// Synthetic hosts
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=8192))]
+    hosts: u32,
+    /// Ranks (plugins, connections) per host
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
+    ranks_per_host: u32,
+    /// Ranks per process (one plugin, one connection each): 1 as PyTorch runs a job, the host's ranks as
+    /// JAX does (fewer connections: where the open-file limit cannot hold two ends of every rank's)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    ranks_per_process: u32,
+    /// The plugins' interval, ms (the plugin's default: 1000)
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    interval_ms: u64,
+    /// How long the job runs, s
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(5..=600))]
+    seconds: u64,
+    /// The watcher's --hang-after, s
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    hang_after: u64,
+    /// When the stalled rank stops, s into the job (0: no stall)
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(0..=600))]
+    stall_at: u64,
+    /// Connections that never prove the token, opened alongside from one address
+    #[arg(long, default_value_t = 2000)]
+    strangers: usize,
+    /// The view's size, COLSxROWS
+    #[arg(long, default_value = "200x60")]
+    screen: String,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let Some((cols, rows)) = args
+        .screen
+        .split_once('x')
+        .and_then(|(c, r)| Some((c.parse::<u16>().ok()?, r.parse::<u16>().ok()?)))
+    else {
+        eprintln!("bench_watch: --screen: COLSxROWS, e.g. 200x60");
+        return std::process::ExitCode::from(2);
+    };
+    let job = Job {
+        hosts: args.hosts as usize,
+        per_host: args.ranks_per_host as usize,
+        per_process: args.ranks_per_process.min(args.ranks_per_host) as usize,
+        interval: Duration::from_millis(args.interval_ms),
+        rate: 4.0,
+        stall_rank: (args.stall_at > 0).then_some(args.hosts * args.ranks_per_host / 2 + 3),
+        stall_at: Duration::from_secs(args.stall_at),
+        skewed_host: Some(args.hosts as usize / 3),
+        strangers: args.strangers,
+    };
+    let world = job.world();
+    let processes = args.hosts as usize * (job.per_host / job.per_process);
+    // Both ends of every connection live in this process.
+    let wanted = 2 * processes as u64 + 4096;
+    let files = raise_open_files(wanted);
+    if files < wanted {
+        eprintln!("bench_watch: {processes} connections need {wanted} open files here and this process may open {files}: fewer --hosts, more --ranks-per-process, or a higher hard limit");
+        return std::process::ExitCode::from(2);
+    }
+    let cpus = allowed_cpus();
+    let watcher_cpu = cpus.last().copied().unwrap_or(0);
+    let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != watcher_cpu).collect();
+    let confined = !others.is_empty();
+    println!(
+        "# bench_watch: {} hosts × {} ranks = {world} ranks, {processes} plugins (connections) at {} ms; hang-after {} s, stall at {} s; {} CPUs (the watcher on CPU {watcher_cpu}, the plugins on {:?}); open files {files}",
+        args.hosts, args.ranks_per_host, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others
+    );
+    let secret = Secret::generate().expect("a secret");
+    let settings = Settings {
+        max_plugins: 2 * world,
+        ..Settings::default()
+    };
+    let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
+    let server = match Server::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        secret.clone(),
+        settings,
+        tx,
+    ) {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("bench_watch: the server: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    let config = Config {
+        hang_after: Duration::from_secs(args.hang_after),
+        ..Config::default()
+    };
+    let (lines_tx, lines_rx) = channel::<Vec<WatchLine>>();
+    let (_fold, folded) = folder::spawn(rx, config, started, Duration::ZERO, None, lines_tx)
+        .expect("the fold's thread");
+    // The view's thread is this one.
+    pin_thread(None, [watcher_cpu]);
+    let server_tid = thread_id(efatop_runtime::watch::server::THREAD);
+    let fold_tid = thread_id(folder::THREAD);
+    for tid in [&server_tid, &fold_tid].into_iter().flatten() {
+        pin_thread(tid.parse().ok(), [watcher_cpu]);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (senders, sent) = plugins::start(
+        job.clone(),
+        server.address,
+        secret,
+        started,
+        Arc::clone(&stop),
+        others.len().max(1),
+        others.clone(),
+    );
+
+    let mut view = WatchView::new();
+    let mut terminal = Terminal::new(TestBackend::new(cols, rows)).expect("a test terminal");
+    let mut frames: Vec<f64> = Vec::new();
+    let mut named_at: Option<Duration> = None;
+    let mut on_first_screen: Option<bool> = None;
+    let stall_rank = job.stall_rank;
+    let end = started + Duration::from_secs(args.seconds);
+    let mut next_second = started + Duration::from_secs(1);
+    let mut next_frame = started + FRAME;
+    let mut last_folded = 0;
+    let mut last_sent = 0;
+    let cpu_at_start = [&server_tid, &fold_tid]
+        .map(|t| thread_cpu_seconds(t.as_deref()))
+        .iter()
+        .sum::<f64>()
+        + bench_common::this_thread_cpu_seconds();
+    println!(
+        "{:>4} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}",
+        "s", "connected", "sent/s", "folded/s", "backlog", "refused", "rss MiB", "frame ms"
+    );
+    let mut max_frame_second = 0.0f64;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let wait = next_frame.min(next_second).saturating_duration_since(now);
+        let began;
+        match lines_rx.recv_timeout(wait) {
+            Ok(lines) => {
+                began = Instant::now();
+                for line in lines {
+                    if let (Some(stalled), WatchLine::Hang { rank, .. }) = (stall_rank, &line) {
+                        if *rank == stalled && named_at.is_none() {
+                            named_at = Some(started.elapsed());
+                        }
+                    }
+                    view.push(line);
+                }
+            }
+            Err(_) => began = Instant::now(),
+        }
+        // The view's frame: what the tick folded in (above) and the draw.
+        if Instant::now() >= next_frame {
+            terminal
+                .draw(|frame| efatop_ui::watch::draw(frame, &view))
+                .expect("draw");
+            let took = began.elapsed().as_secs_f64() * 1e3;
+            frames.push(took);
+            max_frame_second = max_frame_second.max(took);
+            next_frame += FRAME;
+            if named_at.is_some() && on_first_screen.is_none() {
+                let screen: String = terminal
+                    .backend()
+                    .buffer()
+                    .content()
+                    .iter()
+                    .map(ratatui::buffer::Cell::symbol)
+                    .collect();
+                on_first_screen =
+                    Some(screen.contains(&format!("HANG rank {}", stall_rank.unwrap_or(0))));
+            }
+        }
+        if Instant::now() >= next_second {
+            let s = next_second.duration_since(started).as_secs();
+            next_second += Duration::from_secs(1);
+            let counts = server.counts();
+            let sent_now = sent.messages.load(Ordering::Relaxed);
+            let folded_now = folded.messages.load(Ordering::Relaxed);
+            println!(
+                "{s:>4} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7.0} {:>8.1}",
+                counts.live.load(Ordering::Relaxed),
+                sent_now - last_sent,
+                folded_now - last_folded,
+                sent_now.saturating_sub(folded_now),
+                counts.refused(),
+                rss_mib("VmRSS").unwrap_or(0.0),
+                max_frame_second
+            );
+            last_folded = folded_now;
+            last_sent = sent_now;
+            max_frame_second = 0.0;
+        }
+    }
+    let run_s = started.elapsed().as_secs_f64();
+    let cpu = [&server_tid, &fold_tid]
+        .map(|t| thread_cpu_seconds(t.as_deref()))
+        .iter()
+        .sum::<f64>()
+        + bench_common::this_thread_cpu_seconds()
+        - cpu_at_start;
+    stop.store(true, Ordering::Relaxed);
+    // Everything written is folded within a few seconds, or it was not kept up with.
+    let sent_total = sent.messages.load(Ordering::Relaxed);
+    let drained = Instant::now();
+    while folded.messages.load(Ordering::Relaxed) < sent_total
+        && drained.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let folded_total = folded.messages.load(Ordering::Relaxed);
+    let counts = server.counts();
+    frames.sort_by(f64::total_cmp);
+    let p50 = percentile(&frames, 0.5);
+    let p99 = percentile(&frames, 0.99);
+    let rss = rss_mib("VmRSS");
+    let peak = rss_mib("VmHWM");
+    let connected = sent.connected.load(Ordering::Relaxed);
+    // The load offered: each rank's interval, each plugin's NICs and health, every interval (the senders on few
+    // CPUs may offer less, and then the verdict is inconclusive).
+    let per_s = (world + 2 * processes) as f64 * 1000.0 / args.interval_ms as f64;
+    let offered = sent_total as f64 / run_s;
+    let enough = offered >= 0.9 * per_s * (run_s - 2.0) / run_s && connected as usize >= processes;
+    let kept_up = if !enough {
+        "inconclusive"
+    } else if folded_total == sent_total {
+        "yes"
+    } else {
+        "no"
+    };
+    let named_s = named_at.map(|at| at.as_secs_f64() - args.stall_at as f64);
+    let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    println!(
+        "# verdict: {} of {processes} plugins connected, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); frame p99 {} ms; RSS {} MiB",
+        connected,
+        fmt(named_s),
+        args.hang_after + 2,
+        fmt(p99),
+        fmt(rss)
+    );
+    println!(
+        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} kept_up={kept_up} confined={confined}",
+        args.hosts,
+        args.interval_ms,
+        args.seconds,
+        offered,
+        sent.retries.load(Ordering::Relaxed),
+        sent.late.load(Ordering::Relaxed),
+        sent.strangers.load(Ordering::Relaxed),
+        counts.refused(),
+        counts.evicted.load(Ordering::Relaxed),
+        cpu / run_s * 100.0,
+        fmt(p50),
+        fmt(p99),
+        fmt(rss),
+        fmt(peak),
+        args.hang_after,
+        fmt(named_s),
+        on_first_screen.map_or("-", |yes| if yes { "yes" } else { "no" }),
+    );
+    drop(server);
+    let _ = senders.join();
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,412 @@
+//! A synthetic NCCL job's profiler plugins: `hosts` × `per_host` ranks of one world communicator, a plugin
+//! (its own TCP connection to the watcher) per process of `per_process` ranks (from an address of its host's own, 127.10.x.y, as a fleet's hosts
+//! come from theirs), proving the token with proto's handshake and sending what the real plugin sends each
+//! interval: the communicator's figures (an allreduce's row, the ring's two peers, the call progress), the
+//! node's 32 EFA NICs' counters and the plugin's health. The job runs `rate` allreduces a second; host
+//! `skewed_host`'s NIC 5 carries 30 % of its share (a rail behind); from `stall_at` (or when the caller
+//! says, [`Sent::stall`]), rank `stall_rank` stops before its next allreduce (its progress stays; its
+//! peers start that call and wait in it).
+//!
+//! One task per host (its ranks' connections), on a tokio runtime of its own threads: the senders'
+//! cost is not the watcher's. Shared by the `bench_watch` example and the fleet test.
+#![allow(dead_code)] // the test uses part of it
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use efatop_proto::auth::{Answer, Purpose, Secret, HELLO_LEN, PROOF_LEN};
+use efatop_proto::nccl::{
+    self, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress, Timing,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The world communicator's id.
+pub const COMM: u64 = 0x5eed_c0ff_ee00_0001;
+/// Bytes an allreduce moves (nccl-tests' size).
+pub const SIZE: u64 = 256 << 20;
+pub const NICS: usize = 32;
+
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub hosts: usize,
+    pub per_host: usize,
+    /// Ranks one process drives (one plugin, one connection): 1 as PyTorch runs (a process per GPU), or
+    /// the host's 8 as JAX runs (a process per host).
+    pub per_process: usize,
+    pub interval: Duration,
+    /// Allreduces a second.
+    pub rate: f64,
+    pub stall_rank: Option<u32>,
+    pub stall_at: Duration,
+    pub skewed_host: Option<usize>,
+    /// Connections that never answer the handshake, opened alongside (from one address).
+    pub strangers: usize,
+}
+
+impl Job {
+    pub fn world(&self) -> usize {
+        self.hosts * self.per_host
+    }
+
+    pub fn host_name(h: usize) -> String {
+        format!("p5-{h:04}")
+    }
+}
+
+/// What the synthetic plugins did, read from any thread.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// Messages written whole to the watcher.
+    pub messages: AtomicU64,
+    /// Plugins connected (that proved the token).
+    pub connected: AtomicU64,
+    /// Connection attempts that failed or were refused (each retried after a backoff, as the plugin does).
+    pub retries: AtomicU64,
+    /// Intervals a host's task started late by more than one interval (the senders could not keep up).
+    pub late: AtomicU64,
+    /// Stranger connections opened.
+    pub strangers: AtomicU64,
+    /// When the stalled rank stops (ns after the start; 0: not yet decided): `stall_at`, or set by the
+    /// caller ([`Sent::stall`]).
+    pub stall_ns: AtomicU64,
+}
+
+impl Sent {
+    /// The stalled rank stops now (`t` after the start).
+    pub fn stall(&self, t: Duration) {
+        self.stall_ns.store(t.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn stall_at(&self) -> Option<Duration> {
+        let ns = self.stall_ns.load(Ordering::Relaxed);
+        (ns > 0).then(|| Duration::from_nanos(ns))
+    }
+}
+
+/// Starts the job on `threads` threads of its own (each pinned to `cpus` when given); it runs until `stop`.
+pub fn start(
+    job: Job,
+    address: SocketAddr,
+    secret: Secret,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    threads: usize,
+    cpus: Vec<usize>,
+) -> (std::thread::JoinHandle<()>, Arc<Sent>) {
+    let sent = Arc::new(Sent::default());
+    if !job.stall_at.is_zero() {
+        sent.stall(job.stall_at);
+    }
+    let counts = Arc::clone(&sent);
+    let handle = std::thread::Builder::new()
+        .name("bench-plugins".into())
+        .spawn(move || {
+            let pin = cpus.clone();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads.max(1))
+                .thread_name("bench-plugin")
+                .on_thread_start(move || {
+                    if !pin.is_empty() {
+                        efatop_runtime::affinity::pin_thread(None, pin.iter().copied());
+                    }
+                })
+                .enable_all()
+                .build()
+                .expect("the plugins' runtime");
+            runtime.block_on(async move {
+                let job = Arc::new(job);
+                let mut tasks = Vec::new();
+                for h in 0..job.hosts {
+                    tasks.push(tokio::spawn(host(
+                        Arc::clone(&job),
+                        h,
+                        address,
+                        secret.clone(),
+                        started,
+                        Arc::clone(&stop),
+                        Arc::clone(&counts),
+                    )));
+                }
+                if job.strangers > 0 {
+                    tasks.push(tokio::spawn(strangers(
+                        job.strangers,
+                        address,
+                        Arc::clone(&stop),
+                        Arc::clone(&counts),
+                    )));
+                }
+                for task in tasks {
+                    let _ = task.await;
+                }
+            });
+        })
+        .expect("the plugins' thread");
+    (handle, sent)
+}
+
+/// Host `h`'s own address.
+fn source(h: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 10, (h / 200) as u8, (h % 200 + 1) as u8))
+}
+
+async fn connect(
+    address: SocketAddr,
+    from: IpAddr,
+    secret: &Secret,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    let mut stream = socket.connect(address).await?;
+    stream.set_nodelay(true)?;
+    let mut hello = [0u8; HELLO_LEN];
+    stream.read_exact(&mut hello).await?;
+    let (pending, answer) =
+        Answer::new(secret, Purpose::Nccl, &hello).map_err(std::io::Error::other)?;
+    stream.write_all(&answer).await?;
+    let mut proof = [0u8; PROOF_LEN];
+    stream.read_exact(&mut proof).await?;
+    pending
+        .verify(secret, &proof)
+        .map_err(std::io::Error::other)?;
+    Ok(stream)
+}
+
+/// A plugin's connection, made again with the plugin's backoff (0.25 s doubling to 10 s) until it holds.
+async fn connected(
+    address: SocketAddr,
+    from: IpAddr,
+    secret: &Secret,
+    sent: &Sent,
+    stop: &AtomicBool,
+) -> Option<tokio::net::TcpStream> {
+    let mut backoff = Duration::from_millis(250);
+    while !stop.load(Ordering::Relaxed) {
+        match tokio::time::timeout(Duration::from_secs(10), connect(address, from, secret)).await {
+            Ok(Ok(stream)) => {
+                sent.connected.fetch_add(1, Ordering::Relaxed);
+                return Some(stream);
+            }
+            failed => {
+                let before = sent.retries.fetch_add(1, Ordering::Relaxed);
+                if before < 3 {
+                    let why = match failed {
+                        Ok(Err(err)) => err.to_string(),
+                        _ => "no handshake within 10 s".to_string(),
+                    };
+                    eprintln!("bench plugin: connecting to the watcher: {why} (retried with backoff; the first 3 are told)");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    None
+}
+
+fn frame(message: &PluginMessage, out: &mut Vec<u8>) {
+    nccl::encode(message, out).expect("a plugin message encodes");
+}
+
+/// Calls started and finished by rank `rank` at `t`.
+fn progress(job: &Job, stall_at: Option<Duration>, rank: u32, t: Duration) -> (u64, u64) {
+    let calls = (t.as_secs_f64() * job.rate) as u64;
+    match (job.stall_rank, stall_at) {
+        (Some(stalled), Some(stall_at)) if t >= stall_at => {
+            let frozen = (stall_at.as_secs_f64() * job.rate) as u64;
+            if rank == stalled {
+                (frozen, frozen)
+            } else {
+                (calls.min(frozen + 1), calls.min(frozen))
+            }
+        }
+        _ => (calls, calls),
+    }
+}
+
+async fn host(
+    job: Arc<Job>,
+    h: usize,
+    address: SocketAddr,
+    secret: Secret,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    sent: Arc<Sent>,
+) {
+    let world = job.world() as u32;
+    let from = source(h);
+    let name = Job::host_name(h);
+    let mut streams = Vec::new();
+    let mut out = Vec::new();
+    let per_process = job.per_process.clamp(1, job.per_host);
+    for process in 0..job.per_host / per_process {
+        let Some(mut stream) = connected(address, from, &secret, &sent, &stop).await else {
+            return;
+        };
+        out.clear();
+        let first = process * per_process;
+        // A process of one GPU names it; one of several names none (the plugin reads the current device).
+        let gpu = (per_process == 1).then(|| first.to_string());
+        let origin = Origin {
+            host: name.clone(),
+            pid: 1000 + process as u32,
+            gpu,
+            nccl_version: Some("2.28.3".into()),
+            abi: 6,
+            plugin_version: "bench".into(),
+        };
+        frame(&PluginMessage::Hello { origin }, &mut out);
+        for local in first..first + per_process {
+            let rank = (h * job.per_host + local) as u32;
+            frame(
+                &PluginMessage::Comm {
+                    info: CommInfo {
+                        comm: COMM,
+                        name: None,
+                        rank,
+                        nranks: world,
+                        nnodes: job.hosts as u32,
+                    },
+                },
+                &mut out,
+            );
+        }
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
+        sent.messages
+            .fetch_add(1 + per_process as u64, Ordering::Relaxed);
+        streams.push((first, stream));
+    }
+    // Hosts spread over the interval, as a fleet's plugins (started with their processes) are.
+    let offset = job.interval.mul_f64(h as f64 / job.hosts as f64);
+    let first = tokio::time::Instant::from_std(started) + offset;
+    let mut ticks = tokio::time::interval_at(first, job.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        let due = ticks.tick().await;
+        if due.elapsed() > job.interval {
+            sent.late.fetch_add(1, Ordering::Relaxed);
+        }
+        let t = started.elapsed();
+        let t_ms = t.as_millis() as u64;
+        let calls = (t.as_secs_f64() * job.rate) as u64;
+        // The NICs carry what the host's ranks moved with their peers (the NIC join's other side).
+        let per_nic = calls * SIZE * 4 * job.per_host as u64 / NICS as u64;
+        let nics: Vec<NicCount> = (0..NICS)
+            .map(|i| {
+                let bytes = if Some(h) == job.skewed_host && i == 5 {
+                    per_nic * 3 / 10
+                } else {
+                    per_nic
+                };
+                NicCount {
+                    name: format!("rdmap{}s0", 79 + i),
+                    tx_bytes: bytes / 2,
+                    rx_bytes: bytes / 2,
+                }
+            })
+            .collect();
+        let mut nics_frame = Vec::new();
+        frame(&PluginMessage::Nics { t_ms, nics }, &mut nics_frame);
+        for (first, stream) in &mut streams {
+            out.clear();
+            let mut messages = 2;
+            for local in *first..*first + per_process {
+                let rank = (h * job.per_host + local) as u32;
+                let (started_calls, finished) = progress(&job, sent.stall_at(), rank, t);
+                let moved = finished * SIZE;
+                let interval = PluginMessage::Interval {
+                    t_ms,
+                    comm: COMM,
+                    rank,
+                    colls: vec![CollRow {
+                        func: Func::AllReduce,
+                        size: SIZE,
+                        datatype: "ncclFloat32".into(),
+                        algo: "RING".into(),
+                        proto: "SIMPLE".into(),
+                        ops: finished,
+                        timing: Timing::Gpu,
+                        timed: finished,
+                        time_ns: finished * 4_000_000,
+                        min_ns: 3_900_000,
+                        max_ns: 4_100_000,
+                    }],
+                    peers: vec![
+                        PeerRow {
+                            peer: (rank + 1) % world,
+                            sent: moved,
+                            received: moved,
+                            steps: finished * 64,
+                        },
+                        PeerRow {
+                            peer: (rank + world - 1) % world,
+                            sent: moved,
+                            received: moved,
+                            steps: finished * 64,
+                        },
+                    ],
+                    channels: vec![],
+                    progress: vec![Progress {
+                        func: Func::AllReduce,
+                        started: started_calls,
+                        finished,
+                        open_seq: (started_calls > finished).then_some(finished),
+                        open_ms: 0,
+                    }],
+                };
+                frame(&interval, &mut out);
+                messages += 1;
+            }
+            out.extend_from_slice(&nics_frame);
+            frame(
+                &PluginMessage::Health {
+                    t_ms,
+                    events: t_ms * 100,
+                    dropped: 0,
+                    unsent: 0,
+                    unmatched: 0,
+                },
+                &mut out,
+            );
+            if stream.write_all(&out).await.is_err() {
+                return;
+            }
+            sent.messages.fetch_add(messages, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Connections from one address that never answer the handshake, opened one after another for as long as
+/// the job runs (each kept until the watcher drops it).
+async fn strangers(count: usize, address: SocketAddr, stop: Arc<AtomicBool>, sent: Arc<Sent>) {
+    let mut held = Vec::new();
+    for _ in 0..count {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+            return;
+        };
+        if socket
+            .bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 66, 6, 6)), 0))
+            .is_err()
+        {
+            return;
+        }
+        if let Ok(stream) = socket.connect(address).await {
+            sent.strangers.fetch_add(1, Ordering::Relaxed);
+            held.push(stream);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Those the watcher dropped are let go.
+        if held.len() >= 256 {
+            held.drain(..128);
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,186 @@
+//! `efatop watch` at a fleet's scale, in process: a synthetic job of 4096 hosts × 8 ranks (32,768 ranks,
+//! a process per host driving its 8 GPUs as JAX runs, so 4096 plugins, each its own TCP connection
+//! proving the token, every 2 s; the bench_watch example's plugins) streams to the real watch server and fold loop, with 2000 strangers that never prove the
+//! token opened alongside from one address. Asserts: every plugin gets in despite the strangers (which
+//! are dropped and counted), every message the plugins wrote is folded, the stalled rank is named by
+//! the hang locator, and the live view's first screen (200×60, the real `efatop_ui::watch` on a
+//! TestBackend) shows the worst first: the hang and the host whose rail is behind, the job's size in
+//! its header.
+//!
+//! Both ends of every connection live in this process: a connection per rank (32,768, as PyTorch runs)
+//! needs 70k open files, past the hard limit of the CI machine (20,000, and no CAP_SYS_RESOURCE to raise
+//! it); `bench_watch --ranks-per-process 1` measures that shape where the limit allows.
+
+#[path = "../examples/bench_watch/plugins.rs"]
+mod plugins;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use efatop_proto::auth::Secret;
+use efatop_proto::nccl::fold::Config;
+use efatop_proto::nccl::{NicVerdict, WatchLine};
+use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
+use efatop_runtime::watch::{folder, raise_open_files, Settings};
+use efatop_ui::watch::WatchView;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+#[test]
+fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_screen() {
+    let job = plugins::Job {
+        hosts: 4096,
+        per_host: 8,
+        per_process: 8,
+        // Twice the plugin's default: the synthetic plugins share the test's two cores with the watcher.
+        interval: Duration::from_secs(2),
+        rate: 4.0,
+        stall_rank: Some(20_003),
+        stall_at: Duration::ZERO,
+        skewed_host: Some(1365),
+        strangers: 2000,
+    };
+    let world = job.world();
+    let wanted = 2 * job.hosts as u64 + 4096;
+    let files = raise_open_files(wanted);
+    assert!(files >= wanted, "this test holds both ends of {} connections: it needs {wanted} open files and may open {files}", job.hosts);
+    let secret = Secret::generate().expect("a secret");
+    let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
+    let server = Server::start(
+        "127.0.0.1:0".parse().expect("address"),
+        secret.clone(),
+        Settings::default(),
+        tx,
+    )
+    .expect("the server");
+    let started = Instant::now();
+    // Well past a loaded machine's late reports: only the stalled rank is behind that long.
+    let hang_after = Duration::from_secs(8);
+    let (lines_tx, lines_rx) = channel::<Vec<WatchLine>>();
+    let (_fold, folded) = folder::spawn(
+        rx,
+        Config {
+            hang_after,
+            ..Config::default()
+        },
+        started,
+        Duration::ZERO,
+        None,
+        lines_tx,
+    )
+    .expect("the fold");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (senders, sent) = plugins::start(
+        job.clone(),
+        server.address,
+        secret,
+        started,
+        Arc::clone(&stop),
+        2,
+        Vec::new(),
+    );
+
+    let mut view = WatchView::new();
+    let mut stalled_at = None;
+    let mut named = None;
+    let deadline = started + Duration::from_secs(150);
+    while named.is_none() && Instant::now() < deadline {
+        if let Ok(lines) = lines_rx.recv_timeout(Duration::from_millis(100)) {
+            for line in lines {
+                if matches!(&line, WatchLine::Hang { rank: 20_003, .. }) && named.is_none() {
+                    named = Some(started.elapsed());
+                }
+                view.push(line);
+            }
+        }
+        // Every plugin in and a few intervals folded: the rank stops.
+        // Every plugin in, every host judged, the skewed one behind its rail: the first screen of a
+        // healthy job has it on top of the hosts; then the rank stops.
+        if stalled_at.is_none()
+            && server.counts().live.load(Ordering::Relaxed) == job.hosts as u64
+            && view.ranks.len() == world
+            && view.hosts.len() == job.hosts
+            && matches!(view.hosts.get("p5-1365"), Some(WatchLine::Nics { verdict: NicVerdict::BehindRail, .. }))
+        {
+            let screen = first_screen(&view);
+            let text = screen.join("\n");
+            assert!(screen[0].contains("32768 ranks on 4096 hosts"), "{text}");
+            assert!(screen[1].contains("hang locator: no rank is behind its peers"), "{text}");
+            let behind_row = screen.iter().position(|row| row.contains("p5-1365")).unwrap_or_else(|| panic!("the skewed host on the first screen: {text}"));
+            assert!(screen[behind_row].contains("NIC BEHIND") && screen[behind_row].contains("rdmap84s0"), "{text}");
+            let first_ok = screen.iter().position(|row| row.contains("  ok ")).unwrap_or(usize::MAX);
+            assert!(behind_row < first_ok, "the host behind its rail before the hosts that are ok: {text}");
+            let at = started.elapsed();
+            sent.stall(at);
+            stalled_at = Some(at);
+        }
+    }
+    let counts = server.counts();
+    assert_eq!(
+        sent.connected.load(Ordering::Relaxed),
+        job.hosts as u64,
+        "every plugin connected (retries: {})",
+        sent.retries.load(Ordering::Relaxed)
+    );
+    let stalled_at = stalled_at.expect("every plugin connected and reported");
+    let named = named.unwrap_or_else(|| {
+        panic!(
+            "the stalled rank was not named within {:?} of its stall",
+            deadline - started - stalled_at
+        )
+    });
+    eprintln!(
+        "the stalled rank was named {:.1} s after it stopped (--hang-after {} s)",
+        (named - stalled_at).as_secs_f64(),
+        hang_after.as_secs()
+    );
+
+    // The first screen once the hang is named: the hang line under the header.
+    let screen = first_screen(&view);
+    let text = screen.join("\n");
+    assert!(screen[0].contains("32768 ranks on 4096 hosts"), "{text}");
+    assert!(screen[1].contains("HANG rank 20003 on p5-2500 GPU ? has not started allreduce"), "{text}");
+    assert!(screen[1].contains("32767 ranks [") && screen[1].contains("wait in it"), "{text}");
+
+    // Every message written is folded.
+    stop.store(true, Ordering::Relaxed);
+    senders.join().expect("the plugins");
+    let written = sent.messages.load(Ordering::Relaxed);
+    let drain = Instant::now();
+    while folded.messages.load(Ordering::Relaxed) < written
+        && drain.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        folded.messages.load(Ordering::Relaxed),
+        written,
+        "every message the plugins wrote is folded"
+    );
+    assert_eq!(counts.messages.load(Ordering::Relaxed), written);
+    // The strangers were dropped and counted, and cost no plugin its place.
+    assert!(
+        sent.strangers.load(Ordering::Relaxed) >= 1000,
+        "strangers opened: {}",
+        sent.strangers.load(Ordering::Relaxed)
+    );
+    assert!(
+        counts.evicted.load(Ordering::Relaxed) + counts.strangers.load(Ordering::Relaxed) >= 1000,
+        "{counts:?}"
+    );
+    assert_eq!(
+        counts.proven.load(Ordering::Relaxed),
+        job.hosts as u64,
+        "{counts:?}"
+    );
+    assert_eq!(counts.broken.load(Ordering::Relaxed), 0, "{counts:?}");
+}
+
+/// The view as a 200×60 terminal shows it, row by row.
+fn first_screen(view: &WatchView) -> Vec<String> {
+    let mut terminal = Terminal::new(TestBackend::new(200, 60)).expect("terminal");
+    terminal.draw(|frame| efatop_ui::watch::draw(frame, view)).expect("draw");
+    terminal.backend().buffer().content().chunks(200).map(|row| row.iter().map(ratatui::buffer::Cell::symbol).collect()).collect()
+}
