@@ -63,7 +63,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
         return match recording::fold_files(&args.from, config) {
             Ok(batches) => print_batches(&batches, args.json),
             Err(err) => {
-                eprintln!("efatop watch: --from {err}");
+                eprintln!("efatop: error: --from {err}");
                 2
             }
         };
