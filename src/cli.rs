@@ -8,6 +8,7 @@ use crate::experiment::{Experiment, whole_number};
 mod check;
 mod tools;
 mod view;
+pub mod watch;
 
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, PackageFilesArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};

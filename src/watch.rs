@@ -21,6 +21,7 @@ use efatop_proto::auth::{self, Purpose, Secret};
 use efatop_proto::nccl::fold::{Config, Watch};
 use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
 use efatop_proto::output::Line;
+use efatop_node::prometheus::WatchMetrics;
 use efatop_ui::watch::WatchView;
 
 use crate::experiment::{parse_serve, whole_number};
@@ -54,6 +55,8 @@ pub struct WatchArgs {
     /// Stop after this many seconds (0: run until interrupted)
     #[arg(long, default_value_t = 0, value_parser = whole_number::<u64>(0..=31_536_000))]
     pub duration: u64,
+    #[command(flatten)]
+    pub metrics: crate::cli::watch::WatchFindings,
 }
 
 enum Inbound {
@@ -68,6 +71,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
         window: Duration::from_secs(args.window),
         fallback_min_bytes: args.fallback_min_mib << 20,
         max_plugins: args.max_plugins,
+        straggler_min: Duration::from_micros(args.metrics.straggler_us),
     };
     if !args.from.is_empty() {
         return from_files(args, config);
@@ -100,6 +104,20 @@ pub fn watch(args: &WatchArgs) -> i32 {
             return 2;
         }
     };
+    let exporter = match args.metrics.prometheus {
+        Some(address) => match efatop_node::prometheus::Exporter::<WatchMetrics>::start(address) {
+            Ok(exporter) => {
+                exporter.offer(WatchMetrics::new());
+                eprintln!("efatop watch: serving http://{}/metrics", exporter.address);
+                Some(exporter)
+            }
+            Err(err) => {
+                eprintln!("efatop watch: --prometheus {address}: {err}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     let bound = listener.local_addr().map_or_else(|_| address.to_string(), |a| a.to_string());
     eprintln!("efatop watch: listening on {bound} (plugins prove the token: {})", token.source);
     let (tx, rx) = channel();
@@ -110,7 +128,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
     let started = Instant::now();
     let (lines_tx, lines_rx) = channel();
     let duration = args.duration;
-    std::thread::spawn(move || fold_loop(&rx, config, started, duration, recorder, &lines_tx));
+    std::thread::spawn(move || fold_loop(&rx, config, started, duration, recorder, exporter, &lines_tx));
     if !args.json && std::io::stdout().is_terminal() {
         let mut view = Live { view: WatchView::new() };
         return match crate::tui::on_terminal(&mut view, &mut &lines_rx, || started.elapsed()) {
@@ -177,8 +195,17 @@ impl Recorder {
 
 /// The watcher's fold: takes what the plugins send (and records it), and every half second the lines it
 /// makes; ends after `duration` seconds (0: never), or when no one takes its lines.
-fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: Instant, duration: u64, mut recorder: Option<Recorder>, out: &Sender<Vec<WatchLine>>) {
+fn fold_loop(
+    rx: &std::sync::mpsc::Receiver<Inbound>,
+    config: Config,
+    started: Instant,
+    duration: u64,
+    mut recorder: Option<Recorder>,
+    exporter: Option<efatop_node::prometheus::Exporter<WatchMetrics>>,
+    out: &Sender<Vec<WatchLine>>,
+) {
     let mut watch = Watch::new(config);
+    let mut metrics = WatchMetrics::new();
     let tick = Duration::from_millis(500);
     let mut next = started + tick;
     loop {
@@ -205,7 +232,15 @@ fn fold_loop(rx: &std::sync::mpsc::Receiver<Inbound>, config: Config, started: I
             if let Some(recorder) = recorder.as_mut() {
                 recorder.flush();
             }
-            if out.send(watch.tick(started.elapsed())).is_err() {
+            let lines = watch.tick(started.elapsed());
+            if let Some(exporter) = &exporter {
+                // The endpoint's copy of the latest figures, offered when they changed (never waits on a scrape).
+                if !lines.is_empty() {
+                    metrics.add(&lines);
+                    exporter.offer(metrics.clone());
+                }
+            }
+            if out.send(lines).is_err() {
                 return;
             }
             if duration > 0 && started.elapsed() >= Duration::from_secs(duration) {
@@ -522,14 +557,23 @@ pub fn plain(line: &WatchLine) -> String {
         WatchLine::Rank { host, gpu, comm, rank, nranks, nccl_version, abi, .. } => {
             format!("rank {rank}/{nranks} on {host} GPU {} joined comm {comm} (NCCL {}, profiler v{abi})", gpu.as_deref().unwrap_or("?"), nccl_version.as_deref().unwrap_or("?"))
         }
-        WatchLine::Coll { comm, func, size, ops, algo, proto, time_us, algbw_gbps, busbw_gbps, ranks, nranks, .. } => format!(
-            "{} {} B comm {comm}: {ops} calls, {} us, algbw {} GB/s, busbw {} GB/s ({algo}/{proto}, {ranks} of {nranks} ranks)",
-            func.label(),
-            size,
-            time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
-            gbps(*algbw_gbps),
-            gbps(*busbw_gbps)
-        ),
+        WatchLine::Coll { comm, func, size, ops, algo, proto, time_us, algbw_gbps, busbw_gbps, ranks, nranks, user_tag, wait_us, work_us, .. } => {
+            let mut text = format!(
+                "{} {} B comm {comm}: {ops} calls, {} us, algbw {} GB/s, busbw {} GB/s ({algo}/{proto}, {ranks} of {nranks} ranks)",
+                func.label(),
+                size,
+                time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
+                gbps(*algbw_gbps),
+                gbps(*busbw_gbps)
+            );
+            if let (Some(wait), Some(work)) = (wait_us, work_us) {
+                text.push_str(&format!(", waiting for peers {wait:.1} us, working {work:.1} us"));
+            }
+            if *user_tag != 0 {
+                text.push_str(&format!(", tag {user_tag}"));
+            }
+            text
+        }
         WatchLine::Peer { host, rank, peer, sent, received, .. } => format!("rank {rank} ({host}) <-> peer {peer}: sent {sent} B, received {received} B"),
         WatchLine::Nics { host, nccl_bytes, nic_bytes, verdict, window_s, nics } => {
             let behind: Vec<&str> = nics.iter().filter(|n| n.behind).map(|n| n.name.as_str()).collect();
@@ -539,11 +583,15 @@ pub fn plain(line: &WatchLine) -> String {
             }
             text
         }
-        WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting } => format!(
-            "HANG comm {comm}: rank {rank} on {host} GPU {} has not finished {} #{seq} ({why:?}, {waiting_s:.0} s; done: {peers_done:?}, waiting: {peers_waiting:?})",
+        WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting, rails } => format!(
+            "HANG comm {comm}: rank {rank} on {host} GPU {} has not finished {} #{seq} ({why:?}, {waiting_s:.0} s; done: {peers_done:?}, waiting: {peers_waiting:?}){}",
             gpu.as_deref().unwrap_or("?"),
-            func.label()
+            func.label(),
+            if rails.is_empty() { String::new() } else { format!("; its rails with errors: {}", rails.join(", ")) }
         ),
+        WatchLine::Straggler { .. } => efatop_ui::watch::straggler_text(line).unwrap_or_default(),
+        WatchLine::StragglerOver { comm, rank } => format!("comm {comm}: rank {rank} is no longer the straggler"),
+        WatchLine::Rails { host, gpu, verdict, .. } => efatop_ui::watch::rails_text(line).unwrap_or_else(|| format!("{host} GPU {gpu}: rails {verdict:?}")),
         WatchLine::HangOver { comm, func, seq } => format!("comm {comm}: {} #{seq} finished", func.label()),
         WatchLine::Gone { host, pid, bye } => format!("plugin {host}:{pid} left{}", if *bye { "" } else { " without finalizing" }),
         WatchLine::Health { plugins, refused, dropped, unsent } => format!("{plugins} plugins; {refused} refused; {dropped} events dropped, {unsent} messages unsent"),

@@ -192,8 +192,10 @@ fn every_abi_shows_the_figures_the_peers_and_a_fallback_to_sockets() {
         assert_eq!((algo.as_str(), proto.as_str()), ("RING", "SIMPLE"));
         let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), .. }) = coll(lines, Func::AllGather, 128 * MIB) else { panic!() };
         assert!(close(*algbw, want_small) && close(*busbw, want_small / 2.0), "v{abi}: allgather: busbw = algbw (n-1)/n: {algbw} {busbw}");
-        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), .. }) = coll(lines, Func::AlltoAll, 64 * MIB) else { panic!() };
-        assert!(close(*algbw, want_small) && close(*busbw, want_small / 2.0), "v{abi}: alltoall (grouped sends): {algbw} {busbw} {:?}", coll(lines, Func::AlltoAll, 64 * MIB));
+        // A group of sends and receives through the proxy is timed by the proxy (one source for every size):
+        // its first step to its last operation's end, 2 ms in the trace, on the playback's host clock here.
+        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), timing: Timing::Proxy, .. }) = coll(lines, Func::AlltoAll, 64 * MIB) else { panic!("v{abi}: {:?}", coll(lines, Func::AlltoAll, 64 * MIB)) };
+        assert!(*algbw > want_small / 4.0 && *algbw < want_small * 4.0 && close(*busbw, algbw / 2.0), "v{abi}: alltoall (grouped sends), about {want_small}: {algbw} {busbw}");
         // Each rank sent its peer 6 × 1 GiB (ring allreduce on 2 ranks), 4 × 64 MiB (allgather), 4 × 32 MiB.
         let sent = 6 * GIB + 4 * 64 * MIB + 4 * 32 * MIB;
         watch.until(Duration::from_secs(20), "bytes per peer", |lines| {
