@@ -698,7 +698,7 @@ fn unknown_origin(conn: u64) -> Origin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::Timing;
+    use crate::nccl::{NicCount, Timing};
 
     fn hello(host: &str, pid: u32) -> PluginMessage {
         PluginMessage::Hello { origin: Origin { host: host.into(), pid, gpu: Some(pid.to_string()), nccl_version: Some("2.28.3".into()), abi: 6, plugin_version: "t".into() } }
@@ -765,6 +765,94 @@ mod tests {
         watch.ingest(2, interval(1, 5, 5, 0), Duration::from_secs(4));
         let lines = watch.tick(Duration::from_secs(4));
         assert!(lines.iter().any(|l| matches!(l, WatchLine::HangOver { seq: 4, .. })), "{lines:?}");
+    }
+
+    fn samples(rank: u32, seqs: std::ops::Range<u64>, late_ns: u64, phased: bool) -> PluginMessage {
+        // Rank 1 starts each call `late_ns` after rank 0 (GPU clock); with phases, rank 0 waits that long in
+        // its initial sync and rank 1 hardly at all.
+        let calls = seqs
+            .map(|seq| CallSample {
+                func: Func::AllReduce,
+                seq,
+                start_ns: 1_796_000_000_000_000_000 + seq * 50_000_000 + if rank == 1 { late_ns } else { 0 },
+                gpu: true,
+                initial_sync_ns: phased.then_some(if rank == 1 { 2_000 } else { late_ns }),
+                final_sync_ns: phased.then_some(1_000),
+                compute_ns: phased.then_some(9_000_000),
+                tag: 0,
+            })
+            .collect();
+        PluginMessage::Interval { t_ms: 0, comm: 7, rank, colls: vec![], peers: vec![], channels: vec![], progress: vec![], calls }
+    }
+
+    #[test]
+    fn the_rank_the_others_wait_for_is_named_from_its_kernel_starts_or_its_sync_phases() {
+        for phased in [false, true] {
+            let mut watch = Watch::new(Config { window: Duration::from_secs(2), ..Config::default() });
+            for (conn, host) in [(1, "a"), (2, "b")] {
+                watch.ingest(conn, hello(host, conn as u32), Duration::ZERO);
+                watch.ingest(conn, comm(conn as u32 - 1), Duration::ZERO);
+            }
+            let _ = watch.tick(Duration::ZERO);
+            // 20 calls, rank 1 late by 5 ms in each; samples come in either order.
+            watch.ingest(2, samples(1, 0..10, 5_000_000, phased), Duration::from_secs(1));
+            watch.ingest(1, samples(0, 0..20, 5_000_000, phased), Duration::from_secs(1));
+            watch.ingest(2, samples(1, 10..20, 5_000_000, phased), Duration::from_secs(1));
+            // The window began with the first samples (1 s): judged at its end.
+            assert!(!watch.tick(Duration::from_secs(2)).iter().any(|l| matches!(l, WatchLine::Straggler { .. })), "not before the window's end");
+            let lines = watch.tick(Duration::from_secs(3));
+            let named = lines.iter().find(|l| matches!(l, WatchLine::Straggler { .. })).unwrap_or_else(|| panic!("phased {phased}: {lines:?}"));
+            let WatchLine::Straggler { rank, host, source, lag_us, last, of, its_wait_us, others_wait_us, .. } = named else { unreachable!() };
+            assert_eq!((*rank, host.as_str(), *last, *of), (1, "b", 20, 20), "phased {phased}");
+            if phased {
+                assert_eq!(*source, LagSource::KernelPhase);
+                assert!((lag_us - 4_998.0).abs() < 1e-6, "the others' sync less its own: {lag_us}");
+                assert_eq!((*its_wait_us, *others_wait_us), (Some(2.0), Some(5_000.0)));
+            } else {
+                assert_eq!((*source, *its_wait_us), (LagSource::GpuStart, None));
+                assert!((lag_us - 5_000.0).abs() < 1e-6, "{lag_us}");
+            }
+            // Then both on time: the straggler is cleared at the next window's end.
+            watch.ingest(1, samples(0, 20..30, 0, phased), Duration::from_secs(4));
+            watch.ingest(2, samples(1, 20..30, 0, phased), Duration::from_secs(4));
+            let lines = watch.tick(Duration::from_secs(5));
+            assert!(lines.iter().any(|l| matches!(l, WatchLine::StragglerOver { rank: 1, .. })), "phased {phased}: {lines:?}");
+            assert!(watch.matching.values().all(BTreeMap::is_empty), "every matched call was let go");
+        }
+    }
+
+    #[test]
+    fn a_rail_with_growing_errors_is_named_and_the_hang_names_it() {
+        let mut watch = Watch::new(Config { hang_after: Duration::from_secs(2), ..Config::default() });
+        for (conn, host) in [(1, "a"), (2, "b")] {
+            watch.ingest(conn, hello(host, conn as u32), Duration::ZERO);
+            watch.ingest(conn, comm(conn as u32 - 1), Duration::ZERO);
+        }
+        let rails = |bytes: u64, retrans: u64| PluginMessage::Nics {
+            t_ms: 0,
+            nics: vec![
+                NicCount { name: "rdmap79s0".into(), tx_bytes: bytes, rx_bytes: 0, retrans: Some(0), unresponsive: Some(0), impaired: Some(0), rail: true },
+                NicCount { name: "rdmap80s0".into(), tx_bytes: bytes / 100, rx_bytes: 0, retrans: Some(retrans), unresponsive: Some(0), impaired: Some(0), rail: true },
+                NicCount { name: "rdmap96s0".into(), tx_bytes: 0, rx_bytes: 0, retrans: Some(0), unresponsive: Some(0), impaired: Some(0), rail: false },
+            ],
+        };
+        watch.ingest(2, interval(1, 1, 1, 0), Duration::ZERO);
+        watch.ingest(2, rails(0, 0), Duration::ZERO);
+        let _ = watch.tick(Duration::ZERO);
+        watch.ingest(1, interval(0, 5, 5, 1 << 30), Duration::from_secs(1));
+        watch.ingest(2, interval(1, 4, 5, 1 << 30), Duration::from_secs(1));
+        watch.ingest(2, rails(1 << 30, 40), Duration::from_secs(1));
+        let lines = watch.tick(Duration::from_secs(1));
+        let Some(WatchLine::Rails { host, gpu, verdict, nics, .. }) = lines.iter().find(|l| matches!(l, WatchLine::Rails { .. })) else { panic!("{lines:?}") };
+        assert_eq!((host.as_str(), gpu.as_str(), *verdict), ("b", "2", RailVerdict::Errors));
+        assert_eq!(nics.len(), 2, "the GPU's rails only: {nics:?}");
+        let slow = nics.iter().find(|n| n.name == "rdmap80s0").expect("rail");
+        assert!(slow.behind && slow.retrans == Some(40) && slow.errors(), "{slow:?}");
+        watch.ingest(1, interval(0, 5, 5, 1 << 30), Duration::from_secs(3));
+        watch.ingest(2, interval(1, 4, 5, 1 << 30), Duration::from_secs(3));
+        let lines = watch.tick(Duration::from_secs(3));
+        let hang = lines.iter().find(|l| matches!(l, WatchLine::Hang { .. })).unwrap_or_else(|| panic!("{lines:?}"));
+        assert!(matches!(hang, WatchLine::Hang { rank: 1, rails, .. } if *rails == vec!["rdmap80s0".to_string()]), "{hang:?}");
     }
 
     #[test]
