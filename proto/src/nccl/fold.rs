@@ -63,6 +63,10 @@ pub const MAX_PENDING_CALLS: usize = 512;
 
 type RowKey = (Func, u64, String, String, String, u64);
 
+/// A matched call: the rank the others waited for, how long (ns), how it is known, with phases its wait and
+/// the others' mean wait (ns).
+type Judged = (u32, u64, LagSource, Option<(u64, u64)>);
+
 /// One call's samples so far: the two latest starts, the two shortest initial syncs, how many of each kind.
 struct CallMatch {
     samples: u32,
@@ -103,7 +107,7 @@ impl CallMatch {
 
     /// The rank the others waited for, how long (ns), how it is known, and with phases its wait and the
     /// others' mean wait.
-    fn judge(&self) -> Option<(u32, u64, LagSource, Option<(u64, u64)>)> {
+    fn judge(&self) -> Option<Judged> {
         if self.samples < 2 {
             return None;
         }
