@@ -9,6 +9,7 @@ mod check;
 mod experiments;
 mod tools;
 mod view;
+pub mod watch;
 
 pub use check::{CheckArgs, HealthFormat};
 pub use tools::{CompareArgs, MonitorArgs, PackageFilesArgs, QueueArgs, ReportArgs, RingArg, TopoArgs};

@@ -16,6 +16,7 @@ use efatop_proto::output::Line;
 use efatop_runtime::watch::recording::{self, Recorder};
 use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
 use efatop_runtime::watch::{folder, Settings};
+use efatop_node::prometheus::WatchMetrics;
 use efatop_ui::watch::WatchView;
 
 use crate::parse::{parse_serve, whole_number};
@@ -50,6 +51,8 @@ pub struct WatchArgs {
     /// Stop after this many seconds (0: run until interrupted)
     #[arg(long, default_value_t = 0, value_parser = crate::parse::seconds(0..=31_536_000))]
     pub duration: u64,
+    #[command(flatten)]
+    pub metrics: crate::cli::watch::WatchFindings,
 }
 
 pub fn watch(args: &WatchArgs) -> i32 {
@@ -58,6 +61,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
         window: Duration::from_secs(args.window),
         fallback_min_bytes: args.fallback_min_mib << 20,
         max_plugins: args.max_plugins,
+        straggler_min: Duration::from_micros(args.metrics.straggler_us),
     };
     if !args.from.is_empty() {
         return match recording::fold_files(&args.from, config) {
@@ -101,6 +105,20 @@ pub fn watch(args: &WatchArgs) -> i32 {
             return 2;
         }
     };
+    let exporter = match args.metrics.prometheus {
+        Some(address) => match efatop_node::prometheus::Exporter::<WatchMetrics>::start(address) {
+            Ok(exporter) => {
+                exporter.offer(WatchMetrics::new());
+                eprintln!("efatop watch: serving http://{}/metrics", exporter.address);
+                Some(exporter)
+            }
+            Err(err) => {
+                eprintln!("efatop watch: --prometheus {address}: {err}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     eprintln!("efatop watch: listening on {} (plugins prove the token: {})", server.address, token.source);
     if files < wanted {
         let room = files.saturating_sub((Settings::default().unproven + 256) as u64);
@@ -108,7 +126,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
     }
     let started = Instant::now();
     let (lines_tx, lines_rx) = channel();
-    if let Err(err) = folder::spawn(rx, config, started, Duration::from_secs(args.duration), recorder, lines_tx) {
+    if let Err(err) = folder::spawn(rx, config, started, Duration::from_secs(args.duration), recorder, exporter, lines_tx) {
         eprintln!("efatop watch: {err}");
         return 1;
     }
@@ -246,14 +264,23 @@ pub fn plain(line: &WatchLine) -> String {
         WatchLine::Rank { host, gpu, comm, rank, nranks, nccl_version, abi, .. } => {
             format!("rank {rank}/{nranks} on {host} GPU {} joined comm {comm} (NCCL {}, profiler v{abi})", gpu.as_deref().unwrap_or("?"), nccl_version.as_deref().unwrap_or("?"))
         }
-        WatchLine::Coll { comm, func, size, ops, algo, proto, time_us, algbw_gbps, busbw_gbps, ranks, nranks, .. } => format!(
-            "{} {} B comm {comm}: {ops} calls, {} us, algbw {} GB/s, busbw {} GB/s ({algo}/{proto}, {ranks} of {nranks} ranks)",
-            func.label(),
-            size,
-            time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
-            gbps(*algbw_gbps),
-            gbps(*busbw_gbps)
-        ),
+        WatchLine::Coll { comm, func, size, ops, algo, proto, time_us, algbw_gbps, busbw_gbps, ranks, nranks, user_tag, wait_us, work_us, .. } => {
+            let mut text = format!(
+                "{} {} B comm {comm}: {ops} calls, {} us, algbw {} GB/s, busbw {} GB/s ({algo}/{proto}, {ranks} of {nranks} ranks)",
+                func.label(),
+                size,
+                time_us.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
+                gbps(*algbw_gbps),
+                gbps(*busbw_gbps)
+            );
+            if let (Some(wait), Some(work)) = (wait_us, work_us) {
+                text.push_str(&format!(", waiting for peers {wait:.1} us, working {work:.1} us"));
+            }
+            if *user_tag != 0 {
+                text.push_str(&format!(", tag {user_tag}"));
+            }
+            text
+        }
         WatchLine::Peer { host, rank, peer, sent, received, .. } => format!("rank {rank} ({host}) <-> peer {peer}: sent {sent} B, received {received} B"),
         WatchLine::Nics { host, nccl_bytes, nic_bytes, verdict, window_s, nics } => {
             let behind: Vec<&str> = nics.iter().filter(|n| n.behind).map(|n| n.name.as_str()).collect();
@@ -263,11 +290,15 @@ pub fn plain(line: &WatchLine) -> String {
             }
             text
         }
-        WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting } => format!(
-            "HANG comm {comm}: rank {rank} on {host} GPU {} has not finished {} #{seq} ({why:?}, {waiting_s:.0} s; done: {peers_done:?}, waiting: {peers_waiting:?})",
+        WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting, rails } => format!(
+            "HANG comm {comm}: rank {rank} on {host} GPU {} has not finished {} #{seq} ({why:?}, {waiting_s:.0} s; done: {peers_done:?}, waiting: {peers_waiting:?}){}",
             gpu.as_deref().unwrap_or("?"),
-            func.label()
+            func.label(),
+            if rails.is_empty() { String::new() } else { format!("; its rails with errors: {}", rails.join(", ")) }
         ),
+        WatchLine::Straggler { .. } => efatop_ui::watch::straggler_text(line).unwrap_or_default(),
+        WatchLine::StragglerOver { comm, rank } => format!("comm {comm}: rank {rank} is no longer the straggler"),
+        WatchLine::Rails { host, gpu, verdict, .. } => efatop_ui::watch::rails_text(line).unwrap_or_else(|| format!("{host} GPU {gpu}: rails {verdict:?}")),
         WatchLine::HangOver { comm, func, seq } => format!("comm {comm}: {} #{seq} finished", func.label()),
         WatchLine::Gone { host, pid, bye } => format!("plugin {host}:{pid} left{}", if *bye { "" } else { " without finalizing" }),
         WatchLine::Health { plugins, refused, dropped, unsent } => format!("{plugins} plugins; {refused} refused; {dropped} events dropped, {unsent} messages unsent"),

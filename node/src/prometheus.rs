@@ -14,6 +14,7 @@
 //! far off). NVLink per GPU where NVML has it: `efatop_gpu_nvlink_{tx,rx}_bytes_per_second`.
 
 mod http;
+mod watch;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -24,6 +25,7 @@ use prometheus_client::registry::Registry;
 use efatop_proto::telemetry::rails::{balance, rails_of};
 use efatop_proto::telemetry::{NodeGpus, NodeSample};
 
+pub use watch::WatchMetrics;
 pub use http::{Exporter, HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_HEADERS, MAX_HEAD_BYTES, WRITE_TIMEOUT};
 
 /// The content type of `OpenMetrics` text, which `prometheus-client` writes.

@@ -188,6 +188,22 @@ pub struct CollRow {
     pub time_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
+    /// The calls' `userTag` (NCCL 2.31+, profiler v7; 0: untagged): a row per tag.
+    #[serde(default)]
+    pub tag: u64,
+    /// The kernel variant NCCL ran (v7's `kernelVariant`), and whether it is a symmetric-memory kernel.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub variant: String,
+    #[serde(default)]
+    pub sym: bool,
+    /// Calls whose kernels reported their phases (v7), and their time (ns, each call's mean over its
+    /// channels) waiting for peers (initial and final sync) and working (compute).
+    #[serde(default)]
+    pub phased: u64,
+    #[serde(default)]
+    pub wait_ns: u64,
+    #[serde(default)]
+    pub work_ns: u64,
 }
 
 impl CollRow {
@@ -196,6 +212,32 @@ impl CollRow {
         (self.timed > 0).then(|| self.time_ns as f64 / self.timed as f64 / 1e9)
     }
 }
+
+/// One collective call of one rank, as the straggler finder matches it with the other ranks' same call
+/// (communicator, function, NCCL's sequence number). A plugin sends at most [`MAX_CALL_SAMPLES`] a function
+/// an interval: every call whose number is a multiple of a power of two (1, 2, 4...), the smallest that
+/// keeps it under the cap, so that ranks at different paces still send the same numbers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSample {
+    pub func: Func,
+    pub seq: u64,
+    /// When the call began on this rank, ns since the Unix epoch: its kernel's first channel's start on the
+    /// GPU's global timer (which the driver keeps on the host's clock), else NCCL's start of the call on the
+    /// host (the plugin's clock, made absolute at its start).
+    pub start_ns: u64,
+    /// Whether `start_ns` is the GPU's (else the host's).
+    pub gpu: bool,
+    /// v7: the call's initial sync (waiting for its peers to arrive), its final sync and its compute phase,
+    /// each its channels' mean, ns.
+    pub initial_sync_ns: Option<u64>,
+    pub final_sync_ns: Option<u64>,
+    pub compute_ns: Option<u64>,
+    #[serde(default)]
+    pub tag: u64,
+}
+
+/// The most call samples a plugin sends for one function in one interval.
+pub const MAX_CALL_SAMPLES: usize = 64;
 
 /// Bytes this rank's proxy moved with one peer (network transport), cumulative.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +278,18 @@ pub struct NicCount {
     pub name: String,
     pub tx_bytes: u64,
     pub rx_bytes: u64,
+    /// Its error counters, where the device has them (`None`: not read): packets retransmitted
+    /// (`retrans_pkts`), remote peers that stopped answering (`unresponsive_remote_events`) and that the
+    /// device judged impaired (`impaired_remote_conn_events`).
+    #[serde(default)]
+    pub retrans: Option<u64>,
+    #[serde(default)]
+    pub unresponsive: Option<u64>,
+    #[serde(default)]
+    pub impaired: Option<u64>,
+    /// Whether the NIC is one of this process's GPU's (the NICs nearest it on PCIe, as NCCL picks them).
+    #[serde(default)]
+    pub rail: bool,
 }
 
 /// What a plugin sends.
@@ -247,7 +301,19 @@ pub enum PluginMessage {
     Comm { info: CommInfo },
     /// One communicator's figures, `t_ms` after the plugin started; sent every interval, even when nothing
     /// changed (a heartbeat), with the rows that changed since the last one.
-    Interval { t_ms: u64, comm: u64, rank: u32, colls: Vec<CollRow>, peers: Vec<PeerRow>, channels: Vec<ChannelRow>, progress: Vec<Progress> },
+    ///
+    /// `calls`: samples of the calls finished since the last interval, for the straggler finder.
+    Interval {
+        t_ms: u64,
+        comm: u64,
+        rank: u32,
+        colls: Vec<CollRow>,
+        peers: Vec<PeerRow>,
+        channels: Vec<ChannelRow>,
+        progress: Vec<Progress>,
+        #[serde(default)]
+        calls: Vec<CallSample>,
+    },
     /// The node's EFA devices, read by this process.
     Nics { t_ms: u64, nics: Vec<NicCount> },
     /// The plugin's own health: events seen, dropped (the ring was full), messages lost while no watcher
@@ -262,7 +328,7 @@ impl PluginMessage {
     pub fn check(&self) -> Result<(), OverCap> {
         use crate::stream::Cap;
         let rows = match self {
-            Self::Interval { colls, peers, channels, progress, .. } => colls.len().max(peers.len()).max(channels.len()).max(progress.len()),
+            Self::Interval { colls, peers, channels, progress, calls, .. } => colls.len().max(peers.len()).max(channels.len()).max(progress.len()).max(calls.len()),
             Self::Nics { nics, .. } => nics.len(),
             _ => 0,
         };
@@ -339,7 +405,33 @@ pub enum WatchLine {
     Rank { host: String, pid: u32, gpu: Option<String>, comm: String, comm_name: Option<String>, rank: u32, nranks: u32, nnodes: u32, nccl_version: Option<String>, abi: u32 },
     /// One collective kind at one size on one communicator, over the ranks that reported it: calls, mean
     /// time (the ranks' mean of their mean), nccl-tests' algbw and busbw.
-    Coll { comm: String, func: Func, size: u64, datatype: String, algo: String, proto: String, ranks: u32, nranks: u32, ops: u64, timing: Timing, time_us: Option<f64>, algbw_gbps: Option<f64>, busbw_gbps: Option<f64> },
+    ///
+    /// `user_tag`: the calls' v7 `userTag` (0: untagged; a row per tag); `variant`: v7's kernel variant;
+    /// `wait_us` and `work_us`: with v7's kernel phases, the mean call's time waiting for peers (initial
+    /// and final sync) and working (compute), `null` without them.
+    Coll {
+        comm: String,
+        func: Func,
+        size: u64,
+        datatype: String,
+        algo: String,
+        proto: String,
+        ranks: u32,
+        nranks: u32,
+        ops: u64,
+        timing: Timing,
+        time_us: Option<f64>,
+        algbw_gbps: Option<f64>,
+        busbw_gbps: Option<f64>,
+        #[serde(default)]
+        user_tag: u64,
+        #[serde(default)]
+        variant: String,
+        #[serde(default)]
+        wait_us: Option<f64>,
+        #[serde(default)]
+        work_us: Option<f64>,
+    },
     /// Bytes one rank's proxy moved with one peer.
     Peer { comm: String, host: String, rank: u32, peer: u32, sent: u64, received: u64, steps: u64 },
     /// One host over the last window: what NCCL's network path moved against what its EFA NICs carried,
@@ -347,9 +439,46 @@ pub enum WatchLine {
     Nics { host: String, window_s: f64, nccl_bytes: u64, nic_bytes: u64, verdict: NicVerdict, nics: Vec<NicWindow> },
     /// The hang locator: `rank` has not finished collective `seq` of `func` on `comm` (or went silent in
     /// it) while `peers_done` have finished it, or wait in it.
-    Hang { comm: String, func: Func, seq: u64, rank: u32, host: String, gpu: Option<String>, why: HangWhy, waiting_s: f64, peers_done: Vec<u32>, peers_waiting: Vec<u32> },
+    ///
+    /// `rails`: the named rank's GPU's NICs whose error counters grew over the last window.
+    Hang {
+        comm: String,
+        func: Func,
+        seq: u64,
+        rank: u32,
+        host: String,
+        gpu: Option<String>,
+        why: HangWhy,
+        waiting_s: f64,
+        peers_done: Vec<u32>,
+        peers_waiting: Vec<u32>,
+        #[serde(default)]
+        rails: Vec<String>,
+    },
     /// A hang that was named is over.
     HangOver { comm: String, func: Func, seq: u64 },
+    /// The straggler of a communicator over the last window: the rank its peers waited for in `last` of the
+    /// `of` calls matched (by communicator, function and sequence number), `lag_us` on average each time;
+    /// `source` says how that was measured. With v7's kernel phases, `its_wait_us` and `others_wait_us`: its
+    /// and its peers' mean initial sync (waiting for the others) in those calls.
+    Straggler {
+        comm: String,
+        func: Func,
+        rank: u32,
+        host: String,
+        gpu: Option<String>,
+        source: LagSource,
+        lag_us: f64,
+        last: u64,
+        of: u64,
+        its_wait_us: Option<f64>,
+        others_wait_us: Option<f64>,
+    },
+    /// A straggler that was named no longer is.
+    StragglerOver { comm: String, rank: u32 },
+    /// One GPU's rails over the last window: NCCL's bytes by its ranks against each of its NICs' bytes and
+    /// error counters. Printed when the verdict is not `ok` or `quiet`, or changes.
+    Rails { host: String, gpu: String, window_s: f64, nccl_bytes: u64, verdict: RailVerdict, nics: Vec<RailNic> },
     /// A plugin went away (`bye`: its communicator ended; otherwise its connection closed).
     Gone { host: String, pid: u32, bye: bool },
     /// The watcher's own counts: plugins connected, strangers refused, plugins' drops.
@@ -357,7 +486,7 @@ pub enum WatchLine {
 }
 
 /// Every `type` a [`WatchLine`] may have.
-pub const WATCH_KINDS: &[&str] = &["rank", "coll", "peer", "nics", "hang", "hang_over", "gone", "health"];
+pub const WATCH_KINDS: &[&str] = &["rank", "coll", "peer", "nics", "hang", "hang_over", "straggler", "straggler_over", "rails", "gone", "health"];
 
 impl WatchLine {
     /// The line's `type`.
@@ -369,6 +498,9 @@ impl WatchLine {
             Self::Nics { .. } => "nics",
             Self::Hang { .. } => "hang",
             Self::HangOver { .. } => "hang_over",
+            Self::Straggler { .. } => "straggler",
+            Self::StragglerOver { .. } => "straggler_over",
+            Self::Rails { .. } => "rails",
             Self::Gone { .. } => "gone",
             Self::Health { .. } => "health",
         }
@@ -396,6 +528,53 @@ pub struct NicWindow {
     pub name: String,
     pub bytes: u64,
     pub behind: bool,
+}
+
+/// How the straggler finder knew who the others waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LagSource {
+    /// v7's kernel phases: the rank whose initial sync was shortest (the others' was their wait for it).
+    KernelPhase,
+    /// Each rank's start of the call's kernel on the GPU's timer (v4–v6): the last to start, by how much
+    /// after the one before it. Across hosts as good as the hosts' clocks agree.
+    GpuStart,
+    /// Each rank's start of the call on the host (no kernel events), likewise.
+    HostStart,
+}
+
+/// A GPU's rails' verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RailVerdict {
+    /// Its rails share the bytes and no error counter grew.
+    Ok,
+    /// NCCL moved less than `--fallback-min-mib` through this GPU's ranks.
+    Quiet,
+    /// A rail carried far less than its share (less than the rail rule's share of the GPU's median rail).
+    Skewed,
+    /// A rail's error counters grew (retransmits, unresponsive or impaired remote).
+    Errors,
+}
+
+/// One rail of a GPU over the window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RailNic {
+    pub name: String,
+    pub bytes: u64,
+    /// Growth of its error counters over the window (`None`: the device has no such counter).
+    pub retrans: Option<u64>,
+    pub unresponsive: Option<u64>,
+    pub impaired: Option<u64>,
+    /// Carried far less than its share.
+    pub behind: bool,
+}
+
+impl RailNic {
+    /// Whether any error counter grew.
+    pub fn errors(&self) -> bool {
+        [self.retrans, self.unresponsive, self.impaired].iter().any(|c| c.is_some_and(|n| n > 0))
+    }
 }
 
 /// Why the hang locator named a rank.
@@ -466,7 +645,7 @@ mod tests {
         let mut big = Vec::new();
         big.extend_from_slice(&(MAX_MESSAGE + 1).to_le_bytes());
         assert!(read(&mut big.as_slice()).is_err());
-        let many = PluginMessage::Nics { t_ms: 0, nics: vec![NicCount { name: "x".into(), tx_bytes: 0, rx_bytes: 0 }; MAX_ROWS + 1] };
+        let many = PluginMessage::Nics { t_ms: 0, nics: vec![NicCount { name: "x".into(), tx_bytes: 0, rx_bytes: 0, retrans: None, unresponsive: None, impaired: None, rail: false }; MAX_ROWS + 1] };
         let mut out = Vec::new();
         encode(&many, &mut out).expect("encode");
         assert!(read(&mut out.as_slice()).is_err(), "more rows than a reader holds");
@@ -477,10 +656,11 @@ mod tests {
                 t_ms: 1000,
                 comm: 0xfeed,
                 rank: 1,
-                colls: vec![CollRow { func: Func::AllReduce, size: 1 << 20, datatype: "ncclFloat32".into(), algo: "RING".into(), proto: "SIMPLE".into(), ops: 3, timing: Timing::Gpu, timed: 3, time_ns: 300_000, min_ns: 90_000, max_ns: 110_000 }],
+                colls: vec![CollRow { func: Func::AllReduce, size: 1 << 20, datatype: "ncclFloat32".into(), algo: "RING".into(), proto: "SIMPLE".into(), ops: 3, timing: Timing::Gpu, timed: 3, time_ns: 300_000, min_ns: 90_000, max_ns: 110_000, tag: 7, variant: String::new(), sym: false, phased: 3, wait_ns: 30, work_ns: 60 }],
                 peers: vec![PeerRow { peer: 0, sent: 10, received: 20, steps: 2 }],
                 channels: vec![ChannelRow { channel: 0, sent: 10, received: 20, steps: 2, kernel_ns: 5 }],
                 progress: vec![Progress { func: Func::AllReduce, started: 4, finished: 3, open_seq: Some(3), open_ms: 12 }],
+                calls: vec![CallSample { func: Func::AllReduce, seq: 2, start_ns: 1_796_191_881_279_863_648, gpu: true, initial_sync_ns: Some(5), final_sync_ns: Some(1), compute_ns: Some(9), tag: 7 }],
             }
     }
 }

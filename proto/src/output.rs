@@ -633,20 +633,24 @@ mod tests {
             time_us: Some(250.0),
             algbw_gbps: Some(4.194304),
             busbw_gbps: Some(4.194304),
+            user_tag: 7,
+            variant: String::new(),
+            wait_us: Some(20.5),
+            work_us: Some(229.5),
         };
         golden::<Value, Value>(
             &Line::Watch(Box::new(coll)),
-            r#"{"type":"coll","data":{"comm":"d055e1ef875a2e15","func":"all_reduce","size":1048576,"datatype":"ncclFloat32","algo":"RING","proto":"SIMPLE","ranks":2,"nranks":2,"ops":12,"timing":"gpu","time_us":250.0,"algbw_gbps":4.194304,"busbw_gbps":4.194304}}"#,
+            r#"{"type":"coll","data":{"comm":"d055e1ef875a2e15","func":"all_reduce","size":1048576,"datatype":"ncclFloat32","algo":"RING","proto":"SIMPLE","ranks":2,"nranks":2,"ops":12,"timing":"gpu","time_us":250.0,"algbw_gbps":4.194304,"busbw_gbps":4.194304,"user_tag":7,"variant":"","wait_us":20.5,"work_us":229.5}}"#,
         );
-        let untimed = WatchLine::Coll { comm: "c".into(), func: Func::AlltoAll, size: 1 << 20, datatype: "ncclFloat32".into(), algo: String::new(), proto: String::new(), ranks: 1, nranks: 1, ops: 25, timing: Timing::None, time_us: None, algbw_gbps: None, busbw_gbps: None };
+        let untimed = WatchLine::Coll { comm: "c".into(), func: Func::AlltoAll, size: 1 << 20, datatype: "ncclFloat32".into(), algo: String::new(), proto: String::new(), ranks: 1, nranks: 1, ops: 25, timing: Timing::None, time_us: None, algbw_gbps: None, busbw_gbps: None, user_tag: 0, variant: String::new(), wait_us: None, work_us: None };
         golden::<Value, Value>(
             &Line::Watch(Box::new(untimed)),
-            r#"{"type":"coll","data":{"comm":"c","func":"allto_all","size":1048576,"datatype":"ncclFloat32","algo":"","proto":"","ranks":1,"nranks":1,"ops":25,"timing":"none","time_us":null,"algbw_gbps":null,"busbw_gbps":null}}"#,
+            r#"{"type":"coll","data":{"comm":"c","func":"allto_all","size":1048576,"datatype":"ncclFloat32","algo":"","proto":"","ranks":1,"nranks":1,"ops":25,"timing":"none","time_us":null,"algbw_gbps":null,"busbw_gbps":null,"user_tag":0,"variant":"","wait_us":null,"work_us":null}}"#,
         );
-        let hang = WatchLine::Hang { comm: "c".into(), func: Func::AllReduce, seq: 9, rank: 1, host: "vm".into(), gpu: Some("0".into()), why: HangWhy::NotStarted, waiting_s: 3.5, peers_done: vec![], peers_waiting: vec![0] };
+        let hang = WatchLine::Hang { comm: "c".into(), func: Func::AllReduce, seq: 9, rank: 1, host: "vm".into(), gpu: Some("0".into()), why: HangWhy::NotStarted, waiting_s: 3.5, peers_done: vec![], peers_waiting: vec![0], rails: vec!["rdmap79s0".into()] };
         golden::<Value, Value>(
             &Line::Watch(Box::new(hang)),
-            r#"{"type":"hang","data":{"comm":"c","func":"all_reduce","seq":9,"rank":1,"host":"vm","gpu":"0","why":"not_started","waiting_s":3.5,"peers_done":[],"peers_waiting":[0]}}"#,
+            r#"{"type":"hang","data":{"comm":"c","func":"all_reduce","seq":9,"rank":1,"host":"vm","gpu":"0","why":"not_started","waiting_s":3.5,"peers_done":[],"peers_waiting":[0],"rails":["rdmap79s0"]}}"#,
         );
         let nics = WatchLine::Nics { host: "vm".into(), window_s: 5.0, nccl_bytes: 1 << 30, nic_bytes: 0, verdict: NicVerdict::Fallback, nics: vec![NicWindow { name: "rdmap79s0".into(), bytes: 0, behind: false }] };
         golden::<Value, Value>(

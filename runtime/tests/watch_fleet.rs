@@ -68,6 +68,7 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         started,
         Duration::ZERO,
         None,
+        None,
         lines_tx,
     )
     .expect("the fold");

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use efatop_proto::counters::human_bytes;
-use efatop_proto::nccl::{Func, HangWhy, NicVerdict, WatchLine};
+use efatop_proto::nccl::{Func, HangWhy, LagSource, NicVerdict, RailVerdict, WatchLine};
 use efatop_proto::sizes::format_size;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -53,6 +53,10 @@ pub struct WatchView {
     pub hosts: BTreeMap<String, WatchLine>,
     /// Open hangs by (comm, func, seq).
     pub hangs: BTreeMap<(String, Func, u64), WatchLine>,
+    /// The named straggler of each communicator.
+    pub stragglers: BTreeMap<String, WatchLine>,
+    /// The latest `Rails` line of each (host, GPU) whose rails are skewed or erring.
+    pub rails: BTreeMap<(String, String), WatchLine>,
     pub health: Option<WatchLine>,
     /// Lines folded so far.
     pub lines: u64,
@@ -93,6 +97,20 @@ impl WatchView {
                 let from = (host.clone(), *pid, String::new(), 0);
                 for (_, row) in self.ranks.range_mut(from..).take_while(|((h, p, _, _), _)| h == host && p == pid) {
                     row.gone = Some(*bye);
+                }
+            }
+            WatchLine::Straggler { comm, .. } => {
+                self.stragglers.insert(comm.clone(), line);
+            }
+            WatchLine::StragglerOver { comm, .. } => {
+                self.stragglers.remove(comm);
+            }
+            WatchLine::Rails { host, gpu, verdict, .. } => {
+                let key = (host.clone(), gpu.clone());
+                if matches!(verdict, RailVerdict::Errors | RailVerdict::Skewed) {
+                    self.rails.insert(key, line);
+                } else {
+                    self.rails.remove(&key);
                 }
             }
             WatchLine::Health { .. } => self.health = Some(line),
@@ -169,19 +187,65 @@ pub const HANG_ROWS: usize = 8;
 
 /// The hang locator's sentence for one open hang.
 pub fn hang_text(line: &WatchLine) -> Option<String> {
-    let WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting } = line else { return None };
+    let WatchLine::Hang { comm, func, seq, rank, host, gpu, why, waiting_s, peers_done, peers_waiting, rails } = line else { return None };
     let what = match why {
         HangWhy::NotFinished => "has not finished",
         HangWhy::NotStarted => "has not started",
         HangWhy::Silent => "went silent in",
     };
     let peers = if peers_done.is_empty() { format!("{} wait in it", rank_list(peers_waiting)) } else { format!("{} finished it", rank_list(peers_done)) };
+    let rails = if rails.is_empty() { String::new() } else { format!("; its rails with errors: {}", rails.join(", ")) };
     Some(format!(
-        "HANG rank {rank} on {host} GPU {} {what} {} #{seq} on comm {} for {waiting_s:.0} s; {peers}",
+        "HANG rank {rank} on {host} GPU {} {what} {} #{seq} on comm {} for {waiting_s:.0} s; {peers}{rails}",
         gpu.as_deref().unwrap_or("?"),
         func.label(),
         short_comm(comm)
     ))
+}
+
+/// The straggler finder's sentence for a communicator's named straggler.
+pub fn straggler_text(line: &WatchLine) -> Option<String> {
+    let WatchLine::Straggler { comm, func, rank, host, gpu, source, lag_us, last, of, its_wait_us, others_wait_us } = line else { return None };
+    let how = match source {
+        LagSource::KernelPhase => "kernel phases",
+        LagSource::GpuStart => "kernel starts, GPU clock",
+        LagSource::HostStart => "call starts, host clock",
+    };
+    let waits = match (its_wait_us, others_wait_us) {
+        (Some(its), Some(others)) => format!("; its sync {:.2} ms, its peers' {:.2} ms", its / 1e3, others / 1e3),
+        _ => String::new(),
+    };
+    Some(format!(
+        "STRAGGLER rank {rank} on {host} GPU {}: its peers waited {:.2} ms for it in {last} of {of} {} calls on comm {} ({how}){waits}",
+        gpu.as_deref().unwrap_or("?"),
+        lag_us / 1e3,
+        func.label(),
+        short_comm(comm)
+    ))
+}
+
+/// A GPU's skewed or erring rails in a sentence.
+pub fn rails_text(line: &WatchLine) -> Option<String> {
+    let WatchLine::Rails { host, gpu, nccl_bytes, verdict, nics, window_s } = line else { return None };
+    let named: Vec<String> = nics
+        .iter()
+        .filter(|n| n.behind || n.errors())
+        .map(|n| {
+            let mut text = format!("{} {}", n.name, human_bytes(n.bytes));
+            let errors: Vec<String> = [("retransmits", n.retrans), ("unresponsive", n.unresponsive), ("impaired", n.impaired)]
+                .iter()
+                .filter_map(|(what, c)| c.filter(|c| *c > 0).map(|c| format!("+{c} {what}")))
+                .collect();
+            if !errors.is_empty() {
+                text.push_str(&format!(" ({})", errors.join(", ")));
+            } else if n.behind {
+                text.push_str(" (behind its rail)");
+            }
+            text
+        })
+        .collect();
+    let what = if *verdict == RailVerdict::Errors { "RAIL ERRORS" } else { "RAIL SKEWED" };
+    Some(format!("{what} {host} GPU {gpu}: NCCL moved {} in {window_s:.0} s; {}", human_bytes(*nccl_bytes), named.join("; ")))
 }
 
 /// Every line of the view, before scrolling: header, hang locator, hosts, ranks, collectives, peers.
@@ -344,8 +408,10 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
 /// THE STRAGGLER LINE's place (issue 58): under the hang locator, above the hosts. The rank the others
 /// wait for, how long, how often, on which host and GPU, once the fold computes it (from v7's kernel
 /// phases, else each rank's start of the same collective); nothing until then.
-fn straggler_lines(_view: &WatchView) -> Vec<Line<'static>> {
-    Vec::new()
+fn straggler_lines(view: &WatchView) -> Vec<Line<'static>> {
+    let stragglers = view.stragglers.values().filter_map(straggler_text);
+    let rails = view.rails.values().filter_map(rails_text);
+    stragglers.chain(rails).map(|t| Line::styled(format!(" {t}"), WARN)).collect()
 }
 
 /// Draws the whole view over the frame.

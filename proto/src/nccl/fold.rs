@@ -11,12 +11,28 @@
 //!   NIC (the rail rule's share).
 //! - The hang locator, per communicator and function: ranks behind the furthest one's finished calls for
 //!   `hang_after` are named (not started, or not finished); where every rank waits in the same call, a
-//!   rank whose plugin went silent (stopped, or gone without its `bye`) is named.
+//!   rank whose plugin went silent (stopped, or gone without its `bye`) is named, with its GPU's rails
+//!   whose error counters grew.
+//! - The straggler finder, per communicator: the ranks' samples of the same call (communicator, function,
+//!   sequence number) are matched as they come; once every live rank of the communicator sent its sample
+//!   of a call, the rank the others waited for is the one whose initial sync was shortest (v7's kernel
+//!   phases: the others' sync was their wait for it), else the last to start the call's kernel (the GPU's
+//!   timer), else the last to start it on the host. Over each window, a rank the others waited for at least
+//!   [`Config::straggler_min`] in at least half the calls matched is named ([`WatchLine::Straggler`]). State:
+//!   per communicator and function at most [`MAX_PENDING_CALLS`] calls being matched (each a few numbers,
+//!   whatever the ranks), per communicator a count per rank that lagged: O(ranks), not O(calls).
+//! - Rails, per host and GPU over the window: NCCL's bytes by the GPU's ranks against each of its NICs
+//!   (those the plugin found nearest its GPU on PCIe) and their error counters: a rail that carried less
+//!   than the rail rule's share of the GPU's median rail, or whose errors grew, is named
+//!   ([`WatchLine::Rails`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use super::{algbw_gbps, comm_hex, CollRow, CommInfo, Func, HangWhy, NicVerdict, NicWindow, Origin, PeerRow, PluginMessage, Progress, WatchLine};
+use super::{
+    algbw_gbps, comm_hex, CallSample, CollRow, CommInfo, Func, HangWhy, LagSource, NicCount, NicVerdict, NicWindow, Origin, PeerRow, PluginMessage, Progress, RailNic,
+    RailVerdict, WatchLine,
+};
 use crate::telemetry::rails::{median, OFF_SHARE};
 
 /// What the fold judges by.
@@ -30,11 +46,14 @@ pub struct Config {
     pub fallback_min_bytes: u64,
     /// Plugins held at once (the job's processes); more are refused.
     pub max_plugins: usize,
+    /// The least a rank's peers must wait for it, on average in the calls it was last, to be named a
+    /// straggler.
+    pub straggler_min: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { hang_after: Duration::from_secs(10), window: Duration::from_secs(5), fallback_min_bytes: 16 << 20, max_plugins: 65_536 }
+        Self { hang_after: Duration::from_secs(10), window: Duration::from_secs(5), fallback_min_bytes: 16 << 20, max_plugins: 65_536, straggler_min: Duration::from_millis(1) }
     }
 }
 
@@ -42,7 +61,108 @@ impl Default for Config {
 /// listing the call's peers: at 32,768 ranks a line lists up to 32,767).
 const NAMED_PER_TICK: usize = 64;
 
-type RowKey = (Func, u64, String, String, String);
+/// Calls being matched at once per communicator and function; the oldest goes first (its samples never
+/// all came: a rank that samples more sparsely, or a plugin that left).
+pub const MAX_PENDING_CALLS: usize = 512;
+
+type RowKey = (Func, u64, String, String, String, u64);
+
+/// A matched call: the rank the others waited for, how long (ns), how it is known, with phases its wait and
+/// the others' mean wait (ns).
+type Judged = (u32, u64, LagSource, Option<(u64, u64)>);
+
+/// One call's samples so far: the two latest starts, the two shortest initial syncs, how many of each kind.
+struct CallMatch {
+    samples: u32,
+    gpu: u32,
+    phased: u32,
+    latest: (u64, u32),
+    second_latest: u64,
+    shortest_sync: (u64, u32),
+    second_sync: u64,
+    sync_sum: u64,
+}
+
+impl CallMatch {
+    fn new() -> Self {
+        Self { samples: 0, gpu: 0, phased: 0, latest: (0, 0), second_latest: 0, shortest_sync: (u64::MAX, 0), second_sync: u64::MAX, sync_sum: 0 }
+    }
+
+    fn add(&mut self, rank: u32, sample: &CallSample) {
+        self.samples += 1;
+        self.gpu += u32::from(sample.gpu);
+        if sample.start_ns >= self.latest.0 {
+            self.second_latest = self.latest.0;
+            self.latest = (sample.start_ns, rank);
+        } else {
+            self.second_latest = self.second_latest.max(sample.start_ns);
+        }
+        if let Some(sync) = sample.initial_sync_ns {
+            self.phased += 1;
+            self.sync_sum += sync;
+            if sync <= self.shortest_sync.0 {
+                self.second_sync = self.shortest_sync.0;
+                self.shortest_sync = (sync, rank);
+            } else {
+                self.second_sync = self.second_sync.min(sync);
+            }
+        }
+    }
+
+    /// The rank the others waited for, how long (ns), how it is known, and with phases its wait and the
+    /// others' mean wait.
+    fn judge(&self) -> Option<Judged> {
+        if self.samples < 2 {
+            return None;
+        }
+        if self.phased == self.samples {
+            let (its, rank) = self.shortest_sync;
+            let others = (self.sync_sum - its) / u64::from(self.samples - 1);
+            return Some((rank, self.second_sync.saturating_sub(its), LagSource::KernelPhase, Some((its, others))));
+        }
+        let source = if self.gpu == self.samples {
+            LagSource::GpuStart
+        } else if self.gpu == 0 {
+            LagSource::HostStart
+        } else {
+            // Starts on different clocks do not compare.
+            return None;
+        };
+        Some((self.latest.1, self.latest.0.saturating_sub(self.second_latest), source, None))
+    }
+}
+
+/// A communicator's stragglers over the current window.
+#[derive(Default)]
+struct Lags {
+    since: Duration,
+    /// Calls matched in the window, per function.
+    judged: BTreeMap<Func, u64>,
+    /// Per rank and function: calls it was last by at least `straggler_min`, their lag, its and the
+    /// others' initial sync (phased calls), and how they were known.
+    ranks: HashMap<(u32, Func), RankLag>,
+    named: Option<u32>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct RankLag {
+    last: u64,
+    lag_ns: u64,
+    phased: u64,
+    its_ns: u64,
+    others_ns: u64,
+    source: Option<LagSource>,
+}
+
+/// A GPU's rails: readings of (NCCL's bytes by its ranks, per rail: bytes and error counters).
+#[derive(Default)]
+struct GpuRails {
+    samples: VecDeque<(Duration, u64, BTreeMap<String, NicCount>)>,
+    fresh: bool,
+    verdict: Option<RailVerdict>,
+    /// Its rails whose errors grew over the last window.
+    erring: Vec<String>,
+}
 
 #[derive(Default)]
 struct Plugin {
@@ -82,6 +202,10 @@ pub struct Watch {
     nccl_moved: HashMap<String, u64>,
     /// When each (communicator, function, call) was first seen stuck, and the ranks named for it.
     stuck: BTreeMap<(u64, Func, u64), (Duration, BTreeSet<u32>)>,
+    /// Calls being matched, per communicator and function (at most [`MAX_PENDING_CALLS`] each).
+    matching: HashMap<(u64, Func), BTreeMap<u64, CallMatch>>,
+    lags: BTreeMap<u64, Lags>,
+    rails: BTreeMap<(String, String), GpuRails>,
     refused: u64,
     health: (u32, u64, u64, u64),
     pending: Vec<WatchLine>,
@@ -89,7 +213,20 @@ pub struct Watch {
 
 impl Watch {
     pub fn new(config: Config) -> Self {
-        Self { config, plugins: HashMap::new(), ranks: BTreeMap::new(), hosts: BTreeMap::new(), nccl_moved: HashMap::new(), stuck: BTreeMap::new(), refused: 0, health: (0, 0, 0, 0), pending: Vec::new() }
+        Self {
+            config,
+            plugins: HashMap::new(),
+            ranks: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            nccl_moved: HashMap::new(),
+            stuck: BTreeMap::new(),
+            matching: HashMap::new(),
+            lags: BTreeMap::new(),
+            rails: BTreeMap::new(),
+            refused: 0,
+            health: (0, 0, 0, 0),
+            pending: Vec::new(),
+        }
     }
 
     /// Whether one more plugin may connect.
@@ -141,7 +278,7 @@ impl Watch {
                 state.heard = now;
                 state.bye = false;
             }
-            PluginMessage::Interval { comm, rank, colls, peers, progress, .. } => {
+            PluginMessage::Interval { comm, rank, colls, peers, progress, calls, .. } => {
                 let Some(state) = self.ranks.get_mut(&(comm, rank)).filter(|s| s.conn == conn) else { return };
                 state.heard = now;
                 // The host's running total of what NCCL's network path moved (the NIC join's side), kept as
@@ -158,7 +295,7 @@ impl Watch {
                     }
                 }
                 for row in colls {
-                    let key = (row.func, row.size, row.datatype.clone(), row.algo.clone(), row.proto.clone());
+                    let key = (row.func, row.size, row.datatype.clone(), row.algo.clone(), row.proto.clone(), row.tag);
                     state.dirty_colls.insert(key.clone());
                     state.colls.insert(key, row);
                 }
@@ -171,9 +308,11 @@ impl Watch {
                 }
                 // A rank reports every function it ever started; one missing from this interval has no
                 // open call.
+                self.match_calls(comm, rank, &calls, now);
             }
             PluginMessage::Nics { nics, .. } => {
                 let host = plugin.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone());
+                let gpu = plugin.origin.as_ref().and_then(|o| o.gpu.clone());
                 let keys = plugin.ranks.clone();
                 for key in &keys {
                     if let Some(rank) = self.ranks.get_mut(key) {
@@ -184,6 +323,13 @@ impl Watch {
                 // plugin sends its intervals before its reading), not at the next tick: a reading taken
                 // before the job's traffic is the window's baseline however soon the traffic follows.
                 let nccl = self.nccl_of(&host);
+                let rails: BTreeMap<String, NicCount> = nics.iter().filter(|n| n.rail).map(|n| (n.name.clone(), n.clone())).collect();
+                if let (Some(gpu), false) = (gpu, rails.is_empty()) {
+                    let nccl_gpu = self.nccl_of_gpu(&host, &gpu);
+                    let state = self.rails.entry((host.clone(), gpu)).or_default();
+                    state.samples.push_back((now, nccl_gpu, rails));
+                    state.fresh = true;
+                }
                 let state = self.hosts.entry(host).or_default();
                 state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
                 state.fresh = true;
@@ -221,7 +367,9 @@ impl Watch {
         let mut lines = std::mem::take(&mut self.pending);
         self.figures(&mut lines);
         self.join(now, &mut lines);
+        self.rails(now, &mut lines);
         self.hangs(now, &mut lines);
+        self.stragglers(now, &mut lines);
         let plugins = self.plugins.values().filter(|p| !p.closed).count() as u32;
         let dropped = self.plugins.values().map(|p| p.dropped).sum();
         let unsent = self.plugins.values().map(|p| p.unsent).sum();
@@ -248,6 +396,11 @@ impl Watch {
             let means: Vec<f64> = rows.iter().filter_map(|(_, row)| row.mean_seconds()).collect();
             let mean = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
             let algbw = mean.map(|t| algbw_gbps(first.size, t));
+            // The ranks' mean of their mean phase times (v7), µs.
+            let phase = |ns: fn(&CollRow) -> u64| {
+                let per: Vec<f64> = rows.iter().filter(|(_, r)| r.phased > 0).map(|(_, r)| ns(r) as f64 / r.phased as f64 / 1e3).collect();
+                (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+            };
             lines.push(WatchLine::Coll {
                 comm: comm_hex(comm),
                 func: first.func,
@@ -262,6 +415,10 @@ impl Watch {
                 time_us: mean.map(|t| t * 1e6),
                 algbw_gbps: algbw,
                 busbw_gbps: algbw.map(|a| a * first.func.bus_factor(nranks)),
+                user_tag: first.tag,
+                variant: first.variant.clone(),
+                wait_us: phase(|r| r.wait_ns),
+                work_us: phase(|r| r.work_ns),
             });
         }
         let hosts: HashMap<u64, String> = self.plugins.iter().map(|(c, p)| (*c, p.origin.as_ref().map_or_else(|| format!("conn-{c}"), |o| o.host.clone()))).collect();
@@ -284,6 +441,150 @@ impl Watch {
     /// The bytes NCCL's ranks on `host` have sent and received so far (proxy ops and steps).
     fn nccl_of(&self, host: &str) -> u64 {
         self.nccl_moved.get(host).copied().unwrap_or(0)
+    }
+
+    /// The bytes NCCL's ranks on `host`'s GPU `gpu` have sent and received so far.
+    fn nccl_of_gpu(&self, host: &str, gpu: &str) -> u64 {
+        self.ranks
+            .values()
+            .filter(|state| self.plugins.get(&state.conn).and_then(|p| p.origin.as_ref()).is_some_and(|o| o.host == host && o.gpu.as_deref() == Some(gpu)))
+            .map(|state| state.peers.values().map(|p| p.sent.saturating_add(p.received)).sum::<u64>())
+            .sum()
+    }
+
+    /// Matches `rank`'s call samples with its peers' on `comm`; a call every live rank sent is judged.
+    fn match_calls(&mut self, comm: u64, rank: u32, calls: &[CallSample], now: Duration) {
+        if calls.is_empty() {
+            return;
+        }
+        let members = self.ranks.range((comm, 0)..=(comm, u32::MAX)).filter(|(_, s)| !s.bye).count() as u32;
+        let lags = self.lags.entry(comm).or_insert_with(|| Lags { since: now, ..Lags::default() });
+        for sample in calls {
+            let pending = self.matching.entry((comm, sample.func)).or_default();
+            let entry = pending.entry(sample.seq).or_insert_with(CallMatch::new);
+            entry.add(rank, sample);
+            if entry.samples < members.max(2) {
+                while pending.len() > MAX_PENDING_CALLS {
+                    pending.pop_first();
+                }
+                continue;
+            }
+            let Some(done) = pending.remove(&sample.seq) else { continue };
+            let Some((last, lag, source, waits)) = done.judge() else { continue };
+            *lags.judged.entry(sample.func).or_default() += 1;
+            if lag < self.config.straggler_min.as_nanos() as u64 {
+                continue;
+            }
+            let r = lags.ranks.entry((last, sample.func)).or_default();
+            r.last += 1;
+            r.lag_ns += lag;
+            r.source = Some(source);
+            if let Some((its, others)) = waits {
+                r.phased += 1;
+                r.its_ns += its;
+                r.others_ns += others;
+            }
+        }
+    }
+
+    /// Each window, per communicator: the rank its peers waited for in at least half the calls matched
+    /// (three at least) is named; one named before that no longer is, is cleared.
+    fn stragglers(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
+        let window = self.config.window;
+        let comms: Vec<u64> = self.lags.iter().filter(|(_, l)| now.saturating_sub(l.since) >= window).map(|(c, _)| *c).collect();
+        for comm in comms {
+            let Some(lags) = self.lags.get_mut(&comm) else { continue };
+            let worst = lags
+                .ranks
+                .iter()
+                .filter(|((_, func), r)| r.last * 2 >= lags.judged.get(func).copied().unwrap_or(0) && r.last >= 3)
+                .max_by_key(|(k, r)| (r.last, std::cmp::Reverse(k.0)))
+                .map(|(k, r)| (*k, *r));
+            let judged = std::mem::take(&mut lags.judged);
+            lags.ranks.clear();
+            lags.since = now;
+            let was = lags.named;
+            lags.named = worst.map(|((rank, _), _)| rank);
+            if let Some(previous) = was.filter(|p| Some(*p) != lags.named) {
+                lines.push(WatchLine::StragglerOver { comm: comm_hex(comm), rank: previous });
+            }
+            let Some(((rank, func), r)) = worst else { continue };
+            let origin = self.ranks.get(&(comm, rank)).and_then(|s| self.plugins.get(&s.conn)).and_then(|p| p.origin.clone()).unwrap_or_else(|| unknown_origin(0));
+            let us = |ns: u64, n: u64| (n > 0).then(|| ns as f64 / n as f64 / 1e3);
+            lines.push(WatchLine::Straggler {
+                comm: comm_hex(comm),
+                func,
+                rank,
+                host: origin.host,
+                gpu: origin.gpu,
+                source: r.source.unwrap_or(LagSource::GpuStart),
+                lag_us: r.lag_ns as f64 / r.last as f64 / 1e3,
+                last: r.last,
+                of: judged.get(&func).copied().unwrap_or(0),
+                its_wait_us: us(r.its_ns, r.phased),
+                others_wait_us: us(r.others_ns, r.phased),
+            });
+        }
+    }
+
+    /// Per GPU over the window: its rails' bytes against NCCL's through its ranks, and their errors.
+    fn rails(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
+        let window = self.config.window;
+        for ((host, gpu), state) in &mut self.rails {
+            if !std::mem::take(&mut state.fresh) {
+                continue;
+            }
+            while state.samples.len() > 2 && state.samples.get(1).is_some_and(|s| now.saturating_sub(s.0) >= window) {
+                state.samples.pop_front();
+            }
+            let (Some(first), Some(last)) = (state.samples.front(), state.samples.back()) else { continue };
+            if state.samples.len() < 2 {
+                continue;
+            }
+            let grew = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            };
+            let total = |n: &NicCount| n.tx_bytes.saturating_add(n.rx_bytes);
+            let mut nics: Vec<RailNic> = last
+                .2
+                .values()
+                .map(|n| {
+                    let before = first.2.get(&n.name);
+                    RailNic {
+                        name: n.name.clone(),
+                        bytes: total(n).saturating_sub(before.map_or(total(n), total)),
+                        retrans: grew(before.and_then(|b| b.retrans), n.retrans),
+                        unresponsive: grew(before.and_then(|b| b.unresponsive), n.unresponsive),
+                        impaired: grew(before.and_then(|b| b.impaired), n.impaired),
+                        behind: false,
+                    }
+                })
+                .collect();
+            let nccl_bytes = last.1.saturating_sub(first.1);
+            let mut loads: Vec<f64> = nics.iter().map(|n| n.bytes as f64).collect();
+            let rail = median(&mut loads).unwrap_or(0.0);
+            let quiet = nccl_bytes < self.config.fallback_min_bytes;
+            if !quiet && nics.len() > 1 {
+                for nic in &mut nics {
+                    nic.behind = (nic.bytes as f64) < OFF_SHARE * rail || rail == 0.0;
+                }
+            }
+            state.erring = nics.iter().filter(|n| n.errors()).map(|n| n.name.clone()).collect();
+            let verdict = if !state.erring.is_empty() {
+                RailVerdict::Errors
+            } else if quiet {
+                RailVerdict::Quiet
+            } else if nics.iter().any(|n| n.behind) {
+                RailVerdict::Skewed
+            } else {
+                RailVerdict::Ok
+            };
+            let changed = state.verdict.replace(verdict) != Some(verdict);
+            if changed || matches!(verdict, RailVerdict::Errors | RailVerdict::Skewed) {
+                lines.push(WatchLine::Rails { host: host.clone(), gpu: gpu.clone(), window_s: last.0.saturating_sub(first.0).as_secs_f64(), nccl_bytes, verdict, nics });
+            }
+        }
     }
 
     fn join(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
@@ -423,7 +724,8 @@ impl Watch {
             entry.1.insert(rank);
             let state = &self.ranks[&(comm, rank)];
             let origin = self.plugins.get(&state.conn).and_then(|p| p.origin.clone()).unwrap_or_else(|| unknown_origin(state.conn));
-            lines.push(WatchLine::Hang { comm: comm_hex(comm), func, seq, rank, host: origin.host, gpu: origin.gpu, why, waiting_s: waited.as_secs_f64(), peers_done: done, peers_waiting: waiting });
+            let rails = origin.gpu.as_ref().and_then(|g| self.rails.get(&(origin.host.clone(), g.clone()))).map(|r| r.erring.clone()).unwrap_or_default();
+            lines.push(WatchLine::Hang { comm: comm_hex(comm), func, seq, rank, host: origin.host, gpu: origin.gpu, why, waiting_s: waited.as_secs_f64(), peers_done: done, peers_waiting: waiting, rails });
         }
         let over: Vec<(u64, Func, u64)> = self.stuck.keys().filter(|k| !still.contains(k)).copied().collect();
         for key in over {
@@ -458,10 +760,29 @@ mod tests {
             t_ms: 0,
             comm: 7,
             rank,
-            colls: vec![CollRow { func: Func::AllReduce, size: 1 << 30, datatype: "ncclFloat32".into(), algo: "RING".into(), proto: "SIMPLE".into(), ops: finished, timing: Timing::Gpu, timed: finished, time_ns: finished * 10_000_000, min_ns: 1, max_ns: 1 }],
+            colls: vec![CollRow {
+                func: Func::AllReduce,
+                size: 1 << 30,
+                datatype: "ncclFloat32".into(),
+                algo: "RING".into(),
+                proto: "SIMPLE".into(),
+                ops: finished,
+                timing: Timing::Gpu,
+                timed: finished,
+                time_ns: finished * 10_000_000,
+                min_ns: 1,
+                max_ns: 1,
+                tag: 0,
+                variant: String::new(),
+                sym: false,
+                phased: 0,
+                wait_ns: 0,
+                work_ns: 0,
+            }],
             peers: vec![PeerRow { peer: 1 - rank, sent, received: sent, steps: 1 }],
             channels: vec![],
             progress: vec![Progress { func: Func::AllReduce, started, finished, open_seq: (started > finished).then_some(finished), open_ms: 0 }],
+            calls: vec![],
         }
     }
 
@@ -493,12 +814,100 @@ mod tests {
         assert!(lines.iter().any(|l| matches!(l, WatchLine::HangOver { seq: 4, .. })), "{lines:?}");
     }
 
+    fn samples(rank: u32, seqs: std::ops::Range<u64>, late_ns: u64, phased: bool) -> PluginMessage {
+        // Rank 1 starts each call `late_ns` after rank 0 (GPU clock); with phases, rank 0 waits that long in
+        // its initial sync and rank 1 hardly at all.
+        let calls = seqs
+            .map(|seq| CallSample {
+                func: Func::AllReduce,
+                seq,
+                start_ns: 1_796_000_000_000_000_000 + seq * 50_000_000 + if rank == 1 { late_ns } else { 0 },
+                gpu: true,
+                initial_sync_ns: phased.then_some(if rank == 1 { 2_000 } else { late_ns }),
+                final_sync_ns: phased.then_some(1_000),
+                compute_ns: phased.then_some(9_000_000),
+                tag: 0,
+            })
+            .collect();
+        PluginMessage::Interval { t_ms: 0, comm: 7, rank, colls: vec![], peers: vec![], channels: vec![], progress: vec![], calls }
+    }
+
+    #[test]
+    fn the_rank_the_others_wait_for_is_named_from_its_kernel_starts_or_its_sync_phases() {
+        for phased in [false, true] {
+            let mut watch = Watch::new(Config { window: Duration::from_secs(2), ..Config::default() });
+            for (conn, host) in [(1, "a"), (2, "b")] {
+                watch.ingest(conn, hello(host, conn as u32), Duration::ZERO);
+                watch.ingest(conn, comm(conn as u32 - 1), Duration::ZERO);
+            }
+            let _ = watch.tick(Duration::ZERO);
+            // 20 calls, rank 1 late by 5 ms in each; samples come in either order.
+            watch.ingest(2, samples(1, 0..10, 5_000_000, phased), Duration::from_secs(1));
+            watch.ingest(1, samples(0, 0..20, 5_000_000, phased), Duration::from_secs(1));
+            watch.ingest(2, samples(1, 10..20, 5_000_000, phased), Duration::from_secs(1));
+            // The window began with the first samples (1 s): judged at its end.
+            assert!(!watch.tick(Duration::from_secs(2)).iter().any(|l| matches!(l, WatchLine::Straggler { .. })), "not before the window's end");
+            let lines = watch.tick(Duration::from_secs(3));
+            let named = lines.iter().find(|l| matches!(l, WatchLine::Straggler { .. })).unwrap_or_else(|| panic!("phased {phased}: {lines:?}"));
+            let WatchLine::Straggler { rank, host, source, lag_us, last, of, its_wait_us, others_wait_us, .. } = named else { unreachable!() };
+            assert_eq!((*rank, host.as_str(), *last, *of), (1, "b", 20, 20), "phased {phased}");
+            if phased {
+                assert_eq!(*source, LagSource::KernelPhase);
+                assert!((lag_us - 4_998.0).abs() < 1e-6, "the others' sync less its own: {lag_us}");
+                assert_eq!((*its_wait_us, *others_wait_us), (Some(2.0), Some(5_000.0)));
+            } else {
+                assert_eq!((*source, *its_wait_us), (LagSource::GpuStart, None));
+                assert!((lag_us - 5_000.0).abs() < 1e-6, "{lag_us}");
+            }
+            // Then both on time: the straggler is cleared at the next window's end.
+            watch.ingest(1, samples(0, 20..30, 0, phased), Duration::from_secs(4));
+            watch.ingest(2, samples(1, 20..30, 0, phased), Duration::from_secs(4));
+            let lines = watch.tick(Duration::from_secs(5));
+            assert!(lines.iter().any(|l| matches!(l, WatchLine::StragglerOver { rank: 1, .. })), "phased {phased}: {lines:?}");
+            assert!(watch.matching.values().all(BTreeMap::is_empty), "every matched call was let go");
+        }
+    }
+
+    #[test]
+    fn a_rail_with_growing_errors_is_named_and_the_hang_names_it() {
+        let mut watch = Watch::new(Config { hang_after: Duration::from_secs(2), ..Config::default() });
+        for (conn, host) in [(1, "a"), (2, "b")] {
+            watch.ingest(conn, hello(host, conn as u32), Duration::ZERO);
+            watch.ingest(conn, comm(conn as u32 - 1), Duration::ZERO);
+        }
+        let rails = |bytes: u64, retrans: u64| PluginMessage::Nics {
+            t_ms: 0,
+            nics: vec![
+                NicCount { name: "rdmap79s0".into(), tx_bytes: bytes, rx_bytes: 0, retrans: Some(0), unresponsive: Some(0), impaired: Some(0), rail: true },
+                NicCount { name: "rdmap80s0".into(), tx_bytes: bytes / 100, rx_bytes: 0, retrans: Some(retrans), unresponsive: Some(0), impaired: Some(0), rail: true },
+                NicCount { name: "rdmap96s0".into(), tx_bytes: 0, rx_bytes: 0, retrans: Some(0), unresponsive: Some(0), impaired: Some(0), rail: false },
+            ],
+        };
+        watch.ingest(2, interval(1, 1, 1, 0), Duration::ZERO);
+        watch.ingest(2, rails(0, 0), Duration::ZERO);
+        let _ = watch.tick(Duration::ZERO);
+        watch.ingest(1, interval(0, 5, 5, 1 << 30), Duration::from_secs(1));
+        watch.ingest(2, interval(1, 4, 5, 1 << 30), Duration::from_secs(1));
+        watch.ingest(2, rails(1 << 30, 40), Duration::from_secs(1));
+        let lines = watch.tick(Duration::from_secs(1));
+        let Some(WatchLine::Rails { host, gpu, verdict, nics, .. }) = lines.iter().find(|l| matches!(l, WatchLine::Rails { .. })) else { panic!("{lines:?}") };
+        assert_eq!((host.as_str(), gpu.as_str(), *verdict), ("b", "2", RailVerdict::Errors));
+        assert_eq!(nics.len(), 2, "the GPU's rails only: {nics:?}");
+        let slow = nics.iter().find(|n| n.name == "rdmap80s0").expect("rail");
+        assert!(slow.behind && slow.retrans == Some(40) && slow.errors(), "{slow:?}");
+        watch.ingest(1, interval(0, 5, 5, 1 << 30), Duration::from_secs(3));
+        watch.ingest(2, interval(1, 4, 5, 1 << 30), Duration::from_secs(3));
+        let lines = watch.tick(Duration::from_secs(3));
+        let hang = lines.iter().find(|l| matches!(l, WatchLine::Hang { .. })).unwrap_or_else(|| panic!("{lines:?}"));
+        assert!(matches!(hang, WatchLine::Hang { rank: 1, rails, .. } if *rails == vec!["rdmap80s0".to_string()]), "{hang:?}");
+    }
+
     #[test]
     fn flat_nics_under_nccl_traffic_are_a_fallback() {
         let mut watch = Watch::new(Config::default());
         watch.ingest(1, hello("a", 1), Duration::ZERO);
         watch.ingest(1, comm(0), Duration::ZERO);
-        let nics = |n: u64| PluginMessage::Nics { t_ms: 0, nics: vec![NicCount { name: "rdmap79s0".into(), tx_bytes: n, rx_bytes: n }] };
+        let nics = |n: u64| PluginMessage::Nics { t_ms: 0, nics: vec![NicCount { name: "rdmap79s0".into(), tx_bytes: n, rx_bytes: n, retrans: None, unresponsive: None, impaired: None, rail: false }] };
         watch.ingest(1, interval(0, 1, 1, 0), Duration::ZERO);
         watch.ingest(1, nics(100), Duration::ZERO);
         let _ = watch.tick(Duration::ZERO);

@@ -141,7 +141,7 @@ fn main() -> std::process::ExitCode {
         ..Config::default()
     };
     let (lines_tx, lines_rx) = channel::<Vec<WatchLine>>();
-    let (_fold, folded) = folder::spawn(rx, config, started, Duration::ZERO, None, lines_tx)
+    let (_fold, folded) = folder::spawn(rx, config, started, Duration::ZERO, None, None, lines_tx)
         .expect("the fold's thread");
     // The view's thread is this one.
     pin_thread(None, [watcher_cpu]);

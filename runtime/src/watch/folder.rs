@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use efatop_node::prometheus::{Exporter, WatchMetrics};
 use efatop_proto::nccl::fold::{Config, Watch};
 use efatop_proto::nccl::{Recorded, WatchLine};
 
@@ -29,7 +30,7 @@ pub struct Folded {
 }
 
 /// Starts the fold loop on its own thread: it takes the server's batches from `rx` (records them where
-/// `recorder` is given), and every [`TICK`] sends its lines to `out`; it ends after `duration` (zero:
+/// `recorder` is given), and every [`TICK`] sends its lines to `out` (and offers their figures to `exporter`, `--prometheus`'s); it ends after `duration` (zero:
 /// never), when the server is gone, or when no one takes its lines.
 pub fn spawn(
     rx: Receiver<Vec<Inbound>>,
@@ -37,13 +38,14 @@ pub fn spawn(
     started: Instant,
     duration: Duration,
     recorder: Option<Recorder>,
+    exporter: Option<Exporter<WatchMetrics>>,
     out: Sender<Vec<WatchLine>>,
 ) -> std::io::Result<(JoinHandle<()>, Arc<Folded>)> {
     let folded = Arc::new(Folded::default());
     let counts = Arc::clone(&folded);
     let handle = std::thread::Builder::new()
         .name(THREAD.into())
-        .spawn(move || run(&rx, config, started, duration, recorder, &out, &counts))?;
+        .spawn(move || run(&rx, config, started, duration, recorder, exporter.as_ref(), &out, &counts))?;
     Ok((handle, folded))
 }
 
@@ -53,10 +55,12 @@ fn run(
     started: Instant,
     duration: Duration,
     mut recorder: Option<Recorder>,
+    exporter: Option<&Exporter<WatchMetrics>>,
     out: &Sender<Vec<WatchLine>>,
     folded: &Folded,
 ) {
     let mut watch = Watch::new(config);
+    let mut metrics = WatchMetrics::new();
     let mut next = started + TICK;
     loop {
         let received = rx.recv_timeout(next.saturating_duration_since(Instant::now()));
@@ -92,6 +96,14 @@ fn run(
             let took = began.elapsed().as_nanos() as u64;
             folded.ticks.fetch_add(1, Ordering::Relaxed);
             folded.longest_tick_ns.fetch_max(took, Ordering::Relaxed);
+            if let Some(exporter) = exporter {
+                // `--prometheus`: the endpoint's copy of the latest figures, offered when they changed (a
+                // scrape never waits on the fold, nor the fold on a scrape).
+                if !lines.is_empty() {
+                    metrics.add(&lines);
+                    exporter.offer(metrics.clone());
+                }
+            }
             if out.send(lines).is_err() {
                 return;
             }

@@ -1,6 +1,7 @@
-//! NCCL's profiler plugin ABI, v4, v5 and v6, written from NCCL 2.30.7's headers (tag v2.30.7-1:
-//! `src/include/plugin/nccl_profiler.h`, `src/include/plugin/profiler/profiler_v{4,5,6}.h`). Layouts only;
-//! what is done with them is in [`crate::ffi`].
+//! NCCL's profiler plugin ABI, v4 to v7, written from NCCL's headers: v4–v6 from 2.30.7's (tag v2.30.7-1:
+//! `src/include/plugin/nccl_profiler.h`, `src/include/plugin/profiler/profiler_v{4,5,6}.h`), v7 from
+//! `profiler_v7.h` and `nccl_profiler.h` at NVIDIA/nccl 8898068 (NCCL 2.31). Layouts only; what is done with
+//! them is in [`crate::ffi`].
 //!
 //! - v4 (NCCL 2.25–2.26, and later NCCLs through their v4 adapter): `type` is one byte; `init` takes the
 //!   communicator's name before its hash; a collective's and a point-to-point's parent is their group.
@@ -8,6 +9,12 @@
 //!   collective, point-to-point, kernel launch) parent the collective and point-to-point events, whose
 //!   group is in `parentGroup`.
 //! - v6 (2.29+): v5 plus copy-engine collective events (not folded here).
+//! - v7 (2.31+): v6's callbacks and `init`; a per-call `userTag` on the API, collective, point-to-point and
+//!   copy-engine descriptors (0: untagged), the kernel variant (`kernelVariant`, `isSymColl`) on a
+//!   collective, and the kernel-phase event (`ncclProfileKernelPhase`, bit 15): a child of a kernel channel
+//!   (NCCL turns kernel channels on with it) whose three phases, 0 initial sync, 1 compute, 2 final sync,
+//!   start and stop on the GPU's global timer (the stop's `pTimer` in the kernel channel's state argument,
+//!   state `ncclProfilerKernelPhaseStop`, 31). Only symmetric kernels have phases.
 
 #![allow(non_camel_case_types, non_snake_case)]
 
@@ -30,6 +37,8 @@ pub const PROFILE_GROUP_API: u64 = 1 << 8;
 pub const PROFILE_COLL_API: u64 = 1 << 9;
 pub const PROFILE_P2P_API: u64 = 1 << 10;
 pub const PROFILE_KERNEL_LAUNCH: u64 = 1 << 11;
+/// v7: a kernel channel's barrier phases.
+pub const PROFILE_KERNEL_PHASE: u64 = 1 << 15;
 
 // Event states (`ncclProfilerEventState_t`) this plugin reads.
 pub const STATE_PROXY_STEP_SEND_GPU_WAIT: c_int = 8;
@@ -39,6 +48,13 @@ pub const STATE_PROXY_STEP_RECV_FLUSH_WAIT: c_int = 11;
 pub const STATE_PROXY_STEP_RECV_GPU_WAIT: c_int = 12;
 pub const STATE_PROXY_STEP_SEND_PEER_WAIT_V4: c_int = 20;
 pub const STATE_KERNEL_CH_STOP: c_int = 22;
+/// v7: a kernel phase's end, its `pTimer` in the kernel channel's argument.
+pub const STATE_KERNEL_PHASE_STOP: c_int = 31;
+
+/// v7's `phaseId`s.
+pub const PHASE_INITIAL_SYNC: u8 = 0;
+pub const PHASE_COMPUTE: u8 = 1;
+pub const PHASE_FINAL_SYNC: u8 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -293,7 +309,7 @@ pub struct KernelChArgs {
     pub pTimer: u64,
 }
 
-/// `ncclProfilerEventStateArgs_v4_t`, `_v5_t` and `_v6_t` (one layout).
+/// `ncclProfilerEventStateArgs_v4_t` to `_v7_t` (one layout; v7's kernel phase stop uses `kernelCh`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union StateArgs {
@@ -301,6 +317,114 @@ pub union StateArgs {
     pub proxyCtrl: CtrlArgs,
     pub netPlugin: NetArgs,
     pub kernelCh: KernelChArgs,
+}
+
+/// v7's `collApi`: v5's and a tag.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollApiV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub root: c_int,
+    pub stream: *mut c_void,
+    pub graphCaptured: bool,
+    pub userTag: u64,
+}
+
+/// v7's `p2pApi`: v5's and a tag.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pApiV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub stream: *mut c_void,
+    pub graphCaptured: bool,
+    pub userTag: u64,
+}
+
+/// v7's `coll`: v5's, the kernel's variant, whether it is a symmetric-memory kernel, and a tag.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV7 {
+    pub seqNumber: u64,
+    pub func: *const c_char,
+    pub sendBuff: *const c_void,
+    pub recvBuff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub nChannels: u8,
+    pub nWarps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+    pub parentGroup: *mut c_void,
+    pub kernelVariant: *const c_char,
+    pub isSymColl: bool,
+    pub userTag: u64,
+}
+
+/// v7's `p2p`: v5's and a tag.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV7 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub nChannels: u8,
+    pub parentGroup: *mut c_void,
+    pub userTag: u64,
+}
+
+/// v7's `ceColl`: v6's and a tag.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeCollV7 {
+    pub base: CeColl,
+    pub userTag: u64,
+}
+
+/// v7's `kernelPhase`: a kernel channel's phase and its start on the GPU's global timer (ns).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelPhase {
+    pub channelId: u8,
+    pub phaseId: u8,
+    pub phaseName: *const c_char,
+    pub pTimer: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV7 {
+    pub groupApi: GroupApi,
+    pub collApi: CollApiV7,
+    pub p2pApi: P2pApiV7,
+    pub kernelLaunch: KernelLaunch,
+    pub coll: CollV7,
+    pub p2p: P2pV7,
+    pub proxyOp: ProxyOp,
+    pub proxyStep: ProxyStep,
+    pub kernelCh: KernelCh,
+    pub netPlugin: NetPlugin,
+    pub ceColl: CeCollV7,
+    pub ceCollSync: CeCollSync,
+    pub ceCollBatch: CeCollBatch,
+    pub kernelPhase: KernelPhase,
+}
+
+/// `ncclProfilerEventDescr_v7_t`. Not v5's layout: the tags come last in the members that have one (the
+/// API, collective and point-to-point members grew), so every member is read through v7's own view.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DescrV7 {
+    pub type_: u64,
+    pub parentObj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnionV7,
 }
 
 /// `ncclDebugLogger_t` (variadic; never called here).
@@ -311,6 +435,7 @@ pub type InitV5 = unsafe extern "C" fn(*mut *mut c_void, u64, *mut c_int, *const
 pub type StartV4 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV4) -> NcclResult;
 pub type StartV5 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV5) -> NcclResult;
 pub type StartV6 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV6) -> NcclResult;
+pub type StartV7 = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut DescrV7) -> NcclResult;
 pub type Stop = unsafe extern "C" fn(*mut c_void) -> NcclResult;
 pub type Record = unsafe extern "C" fn(*mut c_void, c_int, *mut StateArgs) -> NcclResult;
 pub type Finalize = unsafe extern "C" fn(*mut c_void) -> NcclResult;
@@ -346,4 +471,37 @@ pub struct ProfilerV6 {
     pub stopEvent: Stop,
     pub recordEventState: Record,
     pub finalize: Finalize,
+}
+
+/// `ncclProfiler_v7_t`: v6's callbacks over v7's descriptor.
+#[repr(C)]
+pub struct ProfilerV7 {
+    pub name: *const c_char,
+    pub init: InitV5,
+    pub startEvent: StartV7,
+    pub stopEvent: Stop,
+    pub recordEventState: Record,
+    pub finalize: Finalize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn v7_layouts_are_the_headers_on_x86_64() {
+        // Offsets as a C compiler lays out profiler_v7.h's structs (LP64: pointers and size_t 8 bytes).
+        assert_eq!((offset_of!(CollV7, parentGroup), offset_of!(CollV7, kernelVariant), offset_of!(CollV7, isSymColl), offset_of!(CollV7, userTag)), (80, 88, 96, 104));
+        assert_eq!(size_of::<CollV7>(), 112);
+        assert_eq!((offset_of!(P2pV7, parentGroup), offset_of!(P2pV7, userTag)), (40, 48));
+        assert_eq!((offset_of!(CollApiV7, graphCaptured), offset_of!(CollApiV7, userTag)), (40, 48));
+        assert_eq!((offset_of!(P2pApiV7, graphCaptured), offset_of!(P2pApiV7, userTag)), (32, 40));
+        assert_eq!((offset_of!(KernelPhase, phaseId), offset_of!(KernelPhase, phaseName), offset_of!(KernelPhase, pTimer)), (1, 8, 16));
+        assert_eq!(offset_of!(CeCollV7, userTag), 88);
+        assert_eq!(offset_of!(DescrV7, u), 24);
+        assert_eq!(size_of::<DescrUnionV7>(), 112);
+        // The members v5 had keep their offsets where they did not grow.
+        assert_eq!(offset_of!(CollV7, proto), offset_of!(CollV5, proto));
+    }
 }

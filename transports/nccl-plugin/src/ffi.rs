@@ -1,4 +1,4 @@
-//! The C side: the tables NCCL looks up (`ncclProfiler_v6`, `_v5`, `_v4`, newest first) and the functions in
+//! The C side: the tables NCCL looks up (`ncclProfiler_v7`, `_v6`, `_v5`, `_v4`, newest first) and the functions in
 //! them, plus the few libc calls the plugin makes. The only module of the crate with `unsafe` (each block
 //! says why it holds).
 //!
@@ -18,9 +18,10 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use efatop_proto::nccl::CommInfo;
 
 use crate::abi::{
-    DescrV4, DescrV5, DescrV6, Logger, NcclResult, ProfilerV4, ProfilerV5, ProfilerV6, StateArgs, NCCL_SUCCESS, PROFILE_COLL, PROFILE_COLL_API,
-    PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_KERNEL_CH, PROFILE_KERNEL_LAUNCH, PROFILE_P2P, PROFILE_P2P_API, PROFILE_PROXY_OP, PROFILE_PROXY_STEP,
-    STATE_KERNEL_CH_STOP, STATE_PROXY_STEP_RECV_GPU_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT, STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
+    DescrV4, DescrV5, DescrV6, DescrV7, Logger, NcclResult, ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7, StateArgs, NCCL_SUCCESS, PROFILE_COLL,
+    PROFILE_COLL_API, PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_KERNEL_CH, PROFILE_KERNEL_LAUNCH, PROFILE_KERNEL_PHASE, PROFILE_P2P, PROFILE_P2P_API,
+    PROFILE_PROXY_OP, PROFILE_PROXY_STEP, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP, STATE_PROXY_STEP_RECV_GPU_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT,
+    STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
 };
 use crate::record::{Event, Name, Record};
 use crate::runtime;
@@ -30,6 +31,8 @@ use crate::runtime;
 /// one-rank communicator's collectives are seen there only).
 const MASK_V4: u64 = PROFILE_GROUP | PROFILE_COLL | PROFILE_P2P | PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_KERNEL_CH;
 const MASK_V5: u64 = MASK_V4 | PROFILE_COLL_API | PROFILE_P2P_API;
+/// v7 adds the kernels' phases (waiting for peers against the kernel's own work).
+const MASK_V7: u64 = MASK_V5 | PROFILE_KERNEL_PHASE;
 
 const NAME: &CStr = c"efatop";
 
@@ -37,6 +40,11 @@ const NAME: &CStr = c"efatop";
 struct Ctx {
     index: u32,
 }
+
+#[no_mangle]
+#[used]
+pub static ncclProfiler_v7: ProfilerV7 =
+    ProfilerV7 { name: NAME.as_ptr(), init: init_v7, startEvent: start_v7, stopEvent: stop, recordEventState: record, finalize };
 
 #[no_mangle]
 #[used]
@@ -60,6 +68,8 @@ unsafe impl Sync for ProfilerV4 {}
 unsafe impl Sync for ProfilerV5 {}
 // SAFETY: as for ProfilerV4.
 unsafe impl Sync for ProfilerV6 {}
+// SAFETY: as for ProfilerV4.
+unsafe impl Sync for ProfilerV7 {}
 
 /// A C string's first 15 bytes, copied; empty for a null pointer.
 ///
@@ -111,6 +121,10 @@ fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64,
         *mask = bits as c_int;
     }
     NCCL_SUCCESS
+}
+
+unsafe extern "C" fn init_v7(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
+    init_common(7, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V7)
 }
 
 unsafe extern "C" fn init_v6(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
@@ -172,12 +186,15 @@ unsafe fn event_v5(type_: u64, u: &crate::abi::DescrUnionV5, parent: *mut c_void
                     algo: name(c.algo),
                     proto: name(c.proto),
                     group: c.parentGroup as u64,
+                    tag: 0,
+                    variant: Name::default(),
+                    sym: false,
                 };
                 (event, parent)
             }
             PROFILE_P2P => {
                 let p = u.p2p;
-                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64 }, parent)
+                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64, tag: 0 }, parent)
             }
             PROFILE_PROXY_OP => {
                 let p = u.proxyOp;
@@ -198,6 +215,78 @@ unsafe fn event_v5(type_: u64, u: &crate::abi::DescrUnionV5, parent: *mut c_void
             kind => (Event::Other { kind }, parent),
         }
     }
+}
+
+/// v7's events: the collective's and point-to-point call's tag and kernel variant, the kernel phases; the
+/// rest as v5 (their members did not change: proxy, kernel channel, group, kernel launch).
+///
+/// # Safety
+/// `u` is NCCL's v7 union whose member matches `type_`.
+#[inline]
+unsafe fn event_v7(type_: u64, u: &crate::abi::DescrUnionV7, parent: *mut c_void) -> (Event, *mut c_void) {
+    // SAFETY (every union read below): NCCL fills the member that `type_` names.
+    unsafe {
+        match type_ {
+            PROFILE_COLL => {
+                let c = u.coll;
+                let event = Event::Coll {
+                    seq: c.seqNumber,
+                    func: name(c.func),
+                    count: c.count as u64,
+                    datatype: name(c.datatype),
+                    root: c.root,
+                    channels: c.nChannels,
+                    warps: c.nWarps,
+                    algo: name(c.algo),
+                    proto: name(c.proto),
+                    group: c.parentGroup as u64,
+                    tag: c.userTag,
+                    variant: name(c.kernelVariant),
+                    sym: c.isSymColl,
+                };
+                (event, parent)
+            }
+            PROFILE_P2P => {
+                let p = u.p2p;
+                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64, tag: p.userTag }, parent)
+            }
+            PROFILE_COLL_API => {
+                let c = u.collApi;
+                (Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }, parent)
+            }
+            PROFILE_P2P_API => {
+                let p = u.p2pApi;
+                (Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }, parent)
+            }
+            PROFILE_KERNEL_PHASE => {
+                let k = u.kernelPhase;
+                (Event::KernelPhase { channel: k.channelId, phase: k.phaseId, ptimer: k.pTimer }, parent)
+            }
+            PROFILE_GROUP => (Event::Group, parent),
+            PROFILE_PROXY_OP => {
+                let p = u.proxyOp;
+                (Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }, parent)
+            }
+            PROFILE_PROXY_STEP => (Event::ProxyStep { step: u.proxyStep.step }, parent),
+            PROFILE_KERNEL_CH => (Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer }, parent),
+            PROFILE_GROUP_API => (Event::GroupApi { depth: u.groupApi.groupDepth }, parent),
+            PROFILE_KERNEL_LAUNCH => (Event::KernelLaunch, parent),
+            kind => (Event::Other { kind }, parent),
+        }
+    }
+}
+
+unsafe extern "C" fn start_v7(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV7) -> NcclResult {
+    if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // SAFETY: NCCL passes a valid v7 descriptor for the call's duration.
+    let (event, parent, rank) = unsafe {
+        let d = &*descr;
+        let (event, parent) = event_v7(d.type_, &d.u, d.parentObj);
+        (event, parent, d.rank)
+    };
+    push_start(context, handle, parent, rank, event)
 }
 
 unsafe extern "C" fn start_v6(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV6) -> NcclResult {
@@ -252,11 +341,14 @@ unsafe extern "C" fn start_v4(context: *mut c_void, handle: *mut *mut c_void, de
                     algo: name(c.algo),
                     proto: name(c.proto),
                     group: d.parentObj as u64,
+                    tag: 0,
+                    variant: Name::default(),
+                    sym: false,
                 }
             }
             PROFILE_P2P => {
                 let p = u.p2p;
-                Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: d.parentObj as u64 }
+                Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: d.parentObj as u64, tag: 0 }
             }
             PROFILE_PROXY_OP => {
                 let p = u.proxyOp;
@@ -286,13 +378,14 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
         return NCCL_SUCCESS;
     }
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
-    let wanted = (STATE_PROXY_STEP_SEND_GPU_WAIT..=STATE_PROXY_STEP_RECV_GPU_WAIT).contains(&state) || state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || state == STATE_KERNEL_CH_STOP;
+    let timer = state == STATE_KERNEL_CH_STOP || state == STATE_KERNEL_PHASE_STOP;
+    let wanted = (STATE_PROXY_STEP_SEND_GPU_WAIT..=STATE_PROXY_STEP_RECV_GPU_WAIT).contains(&state) || state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || timer;
     let arg = if wanted && !args.is_null() {
         // SAFETY: NCCL passes the state's arguments (zero-initialised, then the member for the state set):
-        // a proxy step's transSize for the step states, the kernel's pTimer for KernelChStop; both are 8
-        // bytes at the union's start.
+        // a proxy step's transSize for the step states, the kernel's pTimer for KernelChStop and (v7)
+        // KernelPhaseStop; both are 8 bytes at the union's start.
         unsafe {
-            if state == STATE_KERNEL_CH_STOP {
+            if timer {
                 (*args).kernelCh.pTimer
             } else {
                 (*args).proxyStep.transSize as u64

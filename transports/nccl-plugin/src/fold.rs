@@ -26,9 +26,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use efatop_proto::nccl::{type_size, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing};
+use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
-use crate::abi::STATE_KERNEL_CH_STOP;
+use crate::abi::{PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
 use crate::record::{Event, Record};
 
 /// How long after its first call a communicator that has shown no kernel or proxy event stops waiting for
@@ -37,7 +37,45 @@ use crate::record::{Event, Record};
 /// first kernel is reported (measured on NCCL 2.28.3: 20 calls in 0.3 ms, their first kernel 6 ms later).
 pub const UNTIMED_AFTER_NS: u64 = 2_000_000_000;
 
-type RowKey = (Func, u64, String, String, String);
+/// Function, size, datatype, algorithm, protocol, and the calls' v7 `userTag`.
+type RowKey = (Func, u64, String, String, String, u64);
+
+/// A call's kernel phases (v7), summed over its channels: (ns, channels).
+#[derive(Default, Clone, Copy)]
+struct Phases {
+    initial: (u64, u32),
+    compute: (u64, u32),
+    last: (u64, u32),
+}
+
+impl Phases {
+    fn add(&mut self, phase: u8, ns: u64) {
+        let slot = match phase {
+            PHASE_INITIAL_SYNC => &mut self.initial,
+            PHASE_COMPUTE => &mut self.compute,
+            PHASE_FINAL_SYNC => &mut self.last,
+            _ => return,
+        };
+        slot.0 += ns;
+        slot.1 += 1;
+    }
+
+    fn mean(slot: (u64, u32)) -> Option<u64> {
+        (slot.1 > 0).then(|| slot.0 / u64::from(slot.1))
+    }
+
+    fn any(&self) -> bool {
+        self.initial.1 + self.compute.1 + self.last.1 > 0
+    }
+}
+
+/// What a collective carries besides its row key: v7's kernel variant, the host's start, its phases.
+struct CollExtra {
+    variant: String,
+    sym: bool,
+    host_start: u64,
+    phases: Phases,
+}
 
 #[derive(Default)]
 struct Span {
@@ -58,23 +96,26 @@ impl Span {
         self.step_start = min_opt(self.step_start, other.step_start);
     }
 
-    /// A point-to-point group's time: its kernels' span, unless it is shorter than half the proxy's own
-    /// transfer (first step to last op's end), which a kernel that waited for its data cannot be; then the
-    /// proxy's, from its first step (or `after`, when later) to its last op's end.
+    /// A point-to-point group's time, one rule for every size: a group that went through the proxy (the
+    /// network: its sends and receives between hosts) is timed by the proxy, from its first step (or
+    /// `after`, when later) to its last op's end; one without proxy events (NVLink, shared memory) by its
+    /// kernels' span; one with neither is untimed. Its kernels' span is never taken where the proxy moved
+    /// the bytes: those kernels hand buffers to the proxy and may end before the transfer does (NCCL
+    /// 2.28.3: 8 µs of a 2.3 ms alltoall), or wait out the peer's whole call, so that which of the two is
+    /// longer changes with the size (the source flipped from one size to the next before this rule).
     fn p2p_time(&self, after: u64) -> (Timing, Option<u64>) {
-        let gpu = match (self.gpu_start, self.gpu_end) {
-            (Some(a), Some(b)) if b >= a => Some(b - a),
-            _ => None,
-        };
-        let proxy = match (self.step_start.or(self.proxy_start), self.proxy_end) {
-            (Some(a), Some(b)) if b >= a => Some((b - a, b.saturating_sub(a.max(after)))),
-            _ => None,
-        };
-        match (gpu, proxy) {
-            (Some(g), Some((transfer, _))) if g >= transfer / 2 => (Timing::Gpu, Some(g)),
-            (Some(g), None) => (Timing::Gpu, Some(g)),
-            (_, Some((_, share))) => (Timing::Proxy, Some(share)),
-            (None, None) => (Timing::None, None),
+        if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.proxy_end) {
+            if b >= a {
+                return (Timing::Proxy, Some(b.saturating_sub(a.max(after))));
+            }
+        }
+        if self.proxy_start.is_some() {
+            // Proxy ops started but none ended with a step: the proxy's path, not measured.
+            return (Timing::Proxy, None);
+        }
+        match (self.gpu_start, self.gpu_end) {
+            (Some(a), Some(b)) if b >= a => (Timing::Gpu, Some(b - a)),
+            _ => (Timing::None, None),
         }
     }
 
@@ -104,8 +145,9 @@ fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// A collective or point-to-point call in flight.
 struct Task {
     ctx: u32,
-    /// For a collective: its function, sequence number, row; for a point-to-point call: its group.
-    coll: Option<(Func, u64, RowKey)>,
+    /// For a collective: its function, sequence number, row and the rest; for a point-to-point call: its
+    /// group.
+    coll: Option<(Func, u64, RowKey, CollExtra)>,
     p2p: Option<(u64, bool, i32, u64)>,
     channels: u8,
     stopped: bool,
@@ -127,6 +169,8 @@ struct Group {
     datatype: String,
     span: Span,
     any: bool,
+    /// Its calls' v7 `userTag` (0: none).
+    tag: u64,
 }
 
 enum Open {
@@ -135,6 +179,8 @@ enum Open {
     ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32 },
     ProxyStep { op: u64, bytes: u64 },
     KernelCh { parent: u64, channel: u32, start: u64, end: Option<u64> },
+    /// v7: a phase of a kernel channel of `task`.
+    KernelPhase { task: u64, phase: u8, start: u64, end: Option<u64> },
     Api { ctx: u32, func: Func, size: u64, datatype: String },
     Other,
 }
@@ -189,6 +235,8 @@ struct Comm {
     last_p2p_end: u64,
     api_calls: u64,
     finalized: bool,
+    /// Call samples since the last interval, per function: (stride, samples).
+    samples: BTreeMap<Func, (u64, Vec<CallSample>)>,
 }
 
 /// The fold's state.
@@ -198,6 +246,8 @@ pub struct Fold {
     open: HashMap<u64, Open>,
     /// Stops and states whose start never came (dropped, or before the plugin).
     pub unmatched: u64,
+    /// The Unix time (ns) of the plugin's clock's zero: a call's host start made absolute.
+    pub epoch_base_ns: u64,
 }
 
 impl Fold {
@@ -220,6 +270,7 @@ impl Fold {
                 last_p2p_end: 0,
                 api_calls: 0,
                 finalized: false,
+                samples: BTreeMap::new(),
             },
         );
     }
@@ -240,6 +291,7 @@ impl Fold {
             Record::State { id, state, arg, .. } => match self.open.get_mut(&id) {
                 Some(Open::ProxyStep { bytes, .. }) => *bytes = (*bytes).max(arg),
                 Some(Open::KernelCh { end, .. }) if state == STATE_KERNEL_CH_STOP => *end = Some(arg),
+                Some(Open::KernelPhase { end, .. }) if state == STATE_KERNEL_PHASE_STOP => *end = Some(arg),
                 Some(_) => {}
                 None => self.unmatched += 1,
             },
@@ -254,15 +306,16 @@ impl Fold {
         };
         let nranks = comm.info.nranks;
         let open = match event {
-            Event::Coll { seq, func, count, datatype, channels, algo, proto, .. } => {
+            Event::Coll { seq, func, count, datatype, channels, algo, proto, tag, variant, sym, .. } => {
                 let func = Func::from_nccl(func.as_str());
                 let size = func.test_size(count, type_size(datatype.as_str()), nranks);
                 comm.seqs.entry(func).or_default().start(seq, t_ns);
                 comm.first_call_ns.get_or_insert(t_ns);
-                let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string());
-                Open::Task(Task { ctx, coll: Some((func, seq, key)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
+                let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string(), tag);
+                let extra = CollExtra { variant: variant.as_str().to_string(), sym, host_start: t_ns, phases: Phases::default() };
+                Open::Task(Task { ctx, coll: Some((func, seq, key, extra)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
             }
-            Event::P2p { func, count, datatype, peer, channels, group } => {
+            Event::P2p { func, count, datatype, peer, channels, group, tag } => {
                 let bytes = count.saturating_mul(type_size(datatype.as_str()));
                 let send = func.as_str() == "Send";
                 comm.first_call_ns.get_or_insert(t_ns);
@@ -275,6 +328,7 @@ impl Fold {
                             g.selves.push(id);
                         }
                         g.any = true;
+                        g.tag = tag;
                         g.datatype = datatype.as_str().to_string();
                         if send {
                             g.sends.push((peer, bytes));
@@ -285,18 +339,29 @@ impl Fold {
                     _ => {
                         // No group event (dropped, or masked): the call is its own group.
                         let (sends, recvs) = if send { (vec![(peer, bytes)], Vec::new()) } else { (Vec::new(), vec![(peer, bytes)]) };
-                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, recvs, selves: Vec::new(), datatype: datatype.as_str().to_string(), span: Span::default(), any: true }));
+                        self.open.insert(group, Open::Group(Group { ctx, stopped: group == id, open: 1, sends, recvs, selves: Vec::new(), datatype: datatype.as_str().to_string(), span: Span::default(), any: true, tag }));
                     }
                 }
                 Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span: Span::default() })
             }
-            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), selves: Vec::new(), datatype: String::new(), span: Span::default(), any: false }),
+            Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), selves: Vec::new(), datatype: String::new(), span: Span::default(), any: false, tag: 0 }),
             Event::KernelCh { channel, ptimer } => {
                 comm.kernels_seen = true;
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
                     task.kernels_open += 1;
                 }
                 Open::KernelCh { parent, channel: u32::from(channel), start: ptimer, end: None }
+            }
+            Event::KernelPhase { phase, ptimer, .. } => {
+                // Its parent is a kernel channel; the call waits for its phases as for its channels.
+                let task = match self.open.get(&parent) {
+                    Some(Open::KernelCh { parent: task, .. }) => *task,
+                    _ => 0,
+                };
+                if let Some(Open::Task(task)) = self.open.get_mut(&task) {
+                    task.kernels_open += 1;
+                }
+                Open::KernelPhase { task, phase, start: ptimer, end: None }
             }
             Event::ProxyOp { channel, peer, send, .. } => {
                 comm.proxies_seen = true;
@@ -356,6 +421,15 @@ impl Fold {
                 }
                 self.settle_parent(parent);
             }
+            Open::KernelPhase { task, phase, start, end } => {
+                if let Some(Open::Task(t)) = self.open.get_mut(&task) {
+                    t.kernels_open = t.kernels_open.saturating_sub(1);
+                    if let (Some(end), Some((.., extra))) = (end, t.coll.as_mut()) {
+                        extra.phases.add(phase, end.saturating_sub(start));
+                    }
+                }
+                self.settle_parent(task);
+            }
             Open::ProxyOp { parent, .. } => {
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
                     task.proxies_open = task.proxies_open.saturating_sub(1);
@@ -385,13 +459,13 @@ impl Fold {
             }
             Open::Api { ctx, func, size, datatype } => {
                 if let Some(comm) = self.comms.get_mut(&ctx) {
-                    let key = (func, size, datatype.clone(), String::new(), String::new());
+                    let key = (func, size, datatype.clone(), String::new(), String::new(), 0);
                     let seq = comm.api_calls;
                     comm.api_calls += 1;
                     let seqs = comm.seqs.entry(func).or_default();
                     seqs.start(seq, t_ns);
                     seqs.finish(seq);
-                    add_row(comm, key, Timing::None, None);
+                    add_row(comm, key, Timing::None, None, None);
                 }
             }
             Open::Other => {}
@@ -430,11 +504,25 @@ impl Fold {
             self.open.insert(id, Open::Task(task));
             return;
         }
+        let epoch_base_ns = self.epoch_base_ns;
         let Some(comm) = self.comms.get_mut(&task.ctx) else { return };
-        if let Some((func, seq, key)) = task.coll {
+        if let Some((func, seq, key, extra)) = task.coll {
             let (timing, time) = task.span.time();
-            add_row(comm, key, timing, time);
+            let tag = key.5;
+            add_row(comm, key, timing, time, Some(&extra));
             comm.seqs.entry(func).or_default().finish(seq);
+            let phased = extra.phases.any();
+            let sample = CallSample {
+                func,
+                seq,
+                start_ns: task.span.gpu_start.unwrap_or(epoch_base_ns.saturating_add(extra.host_start)),
+                gpu: task.span.gpu_start.is_some(),
+                initial_sync_ns: if phased { Phases::mean(extra.phases.initial) } else { None },
+                final_sync_ns: if phased { Phases::mean(extra.phases.last) } else { None },
+                compute_ns: if phased { Phases::mean(extra.phases.compute) } else { None },
+                tag,
+            };
+            sample_call(comm.samples.entry(func).or_insert((1, Vec::new())), sample);
         }
         if let Some((group, ..)) = task.p2p {
             if let Some(Open::Group(g)) = self.open.get_mut(&group) {
@@ -493,7 +581,7 @@ impl Fold {
         if timing == Timing::Proxy {
             comm.last_p2p_end = comm.last_p2p_end.max(group.span.proxy_end.unwrap_or(0));
         }
-        add_row(comm, (func, bytes, group.datatype, String::new(), String::new()), timing, time);
+        add_row(comm, (func, bytes, group.datatype, String::new(), String::new(), group.tag), timing, time, None);
     }
 
     /// Each communicator's interval message (rows changed since the last), `now_ns` on the plugin's clock;
@@ -515,7 +603,8 @@ impl Fold {
                     Progress { func: *func, started: s.started, finished: s.finished, open_seq: open.map(|(q, _)| *q), open_ms: open.map_or(0, |(_, t)| now_ns.saturating_sub(*t) / 1_000_000) }
                 })
                 .collect();
-            let message = PluginMessage::Interval { t_ms, comm: comm.info.comm, rank: comm.info.rank, colls, peers, channels, progress };
+            let calls = std::mem::take(&mut comm.samples).into_values().flat_map(|(_, calls)| calls).collect();
+            let message = PluginMessage::Interval { t_ms, comm: comm.info.comm, rank: comm.info.rank, colls, peers, channels, progress, calls };
             let bye = comm.finalized.then_some(PluginMessage::Bye { comm: comm.info.comm, rank: comm.info.rank });
             if comm.finalized {
                 ended.push(*ctx);
@@ -563,7 +652,22 @@ fn to_every_rank(calls: &[(i32, u64)], nranks: u32) -> bool {
     calls.len() == nranks as usize && peers.len() == calls.len() && peers.iter().all(|p| (0..nranks as i32).contains(p)) && calls.windows(2).all(|w| w[0].1 == w[1].1)
 }
 
-fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>) {
+/// Keeps `sample` if its number is a multiple of the stride; past [`MAX_CALL_SAMPLES`] the stride doubles
+/// and the samples off it go (every rank keeps the multiples of the largest stride any of them took).
+fn sample_call(sampler: &mut (u64, Vec<CallSample>), sample: CallSample) {
+    let (stride, calls) = sampler;
+    if sample.seq % *stride != 0 {
+        return;
+    }
+    calls.push(sample);
+    while calls.len() > MAX_CALL_SAMPLES {
+        *stride *= 2;
+        let s = *stride;
+        calls.retain(|c| c.seq % s == 0);
+    }
+}
+
+fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>, extra: Option<&CollExtra>) {
     let row = comm.rows.entry(key.clone()).or_insert_with(|| CollRow {
         func: key.0,
         size: key.1,
@@ -576,8 +680,26 @@ fn add_row(comm: &mut Comm, key: RowKey, timing: Timing, time: Option<u64>) {
         time_ns: 0,
         min_ns: u64::MAX,
         max_ns: 0,
+        tag: key.5,
+        variant: String::new(),
+        sym: false,
+        phased: 0,
+        wait_ns: 0,
+        work_ns: 0,
     });
     row.ops += 1;
+    if let Some(extra) = extra {
+        if !extra.variant.is_empty() {
+            row.variant.clone_from(&extra.variant);
+        }
+        row.sym |= extra.sym;
+        if extra.phases.any() {
+            let p = extra.phases;
+            row.phased += 1;
+            row.wait_ns += Phases::mean(p.initial).unwrap_or(0) + Phases::mean(p.last).unwrap_or(0);
+            row.work_ns += Phases::mean(p.compute).unwrap_or(0);
+        }
+    }
     if let Some(ns) = time {
         row.timing = timing;
         row.timed += 1;
@@ -637,7 +759,7 @@ mod tests {
         fold.comm_started(0, CommInfo { comm: 7, name: None, rank: 0, nranks: 2, nnodes: 2 });
         let name = |s: &str| crate::record::Name::new(s.as_bytes());
         for seq in 0..3u64 {
-            let event = Event::Coll { seq, func: name("AllReduce"), count: 256, datatype: name("ncclFloat32"), root: 0, channels: 2, warps: 8, algo: name("RING"), proto: name("SIMPLE"), group: 0 };
+            let event = Event::Coll { seq, func: name("AllReduce"), count: 256, datatype: name("ncclFloat32"), root: 0, channels: 2, warps: 8, algo: name("RING"), proto: name("SIMPLE"), group: 0, tag: 0, variant: name(""), sym: false };
             fold.add(&Record::Start { t_ns: seq * 1000, id: seq + 1, ctx: 0, parent: 0, rank: 0, event });
             fold.add(&Record::Stop { t_ns: seq * 1000 + 500, id: seq + 1 });
         }

@@ -84,13 +84,15 @@ fn read_token_file(path: &Path) -> Result<String, String> {
 /// Devices read at most.
 const MAX_NICS: usize = 64;
 
-/// The node's RDMA devices' port-1 byte counters, under `EFATOP_SYSFS_ROOT` (a fake node's tree) or `/`.
+/// The node's RDMA devices' port-1 byte and error counters, under `EFATOP_SYSFS_ROOT` (a fake node's tree) or
+/// `/`, each marked when it is one of this process's GPU's NICs ([`rails`]).
 pub fn nics() -> Vec<NicCount> {
-    let root = std::env::var_os("EFATOP_SYSFS_ROOT").map_or_else(|| PathBuf::from("/"), PathBuf::from);
+    let root = sysfs_root();
     let Ok(dir) = std::fs::read_dir(root.join("sys/class/infiniband")) else { return Vec::new() };
     let mut names: Vec<String> = dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names.truncate(MAX_NICS);
+    let rails = RAILS.get_or_init(|| rails(&root, gpu_pci_bus_id().as_deref()));
     let read = |path: PathBuf| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok());
     names
         .into_iter()
@@ -98,7 +100,103 @@ pub fn nics() -> Vec<NicCount> {
             let counters = root.join("sys/class/infiniband").join(&name).join("ports/1/hw_counters");
             let tx = read(counters.join("tx_bytes"))?;
             let rx = read(counters.join("rx_bytes"))?;
-            Some(NicCount { name, tx_bytes: tx, rx_bytes: rx })
+            Some(NicCount {
+                rail: rails.contains(&name),
+                retrans: read(counters.join("retrans_pkts")),
+                unresponsive: read(counters.join("unresponsive_remote_events")),
+                impaired: read(counters.join("impaired_remote_conn_events")),
+                name,
+                tx_bytes: tx,
+                rx_bytes: rx,
+            })
         })
         .collect()
+}
+
+fn sysfs_root() -> PathBuf {
+    std::env::var_os("EFATOP_SYSFS_ROOT").map_or_else(|| PathBuf::from("/"), PathBuf::from)
+}
+
+static RAILS: std::sync::OnceLock<std::collections::BTreeSet<String>> = std::sync::OnceLock::new();
+
+/// The PCI address of this process's GPU: `EFATOP_GPU_PCI` (tests' fake nodes), else CUDA's for the device
+/// NCCL's thread had at `init`.
+pub fn gpu_pci_bus_id() -> Option<String> {
+    if let Ok(id) = std::env::var("EFATOP_GPU_PCI") {
+        return Some(id);
+    }
+    crate::host::cuda_pci_bus_id(*crate::runtime::INIT_GPU.get()?)
+}
+
+/// `00000000:53:00.0` (CUDA's) or `0000:53:00.0` as sysfs names it: a 4-digit domain, lower case.
+fn sysfs_address(bus_id: &str) -> Option<String> {
+    let (domain, rest) = bus_id.trim().split_once(':')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    Some(format!("{domain:04x}:{}", rest.to_ascii_lowercase()))
+}
+
+/// The GPU's NICs, as NCCL picks a GPU's NICs on a node: the RDMA devices closest to it on PCIe, those
+/// under the deepest bridge they share with it (a p5's GPU shares a PCIe switch with its four EFA devices,
+/// a p5en's with two). None where no device shares more than the root complex with it, or where the GPU is
+/// not known.
+pub fn rails(root: &Path, gpu_bus_id: Option<&str>) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let Some(address) = gpu_bus_id.and_then(sysfs_address) else { return out };
+    let Ok(gpu) = std::fs::canonicalize(root.join("sys/bus/pci/devices").join(address)) else { return out };
+    let Ok(dir) = std::fs::read_dir(root.join("sys/class/infiniband")) else { return out };
+    let pci_parts = |path: &Path| -> Vec<String> {
+        // The path from the root complex (`pci0000:00`) down: each component a bridge or the function.
+        let parts: Vec<String> = path.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let start = parts.iter().position(|p| p.starts_with("pci")).unwrap_or(parts.len());
+        parts[start..].to_vec()
+    };
+    let gpu = pci_parts(&gpu);
+    let mut best = 1;
+    for entry in dir.filter_map(|e| e.ok()).take(MAX_NICS) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(device) = std::fs::canonicalize(entry.path().join("device")) else { continue };
+        let nic = pci_parts(&device);
+        // Components shared below the root complex, the function itself never (a GPU is not a NIC).
+        let shared = gpu.iter().zip(&nic).take_while(|(a, b)| a == b).count().min(gpu.len().saturating_sub(1));
+        if shared > best {
+            best = shared;
+            out.clear();
+        }
+        if shared == best && shared > 1 {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpus_rails_are_the_nics_under_its_pcie_switch() {
+        let dir = tempfile::tempdir().expect("dir");
+        let root = dir.path();
+        let make = |path: &str| std::fs::create_dir_all(root.join(path)).expect("mkdir");
+        let link = |target: &str, at: &str| {
+            std::fs::create_dir_all(root.join(at).parent().expect("parent")).expect("mkdir");
+            std::os::unix::fs::symlink(root.join(target), root.join(at)).expect("symlink");
+        };
+        // Two switches under two root ports: GPU 53 with NICs a and b, GPU 64 with NIC c.
+        make("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:53:00.0");
+        make("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:4f:00.0");
+        make("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:50:00.0");
+        make("sys/devices/pci0000:00/0000:00:02.0/0000:e2:00.0/0000:64:00.0");
+        make("sys/devices/pci0000:00/0000:00:02.0/0000:e2:00.0/0000:60:00.0");
+        link("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:53:00.0", "sys/bus/pci/devices/0000:53:00.0");
+        link("sys/devices/pci0000:00/0000:00:02.0/0000:e2:00.0/0000:64:00.0", "sys/bus/pci/devices/0000:64:00.0");
+        link("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:4f:00.0", "sys/class/infiniband/a/device");
+        link("sys/devices/pci0000:00/0000:00:01.0/0000:e1:00.0/0000:50:00.0", "sys/class/infiniband/b/device");
+        link("sys/devices/pci0000:00/0000:00:02.0/0000:e2:00.0/0000:60:00.0", "sys/class/infiniband/c/device");
+        let names = |set: std::collections::BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(rails(root, Some("00000000:53:00.0"))), vec!["a", "b"], "CUDA's 8-digit domain");
+        assert_eq!(names(rails(root, Some("0000:64:00.0"))), vec!["c"]);
+        assert!(rails(root, Some("0000:99:00.0")).is_empty(), "an unknown GPU has no rails");
+        assert!(rails(root, None).is_empty());
+    }
 }

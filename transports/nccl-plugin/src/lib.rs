@@ -1,7 +1,7 @@
 //! efatop's NCCL profiler plugin: NCCL loads it through `NCCL_PROFILER_PLUGIN` (docs/watch.md) and calls it
 //! on every group, collective, point-to-point call, kernel channel and proxy operation and step.
 //!
-//! - [`ffi`]: the ABI tables NCCL looks up (`ncclProfiler_v6`, `_v5`, `_v4`) over [`abi`]'s layouts; the
+//! - [`ffi`]: the ABI tables NCCL looks up (`ncclProfiler_v7`, `_v6`, `_v5`, `_v4`) over [`abi`]'s layouts; the
 //!   hot path pushes fixed-size [`record::Record`]s into a lock-free ring ([`runtime`]) and returns: it
 //!   never blocks, locks or allocates, and a full ring drops and counts.
 //! - [`worker`]: the plugin's own thread folds the records ([`fold`]: per communicator and collective,

@@ -28,11 +28,16 @@ impl Name {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     Group,
-    Coll { seq: u64, func: Name, count: u64, datatype: Name, root: i32, channels: u8, warps: u8, algo: Name, proto: Name, group: u64 },
-    P2p { func: Name, count: u64, datatype: Name, peer: i32, channels: u8, group: u64 },
+    /// `tag`: v7's per-call `userTag` (0: untagged, and before v7); `variant`, `sym`: v7's kernel variant
+    /// and whether it is a symmetric-memory kernel (empty, false before v7).
+    Coll { seq: u64, func: Name, count: u64, datatype: Name, root: i32, channels: u8, warps: u8, algo: Name, proto: Name, group: u64, tag: u64, variant: Name, sym: bool },
+    P2p { func: Name, count: u64, datatype: Name, peer: i32, channels: u8, group: u64, tag: u64 },
     ProxyOp { channel: u8, peer: i32, steps: i32, chunk: i32, send: bool },
     ProxyStep { step: i32 },
     KernelCh { channel: u8, ptimer: u64 },
+    /// v7: a phase of a kernel channel (its parent): 0 initial sync, 1 compute, 2 final sync; its start on
+    /// the GPU's timer.
+    KernelPhase { channel: u8, phase: u8, ptimer: u64 },
     CollApi { func: Name, count: u64, datatype: Name, root: i32 },
     P2pApi { func: Name, count: u64, datatype: Name },
     GroupApi { depth: i32 },
@@ -47,7 +52,7 @@ pub enum Event {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Start { t_ns: u64, id: u64, ctx: u32, parent: u64, rank: i32, event: Event },
-    /// `arg`: a proxy step's `transSize`, a kernel channel's stop `pTimer`, else 0.
+    /// `arg`: a proxy step's `transSize`, a kernel channel's or phase's stop `pTimer`, else 0.
     State { t_ns: u64, id: u64, state: i32, arg: u64 },
     Stop { t_ns: u64, id: u64 },
 }

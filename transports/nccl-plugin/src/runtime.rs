@@ -29,7 +29,9 @@ pub struct Runtime {
     pub events: AtomicU64,
     pub dropped: AtomicU64,
     base: Instant,
-    /// The ABI NCCL took: 4, 5 or 6.
+    /// The Unix time (ns) at `base`: the plugin's clock made absolute, to match calls across hosts.
+    pub epoch_base_ns: u64,
+    /// The ABI NCCL took: 4 to 7.
     pub abi: AtomicU32,
     pub comms: Mutex<Vec<CommEvent>>,
     /// Finalizes told, and those whose last interval and bye the fold's thread has sent and flushed.
@@ -58,6 +60,7 @@ impl Runtime {
             events: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             base: Instant::now(),
+            epoch_base_ns: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
             abi: AtomicU32::new(0),
             comms: Mutex::new(Vec::new()),
             finalizes: AtomicU64::new(0),

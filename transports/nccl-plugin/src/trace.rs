@@ -8,11 +8,12 @@
 //! F <t_us> <ctx>                                                           finalize
 //! S <t_us> <id> <ctx> <parent> <rank> <kind> <fields...>                   startEvent
 //!     group
-//!     coll <seq> <func> <count> <datatype> <root> <channels> <warps> <algo> <proto> <group>
-//!     p2p <func> <count> <datatype> <peer> <channels> <group>
+//!     coll <seq> <func> <count> <datatype> <root> <channels> <warps> <algo> <proto> <group> [<tag> <variant> <sym 0|1>]
+//!     p2p <func> <count> <datatype> <peer> <channels> <group> [<tag>]       (v7's fields: written when set)
 //!     proxyop <channel> <peer> <steps> <chunk> <send 0|1>
 //!     proxystep <step>
 //!     kernelch <channel> <ptimer ns>
+//!     kernelphase <channel> <phase 0|1|2> <ptimer ns>                      (v7)
 //!     collapi <func> <count> <datatype> <root>
 //!     p2papi <func> <count> <datatype>
 //!     groupapi <depth>
@@ -44,13 +45,24 @@ pub fn line(record: &Record, out: &mut String) {
             let _ = write!(out, "S {} {id} {ctx} {parent} {rank} ", t_ns / 1000);
             match event {
                 Event::Group => writeln!(out, "group"),
-                Event::Coll { seq, func, count, datatype, root, channels, warps, algo, proto, group } => {
-                    writeln!(out, "coll {seq} {} {count} {} {root} {channels} {warps} {} {} {group}", n(func), n(datatype), n(algo), n(proto))
+                Event::Coll { seq, func, count, datatype, root, channels, warps, algo, proto, group, tag, variant, sym } => {
+                    let _ = write!(out, "coll {seq} {} {count} {} {root} {channels} {warps} {} {} {group}", n(func), n(datatype), n(algo), n(proto));
+                    if *tag != 0 || !variant.as_str().is_empty() || *sym {
+                        let _ = write!(out, " {tag} {} {}", n(variant), u8::from(*sym));
+                    }
+                    writeln!(out)
                 }
-                Event::P2p { func, count, datatype, peer, channels, group } => writeln!(out, "p2p {} {count} {} {peer} {channels} {group}", n(func), n(datatype)),
+                Event::P2p { func, count, datatype, peer, channels, group, tag } => {
+                    let _ = write!(out, "p2p {} {count} {} {peer} {channels} {group}", n(func), n(datatype));
+                    if *tag != 0 {
+                        let _ = write!(out, " {tag}");
+                    }
+                    writeln!(out)
+                }
                 Event::ProxyOp { channel, peer, steps, chunk, send } => writeln!(out, "proxyop {channel} {peer} {steps} {chunk} {}", u8::from(*send)),
                 Event::ProxyStep { step } => writeln!(out, "proxystep {step}"),
                 Event::KernelCh { channel, ptimer } => writeln!(out, "kernelch {channel} {ptimer}"),
+                Event::KernelPhase { channel, phase, ptimer } => writeln!(out, "kernelphase {channel} {phase} {ptimer}"),
                 Event::CollApi { func, count, datatype, root } => writeln!(out, "collapi {} {count} {} {root}", n(func), n(datatype)),
                 Event::P2pApi { func, count, datatype } => writeln!(out, "p2papi {} {count} {}", n(func), n(datatype)),
                 Event::GroupApi { depth } => writeln!(out, "groupapi {depth}"),
@@ -141,11 +153,23 @@ pub fn parse(text: &str) -> Result<Trace, String> {
                         algo: name_of(word(14)?),
                         proto: name_of(word(15)?),
                         group: num(16)?,
+                        tag: if f.len() > 17 { num(17)? } else { 0 },
+                        variant: if f.len() > 18 { name_of(word(18)?) } else { Name::default() },
+                        sym: f.len() > 19 && num(19)? != 0,
                     },
-                    "p2p" => Event::P2p { func: name_of(word(7)?), count: num(8)?, datatype: name_of(word(9)?), peer: int(10)? as i32, channels: num(11)? as u8, group: num(12)? },
+                    "p2p" => Event::P2p {
+                        func: name_of(word(7)?),
+                        count: num(8)?,
+                        datatype: name_of(word(9)?),
+                        peer: int(10)? as i32,
+                        channels: num(11)? as u8,
+                        group: num(12)?,
+                        tag: if f.len() > 13 { num(13)? } else { 0 },
+                    },
                     "proxyop" => Event::ProxyOp { channel: num(7)? as u8, peer: int(8)? as i32, steps: int(9)? as i32, chunk: int(10)? as i32, send: num(11)? != 0 },
                     "proxystep" => Event::ProxyStep { step: int(7)? as i32 },
                     "kernelch" => Event::KernelCh { channel: num(7)? as u8, ptimer: num(8)? },
+                    "kernelphase" => Event::KernelPhase { channel: num(7)? as u8, phase: num(8)? as u8, ptimer: num(9)? },
                     "collapi" => Event::CollApi { func: name_of(word(7)?), count: num(8)?, datatype: name_of(word(9)?), root: int(10)? as i32 },
                     "p2papi" => Event::P2pApi { func: name_of(word(7)?), count: num(8)?, datatype: name_of(word(9)?) },
                     "groupapi" => Event::GroupApi { depth: int(7)? as i32 },
@@ -168,7 +192,10 @@ mod tests {
     #[test]
     fn every_record_reads_back_as_written() {
         let records = [
-            Record::Start { t_ns: 5000, id: 3, ctx: 0, parent: 2, rank: 1, event: Event::Coll { seq: 4, func: Name::new(b"AllReduce"), count: 262_144, datatype: Name::new(b"ncclFloat32"), root: 0, channels: 2, warps: 16, algo: Name::new(b"RING"), proto: Name::new(b"SIMPLE"), group: 1 } },
+            Record::Start { t_ns: 5000, id: 3, ctx: 0, parent: 2, rank: 1, event: Event::Coll { seq: 4, func: Name::new(b"AllReduce"), count: 262_144, datatype: Name::new(b"ncclFloat32"), root: 0, channels: 2, warps: 16, algo: Name::new(b"RING"), proto: Name::new(b"SIMPLE"), group: 1, tag: 0, variant: Name::default(), sym: false } },
+            Record::Start { t_ns: 9000, id: 6, ctx: 0, parent: 2, rank: 1, event: Event::Coll { seq: 5, func: Name::new(b"AllReduce"), count: 8, datatype: Name::new(b"ncclBfloat16"), root: 0, channels: 1, warps: 16, algo: Name::new(b"RING"), proto: Name::new(b"LL"), group: 1, tag: 42, variant: Name::new(b"AGxLLMC_R"), sym: true } },
+            Record::Start { t_ns: 10000, id: 7, ctx: 0, parent: 6, rank: 1, event: Event::P2p { func: Name::new(b"Send"), count: 8, datatype: Name::new(b"ncclInt8"), peer: 0, channels: 1, group: 1, tag: 9 } },
+            Record::Start { t_ns: 11000, id: 8, ctx: 0, parent: 7, rank: 1, event: Event::KernelPhase { channel: 3, phase: 2, ptimer: 123_456_789 } },
             Record::Start { t_ns: 6000, id: 4, ctx: 0, parent: 3, rank: 1, event: Event::ProxyOp { channel: 1, peer: 0, steps: 8, chunk: 524_288, send: true } },
             Record::State { t_ns: 7000, id: 5, state: 9, arg: 65536 },
             Record::Stop { t_ns: 8000, id: 5 },

@@ -42,6 +42,7 @@ fn run(runtime: &'static Runtime) {
     let mut trace = trace_file(abi, &origin);
     let mut sink = Sink::from_env(&origin);
     let mut fold = Fold::default();
+    fold.epoch_base_ns = runtime.epoch_base_ns;
     let mut batch = Vec::with_capacity(4096);
     let mut text = String::new();
     let mut last = Instant::now();

@@ -33,6 +33,10 @@ fn coll(func: Func, size: u64, ops: u64, time_us: f64, bus: f64) -> WatchLine {
         time_us: Some(time_us),
         algbw_gbps: Some(algbw),
         busbw_gbps: Some(algbw * bus),
+        user_tag: 0,
+        variant: String::new(),
+        wait_us: None,
+        work_us: None,
     }
 }
 
@@ -42,7 +46,7 @@ fn nics(host: &str, verdict: NicVerdict, nccl: u64, carried: u64, behind: &[usiz
 }
 
 fn hang() -> WatchLine {
-    WatchLine::Hang { comm: COMM.into(), func: Func::AllReduce, seq: 5, rank: 1, host: "node-b".into(), gpu: Some("3".into()), why: HangWhy::NotFinished, waiting_s: 12.0, peers_done: vec![0], peers_waiting: vec![] }
+    WatchLine::Hang { comm: COMM.into(), func: Func::AllReduce, seq: 5, rank: 1, host: "node-b".into(), gpu: Some("3".into()), why: HangWhy::NotFinished, waiting_s: 12.0, peers_done: vec![0], peers_waiting: vec![], rails: vec![] }
 }
 
 fn job() -> WatchView {

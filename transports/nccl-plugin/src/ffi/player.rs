@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::abi::{self, DescrV4, DescrV5, DescrV6, ProfilerV4, ProfilerV5, ProfilerV6, StateArgs};
+use crate::abi::{self, DescrV4, DescrV5, DescrV6, DescrV7, ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7, StateArgs};
 use crate::record::{Event, Name, Record};
 use crate::trace::{Line, Trace};
 
@@ -19,6 +19,7 @@ pub struct Plugin {
     v4: *const ProfilerV4,
     v5: *const ProfilerV5,
     v6: *const ProfilerV6,
+    v7: *const ProfilerV7,
 }
 
 /// What a play did.
@@ -30,7 +31,7 @@ pub struct Played {
 }
 
 impl Plugin {
-    /// Loads `path` and looks up `ncclProfiler_v<abi>` (4, 5 or 6).
+    /// Loads `path` and looks up `ncclProfiler_v<abi>` (4 to 7).
     pub fn load(path: &Path, abi: u32) -> Result<Self, String> {
         // SAFETY: loading the plugin runs no initialiser of ours beyond Rust's std (the plugin has no
         // constructors); it is the library built from this crate.
@@ -38,14 +39,15 @@ impl Plugin {
         let symbol = format!("ncclProfiler_v{abi}");
         // SAFETY: the symbol is a static table of the type named by its version.
         let table: *const c_void = unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.map(|s| *s).map_err(|e| format!("{symbol}: {e}"))?;
-        let (mut v4, mut v5, mut v6) = (std::ptr::null(), std::ptr::null(), std::ptr::null());
+        let (mut v4, mut v5, mut v6, mut v7) = (std::ptr::null(), std::ptr::null(), std::ptr::null(), std::ptr::null());
         match abi {
             4 => v4 = table.cast(),
             5 => v5 = table.cast(),
             6 => v6 = table.cast(),
+            7 => v7 = table.cast(),
             _ => return Err(format!("no profiler ABI v{abi}")),
         }
-        Ok(Self { _lib: lib, abi, v4, v5, v6 })
+        Ok(Self { _lib: lib, abi, v4, v5, v6, v7 })
     }
 
     /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
@@ -88,6 +90,7 @@ impl Plugin {
                         match self.abi {
                             4 => ((*self.v4).init)(&mut context, &mut mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
                             5 => ((*self.v5).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
+                            7 => ((*self.v7).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
                             _ => ((*self.v6).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
                         }
                     };
@@ -103,6 +106,7 @@ impl Plugin {
                             match self.abi {
                                 4 => ((*self.v4).finalize)(context),
                                 5 => ((*self.v5).finalize)(context),
+                                7 => ((*self.v7).finalize)(context),
                                 _ => ((*self.v6).finalize)(context),
                             }
                         };
@@ -125,6 +129,12 @@ impl Plugin {
         match record {
             Record::Start { id, ctx, parent, rank, event, .. } => {
                 let context = contexts.get(ctx).copied().ok_or_else(|| format!("event {id} of a communicator never initialised"))?;
+                if self.abi < 7 && matches!(event, Event::KernelPhase { .. }) {
+                    // NCCL's adapters for older plugins drop v7's kernel phases (its v6 table's startEvent
+                    // hands back a null handle): the plugin never hears of them, nor of their stop.
+                    handles.insert(*id, std::ptr::null_mut());
+                    return Ok(());
+                }
                 let parent = handle_of(parent, handles);
                 let strings = Strings::of(event);
                 let mut handle: *mut c_void = std::ptr::null_mut();
@@ -139,6 +149,10 @@ impl Plugin {
                         5 => {
                             let mut d = descr_v5(event, parent, *rank, &strings, handles);
                             ((*self.v5).startEvent)(context, &mut handle, &mut d)
+                        }
+                        7 => {
+                            let mut d = descr_v7(event, parent, *rank, &strings, handles);
+                            ((*self.v7).startEvent)(context, &mut handle, &mut d)
                         }
                         _ => {
                             let d5 = descr_v5(event, parent, *rank, &strings, handles);
@@ -156,7 +170,7 @@ impl Plugin {
             Record::State { id, state, arg, .. } => {
                 // SAFETY: a zeroed union is valid; the member set is the one the state reads.
                 let mut args: StateArgs = unsafe { std::mem::zeroed() };
-                if *state == abi::STATE_KERNEL_CH_STOP {
+                if *state == abi::STATE_KERNEL_CH_STOP || *state == abi::STATE_KERNEL_PHASE_STOP {
                     args.kernelCh = abi::KernelChArgs { pTimer: *arg };
                 } else {
                     args.proxyStep = abi::StepArgs { transSize: *arg as usize };
@@ -167,6 +181,7 @@ impl Plugin {
                     match self.abi {
                         4 => ((*self.v4).recordEventState)(handle, *state, &mut args),
                         5 => ((*self.v5).recordEventState)(handle, *state, &mut args),
+                        7 => ((*self.v7).recordEventState)(handle, *state, &mut args),
                         _ => ((*self.v6).recordEventState)(handle, *state, &mut args),
                     }
                 };
@@ -179,6 +194,7 @@ impl Plugin {
                     match self.abi {
                         4 => ((*self.v4).stopEvent)(handle),
                         5 => ((*self.v5).stopEvent)(handle),
+                        7 => ((*self.v7).stopEvent)(handle),
                         _ => ((*self.v6).stopEvent)(handle),
                     }
                 };
@@ -194,6 +210,8 @@ struct Strings {
     datatype: CString,
     algo: CString,
     proto: CString,
+    /// v7: a collective's kernel variant, or a kernel phase's name.
+    variant: CString,
 }
 
 impl Strings {
@@ -205,7 +223,13 @@ impl Strings {
             Event::P2p { func, datatype, .. } | Event::CollApi { func, datatype, .. } | Event::P2pApi { func, datatype, .. } => (func, datatype, &none, &none),
             _ => (&none, &none, &none, &none),
         };
-        Self { func: c(func), datatype: c(datatype), algo: c(algo), proto: c(proto) }
+        let variant = match event {
+            Event::Coll { variant, .. } => c(variant),
+            // NCCL's names of the phases (profiler_v7.h's comment on `phaseId`).
+            Event::KernelPhase { phase, .. } => CString::new(["initial_sync", "compute", "final_sync"].get(usize::from(*phase)).copied().unwrap_or("")).unwrap_or_default(),
+            _ => CString::default(),
+        };
+        Self { func: c(func), datatype: c(datatype), algo: c(algo), proto: c(proto), variant }
     }
 }
 
@@ -217,6 +241,7 @@ fn type_of(event: &Event) -> u64 {
         Event::ProxyOp { .. } => abi::PROFILE_PROXY_OP,
         Event::ProxyStep { .. } => abi::PROFILE_PROXY_STEP,
         Event::KernelCh { .. } => abi::PROFILE_KERNEL_CH,
+        Event::KernelPhase { .. } => abi::PROFILE_KERNEL_PHASE,
         Event::CollApi { .. } => abi::PROFILE_COLL_API,
         Event::P2pApi { .. } => abi::PROFILE_P2P_API,
         Event::GroupApi { .. } => abi::PROFILE_GROUP_API,
@@ -262,6 +287,55 @@ fn descr_v5(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles:
         }
         Event::P2pApi { count, .. } => {
             d.u.p2pApi = abi::P2pApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), stream: std::ptr::null_mut(), graphCaptured: false };
+        }
+        Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
+        Event::Group | Event::KernelLaunch | Event::KernelPhase { .. } | Event::Other { .. } => {}
+    }
+    d
+}
+
+/// v7's descriptor, every member in v7's own layout (tags last in the members that grew).
+fn descr_v7(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV7 {
+    // SAFETY: as in descr_v5.
+    let mut d: DescrV7 = unsafe { std::mem::zeroed() };
+    d.type_ = type_of(event);
+    d.parentObj = parent;
+    d.rank = rank;
+    let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
+    match event {
+        Event::Coll { seq, count, root, channels, warps, group: g, tag, sym, .. } => {
+            d.u.coll = abi::CollV7 {
+                seqNumber: *seq,
+                func: s.func.as_ptr(),
+                sendBuff: std::ptr::null(),
+                recvBuff: std::ptr::null_mut(),
+                count: *count as usize,
+                root: *root,
+                datatype: s.datatype.as_ptr(),
+                nChannels: *channels,
+                nWarps: *warps,
+                algo: s.algo.as_ptr(),
+                proto: s.proto.as_ptr(),
+                parentGroup: group(g),
+                kernelVariant: s.variant.as_ptr(),
+                isSymColl: *sym,
+                userTag: *tag,
+            };
+        }
+        Event::P2p { count, peer, channels, group: g, tag, .. } => {
+            d.u.p2p = abi::P2pV7 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels, parentGroup: group(g), userTag: *tag };
+        }
+        Event::ProxyOp { channel, peer, steps, chunk, send } => {
+            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
+        }
+        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
+        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
+        Event::KernelPhase { channel, phase, ptimer } => d.u.kernelPhase = abi::KernelPhase { channelId: *channel, phaseId: *phase, phaseName: s.variant.as_ptr(), pTimer: *ptimer },
+        Event::CollApi { count, root, .. } => {
+            d.u.collApi = abi::CollApiV7 { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), root: *root, stream: std::ptr::null_mut(), graphCaptured: false, userTag: 0 };
+        }
+        Event::P2pApi { count, .. } => {
+            d.u.p2pApi = abi::P2pApiV7 { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), stream: std::ptr::null_mut(), graphCaptured: false, userTag: 0 };
         }
         Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
         Event::Group | Event::KernelLaunch | Event::Other { .. } => {}
