@@ -305,6 +305,10 @@ async fn host(
                     name: format!("rdmap{}s0", 79 + i),
                     tx_bytes: bytes / 2,
                     rx_bytes: bytes / 2,
+                    retrans: None,
+                    unresponsive: None,
+                    impaired: None,
+                    rail: false,
                 }
             })
             .collect();
@@ -333,6 +337,12 @@ async fn host(
                         time_ns: finished * 4_000_000,
                         min_ns: 3_900_000,
                         max_ns: 4_100_000,
+                        tag: 0,
+                        variant: String::new(),
+                        sym: false,
+                        phased: 0,
+                        wait_ns: 0,
+                        work_ns: 0,
                     }],
                     peers: vec![
                         PeerRow {
@@ -356,6 +366,7 @@ async fn host(
                         open_seq: (started_calls > finished).then_some(finished),
                         open_ms: 0,
                     }],
+                    calls: Vec::new(),
                 };
                 frame(&interval, &mut out);
                 messages += 1;
