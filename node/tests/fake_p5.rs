@@ -54,14 +54,16 @@ fn rates_follow_the_counters_the_test_moves() {
 }
 
 #[test]
-fn a_wrapped_counter_and_a_vanished_device_do_not_break_the_next_reads() {
+fn a_counter_gone_back_and_a_vanished_device_do_not_break_the_next_reads() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeSysfs::p5(dir.path()).unwrap();
     let mut monitor = p5_monitor(&fake);
-    fake.set("rdmap150s0", "tx_bytes", u64::MAX - 1_000).unwrap();
+    fake.set("rdmap150s0", "tx_bytes", 5_000_000_000_000).unwrap();
     monitor.sample(Duration::ZERO);
-    // The counter wraps past 2^64; another device is unbound.
-    fake.advance("rdmap150s0", "tx_bytes", 2_000).unwrap();
+    // The counter starts again from 0 (the driver reloaded: a value of 2^63 or more is no counter's, but an
+    // error code printed unsigned, so a wrap past 2^64 is read as unknown, not as this); another device is
+    // unbound.
+    fake.set("rdmap150s0", "tx_bytes", 1_000).unwrap();
     fake.remove("rdmap96s0").unwrap();
     let second = monitor.sample(Duration::from_secs(1));
     let wrapped = nic(&second, "rdmap150s0");
