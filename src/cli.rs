@@ -53,7 +53,7 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Watch an NCCL job live through efatop's profiler plugin: its ranks, busbw per collective and size,
     /// bytes per peer, its NICs (fallback, rails) and the rank a hang waits on
-    Watch(crate::watch::WatchArgs),
+    Watch(crate::cli::watch::WatchArgs),
     /// Write the man pages and shell completions that the .deb and .rpm install (scripts/build/package)
     #[command(hide = true)]
     PackageFiles(PackageFilesArgs),

@@ -11,6 +11,13 @@ use crate::topology::{GpuLinkSource, PairLink};
 mod figures;
 pub use figures::{ImpossibleFigure, CEILING_GBPS, LINK_ALLOWANCE};
 
+/// Ranks a run may claim (its start's `ranks`, hosts, NIC rows, placements; a sweep's nodes): 4096 nodes ×
+/// 8 ranks is 32768; twice that. The dashboard's per-rank tables are a few hundred bytes a rank.
+pub const MAX_RANKS: usize = 65_536;
+/// Channels (NICs) a rank may claim: a p5 node has 32 EFA NICs, and a rank drives at most all of them;
+/// twice that. Per-rank-and-channel tables hold at most [`MAX_RANKS`] × this.
+pub const MAX_CHANNELS: usize = 64;
+
 /// The results file's format. 1: files from before the field existed (read as they always were); 2:
 /// the same fields, and this one.
 pub const SCHEMA_VERSION: u32 = 2;

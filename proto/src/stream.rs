@@ -29,6 +29,7 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 
 use crate::events::{CollectorEvent, ConsumerEvent};
+use crate::results::{MAX_CHANNELS, MAX_RANKS};
 use crate::telemetry::wire;
 
 /// The first word of the handshake line.
@@ -51,12 +52,6 @@ pub const MAX_HELLO: usize = 64;
 // is built for is 4096 p5 nodes × 8 ranks (one per GPU) × 32 NICs per node; each cap leaves headroom over
 // what such a run sends, and is far below what would take a reader near a GiB.
 
-/// Ranks a run may claim (its start's `ranks`, hosts, NIC rows, placements; a sweep's nodes): 4096 nodes ×
-/// 8 ranks is 32768; twice that. The dashboard's per-rank tables are a few hundred bytes a rank.
-pub const MAX_RANKS: usize = 65_536;
-/// Channels (NICs) a rank may claim: a p5 node has 32 EFA NICs, and a rank drives at most all of them;
-/// twice that. Per-rank-and-channel tables hold at most [`MAX_RANKS`] × this.
-pub const MAX_CHANNELS: usize = 64;
 /// Message sizes and result columns a run may claim: a sweep of sizes from 1 B to 16 GiB in powers of two
 /// is 35, an explicit `--sizes` list a few dozen, the columns fewer than twenty.
 pub const MAX_SIZES: usize = 4096;

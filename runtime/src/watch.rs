@@ -17,7 +17,12 @@ pub mod folder;
 pub mod recording;
 pub mod server;
 
+use std::time::Duration;
+
 use efatop_proto::nccl::PluginMessage;
+
+/// How often the fold's lines are due (the live fold loop's and a recording's replay alike).
+pub const TICK: Duration = Duration::from_millis(500);
 
 /// What the server hands the fold, in the order each connection's bytes came.
 #[derive(Clone, Debug, PartialEq)]

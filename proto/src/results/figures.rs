@@ -16,7 +16,7 @@ use std::fmt;
 use super::{LinkSource, Measurement, RunResults};
 use crate::experiment::Experiment;
 use crate::sizes::format_size;
-use crate::stream::{MAX_CHANNELS, MAX_RANKS};
+use super::{MAX_CHANNELS, MAX_RANKS};
 
 /// The most any one rate of a run can be, in Gbps, where no link speed of the run bounds it: above the
 /// fastest memory of any GPU in efatop's node layouts (B200 and B300 high-bandwidth memory, 8 TB/s = 64,000 Gbps a GPU, by

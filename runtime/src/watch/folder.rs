@@ -12,10 +12,9 @@ use efatop_proto::nccl::fold::{Config, Watch};
 use efatop_proto::nccl::{Recorded, WatchLine};
 
 use super::recording::Recorder;
+use super::TICK;
 use super::Inbound;
 
-/// How often the fold's lines are due.
-pub const TICK: Duration = Duration::from_millis(500);
 /// The thread's name (benches pin it).
 pub const THREAD: &str = "efatop-watchf";
 

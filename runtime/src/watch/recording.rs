@@ -15,7 +15,7 @@ use efatop_proto::nccl::fold::{Config, Watch};
 use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
 use efatop_proto::stream::{Hello, StreamError, MAX_RECORDING_MESSAGES};
 
-use super::folder::TICK;
+use super::TICK;
 
 /// `--record`'s file, written by the fold loop.
 pub struct Recorder {
