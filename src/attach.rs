@@ -6,6 +6,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
 
+use efatop_proto::seal::SealedReader;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_ui::state::SourceLine;
 
@@ -14,6 +15,9 @@ use efatop_runtime::event::ConsumerEvent;
 use crate::term;
 use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
+
+/// What a viewer reads: the served stream, opened from its sealed records.
+type Served = BufReader<SealedReader<TcpStream>>;
 
 /// How long connecting and the peer's handshake line may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
@@ -36,7 +40,7 @@ pub fn attach(args: &AttachArgs) -> i32 {
 }
 
 /// Connects and shakes hands: one line each way, naming efatop's stream and its version.
-fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
+fn connect(address: &str) -> Result<Served, String> {
     let targets: Vec<_> = address
         .to_socket_addrs()
         .map_err(|err| format!("`{address}` is not an address to attach to ({err}); use HOST:PORT, as the run's --serve printed it"))?
@@ -46,11 +50,11 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     let token = efatop_runtime::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
     // A run whose handshakes are all taken (strangers holding them) closes at once: try again a while.
     let started = std::time::Instant::now();
-    let mut stream = loop {
+    let (stream, session) = loop {
         let mut stream = reach(address, &targets)?;
         stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
         match prove_token(&mut stream, &token) {
-            Ok(()) => break stream,
+            Ok(session) => break (stream, session),
             Err(Proven::Busy) if started.elapsed() < RETRY_FOR => std::thread::sleep(Duration::from_millis(250)),
             Err(Proven::Busy) => return Err(not_efatop("it closed the connection without a greeting")),
             Err(Proven::NotEfatop(what)) => return Err(not_efatop(&what)),
@@ -63,9 +67,12 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
             }
         }
     };
-    stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
-    stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
-    let mut reader = BufReader::new(stream);
+    // From here both ways are sealed under the keys of that handshake.
+    let (reader, mut writer) = session.wrap(stream.try_clone().map_err(|err| err.to_string())?, stream, &format!("the run at {address}"));
+    writer.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
+    drop(writer);
+    reader.get_ref().set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+    let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     let read = std::io::Read::take(&mut reader, stream::MAX_HELLO as u64).read_until(b'\n', &mut line);
     match read {
@@ -86,7 +93,7 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         }
         Hello::Foreign(text) => return Err(not_efatop(&format!("it answered `{text}`"))),
     }
-    reader.get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
+    reader.get_ref().get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
     Ok(reader)
 }
 
@@ -119,12 +126,12 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
     })
 }
 
-/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect`]), telling a peer that is no
+/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect_session`]), telling a peer that is no
 /// efatop run (its first bytes are not the handshake's), one that closed before its greeting, and one that
 /// refused the token apart.
-fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<(), Proven> {
+fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<efatop_proto::auth::Session, Proven> {
     use efatop_proto::auth::{self, AuthError, Purpose};
-    auth::connect(stream, &token.secret, Purpose::Viewer).map_err(|err| match err {
+    auth::connect_session(stream, &token.secret, Purpose::Viewer).map_err(|err| match err {
         AuthError::NoHello(io) => match io.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
                 Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs()))
@@ -144,7 +151,7 @@ enum Incoming {
     End(Option<String>),
 }
 
-fn read_all(mut reader: BufReader<TcpStream>, mut each: impl FnMut(Incoming) -> bool) {
+fn read_all(mut reader: Served, mut each: impl FnMut(Incoming) -> bool) {
     loop {
         let incoming = match stream::read_message(&mut reader) {
             Ok(Some(message)) => Incoming::Message(message),
@@ -158,7 +165,7 @@ fn read_all(mut reader: BufReader<TcpStream>, mut each: impl FnMut(Incoming) -> 
     }
 }
 
-fn json(reader: BufReader<TcpStream>, address: &str) -> i32 {
+fn json(reader: Served, address: &str) -> i32 {
     let mut viewer = JsonViewer::default();
     let mut dropped = 0;
     let mut cut = None;
@@ -255,7 +262,7 @@ impl Source for Attached {
     }
 }
 
-fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
+fn dashboard(reader: Served, address: &str) -> i32 {
     let (send, incoming) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("efatop-attach".into()).spawn(move || read_all(reader, |incoming| send.send(incoming).is_ok()));
     if let Err(err) = spawned {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_proto::auth::{self, Purpose, Secret, Session};
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::collector::CollectorEvent;
@@ -325,7 +325,7 @@ impl Viewer {
     }
 
     /// Writes the queue out until the run has ended and everything is sent, or the viewer goes.
-    fn write_out(&self, stream: &mut TcpStream) {
+    fn write_out(&self, stream: &mut impl Write) {
         let mut dropped_told = 0;
         let mut message = Vec::new();
         loop {
@@ -413,42 +413,51 @@ fn serve_viewer(mut stream: TcpStream, hub: &Hub, secret: &Secret, door: &Door) 
         .set_read_timeout(Some(HANDSHAKE_WAIT))
         .and_then(|()| stream.set_write_timeout(Some(HANDSHAKE_WAIT)))
         .map_err(auth::AuthError::from)
-        .and_then(|()| auth::accept(&mut stream, secret, Purpose::Viewer));
+        .and_then(|()| auth::accept_session(&mut stream, secret, Purpose::Viewer));
     door.handshakes.fetch_sub(1, Ordering::SeqCst);
-    if let Err(err) = proven {
-        refuse(&door.refused, &stream, &err.to_string());
-        return;
-    }
+    let session = match proven {
+        Ok(session) => session,
+        Err(err) => {
+            refuse(&door.refused, &stream, &err.to_string());
+            return;
+        }
+    };
     if !take_place(&door.viewers, MAX_VIEWERS) {
         refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
         return;
     }
-    serve_admitted(stream, hub);
+    serve_admitted(stream, session, hub, door);
     door.viewers.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A viewer that proved the token: its handshake line, ours, then the run's events.
-fn serve_admitted(mut stream: TcpStream, hub: &Hub) {
+/// A viewer that proved the token: its handshake line, ours, then the run's events, every byte both ways
+/// sealed under the keys of its handshake. A record of the viewer's that fails its check is a refusal.
+fn serve_admitted(stream: TcpStream, session: Session, hub: &Hub, door: &Door) {
+    let from = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+    let (Ok(reading), Ok(socket)) = (stream.try_clone(), stream.try_clone()) else { return };
+    let (reader, mut writer) = session.wrap(reading, stream, &format!("the viewer at {from}"));
     let mut line = Vec::new();
     {
-        let Ok(reading) = stream.try_clone() else { return };
-        let mut reader = BufReader::new(reading.take(stream::MAX_HELLO as u64));
-        if reader.read_until(b'\n', &mut line).is_err() {
+        let mut reader = BufReader::new(reader.take(stream::MAX_HELLO as u64));
+        if let Err(err) = reader.read_until(b'\n', &mut line) {
+            if err.kind() == std::io::ErrorKind::InvalidData {
+                refuse(&door.refused, &socket, &err.to_string());
+            }
             return;
         }
     }
     let Hello::Efatop { version } = stream::parse_hello(&line, stream::MAGIC) else { return };
     // Both sides say their version; on a mismatch the viewer names both and leaves.
-    if stream.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
+    if writer.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
         return;
     }
-    if stream.set_write_timeout(Some(WRITE_WAIT)).is_err() {
+    if socket.set_write_timeout(Some(WRITE_WAIT)).is_err() {
         return;
     }
     let viewer = Arc::new(Viewer::new());
     hub.join(&viewer);
-    viewer.write_out(&mut stream);
-    let _ = stream.shutdown(std::net::Shutdown::Both);
+    viewer.write_out(&mut writer);
+    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node
