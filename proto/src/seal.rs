@@ -1,6 +1,7 @@
 //! What protects a connection after its handshake: every byte either side sends travels in records, each
-//! encrypted and authenticated with AES-256-GCM (NIST SP 800-38D; RustCrypto's `aes-gcm`, with AES-NI and
-//! carry-less multiply where the CPU has them) under a key of its direction, derived from the run's secret, both handshake nonces and the purpose
+//! encrypted and authenticated with AES-256-GCM (NIST SP 800-38D; the `RustCrypto` project's `aes-gcm`,
+//! with AES-NI and carry-less multiply where the CPU has them) under a key of its direction, derived from
+//! the run's secret, both handshake nonces and the purpose
 //! ([`crate::auth::Session`]). A relay that passed the handshake through untouched can then neither read
 //! what follows nor change, drop, reorder or replay a byte of it unseen: each record's nonce is its
 //! direction and its number in the stream (a 64-bit counter, never reused: a stream that would need a
@@ -444,7 +445,7 @@ mod tests {
     fn a_reordered_replayed_or_dropped_record_fails() {
         let (mut sealer, mut opener) = pair();
         let first = sealed(&mut sealer, b"one");
-        let mut second = sealed(&mut sealer, b"two");
+        let second = sealed(&mut sealer, b"two");
         assert_eq!(
             opener.open(&mut second.clone()),
             Err(SealError::Forged),
