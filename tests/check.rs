@@ -425,7 +425,7 @@ fn a_kernel_log_not_read_to_its_end_is_unknown_unless_a_fault_was_read() {
 /// Elsewhere a SKIPPED line says why; under `CI=true` that fails.
 fn kernel_log_here() -> bool {
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg") {
+    match std::fs::OpenOptions::new().read(true).write(true).custom_flags(nix::libc::O_NONBLOCK).open("/dev/kmsg") {
         Ok(_) => true,
         Err(err) => {
             assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true and /dev/kmsg cannot be read and written: {err}");
