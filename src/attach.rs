@@ -6,6 +6,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
 
+use efatop_proto::seal::SealedReader;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_runtime::handshake::{Attempt, Deadline, retry};
 use efatop_ui::state::SourceLine;
@@ -15,6 +16,9 @@ use efatop_proto::events::ConsumerEvent;
 use crate::term;
 use efatop_ui::tui::{Polled, Source};
 use crate::viewer::{Fed, JsonViewer};
+
+/// What a viewer reads: the served stream, opened from its sealed records.
+type Served = BufReader<SealedReader<TcpStream>>;
 
 /// How long connecting and the peer's handshake line may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
@@ -37,7 +41,7 @@ pub fn attach(args: &AttachArgs) -> i32 {
 }
 
 /// Connects and shakes hands: one line each way, naming efatop's stream and its version.
-fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
+fn connect(address: &str) -> Result<Served, String> {
     let targets: Vec<_> = address
         .to_socket_addrs()
         .map_err(|err| format!("`{address}` is not an address to attach to ({err}); use HOST:PORT, as the run's --serve printed it"))?
@@ -50,13 +54,13 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
     let proven = retry(RETRY_FOR, || {
         let mut stream = reach(address, &targets).map_err(|line| Attempt::Final(Proven::Unreachable(line)))?;
         match prove_token(&mut stream, &token) {
-            Ok(()) => Ok(stream),
+            Ok(session) => Ok((stream, session)),
             Err(Proven::Busy) => Err(Attempt::Again(Proven::Busy)),
             Err(other) => Err(Attempt::Final(other)),
         }
     });
-    let mut stream = match proven {
-        Ok(stream) => stream,
+    let (stream, session) = match proven {
+        Ok(proven) => proven,
         Err(Proven::Busy) => {
             return Err(not_efatop(&format!(
                 "it closed the connection without a greeting, or dropped it, on every try for {} s",
@@ -74,9 +78,12 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         }
     };
     stream.set_write_timeout(None).map_err(|err| err.to_string())?;
-    stream.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
-    stream.set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
-    let mut reader = BufReader::new(stream);
+    // From here both ways are sealed under the keys of that handshake.
+    let (reader, mut writer) = session.wrap(stream.try_clone().map_err(|err| err.to_string())?, stream, &format!("the run at {address}"));
+    writer.write_all(stream::hello().as_bytes()).map_err(|err| not_efatop(&format!("it refused the handshake: {err}")))?;
+    drop(writer);
+    reader.get_ref().set_read_timeout(Some(CONNECT_WAIT)).map_err(|err| err.to_string())?;
+    let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     let read = std::io::Read::take(&mut reader, stream::MAX_HELLO as u64).read_until(b'\n', &mut line);
     match read {
@@ -97,7 +104,7 @@ fn connect(address: &str) -> Result<BufReader<TcpStream>, String> {
         }
         Hello::Foreign(text) => return Err(not_efatop(&format!("it answered `{text}`"))),
     }
-    reader.get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
+    reader.get_ref().get_ref().set_read_timeout(None).map_err(|err| err.to_string())?;
     Ok(reader)
 }
 
@@ -132,15 +139,15 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
     })
 }
 
-/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect`]), telling a peer that is no
+/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect_session`]), telling a peer that is no
 /// efatop run (its first bytes are not the handshake's), one that closed before its greeting, and one that
 /// refused the token apart.
-fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<(), Proven> {
+fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<efatop_proto::auth::Session, Proven> {
     use efatop_proto::auth::{self, AuthError, Purpose};
     use std::io::ErrorKind;
     // One deadline for the whole exchange, as the run gives its side.
     let deadline = Deadline::after(CONNECT_WAIT);
-    auth::connect(&mut deadline.on(stream), &token.secret, Purpose::Viewer).map_err(|err| match err {
+    auth::connect_session(&mut deadline.on(stream), &token.secret, Purpose::Viewer).map_err(|err| match err {
         AuthError::NoHello(io) => match io.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => Proven::Busy,
@@ -160,7 +167,7 @@ enum Incoming {
     End(Option<String>),
 }
 
-fn read_all(mut reader: BufReader<TcpStream>, mut each: impl FnMut(Incoming) -> bool) {
+fn read_all(mut reader: Served, mut each: impl FnMut(Incoming) -> bool) {
     loop {
         let incoming = match stream::read_message(&mut reader) {
             Ok(Some(message)) => Incoming::Message(message),
@@ -174,7 +181,7 @@ fn read_all(mut reader: BufReader<TcpStream>, mut each: impl FnMut(Incoming) -> 
     }
 }
 
-fn json(reader: BufReader<TcpStream>, address: &str) -> i32 {
+fn json(reader: Served, address: &str) -> i32 {
     let mut viewer = JsonViewer::default();
     let mut dropped = 0;
     let mut cut = None;
@@ -271,7 +278,7 @@ impl Source for Attached {
     }
 }
 
-fn dashboard(reader: BufReader<TcpStream>, address: &str) -> i32 {
+fn dashboard(reader: Served, address: &str) -> i32 {
     let (send, incoming) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("efatop-attach".into()).spawn(move || read_all(reader, |incoming| send.send(incoming).is_ok()));
     if let Err(err) = spawned {

@@ -539,3 +539,315 @@ fn a_strangers_link_or_folder_at_the_default_results_folder_is_refused() {
     assert!(meta.is_dir() && meta.mode() & 0o777 == 0o700 && meta.uid() == nix::unistd::geteuid().as_raw(), "{meta:?}");
     assert_eq!(std::fs::read_dir(&folder).expect("dir").count(), 1, "the results file");
 }
+
+/// The two ranks of a job step as `srun` without MPI starts them (Slurm's environment; the tests'
+/// `EFATOP_TOKEN` proves them, as a user's token does under srun), on this machine with rank 0's node named
+/// `127.0.0.1`: a 2-rank tcp write whose rendezvous is the Slurm bootstrap's, on the step's candidate ports.
+struct SlurmStep {
+    dir: tempfile::TempDir,
+    out: std::path::PathBuf,
+    ranks: Vec<Child>,
+}
+
+impl SlurmStep {
+    fn start(job: u64) -> Self {
+        let dir = common::scratch();
+        let out = dir.path().join("results.json");
+        let ranks = (0..2)
+            .map(|rank| {
+                let mut command = common::efatop_in(dir.path());
+                command.args([
+                    "write",
+                    "--provider",
+                    "tcp",
+                    "--max-size",
+                    "64K",
+                    "--iters",
+                    "5",
+                    "--out",
+                    out.to_str().expect("path"),
+                ]);
+                command
+                    .env("SLURM_JOB_ID", job.to_string())
+                    .env("SLURM_STEP_ID", "0")
+                    .env("SLURM_PROCID", rank.to_string())
+                    .env("SLURM_NTASKS", "2")
+                    .env("SLURM_STEP_NODELIST", "127.0.0.1")
+                    .env_remove("SLURMD_NODENAME")
+                    .env_remove("EFATOP_SLURM_PORT");
+                command
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                command.spawn().expect("a rank")
+            })
+            .collect();
+        Self { dir, out, ranks }
+    }
+
+    /// Each rank's exit code and stderr, within `limit` (a rank still running then is killed: a failure).
+    fn finish(
+        self,
+        limit: Duration,
+    ) -> (
+        Vec<(Option<i32>, String)>,
+        std::path::PathBuf,
+        tempfile::TempDir,
+    ) {
+        let until = Instant::now() + limit;
+        let mut ended = Vec::new();
+        for mut rank in self.ranks {
+            while rank.try_wait().expect("wait").is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if rank.try_wait().expect("wait").is_none() {
+                let _ = rank.kill();
+            }
+            let output = rank.wait_with_output().expect("output");
+            ended.push((
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            ));
+        }
+        (ended, self.out, self.dir)
+    }
+}
+
+/// A job id whose first `free` candidate ports are free on 127.0.0.1 now, and those ports.
+fn job_with_free_ports(free: usize) -> (u64, Vec<u16>) {
+    let start = u64::from(std::process::id()) * 1000;
+    (start..start + 1000)
+        .map(|job| (job, efatop_runtime::bootstrap::slurm::ports_for(job, 0)))
+        .find(|(_, ports)| {
+            ports[..free]
+                .iter()
+                .all(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        })
+        .expect("a job whose candidate ports are free")
+}
+
+/// Which way a relay changes a byte.
+#[derive(Clone, Copy, PartialEq)]
+enum Way {
+    /// In what rank 0's rendezvous sends the rank.
+    Down,
+    /// In what the rank sends rank 0's rendezvous.
+    Up,
+}
+
+/// A stranger's relay, listening on `listener` and passing every connection to 127.0.0.1:`to` byte for
+/// byte both ways, keeping a copy of all it saw. With `flip`, it changes the byte at that offset of what
+/// passes that way: past the handshake, which it passes through untouched.
+fn relay(
+    listener: std::net::TcpListener,
+    to: u16,
+    flip: Option<(Way, usize)>,
+) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::io::Read;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for near in listener.incoming() {
+            let Ok(near) = near else { continue };
+            // Rank 0 not listening yet: the rank sees a listener that closed, and tries again.
+            let Ok(far) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let at = |way: Way| {
+                flip.filter(|(flipped, _)| *flipped == way)
+                    .map(|(_, at)| at)
+            };
+            for (mut from, mut into, flip) in [
+                (
+                    near.try_clone().expect("clone"),
+                    far.try_clone().expect("clone"),
+                    at(Way::Up),
+                ),
+                (
+                    far.try_clone().expect("clone"),
+                    near.try_clone().expect("clone"),
+                    at(Way::Down),
+                ),
+            ] {
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let (mut buffer, mut offset) = ([0u8; 4096], 0usize);
+                    while let Ok(n) = from.read(&mut buffer) {
+                        if n == 0 {
+                            break;
+                        }
+                        if let Some(at) = flip.filter(|at| (offset..offset + n).contains(at)) {
+                            buffer[at - offset] ^= 0x01;
+                        }
+                        offset += n;
+                        kept.lock().expect("kept").extend_from_slice(&buffer[..n]);
+                        if into.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = into.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    seen
+}
+
+/// Bytes of the token handshake that rank 0's side sends: its hello (magic, purpose, nonce) and its proof.
+const LISTENER_HANDSHAKE: usize = efatop_proto::auth::HELLO_LEN + efatop_proto::auth::PROOF_LEN;
+/// Bytes the rank sends before its first round: its answer in the handshake, then its rank in one record.
+const CALLER_JOIN: usize = efatop_proto::auth::ANSWER_LEN + 4 + efatop_proto::seal::OVERHEAD;
+
+/// A stranger binds the step's first candidate port first and relays it to the second, where rank 0 then
+/// listens: rank 1 reaches rank 0 through it. Passed through untouched, the run completes, and the relay saw
+/// nothing of what the ranks exchanged in the clear (no host name, no collector address). Changing one byte
+/// after the handshake ends the run with a named refusal, whichever way: rank 1 says "frame failed
+/// authentication" of rank 0's answer, or rank 0's rendezvous of rank 1's round; both ranks exit non-zero,
+/// and no results file is written.
+#[test]
+fn a_relay_on_a_slurm_candidate_port_reads_nothing_and_a_byte_it_changes_ends_the_run_named() {
+    let _one = serial();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_string();
+
+    let (job, ports) = job_with_free_ports(2);
+    let seen = relay(
+        std::net::TcpListener::bind(("127.0.0.1", ports[0])).expect("the relay's port"),
+        ports[1],
+        None,
+    );
+    let (ended, out, _dir) = SlurmStep::start(job).finish(Duration::from_mins(2));
+    for (rank, (code, stderr)) in ended.iter().enumerate() {
+        assert_eq!(
+            *code,
+            Some(0),
+            "rank {rank} through an untouched relay:\n{stderr}"
+        );
+    }
+    assert!(
+        ended[0].1.contains(&format!("port {}", ports[0])),
+        "rank 0 says the first candidate was taken:\n{}",
+        ended[0].1
+    );
+    assert!(out.exists(), "the run's results file");
+    let seen = seen.lock().expect("seen").clone();
+    assert!(
+        seen.len() > 2 * LISTENER_HANDSHAKE,
+        "the relay carried only {} bytes: rank 1 did not go through it",
+        seen.len()
+    );
+    for clear in [host.as_bytes(), b"127.0.0.1".as_slice()] {
+        assert!(
+            !seen.windows(clear.len()).any(|w| w == clear),
+            "the relay read `{}` in the clear",
+            String::from_utf8_lossy(clear)
+        );
+    }
+    println!(
+        "untouched relay: {} bytes carried, none readable",
+        seen.len()
+    );
+
+    // A byte inside the first record of rank 0's answer, then inside rank 1's first round (its second record).
+    for (way, at) in [
+        (Way::Down, LISTENER_HANDSHAKE + 6),
+        (Way::Up, CALLER_JOIN + 6),
+    ] {
+        let (job, ports) = job_with_free_ports(2);
+        let _ = relay(
+            std::net::TcpListener::bind(("127.0.0.1", ports[0])).expect("the relay's port"),
+            ports[1],
+            Some((way, at)),
+        );
+        let (ended, out, _dir) = SlurmStep::start(job).finish(Duration::from_mins(2));
+        println!(
+            "a byte changed: rank 0 {:?}, rank 1 {:?}\nrank 0:\n{}\nrank 1:\n{}",
+            ended[0].0, ended[1].0, ended[0].1, ended[1].1
+        );
+        assert!(
+            ended.iter().all(|(code, _)| *code != Some(0)),
+            "both ranks end non-zero: {ended:?}"
+        );
+        let (says, peer) = match way {
+            Way::Down => (
+                &ended[1].1,
+                format!(
+                    "rank 0's rendezvous at 127.0.0.1:{}: frame failed authentication",
+                    ports[0]
+                ),
+            ),
+            Way::Up => (
+                &ended[0].1,
+                "refused rank 1's connection (127.0.0.1:".to_string(),
+            ),
+        };
+        assert!(
+            says.contains("frame failed authentication") && says.contains(&peer),
+            "the refusal and the peer named (`{peer}`):\n{says}"
+        );
+        assert!(!out.exists(), "a results file after a forged rendezvous");
+    }
+}
+
+/// A stranger holds every candidate port of the step, speaking efatop's handshake without the secret: rank 0
+/// cannot listen and says which ports and who holds them (uid, from /proc/net/tcp), rank 1 finds a party on
+/// each that proves nothing, says so once a port, and gives up naming them all. Both exit 1, at once rather
+/// than after the join timeout.
+#[test]
+fn a_stranger_on_every_slurm_candidate_port_is_named_and_ends_the_step() {
+    use std::io::Read;
+    let _one = serial();
+    let (job, ports) = job_with_free_ports(efatop_runtime::bootstrap::slurm::CANDIDATES);
+    for &port in &ports {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("squat");
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                // A hello of efatop's, then whatever the rank answers, then nothing: it cannot prove.
+                let (_, hello) =
+                    efatop_proto::auth::Challenge::new(efatop_proto::auth::Purpose::Rendezvous)
+                        .expect("hello");
+                let _ = stream.write_all(&hello);
+                let _ = stream.read(&mut [0u8; efatop_proto::auth::ANSWER_LEN]);
+            }
+        });
+    }
+    let started = Instant::now();
+    let (ended, out, _dir) = SlurmStep::start(job).finish(Duration::from_mins(2));
+    println!(
+        "every candidate squatted, {:.1} s:\nrank 0:\n{}\nrank 1:\n{}",
+        started.elapsed().as_secs_f64(),
+        ended[0].1,
+        ended[1].1
+    );
+    let uid = nix::unistd::geteuid().as_raw();
+    for (rank, (code, stderr)) in ended.iter().enumerate() {
+        assert_eq!(*code, Some(1), "rank {rank}:\n{stderr}");
+        for port in &ports {
+            assert!(
+                stderr.contains(&format!("port {port}")),
+                "rank {rank} names port {port}:\n{stderr}"
+            );
+        }
+    }
+    assert!(
+        ended[0].1.contains("every candidate port is in use")
+            && ended[0].1.contains(&format!("held by uid {uid}")),
+        "{}",
+        ended[0].1
+    );
+    assert!(
+        ended[1].1.contains("cannot prove the run's secret")
+            && ended[1].1.contains(&format!("held by uid {uid}")),
+        "{}",
+        ended[1].1
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the step took {:?} to give up",
+        started.elapsed()
+    );
+    assert!(!out.exists());
+}

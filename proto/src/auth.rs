@@ -15,14 +15,18 @@
 //! before its first frame is read. The purpose is bound into both proofs: a proof made for a viewer does not
 //! open the telemetry collector.
 //!
-//! Nothing here encrypts the data that follows: the handshake proves who is talking, the connection then
-//! carries telemetry and setup in the clear (docs/security.md).
+//! Both sides then hold a [`Session`]: a key per direction, derived from the secret, both nonces and the
+//! purpose (HKDF-SHA256, RFC 5869), with which every byte that follows is sealed ([`crate::seal`]). A relay
+//! that passed the handshake through untouched holds neither key: it can read nothing after it, and a byte
+//! it changes, drops, reorders or replays fails the next record's check (docs/security.md).
 
 use std::fmt;
 use std::io::{Read, Write};
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+
+use crate::seal::{Direction, Opener, SealedReader, SealedWriter, Sealer};
 
 /// Opens every listener's hello: the protocol and its version.
 pub const MAGIC: &[u8; 7] = b"EFATOP\x01";
@@ -169,6 +173,79 @@ impl Secret {
     }
 }
 
+/// Which end of a connection this side is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The side that listened and sent the hello.
+    Listener,
+    /// The side that connected and answered.
+    Caller,
+}
+
+/// What a handshake leaves both sides: the keys that seal what this side sends and open what the other
+/// side sends, bound to the run's secret, both nonces and the purpose.
+pub struct Session {
+    pub sealer: Sealer,
+    pub opener: Opener,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Session(…)")
+    }
+}
+
+impl Session {
+    /// The keys of one connection: HKDF-SHA256 with both nonces as the salt and the secret as the input
+    /// keying material, one key per direction, each labelled with the purpose and the direction.
+    pub fn derive(
+        secret: &Secret,
+        purpose: Purpose,
+        listener_nonce: &[u8; NONCE_LEN],
+        caller_nonce: &[u8; NONCE_LEN],
+        side: Side,
+    ) -> Self {
+        let mut salt = [0u8; 2 * NONCE_LEN];
+        salt[..NONCE_LEN].copy_from_slice(listener_nonce);
+        salt[NONCE_LEN..].copy_from_slice(caller_nonce);
+        let keys = hkdf::Hkdf::<Sha256>::new(Some(&salt), &secret.0);
+        let key = |direction: Direction| {
+            let mut key = [0u8; 32];
+            keys.expand_multi_info(&[SEAL_LABEL, &[purpose as u8, direction as u8]], &mut key)
+                .expect("32 bytes is a valid HKDF-SHA256 length");
+            key
+        };
+        let (to_caller, to_listener) = (key(Direction::ToCaller), key(Direction::ToListener));
+        match side {
+            Side::Listener => Self {
+                sealer: Sealer::new(&to_caller, Direction::ToCaller),
+                opener: Opener::new(&to_listener, Direction::ToListener),
+            },
+            Side::Caller => Self {
+                sealer: Sealer::new(&to_listener, Direction::ToListener),
+                opener: Opener::new(&to_caller, Direction::ToCaller),
+            },
+        }
+    }
+
+    /// Blocking adapters over a connection's two halves (`reader` and `writer`: the same socket, cloned),
+    /// naming `peer` in their refusals.
+    pub fn wrap<R: Read, W: Write>(
+        self,
+        reader: R,
+        writer: W,
+        peer: &str,
+    ) -> (SealedReader<R>, SealedWriter<W>) {
+        (
+            SealedReader::new(reader, self.opener, peer),
+            SealedWriter::new(writer, self.sealer, peer),
+        )
+    }
+}
+
+/// Labels the keys a session derives: the protocol and its version.
+const SEAL_LABEL: &[u8] = b"efatop-seal 1";
+
 fn nonce() -> Result<[u8; NONCE_LEN], AuthError> {
     let mut bytes = [0u8; NONCE_LEN];
     getrandom::fill(&mut bytes).map_err(|e| AuthError::Token(format!("no random source: {e}")))?;
@@ -203,6 +280,19 @@ impl Challenge {
             .verify_slice(proof)
             .map_err(|_| AuthError::BadProof)?;
         Ok(secret.proof(SERVER, self.purpose as u8, &self.nonce, caller_nonce).finalize().into_bytes().into())
+    }
+
+    /// The listener's keys for the connection whose `answer` [`Challenge::check`] accepted.
+    pub fn session(&self, secret: &Secret, answer: &[u8; ANSWER_LEN]) -> Session {
+        let mut caller_nonce = [0u8; NONCE_LEN];
+        caller_nonce.copy_from_slice(&answer[..NONCE_LEN]);
+        Session::derive(
+            secret,
+            self.purpose,
+            &self.nonce,
+            &caller_nonce,
+            Side::Listener,
+        )
     }
 }
 
@@ -240,10 +330,22 @@ impl Answer {
             .verify_slice(proof)
             .map_err(|_| AuthError::BadProof)
     }
+
+    /// The connecting side's keys, once [`Answer::verify`] held.
+    pub fn session(&self, secret: &Secret) -> Session {
+        Session::derive(
+            secret,
+            self.purpose,
+            &self.listener_nonce,
+            &self.nonce,
+            Side::Caller,
+        )
+    }
 }
 
-/// The whole exchange as the listener, over a blocking stream (whose caller set its timeouts).
-pub fn accept(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpose) -> Result<(), AuthError> {
+/// The whole exchange as the listener, over a blocking stream (whose caller set its timeouts): the keys
+/// that seal what follows.
+pub fn accept_session(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpose) -> Result<Session, AuthError> {
     let (challenge, hello) = Challenge::new(purpose)?;
     stream.write_all(&hello)?;
     stream.flush()?;
@@ -252,15 +354,15 @@ pub fn accept(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpos
     let proof = challenge.check(secret, &answer)?;
     stream.write_all(&proof)?;
     stream.flush()?;
-    Ok(())
+    Ok(challenge.session(secret, &answer))
 }
 
-/// The whole exchange as the connecting side, over a blocking stream (whose caller set its timeouts). The
-/// magic is read, and checked, before the rest of the hello: a peer that is not efatop is told apart at its
-/// first bytes, not after a wait for bytes it will never send ([`AuthError::NotEfatop`]). A listener that
-/// closes before its hello ([`AuthError::NoHello`]) may be tried again; one that closes after our answer
-/// refused it ([`AuthError::Refused`]).
-pub fn connect(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpose) -> Result<(), AuthError> {
+/// The whole exchange as the connecting side, over a blocking stream (whose caller set its timeouts): the
+/// keys that seal what follows. The magic is read, and checked, before the rest of the hello: a peer that
+/// is not efatop is told apart at its first bytes, not after a wait for bytes it will never send
+/// ([`AuthError::NotEfatop`]). A listener that closes before its hello ([`AuthError::NoHello`]) may be tried
+/// again; one that closes after our answer refused it ([`AuthError::Refused`]).
+pub fn connect_session(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpose) -> Result<Session, AuthError> {
     let mut hello = [0u8; HELLO_LEN];
     stream.read_exact(&mut hello[..MAGIC.len()]).map_err(AuthError::NoHello)?;
     if &hello[..MAGIC.len()] != MAGIC {
@@ -272,7 +374,27 @@ pub fn connect(stream: &mut (impl Read + Write), secret: &Secret, purpose: Purpo
     stream.flush()?;
     let mut proof = [0u8; PROOF_LEN];
     stream.read_exact(&mut proof).map_err(AuthError::Refused)?;
-    pending.verify(secret, &proof)
+    pending.verify(secret, &proof)?;
+    Ok(pending.session(secret))
+}
+
+/// [`accept_session`] with the keys thrown away: for `efatop watch` and the NCCL plugin only, whose
+/// streams are not sealed yet. Every other surface seals what follows its handshake.
+pub fn accept(
+    stream: &mut (impl Read + Write),
+    secret: &Secret,
+    purpose: Purpose,
+) -> Result<(), AuthError> {
+    accept_session(stream, secret, purpose).map(drop)
+}
+
+/// [`connect_session`] with the keys thrown away: for the NCCL plugin only (see [`accept`]).
+pub fn connect(
+    stream: &mut (impl Read + Write),
+    secret: &Secret,
+    purpose: Purpose,
+) -> Result<(), AuthError> {
+    connect_session(stream, secret, purpose).map(drop)
 }
 
 #[cfg(test)]
@@ -300,6 +422,58 @@ mod tests {
         let (server, client) = pair(secret.clone(), &secret, Purpose::Telemetry, Purpose::Telemetry);
         server.expect("server accepts");
         client.expect("client accepts");
+    }
+
+    #[test]
+    fn both_sides_derive_the_same_keys_bound_to_the_handshake_and_purpose() {
+        let secret = Secret::generate().expect("secret");
+        let (challenge, hello) = Challenge::new(Purpose::Telemetry).expect("challenge");
+        let (pending, answer) = Answer::new(&secret, Purpose::Telemetry, &hello).expect("answer");
+        challenge.check(&secret, &answer).expect("proof");
+        let mut listener = challenge.session(&secret, &answer);
+        let mut caller = pending.session(&secret);
+        let mut record = Vec::new();
+        caller.sealer.seal(b"rank 3", &mut record).expect("seal");
+        assert_eq!(
+            listener
+                .opener
+                .open(&mut record.clone())
+                .expect("the listener opens the caller's"),
+            b"rank 3"
+        );
+        let mut back = Vec::new();
+        listener.sealer.seal(b"ack", &mut back).expect("seal");
+        assert_eq!(
+            caller
+                .opener
+                .open(&mut back)
+                .expect("the caller opens the listener's"),
+            b"ack"
+        );
+
+        // Another purpose, another handshake's nonces, the other side's keys: none opens the record.
+        let (l, c) = (challenge.nonce, pending.nonce);
+        for (purpose, listener_nonce, side) in [
+            (Purpose::Viewer, l, Side::Listener),
+            (Purpose::Telemetry, [0u8; NONCE_LEN], Side::Listener),
+            (Purpose::Telemetry, l, Side::Caller),
+        ] {
+            let mut other = Session::derive(&secret, purpose, &listener_nonce, &c, side);
+            assert!(
+                other.opener.open(&mut record.clone()).is_err(),
+                "{purpose:?} {side:?} opened it"
+            );
+        }
+        let mut other = Session::derive(
+            &Secret::generate().expect("secret"),
+            Purpose::Telemetry,
+            &l,
+            &c,
+            Side::Listener,
+        );
+        assert!(
+            other.opener.open(&mut record).is_err(),
+            "another secret opened it");
     }
 
     #[test]

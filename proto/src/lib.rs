@@ -27,6 +27,7 @@
 //!   the exporter's Xid counts share.
 //! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
+//!   [`seal`]: the records every connection carries after it (AES-256-GCM under keys bound to the handshake).
 //! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
 //!   judges hangs by and the dashboard shows.
 //! - [`output`]: every `--json` line of every command, as one tagged type ([`output::Line`]), golden-tested.
@@ -41,6 +42,7 @@
 
 pub mod action;
 pub mod auth;
+pub mod seal;
 pub mod column;
 pub mod counters;
 pub mod events;

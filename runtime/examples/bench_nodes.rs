@@ -12,6 +12,8 @@
 //!
 //! `cargo run --release -p efatop-runtime --example bench_nodes -- --nodes 4096` (`--help` for the rest).
 
+use efatop_proto::seal::SealedWriter;
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,11 +125,13 @@ fn run(args: &Args) -> std::io::Result<bool> {
             (offered.clone(), stop.clone(), connected.clone(), began.clone(), secret.clone(), shape.clone(), sender_cpus.clone());
         senders.push(std::thread::spawn(move || -> std::io::Result<()> {
             pin_thread(None, cpus);
-            let mut links: Vec<(TcpStream, Vec<u32>)> = Vec::new();
+            let mut links: Vec<(SealedWriter<TcpStream>, Vec<u32>)> = Vec::new();
             let connecting = (|| {
                 for connection in (thread..connections).step_by(threads) {
-                    let stream = efatop_runtime::collector::dial(address, &secret)?;
+                    // What it sends is sealed, as a rank's sampler's is.
+                    let (stream, sealer) = efatop_runtime::collector::dial(address, &secret)?;
                     stream.set_nonblocking(false)?;
+                    let stream = SealedWriter::new(stream, sealer, "rank 0's collector");
                     links.push((stream, (connection..nodes).step_by(connections).map(|node| node as u32).collect()));
                 }
                 Ok::<(), std::io::Error>(())

@@ -9,6 +9,11 @@
 //! lobby: a new one takes the oldest one's place), so strangers never keep a rank out. No refusal ends the
 //! run.
 //!
+//! What follows the handshake is sealed ([`efatop_proto::seal`]): every frame travels in records encrypted
+//! and authenticated under keys bound to that handshake, so a relay that passed it through can neither read
+//! a sample nor change one; a record that fails its check ends its connection as a refusal ("frame failed
+//! authentication"), never as data.
+//!
 //! Back-pressure: a sampler never blocks on rank 0. Its socket is non-blocking; frames that cannot be sent
 //! wait in a bounded queue, and when that is full the oldest is dropped and counted. The count travels in
 //! every sample and is shown in red on the dashboard.
@@ -23,6 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_proto::auth::{self, ANSWER_LEN, Challenge, Purpose, Secret};
+use efatop_proto::seal::{Opener, SealError, Sealer};
 
 use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, Seat, retry, retryable};
 use efatop_proto::telemetry::wire;
@@ -43,27 +49,27 @@ const DIAL_FOR: Duration = Duration::from_secs(15);
 /// for [`DIAL_FOR`] while the collector drops the connection before we could prove anything (strangers
 /// filling its budget of unproven connections, or every rank connected meanwhile: [`retryable`]). A
 /// collector that refused our proof, or proved nothing itself, is not retried. Returns the stream,
-/// non-blocking.
-pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<TcpStream> {
+/// non-blocking, and the keys that seal what this side sends on it.
+pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<(TcpStream, Sealer)> {
     let denied = |why: String| std::io::Error::new(ErrorKind::PermissionDenied, why);
     retry(DIAL_FOR, || {
         let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10)).map_err(Attempt::Again)?;
         let deadline = Deadline::handshake();
         let mut within = deadline.on(&stream);
-        match auth::connect(&mut within, secret, Purpose::Telemetry) {
-            Ok(()) => {}
+        let session = match auth::connect_session(&mut within, secret, Purpose::Telemetry) {
+            Ok(session) => session,
             Err(auth::AuthError::NoHello(io) | auth::AuthError::Io(io)) => return Err(Attempt::Again(io)),
             Err(err) if retryable(&err) => return Err(Attempt::Again(std::io::Error::other(format!("rank 0's collector: {err}")))),
             // A collector that does not hold our secret will not start to: no retry.
             Err(other) => return Err(Attempt::Final(denied(format!("rank 0's collector: {other}")))),
-        }
+        };
         let ready = || -> std::io::Result<()> {
             within.done()?;
             stream.set_nodelay(true)?;
             stream.set_nonblocking(true)
         };
         ready().map_err(Attempt::Final)?;
-        Ok(stream)
+        Ok((stream, session.sealer))
     })
 }
 
@@ -115,7 +121,7 @@ impl SamplerThread {
         interval: Duration,
         watch: Option<RankZeroWatch>,
     ) -> std::io::Result<Self> {
-        let stream = dial(collector, secret)?;
+        let (stream, sealer) = dial(collector, secret)?;
         // The schedule below steps by whole intervals: never by none.
         let interval = interval.max(Duration::from_micros(100));
         let (timeout, mut on_lost, relay) = match watch {
@@ -136,7 +142,7 @@ impl SamplerThread {
             // never waits on the process's memory map, which a large mlock or registration on the hot
             // path holds for seconds on a loaded node (a healthy 1 GiB run was once named hung this way; tests/liveness.rs).
             prefault_stack();
-            let mut link = Link::new(stream, frame_room(&probe));
+            let mut link = Link::new(stream, sealer, frame_room(&probe));
             let mut sampler = Sampler::new(rank, &probe);
             let mut sample = Sampler::room(&probe);
             let mut last_phase = 0;
@@ -226,10 +232,16 @@ impl Drop for SamplerThread {
 
 pub(crate) struct Link {
     stream: TcpStream,
+    sealer: Sealer,
+    /// Frames not yet sent, in the clear: a frame is sealed only once its sending starts, so that dropping
+    /// one that waits leaves no gap in the records' numbering.
     pub(crate) queue: VecDeque<Vec<u8>>,
     /// Frame buffers not in the queue, kept for reuse: a sampler that recycles them never allocates.
     spare: Vec<Vec<u8>>,
-    /// Bytes of the front frame already written.
+    /// The front frame, sealed, once its sending started (empty before): its room is kept from frame to
+    /// frame, so sealing allocates nothing either.
+    sealed: Vec<u8>,
+    /// Bytes of `sealed` already written.
     written: usize,
     pub(crate) drops: u64,
     pub(crate) broken: bool,
@@ -276,12 +288,14 @@ fn prefault_stack() {
 }
 
 impl Link {
-    pub(crate) fn new(stream: TcpStream, room: usize) -> Self {
+    pub(crate) fn new(stream: TcpStream, sealer: Sealer, room: usize) -> Self {
         Self {
             stream,
+            sealer,
             queue: VecDeque::with_capacity(QUEUE_FRAMES),
             // Every queue slot, plus the frame being built.
             spare: (0..=QUEUE_FRAMES).map(|_| Vec::with_capacity(room)).collect(),
+            sealed: Vec::with_capacity(Sealer::sealed_len(room)),
             written: 0,
             drops: 0,
             broken: false,
@@ -315,8 +329,9 @@ impl Link {
 
     pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {
         if self.queue.len() == QUEUE_FRAMES {
-            // Drop the oldest frame not yet started; a half-written one must be finished to keep framing.
-            let victim = usize::from(self.written > 0);
+            // Drop the oldest frame not yet started; one being sent is sealed (its record numbered) and
+            // must go out whole.
+            let victim = usize::from(!self.sealed.is_empty());
             if let Some(dropped) = self.queue.remove(victim) {
                 self.drops += 1;
                 self.recycle(dropped);
@@ -327,18 +342,34 @@ impl Link {
 
     pub(crate) fn flush(&mut self) {
         while let Some(front) = self.queue.front() {
-            match self.stream.write(&front[self.written..]) {
+            if self.sealed.is_empty() {
+                if let Err(err) = self.sealer.seal(front, &mut self.sealed) {
+                    self.broken = true;
+                    self.error = Some(std::io::Error::other(err.to_string()));
+                    return;
+                }
+                self.written = 0;
+                if self.sealed.is_empty() {
+                    // An empty frame seals to nothing.
+                    if let Some(sent) = self.queue.pop_front() {
+                        self.recycle(sent);
+                    }
+                    continue;
+                }
+            }
+            match self.stream.write(&self.sealed[self.written..]) {
                 Ok(0) => {
                     self.broken = true;
                     return;
                 }
                 Ok(n) => {
                     self.written += n;
-                    if self.written == front.len() {
+                    if self.written == self.sealed.len() {
+                        self.sealed.clear();
+                        self.written = 0;
                         if let Some(sent) = self.queue.pop_front() {
                             self.recycle(sent);
                         }
-                        self.written = 0;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
@@ -361,8 +392,8 @@ pub struct NodeSender {
 
 impl NodeSender {
     pub fn connect(collector: SocketAddr, secret: &Secret) -> std::io::Result<Self> {
-        let stream = dial(collector, secret)?;
-        Ok(Self { link: Link::new(stream, 1024) })
+        let (stream, sealer) = dial(collector, secret)?;
+        Ok(Self { link: Link::new(stream, sealer, 1024) })
     }
 
     /// Snapshots dropped so far; the next one sent should carry it.
@@ -626,8 +657,9 @@ pub(crate) const READ_ROOM: usize = 8 * 1024;
 
 /// A connection's whole handshake (the connecting side proves the run's secret, and learns that we hold it
 /// too), within one deadline ([`HANDSHAKE_WAIT`]), holding its `seat` among the
-/// unproven; why it failed (the lobby's reason when it dropped the connection to make room).
-pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret: &Secret) -> Result<(), String> {
+/// unproven: the keys that open what it sends next, or why it failed (the lobby's reason when it dropped
+/// the connection to make room).
+pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret: &Secret) -> Result<Opener, String> {
     let exchange = async move {
         let (challenge, hello) = Challenge::new(Purpose::Telemetry).map_err(|e| e.to_string())?;
         stream.write_all(&hello).await.map_err(|e| seat.why(e))?;
@@ -639,7 +671,8 @@ pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret
         if !seat.proven() {
             return Err(why_dropped);
         }
-        stream.write_all(&proof).await.map_err(|e| e.to_string())
+        stream.write_all(&proof).await.map_err(|e| e.to_string())?;
+        Ok(challenge.session(secret, &answer).opener)
     };
     match tokio::time::timeout(HANDSHAKE_WAIT, exchange).await {
         Ok(outcome) => outcome,
@@ -647,22 +680,55 @@ pub(crate) async fn admit(stream: &mut tokio::net::TcpStream, seat: Seat, secret
     }
 }
 
+/// An admitted connection's records as they arrive (`raw`), opened into plaintext.
+pub(crate) struct Unsealing {
+    opener: Opener,
+    pub(crate) raw: Vec<u8>,
+}
+
+impl Unsealing {
+    pub(crate) fn new(opener: Opener) -> Self {
+        Self { opener, raw: Vec::new() }
+    }
+
+    /// Opens every whole record that has arrived, appending its plaintext to `plain`; the partial record
+    /// left stays for the next read. A record that fails ends the connection: why.
+    pub(crate) fn open_into(&mut self, plain: &mut Vec<u8>) -> Result<(), SealError> {
+        let mut at = 0;
+        let outcome = loop {
+            match self.opener.open_front(&mut self.raw[at..]) {
+                Ok(Some((took, range))) => {
+                    plain.extend_from_slice(&self.raw[at + range.start..at + range.end]);
+                    at += took;
+                }
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+        };
+        self.raw.drain(..at);
+        outcome
+    }
+}
+
 /// One connection: its handshake, then its frames until it closes or breaks a rule of the [`Door`].
 async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, seat: Seat, pending: Pending, door: Shared) {
     let secret = door.borrow().gate.secret.clone();
     let admitted = admit(&mut stream, seat, &secret).await;
-    {
+    let opener = {
         let mut door = door.borrow_mut();
         match admitted {
-            Ok(()) => door.admitted += 1,
+            Ok(opener) => {
+                door.admitted += 1;
+                opener
+            }
             Err(why) => {
                 door.refuse(&pending, from, why);
                 return;
             }
         }
-    }
+    };
     let mut claimed = Vec::new();
-    let refused = read_frames(&mut stream, from, &pending, &door, &mut claimed).await;
+    let refused = read_frames(&mut stream, Unsealing::new(opener), from, &pending, &door, &mut claimed).await;
     let mut door = door.borrow_mut();
     door.admitted -= 1;
     for rank in &claimed {
@@ -678,7 +744,14 @@ async fn serve_connection(mut stream: tokio::net::TcpStream, from: SocketAddr, s
 /// closed). `claimed`: the ranks it speaks for, the first first (a rank's sampler speaks for its own rank
 /// alone; a host's relay ([`crate::relay`]) for its host's ranks, its own first, each until it says the rank
 /// is gone; the collector bench's senders carry several).
-async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pending: &Pending, door: &Shared, claimed: &mut Vec<u32>) -> Option<String> {
+async fn read_frames(
+    stream: &mut tokio::net::TcpStream,
+    mut sealed: Unsealing,
+    from: SocketAddr,
+    pending: &Pending,
+    door: &Shared,
+    claimed: &mut Vec<u32>,
+) -> Option<String> {
     let (bounds, max_frame) = {
         let door = door.borrow();
         (door.gate.bounds, door.max_frame)
@@ -696,20 +769,25 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
         }
         // Reads go into spare capacity: nothing is zeroed first, which at 40K frames/s would cost more
         // than decoding them. Growth is charged to the collector's budget.
-        if buffer.capacity() - buffer.len() < READ_ROOM / 2 {
-            let before = buffer.capacity();
-            buffer.reserve(READ_ROOM);
-            let grown = buffer.capacity() - before;
-            let mut door = door.borrow_mut();
-            if door.buffered + grown > door.budget {
-                break 'reading Some(format!("the collector's buffers are at their budget of {} MiB", door.budget >> 20));
+        if sealed.raw.capacity() - sealed.raw.len() < READ_ROOM / 2 {
+            let before = sealed.raw.capacity();
+            sealed.raw.reserve(READ_ROOM);
+            if let Err(why) = charge(door, &held, sealed.raw.capacity() - before) {
+                break 'reading Some(why);
             }
-            door.buffered += grown;
-            held.set(held.get() + grown);
         }
-        match stream.read_buf(&mut buffer).await {
+        match stream.read_buf(&mut sealed.raw).await {
             Ok(0) | Err(_) => break None,
             Ok(_) => {}
+        }
+        // The records that arrived whole, opened: a record that fails ends the connection, refused.
+        let before = buffer.capacity();
+        let opened = sealed.open_into(&mut buffer);
+        if let Err(why) = charge(door, &held, buffer.capacity() - before) {
+            break 'reading Some(why);
+        }
+        if let Err(err) = opened {
+            break 'reading Some(err.to_string());
         }
         // Every complete frame in what has arrived; a partial one waits for the next read.
         loop {
@@ -762,6 +840,22 @@ async fn read_frames(stream: &mut tokio::net::TcpStream, from: SocketAddr, pendi
 }
 
 /// A rank of the world belongs to the first connection that speaks for it, until that one closes.
+/// Charges a connection's buffer growth to the collector's budget; why not, when it is spent.
+fn charge(door: &Shared, held: &std::cell::Cell<usize>, grown: usize) -> Result<(), String> {
+    if grown == 0 {
+        return Ok(());
+    }
+    let mut door = door.borrow_mut();
+    if door.buffered + grown > door.budget {
+        return Err(format!(
+            "the collector's buffers are at their budget of {} MiB",
+            door.budget >> 20
+        ));
+    }
+    door.buffered += grown;
+    held.set(held.get() + grown);
+    Ok(())
+}
 fn claim(door: &Shared, claimed: &mut Vec<u32>, rank: u32, from: SocketAddr, bounds: WorldBounds) -> Result<(), String> {
     bounds.rank(rank).map_err(|outside| outside.to_string())?;
     if claimed.contains(&rank) {
@@ -808,6 +902,7 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use efatop_proto::seal::SealedWriter;
     use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 
@@ -851,11 +946,11 @@ pub(crate) mod tests {
         SocketAddr::from(([127, 0, 0, 1], address.port()))
     }
 
-    /// A blocking connection that passed the handshake.
-    fn admitted(address: SocketAddr, secret: &Secret) -> TcpStream {
-        let stream = dial(address, secret).expect("admitted");
+    /// A blocking connection that passed the handshake; what is written to it is sealed.
+    pub(crate) fn admitted(address: SocketAddr, secret: &Secret) -> SealedWriter<TcpStream> {
+        let (stream, sealer) = dial(address, secret).expect("admitted");
         stream.set_nonblocking(false).expect("blocking");
-        stream
+        SealedWriter::new(stream, sealer, "the collector")
     }
 
     fn sample_frame(rank: u32, seq: u64) -> Vec<u8> {
@@ -959,11 +1054,63 @@ pub(crate) mod tests {
         assert!(reason.contains("sends at most"), "{reason}");
     }
 
+    /// A relay that passed the handshake through untouched and then changes one byte of what follows: the
+    /// record fails, the connection is refused as "frame failed authentication", and the frame it carried
+    /// (and everything after) never reaches a consumer. Bytes sent in the clear after the handshake are
+    /// refused the same way.
+    #[test]
+    fn a_changed_byte_after_the_handshake_is_a_refusal_never_data() {
+        let (collector, secret, mut next_event) = collector();
+        let address = local(collector.address);
+        for flip in [0usize, 2, 4, 30] {
+            let (mut stream, mut sealer) = dial(address, &secret).expect("admitted");
+            stream.set_nonblocking(false).expect("blocking");
+            let mut record = Vec::new();
+            sealer.seal(&sample_frame(4, 7), &mut record).expect("seal");
+            record[flip] ^= 0x01;
+            // Records after it: a length made longer is then filled (a reader never takes a record before
+            // all its announced bytes are in), and the sum fails as a whole.
+            for seq in 8..40 {
+                sealer.seal(&sample_frame(4, seq), &mut record).expect("seal");
+            }
+            stream.write_all(&record).expect("write");
+            let (reason, _) = refusal(&mut next_event);
+            assert!(
+                reason.contains("frame failed authentication"),
+                "byte {flip}: {reason}"
+            );
+        }
+        let (mut clear, _) = dial(address, &secret).expect("admitted");
+        clear.set_nonblocking(false).expect("blocking");
+        clear.write_all(&sample_frame(4, 8)).expect("write");
+        let (reason, _) = refusal(&mut next_event);
+        assert!(
+            reason.contains("frame failed authentication"),
+            "in the clear: {reason}"
+        );
+        // Nothing of rank 4 was ever taken; the rank's own connection is still welcome.
+        let mut rank = admitted(address, &secret);
+        rank.write_all(&sample_frame(4, 9)).expect("write");
+        loop {
+            match next_event(Duration::from_secs(10)).expect("an event") {
+                CollectorEvent::Sample(sample) => {
+                    assert_eq!(
+                        sample.seq, 9,
+                        "a forged or clear sample reached the consumer"
+                    );
+                    break;
+                }
+                CollectorEvent::Refused { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn connections_are_capped_by_the_world() {
         let (collector, secret, mut next_event) = collector();
         let address = local(collector.address);
-        let ranks: Vec<TcpStream> = (0..WORLD.ranks).map(|_| admitted(address, &secret)).collect();
+        let ranks: Vec<_> = (0..WORLD.ranks).map(|_| admitted(address, &secret)).collect();
         // One more than the world, though it holds the secret.
         let extra = TcpStream::connect(address).expect("connect");
         let (reason, _) = refusal(&mut next_event);

@@ -37,7 +37,7 @@ use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{PhaseReport, WorldBounds};
 use tokio::io::AsyncReadExt;
 
-use crate::collector::{Link, RankZeroWatch, READ_ROOM, admit, dial, next_tick, why_lost};
+use crate::collector::{Link, RankZeroWatch, READ_ROOM, Unsealing, admit, dial, next_tick, why_lost};
 use crate::handshake::{Lobby, PER_PEER, Seat};
 
 /// How long a relay that was asked to finish waits for its host's ranks to close (their last samples).
@@ -129,7 +129,7 @@ impl RelayListener {
         interval: Duration,
         watch: Option<RankZeroWatch>,
     ) -> std::io::Result<Relay> {
-        let stream = dial(upstream, secret)?;
+        let (stream, sealer) = dial(upstream, secret)?;
         let (timeout, lost) = match watch {
             Some(RankZeroWatch { timeout, lost, .. }) => {
                 let millis = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
@@ -139,7 +139,7 @@ impl RelayListener {
             None => (Duration::ZERO, None),
         };
         let max_frame = bounds.max_frame() as usize;
-        let mut link = Link::new(stream, 64);
+        let mut link = Link::new(stream, sealer, 64);
         // The leader's hello first: if the relay goes, rank 0 names the leader.
         link.push_bytes(&wire::encode_phase(&PhaseReport { rank: plan.leader as u32, changes: 0, phase: 0, bytes: 0 }));
         link.flush();
@@ -332,14 +332,17 @@ async fn relay(
 async fn serve_local(mut stream: tokio::net::TcpStream, from: SocketAddr, seat: Seat, state: Rc<State>) {
     let number = state.numbered.get() + 1;
     state.numbered.set(number);
-    if let Err(why) = admit(&mut stream, seat, &state.run.secret).await {
-        state.open.set(state.open.get() - 1);
-        state.refuse(from, &why);
-        return;
-    }
+    let opener = match admit(&mut stream, seat, &state.run.secret).await {
+        Ok(opener) => opener,
+        Err(why) => {
+            state.open.set(state.open.get() - 1);
+            state.refuse(from, &why);
+            return;
+        }
+    };
     state.admitted.set(state.admitted.get() + 1);
     let mut claimed: Vec<usize> = Vec::new();
-    let refused = read_local(&mut stream, number, &state, &mut claimed).await;
+    let refused = read_local(&mut stream, Unsealing::new(opener), number, &state, &mut claimed).await;
     drop(stream);
     state.admitted.set(state.admitted.get() - 1);
     {
@@ -358,15 +361,20 @@ async fn serve_local(mut stream: tokio::net::TcpStream, from: SocketAddr, seat: 
 }
 
 /// Reads a local connection's frames into the batch; why it broke a rule, if it did.
-async fn read_local(stream: &mut tokio::net::TcpStream, number: u64, state: &State, claimed: &mut Vec<usize>) -> Option<String> {
+async fn read_local(stream: &mut tokio::net::TcpStream, mut sealed: Unsealing, number: u64, state: &State, claimed: &mut Vec<usize>) -> Option<String> {
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_ROOM);
+    sealed.raw.reserve(READ_ROOM);
     loop {
-        if buffer.capacity() - buffer.len() < READ_ROOM / 2 {
-            buffer.reserve(READ_ROOM);
+        if sealed.raw.capacity() - sealed.raw.len() < READ_ROOM / 2 {
+            sealed.raw.reserve(READ_ROOM);
         }
-        match stream.read_buf(&mut buffer).await {
+        match stream.read_buf(&mut sealed.raw).await {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
+        }
+        // A record that fails its check ends the connection, refused: nothing of it is forwarded.
+        if let Err(err) = sealed.open_into(&mut buffer) {
+            return Some(err.to_string());
         }
         let mut consumed = 0;
         loop {

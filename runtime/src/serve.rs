@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_proto::auth::{self, Purpose, Secret, Session};
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::handshake::{Deadline, Lobby, PER_PEER};
@@ -326,7 +326,7 @@ impl Viewer {
     }
 
     /// Writes the queue out until the run has ended and everything is sent, or the viewer goes.
-    fn write_out(&self, stream: &mut TcpStream) {
+    fn write_out(&self, stream: &mut impl Write) {
         let mut dropped_told = 0;
         let mut message = Vec::new();
         loop {
@@ -415,44 +415,55 @@ fn serve_viewer(stream: TcpStream, seat: crate::handshake::Seat, hub: &Hub, secr
     let _ = stream.set_nodelay(true);
     let deadline = Deadline::handshake();
     let mut within = deadline.admitting(&stream, seat);
-    let proven = auth::accept(&mut within, secret, Purpose::Viewer).map_err(|err| within.why(err));
-    if let Err(why) = proven {
-        refuse(&door.refused, &stream, &why);
-        return;
-    }
+    let proven = auth::accept_session(&mut within, secret, Purpose::Viewer).map_err(|err| within.why(err));
     drop(within);
+    let session = match proven {
+        Ok(session) => session,
+        Err(why) => {
+            refuse(&door.refused, &stream, &why);
+            return;
+        }
+    };
     if !take_place(&door.viewers, MAX_VIEWERS) {
         refuse(&door.refused, &stream, &format!("{MAX_VIEWERS} viewers are served already"));
         return;
     }
-    serve_admitted(stream, deadline, hub);
+    serve_admitted(stream, deadline, session, hub, door);
     door.viewers.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A viewer that proved the token: its handshake line (by `deadline`), ours, then the run's events.
-fn serve_admitted(mut stream: TcpStream, deadline: Deadline, hub: &Hub) {
+/// A viewer that proved the token: its handshake line (by `deadline`), ours, then the run's events, every
+/// byte both ways sealed under the keys of its handshake. A record of the viewer's that fails its check is
+/// a refusal.
+fn serve_admitted(stream: TcpStream, deadline: Deadline, session: Session, hub: &Hub, door: &Door) {
+    let from = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+    let Ok(socket) = stream.try_clone() else { return };
+    let (reader, mut writer) = session.wrap(deadline.on(&socket), stream, &format!("the viewer at {from}"));
     let mut line = Vec::new();
     {
-        let mut reader = BufReader::new(deadline.on(&stream).take(stream::MAX_HELLO as u64));
-        if reader.read_until(b'\n', &mut line).is_err() {
+        let mut reader = BufReader::new(reader.take(stream::MAX_HELLO as u64));
+        if let Err(err) = reader.read_until(b'\n', &mut line) {
+            if err.kind() == std::io::ErrorKind::InvalidData {
+                refuse(&door.refused, &socket, &err.to_string());
+            }
             return;
         }
     }
-    if stream.set_read_timeout(None).is_err() {
+    if socket.set_read_timeout(None).is_err() {
         return;
     }
     let Hello::Efatop { version } = stream::parse_hello(&line, stream::MAGIC) else { return };
     // Both sides say their version; on a mismatch the viewer names both and leaves.
-    if stream.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
+    if writer.write_all(stream::hello().as_bytes()).is_err() || version != stream::VERSION {
         return;
     }
-    if stream.set_write_timeout(Some(WRITE_WAIT)).is_err() {
+    if socket.set_write_timeout(Some(WRITE_WAIT)).is_err() {
         return;
     }
     let viewer = Arc::new(Viewer::new());
     hub.join(&viewer);
-    viewer.write_out(&mut stream);
-    let _ = stream.shutdown(std::net::Shutdown::Both);
+    viewer.write_out(&mut writer);
+    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// `efatop monitor --serve/--record` on one node: each read goes out as the node frame a many-node

@@ -3,6 +3,8 @@
 //! every channel near 95 Gbps (a deterministic jitter of a few Gbps), and optionally one NIC slowed from
 //! a time on (`--slow`). No fabric: only the wire.
 
+use efatop_proto::seal::SealedWriter;
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -152,7 +154,7 @@ pub fn synthetic_sample(rank: usize, channels: usize, hz: u32, slow: Option<(usi
 }
 
 /// A sender's connection and the frames of the ranks it carries, by rank.
-type Link = (TcpStream, Vec<(usize, Vec<u8>)>);
+type Link = (SealedWriter<TcpStream>, Vec<(usize, Vec<u8>)>);
 
 /// What the senders share with the bench.
 pub struct Load {
@@ -193,8 +195,10 @@ pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Se
             let connecting = (|| {
                 for &connection in &my_connections {
                     // Each connection proves the run's secret, as a rank's sampler does.
-                    let stream = efatop_runtime::collector::dial(address, &secret)?;
+                    // What it sends is sealed, as a rank's sampler's is.
+                    let (stream, sealer) = efatop_runtime::collector::dial(address, &secret)?;
                     stream.set_nonblocking(false)?;
+                    let stream = SealedWriter::new(stream, sealer, "rank 0's collector");
                     let frames = (connection * per..((connection + 1) * per).min(ranks))
                         .map(|rank| {
                             let mut frame = Vec::new();

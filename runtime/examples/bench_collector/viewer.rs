@@ -33,16 +33,18 @@ pub struct Viewer(JoinHandle<std::io::Result<Viewed>>);
 pub fn start(n: u32, address: SocketAddr, token: &Secret, cpus: Vec<usize>) -> std::io::Result<Viewer> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(10))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    auth::connect(&mut stream, token, Purpose::Viewer).map_err(|err| std::io::Error::other(format!("viewer {n}: {err}")))?;
-    stream.write_all(stream::hello().as_bytes())?;
-    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let session = auth::connect_session(&mut stream, token, Purpose::Viewer).map_err(|err| std::io::Error::other(format!("viewer {n}: {err}")))?;
+    // Sealed both ways from here, as `efatop attach` is.
+    let (reader, mut writer) = session.wrap(stream.try_clone()?, stream, "the served run");
+    writer.write_all(stream::hello().as_bytes())?;
+    let mut reader = BufReader::with_capacity(1 << 20, reader);
     let mut line = Vec::new();
     (&mut reader).take(stream::MAX_HELLO as u64).read_until(b'\n', &mut line)?;
     match stream::parse_hello(&line, stream::MAGIC) {
         Hello::Efatop { version } if version == stream::VERSION => {}
         other => return Err(std::io::Error::other(format!("viewer {n}: the served run said {other:?}"))),
     }
-    reader.get_ref().set_read_timeout(None)?;
+    reader.get_ref().get_ref().set_read_timeout(None)?;
     let handle = std::thread::Builder::new().name(format!("bench-viewer-{n}")).spawn(move || {
         efatop_runtime::affinity::pin_thread(None, cpus);
         let (started, cpu_start) = (Instant::now(), crate::bench_common::this_thread_cpu_seconds());

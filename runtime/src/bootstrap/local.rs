@@ -8,7 +8,11 @@
 //! budget of their own, whose oldest is dropped to make room for a new one; a rank claimed twice keeps its
 //! first owner; the run goes on. A rank dropped before it proved itself tries again ([`JOIN_WITHIN`]).
 //!
-//! Wire format (little-endian), after the handshake: a rank opens with `u32 rank`; a round is
+//! Everything after the handshake is sealed ([`efatop_proto::seal`]) under keys bound to it: a party that
+//! relays the handshake can read none of it, and a byte it changes is a refusal naming the connection
+//! ("frame failed authentication"), never data.
+//!
+//! Wire format (little-endian, inside the records), after the handshake: a rank opens with `u32 rank`; a round is
 //! `u32 len, bytes` from each rank, answered with `u32 count` then `count` × (`u32 len, bytes`) in rank order.
 //! A rank that leaves ends the rendezvous: the others are sent `u32 0xFFFFFFFF, u32 rank` (which rank left)
 //! before their sockets close, so that each can name it.
@@ -20,7 +24,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::{Bootstrap, ExperimentError};
-use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_proto::auth::{self, Purpose, Secret, Session};
+use efatop_proto::seal::{SealedReader, SealedWriter};
 
 use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, retry, retryable};
 
@@ -49,10 +54,25 @@ pub enum Admission {
     Munge(Munge, Secret),
 }
 
+/// A rank's connection, sealed both ways, as the rendezvous reads and writes it.
+type Reader = BufReader<SealedReader<TcpStream>>;
+type Writer = BufWriter<SealedWriter<TcpStream>>;
+
+/// The sealed halves of a connection that passed its handshake.
+fn sealed(stream: TcpStream, session: Session, peer: &str) -> std::io::Result<(Reader, Writer)> {
+    let (reader, writer) = session.wrap(stream.try_clone()?, stream, peer);
+    Ok((BufReader::new(reader), BufWriter::new(writer)))
+}
+
+/// Whether an I/O error is a record that failed its check (a refusal), not a connection that ended.
+fn forged(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::InvalidData
+}
+
 impl Admission {
-    fn admit(&self, stream: &mut (impl Read + Write)) -> Result<(), String> {
+    fn admit(&self, stream: &mut (impl Read + Write)) -> Result<Session, String> {
         match self {
-            Self::Secret(secret) => auth::accept(stream, secret, Purpose::Rendezvous).map_err(|e| e.to_string()),
+            Self::Secret(secret) => auth::accept_session(stream, secret, Purpose::Rendezvous).map_err(|e| e.to_string()),
             Self::Munge(munge, secret) => munge.admit(stream, secret),
         }
     }
@@ -103,13 +123,15 @@ fn last_handshakes(lobby: &Lobby, busy: &std::sync::atomic::AtomicUsize, joined:
     let mut refused = Vec::new();
     let heard_until = Instant::now() + Duration::from_secs(1);
     while busy.load(std::sync::atomic::Ordering::SeqCst) > 0 && Instant::now() < heard_until {
-        if let Ok(Err(why)) = joined.recv_timeout(Duration::from_millis(5)) {
-            refused.push(why);
+        match joined.recv_timeout(Duration::from_millis(5)) {
+            Ok(Err(why)) => refused.push(why),
+            Ok(Ok((rank, ..))) => refused.push(format!("rank {rank} joined already; it keeps its first connection")),
+            Err(_) => {}
         }
     }
     refused.extend(joined.try_iter().map(|outcome| match outcome {
         Err(why) => why,
-        Ok((rank, _)) => format!("rank {rank} joined already; it keeps its first connection"),
+        Ok((rank, ..)) => format!("rank {rank} joined already; it keeps its first connection"),
     }));
     refused
 }
@@ -118,7 +140,7 @@ fn last_handshakes(lobby: &Lobby, busy: &std::sync::atomic::AtomicUsize, joined:
 pub struct LocalBootstrap {
     rank: usize,
     size: usize,
-    stream: Mutex<(BufReader<TcpStream>, BufWriter<TcpStream>)>,
+    stream: Mutex<(Reader, Writer)>,
 }
 
 impl LocalBootstrap {
@@ -131,28 +153,29 @@ impl LocalBootstrap {
 
     fn connect_within(address: &str, rank: usize, size: usize, secret: &Secret, window: Duration) -> Result<Self, ExperimentError> {
         let lost = |e: String| ExperimentError::Bootstrap(format!("cannot join the launcher at {address}: {e}"));
-        let stream = retry(window, || {
+        let (stream, session) = retry(window, || {
             let stream = TcpStream::connect(address).map_err(|e| Attempt::Again(e.to_string()))?;
             let deadline = Deadline::handshake();
             let mut within = deadline.on(&stream);
-            match auth::connect(&mut within, secret, Purpose::Rendezvous) {
-                Ok(()) => within.done().map(|()| stream).map_err(|e| Attempt::Final(e.to_string())),
+            match auth::connect_session(&mut within, secret, Purpose::Rendezvous) {
+                Ok(session) => within.done().map(|()| (stream, session)).map_err(|e| Attempt::Final(e.to_string())),
                 Err(err) if retryable(&err) => Err(Attempt::Again(err.to_string())),
                 Err(err) => Err(Attempt::Final(err.to_string())),
             }
         })
         .map_err(lost)?;
-        Self::join(stream, rank, size).map_err(|e| lost(e.to_string()))
+        Self::join(stream, session, rank, size, &format!("the launcher's rendezvous at {address}")).map_err(|e| lost(e.to_string()))
     }
 
-    /// Names this rank on a connection that has passed its handshake.
-    pub fn join(stream: TcpStream, rank: usize, size: usize) -> std::io::Result<Self> {
+    /// Names this rank on a connection that has passed its handshake; all it says from here is sealed with
+    /// `session` (`peer` names the other side in a refusal).
+    pub fn join(stream: TcpStream, session: Session, rank: usize, size: usize, peer: &str) -> std::io::Result<Self> {
         stream.set_read_timeout(None)?;
         stream.set_nodelay(true)?;
-        let mut writer = BufWriter::new(stream.try_clone()?);
+        let (reader, mut writer) = sealed(stream, session, peer)?;
         writer.write_all(&(rank as u32).to_le_bytes())?;
         writer.flush()?;
-        Ok(Self { rank, size, stream: Mutex::new((BufReader::new(stream), writer)) })
+        Ok(Self { rank, size, stream: Mutex::new((reader, writer)) })
     }
 }
 
@@ -182,14 +205,21 @@ impl LocalBootstrap {
     /// polls the socket and calls it between polls; without, it blocks in the read (sleeping, not spinning).
     fn round(&self, data: &[u8], idle: Option<&mut dyn FnMut()>) -> Result<Vec<Vec<u8>>, ExperimentError> {
         let lost = |e: std::io::Error| {
+            if forged(&e) {
+                // Said by this rank whichever it is: only it saw the forgery (rank 0 speaks for the run's
+                // other failures).
+                let refused = format!("refused the rendezvous's answer: {e}");
+                eprintln!("efatop: error: rank {}: {refused}", self.rank);
+                return ExperimentError::Bootstrap(refused);
+            }
             ExperimentError::Bootstrap(format!("lost the launcher's rendezvous ({e}): another rank has failed"))
         };
         let mut guard = self.stream.lock().map_err(|_| ExperimentError::Bootstrap("poisoned".into()))?;
         let (reader, writer) = &mut *guard;
         write_frame(writer, data).and_then(|()| writer.flush()).map_err(lost)?;
         if let Some(idle) = idle {
-            if reader.buffer().is_empty() {
-                wait_readable(reader.get_ref(), idle).map_err(lost)?;
+            if reader.buffer().is_empty() && !reader.get_ref().holds_bytes() {
+                wait_readable(reader.get_ref().get_ref(), idle).map_err(lost)?;
             }
         }
         let count = read_u32(reader).map_err(lost)?;
@@ -219,8 +249,8 @@ pub struct Rendezvous {
     ending: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
-/// A connection that proved itself and named its rank.
-type Joined = (usize, TcpStream);
+/// A connection that proved itself and named its rank, sealed.
+type Joined = (usize, Reader, Writer);
 
 impl Rendezvous {
     /// Listens on loopback: `efatop run`'s ranks all run on this host.
@@ -268,16 +298,23 @@ impl Rendezvous {
                 stream.set_nonblocking(false).map_err(|e| e.to_string())?;
                 let deadline = Deadline::handshake();
                 let mut within = deadline.admitting(&stream, seat);
-                admission.admit(&mut within).map_err(|why| within.why(why))?;
+                let session = admission.admit(&mut within).map_err(|why| within.why(why))?;
                 if !within.proven() {
                     return Err(within.why("dropped"));
                 }
-                let rank = read_u32(&mut within).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
                 within.done().map_err(|e| e.to_string())?;
-                Ok((rank, stream))
+                // The rank, sealed, still within the handshake's deadline.
+                let left = deadline.left().ok_or_else(|| "no rank after the handshake: the handshake's deadline passed".to_string())?;
+                stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+                stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                let (mut reader, writer) = sealed(stream, session, &from.to_string()).map_err(|e| e.to_string())?;
+                let rank = read_u32(&mut reader).map_err(|e| format!("no rank after the handshake: {e}"))? as usize;
+                reader.get_ref().get_ref().set_read_timeout(None).map_err(|e| e.to_string())?;
+                Ok((rank, reader, writer))
             })();
-            on_thread.fetch_sub(1, Ordering::SeqCst);
+            // Told before it stops counting as busy: the last handshakes' count waits on `busy`.
             let _ = joined.send(outcome.map_err(|why: String| format!("{from}: {why}")));
+            on_thread.fetch_sub(1, Ordering::SeqCst);
         });
         if spawned.is_err() {
             busy.fetch_sub(1, Ordering::SeqCst);
@@ -305,7 +342,7 @@ impl Rendezvous {
     /// their handshake, name no rank of the run or a rank already joined are dropped, counted and told on
     /// stderr; they never end the run.
     pub fn serve(self, accept_timeout: Duration) -> std::io::Result<()> {
-        let mut ranks: Vec<Option<(BufReader<TcpStream>, BufWriter<TcpStream>)>> = (0..self.size).map(|_| None).collect();
+        let mut ranks: Vec<Option<(Reader, Writer)>> = (0..self.size).map(|_| None).collect();
         self.listener.set_nonblocking(true)?;
         let deadline = Instant::now() + accept_timeout;
         let (joined_tx, joined_rx): (Sender<Result<Joined, String>>, Receiver<_>) = std::sync::mpsc::channel();
@@ -332,13 +369,12 @@ impl Rendezvous {
                 Err(_) => joined_rx.recv_timeout(Duration::from_millis(5)),
             };
             match outcome {
-                Ok(Ok((rank, stream))) if rank < self.size && ranks[rank].is_none() => {
-                    stream.set_nodelay(true)?;
-                    ranks[rank] = Some((BufReader::new(stream.try_clone()?), BufWriter::new(stream)));
+                Ok(Ok((rank, reader, writer))) if rank < self.size && ranks[rank].is_none() => {
+                    ranks[rank] = Some((reader, writer));
                     joined += 1;
                 }
-                Ok(Ok((rank, _))) if rank < self.size => refuse(format!("rank {rank} joined already; it keeps its first connection")),
-                Ok(Ok((rank, _))) => refuse(format!("rank {rank} is not a rank of this run of {}", self.size)),
+                Ok(Ok((rank, ..))) if rank < self.size => refuse(format!("rank {rank} joined already; it keeps its first connection")),
+                Ok(Ok((rank, ..))) => refuse(format!("rank {rank} is not a rank of this run of {}", self.size)),
                 Ok(Err(_)) if self.is_ending() => return Ok(()),
                 Ok(Err(why)) => refuse(why),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
@@ -363,12 +399,22 @@ impl Rendezvous {
         let mut writers = Vec::with_capacity(ranks.len());
         let mut sockets = Vec::with_capacity(ranks.len());
         for (rank, (mut reader, writer)) in ranks.into_iter().enumerate() {
-            sockets.push(writer.get_ref().try_clone()?);
+            sockets.push(writer.get_ref().get_ref().try_clone()?);
             writers.push(writer);
             let arrivals = arrivals.clone();
             std::thread::spawn(move || {
                 loop {
-                    let frame = read_frame(&mut reader).ok();
+                    let frame = match read_frame(&mut reader) {
+                        Ok(frame) => Some(frame),
+                        Err(err) => {
+                            // A record that failed its check: the connection is refused, and the rank it
+                            // spoke for has left the rendezvous (the others are told so).
+                            if forged(&err) {
+                                eprintln!("efatop: error: rendezvous: refused rank {rank}'s connection ({err})");
+                            }
+                            None
+                        }
+                    };
                     let gone = frame.is_none();
                     if arrivals.send((rank, frame)).is_err() || gone {
                         return;
@@ -398,10 +444,10 @@ impl Rendezvous {
                     Ok((gone, None)) => {
                         let mut notice = LEFT.to_le_bytes().to_vec();
                         notice.extend_from_slice(&(gone as u32).to_le_bytes());
-                        for (_, mut socket) in sockets.iter().enumerate().filter(|(rank, _)| *rank != gone) {
+                        for (_, writer) in writers.iter_mut().enumerate().filter(|(rank, _)| *rank != gone) {
                             // Bounded: a rank that stopped reading never holds the launcher up.
-                            let _ = socket.set_write_timeout(Some(NOTICE_WAIT));
-                            let _ = socket.write_all(&notice);
+                            let _ = writer.get_ref().get_ref().set_write_timeout(Some(NOTICE_WAIT));
+                            let _ = writer.write_all(&notice).and_then(|()| writer.flush());
                         }
                         close_all(&sockets);
                         return Ok(());

@@ -12,13 +12,29 @@
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
-use efatop_proto::auth::Secret;
+use efatop_proto::auth::{Purpose, Secret, Session, Side};
 
 /// Names munged's socket, where the cluster's is not at munge's default path.
 pub const ENV_SOCKET: &str = "EFATOP_MUNGE_SOCKET";
 /// A credential is a line of base64 of a few hundred bytes: anything longer is not one.
 const MAX_CREDENTIAL: u32 = 8192;
 const NONCE: usize = 32;
+
+/// How a rank's side of the exchange failed: the party said nothing (a rank 0 whose handshakes are all
+/// taken closes so; worth another try), or it answered and proved nothing (a stranger, or another step).
+#[derive(Debug)]
+pub enum JoinFailure {
+    NoChallenge(String),
+    Unproven(String),
+}
+
+impl std::fmt::Display for JoinFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoChallenge(why) | Self::Unproven(why) => f.write_str(why),
+        }
+    }
+}
 
 /// One job step's MUNGE exchange.
 #[derive(Clone, Debug)]
@@ -34,8 +50,9 @@ impl Munge {
         Self { step: format!("{job}.{step}"), socket: socket(), uid: nix::unistd::geteuid().as_raw() }
     }
 
-    /// Rank 0's side: checks the joining rank's credential, then hands it the secret.
-    pub fn admit(&self, stream: &mut (impl Read + Write), secret: &Secret) -> Result<(), String> {
+    /// Rank 0's side: checks the joining rank's credential, then hands it the secret; the keys that seal
+    /// what follows (the secret over both nonces, as the token's handshake derives them).
+    pub fn admit(&self, stream: &mut (impl Read + Write), secret: &Secret) -> Result<Session, String> {
         let nonce = random()?;
         stream.write_all(&nonce).and_then(|()| stream.flush()).map_err(|e| e.to_string())?;
         let credential = read_credential(stream)?;
@@ -44,15 +61,35 @@ impl Munge {
             return Err(format!("a credential of uid {uid}, not of this job's user ({})", self.uid));
         }
         let theirs = parse_payload(&payload, "join", &self.step, &nonce)?;
+        let mut their_nonce = [0u8; NONCE];
+        hex::decode_to_slice(&theirs, &mut their_nonce)
+            .map_err(|_| "a credential whose nonce is not 64 hex digits".to_string())?;
         let answer = format!("efatop-secret {} {theirs} {}", self.step, secret.to_hex());
         let credential = self.encode(&answer, true)?;
-        write_credential(stream, &credential)
+        write_credential(stream, &credential)?;
+        Ok(Session::derive(
+            secret,
+            Purpose::Rendezvous,
+            &nonce,
+            &their_nonce,
+            Side::Listener,
+        ))
     }
 
-    /// A rank's side: proves its user to rank 0 and takes the run's secret from rank 0's answer.
-    pub fn join(&self, stream: &mut (impl Read + Write)) -> Result<Secret, String> {
+    /// A rank's side: proves its user to rank 0 and takes the run's secret from rank 0's answer, and the
+    /// keys that seal what follows.
+    pub fn join(&self, stream: &mut (impl Read + Write)) -> Result<(Secret, Session), JoinFailure> {
         let mut nonce = [0u8; NONCE];
-        stream.read_exact(&mut nonce).map_err(|e| format!("no challenge from rank 0: {e}"))?;
+        stream.read_exact(&mut nonce).map_err(|e| JoinFailure::NoChallenge(format!("no challenge from rank 0: {e}")))?;
+        self.answer(stream, &nonce).map_err(JoinFailure::Unproven)
+    }
+
+    /// The rest of [`Munge::join`], once rank 0's challenge is in.
+    fn answer(
+        &self,
+        stream: &mut (impl Read + Write),
+        nonce: &[u8; NONCE],
+    ) -> Result<(Secret, Session), String> {
         let mine = random()?;
         let payload = format!("efatop-join {} {} {}", self.step, hex::encode(nonce), hex::encode(mine));
         write_credential(stream, &self.encode(&payload, false)?)?;
@@ -62,7 +99,9 @@ impl Munge {
             return Err(format!("rank 0's answer is a credential of uid {uid}, not of this job's user ({})", self.uid));
         }
         let secret = parse_payload(&payload, "secret", &self.step, &mine)?;
-        Secret::from_hex(&secret).map_err(|e| e.to_string())
+        let secret = Secret::from_hex(&secret).map_err(|e| e.to_string())?;
+        let session = Session::derive(&secret, Purpose::Rendezvous, nonce, &mine, Side::Caller);
+        Ok((secret, session))
     }
 
     fn command(&self, program: &str) -> Command {
@@ -241,8 +280,13 @@ mod tests {
             (server.join().expect("rank 0"), joined)
         };
         let (admitted, joined) = exchange(daemon.munge("7", "0"), daemon.munge("7", "0"));
-        admitted.expect("admitted");
-        assert_eq!(joined.expect("joined"), secret);
+        let mut rank0 = admitted.expect("admitted");
+        let (taken, mut rank) = joined.expect("joined");
+        assert_eq!(taken, secret);
+        // Both sides hold the same keys: what the rank seals, rank 0 opens.
+        let mut record = Vec::new();
+        rank.sealer.seal(b"rank 1", &mut record).expect("seal");
+        assert_eq!(rank0.opener.open(&mut record).expect("open"), b"rank 1");
         let (admitted, joined) = exchange(daemon.munge("7", "0"), daemon.munge("7", "1"));
         assert!(admitted.expect_err("another step").contains("job step 7.1"));
         assert!(joined.is_err());

@@ -9,19 +9,23 @@
 //! Anyone can compute those ports, so no rank trusts a port: every connection proves itself both ways,
 //! through MUNGE ([`super::munge`]: the job's user, this job step, a fresh nonce), which also hands each
 //! rank the run's secret; with `EFATOP_TOKEN` or `EFATOP_TOKEN_FILE` set, through that token's challenge
-//! and response instead. A stranger who squats a candidate port is found out and the next one tried; a
-//! stranger who connects is dropped. From there it is the launcher's wire format.
+//! and response instead. A stranger who squats a candidate port is found out and the next one tried (said
+//! in one line naming the port); when every candidate is held by such a party the rank gives up, naming the
+//! ports and, where this node's `/proc/net/tcp` shows it, the user listening on each. A stranger who
+//! connects is dropped. From there it is the launcher's wire format, sealed under keys bound to the
+//! handshake: a stranger who relays a candidate port to rank 0's sees no byte of it in the clear and can
+//! change none unseen.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::auth::{self, Purpose, Secret, Source};
+use efatop_proto::auth::{self, Purpose, Secret, Session, Source};
 use sha2::Digest;
 
 use super::local::{Admission, LocalBootstrap, Rendezvous};
-use super::munge::Munge;
+use super::munge::{JoinFailure, Munge};
 use crate::secret::Keyed;
 
 /// Sets the rendezvous port instead of the one derived from the job and step.
@@ -165,13 +169,95 @@ impl Proof {
         Ok(Self::Munge(Munge::new(&step.job, &step.step)))
     }
 
-    /// This rank's side of one connection's handshake; the run's secret when it holds.
-    fn join(&self, stream: &mut (impl std::io::Read + std::io::Write)) -> Result<Keyed, String> {
+    /// This rank's side of one connection's handshake; the run's secret when it holds, and the keys that
+    /// seal what follows.
+    fn join(&self, stream: &mut (impl std::io::Read + std::io::Write)) -> Result<(Keyed, Session), Reached> {
         match self {
-            Self::Token(keyed) => auth::connect(stream, &keyed.secret, Purpose::Rendezvous).map(|()| keyed.clone()).map_err(|e| e.to_string()),
-            Self::Munge(munge) => munge.join(stream).map(|secret| Keyed { secret, source: Source::Munge }),
+            Self::Token(keyed) => auth::connect_session(stream, &keyed.secret, Purpose::Rendezvous)
+                .map(|session| (keyed.clone(), session))
+                .map_err(|err| match err {
+                    // Closed before its greeting: a rank 0 whose handshakes are all taken does so.
+                    auth::AuthError::NoHello(_) | auth::AuthError::Io(_) => Reached::Nobody(err.to_string()),
+                    other => Reached::Stranger(other.to_string()),
+                }),
+            Self::Munge(munge) => munge.join(stream).map(|(secret, session)| (Keyed { secret, source: Source::Munge }, session)).map_err(|err| match err {
+                JoinFailure::NoChallenge(why) => Reached::Nobody(why),
+                JoinFailure::Unproven(why) => Reached::Stranger(why),
+            }),
         }
     }
+}
+
+/// What a rank found on a candidate port that did not let it join.
+enum Reached {
+    /// No one, yet (nothing listens, or a listener that said nothing): rank 0 may still come.
+    Nobody(String),
+    /// A party that answered and could not prove the run's secret (a stranger, or rank 0 of another step
+    /// that drew the same port): rank 0 is not there.
+    Stranger(String),
+}
+
+impl std::fmt::Display for Reached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Nobody(why) | Self::Stranger(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The users listening on TCP `port` on this node, as `/proc/net/tcp` and `/proc/net/tcp6` tell (readable
+/// by every user on Linux; in this network namespace), by uid.
+fn listening_uids(port: u16) -> Vec<u32> {
+    use std::io::Read;
+    let mut uids = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let mut text = String::new();
+        if std::fs::File::open(table)
+            .and_then(|file| file.take(64 << 20).read_to_string(&mut text))
+            .is_ok()
+        {
+            uids.extend(listeners_in(&text, port));
+        }
+    }
+    uids.sort_unstable();
+    uids.dedup();
+    uids
+}
+
+/// The uids of the listening sockets (state `0A`) on local `port` in one `/proc/net/tcp` table.
+fn listeners_in(table: &str, port: u16) -> impl Iterator<Item = u32> + '_ {
+    table.lines().skip(1).filter_map(move |line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, state, uid) = (fields.get(1)?, fields.get(3)?, fields.get(7)?);
+        let local_port = u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()?;
+        (local_port == port && *state == "0A")
+            .then(|| uid.parse().ok())
+            .flatten()
+    })
+}
+
+/// Who holds `port`, as far as this node can tell: "uid 1001 (alice)", this job's user, or unknown.
+fn holder(port: u16) -> String {
+    let me = nix::unistd::geteuid().as_raw();
+    let uids = listening_uids(port);
+    if uids.is_empty() {
+        return "held by a listener this node cannot see (another node's, or another network namespace's)".to_string();
+    }
+    let named: Vec<String> = uids
+        .iter()
+        .map(|&uid| {
+            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|user| user.name);
+            let whose = if uid == me { ", this job's user" } else { "" };
+            match name {
+                Some(name) => format!("uid {uid} ({name}{whose})"),
+                None => format!("uid {uid}{whose}"),
+            }
+        })
+        .collect();
+    format!("held by {}", named.join(", "))
 }
 
 /// Joins the step's ranks: rank 0 serves the rendezvous and joins it, the others connect to it. Returns
@@ -205,23 +291,52 @@ fn connect_with(step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keye
                 }
             })
             .map_err(|e| failed(format!("cannot start the rendezvous: {e}")))?;
-        return join_at(address, step, proof).map_err(failed);
+        return join_at(address, step, proof).map_err(|err| failed(err.to_string()));
     }
     let started = Instant::now();
     let mut last_error = String::new();
+    // The candidates found held by a party that proved nothing, each told once.
+    let mut told = vec![false; step.ports.len()];
     while started.elapsed() < JOIN_TIMEOUT {
-        for &port in &step.ports {
+        // Per candidate, what answered there this pass and could not prove the secret.
+        let mut strangers: Vec<Option<String>> = vec![None; step.ports.len()];
+        for (at, &port) in step.ports.iter().enumerate() {
             match addresses(&step.first_node, port) {
                 Ok(found) => {
                     for address in found {
                         match join_at(address, step, proof) {
                             Ok(joined) => return Ok(joined),
-                            Err(err) => last_error = format!("{address}: {err}"),
+                            Err(Reached::Nobody(err)) => last_error = format!("{address}: {err}"),
+                            Err(Reached::Stranger(why)) => {
+                                if !told[at] {
+                                    told[at] = true;
+                                    eprintln!(
+                                        "efatop: warning: Slurm bootstrap (rank {}): port {port} on {}: the party there cannot prove the run's secret ({why}); trying the next candidate",
+                                        step.rank, step.first_node
+                                    );
+                                }
+                                last_error = format!("{address}: {why}");
+                                strangers[at] = Some(why);
+                            }
                         }
                     }
                 }
                 Err(err) => last_error = err,
             }
+        }
+        // Every candidate is held by a party that proved nothing: rank 0 can be on none of them.
+        if strangers.iter().all(Option::is_some) {
+            let held: Vec<String> = step
+                .ports
+                .iter()
+                .zip(&strangers)
+                .map(|(&port, why)| format!("port {port} is {} ({})", holder(port), why.as_deref().unwrap_or_default()))
+                .collect();
+            return Err(failed(format!(
+                "every candidate port on {} is held by a party that cannot prove the run's secret: {}; set {ENV_PORT} to a free port for the step",
+                step.first_node,
+                held.join("; ")
+            )));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -232,14 +347,15 @@ fn connect_with(step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keye
 }
 
 /// Connects to `address`, proves this rank and checks rank 0's proof, then names this rank.
-fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keyed), String> {
-    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(LocalBootstrap, Keyed), Reached> {
+    let nobody = |e: std::io::Error| Reached::Nobody(e.to_string());
+    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(nobody)?;
     // One deadline for the whole exchange: a squatter that trickles its side is left at it.
     let deadline = crate::handshake::Deadline::handshake();
     let mut within = deadline.on(&stream);
-    let keyed = proof.join(&mut within)?;
-    within.done().map_err(|e| e.to_string())?;
-    let bootstrap = LocalBootstrap::join(stream, step.rank, step.size).map_err(|e| e.to_string())?;
+    let (keyed, session) = proof.join(&mut within)?;
+    within.done().map_err(nobody)?;
+    let bootstrap = LocalBootstrap::join(stream, session, step.rank, step.size, &format!("rank 0's rendezvous at {address}")).map_err(nobody)?;
     Ok((bootstrap, keyed))
 }
 
@@ -247,6 +363,8 @@ fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(Loca
 /// port free there: a port squatted by someone else, or taken by another step, costs one candidate.
 fn bind_first_free(step: &SlurmStep, admission: &Admission) -> Result<(Rendezvous, SocketAddr), String> {
     let mut last_error = String::from("no candidate port");
+    // Candidates in use already, and by whom this node can tell.
+    let mut taken: Vec<String> = Vec::new();
     for &port in &step.ports {
         let found = addresses(&step.first_node, port)?;
         // An address of this node's: one that binds. A name that resolves to no local address (a DNS view
@@ -259,6 +377,7 @@ fn bind_first_free(step: &SlurmStep, admission: &Admission) -> Result<(Rendezvou
                     break;
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+                Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => taken.push(format!("port {port} is {}", holder(port))),
                 Err(err) => last_error = format!("port {port}: {err}"),
             }
         }
@@ -271,8 +390,14 @@ fn bind_first_free(step: &SlurmStep, admission: &Admission) -> Result<(Rendezvou
             }
         }
         if let Some(bound) = bound {
+            if !taken.is_empty() {
+                eprintln!("efatop: warning: Slurm bootstrap (rank 0): {}: the rendezvous listens on port {} instead", taken.join("; "), bound.1.port());
+            }
             return Ok(bound);
         }
+    }
+    if taken.len() == step.ports.len() {
+        return Err(format!("every candidate port is in use: {}; set {ENV_PORT} to a free one", taken.join("; ")));
     }
     Err(format!("cannot listen on any of ports {:?} ({last_error}); set {ENV_PORT} to a free one", step.ports))
 }
@@ -351,6 +476,84 @@ mod tests {
         assert_eq!(port, [31000]);
         let bad = SlurmStep::from_env(env(&[("SLURM_STEP_ID", "0"), ("SLURM_PROCID", "5"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_NODELIST", "a"), ("SLURM_JOB_ID", "1")]));
         assert!(bad.unwrap().unwrap_err().contains("not below"));
+    }
+
+    #[test]
+    fn listeners_are_read_from_proc_net_tcp_by_port_and_state() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 0100007F:2710 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 12345 1 0 100 0 0 10 0\n\
+            1: 0100007F:2710 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 12346 1 0 20 4 30 10 -1\n\
+            2: 00000000:2711 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 12347 1 0 100 0 0 10 0\n";
+        assert_eq!(
+            listeners_in(table, 10_000).collect::<Vec<_>>(),
+            [1001],
+            "the listener, not the connection on the same port"
+        );
+        assert_eq!(listeners_in(table, 10_001).collect::<Vec<_>>(), [65534]);
+        assert!(listeners_in(table, 10_002).next().is_none());
+    }
+
+    #[test]
+    fn the_holder_of_a_port_is_named_by_uid() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let said = holder(listener.local_addr().unwrap().port());
+        let me = nix::unistd::geteuid().as_raw();
+        assert!(
+            said.starts_with(&format!("held by uid {me}")) && said.contains("this job's user"),
+            "{said}"
+        );
+    }
+
+    /// Every candidate held by a party that speaks the handshake without the secret: a rank says so once a
+    /// port and gives up after one pass (rank 0 can be on none of them), naming each port.
+    #[test]
+    fn a_rank_gives_up_when_every_candidate_holds_a_stranger() {
+        let ports: Vec<u16> = (0..2)
+            .map(|_| {
+                let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let port = squatter.local_addr().unwrap().port();
+                std::thread::spawn(move || {
+                    for stream in squatter.incoming() {
+                        let Ok(mut stream) = stream else { continue };
+                        let (_, hello) =
+                            efatop_proto::auth::Challenge::new(Purpose::Rendezvous).unwrap();
+                        let _ = std::io::Write::write_all(&mut stream, &hello);
+                        let _ = std::io::Read::read(&mut stream, &mut [0u8; 96]);
+                    }
+                });
+                port
+            })
+            .collect();
+        let proof = Keyed {
+            secret: Secret::from_token("a-test-token-of-the-slurm-bootstrap").unwrap(),
+            source: Source::Environment,
+        };
+        let step = SlurmStep {
+            rank: 1,
+            size: 2,
+            first_node: "127.0.0.1".into(),
+            this_node: None,
+            ports: ports.clone(),
+            job: "1".into(),
+            step: "0".into(),
+        };
+        let started = Instant::now();
+        let Err(err) = connect_with(&step, &Proof::Token(proof)) else {
+            panic!("joined a stranger")
+        };
+        let said = err.to_string();
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?} to give up",
+            started.elapsed()
+        );
+        assert!(said.contains("every candidate port on 127.0.0.1 is held by a party that cannot prove the run's secret"), "{said}");
+        for port in ports {
+            assert!(
+                said.contains(&format!("port {port} is held by uid")),
+                "{said}"
+            );
+        }
     }
 
     #[test]

@@ -131,8 +131,7 @@ fn strangers_and_ranks_of_other_hosts_are_refused_and_counted_and_the_relay_goes
         { let mut f = Vec::new(); wire::encode(&RankSample { rank: 1, ..RankSample::default() }, &mut f); f },
         wire::encode_gone(5).to_vec(),
     ]) {
-        let mut liar = dial(relay.address, &secret).expect("admitted");
-        liar.set_nonblocking(false).expect("blocking");
+        let mut liar = crate::collector::tests::admitted(relay.address, &secret);
         liar.write_all(&frame).expect("write");
         refused(count);
     }
@@ -149,8 +148,7 @@ fn strangers_and_ranks_of_other_hosts_are_refused_and_counted_and_the_relay_goes
 #[test]
 fn a_gone_word_for_a_rank_the_connection_does_not_speak_for_is_refused_by_rank_0() {
     let (collector, secret, mut next) = collector();
-    let mut stream = dial(collector.address, &secret).expect("admitted");
-    stream.set_nonblocking(false).expect("blocking");
+    let mut stream = crate::collector::tests::admitted(collector.address, &secret);
     let mut frames = Vec::new();
     wire::encode(&RankSample { rank: 4, ..RankSample::default() }, &mut frames);
     frames.extend_from_slice(&wire::encode_gone(3));
