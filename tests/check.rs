@@ -486,7 +486,17 @@ fn add_test_gpu(root: &std::path::Path) {
     let address = format!("{TEST_GPU}.0");
     let dir = root.join("sys/devices/pci00ef:ef").join(&address);
     std::fs::create_dir_all(&dir).expect("dir");
-    for (file, value) in [("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200"), ("numa_node", "0")] {
+    // A GPU's whole PCIe link too (Gen5 x16, trained at full width and speed), so that only its Xids are judged.
+    for (file, value) in [
+        ("vendor", "0x10de"),
+        ("device", "0x2330"),
+        ("class", "0x030200"),
+        ("numa_node", "0"),
+        ("current_link_width", "16"),
+        ("max_link_width", "16"),
+        ("current_link_speed", "32.0 GT/s PCIe"),
+        ("max_link_speed", "32.0 GT/s PCIe"),
+    ] {
         std::fs::write(dir.join(file), format!("{value}\n")).expect("write");
     }
     std::os::unix::fs::symlink(&dir, root.join("sys/bus/pci/devices").join(&address)).expect("link");
@@ -495,7 +505,7 @@ fn add_test_gpu(root: &std::path::Path) {
 /// `Xid 79 x3 (` → 3, `Xid 79 (` → 1, in the test GPU's finding of a JSON report; 0 without one.
 fn test_gpu_79s(report: &Value) -> (u64, Option<Value>) {
     let finding =
-        report["findings"].as_array().expect("findings").iter().find(|f| f["message"].as_str().unwrap_or("").contains(TEST_GPU)).cloned();
+        report["findings"].as_array().expect("findings").iter().find(|f| f["rule"] == "gpu-xid" && f["message"].as_str().unwrap_or("").contains(TEST_GPU)).cloned();
     let count = finding.as_ref().map_or(0, |f| {
         let message = f["message"].as_str().unwrap_or("");
         let rest = message.split_once("Xid 79").map_or("", |(_, rest)| rest);
