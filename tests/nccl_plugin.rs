@@ -518,8 +518,8 @@ fn a_v7_trace_names_the_lagging_rank_on_its_host_and_gpu_and_keeps_its_user_tag_
 }
 
 /// `efatop watch --prometheus` scraped by a real Prometheus server while the plugin plays a hang (the
-/// synthetic two-host allreduces, rank 1 never finishing #5, on fake p5 nodes whose NICs stay idle) and the
-/// v7 straggler: busbw per communicator, collective and size under NCCL Inspector's names, bytes per host
+/// synthetic two-host allreduces, rank 1 never finishing #5, on fake p5 nodes whose NICs stay idle), the
+/// v7 straggler and the real NCCL 2.28.3 two-rank sweep: busbw per communicator, collective and size under NCCL Inspector's names, bytes per host
 /// and NIC, the straggler and the hang, read back through Prometheus's query API; and one scrape passes
 /// `promtool check metrics` but for the base unit of Inspector's own name.
 #[test]
@@ -548,6 +548,7 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
     let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_SYSFS_ROOT", sysfs.as_str())];
     let hung = [Player::start("synthetic-hang-r0.trace", 6, "node-a", "0", &hold), Player::start("synthetic-hang-r1.trace", 6, "node-b", "3", &hold)];
     let lagging = [Player::start("synthetic-v7-straggler-r0.trace", 7, "node-c", "0", &env), Player::start("synthetic-v7-straggler-r1.trace", 7, "node-c", "3", &env)];
+    let real = [Player::start("nccl-2.28.3-two-rank-sweep-r0.trace", 5, "vm", "0", &env), Player::start("nccl-2.28.3-two-rank-sweep-r1.trace", 5, "vm", "0", &env)];
     watch.until(Duration::from_mins(1), "the hang and the straggler named", |lines| {
         lines.iter().any(|l| matches!(l, WatchLine::Hang { rank: 1, .. })) && lines.iter().any(|l| matches!(l, WatchLine::Straggler { .. }))
     });
@@ -562,6 +563,11 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
     let allreduce = r#"nccl_bus_bandwidth_gbs{comm="05ca1ab1e0ddba11",comm_name="synthetic",nranks="2",collective="AllReduce",message_size="1073741824",algo_proto="RING_SIMPLE",timing="gpu",user_tag="0"}"#;
     let busbw = wait_for("the 1 GiB allreduce's busbw", limit, &logs, || one(allreduce));
     assert!(close(busbw, GIB as f64 / 0.020 / 1e9), "{busbw}");
+    // The real NCCL 2.28.3 two-rank run's 1 MiB allreduce: its GPU-timed 5229.268 µs, as the live watcher
+    // showed it on the H200 (the two-rank test above), busbw = algbw on two ranks.
+    let real_allreduce = r#"nccl_bus_bandwidth_gbs{comm="a1eb7e70c470be67",nranks="2",collective="AllReduce",message_size="1048576",timing="gpu"}"#;
+    let busbw = wait_for("the real run's 1 MiB allreduce", limit, &logs, || one(real_allreduce));
+    assert!((busbw / (MIB as f64 / 5229.268e-6 / 1e9) - 1.0).abs() < 1e-6, "{busbw}");
     let tagged = format!(r#"nccl_bus_bandwidth_gbs{{comm="{V7_COMM}",collective="AllReduce",message_size="67108864",user_tag="42"}}"#);
     let busbw = wait_for("the tagged allreduce's busbw", limit, &logs, || one(&tagged));
     assert!(close(busbw, (64 * MIB) as f64 / 3.53e-3 / 1e9), "{busbw}");
@@ -604,7 +610,7 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
     for family in ["nccl_bus_bandwidth_gbs", "efatop_nccl_calls_total", "efatop_nccl_nic_window_bytes", "efatop_nccl_hang_waiting_seconds", "efatop_nccl_hangs"] {
         assert!(text.lines().any(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} "))), "{family} in the scrape promtool read:\n{text}");
     }
-    for mut player in hung.into_iter().chain(lagging) {
+    for mut player in hung.into_iter().chain(lagging).chain(real) {
         let _ = player.child.kill();
         let _ = player.child.wait();
     }
