@@ -597,16 +597,13 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
     // One scrape as a client that does not ask for OpenMetrics gets it (the classic text format), linted.
     let (status, text) = common::http_get(endpoint, "/metrics").expect("a scrape");
     assert_eq!(status, 200, "{text}");
-    let mut check = Command::new(promtool).args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("promtool");
-    std::io::Write::write_all(&mut check.stdin.take().expect("stdin"), text.as_bytes()).expect("promtool's stdin");
-    let out = check.wait_with_output().expect("promtool");
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (code, said) = common::prometheus::check_metrics(&promtool, &text);
     // Inspector's name keeps Inspector's unit (dashboards built on Inspector read it); promtool's lint says
     // so, and nothing else.
-    println!("promtool check metrics ({}): {said}", out.status);
+    println!("promtool check metrics ({code:?}): {said}");
     let problems: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(problems.iter().all(|l| l.starts_with("nccl_collective_exec_time_microseconds use base unit")), "promtool check metrics: {said}\n{text}");
-    assert_eq!(out.status.success(), problems.is_empty(), "promtool check metrics: {said}");
+    assert_eq!(code == Some(0), problems.is_empty(), "promtool check metrics: {said}");
     for family in ["nccl_bus_bandwidth_gbs", "efatop_nccl_calls_total", "efatop_nccl_nic_window_bytes", "efatop_nccl_hang_waiting_seconds", "efatop_nccl_hangs"] {
         assert!(text.lines().any(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} "))), "{family} in the scrape promtool read:\n{text}");
     }

@@ -66,3 +66,18 @@ pub fn start(prometheus: &Path, config: &Path, dir: &Path) -> (Started, SocketAd
         .expect("start prometheus");
     (Started(server), web, logs)
 }
+
+/// `promtool check metrics` of `text`: its exit code and what it said.
+pub fn check_metrics(promtool: &Path, text: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    check.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("feed promtool");
+    let output = check.wait_with_output().expect("promtool ends");
+    (output.status.code(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
