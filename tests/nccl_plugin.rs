@@ -1,9 +1,11 @@
 //! The NCCL profiler plugin, without a GPU: the built cdylib is loaded (dlopen) into player processes that
-//! play NCCL event sequences (tests/fixtures/nccl/) through each ABI (v4, v5, v6), two ranks on two
+//! play NCCL event sequences (tests/fixtures/nccl/) through each ABI (v4 to v7), two ranks on two
 //! "hosts", with `efatop watch --json` listening; the test reads the watcher's typed lines and checks the
 //! figures (busbw by nccl-tests' formulas), bytes per peer, the fallback flag (a fake node whose EFA
 //! counters stay flat), the hang locator (a rank behind its peer; a rank stopped with SIGSTOP while its
-//! peer waits), and that a missing, refusing or stalled watcher never holds up the hot path.
+//! peer waits), the straggler line of a v7 trace (the lagging rank, its host and GPU, from the kernel
+//! phases; from the kernels' starts through v4–v6) and its `userTag`, `--prometheus` scraped by a real
+//! Prometheus, and that a missing, refusing or stalled watcher never holds up the hot path.
 //!
 //! A player is this test binary again (`player_child`, which does nothing unless `EFATOP_TEST_PLAY` is
 //! set), so that each rank is a process with its own plugin, as under NCCL.
@@ -15,10 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use common::prometheus::{query, value, wait_for};
 use common::{efatop_in, lines_of, scratch, TEST_TOKEN};
 use nccl_profiler_efatop::ffi::player::Plugin;
 use nccl_profiler_efatop::trace::{self, Line};
-use efatop_proto::nccl::{Func, HangWhy, NicVerdict, Timing, WatchLine};
+use efatop_proto::nccl::{Func, HangWhy, LagSource, NicVerdict, Timing, WatchLine};
 use efatop_proto::output::Line as OutputLine;
 
 const GIB: u64 = 1 << 30;
@@ -120,7 +123,11 @@ impl Watcher {
         let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop watch");
         let lines = lines_of(child.stdout.take().expect("stdout"));
         let err = lines_of(child.stderr.take().expect("stderr"));
-        let first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
+        // With --prometheus it first says where it serves.
+        let mut first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
+        if first.contains("serving http://") {
+            first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
+        }
         let address = first.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_else(|| panic!("{first}")).to_string();
         Self { child, lines, address, seen: Vec::new(), _dir: dir }
     }
@@ -461,5 +468,147 @@ fn the_watch_view_of_a_real_run_with_a_stall_and_no_efa_nic() {
     }
     for player in players {
         player.finish(Duration::from_secs(60));
+    }
+}
+
+/// The v7 trace (scripts/gpu/make-synthetic-nccl-traces, variant v7-straggler, written from `profiler_v7.h`):
+/// two ranks on one node, 12 symmetric-kernel allreduces of 64 MiB tagged 42, each kernel channel's three
+/// phases; rank 1's kernels start 3 ms late, rank 0's initial sync waits those 3 ms for it.
+const V7_COMM: &str = "07a9ed5ca1ab1e07";
+
+#[test]
+fn a_v7_trace_names_the_lagging_rank_on_its_host_and_gpu_and_keeps_its_user_tag_and_older_abis_still_find_it() {
+    for abi in [7, 6, 5, 4] {
+        let mut watch = Watcher::start(&["--window", "2", "--hang-after", "30"], TEST_TOKEN);
+        let env = [("EFATOP_WATCH", watch.address.as_str())];
+        let players = [Player::start("synthetic-v7-straggler-r0.trace", abi, "node-c", "0", &env), Player::start("synthetic-v7-straggler-r1.trace", abi, "node-c", "3", &env)];
+        watch.until(Duration::from_mins(1), "the straggler named and both ranks' allreduces", |lines| {
+            lines.iter().any(|l| matches!(l, WatchLine::Straggler { .. })) && matches!(coll(lines, Func::AllReduce, 64 * MIB), Some(WatchLine::Coll { ops: 12, ranks: 2, .. }))
+        });
+        let lines = watch.seen.clone();
+        let straggler = lines.iter().find(|l| matches!(l, WatchLine::Straggler { .. })).expect("straggler");
+        let WatchLine::Straggler { comm, func, rank, host, gpu, source, lag_us, last, of, its_wait_us, others_wait_us } = straggler else { unreachable!() };
+        assert_eq!((comm.as_str(), *func, *rank, host.as_str(), gpu.as_deref()), (V7_COMM, Func::AllReduce, 1, "node-c", Some("3")), "v{abi}: {straggler:?}");
+        assert!(*last >= 3 && last * 2 >= *of, "v{abi}: last in most calls matched: {straggler:?}");
+        // Both sources give the trace's 3 ms: the GPU's timers, not the playback's pace.
+        assert!((lag_us - 3000.0).abs() < 1e-6, "v{abi}: {straggler:?}");
+        if abi == 7 {
+            // Its own initial sync 20 µs, the others' 3.02 ms: their wait for it.
+            assert_eq!((*source, *its_wait_us, *others_wait_us), (LagSource::KernelPhase, Some(20.0), Some(3020.0)), "v{abi}: {straggler:?}");
+        } else {
+            // NCCL's adapters drop v7's phases: the same rank from its kernels' starts, said as such.
+            assert_eq!((*source, *its_wait_us, *others_wait_us), (LagSource::GpuStart, None, None), "v{abi}: {straggler:?}");
+        }
+        let Some(WatchLine::Coll { comm, user_tag, variant, time_us: Some(t), busbw_gbps: Some(busbw), wait_us, work_us, timing: Timing::Gpu, .. }) = coll(&lines, Func::AllReduce, 64 * MIB) else { panic!("v{abi}: {lines:#?}") };
+        assert_eq!(comm, V7_COMM);
+        // Rank 0's kernels took 5.03 ms, rank 1's 2.03 ms: the ranks' mean 3.53 ms.
+        assert!((t - 3530.0).abs() < 1e-6 && close(*busbw, (64 * MIB) as f64 / 3.53e-3 / 1e9), "v{abi}: {t} µs, {busbw} GB/s");
+        if abi == 7 {
+            assert_eq!((*user_tag, variant.as_str()), (42, "AGxLLMC_R"), "v{abi}: the tag and the kernel variant kept in --json");
+            // Waiting: rank 0's 3.02 + 0.01 ms, rank 1's 0.02 + 0.01 ms, their mean; working: 2 ms each.
+            assert!(wait_us.is_some_and(|w| (w - 1530.0).abs() < 1e-6) && work_us.is_some_and(|w| (w - 2000.0).abs() < 1e-6), "v{abi}: {wait_us:?} {work_us:?}");
+        } else {
+            assert_eq!((*user_tag, variant.as_str(), *wait_us, *work_us), (0, "", None, None), "v{abi}: nothing v7's before v7");
+        }
+        for player in players {
+            player.finish(Duration::from_mins(1));
+        }
+        assert!(!watch.seen.iter().any(|l| matches!(l, WatchLine::Hang { .. })), "v{abi}: a straggler is not a hang: {:#?}", watch.seen);
+    }
+}
+
+/// `efatop watch --prometheus` scraped by a real Prometheus server while the plugin plays a hang (the
+/// synthetic two-host allreduces, rank 1 never finishing #5, on fake p5 nodes whose NICs stay idle), the
+/// v7 straggler and the real NCCL 2.28.3 two-rank sweep: busbw per communicator, collective and size under NCCL Inspector's names, bytes per host
+/// and NIC, the straggler and the hang, read back through Prometheus's query API; and one scrape passes
+/// `promtool check metrics` but for the base unit of Inspector's own name.
+#[test]
+fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
+    let Some(prometheus) = common::required("prometheus", "prometheus") else { return };
+    let Some(promtool) = common::required("promtool", "prometheus") else { return };
+    let node = fake_node();
+    let sysfs = node.path().to_str().expect("utf-8").to_string();
+    let endpoint = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let mut watch = Watcher::start(&["--window", "2", "--hang-after", "2", "--prometheus", &endpoint.to_string()], TEST_TOKEN);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n  evaluation_interval: 250ms\n\
+             scrape_configs:\n  - job_name: efatop-watch\n    static_configs:\n      - targets: ['{endpoint}']\n"
+        ),
+    )
+    .expect("config");
+    let (_server, web, logs) = common::prometheus::start(&prometheus, &config, dir.path());
+    // Scraped before the job starts: every figure the job makes is seen by some scrape.
+    wait_for("a scrape of the watcher", Duration::from_mins(1), &logs, || query(web, r#"up{job="efatop-watch"} == 1"#).first().cloned());
+
+    let hold = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_SYSFS_ROOT", sysfs.as_str()), ("EFATOP_TEST_HOLD_MS", "60000")];
+    let env = [("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_SYSFS_ROOT", sysfs.as_str())];
+    let hung = [Player::start("synthetic-hang-r0.trace", 6, "node-a", "0", &hold), Player::start("synthetic-hang-r1.trace", 6, "node-b", "3", &hold)];
+    let lagging = [Player::start("synthetic-v7-straggler-r0.trace", 7, "node-c", "0", &env), Player::start("synthetic-v7-straggler-r1.trace", 7, "node-c", "3", &env)];
+    let real = [Player::start("nccl-2.28.3-two-rank-sweep-r0.trace", 5, "vm", "0", &env), Player::start("nccl-2.28.3-two-rank-sweep-r1.trace", 5, "vm", "0", &env)];
+    watch.until(Duration::from_mins(1), "the hang and the straggler named", |lines| {
+        lines.iter().any(|l| matches!(l, WatchLine::Hang { rank: 1, .. })) && lines.iter().any(|l| matches!(l, WatchLine::Straggler { .. }))
+    });
+
+    let one = |expression: &str| -> Option<f64> {
+        let result = query(web, expression);
+        (result.len() == 1).then(|| value(&result[0])).flatten()
+    };
+    let limit = Duration::from_mins(1);
+    // busbw under Inspector's name and labels: the hung communicator's 1 GiB allreduce (20 ms on each rank's
+    // GPU: 53.687 GB/s) and the v7 one's 64 MiB, tagged 42 (3.53 ms: 19.011 GB/s).
+    let allreduce = r#"nccl_bus_bandwidth_gbs{comm="05ca1ab1e0ddba11",comm_name="synthetic",nranks="2",collective="AllReduce",message_size="1073741824",algo_proto="RING_SIMPLE",timing="gpu",user_tag="0"}"#;
+    let busbw = wait_for("the 1 GiB allreduce's busbw", limit, &logs, || one(allreduce));
+    assert!(close(busbw, GIB as f64 / 0.020 / 1e9), "{busbw}");
+    // The real NCCL 2.28.3 two-rank run's 1 MiB allreduce: its GPU-timed 5229.268 µs, as the live watcher
+    // showed it on the H200 (the two-rank test above), busbw = algbw on two ranks.
+    let real_allreduce = r#"nccl_bus_bandwidth_gbs{comm="a1eb7e70c470be67",nranks="2",collective="AllReduce",message_size="1048576",timing="gpu"}"#;
+    let busbw = wait_for("the real run's 1 MiB allreduce", limit, &logs, || one(real_allreduce));
+    assert!((busbw / (MIB as f64 / 5229.268e-6 / 1e9) - 1.0).abs() < 1e-6, "{busbw}");
+    let tagged = format!(r#"nccl_bus_bandwidth_gbs{{comm="{V7_COMM}",collective="AllReduce",message_size="67108864",user_tag="42"}}"#);
+    let busbw = wait_for("the tagged allreduce's busbw", limit, &logs, || one(&tagged));
+    assert!(close(busbw, (64 * MIB) as f64 / 3.53e-3 / 1e9), "{busbw}");
+    let time = wait_for("its time", limit, &logs, || one(&format!(r#"nccl_collective_exec_time_microseconds{{comm="{V7_COMM}",user_tag="42"}}"#)));
+    assert!((time - 3530.0).abs() < 1e-6, "{time}");
+    let calls = wait_for("its 12 calls", limit, &logs, || one(&format!(r#"efatop_nccl_calls_total{{comm="{V7_COMM}",user_tag="42"}} == 12"#)));
+    assert!((calls - 12.0).abs() < f64::EPSILON);
+    let wait = wait_for("its wait for peers", limit, &logs, || one(&format!(r#"efatop_nccl_wait_for_peers_seconds{{comm="{V7_COMM}",user_tag="42"}}"#)));
+    assert!((wait - 1530e-6).abs() < 1e-9, "{wait}");
+    // Bytes: each fake p5's 32 NICs, idle, against what NCCL moved on the host (1 GiB each way per call).
+    let nics = wait_for("node-a's NICs", limit, &logs, || one(r#"count(efatop_nccl_nic_window_bytes{host="node-a"} == 0) == 32"#));
+    assert!((nics - 32.0).abs() < f64::EPSILON);
+    let moved = wait_for("NCCL's bytes on node-b", limit, &logs, || one(&format!(r#"max(max_over_time(efatop_nccl_host_window_bytes{{host="node-b"}}[10m])) >= {}"#, 2 * GIB)));
+    assert!(moved >= (2 * GIB) as f64 && moved <= (12 * GIB) as f64, "{moved}: at most 6 allreduces' 2 GiB");
+    // The straggler, named for one window: every sample Prometheus took of it.
+    let lag = wait_for("the straggler", limit, &logs, || {
+        one(&format!(r#"max_over_time(efatop_nccl_straggler_lag_seconds{{comm="{V7_COMM}",collective="AllReduce",rank="1",host="node-c",gpu="3",source="KernelPhase"}}[10m])"#))
+    });
+    assert!((lag - 3e-3).abs() < 1e-9, "{lag}");
+    // The hang, open while the players hold: rank 1 on node-b's GPU 3 never finished allreduce #5.
+    let waiting = wait_for("the hang", limit, &logs, || {
+        one(r#"efatop_nccl_hang_waiting_seconds{comm="05ca1ab1e0ddba11",collective="AllReduce",seq="5",rank="1",host="node-b",gpu="3",why="NotFinished"}"#)
+    });
+    assert!((2.0..60.0).contains(&waiting), "{waiting}");
+    assert!(wait_for("hangs open", limit, &logs, || one("efatop_nccl_hangs >= 1")) >= 1.0);
+
+    // One scrape as a client that does not ask for OpenMetrics gets it (the classic text format), linted.
+    let (status, text) = common::http_get(endpoint, "/metrics").expect("a scrape");
+    assert_eq!(status, 200, "{text}");
+    let (code, said) = common::prometheus::check_metrics(&promtool, &text);
+    // Inspector's name keeps Inspector's unit (dashboards built on Inspector read it); promtool's lint says
+    // so, and nothing else.
+    println!("promtool check metrics ({code:?}): {said}");
+    let problems: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(problems.iter().all(|l| l.starts_with("nccl_collective_exec_time_microseconds use base unit")), "promtool check metrics: {said}\n{text}");
+    assert_eq!(code == Some(0), problems.is_empty(), "promtool check metrics: {said}");
+    for family in ["nccl_bus_bandwidth_gbs", "efatop_nccl_calls_total", "efatop_nccl_nic_window_bytes", "efatop_nccl_hang_waiting_seconds", "efatop_nccl_hangs"] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} "))), "{family} in the scrape promtool read:\n{text}");
+    }
+    for mut player in hung.into_iter().chain(lagging).chain(real) {
+        let _ = player.child.kill();
+        let _ = player.child.wait();
     }
 }

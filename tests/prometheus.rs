@@ -9,40 +9,18 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efatop_node::FakeSysfs;
+use common::prometheus::{query, wait_for, Started};
 use serde_json::Value;
 
 /// Bytes per second the test writes on the fake NIC.
 const RATE: f64 = 2.0e9;
-
-/// A child this test started, killed (by its pid) when the test ends however it ends.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
-}
-
-/// An instant query through Prometheus's HTTP API: the result vector.
-fn query(prometheus: SocketAddr, expression: &str) -> Vec<Value> {
-    let Some((200, body)) = common::http_get(prometheus, &format!("/api/v1/query?query={}", percent_encode(expression))) else { return Vec::new() };
-    let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    reply["data"]["result"].as_array().cloned().unwrap_or_default()
-}
 
 /// Writes `rdma_write_bytes` of `device` as traffic at [`RATE`] would leave it: its start value plus
 /// RATE × the time since start, rewritten every few milliseconds, until dropped.
@@ -77,19 +55,6 @@ impl Drop for Traffic {
     }
 }
 
-/// Polls `done` every 250 ms until it gives a value; panics with `what` after `limit` (a broken setup, not
-/// a slow one: the test's figures do not depend on how long this takes).
-fn wait_for<T>(what: &str, limit: Duration, logs: &Path, mut done: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = done() {
-            return value;
-        }
-        assert!(started.elapsed() < limit, "{what} within {limit:?}; prometheus said:\n{}", std::fs::read_to_string(logs).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// `efatop monitor --prometheus 127.0.0.1:0` over `root`, placed by `fixture`; it picks its own port and
 /// says which on stderr.
 fn start_monitor(root: &Path, fixture: &Path) -> (Started, SocketAddr) {
@@ -116,23 +81,6 @@ fn start_monitor(root: &Path, fixture: &Path) -> (Started, SocketAddr) {
     (monitor, endpoint)
 }
 
-/// A Prometheus server with `config`, its data and log under `dir`: the server, its web address and its
-/// log file.
-fn start_prometheus(prometheus: &Path, config: &Path, dir: &Path) -> (Started, SocketAddr, PathBuf) {
-    let web = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
-    let logs = dir.join("prometheus.log");
-    let server = Command::new(prometheus)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-        .arg(format!("--web.listen-address={web}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&logs).expect("log file"))
-        .spawn()
-        .expect("start prometheus");
-    (Started(server), web, logs)
-}
-
 #[test]
 fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
     let Some(prometheus) = common::required("prometheus", "prometheus") else { return };
@@ -152,7 +100,7 @@ fn prometheus_scrapes_the_monitor_and_its_rate_is_the_fake_nics_write_rate() {
         ),
     )
     .expect("config");
-    let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
+    let (_server, web, logs) = common::prometheus::start(&prometheus, &config, dir.path());
 
     wait_for("prometheus ready", Duration::from_mins(1), &logs, || common::http_get(web, "/-/ready").filter(|(status, _)| *status == 200));
     // rate() over a window the series does not fill yet extrapolates only half a scrape interval back,
@@ -230,7 +178,7 @@ fn the_shipped_alert_fires_on_the_planted_fault_and_not_on_a_healthy_node() {
         ),
     )
     .expect("config");
-    let (_server, web, logs) = start_prometheus(&prometheus, &config, dir.path());
+    let (_server, web, logs) = common::prometheus::start(&prometheus, &config, dir.path());
     wait_for("prometheus ready", Duration::from_mins(1), &logs, || common::http_get(web, "/-/ready").filter(|(status, _)| *status == 200));
     let firing = wait_for("the impaired-connections alert firing", Duration::from_mins(2), &logs, || {
         let all = alerts(web);

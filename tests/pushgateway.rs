@@ -12,13 +12,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use common::prometheus::check_metrics as promtool;
 use efatop_node::FakeSysfs;
 use serde_json::Value;
 
@@ -70,20 +71,6 @@ fn wait_for<T>(what: &str, limit: Duration, mut done: impl FnMut() -> Option<T>)
         assert!(started.elapsed() < limit, "{what} within {limit:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// `promtool check metrics` of `text`: its exit code and what it said.
-fn promtool(promtool: &Path, text: &str) -> (Option<i32>, String) {
-    let mut check = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start promtool");
-    check.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("feed promtool");
-    let output = check.wait_with_output().expect("promtool ends");
-    (output.status.code(), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
 /// One sample line of the text format: its metric name, labels and value.

@@ -174,14 +174,16 @@ impl Snapshots {
     }
 }
 
-fn gauge_family<'a>(
+/// One gauge family: its descriptor and a sample per label set; nothing at all when there is none (a
+/// family without samples is noise to a scrape). Every exporter of efatop's encodes its gauges through it.
+pub fn gauges<'a, L: EncodeLabelSet + 'a>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    series: impl Iterator<Item = (&'a NicLabels, f64)>,
+    series: impl IntoIterator<Item = (&'a L, f64)>,
 ) -> Result<(), std::fmt::Error> {
-    let series: Vec<(&NicLabels, f64)> = series.collect();
-    if series.is_empty() {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
         return Ok(());
     }
     let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
@@ -191,41 +193,65 @@ fn gauge_family<'a>(
     Ok(())
 }
 
+/// One counter family (`prometheus-client` adds the `_total` suffix), as [`gauges`].
+pub fn counters<'a, L: EncodeLabelSet + 'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (&'a L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, ConstCounter::new(0_u64).metric_type())?;
+    for (labels, value) in series {
+        ConstCounter::new(value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// The `OpenMetrics` text of `collectors`, registered in this order: what every [`Exposition`] renders.
+pub fn encode(collectors: Vec<Box<dyn Collector>>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    for collector in collectors {
+        registry.register_collector(collector);
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
 impl Collector for Snapshots {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let labels = self.nic_labels();
         let nics = || self.0.iter().zip(&labels).flat_map(|(snapshot, labels)| snapshot.nics.iter().zip(labels));
         // Every counter any NIC has, each its own metric.
-        let counters: std::collections::BTreeSet<&str> = nics().flat_map(|(nic, _)| nic.counters.keys().map(String::as_str)).collect();
-        for counter in counters {
+        let names: std::collections::BTreeSet<&str> = nics().flat_map(|(nic, _)| nic.counters.keys().map(String::as_str)).collect();
+        for counter in names {
             let name = format!("efatop_nic_{}", metric_part(counter));
             let help = format!("the NIC's `{counter}` counter, as sysfs has it (RDMA port counters summed over ports)");
-            let mut metric = encoder.encode_descriptor(&name, &help, None, ConstCounter::new(0_u64).metric_type())?;
-            for (nic, labels) in nics() {
-                if let Some(stats) = nic.counters.get(counter) {
-                    ConstCounter::new(stats.value).encode(metric.encode_family(labels)?)?;
-                }
-            }
+            counters(&mut encoder, &name, &help, nics().filter_map(|(nic, labels)| Some((labels, nic.counters.get(counter)?.value))))?;
         }
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_tx_bytes_per_second",
             "bytes the NIC sent per second over the monitor's last interval (tx_bytes)",
             nics().filter_map(|(nic, labels)| Some((labels, nic.tx_gbps? * 1e9 / 8.0))),
         )?;
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_rx_bytes_per_second",
             "bytes the NIC received per second over the monitor's last interval (rx_bytes)",
             nics().filter_map(|(nic, labels)| Some((labels, nic.rx_gbps? * 1e9 / 8.0))),
         )?;
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_link_speed_bytes_per_second",
             "the NIC's link speed as sysfs reports it, in bytes per second",
             nics().filter_map(|(nic, labels)| Some((labels, nic.link_gbps? * 1e9 / 8.0))),
         )?;
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_present",
             "1 while the NIC is found in sysfs, 0 once it is gone",
@@ -235,13 +261,13 @@ impl Collector for Snapshots {
         let snapshots: Vec<&NodeSample> = self.0.iter().collect();
         let loads = balance(&snapshots);
         let load_of = |labels: &NicLabels| loads.iter().find(|l| l.host == labels.host && l.nic == labels.nic);
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_rail_load_ratio",
             "the NIC's tx+rx load over the median of its rail's NICs (NIC k of every GPU); absent on idle rails",
             nics().filter_map(|(_, labels)| Some((labels, load_of(labels)?.ratio?))),
         )?;
-        gauge_family(
+        gauges(
             &mut encoder,
             "efatop_nic_rail_off",
             "1 when the NIC's load is more than half its rail's median away from it, else 0 (rails with a load only)",
@@ -268,15 +294,7 @@ impl Collector for Snapshots {
             ("efatop_gpu_nvlink_tx_bytes_per_second", "bytes the GPU sent over NVLink per second (NVML)", 0),
             ("efatop_gpu_nvlink_rx_bytes_per_second", "bytes the GPU received over NVLink per second (NVML)", 1),
         ] {
-            let series: Vec<(&GpuLabels, f64)> =
-                gpus.iter().filter_map(|(labels, tx, rx)| Some((labels, if pick == 0 { (*tx)? } else { (*rx)? } * 1e9 / 8.0))).collect();
-            if series.is_empty() {
-                continue;
-            }
-            let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
-            for (labels, value) in series {
-                ConstGauge::new(value).encode(metric.encode_family(labels)?)?;
-            }
+            gauges(&mut encoder, name, help, gpus.iter().filter_map(|(labels, tx, rx)| Some((labels, if pick == 0 { (*tx)? } else { (*rx)? } * 1e9 / 8.0))))?;
         }
         Ok(())
     }
@@ -284,15 +302,12 @@ impl Collector for Snapshots {
 
 /// The `OpenMetrics` text of these snapshots.
 pub fn render(snapshots: Vec<NodeSample>) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Snapshots(snapshots)));
+    let mut collectors: Vec<Box<dyn Collector>> = vec![Box::new(Snapshots(snapshots))];
     // The process's live Xid counts, once `efatop monitor` started them (crate::xid_watch).
     if let Some(xids) = crate::xid_watch::XidWatch::running() {
-        registry.register_collector(Box::new(crate::xid_watch::XidCollector(xids)));
+        collectors.push(Box::new(crate::xid_watch::XidCollector(xids)));
     }
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
+    encode(collectors)
 }
 
 /// What an endpoint serves: the `OpenMetrics` text of its latest state.

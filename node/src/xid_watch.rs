@@ -13,8 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 
 use crate::xid;
 use crate::Sysfs;
@@ -136,27 +135,27 @@ pub(crate) struct XidCollector(pub(crate) XidWatch);
 
 impl Collector for XidCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counts = self.0.counts();
-        if counts.is_empty() {
-            return Ok(());
-        }
         let host = self.0.host();
-        let mut metric = encoder.encode_descriptor(
+        let series: Vec<(XidLabels, u64)> = self
+            .0
+            .counts()
+            .into_iter()
+            .map(|count| {
+                let labels = XidLabels {
+                    host: host.clone(),
+                    gpu: count.gpu.map(|gpu| gpu.to_string()).unwrap_or_default(),
+                    pci: count.pci,
+                    xid: count.xid.to_string(),
+                    action: xid::action(count.xid).0.name().to_string(),
+                };
+                (labels, count.count)
+            })
+            .collect();
+        crate::prometheus::counters(
+            &mut encoder,
             "efatop_gpu_xid",
             "Xid errors the GPU logged in the kernel log, by Xid, with the action NVIDIA's Xid catalog calls for",
-            None,
-            ConstCounter::new(0_u64).metric_type(),
-        )?;
-        for count in counts {
-            let labels = XidLabels {
-                host: host.clone(),
-                gpu: count.gpu.map(|gpu| gpu.to_string()).unwrap_or_default(),
-                pci: count.pci,
-                xid: count.xid.to_string(),
-                action: xid::action(count.xid).0.name().to_string(),
-            };
-            ConstCounter::new(count.count).encode(metric.encode_family(&labels)?)?;
-        }
-        Ok(())
+            series.iter().map(|(labels, count)| (labels, *count)),
+        )
     }
 }

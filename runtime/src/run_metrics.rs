@@ -34,14 +34,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use efatop_experiments::ExperimentError;
-use efatop_node::prometheus::{Exporter, Exposition, TEXT_CONTENT_TYPE, to_text_format};
+use efatop_node::prometheus::{counters, encode, gauges, Exporter, Exposition, TEXT_CONTENT_TYPE, to_text_format};
 use efatop_proto::results::{RunResults, RunState};
 use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 
 use efatop_proto::events::CollectorEvent;
 
@@ -629,54 +626,39 @@ pub fn recorded_channel_bytes(results: &RunResults) -> BTreeMap<(usize, usize), 
     bytes
 }
 
-fn gauges<L: EncodeLabelSet>(encoder: &mut DescriptorEncoder, name: &str, help: &str, series: &[(L, f64)]) -> Result<(), std::fmt::Error> {
-    if series.is_empty() {
-        return Ok(());
-    }
-    let mut metric = encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0_f64).metric_type())?;
-    for (labels, value) in series {
-        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
-    }
-    Ok(())
-}
-
 impl Collector for RunView {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let channels: Vec<(ChannelLabels, &ChannelState)> = self.channels().collect();
-        if !channels.is_empty() {
-            let mut metric = encoder.encode_descriptor(
-                "efatop_run_channel_bytes",
-                "bytes the benchmark moved on the channel, sent plus received (the rank's telemetry; at the run's end, the results file's figure)",
-                None,
-                ConstCounter::new(0_u64).metric_type(),
-            )?;
-            for (labels, channel) in &channels {
-                ConstCounter::new(channel.bytes_total).encode(metric.encode_family(labels)?)?;
-            }
-        }
+        counters(
+            &mut encoder,
+            "efatop_run_channel_bytes",
+            "bytes the benchmark moved on the channel, sent plus received (the rank's telemetry; at the run's end, the results file's figure)",
+            channels.iter().map(|(labels, channel)| (labels, channel.bytes_total)),
+        )?;
         // An ended run has no last interval: its gauges of one are left out.
         let live = self.ended.is_none();
-        let series = |pick: &dyn Fn(&ChannelState) -> Option<f64>| -> Vec<(ChannelLabels, f64)> {
-            channels.iter().filter(|_| live).filter_map(|(labels, c)| Some((labels.clone(), pick(c)?))).collect()
+        let series = |pick: &dyn Fn(&ChannelState) -> Option<f64>| -> Vec<(&ChannelLabels, f64)> {
+            channels.iter().filter(|_| live).filter_map(|(labels, c)| Some((labels, pick(c)?))).collect()
         };
-        gauges(&mut encoder, "efatop_run_channel_bytes_per_second", "the channel's bytes per second over the last telemetry interval", &series(&|c| Some(c.bytes_per_second)))?;
-        gauges(&mut encoder, "efatop_run_channel_latency_p50_seconds", "median operation latency on the channel over the last interval", &series(&|c| c.p50_s))?;
-        gauges(&mut encoder, "efatop_run_channel_latency_p99_seconds", "99th percentile operation latency on the channel over the last interval", &series(&|c| c.p99_s))?;
-        let ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| -> Vec<(RankLabels, f64)> {
-            self.ranks.iter().enumerate().filter_map(|(rank, state)| Some((self.rank_labels(rank), pick(state)?))).collect()
+        gauges(&mut encoder, "efatop_run_channel_bytes_per_second", "the channel's bytes per second over the last telemetry interval", series(&|c| Some(c.bytes_per_second)))?;
+        gauges(&mut encoder, "efatop_run_channel_latency_p50_seconds", "median operation latency on the channel over the last interval", series(&|c| c.p50_s))?;
+        gauges(&mut encoder, "efatop_run_channel_latency_p99_seconds", "99th percentile operation latency on the channel over the last interval", series(&|c| c.p99_s))?;
+        let rank_labels: Vec<RankLabels> = (0..self.ranks.len()).map(|rank| self.rank_labels(rank)).collect();
+        let ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| -> Vec<(&RankLabels, f64)> {
+            self.ranks.iter().zip(&rank_labels).filter_map(|(state, labels)| Some((labels, pick(state)?))).collect()
         };
         let live_ranks = |pick: &dyn Fn(&RankState) -> Option<f64>| if live { ranks(pick) } else { Vec::new() };
-        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", &live_ranks(&|r| Some(r.bytes_per_second)))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", &live_ranks(&|r| r.p50_s))?;
-        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", &live_ranks(&|r| r.p99_s))?;
-        gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", &ranks(&|r| Some(r.drops as f64)))?;
-        let mut refused = encoder.encode_descriptor(
+        gauges(&mut encoder, "efatop_run_rank_bytes_per_second", "the rank's bytes per second over its channels, last interval", live_ranks(&|r| Some(r.bytes_per_second)))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p50_seconds", "median operation latency over the rank's channels, last interval", live_ranks(&|r| r.p50_s))?;
+        gauges(&mut encoder, "efatop_run_rank_latency_p99_seconds", "99th percentile latency over the rank's channels, last interval", live_ranks(&|r| r.p99_s))?;
+        gauges(&mut encoder, "efatop_run_rank_telemetry_drops", "samples the rank dropped because rank 0 did not keep up (so far)", ranks(&|r| Some(r.drops as f64)))?;
+        let run = RunLabels { experiment: self.experiment.clone() };
+        counters(
+            &mut encoder,
             "efatop_run_telemetry_refused_samples",
             "telemetry samples refused because they named a rank, channel or peer outside the run's world",
-            None,
-            ConstCounter::new(0_u64).metric_type(),
+            [(&run, self.refused)],
         )?;
-        ConstCounter::new(self.refused).encode(refused.encode_family(&RunLabels { experiment: self.experiment.clone() })?)?;
         let current = self.ended.map_or(RunState::Running, |ended| ended.state);
         let states: Vec<(StateLabels, f64)> = [RunState::Running, RunState::Complete, RunState::Failed]
             .into_iter()
@@ -685,10 +667,8 @@ impl Collector for RunView {
                 (labels, if state == current { 1.0 } else { 0.0 })
             })
             .collect();
-        gauges(&mut encoder, "efatop_run_state", "1 for the run's state (running, complete: every size measured, failed: ended early), 0 for the others", &states)?;
-        let ended: Vec<(RunLabels, f64)> =
-            self.ended.iter().map(|ended| (RunLabels { experiment: self.experiment.clone() }, ended.unix_s)).collect();
-        gauges(&mut encoder, "efatop_run_end_timestamp_seconds", "when the run ended, in seconds since the Unix epoch", &ended)?;
+        gauges(&mut encoder, "efatop_run_state", "1 for the run's state (running, complete: every size measured, failed: ended early), 0 for the others", states.iter().map(|(l, v)| (l, *v)))?;
+        gauges(&mut encoder, "efatop_run_end_timestamp_seconds", "when the run ended, in seconds since the Unix epoch", self.ended.iter().map(|ended| (&run, ended.unix_s)))?;
         Ok(())
     }
 }
@@ -703,11 +683,7 @@ fn state_name(state: RunState) -> &'static str {
 
 impl Exposition for RunView {
     fn render(&self) -> Result<String, std::fmt::Error> {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(self.clone()));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)?;
-        Ok(text)
+        encode(vec![Box::new(self.clone())])
     }
 }
 

@@ -504,4 +504,40 @@ mod tests {
         // The members v5 had keep their offsets where they did not grow.
         assert_eq!(offset_of!(CollV7, proto), offset_of!(CollV5, proto));
     }
+
+    #[test]
+    fn v4_to_v6_layouts_are_the_headers_on_x86_64() {
+        // profiler_v4.h, _v5.h and _v6.h as a C compiler lays them out (LP64). The player and the plugin read
+        // and write these members by name: a field moved here would pass every playback and fail under NCCL.
+        assert_eq!((offset_of!(CollV4, nChannels), offset_of!(CollV4, nWarps), offset_of!(CollV4, algo), offset_of!(CollV4, proto), size_of::<CollV4>()), (56, 57, 64, 72, 80));
+        assert_eq!((offset_of!(CollV5, parentGroup), size_of::<CollV5>()), (80, 88));
+        assert_eq!((offset_of!(P2pV4, peer), offset_of!(P2pV4, nChannels), size_of::<P2pV4>()), (32, 36, 40));
+        assert_eq!((offset_of!(P2pV5, parentGroup), size_of::<P2pV5>()), (40, 48));
+        assert_eq!((offset_of!(ProxyOp, channelId), offset_of!(ProxyOp, peer), offset_of!(ProxyOp, isSend), size_of::<ProxyOp>()), (4, 8, 20, 24));
+        assert_eq!((offset_of!(KernelCh, pTimer), size_of::<KernelCh>()), (8, 16));
+        assert_eq!((offset_of!(CollApi, graphCaptured), size_of::<CollApi>()), (40, 48));
+        assert_eq!((offset_of!(P2pApi, graphCaptured), size_of::<P2pApi>()), (32, 40));
+        assert_eq!((offset_of!(GroupApi, groupDepth), size_of::<GroupApi>()), (4, 8));
+        assert_eq!((offset_of!(CeColl, syncStrategy), offset_of!(CeColl, batchSize), offset_of!(CeColl, stream), size_of::<CeColl>()), (56, 68, 80, 88));
+        assert_eq!((offset_of!(CeCollBatch, totalBytes), size_of::<CeCollBatch>()), (8, 24));
+        assert_eq!((size_of::<DescrUnionV4>(), size_of::<DescrUnionV5>(), size_of::<DescrUnionV6>()), (80, 88, 88));
+        for (parent, rank, u) in [
+            (offset_of!(DescrV4, parentObj), offset_of!(DescrV4, rank), offset_of!(DescrV4, u)),
+            (offset_of!(DescrV5, parentObj), offset_of!(DescrV5, rank), offset_of!(DescrV5, u)),
+            (offset_of!(DescrV6, parentObj), offset_of!(DescrV6, rank), offset_of!(DescrV6, u)),
+        ] {
+            assert_eq!((parent, rank, u), (8, 16, 24));
+        }
+        assert_eq!((size_of::<DescrV4>(), size_of::<DescrV5>(), size_of::<DescrV6>(), size_of::<DescrV7>()), (104, 112, 112, 136));
+        assert_eq!((size_of::<StateArgs>(), offset_of!(KernelChArgs, pTimer)), (8, 0));
+        // The tables: a name and five functions, in the headers' order, in every version.
+        for (size, init, start, stop, record, finalize) in [
+            (size_of::<ProfilerV4>(), offset_of!(ProfilerV4, init), offset_of!(ProfilerV4, startEvent), offset_of!(ProfilerV4, stopEvent), offset_of!(ProfilerV4, recordEventState), offset_of!(ProfilerV4, finalize)),
+            (size_of::<ProfilerV5>(), offset_of!(ProfilerV5, init), offset_of!(ProfilerV5, startEvent), offset_of!(ProfilerV5, stopEvent), offset_of!(ProfilerV5, recordEventState), offset_of!(ProfilerV5, finalize)),
+            (size_of::<ProfilerV6>(), offset_of!(ProfilerV6, init), offset_of!(ProfilerV6, startEvent), offset_of!(ProfilerV6, stopEvent), offset_of!(ProfilerV6, recordEventState), offset_of!(ProfilerV6, finalize)),
+            (size_of::<ProfilerV7>(), offset_of!(ProfilerV7, init), offset_of!(ProfilerV7, startEvent), offset_of!(ProfilerV7, stopEvent), offset_of!(ProfilerV7, recordEventState), offset_of!(ProfilerV7, finalize)),
+        ] {
+            assert_eq!((size, init, start, stop, record, finalize), (48, 8, 16, 24, 32, 40));
+        }
+    }
 }

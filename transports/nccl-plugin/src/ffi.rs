@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use efatop_proto::nccl::CommInfo;
 
 use crate::abi::{
-    DescrV4, DescrV5, DescrV6, DescrV7, Logger, NcclResult, ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7, StateArgs, NCCL_SUCCESS, PROFILE_COLL,
+    DescrUnionV5, DescrV4, DescrV5, DescrV6, DescrV7, Logger, NcclResult, ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7, StateArgs, NCCL_SUCCESS, PROFILE_COLL,
     PROFILE_COLL_API, PROFILE_GROUP, PROFILE_GROUP_API, PROFILE_KERNEL_CH, PROFILE_KERNEL_LAUNCH, PROFILE_KERNEL_PHASE, PROFILE_P2P, PROFILE_P2P_API,
     PROFILE_PROXY_OP, PROFILE_PROXY_STEP, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP, STATE_PROXY_STEP_RECV_GPU_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT,
     STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
@@ -41,35 +41,35 @@ struct Ctx {
     index: u32,
 }
 
+/// The tables, newest first: v5 to v7 share `init`'s signature; v4's takes the name before the id.
 #[no_mangle]
 #[used]
 pub static ncclProfiler_v7: ProfilerV7 =
-    ProfilerV7 { name: NAME.as_ptr(), init: init_v7, startEvent: start_v7, stopEvent: stop, recordEventState: record, finalize };
+    ProfilerV7 { name: NAME.as_ptr(), init: init_v7, startEvent: start::<DescrV7>, stopEvent: stop, recordEventState: record, finalize };
 
 #[no_mangle]
 #[used]
 pub static ncclProfiler_v6: ProfilerV6 =
-    ProfilerV6 { name: NAME.as_ptr(), init: init_v6, startEvent: start_v6, stopEvent: stop, recordEventState: record, finalize };
+    ProfilerV6 { name: NAME.as_ptr(), init: init_v6, startEvent: start::<DescrV6>, stopEvent: stop, recordEventState: record, finalize };
 
 #[no_mangle]
 #[used]
 pub static ncclProfiler_v5: ProfilerV5 =
-    ProfilerV5 { name: NAME.as_ptr(), init: init_v5, startEvent: start_v5, stopEvent: stop, recordEventState: record, finalize };
+    ProfilerV5 { name: NAME.as_ptr(), init: init_v5, startEvent: start::<DescrV5>, stopEvent: stop, recordEventState: record, finalize };
 
 #[no_mangle]
 #[used]
 pub static ncclProfiler_v4: ProfilerV4 =
-    ProfilerV4 { name: NAME.as_ptr(), init: init_v4, startEvent: start_v4, stopEvent: stop, recordEventState: record, finalize };
+    ProfilerV4 { name: NAME.as_ptr(), init: init_v4, startEvent: start::<DescrV4>, stopEvent: stop, recordEventState: record, finalize };
 
-// SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them between
-// threads reads constant data.
-unsafe impl Sync for ProfilerV4 {}
-// SAFETY: as for ProfilerV4.
-unsafe impl Sync for ProfilerV5 {}
-// SAFETY: as for ProfilerV4.
-unsafe impl Sync for ProfilerV6 {}
-// SAFETY: as for ProfilerV4.
-unsafe impl Sync for ProfilerV7 {}
+macro_rules! shared_table {
+    ($($table:ty),*) => {$(
+        // SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them
+        // between threads reads constant data.
+        unsafe impl Sync for $table {}
+    )*};
+}
+shared_table!(ProfilerV4, ProfilerV5, ProfilerV6, ProfilerV7);
 
 /// A C string's first 15 bytes, copied; empty for a null pointer.
 ///
@@ -123,16 +123,18 @@ fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64,
     NCCL_SUCCESS
 }
 
-unsafe extern "C" fn init_v7(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
-    init_common(7, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V7)
+/// `init` of an ABI of v5's signature (the communicator's id first): its number and activation mask.
+macro_rules! init_v5_signature {
+    ($($name:ident: $abi:expr, $mask:expr;)*) => {$(
+        unsafe extern "C" fn $name(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
+            init_common($abi, context, mask, comm, comm_name, nnodes, nranks, rank, $mask)
+        }
+    )*};
 }
-
-unsafe extern "C" fn init_v6(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
-    init_common(6, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V5)
-}
-
-unsafe extern "C" fn init_v5(context: *mut *mut c_void, comm: u64, mask: *mut c_int, comm_name: *const c_char, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
-    init_common(5, context, mask, comm, comm_name, nnodes, nranks, rank, MASK_V5)
+init_v5_signature! {
+    init_v7: 7, MASK_V7;
+    init_v6: 6, MASK_V5;
+    init_v5: 5, MASK_V5;
 }
 
 unsafe extern "C" fn init_v4(context: *mut *mut c_void, mask: *mut c_int, comm_name: *const c_char, comm: u64, nnodes: c_int, nranks: c_int, rank: c_int, _log: Logger) -> NcclResult {
@@ -163,203 +165,177 @@ fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_voi
     NCCL_SUCCESS
 }
 
-/// v5's and v6's common events.
-///
-/// # Safety
-/// `descr` points to a descriptor of NCCL's v5 (or v6) layout whose union member matches its type.
-#[inline]
-unsafe fn event_v5(type_: u64, u: &crate::abi::DescrUnionV5, parent: *mut c_void) -> (Event, *mut c_void) {
-    // SAFETY (every union read below): NCCL fills the member that `type_` names.
-    unsafe {
-        match type_ {
-            PROFILE_GROUP => (Event::Group, parent),
-            PROFILE_COLL => {
-                let c = u.coll;
-                let event = Event::Coll {
-                    seq: c.seqNumber,
-                    func: name(c.func),
-                    count: c.count as u64,
-                    datatype: name(c.datatype),
-                    root: c.root,
-                    channels: c.nChannels,
-                    warps: c.nWarps,
-                    algo: name(c.algo),
-                    proto: name(c.proto),
-                    group: c.parentGroup as u64,
-                    tag: 0,
-                    variant: Name::default(),
-                    sym: false,
-                };
-                (event, parent)
-            }
-            PROFILE_P2P => {
-                let p = u.p2p;
-                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64, tag: 0 }, parent)
-            }
-            PROFILE_PROXY_OP => {
-                let p = u.proxyOp;
-                (Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }, parent)
-            }
-            PROFILE_PROXY_STEP => (Event::ProxyStep { step: u.proxyStep.step }, parent),
-            PROFILE_KERNEL_CH => (Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer }, parent),
-            PROFILE_COLL_API => {
-                let c = u.collApi;
-                (Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }, parent)
-            }
-            PROFILE_P2P_API => {
-                let p = u.p2pApi;
-                (Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }, parent)
-            }
-            PROFILE_GROUP_API => (Event::GroupApi { depth: u.groupApi.groupDepth }, parent),
-            PROFILE_KERNEL_LAUNCH => (Event::KernelLaunch, parent),
-            kind => (Event::Other { kind }, parent),
+/// A collective's event from any ABI's `coll` member (v4's fields, which v5 and v7 extend): `$group` its
+/// group, `$tag`, `$variant` and `$sym` v7's (0, none and false before).
+macro_rules! coll_event {
+    ($c:ident, $group:expr, $tag:expr, $variant:expr, $sym:expr) => {
+        Event::Coll {
+            seq: $c.seqNumber,
+            func: name($c.func),
+            count: $c.count as u64,
+            datatype: name($c.datatype),
+            root: $c.root,
+            channels: $c.nChannels,
+            warps: $c.nWarps,
+            algo: name($c.algo),
+            proto: name($c.proto),
+            group: $group as u64,
+            tag: $tag,
+            variant: $variant,
+            sym: $sym,
         }
-    }
-}
-
-/// v7's events: the collective's and point-to-point call's tag and kernel variant, the kernel phases; the
-/// rest as v5 (their members did not change: proxy, kernel channel, group, kernel launch).
-///
-/// # Safety
-/// `u` is NCCL's v7 union whose member matches `type_`.
-#[inline]
-unsafe fn event_v7(type_: u64, u: &crate::abi::DescrUnionV7, parent: *mut c_void) -> (Event, *mut c_void) {
-    // SAFETY (every union read below): NCCL fills the member that `type_` names.
-    unsafe {
-        match type_ {
-            PROFILE_COLL => {
-                let c = u.coll;
-                let event = Event::Coll {
-                    seq: c.seqNumber,
-                    func: name(c.func),
-                    count: c.count as u64,
-                    datatype: name(c.datatype),
-                    root: c.root,
-                    channels: c.nChannels,
-                    warps: c.nWarps,
-                    algo: name(c.algo),
-                    proto: name(c.proto),
-                    group: c.parentGroup as u64,
-                    tag: c.userTag,
-                    variant: name(c.kernelVariant),
-                    sym: c.isSymColl,
-                };
-                (event, parent)
-            }
-            PROFILE_P2P => {
-                let p = u.p2p;
-                (Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: p.parentGroup as u64, tag: p.userTag }, parent)
-            }
-            PROFILE_COLL_API => {
-                let c = u.collApi;
-                (Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }, parent)
-            }
-            PROFILE_P2P_API => {
-                let p = u.p2pApi;
-                (Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }, parent)
-            }
-            PROFILE_KERNEL_PHASE => {
-                let k = u.kernelPhase;
-                (Event::KernelPhase { channel: k.channelId, phase: k.phaseId, ptimer: k.pTimer }, parent)
-            }
-            PROFILE_GROUP => (Event::Group, parent),
-            PROFILE_PROXY_OP => {
-                let p = u.proxyOp;
-                (Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }, parent)
-            }
-            PROFILE_PROXY_STEP => (Event::ProxyStep { step: u.proxyStep.step }, parent),
-            PROFILE_KERNEL_CH => (Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer }, parent),
-            PROFILE_GROUP_API => (Event::GroupApi { depth: u.groupApi.groupDepth }, parent),
-            PROFILE_KERNEL_LAUNCH => (Event::KernelLaunch, parent),
-            kind => (Event::Other { kind }, parent),
-        }
-    }
-}
-
-unsafe extern "C" fn start_v7(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV7) -> NcclResult {
-    if descr.is_null() {
-        return NCCL_SUCCESS;
-    }
-    // SAFETY: NCCL passes a valid v7 descriptor for the call's duration.
-    let (event, parent, rank) = unsafe {
-        let d = &*descr;
-        let (event, parent) = event_v7(d.type_, &d.u, d.parentObj);
-        (event, parent, d.rank)
     };
-    push_start(context, handle, parent, rank, event)
 }
 
-unsafe extern "C" fn start_v6(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV6) -> NcclResult {
-    if descr.is_null() {
-        return NCCL_SUCCESS;
-    }
-    // SAFETY: NCCL passes a valid descriptor for the call's duration. v6's union starts with v5's members
-    // at the same offsets (the union only grew), so for every type v5 knows, v5's view of it is v6's.
-    let (event, parent, rank) = unsafe {
-        let d = &*descr;
-        let u = &*std::ptr::addr_of!(d.u).cast::<crate::abi::DescrUnionV5>();
-        let (event, parent) = event_v5(d.type_, u, d.parentObj);
-        (event, parent, d.rank)
+/// A point-to-point call's event from any ABI's `p2p` member, likewise.
+macro_rules! p2p_event {
+    ($p:ident, $group:expr, $tag:expr) => {
+        Event::P2p { func: name($p.func), count: $p.count as u64, datatype: name($p.datatype), peer: $p.peer, channels: $p.nChannels, group: $group as u64, tag: $tag }
     };
-    push_start(context, handle, parent, rank, event)
 }
 
-unsafe extern "C" fn start_v5(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV5) -> NcclResult {
-    if descr.is_null() {
-        return NCCL_SUCCESS;
-    }
-    // SAFETY: NCCL passes a valid v5 descriptor for the call's duration.
-    let (event, parent, rank) = unsafe {
-        let d = &*descr;
-        let (event, parent) = event_v5(d.type_, &d.u, d.parentObj);
-        (event, parent, d.rank)
-    };
-    push_start(context, handle, parent, rank, event)
-}
-
-unsafe extern "C" fn start_v4(context: *mut c_void, handle: *mut *mut c_void, descr: *mut DescrV4) -> NcclResult {
-    if descr.is_null() {
-        return NCCL_SUCCESS;
-    }
-    // SAFETY: NCCL passes a valid v4 descriptor for the call's duration, whose union member matches its
-    // type. In v4 a collective's and a point-to-point call's parent is their group.
-    let (event, parent, rank) = unsafe {
-        let d = &*descr;
-        let u = &d.u;
-        let event = match u64::from(d.type_) {
+/// An event of type `$type_` from union `$u`: the arms that differ by version first (`$arms`), then the
+/// members every version lays out alike (group, proxy operation and step, kernel channel).
+macro_rules! decode {
+    ($type_:expr, $u:ident, { $($arms:tt)* }) => {
+        match $type_ {
+            $($arms)*
             PROFILE_GROUP => Event::Group,
-            PROFILE_COLL => {
-                let c = u.coll;
-                Event::Coll {
-                    seq: c.seqNumber,
-                    func: name(c.func),
-                    count: c.count as u64,
-                    datatype: name(c.datatype),
-                    root: c.root,
-                    channels: c.nChannels,
-                    warps: c.nWarps,
-                    algo: name(c.algo),
-                    proto: name(c.proto),
-                    group: d.parentObj as u64,
-                    tag: 0,
-                    variant: Name::default(),
-                    sym: false,
-                }
-            }
-            PROFILE_P2P => {
-                let p = u.p2p;
-                Event::P2p { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), peer: p.peer, channels: p.nChannels, group: d.parentObj as u64, tag: 0 }
-            }
             PROFILE_PROXY_OP => {
-                let p = u.proxyOp;
+                let p = $u.proxyOp;
                 Event::ProxyOp { channel: p.channelId, peer: p.peer, steps: p.nSteps, chunk: p.chunkSize, send: p.isSend != 0 }
             }
-            PROFILE_PROXY_STEP => Event::ProxyStep { step: u.proxyStep.step },
-            PROFILE_KERNEL_CH => Event::KernelCh { channel: u.kernelCh.channelId, ptimer: u.kernelCh.pTimer },
+            PROFILE_PROXY_STEP => Event::ProxyStep { step: $u.proxyStep.step },
+            PROFILE_KERNEL_CH => Event::KernelCh { channel: $u.kernelCh.channelId, ptimer: $u.kernelCh.pTimer },
             kind => Event::Other { kind },
-        };
-        (event, d.parentObj, d.rank)
+        }
     };
+}
+
+/// One ABI's event descriptor, as the hot path reads it.
+trait Descriptor {
+    /// The event, its `parentObj` and its rank.
+    ///
+    /// # Safety
+    /// `self` is NCCL's descriptor of this ABI, whose union member matches its type.
+    unsafe fn read(&self) -> (Event, *mut c_void, c_int);
+}
+
+impl Descriptor for DescrV4 {
+    /// v4 has no API events; a collective's and a point-to-point call's parent is their group.
+    unsafe fn read(&self) -> (Event, *mut c_void, c_int) {
+        let u = &self.u;
+        // SAFETY (every union read): NCCL fills the member that `type_` names.
+        let event = unsafe {
+            decode!(u64::from(self.type_), u, {
+                PROFILE_COLL => {
+                    let c = u.coll;
+                    coll_event!(c, self.parentObj, 0, Name::default(), false)
+                }
+                PROFILE_P2P => {
+                    let p = u.p2p;
+                    p2p_event!(p, self.parentObj, 0)
+                }
+            })
+        };
+        (event, self.parentObj, self.rank)
+    }
+}
+
+/// v5's union members, whose group is `parentGroup`, with the API events.
+///
+/// # Safety
+/// `u` is NCCL's v5 union (or v6's, which starts with v5's members at the same offsets) whose member matches
+/// `type_`.
+#[inline]
+unsafe fn read_v5(type_: u64, u: &DescrUnionV5) -> Event {
+    // SAFETY (every union read): NCCL fills the member that `type_` names.
+    unsafe {
+        decode!(type_, u, {
+            PROFILE_COLL => {
+                let c = u.coll;
+                coll_event!(c, c.parentGroup, 0, Name::default(), false)
+            }
+            PROFILE_P2P => {
+                let p = u.p2p;
+                p2p_event!(p, p.parentGroup, 0)
+            }
+            PROFILE_COLL_API => {
+                let c = u.collApi;
+                Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }
+            }
+            PROFILE_P2P_API => {
+                let p = u.p2pApi;
+                Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }
+            }
+            PROFILE_GROUP_API => Event::GroupApi { depth: u.groupApi.groupDepth },
+            PROFILE_KERNEL_LAUNCH => Event::KernelLaunch,
+        })
+    }
+}
+
+impl Descriptor for DescrV5 {
+    unsafe fn read(&self) -> (Event, *mut c_void, c_int) {
+        // SAFETY: the caller's promise.
+        (unsafe { read_v5(self.type_, &self.u) }, self.parentObj, self.rank)
+    }
+}
+
+impl Descriptor for DescrV6 {
+    unsafe fn read(&self) -> (Event, *mut c_void, c_int) {
+        // SAFETY: v6's union starts with v5's members at the same offsets (the union only grew), so for every
+        // type v5 knows, v5's view of it is v6's; the caller promises the member matches the type.
+        let event = unsafe {
+            let u = &*std::ptr::addr_of!(self.u).cast::<DescrUnionV5>();
+            read_v5(self.type_, u)
+        };
+        (event, self.parentObj, self.rank)
+    }
+}
+
+impl Descriptor for DescrV7 {
+    /// v7's members in v7's own layout (the tags come last in those that grew), with the kernel phases.
+    unsafe fn read(&self) -> (Event, *mut c_void, c_int) {
+        let u = &self.u;
+        // SAFETY (every union read): NCCL fills the member that `type_` names.
+        let event = unsafe {
+            decode!(self.type_, u, {
+                PROFILE_COLL => {
+                    let c = u.coll;
+                    coll_event!(c, c.parentGroup, c.userTag, name(c.kernelVariant), c.isSymColl)
+                }
+                PROFILE_P2P => {
+                    let p = u.p2p;
+                    p2p_event!(p, p.parentGroup, p.userTag)
+                }
+                PROFILE_COLL_API => {
+                    let c = u.collApi;
+                    Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }
+                }
+                PROFILE_P2P_API => {
+                    let p = u.p2pApi;
+                    Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }
+                }
+                PROFILE_GROUP_API => Event::GroupApi { depth: u.groupApi.groupDepth },
+                PROFILE_KERNEL_LAUNCH => Event::KernelLaunch,
+                PROFILE_KERNEL_PHASE => {
+                    let k = u.kernelPhase;
+                    Event::KernelPhase { channel: k.channelId, phase: k.phaseId, ptimer: k.pTimer }
+                }
+            })
+        };
+        (event, self.parentObj, self.rank)
+    }
+}
+
+/// `startEvent` of every ABI, over its descriptor.
+unsafe extern "C" fn start<D: Descriptor>(context: *mut c_void, handle: *mut *mut c_void, descr: *mut D) -> NcclResult {
+    if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // SAFETY: NCCL passes a valid descriptor of the table's ABI for the call's duration, whose union member
+    // matches its type.
+    let (event, parent, rank) = unsafe { (*descr).read() };
     push_start(context, handle, parent, rank, event)
 }
 

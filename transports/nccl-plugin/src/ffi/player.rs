@@ -12,14 +12,30 @@ use crate::abi::{self, DescrV4, DescrV5, DescrV6, DescrV7, ProfilerV4, ProfilerV
 use crate::record::{Event, Name, Record};
 use crate::trace::{Line, Trace};
 
-/// A loaded plugin, through one ABI.
+/// A loaded plugin, through one ABI: its table's functions (`stopEvent`, `recordEventState` and `finalize`
+/// have one signature in every version; `init` two; `startEvent` one per descriptor).
 pub struct Plugin {
     _lib: libloading::Library,
     abi: u32,
-    v4: *const ProfilerV4,
-    v5: *const ProfilerV5,
-    v6: *const ProfilerV6,
-    v7: *const ProfilerV7,
+    init: Init,
+    start: Start,
+    stop: abi::Stop,
+    record: abi::Record,
+    finalize: abi::Finalize,
+}
+
+enum Init {
+    /// v4's: the communicator's name before its id.
+    V4(abi::InitV4),
+    /// v5's to v7's.
+    V5(abi::InitV5),
+}
+
+enum Start {
+    V4(abi::StartV4),
+    V5(abi::StartV5),
+    V6(abi::StartV6),
+    V7(abi::StartV7),
 }
 
 /// What a play did.
@@ -39,15 +55,23 @@ impl Plugin {
         let symbol = format!("ncclProfiler_v{abi}");
         // SAFETY: the symbol is a static table of the type named by its version.
         let table: *const c_void = unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.map(|s| *s).map_err(|e| format!("{symbol}: {e}"))?;
-        let (mut v4, mut v5, mut v6, mut v7) = (std::ptr::null(), std::ptr::null(), std::ptr::null(), std::ptr::null());
-        match abi {
-            4 => v4 = table.cast(),
-            5 => v5 = table.cast(),
-            6 => v6 = table.cast(),
-            7 => v7 = table.cast(),
-            _ => return Err(format!("no profiler ABI v{abi}")),
-        }
-        Ok(Self { _lib: lib, abi, v4, v5, v6, v7 })
+        // SAFETY: `table` is the plugin's static table of the version its name says.
+        let (init, start, stop, record, finalize) = unsafe {
+            macro_rules! read {
+                ($table:ty, $init:ident, $start:ident) => {{
+                    let t = &*table.cast::<$table>();
+                    (Init::$init(t.init), Start::$start(t.startEvent), t.stopEvent, t.recordEventState, t.finalize)
+                }};
+            }
+            match abi {
+                4 => read!(ProfilerV4, V4, V4),
+                5 => read!(ProfilerV5, V5, V5),
+                6 => read!(ProfilerV6, V5, V6),
+                7 => read!(ProfilerV7, V5, V7),
+                _ => return Err(format!("no profiler ABI v{abi}")),
+            }
+        };
+        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize })
     }
 
     /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
@@ -87,11 +111,9 @@ impl Plugin {
                     // SAFETY: the tables hold the plugin's functions of the ABI's signature; the arguments
                     // live for the call.
                     let result = unsafe {
-                        match self.abi {
-                            4 => ((*self.v4).init)(&mut context, &mut mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
-                            5 => ((*self.v5).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
-                            7 => ((*self.v7).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
-                            _ => ((*self.v6).init)(&mut context, *comm, &mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
+                        match self.init {
+                            Init::V4(init) => init(&raw mut context, &raw mut mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
+                            Init::V5(init) => init(&raw mut context, *comm, &raw mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
                         }
                     };
                     if result != abi::NCCL_SUCCESS || context.is_null() {
@@ -102,14 +124,7 @@ impl Plugin {
                 Line::Finalize { ctx, .. } => {
                     if let Some(context) = contexts.remove(ctx) {
                         // SAFETY: as for init; the context is the one init gave.
-                        unsafe {
-                            match self.abi {
-                                4 => ((*self.v4).finalize)(context),
-                                5 => ((*self.v5).finalize)(context),
-                                7 => ((*self.v7).finalize)(context),
-                                _ => ((*self.v6).finalize)(context),
-                            }
-                        };
+                        unsafe { (self.finalize)(context) };
                     }
                 }
                 Line::Record(record) => {
@@ -141,27 +156,22 @@ impl Plugin {
                 // SAFETY: the descriptor is fully initialised for its type, its strings outlive the call,
                 // and the table's function has the ABI's signature.
                 unsafe {
-                    match self.abi {
-                        4 => {
+                    match self.start {
+                        Start::V4(start) => {
                             let mut d = descr_v4(event, parent, *rank, &strings, handles);
-                            ((*self.v4).startEvent)(context, &mut handle, &mut d)
+                            start(context, &raw mut handle, &raw mut d)
                         }
-                        5 => {
+                        Start::V5(start) => {
                             let mut d = descr_v5(event, parent, *rank, &strings, handles);
-                            ((*self.v5).startEvent)(context, &mut handle, &mut d)
+                            start(context, &raw mut handle, &raw mut d)
                         }
-                        7 => {
+                        Start::V6(start) => {
+                            let mut d = descr_v6(event, parent, *rank, &strings, handles);
+                            start(context, &raw mut handle, &raw mut d)
+                        }
+                        Start::V7(start) => {
                             let mut d = descr_v7(event, parent, *rank, &strings, handles);
-                            ((*self.v7).startEvent)(context, &mut handle, &mut d)
-                        }
-                        _ => {
-                            let d5 = descr_v5(event, parent, *rank, &strings, handles);
-                            let mut d: DescrV6 = std::mem::zeroed();
-                            d.type_ = d5.type_;
-                            d.parentObj = d5.parentObj;
-                            d.rank = d5.rank;
-                            std::ptr::copy_nonoverlapping(std::ptr::addr_of!(d5.u).cast::<u8>(), std::ptr::addr_of_mut!(d.u).cast::<u8>(), std::mem::size_of::<abi::DescrUnionV5>());
-                            ((*self.v6).startEvent)(context, &mut handle, &mut d)
+                            start(context, &raw mut handle, &raw mut d)
                         }
                     }
                 };
@@ -177,27 +187,13 @@ impl Plugin {
                 }
                 let handle = handle_of(id, handles);
                 // SAFETY: the table's function has the ABI's signature; args lives for the call.
-                unsafe {
-                    match self.abi {
-                        4 => ((*self.v4).recordEventState)(handle, *state, &mut args),
-                        5 => ((*self.v5).recordEventState)(handle, *state, &mut args),
-                        7 => ((*self.v7).recordEventState)(handle, *state, &mut args),
-                        _ => ((*self.v6).recordEventState)(handle, *state, &mut args),
-                    }
-                };
+                unsafe { (self.record)(handle, *state, &raw mut args) };
             }
             Record::Stop { id, .. } => {
                 // NCCL keeps a stopped task's handle as its children's parent: so does the map.
                 let handle = handle_of(id, handles);
                 // SAFETY: as above.
-                unsafe {
-                    match self.abi {
-                        4 => ((*self.v4).stopEvent)(handle),
-                        5 => ((*self.v5).stopEvent)(handle),
-                        7 => ((*self.v7).stopEvent)(handle),
-                        _ => ((*self.v6).stopEvent)(handle),
-                    }
-                };
+                unsafe { (self.stop)(handle) };
             }
         }
         Ok(())
@@ -250,86 +246,85 @@ fn type_of(event: &Event) -> u64 {
     }
 }
 
-fn descr_v5(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV5 {
-    // SAFETY: all-zero is a valid descriptor (null pointers, zero numbers), as NCCL starts from `= {0}`.
-    let mut d: DescrV5 = unsafe { std::mem::zeroed() };
-    d.type_ = type_of(event);
-    d.parentObj = parent;
-    d.rank = rank;
-    let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
-    match event {
-        Event::Coll { seq, count, root, channels, warps, group: g, .. } => {
-            d.u.coll = abi::CollV5 {
-                seqNumber: *seq,
-                func: s.func.as_ptr(),
-                sendBuff: std::ptr::null(),
-                recvBuff: std::ptr::null_mut(),
-                count: *count as usize,
-                root: *root,
-                datatype: s.datatype.as_ptr(),
-                nChannels: *channels,
-                nWarps: *warps,
-                algo: s.algo.as_ptr(),
-                proto: s.proto.as_ptr(),
-                parentGroup: group(g),
-            };
+/// A collective's member of descriptor type `$ty` (v4's fields, then the version's own `$field`s).
+macro_rules! coll {
+    ($ty:ident, $s:expr, $seq:expr, $count:expr, $root:expr, $channels:expr, $warps:expr $(, $field:ident: $value:expr)*) => {
+        abi::$ty {
+            seqNumber: $seq,
+            func: $s.func.as_ptr(),
+            sendBuff: std::ptr::null(),
+            recvBuff: std::ptr::null_mut(),
+            count: $count as usize,
+            root: $root,
+            datatype: $s.datatype.as_ptr(),
+            nChannels: $channels,
+            nWarps: $warps,
+            algo: $s.algo.as_ptr(),
+            proto: $s.proto.as_ptr(),
+            $($field: $value,)*
         }
-        Event::P2p { count, peer, channels, group: g, .. } => {
-            d.u.p2p = abi::P2pV5 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels, parentGroup: group(g) };
-        }
-        Event::ProxyOp { channel, peer, steps, chunk, send } => {
-            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
-        }
-        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
-        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
-        Event::CollApi { count, root, .. } => {
-            d.u.collApi = abi::CollApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), root: *root, stream: std::ptr::null_mut(), graphCaptured: false };
-        }
-        Event::P2pApi { count, .. } => {
-            d.u.p2pApi = abi::P2pApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), stream: std::ptr::null_mut(), graphCaptured: false };
-        }
-        Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
-        Event::Group | Event::KernelLaunch | Event::KernelPhase { .. } | Event::Other { .. } => {}
-    }
-    d
+    };
 }
+
+/// A point-to-point call's member, likewise.
+macro_rules! p2p {
+    ($ty:ident, $s:expr, $count:expr, $peer:expr, $channels:expr $(, $field:ident: $value:expr)*) => {
+        abi::$ty { func: $s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: $s.datatype.as_ptr(), count: $count as usize, peer: $peer, nChannels: $channels, $($field: $value,)* }
+    };
+}
+
+/// A zeroed descriptor of type `$descr` for `$event` (as NCCL starts from `= {0}`), the members every
+/// version lays out alike (proxy operation and step, kernel channel) filled, then `$arms` for the rest.
+macro_rules! descriptor {
+    ($descr:ty, $event:expr, $parent:expr, $rank:expr, |$d:ident| { $($arms:tt)* }) => {{
+        // SAFETY: all-zero is a valid descriptor (null pointers, zero numbers).
+        let mut $d: $descr = unsafe { std::mem::zeroed() };
+        $d.type_ = type_of($event) as _;
+        $d.parentObj = $parent;
+        $d.rank = $rank;
+        match $event {
+            Event::ProxyOp { channel, peer, steps, chunk, send } => {
+                $d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
+            }
+            Event::ProxyStep { step } => $d.u.proxyStep = abi::ProxyStep { step: *step },
+            Event::KernelCh { channel, ptimer } => $d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
+            $($arms)*
+        }
+        $d
+    }};
+}
+
+/// v5's descriptor (v6's has v5's members at v5's offsets: [`descr_v6`]).
+macro_rules! descr_v5_layout {
+    ($name:ident, $descr:ty) => {
+        fn $name(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> $descr {
+            let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
+            descriptor!($descr, event, parent, rank, |d| {
+                Event::Coll { seq, count, root, channels, warps, group: g, .. } => d.u.coll = coll!(CollV5, s, *seq, *count, *root, *channels, *warps, parentGroup: group(g)),
+                Event::P2p { count, peer, channels, group: g, .. } => d.u.p2p = p2p!(P2pV5, s, *count, *peer, *channels, parentGroup: group(g)),
+                Event::CollApi { count, root, .. } => {
+                    d.u.collApi = abi::CollApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), root: *root, stream: std::ptr::null_mut(), graphCaptured: false };
+                }
+                Event::P2pApi { count, .. } => {
+                    d.u.p2pApi = abi::P2pApi { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), stream: std::ptr::null_mut(), graphCaptured: false };
+                }
+                Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
+                Event::Group | Event::KernelLaunch | Event::KernelPhase { .. } | Event::Other { .. } => {}
+            })
+        }
+    };
+}
+descr_v5_layout!(descr_v5, DescrV5);
+descr_v5_layout!(descr_v6, DescrV6);
 
 /// v7's descriptor, every member in v7's own layout (tags last in the members that grew).
 fn descr_v7(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV7 {
-    // SAFETY: as in descr_v5.
-    let mut d: DescrV7 = unsafe { std::mem::zeroed() };
-    d.type_ = type_of(event);
-    d.parentObj = parent;
-    d.rank = rank;
     let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
-    match event {
+    descriptor!(DescrV7, event, parent, rank, |d| {
         Event::Coll { seq, count, root, channels, warps, group: g, tag, sym, .. } => {
-            d.u.coll = abi::CollV7 {
-                seqNumber: *seq,
-                func: s.func.as_ptr(),
-                sendBuff: std::ptr::null(),
-                recvBuff: std::ptr::null_mut(),
-                count: *count as usize,
-                root: *root,
-                datatype: s.datatype.as_ptr(),
-                nChannels: *channels,
-                nWarps: *warps,
-                algo: s.algo.as_ptr(),
-                proto: s.proto.as_ptr(),
-                parentGroup: group(g),
-                kernelVariant: s.variant.as_ptr(),
-                isSymColl: *sym,
-                userTag: *tag,
-            };
+            d.u.coll = coll!(CollV7, s, *seq, *count, *root, *channels, *warps, parentGroup: group(g), kernelVariant: s.variant.as_ptr(), isSymColl: *sym, userTag: *tag);
         }
-        Event::P2p { count, peer, channels, group: g, tag, .. } => {
-            d.u.p2p = abi::P2pV7 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels, parentGroup: group(g), userTag: *tag };
-        }
-        Event::ProxyOp { channel, peer, steps, chunk, send } => {
-            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
-        }
-        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
-        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
+        Event::P2p { count, peer, channels, group: g, tag, .. } => d.u.p2p = p2p!(P2pV7, s, *count, *peer, *channels, parentGroup: group(g), userTag: *tag),
         Event::KernelPhase { channel, phase, ptimer } => d.u.kernelPhase = abi::KernelPhase { channelId: *channel, phaseId: *phase, phaseName: s.variant.as_ptr(), pTimer: *ptimer },
         Event::CollApi { count, root, .. } => {
             d.u.collApi = abi::CollApiV7 { func: s.func.as_ptr(), count: *count as usize, datatype: s.datatype.as_ptr(), root: *root, stream: std::ptr::null_mut(), graphCaptured: false, userTag: 0 };
@@ -339,46 +334,22 @@ fn descr_v7(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles:
         }
         Event::GroupApi { depth } => d.u.groupApi = abi::GroupApi { graphCaptured: false, groupDepth: *depth },
         Event::Group | Event::KernelLaunch | Event::Other { .. } => {}
-    }
-    d
+    })
 }
 
 /// v4 knows no API events: the player skips them (NCCL's v4 adapter does too) by sending them as types v4's
 /// plugin ignores. A collective's and a point-to-point call's parent is their group.
 fn descr_v4(event: &Event, parent: *mut c_void, rank: i32, s: &Strings, handles: &HashMap<u64, *mut c_void>) -> DescrV4 {
-    // SAFETY: as in descr_v5.
-    let mut d: DescrV4 = unsafe { std::mem::zeroed() };
-    d.type_ = type_of(event) as u8;
-    d.parentObj = parent;
-    d.rank = rank;
     let group = |g: &u64| handles.get(g).copied().unwrap_or(std::ptr::null_mut());
-    match event {
+    descriptor!(DescrV4, event, parent, rank, |d| {
         Event::Coll { seq, count, root, channels, warps, group: g, .. } => {
             d.parentObj = group(g);
-            d.u.coll = abi::CollV4 {
-                seqNumber: *seq,
-                func: s.func.as_ptr(),
-                sendBuff: std::ptr::null(),
-                recvBuff: std::ptr::null_mut(),
-                count: *count as usize,
-                root: *root,
-                datatype: s.datatype.as_ptr(),
-                nChannels: *channels,
-                nWarps: *warps,
-                algo: s.algo.as_ptr(),
-                proto: s.proto.as_ptr(),
-            };
+            d.u.coll = coll!(CollV4, s, *seq, *count, *root, *channels, *warps);
         }
         Event::P2p { count, peer, channels, group: g, .. } => {
             d.parentObj = group(g);
-            d.u.p2p = abi::P2pV4 { func: s.func.as_ptr(), buff: std::ptr::null_mut(), datatype: s.datatype.as_ptr(), count: *count as usize, peer: *peer, nChannels: *channels };
+            d.u.p2p = p2p!(P2pV4, s, *count, *peer, *channels);
         }
-        Event::ProxyOp { channel, peer, steps, chunk, send } => {
-            d.u.proxyOp = abi::ProxyOp { pid: std::process::id() as i32, channelId: *channel, peer: *peer, nSteps: *steps, chunkSize: *chunk, isSend: i32::from(*send) };
-        }
-        Event::ProxyStep { step } => d.u.proxyStep = abi::ProxyStep { step: *step },
-        Event::KernelCh { channel, ptimer } => d.u.kernelCh = abi::KernelCh { channelId: *channel, pTimer: *ptimer },
         _ => {}
-    }
-    d
+    })
 }
