@@ -71,7 +71,17 @@ fn rule(fault: Fault) -> &'static str {
 
 /// Runs `efatop check --format FORMAT` on `node`; with `rising`, the victim's impaired counter grows
 /// every 10 ms while it runs.
-fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
+fn check(node: &FakeNode, format: &'static str, rising: bool) -> common::Run {
+    in_formats(node, &[format], rising).pop().expect("one run").1
+}
+
+/// Runs `efatop check` on `node` in each of `formats`, all at once, in their order. Each run is a process
+/// that mostly waits, to be loaded and on its window (100 ms, 500 ms with `rising`), and the runs of one
+/// node are independent: one after another, this file's thousand-odd runs were most of its 11 minutes on
+/// the loaded 2-core CI machine (docs/testing.md). With `rising`, one thread grows the victim's impaired
+/// counter every 10 ms while they run (one, so that the counter only ever grows: two bumpers could write
+/// it back).
+fn in_formats(node: &FakeNode, formats: &[&'static str], rising: bool) -> Vec<(&'static str, common::Run)> {
     let root = node.root().to_str().expect("utf-8").to_string();
     let window = if rising { "500ms" } else { "100ms" };
     let stop = Arc::new(AtomicBool::new(false));
@@ -84,12 +94,21 @@ fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
             }
         })
     });
-    let run = efatop(&["check", "--sysfs-root", &root, "--window", window, "--format", format]);
+    let runs = std::thread::scope(|scope| {
+        let started: Vec<_> = formats
+            .iter()
+            .map(|&format| {
+                let root = root.as_str();
+                (format, scope.spawn(move || efatop(&["check", "--sysfs-root", root, "--window", window, "--format", format])))
+            })
+            .collect();
+        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+    });
     stop.store(true, Ordering::Relaxed);
     if let Some(bumper) = bumper {
         bumper.join().expect("bumper");
     }
-    run
+    runs
 }
 
 /// Asserts that `run` (format `format`) names exactly one problem, by `rule`, about `subject`, saying
@@ -200,17 +219,31 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
     }
 }
 
+/// `fault` (or nothing) planted on a node of every type, checked in every format. The types' nodes are
+/// written and checked each on a thread of its own: with its formats checked at once, writing a type's
+/// fake tree (1.2 to 1.5 s of wall time here) was most of its time. A rising counter is checked one type
+/// at a time, so that its bumper (every 10 ms) is never crowded out of a 500 ms window by 40 processes.
 fn every_format(fault: Option<Fault>) {
-    for instance_type in TYPES {
+    let rising = fault == Some(Fault::ImpairedRising);
+    let one_type = |instance_type: &'static str| {
         let dir = tempfile::tempdir().expect("tempdir");
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let subject = fault.map(|fault| node.plant(fault).expect("plant"));
-        for format in FORMATS {
-            let run = check(&node, format, fault == Some(Fault::ImpairedRising));
+        for (format, run) in in_formats(&node, &FORMATS, rising) {
             let what = format!("{instance_type} {}", fault.map_or_else(|| "healthy".to_string(), Fault::name));
             assert_names(&run, format, fault.zip(subject.as_deref()), instance_type, &what);
         }
+    };
+    if rising {
+        TYPES.into_iter().for_each(one_type);
+        return;
     }
+    std::thread::scope(|scope| {
+        let types: Vec<_> = TYPES.into_iter().map(|instance_type| scope.spawn(move || one_type(instance_type))).collect();
+        for checked in types {
+            checked.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    });
 }
 
 #[test]
@@ -270,9 +303,9 @@ fn one_xid_of_each_class_is_named_with_the_catalogs_action_in_every_format() {
     }
 }
 
-/// Runs `check` on `node` in every format.
+/// Runs `check` on `node` in every format (all at once: [`in_formats`]).
 fn every_format_of(node: &FakeNode) -> Vec<(&'static str, common::Run)> {
-    FORMATS.iter().map(|format| (*format, check(node, format, false))).collect()
+    in_formats(node, &FORMATS, false)
 }
 
 /// Asserts that every format says `line` (`reboot: GPU 1 Xid 79; watch: GPU 0 Xid 31`), exit 1.
@@ -813,6 +846,15 @@ fn check_within_budget(root: &std::path::Path, format: &str, window: &str) -> co
     )
 }
 
+/// [`check_within_budget`] in every format, all at once (as [`in_formats`]), in their order; each run
+/// is still killed (and failed) past the budget on its own.
+fn every_format_within_budget(root: &std::path::Path, window: &str) -> Vec<(&'static str, common::Run)> {
+    std::thread::scope(|scope| {
+        let started: Vec<_> = FORMATS.iter().map(|&format| (format, scope.spawn(move || check_within_budget(root, format, window)))).collect();
+        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+    })
+}
+
 fn mkfifo(path: &std::path::Path) {
     if path.exists() {
         std::fs::remove_file(path).expect("remove");
@@ -910,8 +952,7 @@ fn pcie_links_down_are_problems_calling_for_a_reboot_in_every_format() {
             (format!("GPU {}", gpus[0].0), "PCIe link is down: trained at x16 Unknown".to_string()),
             (format!("GPU {}", gpus[1].0), "PCIe link is down".to_string()),
         ];
-        for format in FORMATS {
-            let run = check_within_budget(node.root(), format, "10ms");
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             assert_findings(&run, format, "pcie-link", "problem", "reboot", &named, &format!("{instance_type} links down"));
             if format != "json" && format != "table" {
                 assert!(run.stdout.contains("PCIe link down"), "{instance_type} {format}: {}", run.stdout);
@@ -946,8 +987,7 @@ fn pcie_link_files_that_cannot_be_read_are_unknown_naming_the_file_in_every_form
             .into_iter()
             .map(|(subject, words)| (subject, if instance_type.starts_with("p4") { words.replace("x32 32 GT/s, above its max x16", "x32 16 GT/s, above its max x16") } else { words }))
             .collect();
-        for format in FORMATS {
-            let run = check_within_budget(node.root(), format, "10ms");
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             assert_findings(&run, format, "pcie-link", "unknown", "watch", &named, &format!("{instance_type} unreadable links"));
         }
     }
@@ -982,9 +1022,8 @@ fn counters_that_hold_no_count_are_unknown_naming_each_file_and_a_fifo_does_not_
             }
             words.push(format!("{}: {says}", path.display()));
         }
-        for format in FORMATS {
-            // Ended within the budget (killed and failed otherwise), the FIFO named.
-            let run = check_within_budget(node.root(), format, "10ms");
+        // Each ended within the budget (killed and failed otherwise), the FIFO named.
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             let named: Vec<(String, String)> = words.iter().map(|words| (victim.clone(), words.clone())).collect();
             // One finding about the NIC names every file.
             let one = &named[..1];
