@@ -69,11 +69,34 @@ fn rule(fault: Fault) -> &'static str {
     }
 }
 
+/// A temporary directory for a fake node, on tmpfs (`/dev/shm`) where there is one: a fake tree is
+/// thousands of small files, written here in 0.6 s on tmpfs against 2.5 s on the loaded CI machine's disk,
+/// and a counter that a test rewrites during a check's window (write, then rename) never waits there on a
+/// file system's journal behind other programs' writes.
+fn node_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("efatop-check-")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temporary directory")
+}
+
 /// Runs `efatop check --format FORMAT` on `node`; with `rising`, the victim's impaired counter grows
 /// every 10 ms while it runs.
-fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
+fn check(node: &FakeNode, format: &'static str, rising: bool) -> common::Run {
+    in_formats(node, &[format], rising).pop().expect("one run").1
+}
+
+/// Runs `efatop check` on `node` in each of `formats`, all at once, in their order. Each run is a process
+/// that mostly waits, to be loaded and on its window (100 ms; 2 s, check's default, with `rising`), and
+/// the runs of one node are independent: one after another, this file's thousand-odd runs were most of its 11 minutes on
+/// the loaded 2-core CI machine (docs/testing.md). With `rising`, one thread grows the victim's impaired
+/// counter every 10 ms while they run (one, so that the counter only ever grows: two bumpers could write
+/// it back).
+fn in_formats(node: &FakeNode, formats: &[&'static str], rising: bool) -> Vec<(&'static str, common::Run)> {
     let root = node.root().to_str().expect("utf-8").to_string();
-    let window = if rising { "500ms" } else { "100ms" };
+    // Rising: check's default window, so that the bumper has two seconds to be seen.
+    let window = if rising { "2s" } else { "100ms" };
     let stop = Arc::new(AtomicBool::new(false));
     let bumper = rising.then(|| {
         let (node, stop) = (node.clone(), stop.clone());
@@ -84,12 +107,21 @@ fn check(node: &FakeNode, format: &str, rising: bool) -> common::Run {
             }
         })
     });
-    let run = efatop(&["check", "--sysfs-root", &root, "--window", window, "--format", format]);
+    let runs = std::thread::scope(|scope| {
+        let started: Vec<_> = formats
+            .iter()
+            .map(|&format| {
+                let root = root.as_str();
+                (format, scope.spawn(move || efatop(&["check", "--sysfs-root", root, "--window", window, "--format", format])))
+            })
+            .collect();
+        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+    });
     stop.store(true, Ordering::Relaxed);
     if let Some(bumper) = bumper {
         bumper.join().expect("bumper");
     }
-    run
+    runs
 }
 
 /// Asserts that `run` (format `format`) names exactly one problem, by `rule`, about `subject`, saying
@@ -200,17 +232,30 @@ fn assert_flagged(run: &common::Run, format: &str, fault: Option<Named<'_>>, wha
     }
 }
 
+/// `fault` (or nothing) planted on a node of every type, checked in every format. The types' nodes are
+/// written and checked each on a thread of its own, but for a rising counter: one type at a time, so that
+/// its bumper (every 10 ms) is never crowded out of the window by 40 processes.
 fn every_format(fault: Option<Fault>) {
-    for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+    let rising = fault == Some(Fault::ImpairedRising);
+    let one_type = |instance_type: &'static str| {
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let subject = fault.map(|fault| node.plant(fault).expect("plant"));
-        for format in FORMATS {
-            let run = check(&node, format, fault == Some(Fault::ImpairedRising));
+        for (format, run) in in_formats(&node, &FORMATS, rising) {
             let what = format!("{instance_type} {}", fault.map_or_else(|| "healthy".to_string(), Fault::name));
             assert_names(&run, format, fault.zip(subject.as_deref()), instance_type, &what);
         }
+    };
+    if rising {
+        TYPES.into_iter().for_each(one_type);
+        return;
     }
+    std::thread::scope(|scope| {
+        let types: Vec<_> = TYPES.into_iter().map(|instance_type| scope.spawn(move || one_type(instance_type))).collect();
+        for checked in types {
+            checked.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    });
 }
 
 #[test]
@@ -270,9 +315,9 @@ fn one_xid_of_each_class_is_named_with_the_catalogs_action_in_every_format() {
     }
 }
 
-/// Runs `check` on `node` in every format.
+/// Runs `check` on `node` in every format (all at once: [`in_formats`]).
 fn every_format_of(node: &FakeNode) -> Vec<(&'static str, common::Run)> {
-    FORMATS.iter().map(|format| (*format, check(node, format, false))).collect()
+    in_formats(node, &FORMATS, false)
 }
 
 /// Asserts that every format says `line` (`reboot: GPU 1 Xid 79; watch: GPU 0 Xid 31`), exit 1.
@@ -319,7 +364,7 @@ fn assert_unknown(runs: &[(&str, common::Run)], short: &str, what: &str) {
 #[test]
 fn a_flood_of_one_xid_does_not_hide_a_worse_one_in_any_format() {
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let layout = efatop_topology::instance_layout(instance_type).expect("known").expect("loads");
         node.log_xids(&layout.gpus[0].pci_bus_id, 31, 12_000).expect("flood");
@@ -340,7 +385,7 @@ fn a_flood_of_one_xid_does_not_hide_a_worse_one_in_any_format() {
 #[test]
 fn only_xids_since_the_driver_loaded_count_and_79_again_is_replace_in_every_format() {
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let (gpu, address) = node.victim_gpu();
         node.log_xid(&address, 79).expect("79");
@@ -368,7 +413,7 @@ fn only_xids_since_the_driver_loaded_count_and_79_again_is_replace_in_every_form
 #[test]
 fn an_unreadable_kernel_log_is_unknown_exit_2_in_every_format() {
     for (at, instance_type) in TYPES.iter().enumerate() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let log = dir.path().join("dev/kmsg");
         std::fs::remove_file(&log).expect("remove");
@@ -401,7 +446,7 @@ fn an_unreadable_kernel_log_is_unknown_exit_2_in_every_format() {
 /// what was read stays a fault, exit 1.
 #[test]
 fn a_kernel_log_not_read_to_its_end_is_unknown_unless_a_fault_was_read() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p6e-gb200.36xlarge").expect("fake node");
     let log = dir.path().join("dev/kmsg");
     let clean = std::fs::read_to_string(&log).expect("log");
@@ -452,7 +497,7 @@ fn the_kernel_log_device_is_read_through_sysfs_root() {
         return;
     }
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = on_the_real_kernel_log(dir.path(), instance_type);
         for (format, run) in every_format_of(&node) {
             let context = format!("{instance_type} --format {format}\n{}\n{}", run.stdout, run.stderr);
@@ -525,7 +570,7 @@ fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
     let before: Vec<u64> = TYPES
         .iter()
         .map(|instance_type| {
-            let dir = tempfile::tempdir().expect("tempdir");
+            let dir = node_dir();
             let node = on_the_real_kernel_log(dir.path(), instance_type);
             add_test_gpu(dir.path());
             test_gpu_79s(&report_of(check(&node, "json", false).stdout.trim())).0
@@ -539,7 +584,7 @@ fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
     let line = format!("NVRM: Xid (PCI:{TEST_GPU}): 79, pid=0, GPU has fallen off the bus. ({token})\n");
     std::fs::OpenOptions::new().write(true).open("/dev/kmsg").expect("open /dev/kmsg").write_all(line.as_bytes()).expect("write /dev/kmsg");
     for (instance_type, before) in TYPES.iter().zip(before) {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = on_the_real_kernel_log(dir.path(), instance_type);
         add_test_gpu(dir.path());
         let runs = every_format_of(&node);
@@ -567,7 +612,7 @@ fn an_xid_written_to_the_kernel_log_is_named_for_the_gpu_at_its_address() {
 /// reason names both. The same node healthy says `none` and exits 0.
 #[test]
 fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_reboot_and_names_both() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake p5");
     let healthy = check(&node, "json", false);
     assert_eq!(healthy.code, Some(0), "{}{}", healthy.stdout, healthy.stderr);
@@ -613,7 +658,7 @@ fn a_p5_with_xid_79_on_gpu_3_and_an_efa_at_x8_is_reboot_and_names_both() {
 #[test]
 fn the_newer_drivers_counters_are_watched_on_efa_v3_and_v4_nodes() {
     for instance_type in ["p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge"] {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let victim = node.victim();
         let root = node.root().to_str().expect("utf-8").to_string();
@@ -643,7 +688,7 @@ fn the_newer_drivers_counters_are_watched_on_efa_v3_and_v4_nodes() {
 
 #[test]
 fn several_faults_fit_one_npd_line_worst_first_and_the_rest_counted() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     for fault in [Fault::PortDown, Fault::WrongNuma, Fault::LowMemlock] {
         node.plant(fault).expect("plant");
@@ -718,7 +763,7 @@ fn traffic_of(run: &common::Run) -> (Value, Value) {
 
 #[test]
 fn traffic_over_tcp_and_shm_passes_on_a_healthy_node_and_says_what_carried_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     for (provider, stack, carrier) in [("tcp", "tcp;ofi_rxm", "loopback"), ("shm", "shm", "shared_memory")] {
         for format in FORMATS {
@@ -750,7 +795,7 @@ fn traffic_over_tcp_and_shm_passes_on_a_healthy_node_and_says_what_carried_it() 
 
 #[test]
 fn a_corrupt_write_names_its_nic_and_provider_in_every_format() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     // The sweep's first round has rank 0 write rank 1: the first channel rank 1 verifies is its channel 0.
     let json = check_traffic(&node, "tcp", "json", true);
@@ -811,6 +856,15 @@ fn check_within_budget(root: &std::path::Path, format: &str, window: &str) -> co
         &["check", "--sysfs-root", root, "--window", window, "--format", format],
         BUDGET,
     )
+}
+
+/// [`check_within_budget`] in every format, all at once (as [`in_formats`]), in their order; each run
+/// is still killed (and failed) past the budget on its own.
+fn every_format_within_budget(root: &std::path::Path, window: &str) -> Vec<(&'static str, common::Run)> {
+    std::thread::scope(|scope| {
+        let started: Vec<_> = FORMATS.iter().map(|&format| (format, scope.spawn(move || check_within_budget(root, format, window)))).collect();
+        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+    })
 }
 
 fn mkfifo(path: &std::path::Path) {
@@ -886,8 +940,11 @@ fn assert_findings(run: &common::Run, format: &str, rule: &str, status: &str, ac
     }
 }
 
+/// Devices of a fake node by (name or index, PCI address).
+type Devices<Name> = Vec<(Name, String)>;
+
 /// A fake node of `instance_type`, its layout's EFA names and (index, PCI address) of its GPUs.
-fn fake(dir: &std::path::Path, instance_type: &str) -> (FakeNode, Vec<(String, String)>, Vec<(usize, String)>) {
+fn fake(dir: &std::path::Path, instance_type: &str) -> (FakeNode, Devices<String>, Devices<usize>) {
     let node = FakeNode::write(dir, instance_type).expect("fake node");
     let layout = efatop_topology::instance_layout(instance_type).expect("known").expect("loads");
     let gpus = layout.gpus.iter().map(|gpu| (gpu.index, gpu.pci_bus_id.clone())).collect();
@@ -898,7 +955,7 @@ fn fake(dir: &std::path::Path, instance_type: &str) -> (FakeNode, Vec<(String, S
 #[test]
 fn pcie_links_down_are_problems_calling_for_a_reboot_in_every_format() {
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let (node, efa, gpus) = fake(dir.path(), instance_type);
         // Each as the kernel shows a link that is down, one file at a time: width 0; `Unknown`; older
         // kernels' `Unknown speed`.
@@ -910,8 +967,7 @@ fn pcie_links_down_are_problems_calling_for_a_reboot_in_every_format() {
             (format!("GPU {}", gpus[0].0), "PCIe link is down: trained at x16 Unknown".to_string()),
             (format!("GPU {}", gpus[1].0), "PCIe link is down".to_string()),
         ];
-        for format in FORMATS {
-            let run = check_within_budget(node.root(), format, "10ms");
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             assert_findings(&run, format, "pcie-link", "problem", "reboot", &named, &format!("{instance_type} links down"));
             if format != "json" && format != "table" {
                 assert!(run.stdout.contains("PCIe link down"), "{instance_type} {format}: {}", run.stdout);
@@ -923,7 +979,7 @@ fn pcie_links_down_are_problems_calling_for_a_reboot_in_every_format() {
 #[test]
 fn pcie_link_files_that_cannot_be_read_are_unknown_naming_the_file_in_every_format() {
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let (node, efa, gpus) = fake(dir.path(), instance_type);
         let file = |address: &str, name: &str| node.link_file(address, name).expect("link file");
         let last = efa.last().expect("an EFA");
@@ -946,8 +1002,7 @@ fn pcie_link_files_that_cannot_be_read_are_unknown_naming_the_file_in_every_form
             .into_iter()
             .map(|(subject, words)| (subject, if instance_type.starts_with("p4") { words.replace("x32 32 GT/s, above its max x16", "x32 16 GT/s, above its max x16") } else { words }))
             .collect();
-        for format in FORMATS {
-            let run = check_within_budget(node.root(), format, "10ms");
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             assert_findings(&run, format, "pcie-link", "unknown", "watch", &named, &format!("{instance_type} unreadable links"));
         }
     }
@@ -968,7 +1023,7 @@ const GARBAGE: [(&str, &str, &str); 8] = [
 #[test]
 fn counters_that_hold_no_count_are_unknown_naming_each_file_and_a_fifo_does_not_stall_the_check() {
     for instance_type in TYPES {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = node_dir();
         let node = FakeNode::write(dir.path(), instance_type).expect("fake node");
         let victim = node.victim();
         let mut words = Vec::new();
@@ -982,9 +1037,8 @@ fn counters_that_hold_no_count_are_unknown_naming_each_file_and_a_fifo_does_not_
             }
             words.push(format!("{}: {says}", path.display()));
         }
-        for format in FORMATS {
-            // Ended within the budget (killed and failed otherwise), the FIFO named.
-            let run = check_within_budget(node.root(), format, "10ms");
+        // Each ended within the budget (killed and failed otherwise), the FIFO named.
+        for (format, run) in every_format_within_budget(node.root(), "10ms") {
             let named: Vec<(String, String)> = words.iter().map(|words| (victim.clone(), words.clone())).collect();
             // One finding about the NIC names every file.
             let one = &named[..1];
@@ -1001,7 +1055,7 @@ fn counters_that_hold_no_count_are_unknown_naming_each_file_and_a_fifo_does_not_
 
 #[test]
 fn fifos_where_the_product_name_and_a_link_should_be_are_named_within_the_budget() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let (node, _, gpus) = fake(dir.path(), "p6e-gb200.36xlarge");
     let product_name = node.root().join("sys/class/dmi/id/product_name");
     mkfifo(&product_name);
@@ -1020,7 +1074,7 @@ fn fifos_where_the_product_name_and_a_link_should_be_are_named_within_the_budget
 
 #[test]
 fn a_counter_that_goes_back_during_the_window_is_a_reset_not_growth() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     let victim = node.victim();
     for format in ["json", "npd", "table"] {
@@ -1063,7 +1117,7 @@ fn a_counter_that_goes_back_during_the_window_is_a_reset_not_growth() {
 
 #[test]
 fn a_crafted_product_name_is_escaped_and_capped_in_every_format() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path(), "p5.48xlarge").expect("fake node");
     let product_name = node.root().join("sys/class/dmi/id/product_name");
     // Retitles the terminal, clears the screen, reverses the text after it.
@@ -1098,7 +1152,7 @@ fn a_crafted_product_name_is_escaped_and_capped_in_every_format() {
 
 #[test]
 fn write_fake_refuses_a_directory_that_is_not_empty_and_writes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let gb200 = dir.path().join("gb200");
     let written = efatop(&["check", "--write-fake", gb200.to_str().expect("utf-8"), "--instance-type", "p6e-gb200.36xlarge"]);
     assert_eq!(written.code, Some(0), "{}", written.stderr);
@@ -1135,7 +1189,7 @@ fn write_fake_refuses_a_directory_that_is_not_empty_and_writes_nothing() {
 
 #[test]
 fn a_failing_scontrol_leaves_a_faulty_node_at_exit_1_with_one_line_saying_why() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = node_dir();
     let node = FakeNode::write(dir.path().join("node"), "p5.48xlarge").expect("fake node");
     node.plant(Fault::PortDown).expect("plant");
     // An scontrol that fails as one does when slurmctld is away: several lines on stderr.

@@ -167,22 +167,8 @@ fn writes_counted_as_sends_on_a_fake_efa_device_label_the_run_emulated() {
     // The fake device's send counter is the loopback interface's transmit counter, so it grows with the
     // run's own tcp traffic between two local ranks (which the kernel carries over lo), step by step,
     // while its rdma_write_bytes stays as written: an EFA device that moved the writes as sends.
-    // A counter is a regular file (sysfs's are; the reader refuses a link), so a thread copies lo's counter
-    // into it every millisecond while the run goes, each copy renamed into place.
-    let send_bytes = fake.counter_path("rdmap79s0", "send_bytes");
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let copier = {
-        let (done, send_bytes) = (std::sync::Arc::clone(&done), send_bytes.clone());
-        std::thread::spawn(move || {
-            let staged = send_bytes.with_extension("staged");
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let now = std::fs::read_to_string("/sys/class/net/lo/statistics/tx_bytes").expect("lo's tx_bytes");
-                std::fs::write(&staged, now).expect("stage");
-                std::fs::rename(&staged, &send_bytes).expect("rename");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        })
-    };
+    // A regular file that follows lo's counter while the run goes (common::LiveCounter).
+    let send_bytes = common::LiveCounter::follow("/sys/class/net/lo/statistics/tx_bytes", fake.counter_path("rdmap79s0", "send_bytes"));
     let rdma_write_before = fake.get("rdmap79s0", "rdma_write_bytes").expect("counter");
     let out = dir.path().join("fake.json");
     let run = efatop(&[
@@ -190,8 +176,7 @@ fn writes_counted_as_sends_on_a_fake_efa_device_label_the_run_emulated() {
         "--iters", "4", "--warmup", "1", "--no-tui", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0",
         "--out", out.to_str().expect("utf-8"),
     ]);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    copier.join().expect("copier");
+    send_bytes.stop();
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(fake.get("rdmap79s0", "rdma_write_bytes").expect("counter"), rdma_write_before, "only sends grew");
     let results = results(&out);

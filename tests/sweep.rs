@@ -185,28 +185,13 @@ fn retransmits_come_from_each_channels_nic_counters_where_it_has_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("p5");
     let fake = FakeSysfs::p5(&root).expect("fake p5 tree");
-    // A counter is a regular file (sysfs's are; the reader refuses a link), so a thread copies lo's packet
-    // count into it every millisecond while the sweep goes, each copy renamed into place.
-    let retrans = fake.counter_path("rdmap79s0", "retrans_pkts");
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let copier = {
-        let (done, retrans) = (std::sync::Arc::clone(&done), retrans.clone());
-        std::thread::spawn(move || {
-            let staged = retrans.with_extension("staged");
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let now = std::fs::read_to_string("/sys/class/net/lo/statistics/tx_packets").expect("lo's tx_packets");
-                std::fs::write(&staged, now).expect("stage");
-                std::fs::rename(&staged, &retrans).expect("rename");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        })
-    };
+    // A regular file that follows lo's packet count while the sweep goes (common::LiveCounter).
+    let retrans = common::LiveCounter::follow("/sys/class/net/lo/statistics/tx_packets", fake.counter_path("rdmap79s0", "retrans_pkts"));
     let run = efatop(&[
         "run", "--ranks", "2", "sweep", "--provider", "tcp", "--channels", "2", "--size", "1M", "--iters", "4", "--warmup",
         "1", "--json", "--no-cross-rail", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0,1=rdmap80s0",
     ]);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    copier.join().expect("copier");
+    retrans.stop();
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
     let figures: Vec<Value> =
         data_of(&run.stdout, "sweep_round").iter().flat_map(|round| round["figures"].as_array().cloned().unwrap_or_default()).collect();

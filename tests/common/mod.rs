@@ -486,3 +486,54 @@ pub fn data_value(line: &JsonLine) -> serde_json::Value {
     let value = serde_json::to_value(line).expect("a line serializes");
     serde::Deserialize::deserialize(value).map(|untyped: efatop_proto::output::Untyped| untyped.data).expect("a line's envelope")
 }
+
+/// A counter of a fake sysfs tree that follows a live one of this machine (lo's `tx_bytes`, say), so that
+/// it grows with a run's own traffic: a thread copies `source` into `counter` every millisecond until
+/// [`LiveCounter::stop`] (or drop). A counter is a regular file, as sysfs's are (the bounded reader refuses a
+/// link), so each copy is written beside it and renamed into place: a reader sees the old value or the new,
+/// never half a number. The first copy is made before `follow` returns.
+pub struct LiveCounter {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    copier: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveCounter {
+    pub fn follow(source: impl Into<PathBuf>, counter: impl Into<PathBuf>) -> Self {
+        let (source, counter) = (source.into(), counter.into());
+        let staged = counter.with_extension("staged");
+        let copy = move || {
+            let now = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+            std::fs::write(&staged, now).expect("stage the counter");
+            std::fs::rename(&staged, &counter).expect("rename the counter into place");
+        };
+        copy();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let copier = {
+            let done = std::sync::Arc::clone(&done);
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    copy();
+                }
+            })
+        };
+        Self { done, copier: Some(copier) }
+    }
+
+    /// Stops copying; fails the test if a copy failed.
+    pub fn stop(mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(copier) = self.copier.take() {
+            copier.join().expect("the counter's copier");
+        }
+    }
+}
+
+impl Drop for LiveCounter {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(copier) = self.copier.take() {
+            let _ = copier.join();
+        }
+    }
+}
