@@ -194,7 +194,7 @@ fn every_abi_shows_the_figures_the_peers_and_a_fallback_to_sockets() {
         let lines = &watch.seen;
         let ranks: Vec<_> = lines.iter().filter_map(|l| if let WatchLine::Rank { host, gpu, rank, nranks: 2, abi: a, .. } = l { Some((host.clone(), gpu.clone(), *rank, *a)) } else { None }).collect();
         assert!(ranks.contains(&("node-a".into(), Some("0".into()), 0, abi)) && ranks.contains(&("node-b".into(), Some("1".into()), 1, abi)), "v{abi}: {ranks:?}");
-        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), timing: Timing::Gpu, algo, proto, .. }) = coll(lines, Func::AllReduce, GIB) else { panic!("v{abi}: {lines:#?}") };
+        let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), timing: Timing::Proxy, algo, proto, .. }) = coll(lines, Func::AllReduce, GIB) else { panic!("v{abi}: {lines:#?}") };
         assert!(close(*algbw, want_allreduce) && close(*busbw, want_allreduce), "v{abi}: allreduce 1 GiB in 20 ms on 2 ranks: algbw = busbw = {want_allreduce}, got {algbw} {busbw}");
         assert_eq!((algo.as_str(), proto.as_str()), ("RING", "SIMPLE"));
         let Some(WatchLine::Coll { algbw_gbps: Some(algbw), busbw_gbps: Some(busbw), .. }) = coll(lines, Func::AllGather, 128 * MIB) else { panic!() };
@@ -249,12 +249,13 @@ fn a_real_nccl_2_28_3_one_rank_run_shows_its_alltoalls_counted_and_untimed_throu
 
 #[test]
 fn a_real_two_rank_nccl_2_28_3_run_shows_the_figures_the_live_watcher_showed_and_replays_from_its_recording() {
-    // Two ranks on one H200 over NCCL's socket transport (tests/fixtures/nccl/README.md). On the GPU machine
-    // the live watcher showed these figures (/work/notes/gpu-43.txt, the `fixture` phase): the kernels' times
-    // come from the GPU's timers in the trace, so any ABI plays them back to the same figures; the
-    // alltoall's come from the proxy's host clock, which a playback paces only roughly.
-    let gpu_timed = [(Func::AllReduce, MIB, 5229.268), (Func::AllReduce, 2 * MIB, 4079.184), (Func::AllGather, MIB, 1803.292), (Func::AllGather, 2 * MIB, 1841.624)];
-    let proxy_timed = [(Func::AlltoAll, MIB, 2415.404), (Func::AlltoAll, 2 * MIB, 2522.246)];
+    // Two ranks on one H200 over NCCL's socket transport (tests/fixtures/nccl/README.md). Every call went
+    // through NCCL's proxy, which times it (transports/nccl-plugin/src/fold.rs); the player stamps each record
+    // with its recorded time, so any ABI plays them back to the same figures however busy the machine. The
+    // driver's own timing of 3 calls after a warm-up (the watcher's means hold the warm-up too):
+    let timed = [(Func::AllReduce, 2 * MIB, 4680.0), (Func::AllGather, MIB, 2495.0), (Func::AllGather, 2 * MIB, 2545.0), (Func::AlltoAll, MIB, 2373.0), (Func::AlltoAll, 2 * MIB, 2415.0)];
+    // Its 1 MiB allreduce's warm-up took 8.4 ms, three calls 4652 µs: the mean of the four is 5584 µs.
+    let warm = [(Func::AllReduce, MIB, 5584.0)];
     for abi in [4, 5, 6, 7] {
         let dir = tempfile::tempdir().expect("dir");
         let recording = dir.path().join("watch.efawatch");
@@ -262,21 +263,17 @@ fn a_real_two_rank_nccl_2_28_3_run_shows_the_figures_the_live_watcher_showed_and
         let env = [("EFATOP_WATCH", watch.address.as_str())];
         let players = [Player::start("nccl-2.28.3-two-rank-sweep-r0.trace", abi, "vm", "0", &env), Player::start("nccl-2.28.3-two-rank-sweep-r1.trace", abi, "vm", "0", &env)];
         watch.until(Duration::from_secs(60), "every collective of both ranks", |lines| {
-            gpu_timed.iter().chain(&proxy_timed).all(|(func, size, _)| matches!(coll(lines, *func, *size), Some(WatchLine::Coll { ops: 4, ranks: 2, .. })))
+            timed.iter().chain(&warm).all(|(func, size, _)| matches!(coll(lines, *func, *size), Some(WatchLine::Coll { ops: 4, ranks: 2, .. })))
         });
         for player in players {
             player.finish(Duration::from_secs(60));
         }
         watch.until(Duration::from_secs(20), "both plugins leaving after finalize", |lines| lines.iter().filter(|l| matches!(l, WatchLine::Gone { bye: true, .. })).count() == 2);
         let lines = watch.seen.clone();
-        for (func, size, want) in gpu_timed {
-            let Some(WatchLine::Coll { timing: Timing::Gpu, time_us: Some(t), busbw_gbps: Some(busbw), algbw_gbps: Some(algbw), nranks: 2, .. }) = coll(&lines, func, size) else { panic!("v{abi} {func:?} {size}: {lines:#?}") };
-            assert!((t - want).abs() < 1e-3, "v{abi} {func:?} {size}: {t} µs, live {want} µs");
+        for (func, size, want) in timed.iter().chain(&warm) {
+            let Some(WatchLine::Coll { timing: Timing::Proxy, time_us: Some(t), busbw_gbps: Some(busbw), algbw_gbps: Some(algbw), nranks: 2, .. }) = coll(&lines, *func, *size) else { panic!("v{abi} {func:?} {size}: {lines:#?}") };
+            assert!((t / want - 1.0).abs() < 0.05, "v{abi} {func:?} {size}: {t} µs, the driver {want} µs");
             assert!(close(*busbw, algbw * func.bus_factor(2)), "v{abi}: busbw by nccl-tests' factor");
-        }
-        for (func, size, live) in proxy_timed {
-            let Some(WatchLine::Coll { timing: Timing::Proxy, time_us: Some(t), .. }) = coll(&lines, func, size) else { panic!("v{abi} {func:?} {size}: {lines:#?}") };
-            assert!((t / live - 1.0).abs() < 0.25, "v{abi} {func:?} {size}: {t} µs played, {live} µs live");
         }
         // The two ranks moved their bytes with each other; the machine's (none) EFA NICs carried nothing.
         assert!([(0, 1), (1, 0)].iter().all(|(r, p)| lines.iter().any(|l| matches!(l, WatchLine::Peer { rank, peer, sent, .. } if rank == r && peer == p && *sent > 0))), "v{abi}: {lines:#?}");
@@ -285,7 +282,7 @@ fn a_real_two_rank_nccl_2_28_3_run_shows_the_figures_the_live_watcher_showed_and
         let out = efatop_in(dir.path()).args(["replay", "--json"]).arg(&recording).output().expect("efatop replay");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let replayed: Vec<WatchLine> = String::from_utf8_lossy(&out.stdout).lines().map(watch_line).collect();
-        for (func, size, _) in gpu_timed.iter().chain(&proxy_timed) {
+        for (func, size, _) in timed.iter().chain(&warm) {
             assert_eq!(coll(&replayed, *func, *size), coll(&lines, *func, *size), "v{abi} {func:?} {size}: replayed as shown live");
         }
         let out = efatop_in(dir.path()).args(["watch", "--json", "--from"]).arg(&recording).output().expect("efatop watch --from");
@@ -560,14 +557,14 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
     let limit = Duration::from_mins(1);
     // busbw under Inspector's name and labels: the hung communicator's 1 GiB allreduce (20 ms on each rank's
     // GPU: 53.687 GB/s) and the v7 one's 64 MiB, tagged 42 (3.53 ms: 19.011 GB/s).
-    let allreduce = r#"nccl_bus_bandwidth_gbs{comm="05ca1ab1e0ddba11",comm_name="synthetic",nranks="2",collective="AllReduce",message_size="1073741824",algo_proto="RING_SIMPLE",timing="gpu",user_tag="0"}"#;
+    let allreduce = r#"nccl_bus_bandwidth_gbs{comm="05ca1ab1e0ddba11",comm_name="synthetic",nranks="2",collective="AllReduce",message_size="1073741824",algo_proto="RING_SIMPLE",timing="proxy",user_tag="0"}"#;
     let busbw = wait_for("the 1 GiB allreduce's busbw", limit, &logs, || one(allreduce));
     assert!(close(busbw, GIB as f64 / 0.020 / 1e9), "{busbw}");
-    // The real NCCL 2.28.3 two-rank run's 1 MiB allreduce: its GPU-timed 5229.268 µs, as the live watcher
-    // showed it on the H200 (the two-rank test above), busbw = algbw on two ranks.
-    let real_allreduce = r#"nccl_bus_bandwidth_gbs{comm="a1eb7e70c470be67",nranks="2",collective="AllReduce",message_size="1048576",timing="gpu"}"#;
+    // The real NCCL 2.28.3 two-rank run's 1 MiB allreduce, timed by the proxy as the two-rank test above
+    // shows it: within 5 % of the driver's own 5584 µs (its warm-up included), busbw = algbw on two ranks.
+    let real_allreduce = r#"nccl_bus_bandwidth_gbs{comm="a1eb7e70c470be67",nranks="2",collective="AllReduce",message_size="1048576",timing="proxy"}"#;
     let busbw = wait_for("the real run's 1 MiB allreduce", limit, &logs, || one(real_allreduce));
-    assert!((busbw / (MIB as f64 / 5229.268e-6 / 1e9) - 1.0).abs() < 1e-6, "{busbw}");
+    assert!((busbw / (MIB as f64 / 5584e-6 / 1e9) - 1.0).abs() < 0.05, "{busbw}");
     let tagged = format!(r#"nccl_bus_bandwidth_gbs{{comm="{V7_COMM}",collective="AllReduce",message_size="67108864",user_tag="42"}}"#);
     let busbw = wait_for("the tagged allreduce's busbw", limit, &logs, || one(&tagged));
     assert!(close(busbw, (64 * MIB) as f64 / 3.53e-3 / 1e9), "{busbw}");

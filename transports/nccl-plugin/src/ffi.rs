@@ -62,6 +62,13 @@ pub static ncclProfiler_v5: ProfilerV5 =
 pub static ncclProfiler_v4: ProfilerV4 =
     ProfilerV4 { name: NAME.as_ptr(), init: init_v4, startEvent: start::<DescrV4>, stopEvent: stop, recordEventState: record, finalize };
 
+/// The trace player's clock (`ffi::player`): stamps the records it plays next with `t_ns`, their recorded time
+/// (0: the monotonic clock again). NCCL never calls it; under NCCL it stays 0.
+#[no_mangle]
+pub extern "C" fn efatop_profiler_playback_clock(t_ns: u64) {
+    crate::runtime::PLAYBACK_NS.store(t_ns, std::sync::atomic::Ordering::Relaxed);
+}
+
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
         // SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them
@@ -157,7 +164,7 @@ fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_voi
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
     let id = runtime.id();
-    runtime.push(Record::Start { t_ns: runtime.now_ns(), id, ctx, parent: parent as u64, rank, event });
+    runtime.push(Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: parent as u64, rank, event });
     if !handle.is_null() {
         // SAFETY: NCCL passes a valid slot for the event's handle.
         unsafe { *handle = id as *mut c_void };
@@ -344,7 +351,7 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
         return NCCL_SUCCESS;
     }
     if let Some(runtime) = runtime::get() {
-        runtime.push(Record::Stop { t_ns: runtime.now_ns(), id: handle as u64 });
+        runtime.push(Record::Stop { t_ns: runtime.record_ns(), id: handle as u64 });
     }
     NCCL_SUCCESS
 }
@@ -370,7 +377,7 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     } else {
         0
     };
-    runtime.push(Record::State { t_ns: runtime.now_ns(), id: handle as u64, state, arg });
+    runtime.push(Record::State { t_ns: runtime.record_ns(), id: handle as u64, state, arg });
     NCCL_SUCCESS
 }
 

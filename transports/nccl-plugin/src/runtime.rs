@@ -46,6 +46,12 @@ pub const FINALIZE_WAIT: Duration = Duration::from_millis(250);
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
+/// The trace player's clock (`efatop_profiler_playback_clock`): the recorded time, in ns, of the record being
+/// played, which records and communicator events are stamped with instead of the monotonic clock, so that a
+/// playback folds to the recording's figures however late a busy machine wakes the player; 0 (always, under
+/// NCCL): the monotonic clock.
+pub static PLAYBACK_NS: AtomicU64 = AtomicU64::new(0);
+
 /// The CUDA device of the thread that first called `init` (NCCL's, with the communicator's device set),
 /// where CUDA could tell it: the process's GPU.
 pub static INIT_GPU: OnceLock<i32> = OnceLock::new();
@@ -74,6 +80,15 @@ impl Runtime {
         self.base.elapsed().as_nanos() as u64
     }
 
+    /// A record's time: [`Self::now_ns`], or the player's clock while a trace is played ([`PLAYBACK_NS`]).
+    #[inline]
+    pub fn record_ns(&self) -> u64 {
+        match PLAYBACK_NS.load(Ordering::Relaxed) {
+            0 => self.now_ns(),
+            t => t,
+        }
+    }
+
     /// A fresh event id (never 0).
     #[inline]
     pub fn id(&self) -> u64 {
@@ -92,14 +107,14 @@ impl Runtime {
     /// Registers a communicator (from `init`): its context index.
     pub fn register(&self, info: CommInfo) -> u32 {
         let ctx = self.next_ctx.fetch_add(1, Ordering::Relaxed);
-        let t_ns = self.now_ns();
+        let t_ns = self.record_ns();
         self.comms.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(CommEvent::Init { ctx, info, t_ns });
         ctx
     }
 
     /// A communicator ends (from `finalize`): waits up to [`FINALIZE_WAIT`] for its last figures to leave.
     pub fn finalize(&self, ctx: u32) {
-        let t_ns = self.now_ns();
+        let t_ns = self.record_ns();
         self.comms.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(CommEvent::Finalize { ctx, t_ns });
         let told = self.finalizes.fetch_add(1, Ordering::Relaxed) + 1;
         let started = Instant::now();

@@ -22,6 +22,8 @@ pub struct Plugin {
     stop: abi::Stop,
     record: abi::Record,
     finalize: abi::Finalize,
+    /// `efatop_profiler_playback_clock`: each record is stamped with its recorded time.
+    clock: extern "C" fn(u64),
 }
 
 enum Init {
@@ -55,6 +57,8 @@ impl Plugin {
         let symbol = format!("ncclProfiler_v{abi}");
         // SAFETY: the symbol is a static table of the type named by its version.
         let table: *const c_void = unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.map(|s| *s).map_err(|e| format!("{symbol}: {e}"))?;
+        // SAFETY: the symbol is the plugin's `extern "C" fn(u64)` of that name (ffi.rs).
+        let clock: extern "C" fn(u64) = unsafe { lib.get::<extern "C" fn(u64)>(b"efatop_profiler_playback_clock") }.map(|s| *s).map_err(|e| format!("efatop_profiler_playback_clock: {e}"))?;
         // SAFETY: `table` is the plugin's static table of the version its name says.
         let (init, start, stop, record, finalize) = unsafe {
             macro_rules! read {
@@ -71,7 +75,7 @@ impl Plugin {
                 _ => return Err(format!("no profiler ABI v{abi}")),
             }
         };
-        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize })
+        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize, clock })
     }
 
     /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
@@ -100,8 +104,10 @@ impl Plugin {
                     }
                 }
             }
-            if t_us.is_some() {
+            if let Some(t) = t_us {
                 last_t = t_us;
+                // The plugin stamps what it is given now with the recorded time (never 0: that is "live").
+                (self.clock)(t.saturating_mul(1000).max(1));
             }
             match line {
                 Line::Init { ctx, comm, rank, nranks, nnodes, name, .. } => {
