@@ -25,7 +25,8 @@
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
-//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
+//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines (the fold
+//!   that makes them is the runtime's).
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
 //!   [`seal`]: the records every connection carries after it (AES-256-GCM under keys bound to the handshake).
 //! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
