@@ -3,8 +3,7 @@
 //! builds on.
 //! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
 //!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
-//!   the monitor makes and the views draw, with its rail check), the probe and sampler that make them,
-//!   and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
+//!   the monitor makes and the views draw, with its rail check), and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //!   [`telemetry::rails`] holds the one rule by which a NIC is judged behind its rail (sweep, the
 //!   monitor's rail check, the dashboard's fleet view);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
