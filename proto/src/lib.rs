@@ -20,7 +20,8 @@
 //! - [`files`]: how every output file at a path the user names is written (never through a link, staged
 //!   under an unpredictable name and renamed into place).
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
-//! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`sweep`]: the sweep's records: its rounds, their figures and its verdict (the plan and the rule are
+//!   `efatop-sweep`'s).
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
