@@ -154,10 +154,13 @@ struct RankLag {
     source: Option<LagSource>,
 }
 
-/// Readings over the sliding window, each (when, NCCL's bytes then, the NICs' counters then): a host's
-/// NICs for the join, a GPU's rails for the rail check, both judged alike at a tick.
+/// One reading: when, NCCL's bytes then, the NICs' counters then.
+type Reading<T> = (Duration, u64, T);
+
+/// Readings over the sliding window: a host's NICs for the join, a GPU's rails for the rail check, both
+/// judged alike at a tick.
 struct Readings<T> {
-    samples: VecDeque<(Duration, u64, T)>,
+    samples: VecDeque<Reading<T>>,
     /// A reading came since the last tick.
     fresh: bool,
 }
@@ -176,7 +179,7 @@ impl<T> Readings<T> {
 
     /// At a tick: the first and the last reading of the window ending at `now`, where a reading came since
     /// the last tick and the window holds two (readings before the window's first are dropped).
-    fn window(&mut self, now: Duration, window: Duration) -> Option<(&(Duration, u64, T), &(Duration, u64, T))> {
+    fn window(&mut self, now: Duration, window: Duration) -> Option<(&Reading<T>, &Reading<T>)> {
         if !std::mem::take(&mut self.fresh) {
             return None;
         }
