@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::mpsc::{channel, sync_channel};
 use std::time::{Duration, Instant};
 
-use efatop_proto::nccl::fold::Config;
+use efatop_runtime::watch::fold::Config;
 use efatop_proto::nccl::WatchLine;
 use efatop_proto::output::Line;
 use efatop_runtime::watch::recording::{self, Recorder};

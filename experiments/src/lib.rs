@@ -2,7 +2,8 @@
 //! [`World`]; rank 0 returns the [`Measurement`]s (each made by `Measurement::verified` from the step's
 //! pairs and latency histogram, BusBW over [`World::link_gbps_of`] the channels it used), every rank
 //! verifies what it received. [`payload`] is the memory they move, and stages GPU memory through host
-//! memory in one place ([`payload::Payload::stage`]).
+//! memory in one place ([`payload::Payload::stage`]). [`probe`] is what their hot paths count into (and the
+//! sampler that turns it into telemetry samples).
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,7 @@ pub mod counters;
 pub mod ipc;
 pub mod pattern;
 pub mod payload;
+pub mod probe;
 pub mod proxy;
 pub mod queue;
 pub mod sendrecv;

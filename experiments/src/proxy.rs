@@ -41,10 +41,10 @@ use efatop_proto::column::{Column, ProxyLayout};
 use efatop_proto::counters::StepOp;
 use efatop_proto::results::{gbps, LatencyRecorder, Measurement, PairMeasurement};
 use efatop_proto::sizes::format_size;
-use efatop_proto::telemetry::Probe;
 
 use crate::pattern::PatternSeed;
 use crate::payload::{exchange_regions, memory_labels, prepare, register_all, MemoryChoice, Payload};
+use crate::probe::Probe;
 use crate::world::World;
 use crate::write::verify_received;
 use crate::{agree_on, check_sizes, cuda_error, ExperimentError, Observer, StepOptions};

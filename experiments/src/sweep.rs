@@ -1,10 +1,10 @@
 //! `sweep`: find the one slow NIC, link or node of a fleet. Ranks meet in rounds of a round-robin
-//! tournament ([`efatop_proto::sweep::plan`]): in a round every rank is paired, and both ranks of a pair
+//! tournament ([`efatop_sweep::plan`]): in a round every rank is paired, and both ranks of a pair
 //! write each other at once on every channel, channel k to channel k (rail-aligned), one-sided RDMA WRITE
 //! with immediate data of one size, the receiver verifying every byte as every efatop benchmark does.
 //! After the tournament a cross-rail round pairs the first round's ranks again, channel k of the smaller
 //! with channel k + 1 of the larger, so that each NIC meets a second NIC of the same peer node. Rank 0
-//! collects each round's figures, judges them as they come ([`efatop_proto::sweep::Judge`]), runs retest
+//! collects each round's figures, judges them as they come ([`efatop_sweep::verdict::Judge`]), runs retest
 //! rounds for suspects (against a healthy peer; slow pairs again), and ends with the verdict.
 //!
 //! Memory: one registered buffer per rank, slot 0 what it sends (the same bytes on every channel), slot
@@ -16,9 +16,9 @@ use efatop_fabric::{Immediate, Op, RemoteRegion};
 use efatop_proto::column::Column;
 use efatop_proto::results::LatencyRecorder;
 use efatop_proto::sizes::format_size;
-use efatop_proto::sweep::{
-    cross_rail_round, pairing_rounds, retest_round_shifted, Figure, Judge, NicFacts, NodeFacts, Round, SweepResults, SweepRound,
-};
+use efatop_proto::sweep::{Figure, NicFacts, NodeFacts, Round, SweepResults, SweepRound};
+use efatop_sweep::plan::{cross_rail_round, pairing_rounds, retest_round_shifted};
+use efatop_sweep::verdict::Judge;
 use efatop_proto::telemetry::Phase;
 
 use crate::alltoall::slot_stride;

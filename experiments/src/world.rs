@@ -118,7 +118,7 @@ pub struct World<'b> {
     /// The GPU this rank moves device memory on, when `--memory device`.
     pub gpu: Option<std::rc::Rc<efatop_cuda::Gpu>>,
     /// The hot path's telemetry counters, read by the sampler thread.
-    pub probe: std::sync::Arc<efatop_proto::telemetry::Probe>,
+    pub probe: std::sync::Arc<crate::probe::Probe>,
     /// Raised from outside the hot path (rank 0's watchdog, a signal) to make every wait give up.
     pub abort: std::sync::Arc<Abort>,
     /// Things a user should know about this world (shared NICs, slow providers), for the header.
@@ -335,7 +335,7 @@ impl<'b> World<'b> {
             link_source,
             op_timeout: options.op_timeout,
             share_cpu,
-            probe: std::sync::Arc::new(efatop_proto::telemetry::Probe::new(channel_count, size)),
+            probe: std::sync::Arc::new(crate::probe::Probe::new(channel_count, size)),
             abort: std::sync::Arc::new(Abort::default()),
             local_rank,
             placement,

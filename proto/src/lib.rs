@@ -3,8 +3,7 @@
 //! builds on.
 //! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
 //!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
-//!   the monitor makes and the views draw, with its rail check), the probe and sampler that make them,
-//!   and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
+//!   the monitor makes and the views draw, with its rail check), and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //!   [`telemetry::rails`] holds the one rule by which a NIC is judged behind its rail (sweep, the
 //!   monitor's rail check, the dashboard's fleet view);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
@@ -21,11 +20,13 @@
 //! - [`files`]: how every output file at a path the user names is written (never through a link, staged
 //!   under an unpredictable name and renamed into place).
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
-//! - [`sweep`]: the sweep's plan of rounds, its figures and its verdict.
+//! - [`sweep`]: the sweep's records: its rounds, their figures and its verdict (the plan and the rule are
+//!   `efatop-sweep`'s).
 //! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
-//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines and fold.
+//! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines (the fold
+//!   that makes them is the runtime's).
 //! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
 //!   [`seal`]: the records every connection carries after it (AES-256-GCM under keys bound to the handshake).
 //! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog

@@ -12,16 +12,14 @@
 //! - [`Func`]: a collective and nccl-tests' figures for it: its size column ([`Func::test_size`]), algbw
 //!   and busbw ([`Func::bus_factor`]), so the plugin's figures and a driver timed as nccl-tests does
 //!   compare one to one.
-//! - [`WatchLine`]: `efatop watch --json`'s typed lines; [`fold`]: the watcher's fold (ranks, figures per
-//!   collective and size, bytes per peer, the NIC join and its fallback and rail flags, the hang locator).
+//! - [`WatchLine`]: `efatop watch --json`'s typed lines, which the watcher's fold (`efatop_runtime::watch::fold`)
+//!   makes.
 
 use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
 use crate::stream::{OverCap, StreamError};
-
-pub mod fold;
 
 /// The first word of a plugin's file (and of its trace, with `-trace`).
 pub const MAGIC: &str = "efatop-nccl";

@@ -1,6 +1,6 @@
 //! `efatop sweep`: which rank meets which in each round, what each round measured, and the verdict.
 //!
-//! Everything here is pure (no fabric): [`plan`] makes the rounds, [`verdict`] judges the figures. Rank 0
+//! These are the sweep's records; its plan of rounds and its verdict's rule are `efatop_sweep`'s. Rank 0
 //! records [`SweepRound`]s in the results file as they finish, the JSON printer writes them as
 //! `sweep_round` lines ([`crate::output::Line::SweepRound`]), the dashboard draws them, and the run ends with one [`Verdict`].
 //!
@@ -11,12 +11,6 @@
 //! NIC meets a second NIC of the same peer node and a NIC can be told from the link between two.
 
 use serde::{Deserialize, Serialize};
-
-pub mod plan;
-pub mod verdict;
-
-pub use plan::{cross_rail_round, pairing_rounds, retest_round, retest_round_shifted};
-pub use verdict::{judge, Judge, JudgeInput, Judgement};
 
 /// Why a round ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,13 +196,6 @@ pub struct SweepResults {
     /// How the sweep ran where that bears on its figures (e.g. rails one after another).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-}
-
-impl SweepResults {
-    /// Every round of this record judged at once, with `rails` channels a rank.
-    pub fn judge(&self, rails: usize) -> Judgement {
-        judge(&JudgeInput { nodes: &self.nodes, rails, rounds: &self.rounds, threshold: self.threshold, link_gbps: self.link_gbps })
-    }
 }
 
 /// What the verdict names a rank by: its host, GPU and NICs (in channel order), as the rank found them.

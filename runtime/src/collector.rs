@@ -32,7 +32,8 @@ use efatop_proto::seal::{Opener, SealError, Sealer};
 
 use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, Seat, retry, retryable};
 use efatop_proto::telemetry::wire;
-use efatop_proto::telemetry::{NodeSample, Probe, RankSample, Sampler, WorldBounds};
+use efatop_experiments::probe::{Probe, Sampler};
+use efatop_proto::telemetry::{NodeSample, RankSample, WorldBounds};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Frames a sampler keeps while rank 0 is not reading: a few seconds at the default interval.

@@ -791,7 +791,8 @@ mod tests {
 #[cfg(test)]
 mod view_tests {
     use super::*;
-    use efatop_proto::telemetry::{ChannelSample, Probe, Sampler};
+    use efatop_experiments::probe::{Probe, Sampler};
+    use efatop_proto::telemetry::ChannelSample;
     use std::time::Duration;
 
     #[test]

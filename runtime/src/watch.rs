@@ -7,12 +7,15 @@
 //!   [`Settings::unproven_per_peer`]): when it is full the oldest unproven connection is dropped and
 //!   counted; they never count against [`Settings::max_plugins`], which bounds only plugins that proved
 //!   the token.
-//! - [`folder`]: the fold ([`efatop_proto::nccl::fold::Watch`]) on a thread of its own, fed the server's
+//! - [`fold`]: the fold itself (plugins' messages in, [`efatop_proto::nccl::WatchLine`]s out; no I/O, no
+//!   clock of its own).
+//! - [`folder`]: the fold ([`fold::Watch`]) on a thread of its own, fed the server's
 //!   batches, ticking every half second; it records what it folds when asked ([`recording`]) and hands
 //!   each tick's lines to the caller (the CLI's terminal view, its printer, a bench, a test).
 //! - [`recording`]: `--record`'s file, and the readers of recordings and of plugin files (`--from`,
 //!   `efatop replay`).
 
+pub mod fold;
 pub mod folder;
 pub mod recording;
 pub mod server;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use efatop_proto::auth::Secret;
-use efatop_proto::nccl::fold::Config;
+use efatop_runtime::watch::fold::Config;
 use efatop_proto::nccl::{NicVerdict, WatchLine};
 use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
 use efatop_runtime::watch::{folder, raise_open_files, Settings};

@@ -501,17 +501,25 @@ mod tests {
         assert!(!state.has_gpu_figures());
     }
 
-    /// The whole path of the GPU figures: what the proxy and an NVLink writer give the probe, sampled,
-    /// framed and decoded as rank 0's collector does, then ingested, is what the GPU panel draws.
+    /// The whole path of the GPU figures: the proxy's queue and an NVLink writer's bytes as a rank's sample
+    /// carries them (what `efatop_experiments::probe`'s sampler makes of them, tested there), framed and
+    /// decoded as rank 0's collector does, then ingested, is what the GPU panel draws.
     #[test]
-    fn gpu_figures_travel_from_the_probe_to_the_dashboard_state() {
-        use efatop_proto::telemetry::{wire, Probe, Sampler};
+    fn gpu_figures_travel_from_the_sample_to_the_dashboard_state() {
+        use efatop_proto::telemetry::{wire, ChannelSample, NvlinkSample, QueueSample, RankSample};
         let mut state = DashboardState::default();
         let run = RunInfo { ranks: 4, hosts: vec!["a".into(); 4], ..run_info() };
         let mut ingest = Ingest::begin(&mut state, run, &[], results());
-        let probe = Probe::new(2, 4);
-        let mut sampler = Sampler::new(2, &probe);
         let interval = Duration::from_millis(100);
+        let sample = |seq: u64, queue: QueueSample, nvlink: [(u32, u32, u64, Option<f64>); 2]| RankSample {
+            rank: 2,
+            seq,
+            interval_ns: interval.as_nanos() as u64,
+            channels: (0..2).map(|channel| ChannelSample { channel, ..ChannelSample::default() }).collect(),
+            queue: Some(queue),
+            nvlink: nvlink.iter().map(|&(peer, peer_gpu, bytes, peak_gbytes_per_s)| NvlinkSample { peer, gpu: 2, peer_gpu, bytes, peak_gbytes_per_s }).collect(),
+            ..RankSample::default()
+        };
         let through_the_wire = |sample| {
             let mut frame = Vec::new();
             wire::encode(&sample, &mut frame);
@@ -522,12 +530,8 @@ mod tests {
             }
         };
 
-        probe.set_queue(412, 1024, 538, 20, 48);
-        probe.set_nvlink_pair(3, 2, 3, Some(450.0));
-        probe.set_nvlink_pair(0, 2, 0, None);
-        probe.nvlink_moved(3, 37_120_000_000);
-        probe.nvlink_moved(0, 12_240_000_000);
-        let first = through_the_wire(sampler.sample(&probe, interval, 0));
+        let queue = QueueSample { depth: 412, capacity: 1024, requests: 538, quiet_calls: 20, held: 48 };
+        let first = through_the_wire(sample(0, queue, [(0, 0, 12_240_000_000, None), (3, 3, 37_120_000_000, Some(450.0))]));
         ingest.sample(&mut state, &first, Duration::from_millis(100));
 
         let queue = &state.queues[..];
@@ -541,10 +545,9 @@ mod tests {
         assert!((state.nvlink[0].gbytes_per_s - 122.4).abs() < 1e-9, "{:?}", state.nvlink[0]);
         assert!((state.nvlink[1].gbytes_per_s - 371.2).abs() < 1e-9, "{:?}", state.nvlink[1]);
 
-        // The next interval is counted from the first: rates, not totals; idle pairs stay, at zero.
-        probe.set_queue(0, 1024, 538 + 100, 20, 0);
-        probe.nvlink_moved(3, 1_000_000_000);
-        let second = through_the_wire(sampler.sample(&probe, interval, 0));
+        // The next interval's counts are its own: rates, not totals; idle pairs stay, at zero.
+        let queue = QueueSample { depth: 0, capacity: 1024, requests: 100, quiet_calls: 0, held: 0 };
+        let second = through_the_wire(sample(1, queue, [(0, 0, 0, None), (3, 3, 1_000_000_000, Some(450.0))]));
         ingest.sample(&mut state, &second, Duration::from_millis(200));
         assert_eq!((state.queues[0].depth, state.queues[0].held), (0, 0));
         assert!((state.queues[0].requests_per_s - 1000.0).abs() < 1e-6 && state.queues[0].quiet_calls_per_s.abs() < 1e-9);

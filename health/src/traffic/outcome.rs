@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use efatop_proto::results::{RunResults, RunState};
-use efatop_proto::sweep::{cross_rail_round, pairing_rounds, Scope, Verdict};
+use efatop_proto::sweep::{Scope, Verdict};
+use efatop_sweep::plan::{cross_rail_round, pairing_rounds};
 
 use super::{Carrier, SlowNic, Traffic, TrafficChannel, TrafficOutcome};
 
@@ -37,7 +38,7 @@ impl Traffic {
 fn channels(results: &RunResults) -> Vec<TrafficChannel> {
     let sweep = results.sweep.as_ref();
     let rails = results.metadata.channels;
-    let best = sweep.map(|sweep| sweep.judge(rails).best).unwrap_or_default();
+    let best = sweep.map(|sweep| efatop_sweep::verdict::judge_record(sweep, rails).best).unwrap_or_default();
     let mut channels = Vec::new();
     for placement in &results.metadata.placements {
         for (channel, nic) in placement.nics.iter().enumerate() {

@@ -10,7 +10,7 @@ use efatop_proto::words::plural;
 /// The sweep's tables as text; `rails` is the run's channels per rank.
 pub fn render_verdict(sweep: &SweepResults, rails: usize) -> String {
     let mut out = String::new();
-    let judged = sweep.judge(rails);
+    let judged = efatop_sweep::verdict::judge_record(sweep, rails);
     let count = |kind: RoundKind| sweep.rounds.iter().filter(|r| r.round.kind == kind).count();
     let (pairing, cross, retests) = (count(RoundKind::Pairing), count(RoundKind::CrossRail), count(RoundKind::Retest));
     let bar = (sweep.threshold * 100.0).round();
@@ -239,7 +239,8 @@ fn latency_table(out: &mut String, sweep: &SweepResults, rails: usize, names: &[
 
 #[cfg(test)]
 mod tests {
-    use efatop_proto::sweep::{pairing_rounds, NicFacts, NodeFacts, SweepRound};
+    use efatop_proto::sweep::{NicFacts, NodeFacts, SweepRound};
+    use efatop_sweep::plan::pairing_rounds;
 
     use super::*;
 
@@ -273,7 +274,7 @@ mod tests {
             })
             .collect();
         let mut sweep = SweepResults { size: 1 << 20, threshold: 0.9, nodes, rounds, ..SweepResults::default() };
-        sweep.verdict = Some(sweep.judge(2).verdict);
+        sweep.verdict = Some(efatop_sweep::verdict::judge_record(&sweep, 2).verdict);
         let text = render_verdict(&sweep, 2);
         assert!(text.contains("| 1 | n1 | 0.95 | 0.25* |"), "{text}");
         assert!(text.contains("| median | | 0.95 | 0.95 |"), "{text}");

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bench_common::{rss_mib, thread_cpu_seconds, thread_id};
 use clap::Parser;
 use efatop_proto::auth::Secret;
-use efatop_proto::nccl::fold::Config;
+use efatop_runtime::watch::fold::Config;
 use efatop_proto::nccl::WatchLine;
 use efatop_runtime::affinity::{allowed_cpus, pin_thread};
 use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};

@@ -3,7 +3,8 @@
 use super::*;
 use crate::collector::{Collector, SamplerThread};
 use efatop_proto::events::CollectorEvent;
-use efatop_proto::telemetry::{Probe, RankSample};
+use efatop_experiments::probe::Probe;
+use efatop_proto::telemetry::RankSample;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::mpsc;

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use efatop_node::prometheus::{Exporter, WatchMetrics};
-use efatop_proto::nccl::fold::{Config, Watch};
+use super::fold::{Config, Watch};
 use efatop_proto::nccl::{Recorded, WatchLine};
 
 use super::recording::Recorder;

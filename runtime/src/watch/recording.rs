@@ -11,7 +11,7 @@ use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use efatop_proto::nccl::fold::{Config, Watch};
+use super::fold::{Config, Watch};
 use efatop_proto::nccl::{self, PluginMessage, Recorded, WatchLine};
 use efatop_proto::stream::{Hello, StreamError, MAX_RECORDING_MESSAGES};
 

@@ -141,7 +141,8 @@ mod tests {
     use ratatui::style::Color;
     use ratatui::Terminal;
 
-    use efatop_proto::sweep::{pairing_rounds, Figure, NicFacts, NodeFacts, SweepResults, SweepRound};
+    use efatop_proto::sweep::{Figure, NicFacts, NodeFacts, SweepResults, SweepRound};
+    use efatop_sweep::plan::pairing_rounds;
 
     use super::super::draw;
     use crate::state::sweep::SweepView;
@@ -181,7 +182,7 @@ mod tests {
             view.round(SweepRound { round: round.clone(), planned: plan.len(), figures });
         }
         if rounds == plan.len() {
-            let verdict = view.record.judge(RAILS).verdict;
+            let verdict = efatop_sweep::verdict::judge_record(&view.record, RAILS).verdict;
             view.verdict(verdict);
         }
         let hosts: Vec<String> = view.record.nodes.iter().map(|n| n.host.clone()).collect();

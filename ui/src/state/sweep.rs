@@ -2,7 +2,8 @@
 //! from it, judged once per round rather than once per frame, by a [`Judge`] that takes each round's
 //! figures once (a round costs its figures and a pass over the channels, however many rounds came before).
 
-use efatop_proto::sweep::{Judge, SweepResults, SweepRound, Verdict};
+use efatop_proto::sweep::{SweepResults, SweepRound, Verdict};
+use efatop_sweep::verdict::Judge;
 
 /// What the dashboard knows of a sweep.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -3,7 +3,7 @@
 //! keeps the first ⌈n/2⌉ rounds. Retest rounds pack the pairs a judgement asks for, each rank at most
 //! once per round.
 
-use super::{Round, RoundKind};
+use efatop_proto::sweep::{Round, RoundKind};
 
 /// The tournament's rounds for `ranks` ranks (all of them, or the first ⌈n/2⌉ when `quick`). O(n) rounds of
 /// n/2 pairs each.

@@ -29,11 +29,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use super::{
+use efatop_proto::nccl::{
     algbw_gbps, comm_hex, CallSample, CollRow, CommInfo, Func, HangWhy, LagSource, NicCount, NicVerdict, NicWindow, Origin, PeerRow, PluginMessage, Progress, RailNic,
     RailVerdict, WatchLine,
 };
-use crate::telemetry::rails::{median, OFF_SHARE};
+use efatop_proto::telemetry::rails::{median, OFF_SHARE};
 
 /// What the fold judges by.
 #[derive(Clone, Debug)]
@@ -154,11 +154,55 @@ struct RankLag {
     source: Option<LagSource>,
 }
 
+/// One reading: when, NCCL's bytes then, the NICs' counters then.
+type Reading<T> = (Duration, u64, T);
+
+/// Readings over the sliding window: a host's NICs for the join, a GPU's rails for the rail check, both
+/// judged alike at a tick.
+struct Readings<T> {
+    samples: VecDeque<Reading<T>>,
+    /// A reading came since the last tick.
+    fresh: bool,
+}
+
+impl<T> Default for Readings<T> {
+    fn default() -> Self {
+        Self { samples: VecDeque::new(), fresh: false }
+    }
+}
+
+impl<T> Readings<T> {
+    fn push(&mut self, now: Duration, nccl: u64, nics: T) {
+        self.samples.push_back((now, nccl, nics));
+        self.fresh = true;
+    }
+
+    /// At a tick: the first and the last reading of the window ending at `now`, where a reading came since
+    /// the last tick and the window holds two (readings before the window's first are dropped).
+    fn window(&mut self, now: Duration, window: Duration) -> Option<(&Reading<T>, &Reading<T>)> {
+        if !std::mem::take(&mut self.fresh) {
+            return None;
+        }
+        while self.samples.len() > 2 && self.samples.get(1).is_some_and(|s| now.saturating_sub(s.0) >= window) {
+            self.samples.pop_front();
+        }
+        if self.samples.len() < 2 {
+            return None;
+        }
+        Some((self.samples.front()?, self.samples.back()?))
+    }
+}
+
+/// The median of NICs' loads over a window: the rail each is judged against.
+fn rail_of(bytes: impl Iterator<Item = u64>) -> f64 {
+    let mut loads: Vec<f64> = bytes.map(|b| b as f64).collect();
+    median(&mut loads).unwrap_or(0.0)
+}
+
 /// A GPU's rails: readings of (NCCL's bytes by its ranks, per rail: bytes and error counters).
 #[derive(Default)]
 struct GpuRails {
-    samples: VecDeque<(Duration, u64, BTreeMap<String, NicCount>)>,
-    fresh: bool,
+    readings: Readings<BTreeMap<String, NicCount>>,
     verdict: Option<RailVerdict>,
     /// Its rails whose errors grew over the last window.
     erring: Vec<String>,
@@ -188,8 +232,7 @@ struct RankState {
 #[derive(Default)]
 struct HostState {
     nics: BTreeMap<String, u64>,
-    fresh: bool,
-    samples: VecDeque<(Duration, u64, BTreeMap<String, u64>)>,
+    readings: Readings<BTreeMap<String, u64>>,
 }
 
 /// The fold.
@@ -327,13 +370,11 @@ impl Watch {
                 if let (Some(gpu), false) = (gpu, rails.is_empty()) {
                     let nccl_gpu = self.nccl_of_gpu(&host, &gpu);
                     let state = self.rails.entry((host.clone(), gpu)).or_default();
-                    state.samples.push_back((now, nccl_gpu, rails));
-                    state.fresh = true;
+                    state.readings.push(now, nccl_gpu, rails);
                 }
                 let state = self.hosts.entry(host).or_default();
                 state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
-                state.fresh = true;
-                state.samples.push_back((now, nccl, state.nics.clone()));
+                state.readings.push(now, nccl, state.nics.clone());
             }
             PluginMessage::Health { dropped, unsent, .. } => {
                 plugin.dropped = dropped;
@@ -531,16 +572,7 @@ impl Watch {
     fn rails(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
         let window = self.config.window;
         for ((host, gpu), state) in &mut self.rails {
-            if !std::mem::take(&mut state.fresh) {
-                continue;
-            }
-            while state.samples.len() > 2 && state.samples.get(1).is_some_and(|s| now.saturating_sub(s.0) >= window) {
-                state.samples.pop_front();
-            }
-            let (Some(first), Some(last)) = (state.samples.front(), state.samples.back()) else { continue };
-            if state.samples.len() < 2 {
-                continue;
-            }
+            let Some((first, last)) = state.readings.window(now, window) else { continue };
             let grew = |a: Option<u64>, b: Option<u64>| match (a, b) {
                 (Some(a), Some(b)) => Some(b.saturating_sub(a)),
                 _ => None,
@@ -562,8 +594,7 @@ impl Watch {
                 })
                 .collect();
             let nccl_bytes = last.1.saturating_sub(first.1);
-            let mut loads: Vec<f64> = nics.iter().map(|n| n.bytes as f64).collect();
-            let rail = median(&mut loads).unwrap_or(0.0);
+            let rail = rail_of(nics.iter().map(|n| n.bytes));
             let quiet = nccl_bytes < self.config.fallback_min_bytes;
             if !quiet && nics.len() > 1 {
                 for nic in &mut nics {
@@ -590,16 +621,7 @@ impl Watch {
     fn join(&mut self, now: Duration, lines: &mut Vec<WatchLine>) {
         let window = self.config.window;
         for (host, state) in &mut self.hosts {
-            if !std::mem::take(&mut state.fresh) {
-                continue;
-            }
-            while state.samples.len() > 2 && state.samples.get(1).is_some_and(|s| now.saturating_sub(s.0) >= window) {
-                state.samples.pop_front();
-            }
-            let (Some(first), Some(last)) = (state.samples.front(), state.samples.back()) else { continue };
-            if state.samples.len() < 2 {
-                continue;
-            }
+            let Some((first, last)) = state.readings.window(now, window) else { continue };
             let nccl_bytes = last.1.saturating_sub(first.1);
             let mut nics: Vec<NicWindow> = last
                 .2
@@ -607,8 +629,7 @@ impl Watch {
                 .map(|(name, bytes)| NicWindow { name: name.clone(), bytes: bytes.saturating_sub(first.2.get(name).copied().unwrap_or(*bytes)), behind: false })
                 .collect();
             let nic_bytes: u64 = nics.iter().map(|n| n.bytes).sum();
-            let mut loads: Vec<f64> = nics.iter().map(|n| n.bytes as f64).collect();
-            let rail = median(&mut loads).unwrap_or(0.0);
+            let rail = rail_of(nics.iter().map(|n| n.bytes));
             let mut verdict = if nccl_bytes < self.config.fallback_min_bytes {
                 NicVerdict::Quiet
             } else if nic_bytes < nccl_bytes / 10 {
@@ -745,7 +766,7 @@ fn unknown_origin(conn: u64) -> Origin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::{NicCount, Timing};
+    use efatop_proto::nccl::{NicCount, Timing};
 
     fn hello(host: &str, pid: u32) -> PluginMessage {
         PluginMessage::Hello { origin: Origin { host: host.into(), pid, gpu: Some(pid.to_string()), nccl_version: Some("2.28.3".into()), abi: 6, plugin_version: "t".into() } }

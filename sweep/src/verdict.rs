@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Checked, NodeFacts, Scope, Suspect, SweepRound, Verdict};
-use crate::telemetry::rails::{median, RailRule};
+use efatop_proto::sweep::{Checked, NodeFacts, Scope, Suspect, SweepResults, SweepRound, Verdict};
+use efatop_proto::telemetry::rails::{median, RailRule};
 
 /// What the judge looks at.
 pub struct JudgeInput<'a> {
@@ -54,6 +54,11 @@ impl Judgement {
     pub fn is_low(&self, rail: usize, gbps: f64) -> bool {
         self.bars.get(rail).copied().flatten().is_some_and(|bar| self.rule.is_low(gbps, bar))
     }
+}
+
+/// Every round of a sweep's record judged at once, with `rails` channels a rank.
+pub fn judge_record(record: &SweepResults, rails: usize) -> Judgement {
+    judge(&JudgeInput { nodes: &record.nodes, rails, rounds: &record.rounds, threshold: record.threshold, link_gbps: record.link_gbps })
 }
 
 /// Judges every figure of `input.rounds` at once.
@@ -400,8 +405,9 @@ impl Judge {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{cross_rail_round, pairing_rounds, Figure, NicFacts, Round, SweepRound};
     use super::*;
+    use crate::plan::{cross_rail_round, pairing_rounds, retest_round};
+    use efatop_proto::sweep::{Figure, NicFacts, Round};
 
     fn nodes(n: usize, rails: usize) -> Vec<NodeFacts> {
         (0..n)
@@ -444,7 +450,7 @@ mod tests {
         let mut rounds: Vec<SweepRound> = plan.iter().map(|r| measure(r, rails, rate, plan.len())).collect();
         let input = |rounds: &[SweepRound]| judge(&JudgeInput { nodes: &facts, rails, rounds, threshold: 0.9, link_gbps: None });
         let first = input(&rounds);
-        let (retest, _) = super::super::retest_round(rounds.len(), &first.retest);
+        let (retest, _) = retest_round(rounds.len(), &first.retest);
         rounds.push(measure(&retest, rails, rate, plan.len()));
         let judged = input(&rounds);
         (facts, judged)
