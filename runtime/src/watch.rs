@@ -85,9 +85,9 @@ impl OpenFiles {
     }
 }
 
-/// Raises this process's open-file limit (RLIMIT_NOFILE), as servers that hold tens of thousands of
+/// Raises this process's open-file limit (`RLIMIT_NOFILE`), as servers that hold tens of thousands of
 /// connections do: the soft limit to the hard one, and both to `wanted` where the hard limit is lower and
-/// the process may raise it (CAP_SYS_RESOURCE). Never lowers it; what it is after, for the caller to say
+/// the process may raise it (`CAP_SYS_RESOURCE`). Never lowers it; what it is after, for the caller to say
 /// once when it is short of `wanted`.
 pub fn open_files(wanted: u64) -> OpenFiles {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};

@@ -163,16 +163,12 @@ impl Opener for SealedFrames {
             if rest.is_empty() {
                 return Ok(());
             }
-            match self.opener.open_front(rest)? {
-                Some((took, range)) => {
-                    plain.extend_from_slice(&rest[range]);
-                    rest = &mut std::mem::take(&mut rest)[took..];
-                }
-                None => {
-                    self.partial.extend_from_slice(rest);
-                    return Ok(());
-                }
-            }
+            let Some((took, range)) = self.opener.open_front(rest)? else {
+                self.partial.extend_from_slice(rest);
+                return Ok(());
+            };
+            plain.extend_from_slice(&rest[range]);
+            rest = &mut std::mem::take(&mut rest)[took..];
         }
     }
 

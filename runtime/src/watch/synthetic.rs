@@ -85,7 +85,7 @@ pub const NICS: usize = 32;
 pub struct Job {
     pub hosts: usize,
     pub per_host: usize,
-    /// Ranks one process drives (one plugin, one connection): 1 as PyTorch runs (a process per GPU), or
+    /// Ranks one process drives (one plugin, one connection): 1 as `PyTorch` runs (a process per GPU), or
     /// the host's 8 as JAX runs (a process per host).
     pub per_process: usize,
     pub interval: Duration,
@@ -226,16 +226,16 @@ async fn connect(
     Ok((stream, pending.session(secret).sealer))
 }
 
-/// Writes `plain` sealed (`sealed`: the buffer it is sealed into, kept across writes).
+/// Writes `plain` sealed (`buffer`: what it is sealed into, kept across writes).
 async fn write_sealed(
     stream: &mut tokio::net::TcpStream,
     sealer: &mut Sealer,
     plain: &[u8],
-    sealed: &mut Vec<u8>,
+    buffer: &mut Vec<u8>,
 ) -> std::io::Result<()> {
-    sealed.clear();
-    sealer.seal(plain, sealed).map_err(std::io::Error::other)?;
-    stream.write_all(sealed).await
+    buffer.clear();
+    sealer.seal(plain, buffer).map_err(std::io::Error::other)?;
+    stream.write_all(buffer).await
 }
 
 /// A plugin's connection, made again with the plugin's backoff (0.25 s doubling to 10 s) until it holds.
@@ -290,6 +290,8 @@ fn progress(job: &Job, stall_at: Option<Duration>, rank: u32, t: Duration) -> (u
     }
 }
 
+// One host's whole life, connections, preamble and intervals, read top to bottom.
+#[allow(clippy::too_many_lines)]
 async fn host(
     job: Arc<Job>,
     h: usize,
@@ -304,7 +306,7 @@ async fn host(
     let name = Job::host_name(h);
     let mut streams = Vec::new();
     let mut out = Vec::new();
-    let mut sealed = Vec::new();
+    let mut buffer = Vec::new();
     let per_process = job.per_process.clamp(1, job.per_host);
     for process in 0..job.per_host / per_process {
         let Some((mut stream, mut sealer)) = connected(address, from, &secret, &sent, &stop).await else {
@@ -338,7 +340,7 @@ async fn host(
                 &mut out,
             );
         }
-        if write_sealed(&mut stream, &mut sealer, &out, &mut sealed).await.is_err() {
+        if write_sealed(&mut stream, &mut sealer, &out, &mut buffer).await.is_err() {
             return;
         }
         sent.messages
@@ -448,7 +450,7 @@ async fn host(
                 },
                 &mut out,
             );
-            if write_sealed(stream, sealer, &out, &mut sealed).await.is_err() {
+            if write_sealed(stream, sealer, &out, &mut buffer).await.is_err() {
                 return;
             }
             sent.messages.fetch_add(messages, Ordering::Relaxed);
