@@ -52,7 +52,8 @@ pub fn watch(args: &WatchArgs) -> i32 {
     let settings = Settings { max_plugins: args.max_plugins, ..Settings::default() };
     // A descriptor for every plugin and unproven connection, and some to spare.
     let wanted = (settings.max_plugins + settings.unproven + 256) as u64;
-    let files = efatop_runtime::watch::raise_open_files(wanted);
+    // The soft limit up to the hard one (and past it, where this process may): said below when short.
+    let files = efatop_runtime::watch::open_files(wanted);
     let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
     let server = match Server::start(address, token.secret, settings, tx) {
         Ok(server) => server,
@@ -83,9 +84,9 @@ pub fn watch(args: &WatchArgs) -> i32 {
         None => None,
     };
     eprintln!("efatop watch: listening on {} (plugins prove the token: {})", server.address, token.source);
-    if files < wanted {
-        let room = files.saturating_sub((Settings::default().unproven + 256) as u64);
-        eprintln!("efatop watch: warning: this process may open {files} files: room for about {room} plugins at once, not --max-plugins {} (raise `ulimit -n`)", args.max_plugins);
+    if !files.enough() {
+        let room = files.limit.saturating_sub((Settings::default().unproven + 256) as u64);
+        eprintln!("efatop watch: warning: this process may open {} files (its hard limit): room for about {room} plugins at once, not --max-plugins {} (raise the hard limit: `ulimit -Hn`, limits.conf, or the unit's LimitNOFILE)", files.limit, args.max_plugins);
     }
     let started = Instant::now();
     let (lines_tx, lines_rx) = channel();
@@ -95,21 +96,35 @@ pub fn watch(args: &WatchArgs) -> i32 {
     }
     if !args.json && std::io::stdout().is_terminal() {
         let mut view = Live { view: WatchView::new() };
-        return match crate::tui::on_terminal(&mut view, &mut &lines_rx, || started.elapsed()) {
+        let code = match crate::tui::on_terminal(&mut view, &mut &lines_rx, || started.elapsed()) {
             Ok(()) => 0,
             Err(err) => {
                 eprintln!("efatop watch: terminal: {err}");
                 1
             }
         };
+        // Under the view they would tear its screen: told once it is gone (counted in its header meanwhile).
+        name_refusals(&server);
+        return code;
     }
     let mut out = std::io::stdout().lock();
     for lines in lines_rx {
+        name_refusals(&server);
         if print(&mut out, &lines, args.json).is_err() {
             return 0;
         }
     }
+    name_refusals(&server);
     0
+}
+
+/// The plugins' connections the server dropped since the last call, each on a line naming its peer and
+/// why (a record that failed authentication, a frame past proto's caps); the server keeps 64 at most
+/// between calls, and counts them all (`refused`).
+fn name_refusals(server: &Server) {
+    for refusal in server.counts().take_named() {
+        eprintln!("efatop watch: {refusal}");
+    }
 }
 
 fn print_batches(batches: &recording::Batches, json: bool) -> i32 {

@@ -8,155 +8,26 @@
 //! Prometheus, and that a missing, refusing or stalled watcher never holds up the hot path.
 //!
 //! A player is this test binary again (`player_child`, which does nothing unless `EFATOP_TEST_PLAY` is
-//! set), so that each rank is a process with its own plugin, as under NCCL.
+//! set; tests/common/player.rs), so that each rank is a process with its own plugin, as under NCCL.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
+use common::player::{fixture, watch_line, Player, Watcher};
 use common::prometheus::{query, value, wait_for};
-use common::{efatop_in, lines_of, scratch, TEST_TOKEN};
-use nccl_profiler_efatop::ffi::player::Plugin;
+use common::{efatop_in, scratch, TEST_TOKEN};
 use nccl_profiler_efatop::trace::{self, Line};
 use efatop_proto::nccl::{Func, HangWhy, LagSource, NicVerdict, Timing, WatchLine};
-use efatop_proto::output::Line as OutputLine;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl").join(name)
-}
-
-/// The built plugin: cargo builds the dev-dependency's cdylib beside the test's dependencies.
-fn plugin_path() -> PathBuf {
-    let debug = common::efatop_path().parent().expect("target dir").to_path_buf();
-    let candidates = [debug.join("deps/libnccl_profiler_efatop.so"), debug.join("libnccl_profiler_efatop.so")];
-    candidates.iter().find(|p| p.exists()).cloned().unwrap_or_else(|| panic!("the plugin is not built: none of {candidates:?}"))
-}
-
 /// Not a test of its own: a player process (see the module's doc).
 #[test]
 fn player_child() {
-    let Ok(path) = std::env::var("EFATOP_TEST_PLAY") else { return };
-    let abi: u32 = std::env::var("EFATOP_TEST_ABI").expect("abi").parse().expect("abi");
-    let hold = Duration::from_millis(std::env::var("EFATOP_TEST_HOLD_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
-    let mut trace = trace::parse(&std::fs::read_to_string(&path).expect("trace")).expect("a trace");
-    if !hold.is_zero() {
-        trace.lines.retain(|l| !matches!(l, Line::Finalize { .. }));
-    }
-    let plugin = Plugin::load(&plugin_path(), abi).expect("the plugin loads");
-    // Gaps between records are cut to 20 ms unless the test keeps them (a real stall).
-    let max_gap = Duration::from_millis(std::env::var("EFATOP_TEST_MAX_GAP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(20));
-    let played = plugin.play(&trace, 1.0, max_gap).expect("plays");
-    println!("PLAYED calls={} longest_us={}", played.calls, played.longest.as_micros());
-    // The plugin's thread sends its last interval (and its bye) in the next 200 ms.
-    std::thread::sleep(hold.max(Duration::from_millis(800)));
-    // Its threads run to the end of the process: the library stays loaded.
-    std::mem::forget(plugin);
-}
-
-struct Player {
-    child: Child,
-    out: Receiver<String>,
-}
-
-impl Player {
-    fn start(trace: &str, abi: u32, host: &str, gpu: &str, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(std::env::current_exe().expect("test binary"));
-        command
-            .args(["--exact", "player_child", "--nocapture", "--test-threads=1"])
-            .env("EFATOP_TEST_PLAY", fixture(trace))
-            .env("EFATOP_TEST_ABI", abi.to_string())
-            .env("EFATOP_TOKEN", TEST_TOKEN)
-            .env("EFATOP_HOST", host)
-            .env("EFATOP_GPU", gpu)
-            .env("EFATOP_PROFILER_INTERVAL_MS", "200")
-            .env("EFATOP_PROFILER_QUIET", "1")
-            .env_remove("EFATOP_WATCH")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("player");
-        let out = lines_of(child.stdout.take().expect("stdout"));
-        Self { child, out }
-    }
-
-    /// Waits for the end; the longest hot-path call (µs) and how long the process ran.
-    fn finish(mut self, limit: Duration) -> (u128, Duration) {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "player failed: {status}");
-                break;
-            }
-            if started.elapsed() > limit {
-                let _ = self.child.kill();
-                panic!("the player did not end within {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let line = std::iter::from_fn(|| self.out.recv_timeout(Duration::from_secs(10)).ok()).find(|l| l.contains("PLAYED")).expect("the player's summary");
-        let longest = line.split("longest_us=").nth(1).and_then(|v| v.trim().parse().ok()).expect("longest");
-        (longest, started.elapsed())
-    }
-}
-
-struct Watcher {
-    child: Child,
-    lines: Receiver<String>,
-    address: String,
-    seen: Vec<WatchLine>,
-    _dir: tempfile::TempDir,
-}
-
-impl Watcher {
-    fn start(extra: &[&str], token: &str) -> Self {
-        let dir = scratch();
-        let mut command = efatop_in(dir.path());
-        command.args(["watch", "--listen", "127.0.0.1:0", "--json"]).args(extra).env("EFATOP_TOKEN", token).env("HOME", dir.path());
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("efatop watch");
-        let lines = lines_of(child.stdout.take().expect("stdout"));
-        let err = lines_of(child.stderr.take().expect("stderr"));
-        // With --prometheus it first says where it serves.
-        let mut first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
-        if first.contains("serving http://") {
-            first = err.recv_timeout(Duration::from_secs(30)).expect("efatop watch says where it listens");
-        }
-        let address = first.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_else(|| panic!("{first}")).to_string();
-        Self { child, lines, address, seen: Vec::new(), _dir: dir }
-    }
-
-    /// Reads lines until `done` holds over all seen so far, or `limit` passes (then fails with them).
-    fn until(&mut self, limit: Duration, what: &str, done: impl Fn(&[WatchLine]) -> bool) {
-        let deadline = Instant::now() + limit;
-        while !done(&self.seen) {
-            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| panic!("no {what} within {limit:?}; lines: {:#?}", self.seen));
-            if let Ok(line) = self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
-                self.seen.push(watch_line(&line));
-            }
-        }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One `efatop watch --json` line: a typed line of proto's output (`{"type":…,"data":…}`), of watch's kinds.
-fn watch_line(line: &str) -> WatchLine {
-    match OutputLine::<serde_json::Value>::parse(line) {
-        Ok(OutputLine::Watch(watch)) => *watch,
-        other => panic!("not a watch line: {other:?}: {line}"),
-    }
+    common::player::play_if_asked();
 }
 
 fn close(a: f64, b: f64) -> bool {

@@ -851,3 +851,120 @@ fn a_stranger_on_every_slurm_candidate_port_is_named_and_ends_the_step() {
     );
     assert!(!out.exists());
 }
+
+/// Not a test of its own: a player process of the NCCL plugin (tests/common/player.rs).
+#[test]
+fn player_child() {
+    common::player::play_if_asked();
+}
+
+/// `efatop watch`'s row of the issue: another user opens 100 connections to the watcher (more than the 64
+/// unproven it holds from one address) and sends a byte on each every 4 s, which a limit per read would
+/// never end. Every one must be cut: those past the budget at once, the rest at the handshake's one
+/// deadline (5 s), none kept by its bytes; all counted as refused; and a plugin holding the token (the
+/// real plugin, in a player) still gets in and has its figures folded. The watcher, the player and the
+/// stranger share a network namespace of their own.
+#[test]
+fn trickling_strangers_at_watch_are_cut_at_the_deadline_and_a_plugin_is_folded() {
+    use common::player::{Player, Watcher};
+    use efatop_proto::nccl::WatchLine;
+    let _serial = serial();
+    let Some(namespace) = Namespace::make() else { return };
+    let Some(setpriv) = common::required("setpriv", "util-linux") else { return };
+    let python = ["/usr/bin/python3", "/bin/python3"].into_iter().map(std::path::PathBuf::from).find(|p| p.exists());
+    let Some(python) = python.or_else(|| common::required("python3", "python3")) else { return };
+    let via = ["ip", "netns", "exec", namespace.name.as_str()];
+    let mut watch = Watcher::start_via(&via, &[], TEST_TOKEN);
+    let port = watch.address.rsplit(':').next().expect("a port").to_string();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/security/trickler.py");
+    let mut trickler = Command::new("ip")
+        .args(["netns", "exec", &namespace.name])
+        .arg(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(python)
+        .arg(script)
+        .args(["100", &port, "4", "15"])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the trickler");
+    let said = lines_of(trickler.stdout.take().expect("stdout"));
+    assert_eq!(said.recv_timeout(Duration::from_secs(30)).expect("the trickler's connections are open"), "ready");
+    // The plugin lives on after its trace (no finalize) while it tries again past the tricklers, backing off.
+    let mut player = Player::start_via(&via, "synthetic-full-r0.trace", 6, "node-a", "0", &[("EFATOP_WATCH", watch.address.as_str()), ("EFATOP_TEST_HOLD_MS", "40000")]);
+    watch.until(Duration::from_secs(60), "the plugin's rank folded past the tricklers", |lines| {
+        lines.iter().any(|l| matches!(l, WatchLine::Rank { host, .. } if host == "node-a"))
+    });
+    let mut cut = Vec::new();
+    let mut kept = 0;
+    loop {
+        let line = said.recv_timeout(Duration::from_secs(30)).expect("the trickler ends within its 15 s");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["cut", seconds, sent] => cut.push((seconds.parse::<f64>().expect("seconds"), sent.parse::<u32>().expect("sent"))),
+            ["kept", _] => kept += 1,
+            ["done"] => break,
+            _ => panic!("the trickler said {line}"),
+        }
+    }
+    let _ = trickler.wait();
+    let _ = player.child.kill();
+    let _ = player.child.wait();
+    assert_eq!((cut.len(), kept), (100, 0), "every trickle cut, none kept for 15 s: {cut:?}");
+    assert!(cut.iter().all(|(at, _)| *at < 12.0), "a trickle was cut only after the deadline and a loaded machine's margin: {cut:?}");
+    // The budget's 64 from one address held until the deadline (bar those the plugin's tries made room
+    // for), each after its second byte: a limit per read would have kept them.
+    let at_deadline = cut.iter().filter(|(at, sent)| *at >= 4.5 && *sent >= 2).count();
+    assert!(at_deadline >= 48, "most held trickles were cut at the deadline, after their second byte: {cut:?}");
+    watch.until(Duration::from_secs(30), "every trickle counted as refused", |lines| {
+        lines.iter().any(|l| matches!(l, WatchLine::Health { refused, .. } if *refused >= 100))
+    });
+}
+
+/// Offsets a relay between the plugin and the watcher sees: the plugin's answer in the handshake, then its
+/// sealed records.
+const PLUGIN_ANSWER: usize = efatop_proto::auth::ANSWER_LEN;
+
+/// A stranger's relay between the real plugin and `efatop watch` (the plugin's EFATOP_WATCH names the relay),
+/// passing the handshake through. Untouched, the plugin's figures are folded, and the relay read no host name
+/// in the clear. Changing one byte of what the plugin sends after the handshake: the watcher refuses the
+/// connection, naming the peer and "frame failed authentication", counts it, and folds nothing of that
+/// plugin (which tries again, through the relay, and is refused again).
+#[test]
+fn a_relay_between_a_plugin_and_watch_reads_nothing_and_a_byte_it_changes_is_refused_named() {
+    use common::player::{Player, Watcher};
+    use efatop_proto::nccl::WatchLine;
+    let _serial = serial();
+    let rank_of = |lines: &[WatchLine]| lines.iter().any(|l| matches!(l, WatchLine::Rank { host, .. } if host == "relayed-host"));
+
+    let mut watch = Watcher::start(&[], TEST_TOKEN);
+    let port: u16 = watch.address.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the relay's port");
+    let relayed = listener.local_addr().expect("address").to_string();
+    let seen = relay(listener, port, None);
+    let player = Player::start("synthetic-full-r0.trace", 6, "relayed-host", "0", &[("EFATOP_WATCH", relayed.as_str())]);
+    watch.until(Duration::from_secs(60), "the plugin's rank folded through an untouched relay", rank_of);
+    let _ = player.finish(Duration::from_secs(60));
+    let seen = seen.lock().expect("seen").clone();
+    assert!(seen.len() > LISTENER_HANDSHAKE + PLUGIN_ANSWER + 100, "the relay carried only {} bytes", seen.len());
+    assert!(!seen.windows(b"relayed-host".len()).any(|w| w == b"relayed-host"), "the relay read the plugin's host name in the clear");
+    drop(watch);
+
+    let mut watch = Watcher::start(&[], TEST_TOKEN);
+    let port: u16 = watch.address.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the relay's port");
+    let relayed = listener.local_addr().expect("address").to_string();
+    // A byte inside the first record (the plugin's hello), past its length prefix.
+    let _ = relay(listener, port, Some((Way::Up, PLUGIN_ANSWER + efatop_proto::seal::HEADER_LEN + 6)));
+    let player = Player::start("synthetic-full-r0.trace", 6, "relayed-host", "0", &[("EFATOP_WATCH", relayed.as_str())]);
+    // Refused, and refused again when the plugin comes back through the relay.
+    watch.until_said(Duration::from_secs(60), "the forged connections refused and named twice", |_, said| {
+        said.iter().filter(|l| l.contains("efatop watch: refused 127.0.0.1:") && l.contains("frame failed authentication")).count() >= 2
+    });
+    watch.until(Duration::from_secs(30), "the refusals counted", |lines| lines.iter().any(|l| matches!(l, WatchLine::Health { refused, .. } if *refused >= 2)));
+    let _ = player.finish(Duration::from_secs(60));
+    assert!(!rank_of(&watch.seen), "a forged connection's figures were folded: {:#?}", watch.seen);
+    assert!(!watch.seen.iter().any(|l| matches!(l, WatchLine::Coll { .. } | WatchLine::Peer { .. } | WatchLine::Nics { .. })), "{:#?}", watch.seen);
+}

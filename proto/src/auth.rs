@@ -378,8 +378,8 @@ pub fn connect_session(stream: &mut (impl Read + Write), secret: &Secret, purpos
     Ok(pending.session(secret))
 }
 
-/// [`accept_session`] with the keys thrown away: for `efatop watch` and the NCCL plugin only, whose
-/// streams are not sealed yet. Every other surface seals what follows its handshake.
+/// [`accept_session`] with the keys thrown away: for tests of the handshake alone. Every surface seals
+/// what follows its handshake, and so uses [`accept_session`].
 pub fn accept(
     stream: &mut (impl Read + Write),
     secret: &Secret,
@@ -388,7 +388,7 @@ pub fn accept(
     accept_session(stream, secret, purpose).map(drop)
 }
 
-/// [`connect_session`] with the keys thrown away: for the NCCL plugin only (see [`accept`]).
+/// [`connect_session`] with the keys thrown away: for tests of the handshake alone (see [`accept`]).
 pub fn connect(
     stream: &mut (impl Read + Write),
     secret: &Secret,

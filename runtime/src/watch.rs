@@ -19,6 +19,7 @@ pub mod fold;
 pub mod folder;
 pub mod recording;
 pub mod server;
+pub mod synthetic;
 
 use std::time::Duration;
 
@@ -35,7 +36,8 @@ pub enum Inbound {
     /// Connection `conn` closed (or was dropped for breaking a rule after it proved the token).
     Closed(u64),
     /// A connection was refused: it proved nothing within the deadline, was the oldest unproven one when
-    /// the budget was full, or came with no room among the plugins.
+    /// the budget was full, came with no room among the plugins, or (after its `Closed`) sent a record
+    /// that failed authentication.
     Refused,
 }
 
@@ -72,21 +74,36 @@ impl Default for Settings {
     }
 }
 
-/// Raises this process's open-file limit to `wanted` (the soft limit, and the hard one where it may: a
-/// privileged watcher), as servers that hold tens of thousands of connections do; what it is after.
-pub fn raise_open_files(wanted: u64) -> u64 {
+/// This process's open-file limit, as [`open_files`] left it, and what was wanted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFiles {
+    /// The soft limit now.
+    pub limit: u64,
+    pub wanted: u64,
+}
+
+impl OpenFiles {
+    pub fn enough(&self) -> bool {
+        self.limit >= self.wanted
+    }
+}
+
+/// Raises this process's open-file limit (`RLIMIT_NOFILE`), as servers that hold tens of thousands of
+/// connections do: the soft limit to the hard one, and both to `wanted` where the hard limit is lower and
+/// the process may raise it (`CAP_SYS_RESOURCE`). Never lowers it; what it is after, for the caller to say
+/// once when it is short of `wanted`.
+pub fn open_files(wanted: u64) -> OpenFiles {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return 0;
-    };
-    if soft >= wanted {
-        return soft;
+    let now = || getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((0, 0));
+    let (soft, hard) = now();
+    if hard < wanted {
+        // Refused without the capability: the hard limit stays.
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted);
     }
-    if setrlimit(Resource::RLIMIT_NOFILE, wanted, hard.max(wanted)).is_ok() {
-        return wanted;
+    let (soft_now, hard) = now();
+    if soft_now < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        // An unlimited hard limit is past what the kernel takes as a soft one (fs.nr_open): `wanted` then.
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, wanted.max(soft_now), hard);
     }
-    if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return hard;
-    }
-    soft
+    OpenFiles { limit: now().0.max(soft), wanted }
 }

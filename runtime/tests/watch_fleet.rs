@@ -1,6 +1,7 @@
 //! `efatop watch` at a fleet's scale, in process: a synthetic job of 4096 hosts × 8 ranks (32,768 ranks,
 //! a process per host driving its 8 GPUs as JAX runs, so 4096 plugins, each its own TCP connection
-//! proving the token, every 2 s; the bench_watch example's plugins) streams to the real watch server and fold loop, with 2000 strangers that never prove the
+//! proving the token and sealing its frames, every 2 s; the runtime's `watch::synthetic`, which the
+//! bench_watch example runs too) streams to the real watch server and fold loop, with 2000 strangers that never prove the
 //! token opened alongside from one address. Asserts: every plugin gets in despite the strangers (which
 //! are dropped and counted), every message the plugins wrote is folded, the stalled rank is named by
 //! the hang locator, and the live view's first screen (200×60, the real `efatop_ui::watch` on a
@@ -11,19 +12,14 @@
 //! needs 70k open files, past the hard limit of the CI machine (20,000, and no CAP_SYS_RESOURCE to raise
 //! it); `bench_watch --ranks-per-process 1` measures that shape where the limit allows.
 
-#[path = "../examples/bench_watch/plugins.rs"]
-mod plugins;
-
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, sync_channel};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::Secret;
 use efatop_runtime::watch::fold::Config;
 use efatop_proto::nccl::{NicVerdict, WatchLine};
-use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
-use efatop_runtime::watch::{folder, raise_open_files, Settings};
+use efatop_runtime::watch::synthetic::{self as plugins, Watcher};
+use efatop_runtime::watch::Settings;
 use efatop_ui::watch::WatchView;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -43,40 +39,17 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         strangers: 2000,
     };
     let world = job.world();
-    let wanted = 2 * job.hosts as u64 + 4096;
-    let files = raise_open_files(wanted);
-    assert!(files >= wanted, "this test holds both ends of {} connections: it needs {wanted} open files and may open {files}", job.hosts);
-    let secret = Secret::generate().expect("a secret");
-    let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-    let server = Server::start(
-        "127.0.0.1:0".parse().expect("address"),
-        secret.clone(),
-        Settings::default(),
-        tx,
-    )
-    .expect("the server");
-    let started = Instant::now();
     // Well past a loaded machine's late reports: only the stalled rank is behind that long.
     let hang_after = Duration::from_secs(8);
-    let (lines_tx, lines_rx) = channel::<Vec<WatchLine>>();
-    let (_fold, folded) = folder::spawn(
-        rx,
-        Config {
-            hang_after,
-            ..Config::default()
-        },
-        started,
-        Duration::ZERO,
-        None,
-        None,
-        lines_tx,
-    )
-    .expect("the fold");
+    let watcher = Watcher::start(Settings::default(), Config { hang_after, ..Config::default() }, job.hosts).expect("the watcher");
+    let files = watcher.files;
+    assert!(files.enough(), "this test holds both ends of {} connections: it needs {} open files and may open {}", job.hosts, files.wanted, files.limit);
+    let (server, started, folded, lines_rx) = (&watcher.server, watcher.started, &watcher.folded, &watcher.lines);
     let stop = Arc::new(AtomicBool::new(false));
     let (senders, sent) = plugins::start(
         job.clone(),
         server.address,
-        secret,
+        watcher.secret.clone(),
         started,
         Arc::clone(&stop),
         2,
@@ -177,6 +150,7 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         "{counts:?}"
     );
     assert_eq!(counts.broken.load(Ordering::Relaxed), 0, "{counts:?}");
+    assert_eq!(counts.forged.load(Ordering::Relaxed), 0, "every sealed record opened: {counts:?}");
 }
 
 /// The view as a 200×60 terminal shows it, row by row.

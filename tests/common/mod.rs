@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod prometheus;
+pub mod player;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

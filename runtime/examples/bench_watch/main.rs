@@ -1,6 +1,7 @@
-//! Can `efatop watch` keep up with a fleet's NCCL job? A synthetic job ([`plugins`]: `--hosts` ×
-//! `--ranks-per-host` plugins, each its own TCP connection, at the plugin's interval) streams to the real
-//! watch server ([`efatop_runtime::watch::server`]) and fold loop ([`efatop_runtime::watch::folder`]),
+//! Can `efatop watch` keep up with a fleet's NCCL job? A synthetic job ([`synthetic`]: `--hosts` ×
+//! `--ranks-per-host` plugins, each its own TCP connection, its frames sealed as the plugin seals them, at
+//! the plugin's interval) streams to the real watch server ([`efatop_runtime::watch::server`]) and fold
+//! loop ([`efatop_runtime::watch::folder`]),
 //! and the live view (`efatop_ui::watch`, the real one) folds every tick's lines and is drawn on a
 //! TestBackend every 100 ms. The server, the fold and the view are confined to the last CPU (the claim
 //! is that the watcher takes one core); the plugins run on the others.
@@ -13,26 +14,21 @@
 
 #[path = "../bench_common/mod.rs"]
 mod bench_common;
-mod plugins;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, sync_channel};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench_common::{rss_mib, thread_cpu_seconds, thread_id};
 use clap::Parser;
-use efatop_proto::auth::Secret;
 use efatop_runtime::watch::fold::Config;
 use efatop_proto::nccl::WatchLine;
 use efatop_runtime::affinity::{allowed_cpus, pin_thread};
-use efatop_runtime::watch::server::{Server, BATCHES_IN_FLIGHT};
-use efatop_runtime::watch::{folder, raise_open_files, Settings};
+use efatop_runtime::watch::synthetic::{self, Job, Watcher};
+use efatop_runtime::watch::{folder, Settings};
 use efatop_ui::watch::WatchView;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-
-use plugins::Job;
 
 /// The allocator the binary runs with: the watcher is measured as it runs.
 #[global_allocator]
@@ -102,12 +98,25 @@ fn main() -> std::process::ExitCode {
     };
     let world = job.world();
     let processes = args.hosts as usize * (job.per_host / job.per_process);
-    // Both ends of every connection live in this process.
-    let wanted = 2 * processes as u64 + 4096;
-    let files = raise_open_files(wanted);
-    if files < wanted {
-        eprintln!("bench_watch: {processes} connections need {wanted} open files here and this process may open {files}: fewer --hosts, more --ranks-per-process, or a higher hard limit");
-        return std::process::ExitCode::from(2);
+    let settings = Settings {
+        max_plugins: 2 * world,
+        ..Settings::default()
+    };
+    let config = Config {
+        hang_after: Duration::from_secs(args.hang_after),
+        ..Config::default()
+    };
+    let watcher = match Watcher::start(settings, config, processes) {
+        Ok(watcher) => watcher,
+        Err(err) => {
+            eprintln!("bench_watch: the watcher: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let files = watcher.files;
+    if !files.enough() {
+        // Both ends of every connection live in this process: those past the limit fail and are retried.
+        eprintln!("bench_watch: {processes} connections need {} open files here and this process may open {} (its hard limit): fewer --hosts, more --ranks-per-process, or a higher hard limit", files.wanted, files.limit);
     }
     let cpus = allowed_cpus();
     let watcher_cpu = cpus.last().copied().unwrap_or(0);
@@ -115,34 +124,10 @@ fn main() -> std::process::ExitCode {
     let confined = !others.is_empty();
     println!(
         "# bench_watch: {} hosts × {} ranks = {world} ranks, {processes} plugins (connections) at {} ms; hang-after {} s, stall at {} s; {} CPUs (the watcher on CPU {watcher_cpu}, the plugins on {:?}); open files {files}",
-        args.hosts, args.ranks_per_host, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others
+        args.hosts, args.ranks_per_host, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others,
+        files = files.limit
     );
-    let secret = Secret::generate().expect("a secret");
-    let settings = Settings {
-        max_plugins: 2 * world,
-        ..Settings::default()
-    };
-    let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-    let server = match Server::start(
-        "127.0.0.1:0".parse().expect("an address"),
-        secret.clone(),
-        settings,
-        tx,
-    ) {
-        Ok(server) => server,
-        Err(err) => {
-            eprintln!("bench_watch: the server: {err}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let started = Instant::now();
-    let config = Config {
-        hang_after: Duration::from_secs(args.hang_after),
-        ..Config::default()
-    };
-    let (lines_tx, lines_rx) = channel::<Vec<WatchLine>>();
-    let (_fold, folded) = folder::spawn(rx, config, started, Duration::ZERO, None, None, lines_tx)
-        .expect("the fold's thread");
+    let (started, folded, lines_rx) = (watcher.started, Arc::clone(&watcher.folded), &watcher.lines);
     // The view's thread is this one.
     pin_thread(None, [watcher_cpu]);
     let server_tid = thread_id(efatop_runtime::watch::server::THREAD);
@@ -151,10 +136,10 @@ fn main() -> std::process::ExitCode {
         pin_thread(tid.parse().ok(), [watcher_cpu]);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let (senders, sent) = plugins::start(
+    let (senders, sent) = synthetic::start(
         job.clone(),
-        server.address,
-        secret,
+        watcher.server.address,
+        watcher.secret.clone(),
         started,
         Arc::clone(&stop),
         others.len().max(1),
@@ -227,7 +212,7 @@ fn main() -> std::process::ExitCode {
         if Instant::now() >= next_second {
             let s = next_second.duration_since(started).as_secs();
             next_second += Duration::from_secs(1);
-            let counts = server.counts();
+            let counts = watcher.server.counts();
             let sent_now = sent.messages.load(Ordering::Relaxed);
             let folded_now = folded.messages.load(Ordering::Relaxed);
             println!(
@@ -262,7 +247,7 @@ fn main() -> std::process::ExitCode {
         std::thread::sleep(Duration::from_millis(20));
     }
     let folded_total = folded.messages.load(Ordering::Relaxed);
-    let counts = server.counts();
+    let counts = watcher.server.counts();
     frames.sort_by(f64::total_cmp);
     let p50 = percentile(&frames, 0.5);
     let p99 = percentile(&frames, 0.99);
@@ -292,7 +277,7 @@ fn main() -> std::process::ExitCode {
         fmt(rss)
     );
     println!(
-        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} kept_up={kept_up} confined={confined}",
+        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} kept_up={kept_up} confined={confined}",
         args.hosts,
         args.interval_ms,
         args.seconds,
@@ -302,6 +287,7 @@ fn main() -> std::process::ExitCode {
         sent.strangers.load(Ordering::Relaxed),
         counts.refused(),
         counts.evicted.load(Ordering::Relaxed),
+        counts.forged.load(Ordering::Relaxed),
         cpu / run_s * 100.0,
         fmt(p50),
         fmt(p99),
@@ -311,7 +297,7 @@ fn main() -> std::process::ExitCode {
         fmt(named_s),
         on_first_screen.map_or("-", |yes| if yes { "yes" } else { "no" }),
     );
-    drop(server);
+    watcher.stop();
     let _ = senders.join();
     std::process::ExitCode::SUCCESS
 }

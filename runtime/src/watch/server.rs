@@ -13,8 +13,11 @@
 //! 2. **proven**: counted against [`Settings::max_plugins`] (a plugin that finds no room is refused and
 //!    counted).
 //! 3. **reading**: the connection's bytes pass through its [`Opener`] (the decode stage: after the
-//!    handshake, before frames are parsed; where records sealed per frame are opened), then frames are
-//!    cut and decoded within proto's caps. Reads go into one scratch buffer of the thread; a connection
+//!    handshake, before frames are parsed): [`SealedFrames`] opens the records proto's seal made of them
+//!    (AES-256-GCM under the keys of this connection's handshake), so a byte a relay changed, dropped,
+//!    reordered or replayed fails its record; the connection is then dropped, counted
+//!    ([`Counts::forged`]) and named ([`Counts::take_named`]), and nothing of that record or after it is
+//!    folded. Then frames are cut and decoded within proto's caps. Reads go into one scratch buffer of the thread; a connection
 //!    keeps only the part of a frame that has not arrived whole (most hold nothing between reads), all
 //!    of them within [`Settings::buffered`].
 //!
@@ -28,12 +31,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::{Challenge, Purpose, Secret, ANSWER_LEN, PROOF_LEN};
+use efatop_proto::auth::{Challenge, Purpose, Secret, Session, ANSWER_LEN};
 use efatop_proto::nccl::{self, PluginMessage};
+use efatop_proto::seal::{self, HEADER_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::AbortHandle;
 
@@ -55,6 +59,8 @@ pub const MAX_COMMS: usize = 1024;
 pub const GRACE: Duration = Duration::from_secs(1);
 /// The thread's scratch buffer for reads.
 const SCRATCH: usize = 256 << 10;
+/// Refusals named and not yet taken ([`Counts::take_named`]) at most: past them they are counted alone.
+pub const NAMED_MAX: usize = 64;
 
 /// The server's counts, read from any thread.
 #[derive(Debug, Default)]
@@ -74,35 +80,100 @@ pub struct Counts {
     /// Proven connections dropped for a frame past proto's caps, one that did not decode, too many
     /// communicators, or the buffers' budget.
     pub broken: AtomicU64,
+    /// Proven connections dropped for a record that failed authentication (a byte changed, dropped,
+    /// reordered or replayed on the way, or sealed under other keys).
+    pub forged: AtomicU64,
     /// Messages decoded and handed to the fold.
     pub messages: AtomicU64,
+    /// Why proven connections were dropped, one line each, naming the peer: [`NAMED_MAX`] waiting at most.
+    named: Mutex<Vec<String>>,
 }
 
 impl Counts {
-    /// Every connection refused: strangers, evicted, no room, broken.
+    /// Every connection refused: strangers, evicted, no room, broken, forged.
     pub fn refused(&self) -> u64 {
-        [&self.strangers, &self.evicted, &self.full, &self.broken]
+        [&self.strangers, &self.evicted, &self.full, &self.broken, &self.forged]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
     }
+
+    /// The refusals named since the last call, oldest first (the watcher prints them).
+    pub fn take_named(&self) -> Vec<String> {
+        std::mem::take(&mut *self.named.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn name(&self, refusal: String) {
+        let mut named = self.named.lock().unwrap_or_else(PoisonError::into_inner);
+        if named.len() < NAMED_MAX {
+            named.push(refusal);
+        }
+    }
 }
 
-/// The decode stage of a proven connection: its bytes as they arrive (`sealed`) in, the plain stream of
-/// frames out (appended to `plain`). Without per-frame protection the bytes are the frames
-/// ([`PlainFrames`]); a sealing stage opens each record here, keyed by the handshake, and refuses the
-/// connection (an error) on a record that does not open.
+/// The decode stage of a proven connection: its bytes as they arrive (`sealed`, opened in place) in, the
+/// plain stream of frames out (appended to `plain`); a record that does not open refuses the connection
+/// (the error: why).
 pub trait Opener {
-    fn open(&mut self, sealed: &[u8], plain: &mut Vec<u8>) -> Result<(), String>;
+    fn open(&mut self, sealed: &mut [u8], plain: &mut Vec<u8>) -> Result<(), seal::SealError>;
+    /// Bytes held between reads (a record not yet whole), charged to [`Settings::buffered`].
+    fn holding(&self) -> usize;
 }
 
-/// Frames as they came.
-pub struct PlainFrames;
+/// The records of proto's seal ([`efatop_proto::seal`]), opened with the keys of the connection's
+/// handshake: whole records are opened where they lie in the read buffer; only a record cut by the end of
+/// a read is kept (one record's most, [`seal::MAX_RECORD`]) until the rest of it comes.
+pub struct SealedFrames {
+    opener: seal::Opener,
+    /// The front of a record not yet whole.
+    partial: Vec<u8>,
+}
 
-impl Opener for PlainFrames {
-    fn open(&mut self, sealed: &[u8], plain: &mut Vec<u8>) -> Result<(), String> {
-        plain.extend_from_slice(sealed);
-        Ok(())
+impl SealedFrames {
+    pub fn new(session: Session) -> Self {
+        Self { opener: session.opener, partial: Vec::new() }
+    }
+}
+
+impl Opener for SealedFrames {
+    fn open(&mut self, sealed: &mut [u8], plain: &mut Vec<u8>) -> Result<(), seal::SealError> {
+        let mut rest = sealed;
+        loop {
+            if !self.partial.is_empty() {
+                // The record cut by the last read: its length once its prefix is in.
+                let want = seal::Opener::record_len(&self.partial)?.unwrap_or(HEADER_LEN);
+                let take = (want - self.partial.len()).min(rest.len());
+                self.partial.extend_from_slice(&rest[..take]);
+                rest = &mut std::mem::take(&mut rest)[take..];
+                if self.partial.len() < want {
+                    if rest.is_empty() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                if self.partial.len() == HEADER_LEN {
+                    // Its prefix only: the length is known now.
+                    continue;
+                }
+                plain.extend_from_slice(self.opener.open(&mut self.partial)?);
+                // Most connections hold nothing between reads.
+                self.partial = Vec::new();
+                continue;
+            }
+            if rest.is_empty() {
+                return Ok(());
+            }
+            let Some((took, range)) = self.opener.open_front(rest)? else {
+                self.partial.extend_from_slice(rest);
+                return Ok(());
+            };
+            plain.extend_from_slice(&rest[range]);
+            rest = &mut std::mem::take(&mut rest)[took..];
+        }
+    }
+
+    fn holding(&self) -> usize {
+        self.partial.capacity()
     }
 }
 
@@ -368,11 +439,11 @@ impl Door {
 }
 
 /// The listener's side of proto's handshake (purpose `Nccl`): the plugin proves the token, and learns
-/// that the watcher holds it too. The listener's proof is what a sealing stage would key on.
+/// that the watcher holds it too; the keys that open what it sends next.
 async fn handshake(
     stream: &mut tokio::net::TcpStream,
     secret: &Secret,
-) -> Result<[u8; PROOF_LEN], String> {
+) -> Result<Session, String> {
     let (challenge, hello) = Challenge::new(Purpose::Nccl).map_err(|e| e.to_string())?;
     stream.write_all(&hello).await.map_err(|e| e.to_string())?;
     let mut answer = [0u8; ANSWER_LEN];
@@ -384,7 +455,7 @@ async fn handshake(
         .check(secret, &answer)
         .map_err(|e| e.to_string())?;
     stream.write_all(&proof).await.map_err(|e| e.to_string())?;
-    Ok(proof)
+    Ok(challenge.session(secret, &answer))
 }
 
 /// One connection, from its accept to its end.
@@ -398,21 +469,22 @@ async fn connection(
         let door = door.borrow();
         (door.secret.clone(), door.settings.handshake)
     };
-    let proved = matches!(
-        tokio::time::timeout(deadline, handshake(&mut stream, &secret)).await,
-        Ok(Ok(_))
-    );
-    {
+    // One deadline for the whole handshake: a peer that trickles a byte now and then is cut at it.
+    let session = match tokio::time::timeout(deadline, handshake(&mut stream, &secret)).await {
+        Ok(Ok(session)) => Some(session),
+        _ => None,
+    };
+    let session = {
         let mut this = door.borrow_mut();
         // Not in the budget any more: dropped to make room (and counted) while this poll was queued.
         if this.forget(id).is_none() {
             return;
         }
-        if !proved {
+        let Some(session) = session else {
             this.counts.strangers.fetch_add(1, Ordering::Relaxed);
             pending.push(Inbound::Refused);
             return;
-        }
+        };
         if this.proven >= this.settings.max_plugins {
             this.counts.full.fetch_add(1, Ordering::Relaxed);
             pending.push(Inbound::Refused);
@@ -421,27 +493,49 @@ async fn connection(
         this.proven += 1;
         this.counts.proven.fetch_add(1, Ordering::Relaxed);
         this.counts.live.fetch_add(1, Ordering::Relaxed);
-    }
-    // Where per-frame protection keys its opener on the handshake.
-    let mut opener = PlainFrames;
-    let broken = read_frames(&stream, id, &door, &pending, &mut opener).await;
+        session
+    };
+    let mut opener = SealedFrames::new(session);
+    let ended = read_frames(&stream, id, &door, &pending, &mut opener).await;
     let mut this = door.borrow_mut();
     this.proven -= 1;
     this.counts.live.fetch_sub(1, Ordering::Relaxed);
-    if broken.is_some() {
-        this.counts.broken.fetch_add(1, Ordering::Relaxed);
+    let peer = stream.peer_addr().map_or_else(|_| "a plugin".to_string(), |peer| peer.to_string());
+    match ended {
+        Ended::Closed => pending.push(Inbound::Closed(id)),
+        Ended::Broken(why) => {
+            this.counts.broken.fetch_add(1, Ordering::Relaxed);
+            this.counts.name(format!("dropped {peer}: {why}"));
+            pending.push(Inbound::Closed(id));
+        }
+        Ended::Forged(err) => {
+            // A refusal: counted among the refused, and nothing of the record or after it folded.
+            this.counts.forged.fetch_add(1, Ordering::Relaxed);
+            this.counts.name(format!("refused {peer}: {err}; its connection was dropped"));
+            pending.push(Inbound::Closed(id));
+            pending.push(Inbound::Refused);
+        }
     }
-    pending.push(Inbound::Closed(id));
 }
 
-/// Reads a proven connection until it closes (`None`) or breaks a rule (why).
+/// How a proven connection ended.
+enum Ended {
+    /// The plugin closed it (or the socket failed).
+    Closed,
+    /// It broke a rule: why.
+    Broken(String),
+    /// A record failed authentication.
+    Forged(seal::SealError),
+}
+
+/// Reads a proven connection until it closes, breaks a rule or sends a record that does not open.
 async fn read_frames(
     stream: &tokio::net::TcpStream,
     id: u64,
     door: &Rc<RefCell<Door>>,
     pending: &Pending,
     opener: &mut impl Opener,
-) -> Option<String> {
+) -> Ended {
     let scratch = Rc::clone(&door.borrow().scratch);
     let mut plain: Vec<u8> = Vec::new();
     let mut comms: Vec<(u64, u32)> = Vec::new();
@@ -449,26 +543,26 @@ async fn read_frames(
     let mut charged = 0;
     let outcome = 'reading: loop {
         if stream.readable().await.is_err() {
-            break None;
+            break Ended::Closed;
         }
         {
             let mut scratch = scratch.borrow_mut();
             match stream.try_read(&mut scratch) {
-                Ok(0) => break None,
+                Ok(0) => break Ended::Closed,
                 Ok(n) => {
-                    if let Err(why) = opener.open(&scratch[..n], &mut plain) {
-                        break Some(why);
+                    if let Err(err) = opener.open(&mut scratch[..n], &mut plain) {
+                        break Ended::Forged(err);
                     }
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => break None,
+                Err(_) => break Ended::Closed,
             }
         }
         let mut at = 0;
         while plain.len() - at >= 4 {
             let len = u32::from_le_bytes([plain[at], plain[at + 1], plain[at + 2], plain[at + 3]]);
             if len > nccl::MAX_MESSAGE {
-                break 'reading Some(format!(
+                break 'reading Ended::Broken(format!(
                     "a frame of {len} bytes; a plugin's are at most {}",
                     nccl::MAX_MESSAGE
                 ));
@@ -480,13 +574,13 @@ async fn read_frames(
             let message = match nccl::read(&mut &plain[at..end]) {
                 Ok(Some(message)) => message,
                 Ok(None) => break,
-                Err(err) => break 'reading Some(err.to_string()),
+                Err(err) => break 'reading Ended::Broken(err.to_string()),
             };
             if let PluginMessage::Comm { info } = &message {
                 let key = (info.comm, info.rank);
                 if !comms.contains(&key) {
                     if comms.len() >= MAX_COMMS {
-                        break 'reading Some(format!("more than {MAX_COMMS} communicators"));
+                        break 'reading Ended::Broken(format!("more than {MAX_COMMS} communicators"));
                     }
                     comms.push(key);
                 }
@@ -501,10 +595,11 @@ async fn read_frames(
             plain.drain(..at);
         }
         let mut this = door.borrow_mut();
-        this.buffered = this.buffered - charged + plain.capacity();
-        charged = plain.capacity();
+        let holds = plain.capacity() + opener.holding();
+        this.buffered = this.buffered - charged + holds;
+        charged = holds;
         if this.buffered > this.settings.buffered {
-            break Some(format!(
+            break Ended::Broken(format!(
                 "the connections' buffers are at their budget of {} MiB",
                 this.settings.buffered >> 20
             ));
@@ -516,63 +611,199 @@ async fn read_frames(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::net::TcpStream;
 
     use efatop_proto::auth;
     use efatop_proto::nccl::Origin;
+    use efatop_proto::seal::Sealer;
 
     use super::*;
 
-    fn hello_frame() -> Vec<u8> {
-        let origin = Origin { host: "node-a".into(), pid: 7, gpu: None, nccl_version: None, abi: 6, plugin_version: "t".into() };
+    fn hello_frame(host: &str) -> Vec<u8> {
+        let origin = Origin { host: host.into(), pid: 7, gpu: None, nccl_version: None, abi: 6, plugin_version: "t".into() };
         let mut out = Vec::new();
         nccl::encode(&PluginMessage::Hello { origin }, &mut out).expect("encode");
         out
+    }
+
+    fn sealed(sealer: &mut Sealer, frame: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        sealer.seal(frame, &mut out).expect("seal");
+        out
+    }
+
+    /// A plugin's side of a connection: the handshake, then the keys it seals its frames with.
+    fn plugin(address: SocketAddr, secret: &Secret) -> Result<(TcpStream, Sealer), auth::AuthError> {
+        let mut stream = TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let session = auth::connect_session(&mut stream, secret, Purpose::Nccl)?;
+        Ok((stream, session.sealer))
+    }
+
+    fn start(settings: Settings) -> (Server, Secret, std::sync::mpsc::Receiver<Vec<Inbound>>) {
+        let secret = Secret::generate().expect("secret");
+        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+        let server = Server::start("127.0.0.1:0".parse().expect("address"), secret.clone(), settings, tx).expect("server");
+        (server, secret, rx)
+    }
+
+    /// Batches until `done` holds over all of them (20 s at most).
+    fn until(rx: &std::sync::mpsc::Receiver<Vec<Inbound>>, got: &mut Vec<Inbound>, done: impl Fn(&[Inbound]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(got) {
+            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| panic!("not within 20 s: {got:?}"));
+            if let Ok(batch) = rx.recv_timeout(left) {
+                got.extend(batch);
+            }
+        }
+    }
+
+    fn hello_from(got: &[Inbound], host: &str) -> bool {
+        got.iter().any(|i| matches!(i, Inbound::Message(_, PluginMessage::Hello { origin }) if origin.host == host))
+    }
+
+    fn wait_for(what: &str, counts: &Counts, done: impl Fn(&Counts) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done(counts) {
+            assert!(Instant::now() < deadline, "{what}: {counts:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Strangers filling the unproven budget from one address are dropped and counted, and a plugin from
     /// another address that proves the token gets in and is read; one with the wrong token is refused.
     #[test]
     fn strangers_are_dropped_and_counted_and_never_keep_a_plugin_out() {
-        let secret = Secret::generate().expect("secret");
-        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        let settings = Settings { unproven: 4, unproven_per_peer: 2, ..Settings::default() };
-        let server = Server::start("127.0.0.1:0".parse().expect("address"), secret.clone(), settings, tx).expect("server");
+        let (server, secret, rx) = start(Settings { unproven: 4, unproven_per_peer: 2, ..Settings::default() });
         let strangers: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(server.address).expect("connect")).collect();
         // Each stranger past the address's two waits, then is dropped: counted as it goes.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while server.counts().evicted.load(Ordering::Relaxed) < 8 {
-            assert!(Instant::now() < deadline, "{:?}", server.counts());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for("the strangers past the address's share are dropped", server.counts(), |c| c.evicted.load(Ordering::Relaxed) >= 8);
         // The plugin comes from the strangers' address: it may find their share full and within its grace,
         // and then tries again, as the plugin does.
-        let mut plugin = loop {
-            let mut stream = TcpStream::connect(server.address).expect("the plugin connects");
-            stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-            if auth::connect(&mut stream, &secret, Purpose::Nccl).is_ok() {
-                break stream;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut stream, mut sealer) = loop {
+            if let Ok(plugin) = plugin(server.address, &secret) {
+                break plugin;
             }
             assert!(Instant::now() < deadline, "the plugin never got in: {:?}", server.counts());
             std::thread::sleep(Duration::from_millis(100));
         };
-        plugin.write_all(&hello_frame()).expect("write");
+        stream.write_all(&sealed(&mut sealer, &hello_frame("node-a"))).expect("write");
         let mut impostor = TcpStream::connect(server.address).expect("connect");
         impostor.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
         assert!(auth::connect(&mut impostor, &Secret::generate().expect("secret"), Purpose::Nccl).is_err());
         let mut got = Vec::new();
-        while !got.iter().any(|i| matches!(i, Inbound::Message(_, PluginMessage::Hello { origin }) if origin.host == "node-a")) {
-            got.extend(rx.recv_timeout(Duration::from_secs(20)).expect("a batch"));
-        }
+        until(&rx, &mut got, |got| hello_from(got, "node-a"));
         let counts = server.counts();
         assert_eq!(counts.proven.load(Ordering::Relaxed), 1, "{counts:?}");
         assert_eq!(counts.live.load(Ordering::Relaxed), 1, "{counts:?}");
         // The two strangers the budget held fail their deadline, and the impostor its proof: all counted.
-        while counts.strangers.load(Ordering::Relaxed) < 2 || counts.refused() < 11 {
-            assert!(Instant::now() < deadline, "the strangers held and the impostor are counted: {counts:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for("the strangers held and the impostor are counted", counts, |c| c.strangers.load(Ordering::Relaxed) >= 2 && c.refused() >= 11);
         drop(strangers);
+    }
+
+    /// Records cut anywhere by the reads (a byte at a time, two and a half records at once) open to the same
+    /// frames; a changed byte anywhere in a record refuses it.
+    #[test]
+    fn sealed_frames_open_across_any_cut_and_refuse_a_changed_byte() {
+        let session = || auth::Session::derive(&Secret::from_bytes([3; 32]), Purpose::Nccl, &[1; 32], &[2; 32], auth::Side::Listener);
+        let mut sealer = auth::Session::derive(&Secret::from_bytes([3; 32]), Purpose::Nccl, &[1; 32], &[2; 32], auth::Side::Caller).sealer;
+        let frames: Vec<Vec<u8>> = ["node-a", "node-b", "node-c"].iter().map(|h| hello_frame(h)).collect();
+        let wire: Vec<u8> = frames.iter().flat_map(|f| sealed(&mut sealer, f)).collect();
+        let whole: Vec<u8> = frames.concat();
+        for cut in [1, 2, 3, 4, 5, 7, 19, 64, wire.len() * 5 / 2 / 3, wire.len()] {
+            let mut opener = SealedFrames::new(session());
+            let mut plain = Vec::new();
+            for piece in wire.chunks(cut) {
+                opener.open(&mut piece.to_vec(), &mut plain).expect("opens");
+            }
+            assert_eq!(plain, whole, "cut every {cut} bytes");
+            assert_eq!(opener.holding(), 0, "nothing held after the last record");
+        }
+        for at in [0, 3, 4, 20, wire.len() / 3 - 1] {
+            let mut forged = wire.clone();
+            forged[at] ^= 1;
+            let mut plain = Vec::new();
+            assert!(SealedFrames::new(session()).open(&mut forged, &mut plain).is_err(), "byte {at} changed went unseen");
+            assert!(plain.is_empty(), "nothing of a forged first record comes out");
+        }
+    }
+
+    /// A plugin's sealed frames, however the network cuts them, are folded; a relay's changed byte after the
+    /// handshake is a refusal: counted, named with the peer, the connection dropped, nothing of it folded.
+    #[test]
+    fn sealed_frames_are_folded_and_a_changed_byte_is_refused_named_and_never_folded() {
+        let (server, secret, rx) = start(Settings::default());
+        let (mut stream, mut sealer) = plugin(server.address, &secret).expect("the plugin proves the token");
+        stream.set_nodelay(true).expect("nodelay");
+        // The hello a byte at a time: the watcher opens it once whole.
+        for byte in sealed(&mut sealer, &hello_frame("node-a")) {
+            stream.write_all(&[byte]).expect("write");
+        }
+        let mut got = Vec::new();
+        until(&rx, &mut got, |got| hello_from(got, "node-a"));
+        let mut forged = sealed(&mut sealer, &hello_frame("forged"));
+        forged[HEADER_LEN + 10] ^= 0x20;
+        stream.write_all(&forged).expect("write");
+        let counts = server.counts();
+        wait_for("the forged record is refused", counts, |c| c.forged.load(Ordering::Relaxed) == 1);
+        let named = counts.take_named();
+        let local = stream.local_addr().expect("address").to_string();
+        assert!(named.iter().any(|n| n.contains(&local) && n.contains("frame failed authentication")), "{named:?}");
+        // The watcher dropped it: the stream ends.
+        assert!(matches!(stream.read(&mut [0u8; 16]), Ok(0) | Err(_)));
+        until(&rx, &mut got, |got| got.iter().any(|i| matches!(i, Inbound::Refused)));
+        assert!(!hello_from(&got, "forged"), "a forged frame was folded: {got:?}");
+        assert_eq!((counts.live.load(Ordering::Relaxed), counts.broken.load(Ordering::Relaxed)), (0, 0), "{counts:?}");
+        // Frames sent in the clear after a good handshake are no records: refused the same.
+        let (mut clear, _) = plugin(server.address, &secret).expect("the plugin proves the token");
+        clear.write_all(&hello_frame("in-the-clear")).expect("write");
+        wait_for("the frame in the clear is refused", counts, |c| c.forged.load(Ordering::Relaxed) == 2);
+        assert!(!hello_from(&got, "in-the-clear"));
+    }
+
+    /// Tricklers (a byte every 300 ms) fill the unproven budget and are cut at the handshake's one deadline,
+    /// not kept by their bytes, and never take a place among the plugins: with room for one plugin, the
+    /// plugin gets in past them.
+    #[test]
+    fn tricklers_are_cut_at_the_deadline_and_never_count_against_max_plugins() {
+        let settings = Settings { max_plugins: 1, unproven: 8, handshake: Duration::from_secs(1), ..Settings::default() };
+        let (server, secret, rx) = start(settings);
+        let tricklers: Vec<_> = (0..4)
+            .map(|_| {
+                let address = server.address;
+                std::thread::spawn(move || {
+                    let started = Instant::now();
+                    let mut stream = TcpStream::connect(address).expect("connect");
+                    stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+                    let mut hello = [0u8; auth::HELLO_LEN];
+                    let mut sink = [0u8; 256];
+                    let _ = stream.read(&mut hello);
+                    while started.elapsed() < Duration::from_secs(20) {
+                        if stream.write_all(&[0]).is_err() {
+                            return started.elapsed();
+                        }
+                        match stream.read(&mut sink) {
+                            Ok(0) => return started.elapsed(),
+                            Err(err) if !matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return started.elapsed(),
+                            _ => {}
+                        }
+                    }
+                    panic!("a trickler was kept for 20 s");
+                })
+            })
+            .collect();
+        let (mut stream, mut sealer) = plugin(server.address, &secret).expect("the plugin gets in past the tricklers");
+        stream.write_all(&sealed(&mut sealer, &hello_frame("node-a"))).expect("write");
+        let mut got = Vec::new();
+        until(&rx, &mut got, |got| hello_from(got, "node-a"));
+        for trickler in tricklers {
+            let cut = trickler.join().expect("trickler");
+            assert!(cut >= Duration::from_millis(900) && cut < Duration::from_secs(10), "cut after {cut:?}");
+        }
+        let counts = server.counts();
+        wait_for("the tricklers are counted as strangers", counts, |c| c.strangers.load(Ordering::Relaxed) == 4);
+        assert_eq!((counts.proven.load(Ordering::Relaxed), counts.full.load(Ordering::Relaxed)), (1, 0), "{counts:?}");
     }
 }

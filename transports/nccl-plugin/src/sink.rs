@@ -5,8 +5,11 @@
 //! a full queue (a slow or stopped watcher) or a missing one loses the message and counts it (`unsent`;
 //! figures are cumulative, so the next message carries what was lost). The thread connects with a
 //! timeout, proves the user's token (proto's handshake, purpose `Nccl`), sends the hello and the open
-//! communicators again on every connection, and retries with backoff (0.25 s doubling to 10 s). Nothing of
-//! this ever runs on NCCL's threads.
+//! communicators again on every connection, and retries with backoff (0.25 s doubling to 10 s). Every frame
+//! after the handshake travels sealed (proto's `seal`: a record per frame, AES-256-GCM under the keys that
+//! connection's handshake derived), so a relay between the plugin and the watcher can neither read nor
+//! change a figure unseen. Nothing of this ever runs on NCCL's threads: they only push fixed-size records
+//! onto the ring; the fold, the framing and the sealing are this thread's and the worker's.
 
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -17,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_proto::seal::Sealer;
 use efatop_proto::nccl::{encode, file_hello, CommInfo, Origin, PluginMessage};
 
 /// Messages queued for the watcher's thread at most.
@@ -147,7 +151,8 @@ impl Sink {
     }
 }
 
-fn connect(address: &str, secret: &Secret) -> Result<TcpStream, String> {
+/// A connection to the watcher that proved the token both ways, and the keys this side seals with.
+fn connect(address: &str, secret: &Secret) -> Result<(TcpStream, Sealer), String> {
     let addrs: Vec<_> = address.to_socket_addrs().map_err(|e| e.to_string())?.collect();
     let mut last = String::from("no address");
     for addr in addrs {
@@ -157,8 +162,8 @@ fn connect(address: &str, secret: &Secret) -> Result<TcpStream, String> {
                 let _ = stream.set_read_timeout(timeout);
                 let _ = stream.set_write_timeout(timeout);
                 let _ = stream.set_nodelay(true);
-                match auth::connect(&mut stream, secret, Purpose::Nccl) {
-                    Ok(()) => return Ok(stream),
+                match auth::connect_session(&mut stream, secret, Purpose::Nccl) {
+                    Ok(session) => return Ok((stream, session.sealer)),
                     Err(err) => last = err.to_string(),
                 }
             }
@@ -168,23 +173,31 @@ fn connect(address: &str, secret: &Secret) -> Result<TcpStream, String> {
     Err(last)
 }
 
+/// Seals `frame` (a record of its own, or several past a record's most) and writes it whole.
+fn write_sealed(stream: &mut TcpStream, sealer: &mut Sealer, frame: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    sealer.seal(frame, out).is_ok() && stream.write_all(out).is_ok()
+}
+
 fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) {
     let mut backoff = Duration::from_millis(250);
     let mut told = false;
+    // The sealed bytes of one frame: kept across frames, so a frame costs no allocation once it has grown.
+    let mut out = Vec::new();
     loop {
         match connect(address, secret) {
-            Ok(mut stream) => {
+            Ok((mut stream, mut sealer)) => {
                 backoff = Duration::from_millis(250);
                 say(&format!("streaming to efatop watch at {address}"));
                 told = false;
                 let frames: Vec<Vec<u8>> = preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, _, f)| f.clone()).collect();
-                if frames.iter().any(|f| stream.write_all(f).is_err()) {
+                if frames.iter().any(|f| !write_sealed(&mut stream, &mut sealer, f, &mut out)) {
                     continue;
                 }
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
                         Ok(bytes) => {
-                            let written = stream.write_all(&bytes).is_ok();
+                            let written = write_sealed(&mut stream, &mut sealer, &bytes, &mut out);
                             if !written {
                                 unsent.fetch_add(1, Ordering::Relaxed);
                             }

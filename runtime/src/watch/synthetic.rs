@@ -1,26 +1,79 @@
-//! A synthetic NCCL job's profiler plugins: `hosts` × `per_host` ranks of one world communicator, a plugin
-//! (its own TCP connection to the watcher) per process of `per_process` ranks (from an address of its host's own, 127.10.x.y, as a fleet's hosts
-//! come from theirs), proving the token with proto's handshake and sending what the real plugin sends each
-//! interval: the communicator's figures (an allreduce's row, the ring's two peers, the call progress), the
+//! A synthetic NCCL job for `efatop watch` at a fleet's scale, and the watcher it streams to: the one home
+//! of the `bench_watch` example's and the fleet test's setup.
+//!
+//! [`start`]: `hosts` × `per_host` ranks of one world communicator, a plugin (its own TCP connection to the
+//! watcher) per process of `per_process` ranks (from an address of its host's own, 127.10.x.y, as a
+//! fleet's hosts come from theirs), proving the token with proto's handshake and sending, sealed as the
+//! real plugin seals them (a record per write, under the keys of its handshake), what the real plugin
+//! sends each interval: the communicator's figures (an allreduce's row, the ring's two peers, the call progress), the
 //! node's 32 EFA NICs' counters and the plugin's health. The job runs `rate` allreduces a second; host
 //! `skewed_host`'s NIC 5 carries 30 % of its share (a rail behind); from `stall_at` (or when the caller
 //! says, [`Sent::stall`]), rank `stall_rank` stops before its next allreduce (its progress stays; its
 //! peers start that call and wait in it).
 //!
 //! One task per host (its ranks' connections), on a tokio runtime of its own threads: the senders'
-//! cost is not the watcher's. Shared by the `bench_watch` example and the fleet test.
-#![allow(dead_code)] // the test uses part of it
+//! cost is not the watcher's.
+//!
+//! [`Watcher::start`]: the real watch server ([`super::server`]) and fold loop ([`super::folder`]), with the
+//! open-file limit raised for both ends of every connection (both live in the caller's process).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::mpsc::{channel, sync_channel, Receiver};
+use std::thread::JoinHandle;
+
 use efatop_proto::auth::{Answer, Purpose, Secret, HELLO_LEN, PROOF_LEN};
+use efatop_proto::nccl::fold::Config;
 use efatop_proto::nccl::{
     self, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress, Timing,
+    WatchLine,
 };
+use efatop_proto::seal::Sealer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::folder::{self, Folded};
+use super::server::{Server, BATCHES_IN_FLIGHT};
+use super::{open_files, OpenFiles, Settings};
+
+/// The watcher a synthetic job streams to: the real server and fold loop, in this process.
+pub struct Watcher {
+    pub server: Server,
+    /// The token its plugins prove.
+    pub secret: Secret,
+    /// When it started (the fold's clock).
+    pub started: Instant,
+    /// What the fold loop did.
+    pub folded: Arc<Folded>,
+    /// Each tick's lines.
+    pub lines: Receiver<Vec<WatchLine>>,
+    /// The open-file limit, raised for `connections` connections with both ends here.
+    pub files: OpenFiles,
+    fold: JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Starts the server on 127.0.0.1 and the fold loop (`config`), for a job of `connections` plugins.
+    pub fn start(settings: Settings, config: Config, connections: usize) -> std::io::Result<Self> {
+        // Both ends of every connection, the strangers' and some to spare.
+        let files = open_files(2 * connections as u64 + 4096);
+        let secret = Secret::generate().map_err(std::io::Error::other)?;
+        let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
+        let server = Server::start("127.0.0.1:0".parse().expect("an address"), secret.clone(), settings, tx)?;
+        let started = Instant::now();
+        let (lines_tx, lines) = channel();
+        let (fold, folded) = folder::spawn(rx, config, started, Duration::ZERO, None, None, lines_tx)?;
+        Ok(Self { server, secret, started, folded, lines, files, fold })
+    }
+
+    /// Stops the server; the fold loop ends with it.
+    pub fn stop(self) {
+        drop(self.server);
+        let _ = self.fold.join();
+    }
+}
 
 /// The world communicator's id.
 pub const COMM: u64 = 0x5eed_c0ff_ee00_0001;
@@ -32,7 +85,7 @@ pub const NICS: usize = 32;
 pub struct Job {
     pub hosts: usize,
     pub per_host: usize,
-    /// Ranks one process drives (one plugin, one connection): 1 as PyTorch runs (a process per GPU), or
+    /// Ranks one process drives (one plugin, one connection): 1 as `PyTorch` runs (a process per GPU), or
     /// the host's 8 as JAX runs (a process per host).
     pub per_process: usize,
     pub interval: Duration,
@@ -109,7 +162,7 @@ pub fn start(
                 .thread_name("bench-plugin")
                 .on_thread_start(move || {
                     if !pin.is_empty() {
-                        efatop_runtime::affinity::pin_thread(None, pin.iter().copied());
+                        crate::affinity::pin_thread(None, pin.iter().copied());
                     }
                 })
                 .enable_all()
@@ -155,7 +208,7 @@ async fn connect(
     address: SocketAddr,
     from: IpAddr,
     secret: &Secret,
-) -> std::io::Result<tokio::net::TcpStream> {
+) -> std::io::Result<(tokio::net::TcpStream, Sealer)> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(SocketAddr::new(from, 0))?;
     let mut stream = socket.connect(address).await?;
@@ -170,7 +223,19 @@ async fn connect(
     pending
         .verify(secret, &proof)
         .map_err(std::io::Error::other)?;
-    Ok(stream)
+    Ok((stream, pending.session(secret).sealer))
+}
+
+/// Writes `plain` sealed (`buffer`: what it is sealed into, kept across writes).
+async fn write_sealed(
+    stream: &mut tokio::net::TcpStream,
+    sealer: &mut Sealer,
+    plain: &[u8],
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    buffer.clear();
+    sealer.seal(plain, buffer).map_err(std::io::Error::other)?;
+    stream.write_all(buffer).await
 }
 
 /// A plugin's connection, made again with the plugin's backoff (0.25 s doubling to 10 s) until it holds.
@@ -180,13 +245,13 @@ async fn connected(
     secret: &Secret,
     sent: &Sent,
     stop: &AtomicBool,
-) -> Option<tokio::net::TcpStream> {
+) -> Option<(tokio::net::TcpStream, Sealer)> {
     let mut backoff = Duration::from_millis(250);
     while !stop.load(Ordering::Relaxed) {
         match tokio::time::timeout(Duration::from_secs(10), connect(address, from, secret)).await {
-            Ok(Ok(stream)) => {
+            Ok(Ok(connection)) => {
                 sent.connected.fetch_add(1, Ordering::Relaxed);
-                return Some(stream);
+                return Some(connection);
             }
             failed => {
                 let before = sent.retries.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +290,8 @@ fn progress(job: &Job, stall_at: Option<Duration>, rank: u32, t: Duration) -> (u
     }
 }
 
+// One host's whole life, connections, preamble and intervals, read top to bottom.
+#[allow(clippy::too_many_lines)]
 async fn host(
     job: Arc<Job>,
     h: usize,
@@ -239,9 +306,10 @@ async fn host(
     let name = Job::host_name(h);
     let mut streams = Vec::new();
     let mut out = Vec::new();
+    let mut buffer = Vec::new();
     let per_process = job.per_process.clamp(1, job.per_host);
     for process in 0..job.per_host / per_process {
-        let Some(mut stream) = connected(address, from, &secret, &sent, &stop).await else {
+        let Some((mut stream, mut sealer)) = connected(address, from, &secret, &sent, &stop).await else {
             return;
         };
         out.clear();
@@ -272,12 +340,12 @@ async fn host(
                 &mut out,
             );
         }
-        if stream.write_all(&out).await.is_err() {
+        if write_sealed(&mut stream, &mut sealer, &out, &mut buffer).await.is_err() {
             return;
         }
         sent.messages
             .fetch_add(1 + per_process as u64, Ordering::Relaxed);
-        streams.push((first, stream));
+        streams.push((first, stream, sealer));
     }
     // Hosts spread over the interval, as a fleet's plugins (started with their processes) are.
     let offset = job.interval.mul_f64(h as f64 / job.hosts as f64);
@@ -314,7 +382,7 @@ async fn host(
             .collect();
         let mut nics_frame = Vec::new();
         frame(&PluginMessage::Nics { t_ms, nics }, &mut nics_frame);
-        for (first, stream) in &mut streams {
+        for (first, stream, sealer) in &mut streams {
             out.clear();
             let mut messages = 2;
             for local in *first..*first + per_process {
@@ -382,7 +450,7 @@ async fn host(
                 },
                 &mut out,
             );
-            if stream.write_all(&out).await.is_err() {
+            if write_sealed(stream, sealer, &out, &mut buffer).await.is_err() {
                 return;
             }
             sent.messages.fetch_add(messages, Ordering::Relaxed);
