@@ -738,7 +738,10 @@ fn a_relay_on_a_slurm_candidate_port_reads_nothing_and_a_byte_it_changes_ends_th
         "the relay carried only {} bytes: rank 1 did not go through it",
         seen.len()
     );
-    for clear in [host.as_bytes(), b"127.0.0.1".as_slice()] {
+    // A host name under 6 bytes (this machine's may be `vm`) is not a test: random ciphertext holds any 2
+    // given bytes every 64 KiB; 6 bytes or more, about once in 2^48.
+    let markers: Vec<&[u8]> = [host.as_bytes(), b"127.0.0.1".as_slice()].into_iter().filter(|m| m.len() >= 6).collect();
+    for clear in markers {
         assert!(
             !seen.windows(clear.len()).any(|w| w == clear),
             "the relay read `{}` in the clear",
