@@ -26,7 +26,7 @@ use std::sync::mpsc::{channel, sync_channel, Receiver};
 use std::thread::JoinHandle;
 
 use efatop_proto::auth::{Answer, Purpose, Secret, HELLO_LEN, PROOF_LEN};
-use efatop_proto::nccl::fold::Config;
+use crate::watch::fold::Config;
 use efatop_proto::nccl::{
     self, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress, Timing,
     WatchLine,
