@@ -15,6 +15,7 @@
 
 mod http;
 mod watch;
+mod xid;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -305,7 +306,7 @@ pub fn render(snapshots: Vec<NodeSample>) -> Result<String, std::fmt::Error> {
     let mut collectors: Vec<Box<dyn Collector>> = vec![Box::new(Snapshots(snapshots))];
     // The process's live Xid counts, once `efatop monitor` started them (crate::xid_watch).
     if let Some(xids) = crate::xid_watch::XidWatch::running() {
-        collectors.push(Box::new(crate::xid_watch::XidCollector(xids)));
+        collectors.push(Box::new(xid::XidCollector(xids)));
     }
     encode(collectors)
 }

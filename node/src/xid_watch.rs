@@ -5,15 +5,12 @@
 //! records, and a re-read that finds fewer keeps the count it had.
 //!
 //! The counts are the process's (one kernel log per machine): [`XidWatch::start`] sets them, and
-//! [`crate::prometheus::render`] adds them to every scrape once set.
+//! the exporter (`crate::prometheus`, its `xid` module) adds them to every scrape once set.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 
 use crate::xid;
 use crate::Sysfs;
@@ -115,47 +112,7 @@ impl XidWatch {
         self.0.lock().ok().and_then(|counts| counts.error.clone())
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         self.0.lock().map(|counts| counts.host.clone()).unwrap_or_default()
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct XidLabels {
-    host: String,
-    gpu: String,
-    pci: String,
-    xid: String,
-    action: String,
-}
-
-/// The Prometheus collector of the counts.
-#[derive(Debug)]
-pub(crate) struct XidCollector(pub(crate) XidWatch);
-
-impl Collector for XidCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let host = self.0.host();
-        let series: Vec<(XidLabels, u64)> = self
-            .0
-            .counts()
-            .into_iter()
-            .map(|count| {
-                let labels = XidLabels {
-                    host: host.clone(),
-                    gpu: count.gpu.map(|gpu| gpu.to_string()).unwrap_or_default(),
-                    pci: count.pci,
-                    xid: count.xid.to_string(),
-                    action: xid::action(count.xid).0.name().to_string(),
-                };
-                (labels, count.count)
-            })
-            .collect();
-        crate::prometheus::counters(
-            &mut encoder,
-            "efatop_gpu_xid",
-            "Xid errors the GPU logged in the kernel log, by Xid, with the action NVIDIA's Xid catalog calls for",
-            series.iter().map(|(labels, count)| (labels, *count)),
-        )
     }
 }
