@@ -57,6 +57,10 @@ impl Default for Config {
     }
 }
 
+/// How much earlier than the watcher heard of it a wait may have begun: a plugin reports once an interval
+/// (1 s by default), so the age of a rank's open call in its report is trusted this far back at most.
+pub const WAIT_REPORTED_WITHIN: Duration = Duration::from_secs(1);
+
 /// Ranks newly named in one tick at most (a rack gone slow at once is named over a few ticks, each line
 /// listing the call's peers: at 32,768 ranks a line lists up to 32,767).
 const NAMED_PER_TICK: usize = 64;
@@ -649,6 +653,19 @@ impl Watch {
         }
     }
 
+    /// When a call's waiting began, as the ranks waiting in it tell: the age of their open call when they
+    /// reported it (`open_ms`), taken back from when each was heard, the earliest of them; never more than
+    /// [`WAIT_REPORTED_WITHIN`] before `now` (what a report's delay can hide: a rank reports once an
+    /// interval), and `now` where no rank says. A stall is then named `hang_after` after the peers began to
+    /// wait, not after the watcher first heard of it.
+    fn waiting_since(&self, comm: u64, func: Func, seq: u64, now: Duration) -> Duration {
+        self.ranks
+            .range((comm, 0)..=(comm, u32::MAX))
+            .filter_map(|(_, s)| s.progress.get(&func).filter(|p| p.open_seq == Some(seq)).map(|p| s.heard.saturating_sub(Duration::from_millis(p.open_ms))))
+            .min()
+            .map_or(now, |since| since.clamp(now.saturating_sub(WAIT_REPORTED_WITHIN), now))
+    }
+
     fn silent(&self, state: &RankState, now: Duration) -> bool {
         let closed = self.plugins.get(&state.conn).is_none_or(|p| p.closed);
         !state.bye && (closed || now.saturating_sub(state.heard) >= self.config.hang_after)
@@ -737,7 +754,11 @@ impl Watch {
         }
         for (comm, func, seq, rank, why, done, waiting) in found {
             let hang_after = self.config.hang_after;
-            let entry = self.stuck.entry((comm, func, seq)).or_insert_with(|| (now, BTreeSet::new()));
+            if !self.stuck.contains_key(&(comm, func, seq)) {
+                let since = self.waiting_since(comm, func, seq, now);
+                self.stuck.insert((comm, func, seq), (since, BTreeSet::new()));
+            }
+            let Some(entry) = self.stuck.get_mut(&(comm, func, seq)) else { continue };
             let waited = now.saturating_sub(entry.0);
             if waited < hang_after || entry.1.contains(&rank) {
                 continue;
