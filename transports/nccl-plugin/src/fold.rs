@@ -102,12 +102,14 @@ impl Span {
     }
 
     /// A call's time, collective or point-to-point group (the module's rule): the proxy's from its first
-    /// step (or `after`, when later) to its last op's end where the proxy took part, else the kernels'
-    /// span, else none.
-    fn time(&self, after: u64) -> (Timing, Option<u64>) {
+    /// step (or `last_end`, the end of the previous proxied call of its kind, when later) to its last op's
+    /// end where the proxy took part, which then moves `last_end` on; else the kernels' span, else none.
+    fn time(&self, last_end: &mut u64) -> (Timing, Option<u64>) {
         if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.proxy_end) {
             if b >= a {
-                return (Timing::Proxy, Some(b.saturating_sub(a.max(after))));
+                let time = b.saturating_sub(a.max(*last_end));
+                *last_end = (*last_end).max(b);
+                return (Timing::Proxy, Some(time));
             }
         }
         if self.proxy_start.is_some() {
@@ -503,10 +505,7 @@ impl Fold {
         let epoch_base_ns = self.epoch_base_ns;
         let Some(comm) = self.comms.get_mut(&task.ctx) else { return };
         if let Some((func, seq, key, extra)) = task.coll {
-            let (timing, time) = task.span.time(comm.last_coll_end);
-            if timing == Timing::Proxy {
-                comm.last_coll_end = comm.last_coll_end.max(task.span.proxy_end.unwrap_or(0));
-            }
+            let (timing, time) = task.span.time(&mut comm.last_coll_end);
             let tag = key.5;
             add_row(comm, key, timing, time, Some(&extra));
             comm.seqs.entry(func).or_default().finish(seq);
@@ -576,10 +575,7 @@ impl Fold {
         } else {
             Func::SendRecv
         };
-        let (timing, time) = group.span.time(comm.last_p2p_end);
-        if timing == Timing::Proxy {
-            comm.last_p2p_end = comm.last_p2p_end.max(group.span.proxy_end.unwrap_or(0));
-        }
+        let (timing, time) = group.span.time(&mut comm.last_p2p_end);
         add_row(comm, (func, bytes, group.datatype, String::new(), String::new(), group.tag), timing, time, None);
     }
 
