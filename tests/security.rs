@@ -649,10 +649,18 @@ fn relay(
     std::thread::spawn(move || {
         for near in listener.incoming() {
             let Ok(near) = near else { continue };
-            // Rank 0 not listening yet: the rank sees a listener that closed, and tries again.
-            let Ok(far) = TcpStream::connect(("127.0.0.1", to)) else {
-                continue;
+            // Rank 0 not listening yet: the relay holds the rank's connection until it is, as a patient
+            // stranger would. Dropping it instead let the rank try the next candidate port, rank 0's own,
+            // and go round the relay, so that a changed byte never reached either rank (CI, stop 59).
+            let until = Instant::now() + Duration::from_secs(60);
+            let far = loop {
+                match TcpStream::connect(("127.0.0.1", to)) {
+                    Ok(far) => break Some(far),
+                    Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                    Err(_) => break None,
+                }
             };
+            let Some(far) = far else { continue };
             let at = |way: Way| {
                 flip.filter(|(flipped, _)| *flipped == way)
                     .map(|(_, at)| at)
