@@ -117,9 +117,27 @@ fn object_attribute_names(xml: &str) -> impl Iterator<Item = Vec<&str>> {
 /// The instance type as DMI names it (`/sys/class/dmi/id/product_name` under `root`: `p5.48xlarge` on
 /// EC2); `None` when the file is missing or blank.
 pub fn dmi_product_name(root: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(root.join("sys/class/dmi/id/product_name")).ok()?;
+    let text = attribute(&root.join("sys/class/dmi/id/product_name"))?;
     let name = text.trim();
     (!name.is_empty()).then(|| name.to_string())
+}
+
+/// A sysfs attribute's text, as the node reader (efatop-node's `sysfs::read_attribute`, which this crate
+/// sits below) reads one: without following a link or blocking, a regular file only, at most 4 KiB (a
+/// sysfs attribute is at most a page); `None` otherwise.
+fn attribute(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(64);
+    file.take(4097).read_to_end(&mut bytes).ok()?;
+    if bytes.len() > 4096 {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
 }
 
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {
@@ -369,7 +387,7 @@ fn nic_of(index: usize, found: &Found<'_>, live: bool) -> Nic {
 /// `ports/1/rate` of an RDMA device ("100 Gb/sec (4X EDR)"), else a netdev's `speed` in Mb/s (-1 when the
 /// driver does not say, as virtio does).
 fn sysfs_link_gbps(rdma: Option<&str>, netdev: Option<&str>) -> Option<f64> {
-    let read = |path: String| std::fs::read_to_string(path).ok();
+    let read = |path: String| attribute(Path::new(&path));
     if let Some(dev) = rdma {
         let rate = read(format!("/sys/class/infiniband/{dev}/ports/1/rate"));
         if let Some(gbps) = rate.as_deref().and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok()) {
@@ -480,6 +498,17 @@ mod tests {
         assert_eq!(dmi_product_name(&root), None, "blank");
         std::fs::write(dmi.join("product_name"), "p6-b300.48xlarge\n").expect("write");
         assert_eq!(dmi_product_name(&root).as_deref(), Some("p6-b300.48xlarge"));
+        // What a crafted tree holds instead: more than a page, a link, a FIFO (which a plain read would wait
+        // on for ever). Each is no name, at once.
+        std::fs::write(dmi.join("product_name"), "p".repeat(10 << 20)).expect("write");
+        assert_eq!(dmi_product_name(&root), None, "10 MiB");
+        std::fs::remove_file(dmi.join("product_name")).expect("remove");
+        std::fs::write(root.join("elsewhere"), "p5.48xlarge\n").expect("write");
+        std::os::unix::fs::symlink(root.join("elsewhere"), dmi.join("product_name")).expect("symlink");
+        assert_eq!(dmi_product_name(&root), None, "a link");
+        std::fs::remove_file(dmi.join("product_name")).expect("remove");
+        assert!(std::process::Command::new("mkfifo").arg(dmi.join("product_name")).status().expect("mkfifo").success());
+        assert_eq!(dmi_product_name(&root), None, "a FIFO");
         std::fs::remove_dir_all(&root).expect("clean up");
     }
 

@@ -81,6 +81,19 @@ fn read_token_file(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
+/// A counter file's value: opened without following a link and without blocking (a FIFO planted in a fake
+/// node's tree returns at once), refused unless a regular file, read to at most 32 bytes (a u64 and its
+/// newline are 21): `None` when any of that fails or the text is not a count.
+fn counter(path: &Path) -> Option<u64> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse::<u64>().ok()
+}
+
 /// Devices read at most.
 const MAX_NICS: usize = 64;
 
@@ -93,7 +106,7 @@ pub fn nics() -> Vec<NicCount> {
     names.sort();
     names.truncate(MAX_NICS);
     let rails = RAILS.get_or_init(|| rails(&root, gpu_pci_bus_id().as_deref()));
-    let read = |path: PathBuf| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok());
+    let read = |path: PathBuf| counter(&path);
     names
         .into_iter()
         .filter_map(|name| {
@@ -198,5 +211,22 @@ mod tests {
         assert_eq!(names(rails(root, Some("0000:64:00.0"))), vec!["c"]);
         assert!(rails(root, Some("0000:99:00.0")).is_empty(), "an unknown GPU has no rails");
         assert!(rails(root, None).is_empty());
+    }
+
+    #[test]
+    fn a_counter_is_a_short_regular_file_of_digits_and_nothing_else_blocks_or_counts() {
+        let dir = tempfile::tempdir().expect("dir");
+        let at = |name: &str| dir.path().join(name);
+        std::fs::write(at("good"), "12345\n").expect("write");
+        assert_eq!(counter(&at("good")), Some(12345));
+        std::fs::write(at("long"), "1".repeat(10 << 20)).expect("write");
+        assert_eq!(counter(&at("long")), None, "10 MiB of digits");
+        std::fs::write(at("word"), "abc\n").expect("write");
+        assert_eq!(counter(&at("word")), None, "not a count");
+        std::os::unix::fs::symlink(at("good"), at("link")).expect("symlink");
+        assert_eq!(counter(&at("link")), None, "a link");
+        assert!(std::process::Command::new("mkfifo").arg(at("fifo")).status().expect("mkfifo").success());
+        assert_eq!(counter(&at("fifo")), None, "a FIFO, at once");
+        assert_eq!(counter(&at("missing")), None);
     }
 }
