@@ -1,15 +1,26 @@
 #!/usr/bin/env python3
 """A PyTorch job timed as the job times itself, with efatop's NCCL profiler plugin loaded: two processes on
-one GPU (each its own NCCL_HOSTID, NCCL's socket transport on lo), all_to_all_single and all_reduce from 1 to
-32 MiB. Each rank prints `JOB <rank> <op> <bytes> <us> <algbw GB/s>` (algbw: the bytes of one rank's send
-buffer over the mean time of a call, nccl-tests' definition) and what the process tells about its NCCL.
+one GPU (each its own NCCL_HOSTID, NCCL's socket transport on lo), every collective PyTorch issues through
+NCCL (all_to_all_single, all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, and a
+batch_isend_irecv pair: send/recv) from 1 to 32 MiB. Each rank prints `JOB <rank> <op> <bytes> <us> <algbw
+GB/s>`: bytes is nccl-tests' size column (the whole buffer: allgather's output, reducescatter's input; a
+send/recv pair's bytes sent), as efatop watch's `coll` lines give it; algbw is those bytes over the mean
+time of a call. It also prints what the process tells about its NCCL.
 
 usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/torch-r<rank>.{trace,efanccl})
+       torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
+           the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
+           (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
+           difference with its band (the paired rounds' lowest and highest). Needs no watcher.
+environment: OPS (comma-separated, default every one), ITERS, SIZES_MIB (comma-separated)
 """
 import ctypes
 import os
+import statistics
 import subprocess
 import sys
+
+OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"]
 
 
 def child(rank, world):
@@ -22,17 +33,33 @@ def child(rank, world):
     found = hasattr(ctypes.CDLL(None), "ncclGetVersion")
     print(f"NCCL {rank} torch={torch.__version__} nccl={torch.cuda.nccl.version()} dlsym_default={found} maps={sorted(set(maps))}", flush=True)
     iters = int(os.environ.get("ITERS", "10"))
-    for op in ["alltoall", "allreduce"]:
-        for mib in [1, 2, 4, 8, 16, 32]:
+    ops = os.environ.get("OPS", ",".join(OPS)).split(",")
+    sizes = [int(m) for m in os.environ.get("SIZES_MIB", "1,2,4,8,16,32").split(",")]
+    peer = 1 - rank
+    for op in ops:
+        for mib in sizes:
             size = mib << 20
-            x = torch.ones(size // 4, device="cuda")
+            n = size // 4
+            x = torch.ones(n, device="cuda")
             y = torch.empty_like(x)
+            part = torch.ones(n // world, device="cuda")
 
             def call():
                 if op == "alltoall":
                     dist.all_to_all_single(y, x)
-                else:
+                elif op == "allreduce":
                     dist.all_reduce(x)
+                elif op == "allgather":
+                    dist.all_gather_into_tensor(y, part)
+                elif op == "reducescatter":
+                    dist.reduce_scatter_tensor(part, x)
+                elif op == "broadcast":
+                    dist.broadcast(x, src=0)
+                elif op == "sendrecv":
+                    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, peer)]):
+                        work.wait()
+                else:
+                    raise SystemExit(f"OPS: unknown collective {op!r} (allowed: {', '.join(OPS)})")
 
             for _ in range(2):
                 call()
@@ -50,29 +77,74 @@ def child(rank, world):
     dist.destroy_process_group()
 
 
-def main():
-    if os.environ.get("TORCH_CHECK_RANK") is not None:
-        child(int(os.environ["TORCH_CHECK_RANK"]), 2)
-        return
-    plugin, out = sys.argv[1], sys.argv[2]
+def job(plugin, out, port, tag=""):
+    """Runs the two ranks once; with `plugin` None, without the profiler. Returns the JOB lines."""
     procs = []
     for rank in range(2):
         env = dict(os.environ)
         env.update(
             TORCH_CHECK_RANK=str(rank),
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT="29533",
+            MASTER_PORT=str(port),
             NCCL_HOSTID=f"efatop-host-{rank}",
             NCCL_SOCKET_IFNAME="lo",
             NCCL_IB_DISABLE="1",
             NCCL_NVLS_ENABLE="0",
-            NCCL_PROFILER_PLUGIN=plugin,
-            EFATOP_PROFILER_TRACE=f"{out}/torch-r{rank}.trace",
-            EFATOP_PROFILER_FILE=f"{out}/torch-r{rank}.efanccl",
         )
         env.pop("EFATOP_WATCH", None)
-        procs.append(subprocess.Popen([sys.executable, __file__], env=env))
-    sys.exit(max(p.wait() for p in procs))
+        env.pop("NCCL_PROFILER_PLUGIN", None)
+        if plugin is not None:
+            env.update(
+                NCCL_PROFILER_PLUGIN=plugin,
+                EFATOP_PROFILER_TRACE=f"{out}/torch{tag}-r{rank}.trace",
+                EFATOP_PROFILER_FILE=f"{out}/torch{tag}-r{rank}.efanccl",
+            )
+        procs.append(subprocess.Popen([sys.executable, __file__], env=env, stdout=subprocess.PIPE, text=True))
+    lines = []
+    for p in procs:
+        text, _ = p.communicate()
+        if p.returncode != 0:
+            sys.stdout.write(text)
+            raise SystemExit(f"torch-alltoall-check: a rank exited {p.returncode}")
+        lines += text.splitlines()
+    return lines
+
+
+def cost(rounds, plugin, out):
+    """The plugin's cost per collective and size: ROUNDS paired jobs, on and off alternating (which goes
+    first alternates too)."""
+    os.environ.setdefault("SIZES_MIB", "16,32,64")
+    os.environ.setdefault("ITERS", "40")
+    times = {}  # (op, size) -> {"on": [...], "off": [...]} of per-job means over both ranks
+    for r in range(rounds):
+        for arm in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            lines = job(plugin if arm == "on" else None, out, 29540 + 2 * r + (arm == "on"), tag=f"-cost{r}")
+            per = {}
+            for line in lines:
+                if line.startswith("JOB "):
+                    _, _rank, op, size, us, _alg = line.split()
+                    per.setdefault((op, int(size)), []).append(float(us))
+            for key, us in per.items():
+                times.setdefault(key, {"on": [], "off": []})[arm].append(statistics.mean(us))
+            print(f"round {r + 1} {arm}: {len(per)} sizes", flush=True)
+    print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'band (paired rounds)':>22}")
+    for (op, size), arms in sorted(times.items()):
+        off, on = statistics.mean(arms["off"]), statistics.mean(arms["on"])
+        paired = [(a - b) / b * 100 for a, b in zip(arms["on"], arms["off"])]
+        print(f"{op:14} {size:>9} {off:>9.1f} {on:>9.1f} {(on - off) / off * 100:>+7.2f}% "
+              f"{f'{min(paired):+.2f}..{max(paired):+.2f}%':>22}")
+
+
+def main():
+    if os.environ.get("TORCH_CHECK_RANK") is not None:
+        child(int(os.environ["TORCH_CHECK_RANK"]), 2)
+        return
+    if sys.argv[1:2] == ["--cost"]:
+        cost(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
+    plugin, out = sys.argv[1], sys.argv[2]
+    for line in job(plugin, out, 29533):
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
