@@ -356,9 +356,15 @@ pub fn file_hello() -> String {
     format!("{MAGIC} {VERSION}\n")
 }
 
-/// The first word of `efatop watch --record`'s file (then its version, [`RECORDING_VERSION`]).
+/// The first word of `efatop watch --record`'s file (then its version, [`RECORDING_VERSION`]): a member of
+/// the recordings' family ([`crate::recording`]).
 pub const RECORDING_MAGIC: &str = "efatop-nccl-watch";
-pub const RECORDING_VERSION: u32 = 1;
+/// 2: the records in gzip members, as a run's recording holds its messages (1: the frames as they are).
+pub const RECORDING_VERSION: u32 = 2;
+/// The oldest watch recording this efatop reads.
+pub const OLDEST_RECORDING: u32 = 1;
+/// The first version whose records are in gzip members.
+pub const RECORDING_GZIP_SINCE: u32 = 2;
 
 /// One thing `efatop watch` took in, at `t_ms` after it started, as `--record` writes it: what the
 /// watcher is given is what it folds, so a recording folds again to the same lines (`--from`, `replay`).

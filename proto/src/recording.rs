@@ -1,7 +1,9 @@
-//! `--record FILE`: the run's events with their times, as `efatop replay` reads them back.
+//! `--record FILE`: the run's events with their times, as `efatop replay` reads them back; and the format
+//! family every efatop recording shares (`efatop watch --record`'s too, [`Recorder::create_as`],
+//! [`read_members`]).
 //!
-//! The file is the line `efatop-recording <version>`, then gzip members, each holding whole stream
-//! messages ([`efatop_proto::stream`]). A member is sealed (compressed and written in one write) after
+//! The file is the line `efatop-recording <version>` (a watch recording's: `efatop-nccl-watch <version>`),
+//! then gzip members, each holding whole framed messages ([`efatop_proto::stream`]'s frames). A member is sealed (compressed and written in one write) after
 //! every measurement and at least once a second, so the file on disk always ends on a whole member: a run
 //! killed mid-way leaves every measurement it had made readable. A file cut inside a member (a full disk,
 //! a copy cut short) reads up to the cut, and the reader says where the recording stops.
@@ -42,8 +44,13 @@ impl Recorder {
     /// Creates `path` and writes its first line, so that it is a valid (empty) recording at once. The file
     /// is a fresh one renamed into place ([`files::create_for_appending`]): a link at `path` is refused.
     pub fn create(path: &Path) -> Result<Self, OutputError> {
+        Self::create_as(path, RECORDING_MAGIC, VERSION)
+    }
+
+    /// [`Recorder::create`] for another member of the family: its first line is `magic version`.
+    pub fn create_as(path: &Path, magic: &str, version: u32) -> Result<Self, OutputError> {
         let mut file = files::create_for_appending(path)?;
-        file.write_all(format!("{RECORDING_MAGIC} {VERSION}\n").as_bytes())
+        file.write_all(format!("{magic} {version}\n").as_bytes())
             .map_err(|source| OutputError::Io { path: path.to_path_buf(), source })?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -90,7 +97,7 @@ impl Recorder {
 
     fn fail(&mut self, err: &std::io::Error) {
         self.failed = true;
-        eprintln!("efatop: warning: --record {}: {err}; the recording stops here (the results file is unaffected)", self.path.display());
+        eprintln!("efatop: warning: --record {}: {err}; the recording stops here (what was measured is unaffected)", self.path.display());
     }
 }
 
@@ -362,6 +369,121 @@ impl Iterator for Cursor<'_> {
     }
 }
 
+/// A file of the family read whole into memory (a watch recording's records: what it holds is folded at
+/// once, not played member by member as [`Recording`] does): its version, its messages, and why they stop
+/// early (a cut or damaged member: the whole members before it stand, none of its messages count).
+#[derive(Debug)]
+pub struct Members<T> {
+    pub version: u32,
+    pub messages: Vec<T>,
+    pub cut: Option<String>,
+}
+
+/// Reads the family's file at `path`: its first line `magic version` with `version` within `versions`,
+/// then gzip members (from `first_gzip` on; an older version's frames follow the line as they are), each
+/// decoded by `decode` (one message from the member's bytes, `None` where they end between messages).
+/// Within [`crate::stream`]'s caps on a member's and the whole file's decompressed bytes and its messages
+/// ([`stream::MAX_RECORDING_MESSAGES`]). `what` names the kind of file in the one line an error is.
+pub fn read_members<T>(
+    path: &Path,
+    magic: &str,
+    versions: std::ops::RangeInclusive<u32>,
+    first_gzip: u32,
+    what: &str,
+    decode: impl FnMut(&mut dyn Read) -> Result<Option<T>, StreamError>,
+) -> Result<Members<T>, String> {
+    read_members_within(path, magic, versions, first_gzip, what, LIMITS, decode)
+}
+
+fn read_members_within<T>(
+    path: &Path,
+    magic: &str,
+    versions: std::ops::RangeInclusive<u32>,
+    first_gzip: u32,
+    what: &str,
+    limits: Limits,
+    mut decode: impl FnMut(&mut dyn Read) -> Result<Option<T>, StreamError>,
+) -> Result<Members<T>, String> {
+    let file = File::open(path).map_err(|err| err.to_string())?;
+    let mut reader = BufReader::new(file);
+    let mut first = Vec::new();
+    reader.by_ref().take(stream::MAX_HELLO as u64).read_until(b'\n', &mut first).map_err(|err| err.to_string())?;
+    let version = match stream::parse_hello(&first, magic) {
+        Hello::Efatop { version } if versions.contains(&version) => version,
+        Hello::Efatop { version } => {
+            return Err(format!("a {what} of version {version}; this efatop reads versions {} to {}", versions.start(), versions.end()));
+        }
+        Hello::Foreign(text) => return Err(format!("not an efatop {what} (it starts with '{text}')")),
+    };
+    let over = |cap: Cap, limit: u64| OverCap { cap, found: limit, limit }.sentence(what, "a read");
+    let mut messages = Vec::new();
+    if version < first_gzip {
+        // The frames as they are, the whole file within the recording's cap.
+        let mut plain = reader.take(limits.recording_bytes + 1);
+        let cut = loop {
+            match decode(&mut plain) {
+                Ok(Some(message)) => messages.push(message),
+                Ok(None) => break None,
+                Err(StreamError::Truncated) => break Some("the file ends inside a message".to_string()),
+                Err(err) => break Some(err.to_string()),
+            }
+            if messages.len() > limits.messages {
+                return Err(over(Cap::RecordingMessages, limits.messages as u64));
+            }
+            if plain.limit() == 0 {
+                return Err(over(Cap::RecordingBytes, limits.recording_bytes));
+            }
+        };
+        return Ok(Members { version, messages, cut });
+    }
+    let mut bytes_left = limits.recording_bytes;
+    let cut = loop {
+        match reader.fill_buf() {
+            Ok([]) => break None,
+            Ok(_) => {}
+            Err(err) => break Some(err.to_string()),
+        }
+        let (member_cap, cap, limit) = if limits.member_bytes <= bytes_left {
+            (limits.member_bytes, Cap::MemberBytes, limits.member_bytes)
+        } else {
+            (bytes_left, Cap::RecordingBytes, limits.recording_bytes)
+        };
+        let mut decoder = GzDecoder::new(&mut reader).take(member_cap + 1);
+        let mut member = Vec::new();
+        // `None` once the member's bytes end between messages: its checksum was read and matched.
+        let damaged = loop {
+            let message = decode(&mut decoder);
+            if decoder.limit() == 0 {
+                return Err(over(cap, limit));
+            }
+            match message {
+                Ok(Some(message)) => member.push(message),
+                Ok(None) => break None,
+                Err(StreamError::Io(err)) => break Some(block_damage(&err)),
+                // The member's bytes end inside a message, or hold one that is not valid: said so when the
+                // member itself is whole, else what is wrong with the member (it is cut or damaged).
+                Err(err) => {
+                    let why = if matches!(err, StreamError::Truncated) { "a block ends inside a message".to_string() } else { err.to_string() };
+                    break Some(match std::io::copy(&mut decoder, &mut std::io::sink()) {
+                        Err(err) => block_damage(&err),
+                        Ok(_) if decoder.limit() == 0 => return Err(over(cap, limit)),
+                        Ok(_) => why,
+                    });
+                }
+            }
+            if messages.len() + member.len() > limits.messages {
+                return Err(over(Cap::RecordingMessages, limits.messages as u64));
+            }
+        };
+        bytes_left -= member_cap + 1 - decoder.limit();
+        if damaged.is_some() {
+            break damaged;
+        }
+        messages.append(&mut member);
+    };
+    Ok(Members { version, messages, cut })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +558,79 @@ mod tests {
             stream::encode_event(i as u64, &ConsumerEvent::Note("n".repeat(len)), &mut frames).expect("encode");
         }
         frames
+    }
+
+    /// The family's whole-file reader, on frames of text (what a watch recording's records are, framed).
+    #[test]
+    fn a_family_file_reads_its_whole_members_and_stops_at_a_cut_or_damaged_one() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("watch.rec");
+        let text = |reader: &mut dyn Read| -> Result<Option<String>, StreamError> {
+            let mut reader = reader;
+            Ok(stream::read_frame(&mut reader, 1 << 20)?.map(|body| String::from_utf8(body).expect("text")))
+        };
+        let framed = |text: &str| {
+            let mut out = Vec::new();
+            stream::frame(&mut out, |out: &mut Vec<u8>| {
+                out.extend_from_slice(text.as_bytes());
+                Ok::<(), std::io::Error>(())
+            })
+            .expect("frame");
+            out
+        };
+        let read = |limits: Limits| read_members_within(&path, "efatop-test", 1..=2, 2, "test recording", limits, text);
+        let mut recorder = Recorder::create_as(&path, "efatop-test", 2).expect("create");
+        for tick in 0..3 {
+            for i in 0..4 {
+                recorder.add(&framed(&format!("{tick}.{i}")), false);
+            }
+            recorder.seal();
+        }
+        drop(recorder);
+        let whole = read(LIMITS).expect("read");
+        assert_eq!((whole.version, whole.messages.len(), whole.cut.as_deref()), (2, 12, None));
+        assert_eq!(whole.messages[5], "1.1");
+
+        // Cut inside the last member: the two before it stand, none of the third's messages count.
+        let bytes = std::fs::read(&path).expect("bytes");
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).expect("cut");
+        let cut = read(LIMITS).expect("read");
+        assert_eq!(cut.messages.len(), 8);
+        assert!(cut.cut.as_deref().is_some_and(|why| why.contains("ends inside a compressed block")), "{:?}", cut.cut);
+        // A byte changed in the last member's compressed bytes (its checksum no longer matches).
+        let mut damaged = bytes.clone();
+        let at = damaged.len() - 12;
+        damaged[at] ^= 0x40;
+        std::fs::write(&path, &damaged).expect("damage");
+        let read_back = read(LIMITS).expect("read");
+        assert_eq!(read_back.messages.len(), 8, "{:?}", read_back.cut);
+        assert!(read_back.cut.is_some());
+
+        // Version 1: the frames after the line as they are, cut inside the last.
+        let mut plain = b"efatop-test 1\n".to_vec();
+        for i in 0..3 {
+            plain.extend(framed(&format!("p{i}")));
+        }
+        plain.truncate(plain.len() - 1);
+        std::fs::write(&path, &plain).expect("write");
+        let old = read(LIMITS).expect("read");
+        assert_eq!((old.version, old.messages.as_slice()), (1, ["p0".to_string(), "p1".to_string()].as_slice()));
+        assert!(old.cut.is_some());
+
+        // Another version, another kind of file, and each cap: one line, no messages.
+        std::fs::write(&path, b"efatop-test 3\n").expect("write");
+        assert_eq!(read(LIMITS).expect_err("version 3"), "a test recording of version 3; this efatop reads versions 1 to 2");
+        std::fs::write(&path, b"efatop-recording 3\n").expect("write");
+        assert!(read(LIMITS).expect_err("foreign").starts_with("not an efatop test recording"));
+        let mut recorder = Recorder::create_as(&path, "efatop-test", 2).expect("create");
+        for i in 0..50 {
+            recorder.add(&framed(&format!("{i:0>1000}")), false);
+        }
+        drop(recorder);
+        let small = Limits { member_bytes: 1 << 20, recording_bytes: 4 << 20, messages: 40 };
+        assert_eq!(read(small).expect_err("messages"), "test recording holds more than 40 messages; a read indexes at most 40");
+        let small = Limits { member_bytes: 10_000, ..small };
+        assert!(read(small).expect_err("member").contains("compressed block of more than 10000 bytes"));
     }
 
     #[test]

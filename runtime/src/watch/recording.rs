@@ -2,12 +2,13 @@
 //! settings), the plugins' own files (written where no watcher was named), and folding either again as
 //! the live watcher folds (`efatop watch --from`, `efatop replay`).
 //!
-//! A recording is the line `efatop-nccl-watch 1`, then proto's frames of [`Recorded`] (a 4-byte length,
-//! JSON), flushed every tick: a watcher killed mid-way leaves a file that reads up to its last tick, and
-//! a file cut inside a frame keeps what came before. Readers hold at most
-//! [`efatop_proto::stream::MAX_RECORDING_MESSAGES`] records, each within proto's message cap.
+//! A recording is a member of the recordings' family ([`efatop_proto::recording`]), as a run's is: the
+//! line `efatop-nccl-watch 2`, then gzip members of proto's frames of [`Recorded`] (a 4-byte length,
+//! JSON), one sealed every tick (and at least once a second): a watcher killed mid-way leaves a file
+//! that reads up to its last tick, and a file cut inside a member keeps the members before it. Readers
+//! hold the family's caps; version 1 (the frames without gzip) still reads.
 
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,60 +20,36 @@ use super::TICK;
 
 /// `--record`'s file, written by the fold loop.
 pub struct Recorder {
-    file: std::io::BufWriter<std::fs::File>,
+    recorder: efatop_proto::recording::Recorder,
     frame: Vec<u8>,
-    failed: bool,
 }
 
 impl Recorder {
     /// Creates `path` (a fresh file renamed into place) with its first line and the watcher's settings.
     pub fn create(path: &Path, config: &Config) -> Result<Self, String> {
-        let file = efatop_proto::files::create_for_appending(path)
+        let recorder = efatop_proto::recording::Recorder::create_as(path, nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION)
             .map_err(|err| format!("--record: {err}"))?;
-        let mut recorder = Self {
-            file: std::io::BufWriter::new(file),
-            frame: Vec::new(),
-            failed: false,
-        };
+        let mut recorder = Self { recorder, frame: Vec::new() };
         let settings = Recorded::Settings {
             hang_after_s: config.hang_after.as_secs(),
             window_s: config.window.as_secs(),
             fallback_min_bytes: config.fallback_min_bytes,
         };
-        let header = format!("{} {}\n", nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION);
-        recorder
-            .file
-            .write_all(header.as_bytes())
-            .map_err(|err| format!("--record {}: {err}", path.display()))?;
         recorder.add(&settings);
         recorder.flush();
-        if recorder.failed {
-            return Err(format!(
-                "--record {}: the file could not be written",
-                path.display()
-            ));
-        }
         Ok(recorder)
     }
 
     pub fn add(&mut self, record: &Recorded) {
         self.frame.clear();
-        if self.failed || nccl::encode_recorded(record, &mut self.frame).is_err() {
-            return;
-        }
-        if let Err(err) = self.file.write_all(&self.frame) {
-            eprintln!("efatop watch: --record: {err}; the recording stops here");
-            self.failed = true;
+        if nccl::encode_recorded(record, &mut self.frame).is_ok() {
+            self.recorder.add(&self.frame, false);
         }
     }
 
+    /// Seals what the tick added into one member, written in one write.
     pub fn flush(&mut self) {
-        if !self.failed {
-            if let Err(err) = self.file.flush() {
-                eprintln!("efatop watch: --record: {err}; the recording stops here");
-                self.failed = true;
-            }
-        }
+        self.recorder.seal();
     }
 }
 
@@ -115,39 +92,28 @@ fn open_past_hello(
 
 /// A `--record`ing: its settings (the watcher's defaults before its first record) and its records.
 pub fn read_recording(path: &Path) -> Result<(Config, Vec<Recorded>), String> {
-    let mut reader = open_past_hello(
+    let read = efatop_proto::recording::read_members(
         path,
         nccl::RECORDING_MAGIC,
-        nccl::RECORDING_VERSION,
+        nccl::OLDEST_RECORDING..=nccl::RECORDING_VERSION,
+        nccl::RECORDING_GZIP_SINCE,
         "watch recording",
-        "a watch recording of version",
+        |mut reader| nccl::read_recorded(&mut reader),
     )?;
+    // A watcher killed mid-way keeps what came before: the cut is not an error.
     let mut config = Config::default();
-    let mut out = Vec::new();
-    loop {
-        match nccl::read_recorded(&mut reader) {
-            Ok(Some(Recorded::Settings {
-                hang_after_s,
-                window_s,
-                fallback_min_bytes,
-                ..
-            })) => {
+    let mut out = Vec::with_capacity(read.messages.len());
+    for record in read.messages {
+        match record {
+            Recorded::Settings { hang_after_s, window_s, fallback_min_bytes, .. } => {
                 config.hang_after = Duration::from_secs(hang_after_s);
                 config.window = Duration::from_secs(window_s);
                 config.fallback_min_bytes = fallback_min_bytes;
             }
-            Ok(Some(record)) => {
-                out.push(record);
-                if out.len() > MAX_RECORDING_MESSAGES {
-                    return Err("more records than a reader holds".into());
-                }
-            }
-            Ok(None) => return Ok((config, out)),
-            // A watcher killed mid-write keeps what came before.
-            Err(StreamError::Truncated) => return Ok((config, out)),
-            Err(err) => return Err(err.to_string()),
+            record => out.push(record),
         }
     }
+    Ok((config, out))
 }
 
 /// A plugin file's messages with their times (ms): the line `efatop-nccl 1`, then frames.
