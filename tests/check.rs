@@ -93,6 +93,15 @@ fn check(node: &FakeNode, format: &'static str, rising: bool) -> common::Run {
 /// the loaded 2-core CI machine (docs/testing.md). With `rising`, one thread grows the victim's impaired
 /// counter every 10 ms while they run (one, so that the counter only ever grows: two bumpers could write
 /// it back).
+/// A format's run, joined: its panic (its two-minute limit, a write) said again with the format. Resumed as
+/// it was, a panic reached the harness without its message once (a fresh-clone run at load 10).
+fn joined(format: &str, run: std::thread::ScopedJoinHandle<'_, common::Run>) -> common::Run {
+    run.join().unwrap_or_else(|panic| {
+        let why = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()));
+        panic!("efatop check --format {format}: {}", why.unwrap_or_else(|| "panicked".into()))
+    })
+}
+
 fn in_formats(node: &FakeNode, formats: &[&'static str], rising: bool) -> Vec<(&'static str, common::Run)> {
     let root = node.root().to_str().expect("utf-8").to_string();
     // Rising: check's default window, so that the bumper has two seconds to be seen.
@@ -115,7 +124,7 @@ fn in_formats(node: &FakeNode, formats: &[&'static str], rising: bool) -> Vec<(&
                 (format, scope.spawn(move || efatop(&["check", "--sysfs-root", root, "--window", window, "--format", format])))
             })
             .collect();
-        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+        started.into_iter().map(|(format, run)| (format, joined(format, run))).collect()
     });
     stop.store(true, Ordering::Relaxed);
     if let Some(bumper) = bumper {
@@ -863,7 +872,7 @@ fn check_within_budget(root: &std::path::Path, format: &str, window: &str) -> co
 fn every_format_within_budget(root: &std::path::Path, window: &str) -> Vec<(&'static str, common::Run)> {
     std::thread::scope(|scope| {
         let started: Vec<_> = FORMATS.iter().map(|&format| (format, scope.spawn(move || check_within_budget(root, format, window)))).collect();
-        started.into_iter().map(|(format, run)| (format, run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))).collect()
+        started.into_iter().map(|(format, run)| (format, joined(format, run))).collect()
     })
 }
 
