@@ -32,7 +32,10 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         per_process: 8,
         // Twice the plugin's default: the synthetic plugins share the test's two cores with the watcher.
         interval: Duration::from_secs(2),
-        rate: 4.0,
+        // A call a second, so two call samples a rank an interval (the plugin sends one for every call, up
+        // to 64 a function an interval): at 4 a second their cost on the test's two cores kept 644 of the
+        // 4096 plugins out for 150 s in a run on the loaded dev VM.
+        rate: 1.0,
         stall_rank: Some(20_003),
         stall_at: Duration::ZERO,
         skewed_host: Some(1365),

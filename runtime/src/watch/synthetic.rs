@@ -17,8 +17,8 @@
 //! (or when the caller says, [`Sent::straggle`]), rank `straggle_rank` starts each allreduce
 //! `straggle_lag` late: its samples' starts are that much later, and every rank finishes the call that
 //! much later (a ring's peers wait in it for the rank), their kernels' times that much longer (ABI v6:
-//! no kernel phases). Without a stall its progress is never more than one call, and `straggle_lag`,
-//! behind its peers': a slow rank, not a hung one.
+//! no kernel phases). Its progress is one call behind its peers' for `straggle_lag` at a time, no more:
+//! a slow rank, not a hung one.
 //!
 //! One task per host (its ranks' connections), on a tokio runtime of its own threads: the senders'
 //! cost is not the watcher's.
@@ -499,17 +499,17 @@ async fn host(
             .collect();
         let mut nics_frame = Vec::new();
         frame(&PluginMessage::Nics { t_ms, nics }, &mut nics_frame);
+        let straggle_at = sent.straggle_at();
+        let lag_ns = job.straggle_lag.as_nanos() as u64;
         for (first, stream, sealer) in &mut streams {
             out.clear();
             let mut messages = 2;
-            let straggle_at = sent.straggle_at();
-            // Calls every rank but the straggler waited in (for it), and how long each.
-            let lag_ns = job.straggle_lag.as_nanos() as u64;
             for local in *first..*first + per_process {
                 let rank = (h * job.per_host + local) as u32;
                 let (started_calls, finished) = progress(&job, sent.stall_at(), straggle_at, rank, t);
                 let calls = samples(&job, straggle_at, epoch_ns, rank, sampled[local].min(finished), finished);
                 sampled[local] = finished;
+                // The straggler's late calls its peers finished: each took them `straggle_lag` longer.
                 let waited = if job.straggle_rank == Some(rank) { 0 } else { first_straggled(&job, straggle_at).map_or(0, |k| finished.saturating_sub(k)) };
                 let moved = finished * SIZE;
                 let interval = PluginMessage::Interval {
