@@ -11,8 +11,9 @@
 //! names no other rank). From `--stall-at`, another rank, on another host, stops before its next
 //! allreduce (its peers start it and wait): the bench measures how soon the hang line names it. The stall
 //! comes after the straggler's goal (10 s) has passed: once it stalls, no call of the world's communicator
-//! ends, so none is matched, and a straggler not named by then never would be. Each second it prints what was sent and folded; at the end,
-//! a verdict and one `# summary:` line that `scripts/bench/bench-watch` judges.
+//! ends, so none is matched, and a straggler not named by then never would be. Each second it prints what
+//! was sent and folded; at the end, a verdict and one `# summary:` line that `scripts/bench/bench-watch`
+//! judges.
 //!
 //! `cargo run --release -p efatop-runtime --example bench_watch -- --hosts 4096`
 
@@ -101,8 +102,8 @@ fn main() -> std::process::ExitCode {
     };
     let ranks = args.hosts * args.ranks_per_host;
     let stall_rank = (args.stall_at > 0).then_some(ranks / 2 + 3);
-    // A quarter of the way into the world (the stalled rank is half way): on another host where there are
-    // two (its own or a neighbour's stall would not mask it, but the lines are told apart by host too).
+    // A quarter of the way into the world (the stalled rank is half way), on another host than the stalled
+    // rank's where there are two: each line is then checked for its own rank and host.
     let straggle_rank = (args.straggle_at > 0).then(|| {
         let stalled_host = (ranks / 2 + 3) / args.ranks_per_host;
         let mut host = args.hosts / 4;

@@ -504,11 +504,11 @@ async fn host(
         for (first, stream, sealer) in &mut streams {
             out.clear();
             let mut messages = 2;
-            for local in *first..*first + per_process {
+            for (local, sampled) in sampled.iter_mut().enumerate().skip(*first).take(per_process) {
                 let rank = (h * job.per_host + local) as u32;
                 let (started_calls, finished) = progress(&job, sent.stall_at(), straggle_at, rank, t);
-                let calls = samples(&job, straggle_at, epoch_ns, rank, sampled[local].min(finished), finished);
-                sampled[local] = finished;
+                let calls = samples(&job, straggle_at, epoch_ns, rank, (*sampled).min(finished), finished);
+                *sampled = finished;
                 // The straggler's late calls its peers finished: each took them `straggle_lag` longer.
                 let waited = if job.straggle_rank == Some(rank) { 0 } else { first_straggled(&job, straggle_at).map_or(0, |k| finished.saturating_sub(k)) };
                 let moved = finished * SIZE;
