@@ -34,7 +34,8 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         interval: Duration::from_secs(2),
         // A call a second, so two call samples a rank an interval (the plugin sends one for every call, up
         // to 64 a function an interval): at 4 a second their cost on the test's two cores kept 644 of the
-        // 4096 plugins out for 150 s in a run on the loaded dev VM.
+        // 4096 plugins out for 150 s in a run on the loaded dev VM (a late host then also sent every call
+        // since the start in its first interval; not tried again at 4 since).
         rate: 1.0,
         stall_rank: Some(20_003),
         stall_at: Duration::ZERO,

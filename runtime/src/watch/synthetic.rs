@@ -464,9 +464,11 @@ async fn host(
     // Hosts spread over the interval, as a fleet's plugins (started with their processes) are.
     let offset = job.interval.mul_f64(h as f64 / job.hosts as f64);
     let first = tokio::time::Instant::from_std(started) + offset;
-    // Per rank of the host, the calls it has sampled (those finished before it connected included, as a
-    // plugin's first interval has every call since NCCL loaded it).
-    let mut sampled = vec![0u64; job.per_host];
+    // Per rank of the host, the calls it has sampled: those finished before its plugin got in were in
+    // intervals the plugin could not send (it drops and counts them), so its first interval has only the
+    // calls since. (Sampling every call since the start made a late host's first message hold a minute of
+    // calls, and every late host's buffers kept that size.)
+    let mut sampled = vec![job.calls_by(started.elapsed()); job.per_host];
     let mut ticks = tokio::time::interval_at(first, job.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) {
