@@ -6,9 +6,14 @@
 //! TestBackend every 100 ms. The server, the fold and the view are confined to the last CPU (the claim
 //! is that the watcher takes one core); the plugins run on the others.
 //!
-//! From `--stall-at`, one rank stops before its next allreduce (its peers start it and wait): the bench
-//! measures how soon the hang line names it. Each second it prints what was sent and folded; at the end,
-//! a verdict and one `# summary:` line that `scripts/bench/bench-watch` judges.
+//! From `--straggle-at`, one rank starts each allreduce `--straggle-lag-ms` late (its call samples' starts
+//! say so, as the plugin's would): the bench measures how soon the straggler line names it (and that it
+//! names no other rank). From `--stall-at`, another rank, on another host, stops before its next
+//! allreduce (its peers start it and wait): the bench measures how soon the hang line names it. The stall
+//! comes after the straggler's goal (10 s) has passed: once it stalls, no call of the world's communicator
+//! ends, so none is matched, and a straggler not named by then never would be. Each second it prints what
+//! was sent and folded; at the end, a verdict and one `# summary:` line that `scripts/bench/bench-watch`
+//! judges.
 //!
 //! `cargo run --release -p efatop-runtime --example bench_watch -- --hosts 4096`
 
@@ -37,6 +42,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The view's frame interval.
 const FRAME: Duration = Duration::from_millis(100);
 
+/// The goal: a straggler named within this long of it starting to lag.
+const STRAGGLER_GOAL: Duration = Duration::from_secs(10);
+
 /// Can `efatop watch` keep up with a fleet's NCCL job?
 #[derive(Debug, Parser)]
 #[command(name = "bench_watch")]
@@ -61,8 +69,15 @@ struct Args {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
     hang_after: u64,
     /// When the stalled rank stops, s into the job (0: no stall)
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(0..=600))]
+    #[arg(long, default_value_t = 18, value_parser = clap::value_parser!(u64).range(0..=600))]
     stall_at: u64,
+    /// When the straggler starts each allreduce late, s into the job (0: no straggler)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=600))]
+    straggle_at: u64,
+    /// How late the straggler starts each allreduce, ms (under the calls' spacing, 250 ms; the watcher
+    /// names a rank its peers waited for 1 ms on average)
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
+    straggle_lag_ms: u64,
     /// Connections that never prove the token, opened alongside from one address
     #[arg(long, default_value_t = 2000)]
     strangers: usize,
@@ -85,15 +100,30 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench_watch: --screen: COLSxROWS, e.g. 200x60");
         return std::process::ExitCode::from(2);
     };
+    let ranks = args.hosts * args.ranks_per_host;
+    let stall_rank = (args.stall_at > 0).then_some(ranks / 2 + 3);
+    // A quarter of the way into the world (the stalled rank is half way), on another host than the stalled
+    // rank's where there are two: each line is then checked for its own rank and host.
+    let straggle_rank = (args.straggle_at > 0).then(|| {
+        let stalled_host = (ranks / 2 + 3) / args.ranks_per_host;
+        let mut host = args.hosts / 4;
+        if host == stalled_host {
+            host = (host + 1) % args.hosts;
+        }
+        host * args.ranks_per_host + 5 % args.ranks_per_host
+    });
     let job = Job {
         hosts: args.hosts as usize,
         per_host: args.ranks_per_host as usize,
         per_process: args.ranks_per_process.min(args.ranks_per_host) as usize,
         interval: Duration::from_millis(args.interval_ms),
         rate: 4.0,
-        stall_rank: (args.stall_at > 0).then_some(args.hosts * args.ranks_per_host / 2 + 3),
+        stall_rank,
         stall_at: Duration::from_secs(args.stall_at),
         skewed_host: Some(args.hosts as usize / 3),
+        straggle_rank,
+        straggle_at: Duration::from_secs(args.straggle_at),
+        straggle_lag: Duration::from_millis(args.straggle_lag_ms),
         strangers: args.strangers,
     };
     let world = job.world();
@@ -127,6 +157,13 @@ fn main() -> std::process::ExitCode {
         args.hosts, args.ranks_per_host, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others,
         files = files.limit
     );
+    let host_of = |rank: u32| Job::host_name(job.host_of(rank));
+    if let Some(rank) = straggle_rank {
+        println!("# straggler: rank {rank} on {}, each allreduce {} ms late from {} s", host_of(rank), args.straggle_lag_ms, args.straggle_at);
+    }
+    if let Some(rank) = stall_rank {
+        println!("# stall: rank {rank} on {}, stops before its next allreduce at {} s", host_of(rank), args.stall_at);
+    }
     let (started, folded, lines_rx) = (watcher.started, Arc::clone(&watcher.folded), &watcher.lines);
     // The view's thread is this one.
     pin_thread(None, [watcher_cpu]);
@@ -151,7 +188,11 @@ fn main() -> std::process::ExitCode {
     let mut frames: Vec<f64> = Vec::new();
     let mut named_at: Option<Duration> = None;
     let mut on_first_screen: Option<bool> = None;
-    let stall_rank = job.stall_rank;
+    // The first straggler line naming the straggler on its host; lines naming any other rank (or it on
+    // another host).
+    let mut straggler_at: Option<Duration> = None;
+    let mut straggler_wrong = 0u64;
+    let straggler_host = straggle_rank.map(host_of);
     let end = started + Duration::from_secs(args.seconds);
     let mut next_second = started + Duration::from_secs(1);
     let mut next_frame = started + FRAME;
@@ -181,6 +222,20 @@ fn main() -> std::process::ExitCode {
                     if let (Some(stalled), WatchLine::Hang { rank, .. }) = (stall_rank, &line) {
                         if *rank == stalled && named_at.is_none() {
                             named_at = Some(started.elapsed());
+                        }
+                    }
+                    if let WatchLine::Straggler { rank, host, lag_us, last, of, .. } = &line {
+                        if Some(*rank) == straggle_rank && Some(host) == straggler_host.as_ref() {
+                            if straggler_at.is_none() {
+                                let at = started.elapsed();
+                                straggler_at = Some(at);
+                                println!("# straggler named at {:.1} s: rank {rank} on {host}, its peers waited {:.2} ms for it in {last} of {of} calls", at.as_secs_f64(), lag_us / 1e3);
+                            }
+                        } else {
+                            straggler_wrong += 1;
+                            if straggler_wrong <= 3 {
+                                println!("# a straggler line names rank {rank} on {host}, not the straggler: {line:?}");
+                            }
                         }
                     }
                     view.push(line);
@@ -238,6 +293,10 @@ fn main() -> std::process::ExitCode {
         + bench_common::this_thread_cpu_seconds()
         - cpu_at_start;
     stop.store(true, Ordering::Relaxed);
+    // The plugins stop at their next interval: only then is what they wrote counted whole (read before,
+    // the writes still under way were folded and not counted, and more was folded than sent).
+    let _ = senders.join();
+    let sent_s = started.elapsed().as_secs_f64();
     // Everything written is folded within a few seconds, or it was not kept up with.
     let sent_total = sent.messages.load(Ordering::Relaxed);
     let drained = Instant::now();
@@ -257,7 +316,7 @@ fn main() -> std::process::ExitCode {
     // The load offered: each rank's interval, each plugin's NICs and health, every interval (the senders on few
     // CPUs may offer less, and then the verdict is inconclusive).
     let per_s = (world + 2 * processes) as f64 * 1000.0 / args.interval_ms as f64;
-    let offered = sent_total as f64 / run_s;
+    let offered = sent_total as f64 / sent_s;
     let enough = offered >= 0.9 * per_s * (run_s - 2.0) / run_s && connected as usize >= processes;
     let kept_up = if !enough {
         "inconclusive"
@@ -267,9 +326,15 @@ fn main() -> std::process::ExitCode {
         "no"
     };
     let named_s = named_at.map(|at| at.as_secs_f64() - args.stall_at as f64);
+    let straggler_s = straggler_at.map(|at| at.as_secs_f64() - args.straggle_at as f64);
     let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    let straggler_told = if straggle_rank.is_some() {
+        format!("{} s after it began to lag (goal: {} s; {straggler_wrong} lines named another rank)", fmt(straggler_s), STRAGGLER_GOAL.as_secs())
+    } else {
+        "not planted".to_string()
+    };
     println!(
-        "# verdict: {} of {processes} plugins connected, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); frame p99 {} ms; RSS {} MiB",
+        "# verdict: {} of {processes} plugins connected, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); the straggler named {straggler_told}; frame p99 {} ms; RSS {} MiB",
         connected,
         fmt(named_s),
         args.hang_after + 2,
@@ -277,7 +342,7 @@ fn main() -> std::process::ExitCode {
         fmt(rss)
     );
     println!(
-        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} kept_up={kept_up} confined={confined}",
+        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} straggle_at_s={} straggle_lag_ms={} straggler_named_s={} straggler_goal_s={} straggler_wrong={straggler_wrong} kept_up={kept_up} confined={confined}",
         args.hosts,
         args.interval_ms,
         args.seconds,
@@ -296,8 +361,11 @@ fn main() -> std::process::ExitCode {
         args.hang_after,
         fmt(named_s),
         on_first_screen.map_or("-", |yes| if yes { "yes" } else { "no" }),
+        args.straggle_at,
+        args.straggle_lag_ms,
+        fmt(straggler_s),
+        STRAGGLER_GOAL.as_secs(),
     );
     watcher.stop();
-    let _ = senders.join();
     std::process::ExitCode::SUCCESS
 }

@@ -244,6 +244,10 @@ pub struct Watch {
     config: Config,
     plugins: HashMap<u64, Plugin>,
     ranks: BTreeMap<(u64, u32), RankState>,
+    /// Per communicator, its ranks that have not said `bye` (kept as they join and leave: counting them at
+    /// each message of call samples costs the communicator's ranks per message, the world's square a
+    /// second at a fleet's scale).
+    live: HashMap<u64, u32>,
     hosts: BTreeMap<String, HostState>,
     /// What NCCL's ranks on each host have sent and received so far (their peer rows' sum).
     nccl_moved: HashMap<String, u64>,
@@ -264,6 +268,7 @@ impl Watch {
             config,
             plugins: HashMap::new(),
             ranks: BTreeMap::new(),
+            live: HashMap::new(),
             hosts: BTreeMap::new(),
             nccl_moved: HashMap::new(),
             stuck: BTreeMap::new(),
@@ -309,6 +314,7 @@ impl Watch {
                     nccl_version: origin.nccl_version,
                     abi: origin.abi,
                 });
+                let joined = !self.ranks.contains_key(&key);
                 let state = self.ranks.entry(key).or_insert_with(|| RankState {
                     conn,
                     info: info.clone(),
@@ -320,6 +326,9 @@ impl Watch {
                     dirty_colls: BTreeSet::new(),
                     dirty_peers: BTreeSet::new(),
                 });
+                if joined || state.bye {
+                    *self.live.entry(key.0).or_default() += 1;
+                }
                 state.conn = conn;
                 state.info = info;
                 state.heard = now;
@@ -391,6 +400,11 @@ impl Watch {
             }
             PluginMessage::Bye { comm, rank } => {
                 if let Some(state) = self.ranks.get_mut(&(comm, rank)).filter(|s| s.conn == conn) {
+                    if !state.bye {
+                        if let Some(live) = self.live.get_mut(&comm) {
+                            *live = live.saturating_sub(1);
+                        }
+                    }
                     state.bye = true;
                     state.heard = now;
                 }
@@ -502,7 +516,7 @@ impl Watch {
         if calls.is_empty() {
             return;
         }
-        let members = self.ranks.range((comm, 0)..=(comm, u32::MAX)).filter(|(_, s)| !s.bye).count() as u32;
+        let members = self.live.get(&comm).copied().unwrap_or(0);
         let lags = self.lags.entry(comm).or_insert_with(|| Lags { since: now, ..Lags::default() });
         for sample in calls {
             let pending = self.matching.entry((comm, sample.func)).or_default();
@@ -908,6 +922,31 @@ mod tests {
             assert!(lines.iter().any(|l| matches!(l, WatchLine::StragglerOver { rank: 1, .. })), "phased {phased}: {lines:?}");
             assert!(watch.matching.values().all(BTreeMap::is_empty), "every matched call was let go");
         }
+    }
+
+    #[test]
+    fn a_call_is_matched_once_every_rank_that_has_not_said_bye_sent_it() {
+        let mut watch = Watch::new(Config { window: Duration::from_secs(2), ..Config::default() });
+        for (conn, host) in [(1, "a"), (2, "b"), (3, "c")] {
+            watch.ingest(conn, hello(host, conn as u32), Duration::ZERO);
+            watch.ingest(conn, comm(conn as u32 - 1), Duration::ZERO);
+        }
+        // Rank 2 leaves (its bye told twice, and its Comm again from its old connection: counted once).
+        watch.ingest(3, PluginMessage::Bye { comm: 7, rank: 2 }, Duration::ZERO);
+        watch.ingest(3, PluginMessage::Bye { comm: 7, rank: 2 }, Duration::ZERO);
+        watch.ingest(1, comm(0), Duration::ZERO);
+        let _ = watch.tick(Duration::ZERO);
+        watch.ingest(1, samples(0, 0..10, 5_000_000, false), Duration::from_secs(1));
+        watch.ingest(2, samples(1, 0..10, 5_000_000, false), Duration::from_secs(1));
+        let lines = watch.tick(Duration::from_secs(3));
+        assert!(lines.iter().any(|l| matches!(l, WatchLine::Straggler { rank: 1, last: 10, of: 10, .. })), "the two ranks left matched every call: {lines:?}");
+        // Rank 2 is back: a call is matched only with its sample too.
+        watch.ingest(3, comm(2), Duration::from_secs(3));
+        watch.ingest(1, samples(0, 10..20, 5_000_000, false), Duration::from_secs(4));
+        watch.ingest(2, samples(1, 10..20, 5_000_000, false), Duration::from_secs(4));
+        assert_eq!(watch.matching.values().map(BTreeMap::len).sum::<usize>(), 10, "waiting for rank 2's samples");
+        watch.ingest(3, samples(2, 10..20, 0, false), Duration::from_secs(4));
+        assert!(watch.matching.values().all(BTreeMap::is_empty), "every call matched");
     }
 
     #[test]

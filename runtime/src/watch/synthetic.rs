@@ -11,6 +11,15 @@
 //! says, [`Sent::stall`]), rank `stall_rank` stops before its next allreduce (its progress stays; its
 //! peers start that call and wait in it).
 //!
+//! Each rank samples its calls as the plugin does (every call finished since its last interval, each with
+//! its start on the GPU's timer, the world's ranks within [`JITTER`] of one another; past
+//! [`MAX_CALL_SAMPLES`] a function an interval, the multiples of a doubling stride). From `straggle_at`
+//! (or when the caller says, [`Sent::straggle`]), rank `straggle_rank` starts each allreduce
+//! `straggle_lag` late: its samples' starts are that much later, and every rank finishes the call that
+//! much later (a ring's peers wait in it for the rank), their kernels' times that much longer (ABI v6:
+//! no kernel phases). Its progress is one call behind its peers' for `straggle_lag` at a time, no more:
+//! a slow rank, not a hung one.
+//!
 //! One task per host (its ranks' connections), on a tokio runtime of its own threads: the senders'
 //! cost is not the watcher's.
 //!
@@ -20,7 +29,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::sync::mpsc::{channel, sync_channel, Receiver};
 use std::thread::JoinHandle;
@@ -28,8 +37,8 @@ use std::thread::JoinHandle;
 use efatop_proto::auth::{Answer, Purpose, Secret, HELLO_LEN, PROOF_LEN};
 use crate::watch::fold::Config;
 use efatop_proto::nccl::{
-    self, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress, Timing,
-    WatchLine,
+    self, CallSample, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress,
+    Timing, WatchLine, MAX_CALL_SAMPLES,
 };
 use efatop_proto::seal::Sealer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -80,6 +89,9 @@ pub const COMM: u64 = 0x5eed_c0ff_ee00_0001;
 /// Bytes an allreduce moves (nccl-tests' size).
 pub const SIZE: u64 = 256 << 20;
 pub const NICS: usize = 32;
+/// How far apart the world's ranks start a call on time (their GPUs' timers, as a fleet's clocks agree):
+/// well under the fold's least straggler (`Config::straggler_min`, 1 ms by default).
+pub const JITTER: Duration = Duration::from_micros(200);
 
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -94,6 +106,11 @@ pub struct Job {
     pub stall_rank: Option<u32>,
     pub stall_at: Duration,
     pub skewed_host: Option<usize>,
+    /// The rank that starts each allreduce late from `straggle_at` (zero: when the caller says,
+    /// [`Sent::straggle`]), by `straggle_lag` (less than the calls' spacing, `1 / rate`).
+    pub straggle_rank: Option<u32>,
+    pub straggle_at: Duration,
+    pub straggle_lag: Duration,
     /// Connections that never answer the handshake, opened alongside (from one address).
     pub strangers: usize,
 }
@@ -105,6 +122,21 @@ impl Job {
 
     pub fn host_name(h: usize) -> String {
         format!("p5-{h:04}")
+    }
+
+    /// The host rank `rank` runs on.
+    pub fn host_of(&self, rank: u32) -> usize {
+        rank as usize / self.per_host.max(1)
+    }
+
+    /// When the job's call `seq` (0, 1, ...) is due: its ranks start it then, or `straggle_lag` later.
+    fn call_time(&self, seq: u64) -> Duration {
+        Duration::from_secs_f64((seq + 1) as f64 / self.rate)
+    }
+
+    /// Calls due by `t`.
+    fn calls_by(&self, t: Duration) -> u64 {
+        (t.as_secs_f64() * self.rate) as u64
     }
 }
 
@@ -124,6 +156,9 @@ pub struct Sent {
     /// When the stalled rank stops (ns after the start; 0: not yet decided): `stall_at`, or set by the
     /// caller ([`Sent::stall`]).
     pub stall_ns: AtomicU64,
+    /// When the straggler starts to lag (ns after the start; 0: not yet decided): `straggle_at`, or set by
+    /// the caller ([`Sent::straggle`]).
+    pub straggle_ns: AtomicU64,
 }
 
 impl Sent {
@@ -134,6 +169,17 @@ impl Sent {
 
     fn stall_at(&self) -> Option<Duration> {
         let ns = self.stall_ns.load(Ordering::Relaxed);
+        (ns > 0).then(|| Duration::from_nanos(ns))
+    }
+
+    /// The straggler starts each call from now on late (`t` after the start).
+    pub fn straggle(&self, t: Duration) {
+        self.straggle_ns.store(t.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// When the straggler started to lag, if it did.
+    pub fn straggle_at(&self) -> Option<Duration> {
+        let ns = self.straggle_ns.load(Ordering::Relaxed);
         (ns > 0).then(|| Duration::from_nanos(ns))
     }
 }
@@ -149,8 +195,13 @@ pub fn start(
     cpus: Vec<usize>,
 ) -> (std::thread::JoinHandle<()>, Arc<Sent>) {
     let sent = Arc::new(Sent::default());
+    // The job's start on the clock the GPUs' timers keep (the host's), for the call samples' starts.
+    let epoch_ns = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().saturating_sub(started.elapsed()).as_nanos() as u64;
     if !job.stall_at.is_zero() {
         sent.stall(job.stall_at);
+    }
+    if !job.straggle_at.is_zero() {
+        sent.straggle(job.straggle_at);
     }
     let counts = Arc::clone(&sent);
     let handle = std::thread::Builder::new()
@@ -177,7 +228,7 @@ pub fn start(
                         h,
                         address,
                         secret.clone(),
-                        started,
+                        (started, epoch_ns),
                         Arc::clone(&stop),
                         Arc::clone(&counts),
                     )));
@@ -274,20 +325,83 @@ fn frame(message: &PluginMessage, out: &mut Vec<u8>) {
     nccl::encode(message, out).expect("a plugin message encodes");
 }
 
+/// The first call the straggler starts late, where it lags.
+fn first_straggled(job: &Job, straggle_at: Option<Duration>) -> Option<u64> {
+    let at = straggle_at.filter(|_| job.straggle_rank.is_some())?;
+    let mut seq = job.calls_by(at).saturating_sub(1);
+    while seq > 0 && job.call_time(seq - 1) >= at {
+        seq -= 1;
+    }
+    while job.call_time(seq) < at {
+        seq += 1;
+    }
+    Some(seq)
+}
+
+/// Whether call `seq` is one the straggler starts late.
+fn straggled(job: &Job, straggle_at: Option<Duration>, seq: u64) -> bool {
+    job.straggle_rank.is_some() && straggle_at.is_some_and(|at| job.call_time(seq) >= at)
+}
+
 /// Calls started and finished by rank `rank` at `t`.
-fn progress(job: &Job, stall_at: Option<Duration>, rank: u32, t: Duration) -> (u64, u64) {
-    let calls = (t.as_secs_f64() * job.rate) as u64;
+fn progress(job: &Job, stall_at: Option<Duration>, straggle_at: Option<Duration>, rank: u32, t: Duration) -> (u64, u64) {
+    let calls = job.calls_by(t);
+    // The latest call, where the straggler starts it late: it has not started it yet, and no rank has
+    // finished it (its peers wait in it).
+    let (mut started, mut finished) = (calls, calls);
+    if calls > 0 && straggled(job, straggle_at, calls - 1) && t < job.call_time(calls - 1) + job.straggle_lag {
+        finished -= 1;
+        if job.straggle_rank == Some(rank) {
+            started -= 1;
+        }
+    }
     match (job.stall_rank, stall_at) {
         (Some(stalled), Some(stall_at)) if t >= stall_at => {
-            let frozen = (stall_at.as_secs_f64() * job.rate) as u64;
+            let frozen = job.calls_by(stall_at);
             if rank == stalled {
                 (frozen, frozen)
             } else {
-                (calls.min(frozen + 1), calls.min(frozen))
+                (started.min(frozen + 1), finished.min(frozen))
             }
         }
-        _ => (calls, calls),
+        _ => (started, finished),
     }
+}
+
+/// A rank's start of a call on time, its offset from the call's due time (within [`JITTER`]): a hash of
+/// the two, the same in every run.
+fn jitter(rank: u32, seq: u64) -> u64 {
+    let mut x = (u64::from(rank) << 40) ^ seq ^ 0x9e37_79b9_7f4a_7c15;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) % JITTER.as_nanos() as u64
+}
+
+/// Rank `rank`'s samples of its calls `from..to` (the calls finished since its last interval), as the
+/// plugin keeps them: every call whose number is a multiple of a stride that doubles past
+/// [`MAX_CALL_SAMPLES`]; each starts `epoch_ns` (the job's start, ns since the Unix epoch) + its due time
+/// + the rank's jitter, + `straggle_lag` for the straggler's late calls.
+fn samples(job: &Job, straggle_at: Option<Duration>, epoch_ns: u64, rank: u32, from: u64, to: u64) -> Vec<CallSample> {
+    let mut stride = 1;
+    while to.saturating_sub(from).div_ceil(stride) > MAX_CALL_SAMPLES as u64 {
+        stride *= 2;
+    }
+    (from..to)
+        .filter(|seq| seq % stride == 0)
+        .map(|seq| {
+            let late = if job.straggle_rank == Some(rank) && straggled(job, straggle_at, seq) { job.straggle_lag.as_nanos() as u64 } else { 0 };
+            CallSample {
+                func: Func::AllReduce,
+                seq,
+                start_ns: epoch_ns + job.call_time(seq).as_nanos() as u64 + jitter(rank, seq) + late,
+                gpu: true,
+                initial_sync_ns: None,
+                final_sync_ns: None,
+                compute_ns: None,
+                tag: 0,
+            }
+        })
+        .collect()
 }
 
 // One host's whole life, connections, preamble and intervals, read top to bottom.
@@ -297,7 +411,7 @@ async fn host(
     h: usize,
     address: SocketAddr,
     secret: Secret,
-    started: Instant,
+    (started, epoch_ns): (Instant, u64),
     stop: Arc<AtomicBool>,
     sent: Arc<Sent>,
 ) {
@@ -350,6 +464,11 @@ async fn host(
     // Hosts spread over the interval, as a fleet's plugins (started with their processes) are.
     let offset = job.interval.mul_f64(h as f64 / job.hosts as f64);
     let first = tokio::time::Instant::from_std(started) + offset;
+    // Per rank of the host, the calls it has sampled: those finished before its plugin got in were in
+    // intervals the plugin could not send (it drops and counts them), so its first interval has only the
+    // calls since. (Sampling every call since the start made a late host's first message hold a minute of
+    // calls, and every late host's buffers kept that size.)
+    let mut sampled = vec![job.calls_by(started.elapsed()); job.per_host];
     let mut ticks = tokio::time::interval_at(first, job.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) {
@@ -382,12 +501,18 @@ async fn host(
             .collect();
         let mut nics_frame = Vec::new();
         frame(&PluginMessage::Nics { t_ms, nics }, &mut nics_frame);
+        let straggle_at = sent.straggle_at();
+        let lag_ns = job.straggle_lag.as_nanos() as u64;
         for (first, stream, sealer) in &mut streams {
             out.clear();
             let mut messages = 2;
-            for local in *first..*first + per_process {
+            for (local, sampled) in sampled.iter_mut().enumerate().skip(*first).take(per_process) {
                 let rank = (h * job.per_host + local) as u32;
-                let (started_calls, finished) = progress(&job, sent.stall_at(), rank, t);
+                let (started_calls, finished) = progress(&job, sent.stall_at(), straggle_at, rank, t);
+                let calls = samples(&job, straggle_at, epoch_ns, rank, (*sampled).min(finished), finished);
+                *sampled = finished;
+                // The straggler's late calls its peers finished: each took them `straggle_lag` longer.
+                let waited = if job.straggle_rank == Some(rank) { 0 } else { first_straggled(&job, straggle_at).map_or(0, |k| finished.saturating_sub(k)) };
                 let moved = finished * SIZE;
                 let interval = PluginMessage::Interval {
                     t_ms,
@@ -402,9 +527,9 @@ async fn host(
                         ops: finished,
                         timing: Timing::Gpu,
                         timed: finished,
-                        time_ns: finished * 4_000_000,
+                        time_ns: finished * 4_000_000 + waited * lag_ns,
                         min_ns: 3_900_000,
-                        max_ns: 4_100_000,
+                        max_ns: 4_100_000 + if waited > 0 { lag_ns } else { 0 },
                         tag: 0,
                         variant: String::new(),
                         sym: false,
@@ -434,7 +559,7 @@ async fn host(
                         open_seq: (started_calls > finished).then_some(finished),
                         open_ms: 0,
                     }],
-                    calls: Vec::new(),
+                    calls,
                 };
                 frame(&interval, &mut out);
                 messages += 1;
