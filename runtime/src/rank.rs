@@ -357,7 +357,18 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan
         hang_timeout,
         inputs,
         namespaces.as_ref(),
-    )?;
+    )
+    .inspect_err(|err| {
+        // Rank 0's file says Running until its loop ends the run: a failure before the loop (a rank lost in
+        // the telemetry's setup, the rendezvous gone with it) ends it here, with the error rank 0 prints.
+        if let Some(file) = &file {
+            let mut failed = results.clone();
+            failed.status = Some(RunStatus { state: efatop_proto::results::RunState::Failed, reason: Some(err.to_string()) });
+            if let Err(save) = file.save(&failed) {
+                eprintln!("efatop: warning: cannot record the run's end: {save}");
+            }
+        }
+    })?;
     let Telemetry { collector, sampler, relay, nics: every_rank_nics } = telemetry;
     // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
     if let Some(pinning) = &pinning {
