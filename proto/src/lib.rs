@@ -22,7 +22,8 @@
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's records: its rounds, their figures and its verdict (the plan and the rule are
 //!   `efatop-sweep`'s).
-//! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
+//! - [`expected`]: a measurement against its published reference figure, as results carry it (the figures
+//!   and the rule are `efatop-report`'s).
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
 //! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines (the fold
