@@ -16,7 +16,6 @@ use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 
 use crate::events::ConsumerEvent;
-use crate::files::{self, OutputError};
 use crate::stream::{self, Cap, Hello, OLDEST_RECORDING, OverCap, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
 
 /// A member is sealed at least this often while events arrive...
@@ -39,12 +38,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Creates `path` and writes its first line, so that it is a valid (empty) recording at once. The file
-    /// is a fresh one renamed into place ([`files::create_for_appending`]): a link at `path` is refused.
-    pub fn create(path: &Path) -> Result<Self, OutputError> {
-        let mut file = files::create_for_appending(path)?;
-        file.write_all(format!("{RECORDING_MAGIC} {VERSION}\n").as_bytes())
-            .map_err(|source| OutputError::Io { path: path.to_path_buf(), source })?;
+    /// Writes the recording's first line into `file`, just created at `path`, so that it is a valid (empty)
+    /// recording at once. Who writes it creates the file (`--record`'s, the runtime's `serve`: a fresh one
+    /// renamed into place, `efatop_files::create_for_appending`, so a link at `path` is refused).
+    pub fn start(path: &Path, mut file: File) -> std::io::Result<Self> {
+        file.write_all(format!("{RECORDING_MAGIC} {VERSION}\n").as_bytes())?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -375,7 +373,7 @@ mod tests {
     fn a_recording_cut_anywhere_reads_back_its_whole_members_and_says_where_it_stops() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("run.efarec");
-        let mut recorder = Recorder::create(&path).expect("create");
+        let mut recorder = Recorder::start(&path, File::create(&path).expect("create")).expect("start");
         let mut frame = Vec::new();
         for i in 0..5u64 {
             frame.clear();
@@ -402,7 +400,7 @@ mod tests {
         assert!(cut.cut.as_deref().is_some_and(|why| why.contains("cut short after 5 events (0.0 s into the run)")), "{:?}", cut.cut);
 
         // Whole members but no end (rank 0 killed while it recorded), and a header alone: each says so.
-        let mut recorder = Recorder::create(&path).expect("create");
+        let mut recorder = Recorder::start(&path, File::create(&path).expect("create")).expect("start");
         frame.clear();
         stream::encode_event(0, &ConsumerEvent::Step { config: single_pin(), size: 4096 }, &mut frame).expect("encode");
         recorder.add(&frame, true);
@@ -410,7 +408,7 @@ mod tests {
         let no_end = read(&path).expect("read");
         assert_eq!(no_end.len(), 1);
         assert!(no_end.cut.as_deref().is_some_and(|why| why.ends_with("has no end: the run was cut off after 1 event (0.0 s into the run), before it finished (its rank 0 was killed or stopped)")), "{:?}", no_end.cut);
-        drop(Recorder::create(&path).expect("create"));
+        drop(Recorder::start(&path, File::create(&path).expect("create")).expect("start"));
         let header_only = read(&path).expect("read");
         assert!(header_only.is_empty() && header_only.cursor().next().is_none());
         assert!(header_only.cut.as_deref().is_some_and(|why| why.contains("has no end: the run was cut off after 0 events")), "{:?}", header_only.cut);

@@ -27,7 +27,7 @@ pub struct Recorder {
 impl Recorder {
     /// Creates `path` (a fresh file renamed into place) with its first line and the watcher's settings.
     pub fn create(path: &Path, config: &Config) -> Result<Self, String> {
-        let file = efatop_proto::files::create_for_appending(path)
+        let file = efatop_files::create_for_appending(path)
             .map_err(|err| format!("--record: {err}"))?;
         let mut recorder = Self {
             file: std::io::BufWriter::new(file),
