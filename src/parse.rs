@@ -117,7 +117,7 @@ pub fn check_writable_file(flag: &str, path: &Path) -> Result<(), String> {
     }
     // A link (or a FIFO, a device) is refused here, before anything runs, and again where the file is
     // written (a link planted in between is replaced, never followed).
-    efatop_proto::files::check_output_path(path).map_err(|err| format!("{flag}: {err}"))?;
+    efatop_files::check_output_path(path).map_err(|err| format!("{flag}: {err}"))?;
     match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         Some(dir) if !dir.is_dir() => {
             Err(format!("{flag} {}: there is no directory {} to write it in", path.display(), dir.display()))

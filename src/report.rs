@@ -7,6 +7,7 @@
 use efatop_proto::expected;
 use efatop_report::compare::compare_files;
 use efatop_report::expected::against_expected;
+use efatop_report::reference;
 use efatop_report::{load, render, Format};
 
 use crate::cli::{CompareArgs, ReportArgs};
@@ -81,8 +82,8 @@ fn compare_expected(args: &CompareArgs) -> i32 {
         eprintln!("efatop: error: --expected judges one results file against published figures: give one file, not two");
         return 2;
     }
-    if let Some(given) = args.instance_type.as_deref().filter(|t| !expected::is_listed(t)) {
-        eprintln!("efatop: error: --instance-type {given}: efatop has no reference figures for it; use one of {}", expected::listed());
+    if let Some(given) = args.instance_type.as_deref().filter(|t| !reference::is_listed(t)) {
+        eprintln!("efatop: error: --instance-type {given}: efatop has no reference figures for it; use one of {}", reference::listed());
         return 2;
     }
     let (results, notes) = match load(&args.baseline) {
@@ -92,12 +93,12 @@ fn compare_expected(args: &CompareArgs) -> i32 {
     let name = args.baseline.display().to_string();
     let instance_type = match (args.instance_type.as_deref(), results.metadata.instance_type.as_deref()) {
         (Some(given), _) => given.to_string(),
-        (None, Some(recorded)) if expected::is_listed(recorded) => recorded.to_string(),
+        (None, Some(recorded)) if reference::is_listed(recorded) => recorded.to_string(),
         (None, Some(recorded)) => {
             eprintln!(
                 "efatop: error: --expected: {name} ran on {recorded}, which efatop has no reference figures for; pass \
                  --instance-type, one of {}",
-                expected::listed()
+                reference::listed()
             );
             return 2;
         }
@@ -105,7 +106,7 @@ fn compare_expected(args: &CompareArgs) -> i32 {
             eprintln!(
                 "efatop: error: --expected: {name} records no instance type (no DMI product name, or a file from before \
                  efatop recorded it); pass --instance-type, one of {}",
-                expected::listed()
+                reference::listed()
             );
             return 2;
         }
@@ -118,7 +119,7 @@ fn compare_expected(args: &CompareArgs) -> i32 {
             i32::from(against.below())
         }
         Err(why) => {
-            eprintln!("efatop: error: --expected: {why}: nothing in {name} to compare ({})", expected::DOC);
+            eprintln!("efatop: error: --expected: {why}: nothing in {name} to compare ({})", reference::DOC);
             2
         }
     }

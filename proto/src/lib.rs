@@ -1,5 +1,5 @@
 //! What travels between efatop's parts, as plain types with no hwloc, NVML, fabric, CUDA or async runtime
-//! behind them (serde, thiserror, histograms, gzip and temporary files only): the leaf crate every other one
+//! behind them (serde, thiserror, histograms and gzip only): the leaf crate every other one
 //! builds on.
 //! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
 //!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
@@ -17,12 +17,11 @@
 //! - [`events`]: the run's events as rank 0's fold takes them, and [`stream`], how they travel to viewers
 //!   and into recordings, within the caps a reader holds a stream to; [`recording`]: `--record`'s file and
 //!   `efatop replay`'s reader.
-//! - [`files`]: how every output file at a path the user names is written (never through a link, staged
-//!   under an unpredictable name and renamed into place).
 //! - [`counters`]: a step's application bytes against its NICs' counters, and the warnings they give.
 //! - [`sweep`]: the sweep's records: its rounds, their figures and its verdict (the plan and the rule are
 //!   `efatop-sweep`'s).
-//! - [`expected`]: the published reference figures per instance type, and a measurement's share of its own.
+//! - [`expected`]: a measurement against its published reference figure, as results carry it (the figures
+//!   and the rule are `efatop-report`'s).
 //! - [`action`]: what a finding or a suspect calls for (`none` to `replace`), the word check, sweep and
 //!   the exporter's Xid counts share.
 //! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines (the fold
@@ -49,7 +48,6 @@ pub mod counters;
 pub mod events;
 pub mod expected;
 pub mod experiment;
-pub mod files;
 pub mod liveness;
 pub mod ipc;
 pub mod nccl;

@@ -1,5 +1,5 @@
 //! `--record FILE`: the run's events with their times, as `efatop replay` reads them back; and the format
-//! family every efatop recording shares (`efatop watch --record`'s too, [`Recorder::create_as`],
+//! family every efatop recording shares (`efatop watch --record`'s too, [`Recorder::start_as`],
 //! [`read_members`]).
 //!
 //! The file is the line `efatop-recording <version>` (a watch recording's: `efatop-nccl-watch <version>`),
@@ -18,7 +18,6 @@ use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 
 use crate::events::ConsumerEvent;
-use crate::files::{self, OutputError};
 use crate::stream::{self, Cap, Hello, OLDEST_RECORDING, OverCap, RECORDING_MAGIC, StreamError, StreamMessage, VERSION};
 
 /// A member is sealed at least this often while events arrive...
@@ -41,17 +40,17 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Creates `path` and writes its first line, so that it is a valid (empty) recording at once. The file
-    /// is a fresh one renamed into place ([`files::create_for_appending`]): a link at `path` is refused.
-    pub fn create(path: &Path) -> Result<Self, OutputError> {
-        Self::create_as(path, RECORDING_MAGIC, VERSION)
+    /// Writes the recording's first line into `file`, just created at `path`, so that it is a valid (empty)
+    /// recording at once. Who writes it creates the file (`--record`'s, the runtime's `serve`: a fresh one
+    /// renamed into place, `efatop_files::create_for_appending`, so a link at `path` is refused).
+    pub fn start(path: &Path, file: File) -> std::io::Result<Self> {
+        Self::start_as(path, file, RECORDING_MAGIC, VERSION)
     }
 
-    /// [`Recorder::create`] for another member of the family: its first line is `magic version`.
-    pub fn create_as(path: &Path, magic: &str, version: u32) -> Result<Self, OutputError> {
-        let mut file = files::create_for_appending(path)?;
-        file.write_all(format!("{magic} {version}\n").as_bytes())
-            .map_err(|source| OutputError::Io { path: path.to_path_buf(), source })?;
+    /// [`Recorder::start`] for another member of the family (a watch recording): its first line is
+    /// `magic version`.
+    pub fn start_as(path: &Path, mut file: File, magic: &str, version: u32) -> std::io::Result<Self> {
+        file.write_all(format!("{magic} {version}\n").as_bytes())?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -497,7 +496,7 @@ mod tests {
     fn a_recording_cut_anywhere_reads_back_its_whole_members_and_says_where_it_stops() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("run.efarec");
-        let mut recorder = Recorder::create(&path).expect("create");
+        let mut recorder = Recorder::start(&path, File::create(&path).expect("create")).expect("start");
         let mut frame = Vec::new();
         for i in 0..5u64 {
             frame.clear();
@@ -524,7 +523,7 @@ mod tests {
         assert!(cut.cut.as_deref().is_some_and(|why| why.contains("cut short after 5 events (0.0 s into the run)")), "{:?}", cut.cut);
 
         // Whole members but no end (rank 0 killed while it recorded), and a header alone: each says so.
-        let mut recorder = Recorder::create(&path).expect("create");
+        let mut recorder = Recorder::start(&path, File::create(&path).expect("create")).expect("start");
         frame.clear();
         stream::encode_event(0, &ConsumerEvent::Step { config: single_pin(), size: 4096 }, &mut frame).expect("encode");
         recorder.add(&frame, true);
@@ -532,7 +531,7 @@ mod tests {
         let no_end = read(&path).expect("read");
         assert_eq!(no_end.len(), 1);
         assert!(no_end.cut.as_deref().is_some_and(|why| why.ends_with("has no end: the run was cut off after 1 event (0.0 s into the run), before it finished (its rank 0 was killed or stopped)")), "{:?}", no_end.cut);
-        drop(Recorder::create(&path).expect("create"));
+        drop(Recorder::start(&path, File::create(&path).expect("create")).expect("start"));
         let header_only = read(&path).expect("read");
         assert!(header_only.is_empty() && header_only.cursor().next().is_none());
         assert!(header_only.cut.as_deref().is_some_and(|why| why.contains("has no end: the run was cut off after 0 events")), "{:?}", header_only.cut);
@@ -579,7 +578,7 @@ mod tests {
             out
         };
         let read = |limits: Limits| read_members_within(&path, "efatop-test", 1..=2, 2, "test recording", limits, text);
-        let mut recorder = Recorder::create_as(&path, "efatop-test", 2).expect("create");
+        let mut recorder = Recorder::start_as(&path, File::create(&path).expect("create"), "efatop-test", 2).expect("start");
         for tick in 0..3 {
             for i in 0..4 {
                 recorder.add(&framed(&format!("{tick}.{i}")), false);
@@ -622,7 +621,7 @@ mod tests {
         assert_eq!(read(LIMITS).expect_err("version 3"), "a test recording of version 3; this efatop reads versions 1 to 2");
         std::fs::write(&path, b"efatop-recording 3\n").expect("write");
         assert!(read(LIMITS).expect_err("foreign").starts_with("not an efatop test recording"));
-        let mut recorder = Recorder::create_as(&path, "efatop-test", 2).expect("create");
+        let mut recorder = Recorder::start_as(&path, File::create(&path).expect("create"), "efatop-test", 2).expect("start");
         for i in 0..50 {
             recorder.add(&framed(&format!("{i:0>1000}")), false);
         }

@@ -715,25 +715,6 @@ pub fn gbps(bytes: f64, seconds: f64) -> f64 {
     if seconds > 0.0 { bytes * 8.0 / seconds / 1e9 } else { 0.0 }
 }
 
-impl RunMetadata {
-    /// The run as far as a reference figure cares ([`crate::expected`]); `None` when it records no
-    /// instance type.
-    pub fn run_shape(&self) -> Option<crate::expected::RunShape<'_>> {
-        let instance_type = self.instance_type.as_deref()?;
-        Some(crate::expected::RunShape { instance_type, experiment: &self.experiment, ranks: self.ranks, channels: self.channels })
-    }
-}
-
-impl Measurement {
-    /// This measurement against its figure in a run of `meta`'s shape ([`crate::expected::judge`]): set when
-    /// the run records an instance type efatop lists, left alone otherwise.
-    pub fn annotate_expected(&mut self, meta: &RunMetadata) {
-        if let Some(expected) = meta.run_shape().and_then(|shape| crate::expected::judge(shape, &self.config, self.size, self.gbps)) {
-            self.expected = Some(expected);
-        }
-    }
-}
-
 /// `efatop queue`: one (blocks, threads) shape of the GPU→CPU request ring, measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueRow {
@@ -993,25 +974,5 @@ mod tests {
         assert!(empty.cost().is_nan());
         let text = serde_json::to_string(&empty).expect("json");
         assert_eq!(serde_json::from_str::<TelemetryAb>(&text).expect("back"), empty);
-    }
-
-    #[test]
-    fn a_measurement_is_held_to_its_figure_only_on_a_listed_type() {
-        let latency = LatencyRecorder::new();
-        let mut measurement = Measurement::verified(Column::write(Layout::Single, Memory::Host), 1 << 30, 1, Vec::new(), &latency, None);
-        measurement.gbps = 40.0;
-        let mut meta = RunMetadata { experiment: Experiment::Write, ranks: 2, channels: 1, ..RunMetadata::default() };
-        measurement.annotate_expected(&meta);
-        assert_eq!(measurement.expected, None, "no instance type");
-        meta.instance_type = Some("m7i.large".into());
-        measurement.annotate_expected(&meta);
-        assert_eq!(measurement.expected, None, "not a listed type");
-        meta.instance_type = Some("p6-b300.48xlarge".into());
-        measurement.annotate_expected(&meta);
-        assert!(matches!(measurement.expected, Some(crate::expected::Expected::Missing { .. })), "listed, no figure");
-        meta.instance_type = Some("p5.48xlarge".into());
-        measurement.annotate_expected(&meta);
-        let share = measurement.expected.as_ref().and_then(crate::expected::Expected::percent).expect("a share");
-        assert!((share - 100.0 * 40.0 / 97.68).abs() < 1e-9, "{share}");
     }
 }

@@ -5,11 +5,11 @@
 use std::fmt::Write;
 
 use efatop_proto::column::Column;
-use efatop_proto::expected::{self, Lookup, RunShape};
 use efatop_proto::sizes::format_size;
 use efatop_proto::{Experiment, RunResults};
 
 use crate::formats::{file_summary, ordered_measurements};
+use crate::reference::{self, Lookup, RunShape};
 
 /// One measurement that has a published figure.
 #[derive(Clone, Debug)]
@@ -60,7 +60,7 @@ pub fn against_expected(results: &RunResults, instance_type: &str, threshold_per
     let mut rows = Vec::new();
     let mut missing: Vec<String> = Vec::new();
     for measurement in ordered_measurements(results) {
-        match expected::lookup(shape, &measurement.config, measurement.size) {
+        match reference::lookup(shape, &measurement.config, measurement.size) {
             Lookup::Figure { gbps, source } => {
                 let percent = if gbps > 0.0 { 100.0 * measurement.gbps / gbps } else { 0.0 };
                 rows.push(ExpectedRow {
@@ -116,7 +116,7 @@ impl AgainstExpected {
         let mut out = format!(
             "# {name} against {}'s published figures ({}); below expectation under {floor}% of a figure\n",
             self.instance_type,
-            expected::DOC
+            reference::DOC
         );
         let _ = writeln!(out, "# {name}: {}", self.summary);
         for note in &self.notes {

@@ -10,6 +10,7 @@ pub mod expected;
 pub mod formats;
 pub mod load;
 pub mod plot;
+pub mod reference;
 pub mod text;
 
 pub use compare::{compare, parse_threshold, Comparison};

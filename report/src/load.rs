@@ -40,9 +40,9 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// An output path refused (a link, not a regular file) or not written ([`efatop_proto::files`]).
+    /// An output path refused (a link, not a regular file) or not written ([`efatop_files`]).
     #[error("{0}")]
-    Output(#[from] efatop_proto::files::OutputError),
+    Output(#[from] efatop_files::OutputError),
     #[error("{}: {message}", .path.display())]
     Plot { path: PathBuf, message: String },
     /// Plot text needs a TrueType font file; none was found where we looked.

@@ -153,8 +153,8 @@ pub fn sidecar_path(png: &Path) -> PathBuf {
 /// Draws `results` into the PNG at `png` and writes its sidecar; returns what was drawn.
 pub fn plot(results: &RunResults, png: &Path) -> Result<PlotSpec, ReportError> {
     // Both paths checked before either is written: a link at the sidecar leaves no picture behind.
-    efatop_proto::files::check_output_path(png)?;
-    efatop_proto::files::check_output_path(&sidecar_path(png))?;
+    efatop_files::check_output_path(png)?;
+    efatop_files::check_output_path(&sidecar_path(png))?;
     let spec = describe(results, png).map_err(|message| ReportError::Plot {
         path: png.to_path_buf(),
         message,
@@ -170,7 +170,7 @@ pub fn plot(results: &RunResults, png: &Path) -> Result<PlotSpec, ReportError> {
         path: sidecar.clone(),
         message: e.to_string(),
     })?;
-    efatop_proto::files::write_atomically(&sidecar, (text + "\n").as_bytes())?;
+    efatop_files::write_atomically(&sidecar, (text + "\n").as_bytes())?;
     Ok(spec)
 }
 

@@ -401,7 +401,7 @@ impl Loop {
             Input::Experiment(mut event) => {
                 // Each step against its instance type's published figure, for the file, tables and views alike.
                 if let ConsumerEvent::Measured(measurement) = &mut event {
-                    measurement.annotate_expected(&self.setup.results.metadata);
+                    efatop_report::reference::annotate(measurement, &self.setup.results.metadata);
                 }
                 self.keep(&event);
                 self.forward(event);

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::files::write_atomically;
+use efatop_files::write_atomically;
 use efatop_proto::results::RunResults;
 use time::OffsetDateTime;
 
 /// The results file, replaced atomically after every measurement: written to a fresh, unpredictably named
-/// sibling, then renamed over the path; never through a link ([`efatop_proto::files`]).
+/// sibling, then renamed over the path; never through a link ([`efatop_files`]).
 pub struct ResultsFile {
     pub path: PathBuf,
 }

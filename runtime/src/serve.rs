@@ -36,6 +36,7 @@ use crate::handshake::{Deadline, Lobby, PER_PEER};
 use efatop_proto::events::CollectorEvent;
 use efatop_proto::events::{ConsumerEvent, RunStart};
 use efatop_proto::recording::Recorder;
+use efatop_files::OutputError;
 
 /// Telemetry batches a viewer may have waiting (a batch leaves the collector at most every 10 ms): a few
 /// seconds of a small run.
@@ -116,7 +117,7 @@ impl Outlets {
     pub fn begin(&mut self, start: RunStart) -> Result<(), ExperimentError> {
         if let Some(path) = self.record.take() {
             self.recorder =
-                Some(Recorder::create(&path).map_err(|err| ExperimentError::InvalidInput { flag: "--record", message: err.to_string() })?);
+                Some(create_recording(&path).map_err(|err| ExperimentError::InvalidInput { flag: "--record", message: err.to_string() })?);
         }
         self.publish(&ConsumerEvent::Run(Box::new(start)));
         Ok(())
@@ -380,6 +381,13 @@ struct Door {
 }
 
 /// Takes one of `count`'s `cap` places; false when all are taken.
+/// `--record`'s file: a fresh one renamed into place ([`efatop_files::create_for_appending`]: a link at
+/// `path` is refused), then the recording's first line.
+fn create_recording(path: &Path) -> Result<Recorder, OutputError> {
+    let file = efatop_files::create_for_appending(path)?;
+    Recorder::start(path, file).map_err(|source| OutputError::Io { path: path.to_path_buf(), source })
+}
+
 fn take_place(count: &AtomicUsize, cap: usize) -> bool {
     count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1)).is_ok()
 }

@@ -15,7 +15,7 @@ use crate::viewer::script::{self, ms};
 /// events stay in the file until the playback reaches them).
 fn recorded(dir: &tempfile::TempDir) -> Recording {
     let path = dir.path().join("run.efarec");
-    let mut recorder = Recorder::create(&path).expect("create");
+    let mut recorder = Recorder::start(&path, efatop_files::create_for_appending(&path).expect("create")).expect("start");
     let mut frame = Vec::new();
     for (at, event) in script::recording() {
         frame.clear();

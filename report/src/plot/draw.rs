@@ -534,7 +534,7 @@ fn draw_heatmap(
     Ok(())
 }
 
-/// Encodes the picture and writes it at `path` ([`efatop_proto::files::write_atomically`]: never through a
+/// Encodes the picture and writes it at `path` ([`efatop_files::write_atomically`]: never through a
 /// link, staged under a fresh name and renamed into place).
 pub fn write_png(path: &Path, width: u32, height: u32, pixels: &[u8]) -> Result<(), ReportError> {
     let as_write_error = |e: png::EncodingError| ReportError::Write {
@@ -548,6 +548,6 @@ pub fn write_png(path: &Path, width: u32, height: u32, pixels: &[u8]) -> Result<
     let mut writer = encoder.write_header().map_err(as_write_error)?;
     writer.write_image_data(pixels).map_err(as_write_error)?;
     writer.finish().map_err(as_write_error)?;
-    efatop_proto::files::write_atomically(path, &bytes)?;
+    efatop_files::write_atomically(path, &bytes)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use efatop_proto::expected;
+use crate::reference;
 use efatop_proto::results::LinkSource;
 use efatop_proto::{Experiment, RunMetadata};
 use efatop_proto::sizes::format_size;
@@ -112,19 +112,19 @@ pub fn render_header(meta: &RunMetadata, sizes: &[u64]) -> String {
 /// than efa, that the figures it is shown against were measured over efa.
 fn instance_line(meta: &RunMetadata) -> Option<String> {
     let instance_type = meta.instance_type.as_deref()?;
-    let what = if !expected::is_listed(instance_type) {
-        format!(": efatop has no reference figures for it ({})", expected::DOC)
-    } else if !expected::has_figures(instance_type, &meta.experiment) {
-        format!(": {}, % of expected not shown ({})", expected::no_figure(instance_type, &meta.experiment), expected::DOC)
+    let what = if !reference::is_listed(instance_type) {
+        format!(": efatop has no reference figures for it ({})", reference::DOC)
+    } else if !reference::has_figures(instance_type, &meta.experiment) {
+        format!(": {}, % of expected not shown ({})", reference::no_figure(instance_type, &meta.experiment), reference::DOC)
     } else if meta.experiment != Experiment::Ipc && meta.provider != "efa" {
         format!(
             "; % of expected against its published figures ({}), which were measured over efa: this run's provider is {}, \
              not efa",
-            expected::DOC,
+            reference::DOC,
             meta.provider
         )
     } else {
-        format!("; % of expected against its published figures ({})", expected::DOC)
+        format!("; % of expected against its published figures ({})", reference::DOC)
     };
     Some(format!("# instance type {instance_type} (DMI product name){what}\n"))
 }

@@ -9,6 +9,8 @@ use efatop_proto::column::Column;
 use efatop_proto::{Experiment, RunResults};
 use efatop_proto::sizes::format_size;
 
+use crate::reference;
+
 /// A cell with nothing measured behind it is shown as this, never as a number.
 const NOT_MEASURED: &str = "-";
 
@@ -182,7 +184,7 @@ fn expected_legend(results: &RunResults) -> String {
             "# % of expected: Gbps as a share of the published figure for {} at that configuration and size ({}; {}); * under {below}%",
             results.metadata.instance_type.as_deref().unwrap_or("the instance type"),
             sources.join(", "),
-            expected::DOC,
+            reference::DOC,
         );
     }
     for why in missing {
@@ -385,7 +387,7 @@ pub(crate) mod tests {
         results.metadata.instance_type = Some("p5.48xlarge".into());
         results.measurements[2].gbps = 48.84;
         for m in &mut results.measurements {
-            m.annotate_expected(&results.metadata);
+            crate::reference::annotate(m, &results.metadata);
         }
         let table = render_table(&results);
         let expected = "\
@@ -400,7 +402,7 @@ pub(crate) mod tests {
         // A listed type without figures: every cell `-`, one line naming the type.
         results.metadata.instance_type = Some("p6-b300.48xlarge".into());
         for m in &mut results.measurements {
-            m.annotate_expected(&results.metadata);
+            crate::reference::annotate(m, &results.metadata);
         }
         let table = render_table(&results);
         assert!(table.ends_with("# % of expected -: p6-b300.48xlarge: no published figure for write\n"), "{table}");

@@ -27,7 +27,8 @@ pub struct Recorder {
 impl Recorder {
     /// Creates `path` (a fresh file renamed into place) with its first line and the watcher's settings.
     pub fn create(path: &Path, config: &Config) -> Result<Self, String> {
-        let recorder = efatop_proto::recording::Recorder::create_as(path, nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION)
+        let file = efatop_files::create_for_appending(path).map_err(|err| format!("--record: {err}"))?;
+        let recorder = efatop_proto::recording::Recorder::start_as(path, file, nccl::RECORDING_MAGIC, nccl::RECORDING_VERSION)
             .map_err(|err| format!("--record: {err}"))?;
         let mut recorder = Self { recorder, frame: Vec::new() };
         let settings = Recorded::Settings {

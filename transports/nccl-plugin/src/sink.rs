@@ -79,7 +79,7 @@ impl Sink {
                 dir.join(format!("efatop-nccl-{}-{}.efanccl", origin.host, origin.pid))
             }
         };
-        match efatop_proto::files::create_for_appending(&path) {
+        match efatop_files::create_for_appending(&path) {
             Ok(file) => {
                 let mut file = std::io::BufWriter::new(file);
                 let _ = file.write_all(file_hello().as_bytes());

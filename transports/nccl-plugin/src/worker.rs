@@ -20,7 +20,7 @@ pub fn spawn(runtime: &'static Runtime) {
 fn trace_file(abi: u32, origin: &efatop_proto::nccl::Origin) -> Option<std::io::BufWriter<std::fs::File>> {
     // `%p` stands for the process id, so that the ranks of one job (one environment) write a trace each.
     let path = std::env::var("EFATOP_PROFILER_TRACE").ok()?.replace("%p", &origin.pid.to_string());
-    match efatop_proto::files::create_for_appending(std::path::Path::new(&path)) {
+    match efatop_files::create_for_appending(std::path::Path::new(&path)) {
         Ok(file) => {
             let mut file = std::io::BufWriter::new(file);
             let version = origin.nccl_version.as_deref().unwrap_or("unknown");

@@ -612,7 +612,7 @@ fn finished_run_against_the_expected_figures() {
     slow.gbps = 60.0;
     let metadata = results.metadata.clone();
     for measurement in &mut results.measurements {
-        measurement.annotate_expected(&metadata);
+        efatop_report::reference::annotate(measurement, &metadata);
     }
     let wide = dashboard(&state, &sample_view(), 200, 60);
     assert_snapshot!("finished_expected_200x60", wide.backend());

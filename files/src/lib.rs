@@ -12,6 +12,8 @@
 //!
 //! The folder itself is the user's: a path whose folder is a link is written where the link leads.
 
+#![forbid(unsafe_code)]
+
 use std::fs::{File, Permissions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
