@@ -32,6 +32,9 @@ pub enum Phase {
     /// launcher's rendezvous, rank 0's stop). Its telemetry closing next is that failure's consequence, not
     /// its death: rank 0 names the rank whose connection closed without it.
     Leaving = 6,
+    /// Its part of the run is done (its experiment returned): its telemetry closing next is the run's end
+    /// reaching it before rank 0's own, never a death (rank 0 may still be saving its last step).
+    Done = 7,
 }
 
 impl Phase {
@@ -43,6 +46,7 @@ impl Phase {
             4 => Self::Transferring,
             5 => Self::Verifying,
             6 => Self::Leaving,
+            7 => Self::Done,
             _ => return None,
         })
     }
@@ -59,13 +63,14 @@ impl Phase {
             Self::Transferring => "transferring",
             Self::Verifying => "verifying",
             Self::Leaving => "leaving",
+            Self::Done => "done",
         }
     }
 
     /// The phase as a rank's progress reads: its label and the size of the step it works on, when it has one.
     pub fn describe(self, bytes: u64) -> String {
         match self {
-            Self::Leaving => self.label().to_string(),
+            Self::Leaving | Self::Done => self.label().to_string(),
             _ => format!("{} {}", self.label(), crate::sizes::format_size(bytes)),
         }
     }

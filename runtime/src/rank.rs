@@ -380,6 +380,10 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan
         // Its sampler sends the phase before it closes: rank 0 then waits for the rank that died.
         if outcome.as_ref().is_err_and(ExperimentError::follows_elsewhere) {
             world.probe.set_phase(efatop_proto::telemetry::Phase::Leaving, 0);
+        } else if outcome.is_ok() {
+            // Rank 0's loop may hear this rank close before its own hot thread says the run ended (a loaded
+            // machine: a fresh-clone run named rank 1 "exited mid-run" after a passing alltoall): done first.
+            world.probe.set_phase(efatop_proto::telemetry::Phase::Done, 0);
         }
         drop(sampler);
         // A relay waits (briefly) for its host's ranks to close before it closes.

@@ -79,10 +79,15 @@ impl Watchdog {
                 if rank == 0 || self.run_over || verdict.is_some() {
                     continue;
                 }
-                if matches!(self.liveness.last_phase(rank), Some((Phase::Leaving, _))) {
-                    self.left.get_or_insert((rank, at));
-                } else {
+                match self.liveness.last_phase(rank) {
+                    Some((Phase::Leaving, _)) => {
+                        self.left.get_or_insert((rank, at));
+                    }
+                    // Its part done: the run's end reached it before rank 0's loop heard of its own.
+                    Some((Phase::Done, _)) => {}
+                    _ => {
                     verdict = Some(format!("rank {rank} ({}) exited mid-run: its telemetry connection closed", self.host(rank)));
+                    }
                 }
             }
         }
@@ -181,6 +186,19 @@ mod tests {
         assert_eq!(dog.heard(&[closed(2)], ms(350)), None);
         let verdict = dog.heard(&[closed(3)], ms(400));
         assert_eq!(verdict.as_deref(), Some("rank 3 (b) exited mid-run: its telemetry connection closed"));
+    }
+
+    /// A rank whose part is done may close before rank 0's loop hears its own hot thread end the run (a
+    /// loaded machine): that is the run's end, never a death, now or later.
+    #[test]
+    fn a_rank_that_said_it_was_done_is_never_named_for_closing() {
+        let mut dog = dog(&["a", "b", "c"], Duration::from_mins(1));
+        dog.heard(&[sample(1), sample(2)], ms(10));
+        let done = CollectorEvent::Phase(PhaseReport { rank: 1, changes: 9, phase: Phase::Done.code(), bytes: 0 });
+        assert_eq!(dog.heard(&[done, closed(1)], ms(100)), None);
+        assert_eq!(dog.judge(ms(100) + SETTLE * 2), None);
+        let verdict = dog.heard(&[closed(2)], ms(200));
+        assert_eq!(verdict.as_deref(), Some("rank 2 (c) exited mid-run: its telemetry connection closed"), "one that said nothing still is");
     }
 
     #[test]
