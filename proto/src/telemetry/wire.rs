@@ -888,8 +888,8 @@ mod tests {
         // A hello (phase 0, no changes yet) is the one report of no phase a decoder takes.
         let hello = encode_phase(&PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 });
         assert_eq!(decode_frame(&hello[4..]), Ok(Frame::Phase(PhaseReport { rank: 3, changes: 0, phase: 0, bytes: 0 })));
-        unknown[2 + 4 + 8] = 7;
-        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(7)));
+        unknown[2 + 4 + 8] = 8;
+        assert_eq!(decode_frame(&unknown), Err(WireError::Phase(8)));
     }
 
     #[test]
