@@ -3,7 +3,9 @@
 one GPU (each its own NCCL_HOSTID, NCCL's socket transport on lo), every collective PyTorch issues through
 NCCL (all_to_all_single, all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, and a
 batch_isend_irecv pair: send/recv) from 1 to 32 MiB. Each rank prints `JOB <rank> <op> <bytes> <us> <algbw
-GB/s>`: bytes is nccl-tests' size column (the whole buffer: allgather's output, reducescatter's input; a
+GB/s> <us over every call>`: us is the mean of the timed calls (after two warm-up calls, as a job times
+itself), the last field the mean over every call of that size, the warm-ups included (each timed alone):
+the calls efatop watch folds; bytes is nccl-tests' size column (the whole buffer: allgather's output, reducescatter's input; a
 send/recv pair's bytes sent), as efatop watch's `coll` lines give it; algbw is those bytes over the mean
 time of a call. It also prints what the process tells about its NCCL.
 
@@ -61,9 +63,17 @@ def child(rank, world):
                 else:
                     raise SystemExit(f"OPS: unknown collective {op!r} (allowed: {', '.join(OPS)})")
 
+            # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
+            # all of them (the 7th field) is the one to hold the watcher's mean against.
+            warm_ms = []
             for _ in range(2):
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
                 call()
-            torch.cuda.synchronize()
+                b.record()
+                torch.cuda.synchronize()
+                warm_ms.append(a.elapsed_time(b))
             dist.barrier()
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -73,7 +83,8 @@ def child(rank, world):
             end.record()
             torch.cuda.synchronize()
             seconds = start.elapsed_time(end) / 1000 / iters
-            print(f"JOB {rank} {op} {size} {seconds * 1e6:.1f} {size / seconds / 1e9:.3f}", flush=True)
+            every = (sum(warm_ms) / 1000 + seconds * iters) / (iters + len(warm_ms))
+            print(f"JOB {rank} {op} {size} {seconds * 1e6:.1f} {size / seconds / 1e9:.3f} {every * 1e6:.1f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -122,7 +133,7 @@ def cost(rounds, plugin, out):
             per = {}
             for line in lines:
                 if line.startswith("JOB "):
-                    _, _rank, op, size, us, _alg = line.split()
+                    _, _rank, op, size, us, _alg = line.split()[:6]
                     per.setdefault((op, int(size)), []).append(float(us))
             for key, us in per.items():
                 times.setdefault(key, {"on": [], "off": []})[arm].append(statistics.mean(us))
