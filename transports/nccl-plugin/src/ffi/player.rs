@@ -44,8 +44,11 @@ enum Start {
 #[derive(Clone, Debug, Default)]
 pub struct Played {
     pub calls: u64,
-    /// The longest hot-path call (start, stop, record).
+    /// The longest hot-path call (start, stop, record): the plugin's function alone, the player's own
+    /// work (descriptors, names, handles) outside it.
     pub longest: Duration,
+    /// Every hot-path call's duration, with the index of its line in the trace.
+    pub hooks: Vec<(usize, Duration)>,
 }
 
 impl Plugin {
@@ -89,7 +92,7 @@ impl Plugin {
         // machine) then delays that one record, and does not add up along the records of one collective.
         let began_playing = Instant::now();
         let mut scheduled = Duration::ZERO;
-        for line in &trace.lines {
+        for (index, line) in trace.lines.iter().enumerate() {
             let t_us = match line {
                 Line::Init { t_us, .. } | Line::Finalize { t_us, .. } => Some(*t_us),
                 Line::Record(Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. }) => Some(t_ns / 1000),
@@ -134,9 +137,9 @@ impl Plugin {
                     }
                 }
                 Line::Record(record) => {
-                    let began = Instant::now();
-                    self.call(record, &contexts, &mut handles)?;
-                    played.longest = played.longest.max(began.elapsed());
+                    let took = self.call(record, &contexts, &mut handles)?;
+                    played.longest = played.longest.max(took);
+                    played.hooks.push((index, took));
                     played.calls += 1;
                 }
                 Line::Dropped(_) => {}
@@ -145,7 +148,8 @@ impl Plugin {
         Ok(played)
     }
 
-    fn call(&self, record: &Record, contexts: &HashMap<u32, *mut c_void>, handles: &mut HashMap<u64, *mut c_void>) -> Result<(), String> {
+    /// Plays one record; returns how long the plugin's function took.
+    fn call(&self, record: &Record, contexts: &HashMap<u32, *mut c_void>, handles: &mut HashMap<u64, *mut c_void>) -> Result<Duration, String> {
         let handle_of = |id: &u64, handles: &HashMap<u64, *mut c_void>| handles.get(id).copied().unwrap_or(std::ptr::null_mut());
         match record {
             Record::Start { id, ctx, parent, rank, event, .. } => {
@@ -154,34 +158,41 @@ impl Plugin {
                     // NCCL's adapters for older plugins drop v7's kernel phases (its v6 table's startEvent
                     // hands back a null handle): the plugin never hears of them, nor of their stop.
                     handles.insert(*id, std::ptr::null_mut());
-                    return Ok(());
+                    return Ok(Duration::ZERO);
                 }
                 let parent = handle_of(parent, handles);
                 let strings = Strings::of(event);
                 let mut handle: *mut c_void = std::ptr::null_mut();
+                let began;
                 // SAFETY: the descriptor is fully initialised for its type, its strings outlive the call,
                 // and the table's function has the ABI's signature.
                 unsafe {
                     match self.start {
                         Start::V4(start) => {
                             let mut d = descr_v4(event, parent, *rank, &strings, handles);
+                            began = Instant::now();
                             start(context, &raw mut handle, &raw mut d)
                         }
                         Start::V5(start) => {
                             let mut d = descr_v5(event, parent, *rank, &strings, handles);
+                            began = Instant::now();
                             start(context, &raw mut handle, &raw mut d)
                         }
                         Start::V6(start) => {
                             let mut d = descr_v6(event, parent, *rank, &strings, handles);
+                            began = Instant::now();
                             start(context, &raw mut handle, &raw mut d)
                         }
                         Start::V7(start) => {
                             let mut d = descr_v7(event, parent, *rank, &strings, handles);
+                            began = Instant::now();
                             start(context, &raw mut handle, &raw mut d)
                         }
                     }
                 };
+                let took = began.elapsed();
                 handles.insert(*id, handle);
+                Ok(took)
             }
             Record::State { id, state, arg, .. } => {
                 // SAFETY: a zeroed union is valid; the member set is the one the state reads.
@@ -192,17 +203,20 @@ impl Plugin {
                     args.proxyStep = abi::StepArgs { transSize: *arg as usize };
                 }
                 let handle = handle_of(id, handles);
+                let began = Instant::now();
                 // SAFETY: the table's function has the ABI's signature; args lives for the call.
                 unsafe { (self.record)(handle, *state, &raw mut args) };
+                Ok(began.elapsed())
             }
             Record::Stop { id, .. } => {
                 // NCCL keeps a stopped task's handle as its children's parent: so does the map.
                 let handle = handle_of(id, handles);
+                let began = Instant::now();
                 // SAFETY: as above.
                 unsafe { (self.stop)(handle) };
+                Ok(began.elapsed())
             }
         }
-        Ok(())
     }
 }
 
