@@ -377,7 +377,8 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     } else {
         0
     };
-    runtime.push(Record::State { t_ns: runtime.record_ns(), id: handle as u64, state, arg });
+    let t_ns = if runtime.states_timed { runtime.record_ns() } else { 0 };
+    runtime.push(Record::State { t_ns, id: handle as u64, state, arg });
     NCCL_SUCCESS
 }
 

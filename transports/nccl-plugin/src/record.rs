@@ -52,7 +52,8 @@ pub enum Event {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Start { t_ns: u64, id: u64, ctx: u32, parent: u64, rank: i32, event: Event },
-    /// `arg`: a proxy step's `transSize`, a kernel channel's or phase's stop `pTimer`, else 0.
+    /// `arg`: a proxy step's `transSize`, a kernel channel's or phase's stop `pTimer`, else 0. `t_ns` is 0
+    /// unless a trace is written (`Runtime::states_timed`).
     State { t_ns: u64, id: u64, state: i32, arg: u64 },
     Stop { t_ns: u64, id: u64 },
 }

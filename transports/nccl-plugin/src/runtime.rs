@@ -25,9 +25,13 @@ pub struct Runtime {
     pub ring: ArrayQueue<Record>,
     next_id: AtomicU64,
     next_ctx: AtomicU32,
-    /// Events seen, and those the full ring dropped.
-    pub events: AtomicU64,
+    /// Events the full ring dropped. Those it took are counted by the fold's thread as it drains them: a
+    /// shared counter bumped by every hook call would be one more atomic write on NCCL's threads, contended
+    /// between its main and proxy threads.
     pub dropped: AtomicU64,
+    /// Whether a state change carries its time: only a trace (`EFATOP_PROFILER_TRACE`) writes it; the fold
+    /// reads a state's step size or timer, never its time, so without a trace the hook skips the clock.
+    pub states_timed: bool,
     base: Instant,
     /// The Unix time (ns) at `base`: the plugin's clock made absolute, to match calls across hosts.
     pub epoch_base_ns: u64,
@@ -63,8 +67,8 @@ impl Runtime {
             ring: ArrayQueue::new(RING_RECORDS),
             next_id: AtomicU64::new(1),
             next_ctx: AtomicU32::new(0),
-            events: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            states_timed: std::env::var_os("EFATOP_PROFILER_TRACE").is_some_and(|v| !v.is_empty()),
             base: Instant::now(),
             epoch_base_ns: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
             abi: AtomicU32::new(0),
@@ -98,7 +102,6 @@ impl Runtime {
     /// Pushes one record; a full ring drops it and counts. Never blocks, locks or allocates.
     #[inline]
     pub fn push(&self, record: Record) {
-        self.events.fetch_add(1, Ordering::Relaxed);
         if self.ring.push(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }

@@ -44,6 +44,8 @@ fn run(runtime: &'static Runtime) {
     let mut fold = Fold::default();
     fold.epoch_base_ns = runtime.epoch_base_ns;
     let mut batch = Vec::with_capacity(4096);
+    // Records taken from the ring so far: with the ring's drops, the events NCCL reported (the health line).
+    let mut taken: u64 = 0;
     let mut text = String::new();
     let mut last = Instant::now();
     let mut dropped_told = 0;
@@ -60,6 +62,7 @@ fn run(runtime: &'static Runtime) {
                 None => break,
             }
         }
+        taken += batch.len() as u64;
         let comms = runtime.take_comms();
         text.clear();
         for event in &comms {
@@ -105,7 +108,7 @@ fn run(runtime: &'static Runtime) {
                 }
             }
             sink.send(&PluginMessage::Nics { t_ms, nics: crate::identity::nics() });
-            let health = PluginMessage::Health { t_ms, events: runtime.events.load(Ordering::Relaxed), dropped, unsent: sink.unsent(), unmatched: fold.unmatched };
+            let health = PluginMessage::Health { t_ms, events: taken + dropped, dropped, unsent: sink.unsent(), unmatched: fold.unmatched };
             sink.send(&health);
             sink.flush();
             if let Some(file) = trace.as_mut() {
