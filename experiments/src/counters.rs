@@ -24,7 +24,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use efatop_fabric::Provider;
-use efatop_node::sysfs::{open_attribute, read_counter_at, COUNTER_READ, COUNT_MAX};
+use efatop_files::attribute::open as open_attribute;
+use efatop_node::sysfs::{read_counter_at, COUNTER_READ, COUNT_MAX};
 use efatop_proto::counters::{ChannelReading, CounterSource, OtherNicReading, RankReading};
 
 use crate::ExperimentError;

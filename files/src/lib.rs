@@ -11,8 +11,13 @@
 //!   the check is replaced, not followed. A regular file the user named is replaced as before.
 //!
 //! The folder itself is the user's: a path whose folder is a link is written where the link leads.
+//!
+//! [`attribute`] is the reading side: a file another party may have planted (a node's sysfs) is opened and
+//! read so that it can neither stall nor flood the reader.
 
 #![forbid(unsafe_code)]
+
+pub mod attribute;
 
 use std::fs::{File, Permissions};
 use std::io::Write;

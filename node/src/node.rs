@@ -2,7 +2,7 @@
 //! ports (state, physical state, rate), the NVIDIA GPUs on the PCI bus, loaded kernel modules, the NVIDIA
 //! driver and kernel release, and the memlock limit, all read under the same root as the counters
 //! ([`Sysfs`]): `/` on a node, a directory of plain files in tests (`proc/self/limits` there stands for the
-//! process's limits). Every file goes through the bounded reader ([`crate::sysfs::read_attribute`]).
+//! process's limits). Every file goes through the bounded reader (`efatop_files::attribute::read`).
 //! Nothing here fails: what cannot be read is `None` or absent, or named where the health check must
 //! say so ([`PcieLink::unreadable`]).
 
@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sysfs::{attribute_text, entries, is_pci_address, parse_rdma_rate, read_attribute, ReadError, Sysfs, Unreadable};
+use efatop_files::attribute::{read as read_attribute, ReadError};
+
+use crate::sysfs::{attribute_text, entries, is_pci_address, parse_rdma_rate, Sysfs, Unreadable};
 
 /// A PCI function as sysfs shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -122,22 +122,10 @@ pub fn dmi_product_name(root: &Path) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
-/// A sysfs attribute's text, as the node reader (efatop-node's `sysfs::read_attribute`, which this crate
-/// sits below) reads one: without following a link or blocking, a regular file only, at most 4 KiB (a
-/// sysfs attribute is at most a page); `None` otherwise.
+/// A sysfs attribute's text through the one bounded reader (`efatop_files::attribute`: no link followed, no
+/// blocking, a regular file of at most a page); `None` otherwise.
 fn attribute(path: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY).open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(64);
-    file.take(4097).read_to_end(&mut bytes).ok()?;
-    if bytes.len() > 4096 {
-        return None;
-    }
-    String::from_utf8(bytes).ok()
+    efatop_files::attribute::read(path).ok()
 }
 
 fn keep_all_io(builder: TopologyBuilder) -> Result<TopologyBuilder, TopologyError> {

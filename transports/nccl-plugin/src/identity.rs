@@ -81,14 +81,12 @@ fn read_token_file(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-/// A counter file's value: opened without following a link and without blocking (a FIFO planted in a fake
-/// node's tree returns at once), refused unless a regular file, read to at most 32 bytes (a u64 and its
+/// A counter file's value: opened by the one bounded reader (`efatop_files::attribute::open`: no link
+/// followed, no blocking, so a FIFO planted in a fake node's tree returns at once; a regular file only),
+/// read to at most 32 bytes (a u64 and its
 /// newline are 21): `None` when any of that fails or the text is not a count.
 fn counter(path: &Path) -> Option<u64> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY).open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
+    let file = efatop_files::attribute::open(path).ok()?;
     let mut text = String::new();
     file.take(32).read_to_string(&mut text).ok()?;
     text.trim().parse::<u64>().ok()
