@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use efatop_files::attribute::{open as open_attribute, read as read_attribute, ReadError};
+use efatop_files::attribute::{read as read_attribute, ReadError};
 
 use serde::{Deserialize, Serialize};
 
@@ -277,6 +277,7 @@ pub(crate) fn is_pci_address(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use efatop_files::attribute::open as open_attribute;
 
     #[test]
     fn rdma_rates_parse() {

@@ -61,6 +61,31 @@ pub struct WatchView {
     /// Lines folded so far.
     pub lines: u64,
     pub scroll: usize,
+    /// What [`lines`] made of the state, kept until the next [`WatchView::push`]: a frame redrawn between
+    /// two of the watcher's ticks (ten frames a second, a tick a second) does not walk 32,768 ranks again.
+    cached: LinesCache,
+}
+
+/// The view's lines as last made; never part of what a view is (equal, cloned empty).
+#[derive(Default)]
+struct LinesCache(std::cell::RefCell<Option<std::rc::Rc<Vec<Line<'static>>>>>);
+
+impl Clone for LinesCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for LinesCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for LinesCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinesCache")
+    }
 }
 
 impl WatchView {
@@ -71,6 +96,7 @@ impl WatchView {
     /// Folds one line in.
     pub fn push(&mut self, line: WatchLine) {
         self.lines += 1;
+        self.cached.0.get_mut().take();
         match &line {
             WatchLine::Rank { host, pid, gpu, comm, rank, nranks, nccl_version, abi, .. } => {
                 let row = RankRow { host: host.clone(), pid: *pid, gpu: gpu.clone(), comm: comm.clone(), rank: *rank, nranks: *nranks, nccl_version: nccl_version.clone(), abi: *abi, gone: None };
@@ -426,7 +452,10 @@ pub fn render(view: &WatchView, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
-    let all = lines(view);
+    let all = {
+        let mut cached = view.cached.0.borrow_mut();
+        std::rc::Rc::clone(cached.get_or_insert_with(|| std::rc::Rc::new(lines(view))))
+    };
     let fixed = 1 + view.hangs.len().clamp(1, HANG_ROWS + 1);
     let footer = u16::from(area.height > 2);
     let rows = area.height.saturating_sub(footer) as usize;

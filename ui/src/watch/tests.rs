@@ -136,6 +136,27 @@ fn the_hang_clears_when_the_call_finishes_and_a_rank_that_left_is_shown() {
 }
 
 #[test]
+fn a_frame_drawn_after_a_line_shows_it_and_frames_between_lines_are_the_same() {
+    // The view keeps what it made of its state between lines (a frame redrawn between two ticks walks no
+    // rank): a line that comes in must show in the next frame all the same.
+    let mut view = job();
+    let mut terminal = Terminal::new(TestBackend::new(120, 30)).expect("terminal");
+    terminal.draw(|frame| draw(frame, &view)).expect("draw");
+    let before = text(&terminal);
+    assert!(before.contains("HANG"), "{before}");
+    terminal.draw(|frame| draw(frame, &view)).expect("draw");
+    assert_eq!(text(&terminal), before, "a frame with no line between is the same");
+    view.push(WatchLine::HangOver { comm: COMM.into(), func: Func::AllReduce, seq: 5 });
+    terminal.draw(|frame| draw(frame, &view)).expect("draw");
+    let after = text(&terminal);
+    assert!(after.contains("hang locator: no rank is behind its peers") && !after.contains("HANG"), "{after}");
+    // A clone starts with nothing kept, and draws the same.
+    let copy = view.clone();
+    assert_eq!(copy, view);
+    assert_eq!(text(&screen(&copy, 120, 30)), after);
+}
+
+#[test]
 fn a_fleet_shows_its_one_bad_host_first() {
     let mut view = WatchView::new();
     for h in 0..256u32 {
