@@ -15,6 +15,7 @@ pub mod payload;
 pub mod probe;
 pub mod proxy;
 pub mod queue;
+pub mod reconcile;
 pub mod sendrecv;
 pub mod sweep;
 pub mod world;

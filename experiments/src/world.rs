@@ -411,7 +411,7 @@ impl<'b> World<'b> {
             return Ok(None);
         }
         let readings: Vec<efatop_proto::counters::RankReading> = gathered.into_iter().flatten().collect();
-        Ok(Some(efatop_proto::counters::StepCounters::gather(op, &readings)))
+        Ok(Some(crate::reconcile::gather(op, &readings)))
     }
 
     /// RDMA WRITE is emulated over sends on some channel: write columns say so (`SinglePin(emulated)`).

@@ -37,24 +37,28 @@ pub fn render_counters(results: &RunResults) -> String {
 
 #[cfg(test)]
 mod tests {
-    use efatop_proto::counters::{ChannelReading, CounterSource, RankReading, StepCounters, StepOp};
+    use efatop_proto::counters::{ChannelCounters, CounterSource, StepCounters};
 
     use super::*;
 
     #[test]
     fn steps_with_counters_get_a_line_and_their_channels() {
-        let reading = RankReading {
+        // Rank 1's channel 0 as rank 0 reconciles it (efatop_experiments::reconcile): 1000 application
+        // bytes, efa0's tx_bytes+rx_bytes grew by 1030.
+        let channel = ChannelCounters {
             rank: 1,
-            channels: vec![ChannelReading {
-                channel: 0,
-                source: CounterSource::Net { interface: "efa0".into() },
-                app_bytes: 1000,
-                deltas: [("tx_bytes".to_string(), 30), ("rx_bytes".to_string(), 1000)].into_iter().collect(),
-            }],
-            ..RankReading::default()
+            channel: 0,
+            nic: Some("efa0".into()),
+            source: CounterSource::Net { interface: "efa0".into() },
+            app_bytes: 1000,
+            nic_bytes: Some(1030),
+            counter: Some("tx_bytes+rx_bytes".into()),
+            ratio: Some(1.03),
+            deltas: [("tx_bytes".to_string(), 30), ("rx_bytes".to_string(), 1000)].into_iter().collect(),
         };
+        let step = StepCounters { channels: vec![channel], ratio: Some(1.03), counter: Some("tx_bytes+rx_bytes".into()), warnings: Vec::new() };
         let mut results = crate::text::table::tests::sample();
-        results.measurements[0].counters = Some(StepCounters::gather(StepOp::Write, &[reading]));
+        results.measurements[0].counters = Some(step);
         let text = render_counters(&results);
         let first = &results.measurements[0];
         assert!(text.starts_with(&format!("# {} {}: NIC/app 1.030 (tx_bytes+rx_bytes)\n#   r1c0 efa0 1.030\n", first.config, format_size(first.size))), "{text}");
