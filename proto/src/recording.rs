@@ -168,7 +168,6 @@ pub fn read(path: &Path) -> Result<Recording, NotARecording> {
     read_within(path, LIMITS)
 }
 
-#[allow(clippy::too_many_lines)] // one pass over the file, member by member, message by message
 fn read_within(path: &Path, limits: Limits) -> Result<Recording, NotARecording> {
     let shown = path.display();
     let over = |over: &OverCap| NotARecording(format!("{shown}: {}", over.sentence("recording", "replay")));
@@ -188,88 +187,31 @@ fn read_within(path: &Path, limits: Limits) -> Result<Recording, NotARecording> 
     let mut events: Vec<u64> = Vec::new();
     let mut members = Vec::new();
     let mut finished = false;
-    // Decompressed bytes the whole file may still inflate to, and messages it may still hold.
-    let mut bytes_left = limits.recording_bytes;
-    let mut messages = 0_usize;
-    // Member by member: a member's messages count only once its checksum has been read and matched.
-    let cut = loop {
-        match reader.fill_buf() {
-            Ok([]) => break None,
-            Ok(_) => {}
-            Err(err) => break Some(err.to_string()),
-        }
-        let offset = match reader.stream_position() {
-            Ok(offset) => offset,
-            Err(err) => break Some(err.to_string()),
-        };
-        // Decoded message by message (a member of a busy second holds hundreds of MiB of JSON): its
-        // events count once the member's checksum has been read and matched, else the member is dropped.
+    // An event's index entry and whether it ends the run; `None` for a dropped-events marker (counted
+    // against the caps, not indexed). A member's messages count once its checksum has been read and
+    // matched; one whose bytes hold a bad message keeps the events before it.
+    let decode = |mut from: &mut dyn Read| {
+        stream::read_message(&mut from).map(|message| {
+            message.map(|message| match message {
+                StreamMessage::Event { t_us, event } => {
+                    Some((index_entry(t_us, matches!(event, ConsumerEvent::Step { .. })), matches!(event, ConsumerEvent::Finished { .. })))
+                }
+                StreamMessage::Dropped { .. } => None,
+            })
+        })
+    };
+    let policy = Policy { keep_before_bad: true, over_cap_fatal: true };
+    let cut = walk_members(&mut reader, limits, policy, decode, |offset, end, messages| {
         let first_event = events.len();
-        // One byte over the member's (or the file's remaining) cap: reaching it means the cap was passed.
-        let (member_cap, cap) = if limits.member_bytes <= bytes_left {
-            (limits.member_bytes, Cap::MemberBytes)
-        } else {
-            (bytes_left, Cap::RecordingBytes)
-        };
-        let passed = |limit| OverCap { cap, found: limit, limit };
-        let limit = if cap == Cap::MemberBytes { limits.member_bytes } else { limits.recording_bytes };
-        let mut decoder = GzDecoder::new(reader).take(member_cap + 1);
-        let mut member_finished = false;
-        let damaged = loop {
-            let message = stream::read_message(&mut decoder);
-            if decoder.limit() == 0 {
-                return Err(over(&passed(limit)));
-            }
-            if message.as_ref().is_ok_and(Option::is_some) {
-                messages += 1;
-                if messages > limits.messages {
-                    let limit = limits.messages as u64;
-                    return Err(over(&OverCap { cap: Cap::RecordingMessages, found: limit, limit }));
-                }
-            }
-            match message {
-                Ok(Some(StreamMessage::Event { t_us, event })) => {
-                    member_finished |= matches!(event, ConsumerEvent::Finished { .. });
-                    events.push(index_entry(t_us, matches!(event, ConsumerEvent::Step { .. })));
-                }
-                Ok(Some(StreamMessage::Dropped { .. })) => {}
-                Ok(None) => break None,
-                Err(StreamError::OverCap(cap)) => return Err(over(&cap)),
-                Err(StreamError::Io(err)) => {
-                    events.truncate(first_event);
-                    member_finished = false;
-                    break Some(block_damage(&err));
-                }
-                // A whole member (its checksum matched) that ends inside a message, or holds one that is
-                // not valid: the events before it count.
-                Err(err) => {
-                    let why = if matches!(err, StreamError::Truncated) { "a block ends inside a message".to_string() } else { err.to_string() };
-                    if let Err(err) = std::io::copy(&mut decoder, &mut std::io::sink()) {
-                        events.truncate(first_event);
-                        member_finished = false;
-                        break Some(block_damage(&err));
-                    }
-                    if decoder.limit() == 0 {
-                        return Err(over(&passed(limit)));
-                    }
-                    break Some(why);
-                }
-            }
-        };
-        bytes_left -= member_cap + 1 - decoder.limit();
-        reader = decoder.into_inner().into_inner();
-        let end = match reader.stream_position() {
-            Ok(end) => end,
-            Err(err) => break Some(err.to_string()),
-        };
-        finished |= member_finished;
+        for (entry, ends) in messages.into_iter().flatten() {
+            finished |= ends;
+            events.push(entry);
+        }
         if events.len() > first_event {
             members.push(Member { offset, len: end - offset, events: events.len() - first_event });
         }
-        if damaged.is_some() {
-            break damaged;
-        }
-    };
+    })
+    .map_err(|cap| over(&cap))?;
     let at = events.last().map_or(0.0, |&entry| Duration::from_micros(entry >> 1).as_secs_f64());
     let so_far = format!("{} ({at:.1} s into the run)", crate::words::plural(events.len(), "event"));
     let cut = match cut {
@@ -435,52 +377,106 @@ fn read_members_within<T>(
         };
         return Ok(Members { version, messages, cut });
     }
+    // A member whose bytes hold a bad message is dropped whole, and the read stops there.
+    let policy = Policy { keep_before_bad: false, over_cap_fatal: false };
+    let cut = walk_members(&mut reader, limits, policy, decode, |_, _, mut member| messages.append(&mut member))
+        .map_err(|cap| cap.sentence(what, "a read"))?;
+    Ok(Members { version, messages, cut })
+}
+
+/// How [`walk_members`] treats a member that is whole (its checksum matched) but whose bytes hold a bad
+/// message or end inside one, and a message over a cap of the stream's.
+#[derive(Clone, Copy)]
+struct Policy {
+    /// The member's messages before the bad one count (a replay shows what it can); else none of them.
+    keep_before_bad: bool,
+    /// A message over a stream cap fails the whole read; else it is a bad message.
+    over_cap_fatal: bool,
+}
+
+/// The one walk over the family's gzip members, after the hello line: each member decoded message by
+/// message by `decode`, within `limits` (a member's and the file's decompressed bytes, the messages), and
+/// handed to `member` with where it lies in the file once its checksum has been read and matched. Stops
+/// at the end of the file (`Ok(None)`) or at the first cut or damaged member, saying why (`Ok(Some)`); a
+/// cap passed is `Err`.
+fn walk_members<T>(
+    reader: &mut BufReader<File>,
+    limits: Limits,
+    policy: Policy,
+    mut decode: impl FnMut(&mut dyn Read) -> Result<Option<T>, StreamError>,
+    mut member: impl FnMut(u64, u64, Vec<T>),
+) -> Result<Option<String>, OverCap> {
     let mut bytes_left = limits.recording_bytes;
-    let cut = loop {
+    let mut messages = 0_usize;
+    loop {
         match reader.fill_buf() {
-            Ok([]) => break None,
+            Ok([]) => return Ok(None),
             Ok(_) => {}
-            Err(err) => break Some(err.to_string()),
+            Err(err) => return Ok(Some(err.to_string())),
         }
+        let offset = match reader.stream_position() {
+            Ok(offset) => offset,
+            Err(err) => return Ok(Some(err.to_string())),
+        };
+        // One byte over the member's (or the file's remaining) cap: reaching it means the cap was passed.
         let (member_cap, cap, limit) = if limits.member_bytes <= bytes_left {
             (limits.member_bytes, Cap::MemberBytes, limits.member_bytes)
         } else {
             (bytes_left, Cap::RecordingBytes, limits.recording_bytes)
         };
-        let mut decoder = GzDecoder::new(&mut reader).take(member_cap + 1);
-        let mut member = Vec::new();
-        // `None` once the member's bytes end between messages: its checksum was read and matched.
+        let passed = OverCap { cap, found: limit, limit };
+        let mut decoder = GzDecoder::new(&mut *reader).take(member_cap + 1);
+        let mut items = Vec::new();
         let damaged = loop {
             let message = decode(&mut decoder);
             if decoder.limit() == 0 {
-                return Err(over(cap, limit));
+                return Err(passed);
+            }
+            if message.as_ref().is_ok_and(Option::is_some) {
+                messages += 1;
+                if messages > limits.messages {
+                    let limit = limits.messages as u64;
+                    return Err(OverCap { cap: Cap::RecordingMessages, found: limit, limit });
+                }
             }
             match message {
-                Ok(Some(message)) => member.push(message),
+                Ok(Some(item)) => items.push(item),
                 Ok(None) => break None,
-                Err(StreamError::Io(err)) => break Some(block_damage(&err)),
+                Err(StreamError::OverCap(cap)) if policy.over_cap_fatal => return Err(cap),
+                Err(StreamError::Io(err)) => {
+                    items.clear();
+                    break Some(block_damage(&err));
+                }
                 // The member's bytes end inside a message, or hold one that is not valid: said so when the
                 // member itself is whole, else what is wrong with the member (it is cut or damaged).
                 Err(err) => {
                     let why = if matches!(err, StreamError::Truncated) { "a block ends inside a message".to_string() } else { err.to_string() };
-                    break Some(match std::io::copy(&mut decoder, &mut std::io::sink()) {
-                        Err(err) => block_damage(&err),
-                        Ok(_) if decoder.limit() == 0 => return Err(over(cap, limit)),
-                        Ok(_) => why,
-                    });
+                    if let Err(err) = std::io::copy(&mut decoder, &mut std::io::sink()) {
+                        items.clear();
+                        break Some(block_damage(&err));
+                    }
+                    if decoder.limit() == 0 {
+                        return Err(passed);
+                    }
+                    if !policy.keep_before_bad {
+                        items.clear();
+                    }
+                    break Some(why);
                 }
-            }
-            if messages.len() + member.len() > limits.messages {
-                return Err(over(Cap::RecordingMessages, limits.messages as u64));
             }
         };
         bytes_left -= member_cap + 1 - decoder.limit();
-        if damaged.is_some() {
-            break damaged;
+        let end = match reader.stream_position() {
+            Ok(end) => end,
+            Err(err) => return Ok(Some(err.to_string())),
+        };
+        if !items.is_empty() {
+            member(offset, end, items);
         }
-        messages.append(&mut member);
-    };
-    Ok(Members { version, messages, cut })
+        if damaged.is_some() {
+            return Ok(damaged);
+        }
+    }
 }
 
 #[cfg(test)]
