@@ -32,7 +32,9 @@ impl std::fmt::Display for ReadError {
     }
 }
 
-fn kind_of(file_type: fs::FileType) -> &'static str {
+/// What a file that is not a regular one is, in a few words (`a FIFO`, `a character device`, ...): how every
+/// reader of a planted file says what it found instead.
+pub fn kind_of(file_type: fs::FileType) -> &'static str {
     if file_type.is_symlink() {
         "a symbolic link"
     } else if file_type.is_dir() {

@@ -525,16 +525,7 @@ fn read_path(path: &Path, source: String, limits: Limits) -> std::io::Result<Xid
     if kind.is_file() {
         return read_lines(file, source, limits);
     }
-    let what = if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
-    };
-    Err(other(format!("{what}, not the kernel log")))
+    Err(other(format!("{}, not the kernel log", efatop_files::attribute::kind_of(kind))))
 }
 
 /// The kernel log device: one record per read, until `EAGAIN`.

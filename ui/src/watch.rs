@@ -68,7 +68,7 @@ pub struct WatchView {
 
 /// The view's lines as last made; never part of what a view is (equal, cloned empty).
 #[derive(Default)]
-struct LinesCache(std::cell::RefCell<Option<std::rc::Rc<Vec<Line<'static>>>>>);
+struct LinesCache(std::cell::RefCell<Option<Vec<Line<'static>>>>);
 
 impl Clone for LinesCache {
     fn clone(&self) -> Self {
@@ -452,10 +452,8 @@ pub fn render(view: &WatchView, area: Rect, buf: &mut Buffer) {
     if area.is_empty() {
         return;
     }
-    let all = {
-        let mut cached = view.cached.0.borrow_mut();
-        std::rc::Rc::clone(cached.get_or_insert_with(|| std::rc::Rc::new(lines(view))))
-    };
+    let mut cached = view.cached.0.borrow_mut();
+    let all = cached.get_or_insert_with(|| lines(view));
     let fixed = 1 + view.hangs.len().clamp(1, HANG_ROWS + 1);
     let footer = u16::from(area.height > 2);
     let rows = area.height.saturating_sub(footer) as usize;

@@ -39,12 +39,6 @@ fn key_of(event: &Event) -> Option<String> {
     }
 }
 
-fn t_of(record: &Record) -> u64 {
-    match record {
-        Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. } => *t_ns,
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(plugin), Some(path)) = (args.get(1), args.get(2)) else {
@@ -83,7 +77,7 @@ fn main() {
     let mut stretches: Vec<Stretch> = Vec::new();
     for (index, line) in trace.lines.iter().enumerate() {
         let Line::Record(record) = line else { continue };
-        let t = t_of(record);
+        let t = record.t_ns();
         if let Record::Start { event, .. } = record {
             if let Some(key) = key_of(event) {
                 if stretches.last().map(|s| s.key != key).unwrap_or(true) {

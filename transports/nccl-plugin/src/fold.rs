@@ -724,7 +724,7 @@ mod tests {
                 Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
                     fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
                 }
-                Line::Record(Record::Start { t_ns, .. } | Record::Stop { t_ns, .. } | Record::State { t_ns, .. }) if *t_ns > until_ns => break,
+                Line::Record(record) if record.t_ns() > until_ns => break,
                 Line::Record(r) => fold.add(r),
                 _ => {}
             }

@@ -83,8 +83,8 @@ fn read_token_file(path: &Path) -> Result<String, String> {
 
 /// A counter file's value: opened by the one bounded reader (`efatop_files::attribute::open`: no link
 /// followed, no blocking, so a FIFO planted in a fake node's tree returns at once; a regular file only),
-/// read to at most 32 bytes (a u64 and its
-/// newline are 21): `None` when any of that fails or the text is not a count.
+/// read to at most 32 bytes (a u64 and its newline are 21): `None` when any of that fails or the text is not
+/// a count.
 fn counter(path: &Path) -> Option<u64> {
     let file = efatop_files::attribute::open(path).ok()?;
     let mut text = String::new();

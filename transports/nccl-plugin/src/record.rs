@@ -57,3 +57,12 @@ pub enum Record {
     State { t_ns: u64, id: u64, state: i32, arg: u64 },
     Stop { t_ns: u64, id: u64 },
 }
+
+impl Record {
+    /// When it happened (ns since the plugin started).
+    pub fn t_ns(&self) -> u64 {
+        match self {
+            Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. } => *t_ns,
+        }
+    }
+}

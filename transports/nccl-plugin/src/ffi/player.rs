@@ -95,7 +95,7 @@ impl Plugin {
         for (index, line) in trace.lines.iter().enumerate() {
             let t_us = match line {
                 Line::Init { t_us, .. } | Line::Finalize { t_us, .. } => Some(*t_us),
-                Line::Record(Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. }) => Some(t_ns / 1000),
+                Line::Record(record) => Some(record.t_ns() / 1000),
                 Line::Dropped(_) => None,
             };
             if let (Some(t), Some(prev)) = (t_us, last_t) {
