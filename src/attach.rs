@@ -6,7 +6,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
 
-use efatop_proto::seal::SealedReader;
+use efatop_auth::seal::SealedReader;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_runtime::handshake::{Attempt, Deadline, retry};
 use efatop_ui::state::SourceLine;
@@ -48,7 +48,7 @@ fn connect(address: &str) -> Result<Served, String> {
         .collect();
     let not_efatop = |what: &str| format!("{address} is not an efatop run ({what}); attach to the address the run's --serve printed");
     // The viewer proves the user's token first; the run proves it back.
-    let token = efatop_runtime::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
+    let token = efatop_auth::secret::user_token(false).map_err(|err| format!("the viewer's token: {err}"))?;
     // A run that drops this connection before it could prove anything (strangers filling its budget of
     // unproven connections) resets or closes it: try again, backing off, for a while.
     let proven = retry(RETRY_FOR, || {
@@ -139,11 +139,12 @@ fn reach(address: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, S
     })
 }
 
-/// The viewer's side of the token's handshake ([`efatop_proto::auth::connect_session`]), telling a peer that is no
+/// The viewer's side of the token's handshake ([`efatop_auth::connect_session`]), telling a peer that is no
 /// efatop run (its first bytes are not the handshake's), one that closed before its greeting, and one that
 /// refused the token apart.
-fn prove_token(stream: &mut TcpStream, token: &efatop_runtime::secret::Keyed) -> Result<efatop_proto::auth::Session, Proven> {
-    use efatop_proto::auth::{self, AuthError, Purpose};
+fn prove_token(stream: &mut TcpStream, token: &efatop_auth::secret::Keyed) -> Result<efatop_auth::Session, Proven> {
+    use efatop_auth::{self as auth, AuthError};
+    use efatop_proto::handshake::Purpose;
     use std::io::ErrorKind;
     // One deadline for the whole exchange, as the run gives its side.
     let deadline = Deadline::after(CONNECT_WAIT);

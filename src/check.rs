@@ -238,7 +238,7 @@ const ITERS: u64 = 4;
 /// A NIC whose best write is below this share of its peers' median is slow: the monitor's rail check's
 /// bar (more than half its rail's median away), not the sweep's 0.9, since four 4 MiB writes are a short
 /// look and a health check must not drain a node for noise.
-const THRESHOLD: f64 = 1.0 - efatop_proto::telemetry::rails::OFF_SHARE;
+const THRESHOLD: f64 = 1.0 - efatop_sweep::rails::OFF_SHARE;
 /// How long the write may take, launch included, before it is stopped.
 const LIMIT: Duration = Duration::from_secs(20);
 /// `--timeout` and `--hang-timeout` of the run: well inside [`LIMIT`].

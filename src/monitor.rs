@@ -212,7 +212,7 @@ fn print_line(snapshot: &NodeSample, rank: Option<u32>, view: &MonitorView, json
 fn rail_lines(snapshot: &NodeSample) -> String {
     use std::fmt::Write as _;
     let mut lines = String::new();
-    for load in efatop_proto::telemetry::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
+    for load in efatop_sweep::rails::balance(&[snapshot]).iter().filter(|load| load.off) {
         let _ = writeln!(
             lines,
             " rail {} off: {} (GPU {}) {:.2}× the rail's median of {:.2} Gbps",

@@ -42,7 +42,7 @@ pub fn watch(args: &WatchArgs) -> i32 {
             return 2;
         }
     }
-    let token = match efatop_runtime::secret::user_token(true) {
+    let token = match efatop_auth::secret::user_token(true) {
         Ok(token) => token,
         Err(err) => {
             eprintln!("efatop: error: watch: the user's token: {err}");

@@ -1,7 +1,7 @@
 //! docs/design.md names every module of every crate, and nothing that is gone. Each crate (the binary's
 //! `src/` and every workspace member of the root Cargo.toml) has a section whose heading names its folder
 //! (`` ### `proto/` ``); in it every module is named by its path under the crate's `src/`, in backticks
-//! (`` `telemetry/rails.rs` ``). The test lists every `.rs` file of a crate's `src/` missing from its
+//! (`` `telemetry/wire.rs` ``). The test lists every `.rs` file of a crate's `src/` missing from its
 //! section, and every `.rs` path a section names that does not exist, so that the layout a newcomer
 //! reads cannot drift from the tree.
 

@@ -702,9 +702,9 @@ fn relay(
 }
 
 /// Bytes of the token handshake that rank 0's side sends: its hello (magic, purpose, nonce) and its proof.
-const LISTENER_HANDSHAKE: usize = efatop_proto::auth::HELLO_LEN + efatop_proto::auth::PROOF_LEN;
+const LISTENER_HANDSHAKE: usize = efatop_proto::handshake::HELLO_LEN + efatop_proto::handshake::PROOF_LEN;
 /// Bytes the rank sends before its first round: its answer in the handshake, then its rank in one record.
-const CALLER_JOIN: usize = efatop_proto::auth::ANSWER_LEN + 4 + efatop_proto::seal::OVERHEAD;
+const CALLER_JOIN: usize = efatop_proto::handshake::ANSWER_LEN + 4 + efatop_proto::handshake::OVERHEAD;
 
 /// A stranger binds the step's first candidate port first and relays it to the second, where rank 0 then
 /// listens: rank 1 reaches rank 0 through it. Passed through untouched, the run completes, and the relay saw
@@ -818,10 +818,10 @@ fn a_stranger_on_every_slurm_candidate_port_is_named_and_ends_the_step() {
                 let Ok(mut stream) = stream else { continue };
                 // A hello of efatop's, then whatever the rank answers, then nothing: it cannot prove.
                 let (_, hello) =
-                    efatop_proto::auth::Challenge::new(efatop_proto::auth::Purpose::Rendezvous)
+                    efatop_auth::Challenge::new(efatop_proto::handshake::Purpose::Rendezvous)
                         .expect("hello");
                 let _ = stream.write_all(&hello);
-                let _ = stream.read(&mut [0u8; efatop_proto::auth::ANSWER_LEN]);
+                let _ = stream.read(&mut [0u8; efatop_proto::handshake::ANSWER_LEN]);
             }
         });
     }
@@ -936,7 +936,7 @@ fn trickling_strangers_at_watch_are_cut_at_the_deadline_and_a_plugin_is_folded()
 
 /// Offsets a relay between the plugin and the watcher sees: the plugin's answer in the handshake, then its
 /// sealed records.
-const PLUGIN_ANSWER: usize = efatop_proto::auth::ANSWER_LEN;
+const PLUGIN_ANSWER: usize = efatop_proto::handshake::ANSWER_LEN;
 
 /// A stranger's relay between the real plugin and `efatop watch` (the plugin's EFATOP_WATCH names the relay),
 /// passing the handshake through. Untouched, the plugin's figures are folded, and the relay read no host name
@@ -968,7 +968,7 @@ fn a_relay_between_a_plugin_and_watch_reads_nothing_and_a_byte_it_changes_is_ref
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the relay's port");
     let relayed = listener.local_addr().expect("address").to_string();
     // A byte inside the first record (the plugin's hello), past its length prefix.
-    let _ = relay(listener, port, Some((Way::Up, PLUGIN_ANSWER + efatop_proto::seal::HEADER_LEN + 6)));
+    let _ = relay(listener, port, Some((Way::Up, PLUGIN_ANSWER + efatop_proto::handshake::HEADER_LEN + 6)));
     let player = Player::start("synthetic-full-r0.trace", 6, "relayed-host", "0", &[("EFATOP_WATCH", relayed.as_str())]);
     // Refused, and refused again when the plugin comes back through the relay.
     watch.until_said(Duration::from_secs(60), "the forged connections refused and named twice", |_, said| {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{Cluster, JsonLine, cluster_script, data_of, data_value, efatop, efatop_path, json_lines, run_program, serial};
 use efatop_node::FakeSysfs;
-use efatop_proto::telemetry::rails::DEFAULT_THRESHOLD;
+use efatop_sweep::rails::DEFAULT_THRESHOLD;
 use serde_json::Value;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];

@@ -1,11 +1,12 @@
-//! Bytes a stranger sends into a run's handshake (`efatop_proto::auth`), on either side: as a connecting
+//! Bytes a stranger sends into a run's handshake (`efatop_auth`), on either side: as a connecting
 //! side's answer to a listener's fresh challenge, and as a listener's hello and proof to a connecting side.
 //! Whatever arrives, each side answers with a result, never a panic, and no bytes the fuzzer makes up pass
 //! as a proof of a secret they were not made with.
 
 #![no_main]
 
-use efatop_proto::auth::{ANSWER_LEN, Answer, Challenge, HELLO_LEN, PROOF_LEN, Purpose, Secret};
+use efatop_auth::{Answer, Challenge, Secret};
+use efatop_proto::handshake::{ANSWER_LEN, HELLO_LEN, PROOF_LEN, Purpose};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

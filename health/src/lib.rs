@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use efatop_node::node::{MemlockLimit, PciFunction, RdmaDevice};
 use efatop_node::xid;
 use efatop_proto::action::Action;
-use efatop_proto::telemetry::rails::RailLoad;
+use efatop_sweep::rails::RailLoad;
 use efatop_proto::telemetry::NicKind;
 use efatop_proto::words::{into_printable, printable, MESSAGE_MAX, NAME_MAX};
 
@@ -377,7 +377,7 @@ pub fn observe_with_traffic(
         grown,
         resets,
         unreadable_counters,
-        rails: efatop_proto::telemetry::rails::balance(&[&snapshot]),
+        rails: efatop_sweep::rails::balance(&[&snapshot]),
         nvidia_loaded: sysfs.module_loaded("nvidia"),
         peermem_loaded: sysfs.module_loaded("nvidia_peermem"),
         nvidia_driver: sysfs.nvidia_driver(),

@@ -316,7 +316,7 @@ fn traffic_on_efa_names_a_nic_whose_counters_did_not_grow_once() {
             observed.root = "/".into();
             observed.moved = moved;
             if let Some(nic) = off {
-                observed.rails.push(efatop_proto::telemetry::rails::RailLoad {
+                observed.rails.push(efatop_sweep::rails::RailLoad {
                     host: "node".into(),
                     nic: nic.into(),
                     gpu: 0,

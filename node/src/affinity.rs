@@ -2,7 +2,7 @@
 //! such as the p5 fixture): a NIC belongs to every GPU that has it among its preferred NICs (the NICs a
 //! rank on that GPU uses: p5en's GPU 1 gets the last two of its switch's four, p4d's two GPUs share their
 //! one; p6-b300's ENA-only card and the second device of a p6e-gb200 physical NIC belong to none). The
-//! rail check ([`efatop_proto::telemetry::rails`]) numbers a NIC within its first GPU, so NIC k of a GPU
+//! rail check ([`efatop_sweep::rails`]) numbers a NIC within its first GPU, so NIC k of a GPU
 //! here is the sweep's channel k. NICs are matched by PCI address first and by name second.
 
 use std::collections::BTreeMap;
@@ -85,7 +85,8 @@ mod tests {
 
     #[test]
     fn rails_are_the_topologys_for_every_type() {
-        use efatop_proto::telemetry::{rails::rails_of, NicKind, NodeNic, NodeSample};
+        use efatop_proto::telemetry::{NicKind, NodeNic, NodeSample};
+        use efatop_sweep::rails::rails_of;
         for name in ["p4d.24xlarge.xml", "p5en.48xlarge.xml", "p6-b200.48xlarge.xml", "p6-b300.48xlarge.xml", "p6e-gb200.36xlarge.xml"] {
             let topology = fixture(name);
             let affinity = Affinity::from_topology(&topology);

@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use efatop_proto::telemetry::rails::{balance, rails_of};
+use efatop_sweep::rails::{balance, rails_of};
 use efatop_proto::telemetry::{NodeGpus, NodeSample};
 
 pub use watch::WatchMetrics;

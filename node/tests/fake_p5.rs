@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use efatop_node::{Affinity, FakeSysfs, GpuReader, Monitor, Sysfs};
-use efatop_proto::telemetry::rails::{balance, RailLoad};
+use efatop_sweep::rails::{balance, RailLoad};
 use efatop_proto::telemetry::{NodeGpus, NodeNic, NodeSample};
 use efatop_topology::NodeTopology;
 
@@ -82,7 +82,7 @@ fn a_counter_gone_back_and_a_vanished_device_do_not_break_the_next_reads() {
     assert_eq!(back, third);
 }
 
-/// Rail symmetry (`efatop_proto::telemetry::rails`) over what the monitor reads.
+/// Rail symmetry (`efatop_sweep::rails`) over what the monitor reads.
 #[test]
 fn one_nic_far_below_its_rail_is_off_and_its_rail_mates_are_not() {
     let dir = tempfile::tempdir().unwrap();

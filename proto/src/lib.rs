@@ -3,9 +3,8 @@
 //! builds on.
 //! - [`telemetry`]: a rank's interval sample (with its live latency histograms, log-linear, which the hot
 //!   path records with one atomic add) and a node's monitor read ([`telemetry::NodeSample`], the one type
-//!   the monitor makes and the views draw, with its rail check), and [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
-//!   [`telemetry::rails`] holds the one rule by which a NIC is judged behind its rail (sweep, the
-//!   monitor's rail check, the dashboard's fleet view);
+//!   the monitor makes and the views draw; its rail check is `efatop_sweep::rails`'), and
+//!   [`telemetry::wire`], the binary frames they travel in to rank 0 (golden-tested);
 //! - [`results`]: what a run measured ([`RunResults`]), as the results file, the tables, the dashboard and
 //!   the reports read it; the one way a step becomes a [`Measurement`] (`Measurement::verified`, with its
 //!   BusBW) and the histogram every final latency figure comes from (`LatencyRecorder`, merged across
@@ -26,8 +25,8 @@
 //!   the exporter's Xid counts share.
 //! - [`nccl`]: NCCL's own traffic as efatop's profiler plugin reports it, and `efatop watch`'s lines (the fold
 //!   that makes them is the runtime's).
-//! - [`auth`]: the run's secret and the challenge–response every connection into a run must pass.
-//!   [`seal`]: the records every connection carries after it (AES-256-GCM under keys bound to the handshake).
+//! - [`handshake`]: the bytes of the handshake every connection into a run opens with, and of the sealed
+//!   records after it (what proves the secret and seals the records is `efatop-auth`'s).
 //! - [`liveness`]: rank 0's one liveness clock (when each rank was last heard from), which the watchdog
 //!   judges hangs by and the dashboard shows.
 //! - [`output`]: every `--json` line of every command, as one tagged type ([`output::Line`]), golden-tested.
@@ -41,8 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
-pub mod auth;
-pub mod seal;
+pub mod handshake;
 pub mod column;
 pub mod counters;
 pub mod events;

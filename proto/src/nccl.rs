@@ -7,8 +7,8 @@
 //!   cumulative since the communicator began, so a watcher that connects late, or a file read from the
 //!   middle, still adds up.
 //! - Framing: the stream's ([`crate::stream::frame`], [`crate::stream::read_frame`]: a 4-byte
-//!   little-endian length, then JSON), after the run secret's handshake ([`crate::auth`],
-//!   [`crate::auth::Purpose::Nccl`]) on a connection, after the line `efatop-nccl <version>` in a file.
+//!   little-endian length, then JSON), after the run secret's handshake (`efatop_auth`,
+//!   [`crate::handshake::Purpose::Nccl`]) on a connection, after the line `efatop-nccl <version>` in a file.
 //! - [`Func`]: a collective and nccl-tests' figures for it: its size column ([`Func::test_size`]), algbw
 //!   and busbw ([`Func::bus_factor`]), so the plugin's figures and a driver timed as nccl-tests does
 //!   compare one to one.

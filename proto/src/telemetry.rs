@@ -3,11 +3,10 @@
 //! experiment has them), its phase changes ([`PhaseReport`]), and [`wire`], how they travel to rank 0. The
 //! hot path's probe and the sampler that makes these samples are `efatop_experiments::probe`'s.
 //!
-//! A node's read by `efatop monitor` is a [`NodeSample`] ([`node`]), judged rail by rail in [`rails`].
+//! A node's read by `efatop monitor` is a [`NodeSample`] ([`node`]), judged rail by rail by `efatop_sweep::rails`.
 
 pub mod histogram;
 pub mod node;
-pub mod rails;
 pub mod wire;
 
 pub use histogram::IntervalHistogram;

@@ -12,7 +12,7 @@
 //!
 //! `cargo run --release -p efatop-runtime --example bench_nodes -- --nodes 4096` (`--help` for the rest).
 
-use efatop_proto::seal::SealedWriter;
+use efatop_auth::seal::SealedWriter;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -99,7 +99,7 @@ fn run(args: &Args) -> std::io::Result<bool> {
     let shape = fake_fleet::p5_read(tree.path(), &args.topology, true)?;
     let efa_nics = shape.nics.iter().filter(|nic| nic.kind == NicKind::Rdma).count();
     let slow_node = args.nodes * 7 / 10;
-    let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
+    let secret = efatop_auth::Secret::generate().map_err(std::io::Error::other)?;
     let (events, batches) = std::sync::mpsc::channel::<Vec<CollectorEvent>>();
     // As `efatop monitor` on many nodes gates its collector: one rank per node, a node frame each.
     let gate = Gate { secret: secret.clone(), bounds: WorldBounds { ranks: nodes, channels: 1 }, bind: std::net::IpAddr::from([127, 0, 0, 1]) };

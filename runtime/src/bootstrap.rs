@@ -8,9 +8,9 @@ pub mod munge;
 pub mod slurm;
 
 use efatop_experiments::{Bootstrap, ExperimentError};
-use efatop_proto::auth::Source;
+use efatop_auth::Source;
 
-use crate::secret::Keyed;
+use efatop_auth::secret::Keyed;
 
 /// Environment variables `efatop run` sets for the ranks it starts.
 pub const ENV_RENDEZVOUS: &str = "EFATOP_RENDEZVOUS";
@@ -51,7 +51,7 @@ impl Bootstrap for Alone {
     }
 }
 
-/// The bootstrap this process was started with, and the run's secret (`crate::secret`).
+/// The bootstrap this process was started with, and the run's secret (`efatop_auth::secret`).
 pub type Joined = (Box<dyn Bootstrap>, Keyed);
 
 /// Picks the bootstrap this process was started with, and learns the run's secret through it.
@@ -60,7 +60,7 @@ pub fn connect() -> Result<Joined, ExperimentError> {
     if let Some(address) = std::env::var_os(ENV_RENDEZVOUS) {
         let rank = env_number(ENV_RANK)?;
         let size = env_number(ENV_WORLD_SIZE)?;
-        let secret = keyed(crate::secret::from_launcher().unwrap_or_else(|| Err(format!("{} is not set", crate::secret::ENV_RUN_SECRET))))?;
+        let secret = keyed(efatop_auth::secret::from_launcher().unwrap_or_else(|| Err(format!("{} is not set", efatop_auth::secret::ENV_RUN_SECRET))))?;
         let bootstrap = local::LocalBootstrap::connect(&address.to_string_lossy(), rank, size, &secret.secret)?;
         return Ok((Box::new(bootstrap), secret));
     }
@@ -99,7 +99,7 @@ fn mpi_bootstrap() -> Result<Joined, ExperimentError> {
         .first()
         .and_then(|first| first.as_slice().try_into().ok())
         .ok_or_else(|| ExperimentError::Bootstrap("rank 0 broadcast no run secret".into()))?;
-    Ok((Box::new(bootstrap), Keyed { secret: efatop_proto::auth::Secret::from_bytes(bytes), source: Source::Mpi }))
+    Ok((Box::new(bootstrap), Keyed { secret: efatop_auth::Secret::from_bytes(bytes), source: Source::Mpi }))
 }
 
 fn slurm_bootstrap(step: Result<slurm::SlurmStep, String>) -> Result<Joined, ExperimentError> {

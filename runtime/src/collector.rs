@@ -1,7 +1,7 @@
 //! Telemetry transport: every rank's sampler thread streams [`RankSample`] frames to a collector that
 //! rank 0 runs (tokio). The benchmark's hot path never takes part: it only bumps the probe's atomics.
 //!
-//! Who may send: every connection first proves the run's secret ([`efatop_proto::auth`], purpose
+//! Who may send: every connection first proves the run's secret ([`efatop_auth`], purpose
 //! `Telemetry`) within one deadline ([`HANDSHAKE_WAIT`] for the whole exchange); one that does not is
 //! dropped and counted ([`CollectorEvent::Refused`]), as is one beyond the run's world ([`Gate`]): a rank
 //! outside the world or already connected, a frame longer than a rank of this world can send, an index
@@ -9,7 +9,7 @@
 //! lobby: a new one takes the oldest one's place), so strangers never keep a rank out. No refusal ends the
 //! run.
 //!
-//! What follows the handshake is sealed ([`efatop_proto::seal`]): every frame travels in records encrypted
+//! What follows the handshake is sealed ([`efatop_auth::seal`]): every frame travels in records encrypted
 //! and authenticated under keys bound to that handshake, so a relay that passed it through can neither read
 //! a sample nor change one; a record that fails its check ends its connection as a refusal ("frame failed
 //! authentication"), never as data.
@@ -27,8 +27,9 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::{self, ANSWER_LEN, Challenge, Purpose, Secret};
-use efatop_proto::seal::{Opener, SealError, Sealer};
+use efatop_auth::{self as auth, Challenge, Secret};
+use efatop_proto::handshake::{ANSWER_LEN, Purpose};
+use efatop_auth::seal::{Opener, SealError, Sealer};
 
 use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, Seat, retry, retryable};
 use efatop_proto::telemetry::wire;
@@ -903,7 +904,7 @@ pub fn resolve(published: &str, rank0_host: &str, my_host: &str) -> std::io::Res
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use efatop_proto::seal::SealedWriter;
+    use efatop_auth::seal::SealedWriter;
     use efatop_proto::telemetry::wire::WireError;
     use std::sync::mpsc;
 

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::AuthError;
+use efatop_auth::AuthError;
 
 /// How long a connection has, from its accept, to prove itself (and, where a listener asks more of its
 /// handshake, to say it: a rank's number, a viewer's hello line).
@@ -339,7 +339,8 @@ pub fn retryable(err: &AuthError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use efatop_proto::auth::{self, Purpose, Secret};
+    use efatop_auth::{self as auth, Secret};
+    use efatop_proto::handshake::Purpose;
     use std::net::TcpListener;
 
     fn pair(listener: &TcpListener) -> (TcpStream, TcpStream, SocketAddr) {
@@ -363,7 +364,7 @@ mod tests {
             }
         });
         let started = Instant::now();
-        let mut answer = [0u8; auth::ANSWER_LEN];
+        let mut answer = [0u8; efatop_proto::handshake::ANSWER_LEN];
         let read = Deadline::after(Duration::from_millis(700)).on(&server).read_exact(&mut answer);
         let took = started.elapsed();
         assert_eq!(read.expect_err("cut").kind(), ErrorKind::TimedOut);

@@ -71,7 +71,7 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
     let Ranks { count: ranks, args, netns, copies, dashboard_may_be_up, limit, quiet } = plan;
     let (ranks, copies) = (*ranks, *copies);
     // The run's secret: every rank proves it to the rendezvous, and then to rank 0's collector.
-    let secret = crate::secret::Keyed::generate(efatop_proto::auth::Source::Launcher).map_err(std::io::Error::other)?;
+    let secret = efatop_auth::secret::Keyed::generate(efatop_auth::Source::Launcher).map_err(std::io::Error::other)?;
     // Set once a rank fails or the run is stopped: a rendezvous still gathering then ends without a word.
     let ending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let rendezvous = Rendezvous::bind(ranks, secret.secret.clone())?.ending_with(ending.clone());
@@ -97,7 +97,7 @@ pub fn launch(plan: &Ranks) -> std::io::Result<Launched> {
         let child = command
             .args(args)
             .env(ENV_RENDEZVOUS, &address)
-            .env(crate::secret::ENV_RUN_SECRET, secret.secret.to_hex())
+            .env(efatop_auth::secret::ENV_RUN_SECRET, secret.secret.to_hex())
             .env(ENV_RANK, rank.to_string())
             .env(ENV_WORLD_SIZE, ranks.to_string())
             .env(efatop_experiments::world::ENV_NETNS, if netns.is_empty() { "" } else { &netns[rank % netns.len()] })

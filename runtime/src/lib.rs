@@ -18,7 +18,6 @@ pub mod rank_zero;
 pub mod relay;
 pub mod results_file;
 pub mod run_metrics;
-pub mod secret;
 pub mod serve;
 pub mod watch;
 pub mod watchdog;

@@ -14,7 +14,7 @@ use efatop_node::Monitor;
 
 use crate::collector::{self, Collector, Gate, NodeSender};
 use efatop_proto::events::CollectorEvent;
-use crate::secret::Keyed;
+use efatop_auth::secret::Keyed;
 
 /// The ranks joined: rank 0's collector (on rank 0) and where every rank sends its reads.
 pub struct Wired {

@@ -271,7 +271,7 @@ fn rank_thread(plan: Plan, show: Box<dyn Show>, inputs: &Sender<Input>) -> Resul
 /// Sets the rank up and runs the experiment. Rank 0 hands the run's events, and its ending, to the main
 /// thread's loop ([`Input::Ready`]); its own result then comes as [`Input::Ended`]. Returns the exit code of
 /// a rank other than 0 that went well.
-fn run_rank(bootstrap: &dyn Bootstrap, secret: &crate::secret::Keyed, plan: Plan, show: Box<dyn Show>, inputs: &Sender<Input>) -> Result<i32, ExperimentError> {
+fn run_rank(bootstrap: &dyn Bootstrap, secret: &efatop_auth::secret::Keyed, plan: Plan, show: Box<dyn Show>, inputs: &Sender<Input>) -> Result<i32, ExperimentError> {
     let started = Instant::now();
     let Plan { workload, world: mut options, mut sweep, sysfs_root, nic_map, pin, out, serve, record, prometheus, pushgateway, interval, hang_timeout, telemetry } = plan;
     let rank = bootstrap.rank();
@@ -599,7 +599,7 @@ struct Telemetry {
 impl Telemetry {
     fn start(
         world: &World<'_>,
-        secret: &efatop_proto::auth::Secret,
+        secret: &efatop_auth::Secret,
         wanted: bool,
         interval: Duration,
         hang_timeout: Duration,

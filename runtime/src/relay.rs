@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::Secret;
+use efatop_auth::Secret;
 use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{PhaseReport, WorldBounds};
 use tokio::io::AsyncReadExt;

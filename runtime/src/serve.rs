@@ -13,7 +13,7 @@
 //! every rank (at most a second older than its latest; a served monitor's latest read of every node) and
 //! every other event so far, then the live stream.
 //!
-//! Who may watch: a viewer first proves the user's token ([`crate::secret::user_token`], purpose
+//! Who may watch: a viewer first proves the user's token ([`efatop_auth::secret::user_token`], purpose
 //! `Viewer`) and says its hello line, all within one deadline ([`crate::handshake`]); connections that have
 //! proved nothing wait in a budget of their own ([`MAX_VIEWERS`] at once, the oldest dropped to make room for
 //! a new one), apart from the viewers, of which at most [`MAX_VIEWERS`] are served at once, each write
@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::auth::{self, Purpose, Secret, Session};
+use efatop_auth::{self as auth, Secret, Session};
+use efatop_proto::handshake::Purpose;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
 use crate::handshake::{Deadline, Lobby, PER_PEER};
@@ -65,7 +66,7 @@ const LATEST_EVERY_US: u64 = 1_000_000;
 pub struct Outlets {
     pub serving: Option<SocketAddr>,
     /// Where the token viewers must prove came from (the header says).
-    pub viewers_token: Option<efatop_proto::auth::Source>,
+    pub viewers_token: Option<efatop_auth::Source>,
     hub: Arc<Hub>,
     /// Where the recording goes; it is created when the run starts ([`Outlets::begin`]), so a run refused
     /// during its setup leaves no file.
@@ -85,7 +86,7 @@ impl Outlets {
         let mut viewers_token = None;
         let serving = match serve {
             Some(address) => {
-                let token = crate::secret::user_token(true)
+                let token = efatop_auth::secret::user_token(true)
                     .map_err(|message| ExperimentError::InvalidInput { flag: "--serve", message: format!("the viewers' token: {message}") })?;
                 let listener = TcpListener::bind(address).map_err(|err| ExperimentError::InvalidInput {
                     flag: "--serve",

@@ -366,7 +366,7 @@ pub struct SweepArgs {
     pub quick: bool,
     /// A channel whose best figure with any peer is below this share of its rail's fleet median is suspect
     /// (and below this share of --link-gbps, when given)
-    #[arg(long, default_value_t = efatop_proto::telemetry::rails::DEFAULT_THRESHOLD, value_parser = parse_threshold)]
+    #[arg(long, default_value_t = efatop_sweep::rails::DEFAULT_THRESHOLD, value_parser = parse_threshold)]
     pub threshold: f64,
     /// Skip the cross-rail round (NIC k of one node with NIC k+1 of another), for fabrics whose rails do not
     /// reach each other

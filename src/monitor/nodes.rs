@@ -20,7 +20,7 @@ use efatop_runtime::nodes::{self, Reads};
 const ONCE_GRACE: Duration = Duration::from_secs(30);
 
 /// This rank's part of a many-node monitor; returns once this rank is done (rank 0: once every node is).
-pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &efatop_runtime::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
+pub fn run(args: &MonitorArgs, bootstrap: &dyn Bootstrap, secret: &efatop_auth::secret::Keyed, sysfs_root: &Path) -> Result<(), Failure> {
     let wired = nodes::wire(bootstrap, secret).map_err(|e| (1, e))?;
     let (rank, size) = (wired.rank, wired.size);
     let monitor = build_monitor(args, sysfs_root)?;

@@ -1,6 +1,7 @@
 //! `efatop sweep`'s decisions, apart from its traffic (the experiment that moves it is
 //! `efatop_experiments::sweep`): [`plan`] makes the rounds (which rank meets which), [`verdict`] judges
-//! their figures into a [`Verdict`](efatop_proto::sweep::Verdict). Pure: no fabric, no I/O. What a round
+//! their figures into a [`Verdict`](efatop_proto::sweep::Verdict), by [`rails`]' one rule of a NIC behind
+//! its rail, which the monitor's rail check, the fleet view and `efatop watch`'s rail flags judge by too. Pure: no fabric, no I/O. What a round
 //! and a verdict are on the wire (the results file, the JSON lines) is proto's [`efatop_proto::sweep`].
 //!
 //! The sweep itself (judging as rounds finish, to plan its retests), rank 0's dashboard (judging as rounds
@@ -10,4 +11,5 @@
 #![forbid(unsafe_code)]
 
 pub mod plan;
+pub mod rails;
 pub mod verdict;

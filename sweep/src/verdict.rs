@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use efatop_proto::sweep::{Checked, NodeFacts, Scope, Suspect, SweepResults, SweepRound, Verdict};
-use efatop_proto::telemetry::rails::{median, RailRule};
+use crate::rails::{median, RailRule};
 
 /// What the judge looks at.
 pub struct JudgeInput<'a> {

@@ -3,7 +3,7 @@
 //! every channel near 95 Gbps (a deterministic jitter of a few Gbps), and optionally one NIC slowed from
 //! a time on (`--slow`). No fabric: only the wire.
 
-use efatop_proto::seal::SealedWriter;
+use efatop_auth::seal::SealedWriter;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -169,7 +169,7 @@ pub struct Load {
 /// Opens the connections and starts the senders (`threads` of them, on `cpus`); returns once every
 /// connection is up, so that a burst of connects is not part of the load measured. `started` is set by
 /// the caller when the load begins (the `--slow` clock).
-pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_proto::auth::Secret, threads: usize, cpus: &[usize], slow: Option<Slow>, started: &Arc<std::sync::OnceLock<Instant>>) -> Load {
+pub fn start(shape: &Shape, address: SocketAddr, secret: &efatop_auth::Secret, threads: usize, cpus: &[usize], slow: Option<Slow>, started: &Arc<std::sync::OnceLock<Instant>>) -> Load {
     let offered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let interval = Duration::from_secs_f64(1.0 / f64::from(shape.hz));

@@ -126,7 +126,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let start = shape.run_start();
     let clock = Instant::now();
     let (inputs, from_run) = mpsc::channel::<Input>();
-    let secret = efatop_proto::auth::Secret::generate().map_err(std::io::Error::other)?;
+    let secret = efatop_auth::Secret::generate().map_err(std::io::Error::other)?;
     let gate = efatop_runtime::collector::Gate {
         secret: secret.clone(),
         bounds: efatop_proto::telemetry::WorldBounds { ranks, channels },
@@ -185,9 +185,9 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     let scratch = scratch_dir.path().join("results.json");
     let file = ResultsFile::create(&scratch, false, &start.results).map_err(|err| std::io::Error::other(err.to_string()))?;
     // --serve: the viewers' token is the bench's own, through the environment as a user's would be.
-    let token = args.serve.map(|_| efatop_proto::auth::Secret::generate().map(|secret| secret.to_hex())).transpose().map_err(std::io::Error::other)?;
+    let token = args.serve.map(|_| efatop_auth::Secret::generate().map(|secret| secret.to_hex())).transpose().map_err(std::io::Error::other)?;
     if let Some(token) = &token {
-        std::env::set_var(efatop_runtime::secret::ENV_TOKEN, token);
+        std::env::set_var(efatop_auth::secret::ENV_TOKEN, token);
     }
     let serve_at = args.serve.map(|_| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     // Opened on a thread confined to rank 0's CPU: the server's threads (its door, a writer per viewer)
@@ -206,7 +206,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     };
     let viewers = match (args.serve, outlets.as_ref().and_then(|outlets| outlets.serving), &token) {
         (Some(count), Some(address), Some(token)) => {
-            let secret = efatop_proto::auth::Secret::from_token(token).map_err(std::io::Error::other)?;
+            let secret = efatop_auth::Secret::from_token(token).map_err(std::io::Error::other)?;
             (0..count).map(|n| viewer::start(n, address, &secret, sender_cpus.clone())).collect::<std::io::Result<Vec<_>>>()?
         }
         _ => Vec::new(),

@@ -9,7 +9,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::{self, Purpose, Secret};
+use efatop_auth::{self as auth, Secret};
+use efatop_proto::handshake::Purpose;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 use efatop_proto::events::CollectorEvent;
 use efatop_proto::events::ConsumerEvent;

@@ -8,7 +8,7 @@
 //! budget of their own, whose oldest is dropped to make room for a new one; a rank claimed twice keeps its
 //! first owner; the run goes on. A rank dropped before it proved itself tries again ([`JOIN_WITHIN`]).
 //!
-//! Everything after the handshake is sealed ([`efatop_proto::seal`]) under keys bound to it: a party that
+//! Everything after the handshake is sealed ([`efatop_auth::seal`]) under keys bound to it: a party that
 //! relays the handshake can read none of it, and a byte it changes is a refusal naming the connection
 //! ("frame failed authentication"), never data.
 //!
@@ -24,8 +24,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use efatop_experiments::{Bootstrap, ExperimentError};
-use efatop_proto::auth::{self, Purpose, Secret, Session};
-use efatop_proto::seal::{SealedReader, SealedWriter};
+use efatop_auth::{self as auth, Secret, Session};
+use efatop_proto::handshake::Purpose;
+use efatop_auth::seal::{SealedReader, SealedWriter};
 
 use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, retry, retryable};
 

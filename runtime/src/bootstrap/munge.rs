@@ -12,7 +12,8 @@
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
-use efatop_proto::auth::{Purpose, Secret, Session, Side};
+use efatop_auth::{Secret, Session, Side};
+use efatop_proto::handshake::Purpose;
 
 /// Names munged's socket, where the cluster's is not at munge's default path.
 pub const ENV_SOCKET: &str = "EFATOP_MUNGE_SOCKET";

@@ -21,12 +21,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use efatop_experiments::ExperimentError;
-use efatop_proto::auth::{self, Purpose, Secret, Session, Source};
+use efatop_auth::{self as auth, Secret, Session, Source};
+use efatop_proto::handshake::Purpose;
 use sha2::Digest;
 
 use super::local::{Admission, LocalBootstrap, Rendezvous};
 use super::munge::{JoinFailure, Munge};
-use crate::secret::Keyed;
+use efatop_auth::secret::Keyed;
 
 /// Sets the rendezvous port instead of the one derived from the job and step.
 pub const ENV_PORT: &str = "EFATOP_SLURM_PORT";
@@ -163,8 +164,8 @@ enum Proof {
 
 impl Proof {
     fn for_step(step: &SlurmStep) -> Result<Self, String> {
-        if std::env::var_os(crate::secret::ENV_TOKEN).is_some() || std::env::var_os(crate::secret::ENV_TOKEN_FILE).is_some() {
-            return crate::secret::user_token(false).map(Self::Token);
+        if std::env::var_os(efatop_auth::secret::ENV_TOKEN).is_some() || std::env::var_os(efatop_auth::secret::ENV_TOKEN_FILE).is_some() {
+            return efatop_auth::secret::user_token(false).map(Self::Token);
         }
         Ok(Self::Munge(Munge::new(&step.job, &step.step)))
     }
@@ -516,7 +517,7 @@ mod tests {
                     for stream in squatter.incoming() {
                         let Ok(mut stream) = stream else { continue };
                         let (_, hello) =
-                            efatop_proto::auth::Challenge::new(Purpose::Rendezvous).unwrap();
+                            efatop_auth::Challenge::new(Purpose::Rendezvous).unwrap();
                         let _ = std::io::Write::write_all(&mut stream, &hello);
                         let _ = std::io::Read::read(&mut stream, &mut [0u8; 96]);
                     }

@@ -33,7 +33,7 @@ use efatop_proto::nccl::{
     algbw_gbps, comm_hex, CallSample, CollRow, CommInfo, Func, HangWhy, LagSource, NicCount, NicVerdict, NicWindow, Origin, PeerRow, PluginMessage, Progress, RailNic,
     RailVerdict, WatchLine,
 };
-use efatop_proto::telemetry::rails::{median, OFF_SHARE};
+use efatop_sweep::rails::{median, OFF_SHARE};
 
 /// What the fold judges by.
 #[derive(Clone, Debug)]

@@ -35,9 +35,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use efatop_proto::auth::{Challenge, Purpose, Secret, Session, ANSWER_LEN};
+use efatop_auth::seal;
+use efatop_auth::{Challenge, Secret, Session};
+use efatop_proto::handshake::{Purpose, ANSWER_LEN, HEADER_LEN};
 use efatop_proto::nccl::{self, PluginMessage};
-use efatop_proto::seal::{self, HEADER_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::AbortHandle;
 
@@ -120,9 +121,9 @@ pub trait Opener {
     fn holding(&self) -> usize;
 }
 
-/// The records of proto's seal ([`efatop_proto::seal`]), opened with the keys of the connection's
+/// The records of proto's seal ([`efatop_auth::seal`]), opened with the keys of the connection's
 /// handshake: whole records are opened where they lie in the read buffer; only a record cut by the end of
-/// a read is kept (one record's most, [`seal::MAX_RECORD`]) until the rest of it comes.
+/// a read is kept (one record's most, [`efatop_proto::handshake::MAX_RECORD`]) until the rest of it comes.
 pub struct SealedFrames {
     opener: seal::Opener,
     /// The front of a record not yet whole.
@@ -614,9 +615,9 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpStream;
 
-    use efatop_proto::auth;
+    use efatop_auth as auth;
     use efatop_proto::nccl::Origin;
-    use efatop_proto::seal::Sealer;
+    use efatop_auth::seal::Sealer;
 
     use super::*;
 
@@ -777,7 +778,7 @@ mod tests {
                     let started = Instant::now();
                     let mut stream = TcpStream::connect(address).expect("connect");
                     stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
-                    let mut hello = [0u8; auth::HELLO_LEN];
+                    let mut hello = [0u8; efatop_proto::handshake::HELLO_LEN];
                     let mut sink = [0u8; 256];
                     let _ = stream.read(&mut hello);
                     while started.elapsed() < Duration::from_secs(20) {

@@ -34,13 +34,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::sync::mpsc::{channel, sync_channel, Receiver};
 use std::thread::JoinHandle;
 
-use efatop_proto::auth::{Answer, Purpose, Secret, HELLO_LEN, PROOF_LEN};
+use efatop_auth::{Answer, Secret};
+use efatop_proto::handshake::{Purpose, HELLO_LEN, PROOF_LEN};
 use crate::watch::fold::Config;
 use efatop_proto::nccl::{
     self, CallSample, CollRow, CommInfo, Func, NicCount, Origin, PeerRow, PluginMessage, Progress,
     Timing, WatchLine, MAX_CALL_SAMPLES,
 };
-use efatop_proto::seal::Sealer;
+use efatop_auth::seal::Sealer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::folder::{self, Folded};

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use efatop_proto::auth::Secret;
+use efatop_auth::Secret;
 use efatop_proto::nccl::{NicCount, Origin};
 
 /// The host's name (`EFATOP_HOST` overrides it: a test plays several hosts on one machine).

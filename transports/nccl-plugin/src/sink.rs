@@ -19,8 +19,9 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryS
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use efatop_proto::auth::{self, Purpose, Secret};
-use efatop_proto::seal::Sealer;
+use efatop_auth::{self as auth, Secret};
+use efatop_proto::handshake::Purpose;
+use efatop_auth::seal::Sealer;
 use efatop_proto::nccl::{encode, file_hello, CommInfo, Origin, PluginMessage};
 
 /// Messages queued for the watcher's thread at most.

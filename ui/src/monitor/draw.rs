@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use efatop_proto::telemetry::rails::balance;
+use efatop_sweep::rails::balance;
 use efatop_proto::telemetry::{NodeGpu, NodeGpus, NodeNic, NodeSample, NodeTopologyGpu};
 use efatop_proto::words::plural;
 use ratatui::buffer::Buffer;
@@ -299,7 +299,7 @@ fn gpu_line(index: Option<usize>, topology: Option<&NodeTopologyGpu>, stats: Opt
 
 fn nic_line(view: &MonitorView, nic: &NodeNic, selected: bool, columns: &Columns, unknown_scale: f64) -> Line<'static> {
     let history = view.history(&nic.name);
-    // Far off its rail (efatop_proto::telemetry::rails): the name in red, the figures stay as they are.
+    // Far off its rail (efatop_sweep::rails): the name in red, the figures stay as they are.
     let off_rail = view.snapshot().is_some_and(|s| balance(&[s]).iter().any(|l| l.off && l.nic == nic.name));
     let name_style = match (nic.present, selected) {
         (false, _) => Style::new().fg(Color::DarkGray).add_modifier(Modifier::CROSSED_OUT),

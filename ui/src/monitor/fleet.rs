@@ -16,7 +16,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use efatop_proto::telemetry::rails::fleet_rails;
+use efatop_sweep::rails::fleet_rails;
 use efatop_proto::telemetry::NodeSample;
 
 use super::MAX_NODE_NICS;

@@ -252,7 +252,7 @@ fn tiny_and_empty_terminals_do_not_panic() {
 
 #[test]
 fn a_nic_far_off_its_rail_is_drawn_red() {
-    use efatop_proto::telemetry::rails::balance;
+    use efatop_sweep::rails::balance;
     let snapshot = p5_snapshot(2, NodeGpus::Unavailable("test".into()));
     let off: Vec<String> = balance(&[&snapshot]).into_iter().filter(|l| l.off).map(|l| l.nic).collect();
     assert!(!off.is_empty(), "the sample's loads leave some NIC off its rail");

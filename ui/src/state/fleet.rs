@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use efatop_proto::telemetry::rails::{RailRule, DEFAULT_THRESHOLD, IDLE_GBPS};
+use efatop_sweep::rails::{RailRule, DEFAULT_THRESHOLD, IDLE_GBPS};
 
 use super::DashboardState;
 

@@ -1,14 +1,14 @@
 //! What sealing costs a telemetry frame (a benchmark, not a test): a rank's sample encoded as its sampler
-//! encodes it, then sealed (`efatop_proto::seal`), against the encoding itself as the peer in the same run;
+//! encodes it, then sealed (`efatop_auth::seal`), against the encoding itself as the peer in the same run;
 //! and on rank 0's side, opening the record against decoding the frame. Three shapes: a 1-channel rank with
 //! one peer, a p5-like rank (4 channels, 8 peers), and a wide one (32 channels, 64 peers).
 //!
-//! Run: `cargo bench -p efatop-proto --bench seal` (options after `--`: `--frames N`).
+//! Run: `cargo bench -p efatop-auth --bench seal` (options after `--`: `--frames N`).
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use efatop_proto::seal::{Direction, Opener, Sealer};
+use efatop_auth::seal::{Direction, Opener, Sealer};
 use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, PeerSample, RankSample};
 

@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use efatop_proto::auth::{Secret, Source};
+use crate::{Secret, Source};
 
 /// The run secret `efatop run` hands to its ranks, as 64 hex digits.
 pub const ENV_RUN_SECRET: &str = "EFATOP_RUN_SECRET";

@@ -2,7 +2,7 @@
 //! encrypted and authenticated with AES-256-GCM (NIST SP 800-38D; the `RustCrypto` project's `aes-gcm`,
 //! with AES-NI and carry-less multiply where the CPU has them) under a key of its direction, derived from
 //! the run's secret, both handshake nonces and the purpose
-//! ([`crate::auth::Session`]). A relay that passed the handshake through untouched can then neither read
+//! ([`crate::Session`]). A relay that passed the handshake through untouched can then neither read
 //! what follows nor change, drop, reorder or replay a byte of it unseen: each record's nonce is its
 //! direction and its number in the stream (a 64-bit counter, never reused: a stream that would need a
 //! 2^64-th record ends instead), so a record out of its place fails as a forged one does.
@@ -24,17 +24,7 @@ use aes_gcm::aead::AeadInPlace;
 use aes_gcm::aead::consts::U12;
 use aes_gcm::{Aes256Gcm, Key, KeyInit, Nonce, Tag};
 
-/// Bytes of a record's length prefix.
-pub const HEADER_LEN: usize = 4;
-/// Bytes of a record's authentication tag.
-pub const TAG_LEN: usize = 16;
-/// The most plaintext one record carries: small enough that a reader holding thousands of connections
-/// holds little for each (TLS's record is 16 KiB too).
-pub const MAX_PLAINTEXT: usize = 16 << 10;
-/// The most bytes of one record, prefix included: what a reader may have to hold before it can open it.
-pub const MAX_RECORD: usize = HEADER_LEN + MAX_PLAINTEXT + TAG_LEN;
-/// Bytes a sealed message takes beyond its plaintext, per record.
-pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+use efatop_proto::handshake::{HEADER_LEN, MAX_PLAINTEXT, MAX_RECORD, OVERHEAD, TAG_LEN};
 
 /// Which way a record travels: bound into its nonce (and its key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //!
 //! The exchange, on a fresh connection, before anything else (every message has a fixed length):
 //!
-//! 1. the listener sends its hello: [`MAGIC`] (7 bytes), the [`Purpose`] byte, and 32 random bytes (its nonce);
+//! 1. the listener sends its hello (its bytes are `efatop_proto::handshake`'s): the magic (7 bytes), the [`Purpose`] byte, and 32 random bytes (its nonce);
 //! 2. the connecting side answers with 32 random bytes of its own and its proof, the HMAC of
 //!    `"efatop-client" ‖ purpose ‖ listener's nonce ‖ its nonce`;
 //! 3. the listener checks that proof (in constant time) and, only if it holds, sends its own proof, the HMAC of
@@ -16,7 +16,7 @@
 //! open the telemetry collector.
 //!
 //! Both sides then hold a [`Session`]: a key per direction, derived from the secret, both nonces and the
-//! purpose (HKDF-SHA256, RFC 5869), with which every byte that follows is sealed ([`crate::seal`]). A relay
+//! purpose (HKDF-SHA256, RFC 5869), with which every byte that follows is sealed ([`seal`]). A relay
 //! that passed the handshake through untouched holds neither key: it can read nothing after it, and a byte
 //! it changes, drops, reorders or replays fails the next record's check (docs/security.md).
 
@@ -26,40 +26,16 @@ use std::io::{Read, Write};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use efatop_proto::handshake::{Purpose, ANSWER_LEN, HELLO_LEN, MAGIC, NONCE_LEN, PROOF_LEN};
+
 use crate::seal::{Direction, Opener, SealedReader, SealedWriter, Sealer};
 
-/// Opens every listener's hello: the protocol and its version.
-pub const MAGIC: &[u8; 7] = b"EFATOP\x01";
-/// The listener's hello: magic, purpose, nonce.
-pub const HELLO_LEN: usize = MAGIC.len() + 1 + NONCE_LEN;
-/// The connecting side's answer: its nonce, its proof.
-pub const ANSWER_LEN: usize = NONCE_LEN + PROOF_LEN;
-/// The listener's proof.
-pub const PROOF_LEN: usize = 32;
-const NONCE_LEN: usize = 32;
+pub mod seal;
+pub mod secret;
+
 const SECRET_LEN: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
-
-/// What a connection is for; bound into both proofs, so that one surface's proof opens no other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Purpose {
-    /// A rank joining the run's rendezvous (`efatop run`'s launcher, the Slurm bootstrap).
-    Rendezvous = 1,
-    /// A rank's sampler, or a node's monitor, streaming to rank 0's collector.
-    Telemetry = 2,
-    /// A viewer of a run or monitor served with `--serve` (`efatop attach`).
-    Viewer = 3,
-    /// An NCCL job's profiler plugin streaming to `efatop watch`.
-    Nccl = 4,
-}
-
-impl Purpose {
-    fn from_byte(byte: u8) -> Option<Self> {
-        [Self::Rendezvous, Self::Telemetry, Self::Viewer, Self::Nccl].into_iter().find(|p| *p as u8 == byte)
-    }
-}
 
 /// Where a run's secret came from; the header and the results file say which.
 #[derive(Clone, Debug, PartialEq, Eq)]

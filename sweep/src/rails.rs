@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{NicKind, NodeNic, NodeSample};
+use efatop_proto::telemetry::{NicKind, NodeNic, NodeSample};
 
 /// Bars below this many Gbps are idle: nothing is judged against them (a rail that carries nothing has
 /// no NIC behind it).
