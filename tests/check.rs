@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{efatop, report_of};
+use common::efatop;
+use efatop_testkit::report_of;
 use efatop_node::{FakeNode, Fault};
 use serde_json::Value;
 

@@ -9,7 +9,8 @@ mod common;
 
 use std::process::Command;
 
-use common::{Cluster, cluster_script, efatop, json_lines, serial, JsonLine};
+use common::{Cluster, cluster_script, efatop, serial};
+use efatop_testkit::{json_lines, JsonLine};
 
 const RATE_GBPS: f64 = 1.0;
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
@@ -204,7 +205,7 @@ fn a_relayed_nodes_ranks_are_all_heard_and_a_killed_one_is_named_at_once() {
         while !heard.iter().all(|h| *h) {
             assert!(started.elapsed() < Duration::from_mins(2), "ranks heard: {heard:?}");
             if let Ok(line) = stdout.recv_timeout(Duration::from_millis(100)) {
-                match JsonLine::parse(&line) {
+                match efatop_testkit::parse_line(&line) {
                     Ok(JsonLine::Sample(sample)) => heard[sample.rank as usize] = true,
                     Ok(JsonLine::Run(run)) => relays = Some(run.telemetry_relays.clone()),
                     _ => {}

@@ -22,7 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, JsonLine, SlurmCluster, Tracked, cluster_script, command_in, efatop_path, json_lines_among, scratch, serial};
+use common::{Cluster, SlurmCluster, Tracked, cluster_script, command_in, efatop_path, scratch, serial};
+use efatop_testkit::{JsonLine, json_lines_among};
 
 /// Short, so that the suite stays quick: rank 0's verdict, and the cut-off ranks' own, come after this. Not
 /// shorter: on a two-core CI machine running 8 busy-polling ranks, a live rank 1 was twice heard from only

@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{JsonLine, Tracked, efatop_path, json_lines_among, library_path, lines_of, rank_pid, serial};
+use common::{Tracked, efatop_path, library_path, lines_of, rank_pid, serial};
+use efatop_testkit::{JsonLine, json_lines_among};
 use serde_json::Value;
 
 /// The `--hang-timeout` these runs use.
@@ -59,7 +60,7 @@ fn wait(child: &mut Child, limit: Duration, what: &str) -> Option<i32> {
 }
 
 fn kind(line: &str) -> Option<&'static str> {
-    JsonLine::parse(line).ok().map(|line| line.kind())
+    efatop_testkit::kind_of(line)
 }
 
 /// What was measured, as a `summary` line's data or a results file holds it: sizes, or sweep rounds.

@@ -7,7 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{efatop, json_lines};
+use common::efatop;
+use efatop_testkit::json_lines;
 use efatop_proto::output::Untyped;
 use serde::Deserialize;
 use serde_json::Value;

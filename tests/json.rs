@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{efatop, json_lines, serial, JsonLine};
+use common::{efatop, serial};
+use efatop_testkit::{json_lines, JsonLine};
 use efatop_proto::output::{Rail, Sample};
 use efatop_proto::results::Measurement;
 

@@ -8,7 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{efatop, efatop_in, snapshot_of};
+use common::{efatop, efatop_in};
+use efatop_testkit::snapshot_of;
 use efatop_node::FakeSysfs;
 use serde_json::Value;
 

@@ -13,7 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{JsonLine, TEST_TOKEN, Tracked, data_value, descendants, efatop_path, library_path, lines_of, rank_pid, serial};
+use common::{TEST_TOKEN, Tracked, descendants, efatop_path, library_path, lines_of, rank_pid, serial};
+use efatop_testkit::{JsonLine, data_value};
 use efatop_proto::output::Sample;
 use efatop_proto::telemetry::wire;
 use efatop_proto::telemetry::{ChannelSample, PhaseReport, RankSample};
@@ -158,7 +159,7 @@ fn unharmed(code: Option<i32>, stdout: &[String], stderr: &[String], results: &V
     assert_eq!(measured, 33, "every size of the three configs was measured");
     let forged = FORGED_BYTES.to_string();
     for line in stdout {
-        let parsed = JsonLine::parse(line).unwrap_or_else(|err| panic!("not a --json line ({err}): {line}"));
+        let parsed = efatop_testkit::parse_line(line).unwrap_or_else(|err| panic!("not a --json line ({err}): {line}"));
         assert_ne!(data_value(&parsed)["bytes"].to_string(), forged, "a forged sample reached --json: {line}");
         if let JsonLine::Sample(Sample { channel: Some(channel), .. }) = parsed {
             assert!(channel.gbps.is_nan() || channel.gbps < 1000.0, "an impossible rate reached --json: {line}");
@@ -275,7 +276,7 @@ fn a_viewer_without_the_token_is_refused_and_the_run_goes_on() {
     unharmed(code, &stdout, &stderr, &results);
     let viewer = viewer.expect("attach");
     assert_eq!(viewer.status.code(), Some(0), "{}", String::from_utf8_lossy(&viewer.stderr));
-    let summary = common::json_lines_among(&String::from_utf8_lossy(&viewer.stdout)).iter().filter(|l| matches!(l, common::JsonLine::Summary(_))).count();
+    let summary = efatop_testkit::json_lines_among(&String::from_utf8_lossy(&viewer.stdout)).iter().filter(|l| matches!(l, efatop_testkit::JsonLine::Summary(_))).count();
     assert_eq!(summary, 1, "the token's viewer got the run's summary");
 }
 

@@ -10,7 +10,8 @@ use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{data_of, efatop, efatop_in, efatop_path, run_program, serial};
+use common::{efatop, efatop_in, efatop_path, run_program, serial};
+use efatop_testkit::data_of;
 use serde_json::Value;
 
 /// JSON lines of one type, their data as values.

@@ -23,7 +23,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{SLURM_DIR, SlurmCluster, cluster_script, data_of, efatop_path, run_program, serial};
+use common::{SLURM_DIR, SlurmCluster, cluster_script, efatop_path, run_program, serial};
+use efatop_testkit::data_of;
 
 const NODES: [&str; 4] = ["efatop-node0", "efatop-node1", "efatop-node2", "efatop-node3"];
 

@@ -13,7 +13,8 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Cluster, JsonLine, cluster_script, data_of, data_value, efatop, efatop_path, json_lines, run_program, serial};
+use common::{Cluster, cluster_script, efatop, efatop_path, run_program, serial};
+use efatop_testkit::{JsonLine, data_of, data_value, json_lines};
 use efatop_node::FakeSysfs;
 use efatop_sweep::rails::DEFAULT_THRESHOLD;
 use serde_json::Value;
@@ -49,7 +50,7 @@ fn sweep(label: &str, nodes: usize, size: &str) -> (common::Run, Value, Value) {
         size, "--iters", "6", "--warmup", "1", "--out", out.to_str().expect("utf-8"),
     ]);
     let last = run.stdout.lines().last().unwrap_or_default();
-    let line = JsonLine::parse(last).unwrap_or_else(|e| panic!("last line is not a --json line ({e}): {last}\n{}", run.stderr));
+    let line = efatop_testkit::parse_line(last).unwrap_or_else(|e| panic!("last line is not a --json line ({e}): {last}\n{}", run.stderr));
     assert!(matches!(line, JsonLine::Verdict(_)), "the last line is the verdict: {last}");
     let verdict = data_value(&line);
     // The results file keeps every round (n − 1 of the tournament, the cross-rail round, then any retests)

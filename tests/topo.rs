@@ -15,7 +15,7 @@ fn fixture(name: &str) -> String {
 /// The data of `topo --json`'s one line: a `topology` line (`efatop_proto::output::Line`), schema 2.
 fn topology_line(stdout: &str) -> serde_json::Value {
     assert_eq!(stdout.lines().count(), 1, "one line:\n{stdout}");
-    match Line::<serde_json::Value, serde_json::Value>::parse(stdout.trim_end()).expect("a typed line") {
+    match efatop_testkit::parse_untyped(stdout.trim_end()).expect("a typed line") {
         Line::Topology(data) => {
             assert_eq!(data["schema_version"], TOPOLOGY_SCHEMA, "{stdout}");
             *data

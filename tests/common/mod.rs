@@ -444,50 +444,6 @@ pub fn rank_pid(root: u32, rank: usize) -> Option<u32> {
     })
 }
 
-/// A `--json` line of any command, as the printers write it (`check`'s data read as the check's report).
-pub type JsonLine = efatop_proto::output::Line<efatop_health::Report>;
-
-/// Every line of `stdout`, each parsed into a [`JsonLine`]; a line that is not one fails the test.
-pub fn json_lines(stdout: &str) -> Vec<JsonLine> {
-    stdout.lines().map(|line| JsonLine::parse(line).unwrap_or_else(|err| panic!("not a --json line ({err}): {line}"))).collect()
-}
-
-/// The lines of `stdout` that are `--json` lines, skipping any other (a run cut short may leave half a
-/// line, and stdout may carry a launcher's text).
-pub fn json_lines_among(stdout: &str) -> Vec<JsonLine> {
-    stdout.lines().filter_map(|line| JsonLine::parse(line).ok()).collect()
-}
-
-/// The report of `efatop check --json`'s one line, as JSON (tests read its fields by name); a line of
-/// another type fails the test.
-pub fn report_of(line: &str) -> serde_json::Value {
-    match JsonLine::parse(line) {
-        Ok(JsonLine::Check(report)) => serde_json::to_value(&*report).expect("a report serializes"),
-        other => panic!("not a check line ({other:?}): {line}"),
-    }
-}
-
-/// `efatop monitor --json`'s line: the node's rank when several are shown, and its read as JSON (tests
-/// read its fields by name); a line of another type fails the test.
-pub fn snapshot_of(line: &str) -> (Option<u32>, serde_json::Value) {
-    match JsonLine::parse(line) {
-        Ok(JsonLine::Snapshot { rank, data }) => (rank, serde_json::to_value(&*data).expect("a node read serializes")),
-        other => panic!("not a snapshot line ({other:?}): {line}"),
-    }
-}
-
-/// The data of `stdout`'s `--json` lines of type `kind`, each read as its type and given back as JSON
-/// (tests read its fields by name); lines that are not `--json` lines are skipped.
-pub fn data_of(stdout: &str, kind: &str) -> Vec<serde_json::Value> {
-    json_lines_among(stdout).iter().filter(|line| line.kind() == kind).map(data_value).collect()
-}
-
-/// A line's data as JSON.
-pub fn data_value(line: &JsonLine) -> serde_json::Value {
-    let value = serde_json::to_value(line).expect("a line serializes");
-    serde::Deserialize::deserialize(value).map(|untyped: efatop_proto::output::Untyped| untyped.data).expect("a line's envelope")
-}
-
 /// A counter of a fake sysfs tree that follows a live one of this machine (lo's `tx_bytes`, say), so that
 /// it grows with a run's own traffic: a thread copies `source` into `counter` every millisecond until
 /// [`LiveCounter::stop`] (or drop). A counter is a regular file, as sysfs's are (the bounded reader refuses a

@@ -182,7 +182,7 @@ impl Drop for Watcher {
 
 /// One `efatop watch --json` line: a typed line of proto's output (`{"type":…,"data":…}`), of watch's kinds.
 pub fn watch_line(line: &str) -> WatchLine {
-    match OutputLine::<serde_json::Value>::parse(line) {
+    match efatop_testkit::parse_untyped(line) {
         Ok(OutputLine::Watch(watch)) => *watch,
         other => panic!("not a watch line: {other:?}: {line}"),
     }
