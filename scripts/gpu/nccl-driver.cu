@@ -16,10 +16,14 @@
 // warm-up calls included, counted over the whole sweep), so that its peers wait in that call: the hang
 // locator's case with a real NCCL.
 // Each rank prints one line per collective and size:
-//   driver rank=R nranks=N coll=allreduce size=BYTES count=C type=float time_us=T algbw=A busbw=B calls=K
-// (size as nccl-tests names it: the buffer of allreduce, the gathered buffer of allgather, what one rank
-// sends in all of alltoall; calls = warm-up + timed). alltoall is a group of ncclSend/ncclRecv, one pair per
-// peer (itself included), as nccl-tests' alltoall runs it, so a one-rank communicator runs a kernel too.
+//   driver rank=R nranks=N coll=allreduce size=BYTES count=C type=float time_us=T algbw=A busbw=B calls=K all_us=U
+// (size as nccl-tests names it: the buffer of allreduce and broadcast, the gathered buffer of allgather, the
+// scattered buffer of reducescatter, what one rank sends in all of alltoall and to its next rank in
+// sendrecv; calls = warm-up + timed; all_us the mean over every call, each warm-up call timed alone, which
+// is what a profiler that folds every call sees). alltoall is a group of ncclSend/ncclRecv, one pair per
+// peer (itself included), as nccl-tests' alltoall runs it, so a one-rank communicator runs a kernel too;
+// sendrecv one pair, to the next rank and from the previous one, as nccl-tests' sendrecv; broadcast's root
+// is rank 0.
 // Built by scripts/gpu/nccl-watch-check: nvcc -O2 -o nccl-driver nccl-driver.cu -lnccl
 
 #include <cuda_runtime.h>
@@ -55,12 +59,12 @@ struct Options {
   int ranks = 1, rank = -1, iters = 20, warmup = 5, stall_rank = -1, stall_at = 0, stall_s = 8;
   bool same_gpu = false;
   size_t min = 1 << 20, max = (size_t)1 << 30;
-  std::string colls = "allreduce,allgather,alltoall", id;
+  std::string colls = "allreduce,allgather,alltoall", id;  // or reducescatter, broadcast, sendrecv
 };
 
 static void usage_exit(const char* what) {
   fprintf(stderr, "nccl-driver: %s\nusage: nccl-driver [--ranks 1..8] [--min BYTES] [--max BYTES] [--iters 1..10000] "
-                  "[--warmup 0..1000] [--colls allreduce,allgather,alltoall] [--same-gpu] "
+                  "[--warmup 0..1000] [--colls allreduce,allgather,reducescatter,broadcast,alltoall,sendrecv] [--same-gpu] "
                   "[--stall-rank 0..7 --stall-at 1..1000000 [--stall-s 1..600]]\n", what);
   exit(2);
 }
@@ -99,6 +103,17 @@ static void launch(const std::string& coll, size_t bytes, int nranks, void* send
     NCCL(ncclAllReduce(send, recv, bytes / sizeof(float), ncclFloat, ncclSum, comm, s));
   } else if (coll == "allgather") {
     NCCL(ncclAllGather(send, recv, bytes / nranks / sizeof(float), ncclFloat, comm, s));
+  } else if (coll == "reducescatter") {
+    NCCL(ncclReduceScatter(send, recv, bytes / nranks / sizeof(float), ncclFloat, ncclSum, comm, s));
+  } else if (coll == "broadcast") {
+    NCCL(ncclBroadcast(send, recv, bytes / sizeof(float), ncclFloat, 0, comm, s));
+  } else if (coll == "sendrecv") {
+    int rank = 0;
+    NCCL(ncclCommUserRank(comm, &rank));
+    NCCL(ncclGroupStart());
+    NCCL(ncclSend(send, bytes / sizeof(float), ncclFloat, (rank + 1) % nranks, comm, s));
+    NCCL(ncclRecv(recv, bytes / sizeof(float), ncclFloat, (rank + nranks - 1) % nranks, comm, s));
+    NCCL(ncclGroupEnd());
   } else {
     size_t per_peer = bytes / nranks;
     NCCL(ncclGroupStart());
@@ -110,9 +125,17 @@ static void launch(const std::string& coll, size_t bytes, int nranks, void* send
   }
 }
 
+// nccl-tests' busbw factors.
 static double bus_factor(const std::string& coll, int n) {
   if (coll == "allreduce") return 2.0 * (n - 1) / n;
-  return (double)(n - 1) / n;  // allgather, alltoall
+  if (coll == "broadcast" || coll == "sendrecv") return 1.0;
+  return (double)(n - 1) / n;  // allgather, reducescatter, alltoall
+}
+
+// The elements a call of `coll` over `size` bytes names (per rank where nccl-tests counts so).
+static size_t element_count(const std::string& coll, size_t size, int n) {
+  if (coll == "allreduce" || coll == "broadcast" || coll == "sendrecv") return size / sizeof(float);
+  return size / n / sizeof(float);
 }
 
 static int run_rank(const Options& o) {
@@ -152,16 +175,26 @@ static int run_rank(const Options& o) {
     for (size_t bytes = o.min; bytes <= o.max; bytes *= 2) {
       // nccl-tests' sizes: a whole number of elements per rank.
       size_t size = bytes / (sizeof(float) * o.ranks) * sizeof(float) * o.ranks;
-      for (int i = 0; i < o.warmup; i++) call(coll, size);
+      // Each warm-up call timed alone (launch to the stream's synchronize), for the mean over every call.
+      double warm = 0;
+      for (int i = 0; i < o.warmup; i++) {
+        auto w0 = std::chrono::steady_clock::now();
+        call(coll, size);
+        CUDA(cudaStreamSynchronize(s));
+        warm += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      }
       CUDA(cudaStreamSynchronize(s));
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.iters; i++) call(coll, size);
       CUDA(cudaStreamSynchronize(s));
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+      double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double secs = total / o.iters;
+      double all = (warm + total) / (o.warmup + o.iters);
       double algbw = size / secs / 1e9;
-      size_t count = coll == "allreduce" ? size / sizeof(float) : size / o.ranks / sizeof(float);
-      printf("driver rank=%d nranks=%d coll=%s size=%zu count=%zu type=float time_us=%.2f algbw=%.3f busbw=%.3f calls=%d\n",
-             o.rank, o.ranks, coll.c_str(), size, count, secs * 1e6, algbw, algbw * bus_factor(coll, o.ranks), o.warmup + o.iters);
+      size_t count = element_count(coll, size, o.ranks);
+      printf("driver rank=%d nranks=%d coll=%s size=%zu count=%zu type=float time_us=%.2f algbw=%.3f busbw=%.3f calls=%d all_us=%.2f\n",
+             o.rank, o.ranks, coll.c_str(), size, count, secs * 1e6, algbw, algbw * bus_factor(coll, o.ranks), o.warmup + o.iters,
+             all * 1e6);
       fflush(stdout);
     }
   }
@@ -198,8 +231,8 @@ int main(int argc, char** argv) {
     std::string list = o.colls + ",";
     for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
       std::string c = list.substr(at, comma - at);
-      if (c != "allreduce" && c != "allgather" && c != "alltoall")
-        usage_exit(("--colls " + o.colls + ": a list of allreduce, allgather, alltoall").c_str());
+      if (c != "allreduce" && c != "allgather" && c != "reducescatter" && c != "broadcast" && c != "alltoall" && c != "sendrecv")
+        usage_exit(("--colls " + o.colls + ": a list of allreduce, allgather, reducescatter, broadcast, alltoall, sendrecv").c_str());
     }
   }
   if (o.rank >= 0) return run_rank(o);
