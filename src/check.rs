@@ -17,7 +17,6 @@ use efatop_health::{observe_with_traffic, Carrier, Expected, Libfabric, Libfabri
 use efatop_node::{FakeNode, Fault, Sysfs};
 use efatop_proto::output::Line;
 use efatop_proto::words::{printable, NAME_MAX};
-use efatop_proto::results::RunResults;
 
 use crate::cli::{CheckArgs, HealthFormat};
 
@@ -280,7 +279,7 @@ fn traffic_write(provider: &Provider, corrupt_byte: Option<u64>) -> Traffic {
     let out = scratch.path().join("traffic.json");
     let ended = launch(ranks, &name, corrupt_byte, &out);
     traffic.seconds = started.elapsed().as_secs_f64();
-    let results = std::fs::read(&out).ok().and_then(|bytes| RunResults::from_json(&bytes).ok());
+    let results = efatop_report::load_results(&out).ok();
     traffic.read_back(&ended, results.as_ref(), LIMIT);
     traffic
 }

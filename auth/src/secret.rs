@@ -10,7 +10,7 @@
 //!   `EFATOP_TOKEN`, else the file `EFATOP_TOKEN_FILE` names, else `~/.config/efatop/token` (made, readable by
 //!   its owner alone, on first use). A token file readable by anyone else is refused.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -99,7 +99,9 @@ fn read_token_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// Makes the default token file: 32 random bytes as hex, in a file (and folder) only its owner can read,
-/// created new (a file someone else planted there meanwhile is not written through).
+/// staged and linked into place whole (`efatop_files::create_private`): a plugin reading it meanwhile finds
+/// no file or the whole token, never a part. When another process made one first (two watchers starting at
+/// once), that one is read and used, by the same rules as any token file.
 fn make_token_file(path: &Path) -> Result<String, String> {
     let failed = |e: std::io::Error| format!("cannot make the token file {}: {e}", path.display());
     if let Some(dir) = path.parent() {
@@ -107,15 +109,11 @@ fn make_token_file(path: &Path) -> Result<String, String> {
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     }
     let token = Secret::generate().map_err(|e| e.to_string())?.to_hex();
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(failed)?;
-    file.write_all(format!("{token}\n").as_bytes()).map_err(failed)?;
-    Ok(token)
+    match efatop_files::create_private(path, format!("{token}\n").as_bytes()) {
+        Ok(true) => Ok(token),
+        Ok(false) => read_token_file(path).map(|text| text.trim().to_string()).map_err(|e| format!("token file {}: {e}", path.display())),
+        Err(e) => Err(format!("cannot make the token file: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +142,8 @@ mod tests {
         let made = make_token_file(&path).expect("made");
         assert_eq!(read_token_file(&path).expect("read").trim(), made);
         assert_eq!(std::fs::metadata(&path).expect("meta").mode() & 0o777, 0o600);
-        assert!(make_token_file(&path).is_err(), "never written over");
+        // A second watcher finds it made (never written over) and uses the same token.
+        assert_eq!(make_token_file(&path).expect("found"), made);
+        assert_eq!(read_token_file(&path).expect("read").trim(), made);
     }
 }

@@ -13,8 +13,58 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
-use efatop_proto::telemetry::histogram::{self, bump, AtomicHistogram};
+use efatop_proto::telemetry::histogram::{self, bucket_of, BUCKETS};
 use efatop_proto::telemetry::{ChannelSample, IntervalHistogram, NvlinkSample, PeerSample, Phase, PhaseReport, QueueSample, RankSample};
+
+/// Adds `by` to one of a probe's counters. A probe's counters and histograms have one writer, the rank's
+/// experiment thread (the sampler only reads them): a load and a store, not a locked read-modify-write,
+/// whose fence would make every completion wait for the stores the hot path has pending (the bytes a
+/// provider just copied on its thread). A second writer would lose counts: there is none.
+#[inline]
+pub fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+}
+
+/// A latency histogram of the wire's buckets ([`histogram`]) the hot path records into with one relaxed
+/// atomic add: fixed size, so recording never allocates. Recorded into by one thread (see [`bump`]), read by any.
+pub struct AtomicHistogram {
+    buckets: Box<[AtomicU64]>,
+}
+
+impl Default for AtomicHistogram {
+    fn default() -> Self {
+        Self { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
+    }
+}
+
+impl AtomicHistogram {
+    #[inline]
+    pub fn record(&self, latency: Duration) {
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        bump(&self.buckets[bucket_of(ns)], 1);
+    }
+
+    /// The counts recorded since `last` (the previous snapshot, updated in place), as sparse buckets.
+    pub fn interval_since(&self, last: &mut [u64]) -> IntervalHistogram {
+        let mut interval = IntervalHistogram::default();
+        self.interval_into(last, &mut interval);
+        interval
+    }
+
+    /// As [`Self::interval_since`], into `out` (cleared first): with `out` holding room for [`BUCKETS`]
+    /// buckets, nothing is allocated.
+    pub fn interval_into(&self, last: &mut [u64], out: &mut IntervalHistogram) {
+        out.buckets.clear();
+        for (index, (bucket, previous)) in self.buckets.iter().zip(last.iter_mut()).enumerate() {
+            let now = bucket.load(Ordering::Relaxed);
+            let count = now.wrapping_sub(*previous);
+            *previous = now;
+            if count > 0 {
+                out.buckets.push((index as u16, count.min(u64::from(u32::MAX)) as u32));
+            }
+        }
+    }
+}
 
 /// Counters for one channel or one peer, written by the hot path.
 #[derive(Default)]
@@ -520,5 +570,19 @@ mod tests {
 
     fn bucket_ns(bucket: u64) -> u64 {
         histogram::bucket_floor(bucket as usize)
+    }
+
+    #[test]
+    fn a_histograms_interval_is_what_was_recorded_since_the_last() {
+        let histogram = AtomicHistogram::default();
+        let mut last = vec![0; BUCKETS];
+        for us in 1..=100 {
+            histogram.record(Duration::from_micros(us));
+        }
+        let interval = histogram.interval_since(&mut last);
+        assert_eq!(interval.count(), 100);
+        let p50 = interval.quantile_us(0.5).expect("p50");
+        assert!((p50 - 50.0).abs() < 50.0 / 16.0 + 0.01, "{p50}");
+        assert_eq!(histogram.interval_since(&mut last).count(), 0, "the next interval starts empty");
     }
 }

@@ -61,6 +61,10 @@ pub fn check_output_path(path: &Path) -> Result<(), OutputError> {
 /// `.<name>.<random>.tmp`, created create-new with the mode [`File::create`] would give (0666 less the
 /// umask). Removed when dropped unless persisted.
 fn staging(path: &Path) -> Result<tempfile::NamedTempFile, OutputError> {
+    staging_with(path, 0o666)
+}
+
+fn staging_with(path: &Path, mode: u32) -> Result<tempfile::NamedTempFile, OutputError> {
     let io = |source| OutputError::Io { path: path.to_path_buf(), source };
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -70,7 +74,7 @@ fn staging(path: &Path) -> Result<tempfile::NamedTempFile, OutputError> {
     tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
-        .permissions(Permissions::from_mode(0o666))
+        .permissions(Permissions::from_mode(mode))
         .tempfile_in(dir)
         .map_err(io)
 }
@@ -85,6 +89,22 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     // On an error the staged file is removed when `persist` hands it back and it drops.
     staged.persist(path).map_err(|err| io(err.error))?;
     Ok(())
+}
+
+/// Makes a file at `path` that only its owner can read (0600) holding `bytes`, unless one is there: staged
+/// under a fresh name and linked into place without replacing anything, so that a reader sees no file or the
+/// whole one, and a file another process made there meanwhile (or planted: a link included) is left as it
+/// is. Returns whether this call made it; `Ok(false)`: something was already at `path`, for the caller to
+/// read by its own rules.
+pub fn create_private(path: &Path, bytes: &[u8]) -> Result<bool, OutputError> {
+    let io = |source| OutputError::Io { path: path.to_path_buf(), source };
+    let mut staged = staging_with(path, 0o600)?;
+    staged.write_all(bytes).map_err(io)?;
+    match staged.persist_noclobber(path) {
+        Ok(_) => Ok(true),
+        Err(err) if err.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(err) => Err(io(err.error)),
+    }
 }
 
 /// Creates the file at `path` for a writer that appends to it over a run (`--record`): a fresh empty file
@@ -138,5 +158,23 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("run.efarec")).expect("read"), b"line\n");
         let names: Vec<_> = std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
         assert_eq!(names.len(), 2, "no staging file left: {names:?}");
+    }
+
+    #[test]
+    fn a_private_file_is_made_whole_or_what_is_there_is_kept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("token");
+        assert!(create_private(&path, b"first\n").expect("made"));
+        assert_eq!(std::fs::read(&path).expect("read"), b"first\n");
+        assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
+        assert!(!create_private(&path, b"second\n").expect("kept"), "an existing file is not replaced");
+        assert_eq!(std::fs::read(&path).expect("read"), b"first\n");
+        // A link planted at the path is neither followed nor replaced.
+        let link = dir.path().join("link");
+        symlink(dir.path().join("elsewhere"), &link).expect("link");
+        assert!(!create_private(&link, b"x").expect("kept"));
+        assert!(!dir.path().join("elsewhere").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(left.len(), 2, "nothing staged is left behind: {left:?}");
     }
 }

@@ -5,11 +5,10 @@
 
 #![no_main]
 
-use efatop_proto::RunResults;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {
-    let Ok(results) = RunResults::from_json(bytes) else { return };
+    let Ok(results) = efatop_report::load::parse(bytes) else { return };
     for measurement in &results.measurements {
         assert!(results.configs.contains(&measurement.config), "accepted an unlisted configuration");
         assert_eq!(results.find(&measurement.config, measurement.size), Some(measurement), "find is ambiguous");
@@ -19,7 +18,7 @@ fuzz_target!(|bytes: &[u8]| {
     }
     let _ = efatop_report::text::render_table(&results);
     let saved = serde_json::to_vec_pretty(&results).expect("accepted results serialize");
-    if let Err(err) = RunResults::from_json(&saved) {
+    if let Err(err) = efatop_report::load::parse(&saved) {
         panic!("accepted results, saved again, do not read back: {err}");
     }
 });

@@ -8,8 +8,6 @@ use crate::column::Column;
 use crate::experiment::Experiment;
 use crate::topology::{GpuLinkSource, PairLink};
 
-mod figures;
-pub use figures::{ImpossibleFigure, CEILING_GBPS, LINK_ALLOWANCE};
 
 /// Ranks a run may claim (its start's `ranks`, hosts, NIC rows, placements; a sweep's nodes): 4096 nodes ×
 /// 8 ranks is 32768; twice that. The dashboard's per-rank tables are a few hundred bytes a rank.
@@ -607,17 +605,15 @@ pub enum ResultsFileError {
     MeasuredTwice { config: String, size: u64 },
     #[error("the pair matrix of {config} at size {size} is not square ({rows} senders, a row of {columns} receivers)")]
     PairMatrixShape { config: String, size: u64, rows: usize, columns: usize },
-    /// A figure no run can have measured ([`RunResults::check_figures`]).
-    #[error("{0}")]
-    Impossible(ImpossibleFigure),
 }
 
 impl RunResults {
     /// Reads a results file (`--out`) back. Beyond its shape, checks what readers of it rely on: every
     /// measurement's configuration is listed (tables have one column per listed configuration, so an
     /// unlisted one would vanish silently), each configuration and size is measured once (so [`Self::find`]
-    /// is not ambiguous), each pair matrix is square (it is indexed `[sender][receiver]`), and every figure
-    /// is one a run can have measured ([`RunResults::check_figures`]).
+    /// is not ambiguous) and each pair matrix is square (it is indexed `[sender][receiver]`). Whether its
+    /// figures are ones a run can have measured is the report's to judge (`efatop_report::figures`), which
+    /// every reader of a results file goes through (`efatop_report::load::parse`).
     pub fn from_json(bytes: &[u8]) -> Result<Self, ResultsFileError> {
         let results: Self = serde_json::from_slice(bytes)?;
         let mut measured = std::collections::HashSet::new();
@@ -638,7 +634,6 @@ impl RunResults {
                 return Err(ResultsFileError::PairMatrixShape { config, size, rows, columns });
             }
         }
-        results.check_figures().map_err(ResultsFileError::Impossible)?;
         Ok(results)
     }
 }

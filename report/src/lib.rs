@@ -7,6 +7,7 @@
 
 pub mod compare;
 pub mod expected;
+pub mod figures;
 pub mod formats;
 pub mod load;
 pub mod plot;

@@ -1,7 +1,8 @@
 //! Reading a results file back, with errors that name the file: the one way `efatop report`, `compare`
 //! and `compare --expected` read one. The file is read within a cap ([`MAX_RESULTS_BYTES`]), only if it is
-//! a regular file, and only if its figures are ones a run can have measured
-//! ([`RunResults::check_figures`]); an experiment under its old name is read as today's, and said so.
+//! a regular file, and only if its figures are ones a run can have measured ([`crate::figures`]); an
+//! experiment under its old name is read as today's, and said so. [`parse`] is the bytes' part, which
+//! every reader of a results file goes through.
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -33,7 +34,7 @@ pub enum ReportError {
     #[error("{}: {source}", .path.display())]
     Parse {
         path: PathBuf,
-        source: efatop_proto::results::ResultsFileError,
+        source: Unreadable,
     },
     #[error("{}: cannot write: {source}", .path.display())]
     Write {
@@ -71,6 +72,23 @@ pub enum ReportError {
     },
 }
 
+/// Why a results file's bytes were not taken: their shape (proto's reader), or a figure no run measures.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error(transparent)]
+    File(#[from] efatop_proto::results::ResultsFileError),
+    #[error("{0}")]
+    Impossible(#[from] crate::figures::ImpossibleFigure),
+}
+
+/// A results file's bytes as every reader takes them: its shape and what tables rely on
+/// (`RunResults::from_json`), then its figures ([`crate::figures::check_figures`]).
+pub fn parse(bytes: &[u8]) -> Result<RunResults, Unreadable> {
+    let results = RunResults::from_json(bytes)?;
+    crate::figures::check_figures(&results)?;
+    Ok(results)
+}
+
 /// A results file as read: its results, and what reading it took that the file does not say itself (an
 /// old experiment name read as today's), one line each.
 #[derive(Debug)]
@@ -91,7 +109,7 @@ pub fn load_results(path: &Path) -> Result<RunResults, ReportError> {
 pub fn load(path: &Path) -> Result<Loaded, ReportError> {
     let bytes = read_capped(path, MAX_RESULTS_BYTES)?;
     // The reader the fuzzer exercises.
-    let mut results = RunResults::from_json(&bytes).map_err(|source| ReportError::Parse {
+    let mut results = parse(&bytes).map_err(|source| ReportError::Parse {
         path: path.to_path_buf(),
         source,
     })?;

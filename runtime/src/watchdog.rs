@@ -108,7 +108,7 @@ impl Watchdog {
             ));
         }
         let live = &self.liveness;
-        let (rank, silent) = live.hung(at)?;
+        let (rank, silent) = hung(live, at)?;
         let doing = live.last_phase(rank).map_or(String::new(), |(phase, bytes)| format!("; it last said: {}", phase.describe(bytes)));
         Some(format!(
             "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
@@ -117,6 +117,12 @@ impl Watchdog {
             live.hang_timeout.as_secs_f64()
         ))
     }
+}
+
+/// The first rank other than rank 0 (whose own hot path is what a verdict would stop) silent for longer than
+/// the hang timeout at `at`, with its silence: the rank the watchdog names. A closed rank has no silence.
+pub fn hung(live: &Liveness, at: Duration) -> Option<(usize, Duration)> {
+    (1..live.ranks()).find_map(|rank| live.silence(rank, at).filter(|silent| *silent > live.hang_timeout).map(|silent| (rank, silent)))
 }
 
 /// Moves the liveness clock on with one telemetry event heard `at` after the run started (a sample or a
@@ -144,6 +150,8 @@ pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Durat
 mod tests {
     use super::*;
     use efatop_proto::telemetry::{PhaseReport, RankSample};
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
 
     fn sample(rank: u32) -> CollectorEvent {
         CollectorEvent::Sample(Box::new(RankSample { rank, ..RankSample::default() }))
@@ -288,5 +296,41 @@ mod tests {
         dog.run_over = true;
         assert_eq!(dog.heard(&[closed(1)], ms(20)), None);
         assert_eq!(dog.judge(ms(5_000)), None);
+    }
+
+    #[test]
+    fn a_rank_is_hung_past_the_hang_timeout_and_a_frame_brings_it_back() {
+        let mut live = Liveness::new(2, Duration::from_millis(100), S(60));
+        for second in 1..=70 {
+            // Rank 0's own sampler keeps speaking; rank 1 fell silent at 0.
+            live.heard(0, S(second));
+        }
+        assert_eq!(hung(&live, S(60)), None, "not before the hang timeout");
+        assert_eq!(hung(&live, S(61)), Some((1, S(61))));
+        live.phase(1, Phase::Verifying, 1 << 30, S(61));
+        assert_eq!(hung(&live, S(62)), None, "progress counts as alive");
+    }
+
+    #[test]
+    fn when_rank_0_hears_nobody_nobody_is_blamed() {
+        let mut live = Liveness::new(3, Duration::from_millis(100), S(5));
+        for rank in 0..3 {
+            live.heard(rank, S(1));
+        }
+        // Rank 0's collector was held up for 30 s: nothing arrived from anyone.
+        assert_eq!(hung(&live, S(31)), None);
+        live.heard(0, S(37));
+        live.heard(1, S(37));
+        assert_eq!(hung(&live, S(37)), Some((2, S(36))));
+    }
+
+    #[test]
+    fn closed_ranks_and_rank_0_are_never_judged_by_silence() {
+        let mut live = Liveness::new(2, Duration::from_millis(100), S(5));
+        live.heard(1, S(100));
+        assert_eq!(hung(&live, S(100)), None, "rank 0 silent for 100 s is not judged");
+        live.closed(1);
+        live.heard(0, S(200));
+        assert_eq!(hung(&live, S(200)), None);
     }
 }

@@ -3,7 +3,7 @@
 one GPU (each its own NCCL_HOSTID, NCCL's socket transport on lo), every collective PyTorch issues through
 NCCL (all_to_all_single, all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, and a
 batch_isend_irecv pair: send/recv) from 1 to 32 MiB. Each rank prints `JOB <rank> <op> <bytes> <us> <algbw
-GB/s> <us over every call>`: us is the mean of the timed calls (after two warm-up calls, as a job times
+GB/s> <us over every call>` and `WARM <rank> <op> <bytes> <us>...` (each warm-up call's own time): us is the mean of the timed calls (after two warm-up calls, as a job times
 itself), the last field the mean over every call of that size, the warm-ups included (each timed alone):
 the calls efatop watch folds; bytes is nccl-tests' size column (the whole buffer: allgather's output, reducescatter's input; a
 send/recv pair's bytes sent), as efatop watch's `coll` lines give it; algbw is those bytes over the mean
@@ -85,6 +85,7 @@ def child(rank, world):
             seconds = start.elapsed_time(end) / 1000 / iters
             every = (sum(warm_ms) / 1000 + seconds * iters) / (iters + len(warm_ms))
             print(f"JOB {rank} {op} {size} {seconds * 1e6:.1f} {size / seconds / 1e9:.3f} {every * 1e6:.1f}", flush=True)
+            print(f"WARM {rank} {op} {size} " + " ".join(f"{ms * 1e3:.1f}" for ms in warm_ms), flush=True)
     dist.destroy_process_group()
 
 

@@ -7,7 +7,7 @@ use efatop_proto::telemetry::{IntervalHistogram, RankSample, WorldBounds};
 use efatop_proto::{Column, Experiment, Measurement, RunResults};
 
 use crate::state::fleet::Fleet;
-use efatop_proto::liveness::{Health, Liveness};
+use efatop_proto::liveness::Liveness;
 use crate::state::gauges::GaugeIndex;
 use efatop_proto::events::RunInfo;
 use crate::state::{history_len, ChannelView, DashboardState, LogLevel, NvlinkView, NVLINK_HISTORY_LEN, PairMatrixView, PeerState, PeerView, QueueView};
@@ -243,14 +243,17 @@ impl Ingest {
                 continue;
             }
             peer.phase = liveness.last_phase(rank).map(|(phase, bytes)| phase.describe(bytes));
-            let health = liveness.health(rank, at);
-            let (seen, next) = match health {
-                // A closed connection is `closed`'s to show; here only the clock is.
-                Health::Closed => continue,
-                Health::Alive => (liveness.silence(rank, at).unwrap_or_default(), PeerState::Alive),
-                Health::Slow(silent) => (silent, PeerState::Slow),
-                Health::Silent(silent) => (silent, PeerState::Silent),
-                Health::Hung(silent) => (silent, PeerState::Lost),
+            // A closed connection is `closed`'s to show; here only the clock is. Past the hang timeout
+            // is what the watchdog names (lost); before it, slow then silent: shown, not judged.
+            let Some(seen) = liveness.silence(rank, at) else { continue };
+            let next = if seen > liveness.hang_timeout {
+                PeerState::Lost
+            } else if seen > liveness.silent_after {
+                PeerState::Silent
+            } else if seen > liveness.slow_after {
+                PeerState::Slow
+            } else {
+                PeerState::Alive
             };
             peer.last_seen = seen;
             // A rank named lost stays lost; rank 0 itself is never judged by its silence.

@@ -1,11 +1,10 @@
-//! A log-linear latency histogram the hot path can record into with one relaxed atomic add.
+//! The latency histogram as it travels: log-linear buckets, and an interval's counts as sparse (bucket,
+//! count) pairs, which is what a rank's sampler sends and what rank 0 merges. The hot path records into
+//! the probe's fixed array of atomics of these buckets (`efatop_experiments::probe::AtomicHistogram`).
 //!
 //! Buckets: values below 32 ns exactly; above, 16 buckets per power of two (a bucket is at most 1/16 = 6%
-//! wide), up to 2^40 ns (18 minutes). Fixed size, so recording never allocates. The sampler takes interval
-//! deltas as sparse (bucket, count) pairs, which is what travels to rank 0 and what rank 0 merges.
+//! wide), up to 2^40 ns (18 minutes).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 const EXACT: u64 = 32;
 const SUB_BITS: u32 = 4;
@@ -39,55 +38,6 @@ pub fn bucket_value(bucket: usize) -> f64 {
     let low = bucket_floor(bucket) as f64;
     let high = bucket_floor(bucket + 1) as f64;
     if bucket < EXACT as usize { low } else { f64::midpoint(low, high) }
-}
-
-/// Adds `by` to one of a probe's counters. A probe's counters and histograms have one writer, the rank's
-/// experiment thread (the sampler only reads them): a load and a store, not a locked read-modify-write,
-/// whose fence would make every completion wait for the stores the hot path has pending (the bytes a
-/// provider just copied on its thread). A second writer would lose counts: there is none.
-#[inline]
-pub fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
-}
-
-/// Recorded into by one thread (see [`bump`]), read by any.
-pub struct AtomicHistogram {
-    buckets: Box<[AtomicU64]>,
-}
-
-impl Default for AtomicHistogram {
-    fn default() -> Self {
-        Self { buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect() }
-    }
-}
-
-impl AtomicHistogram {
-    #[inline]
-    pub fn record(&self, latency: Duration) {
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        bump(&self.buckets[bucket_of(ns)], 1);
-    }
-
-    /// The counts recorded since `last` (the previous snapshot, updated in place), as sparse buckets.
-    pub fn interval_since(&self, last: &mut [u64]) -> IntervalHistogram {
-        let mut interval = IntervalHistogram::default();
-        self.interval_into(last, &mut interval);
-        interval
-    }
-
-    /// As [`Self::interval_since`], into `out` (cleared first): with `out` holding room for [`BUCKETS`]
-    /// buckets, nothing is allocated.
-    pub fn interval_into(&self, last: &mut [u64], out: &mut IntervalHistogram) {
-        out.buckets.clear();
-        for (index, (bucket, previous)) in self.buckets.iter().zip(last.iter_mut()).enumerate() {
-            let now = bucket.load(Ordering::Relaxed);
-            let count = now.wrapping_sub(*previous);
-            *previous = now;
-            if count > 0 {
-                out.buckets.push((index as u16, count.min(u64::from(u32::MAX)) as u32));
-            }
-        }
-    }
 }
 
 /// An interval's non-empty buckets: up to [`INLINE_BUCKETS`] held in place, more on the heap.
@@ -190,18 +140,21 @@ mod tests {
 
     #[test]
     fn quantiles_of_an_interval() {
-        let histogram = AtomicHistogram::default();
-        let mut last = vec![0; BUCKETS];
-        for us in 1..=100 {
-            histogram.record(Duration::from_micros(us));
+        // 100 values, 1..=100 µs, one each.
+        let mut buckets = Buckets::new();
+        for us in 1..=100u64 {
+            let bucket = bucket_of(us * 1000) as u16;
+            match buckets.last_mut() {
+                Some((last, count)) if *last == bucket => *count += 1,
+                _ => buckets.push((bucket, 1)),
+            }
         }
-        let interval = histogram.interval_since(&mut last);
+        let interval = IntervalHistogram { buckets };
         assert_eq!(interval.count(), 100);
         let p50 = interval.quantile_us(0.5).expect("p50");
         let p99 = interval.quantile_us(0.99).expect("p99");
         assert!((p50 - 50.0).abs() < 50.0 / 16.0 + 0.01, "{p50}");
         assert!((p99 - 99.0).abs() < 99.0 / 16.0 + 0.01, "{p99}");
-        assert_eq!(histogram.interval_since(&mut last).count(), 0, "the next interval starts empty");
     }
 
     #[test]

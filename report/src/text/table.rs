@@ -14,9 +14,9 @@ use crate::reference;
 /// A cell with nothing measured behind it is shown as this, never as a number.
 const NOT_MEASURED: &str = "-";
 
-/// Two decimals as in the seed, except that a measured rate below 0.01 keeps its first digits rather than
-/// reading as zero.
-fn gbps(value: f64) -> String {
+/// A rate as the results table shows it: two decimals as in the seed, except that a measured rate below
+/// 0.01 keeps its first digits rather than reading as zero.
+pub fn gbps(value: f64) -> String {
     if value > 0.0 && value < 0.01 { format!("{value:.4}") } else { format!("{value:.2}") }
 }
 

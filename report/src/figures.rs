@@ -1,5 +1,5 @@
 //! What a results file's figures can be: the one check every reader of a results file goes through
-//! ([`RunResults::from_json`]), so that a figure no fabric can produce is refused, naming its field, rather
+//! ([`crate::load::parse`], after proto's `RunResults::from_json` read its shape), so that a figure no fabric can produce is refused, naming its field, rather
 //! than printed, plotted or compared.
 //!
 //! Refused: a rank or channel count of 0 or beyond the stream's caps (0 channels only in the file of a run
@@ -13,10 +13,9 @@
 
 use std::fmt;
 
-use super::{LinkSource, Measurement, RunResults};
-use crate::experiment::Experiment;
-use crate::sizes::format_size;
-use super::{MAX_CHANNELS, MAX_RANKS};
+use efatop_proto::experiment::Experiment;
+use efatop_proto::results::{LinkSource, Measurement, RunResults, MAX_CHANNELS, MAX_RANKS};
+use efatop_proto::sizes::format_size;
 
 /// The most any one rate of a run can be, in Gbps, where no link speed of the run bounds it: above the
 /// fastest memory of any GPU in efatop's node layouts (B200 and B300 high-bandwidth memory, 8 TB/s = 64,000 Gbps a GPU, by
@@ -36,6 +35,8 @@ pub struct ImpossibleFigure {
     pub field: String,
     pub why: String,
 }
+
+impl std::error::Error for ImpossibleFigure {}
 
 impl fmt::Display for ImpossibleFigure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,7 +177,7 @@ impl Checker<'_> {
                 Self::rate(&field(&format!("telemetry_ab.{name}")), gbps, &self.rank)?;
             }
         }
-        if let Some(crate::expected::Expected::Figure { gbps, percent, .. }) = &m.expected {
+        if let Some(efatop_proto::expected::Expected::Figure { gbps, percent, .. }) = &m.expected {
             Self::rate(&field("expected.gbps"), *gbps, &self.rank)?;
             non_negative(&field("expected.percent"), *percent)?;
         }
@@ -275,98 +276,96 @@ fn link_speed(field: &str, gbps: f64) -> Checked {
     Ok(())
 }
 
-impl RunResults {
-    /// Refuses a file whose figures no run can have measured (see the module's text): the first such
-    /// figure, named by its field.
-    pub fn check_figures(&self) -> Result<(), ImpossibleFigure> {
-        let meta = &self.metadata;
-        if meta.ranks == 0 || meta.ranks > MAX_RANKS {
-            return refuse(
-                "metadata.ranks",
-                format!("is {}: a run has 1 to {MAX_RANKS} ranks", meta.ranks),
-            );
-        }
-        // Older efatops wrote the file of a run that ended before its ranks met: no hosts, so no channels,
-        // and no figure. Any figure needs a channel it went over.
-        let never_met = meta.hosts.is_empty()
-            && self.measurements.is_empty()
-            && self.pair_matrices.is_empty()
-            && self.sweep.is_none();
-        if (meta.channels == 0 && !never_met) || meta.channels > MAX_CHANNELS {
-            return refuse(
-                "metadata.channels",
-                format!(
-                    "is {}: a run has 1 to {MAX_CHANNELS} channels a rank",
-                    meta.channels
-                ),
-            );
-        }
-        if let Some(link) = meta.link_gbps {
-            link_speed("metadata.link_gbps", link)?;
-        }
-        for (index, nic) in meta.nics.iter().enumerate() {
-            if let Some(link) = nic.link_gbps {
-                link_speed(&format!("metadata.nics[{index}].link_gbps"), link)?;
-            }
-        }
-        let (rank, channel) = self.ceilings();
-        Checker {
-            results: self,
-            rank,
-            channel,
-        }
-        .all()
+/// Refuses a file whose figures no run can have measured (see the module's text): the first such figure,
+/// named by its field.
+pub fn check_figures(results: &RunResults) -> Result<(), ImpossibleFigure> {
+    let meta = &results.metadata;
+    if meta.ranks == 0 || meta.ranks > MAX_RANKS {
+        return refuse(
+            "metadata.ranks",
+            format!("is {}: a run has 1 to {MAX_RANKS} ranks", meta.ranks),
+        );
     }
-
-    /// The most a rank's figure and a channel's figure (a sweep's) can be in this run.
-    fn ceilings(&self) -> (Ceiling, Ceiling) {
-        let meta = &self.metadata;
-        // The NICs' own report of their speed; `--link-gbps` is a claim, and is not held against the file.
-        let nic_link = meta
-            .nics
-            .iter()
-            .filter_map(|nic| nic.link_gbps)
-            .reduce(f64::max)
-            .or(match meta.link_source {
-                LinkSource::Provider => meta.link_gbps,
-                _ => None,
-            });
-        // Same-host pairs may have gone through libfabric's shared-memory shortcut: memory, not the wire.
-        // Files from before it was recorded say nothing; there, one rank a host rules it out.
-        let mut hosts: Vec<&String> = meta.hosts.iter().collect();
-        hosts.sort_unstable();
-        hosts.dedup();
-        let apart = !meta.hosts.is_empty() && hosts.len() == meta.hosts.len();
-        let no_shortcut = meta.shm_shortcut == Some(false) || (meta.shm_shortcut.is_none() && apart);
-        let wire_bound = meta.experiment != Experiment::Ipc && meta.provider == "efa" && no_shortcut;
-        match nic_link.filter(|_| wire_bound) {
-            Some(link) => {
-                let allowance = (LINK_ALLOWANCE - 1.0) * 100.0;
-                let channels = meta.channels;
-                let rank = Ceiling {
-                    gbps: (link * channels as f64 * LINK_ALLOWANCE).min(CEILING_GBPS),
-                    why: format!(
-                        "{} Gbps, what this run's {channels} channel{} of {link} Gbps (the NICs' link speed) carry, +{allowance:.0} %",
-                        shown(link * channels as f64 * LINK_ALLOWANCE),
-                        if channels == 1 { "" } else { "s" }
-                    ),
-                };
-                let channel = Ceiling {
-                    gbps: (link * LINK_ALLOWANCE).min(CEILING_GBPS),
-                    why: format!("{} Gbps, what one channel of {link} Gbps (the NIC's link speed) carries, +{allowance:.0} %", shown(link * LINK_ALLOWANCE)),
-                };
-                (rank, channel)
-            }
-            None => (Ceiling::absolute(), Ceiling::absolute()),
+    // Older efatops wrote the file of a run that ended before its ranks met: no hosts, so no channels,
+    // and no figure. Any figure needs a channel it went over.
+    let never_met = meta.hosts.is_empty()
+        && results.measurements.is_empty()
+        && results.pair_matrices.is_empty()
+        && results.sweep.is_none();
+    if (meta.channels == 0 && !never_met) || meta.channels > MAX_CHANNELS {
+        return refuse(
+            "metadata.channels",
+            format!(
+                "is {}: a run has 1 to {MAX_CHANNELS} channels a rank",
+                meta.channels
+            ),
+        );
+    }
+    if let Some(link) = meta.link_gbps {
+        link_speed("metadata.link_gbps", link)?;
+    }
+    for (index, nic) in meta.nics.iter().enumerate() {
+        if let Some(link) = nic.link_gbps {
+            link_speed(&format!("metadata.nics[{index}].link_gbps"), link)?;
         }
+    }
+    let (rank, channel) = ceilings(results);
+    Checker {
+        results,
+        rank,
+        channel,
+    }
+    .all()
+}
+
+/// The most a rank's figure and a channel's figure (a sweep's) can be in this run.
+fn ceilings(results: &RunResults) -> (Ceiling, Ceiling) {
+    let meta = &results.metadata;
+    // The NICs' own report of their speed; `--link-gbps` is a claim, and is not held against the file.
+    let nic_link = meta
+        .nics
+        .iter()
+        .filter_map(|nic| nic.link_gbps)
+        .reduce(f64::max)
+        .or(match meta.link_source {
+            LinkSource::Provider => meta.link_gbps,
+            _ => None,
+        });
+    // Same-host pairs may have gone through libfabric's shared-memory shortcut: memory, not the wire.
+    // Files from before it was recorded say nothing; there, one rank a host rules it out.
+    let mut hosts: Vec<&String> = meta.hosts.iter().collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let apart = !meta.hosts.is_empty() && hosts.len() == meta.hosts.len();
+    let no_shortcut = meta.shm_shortcut == Some(false) || (meta.shm_shortcut.is_none() && apart);
+    let wire_bound = meta.experiment != Experiment::Ipc && meta.provider == "efa" && no_shortcut;
+    match nic_link.filter(|_| wire_bound) {
+        Some(link) => {
+            let allowance = (LINK_ALLOWANCE - 1.0) * 100.0;
+            let channels = meta.channels;
+            let rank = Ceiling {
+                gbps: (link * channels as f64 * LINK_ALLOWANCE).min(CEILING_GBPS),
+                why: format!(
+                    "{} Gbps, what this run's {channels} channel{} of {link} Gbps (the NICs' link speed) carry, +{allowance:.0} %",
+                    shown(link * channels as f64 * LINK_ALLOWANCE),
+                    if channels == 1 { "" } else { "s" }
+                ),
+            };
+            let channel = Ceiling {
+                gbps: (link * LINK_ALLOWANCE).min(CEILING_GBPS),
+                why: format!("{} Gbps, what one channel of {link} Gbps (the NIC's link speed) carries, +{allowance:.0} %", shown(link * LINK_ALLOWANCE)),
+            };
+            (rank, channel)
+        }
+        None => (Ceiling::absolute(), Ceiling::absolute()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::column::{Column, Layout, Memory};
-    use crate::results::{LatencySummary, NicRecord, PairMeasurement, RunMetadata};
+    use efatop_proto::column::{Column, Layout, Memory};
+    use efatop_proto::results::{LatencySummary, NicRecord, PairMeasurement, RunMetadata};
 
     fn run(provider: &str, link: Option<f64>) -> RunResults {
         let config = Column::write(Layout::Single, Memory::Host);
@@ -424,11 +423,11 @@ mod tests {
 
     #[test]
     fn a_real_run_passes_and_each_impossible_figure_is_named() {
-        assert_eq!(run("efa", Some(100.0)).check_figures(), Ok(()));
+        assert_eq!(check_figures(&run("efa", Some(100.0))), Ok(()));
         let refused = |edit: &dyn Fn(&mut RunResults), provider: &str| {
             let mut results = run(provider, Some(100.0));
             edit(&mut results);
-            results.check_figures().expect_err("refused").to_string()
+            check_figures(&results).expect_err("refused").to_string()
         };
         let text = refused(&|r| r.measurements[0].gbps = -5.0, "efa");
         assert_eq!(
@@ -463,7 +462,7 @@ mod tests {
         let mut fast_tcp = run("tcp", Some(100.0));
         fast_tcp.measurements[0].gbps = 251.0;
         assert_eq!(
-            fast_tcp.check_figures(),
+            check_figures(&fast_tcp),
             Ok(()),
             "tcp's completions come from the socket buffer: not bound by the link"
         );
@@ -472,9 +471,9 @@ mod tests {
         let mut one_host = run("efa", Some(100.0));
         one_host.measurements[0].gbps = 251.0;
         one_host.metadata.hosts = vec!["a".into(), "a".into()];
-        assert_eq!(one_host.check_figures(), Ok(()));
+        assert_eq!(check_figures(&one_host), Ok(()));
         one_host.metadata.shm_shortcut = Some(false);
-        assert!(one_host.check_figures().is_err());
+        assert!(check_figures(&one_host).is_err());
         let text = refused(&|r| r.metadata.ranks = 0, "efa");
         assert_eq!(
             text,
