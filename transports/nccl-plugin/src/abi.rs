@@ -43,6 +43,11 @@ pub const PROFILE_KERNEL_PHASE: u64 = 1 << 15;
 // Event states (`ncclProfilerEventState_t`) this plugin reads.
 pub const STATE_PROXY_STEP_SEND_GPU_WAIT: c_int = 8;
 pub const STATE_PROXY_STEP_SEND_WAIT: c_int = 9;
+/// Whether a proxy step's `state` is the first after a send step waited for the GPU: the GPU handed the
+/// step's bytes over (v4's peer wait, or the send wait itself).
+pub fn send_handed(state: c_int) -> bool {
+    state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || state == STATE_PROXY_STEP_SEND_WAIT
+}
 pub const STATE_PROXY_STEP_RECV_WAIT: c_int = 10;
 pub const STATE_PROXY_STEP_RECV_FLUSH_WAIT: c_int = 11;
 pub const STATE_PROXY_STEP_RECV_GPU_WAIT: c_int = 12;

@@ -377,7 +377,9 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     } else {
         0
     };
-    let t_ns = if runtime.states_timed { runtime.record_ns() } else { 0 };
+    // A send step's hand-over by the GPU is when the call's sends were done for the GPU, where the fold
+    // ends a call (fold.rs): one clock read a send step; the other states only when a trace is written.
+    let t_ns = if runtime.states_timed || crate::abi::send_handed(state) { runtime.record_ns() } else { 0 };
     runtime.push(Record::State { t_ns, id: handle as u64, state, arg });
     NCCL_SUCCESS
 }

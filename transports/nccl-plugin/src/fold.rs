@@ -11,7 +11,9 @@
 //! - One timing rule for collectives and point-to-point groups: a call that went through the proxy (the
 //!   network, or NCCL's sockets) is timed by the proxy: from its first proxy step (or the end of the
 //!   communicator's previous proxied call of its kind, collective or group, if later: back-to-back calls
-//!   overlap in the proxy, and each is given its own share of the time) to its last proxy operation's end.
+//!   overlap in the proxy, and each is given its own share of the time) to when the GPU was done with its
+//!   proxy operations: a receive's end, a send's last step handed over by the GPU (a send's last bytes may
+//!   still be on their way then: they end the peer's call; an operation that said nothing of it, at its end).
 //!   "Previous" in the proxy's order, which is the calls' own: the latest end before this call's end
 //!   ([`Ends`]), not the last call settled: calls may settle out of order (a group whose sends to the rank
 //!   itself wait for the next interval settles after a later group that had none waiting), and with the
@@ -38,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
-use crate::abi::{PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
+use crate::abi::{send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
 use crate::record::{Event, Record};
 
 /// How long after its first call a communicator that has shown no kernel or proxy event stops waiting for
@@ -95,6 +97,9 @@ struct Span {
     proxy_end: Option<u64>,
     /// The first proxy step's start.
     step_start: Option<u64>,
+    /// When the GPU was done with the call's proxy operations: a receive's end, a send's last step handed
+    /// over by the GPU (its end where no step said so).
+    gpu_done: Option<u64>,
 }
 
 impl Span {
@@ -104,6 +109,7 @@ impl Span {
         self.proxy_start = min_opt(self.proxy_start, other.proxy_start);
         self.proxy_end = max_opt(self.proxy_end, other.proxy_end);
         self.step_start = min_opt(self.step_start, other.step_start);
+        self.gpu_done = max_opt(self.gpu_done, other.gpu_done);
     }
 
     /// A call's time, collective or point-to-point group (the module's rule): the proxy's from its first
@@ -111,7 +117,7 @@ impl Span {
     /// its own) to its last op's end where the proxy took part, whose end then joins `ends`; else the
     /// kernels' span, else none.
     fn time(&self, ends: &mut Ends) -> (Timing, Option<u64>) {
-        if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.proxy_end) {
+        if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.gpu_done.or(self.proxy_end)) {
             if b >= a {
                 let time = b.saturating_sub(a.max(ends.before(b)));
                 ends.add(b);
@@ -201,8 +207,10 @@ struct Group {
 enum Open {
     Task(Task),
     Group(Group),
-    ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32 },
-    ProxyStep { op: u64, bytes: u64 },
+    /// `handed`: a send's latest step handed over by the GPU.
+    ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32, handed: Option<u64> },
+    /// `handed`: when the GPU handed a send step over (its first state after the GPU wait).
+    ProxyStep { op: u64, bytes: u64, handed: Option<u64> },
     KernelCh { parent: u64, channel: u32, start: u64, end: Option<u64> },
     /// v7: a phase of a kernel channel of `task`.
     KernelPhase { task: u64, phase: u8, start: u64, end: Option<u64> },
@@ -316,8 +324,13 @@ impl Fold {
     pub fn add(&mut self, record: &Record) {
         match *record {
             Record::Start { t_ns, id, ctx, parent, event, .. } => self.start(t_ns, id, ctx, parent, event),
-            Record::State { id, state, arg, .. } => match self.open.get_mut(&id) {
-                Some(Open::ProxyStep { bytes, .. }) => *bytes = (*bytes).max(arg),
+            Record::State { t_ns, id, state, arg } => match self.open.get_mut(&id) {
+                Some(Open::ProxyStep { bytes, handed, .. }) => {
+                    *bytes = (*bytes).max(arg);
+                    if send_handed(state) && t_ns > 0 && handed.is_none() {
+                        *handed = Some(t_ns);
+                    }
+                }
                 Some(Open::KernelCh { end, .. }) if state == STATE_KERNEL_CH_STOP => *end = Some(arg),
                 Some(Open::KernelPhase { end, .. }) if state == STATE_KERNEL_PHASE_STOP => *end = Some(arg),
                 Some(_) => {}
@@ -397,7 +410,7 @@ impl Fold {
                     task.proxies_open += 1;
                     task.span.proxy_start = min_opt(task.span.proxy_start, Some(t_ns));
                 }
-                Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel) }
+                Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel), handed: None }
             }
             Event::ProxyStep { .. } => {
                 if let Some(Open::ProxyOp { parent: task, .. }) = self.open.get(&parent) {
@@ -406,7 +419,7 @@ impl Fold {
                         task.span.step_start = min_opt(task.span.step_start, Some(t_ns));
                     }
                 }
-                Open::ProxyStep { op: parent, bytes: 0 }
+                Open::ProxyStep { op: parent, bytes: 0, handed: None }
             }
             Event::CollApi { func, count, datatype, .. } if nranks <= 1 => {
                 let func = Func::from_nccl(func.as_str());
@@ -458,16 +471,19 @@ impl Fold {
                 }
                 self.settle_parent(task);
             }
-            Open::ProxyOp { parent, .. } => {
+            Open::ProxyOp { parent, send, handed, .. } => {
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
                     task.proxies_open = task.proxies_open.saturating_sub(1);
                     task.proxies_done += 1;
                     task.span.proxy_end = max_opt(task.span.proxy_end, Some(t_ns));
+                    let done = if send { handed.unwrap_or(t_ns) } else { t_ns };
+                    task.span.gpu_done = max_opt(task.span.gpu_done, Some(done));
                 }
                 self.settle_parent(parent);
             }
-            Open::ProxyStep { op, bytes } => {
-                let Some(Open::ProxyOp { ctx, peer, send, channel, .. }) = self.open.get(&op) else { return };
+            Open::ProxyStep { op, bytes, handed } => {
+                let Some(Open::ProxyOp { ctx, peer, send, channel, handed: op_handed, .. }) = self.open.get_mut(&op) else { return };
+                *op_handed = max_opt(*op_handed, handed);
                 let (ctx, peer, send, channel) = (*ctx, *peer, *send, *channel);
                 if let Some(comm) = self.comms.get_mut(&ctx) {
                     let row = comm.peers.entry(peer).or_insert_with(|| PeerRow { peer, sent: 0, received: 0, steps: 0 });
@@ -823,6 +839,38 @@ mod tests {
         };
         assert_eq!(at(&mut fold, UNTIMED_AFTER_NS - 1), 0, "still waiting for the kernels");
         assert_eq!(at(&mut fold, UNTIMED_AFTER_NS + 1), 3, "given up: finished when NCCL stopped them, untimed");
+    }
+
+    /// A rank's call ends when its GPU was done with it: its last receive delivered, its last send step
+    /// handed over by the GPU. A send's last bytes may still be on their way after that (NCCL 2.28.9 over
+    /// sockets, two ranks on one H100: a rank's last send operation ended 250-700 µs after its last receive,
+    /// its kernel long done); they end the peer's call, not this one's.
+    #[test]
+    fn a_call_ends_when_the_gpu_was_done_with_it_not_when_its_last_send_drained() {
+        let mut fold = Fold::default();
+        fold.comm_started(0, CommInfo { comm: 7, name: None, rank: 1, nranks: 2, nnodes: 2 });
+        let name = |s: &str| crate::record::Name::new(s.as_bytes());
+        let us = |t: u64| t * 1000;
+        let coll = Event::Coll { seq: 0, func: name("AllReduce"), count: 1 << 22, datatype: name("ncclFloat32"), root: 0, channels: 1, warps: 8, algo: name("RING"), proto: name("SIMPLE"), group: 0, tag: 0, variant: name(""), sym: false };
+        fold.add(&Record::Start { t_ns: us(0), id: 1, ctx: 0, parent: 0, rank: 1, event: coll });
+        fold.add(&Record::Stop { t_ns: us(5), id: 1 });
+        let op = |send| Event::ProxyOp { channel: 0, peer: 0, steps: 1, chunk: 1 << 19, send };
+        fold.add(&Record::Start { t_ns: us(10), id: 2, ctx: 0, parent: 1, rank: 1, event: op(true) });
+        fold.add(&Record::Start { t_ns: us(10), id: 3, ctx: 0, parent: 1, rank: 1, event: op(false) });
+        // The send's step: posted at 20 µs, handed over by the GPU at 9,000, its bytes gone at 9,400.
+        fold.add(&Record::Start { t_ns: us(20), id: 4, ctx: 0, parent: 2, rank: 1, event: Event::ProxyStep { step: 0 } });
+        fold.add(&Record::State { t_ns: us(20), id: 4, state: crate::abi::STATE_PROXY_STEP_SEND_GPU_WAIT, arg: 0 });
+        fold.add(&Record::State { t_ns: us(9_000), id: 4, state: crate::abi::STATE_PROXY_STEP_SEND_WAIT, arg: 1 << 19 });
+        fold.add(&Record::Stop { t_ns: us(9_400), id: 4 });
+        fold.add(&Record::Stop { t_ns: us(9_400), id: 2 });
+        // The receive's step: its bytes delivered to the GPU at 9,100.
+        fold.add(&Record::Start { t_ns: us(20), id: 5, ctx: 0, parent: 3, rank: 1, event: Event::ProxyStep { step: 0 } });
+        fold.add(&Record::State { t_ns: us(20), id: 5, state: crate::abi::STATE_PROXY_STEP_RECV_WAIT, arg: 1 << 19 });
+        fold.add(&Record::Stop { t_ns: us(9_100), id: 5 });
+        fold.add(&Record::Stop { t_ns: us(9_100), id: 3 });
+        let out = fold.intervals(0, us(10_000));
+        let PluginMessage::Interval { colls, .. } = &out[0].0 else { panic!() };
+        assert_eq!(colls.iter().map(|r| (r.timing, r.timed, r.time_ns)).collect::<Vec<_>>(), vec![(Timing::Proxy, 1, us(9_080))], "{colls:?}");
     }
 
     /// Each timed call's mean (µs) per (function, size) of a fixture, and its timing source.
