@@ -431,7 +431,7 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     out
 }
 
-/// THE STRAGGLER LINE's place (issue 58): under the hang locator, above the hosts. The rank the others
+/// THE STRAGGLER LINE's place: under the hang locator, above the hosts. The rank the others
 /// wait for, how long, how often, on which host and GPU, once the fold computes it (from v7's kernel
 /// phases, else each rank's start of the same collective); nothing until then.
 fn straggler_lines(view: &WatchView) -> Vec<Line<'static>> {
