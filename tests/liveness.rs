@@ -174,3 +174,32 @@ fn a_run_killed_before_its_first_size_leaves_a_readable_results_file_that_says_w
     assert!(!reason.is_empty() && stderr.contains(reason), "{run_status:?}\n{stderr}");
     assert_eq!((results.metadata.experiment.name(), results.metadata.hang_timeout_s), ("write", 60));
 }
+
+/// The dashboard shows a rank lost exactly when the watchdog would name it hung: they read one clock, each by
+/// its own comparison (ui's `ingest::shown`, the runtime's `watchdog::hung`), and must not drift apart.
+#[test]
+fn the_dashboard_shows_lost_exactly_the_rank_the_watchdog_names() {
+    use efatop_proto::liveness::Liveness;
+    use efatop_ui::state::PeerState;
+    let ms = Duration::from_millis;
+    let mut live = Liveness::new(3, ms(100), ms(5_000));
+    let mut named_at = None;
+    for step in 0..60u64 {
+        let at = ms(step * 250);
+        // Rank 0 and rank 2 keep speaking; rank 1 falls silent after 1 s.
+        live.heard(0, at);
+        live.heard(2, at);
+        if at <= ms(1_000) {
+            live.heard(1, at);
+        }
+        let named: Vec<usize> = efatop_runtime::watchdog::hung(&live, at).map(|(rank, _)| rank).into_iter().collect();
+        let lost: Vec<usize> = (1..3).filter(|rank| matches!(efatop_ui::ingest::shown(&live, *rank, at), Some((_, PeerState::Lost)))).collect();
+        assert_eq!(named, lost, "at {at:?}");
+        if !named.is_empty() && named_at.is_none() {
+            named_at = Some(at);
+        }
+    }
+    // Silent from 1 s, past the 5 s hang timeout at the first step after 6 s.
+    assert_eq!(named_at, Some(ms(6_250)));
+}
+

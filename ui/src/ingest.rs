@@ -37,6 +37,25 @@ pub struct Ingest {
 const PEERS_EVERY_ABOVE: usize = 1024;
 const PEERS_EVERY: Duration = Duration::from_millis(100);
 
+
+/// How the dashboard shows `rank` by the liveness clock at `at`: its silence, and slow, then silent, then
+/// lost past the hang timeout (shown, not judged, until then). Lost is the rank the watchdog names
+/// (`efatop_runtime::watchdog::hung`), by the same comparison on the same clock; `tests/liveness.rs` holds
+/// the two together. `None` once its telemetry connection closed.
+pub fn shown(liveness: &Liveness, rank: usize, at: Duration) -> Option<(Duration, PeerState)> {
+    let seen = liveness.silence(rank, at)?;
+    let state = if seen > liveness.hang_timeout {
+        PeerState::Lost
+    } else if seen > liveness.silent_after {
+        PeerState::Silent
+    } else if seen > liveness.slow_after {
+        PeerState::Slow
+    } else {
+        PeerState::Alive
+    };
+    Some((seen, state))
+}
+
 impl Ingest {
     /// Sets `state` up for a run: one channel view per (rank, channel) with the NIC names each rank
     /// reported (`nics[rank][channel]`), one peer view per rank, an empty results table; for an all-to-all
@@ -243,18 +262,8 @@ impl Ingest {
                 continue;
             }
             peer.phase = liveness.last_phase(rank).map(|(phase, bytes)| phase.describe(bytes));
-            // A closed connection is `closed`'s to show; here only the clock is. Past the hang timeout
-            // is what the watchdog names (lost); before it, slow then silent: shown, not judged.
-            let Some(seen) = liveness.silence(rank, at) else { continue };
-            let next = if seen > liveness.hang_timeout {
-                PeerState::Lost
-            } else if seen > liveness.silent_after {
-                PeerState::Silent
-            } else if seen > liveness.slow_after {
-                PeerState::Slow
-            } else {
-                PeerState::Alive
-            };
+            // A closed connection is `closed`'s to show; here only the clock is.
+            let Some((seen, next)) = shown(liveness, rank, at) else { continue };
             peer.last_seen = seen;
             // A rank named lost stays lost; rank 0 itself is never judged by its silence.
             if peer.state == PeerState::Lost || (rank == 0 && next != PeerState::Alive) {
