@@ -94,11 +94,10 @@ struct Span {
     gpu_start: Option<u64>,
     gpu_end: Option<u64>,
     proxy_start: Option<u64>,
-    proxy_end: Option<u64>,
     /// The first proxy step's start.
     step_start: Option<u64>,
-    /// When the GPU was done with the call's proxy operations: a receive's end, a send's last step handed
-    /// over by the GPU (its end where no step said so).
+    /// When the GPU was done with the call's proxy operations, the latest of them: a receive's end, a send's
+    /// last step handed over by the GPU (the send's end where no step said so).
     gpu_done: Option<u64>,
 }
 
@@ -107,17 +106,16 @@ impl Span {
         self.gpu_start = min_opt(self.gpu_start, other.gpu_start);
         self.gpu_end = max_opt(self.gpu_end, other.gpu_end);
         self.proxy_start = min_opt(self.proxy_start, other.proxy_start);
-        self.proxy_end = max_opt(self.proxy_end, other.proxy_end);
         self.step_start = min_opt(self.step_start, other.step_start);
         self.gpu_done = max_opt(self.gpu_done, other.gpu_done);
     }
 
     /// A call's time, collective or point-to-point group (the module's rule): the proxy's from its first
     /// step (or the end of the previous proxied call of its kind, when later: the latest of `ends` before
-    /// its own) to its last op's end where the proxy took part, whose end then joins `ends`; else the
-    /// kernels' span, else none.
+    /// its own) to when the GPU was done with its proxy operations where the proxy took part, which then
+    /// joins `ends`; else the kernels' span, else none.
     fn time(&self, ends: &mut Ends) -> (Timing, Option<u64>) {
-        if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.gpu_done.or(self.proxy_end)) {
+        if let (Some(a), Some(b)) = (self.step_start.or(self.proxy_start), self.gpu_done) {
             if b >= a {
                 let time = b.saturating_sub(a.max(ends.before(b)));
                 ends.add(b);
@@ -475,7 +473,6 @@ impl Fold {
                 if let Some(Open::Task(task)) = self.open.get_mut(&parent) {
                     task.proxies_open = task.proxies_open.saturating_sub(1);
                     task.proxies_done += 1;
-                    task.span.proxy_end = max_opt(task.span.proxy_end, Some(t_ns));
                     let done = if send { handed.unwrap_or(t_ns) } else { t_ns };
                     task.span.gpu_done = max_opt(task.span.gpu_done, Some(done));
                 }
@@ -762,7 +759,7 @@ mod tests {
     /// never nothing.
     #[test]
     fn overlapping_calls_get_their_own_shares_in_whatever_order_they_settle() {
-        let span = |step_start: u64, proxy_end: u64| Span { proxy_start: Some(step_start), step_start: Some(step_start), proxy_end: Some(proxy_end), ..Span::default() };
+        let span = |step_start: u64, gpu_done: u64| Span { proxy_start: Some(step_start), step_start: Some(step_start), gpu_done: Some(gpu_done), ..Span::default() };
         let (first, second, third) = (span(1_000, 5_000), span(4_000, 9_000), span(8_000, 12_000));
         let in_order = {
             let mut ends = Ends::default();
