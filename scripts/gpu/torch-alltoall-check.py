@@ -13,7 +13,8 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
        torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
            the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
            (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
-           difference with its band (the paired rounds' lowest and highest). Needs no watcher.
+           difference (the mean of the paired rounds' differences) with its band: the 95 % confidence
+           interval of that mean, and the paired rounds' lowest and highest. Needs no watcher.
 environment: OPS (comma-separated, default every one), ITERS, SIZES_MIB (comma-separated), CONNECT_FIRST
 (default 1: each collective called once at 1 MiB before the sizes, so that no size holds NCCL's connection)
 """
@@ -150,12 +151,21 @@ def cost(rounds, plugin, out):
             for key, us in per.items():
                 times.setdefault(key, {"on": [], "off": []})[arm].append(statistics.mean(us))
             print(f"round {r + 1} {arm}: {len(per)} sizes", flush=True)
-    print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'band (paired rounds)':>22}")
+    # The band: the 95 % confidence interval of the mean paired difference (Student's t over the rounds),
+    # which narrows as rounds are added; the paired rounds' lowest and highest beside it.
+    print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'paired lo..hi':>18}")
     for (op, size), arms in sorted(times.items()):
         off, on = statistics.mean(arms["off"]), statistics.mean(arms["on"])
         paired = [(a - b) / b * 100 for a, b in zip(arms["on"], arms["off"])]
-        print(f"{op:14} {size:>9} {off:>9.1f} {on:>9.1f} {(on - off) / off * 100:>+7.2f}% "
-              f"{f'{min(paired):+.2f}..{max(paired):+.2f}%':>22}")
+        mean = statistics.mean(paired)
+        half = T95.get(len(paired) - 1, 1.96) * statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("inf")
+        print(f"{op:14} {size:>9} {off:>9.1f} {on:>9.1f} {mean:>+7.2f}% "
+              f"{f'{mean - half:+.2f}..{mean + half:+.2f}%':>18} {2 * half:>6.2f}% {f'{min(paired):+.2f}..{max(paired):+.2f}%':>18}")
+
+
+# Student's t, two-sided 95 %, by degrees of freedom.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
 
 
 def main():
