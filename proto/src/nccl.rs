@@ -319,6 +319,15 @@ pub enum PluginMessage {
     Health { t_ms: u64, events: u64, dropped: u64, unsent: u64, unmatched: u64 },
     /// A communicator ended (`finalize`).
     Bye { comm: u64, rank: u32 },
+    /// A process's own GPU's NICs (those marked `rail`), sent in place of its [`PluginMessage::Nics`] by the
+    /// host's relay, whose own `Nics` carries the host's every NIC: the host's counters travel once an
+    /// interval, not once per process.
+    Rails { t_ms: u64, nics: Vec<NicCount> },
+    /// From a host's relay (the plugin of one of the host's processes, which carries the others' messages
+    /// on its own connection): `message`, as process `local` of that relay sent it. Never nested.
+    Relayed { local: u32, message: Box<PluginMessage> },
+    /// The relay's process `local` is gone: its connection to the relay ended (the process ended or died).
+    Left { local: u32 },
 }
 
 impl PluginMessage {
@@ -327,7 +336,8 @@ impl PluginMessage {
         use crate::stream::Cap;
         let rows = match self {
             Self::Interval { colls, peers, channels, progress, calls, .. } => colls.len().max(peers.len()).max(channels.len()).max(progress.len()).max(calls.len()),
-            Self::Nics { nics, .. } => nics.len(),
+            Self::Nics { nics, .. } | Self::Rails { nics, .. } => nics.len(),
+            Self::Relayed { message, .. } => return message.check(),
             _ => 0,
         };
         // MAX_ROWS is the stream's cap on sizes and columns.
@@ -345,7 +355,11 @@ pub fn read(reader: &mut impl Read) -> Result<Option<PluginMessage>, StreamError
     let Some(body) = crate::stream::read_frame(reader, MAX_MESSAGE)? else { return Ok(None) };
     let mut message: PluginMessage = serde_json::from_slice(&body)?;
     message.check()?;
-    if let PluginMessage::Hello { origin } = &mut message {
+    let inner = match &mut message {
+        PluginMessage::Relayed { message, .. } => &mut **message,
+        message => message,
+    };
+    if let PluginMessage::Hello { origin } = inner {
         origin.host.truncate(MAX_NAME);
     }
     Ok(Some(message))
@@ -653,6 +667,24 @@ mod tests {
         let mut out = Vec::new();
         encode(&many, &mut out).expect("encode");
         assert!(read(&mut out.as_slice()).is_err(), "more rows than a reader holds");
+    }
+
+    #[test]
+    fn a_relayed_message_comes_back_whole_within_the_same_caps_and_its_host_cut() {
+        let relayed = PluginMessage::Relayed { local: 3, message: Box::new(example()) };
+        let mut out = Vec::new();
+        encode(&relayed, &mut out).expect("encode");
+        assert_eq!(read(&mut out.as_slice()).expect("read").expect("one"), relayed);
+        let nic = NicCount { name: "x".into(), tx_bytes: 0, rx_bytes: 0, retrans: None, unresponsive: None, impaired: None, rail: true };
+        let many = PluginMessage::Relayed { local: 0, message: Box::new(PluginMessage::Rails { t_ms: 0, nics: vec![nic; MAX_ROWS + 1] }) };
+        let mut out = Vec::new();
+        encode(&many, &mut out).expect("encode");
+        assert!(read(&mut out.as_slice()).is_err(), "a relayed message is held to the caps of its own kind");
+        let origin = Origin { host: "h".repeat(MAX_NAME + 10), pid: 1, gpu: None, nccl_version: None, abi: 7, plugin_version: "t".into() };
+        let mut out = Vec::new();
+        encode(&PluginMessage::Relayed { local: 1, message: Box::new(PluginMessage::Hello { origin }) }, &mut out).expect("encode");
+        let Some(PluginMessage::Relayed { message, .. }) = read(&mut out.as_slice()).expect("read") else { panic!("relayed") };
+        assert!(matches!(*message, PluginMessage::Hello { origin } if origin.host.len() == MAX_NAME));
     }
 
     fn example() -> PluginMessage {

@@ -389,6 +389,24 @@ impl Watch {
                 state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
                 state.readings.push(now, nccl, state.nics.clone());
             }
+            PluginMessage::Rails { nics, .. } => {
+                // A relayed process's own GPU's NICs: its rails' window; the host's every NIC comes in its
+                // relay's own `Nics`.
+                for key in &plugin.ranks {
+                    if let Some(rank) = self.ranks.get_mut(key) {
+                        rank.heard = now;
+                    }
+                }
+                let host = plugin.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone());
+                let gpu = plugin.origin.as_ref().and_then(|o| o.gpu.clone());
+                let rails: BTreeMap<String, NicCount> = nics.into_iter().filter(|n| n.rail).map(|n| (n.name.clone(), n)).collect();
+                if let (Some(gpu), false) = (gpu, rails.is_empty()) {
+                    let nccl_gpu = self.nccl_of_gpu(&host, &gpu);
+                    self.rails.entry((host, gpu)).or_default().readings.push(now, nccl_gpu, rails);
+                }
+            }
+            // A relay's wrapping is the server's to take off; in a file it means nothing.
+            PluginMessage::Relayed { .. } | PluginMessage::Left { .. } => {}
             PluginMessage::Health { dropped, unsent, .. } => {
                 plugin.dropped = dropped;
                 plugin.unsent = unsent;

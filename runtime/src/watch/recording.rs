@@ -133,6 +133,7 @@ pub fn read_plugin_file(path: &Path) -> Result<Vec<(u64, PluginMessage)>, String
             Ok(Some(message)) => {
                 if let PluginMessage::Interval { t_ms, .. }
                 | PluginMessage::Nics { t_ms, .. }
+                | PluginMessage::Rails { t_ms, .. }
                 | PluginMessage::Health { t_ms, .. } = &message
                 {
                     t = *t_ms;

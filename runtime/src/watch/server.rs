@@ -53,6 +53,9 @@ pub const BATCHES_IN_FLIGHT: usize = 16;
 /// Communicators one plugin may announce on a connection (a process's communicators: its world, its
 /// tensor-, pipeline- and data-parallel groups...); one that announces more is dropped.
 pub const MAX_COMMS: usize = 1024;
+/// Processes one relay may carry at once (a host's: a process per GPU, or per core on a CPU job); a
+/// connection that relays more is dropped.
+pub const MAX_LOCALS: usize = 256;
 /// How long an unproven connection has to prove itself before a newcomer may take its place in a full
 /// budget: a plugin's handshake is one round trip and a hash (well under a second even at a job's start,
 /// when all its plugins connect at once), so it is never crowded out by a flood of strangers, and a
@@ -497,11 +500,16 @@ async fn connection(
         session
     };
     let mut opener = SealedFrames::new(session);
-    let ended = read_frames(&stream, id, &door, &pending, &mut opener).await;
+    let mut relayed = Relayed::default();
+    let ended = read_frames(&stream, id, &door, &pending, &mut opener, &mut relayed).await;
     let mut this = door.borrow_mut();
     this.proven -= 1;
     this.counts.live.fetch_sub(1, Ordering::Relaxed);
     let peer = stream.peer_addr().map_or_else(|_| "a plugin".to_string(), |peer| peer.to_string());
+    // The processes a relay carried end with its connection.
+    for (_, conn) in relayed.locals.drain() {
+        pending.push(Inbound::Closed(conn));
+    }
     match ended {
         Ended::Closed => pending.push(Inbound::Closed(id)),
         Ended::Broken(why) => {
@@ -516,6 +524,59 @@ async fn connection(
             pending.push(Inbound::Closed(id));
             pending.push(Inbound::Refused);
         }
+    }
+}
+
+/// The processes a host's relay carries on one connection: each is a connection of its own to the fold
+/// (a number from the same count as the connections'), from its first relayed message to its `Left` or
+/// the relay's end; its communicators are bounded as a connection's are.
+#[derive(Default)]
+struct Relayed {
+    locals: HashMap<u32, u64>,
+    comms: HashMap<u64, Vec<(u64, u32)>>,
+}
+
+impl Relayed {
+    /// Where `message`, read on connection `id`, goes: the connection (or relayed process) it is from and
+    /// the message itself; `Ok(None)` for a message that only ends a relayed process (pushed here).
+    fn route(&mut self, id: u64, message: PluginMessage, door: &RefCell<Door>, pending: &Pending) -> Result<Option<(u64, PluginMessage)>, String> {
+        let (conn, message) = match message {
+            PluginMessage::Relayed { local, message } => {
+                if matches!(*message, PluginMessage::Relayed { .. } | PluginMessage::Left { .. }) {
+                    return Err("a relayed message inside another".into());
+                }
+                let conn = match self.locals.get(&local) {
+                    Some(conn) => *conn,
+                    None if self.locals.len() >= MAX_LOCALS => return Err(format!("a relay of more than {MAX_LOCALS} processes")),
+                    None => {
+                        let mut door = door.borrow_mut();
+                        door.next_conn += 1;
+                        self.locals.insert(local, door.next_conn);
+                        door.next_conn
+                    }
+                };
+                (conn, *message)
+            }
+            PluginMessage::Left { local } => {
+                if let Some(conn) = self.locals.remove(&local) {
+                    self.comms.remove(&conn);
+                    pending.push(Inbound::Closed(conn));
+                }
+                return Ok(None);
+            }
+            message => (id, message),
+        };
+        if let PluginMessage::Comm { info } = &message {
+            let key = (info.comm, info.rank);
+            let comms = self.comms.entry(conn).or_default();
+            if !comms.contains(&key) {
+                if comms.len() >= MAX_COMMS {
+                    return Err(format!("more than {MAX_COMMS} communicators"));
+                }
+                comms.push(key);
+            }
+        }
+        Ok(Some((conn, message)))
     }
 }
 
@@ -536,10 +597,10 @@ async fn read_frames(
     door: &Rc<RefCell<Door>>,
     pending: &Pending,
     opener: &mut impl Opener,
+    relayed: &mut Relayed,
 ) -> Ended {
     let scratch = Rc::clone(&door.borrow().scratch);
     let mut plain: Vec<u8> = Vec::new();
-    let mut comms: Vec<(u64, u32)> = Vec::new();
     // Bytes of the buffers' budget this connection holds.
     let mut charged = 0;
     let outcome = 'reading: loop {
@@ -577,16 +638,11 @@ async fn read_frames(
                 Ok(None) => break,
                 Err(err) => break 'reading Ended::Broken(err.to_string()),
             };
-            if let PluginMessage::Comm { info } = &message {
-                let key = (info.comm, info.rank);
-                if !comms.contains(&key) {
-                    if comms.len() >= MAX_COMMS {
-                        break 'reading Ended::Broken(format!("more than {MAX_COMMS} communicators"));
-                    }
-                    comms.push(key);
-                }
+            match relayed.route(id, message, door, pending) {
+                Ok(Some((conn, message))) => pending.push(Inbound::Message(conn, message)),
+                Ok(None) => {}
+                Err(why) => break 'reading Ended::Broken(why),
             }
-            pending.push(Inbound::Message(id, message));
             at = end;
         }
         if at == plain.len() {
@@ -762,6 +818,64 @@ mod tests {
         clear.write_all(&hello_frame("in-the-clear")).expect("write");
         wait_for("the frame in the clear is refused", counts, |c| c.forged.load(Ordering::Relaxed) == 2);
         assert!(!hello_from(&got, "in-the-clear"));
+    }
+
+    fn relayed_frame(local: u32, message: PluginMessage) -> Vec<u8> {
+        let mut out = Vec::new();
+        nccl::encode(&PluginMessage::Relayed { local, message: Box::new(message) }, &mut out).expect("encode");
+        out
+    }
+
+    fn hello_message(host: &str) -> PluginMessage {
+        PluginMessage::Hello { origin: Origin { host: host.into(), pid: 8, gpu: None, nccl_version: None, abi: 6, plugin_version: "t".into() } }
+    }
+
+    /// A host's relay: each process it carries reaches the fold as a connection of its own, ends with its
+    /// `Left` or with the relay's connection; a relay nesting relayed messages, or carrying more processes
+    /// than a host has, is dropped and counted.
+    #[test]
+    fn a_relays_processes_are_connections_of_their_own_and_end_with_it() {
+        let (server, secret, rx) = start(Settings::default());
+        let (mut stream, mut sealer) = plugin(server.address, &secret).expect("the relay proves the token");
+        let mut wire = hello_frame("node-a");
+        wire.extend(relayed_frame(1, hello_message("node-a-1")));
+        wire.extend(relayed_frame(2, hello_message("node-a-2")));
+        wire.extend(relayed_frame(2, PluginMessage::Health { t_ms: 5, events: 1, dropped: 0, unsent: 0, unmatched: 0 }));
+        stream.write_all(&sealed(&mut sealer, &wire)).expect("write");
+        let mut got = Vec::new();
+        until(&rx, &mut got, |got| hello_from(got, "node-a-2") && got.iter().any(|i| matches!(i, Inbound::Message(_, PluginMessage::Health { .. }))));
+        let conn_of = |got: &[Inbound], host: &str| got.iter().find_map(|i| match i { Inbound::Message(c, PluginMessage::Hello { origin }) if origin.host == host => Some(*c), _ => None }).expect("hello");
+        let (relay, one, two) = (conn_of(&got, "node-a"), conn_of(&got, "node-a-1"), conn_of(&got, "node-a-2"));
+        assert!(relay != one && one != two && relay != two, "{got:?}");
+        assert!(got.iter().any(|i| matches!(i, Inbound::Message(c, PluginMessage::Health { .. }) if *c == two)), "the health is process 2's: {got:?}");
+        let mut left = Vec::new();
+        nccl::encode(&PluginMessage::Left { local: 1 }, &mut left).expect("encode");
+        stream.write_all(&sealed(&mut sealer, &left)).expect("write");
+        until(&rx, &mut got, |got| got.iter().any(|i| matches!(i, Inbound::Closed(c) if *c == one)));
+        assert!(!got.iter().any(|i| matches!(i, Inbound::Closed(c) if *c == two || *c == relay)), "{got:?}");
+        drop(stream);
+        until(&rx, &mut got, |got| [two, relay].iter().all(|c| got.iter().any(|i| matches!(i, Inbound::Closed(d) if d == c))));
+        let counts = server.counts();
+        assert_eq!((counts.proven.load(Ordering::Relaxed), counts.broken.load(Ordering::Relaxed)), (1, 0), "{counts:?}");
+
+        // Nested: dropped, counted and named; nothing inside folded.
+        let (mut stream, mut sealer) = plugin(server.address, &secret).expect("proves");
+        let nested = relayed_frame(1, PluginMessage::Relayed { local: 2, message: Box::new(hello_message("nested")) });
+        stream.write_all(&sealed(&mut sealer, &nested)).expect("write");
+        wait_for("a nested relay is dropped", counts, |c| c.broken.load(Ordering::Relaxed) == 1);
+        assert!(counts.take_named().iter().any(|n| n.contains("inside another")));
+        // More processes than a host has: dropped at the one past the cap.
+        let (mut stream, mut sealer) = plugin(server.address, &secret).expect("proves");
+        let many: Vec<u8> = (0..=MAX_LOCALS as u32).flat_map(|l| relayed_frame(l, PluginMessage::Health { t_ms: 1, events: 0, dropped: 0, unsent: 0, unmatched: 0 })).collect();
+        for chunk in many.chunks(60_000) {
+            if stream.write_all(&sealed(&mut sealer, chunk)).is_err() {
+                break;
+            }
+        }
+        wait_for("a relay of too many processes is dropped", counts, |c| c.broken.load(Ordering::Relaxed) == 2);
+        assert!(counts.take_named().iter().any(|n| n.contains(&format!("more than {MAX_LOCALS} processes"))));
+        until(&rx, &mut got, |got| got.iter().filter(|i| matches!(i, Inbound::Message(_, PluginMessage::Health { t_ms: 1, .. }))).count() == MAX_LOCALS);
+        assert!(!hello_from(&got, "nested"));
     }
 
     /// Tricklers (a byte every 300 ms) fill the unproven budget and are cut at the handshake's one deadline,

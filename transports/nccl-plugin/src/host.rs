@@ -1,5 +1,5 @@
 //! What the process the plugin lives in can tell about itself: its effective user, the NCCL that loaded
-//! the plugin, the CUDA device of the calling thread. Looked up with dlsym, so the plugin links neither.
+//! the plugin, the CUDA device of the calling thread; and who holds the other end of a local socket. Looked up with dlsym, so the plugin links neither.
 
 use std::ffi::c_int;
 
@@ -7,6 +7,17 @@ use std::ffi::c_int;
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// The process at the other end of a connected Unix socket: its pid and effective user id, as the kernel
+/// recorded them when it connected or listened (`SO_PEERCRED`); `None` where the kernel does not say.
+pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(u32, u32)> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes (one ucred) into `cred`, which lives across the call;
+    // the descriptor is borrowed from a live socket.
+    let rc = unsafe { libc::getsockopt(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, std::ptr::addr_of_mut!(cred).cast(), &mut len) };
+    (rc == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some((cred.pid as u32, cred.uid))
 }
 
 /// NCCL's version as "2.28.3": `ncclGetVersion` of the NCCL that loaded the plugin. Looked up in the

@@ -7,7 +7,8 @@
 //! - [`worker`]: the plugin's own thread folds the records ([`fold`]: per communicator and collective,
 //!   per peer, per channel, progress by sequence number), reads the node's EFA counters ([`identity`], with
 //!   what [`host`] looks up in the process) and
-//!   sends the figures ([`sink`]) to `efatop watch` or a file; with `EFATOP_PROFILER_TRACE` it also writes
+//!   sends the figures ([`sink`]) to `efatop watch` (through the host's [`relay`]: one connection a host) or
+//!   a file; with `EFATOP_PROFILER_TRACE` it also writes
 //!   every record ([`trace`]) for fixtures.
 //!
 //! It depends on `efatop-proto` alone among efatop's crates (no tokio, ratatui or hwloc).
@@ -22,6 +23,7 @@ pub mod fold;
 pub mod host;
 pub mod identity;
 pub mod record;
+pub mod relay;
 pub mod runtime;
 pub mod sink;
 pub mod trace;

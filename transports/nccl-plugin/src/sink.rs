@@ -27,11 +27,18 @@ use efatop_proto::nccl::{encode, file_hello, CommInfo, Origin, PluginMessage};
 /// Messages queued for the watcher's thread at most.
 const QUEUE: usize = 1024;
 
+/// What the watcher's thread sends: this process's frames, and, where it is the host's relay, those of
+/// the host's other processes (already wrapped as [`PluginMessage::Relayed`]).
+pub enum Out {
+    Own(Vec<u8>),
+    Relayed(Vec<u8>),
+}
+
 type Frames = Arc<Mutex<Vec<(u64, u32, Vec<u8>)>>>;
 
 pub enum Sink {
     /// `queued`: frames put on the queue; `handled`: those the thread took off it (written or lost).
-    Watcher { queue: SyncSender<Vec<u8>>, preamble: Frames, unsent: Arc<AtomicU64>, queued: u64, handled: Arc<AtomicU64> },
+    Watcher { queue: SyncSender<Out>, preamble: Frames, unsent: Arc<AtomicU64>, queued: u64, handled: Arc<AtomicU64> },
     File { file: std::io::BufWriter<std::fs::File>, unsent: u64 },
     Off { unsent: u64 },
 }
@@ -66,7 +73,8 @@ impl Sink {
             let unsent = Arc::new(AtomicU64::new(0));
             let handled = Arc::new(AtomicU64::new(0));
             let (p, u, h) = (Arc::clone(&preamble), Arc::clone(&unsent), Arc::clone(&handled));
-            let spawned = std::thread::Builder::new().name("efatop-nccl-send".into()).spawn(move || send_loop(&address, &secret, &rx, &p, &u, &h));
+            let (host, relayed) = (origin.host.clone(), queue.clone());
+            let spawned = std::thread::Builder::new().name("efatop-nccl-send".into()).spawn(move || send_loop(&address, &secret, &host, &rx, &relayed, &p, &u, &h));
             if spawned.is_err() {
                 return Self::Off { unsent: 0 };
             }
@@ -112,7 +120,7 @@ impl Sink {
 
     fn send_frame(&mut self, bytes: Vec<u8>) {
         match self {
-            Self::Watcher { queue, unsent, queued, .. } => match queue.try_send(bytes) {
+            Self::Watcher { queue, unsent, queued, .. } => match queue.try_send(Out::Own(bytes)) {
                 Ok(()) => *queued += 1,
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                     unsent.fetch_add(1, Ordering::Relaxed);
@@ -175,41 +183,111 @@ fn connect(address: &str, secret: &Secret) -> Result<(TcpStream, Sealer), String
 }
 
 /// Seals `frame` (a record of its own, or several past a record's most) and writes it whole.
-fn write_sealed(stream: &mut TcpStream, sealer: &mut Sealer, frame: &[u8], out: &mut Vec<u8>) -> bool {
+fn write_sealed(stream: &mut impl Write, sealer: &mut Sealer, frame: &[u8], out: &mut Vec<u8>) -> bool {
     out.clear();
     sealer.seal(frame, out).is_ok() && stream.write_all(out).is_ok()
 }
 
-fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) {
-    let mut backoff = Duration::from_millis(250);
-    let mut told = false;
+/// Whether the queue's sender is gone (the process is ending): the thread ends too.
+struct Gone;
+
+/// Sends the preamble, then what the queue holds, over `stream`, until a write fails (`Ok`: connect
+/// again) or the queue's sender is gone. A relay's frames go only where `relaying` (to the watcher, as the
+/// host's relay): elsewhere there are none.
+fn stream_frames(stream: &mut impl Write, sealer: &mut Sealer, rx: &Receiver<Out>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) -> Result<(), Gone> {
     // The sealed bytes of one frame: kept across frames, so a frame costs no allocation once it has grown.
     let mut out = Vec::new();
+    let frames: Vec<Vec<u8>> = preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, _, f)| f.clone()).collect();
+    if frames.iter().any(|f| !write_sealed(stream, sealer, f, &mut out)) {
+        return Ok(());
+    }
     loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(Out::Own(bytes)) => {
+                let written = write_sealed(stream, sealer, &bytes, &mut out);
+                if !written {
+                    unsent.fetch_add(1, Ordering::Relaxed);
+                }
+                handled.fetch_add(1, Ordering::Release);
+                if !written {
+                    return Ok(());
+                }
+            }
+            Ok(Out::Relayed(bytes)) => {
+                if !write_sealed(stream, sealer, &bytes, &mut out) {
+                    return Ok(());
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Err(Gone),
+        }
+    }
+}
+
+/// Waits `backoff`, taking what the queue gets meanwhile off it: this process's frames are counted
+/// unsent; a relay's are lost with its connection (their processes send their figures again, cumulative).
+fn wait_out(rx: &Receiver<Out>, backoff: Duration, unsent: &AtomicU64, handled: &AtomicU64) -> Result<(), Gone> {
+    let deadline = std::time::Instant::now() + backoff;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Out::Own(_)) => {
+                unsent.fetch_add(1, Ordering::Relaxed);
+                handled.fetch_add(1, Ordering::Release);
+            }
+            Ok(Out::Relayed(_)) => {}
+            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Disconnected) => return Err(Gone),
+        }
+    }
+    Ok(())
+}
+
+/// The watcher's thread. Unless `EFATOP_WATCH_RELAY=0`, it first looks for the host's relay
+/// ([`crate::relay`]): joined, its frames go there; none there, this process becomes the relay and its
+/// connection to the watcher carries the host's other processes too; a relay it cannot trust, it connects
+/// to the watcher itself from then on.
+#[allow(clippy::too_many_arguments)]
+fn send_loop(address: &str, secret: &Secret, host: &str, rx: &Receiver<Out>, relayed: &SyncSender<Out>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) {
+    let mut backoff = Duration::from_millis(250);
+    let mut told = false;
+    let uid = crate::host::euid();
+    let name = crate::relay::name(uid, host, address);
+    let mut looks = std::env::var("EFATOP_WATCH_RELAY").map_or(true, |v| v != "0");
+    let mut leading: Option<crate::relay::Relay> = None;
+    loop {
+        if looks && leading.is_none() {
+            match crate::relay::find(&name, secret, uid) {
+                crate::relay::Found::Joined(mut stream, mut sealer, pid) => {
+                    say(&format!("streaming to efatop watch at {address} through this host's relay (pid {pid})"));
+                    told = false;
+                    if stream_frames(&mut stream, &mut sealer, rx, preamble, unsent, handled).is_err() {
+                        return;
+                    }
+                    // The relay went (or stalled): look again, soon (the first to look takes its place).
+                    if wait_out(rx, Duration::from_millis(50), unsent, handled).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                crate::relay::Found::Leading(listener) => leading = Some(crate::relay::serve(listener, secret.clone(), uid, relayed.clone())),
+                crate::relay::Found::Direct(why) => {
+                    say(&format!("{why}; connecting to efatop watch at {address} itself"));
+                    looks = false;
+                }
+            }
+        }
         match connect(address, secret) {
             Ok((mut stream, mut sealer)) => {
                 backoff = Duration::from_millis(250);
-                say(&format!("streaming to efatop watch at {address}"));
+                let relaying = if leading.is_some() { " (and this host's other processes: it is their relay)" } else { "" };
+                say(&format!("streaming to efatop watch at {address}{relaying}"));
                 told = false;
-                let frames: Vec<Vec<u8>> = preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, _, f)| f.clone()).collect();
-                if frames.iter().any(|f| !write_sealed(&mut stream, &mut sealer, f, &mut out)) {
-                    continue;
+                // The host's processes on a new connection: each comes back and says who it is again.
+                if let Some(relay) = &leading {
+                    relay.reset();
                 }
-                loop {
-                    match rx.recv_timeout(Duration::from_secs(1)) {
-                        Ok(bytes) => {
-                            let written = write_sealed(&mut stream, &mut sealer, &bytes, &mut out);
-                            if !written {
-                                unsent.fetch_add(1, Ordering::Relaxed);
-                            }
-                            handled.fetch_add(1, Ordering::Release);
-                            if !written {
-                                break;
-                            }
-                        }
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
+                if stream_frames(&mut stream, &mut sealer, rx, preamble, unsent, handled).is_err() {
+                    return;
                 }
             }
             Err(err) => {
@@ -217,16 +295,8 @@ fn send_loop(address: &str, secret: &Secret, rx: &Receiver<Vec<u8>>, preamble: &
                     say(&format!("efatop watch at {address}: {err}; retrying (the job goes on)"));
                     told = true;
                 }
-                let deadline = std::time::Instant::now() + backoff;
-                while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-                    match rx.recv_timeout(left) {
-                        Ok(_) => {
-                            unsent.fetch_add(1, Ordering::Relaxed);
-                            handled.fetch_add(1, Ordering::Release);
-                        }
-                        Err(RecvTimeoutError::Timeout) => break,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
+                if wait_out(rx, backoff, unsent, handled).is_err() {
+                    return;
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
