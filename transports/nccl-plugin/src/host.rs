@@ -20,6 +20,29 @@ pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(u32, u32)> {
     (rc == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some((cred.pid as u32, cred.uid))
 }
 
+/// Writes to a Unix socket without SIGPIPE: std writes a `UnixStream` with write(2), which raises SIGPIPE
+/// when the peer is gone, and a plugin lives in a process (NCCL's, Python's) that may not ignore it; this
+/// says `MSG_NOSIGNAL`, as std's TCP writes do. The socket's send timeout holds as for write(2).
+pub struct NoSigpipe<'a>(pub &'a std::os::unix::net::UnixStream);
+
+impl std::io::Write for NoSigpipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: send reads at most `buf.len()` bytes from `buf`, which outlives the call; the descriptor
+        // is borrowed from a live socket.
+        let sent = unsafe { libc::send(self.0.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if sent < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(sent as usize)
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// NCCL's version as "2.28.3": `ncclGetVersion` of the NCCL that loaded the plugin. Looked up in the
 /// process's global scope first (a program linked with libnccl), then in every object the process has
 /// loaded: a library loaded with `RTLD_LOCAL` keeps its symbols out of the global scope, and PyTorch loads

@@ -35,12 +35,19 @@ use efatop_auth::{self as auth, Secret};
 use efatop_proto::handshake::Purpose;
 use efatop_proto::nccl::{self, PluginMessage};
 
+use crate::host::NoSigpipe;
 use crate::sink::Out;
 
 /// Processes one relay carries at most (the watcher's cap on a relay is the same).
 pub const MAX_LOCALS: usize = 256;
-/// The whole handshake, either way, within this.
-pub const HANDSHAKE: Duration = Duration::from_secs(5);
+/// The whole handshake, either way, within this: on one host it takes well under a millisecond, so a
+/// relay that does not answer within it is stopped or not ours, and the process goes to the watcher itself.
+pub const HANDSHAKE: Duration = Duration::from_secs(2);
+/// The relay tells each of its processes it is alive this often (a byte)...
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// ...and a process that has heard nothing from it for this long looks for the host's relay again (a
+/// stopped relay process would otherwise hold its processes' figures in its socket's buffer unseen).
+pub const SILENT: Duration = Duration::from_secs(3);
 
 /// The relay's name for `host`'s processes of this user streaming to `address`: an abstract socket's (no
 /// file to leave behind or to race on), unique per user, host (as the plugin names it: `EFATOP_HOST`
@@ -59,6 +66,45 @@ pub enum Found {
     Leading(UnixListener),
     /// No relay can be used (why): the process connects to the watcher itself.
     Direct(String),
+}
+
+/// A process's link to its relay: frames written without SIGPIPE; alive while the relay's heartbeat comes.
+pub struct Link {
+    pub stream: UnixStream,
+    heard: Instant,
+}
+
+impl Link {
+    pub fn new(stream: UnixStream) -> Self {
+        Self { stream, heard: Instant::now() }
+    }
+
+    /// Whether the relay was heard within [`SILENT`] (its heartbeats taken off the socket now); false once it
+    /// closed.
+    pub fn alive(&mut self) -> bool {
+        let mut beats = [0u8; 64];
+        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(1)));
+        loop {
+            match self.stream.read(&mut beats) {
+                Ok(0) => return false,
+                Ok(_) => self.heard = Instant::now(),
+                Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        self.heard.elapsed() < SILENT
+    }
+}
+
+impl Write for Link {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        NoSigpipe(&self.stream).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A blocking stream whose every read and write ends at one deadline: a peer that trickles a byte now and
@@ -87,7 +133,7 @@ impl Read for Deadlined<'_> {
 impl Write for Deadlined<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.stream.set_write_timeout(Some(self.left()?))?;
-        self.stream.write(buf)
+        NoSigpipe(self.stream).write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -168,6 +214,17 @@ fn say(text: &str) {
 pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: SyncSender<Out>) -> Relay {
     let relay = Relay { locals: Arc::new(Mutex::new(Vec::new())), refused: Arc::new(AtomicU64::new(0)) };
     let (locals, refused) = (Arc::clone(&relay.locals), Arc::clone(&relay.refused));
+    let beating = Arc::downgrade(&relay.locals);
+    let _ = std::thread::Builder::new().name("efatop-nccl-beat".into()).spawn(move || {
+        // Ends with the relay (its processes' list dropped).
+        while let Some(locals) = beating.upgrade() {
+            for (_, stream) in locals.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+                let _ = NoSigpipe(stream).write(&[0]);
+            }
+            drop(locals);
+            std::thread::sleep(HEARTBEAT);
+        }
+    });
     let spawned = std::thread::Builder::new().name("efatop-nccl-relay".into()).spawn(move || {
         let live = Arc::new(AtomicUsize::new(0));
         let next = AtomicU32::new(1);
@@ -224,6 +281,8 @@ fn carry(mut stream: UnixStream, local: u32, secret: &Secret, up: &SyncSender<Ou
         auth::accept_session(&mut timed, secret, Purpose::Nccl).map_err(|err| format!("a process that did not prove the token: {err}"))?
     };
     let _ = stream.set_read_timeout(None);
+    // The heartbeat's write never waits long on a process that stopped reading.
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
     if let Ok(clone) = stream.try_clone() {
         locals.lock().unwrap_or_else(PoisonError::into_inner).push((local, clone));
     }
@@ -270,6 +329,26 @@ mod tests {
         assert_ne!(a, name(1000, "node-b", "10.0.0.1:9400"));
         assert_ne!(a, name(1000, "node-a", "10.0.0.1:9401"));
         assert!(a.len() < 100, "an abstract name fits sun_path: {a}");
+    }
+
+    /// A process's link lives on the relay's heartbeat: a relay that stops beating (a stopped process) is
+    /// given up after SILENT, one that closed at once; writes to a closed relay fail, never raise SIGPIPE.
+    #[test]
+    fn a_link_is_alive_while_the_relay_beats_and_not_once_it_stops_or_closes() {
+        let (ours, relay) = UnixStream::pair().expect("pair");
+        let mut link = Link::new(ours);
+        assert!(link.alive());
+        std::thread::sleep(SILENT / 2);
+        NoSigpipe(&relay).write_all(&[0]).expect("beat");
+        std::thread::sleep(SILENT / 2 + Duration::from_millis(200));
+        assert!(link.alive(), "a beat within SILENT keeps it");
+        std::thread::sleep(SILENT);
+        assert!(!link.alive(), "no beat for SILENT: given up");
+        let (ours, relay) = UnixStream::pair().expect("pair");
+        let mut link = Link::new(ours);
+        drop(relay);
+        assert!(!link.alive(), "a closed relay at once");
+        assert!(link.write_all(&[1; 4096]).is_err(), "and a write fails (EPIPE), the process goes on");
     }
 
     /// The first to look leads; the next joins over the token; a process with another token goes to the

@@ -188,13 +188,29 @@ fn write_sealed(stream: &mut impl Write, sealer: &mut Sealer, frame: &[u8], out:
     sealer.seal(frame, out).is_ok() && stream.write_all(out).is_ok()
 }
 
+/// Where frames are written: the watcher (alive while writes succeed) or the host's relay.
+pub trait Peer: Write {
+    /// Whether the other end is still there, beyond what a write would tell.
+    fn alive(&mut self) -> bool {
+        true
+    }
+}
+
+impl Peer for TcpStream {}
+
+impl Peer for crate::relay::Link {
+    fn alive(&mut self) -> bool {
+        crate::relay::Link::alive(self)
+    }
+}
+
 /// Whether the queue's sender is gone (the process is ending): the thread ends too.
 struct Gone;
 
-/// Sends the preamble, then what the queue holds, over `stream`, until a write fails (`Ok`: connect
-/// again) or the queue's sender is gone. A relay's frames go only where `relaying` (to the watcher, as the
-/// host's relay): elsewhere there are none.
-fn stream_frames(stream: &mut impl Write, sealer: &mut Sealer, rx: &Receiver<Out>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) -> Result<(), Gone> {
+/// Sends the preamble, then what the queue holds, over `stream`, until a write fails or `alive` says the
+/// other end is gone (`Ok`: connect again), or the queue's sender is gone. A relay's frames come only to
+/// the host's relay, on its way to the watcher.
+fn stream_frames(stream: &mut impl Peer, sealer: &mut Sealer, rx: &Receiver<Out>, preamble: &Frames, unsent: &AtomicU64, handled: &AtomicU64) -> Result<(), Gone> {
     // The sealed bytes of one frame: kept across frames, so a frame costs no allocation once it has grown.
     let mut out = Vec::new();
     let frames: Vec<Vec<u8>> = preamble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, _, f)| f.clone()).collect();
@@ -202,6 +218,9 @@ fn stream_frames(stream: &mut impl Write, sealer: &mut Sealer, rx: &Receiver<Out
         return Ok(());
     }
     loop {
+        if !stream.alive() {
+            return Ok(());
+        }
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(Out::Own(bytes)) => {
                 let written = write_sealed(stream, sealer, &bytes, &mut out);
@@ -257,10 +276,11 @@ fn send_loop(address: &str, secret: &Secret, host: &str, rx: &Receiver<Out>, rel
     loop {
         if looks && leading.is_none() {
             match crate::relay::find(&name, secret, uid) {
-                crate::relay::Found::Joined(mut stream, mut sealer, pid) => {
+                crate::relay::Found::Joined(stream, mut sealer, pid) => {
                     say(&format!("streaming to efatop watch at {address} through this host's relay (pid {pid})"));
                     told = false;
-                    if stream_frames(&mut stream, &mut sealer, rx, preamble, unsent, handled).is_err() {
+                    let mut link = crate::relay::Link::new(stream);
+                    if stream_frames(&mut link, &mut sealer, rx, preamble, unsent, handled).is_err() {
                         return;
                     }
                     // The relay went (or stalled): look again, soon (the first to look takes its place).
