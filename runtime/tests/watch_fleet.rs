@@ -44,6 +44,7 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
         straggle_at: Duration::ZERO,
         straggle_lag: Duration::ZERO,
         strangers: 2000,
+        relayed: false,
     };
     let world = job.world();
     // Well past a loaded machine's late reports: only the stalled rank is behind that long.
@@ -160,8 +161,8 @@ fn a_32768_rank_job_is_folded_whole_and_its_stalled_rank_named_on_the_first_scre
     assert_eq!(counts.forged.load(Ordering::Relaxed), 0, "every sealed record opened: {counts:?}");
 }
 
-/// A job of 64 hosts × 8 ranks, a plugin per rank (512, as `PyTorch` runs) at the plugin's 1 s interval, each
-/// sampling its calls as the plugin does: once every plugin reports, rank 301 (on p5-0037, GPU 5) starts
+/// A job of 64 hosts × 8 ranks, a plugin per rank (512, as `PyTorch` runs; each host's through its relay, one
+/// connection a host) at the plugin's 1 s interval, each sampling its calls as the plugin does: once every plugin reports, rank 301 (on p5-0037, GPU 5) starts
 /// each allreduce 20 ms late. The straggler finder names it, on its host and GPU, within the 10 s
 /// of it starting to lag, and names no other rank before or after, and the hang locator never names it nor
 /// any rank behind its peers but the stalled one; then rank 35 on p5-0004 stalls, and the hang locator
@@ -181,15 +182,18 @@ fn a_straggler_is_named_on_its_host_within_10_s_and_a_later_stall_still_is() {
         straggle_at: Duration::ZERO,
         straggle_lag: Duration::from_millis(20),
         strangers: 0,
+        relayed: true,
     };
     let plugins_n = job.world();
+    // Through each host's relay, as the plugin runs by default: 64 connections carry the 512 plugins.
+    let connections = job.hosts;
     // As in the fleet test: well past a loaded machine's late reports (with 5 s, a run on the loaded dev VM
     // had every rank unheard that long once, and named silent).
     let hang_after = Duration::from_secs(8);
     let goal = Duration::from_secs(10);
-    let watcher = Watcher::start(Settings::default(), Config { hang_after, ..Config::default() }, plugins_n).expect("the watcher");
+    let watcher = Watcher::start(Settings::default(), Config { hang_after, ..Config::default() }, connections).expect("the watcher");
     let files = watcher.files;
-    assert!(files.enough(), "this test holds both ends of {plugins_n} connections: it needs {} open files and may open {}", files.wanted, files.limit);
+    assert!(files.enough(), "this test holds both ends of {connections} connections: it needs {} open files and may open {}", files.wanted, files.limit);
     let (server, started, lines_rx) = (&watcher.server, watcher.started, &watcher.lines);
     let stop = Arc::new(AtomicBool::new(false));
     let (senders, sent) = plugins::start(job.clone(), server.address, watcher.secret.clone(), started, Arc::clone(&stop), 1, Vec::new());
@@ -215,7 +219,7 @@ fn a_straggler_is_named_on_its_host_within_10_s_and_a_later_stall_still_is() {
                 WatchLine::Straggler { .. } | WatchLine::Hang { rank: 301, .. } => others.push(line.clone()),
                 WatchLine::Hang { rank, why: HangWhy::Silent, .. } if *rank != 35 => silent += 1,
                 WatchLine::Hang { rank, .. } if *rank != 35 => others.push(line.clone()),
-                WatchLine::Coll { ranks, .. } if straggle_at.is_none() && server.counts().live.load(Ordering::Relaxed) == plugins_n as u64 => {
+                WatchLine::Coll { ranks, .. } if straggle_at.is_none() && server.counts().live.load(Ordering::Relaxed) == connections as u64 => {
                     // A coll line counts the ranks whose rows it averaged: all of them, once each reported.
                     reported.insert(*ranks);
                 }

@@ -59,6 +59,10 @@ struct Args {
     /// JAX does (fewer connections: where the open-file limit cannot hold two ends of every rank's)
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     ranks_per_process: u32,
+    /// Each host's plugins through its relay (as the plugin runs by default): one connection a host, the
+    /// host's other processes' messages relayed, their NICs cut to their rails
+    #[arg(long)]
+    relay: bool,
     /// The plugins' interval, ms (the plugin's default: 1000)
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     interval_ms: u64,
@@ -125,9 +129,11 @@ fn main() -> std::process::ExitCode {
         straggle_at: Duration::from_secs(args.straggle_at),
         straggle_lag: Duration::from_millis(args.straggle_lag_ms),
         strangers: args.strangers,
+        relayed: args.relay,
     };
     let world = job.world();
     let processes = args.hosts as usize * (job.per_host / job.per_process);
+    let connections = if job.relayed { args.hosts as usize } else { processes };
     let settings = Settings {
         max_plugins: 2 * world,
         ..Settings::default()
@@ -136,7 +142,7 @@ fn main() -> std::process::ExitCode {
         hang_after: Duration::from_secs(args.hang_after),
         ..Config::default()
     };
-    let watcher = match Watcher::start(settings, config, processes) {
+    let watcher = match Watcher::start(settings, config, connections) {
         Ok(watcher) => watcher,
         Err(err) => {
             eprintln!("bench_watch: the watcher: {err}");
@@ -146,15 +152,15 @@ fn main() -> std::process::ExitCode {
     let files = watcher.files;
     if !files.enough() {
         // Both ends of every connection live in this process: those past the limit fail and are retried.
-        eprintln!("bench_watch: {processes} connections need {} open files here and this process may open {} (its hard limit): fewer --hosts, more --ranks-per-process, or a higher hard limit", files.wanted, files.limit);
+        eprintln!("bench_watch: {connections} connections need {} open files here and this process may open {} (its hard limit): fewer --hosts, more --ranks-per-process, or a higher hard limit", files.wanted, files.limit);
     }
     let cpus = allowed_cpus();
     let watcher_cpu = cpus.last().copied().unwrap_or(0);
     let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != watcher_cpu).collect();
     let confined = !others.is_empty();
     println!(
-        "# bench_watch: {} hosts × {} ranks = {world} ranks, {processes} plugins (connections) at {} ms; hang-after {} s, stall at {} s; {} CPUs (the watcher on CPU {watcher_cpu}, the plugins on {:?}); open files {files}",
-        args.hosts, args.ranks_per_host, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others,
+        "# bench_watch: {} hosts × {} ranks = {world} ranks, {processes} plugins ({connections} connections{}) at {} ms; hang-after {} s, stall at {} s; {} CPUs (the watcher on CPU {watcher_cpu}, the plugins on {:?}); open files {files}",
+        args.hosts, args.ranks_per_host, if job.relayed { ", a relay a host" } else { "" }, args.interval_ms, args.hang_after, args.stall_at, cpus.len(), others,
         files = files.limit
     );
     let host_of = |rank: u32| Job::host_name(job.host_of(rank));
@@ -317,7 +323,7 @@ fn main() -> std::process::ExitCode {
     // CPUs may offer less, and then the verdict is inconclusive).
     let per_s = (world + 2 * processes) as f64 * 1000.0 / args.interval_ms as f64;
     let offered = sent_total as f64 / sent_s;
-    let enough = offered >= 0.9 * per_s * (run_s - 2.0) / run_s && connected as usize >= processes;
+    let enough = offered >= 0.9 * per_s * (run_s - 2.0) / run_s && connected as usize >= connections;
     let kept_up = if !enough {
         "inconclusive"
     } else if folded_total == sent_total {
@@ -334,7 +340,7 @@ fn main() -> std::process::ExitCode {
         "not planted".to_string()
     };
     println!(
-        "# verdict: {} of {processes} plugins connected, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); the straggler named {straggler_told}; frame p99 {} ms; RSS {} MiB",
+        "# verdict: {} of {connections} connections ({processes} plugins) made, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); the straggler named {straggler_told}; frame p99 {} ms; RSS {} MiB",
         connected,
         fmt(named_s),
         args.hang_after + 2,
@@ -342,8 +348,9 @@ fn main() -> std::process::ExitCode {
         fmt(rss)
     );
     println!(
-        "# summary: mode=watch hosts={} ranks={world} plugins={processes} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} straggle_at_s={} straggle_lag_ms={} straggler_named_s={} straggler_goal_s={} straggler_wrong={straggler_wrong} kept_up={kept_up} confined={confined}",
+        "# summary: mode=watch hosts={} ranks={world} plugins={processes} connections={connections} relayed={} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} straggle_at_s={} straggle_lag_ms={} straggler_named_s={} straggler_goal_s={} straggler_wrong={straggler_wrong} kept_up={kept_up} confined={confined}",
         args.hosts,
+        job.relayed,
         args.interval_ms,
         args.seconds,
         offered,

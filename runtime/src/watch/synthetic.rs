@@ -1,8 +1,8 @@
 //! A synthetic NCCL job for `efatop watch` at a fleet's scale, and the watcher it streams to: the one home
 //! of the `bench_watch` example's and the fleet test's setup.
 //!
-//! [`start`]: `hosts` × `per_host` ranks of one world communicator, a plugin (its own TCP connection to the
-//! watcher) per process of `per_process` ranks (from an address of its host's own, 127.10.x.y, as a
+//! [`start`]: `hosts` × `per_host` ranks of one world communicator, a plugin per process of `per_process`
+//! ranks (its own TCP connection to the watcher, or, with `relayed`, its host's relay's: one a host) (from an address of its host's own, 127.10.x.y, as a
 //! fleet's hosts come from theirs), proving the token with proto's handshake and sending, sealed as the
 //! real plugin seals them (a record per write, under the keys of its handshake), what the real plugin
 //! sends each interval: the communicator's figures (an allreduce's row, the ring's two peers, the call progress), the
@@ -114,6 +114,10 @@ pub struct Job {
     pub straggle_lag: Duration,
     /// Connections that never answer the handshake, opened alongside (from one address).
     pub strangers: usize,
+    /// Each host's processes through its relay, as the plugin sends them by default: one connection a host,
+    /// its first process's messages as its own, the others' as `Relayed` (their `Nics` cut to their rails,
+    /// as the relay cuts them). Otherwise a connection per process.
+    pub relayed: bool,
 }
 
 impl Job {
@@ -326,6 +330,14 @@ fn frame(message: &PluginMessage, out: &mut Vec<u8>) {
     nccl::encode(message, out).expect("a plugin message encodes");
 }
 
+/// `message` framed as process `local` of the host's relay sends it on (`None`: the connection's own).
+fn framed(local: Option<u32>, message: PluginMessage, out: &mut Vec<u8>) {
+    match local {
+        Some(local) => frame(&PluginMessage::Relayed { local, message: Box::new(message) }, out),
+        None => frame(&message, out),
+    }
+}
+
 /// The first call the straggler starts late, where it lags.
 fn first_straggled(job: &Job, straggle_at: Option<Duration>) -> Option<u64> {
     let at = straggle_at.filter(|_| job.straggle_rank.is_some())?;
@@ -423,9 +435,16 @@ async fn host(
     let mut out = Vec::new();
     let mut buffer = Vec::new();
     let per_process = job.per_process.clamp(1, job.per_host);
+    // Through the host's relay: one connection, which the first process's loop opens and the others share.
+    let relay = |process: usize| (job.relayed && process > 0).then_some(process as u32);
     for process in 0..job.per_host / per_process {
-        let Some((mut stream, mut sealer)) = connected(address, from, &secret, &sent, &stop).await else {
-            return;
+        let (mut processes, mut stream, mut sealer) = if relay(process).is_some() {
+            streams.pop().expect("the relay's connection")
+        } else {
+            let Some((stream, sealer)) = connected(address, from, &secret, &sent, &stop).await else {
+                return;
+            };
+            (Vec::new(), stream, sealer)
         };
         out.clear();
         let first = process * per_process;
@@ -439,11 +458,12 @@ async fn host(
             abi: 6,
             plugin_version: "bench".into(),
         };
-        frame(&PluginMessage::Hello { origin }, &mut out);
+        framed(relay(process), PluginMessage::Hello { origin }, &mut out);
         for local in first..first + per_process {
             let rank = (h * job.per_host + local) as u32;
-            frame(
-                &PluginMessage::Comm {
+            framed(
+                relay(process),
+                PluginMessage::Comm {
                     info: CommInfo {
                         comm: COMM,
                         name: None,
@@ -460,7 +480,8 @@ async fn host(
         }
         sent.messages
             .fetch_add(1 + per_process as u64, Ordering::Relaxed);
-        streams.push((first, stream, sealer));
+        processes.push((first, relay(process)));
+        streams.push((processes, stream, sealer));
     }
     // Hosts spread over the interval, as a fleet's plugins (started with their processes) are.
     let offset = job.interval.mul_f64(h as f64 / job.hosts as f64);
@@ -482,100 +503,113 @@ async fn host(
         let calls = (t.as_secs_f64() * job.rate) as u64;
         // The NICs carry what the host's ranks moved with their peers (the NIC join's other side).
         let per_nic = calls * SIZE * 4 * job.per_host as u64 / NICS as u64;
-        let nics: Vec<NicCount> = (0..NICS)
-            .map(|i| {
-                let bytes = if Some(h) == job.skewed_host && i == 5 {
-                    per_nic * 3 / 10
-                } else {
-                    per_nic
-                };
-                NicCount {
-                    name: format!("rdmap{}s0", 79 + i),
-                    tx_bytes: bytes / 2,
-                    rx_bytes: bytes / 2,
-                    retrans: None,
-                    unresponsive: None,
-                    impaired: None,
-                    rail: false,
-                }
-            })
-            .collect();
-        let mut nics_frame = Vec::new();
-        frame(&PluginMessage::Nics { t_ms, nics }, &mut nics_frame);
+        // A process of one GPU marks that GPU's NICs (NICS / per_host of them) as its rails, as the plugin
+        // does; one of several GPUs marks none.
+        let rails_per_gpu = NICS / job.per_host.max(1);
+        let nics_of = |gpu: Option<usize>| -> Vec<NicCount> {
+            (0..NICS)
+                .map(|i| {
+                    let bytes = if Some(h) == job.skewed_host && i == 5 {
+                        per_nic * 3 / 10
+                    } else {
+                        per_nic
+                    };
+                    NicCount {
+                        name: format!("rdmap{}s0", 79 + i),
+                        tx_bytes: bytes / 2,
+                        rx_bytes: bytes / 2,
+                        retrans: None,
+                        unresponsive: None,
+                        impaired: None,
+                        rail: gpu.is_some_and(|g| rails_per_gpu > 0 && i / rails_per_gpu == g),
+                    }
+                })
+                .collect()
+        };
         let straggle_at = sent.straggle_at();
         let lag_ns = job.straggle_lag.as_nanos() as u64;
-        for (first, stream, sealer) in &mut streams {
+        for (processes, stream, sealer) in &mut streams {
             out.clear();
-            let mut messages = 2;
-            for (local, sampled) in sampled.iter_mut().enumerate().skip(*first).take(per_process) {
-                let rank = (h * job.per_host + local) as u32;
-                let (started_calls, finished) = progress(&job, sent.stall_at(), straggle_at, rank, t);
-                let calls = samples(&job, straggle_at, epoch_ns, rank, (*sampled).min(finished), finished);
-                *sampled = finished;
-                // The straggler's late calls its peers finished: each took them `straggle_lag` longer.
-                let waited = if job.straggle_rank == Some(rank) { 0 } else { first_straggled(&job, straggle_at).map_or(0, |k| finished.saturating_sub(k)) };
-                let moved = finished * SIZE;
-                let interval = PluginMessage::Interval {
-                    t_ms,
-                    comm: COMM,
-                    rank,
-                    colls: vec![CollRow {
-                        func: Func::AllReduce,
-                        size: SIZE,
-                        datatype: "ncclFloat32".into(),
-                        algo: "RING".into(),
-                        proto: "SIMPLE".into(),
-                        ops: finished,
-                        timing: Timing::Gpu,
-                        timed: finished,
-                        time_ns: finished * 4_000_000 + waited * lag_ns,
-                        min_ns: 3_900_000,
-                        max_ns: 4_100_000 + if waited > 0 { lag_ns } else { 0 },
-                        tag: 0,
-                        variant: String::new(),
-                        sym: false,
-                        phased: 0,
-                        wait_ns: 0,
-                        work_ns: 0,
-                    }],
-                    peers: vec![
-                        PeerRow {
-                            peer: (rank + 1) % world,
-                            sent: moved,
-                            received: moved,
-                            steps: finished * 64,
-                        },
-                        PeerRow {
-                            peer: (rank + world - 1) % world,
-                            sent: moved,
-                            received: moved,
-                            steps: finished * 64,
-                        },
-                    ],
-                    channels: vec![],
-                    progress: vec![Progress {
-                        func: Func::AllReduce,
-                        started: started_calls,
-                        finished,
-                        open_seq: (started_calls > finished).then_some(finished),
-                        open_ms: 0,
-                    }],
-                    calls,
+            let mut messages = 0;
+            for &(first, local) in processes.iter() {
+                for (offset, sampled) in sampled.iter_mut().enumerate().skip(first).take(per_process) {
+                    let rank = (h * job.per_host + offset) as u32;
+                    let (started_calls, finished) = progress(&job, sent.stall_at(), straggle_at, rank, t);
+                    let calls = samples(&job, straggle_at, epoch_ns, rank, (*sampled).min(finished), finished);
+                    *sampled = finished;
+                    // The straggler's late calls its peers finished: each took them `straggle_lag` longer.
+                    let waited = if job.straggle_rank == Some(rank) { 0 } else { first_straggled(&job, straggle_at).map_or(0, |k| finished.saturating_sub(k)) };
+                    let moved = finished * SIZE;
+                    let interval = PluginMessage::Interval {
+                        t_ms,
+                        comm: COMM,
+                        rank,
+                        colls: vec![CollRow {
+                            func: Func::AllReduce,
+                            size: SIZE,
+                            datatype: "ncclFloat32".into(),
+                            algo: "RING".into(),
+                            proto: "SIMPLE".into(),
+                            ops: finished,
+                            timing: Timing::Gpu,
+                            timed: finished,
+                            time_ns: finished * 4_000_000 + waited * lag_ns,
+                            min_ns: 3_900_000,
+                            max_ns: 4_100_000 + if waited > 0 { lag_ns } else { 0 },
+                            tag: 0,
+                            variant: String::new(),
+                            sym: false,
+                            phased: 0,
+                            wait_ns: 0,
+                            work_ns: 0,
+                        }],
+                        peers: vec![
+                            PeerRow {
+                                peer: (rank + 1) % world,
+                                sent: moved,
+                                received: moved,
+                                steps: finished * 64,
+                            },
+                            PeerRow {
+                                peer: (rank + world - 1) % world,
+                                sent: moved,
+                                received: moved,
+                                steps: finished * 64,
+                            },
+                        ],
+                        channels: vec![],
+                        progress: vec![Progress {
+                            func: Func::AllReduce,
+                            started: started_calls,
+                            finished,
+                            open_seq: (started_calls > finished).then_some(finished),
+                            open_ms: 0,
+                        }],
+                        calls,
+                    };
+                    framed(local, interval, &mut out);
+                    messages += 1;
+                }
+                let nics = nics_of((per_process == 1).then_some(first));
+                // The relay cuts a process's NICs to its rails; the relay's own process sends them all.
+                let nics = match local {
+                    Some(_) => PluginMessage::Rails { t_ms, nics: nics.into_iter().filter(|n| n.rail).collect() },
+                    None => PluginMessage::Nics { t_ms, nics },
                 };
-                frame(&interval, &mut out);
-                messages += 1;
+                framed(local, nics, &mut out);
+                framed(
+                    local,
+                    PluginMessage::Health {
+                        t_ms,
+                        events: t_ms * 100,
+                        dropped: 0,
+                        unsent: 0,
+                        unmatched: 0,
+                    },
+                    &mut out,
+                );
+                messages += 2;
             }
-            out.extend_from_slice(&nics_frame);
-            frame(
-                &PluginMessage::Health {
-                    t_ms,
-                    events: t_ms * 100,
-                    dropped: 0,
-                    unsent: 0,
-                    unmatched: 0,
-                },
-                &mut out,
-            );
             if write_sealed(stream, sealer, &out, &mut buffer).await.is_err() {
                 return;
             }
