@@ -251,6 +251,10 @@ pub struct Watch {
     hosts: BTreeMap<String, HostState>,
     /// What NCCL's ranks on each host have sent and received so far (their peer rows' sum).
     nccl_moved: HashMap<String, u64>,
+    /// The same per host and GPU (the rails' join), kept as rows come: summing the ranks of one GPU at each
+    /// NIC reading walked the world's ranks per reading, the world's square a second (a 6144-rank job's
+    /// NIC readings took the watcher's whole core).
+    nccl_moved_gpu: HashMap<(String, String), u64>,
     /// When each (communicator, function, call) was first seen stuck, and the ranks named for it.
     stuck: BTreeMap<(u64, Func, u64), (Duration, BTreeSet<u32>)>,
     /// Calls being matched, per communicator and function (at most [`MAX_PENDING_CALLS`] each).
@@ -271,6 +275,7 @@ impl Watch {
             live: HashMap::new(),
             hosts: BTreeMap::new(),
             nccl_moved: HashMap::new(),
+            nccl_moved_gpu: HashMap::new(),
             stuck: BTreeMap::new(),
             matching: HashMap::new(),
             lags: BTreeMap::new(),
@@ -348,6 +353,10 @@ impl Watch {
                     if let Some(origin) = &plugin.origin {
                         let moved = self.nccl_moved.entry(origin.host.clone()).or_default();
                         *moved = moved.saturating_add(added).saturating_sub(taken);
+                        if let Some(gpu) = &origin.gpu {
+                            let moved = self.nccl_moved_gpu.entry((origin.host.clone(), gpu.clone())).or_default();
+                            *moved = moved.saturating_add(added).saturating_sub(taken);
+                        }
                     }
                 }
                 for row in colls {
@@ -522,11 +531,7 @@ impl Watch {
 
     /// The bytes NCCL's ranks on `host`'s GPU `gpu` have sent and received so far.
     fn nccl_of_gpu(&self, host: &str, gpu: &str) -> u64 {
-        self.ranks
-            .values()
-            .filter(|state| self.plugins.get(&state.conn).and_then(|p| p.origin.as_ref()).is_some_and(|o| o.host == host && o.gpu.as_deref() == Some(gpu)))
-            .map(|state| state.peers.values().map(|p| p.sent.saturating_add(p.received)).sum::<u64>())
-            .sum()
+        self.nccl_moved_gpu.get(&(host.to_string(), gpu.to_string())).copied().unwrap_or(0)
     }
 
     /// Matches `rank`'s call samples with its peers' on `comm`; a call every live rank sent is judged.
