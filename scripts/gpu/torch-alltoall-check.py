@@ -10,6 +10,10 @@ send/recv pair's bytes sent), as efatop watch's `coll` lines give it; algbw is t
 time of a call. It also prints what the process tells about its NCCL.
 
 usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/torch-r<rank>.{trace,efanccl})
+       torch-alltoall-check.py --cost-ab BLOCKS PLUGIN.so OUTDIR
+           the plugin's cost inside one job: per collective and size, BLOCKS blocks of ITERS calls (default 10)
+           with the plugin on and off alternating in pairs (its efatop_profiler_active switch); the cost is the
+           pairs' mean difference with its 95 % confidence band. No spread between two jobs enters it.
        torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
            the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
            (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
@@ -74,6 +78,30 @@ def child(rank, world):
                 call()
                 torch.cuda.synchronize()
                 dist.barrier()
+                continue
+            blocks = int(os.environ.get("COST_AB_BLOCKS", "0"))
+            if blocks:
+                # The plugin's cost inside this job: blocks of ITERS calls with the plugin on and off, in pairs
+                # whose order alternates (on-off, off-on, ...), both ranks switching between the same calls.
+                active = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"]).efatop_profiler_active
+                for _ in range(2):
+                    call()
+                torch.cuda.synchronize()
+                for b in range(blocks):
+                    arm = ("on", "off")[(b + b // 2) % 2]
+                    if active(1 if arm == "on" else 0) != 0:
+                        raise SystemExit("torch-alltoall-check: the plugin has no activation mask to set")
+                    dist.barrier()
+                    torch.cuda.synchronize()
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(iters):
+                        call()
+                    end.record()
+                    torch.cuda.synchronize()
+                    print(f"AB {rank} {op} {size} {b} {arm} {start.elapsed_time(end) * 1e3 / iters:.1f}", flush=True)
+                active(1)
                 continue
             # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
             # all of them (the 7th field) is the one to hold the watcher's mean against.
@@ -168,12 +196,49 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
 
 
+def cost_ab(blocks, plugin, out):
+    """The plugin's cost per collective and size inside one job: `blocks` blocks of ITERS calls (default 10),
+    the plugin on and off alternating in pairs (efatop_profiler_active); per pair, the difference of the two
+    blocks' mean call time (both ranks' mean); the cost is the pairs' mean with its 95 % band."""
+    os.environ.setdefault("SIZES_MIB", "16,32,64")
+    os.environ.setdefault("ITERS", "10")
+    os.environ["COST_AB_BLOCKS"] = str(blocks)
+    times = {}  # (op, size) -> block -> [us per rank], and the block's arm
+    arms = {}
+    for line in job(plugin, out, 29560, tag="-ab"):
+        if line.startswith("AB "):
+            _, _rank, op, size, block, arm, us = line.split()
+            times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
+            arms[(op, int(size), int(block))] = arm
+    print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}")
+    for (op, size), blocks_us in sorted(times.items()):
+        mean = {b: statistics.mean(us) for b, us in blocks_us.items()}
+        paired, on_all, off_all = [], [], []
+        for b in range(0, max(mean) + 1, 2):
+            if b in mean and b + 1 in mean:
+                by = {arms[(op, size, b)]: mean[b], arms[(op, size, b + 1)]: mean[b + 1]}
+                paired.append((by["on"] - by["off"]) / by["off"] * 100)
+                on_all.append(by["on"])
+                off_all.append(by["off"])
+        if len(paired) < 2:
+            continue
+        m = statistics.mean(paired)
+        half = T95.get(len(paired) - 1, 1.96) * statistics.stdev(paired) / len(paired) ** 0.5
+        print(f"{op:14} {size:>9} {statistics.mean(off_all):>9.1f} {statistics.mean(on_all):>9.1f} {m:>+7.2f}% "
+              f"{f'{m - half:+.2f}..{m + half:+.2f}%':>18} {2 * half:>6.2f}% {len(paired):>5}")
+
+
 def main():
     if os.environ.get("TORCH_CHECK_RANK") is not None:
         child(int(os.environ["TORCH_CHECK_RANK"]), 2)
         return
     if sys.argv[1:2] == ["--cost"]:
+        os.makedirs(sys.argv[4], exist_ok=True)
         cost(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
+    if sys.argv[1:2] == ["--cost-ab"]:
+        os.makedirs(sys.argv[4], exist_ok=True)
+        cost_ab(int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return
     plugin, out = sys.argv[1], sys.argv[2]
     for line in job(plugin, out, 29533):

@@ -69,6 +69,29 @@ pub extern "C" fn efatop_profiler_playback_clock(t_ns: u64) {
     crate::runtime::PLAYBACK_NS.store(t_ns, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// NCCL's activation mask, as `init` was given it (one int of NCCL's for the process, read atomically at
+/// every call NCCL enqueues: 2.28.3's `enqueue.cc`), and the bits this plugin set in it.
+static NCCL_MASK: std::sync::atomic::AtomicPtr<c_int> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static OUR_BITS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Turns the plugin on (`on` non-zero: the events it asked for at `init`) or off (0: NCCL calls it for no
+/// call enqueued after) for the whole process: the plugin's cost measured inside one job, blocks of calls
+/// with it and without alternating (`scripts/gpu/torch-alltoall-check.py --cost-ab`), free of the spread
+/// between two jobs. Call it between calls, with the GPU idle. Returns 0, or -1 before any communicator's
+/// `init` (no mask to set). NCCL never calls it.
+#[no_mangle]
+pub extern "C" fn efatop_profiler_active(on: c_int) -> c_int {
+    let mask = NCCL_MASK.load(std::sync::atomic::Ordering::Acquire);
+    if mask.is_null() {
+        return -1;
+    }
+    let bits = if on != 0 { OUR_BITS.load(std::sync::atomic::Ordering::Relaxed) } else { 0 };
+    // SAFETY: `mask` is the pointer NCCL gave `init`: its own int, aligned, living for the process, which
+    // NCCL itself reads with atomic loads.
+    unsafe { std::sync::atomic::AtomicI32::from_ptr(mask) }.store(bits, std::sync::atomic::Ordering::Relaxed);
+    0
+}
+
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
         // SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them
@@ -127,6 +150,8 @@ fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64,
         *context = ctx.cast();
         *mask = bits as c_int;
     }
+    OUR_BITS.store(bits as c_int, std::sync::atomic::Ordering::Relaxed);
+    NCCL_MASK.store(mask, std::sync::atomic::Ordering::Release);
     NCCL_SUCCESS
 }
 
