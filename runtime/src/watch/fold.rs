@@ -334,10 +334,16 @@ impl Watch {
                 if joined || state.bye {
                     *self.live.entry(key.0).or_default() += 1;
                 }
+                let moved_from = (state.conn != conn).then_some(state.conn);
                 state.conn = conn;
                 state.info = info;
                 state.heard = now;
                 state.bye = false;
+                // The rank came back on another connection (its plugin reconnected, or its host's relay
+                // changed): the one it left is forgotten once closed and no rank's.
+                if let Some(old) = moved_from {
+                    self.forget_if_done(old);
+                }
             }
             PluginMessage::Interval { comm, rank, colls, peers, progress, calls, .. } => {
                 let Some(state) = self.ranks.get_mut(&(comm, rank)).filter(|s| s.conn == conn) else { return };
@@ -446,6 +452,17 @@ impl Watch {
         let bye = plugin.ranks.iter().all(|key| self.ranks.get(key).is_none_or(|r| r.bye || r.conn != conn));
         let origin = plugin.origin.clone().unwrap_or_else(|| unknown_origin(conn));
         self.pending.push(WatchLine::Gone { host: origin.host, pid: origin.pid, bye });
+        self.forget_if_done(conn);
+    }
+
+    /// Forgets closed connection `conn` once no rank is its (each said bye on it or moved to another):
+    /// reconnections (a watcher restarted, a host's relay that changed) never grow what the fold holds. One
+    /// that ranks still name stays, for their host and GPU.
+    fn forget_if_done(&mut self, conn: u64) {
+        let Some(plugin) = self.plugins.get(&conn) else { return };
+        if plugin.closed && plugin.ranks.iter().all(|key| self.ranks.get(key).is_none_or(|r| r.conn != conn)) {
+            self.plugins.remove(&conn);
+        }
     }
 
     /// The lines due at `now` (call it about once a second).
@@ -863,6 +880,25 @@ mod tests {
             progress: vec![Progress { func: Func::AllReduce, started, finished, open_seq: (started > finished).then_some(finished), open_ms: 0 }],
             calls: vec![],
         }
+    }
+
+    /// A plugin that reconnects again and again (a host's relay that keeps changing, say) leaves nothing
+    /// behind: each connection it left is forgotten once closed and no rank's; one a rank still names (a
+    /// dead process's) stays, for that rank's host and GPU.
+    #[test]
+    fn connections_a_rank_left_are_forgotten_and_a_dead_ranks_kept() {
+        let mut watch = Watch::new(Config::default());
+        for conn in 1..=100u64 {
+            watch.ingest(conn, hello("a", 1), Duration::ZERO);
+            watch.ingest(conn, comm(0), Duration::ZERO);
+            watch.closed(conn - 1);
+        }
+        assert_eq!(watch.plugins.len(), 1, "only the live connection is held");
+        watch.ingest(200, hello("b", 2), Duration::ZERO);
+        watch.ingest(200, comm(1), Duration::ZERO);
+        watch.closed(200);
+        assert!(watch.plugins.contains_key(&200), "rank 1 died on it: its origin stays");
+        assert_eq!(watch.plugins.values().filter(|p| !p.closed).count(), 1);
     }
 
     #[test]

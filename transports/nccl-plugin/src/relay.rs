@@ -14,8 +14,8 @@
 //!   by a process that does not prove the token, connects to the watcher itself: a squatter costs a
 //!   connection, never the figures, and never a wait past the deadline.
 //! - **What it holds.** At most [`MAX_LOCALS`] processes, a thread each (blocked on its socket; none on
-//!   NCCL's threads). What they send goes on the relay process's own queue to the watcher, waiting for room
-//!   there: a slow watcher backs each process up into its own queue, which counts what it could not send.
+//!   NCCL's threads). What they send goes on the relay process's own queue to the watcher ([`Up`]),
+//!   waiting for room there: a slow watcher backs each process up into its own queue, which counts what it could not send.
 //!   Each message is checked within proto's caps and sent on as [`PluginMessage::Relayed`], a process's
 //!   `Nics` cut to its own GPU's NICs ([`PluginMessage::Rails`]). A process gone is told
 //!   ([`PluginMessage::Left`]).
@@ -26,7 +26,6 @@ use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -36,7 +35,6 @@ use efatop_proto::handshake::Purpose;
 use efatop_proto::nccl::{self, PluginMessage};
 
 use crate::host::NoSigpipe;
-use crate::sink::Out;
 
 /// Processes one relay carries at most (the watcher's cap on a relay is the same).
 pub const MAX_LOCALS: usize = 256;
@@ -209,9 +207,14 @@ fn say(text: &str) {
     }
 }
 
+/// Where the relay puts each relayed frame: this process's queue to the watcher (waiting for room there);
+/// false once that queue is gone.
+pub trait Up: Fn(Vec<u8>) -> bool + Clone + Send + 'static {}
+impl<F: Fn(Vec<u8>) -> bool + Clone + Send + 'static> Up for F {}
+
 /// Serves `listener` (the host's relay, this process): every process that proves `secret` has its messages
 /// sent on through `up` (this process's queue to the watcher).
-pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: SyncSender<Out>) -> Relay {
+pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: impl Up) -> Relay {
     let relay = Relay { locals: Arc::new(Mutex::new(Vec::new())), refused: Arc::new(AtomicU64::new(0)) };
     let (locals, refused) = (Arc::clone(&relay.locals), Arc::clone(&relay.refused));
     let beating = Arc::downgrade(&relay.locals);
@@ -275,7 +278,7 @@ pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: SyncSender<Ou
 
 /// One process of the host, from its handshake to its end: `Err` (why) where it was a stranger or broke
 /// proto's rules.
-fn carry(mut stream: UnixStream, local: u32, secret: &Secret, up: &SyncSender<Out>, locals: &Mutex<Vec<(u32, UnixStream)>>) -> Result<(), String> {
+fn carry(mut stream: UnixStream, local: u32, secret: &Secret, up: &impl Up, locals: &Mutex<Vec<(u32, UnixStream)>>) -> Result<(), String> {
     let session = {
         let mut timed = Deadlined { stream: &mut stream, deadline: Instant::now() + HANDSHAKE };
         auth::accept_session(&mut timed, secret, Purpose::Nccl).map_err(|err| format!("a process that did not prove the token: {err}"))?
@@ -306,13 +309,13 @@ fn carry(mut stream: UnixStream, local: u32, secret: &Secret, up: &SyncSender<Ou
             message => message,
         };
         let mut frame = Vec::new();
-        if nccl::encode(&PluginMessage::Relayed { local, message: Box::new(message) }, &mut frame).is_err() || up.send(Out::Relayed(frame)).is_err() {
+        if nccl::encode(&PluginMessage::Relayed { local, message: Box::new(message) }, &mut frame).is_err() || !up(frame) {
             break;
         }
     }
     let mut frame = Vec::new();
     if nccl::encode(&PluginMessage::Left { local }, &mut frame).is_ok() {
-        let _ = up.send(Out::Relayed(frame));
+        let _ = up(frame);
     }
     ended
 }
@@ -360,8 +363,8 @@ mod tests {
         let secret = Secret::from_bytes([7; 32]);
         let relay_name = name(uid, &format!("test-{}", std::process::id()), "127.0.0.1:1");
         let Found::Leading(listener) = find(&relay_name, &secret, uid) else { panic!("the first leads") };
-        let (up, from) = std::sync::mpsc::sync_channel(16);
-        let relay = serve(listener, secret.clone(), uid, up);
+        let (up, from) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+        let relay = serve(listener, secret.clone(), uid, move |frame| up.send(frame).is_ok());
         let Found::Joined(mut stream, mut sealer, pid) = find(&relay_name, &secret, uid) else { panic!("the next joins") };
         assert_eq!(pid, std::process::id());
         let mut frame = Vec::new();
@@ -370,12 +373,12 @@ mod tests {
         let mut sealed = Vec::new();
         sealer.seal(&frame, &mut sealed).expect("seal");
         stream.write_all(&sealed).expect("write");
-        let Out::Relayed(bytes) = from.recv_timeout(Duration::from_secs(10)).expect("relayed") else { panic!("a relayed frame") };
+        let bytes = from.recv_timeout(Duration::from_secs(10)).expect("relayed");
         let message = nccl::read(&mut bytes.as_slice()).expect("decodes").expect("one");
         let PluginMessage::Relayed { local, message } = message else { panic!("{message:?}") };
         assert!(matches!(*message, PluginMessage::Rails { t_ms: 9, ref nics } if nics.len() == 1 && nics[0].name == "rdmap79s0"), "{message:?}");
         relay.reset();
-        let Out::Relayed(bytes) = from.recv_timeout(Duration::from_secs(10)).expect("left") else { panic!("a relayed frame") };
+        let bytes = from.recv_timeout(Duration::from_secs(10)).expect("left");
         assert_eq!(nccl::read(&mut bytes.as_slice()).expect("decodes"), Some(PluginMessage::Left { local }));
         assert!(matches!(find(&relay_name, &Secret::from_bytes([8; 32]), uid), Found::Direct(why) if why.contains("did not prove the token")));
         let deadline = Instant::now() + Duration::from_secs(10);

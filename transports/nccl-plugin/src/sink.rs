@@ -289,7 +289,10 @@ fn send_loop(address: &str, secret: &Secret, host: &str, rx: &Receiver<Out>, rel
                     }
                     continue;
                 }
-                crate::relay::Found::Leading(listener) => leading = Some(crate::relay::serve(listener, secret.clone(), uid, relayed.clone())),
+                crate::relay::Found::Leading(listener) => {
+                    let queue = relayed.clone();
+                    leading = Some(crate::relay::serve(listener, secret.clone(), uid, move |frame| queue.send(Out::Relayed(frame)).is_ok()));
+                }
                 crate::relay::Found::Direct(why) => {
                     say(&format!("{why}; connecting to efatop watch at {address} itself"));
                     looks = false;
