@@ -353,7 +353,14 @@ pub fn encode(message: &PluginMessage, out: &mut Vec<u8>) -> Result<(), serde_js
 /// The next message; `None` where the stream ends between messages. Names longer than [`MAX_NAME`] are cut.
 pub fn read(reader: &mut impl Read) -> Result<Option<PluginMessage>, StreamError> {
     let Some(body) = crate::stream::read_frame(reader, MAX_MESSAGE)? else { return Ok(None) };
-    let mut message: PluginMessage = serde_json::from_slice(&body)?;
+    decode(&body).map(Some)
+}
+
+/// A frame's body (its length prefix cut off by the caller, who held it to [`MAX_MESSAGE`]) as a message,
+/// within the same caps as [`read`]: for a reader that has the whole frame in its buffer already (the
+/// watcher's server), without copying it out.
+pub fn decode(body: &[u8]) -> Result<PluginMessage, StreamError> {
+    let mut message: PluginMessage = serde_json::from_slice(body)?;
     message.check()?;
     let inner = match &mut message {
         PluginMessage::Relayed { message, .. } => &mut **message,
@@ -362,7 +369,7 @@ pub fn read(reader: &mut impl Read) -> Result<Option<PluginMessage>, StreamError
     if let PluginMessage::Hello { origin } = inner {
         origin.host.truncate(MAX_NAME);
     }
-    Ok(Some(message))
+    Ok(message)
 }
 
 /// The first line of a plugin's file.

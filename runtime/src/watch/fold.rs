@@ -524,13 +524,24 @@ impl Watch {
                 work_us: phase(|r| r.work_ns),
             });
         }
-        let hosts: HashMap<u64, String> = self.plugins.iter().map(|(c, p)| (*c, p.origin.as_ref().map_or_else(|| format!("conn-{c}"), |o| o.host.clone()))).collect();
+        // Only the ranks whose rows changed are looked up (a map of every plugin's host, made each tick, cost
+        // a string per plugin a second at a fleet's scale).
+        let plugins = &self.plugins;
+        let mut comm_text: Option<(u64, String)> = None;
         for ((comm, rank), state) in &mut self.ranks {
+            if state.dirty_peers.is_empty() {
+                continue;
+            }
+            let host = plugins.get(&state.conn).map(|p| p.origin.as_ref().map_or_else(|| format!("conn-{}", state.conn), |o| o.host.clone())).unwrap_or_default();
+            if comm_text.as_ref().is_none_or(|(c, _)| c != comm) {
+                comm_text = Some((*comm, comm_hex(*comm)));
+            }
+            let comm_text = comm_text.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
             for peer in std::mem::take(&mut state.dirty_peers) {
                 let Some(row) = state.peers.get(&peer) else { continue };
                 lines.push(WatchLine::Peer {
-                    comm: comm_hex(*comm),
-                    host: hosts.get(&state.conn).cloned().unwrap_or_default(),
+                    comm: comm_text.clone(),
+                    host: host.clone(),
                     rank: *rank,
                     peer,
                     sent: row.sent,

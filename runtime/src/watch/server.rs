@@ -633,9 +633,8 @@ async fn read_frames(
             if plain.len() < end {
                 break;
             }
-            let message = match nccl::read(&mut &plain[at..end]) {
-                Ok(Some(message)) => message,
-                Ok(None) => break,
+            let message = match nccl::decode(&plain[at + 4..end]) {
+                Ok(message) => message,
                 Err(err) => break 'reading Ended::Broken(err.to_string()),
             };
             match relayed.route(id, message, door, pending) {
