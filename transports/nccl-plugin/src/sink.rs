@@ -7,9 +7,11 @@
 //! timeout, proves the user's token (proto's handshake, purpose `Nccl`), sends the hello and the open
 //! communicators again on every connection, and retries with backoff (0.25 s doubling to 10 s). Every frame
 //! after the handshake travels sealed (proto's `seal`: a record per frame, AES-256-GCM under the keys that
-//! connection's handshake derived), so a relay between the plugin and the watcher can neither read nor
-//! change a figure unseen. Nothing of this ever runs on NCCL's threads: they only push fixed-size records
-//! onto the ring; the fold, the framing and the sealing are this thread's and the worker's.
+//! connection's handshake derived), so a party on the way to the watcher can neither read nor change a
+//! figure unseen. Unless `EFATOP_WATCH_RELAY=0`, the thread first looks for the host's relay
+//! ([`crate::relay`]): its frames then go through it, or, as the relay, it carries the host's others too.
+//! Nothing of this ever runs on NCCL's threads: they only push fixed-size records onto the ring; the fold,
+//! the framing and the sealing are this thread's and the worker's.
 
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
