@@ -274,6 +274,57 @@ fn a_hosts_processes_share_its_relay_and_a_stopped_or_dead_relay_costs_only_itse
     let _ = carried.child.wait();
 }
 
+/// Not a test of its own: a process that binds the abstract socket `EFATOP_TEST_SQUAT` names and never
+/// answers (run as another user by the test below).
+#[test]
+fn squatter_child() {
+    use std::os::linux::net::SocketAddrExt;
+    let Ok(name) = std::env::var("EFATOP_TEST_SQUAT") else { return };
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
+    let _held = std::os::unix::net::UnixListener::bind_addr(&address).expect("the squatter binds");
+    println!("SQUATTING");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Another user's process holds the host's relay name first (and never answers): the plugins ask the
+/// kernel who holds it, refuse it at once without a handshake, and connect to the watcher themselves.
+/// Needs root (the squatter runs as `nobody` through setpriv); says so and skips without it.
+#[test]
+fn another_users_socket_on_the_relay_name_is_refused_at_once_and_costs_only_the_relay() {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !nix::unistd::geteuid().is_root() || !setpriv.exists() {
+        eprintln!("SKIPPED another_users_socket_on_the_relay_name: needs root and /usr/bin/setpriv to run a process as another user (nobody)");
+        return;
+    }
+    let mut watch = Watcher::start(&[], TEST_TOKEN);
+    let address = watch.address.clone();
+    let uid = nix::unistd::geteuid().as_raw();
+    let name = nccl_profiler_efatop::relay::name(uid, "node-s", &address);
+    let mut squatter = std::process::Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "squatter_child", "--nocapture", "--test-threads=1"])
+        .env("EFATOP_TEST_SQUAT", &name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the squatter");
+    let out = common::lines_of(squatter.stdout.take().expect("stdout"));
+    assert!(std::iter::from_fn(|| out.recv_timeout(Duration::from_secs(30)).ok()).any(|l| l.contains("SQUATTING")), "the squatter never bound the name");
+    let env = [("EFATOP_WATCH", address.as_str()), ("EFATOP_TEST_HOLD_MS", "5000")];
+    let players = [Player::start_telling("synthetic-full-r0.trace", 6, "node-s", "0", &env), Player::start_telling("synthetic-full-r1.trace", 6, "node-s", "1", &env)];
+    watch.until(Duration::from_secs(60), "both ranks at the watcher", |lines| lines.iter().any(|l| matches!(l, WatchLine::Coll { ranks: 2, .. })));
+    for player in players {
+        let said = player.said.as_ref().expect("telling");
+        let lines: Vec<String> = std::iter::from_fn(|| said.recv_timeout(Duration::from_secs(5)).ok()).take_while(|l| !l.contains("streaming to efatop watch")).collect();
+        assert!(lines.iter().any(|l| l.contains("held by user 65534")), "refused by who holds it: {lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("did not prove the token")), "no handshake with another user's socket: {lines:?}");
+        player.finish(Duration::from_secs(60));
+    }
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+}
+
 #[test]
 fn a_missing_refusing_or_stalled_watcher_never_holds_up_the_job() {
     let trace = "synthetic-full-r0.trace";

@@ -51,6 +51,8 @@ pub fn play_if_asked() {
 pub struct Player {
     pub child: Child,
     pub out: Receiver<String>,
+    /// What its plugin said on stderr, where it was started telling ([`Player::start_telling`]).
+    pub said: Option<Receiver<String>>,
 }
 
 impl Player {
@@ -59,8 +61,18 @@ impl Player {
         Self::start_via(&[], trace, abi, host, gpu, env)
     }
 
+    /// The same, its plugin saying on stderr what it does (where it streams, what it refused), kept in
+    /// [`Player::said`].
+    pub fn start_telling(trace: &str, abi: u32, host: &str, gpu: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn(&[], trace, abi, host, gpu, env, true)
+    }
+
     /// The same, run by `via` (a program and its arguments, `ip netns exec NAME`, say) when given.
     pub fn start_via(via: &[&str], trace: &str, abi: u32, host: &str, gpu: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn(via, trace, abi, host, gpu, env, false)
+    }
+
+    fn spawn(via: &[&str], trace: &str, abi: u32, host: &str, gpu: &str, env: &[(&str, &str)], telling: bool) -> Self {
         let player = std::env::current_exe().expect("test binary");
         let mut command = match via.split_first() {
             Some((program, args)) => {
@@ -78,16 +90,20 @@ impl Player {
             .env("EFATOP_HOST", host)
             .env("EFATOP_GPU", gpu)
             .env("EFATOP_PROFILER_INTERVAL_MS", "200")
-            .env("EFATOP_PROFILER_QUIET", "1")
             .env_remove("EFATOP_WATCH")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stdout(Stdio::piped());
+        if telling {
+            command.env_remove("EFATOP_PROFILER_QUIET").stderr(Stdio::piped());
+        } else {
+            command.env("EFATOP_PROFILER_QUIET", "1").stderr(Stdio::null());
+        }
         for (k, v) in env {
             command.env(k, v);
         }
         let mut child = command.spawn().expect("player");
         let out = lines_of(child.stdout.take().expect("stdout"));
-        Self { child, out }
+        let said = child.stderr.take().map(lines_of);
+        Self { child, out, said }
     }
 
     /// Waits for the end; the longest hot-path call (µs) and how long the process ran.
