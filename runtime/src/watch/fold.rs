@@ -221,6 +221,22 @@ struct Plugin {
     unsent: u64,
 }
 
+impl Plugin {
+    /// The host its hello named; `conn-N` before one came.
+    fn host(&self, conn: u64) -> String {
+        self.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone())
+    }
+
+    /// Its ranks heard at `now`: a message of its plugin says it is alive.
+    fn heard(&self, ranks: &mut BTreeMap<(u64, u32), RankState>, now: Duration) {
+        for key in &self.ranks {
+            if let Some(rank) = ranks.get_mut(key) {
+                rank.heard = now;
+            }
+        }
+    }
+}
+
 struct RankState {
     conn: u64,
     info: CommInfo,
@@ -382,24 +398,14 @@ impl Watch {
                 self.match_calls(comm, rank, &calls, now);
             }
             PluginMessage::Nics { nics, .. } => {
-                let host = plugin.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone());
+                plugin.heard(&mut self.ranks, now);
+                let host = plugin.host(conn);
                 let gpu = plugin.origin.as_ref().and_then(|o| o.gpu.clone());
-                let keys = plugin.ranks.clone();
-                for key in &keys {
-                    if let Some(rank) = self.ranks.get_mut(key) {
-                        rank.heard = now;
-                    }
-                }
                 // The NICs' reading is paired with what NCCL had moved on this host when it was taken (the
                 // plugin sends its intervals before its reading), not at the next tick: a reading taken
                 // before the job's traffic is the window's baseline however soon the traffic follows.
                 let nccl = self.nccl_of(&host);
-                let rails: BTreeMap<String, NicCount> = nics.iter().filter(|n| n.rail).map(|n| (n.name.clone(), n.clone())).collect();
-                if let (Some(gpu), false) = (gpu, rails.is_empty()) {
-                    let nccl_gpu = self.nccl_of_gpu(&host, &gpu);
-                    let state = self.rails.entry((host.clone(), gpu)).or_default();
-                    state.readings.push(now, nccl_gpu, rails);
-                }
+                self.rails_reading(&host, gpu, nics.iter().cloned(), now);
                 let state = self.hosts.entry(host).or_default();
                 state.nics = nics.into_iter().map(|n| (n.name, n.tx_bytes.saturating_add(n.rx_bytes))).collect();
                 state.readings.push(now, nccl, state.nics.clone());
@@ -407,29 +413,17 @@ impl Watch {
             PluginMessage::Rails { nics, .. } => {
                 // A relayed process's own GPU's NICs: its rails' window; the host's every NIC comes in its
                 // relay's own `Nics`.
-                for key in &plugin.ranks {
-                    if let Some(rank) = self.ranks.get_mut(key) {
-                        rank.heard = now;
-                    }
-                }
-                let host = plugin.origin.as_ref().map_or_else(|| format!("conn-{conn}"), |o| o.host.clone());
+                plugin.heard(&mut self.ranks, now);
+                let host = plugin.host(conn);
                 let gpu = plugin.origin.as_ref().and_then(|o| o.gpu.clone());
-                let rails: BTreeMap<String, NicCount> = nics.into_iter().filter(|n| n.rail).map(|n| (n.name.clone(), n)).collect();
-                if let (Some(gpu), false) = (gpu, rails.is_empty()) {
-                    let nccl_gpu = self.nccl_of_gpu(&host, &gpu);
-                    self.rails.entry((host, gpu)).or_default().readings.push(now, nccl_gpu, rails);
-                }
+                self.rails_reading(&host, gpu, nics, now);
             }
             // A relay's wrapping is the server's to take off; in a file it means nothing.
             PluginMessage::Relayed { .. } | PluginMessage::Left { .. } => {}
             PluginMessage::Health { dropped, unsent, .. } => {
                 plugin.dropped = dropped;
                 plugin.unsent = unsent;
-                for key in &plugin.ranks {
-                    if let Some(rank) = self.ranks.get_mut(key) {
-                        rank.heard = now;
-                    }
-                }
+                plugin.heard(&mut self.ranks, now);
             }
             PluginMessage::Bye { comm, rank } => {
                 if let Some(state) = self.ranks.get_mut(&(comm, rank)).filter(|s| s.conn == conn) {
@@ -527,16 +521,12 @@ impl Watch {
         // Only the ranks whose rows changed are looked up (a map of every plugin's host, made each tick, cost
         // a string per plugin a second at a fleet's scale).
         let plugins = &self.plugins;
-        let mut comm_text: Option<(u64, String)> = None;
         for ((comm, rank), state) in &mut self.ranks {
             if state.dirty_peers.is_empty() {
                 continue;
             }
-            let host = plugins.get(&state.conn).map(|p| p.origin.as_ref().map_or_else(|| format!("conn-{}", state.conn), |o| o.host.clone())).unwrap_or_default();
-            if comm_text.as_ref().is_none_or(|(c, _)| c != comm) {
-                comm_text = Some((*comm, comm_hex(*comm)));
-            }
-            let comm_text = comm_text.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+            let host = plugins.get(&state.conn).map(|p| p.host(state.conn)).unwrap_or_default();
+            let comm_text = comm_hex(*comm);
             for peer in std::mem::take(&mut state.dirty_peers) {
                 let Some(row) = state.peers.get(&peer) else { continue };
                 lines.push(WatchLine::Peer {
@@ -555,6 +545,16 @@ impl Watch {
     /// The bytes NCCL's ranks on `host` have sent and received so far (proxy ops and steps).
     fn nccl_of(&self, host: &str) -> u64 {
         self.nccl_moved.get(host).copied().unwrap_or(0)
+    }
+
+    /// A reading of `host`'s GPU `gpu`'s rails (the `nics` marked `rail`), paired with what NCCL's ranks on
+    /// that GPU had moved when it was taken; none where the process names no GPU or no rail.
+    fn rails_reading(&mut self, host: &str, gpu: Option<String>, nics: impl IntoIterator<Item = NicCount>, now: Duration) {
+        let rails: BTreeMap<String, NicCount> = nics.into_iter().filter(|n| n.rail).map(|n| (n.name.clone(), n)).collect();
+        if let (Some(gpu), false) = (gpu, rails.is_empty()) {
+            let nccl_gpu = self.nccl_of_gpu(host, &gpu);
+            self.rails.entry((host.to_string(), gpu)).or_default().readings.push(now, nccl_gpu, rails);
+        }
     }
 
     /// The bytes NCCL's ranks on `host`'s GPU `gpu` have sent and received so far.
