@@ -28,3 +28,11 @@ pub mod runtime;
 pub mod sink;
 pub mod trace;
 pub mod worker;
+
+/// One line on stderr from this process's plugin (`efatop-nccl[PID]: ...`), unless `EFATOP_PROFILER_QUIET`
+/// is set.
+pub(crate) fn say(text: &str) {
+    if std::env::var_os("EFATOP_PROFILER_QUIET").is_none() {
+        eprintln!("efatop-nccl[{}]: {text}", std::process::id());
+    }
+}

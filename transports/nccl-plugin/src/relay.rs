@@ -35,6 +35,7 @@ use efatop_proto::handshake::Purpose;
 use efatop_proto::nccl::{self, PluginMessage};
 
 use crate::host::NoSigpipe;
+use crate::say;
 
 /// Processes one relay carries at most (the watcher's cap on a relay is the same).
 pub const MAX_LOCALS: usize = 256;
@@ -201,12 +202,6 @@ impl Relay {
     }
 }
 
-fn say(text: &str) {
-    if std::env::var_os("EFATOP_PROFILER_QUIET").is_none() {
-        eprintln!("efatop-nccl[{}]: {text}", std::process::id());
-    }
-}
-
 /// Where the relay puts each relayed frame: this process's queue to the watcher (waiting for room there);
 /// false once that queue is gone.
 pub trait Up: Fn(Vec<u8>) -> bool + Clone + Send + 'static {}
@@ -233,24 +228,19 @@ pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: impl Up) -> R
         let next = AtomicU32::new(1);
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            let refuse = |why: String| {
-                if refused.fetch_add(1, Ordering::Relaxed) == 0 {
-                    say(&format!("relay: {why}; dropped (the first told, every one counted)"));
-                }
-            };
             match crate::host::peer(&stream) {
                 Some((_, holder)) if holder == uid => {}
                 Some((pid, holder)) => {
-                    refuse(format!("a connection from pid {pid} of user {holder}"));
+                    refuse(&refused, &format!("a connection from pid {pid} of user {holder}"));
                     continue;
                 }
                 None => {
-                    refuse("a connection whose user the kernel does not say".into());
+                    refuse(&refused, "a connection whose user the kernel does not say");
                     continue;
                 }
             }
             if live.load(Ordering::Acquire) >= MAX_LOCALS {
-                refuse(format!("a process past the relay's {MAX_LOCALS}"));
+                refuse(&refused, &format!("a process past the relay's {MAX_LOCALS}"));
                 continue;
             }
             live.fetch_add(1, Ordering::AcqRel);
@@ -258,9 +248,7 @@ pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: impl Up) -> R
             let (secret, up, locals, refused, held) = (secret.clone(), up.clone(), Arc::clone(&locals), Arc::clone(&refused), Arc::clone(&live));
             let spawned = std::thread::Builder::new().name("efatop-nccl-local".into()).stack_size(256 << 10).spawn(move || {
                 if let Err(why) = carry(stream, local, &secret, &up, &locals) {
-                    if refused.fetch_add(1, Ordering::Relaxed) == 0 {
-                        say(&format!("relay: {why}; dropped (the first told, every one counted)"));
-                    }
+                    refuse(&refused, &why);
                 }
                 locals.lock().unwrap_or_else(PoisonError::into_inner).retain(|(l, _)| *l != local);
                 held.fetch_sub(1, Ordering::AcqRel);
@@ -274,6 +262,13 @@ pub fn serve(listener: UnixListener, secret: Secret, uid: u32, up: impl Up) -> R
         say("relay: no thread for it; the host's processes connect to the watcher themselves");
     }
     relay
+}
+
+/// A connection the relay dropped: counted, and the first told.
+fn refuse(refused: &AtomicU64, why: &str) {
+    if refused.fetch_add(1, Ordering::Relaxed) == 0 {
+        say(&format!("relay: {why}; dropped (the first told, every one counted)"));
+    }
 }
 
 /// One process of the host, from its handshake to its end: `Err` (why) where it was a stranger or broke

@@ -26,6 +26,8 @@ use efatop_proto::handshake::Purpose;
 use efatop_auth::seal::Sealer;
 use efatop_proto::nccl::{encode, file_hello, CommInfo, Origin, PluginMessage};
 
+use crate::say;
+
 /// Messages queued for the watcher's thread at most.
 const QUEUE: usize = 1024;
 
@@ -50,12 +52,6 @@ fn frame(message: &PluginMessage) -> Vec<u8> {
     // A message of plain fields always serializes.
     let _ = encode(message, &mut out);
     out
-}
-
-fn say(text: &str) {
-    if std::env::var_os("EFATOP_PROFILER_QUIET").is_none() {
-        eprintln!("efatop-nccl[{}]: {text}", std::process::id());
-    }
 }
 
 impl Sink {
