@@ -223,27 +223,38 @@ fn the_hang_locator_names_the_rank_behind_and_the_rank_that_went_silent() {
 /// second. A relay whose process stops (SIGSTOP) is named silent itself, and the process it carried gives it
 /// up (no heartbeat), goes to the watcher itself and is never named; a relay that dies (SIGKILL) ends the
 /// connection of the process it carried, which says who it is again (it relays for itself now).
-#[test]
-fn a_hosts_processes_share_its_relay_and_a_stopped_or_dead_relay_costs_only_itself() {
-    let pid_of = |p: &Player| p.child.id();
-    let rank_line_of = |lines: &[WatchLine], pid: u32| lines.iter().filter(|l| matches!(l, WatchLine::Rank { pid: p, .. } if *p == pid)).count();
-    // Both ranks wait in allreduce #5. The relay (rank 1, started first) stops.
-    let mut watch = Watcher::start(&["--hang-after", "10"], TEST_TOKEN);
+/// The `rank` lines of process `pid` seen so far.
+fn rank_lines_of(lines: &[WatchLine], pid: u32) -> usize {
+    lines.iter().filter(|l| matches!(l, WatchLine::Rank { pid: p, .. } if *p == pid)).count()
+}
+
+/// A watcher (`--hang-after SECONDS`) and two processes of host `node-r`: the host's relay (rank 1, started
+/// first, so it binds the relay's name; the watcher has its rank before the second starts) and the process
+/// it carries (rank 0). Both wait in allreduce #5 once played.
+fn relay_and_carried(hang_after: &str) -> (Watcher, Player, Player) {
+    let mut watch = Watcher::start(&["--hang-after", hang_after], TEST_TOKEN);
     let address = watch.address.clone();
     let env = [("EFATOP_WATCH", address.as_str()), ("EFATOP_TEST_HOLD_MS", "60000")];
-    let mut relay = Player::start("synthetic-hang-r1.trace", 5, "node-r", "3", &env);
-    let relay_pid = pid_of(&relay);
-    watch.until(Duration::from_secs(60), "the relay's rank", |lines| rank_line_of(lines, relay_pid) > 0);
-    let mut carried = Player::start("synthetic-wait-r0.trace", 5, "node-r", "0", &env);
-    let carried_pid = pid_of(&carried);
+    let relay = Player::start("synthetic-hang-r1.trace", 5, "node-r", "3", &env);
+    let relay_pid = relay.child.id();
+    watch.until(Duration::from_secs(60), "the relay's rank", |lines| rank_lines_of(lines, relay_pid) > 0);
+    let carried = Player::start("synthetic-wait-r0.trace", 5, "node-r", "0", &env);
+    (watch, relay, carried)
+}
+
+#[test]
+fn a_hosts_processes_share_its_relay_and_a_stopped_or_dead_relay_costs_only_itself() {
+    // Both ranks wait in allreduce #5. The relay (rank 1, started first) stops.
+    let (mut watch, mut relay, mut carried) = relay_and_carried("10");
+    let (relay_pid, carried_pid) = (relay.child.id(), carried.child.id());
     watch.until(Duration::from_secs(60), "both ranks in allreduce #5", |lines| lines.iter().any(|l| matches!(l, WatchLine::Coll { func: Func::AllReduce, ops: 5, ranks: 2, .. })));
-    let joined = rank_line_of(&watch.seen, carried_pid);
+    let joined = rank_lines_of(&watch.seen, carried_pid);
     let pid = nix::unistd::Pid::from_raw(relay_pid as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP our player");
     watch.until(Duration::from_secs(40), "the stopped relay named silent", |lines| lines.iter().any(|l| matches!(l, WatchLine::Hang { why: HangWhy::Silent, .. })));
     let hang = watch.seen.iter().find(|l| matches!(l, WatchLine::Hang { .. })).expect("hang").clone();
     assert!(matches!(&hang, WatchLine::Hang { rank: 1, host, peers_waiting, .. } if host == "node-r" && *peers_waiting == vec![0]), "{hang:?}");
-    assert!(rank_line_of(&watch.seen, carried_pid) > joined, "the carried process said who it is again, to the watcher itself, before the relay was named: {:#?}", watch.seen);
+    assert!(rank_lines_of(&watch.seen, carried_pid) > joined, "the carried process said who it is again, to the watcher itself, before the relay was named: {:#?}", watch.seen);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
     watch.until(Duration::from_secs(30), "the hang over once the relay reports again", |lines| lines.iter().any(|l| matches!(l, WatchLine::HangOver { seq: 5, .. })));
     assert_eq!(watch.seen.iter().filter(|l| matches!(l, WatchLine::Hang { .. })).count(), 1, "the stopped relay alone, never the process it carried: {:#?}", watch.seen);
@@ -254,21 +265,15 @@ fn a_hosts_processes_share_its_relay_and_a_stopped_or_dead_relay_costs_only_itse
     drop(watch);
 
     // The relay dies: the process it carried is gone with its connection, then back on its own.
-    let mut watch = Watcher::start(&["--hang-after", "30"], TEST_TOKEN);
-    let address = watch.address.clone();
-    let env = [("EFATOP_WATCH", address.as_str()), ("EFATOP_TEST_HOLD_MS", "60000")];
-    let mut relay = Player::start("synthetic-hang-r1.trace", 5, "node-r", "3", &env);
-    let relay_pid = pid_of(&relay);
-    watch.until(Duration::from_secs(60), "the relay's rank", |lines| rank_line_of(lines, relay_pid) > 0);
-    let mut carried = Player::start("synthetic-wait-r0.trace", 5, "node-r", "0", &env);
-    let carried_pid = pid_of(&carried);
-    watch.until(Duration::from_secs(60), "the carried rank", |lines| rank_line_of(lines, carried_pid) > 0);
-    let joined = rank_line_of(&watch.seen, carried_pid);
+    let (mut watch, mut relay, mut carried) = relay_and_carried("30");
+    let (relay_pid, carried_pid) = (relay.child.id(), carried.child.id());
+    watch.until(Duration::from_secs(60), "the carried rank", |lines| rank_lines_of(lines, carried_pid) > 0);
+    let joined = rank_lines_of(&watch.seen, carried_pid);
     relay.child.kill().expect("SIGKILL our player");
     let _ = relay.child.wait();
     watch.until(Duration::from_secs(30), "both gone with the relay's connection, the carried one back", |lines| {
         let gone = |pid: u32| lines.iter().any(|l| matches!(l, WatchLine::Gone { pid: p, bye: false, .. } if *p == pid));
-        gone(relay_pid) && gone(carried_pid) && rank_line_of(lines, carried_pid) > joined
+        gone(relay_pid) && gone(carried_pid) && rank_lines_of(lines, carried_pid) > joined
     });
     let _ = carried.child.kill();
     let _ = carried.child.wait();

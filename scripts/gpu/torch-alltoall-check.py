@@ -31,6 +31,19 @@ import sys
 OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"]
 
 
+def timed_ms(call, n):
+    """`n` calls back to back on the GPU's stream, timed by CUDA events around them: ms a call."""
+    import torch
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
+
+
 def child(rank, world):
     import torch
     import torch.distributed as dist
@@ -93,36 +106,14 @@ def child(rank, world):
                         raise SystemExit("torch-alltoall-check: the plugin has no activation mask to set")
                     dist.barrier()
                     torch.cuda.synchronize()
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(iters):
-                        call()
-                    end.record()
-                    torch.cuda.synchronize()
-                    print(f"AB {rank} {op} {size} {b} {arm} {start.elapsed_time(end) * 1e3 / iters:.1f}", flush=True)
+                    print(f"AB {rank} {op} {size} {b} {arm} {timed_ms(call, iters) * 1e3:.1f}", flush=True)
                 active(1)
                 continue
             # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
             # all of them (the 7th field) is the one to hold the watcher's mean against.
-            warm_ms = []
-            for _ in range(2):
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-                call()
-                b.record()
-                torch.cuda.synchronize()
-                warm_ms.append(a.elapsed_time(b))
+            warm_ms = [timed_ms(call, 1) for _ in range(2)]
             dist.barrier()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                call()
-            end.record()
-            torch.cuda.synchronize()
-            seconds = start.elapsed_time(end) / 1000 / iters
+            seconds = timed_ms(call, iters) / 1000
             every = (sum(warm_ms) / 1000 + seconds * iters) / (iters + len(warm_ms))
             print(f"JOB {rank} {op} {size} {seconds * 1e6:.1f} {size / seconds / 1e9:.3f} {every * 1e6:.1f}", flush=True)
             print(f"WARM {rank} {op} {size} " + " ".join(f"{ms * 1e3:.1f}" for ms in warm_ms), flush=True)
