@@ -148,7 +148,7 @@ fn prove_token(stream: &mut TcpStream, token: &efatop_auth::secret::Keyed) -> Re
     use std::io::ErrorKind;
     // One deadline for the whole exchange, as the run gives its side.
     let deadline = Deadline::after(CONNECT_WAIT);
-    auth::connect_session(&mut deadline.on(stream), &token.secret, Purpose::Viewer).map_err(|err| match err {
+    auth::connect_session(&mut deadline.on(&*stream), &token.secret, Purpose::Viewer).map_err(|err| match err {
         AuthError::NoHello(io) => match io.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => Proven::NotEfatop(format!("it said nothing within {} s", CONNECT_WAIT.as_secs())),
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => Proven::Busy,

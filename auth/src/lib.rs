@@ -30,6 +30,7 @@ use efatop_proto::handshake::{Purpose, ANSWER_LEN, HELLO_LEN, MAGIC, NONCE_LEN, 
 
 use crate::seal::{Direction, Opener, SealedReader, SealedWriter, Sealer};
 
+pub mod deadline;
 pub mod seal;
 pub mod secret;
 

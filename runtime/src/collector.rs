@@ -31,7 +31,7 @@ use efatop_auth::{self as auth, Challenge, Secret};
 use efatop_proto::handshake::{ANSWER_LEN, Purpose};
 use efatop_auth::seal::{Opener, SealError, Sealer};
 
-use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, Seat, retry, retryable};
+use crate::handshake::{self, Attempt, Lobby, PER_PEER, Seat, retry, retryable};
 use efatop_proto::telemetry::wire;
 use efatop_experiments::probe::{Probe, Sampler};
 use efatop_proto::telemetry::{NodeSample, RankSample, WorldBounds};
@@ -56,7 +56,7 @@ pub fn dial(collector: SocketAddr, secret: &Secret) -> std::io::Result<(TcpStrea
     let denied = |why: String| std::io::Error::new(ErrorKind::PermissionDenied, why);
     retry(DIAL_FOR, || {
         let stream = TcpStream::connect_timeout(&collector, Duration::from_secs(10)).map_err(Attempt::Again)?;
-        let deadline = Deadline::handshake();
+        let deadline = handshake::deadline();
         let mut within = deadline.on(&stream);
         let session = match auth::connect_session(&mut within, secret, Purpose::Telemetry) {
             Ok(session) => session,

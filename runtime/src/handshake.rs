@@ -2,11 +2,11 @@
 //! that connects does when it is turned away. One rule for the rendezvous (local and Slurm), rank 0's
 //! collector (and the many-node monitor's, the same), a host's relay and `--serve`:
 //!
-//! - **One deadline for the whole handshake** ([`Deadline`], [`HANDSHAKE_WAIT`]): every read and write of
+//! - **One deadline for the whole handshake** ([`deadline`], [`HANDSHAKE_WAIT`]): every read and write of
 //!   the exchange times out at the time left until it, so a party that trickles a byte now and then is
-//!   dropped at the deadline, not kept for as long as it keeps trickling (a limit per read let a byte every
-//!   4 s hold a connection for minutes). The async listeners get the same rule from one
-//!   `tokio::time::timeout` around the whole exchange.
+//!   dropped at the deadline, not kept for as long as it keeps trickling. The rule's home is
+//!   `efatop_auth::deadline` (the NCCL plugin's relay and the node's Prometheus endpoint use it too); the
+//!   async listeners get it from one `tokio::time::timeout` around the whole exchange.
 //! - **A budget of their own for connections that have proved nothing** ([`Lobby`]): at most a few at once,
 //!   and at most a few from any one remote address; when it is full, the *oldest* unproven connection is
 //!   dropped to make room for the new one, never the new one refused. A party that holds the secret proves
@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use efatop_auth::deadline::Deadline;
+use efatop_auth::deadline::Bounded;
 use efatop_auth::AuthError;
 
 /// How long a connection has, from its accept, to prove itself (and, where a listener asks more of its
@@ -37,65 +39,35 @@ pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// any local user can connect from any of 127.0.0.0/8, so only the listener's whole budget bounds it).
 pub const PER_PEER: usize = 16;
 
-/// The moment a handshake must be over by.
-#[derive(Clone, Copy, Debug)]
-pub struct Deadline(Instant);
-
-impl Deadline {
-    pub fn after(wait: Duration) -> Self {
-        Self(Instant::now() + wait)
-    }
-
-    /// [`HANDSHAKE_WAIT`] from now.
-    pub fn handshake() -> Self {
-        Self::after(HANDSHAKE_WAIT)
-    }
-
-    /// The time left; `None` once it has passed.
-    pub fn left(&self) -> Option<Duration> {
-        Some(self.0.saturating_duration_since(Instant::now())).filter(|left| !left.is_zero())
-    }
-
-    /// `stream` with every read and write bounded by what is left until this deadline.
-    pub fn on<'a>(&self, stream: &'a TcpStream) -> Within<'a> {
-        Within { stream, deadline: *self, seat: None, heard: false }
-    }
-
-    /// A listener's side of [`Deadline::on`], holding the connection's `seat` in its lobby: the listener's
-    /// first write after it has heard from the peer (the message that tells the peer it is believed: a
-    /// proof, a credential) first takes the connection out of the lobby ([`Seat::proven`]), and is not sent
-    /// when the lobby dropped the connection meanwhile. So a party is either believed and kept, or dropped
-    /// and reset (it tries again), never told it is in and then cut off.
-    pub fn admitting<'a>(&self, stream: &'a TcpStream, seat: Seat) -> Within<'a> {
-        Within { stream, deadline: *self, seat: Some(seat), heard: false }
-    }
+/// [`HANDSHAKE_WAIT`] from now: the one deadline of a whole handshake ([`Deadline::on`] bounds a stream's
+/// reads and writes by it).
+pub fn deadline() -> Deadline {
+    Deadline::after(HANDSHAKE_WAIT)
 }
 
-/// A blocking stream whose every read and write ends at one [`Deadline`] (then [`ErrorKind::TimedOut`]).
-/// The stream keeps the last timeout set: clear it ([`Within::done`]) before using it past the handshake.
-pub struct Within<'a> {
-    stream: &'a TcpStream,
-    deadline: Deadline,
+/// A listener's side of [`Deadline::on`], holding the connection's `seat` in its lobby: the listener's
+/// first write after it has heard from the peer (the message that tells the peer it is believed: a proof, a
+/// credential) first takes the connection out of the lobby ([`Seat::proven`]), and is not sent when the
+/// lobby dropped the connection meanwhile. So a party is either believed and kept, or dropped and reset (it
+/// tries again), never told it is in and then cut off.
+pub fn admitting(deadline: Deadline, stream: &TcpStream, seat: Seat) -> Admitting<'_> {
+    Admitting { bounded: deadline.on(stream), seat: Some(seat), heard: false }
+}
+
+/// A listener's stream in its handshake ([`admitting`]): bounded by the deadline, its connection still in
+/// the lobby until it proves itself.
+pub struct Admitting<'a> {
+    bounded: Bounded<&'a TcpStream>,
     /// A listener's connection still in its lobby.
     seat: Option<Seat>,
     /// Something was read.
     heard: bool,
 }
 
-fn passed() -> std::io::Error {
-    std::io::Error::new(ErrorKind::TimedOut, format!("the handshake's deadline ({} s) passed", HANDSHAKE_WAIT.as_secs()))
-}
-
-/// A timed-out blocking read or write says `WouldBlock` on Linux: told as the deadline passing.
-fn at_deadline<T>(result: std::io::Result<T>) -> std::io::Result<T> {
-    result.map_err(|err| if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) { passed() } else { err })
-}
-
-impl Within<'_> {
+impl Admitting<'_> {
     /// The handshake is over: reads and writes block again without a limit.
     pub fn done(self) -> std::io::Result<()> {
-        self.stream.set_read_timeout(None)?;
-        self.stream.set_write_timeout(None)
+        self.bounded.done().map(drop)
     }
 
     /// A listener's connection whose handshake holds: out of the lobby now, if it was not yet; false when
@@ -116,17 +88,15 @@ impl Within<'_> {
 /// What a connection dropped from a lobby is told, and counted as.
 const DROPPED: &str = "dropped before it proved anything, to make room";
 
-impl Read for Within<'_> {
+impl Read for Admitting<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.deadline.left().ok_or_else(passed)?;
-        self.stream.set_read_timeout(Some(left))?;
-        let read = at_deadline((&*self.stream).read(buf));
+        let read = self.bounded.read(buf);
         self.heard |= read.as_ref().is_ok_and(|n| *n > 0);
         read
     }
 }
 
-impl Write for Within<'_> {
+impl Write for Admitting<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.heard && self.seat.is_some() {
             let at_once = self.seat.as_ref().map_or(0, |seat| seat.inner.at_once);
@@ -134,13 +104,11 @@ impl Write for Within<'_> {
                 return Err(std::io::Error::new(ErrorKind::ConnectionReset, format!("{DROPPED} ({at_once} connections at most may be unproven at once)")));
             }
         }
-        let left = self.deadline.left().ok_or_else(passed)?;
-        self.stream.set_write_timeout(Some(left))?;
-        at_deadline((&*self.stream).write(buf))
+        self.bounded.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        (&*self.stream).flush()
+        self.bounded.flush()
     }
 }
 
@@ -404,7 +372,7 @@ mod tests {
             let secret = secret.clone();
             move || auth::connect(&mut client, &secret, Purpose::Viewer)
         });
-        let deadline = Deadline::handshake();
+        let deadline = deadline();
         auth::accept(&mut deadline.on(&server), &secret, Purpose::Viewer).expect("the newest proves itself");
         assert!(seat.proven());
         proving.join().expect("client").expect("proven");
@@ -450,11 +418,11 @@ mod tests {
         let seat = lobby.enter(&server, from).expect("seat");
         let proving = std::thread::spawn({
             let secret = secret.clone();
-            move || auth::connect(&mut Deadline::handshake().on(&client.try_clone().expect("clone")), &secret, Purpose::Telemetry).map(|()| drop(client.flush()))
+            move || auth::connect(&mut deadline().on(&client.try_clone().expect("clone")), &secret, Purpose::Telemetry).map(|()| drop(client.flush()))
         });
         let (_newer_client, newer, newer_from) = pair(&listener);
         let _newer = lobby.enter(&newer, newer_from).expect("seat");
-        let mut within = Deadline::handshake().admitting(&server, seat);
+        let mut within = admitting(deadline(), &server, seat);
         let refused = auth::accept(&mut within, &secret, Purpose::Telemetry).map_err(|err| within.why(err));
         assert!(refused.as_ref().is_err_and(|why| why.contains("to make room")), "{refused:?}");
         drop(within);

@@ -33,7 +33,7 @@ use efatop_auth::{self as auth, Secret, Session};
 use efatop_proto::handshake::Purpose;
 use efatop_proto::stream::{self, Hello, StreamMessage};
 
-use crate::handshake::{Deadline, Lobby, PER_PEER};
+use crate::handshake::{self, Deadline, Lobby, PER_PEER};
 use efatop_proto::events::CollectorEvent;
 use efatop_proto::events::{ConsumerEvent, RunStart};
 use efatop_proto::recording::Recorder;
@@ -422,8 +422,8 @@ fn refuse(refused: &AtomicUsize, stream: &TcpStream, why: &str) {
 /// events until they end or the viewer goes.
 fn serve_viewer(stream: TcpStream, seat: crate::handshake::Seat, hub: &Hub, secret: &Secret, door: &Door) {
     let _ = stream.set_nodelay(true);
-    let deadline = Deadline::handshake();
-    let mut within = deadline.admitting(&stream, seat);
+    let deadline = handshake::deadline();
+    let mut within = handshake::admitting(deadline, &stream, seat);
     let proven = auth::accept_session(&mut within, secret, Purpose::Viewer).map_err(|err| within.why(err));
     drop(within);
     let session = match proven {

@@ -18,8 +18,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use efatop_auth::deadline::Deadline;
 use efatop_proto::telemetry::NodeSample;
 
 use super::{to_text_format, Exposition, Format};
@@ -188,16 +189,13 @@ enum Refusal {
     Gone,
 }
 
-/// Reads a request's line and headers within [`MAX_HEAD_BYTES`] and by `deadline`.
-fn read_head(stream: &mut impl ReadWithin, deadline: Instant) -> Result<Head, Refusal> {
+/// Reads a request's line and headers within [`MAX_HEAD_BYTES`], from a stream bounded by one deadline
+/// ([`HEAD_TIMEOUT`] from the connection: `efatop_auth::deadline`).
+fn read_head(stream: &mut impl Read) -> Result<Head, Refusal> {
     let mut buffer = vec![0_u8; MAX_HEAD_BYTES];
     let mut filled = 0;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Refusal::TooSlow);
-        }
-        let read = match stream.read_within(&mut buffer[filled..], left) {
+        let read = match stream.read(&mut buffer[filled..]) {
             Ok(0) => return Err(Refusal::Gone),
             Ok(read) => read,
             Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return Err(Refusal::TooSlow),
@@ -226,18 +224,6 @@ fn read_head(stream: &mut impl ReadWithin, deadline: Instant) -> Result<Head, Re
             Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooLarge),
             Err(_) => return Err(Refusal::Malformed),
         }
-    }
-}
-
-/// A stream read with a time limit per read (a `TcpStream`; a script of reads in tests).
-trait ReadWithin {
-    fn read_within(&mut self, buffer: &mut [u8], limit: Duration) -> std::io::Result<usize>;
-}
-
-impl ReadWithin for TcpStream {
-    fn read_within(&mut self, buffer: &mut [u8], limit: Duration) -> std::io::Result<usize> {
-        self.set_read_timeout(Some(limit))?;
-        self.read(buffer)
     }
 }
 
@@ -290,11 +276,11 @@ fn respond<T: Exposition>(head: &Head, latest: Option<&T>) -> Response {
 
 /// Serves one connection: one request, one answer, then a close.
 fn answer<T: Exposition>(mut stream: TcpStream, shared: &Shared<T>) {
-    let deadline = Instant::now() + HEAD_TIMEOUT;
+    let head = read_head(&mut Deadline::after(HEAD_TIMEOUT).on(&stream));
     if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
         return;
     }
-    let (response, minor, head_only) = match read_head(&mut stream, deadline) {
+    let (response, minor, head_only) = match head {
         Ok(head) => {
             let response = respond(&head, shared.latest().as_deref());
             (response, head.minor, head.method == "HEAD")
@@ -330,15 +316,11 @@ fn answer<T: Exposition>(mut stream: TcpStream, shared: &Shared<T>) {
     // Closing with unread bytes (a body) would reset the connection, and the client could lose the
     // answer: say no more is coming, and throw away a bounded amount of what it still sends.
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    let drain_until = Instant::now() + DRAIN_TIMEOUT;
+    let mut drain = Deadline::after(DRAIN_TIMEOUT).on(&stream);
     let mut drained = 0;
     let mut sink = [0_u8; 4096];
     while drained < DRAIN_BYTES {
-        let left = drain_until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match stream.read_within(&mut sink, left) {
+        match drain.read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(read) => drained += read,
         }
@@ -348,12 +330,25 @@ fn answer<T: Exposition>(mut stream: TcpStream, shared: &Shared<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use efatop_auth::deadline::Timed;
 
     /// Reads handed out one by one; past the script, the time limit runs out.
     struct Script(Vec<Vec<u8>>);
 
-    impl ReadWithin for Script {
-        fn read_within(&mut self, buffer: &mut [u8], _limit: Duration) -> std::io::Result<usize> {
+    impl Timed for Script {
+        fn set_read_timeout(&self, _limit: Option<Duration>) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn set_write_timeout(&self, _limit: Option<Duration>) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn write_some(&mut self, _buffer: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+
+        fn read_some(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
             if self.0.is_empty() {
                 return Err(std::io::ErrorKind::WouldBlock.into());
             }
@@ -368,7 +363,7 @@ mod tests {
     }
 
     fn head_of(chunks: &[&[u8]]) -> Result<Head, Refusal> {
-        read_head(&mut Script(chunks.iter().map(|c| c.to_vec()).collect()), Instant::now() + Duration::from_mins(1))
+        read_head(&mut Deadline::after(Duration::from_mins(1)).on(Script(chunks.iter().map(|c| c.to_vec()).collect())))
     }
 
     #[test]
@@ -382,7 +377,7 @@ mod tests {
         let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(MAX_HEADERS + 1));
         assert_eq!(head_of(&[many.as_bytes()]), Err(Refusal::TooLarge));
         assert_eq!(head_of(&[b"GET / HTTP/1.1\r\n", b""]), Err(Refusal::Gone));
-        let expired = read_head(&mut Script(vec![b"GET".to_vec(); 100]), Instant::now());
+        let expired = read_head(&mut Deadline::after(Duration::ZERO).on(Script(vec![b"GET".to_vec(); 100])));
         assert_eq!(expired, Err(Refusal::TooSlow), "past the deadline whatever still trickles in");
     }
 

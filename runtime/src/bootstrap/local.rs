@@ -28,7 +28,7 @@ use efatop_auth::{self as auth, Secret, Session};
 use efatop_proto::handshake::Purpose;
 use efatop_auth::seal::{SealedReader, SealedWriter};
 
-use crate::handshake::{Attempt, Deadline, Lobby, PER_PEER, retry, retryable};
+use crate::handshake::{self, Attempt, Lobby, PER_PEER, retry, retryable};
 
 use super::munge::Munge;
 
@@ -156,10 +156,10 @@ impl LocalBootstrap {
         let lost = |e: String| ExperimentError::Bootstrap(format!("cannot join the launcher at {address}: {e}"));
         let (stream, session) = retry(window, || {
             let stream = TcpStream::connect(address).map_err(|e| Attempt::Again(e.to_string()))?;
-            let deadline = Deadline::handshake();
+            let deadline = handshake::deadline();
             let mut within = deadline.on(&stream);
             match auth::connect_session(&mut within, secret, Purpose::Rendezvous) {
-                Ok(session) => within.done().map(|()| (stream, session)).map_err(|e| Attempt::Final(e.to_string())),
+                Ok(session) => within.done().map(drop).map(|()| (stream, session)).map_err(|e| Attempt::Final(e.to_string())),
                 Err(err) if retryable(&err) => Err(Attempt::Again(err.to_string())),
                 Err(err) => Err(Attempt::Final(err.to_string())),
             }
@@ -297,8 +297,8 @@ impl Rendezvous {
         let spawned = std::thread::Builder::new().name("efatop-admit".into()).spawn(move || {
             let outcome = (|| {
                 stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-                let deadline = Deadline::handshake();
-                let mut within = deadline.admitting(&stream, seat);
+                let deadline = handshake::deadline();
+                let mut within = handshake::admitting(deadline, &stream, seat);
                 let session = admission.admit(&mut within).map_err(|why| within.why(why))?;
                 if !within.proven() {
                     return Err(within.why("dropped"));

@@ -352,7 +352,7 @@ fn join_at(address: SocketAddr, step: &SlurmStep, proof: &Proof) -> Result<(Loca
     let nobody = |e: std::io::Error| Reached::Nobody(e.to_string());
     let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(nobody)?;
     // One deadline for the whole exchange: a squatter that trickles its side is left at it.
-    let deadline = crate::handshake::Deadline::handshake();
+    let deadline = crate::handshake::deadline();
     let mut within = deadline.on(&stream);
     let (keyed, session) = proof.join(&mut within)?;
     within.done().map_err(nobody)?;

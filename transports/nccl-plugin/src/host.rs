@@ -43,6 +43,25 @@ impl std::io::Write for NoSigpipe<'_> {
     }
 }
 
+/// The relay's handshake, bounded by one deadline (`auth::deadline`), writes without SIGPIPE too.
+impl efatop_auth::deadline::Timed for NoSigpipe<'_> {
+    fn set_read_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.0.set_read_timeout(limit)
+    }
+
+    fn set_write_timeout(&self, limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.0.set_write_timeout(limit)
+    }
+
+    fn read_some(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        std::io::Read::read(&mut self.0, buffer)
+    }
+
+    fn write_some(&mut self, buffer: &[u8]) -> std::io::Result<usize> {
+        std::io::Write::write(self, buffer)
+    }
+}
+
 /// NCCL's version as "2.28.3": `ncclGetVersion` of the NCCL that loaded the plugin. Looked up in the
 /// process's global scope first (a program linked with libnccl), then in every object the process has
 /// loaded: a library loaded with `RTLD_LOCAL` keeps its symbols out of the global scope, and PyTorch loads

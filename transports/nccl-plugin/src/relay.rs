@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use efatop_auth::deadline::Deadline;
 use efatop_auth::seal::{SealedReader, Sealer};
 use efatop_auth::{self as auth, Secret};
 use efatop_proto::handshake::Purpose;
@@ -106,40 +107,6 @@ impl Write for Link {
     }
 }
 
-/// A blocking stream whose every read and write ends at one deadline: a peer that trickles a byte now and
-/// then is cut there, not at a timeout per read.
-struct Deadlined<'a> {
-    stream: &'a mut UnixStream,
-    deadline: Instant,
-}
-
-impl Deadlined<'_> {
-    fn left(&self) -> std::io::Result<Duration> {
-        self.deadline
-            .checked_duration_since(Instant::now())
-            .filter(|left| !left.is_zero())
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "no handshake within the deadline"))
-    }
-}
-
-impl Read for Deadlined<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.stream.set_read_timeout(Some(self.left()?))?;
-        self.stream.read(buf)
-    }
-}
-
-impl Write for Deadlined<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.stream.set_write_timeout(Some(self.left()?))?;
-        NoSigpipe(self.stream).write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn address_of(name: &str) -> std::io::Result<SocketAddr> {
     SocketAddr::from_abstract_name(name.as_bytes())
 }
@@ -154,14 +121,14 @@ pub fn find(name: &str, secret: &Secret, uid: u32) -> Found {
     // again, a few times.
     for _ in 0..5 {
         match UnixStream::connect_addr(&address) {
-            Ok(mut stream) => {
+            Ok(stream) => {
                 let Some((pid, holder)) = crate::host::peer(&stream) else {
                     return Found::Direct("the relay's socket does not say who holds it".into());
                 };
                 if holder != uid {
                     return Found::Direct(format!("the relay's socket is held by user {holder}, not this process's {uid}"));
                 }
-                let mut timed = Deadlined { stream: &mut stream, deadline: Instant::now() + HANDSHAKE };
+                let mut timed = Deadline::after(HANDSHAKE).on(NoSigpipe(&stream));
                 return match auth::connect_session(&mut timed, secret, Purpose::Nccl) {
                     Ok(session) => {
                         let _ = stream.set_read_timeout(None);
@@ -273,9 +240,9 @@ fn refuse(refused: &AtomicU64, why: &str) {
 
 /// One process of the host, from its handshake to its end: `Err` (why) where it was a stranger or broke
 /// proto's rules.
-fn carry(mut stream: UnixStream, local: u32, secret: &Secret, up: &impl Up, locals: &Mutex<Vec<(u32, UnixStream)>>) -> Result<(), String> {
+fn carry(stream: UnixStream, local: u32, secret: &Secret, up: &impl Up, locals: &Mutex<Vec<(u32, UnixStream)>>) -> Result<(), String> {
     let session = {
-        let mut timed = Deadlined { stream: &mut stream, deadline: Instant::now() + HANDSHAKE };
+        let mut timed = Deadline::after(HANDSHAKE).on(NoSigpipe(&stream));
         auth::accept_session(&mut timed, secret, Purpose::Nccl).map_err(|err| format!("a process that did not prove the token: {err}"))?
     };
     let _ = stream.set_read_timeout(None);
