@@ -20,7 +20,10 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
            difference (the mean of the paired rounds' differences) with its band: the 95 % confidence
            interval of that mean, and the paired rounds' lowest and highest. Needs no watcher.
 environment: OPS (comma-separated, default every one), ITERS, SIZES_MIB (comma-separated), CONNECT_FIRST
-(default 1: each collective called once at 1 MiB before the sizes, so that no size holds NCCL's connection)
+(default 1: each collective called once at 1 MiB before the sizes, so that no size holds NCCL's connection),
+COST_AB_VS (--cost-ab's other arm: off, the default; idle: NCCL calls the plugin, whose hooks return at once,
+so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy: the plugin on without
+the proxy's steps, or without its operations and steps)
 """
 import ctypes
 import os
@@ -29,6 +32,9 @@ import subprocess
 import sys
 
 OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"]
+# --cost-ab's other arm (COST_AB_VS): the event bits it keeps (NCCL's ncclProfile* types: 1 << 3 proxy
+# operations, 1 << 4 proxy steps); "idle" keeps every event with the plugin's hooks returning at once.
+VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4))}
 
 
 def timed_ms(call, n):
@@ -96,18 +102,25 @@ def child(rank, world):
             if blocks:
                 # The plugin's cost inside this job: blocks of ITERS calls with the plugin on and off, in pairs
                 # whose order alternates (on-off, off-on, ...), both ranks switching between the same calls.
-                active = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"]).efatop_profiler_active
+                lib = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"])
+                lib.efatop_profiler_events.argtypes = [ctypes.c_uint64]
+                versus = os.environ.get("COST_AB_VS", "off")
                 for _ in range(2):
                     call()
                 torch.cuda.synchronize()
                 for b in range(blocks):
                     arm = ("on", "off")[(b + b // 2) % 2]
-                    if active(1 if arm == "on" else 0) != 0:
+                    # The "off" arm: the plugin off (mask 0), or idle (NCCL calls it, it does nothing), or on
+                    # without some of its events (VS_KEEP: the event bits kept).
+                    keep = ~0 if arm == "on" or versus == "idle" else VS_KEEP[versus]
+                    lib.efatop_profiler_idle(1 if arm == "off" and versus == "idle" else 0)
+                    if lib.efatop_profiler_events(keep & 0xFFFFFFFFFFFFFFFF) != 0:
                         raise SystemExit("torch-alltoall-check: the plugin has no activation mask to set")
                     dist.barrier()
                     torch.cuda.synchronize()
                     print(f"AB {rank} {op} {size} {b} {arm} {timed_ms(call, iters) * 1e3:.1f}", flush=True)
-                active(1)
+                lib.efatop_profiler_idle(0)
+                lib.efatop_profiler_events(0xFFFFFFFFFFFFFFFF)
                 continue
             # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
             # all of them (the 7th field) is the one to hold the watcher's mean against.
@@ -201,6 +214,9 @@ def cost_ab(blocks, plugin, out):
             _, _rank, op, size, block, arm, us = line.split()
             times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
             arms[(op, int(size), int(block))] = arm
+    versus = os.environ.get("COST_AB_VS", "off")
+    if versus != "off":
+        print(f"# the other arm: {versus} (COST_AB_VS), not the plugin off")
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}")
     for (op, size), blocks_us in sorted(times.items()):
         mean = {b: statistics.mean(us) for b, us in blocks_us.items()}

@@ -81,16 +81,37 @@ static OUR_BITS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::ne
 /// `init` (no mask to set). NCCL never calls it.
 #[no_mangle]
 pub extern "C" fn efatop_profiler_active(on: c_int) -> c_int {
+    efatop_profiler_events(if on != 0 { u64::MAX } else { 0 })
+}
+
+/// Where the plugin's cost lies, for the same A/B: NCCL's activation mask set to the events the plugin
+/// asked for at `init` that are also in `keep` (the event types' bits: [`PROFILE_PROXY_STEP`] left out
+/// measures what the proxy's steps cost). Returns as [`efatop_profiler_active`]. NCCL never calls it.
+#[no_mangle]
+pub extern "C" fn efatop_profiler_events(keep: u64) -> c_int {
     let mask = NCCL_MASK.load(std::sync::atomic::Ordering::Acquire);
     if mask.is_null() {
         return -1;
     }
-    let bits = if on != 0 { OUR_BITS.load(std::sync::atomic::Ordering::Relaxed) } else { 0 };
+    let bits = OUR_BITS.load(std::sync::atomic::Ordering::Relaxed) & keep as c_int;
     // SAFETY: `mask` is the pointer NCCL gave `init`: its own int, aligned, living for the process, which
     // NCCL itself reads with atomic loads.
     unsafe { std::sync::atomic::AtomicI32::from_ptr(mask) }.store(bits, std::sync::atomic::Ordering::Relaxed);
     0
 }
+
+/// The other half of that split: with `idle` non-zero, every hook returns at once (an event still gets a
+/// handle, so NCCL goes on calling for its states and its end), so an A/B against it measures NCCL's own
+/// profiler path apart from this plugin's. Events while idle are not folded. NCCL never calls it.
+#[no_mangle]
+pub extern "C" fn efatop_profiler_idle(idle: c_int) {
+    IDLE.store(idle != 0, std::sync::atomic::Ordering::Relaxed);
+}
+
+static IDLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The handle an idle hook gives an event (never an id: ids count up from 1 and this is the last).
+const IDLE_HANDLE: u64 = u64::MAX;
 
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
@@ -185,6 +206,13 @@ unsafe fn ctx_index(context: *mut c_void) -> Option<u32> {
 
 #[inline]
 fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_void, rank: c_int, event: Event) -> NcclResult {
+    if IDLE.load(std::sync::atomic::Ordering::Relaxed) {
+        if !handle.is_null() {
+            // SAFETY: NCCL passes a valid slot for the event's handle.
+            unsafe { *handle = IDLE_HANDLE as *mut c_void };
+        }
+        return NCCL_SUCCESS;
+    }
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
@@ -372,7 +400,7 @@ unsafe extern "C" fn start<D: Descriptor>(context: *mut c_void, handle: *mut *mu
 }
 
 unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
-    if handle.is_null() {
+    if handle.is_null() || handle as u64 == IDLE_HANDLE {
         return NCCL_SUCCESS;
     }
     if let Some(runtime) = runtime::get() {
@@ -382,7 +410,7 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
 }
 
 unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateArgs) -> NcclResult {
-    if handle.is_null() {
+    if handle.is_null() || handle as u64 == IDLE_HANDLE {
         return NCCL_SUCCESS;
     }
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
