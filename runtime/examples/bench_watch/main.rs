@@ -88,6 +88,128 @@ struct Args {
     /// The view's size, COLSxROWS
     #[arg(long, default_value = "200x60")]
     screen: String,
+    /// The synthetic plugins in a process of their own (this binary again, on the other CPUs), so that the
+    /// RSS reported is the watcher's alone: its server, fold and view
+    #[arg(long)]
+    plugins_apart: bool,
+    /// (the plugins' process of --plugins-apart) Only the synthetic plugins, to the watcher at this address;
+    /// the run's secret in EFATOP_BENCH_SECRET; they stop when standard input ends
+    #[arg(long, hide = true)]
+    plugins_of: Option<std::net::SocketAddr>,
+    /// (the plugins' process) The job's start, ns since the Unix epoch
+    #[arg(long, hide = true, default_value_t = 0)]
+    started_epoch_ns: u64,
+    /// (the plugins' process) The CPUs its threads run on, comma-separated
+    #[arg(long, hide = true, value_delimiter = ',')]
+    cpus: Vec<usize>,
+}
+
+/// The environment variable that hands the plugins' process the run's secret (not its command line, which
+/// every local user can read).
+const SECRET_VAR: &str = "EFATOP_BENCH_SECRET";
+
+/// The plugins' process of `--plugins-apart`: the synthetic job against the watcher at `address`, its counts
+/// told on standard output every 100 ms (`counts MESSAGES CONNECTED RETRIES LATE STRANGERS`), then its peak
+/// RSS (`peak MIB`) once its plugins have stopped (at the end of standard input).
+fn plugins_only(job: Job, address: std::net::SocketAddr, args: &Args) -> std::process::ExitCode {
+    let secret = match std::env::var(SECRET_VAR).map_err(|e| e.to_string()).and_then(|hex| efatop_auth::Secret::from_hex(&hex).map_err(|e| e.to_string())) {
+        Ok(secret) => secret,
+        Err(err) => {
+            eprintln!("bench_watch: --plugins-of: no secret in {SECRET_VAR}: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    pin_thread(None, args.cpus.iter().copied());
+    // The watcher's start on this process's clock (both on one machine).
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_sub(Duration::from_nanos(args.started_epoch_ns));
+    let started = Instant::now().checked_sub(since).unwrap_or_else(Instant::now);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (senders, sent) = synthetic::start(job, address, secret, started, Arc::clone(&stop), args.cpus.len().max(1), args.cpus.clone());
+    let stopper = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        stopper.store(true, Ordering::Relaxed);
+    });
+    let tell = || {
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        println!("counts {} {} {} {} {}", load(&sent.messages), load(&sent.connected), load(&sent.retries), load(&sent.late), load(&sent.strangers));
+    };
+    while !senders.is_finished() {
+        tell();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = senders.join();
+    tell();
+    println!("peak {:.1}", rss_mib("VmHWM").unwrap_or(0.0));
+    std::process::ExitCode::SUCCESS
+}
+
+/// The plugins' side of `--plugins-apart`: this binary again, its counts copied into `sent` as it tells
+/// them; the handle ends when it has, after its standard input (dropped by the caller) ended.
+struct Apart {
+    child: std::process::Child,
+    reader: std::thread::JoinHandle<()>,
+    peak_mib: Arc<std::sync::Mutex<Option<f64>>>,
+}
+
+impl Apart {
+    fn start(args: &Args, address: std::net::SocketAddr, secret: &efatop_auth::Secret, started: Instant, cpus: &[usize], sent: Arc<synthetic::Sent>) -> std::io::Result<Self> {
+        let epoch_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(started.elapsed())
+            .as_nanos();
+        let cpus_list = cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let mut command = std::process::Command::new(std::env::current_exe()?);
+        command
+            .args(["--plugins-of", &address.to_string(), "--started-epoch-ns", &epoch_ns.to_string(), "--cpus", &cpus_list])
+            .args(["--hosts", &args.hosts.to_string(), "--ranks-per-host", &args.ranks_per_host.to_string()])
+            .args(["--ranks-per-process", &args.ranks_per_process.to_string(), "--interval-ms", &args.interval_ms.to_string()])
+            .args(["--stall-at", &args.stall_at.to_string(), "--straggle-at", &args.straggle_at.to_string()])
+            .args(["--straggle-lag-ms", &args.straggle_lag_ms.to_string(), "--strangers", &args.strangers.to_string()])
+            .args(if args.relay { &["--relay"][..] } else { &[][..] })
+            .env(SECRET_VAR, secret.to_hex())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = command.spawn()?;
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no standard output"))?;
+        let peak_mib = Arc::new(std::sync::Mutex::new(None));
+        let peak = Arc::clone(&peak_mib);
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                match fields.as_slice() {
+                    ["counts", values @ ..] if values.len() == 5 => {
+                        let counters = [&sent.messages, &sent.connected, &sent.retries, &sent.late, &sent.strangers];
+                        for (counter, value) in counters.into_iter().zip(values) {
+                            counter.store(value.parse().unwrap_or(0), Ordering::Relaxed);
+                        }
+                    }
+                    ["peak", mib] => *peak.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = mib.parse().ok(),
+                    _ => {}
+                }
+            }
+        });
+        Ok(Self { child, reader, peak_mib })
+    }
+
+    /// Stops the plugins (their standard input ends) and waits for their last counts and their peak RSS.
+    fn stop(mut self) -> Option<f64> {
+        drop(self.child.stdin.take());
+        let _ = self.reader.join();
+        let _ = self.child.wait();
+        *self.peak_mib.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Where the synthetic plugins run: in this process (their threads), or in their own.
+enum Plugins {
+    Here(std::thread::JoinHandle<()>),
+    Apart(Apart),
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -131,6 +253,9 @@ fn main() -> std::process::ExitCode {
         strangers: args.strangers,
         relayed: args.relay,
     };
+    if let Some(address) = args.plugins_of {
+        return plugins_only(job, address, &args);
+    }
     let world = job.world();
     let processes = args.hosts as usize * (job.per_host / job.per_process);
     let connections = if job.relayed { args.hosts as usize } else { processes };
@@ -179,15 +304,27 @@ fn main() -> std::process::ExitCode {
         pin_thread(tid.parse().ok(), [watcher_cpu]);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let (senders, sent) = synthetic::start(
-        job.clone(),
-        watcher.server.address,
-        watcher.secret.clone(),
-        started,
-        Arc::clone(&stop),
-        others.len().max(1),
-        others.clone(),
-    );
+    let (senders, sent) = if args.plugins_apart {
+        let sent = Arc::new(synthetic::Sent::default());
+        match Apart::start(&args, watcher.server.address, &watcher.secret, started, &others, Arc::clone(&sent)) {
+            Ok(apart) => (Plugins::Apart(apart), sent),
+            Err(err) => {
+                eprintln!("bench_watch: --plugins-apart: the plugins' process: {err}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let (senders, sent) = synthetic::start(
+            job.clone(),
+            watcher.server.address,
+            watcher.secret.clone(),
+            started,
+            Arc::clone(&stop),
+            others.len().max(1),
+            others.clone(),
+        );
+        (Plugins::Here(senders), sent)
+    };
 
     let mut view = WatchView::new();
     let mut terminal = Terminal::new(TestBackend::new(cols, rows)).expect("a test terminal");
@@ -301,7 +438,13 @@ fn main() -> std::process::ExitCode {
     stop.store(true, Ordering::Relaxed);
     // The plugins stop at their next interval: only then is what they wrote counted whole (read before,
     // the writes still under way were folded and not counted, and more was folded than sent).
-    let _ = senders.join();
+    let plugins_peak = match senders {
+        Plugins::Here(senders) => {
+            let _ = senders.join();
+            None
+        }
+        Plugins::Apart(apart) => apart.stop(),
+    };
     let sent_s = started.elapsed().as_secs_f64();
     // Everything written is folded within a few seconds, or it was not kept up with.
     let sent_total = sent.messages.load(Ordering::Relaxed);
@@ -340,15 +483,16 @@ fn main() -> std::process::ExitCode {
         "not planted".to_string()
     };
     println!(
-        "# verdict: {} of {connections} connections ({processes} plugins) made, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); the straggler named {straggler_told}; frame p99 {} ms; RSS {} MiB",
+        "# verdict: {} of {connections} connections ({processes} plugins) made, {folded_total} of {sent_total} messages folded ({kept_up}); the stalled rank named {} s after it stopped (goal: {} s); the straggler named {straggler_told}; frame p99 {} ms; RSS {} MiB{}",
         connected,
         fmt(named_s),
         args.hang_after + 2,
         fmt(p99),
-        fmt(rss)
+        fmt(rss),
+        if args.plugins_apart { " (the watcher's alone: the plugins in their own process)" } else { " (the plugins' side included)" }
     );
     println!(
-        "# summary: mode=watch hosts={} ranks={world} plugins={processes} connections={connections} relayed={} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} straggle_at_s={} straggle_lag_ms={} straggler_named_s={} straggler_goal_s={} straggler_wrong={straggler_wrong} kept_up={kept_up} confined={confined}",
+        "# summary: mode=watch hosts={} ranks={world} plugins={processes} connections={connections} relayed={} interval_ms={} seconds={} offered_per_s={:.0} target_per_s={per_s:.0} sent={sent_total} folded={folded_total} connected={connected} retries={} late={} strangers={} refused={} evicted={} forged={} watcher_cpu={:.1} frame_p50_ms={} frame_p99_ms={} rss_mib={} peak_rss_mib={} hang_after_s={} hang_named_s={} hang_on_first_screen={} straggle_at_s={} straggle_lag_ms={} straggler_named_s={} straggler_goal_s={} straggler_wrong={straggler_wrong} kept_up={kept_up} confined={confined} plugins_apart={} plugins_peak_rss_mib={}",
         args.hosts,
         job.relayed,
         args.interval_ms,
@@ -372,6 +516,8 @@ fn main() -> std::process::ExitCode {
         args.straggle_lag_ms,
         fmt(straggler_s),
         STRAGGLER_GOAL.as_secs(),
+        args.plugins_apart,
+        fmt(plugins_peak),
     );
     watcher.stop();
     std::process::ExitCode::SUCCESS
