@@ -22,8 +22,8 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
 environment: OPS (comma-separated, default every one), ITERS, SIZES_MIB (comma-separated), CONNECT_FIRST
 (default 1: each collective called once at 1 MiB before the sizes, so that no size holds NCCL's connection),
 COST_AB_VS (--cost-ab's other arm: off, the default; idle: NCCL calls the plugin, whose hooks return at once,
-so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy: the plugin on without
-the proxy's steps, or without its operations and steps)
+so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy, nokernel: the plugin on
+without the proxy's steps, or without its operations and steps, or without the kernels' channels and phases)
 """
 import ctypes
 import os
@@ -33,8 +33,10 @@ import sys
 
 OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"]
 # --cost-ab's other arm (COST_AB_VS): the event bits it keeps (NCCL's ncclProfile* types: 1 << 3 proxy
-# operations, 1 << 4 proxy steps); "idle" keeps every event with the plugin's hooks returning at once.
-VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4))}
+# operations, 1 << 4 proxy steps, 1 << 6 kernel channels, 1 << 15 kernel phases: NCCL times a kernel's
+# channels through a profiler connection of their own, the kernel writing its timers to host memory);
+# "idle" keeps every event with the plugin's hooks returning at once.
+VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4)), "nokernel": ~((1 << 6) | (1 << 15))}
 
 
 def timed_ms(call, n):
