@@ -206,13 +206,6 @@ unsafe fn ctx_index(context: *mut c_void) -> Option<u32> {
 
 #[inline]
 fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_void, rank: c_int, event: Event) -> NcclResult {
-    if IDLE.load(std::sync::atomic::Ordering::Relaxed) {
-        if !handle.is_null() {
-            // SAFETY: NCCL passes a valid slot for the event's handle.
-            unsafe { *handle = IDLE_HANDLE as *mut c_void };
-        }
-        return NCCL_SUCCESS;
-    }
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
@@ -391,6 +384,14 @@ impl Descriptor for DescrV7 {
 /// `startEvent` of every ABI, over its descriptor.
 unsafe extern "C" fn start<D: Descriptor>(context: *mut c_void, handle: *mut *mut c_void, descr: *mut D) -> NcclResult {
     if descr.is_null() {
+        return NCCL_SUCCESS;
+    }
+    if IDLE.load(std::sync::atomic::Ordering::Relaxed) {
+        // Before the descriptor is read: idle, the plugin does none of its own work.
+        if !handle.is_null() {
+            // SAFETY: NCCL passes a valid slot for the event's handle.
+            unsafe { *handle = IDLE_HANDLE as *mut c_void };
+        }
         return NCCL_SUCCESS;
     }
     // SAFETY: NCCL passes a valid descriptor of the table's ABI for the call's duration, whose union member

@@ -85,11 +85,11 @@ impl Phases {
     }
 }
 
-/// What a collective carries besides its row key: v7's kernel variant, the host's start, its phases.
+/// What a collective carries besides its row key: v7's kernel variant, its phases (its start on the host is
+/// its span's).
 struct CollExtra {
     variant: String,
     sym: bool,
-    host_start: u64,
     phases: Phases,
 }
 
@@ -362,7 +362,7 @@ impl Fold {
                 comm.seqs.entry(func).or_default().start(seq, t_ns);
                 comm.first_call_ns.get_or_insert(t_ns);
                 let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string(), tag);
-                let extra = CollExtra { variant: variant.as_str().to_string(), sym, host_start: t_ns, phases: Phases::default() };
+                let extra = CollExtra { variant: variant.as_str().to_string(), sym, phases: Phases::default() };
                 let span = Span { host_start: Some(t_ns), ..Span::default() };
                 Open::Task(Task { ctx, coll: Some((func, seq, key, extra)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span })
             }
@@ -569,7 +569,7 @@ impl Fold {
             let sample = CallSample {
                 func,
                 seq,
-                start_ns: task.span.gpu_start.unwrap_or(epoch_base_ns.saturating_add(extra.host_start)),
+                start_ns: task.span.gpu_start.unwrap_or(epoch_base_ns.saturating_add(task.span.host_start.unwrap_or(0))),
                 gpu: task.span.gpu_start.is_some(),
                 initial_sync_ns: if phased { Phases::mean(extra.phases.initial) } else { None },
                 final_sync_ns: if phased { Phases::mean(extra.phases.last) } else { None },
