@@ -11,7 +11,7 @@
 //! [`WatchView`] folds lines and keys; [`render`] paints it and keeps nothing. Keys: ↑↓ (or k j) scroll,
 //! PgUp-like `b`/space by a screen, `g` to the top, `q` quits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use efatop_proto::counters::human_bytes;
 use efatop_proto::nccl::{Func, HangWhy, LagSource, NicVerdict, RailVerdict, WatchLine};
@@ -47,8 +47,16 @@ pub struct WatchView {
     pub ranks: BTreeMap<(String, u32, String, u32), RankRow>,
     /// The latest `Coll` line of each (comm, func, size).
     pub colls: BTreeMap<(String, Func, u64), WatchLine>,
-    /// The latest `Peer` line of each (comm, rank, peer).
-    pub peers: BTreeMap<(String, u32, u32), WatchLine>,
+    /// The latest `Peer` line of each (rank, peer), per comm: a fleet's tick is one line per rank and peer
+    /// (65,536 at 32,768 ranks), each replacing its pair's in place, no key made for it.
+    pub peers: BTreeMap<String, HashMap<(u32, u32), WatchLine>>,
+    /// Pairs in `peers`.
+    peer_count: usize,
+    /// Ranks per host and per communicator, and the ranks gone: the header's counts, kept as lines come
+    /// rather than walked from 32,768 ranks at every frame made.
+    host_ranks: BTreeMap<String, u32>,
+    comm_ranks: BTreeMap<String, u32>,
+    gone_ranks: usize,
     /// The latest `Nics` line of each host.
     pub hosts: BTreeMap<String, WatchLine>,
     /// Open hangs by (comm, func, seq).
@@ -100,17 +108,38 @@ impl WatchView {
         match &line {
             WatchLine::Rank { host, pid, gpu, comm, rank, nranks, nccl_version, abi, .. } => {
                 let row = RankRow { host: host.clone(), pid: *pid, gpu: gpu.clone(), comm: comm.clone(), rank: *rank, nranks: *nranks, nccl_version: nccl_version.clone(), abi: *abi, gone: None };
-                self.ranks.insert((host.clone(), *pid, comm.clone(), *rank), row);
+                match self.ranks.insert((host.clone(), *pid, comm.clone(), *rank), row) {
+                    // Rejoined: live again.
+                    Some(old) => self.gone_ranks -= usize::from(old.gone.is_some()),
+                    None => {
+                        *self.host_ranks.entry(host.clone()).or_default() += 1;
+                        *self.comm_ranks.entry(comm.clone()).or_default() += 1;
+                    }
+                }
             }
             WatchLine::Coll { comm, func, size, .. } => {
                 self.colls.insert((comm.clone(), *func, *size), line);
             }
             WatchLine::Peer { comm, rank, peer, .. } => {
-                self.peers.insert((comm.clone(), *rank, *peer), line);
+                let key = (*rank, *peer);
+                let pairs = match self.peers.get_mut(comm.as_str()) {
+                    Some(pairs) => pairs,
+                    None => self.peers.entry(comm.clone()).or_default(),
+                };
+                match pairs.get_mut(&key) {
+                    Some(slot) => *slot = line,
+                    None => {
+                        pairs.insert(key, line);
+                        self.peer_count += 1;
+                    }
+                }
             }
-            WatchLine::Nics { host, .. } => {
-                self.hosts.insert(host.clone(), line);
-            }
+            WatchLine::Nics { host, .. } => match self.hosts.get_mut(host.as_str()) {
+                Some(slot) => *slot = line,
+                None => {
+                    self.hosts.insert(host.clone(), line);
+                }
+            },
             WatchLine::Hang { comm, func, seq, .. } => {
                 self.hangs.insert((comm.clone(), *func, *seq), line);
             }
@@ -122,6 +151,7 @@ impl WatchView {
                 // cost each its own ranks, not the world's.
                 let from = (host.clone(), *pid, String::new(), 0);
                 for (_, row) in self.ranks.range_mut(from..).take_while(|((h, p, _, _), _)| h == host && p == pid) {
+                    self.gone_ranks += usize::from(row.gone.is_none());
                     row.gone = Some(*bye);
                 }
             }
@@ -278,14 +308,12 @@ pub fn rails_text(line: &WatchLine) -> Option<String> {
 #[allow(clippy::too_many_lines)] // one section after another, in the order they are drawn
 pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let mut out = Vec::new();
-    let hosts: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.host.as_str()).collect();
-    let comms: std::collections::BTreeSet<&str> = view.ranks.values().map(|r| r.comm.as_str()).collect();
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let mut header = format!(
         " efatop watch · {} on {} · {}",
         plural(view.ranks.len(), "rank", "ranks"),
-        plural(hosts.len(), "host", "hosts"),
-        plural(comms.len(), "communicator", "communicators")
+        plural(view.host_ranks.len(), "host", "hosts"),
+        plural(view.comm_ranks.len(), "communicator", "communicators")
     );
     if let Some(WatchLine::Health { plugins, refused, dropped, unsent }) = &view.health {
         header.push_str(&format!(" · {plugins} plugins connected · {refused} refused · {dropped} events dropped · {unsent} unsent"));
@@ -343,17 +371,26 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     out.push(Line::styled(format!(" {:<16} {:<10} {:>9} {:<9} {:<8} state", "HOST", "GPU", "RANK", "COMM", "NCCL"), HEAD));
     let hung = view.hung();
     let is_hung = |r: &RankRow| hung.contains(&(r.comm.as_str(), r.rank, r.host.as_str()));
-    let mut ranks: Vec<(bool, &RankRow)> = view.ranks.values().map(|r| (is_hung(r), r)).collect();
+    // Hung first, then live before gone, then by communicator (in name order) and rank: as a key of
+    // integers, so that picking the first of 32,768 compares no names.
+    let comm_order: HashMap<&str, u32> = view.comm_ranks.keys().zip(0..).map(|(c, i)| (c.as_str(), i)).collect();
+    let mut ranks: Vec<((bool, bool, u32, u32), bool, &RankRow)> = view
+        .ranks
+        .values()
+        .map(|r| {
+            let hung = is_hung(r);
+            ((!hung, r.gone.is_some(), comm_order.get(r.comm.as_str()).copied().unwrap_or(u32::MAX), r.rank), hung, r)
+        })
+        .collect();
     let shown = ranks.len().min(SECTION_ROWS);
-    let order = |a: &(bool, &RankRow), b: &(bool, &RankRow)| (!a.0, a.1.gone.is_some(), &a.1.comm, a.1.rank).cmp(&(!b.0, b.1.gone.is_some(), &b.1.comm, b.1.rank));
     // The worst of a fleet's ranks without sorting all of them each frame.
     if shown < ranks.len() {
-        ranks.select_nth_unstable_by(shown, order);
+        ranks.select_nth_unstable_by_key(shown, |r| r.0);
         ranks.truncate(shown);
     }
-    ranks.sort_by(order);
+    ranks.sort_by_key(|r| r.0);
     let more_ranks = view.ranks.len() - shown;
-    for (hung, row) in ranks {
+    for (_, hung, row) in ranks {
         let (state, style) = if hung {
             ("BEHIND (hang locator)".to_string(), BAD)
         } else {
@@ -376,7 +413,7 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
         ]));
     }
     if more_ranks > 0 {
-        let live = view.ranks.values().filter(|r| r.gone.is_none()).count();
+        let live = view.ranks.len() - view.gone_ranks;
         out.push(Line::styled(format!(" … {more_ranks} more ranks ({live} of all {} live), none worse than those above", view.ranks.len()), DIM));
     }
 
@@ -407,25 +444,35 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
 
     out.push(Line::from(""));
     out.push(Line::styled(format!(" {:<9} {:<16} {:>6} {:>6} {:>12} {:>12} {:>9}", "COMM", "HOST", "RANK", "PEER", "SENT", "RECEIVED", "STEPS"), HEAD));
-    let mut peers: Vec<&WatchLine> = view.peers.values().collect();
-    let most = |l: &&WatchLine| match l {
-        WatchLine::Peer { sent, received, .. } => std::cmp::Reverse(sent.saturating_add(*received)),
-        _ => std::cmp::Reverse(0),
-    };
+    // The most bytes first; pairs that moved as much in (comm, rank, peer) order: a key of integers (the
+    // communicator by its place in name order), so that picking the first of 65,536 compares no names.
+    let mut peers: Vec<((std::cmp::Reverse<u64>, u32, u32, u32), &WatchLine)> = view
+        .peers
+        .values()
+        .zip(0u32..)
+        .flat_map(|(pairs, c)| {
+            pairs.iter().map(move |(&(rank, peer), line)| {
+                let bytes = match line {
+                    WatchLine::Peer { sent, received, .. } => sent.saturating_add(*received),
+                    _ => 0,
+                };
+                ((std::cmp::Reverse(bytes), c, rank, peer), line)
+            })
+        })
+        .collect();
     if peers.len() > SECTION_ROWS {
-        peers.select_nth_unstable_by_key(SECTION_ROWS, most);
+        peers.select_nth_unstable_by_key(SECTION_ROWS, |p| p.0);
         peers.truncate(SECTION_ROWS);
     }
-    // Stable: pairs that moved as much stay in the map's order.
-    peers.sort_by_key(most);
-    for line in peers {
+    peers.sort_by_key(|p| p.0);
+    for (_, line) in peers {
         let WatchLine::Peer { comm, host, rank, peer, sent, received, steps } = line else { continue };
         out.push(Line::raw(format!(" {:<9} {:<16} {rank:>6} {peer:>6} {:>12} {:>12} {steps:>9}", short_comm(comm), host, human_bytes(*sent), human_bytes(*received))));
     }
-    if view.peers.len() > SECTION_ROWS {
-        out.push(Line::styled(format!(" … {} more pairs of peers, each moved less than those above", view.peers.len() - SECTION_ROWS), DIM));
+    if view.peer_count > SECTION_ROWS {
+        out.push(Line::styled(format!(" … {} more pairs of peers, each moved less than those above", view.peer_count - SECTION_ROWS), DIM));
     }
-    if view.peers.is_empty() {
+    if view.peer_count == 0 {
         out.push(Line::styled(" (no bytes between peers yet: a one-rank communicator has none)", DIM));
     }
     out

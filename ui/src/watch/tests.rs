@@ -175,3 +175,44 @@ fn a_fleet_shows_its_one_bad_host_first() {
     let first_host = shown.lines().skip_while(|l| !l.contains("NCCL moved")).nth(1).expect("a host row");
     assert!(first_host.starts_with(" p5-173") && first_host.contains("FALLBACK"), "{shown}");
 }
+
+/// The header's counts and the ranks' "live" figure are kept as lines come, not walked from every rank at each
+/// frame: ranks joining on hosts and in communicators, a process leaving (its ranks gone), one of its ranks
+/// rejoining (live again), and a rank's line told twice (counted once).
+#[test]
+fn the_counts_follow_joins_leavings_and_rejoins() {
+    let mut view = WatchView::new();
+    let join = |host: &str, pid: u32, comm: &str, rank: u32| WatchLine::Rank {
+        host: host.into(),
+        pid,
+        gpu: Some("0".into()),
+        comm: comm.into(),
+        comm_name: None,
+        rank,
+        nranks: 100,
+        nnodes: 10,
+        nccl_version: Some("2.28.9".into()),
+        abi: 5,
+    };
+    // 100 ranks of COMM on 10 hosts (a process each), and their hosts' first ten in a second communicator.
+    for rank in 0..100 {
+        view.push(join(&format!("h{:02}", rank / 10), 1000 + rank / 10, COMM, rank));
+    }
+    for rank in 0..10 {
+        view.push(join(&format!("h{:02}", rank), 1000 + rank, "0000000000000bee", rank));
+    }
+    // Told again: no new rank.
+    view.push(join("h00", 1000, COMM, 0));
+    let header = |view: &WatchView| text(&screen(view, 160, 200)).lines().next().unwrap_or_default().to_string();
+    assert!(header(&view).contains("110 ranks on 10 hosts · 2 communicators"), "{}", header(&view));
+    let more = |view: &WatchView| text(&screen(view, 160, 200)).lines().find(|l| l.contains("more ranks")).unwrap_or_default().to_string();
+    assert!(more(&view).contains("46 more ranks (110 of all 110 live)"), "{}", more(&view));
+    // Host h03's process leaves: its 11 ranks (10 of COMM, 1 of the other) are gone; told twice, counted once.
+    view.push(WatchLine::Gone { host: "h03".into(), pid: 1003, bye: true });
+    view.push(WatchLine::Gone { host: "h03".into(), pid: 1003, bye: true });
+    assert!(more(&view).contains("(99 of all 110 live)"), "{}", more(&view));
+    // One of them rejoins.
+    view.push(join("h03", 1003, COMM, 30));
+    assert!(more(&view).contains("(100 of all 110 live)"), "{}", more(&view));
+    assert!(header(&view).contains("110 ranks on 10 hosts · 2 communicators"), "{}", header(&view));
+}
