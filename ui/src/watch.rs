@@ -11,7 +11,7 @@
 //! [`WatchView`] folds lines and keys; [`render`] paints it and keeps nothing. Keys: ↑↓ (or k j) scroll,
 //! PgUp-like `b`/space by a screen, `g` to the top, `q` quits.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use efatop_proto::counters::human_bytes;
 use efatop_proto::nccl::{Func, HangWhy, LagSource, NicVerdict, RailVerdict, WatchLine};
@@ -48,14 +48,12 @@ pub struct WatchView {
     /// The latest `Coll` line of each (comm, func, size).
     pub colls: BTreeMap<(String, Func, u64), WatchLine>,
     /// The latest `Peer` line of each (rank, peer), per comm: a fleet's tick is one line per rank and peer
-    /// (65,536 at 32,768 ranks), each replacing its pair's in place, no key made for it.
+    /// (65,536 at 32,768 ranks), each keyed by integers, no name copied for it.
     pub peers: BTreeMap<String, HashMap<(u32, u32), WatchLine>>,
-    /// Pairs in `peers`.
-    peer_count: usize,
-    /// Ranks per host and per communicator, and the ranks gone: the header's counts, kept as lines come
+    /// The hosts and communicators of the ranks, and the ranks gone: the header's counts, kept as lines come
     /// rather than walked from 32,768 ranks at every frame made.
-    host_ranks: BTreeMap<String, u32>,
-    comm_ranks: BTreeMap<String, u32>,
+    rank_hosts: BTreeSet<String>,
+    rank_comms: BTreeSet<String>,
     gone_ranks: usize,
     /// The latest `Nics` line of each host.
     pub hosts: BTreeMap<String, WatchLine>,
@@ -112,8 +110,12 @@ impl WatchView {
                     // Rejoined: live again.
                     Some(old) => self.gone_ranks -= usize::from(old.gone.is_some()),
                     None => {
-                        *self.host_ranks.entry(host.clone()).or_default() += 1;
-                        *self.comm_ranks.entry(comm.clone()).or_default() += 1;
+                        if !self.rank_hosts.contains(host.as_str()) {
+                            self.rank_hosts.insert(host.clone());
+                        }
+                        if !self.rank_comms.contains(comm.as_str()) {
+                            self.rank_comms.insert(comm.clone());
+                        }
                     }
                 }
             }
@@ -126,13 +128,7 @@ impl WatchView {
                     Some(pairs) => pairs,
                     None => self.peers.entry(comm.clone()).or_default(),
                 };
-                match pairs.get_mut(&key) {
-                    Some(slot) => *slot = line,
-                    None => {
-                        pairs.insert(key, line);
-                        self.peer_count += 1;
-                    }
-                }
+                pairs.insert(key, line);
             }
             WatchLine::Nics { host, .. } => match self.hosts.get_mut(host.as_str()) {
                 Some(slot) => *slot = line,
@@ -312,8 +308,8 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let mut header = format!(
         " efatop watch · {} on {} · {}",
         plural(view.ranks.len(), "rank", "ranks"),
-        plural(view.host_ranks.len(), "host", "hosts"),
-        plural(view.comm_ranks.len(), "communicator", "communicators")
+        plural(view.rank_hosts.len(), "host", "hosts"),
+        plural(view.rank_comms.len(), "communicator", "communicators")
     );
     if let Some(WatchLine::Health { plugins, refused, dropped, unsent }) = &view.health {
         header.push_str(&format!(" · {plugins} plugins connected · {refused} refused · {dropped} events dropped · {unsent} unsent"));
@@ -373,7 +369,7 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
     let is_hung = |r: &RankRow| hung.contains(&(r.comm.as_str(), r.rank, r.host.as_str()));
     // Hung first, then live before gone, then by communicator (in name order) and rank: as a key of
     // integers, so that picking the first of 32,768 compares no names.
-    let comm_order: HashMap<&str, u32> = view.comm_ranks.keys().zip(0..).map(|(c, i)| (c.as_str(), i)).collect();
+    let comm_order: HashMap<&str, u32> = view.rank_comms.iter().zip(0..).map(|(c, i)| (c.as_str(), i)).collect();
     let mut ranks: Vec<((bool, bool, u32, u32), bool, &RankRow)> = view
         .ranks
         .values()
@@ -469,10 +465,11 @@ pub fn lines(view: &WatchView) -> Vec<Line<'static>> {
         let WatchLine::Peer { comm, host, rank, peer, sent, received, steps } = line else { continue };
         out.push(Line::raw(format!(" {:<9} {:<16} {rank:>6} {peer:>6} {:>12} {:>12} {steps:>9}", short_comm(comm), host, human_bytes(*sent), human_bytes(*received))));
     }
-    if view.peer_count > SECTION_ROWS {
-        out.push(Line::styled(format!(" … {} more pairs of peers, each moved less than those above", view.peer_count - SECTION_ROWS), DIM));
+    let pairs: usize = view.peers.values().map(HashMap::len).sum();
+    if pairs > SECTION_ROWS {
+        out.push(Line::styled(format!(" … {} more pairs of peers, each moved less than those above", pairs - SECTION_ROWS), DIM));
     }
-    if view.peer_count == 0 {
+    if pairs == 0 {
         out.push(Line::styled(" (no bytes between peers yet: a one-rank communicator has none)", DIM));
     }
     out
