@@ -4,7 +4,8 @@
 //! loop ([`efatop_runtime::watch::folder`]),
 //! and the live view (`efatop_ui::watch`, the real one) folds every tick's lines and is drawn on a
 //! TestBackend every 100 ms. The server, the fold and the view are confined to the last CPU (the claim
-//! is that the watcher takes one core); the plugins run on the others.
+//! is that the watcher takes one core; there its server and fold give way to the view, as under
+//! `taskset -c N efatop watch`); the plugins run on the others.
 //!
 //! From `--straggle-at`, one rank starts each allreduce `--straggle-lag-ms` late (its call samples' starts
 //! say so, as the plugin's would): the bench measures how soon the straggler line names it (and that it
@@ -267,6 +268,11 @@ fn main() -> std::process::ExitCode {
         hang_after: Duration::from_secs(args.hang_after),
         ..Config::default()
     };
+    // The watcher's one core, before its threads start (they inherit it, and its server and fold give way
+    // to the view there, as under `taskset -c N efatop watch`).
+    let cpus = allowed_cpus();
+    let watcher_cpu = cpus.last().copied().unwrap_or(0);
+    pin_thread(None, [watcher_cpu]);
     let watcher = match Watcher::start(settings, config, connections) {
         Ok(watcher) => watcher,
         Err(err) => {
@@ -279,8 +285,6 @@ fn main() -> std::process::ExitCode {
         // Both ends of every connection live in this process: those past the limit fail and are retried.
         eprintln!("bench_watch: {connections} connections need {} open files here and this process may open {} (its hard limit): fewer --hosts, more --ranks-per-process, or a higher hard limit", files.wanted, files.limit);
     }
-    let cpus = allowed_cpus();
-    let watcher_cpu = cpus.last().copied().unwrap_or(0);
     let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != watcher_cpu).collect();
     let confined = !others.is_empty();
     println!(
@@ -296,13 +300,16 @@ fn main() -> std::process::ExitCode {
         println!("# stall: rank {rank} on {}, stops before its next allreduce at {} s", host_of(rank), args.stall_at);
     }
     let (started, folded, lines_rx) = (watcher.started, Arc::clone(&watcher.folded), &watcher.lines);
-    // The view's thread is this one.
-    pin_thread(None, [watcher_cpu]);
+    // The view's thread is this one; the server's and the fold's are on its core since they started.
     let server_tid = thread_id(efatop_runtime::watch::server::THREAD);
     let fold_tid = thread_id(folder::THREAD);
-    for tid in [&server_tid, &fold_tid].into_iter().flatten() {
-        pin_thread(tid.parse().ok(), [watcher_cpu]);
-    }
+    let nice = |tid: &Option<String>| bench_common::thread_nice(tid.as_deref()).map_or("-".to_string(), |n| n.to_string());
+    println!(
+        "# nice: the view {}, the server {}, the fold {}",
+        efatop_runtime::affinity::nice().map_or("-".to_string(), |n| n.to_string()),
+        nice(&server_tid),
+        nice(&fold_tid)
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let (senders, sent) = if args.plugins_apart {
         let sent = Arc::new(synthetic::Sent::default());

@@ -44,7 +44,12 @@ pub fn spawn(
     let counts = Arc::clone(&folded);
     let handle = std::thread::Builder::new()
         .name(THREAD.into())
-        .spawn(move || run(&rx, config, started, duration, recorder, exporter.as_ref(), &out, &counts))?;
+        .spawn(move || {
+            // As the server's thread: where the watcher has one core, the view's frames before the
+            // fold's next batch (frame p99 with and without: docs/measurements.md).
+            crate::affinity::give_way_on_one_core();
+            run(&rx, config, started, duration, recorder, exporter.as_ref(), &out, &counts)
+        })?;
     Ok((handle, folded))
 }
 

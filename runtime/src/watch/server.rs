@@ -223,6 +223,9 @@ impl Server {
         let handle = std::thread::Builder::new()
             .name(THREAD.into())
             .spawn(move || {
+                // The view first where the watcher has one core: a frame waits on nothing of this thread's
+                // (sockets queue what it has not read yet), and this thread still gets every cycle left.
+                crate::affinity::give_way_on_one_core();
                 let local = tokio::task::LocalSet::new();
                 let pending = Rc::new(Pending {
                     batch: RefCell::default(),
@@ -757,6 +760,39 @@ mod tests {
         // The two strangers the budget held fail their deadline, and the impostor its proof: all counted.
         wait_for("the strangers held and the impostor are counted", counts, |c| c.strangers.load(Ordering::Relaxed) >= 2 && c.refused() >= 11);
         drop(strangers);
+    }
+
+    /// Started on one core (`taskset -c N efatop watch`), the server's thread gives way to the view: the
+    /// kernel shows it [`crate::affinity::GIVE_WAY_NICE`] nicer than the thread that started it.
+    #[test]
+    fn on_one_core_the_servers_thread_runs_nicer_than_the_view() {
+        let field19 = |path: &str| -> i32 {
+            let stat = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            stat[stat.rfind(')').expect("a name") + 2..].split(' ').nth(16).expect("field 19").parse().expect("a number")
+        };
+        let view = field19("/proc/thread-self/stat");
+        let one = crate::affinity::allowed_cpus()[0];
+        let (_server, _secret, _rx) = std::thread::spawn(move || {
+            assert!(crate::affinity::pin_thread(None, [one]));
+            start(Settings::default())
+        })
+        .join()
+        .expect("the starting thread");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten().find_map(|task| {
+                let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+                (name.trim_end() == THREAD).then(|| field19(&format!("{}/stat", task.path().display())))
+            });
+            // Tests run in parallel: another test's server thread has the same name and the same nice.
+            match found {
+                Some(nice) if nice == (view + crate::affinity::GIVE_WAY_NICE).min(19) => return,
+                Some(nice) if nice != view => panic!("the server's thread runs at nice {nice}, the view at {view}"),
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "the server's thread never gave way (the view at nice {view})");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Records cut anywhere by the reads (a byte at a time, two and a half records at once) open to the same
