@@ -22,6 +22,7 @@ pub mod fold;
 #[allow(unsafe_code)]
 pub mod host;
 pub mod identity;
+pub mod mask;
 pub mod record;
 pub mod relay;
 pub mod runtime;
