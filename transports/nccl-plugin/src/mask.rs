@@ -117,11 +117,6 @@ pub fn playback_kernels(on: bool) {
     CURRENT.store(if on { full } else { full & !KERNEL_BITS }, Relaxed);
 }
 
-/// Whether the trace player set the masks ([`playback_kernels`]).
-pub fn playing_back() -> bool {
-    PLAYBACK.load(Relaxed)
-}
-
 /// The fold's finding: point-to-point groups may go without the kernels' events (see the module's doc).
 pub fn learned(allowed: bool) {
     ALLOWED.store(allowed, Relaxed);

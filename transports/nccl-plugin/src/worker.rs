@@ -49,7 +49,6 @@ fn run(runtime: &'static Runtime) {
     let mut text = String::new();
     let mut last = Instant::now();
     let mut dropped_told = 0;
-    let mut bare_told = false;
     // The NICs' counters as the job starts, before any of its traffic: the watcher's join needs a reading
     // on each side of what NCCL moves (a job shorter than one interval would otherwise show no window).
     sink.send(&PluginMessage::Nics { t_ms: runtime.now_ns() / 1_000_000, nics: crate::identity::nics() });
@@ -81,16 +80,7 @@ fn run(runtime: &'static Runtime) {
             fold.add(record);
         }
         // What the fold has learned decides whether point-to-point groups ask for kernel events (crate::mask).
-        let allowed = fold.bare_allowed();
-        if allowed != bare_told && !crate::mask::playing_back() {
-            bare_told = allowed;
-            crate::say(if allowed {
-                "point-to-point groups go without the kernels' channel events from now (their calls are timed by the proxy)"
-            } else {
-                "point-to-point groups ask for the kernels' channel events again (a call the proxy did not time)"
-            });
-        }
-        crate::mask::learned(allowed);
+        crate::mask::learned(fold.bare_allowed());
         let idle = batch.is_empty();
         batch.clear();
         let mut ended = 0;
