@@ -38,8 +38,6 @@ static ASKED: AtomicU64 = AtomicU64::new(0);
 static KEEP: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The mask as last set: what NCCL reads for the calls until the next change.
 static CURRENT: AtomicU64 = AtomicU64::new(0);
-/// Whether the last group left the next without the kernels' events (kept across the A/B's switches).
-static BARE: AtomicBool = AtomicBool::new(false);
 /// Whether the next group may go without the kernels' events: the fold's finding ([`learned`]).
 static ALLOWED: AtomicBool = AtomicBool::new(false);
 /// What the current outermost group has called: [`P2P`], [`COLL`].
@@ -57,18 +55,15 @@ thread_local! {
 /// `init` asked NCCL for `bits`: the mask to set now (every event asked for, less what the A/B leaves out).
 pub fn asked(bits: u64) -> u64 {
     ASKED.store(bits, Relaxed);
-    BARE.store(false, Relaxed);
     let mask = bits & KEEP.load(Relaxed);
     CURRENT.store(mask, Relaxed);
     mask
 }
 
-/// The A/B keeps `keep` of what was asked: the mask to set now (without the kernels' events where the last
-/// group left them out: a block of calls with the plugin on starts as the one before it ended).
+/// The A/B keeps `keep` of what was asked: the mask to set now (with the kernels' events).
 pub fn keep(keep: u64) -> u64 {
     KEEP.store(keep, Relaxed);
-    let full = ASKED.load(Relaxed) & keep;
-    let mask = if BARE.load(Relaxed) { full & !KERNEL_BITS } else { full };
+    let mask = ASKED.load(Relaxed) & keep;
     CURRENT.store(mask, Relaxed);
     mask
 }
@@ -96,12 +91,7 @@ pub fn group_ended() -> Option<u64> {
         return None;
     }
     let full = ASKED.load(Relaxed) & KEEP.load(Relaxed);
-    if full == 0 {
-        // The plugin is off (the A/B): nothing to learn of the group for when it is on again.
-        return None;
-    }
     let bare = GROUP.load(Relaxed) == P2P && ALLOWED.load(Relaxed) && !MANY_CALLERS.load(Relaxed);
-    BARE.store(bare, Relaxed);
     let mask = if bare { full & !KERNEL_BITS } else { full };
     (CURRENT.swap(mask, Relaxed) != mask).then_some(mask)
 }
@@ -161,20 +151,12 @@ mod tests {
         assert!(api_call(true));
         assert!(api_call(false));
         assert_eq!(group_ended(), None);
-        // The A/B's settings win: everything off stays off; on again, it is as the last group left it.
+        // The A/B's settings win: everything off stays off.
         assert_eq!(keep(0), 0);
         group_started();
         assert!(!api_call(true));
         assert_eq!(group_ended(), None);
         assert_eq!(keep(u64::MAX), bits);
-        group_started();
-        assert!(api_call(true));
-        assert_eq!(group_ended(), Some(bits & !KERNEL_BITS));
-        assert_eq!(keep(0), 0);
-        assert_eq!(keep(u64::MAX), bits & !KERNEL_BITS, "the block starts bare, as the last ended");
-        group_started();
-        assert!(!api_call(false));
-        assert_eq!(group_ended(), Some(bits));
         // Given up (a call with neither kernels nor proxy): kernels for every group again.
         group_started();
         api_call(true);
