@@ -70,20 +70,9 @@ pub extern "C" fn efatop_profiler_playback_clock(t_ns: u64) {
 }
 
 /// NCCL's activation mask, as `init` was given it (one int of NCCL's for the process, read atomically at
-/// every API call: 2.28.3's `enqueue.cc`); what goes in it is [`crate::mask`]'s.
+/// every call NCCL enqueues: 2.28.3's `enqueue.cc`), and the bits this plugin set in it.
 static NCCL_MASK: std::sync::atomic::AtomicPtr<c_int> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
-
-/// Sets NCCL's mask to `value` (nothing before any `init`); false when there is none.
-fn set_mask(value: u64) -> bool {
-    let mask = NCCL_MASK.load(std::sync::atomic::Ordering::Acquire);
-    if mask.is_null() {
-        return false;
-    }
-    // SAFETY: `mask` is the pointer NCCL gave `init`: its own int, aligned, living for the process, which
-    // NCCL itself reads with atomic loads.
-    unsafe { std::sync::atomic::AtomicI32::from_ptr(mask) }.store(value as c_int, std::sync::atomic::Ordering::Relaxed);
-    true
-}
+static OUR_BITS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Turns the plugin on (`on` non-zero: the events it asked for at `init`) or off (0: NCCL calls it for no
 /// call enqueued after) for the whole process: the plugin's cost measured inside one job, blocks of calls
@@ -100,19 +89,15 @@ pub extern "C" fn efatop_profiler_active(on: c_int) -> c_int {
 /// measures what the proxy's steps cost). Returns as [`efatop_profiler_active`]. NCCL never calls it.
 #[no_mangle]
 pub extern "C" fn efatop_profiler_events(keep: u64) -> c_int {
-    if NCCL_MASK.load(std::sync::atomic::Ordering::Acquire).is_null() {
+    let mask = NCCL_MASK.load(std::sync::atomic::Ordering::Acquire);
+    if mask.is_null() {
         return -1;
     }
-    set_mask(crate::mask::keep(keep));
+    let bits = OUR_BITS.load(std::sync::atomic::Ordering::Relaxed) & keep as c_int;
+    // SAFETY: `mask` is the pointer NCCL gave `init`: its own int, aligned, living for the process, which
+    // NCCL itself reads with atomic loads.
+    unsafe { std::sync::atomic::AtomicI32::from_ptr(mask) }.store(bits, std::sync::atomic::Ordering::Relaxed);
     0
-}
-
-/// The trace player's: the calls it plays next had the kernels' channel events in their mask (`on`
-/// non-zero) or not, as recorded; [`crate::mask`]'s rule stays off in this process from then on. NCCL
-/// never calls it.
-#[no_mangle]
-pub extern "C" fn efatop_profiler_playback_kernels(on: c_int) {
-    crate::mask::playback_kernels(on != 0);
 }
 
 /// The other half of that split: with `idle` non-zero, every hook returns at once (an event still gets a
@@ -184,9 +169,9 @@ fn init_common(abi: u32, context: *mut *mut c_void, mask: *mut c_int, comm: u64,
     // SAFETY: NCCL passes valid pointers to its context slot and to its activation mask.
     unsafe {
         *context = ctx.cast();
+        *mask = bits as c_int;
     }
-    // SAFETY: as above; NCCL reads its mask with atomic loads.
-    unsafe { std::sync::atomic::AtomicI32::from_ptr(mask) }.store(crate::mask::asked(bits) as c_int, std::sync::atomic::Ordering::Relaxed);
+    OUR_BITS.store(bits as c_int, std::sync::atomic::Ordering::Relaxed);
     NCCL_MASK.store(mask, std::sync::atomic::Ordering::Release);
     NCCL_SUCCESS
 }
@@ -219,16 +204,12 @@ unsafe fn ctx_index(context: *mut c_void) -> Option<u32> {
     (!context.is_null()).then(|| unsafe { (*context.cast::<Ctx>()).index })
 }
 
-/// The bit an outermost group's (`GroupApi`) handle carries, so that its stop, which comes with the handle
-/// alone, can set the next group's mask ([`crate::mask`]). Ids count up from 1 and never reach it.
-const GROUP_API_TAG: u64 = 1 << 62;
-
 #[inline]
 fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_void, rank: c_int, event: Event) -> NcclResult {
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
-    let id = runtime.id() | if matches!(event, Event::GroupApi { .. }) { GROUP_API_TAG } else { 0 };
+    let id = runtime.id();
     runtime.push(Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: parent as u64, rank, event });
     if !handle.is_null() {
         // SAFETY: NCCL passes a valid slot for the event's handle.
@@ -334,11 +315,11 @@ unsafe fn read_v5(type_: u64, u: &DescrUnionV5) -> Event {
             }
             PROFILE_COLL_API => {
                 let c = u.collApi;
-                Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root, kernels: true }
+                Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }
             }
             PROFILE_P2P_API => {
                 let p = u.p2pApi;
-                Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), kernels: true }
+                Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }
             }
             PROFILE_GROUP_API => Event::GroupApi { depth: u.groupApi.groupDepth },
             PROFILE_KERNEL_LAUNCH => Event::KernelLaunch,
@@ -382,11 +363,11 @@ impl Descriptor for DescrV7 {
                 }
                 PROFILE_COLL_API => {
                     let c = u.collApi;
-                    Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root, kernels: true }
+                    Event::CollApi { func: name(c.func), count: c.count as u64, datatype: name(c.datatype), root: c.root }
                 }
                 PROFILE_P2P_API => {
                     let p = u.p2pApi;
-                    Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype), kernels: true }
+                    Event::P2pApi { func: name(p.func), count: p.count as u64, datatype: name(p.datatype) }
                 }
                 PROFILE_GROUP_API => Event::GroupApi { depth: u.groupApi.groupDepth },
                 PROFILE_KERNEL_LAUNCH => Event::KernelLaunch,
@@ -415,14 +396,7 @@ unsafe extern "C" fn start<D: Descriptor>(context: *mut c_void, handle: *mut *mu
     }
     // SAFETY: NCCL passes a valid descriptor of the table's ABI for the call's duration, whose union member
     // matches its type.
-    let (mut event, parent, rank) = unsafe { (*descr).read() };
-    // The activation mask's rule (crate::mask): a group's calls, and whether each had the kernels' events.
-    match &mut event {
-        Event::GroupApi { .. } => crate::mask::group_started(),
-        Event::CollApi { kernels, .. } => *kernels = crate::mask::api_call(false),
-        Event::P2pApi { kernels, .. } => *kernels = crate::mask::api_call(true),
-        _ => {}
-    }
+    let (event, parent, rank) = unsafe { (*descr).read() };
     push_start(context, handle, parent, rank, event)
 }
 
@@ -432,12 +406,6 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
     }
     if let Some(runtime) = runtime::get() {
         runtime.push(Record::Stop { t_ns: runtime.record_ns(), id: handle as u64 });
-    }
-    if handle as u64 & GROUP_API_TAG != 0 {
-        // An outermost group ended: the next one's mask, where it changes.
-        if let Some(mask) = crate::mask::group_ended() {
-            set_mask(mask);
-        }
     }
     NCCL_SUCCESS
 }

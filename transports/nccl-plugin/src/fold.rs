@@ -40,7 +40,7 @@
 //!   call); its self sends and receives come as groups of P2p events with no kernel or proxy child, which
 //!   settle when NCCL stops them: counted, with their bytes, and no time (none was measured).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
@@ -196,12 +196,6 @@ struct Task {
     proxies_open: u32,
     proxies_done: u32,
     span: Span,
-    /// Its call's mask had no kernel events (`crate::mask`): it waits for its proxy alone.
-    bare: bool,
-    /// When NCCL stopped it (the plugin's clock), and whether the fold stopped waiting for its children
-    /// (a bare call whose proxy never came).
-    stopped_ns: u64,
-    gave_up: bool,
 }
 
 struct Group {
@@ -298,20 +292,7 @@ pub struct Fold {
     pub unmatched: u64,
     /// The Unix time (ns) of the plugin's clock's zero: a call's host start made absolute.
     pub epoch_base_ns: u64,
-    /// API calls whose mask had no kernel events, until their collective or point-to-point event comes.
-    bare_apis: HashSet<u64>,
-    /// Point-to-point calls timed by the proxy, and whether any call was timed by neither the proxy nor the
-    /// rank itself (NVLink, shared memory, or a bare call whose proxy never came): [`Fold::bare_allowed`].
-    proxied_p2p: u64,
-    unproxied: bool,
 }
-
-/// Point-to-point calls timed by the proxy before their groups may go without the kernels' events.
-pub const BARE_AFTER: u64 = 8;
-
-/// API calls without kernel events kept waiting for their calls' events at most (a bound on what a stream
-/// of API events with no calls after them can hold).
-const BARE_APIS_KEPT: usize = 65_536;
 
 impl Fold {
     pub fn comm_started(&mut self, ctx: u32, info: CommInfo) {
@@ -374,14 +355,6 @@ impl Fold {
             return;
         };
         let nranks = comm.info.nranks;
-        if let Event::CollApi { kernels: false, .. } | Event::P2pApi { kernels: false, .. } = event {
-            if self.bare_apis.len() >= BARE_APIS_KEPT {
-                self.bare_apis.clear();
-            }
-            self.bare_apis.insert(id);
-        }
-        // A call's parent is its API event (v5 on): whether that call's mask had the kernels' events.
-        let bare = matches!(event, Event::Coll { .. } | Event::P2p { .. }) && self.bare_apis.remove(&parent);
         let open = match event {
             Event::Coll { seq, func, count, datatype, channels, algo, proto, tag, variant, sym, .. } => {
                 let func = Func::from_nccl(func.as_str());
@@ -391,7 +364,7 @@ impl Fold {
                 let key = (func, size, datatype.as_str().to_string(), algo.as_str().to_string(), proto.as_str().to_string(), tag);
                 let extra = CollExtra { variant: variant.as_str().to_string(), sym, phases: Phases::default() };
                 let span = Span { host_start: Some(t_ns), ..Span::default() };
-                Open::Task(Task { ctx, coll: Some((func, seq, key, extra)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span, bare, stopped_ns: 0, gave_up: false })
+                Open::Task(Task { ctx, coll: Some((func, seq, key, extra)), p2p: None, channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span })
             }
             Event::P2p { func, count, datatype, peer, channels, group, tag } => {
                 let bytes = count.saturating_mul(type_size(datatype.as_str()));
@@ -421,7 +394,7 @@ impl Fold {
                     }
                 }
                 let span = Span { host_start: Some(t_ns), ..Span::default() };
-                Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span, bare, stopped_ns: 0, gave_up: false })
+                Open::Task(Task { ctx, coll: None, p2p: Some((group, send, peer, bytes)), channels, stopped: false, kernels_open: 0, kernels_done: 0, proxies_open: 0, proxies_done: 0, span })
             }
             Event::Group => Open::Group(Group { ctx, stopped: false, open: 0, sends: Vec::new(), recvs: Vec::new(), selves: Vec::new(), datatype: String::new(), span: Span::default(), any: false, tag: 0 }),
             Event::KernelCh { channel, ptimer } => {
@@ -476,7 +449,6 @@ impl Fold {
         match open {
             Open::Task(mut task) => {
                 task.stopped = true;
-                task.stopped_ns = t_ns;
                 self.settle_task(id, task);
             }
             Open::Group(mut group) => {
@@ -567,37 +539,24 @@ impl Fold {
     /// Finishes a stopped task whose children are done, or puts it back to wait for them.
     fn settle_task(&mut self, id: u64, task: Task) {
         let Some(comm) = self.comms.get(&task.ctx) else { return };
-        let children_done = task.gave_up
-            || task.kernels_open == 0
-                && task.proxies_open == 0
-                && if comm.untimed {
-                    true
-                } else if task.bare {
-                    // No kernel events asked for: its proxy's (Fold::give_up_bare if none comes).
-                    task.proxies_done > 0
-                } else if comm.kernels_seen {
-                    task.kernels_done >= u32::from(task.channels.max(1))
-                } else if comm.proxies_seen {
-                    task.proxies_done > 0
-                } else if comm.info.nranks <= 1 {
-                    // One rank: NCCL gives its calls no kernel or proxy event (see the module's doc).
-                    true
-                } else {
-                    // No child yet on this communicator: wait for the first call's (see UNTIMED_AFTER_NS).
-                    false
-                };
+        let children_done = task.kernels_open == 0
+            && task.proxies_open == 0
+            && if comm.untimed {
+                true
+            } else if comm.kernels_seen {
+                task.kernels_done >= u32::from(task.channels.max(1))
+            } else if comm.proxies_seen {
+                task.proxies_done > 0
+            } else if comm.info.nranks <= 1 {
+                // One rank: NCCL gives its calls no kernel or proxy event (see the module's doc).
+                true
+            } else {
+                // No child yet on this communicator: wait for the first call's (see UNTIMED_AFTER_NS).
+                false
+            };
         if !children_done {
             self.open.insert(id, Open::Task(task));
             return;
-        }
-        // What crate::mask's rule learns: a call to another rank that the proxy did not time.
-        let to_self = task.p2p.is_some_and(|(_, _, peer, _)| i64::from(peer) == i64::from(comm.info.rank));
-        if comm.info.nranks > 1 && !comm.untimed && !to_self {
-            if task.proxies_done == 0 {
-                self.unproxied = true;
-            } else if task.p2p.is_some() {
-                self.proxied_p2p += 1;
-            }
         }
         let epoch_base_ns = self.epoch_base_ns;
         let Some(comm) = self.comms.get_mut(&task.ctx) else { return };
@@ -680,7 +639,6 @@ impl Fold {
     /// finalized communicators are dropped after their last one.
     pub fn intervals(&mut self, t_ms: u64, now_ns: u64) -> Vec<(PluginMessage, Option<PluginMessage>)> {
         self.give_up_waiting(now_ns);
-        self.give_up_bare(now_ns);
         self.settle_idle_selves();
         let mut out = Vec::new();
         let mut ended = Vec::new();
@@ -728,32 +686,6 @@ impl Fold {
         stopped.sort_unstable();
         for id in stopped {
             if let Some(Open::Task(task)) = self.open.remove(&id) {
-                self.settle_task(id, task);
-            }
-        }
-    }
-
-    /// Whether this process's point-to-point groups may go without the kernels' events (`crate::mask`):
-    /// [`BARE_AFTER`] of its point-to-point calls were timed by the proxy and no call to another rank was
-    /// left untimed by it.
-    pub fn bare_allowed(&self) -> bool {
-        !self.unproxied && self.proxied_p2p >= BARE_AFTER
-    }
-
-    /// Bare calls (no kernel events asked for) stopped [`UNTIMED_AFTER_NS`] ago with no proxy operation
-    /// yet: their calls went where the proxy has no part (NVLink, shared memory), so none will come. They
-    /// finish now, untimed, and the rule is off for good ([`Fold::bare_allowed`]).
-    fn give_up_bare(&mut self, now_ns: u64) {
-        let mut waited: Vec<u64> = self
-            .open
-            .iter()
-            .filter(|(_, o)| matches!(o, Open::Task(t) if t.bare && t.stopped && t.proxies_open == 0 && t.proxies_done == 0 && now_ns.saturating_sub(t.stopped_ns) >= UNTIMED_AFTER_NS))
-            .map(|(id, _)| *id)
-            .collect();
-        waited.sort_unstable();
-        for id in waited {
-            if let Some(Open::Task(mut task)) = self.open.remove(&id) {
-                task.gave_up = true;
                 self.settle_task(id, task);
             }
         }
@@ -982,109 +914,6 @@ mod tests {
             assert_eq!(timing, Timing::Proxy, "{func:?} {size}");
             assert!((us / want - 1.0).abs() < 0.05, "{func:?} {size}: {us:.1} µs, the driver {want} µs");
         }
-    }
-
-    /// The PyTorch job's trace as NCCL would have given it had every point-to-point call's mask left the
-    /// kernels' events out (`crate::mask`): its `P2pApi` events say so, and the kernel channels of its
-    /// send/receive calls never come. Those calls settle on their proxy alone and read as the job did; the
-    /// collectives keep their kernels and read as before; the trace teaches the rule.
-    #[test]
-    fn point_to_point_calls_without_kernel_events_read_as_the_job_and_teach_the_rule() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl/pytorch-2.11-nccl-2.28.9-two-rank-r0.trace");
-        let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
-        let (mut apis, mut tasks, mut kernels) = (HashSet::new(), HashSet::new(), HashSet::new());
-        for line in &trace.lines {
-            if let Line::Record(Record::Start { id, parent, event, .. }) = line {
-                match event {
-                    Event::P2pApi { .. } => _ = apis.insert(*id),
-                    Event::P2p { .. } if apis.contains(parent) => _ = tasks.insert(*id),
-                    Event::KernelCh { .. } | Event::KernelPhase { .. } if tasks.contains(parent) || kernels.contains(parent) => _ = kernels.insert(*id),
-                    _ => {}
-                }
-            }
-        }
-        assert!(tasks.len() >= 200 && kernels.len() >= 100, "{} point-to-point calls, {} of their kernel events", tasks.len(), kernels.len());
-        let mut fold = Fold::default();
-        let mut learned_at = None;
-        for line in &trace.lines {
-            match line {
-                Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
-                    fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
-                }
-                Line::Record(Record::Start { id, .. } | Record::State { id, .. } | Record::Stop { id, .. }) if kernels.contains(id) => {}
-                Line::Record(Record::Start { t_ns, id, ctx, parent, rank, event: Event::P2pApi { func, count, datatype, .. } }) => {
-                    fold.add(&Record::Start { t_ns: *t_ns, id: *id, ctx: *ctx, parent: *parent, rank: *rank, event: Event::P2pApi { func: *func, count: *count, datatype: *datatype, kernels: false } });
-                }
-                Line::Record(r) => {
-                    fold.add(r);
-                    if learned_at.is_none() && fold.bare_allowed() {
-                        learned_at = Some(r.t_ns());
-                    }
-                }
-                _ => {}
-            }
-        }
-        assert!(learned_at.is_some(), "the rule was never learned");
-        let out = fold.intervals(0, 0);
-        let waiting: Vec<_> = fold.open.iter().filter_map(|(id, o)| match o { Open::Task(t) => Some((*id, t.bare, t.p2p, t.proxies_done)), _ => None }).collect();
-        assert!(waiting.is_empty(), "calls left waiting for kernels that never come: {waiting:?}");
-        let PluginMessage::Interval { colls, .. } = &out[0].0 else { panic!() };
-        let bare: Vec<_> = colls.iter().filter(|r| r.timed > 0).map(|r| (r.func, r.size, r.ops, r.timing, r.time_ns as f64 / r.timed as f64 / 1e3)).collect();
-        let whole: Vec<_> = means("pytorch-2.11-nccl-2.28.9-two-rank-r0.trace");
-        for (func, size, want) in [(Func::AlltoAll, 16u64 << 20, 6916.1), (Func::AlltoAll, 32 << 20, 12271.8), (Func::AllReduce, 16 << 20, 9102.5), (Func::AllReduce, 32 << 20, 18134.2)] {
-            let (_, _, _, timing, us) = *bare.iter().find(|r| r.0 == func && r.1 == size).unwrap_or_else(|| panic!("{func:?} {size} in {bare:?}"));
-            assert_eq!(timing, Timing::Proxy, "{func:?} {size}");
-            assert!((us / want - 1.0).abs() < 0.02, "{func:?} {size}: {us:.1} µs, the job {want} µs");
-            let (.., before) = *whole.iter().find(|r| r.0 == func && r.1 == size).expect("in the whole trace");
-            assert!((us / before - 1.0).abs() < 0.005, "{func:?} {size}: {us:.1} µs bare, {before:.1} µs with the kernels");
-        }
-    }
-
-    /// A bare call (no kernel events asked for) that no proxy operation ever joins went where the proxy
-    /// has no part: it is finished two seconds after NCCL stopped it, untimed, and the rule is off for good;
-    /// so is it after a collective that the proxy did not time.
-    #[test]
-    fn a_bare_call_no_proxy_joins_is_given_up_and_turns_the_rule_off() {
-        let name = |s: &str| crate::record::Name::new(s.as_bytes());
-        let learned = |fold: &mut Fold| {
-            fold.comm_started(0, CommInfo { comm: 7, name: None, rank: 0, nranks: 2, nnodes: 2 });
-            // BARE_AFTER sends to rank 1, each with its proxy operation and its kernel channel.
-            for n in 0..BARE_AFTER {
-                let (api, task, op, kernel) = (10 * n + 1, 10 * n + 2, 10 * n + 3, 10 * n + 4);
-                fold.add(&Record::Start { t_ns: n * 1000, id: api, ctx: 0, parent: 0, rank: 0, event: Event::P2pApi { func: name("Send"), count: 64, datatype: name("ncclInt8"), kernels: true } });
-                fold.add(&Record::Start { t_ns: n * 1000, id: task, ctx: 0, parent: api, rank: 0, event: Event::P2p { func: name("Send"), count: 64, datatype: name("ncclInt8"), peer: 1, channels: 1, group: 0, tag: 0 } });
-                fold.add(&Record::Stop { t_ns: n * 1000 + 10, id: task });
-                fold.add(&Record::Start { t_ns: n * 1000 + 20, id: op, ctx: 0, parent: task, rank: 0, event: Event::ProxyOp { channel: 0, peer: 1, steps: 1, chunk: 64, send: true } });
-                fold.add(&Record::Start { t_ns: n * 1000 + 20, id: kernel, ctx: 0, parent: task, rank: 0, event: Event::KernelCh { channel: 0, ptimer: 5 } });
-                fold.add(&Record::Stop { t_ns: n * 1000 + 30, id: kernel });
-                assert!(!fold.bare_allowed() || n + 1 == BARE_AFTER);
-                fold.add(&Record::Stop { t_ns: n * 1000 + 40, id: op });
-            }
-            assert!(fold.bare_allowed(), "{BARE_AFTER} point-to-point calls timed by the proxy");
-        };
-        let mut fold = Fold::default();
-        learned(&mut fold);
-        // A bare send: no kernel channel comes for it, nor any proxy operation.
-        let t0 = 1_000_000;
-        fold.add(&Record::Start { t_ns: t0, id: 1001, ctx: 0, parent: 0, rank: 0, event: Event::P2pApi { func: name("Send"), count: 64, datatype: name("ncclInt8"), kernels: false } });
-        fold.add(&Record::Start { t_ns: t0, id: 1002, ctx: 0, parent: 1001, rank: 0, event: Event::P2p { func: name("Send"), count: 64, datatype: name("ncclInt8"), peer: 1, channels: 1, group: 0, tag: 0 } });
-        fold.add(&Record::Stop { t_ns: t0 + 10, id: 1002 });
-        fold.intervals(1, t0 + UNTIMED_AFTER_NS - 1);
-        assert!(fold.open.contains_key(&1002), "still waiting for its proxy");
-        assert!(fold.bare_allowed());
-        fold.intervals(3, t0 + 10 + UNTIMED_AFTER_NS);
-        assert!(!fold.open.contains_key(&1002), "given up");
-        assert!(!fold.bare_allowed(), "the rule is off");
-        // A collective timed by its kernels alone (NVLink) turns it off too.
-        let mut fold = Fold::default();
-        learned(&mut fold);
-        let coll = Event::Coll { seq: 0, func: name("AllReduce"), count: 256, datatype: name("ncclFloat32"), root: 0, channels: 1, warps: 8, algo: name("RING"), proto: name("SIMPLE"), group: 0, tag: 0, variant: name(""), sym: false };
-        fold.add(&Record::Start { t_ns: t0, id: 2001, ctx: 0, parent: 0, rank: 0, event: coll });
-        fold.add(&Record::Stop { t_ns: t0 + 10, id: 2001 });
-        fold.add(&Record::Start { t_ns: t0 + 20, id: 2002, ctx: 0, parent: 2001, rank: 0, event: Event::KernelCh { channel: 0, ptimer: 100 } });
-        fold.add(&Record::Stop { t_ns: t0 + 30, id: 2002 });
-        assert!(!fold.open.contains_key(&2001), "timed by its kernel");
-        assert!(!fold.bare_allowed());
     }
 
     #[test]

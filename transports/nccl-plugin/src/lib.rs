@@ -22,7 +22,6 @@ pub mod fold;
 #[allow(unsafe_code)]
 pub mod host;
 pub mod identity;
-pub mod mask;
 pub mod record;
 pub mod relay;
 pub mod runtime;

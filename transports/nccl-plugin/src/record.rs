@@ -38,10 +38,8 @@ pub enum Event {
     /// v7: a phase of a kernel channel (its parent): 0 initial sync, 1 compute, 2 final sync; its start on
     /// the GPU's timer.
     KernelPhase { channel: u8, phase: u8, ptimer: u64 },
-    /// `kernels`: whether the call's mask had the kernels' channel events (`crate::mask`; before that rule,
-    /// and v4, always).
-    CollApi { func: Name, count: u64, datatype: Name, root: i32, kernels: bool },
-    P2pApi { func: Name, count: u64, datatype: Name, kernels: bool },
+    CollApi { func: Name, count: u64, datatype: Name, root: i32 },
+    P2pApi { func: Name, count: u64, datatype: Name },
     GroupApi { depth: i32 },
     KernelLaunch,
     /// Any other type (proxy control, network plugin, copy-engine events): counted, not folded.

@@ -79,8 +79,6 @@ fn run(runtime: &'static Runtime) {
             }
             fold.add(record);
         }
-        // What the fold has learned decides whether point-to-point groups ask for kernel events (crate::mask).
-        crate::mask::learned(fold.bare_allowed());
         let idle = batch.is_empty();
         batch.clear();
         let mut ended = 0;

@@ -24,10 +24,6 @@ pub struct Plugin {
     finalize: abi::Finalize,
     /// `efatop_profiler_playback_clock`: each record is stamped with its recorded time.
     clock: extern "C" fn(u64),
-    /// `efatop_profiler_playback_kernels`: each API call's mask as recorded (crate::mask's rule off).
-    kernels: extern "C" fn(c_int),
-    /// The activation mask `init` is given (the plugin keeps its address, as NCCL's, for the process).
-    mask: Box<std::sync::atomic::AtomicI32>,
 }
 
 enum Init {
@@ -66,10 +62,6 @@ impl Plugin {
         let table: *const c_void = unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.map(|s| *s).map_err(|e| format!("{symbol}: {e}"))?;
         // SAFETY: the symbol is the plugin's `extern "C" fn(u64)` of that name (ffi.rs).
         let clock: extern "C" fn(u64) = unsafe { lib.get::<extern "C" fn(u64)>(b"efatop_profiler_playback_clock") }.map(|s| *s).map_err(|e| format!("efatop_profiler_playback_clock: {e}"))?;
-        // SAFETY: the symbol is the plugin's `extern "C" fn(c_int)` of that name (ffi.rs).
-        let kernels: extern "C" fn(c_int) = unsafe { lib.get::<extern "C" fn(c_int)>(b"efatop_profiler_playback_kernels") }.map(|s| *s).map_err(|e| format!("efatop_profiler_playback_kernels: {e}"))?;
-        // The recording's masks from the first call: the plugin's own rule never changes them.
-        kernels(1);
         // SAFETY: `table` is the plugin's static table of the version its name says.
         let (init, start, stop, record, finalize) = unsafe {
             macro_rules! read {
@@ -86,7 +78,7 @@ impl Plugin {
                 _ => return Err(format!("no profiler ABI v{abi}")),
             }
         };
-        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize, clock, kernels, mask: Box::default() })
+        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize, clock })
     }
 
     /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
@@ -124,13 +116,13 @@ impl Plugin {
                 Line::Init { ctx, comm, rank, nranks, nnodes, name, .. } => {
                     let name = CString::new(name.clone().unwrap_or_default()).unwrap_or_default();
                     let mut context: *mut c_void = std::ptr::null_mut();
-                    let mask = self.mask.as_ptr();
+                    let mut mask: c_int = 0;
                     // SAFETY: the tables hold the plugin's functions of the ABI's signature; the arguments
                     // live for the call.
                     let result = unsafe {
                         match self.init {
-                            Init::V4(init) => init(&raw mut context, mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
-                            Init::V5(init) => init(&raw mut context, *comm, mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
+                            Init::V4(init) => init(&raw mut context, &raw mut mask, name.as_ptr(), *comm, *nnodes, *nranks, *rank, std::ptr::null()),
+                            Init::V5(init) => init(&raw mut context, *comm, &raw mut mask, name.as_ptr(), *nnodes, *nranks, *rank, std::ptr::null()),
                         }
                     };
                     if result != abi::NCCL_SUCCESS || context.is_null() {
@@ -167,9 +159,6 @@ impl Plugin {
                     // hands back a null handle): the plugin never hears of them, nor of their stop.
                     handles.insert(*id, std::ptr::null_mut());
                     return Ok(Duration::ZERO);
-                }
-                if let Event::CollApi { kernels, .. } | Event::P2pApi { kernels, .. } = event {
-                    (self.kernels)(c_int::from(*kernels));
                 }
                 let parent = handle_of(parent, handles);
                 let strings = Strings::of(event);
