@@ -205,7 +205,9 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 def cost_ab(blocks, plugin, out):
     """The plugin's cost per collective and size inside one job: `blocks` blocks of ITERS calls (default 10),
     the plugin on and off alternating in pairs (efatop_profiler_active); per pair, the difference of the two
-    blocks' mean call time (both ranks' mean); the cost is the pairs' mean with its 95 % band."""
+    blocks' mean call time (both ranks' mean); the cost is the pairs' mean with its 95 % band. The off blocks
+    leave NCCL's per-channel work counts apart (host and GPU, docs/watch.md): keep a collective last in OPS,
+    a job ending in point-to-point blocks may wait at its end."""
     os.environ.setdefault("SIZES_MIB", "16,32,64")
     os.environ.setdefault("ITERS", "10")
     os.environ["COST_AB_BLOCKS"] = str(blocks)
