@@ -48,6 +48,15 @@ pub const STATE_PROXY_STEP_SEND_WAIT: c_int = 9;
 pub fn send_handed(state: c_int) -> bool {
     state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || state == STATE_PROXY_STEP_SEND_WAIT
 }
+/// Whether a proxy step's `state` carries that step's own size in its `transSize`: NCCL (2.27 on,
+/// `transport/net.cc`) sets `sub->transSize` just before a send step's SendWait and a receive step's
+/// RecvFlushWait. Every other step state reads the same field while it still holds an earlier step's size,
+/// or an earlier operation's (the first step of a small call after a large one): counted, a two-rank NCCL
+/// 2.28.3 sweep read 18-23 % more bytes than were moved, and one rank's sends no longer matched the other's
+/// receives.
+pub fn carries_size(state: c_int) -> bool {
+    state == STATE_PROXY_STEP_SEND_WAIT || state == STATE_PROXY_STEP_RECV_FLUSH_WAIT
+}
 pub const STATE_PROXY_STEP_RECV_WAIT: c_int = 10;
 pub const STATE_PROXY_STEP_RECV_FLUSH_WAIT: c_int = 11;
 pub const STATE_PROXY_STEP_RECV_GPU_WAIT: c_int = 12;

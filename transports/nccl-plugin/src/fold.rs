@@ -33,8 +33,9 @@
 //! - Point-to-point calls are folded per group: a group of a send to and a receive from every rank (itself
 //!   included), all of one size, is an alltoall (as nccl-tests' alltoall issues it), any other a
 //!   send/receive group.
-//! - Bytes per peer and channel come from proxy steps: the largest `transSize` a step reported, added when
-//!   it stops, to the peer and channel of its proxy operation (sent when the operation is a send).
+//! - Bytes per peer and channel come from proxy steps: the `transSize` of the state that carries the step's
+//!   own size (a send's SendWait, a receive's RecvFlushWait: [`crate::abi::carries_size`]), added when it
+//!   stops, to the peer and channel of its proxy operation (sent when the operation is a send).
 //! - A one-rank communicator has no kernel plan (NCCL copies): its collectives are counted from their API
 //!   events (v5 on), untimed. NCCL 2.28.3 gives none for them (its one-rank path returns before any profiler
 //!   call); its self sends and receives come as groups of P2p events with no kernel or proxy child, which
@@ -44,7 +45,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
-use crate::abi::{send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
+use crate::abi::{carries_size, send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
 use crate::record::{Event, Record};
 
 /// How long after its first call a communicator that has shown no kernel or proxy event stops waiting for
@@ -335,7 +336,9 @@ impl Fold {
             Record::Start { t_ns, id, ctx, parent, event, .. } => self.start(t_ns, id, ctx, parent, event),
             Record::State { t_ns, id, state, arg } => match self.open.get_mut(&id) {
                 Some(Open::ProxyStep { bytes, handed, .. }) => {
-                    *bytes = (*bytes).max(arg);
+                    if carries_size(state) {
+                        *bytes = (*bytes).max(arg);
+                    }
                     if send_handed(state) && t_ns > 0 && handed.is_none() {
                         *handed = Some(t_ns);
                     }
@@ -875,12 +878,48 @@ mod tests {
         fold.add(&Record::Stop { t_ns: us(9_400), id: 2 });
         // The receive's step: its bytes delivered to the GPU at 9,100.
         fold.add(&Record::Start { t_ns: us(20), id: 5, ctx: 0, parent: 3, rank: 1, event: Event::ProxyStep { step: 0 } });
-        fold.add(&Record::State { t_ns: us(20), id: 5, state: crate::abi::STATE_PROXY_STEP_RECV_WAIT, arg: 1 << 19 });
+        fold.add(&Record::State { t_ns: us(20), id: 5, state: crate::abi::STATE_PROXY_STEP_RECV_FLUSH_WAIT, arg: 1 << 19 });
         fold.add(&Record::Stop { t_ns: us(9_100), id: 5 });
         fold.add(&Record::Stop { t_ns: us(9_100), id: 3 });
         let out = fold.intervals(0, us(10_000));
         let PluginMessage::Interval { colls, .. } = &out[0].0 else { panic!() };
         assert_eq!(colls.iter().map(|r| (r.timing, r.timed, r.time_ns)).collect::<Vec<_>>(), vec![(Timing::Proxy, 1, us(9_080))], "{colls:?}");
+    }
+
+    /// What one rank sent its peer is what the peer received, byte for byte, in both real two-rank
+    /// recordings: a step's bytes are those of the state that carries its own size. Read from every step
+    /// state (each holds whatever size NCCL last set), NCCL 2.28.3's sweep counted 28,835,840 bytes sent by
+    /// rank 0 against 31,719,424 received by rank 1, where 25,165,824 moved.
+    #[test]
+    fn what_one_rank_sent_is_what_its_peer_received() {
+        let peers = |name: &str| -> BTreeMap<u32, (u64, u64)> {
+            let mut fold = fold_fixture(name);
+            let out = fold.intervals(0, 0);
+            let mut rows = BTreeMap::new();
+            for (message, _) in &out {
+                if let PluginMessage::Interval { peers, .. } = message {
+                    for row in peers {
+                        let e: &mut (u64, u64) = rows.entry(row.peer).or_default();
+                        e.0 += row.sent;
+                        e.1 += row.received;
+                    }
+                }
+            }
+            rows
+        };
+        for (r0, r1, moved) in [
+            ("nccl-2.28.3-two-rank-sweep-r0.trace", "nccl-2.28.3-two-rank-sweep-r1.trace", Some(25_165_824u64)),
+            ("pytorch-2.11-nccl-2.28.9-two-rank-r0.trace", "pytorch-2.11-nccl-2.28.9-two-rank-r1.trace", None),
+        ] {
+            let (a, b) = (peers(r0), peers(r1));
+            let (a_to_b, b_from_a) = (a[&1].0, b[&0].1);
+            let (b_to_a, a_from_b) = (b[&0].0, a[&1].1);
+            assert_eq!(a_to_b, b_from_a, "{r0}: rank 0 sent {a_to_b}, rank 1 received {b_from_a}");
+            assert_eq!(b_to_a, a_from_b, "{r1}: rank 1 sent {b_to_a}, rank 0 received {a_from_b}");
+            if let Some(moved) = moved {
+                assert_eq!((a_to_b, b_to_a), (moved, moved), "{r0}");
+            }
+        }
     }
 
     /// Each timed call's mean (µs) per (function, size) of a fixture, and its timing source.
