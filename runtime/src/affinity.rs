@@ -49,34 +49,46 @@ pub fn nice() -> Option<i32> {
     rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok()
 }
 
+/// The nice value of thread `tid` (None when it is gone or the kernel does not say).
+pub fn thread_nice(tid: i32) -> Option<i32> {
+    rustix::process::getpriority_process(Some(rustix::process::Pid::from_raw(tid)?)).ok()
+}
+
+/// The nice value the kernel shows in a task's `stat` (`/proc/thread-self/stat`, `/proc/self/task/TID/stat`,
+/// field 19): the tests' reading apart from the calls that set it.
+#[cfg(test)]
+pub(crate) fn proc_nice(stat: &str) -> i32 {
+    let text = std::fs::read_to_string(stat).unwrap_or_else(|e| panic!("{stat}: {e}"));
+    // The name (field 2) is in parentheses and may hold spaces: count from after its closing one.
+    let rest = &text[text.rfind(')').expect("a name in parentheses") + 2..];
+    rest.split(' ').nth(16).expect("field 19").parse().expect("a number")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The nice value the kernel shows for the calling thread (`/proc/thread-self/stat`, field 19), read
-    /// apart from the call that set it.
-    fn proc_nice() -> i32 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
-        // The name (field 2) is in parentheses and may hold spaces: count from after its closing one.
-        let rest = &stat[stat.rfind(')').expect("a name in parentheses") + 2..];
-        rest.split(' ').nth(16).expect("field 19").parse().expect("a number")
+    /// The calling thread's nice value as the kernel shows it.
+    fn own_nice() -> i32 {
+        proc_nice("/proc/thread-self/stat")
     }
 
     #[test]
     fn a_thread_on_one_core_gives_way_and_the_others_do_not() {
-        let before = proc_nice();
+        let before = own_nice();
         let cpus = allowed_cpus();
         assert!(!cpus.is_empty(), "the kernel says no CPU this thread may run on");
         let one = cpus[0];
-        let (given, after) = std::thread::spawn(move || (pin_thread(None, [one]) && give_way_on_one_core(), proc_nice())).join().unwrap();
+        let (given, after) = std::thread::spawn(move || (pin_thread(None, [one]) && give_way_on_one_core(), own_nice())).join().unwrap();
         assert!(given, "a thread confined to CPU {one} did not give way");
         assert_eq!(after, (before + GIVE_WAY_NICE).min(19));
-        assert_eq!(proc_nice(), before, "only the thread that gave way is nicer");
+        assert_eq!(own_nice(), before, "only the thread that gave way is nicer");
         assert_eq!(nice(), Some(before));
+        assert_eq!(thread_nice(rustix::thread::gettid().as_raw_nonzero().get()), Some(before));
         // With two CPUs (where the machine has them) it runs beside the others and keeps its priority.
         if cpus.len() >= 2 {
             let two = [cpus[0], cpus[1]];
-            let (given, after) = std::thread::spawn(move || (pin_thread(None, two) && give_way_on_one_core(), proc_nice())).join().unwrap();
+            let (given, after) = std::thread::spawn(move || (pin_thread(None, two) && give_way_on_one_core(), own_nice())).join().unwrap();
             assert!(!given);
             assert_eq!(after, before);
         }

@@ -23,10 +23,9 @@ pub fn thread_id(name: &str) -> Option<String> {
     })
 }
 
-/// The nice value of this process's thread `tid` (field 19 of its stat); None when it is gone.
+/// The nice value of this process's thread `tid`; None when it is gone.
 pub fn thread_nice(tid: Option<&str>) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{}/stat", tid?)).ok()?;
-    stat[stat.rfind(')')? + 2..].split(' ').nth(16)?.parse().ok()
+    efatop_runtime::affinity::thread_nice(tid?.parse().ok()?)
 }
 
 /// CPU seconds of every thread of this process whose name is one of `names`.

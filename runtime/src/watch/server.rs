@@ -766,10 +766,7 @@ mod tests {
     /// kernel shows it [`crate::affinity::GIVE_WAY_NICE`] nicer than the thread that started it.
     #[test]
     fn on_one_core_the_servers_thread_runs_nicer_than_the_view() {
-        let field19 = |path: &str| -> i32 {
-            let stat = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            stat[stat.rfind(')').expect("a name") + 2..].split(' ').nth(16).expect("field 19").parse().expect("a number")
-        };
+        let field19 = crate::affinity::proc_nice;
         let view = field19("/proc/thread-self/stat");
         let one = crate::affinity::allowed_cpus()[0];
         let (_server, _secret, _rx) = std::thread::spawn(move || {
