@@ -69,6 +69,12 @@ pub fn command_in(program: impl AsRef<OsStr>, dir: &Path) -> Command {
     // The viewers' token (--serve, attach): one for every process a test starts, so that they agree and no
     // test writes the user's own token file.
     command.env("EFATOP_TOKEN", TEST_TOKEN);
+    // Debian's libfabric links the old PSM libraries (libpsm_infinipath, libpsm2), whose constructors take
+    // the process's fatal signals for their own report unless told not to: a crash then shows no frames
+    // (CI's flake under --mpi=pmix, docs/testing.md). Open MPI sets these itself, but after the libraries
+    // were loaded. And Open MPI is kept from probing PSM's MTLs for hardware no test machine has: MPI is
+    // only efatop's bootstrap, and its ob1 layer is what runs on such a machine anyway.
+    command.env("IPATH_NO_BACKTRACE", "1").env("HFI_NO_BACKTRACE", "1").env("OMPI_MCA_pml", "ob1");
     if let Some(path) = library_path() {
         command.env("LD_LIBRARY_PATH", path);
     }
