@@ -67,10 +67,15 @@ fn main() {
         eprintln!("bench_hooks: {e}");
         std::process::exit(1)
     });
+    let cpu_before = plugin_thread_cpu();
+    let began = std::time::Instant::now();
     let played = loaded.play(&trace, 1.0, Duration::from_millis(20)).unwrap_or_else(|e| {
         eprintln!("bench_hooks: playing {path}: {e}");
         std::process::exit(1)
     });
+    let wall = began.elapsed();
+    // The thread starts with the first communicator's init, during the play: none before is none used.
+    let cpu = plugin_thread_cpu().map(|after| after.saturating_sub(cpu_before.unwrap_or_default()));
     let hook_of: BTreeMap<usize, u64> = played.hooks.iter().map(|(i, d)| (*i, d.as_nanos() as u64)).collect();
 
     // Stretches: a run of top-level calls of one key; a record belongs to the stretch open when it comes.
@@ -118,7 +123,29 @@ fn main() {
             share
         );
     }
+    match cpu {
+        Some(cpu) => println!(
+            "# the plugin's thread: {:.1} ms of CPU over the {:.1} ms played ({:.1} % of a CPU)",
+            cpu.as_secs_f64() * 1e3,
+            wall.as_secs_f64() * 1e3,
+            cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9) * 100.0
+        ),
+        None => println!("# the plugin's thread: its CPU time could not be read (/proc/self/task)"),
+    }
     println!("# the worst stretch's hooks: {worst:.3}% of its span (a bound on the plugin's cost there, were every hook call on the critical path)");
     // The plugin's thread keeps running to the end of the process: the library stays loaded.
     std::mem::forget(loaded);
+}
+
+/// The time the plugin's thread (named `efatop-nccl`) has run on a CPU, in ns (its task's schedstat).
+fn plugin_thread_cpu() -> Option<Duration> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "efatop-nccl" {
+            continue;
+        }
+        let schedstat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        return Some(Duration::from_nanos(schedstat.split_whitespace().next()?.parse().ok()?));
+    }
+    None
 }
