@@ -355,6 +355,25 @@ fn a_missing_refusing_or_stalled_watcher_never_holds_up_the_job() {
     drop(silent);
 }
 
+/// The plugin's threads (its fold, its sender to the watcher) run at the lowest priority and the job's at
+/// its own: on a CPU NCCL's threads want, a drain of the plugin's never takes their turn.
+#[test]
+fn the_plugins_threads_run_at_the_lowest_priority_and_the_jobs_at_its_own() {
+    let watcher = Watcher::start(&[], TEST_TOKEN);
+    let player = Player::start("synthetic-full-r0.trace", 6, "node-a", "0", &[("EFATOP_WATCH", watcher.address.as_str())]);
+    let (_, _, threads) = player.finish_with_threads(Duration::from_secs(30));
+    let nice = |name: &str| threads.iter().find(|(n, _)| n == name).map(|(_, nice)| *nice);
+    // The test's own nice value, which the player took: what the job's threads run at.
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let ours: i32 = stat[stat.rfind(')').expect("a name") + 2..].split(' ').nth(16).expect("field 19").parse().expect("a number");
+    assert_eq!(nice("self"), Some(Some(ours)), "the job's thread keeps its priority: {threads:?}");
+    // The kernel keeps 15 bytes of a thread's name: efatop-nccl-send is efatop-nccl-sen.
+    for name in ["efatop-nccl", "efatop-nccl-sen"] {
+        assert_eq!(nice(name), Some(Some(19)), "{name} at the lowest priority: {threads:?}");
+    }
+    assert!(threads.iter().filter(|(n, _)| n.starts_with("efatop-nccl")).all(|(_, nice)| *nice == Some(19)), "{threads:?}");
+}
+
 #[test]
 fn without_a_watcher_the_plugin_writes_a_file_watch_reads_and_a_trace_that_plays_back() {
     let dir = tempfile::tempdir().expect("dir");

@@ -44,6 +44,15 @@ pub fn play_if_asked() {
     println!("PLAYED calls={} longest_us={}", played.calls, played.longest.as_micros());
     // The plugin's thread sends its last interval (and its bye) in the next 200 ms.
     std::thread::sleep(hold.max(Duration::from_millis(800)));
+    // Each thread's nice value as the kernel shows it: the player's own (as NCCL's) first.
+    let nice_of = |stat: String| stat.get(stat.rfind(')').unwrap_or(0) + 2..).and_then(|rest| rest.split(' ').nth(16)).and_then(|v| v.parse::<i32>().ok());
+    let mut threads = vec![format!("self={}", std::fs::read_to_string("/proc/thread-self/stat").ok().and_then(nice_of).map_or("?".into(), |n| n.to_string()))];
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let nice = std::fs::read_to_string(task.path().join("stat")).ok().and_then(nice_of);
+        threads.push(format!("{}={}", name.trim(), nice.map_or("?".into(), |n| n.to_string())));
+    }
+    println!("THREADS {}", threads.join(" "));
     // Its threads run to the end of the process: the library stays loaded.
     std::mem::forget(plugin);
 }
@@ -107,7 +116,13 @@ impl Player {
     }
 
     /// Waits for the end; the longest hot-path call (µs) and how long the process ran.
-    pub fn finish(mut self, limit: Duration) -> (u128, Duration) {
+    pub fn finish(self, limit: Duration) -> (u128, Duration) {
+        let (longest, ran, _) = self.finish_with_threads(limit);
+        (longest, ran)
+    }
+
+    /// The same, with every thread's name and nice value at the end, the player's own first (named `self`).
+    pub fn finish_with_threads(mut self, limit: Duration) -> (u128, Duration, Vec<(String, Option<i32>)>) {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -120,9 +135,17 @@ impl Player {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let ran = started.elapsed();
         let line = std::iter::from_fn(|| self.out.recv_timeout(Duration::from_secs(10)).ok()).find(|l| l.contains("PLAYED")).expect("the player's summary");
         let longest = line.split("longest_us=").nth(1).and_then(|v| v.trim().parse().ok()).expect("longest");
-        (longest, started.elapsed())
+        let line = std::iter::from_fn(|| self.out.recv_timeout(Duration::from_secs(10)).ok()).find(|l| l.starts_with("THREADS ")).expect("the player's threads");
+        let threads = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|pair| pair.rsplit_once('='))
+            .map(|(name, nice)| (name.to_string(), nice.parse().ok()))
+            .collect();
+        (longest, ran, threads)
     }
 }
 

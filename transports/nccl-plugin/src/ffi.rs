@@ -419,13 +419,13 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     let sized = crate::abi::carries_size(state);
     // A state the fold reads nothing of (a step's waits that carry no size of their own, other than a
     // send's hand-over) is not pushed, unless a trace is written: fewer records on NCCL's proxy thread.
-    if !(timer || sized || crate::abi::send_handed(state) || runtime.states_timed) {
+    if !(timer || sized || crate::abi::send_handed(state) || runtime.states_timed()) {
         return NCCL_SUCCESS;
     }
     // A trace keeps every step state's transSize as NCCL gave it (stale ones included: the fold reads only
     // the sized states').
     let step = (STATE_PROXY_STEP_SEND_GPU_WAIT..=STATE_PROXY_STEP_RECV_GPU_WAIT).contains(&state) || state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4;
-    let arg = if (timer || sized || (runtime.states_timed && step)) && !args.is_null() {
+    let arg = if (timer || sized || (runtime.states_timed() && step)) && !args.is_null() {
         // SAFETY: NCCL passes the state's arguments (zero-initialised, then the member for the state set):
         // a proxy step's transSize for the step states, the kernel's pTimer for KernelChStop and (v7)
         // KernelPhaseStop; both are 8 bytes at the union's start.
@@ -441,7 +441,7 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     };
     // A send step's hand-over by the GPU is when the call's sends were done for the GPU, where the fold
     // ends a call (fold.rs): one clock read a send step; the other states only when a trace is written.
-    let t_ns = if runtime.states_timed || crate::abi::send_handed(state) { runtime.record_ns() } else { 0 };
+    let t_ns = if runtime.states_timed() || crate::abi::send_handed(state) { runtime.record_ns() } else { 0 };
     runtime.push(Record::State { t_ns, id: handle as u64, state, arg });
     NCCL_SUCCESS
 }

@@ -9,6 +9,15 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The lowest priority a thread may give itself (nice 19), for the calling thread and the threads it starts
+/// after (Linux keeps a nice value per thread, and a new thread takes its creator's). False when the kernel
+/// refused (a thread may always lower its own).
+pub fn lowest_priority() -> bool {
+    // SAFETY: gettid and setpriority take and return plain integers; PRIO_PROCESS with a thread id sets that
+    // one thread's nice value.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) == 0 }
+}
+
 /// The process at the other end of a connected Unix socket: its pid and effective user id, as the kernel
 /// recorded them when it connected or listened (`SO_PEERCRED`); `None` where the kernel does not say.
 pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(u32, u32)> {

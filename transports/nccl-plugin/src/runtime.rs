@@ -6,6 +6,7 @@ use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
 use efatop_proto::nccl::CommInfo;
 
 use crate::record::Record;
@@ -21,19 +22,26 @@ pub enum CommEvent {
     Finalize { ctx: u32, t_ns: u64 },
 }
 
+/// What every hook reads and nothing writes after the runtime is made, on a cache line of its own: a line
+/// the fold's thread writes (its lock of the communicators, its counters) would otherwise be taken from
+/// NCCL's proxy thread at each of its drains, and every hook after it would wait for the line to come back
+/// (from the other socket, on a two-socket host).
+struct Hot {
+    states_timed: bool,
+    base: Instant,
+}
+
 pub struct Runtime {
+    hot: CachePadded<Hot>,
+    /// Written by every `startEvent` (NCCL's main and proxy threads both): apart from the hooks' reads.
+    next_id: CachePadded<AtomicU64>,
     pub ring: ArrayQueue<Record>,
-    next_id: AtomicU64,
-    next_ctx: AtomicU32,
     /// Events the full ring dropped. Those it took are counted by the fold's thread as it drains them: a
     /// shared counter bumped by every hook call would be one more atomic write on NCCL's threads, contended
     /// between its main and proxy threads.
-    pub dropped: AtomicU64,
-    /// Whether a state change carries its time: only a trace (`EFATOP_PROFILER_TRACE`) writes it; the fold
-    /// reads a state's step size or timer, never its time, so without a trace the hook skips the clock.
-    pub states_timed: bool,
-    base: Instant,
-    /// The Unix time (ns) at `base`: the plugin's clock made absolute, to match calls across hosts.
+    pub dropped: CachePadded<AtomicU64>,
+    next_ctx: AtomicU32,
+    /// The Unix time (ns) at the runtime's start: the plugin's clock made absolute, to match calls across hosts.
     pub epoch_base_ns: u64,
     /// The ABI NCCL took: 4 to 7.
     pub abi: AtomicU32,
@@ -54,7 +62,7 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 /// played, which records and communicator events are stamped with instead of the monotonic clock, so that a
 /// playback folds to the recording's figures however late a busy machine wakes the player; 0 (always, under
 /// NCCL): the monotonic clock.
-pub static PLAYBACK_NS: AtomicU64 = AtomicU64::new(0);
+pub static PLAYBACK_NS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
 /// The CUDA device of the thread that first called `init` (NCCL's, with the communicator's device set),
 /// where CUDA could tell it: the process's GPU.
@@ -64,12 +72,14 @@ static FOLD: Once = Once::new();
 impl Runtime {
     fn new() -> Self {
         Self {
+            hot: CachePadded::new(Hot {
+                states_timed: std::env::var_os("EFATOP_PROFILER_TRACE").is_some_and(|v| !v.is_empty()),
+                base: Instant::now(),
+            }),
+            next_id: CachePadded::new(AtomicU64::new(1)),
             ring: ArrayQueue::new(RING_RECORDS),
-            next_id: AtomicU64::new(1),
             next_ctx: AtomicU32::new(0),
-            dropped: AtomicU64::new(0),
-            states_timed: std::env::var_os("EFATOP_PROFILER_TRACE").is_some_and(|v| !v.is_empty()),
-            base: Instant::now(),
+            dropped: CachePadded::new(AtomicU64::new(0)),
             epoch_base_ns: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
             abi: AtomicU32::new(0),
             comms: Mutex::new(Vec::new()),
@@ -81,7 +91,14 @@ impl Runtime {
     /// ns since the runtime started (the vDSO's monotonic clock: no system call, no lock).
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
+        self.hot.base.elapsed().as_nanos() as u64
+    }
+
+    /// Whether a state change carries its time: only a trace (`EFATOP_PROFILER_TRACE`) writes it; the fold
+    /// reads a state's step size or timer, never its time, so without a trace the hook skips the clock.
+    #[inline]
+    pub fn states_timed(&self) -> bool {
+        self.hot.states_timed
     }
 
     /// A record's time: [`Self::now_ns`], or the player's clock while a trace is played ([`PLAYBACK_NS`]).

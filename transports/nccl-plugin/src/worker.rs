@@ -1,4 +1,5 @@
-//! The plugin's own thread: drains the ring every 2 ms, folds, writes the trace, and every interval
+//! The plugin's own thread: drains the ring every millisecond or two (at once again only when a drain was a
+//! quarter of the ring), folds, writes the trace, and every interval
 //! (`EFATOP_PROFILER_INTERVAL_MS`, 1000 by default) sends each communicator's figures, the node's EFA
 //! counters and the plugin's health.
 
@@ -35,6 +36,10 @@ fn trace_file(abi: u32, origin: &efatop_proto::nccl::Origin) -> Option<std::io::
 }
 
 fn run(runtime: &'static Runtime) {
+    // NCCL's threads first: this thread and those it starts (the sink's sender, the host's relay) run at
+    // the lowest priority, on the CPU time NCCL's threads leave. Were it at theirs, a drain that woke on a
+    // CPU where NCCL's proxy thread was running would take its turn from it.
+    crate::host::lowest_priority();
     let interval = std::env::var("EFATOP_PROFILER_INTERVAL_MS").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1000).max(20);
     let interval = Duration::from_millis(interval);
     let abi = runtime.abi.load(Ordering::Relaxed);
@@ -80,6 +85,7 @@ fn run(runtime: &'static Runtime) {
             fold.add(record);
         }
         let idle = batch.is_empty();
+        let heavy = batch.len() >= RING_RECORDS / 4;
         batch.clear();
         let mut ended = 0;
         for event in &comms {
@@ -120,8 +126,12 @@ fn run(runtime: &'static Runtime) {
                 runtime.finalizes_sent.fetch_add(ended, Ordering::Release);
             }
         }
-        if idle {
-            std::thread::sleep(Duration::from_millis(2));
+        // Between drains the thread sleeps, records or none: a drain at each record as it comes would read the
+        // ring's next slot and tail while NCCL's thread writes them, and each of its pushes would wait for those
+        // lines to come back. Only a drain of a quarter of the ring or more goes on at once (16 million records a
+        // second at a drain a millisecond).
+        if !heavy {
+            std::thread::sleep(Duration::from_millis(if idle { 2 } else { 1 }));
         }
     }
 }
