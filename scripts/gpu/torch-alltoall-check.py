@@ -23,7 +23,9 @@ environment: OPS (comma-separated, default every one), ITERS, SIZES_MIB (comma-s
 (default 1: each collective called once at 1 MiB before the sizes, so that no size holds NCCL's connection),
 COST_AB_VS (--cost-ab's other arm: off, the default; idle: NCCL calls the plugin, whose hooks return at once,
 so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy, nokernel: the plugin on
-without the proxy's steps, or without its operations and steps, or without the kernels' channels and phases)
+without the proxy's steps, or without its operations and steps, or without the kernels' channels and phases;
+nopush, noclock, neither: the plugin on, its hooks doing all their work but the push into the ring, or but
+reading the clock, or both: efatop_profiler_skip)
 """
 import ctypes
 import os
@@ -37,6 +39,8 @@ OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "send
 # channels through a profiler connection of their own, the kernel writing its timers to host memory);
 # "idle" keeps every event with the plugin's hooks returning at once.
 VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4)), "nokernel": ~((1 << 6) | (1 << 15))}
+# The arms that keep every event and leave part of the hooks' work out (efatop_profiler_skip's bits).
+VS_SKIP = {"nopush": 1, "noclock": 2, "neither": 3}
 
 
 def timed_ms(call, n):
@@ -114,14 +118,16 @@ def child(rank, world):
                     arm = ("on", "off")[(b + b // 2) % 2]
                     # The "off" arm: the plugin off (mask 0), or idle (NCCL calls it, it does nothing), or on
                     # without some of its events (VS_KEEP: the event bits kept).
-                    keep = ~0 if arm == "on" or versus == "idle" else VS_KEEP[versus]
+                    keep = ~0 if arm == "on" or versus == "idle" or versus in VS_SKIP else VS_KEEP[versus]
                     lib.efatop_profiler_idle(1 if arm == "off" and versus == "idle" else 0)
+                    lib.efatop_profiler_skip(VS_SKIP.get(versus, 0) if arm == "off" else 0)
                     if lib.efatop_profiler_events(keep & 0xFFFFFFFFFFFFFFFF) != 0:
                         raise SystemExit("torch-alltoall-check: the plugin has no activation mask to set")
                     dist.barrier()
                     torch.cuda.synchronize()
                     print(f"AB {rank} {op} {size} {b} {arm} {timed_ms(call, iters) * 1e3:.1f}", flush=True)
                 lib.efatop_profiler_idle(0)
+                lib.efatop_profiler_skip(0)
                 lib.efatop_profiler_events(0xFFFFFFFFFFFFFFFF)
                 continue
             # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
