@@ -100,12 +100,34 @@ fn main() {
         }
     }
 
+    // A hook call's mean time by what it was: the start of each event type, a state change, a stop.
+    let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    for (index, line) in trace.lines.iter().enumerate() {
+        let (Line::Record(record), Some(ns)) = (line, hook_of.get(&index)) else { continue };
+        let kind = match record {
+            Record::Start { event, .. } => match event {
+                Event::ProxyStep { .. } => "start proxystep",
+                Event::ProxyOp { .. } => "start proxyop",
+                Event::KernelCh { .. } | Event::KernelPhase { .. } => "start kernel",
+                _ => "start other",
+            },
+            Record::State { .. } => "state",
+            Record::Stop { .. } => "stop",
+        };
+        let entry = by_kind.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += ns;
+    }
     let mut all: Vec<u64> = hook_of.values().copied().collect();
     all.sort_unstable();
     let pct = |q: f64| all.get(((all.len().saturating_sub(1)) as f64 * q).round() as usize).copied().unwrap_or(0);
     let total: u64 = all.iter().sum();
     println!("# bench_hooks: {} ({} records, NCCL {}, ABI {abi}), plugin {plugin}", path, all.len(), trace.nccl_version.as_deref().unwrap_or("?"));
     println!("# a hook call: p50 {} ns, p99 {} ns, max {} ns, mean {:.0} ns", pct(0.5), pct(0.99), all.last().copied().unwrap_or(0), total as f64 / all.len().max(1) as f64);
+    println!(
+        "# by kind (calls, mean ns): {}",
+        by_kind.iter().map(|(kind, (n, ns))| format!("{kind} {n} {:.0}", *ns as f64 / (*n).max(1) as f64)).collect::<Vec<_>>().join(", ")
+    );
     println!("{:<32} {:>6} {:>8} {:>10} {:>10} {:>12} {:>9}", "stretch (call, count, type)", "calls", "records", "hooks µs", "span ms", "hooks/call µs", "share");
     let mut worst: f64 = 0.0;
     for s in stretches.iter().filter(|s| s.calls >= 5) {

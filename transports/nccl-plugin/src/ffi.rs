@@ -2,7 +2,8 @@
 //! them, plus the few libc calls the plugin makes. The only module of the crate with `unsafe` (each block
 //! says why it holds).
 //!
-//! Handles: an event's handle is its id (a counter, never 0) cast to a pointer. NCCL never dereferences a
+//! Handles: an event's handle is its id (a counter, never 0; a proxy step's, its operation's id with
+//! [`STEP_TAG`]) cast to a pointer. NCCL never dereferences a
 //! handle (it hands it back to `stopEvent` and `recordEventState`, and to `startEvent` as a child's
 //! `parentObj`), so no memory is tied to an event and nothing is allocated for one.
 //!
@@ -133,6 +134,8 @@ fn push(runtime: &runtime::Runtime, record: Record) {
 /// The handle an idle hook gives an event (never an id: ids count up from 1 and this is the last).
 const IDLE_HANDLE: u64 = u64::MAX;
 
+pub use crate::record::STEP_TAG;
+
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
         // SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them
@@ -229,6 +232,25 @@ fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_voi
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
+    // A proxy step, NCCL's most frequent event (a point-to-point call over the network has hundreds a call,
+    // each on the proxy thread that paces the transfer): its handle is its operation's id, tagged, so that
+    // its states name the operation whose peer and channel their bytes go to, with no record of their own
+    // step. Only an operation's first step is pushed (its start is where the proxy's timing of the call
+    // begins), and no step's stop (the fold reads nothing of it); a trace keeps every one.
+    if let Event::ProxyStep { step } = event {
+        let op = parent as u64;
+        if op != 0 && op & STEP_TAG == 0 {
+            let id = op | STEP_TAG;
+            if step == 0 || runtime.states_timed() {
+                push(runtime, Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: op, rank, event });
+            }
+            if !handle.is_null() {
+                // SAFETY: NCCL passes a valid slot for the event's handle.
+                unsafe { *handle = id as *mut c_void };
+            }
+            return NCCL_SUCCESS;
+        }
+    }
     let id = runtime.id();
     push(runtime, Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: parent as u64, rank, event });
     if !handle.is_null() {
@@ -425,7 +447,11 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
         return NCCL_SUCCESS;
     }
     if let Some(runtime) = runtime::get() {
-        push(runtime, Record::Stop { t_ns: runtime.record_ns(), id: handle as u64 });
+        let id = handle as u64;
+        // A proxy step's stop is left out but where a trace is written (the fold reads nothing of it).
+        if id & STEP_TAG == 0 || runtime.states_timed() {
+            push(runtime, Record::Stop { t_ns: runtime.record_ns(), id });
+        }
     }
     NCCL_SUCCESS
 }

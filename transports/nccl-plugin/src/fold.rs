@@ -45,8 +45,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
-use crate::abi::{carries_size, send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP};
-use crate::record::{Event, Record};
+use crate::abi::{
+    carries_size, send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP, STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
+};
+use crate::record::{Event, Record, STEP_TAG};
 
 /// How long after its first call a communicator that has shown no kernel or proxy event stops waiting for
 /// them (NCCL may not deliver kernel events, e.g. under graph capture): then a call finishes when NCCL
@@ -218,7 +220,9 @@ enum Open {
     Task(Task),
     Group(Group),
     /// `handed`: a send's latest step handed over by the GPU.
-    ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32, handed: Option<u64> },
+    /// `peer_waits`: a step of it reported the GPU's hand-over as the peer wait (then its later send waits
+    /// are not the hand-over).
+    ProxyOp { ctx: u32, parent: u64, peer: u32, send: bool, channel: u32, handed: Option<u64>, peer_waits: bool },
     /// `handed`: when the GPU handed a send step over (its first state after the GPU wait).
     ProxyStep { op: u64, bytes: u64, handed: Option<u64> },
     KernelCh { parent: u64, channel: u32, start: u64, end: Option<u64> },
@@ -334,6 +338,7 @@ impl Fold {
     pub fn add(&mut self, record: &Record) {
         match *record {
             Record::Start { t_ns, id, ctx, parent, event, .. } => self.start(t_ns, id, ctx, parent, event),
+            Record::State { t_ns, id, state, arg } if id & STEP_TAG != 0 => self.step_state(t_ns, id & !STEP_TAG, state, arg),
             Record::State { t_ns, id, state, arg } => match self.open.get_mut(&id) {
                 Some(Open::ProxyStep { bytes, handed, .. }) => {
                     if carries_size(state) {
@@ -348,8 +353,54 @@ impl Fold {
                 Some(_) => {}
                 None => self.unmatched += 1,
             },
+            // A step's stop under its operation's id (kept only in traces): nothing to read.
+            Record::Stop { id, .. } if id & STEP_TAG != 0 => {}
             Record::Stop { t_ns, id } => self.stop(t_ns, id),
         }
+    }
+
+    /// A state of a step of proxy operation `op` (a tagged step's): its bytes go to the operation's peer and
+    /// channel as they come (NCCL sets a step's size once, before the state that carries it), a send's
+    /// hand-over to the operation's.
+    fn step_state(&mut self, t_ns: u64, op: u64, state: i32, arg: u64) {
+        let Some(Open::ProxyOp { ctx, peer, send, channel, handed, peer_waits, .. }) = self.open.get_mut(&op) else {
+            self.unmatched += 1;
+            return;
+        };
+        // A step's hand-over is its first such state: the peer wait where NCCL reports one (v4's state,
+        // which 2.28 still reports before each send wait), else the send wait. The operation's is its last
+        // step's. A step's own records are not kept: the first peer wait of the operation says which it is.
+        if send_handed(state) && t_ns > 0 {
+            if state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 && !*peer_waits {
+                *peer_waits = true;
+                *handed = Some(t_ns);
+            } else if state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || !*peer_waits {
+                *handed = max_opt(*handed, Some(t_ns));
+            }
+        }
+        if !carries_size(state) {
+            return;
+        }
+        let (ctx, peer, send, channel) = (*ctx, *peer, *send, *channel);
+        self.add_step_bytes(ctx, peer, send, channel, arg);
+    }
+
+    /// One step's bytes on a communicator's peer and channel rows.
+    fn add_step_bytes(&mut self, ctx: u32, peer: u32, send: bool, channel: u32, bytes: u64) {
+        let Some(comm) = self.comms.get_mut(&ctx) else { return };
+        let row = comm.peers.entry(peer).or_insert_with(|| PeerRow { peer, sent: 0, received: 0, steps: 0 });
+        let ch = comm.channels.entry(channel).or_insert_with(|| ChannelRow { channel, sent: 0, received: 0, steps: 0, kernel_ns: 0 });
+        if send {
+            row.sent += bytes;
+            ch.sent += bytes;
+        } else {
+            row.received += bytes;
+            ch.received += bytes;
+        }
+        row.steps += 1;
+        ch.steps += 1;
+        comm.dirty_peers.insert(peer);
+        comm.dirty_channels.insert(channel);
     }
 
     fn start(&mut self, t_ns: u64, id: u64, ctx: u32, parent: u64, event: Event) {
@@ -424,7 +475,7 @@ impl Fold {
                     task.proxies_open += 1;
                     task.span.proxy_start = min_opt(task.span.proxy_start, Some(t_ns));
                 }
-                Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel), handed: None }
+                Open::ProxyOp { ctx, parent, peer: peer.max(0) as u32, send, channel: u32::from(channel), handed: None, peer_waits: false }
             }
             Event::ProxyStep { .. } => {
                 if let Some(Open::ProxyOp { parent: task, .. }) = self.open.get(&parent) {
@@ -432,6 +483,10 @@ impl Fold {
                     if let Some(Open::Task(task)) = self.open.get_mut(&task) {
                         task.span.step_start = min_opt(task.span.step_start, Some(t_ns));
                     }
+                }
+                // A tagged step (its operation's id) is not kept open: its states name the operation.
+                if id & STEP_TAG != 0 {
+                    return;
                 }
                 Open::ProxyStep { op: parent, bytes: 0, handed: None }
             }
@@ -498,21 +553,7 @@ impl Fold {
                 let Some(Open::ProxyOp { ctx, peer, send, channel, handed: op_handed, .. }) = self.open.get_mut(&op) else { return };
                 *op_handed = max_opt(*op_handed, handed);
                 let (ctx, peer, send, channel) = (*ctx, *peer, *send, *channel);
-                if let Some(comm) = self.comms.get_mut(&ctx) {
-                    let row = comm.peers.entry(peer).or_insert_with(|| PeerRow { peer, sent: 0, received: 0, steps: 0 });
-                    let ch = comm.channels.entry(channel).or_insert_with(|| ChannelRow { channel, sent: 0, received: 0, steps: 0, kernel_ns: 0 });
-                    if send {
-                        row.sent += bytes;
-                        ch.sent += bytes;
-                    } else {
-                        row.received += bytes;
-                        ch.received += bytes;
-                    }
-                    row.steps += 1;
-                    ch.steps += 1;
-                    comm.dirty_peers.insert(peer);
-                    comm.dirty_channels.insert(channel);
-                }
+                self.add_step_bytes(ctx, peer, send, channel, bytes);
             }
             Open::Api { ctx, func, size, datatype } => {
                 if let Some(comm) = self.comms.get_mut(&ctx) {
@@ -919,6 +960,56 @@ mod tests {
             if let Some(moved) = moved {
                 assert_eq!((a_to_b, b_to_a), (moved, moved), "{r0}");
             }
+        }
+    }
+
+    /// The hot path pushes a proxy step under its operation's id (`STEP_TAG`): the first step's start, the
+    /// states that carry a size or a send's hand-over, no stop. A fixture's records (every step's own, as
+    /// traces keep them) made into what is pushed now fold to the same calls, times and bytes.
+    #[test]
+    fn steps_under_their_operations_id_fold_to_what_every_steps_records_did() {
+        for name in ["nccl-2.28.3-two-rank-sweep-r1.trace", "pytorch-2.11-nccl-2.28.9-two-rank-r0.trace", "synthetic-full-r0.trace"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
+            let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
+            let (mut whole, mut lean) = (Fold::default(), Fold::default());
+            let mut op_of_step: HashMap<u64, u64> = HashMap::new();
+            let mut pushed = 0;
+            for line in &trace.lines {
+                match line {
+                    Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
+                        let info = CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 };
+                        whole.comm_started(*ctx, info.clone());
+                        lean.comm_started(*ctx, info);
+                    }
+                    Line::Record(record) => {
+                        whole.add(record);
+                        let now = match *record {
+                            Record::Start { t_ns, id, ctx, parent, rank, event: event @ Event::ProxyStep { step } } => {
+                                op_of_step.insert(id, parent);
+                                (step == 0).then_some(Record::Start { t_ns, id: parent | STEP_TAG, ctx, parent, rank, event })
+                            }
+                            Record::State { t_ns, id, state, arg } if op_of_step.contains_key(&id) => {
+                                (carries_size(state) || send_handed(state)).then(|| Record::State { t_ns, id: op_of_step[&id] | STEP_TAG, state, arg })
+                            }
+                            Record::Stop { id, .. } if op_of_step.contains_key(&id) => None,
+                            other => Some(other),
+                        };
+                        if let Some(now) = now {
+                            lean.add(&now);
+                            pushed += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            assert!(!op_of_step.is_empty(), "{name}: no proxy steps");
+            let (a, b) = (whole.intervals(0, 0), lean.intervals(0, 0));
+            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+            let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            assert!(a == b, "{name}: the figures differ at byte {at}: {:?} against {:?}", &a[at.saturating_sub(120)..(at + 60).min(a.len())], &b[at.saturating_sub(120)..(at + 60).min(b.len())]);
+            assert_eq!((whole.unmatched, lean.unmatched), (0, 0), "{name}");
+            let records = trace.lines.iter().filter(|l| matches!(l, Line::Record(_))).count();
+            assert!(pushed * 10 < records * 7, "{name}: {pushed} of {records} records pushed");
         }
     }
 

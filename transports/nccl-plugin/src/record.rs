@@ -46,6 +46,11 @@ pub enum Event {
     Other { kind: u64 },
 }
 
+/// The bit a proxy step's id carries: the id is its operation's with this bit set (ids count up from 1 and
+/// never reach it), so that a step needs no id of its own and its states name the operation. An id without
+/// it on a step (traces from before) is the step's own.
+pub const STEP_TAG: u64 = 1 << 62;
+
 /// One call of the hot path. Ids are the handles this plugin gave NCCL (never 0); `parent` is NCCL's
 /// `parentObj`, which is one of them or 0. Times are ns since the plugin started (the host's monotonic
 /// clock).
