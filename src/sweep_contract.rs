@@ -73,8 +73,12 @@ pub fn run(experiment: Experiment, format: SweepFormat, drain: bool) -> i32 {
     let (told, heard) = mpsc::channel();
     let code = crate::rank::rank_with(experiment, Box::new(Listen { heard: told }));
     if !is_rank_zero() {
-        // Another rank: rank 0 reports; this one says only whether it ran.
-        return if code == 0 { 0 } else { 2 };
+        // Another rank: rank 0's verdict and exit code are the contract. A failure of this rank during the
+        // sweep is in it (rank 0 names the rank: unknown, 2); what this rank meets as it closes after rank 0
+        // has ended (`efatop run` stops the other ranks as soon as rank 0 exits non-zero, and a suspect's 1
+        // is such an exit; or its peer gone) is not the sweep's, and a 2 from it would read as bad input and
+        // be put before rank 0's verdict. Bad input (2) is every rank's own.
+        return if code == 2 { 2 } else { 0 };
     }
     // Nothing heard: the run ended before it started (its error is on stderr).
     let heard = heard.try_recv().unwrap_or_default();
