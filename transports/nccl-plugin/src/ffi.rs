@@ -134,7 +134,7 @@ fn push(runtime: &runtime::Runtime, record: Record) {
 /// The handle an idle hook gives an event (never an id: ids count up from 1 and this is the last).
 const IDLE_HANDLE: u64 = u64::MAX;
 
-pub use crate::record::STEP_TAG;
+use crate::record::STEP_TAG;
 
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
