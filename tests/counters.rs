@@ -173,7 +173,9 @@ fn writes_counted_as_sends_on_a_fake_efa_device_label_the_run_emulated() {
     let out = dir.path().join("fake.json");
     let run = efatop(&[
         "run", "--ranks", "2", "write", "--provider", "tcp", "--configs", "single", "--min-size", "256K", "--max-size", "512K",
-        "--iters", "4", "--warmup", "1", "--no-tui", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0",
+        // Enough iterations that each size's step lasts well beyond the copier's millisecond, also where a
+        // loaded machine keeps the copier waiting for a CPU (4 iterations once saw no copy in a step: CI).
+        "--iters", "40", "--warmup", "1", "--no-tui", "--sysfs-root", root.to_str().expect("utf-8"), "--nic-map", "0=rdmap79s0",
         "--out", out.to_str().expect("utf-8"),
     ]);
     send_bytes.stop();
