@@ -364,8 +364,7 @@ fn the_plugins_threads_run_at_the_lowest_priority_and_the_jobs_at_its_own() {
     let (_, _, threads) = player.finish_with_threads(Duration::from_secs(30));
     let nice = |name: &str| threads.iter().find(|(n, _)| n == name).map(|(_, nice)| *nice);
     // The test's own nice value, which the player took: what the job's threads run at.
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let ours: i32 = stat[stat.rfind(')').expect("a name") + 2..].split(' ').nth(16).expect("field 19").parse().expect("a number");
+    let ours = efatop_runtime::affinity::nice().expect("this thread's nice value");
     assert_eq!(nice("self"), Some(Some(ours)), "the job's thread keeps its priority: {threads:?}");
     // The kernel keeps 15 bytes of a thread's name: efatop-nccl-send is efatop-nccl-sen.
     for name in ["efatop-nccl", "efatop-nccl-sen"] {

@@ -44,13 +44,13 @@ pub fn play_if_asked() {
     println!("PLAYED calls={} longest_us={}", played.calls, played.longest.as_micros());
     // The plugin's thread sends its last interval (and its bye) in the next 200 ms.
     std::thread::sleep(hold.max(Duration::from_millis(800)));
-    // Each thread's nice value as the kernel shows it: the player's own (as NCCL's) first.
-    let nice_of = |stat: String| stat.get(stat.rfind(')').unwrap_or(0) + 2..).and_then(|rest| rest.split(' ').nth(16)).and_then(|v| v.parse::<i32>().ok());
-    let mut threads = vec![format!("self={}", std::fs::read_to_string("/proc/thread-self/stat").ok().and_then(nice_of).map_or("?".into(), |n| n.to_string()))];
+    // Each thread's nice value: the player's own (as NCCL's) first.
+    let shown = |nice: Option<i32>| nice.map_or("?".into(), |n| n.to_string());
+    let mut threads = vec![format!("self={}", shown(efatop_runtime::affinity::nice()))];
     for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten() {
         let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        let nice = std::fs::read_to_string(task.path().join("stat")).ok().and_then(nice_of);
-        threads.push(format!("{}={}", name.trim(), nice.map_or("?".into(), |n| n.to_string())));
+        let nice = task.file_name().to_str().and_then(|tid| tid.parse().ok()).and_then(efatop_runtime::affinity::thread_nice);
+        threads.push(format!("{}={}", name.trim(), shown(nice)));
     }
     println!("THREADS {}", threads.join(" "));
     // Its threads run to the end of the process: the library stays loaded.
