@@ -25,7 +25,8 @@ COST_AB_VS (--cost-ab's other arm: off, the default; idle: NCCL calls the plugin
 so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy, nokernel: the plugin on
 without the proxy's steps, or without its operations and steps, or without the kernels' channels and phases;
 nopush, noclock, neither: the plugin on, its hooks doing all their work but the push into the ring, or but
-reading the clock, or both: efatop_profiler_skip)
+reading the clock, or both: efatop_profiler_skip), COST_TRACE (1: the cost modes' plugin also writes its trace,
+as every cost run did before the twenty-first session; default 0, as a watched job runs)
 """
 import ctypes
 import os
@@ -41,6 +42,9 @@ OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "send
 VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4)), "nokernel": ~((1 << 6) | (1 << 15))}
 # The arms that keep every event and leave part of the hooks' work out (efatop_profiler_skip's bits).
 VS_SKIP = {"nopush": 1, "noclock": 2, "neither": 3}
+# Whether the cost modes' plugin writes its trace (every record timed, pushed and written as a line): not as
+# a job runs watched, so not by default.
+COST_TRACE = os.environ.get("COST_TRACE", "0") == "1"
 
 
 def timed_ms(call, n):
@@ -141,8 +145,10 @@ def child(rank, world):
     dist.destroy_process_group()
 
 
-def job(plugin, out, port, tag=""):
-    """Runs the two ranks once; with `plugin` None, without the profiler. Returns the JOB lines."""
+def job(plugin, out, port, tag="", trace=True):
+    """Runs the two ranks once; with `plugin` None, without the profiler. Returns the JOB lines. With `trace`
+    the plugin also writes every record (EFATOP_PROFILER_TRACE: each state timed and pushed, its thread
+    writing a line a record), which a job watched in production does not: the cost modes leave it out."""
     procs = []
     for rank in range(2):
         env = dict(os.environ)
@@ -160,9 +166,12 @@ def job(plugin, out, port, tag=""):
         if plugin is not None:
             env.update(
                 NCCL_PROFILER_PLUGIN=plugin,
-                EFATOP_PROFILER_TRACE=f"{out}/torch{tag}-r{rank}.trace",
                 EFATOP_PROFILER_FILE=f"{out}/torch{tag}-r{rank}.efanccl",
             )
+            if trace:
+                env.update(EFATOP_PROFILER_TRACE=f"{out}/torch{tag}-r{rank}.trace")
+            else:
+                env.pop("EFATOP_PROFILER_TRACE", None)
         procs.append(subprocess.Popen([sys.executable, __file__], env=env, stdout=subprocess.PIPE, text=True))
     lines = []
     for p in procs:
@@ -182,7 +191,7 @@ def cost(rounds, plugin, out):
     times = {}  # (op, size) -> {"on": [...], "off": [...]} of per-job means over both ranks
     for r in range(rounds):
         for arm in (("on", "off") if r % 2 == 0 else ("off", "on")):
-            lines = job(plugin if arm == "on" else None, out, 29540 + 2 * r + (arm == "on"), tag=f"-cost{r}")
+            lines = job(plugin if arm == "on" else None, out, 29540 + 2 * r + (arm == "on"), tag=f"-cost{r}", trace=False)
             per = {}
             for line in lines:
                 if line.startswith("JOB "):
@@ -219,7 +228,7 @@ def cost_ab(blocks, plugin, out):
     os.environ["COST_AB_BLOCKS"] = str(blocks)
     times = {}  # (op, size) -> block -> [us per rank], and the block's arm
     arms = {}
-    for line in job(plugin, out, 29560, tag="-ab"):
+    for line in job(plugin, out, 29560, tag="-ab", trace=COST_TRACE):
         if line.startswith("AB "):
             _, _rank, op, size, block, arm, us = line.split()
             times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
@@ -227,6 +236,7 @@ def cost_ab(blocks, plugin, out):
     versus = os.environ.get("COST_AB_VS", "off")
     if versus != "off":
         print(f"# the other arm: {versus} (COST_AB_VS), not the plugin off")
+    print(f"# the plugin's trace: {'written (COST_TRACE=1)' if COST_TRACE else 'not written'}")
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}")
     for (op, size), blocks_us in sorted(times.items()):
         mean = {b: statistics.mean(us) for b, us in blocks_us.items()}
