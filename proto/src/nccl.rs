@@ -243,6 +243,8 @@ pub struct PeerRow {
     pub peer: u32,
     pub sent: u64,
     pub received: u64,
+    /// The proxy's steps that moved bytes: a step counts when NCCL gives its size (a step that never got
+    /// one, such as one hung before its data, is not counted; a hang is told by the calls, not by steps).
     pub steps: u64,
 }
 
@@ -252,6 +254,7 @@ pub struct ChannelRow {
     pub channel: u32,
     pub sent: u64,
     pub received: u64,
+    /// As [`PeerRow::steps`]: the steps that moved bytes.
     pub steps: u64,
     pub kernel_ns: u64,
 }
