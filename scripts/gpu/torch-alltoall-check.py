@@ -41,7 +41,7 @@ OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "send
 # "idle" keeps every event with the plugin's hooks returning at once.
 VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4)), "nokernel": ~((1 << 6) | (1 << 15))}
 # The arms that keep every event and leave part of the hooks' work out (efatop_profiler_skip's bits).
-VS_SKIP = {"nopush": 1, "noclock": 2, "neither": 3}
+VS_SKIP = {"nopush": 1, "noclock": 2, "neither": 3, "same": 0}
 # Whether the cost modes' plugin writes its trace (every record timed, pushed and written as a line): not as
 # a job runs watched, so not by default.
 COST_TRACE = os.environ.get("COST_TRACE", "0") == "1"
