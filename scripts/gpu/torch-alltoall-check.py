@@ -25,7 +25,8 @@ COST_AB_VS (--cost-ab's other arm: off, the default; idle: NCCL calls the plugin
 so the cost splits into NCCL's profiler path and the plugin's own; nosteps, noproxy, nokernel: the plugin on
 without the proxy's steps, or without its operations and steps, or without the kernels' channels and phases;
 nopush, noclock, neither: the plugin on, its hooks doing all their work but the push into the ring, or but
-reading the clock, or both: efatop_profiler_skip), COST_TRACE (1: the cost modes' plugin also writes its trace,
+reading the clock, or both: efatop_profiler_skip; same: both arms the plugin on, an A/A that shows the A/B's own
+floor), COST_TRACE (1: the cost modes' plugin also writes its trace,
 as every cost run did before the twenty-first session; default 0, as a watched job runs)
 """
 import ctypes
@@ -40,7 +41,8 @@ OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "send
 # channels through a profiler connection of their own, the kernel writing its timers to host memory);
 # "idle" keeps every event with the plugin's hooks returning at once.
 VS_KEEP = {"off": 0, "nosteps": ~(1 << 4), "noproxy": ~((1 << 3) | (1 << 4)), "nokernel": ~((1 << 6) | (1 << 15))}
-# The arms that keep every event and leave part of the hooks' work out (efatop_profiler_skip's bits).
+# The arms that keep every event and leave part of the hooks' work out (efatop_profiler_skip's bits); "same"
+# leaves nothing out (an A/A).
 VS_SKIP = {"nopush": 1, "noclock": 2, "neither": 3, "same": 0}
 # Whether the cost modes' plugin writes its trace (every record timed, pushed and written as a line): not as
 # a job runs watched, so not by default.
