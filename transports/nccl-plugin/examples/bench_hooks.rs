@@ -11,6 +11,12 @@
 //!
 //! The plugin is not told of a watcher (no EFATOP_WATCH): its thread folds and drops. With
 //! EFATOP_PROFILER_FILE set it writes its figures there, as the GPU check's jobs did.
+//!
+//! EFATOP_BENCH_CLOCK: `live` (the default: the plugin reads its own clock at each hook, as under NCCL, so a
+//! hook's time includes it) or `played` (each record stamped with its recorded time, as the CI harness plays:
+//! the hooks read no clock; the bench's runs before the twenty-first session). EFATOP_BENCH_ARM: `on` (the
+//! default), `idle`, `nopush`, `noclock` or `neither`: the cost A/B's arms (torch-alltoall-check.py's
+//! COST_AB_VS), each hook's own time in that arm.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +51,27 @@ fn main() {
         eprintln!("usage: bench_hooks PLUGIN.so TRACE [ABI]");
         std::process::exit(2);
     };
+    let clock = std::env::var("EFATOP_BENCH_CLOCK").unwrap_or_else(|_| "live".into());
+    let live = match clock.as_str() {
+        "live" => true,
+        "played" => false,
+        other => {
+            eprintln!("bench_hooks: EFATOP_BENCH_CLOCK must be live or played, not '{other}'");
+            std::process::exit(2)
+        }
+    };
+    let arm = std::env::var("EFATOP_BENCH_ARM").unwrap_or_else(|_| "on".into());
+    let (idle, skip) = match arm.as_str() {
+        "on" => (false, 0),
+        "idle" => (true, 0),
+        "nopush" => (false, 1),
+        "noclock" => (false, 2),
+        "neither" => (false, 3),
+        other => {
+            eprintln!("bench_hooks: EFATOP_BENCH_ARM must be on, idle, nopush, noclock or neither, not '{other}'");
+            std::process::exit(2)
+        }
+    };
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
         eprintln!("bench_hooks: {path}: {e}");
         std::process::exit(2)
@@ -67,6 +94,11 @@ fn main() {
         eprintln!("bench_hooks: {e}");
         std::process::exit(1)
     });
+    let loaded = if live { loaded.live_clock() } else { loaded };
+    if let Err(e) = loaded.switch(idle, skip) {
+        eprintln!("bench_hooks: {e}");
+        std::process::exit(1)
+    }
     let cpu_before = plugin_thread_cpu();
     let began = std::time::Instant::now();
     let played = loaded.play(&trace, 1.0, Duration::from_millis(20)).unwrap_or_else(|e| {
@@ -122,7 +154,7 @@ fn main() {
     all.sort_unstable();
     let pct = |q: f64| all.get(((all.len().saturating_sub(1)) as f64 * q).round() as usize).copied().unwrap_or(0);
     let total: u64 = all.iter().sum();
-    println!("# bench_hooks: {} ({} records, NCCL {}, ABI {abi}), plugin {plugin}", path, all.len(), trace.nccl_version.as_deref().unwrap_or("?"));
+    println!("# bench_hooks: {} ({} records, NCCL {}, ABI {abi}), plugin {plugin}, clock {clock}, arm {arm}", path, all.len(), trace.nccl_version.as_deref().unwrap_or("?"));
     println!("# a hook call: p50 {} ns, p99 {} ns, max {} ns, mean {:.0} ns", pct(0.5), pct(0.99), all.last().copied().unwrap_or(0), total as f64 / all.len().max(1) as f64);
     println!(
         "# by kind (calls, mean ns): {}",

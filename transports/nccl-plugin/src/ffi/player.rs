@@ -24,6 +24,9 @@ pub struct Plugin {
     finalize: abi::Finalize,
     /// `efatop_profiler_playback_clock`: each record is stamped with its recorded time.
     clock: extern "C" fn(u64),
+    /// Whether the plugin reads its own clock, as under NCCL, rather than the player stamping each record
+    /// ([`Plugin::live_clock`]).
+    live_clock: bool,
 }
 
 enum Init {
@@ -78,7 +81,28 @@ impl Plugin {
                 _ => return Err(format!("no profiler ABI v{abi}")),
             }
         };
-        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize, clock })
+        Ok(Self { _lib: lib, abi, init, start, stop, record, finalize, clock, live_clock: false })
+    }
+
+    /// The plugin reads its own clock at each hook, as under NCCL (what a hook costs includes it), and the
+    /// player stamps nothing: the figures are the play's time, not the recording's.
+    #[must_use]
+    pub fn live_clock(mut self) -> Self {
+        self.live_clock = true;
+        self
+    }
+
+    /// The cost A/B's switches, for a bench: `efatop_profiler_idle(idle)` and `efatop_profiler_skip(skip)`.
+    pub fn switch(&self, idle: bool, skip: c_int) -> Result<(), String> {
+        // SAFETY: both symbols are the plugin's `extern "C" fn(c_int)` of those names (ffi.rs).
+        let (set_idle, set_skip) = unsafe {
+            let idle_fn = self._lib.get::<extern "C" fn(c_int)>(b"efatop_profiler_idle").map_err(|e| format!("efatop_profiler_idle: {e}"))?;
+            let skip_fn = self._lib.get::<extern "C" fn(c_int)>(b"efatop_profiler_skip").map_err(|e| format!("efatop_profiler_skip: {e}"))?;
+            (*idle_fn, *skip_fn)
+        };
+        set_idle(c_int::from(idle));
+        set_skip(skip);
+        Ok(())
     }
 
     /// Plays `trace`, pacing its records at `speed` times their recorded pace (gaps capped at `max_gap`).
@@ -110,7 +134,9 @@ impl Plugin {
             if let Some(t) = t_us {
                 last_t = t_us;
                 // The plugin stamps what it is given now with the recorded time (never 0: that is "live").
-                (self.clock)(t.saturating_mul(1000).max(1));
+                if !self.live_clock {
+                    (self.clock)(t.saturating_mul(1000).max(1));
+                }
             }
             match line {
                 Line::Init { ctx, comm, rank, nranks, nnodes, name, .. } => {
