@@ -13,7 +13,8 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
        torch-alltoall-check.py --cost-ab BLOCKS PLUGIN.so OUTDIR
            the plugin's cost inside one job: per collective and size, BLOCKS blocks of ITERS calls (default 10)
            with the plugin on and off alternating in pairs (its efatop_profiler_active switch); the cost is the
-           pairs' mean difference with its 95 % confidence band. No spread between two jobs enters it.
+           pairs' mean difference with its 95 % confidence band, and their Hodges-Lehmann median with its
+           Wilcoxon band; every block's time is printed first (AB lines). No spread between two jobs enters it.
        torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
            the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
            (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
