@@ -210,7 +210,7 @@ def cost(rounds, plugin, out):
         off, on = statistics.mean(arms["off"]), statistics.mean(arms["on"])
         paired = [(a - b) / b * 100 for a, b in zip(arms["on"], arms["off"])]
         mean = statistics.mean(paired)
-        half = T95.get(len(paired) - 1, 1.96) * statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("inf")
+        half = t_half(paired)
         print(f"{op:14} {size:>9} {off:>9.1f} {on:>9.1f} {mean:>+7.2f}% "
               f"{f'{mean - half:+.2f}..{mean + half:+.2f}%':>18} {2 * half:>6.2f}% {f'{min(paired):+.2f}..{max(paired):+.2f}%':>18}")
 
@@ -219,6 +219,13 @@ def cost(rounds, plugin, out):
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
        21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042}
+
+
+def t_half(xs):
+    """Half the width of the 95 % confidence band of the mean of `xs` (Student's t); infinite for fewer than two."""
+    if len(xs) < 2:
+        return float("inf")
+    return T95.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def cost_ab(blocks, plugin, out):
@@ -257,7 +264,7 @@ def cost_ab(blocks, plugin, out):
         if len(paired) < 2:
             continue
         m = statistics.mean(paired)
-        half = T95.get(len(paired) - 1, 1.96) * statistics.stdev(paired) / len(paired) ** 0.5
+        half = t_half(paired)
         hl, lo, hi = hodges_lehmann(paired)
         print(f"{op:14} {size:>9} {statistics.mean(off_all):>9.1f} {statistics.mean(on_all):>9.1f} {m:>+7.2f}% "
               f"{f'{m - half:+.2f}..{m + half:+.2f}%':>18} {2 * half:>6.2f}% {len(paired):>5}"
