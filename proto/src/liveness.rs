@@ -15,8 +15,11 @@ use crate::telemetry::Phase;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Liveness {
-    /// When each rank was last heard from; `None` once its connection closed.
+    /// When each rank was last heard from (until its first frame, when the clock began: [`Liveness::counting_from`]);
+    /// `None` once its connection closed.
     heard: Vec<Option<Duration>>,
+    /// Whether each rank has been heard from at all (its telemetry's first frame, the hello, counts).
+    spoke: Vec<bool>,
     /// The last phase each rank reported, with its byte count.
     phases: Vec<Option<(Phase, u64)>>,
     /// The last time anything arrived from any rank: silence is measured up to here.
@@ -32,11 +35,14 @@ pub struct Liveness {
 impl Liveness {
     /// Every rank counts as heard at the start of the run: one that never speaks is as silent as one that
     /// stopped. `interval` is the telemetry interval.
+    /// Rank 0's loop moves that start to the moment its collector and every rank's address were ready
+    /// ([`Liveness::counting_from`]).
     pub fn new(ranks: usize, interval: Duration, hang_timeout: Duration) -> Self {
         let slow_after = (interval * 3).max(Duration::from_millis(2500)).min(hang_timeout);
         let silent_after = (slow_after * 4).min(hang_timeout);
         Self {
             heard: vec![Some(Duration::ZERO); ranks],
+            spoke: vec![false; ranks],
             phases: vec![None; ranks],
             latest: Duration::ZERO,
             slow_after,
@@ -49,10 +55,33 @@ impl Liveness {
         self.heard.len()
     }
 
+    /// Silence counts from `at` for a rank not yet heard from: the moment rank 0's collector listened and
+    /// every rank had been told where (the telemetry round). Before it no rank could speak: the world's
+    /// setup (fabric, rendezvous, buffers) takes seconds on a loaded machine, and a rank still dialling
+    /// right after it was once named hung by the clock of rank 0's own start.
+    #[must_use]
+    pub fn counting_from(mut self, at: Duration) -> Self {
+        for (heard, spoke) in self.heard.iter_mut().zip(&self.spoke) {
+            if let (Some(heard), false) = (heard.as_mut(), spoke) {
+                *heard = (*heard).max(at);
+            }
+        }
+        self.latest = self.latest.max(at);
+        self
+    }
+
+    /// Whether `rank` was ever heard from: a rank silent since the clock began never reached rank 0.
+    pub fn spoke(&self, rank: usize) -> bool {
+        self.spoke.get(rank).copied().unwrap_or(false)
+    }
+
     /// A frame (sample or phase change) from `rank` arrived at `at`.
     pub fn heard(&mut self, rank: usize, at: Duration) {
         if let Some(Some(heard)) = self.heard.get_mut(rank) {
             *heard = (*heard).max(at);
+        }
+        if let Some(spoke) = self.spoke.get_mut(rank) {
+            *spoke = true;
         }
         self.latest = self.latest.max(at);
     }
@@ -120,5 +149,24 @@ mod tests {
         live.heard(0, S(37));
         live.heard(1, S(37));
         assert_eq!(live.silence(2, S(37)), Some(S(36)));
+    }
+
+    #[test]
+    fn a_rank_not_yet_heard_is_silent_from_when_the_clock_began_not_before() {
+        // The world's setup took 8 s; the telemetry round ended then.
+        let mut live = Liveness::new(3, Duration::from_millis(100), S(3)).counting_from(S(8));
+        assert!((0..3).all(|rank| !live.spoke(rank)));
+        live.heard(0, S(9));
+        assert_eq!(live.silence(1, S(9)), Some(S(1)), "silent since the round, not since rank 0's start");
+        live.heard(1, S(10));
+        assert!(live.spoke(1) && !live.spoke(2));
+        live.heard(0, S(12));
+        assert_eq!(live.silence(2, S(12)), Some(S(4)));
+        assert_eq!(live.silence(1, S(12)), Some(S(2)));
+        // A rank heard before the round keeps its own time.
+        let mut early = Liveness::new(2, Duration::from_millis(100), S(3));
+        early.heard(1, S(2));
+        let early = early.counting_from(S(5));
+        assert_eq!(early.silence(1, S(5)), Some(S(3)));
     }
 }

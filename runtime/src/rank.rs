@@ -348,7 +348,6 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &efatop_auth::secret::Keyed, plan
         None
     };
     // Telemetry runs in every mode: besides the live view, it is rank 0's heartbeat of every rank.
-    let liveness = Liveness::new(world.size, interval, hang_timeout);
     let telemetry = Telemetry::start(
         &world,
         &secret.secret,
@@ -370,6 +369,8 @@ fn run_rank(bootstrap: &dyn Bootstrap, secret: &efatop_auth::secret::Keyed, plan
         }
     })?;
     let Telemetry { collector, sampler, relay, nics: every_rank_nics } = telemetry;
+    // Every rank has been told where rank 0's collector listens: silence counts from here.
+    let liveness = Liveness::new(world.size, interval, hang_timeout).counting_from(started.elapsed());
     // This thread is the hot path from here on: alone on its CPU (the helpers above left it).
     if let Some(pinning) = &pinning {
         pinning.pin_hot_thread();

@@ -109,6 +109,15 @@ impl Watchdog {
         }
         let live = &self.liveness;
         let (rank, silent) = hung(live, at)?;
+        if !live.spoke(rank) {
+            return Some(format!(
+                "rank {rank} ({}) never reached rank 0's collector: no telemetry in the {:.1} s since every rank was told where \
+                 it listens, past --hang-timeout {:.0} s (it died, hung or cannot connect)",
+                self.host(rank),
+                silent.as_secs_f64(),
+                live.hang_timeout.as_secs_f64()
+            ));
+        }
         let doing = live.last_phase(rank).map_or(String::new(), |(phase, bytes)| format!("; it last said: {}", phase.describe(bytes)));
         Some(format!(
             "rank {rank} ({}) stopped responding: no telemetry for {:.1} s, past --hang-timeout {:.0} s (hung or stopped{doing})",
@@ -131,11 +140,12 @@ pub fn hung(live: &Liveness, at: Duration) -> Option<(usize, Duration)> {
 pub fn note_telemetry(live: &mut Liveness, telemetry: &CollectorEvent, at: Duration) -> Option<usize> {
     match telemetry {
         CollectorEvent::Sample(sample) => live.heard(sample.rank as usize, at),
-        CollectorEvent::Phase(report) => {
-            if let Some(phase) = Phase::from_code(report.phase) {
-                live.phase(report.rank as usize, phase, report.bytes, at);
-            }
-        }
+        // A report of no phase (the hello a sampler sends as it connects, or a phase this build does not
+        // know) is a frame all the same.
+        CollectorEvent::Phase(report) => match Phase::from_code(report.phase) {
+            Some(phase) => live.phase(report.rank as usize, phase, report.bytes, at),
+            None => live.heard(report.rank as usize, at),
+        },
         CollectorEvent::Closed { rank: Some(rank), .. } => {
             let rank = *rank as usize;
             live.closed(rank);
@@ -322,6 +332,29 @@ mod tests {
         live.heard(0, S(37));
         live.heard(1, S(37));
         assert_eq!(hung(&live, S(37)), Some((2, S(36))));
+    }
+
+    #[test]
+    fn the_hello_is_a_frame_and_a_rank_never_heard_is_named_as_never_reaching_rank_0() {
+        // The world's setup took 5 s: the clock begins when the telemetry round ended.
+        let liveness = Liveness::new(3, Duration::from_millis(100), S(1)).counting_from(S(5));
+        let mut dog = Watchdog::new(liveness, vec!["a".into(), "b".into(), "c".into()]);
+        let hello = |rank| CollectorEvent::Phase(PhaseReport { rank, changes: 0, phase: 0, bytes: 0 });
+        // Ranks 0 and 1 connect (their hellos) at once; rank 2 never does.
+        dog.heard(&[hello(0), hello(1)], S(5));
+        assert_eq!(dog.judge(S(5)), None);
+        let mut at = S(5);
+        let named = loop {
+            at += ms(100);
+            dog.heard(&[sample(0), sample(1)], at);
+            if let Some(verdict) = dog.judge(at) {
+                break verdict;
+            }
+            assert!(at < S(20), "never named");
+        };
+        assert!(at > S(6), "named before --hang-timeout had passed since the round: {at:?}");
+        assert!(named.starts_with("rank 2 (c) never reached rank 0's collector: no telemetry in the 1."), "{named}");
+        assert!(named.contains("--hang-timeout 1 s"), "{named}");
     }
 
     #[test]
