@@ -15,6 +15,9 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
            with the plugin on and off alternating in pairs (its efatop_profiler_active switch); the cost is the
            pairs' mean difference with its 95 % confidence band, and their Hodges-Lehmann median with its
            Wilcoxon band; every block's time is printed first (AB lines). No spread between two jobs enters it.
+       torch-alltoall-check.py --ab-table LOG
+           --cost-ab's table from the AB lines a log kept (a job cut short by its timeout included: a block
+           only one rank finished is left out).
        torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
            the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
            (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
@@ -237,15 +240,20 @@ def cost_ab(blocks, plugin, out):
     os.environ.setdefault("SIZES_MIB", "16,32,64")
     os.environ.setdefault("ITERS", "10")
     os.environ["COST_AB_BLOCKS"] = str(blocks)
+    ab_table(line for line in job(plugin, out, 29560, tag="-ab", trace=COST_TRACE) if line.startswith("AB "))
+
+
+def ab_table(lines):
+    """cost_ab's table from its AB lines (`AB rank op bytes block arm us`), each printed first so that the job's
+    log keeps every block; `--ab-table LOG` reads them back from a log, a run cut short included."""
     times = {}  # (op, size) -> block -> [us per rank], and the block's arm
     arms = {}
-    for line in job(plugin, out, 29560, tag="-ab", trace=COST_TRACE):
-        if line.startswith("AB "):
-            # Every block's time kept in the log, so that another estimator can be held against the same blocks.
-            print(line)
-            _, _rank, op, size, block, arm, us = line.split()
-            times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
-            arms[(op, int(size), int(block))] = arm
+    for line in lines:
+        # Every block's time kept in the log, so that another estimator can be held against the same blocks.
+        print(line.rstrip("\n"))
+        _, _rank, op, size, block, arm, us = line.split()
+        times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
+        arms[(op, int(size), int(block))] = arm
     versus = os.environ.get("COST_AB_VS", "off")
     if versus != "off":
         print(f"# the other arm: {versus} (COST_AB_VS), not the plugin off")
@@ -253,9 +261,10 @@ def cost_ab(blocks, plugin, out):
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}"
           f" {'median':>8} {'its 95% band':>18} {'width':>7}")
     for (op, size), blocks_us in sorted(times.items()):
-        mean = {b: statistics.mean(us) for b, us in blocks_us.items()}
+        # A block with one rank's time only (a run cut short) is left out.
+        mean = {b: statistics.mean(us) for b, us in blocks_us.items() if len(us) == 2}
         paired, on_all, off_all = [], [], []
-        for b in range(0, max(mean) + 1, 2):
+        for b in range(0, max(mean, default=-1) + 1, 2):
             if b in mean and b + 1 in mean:
                 by = {arms[(op, size, b)]: mean[b], arms[(op, size, b + 1)]: mean[b + 1]}
                 paired.append((by["on"] - by["off"]) / by["off"] * 100)
@@ -291,6 +300,10 @@ def main():
     if sys.argv[1:2] == ["--cost"]:
         os.makedirs(sys.argv[4], exist_ok=True)
         cost(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
+    if sys.argv[1:2] == ["--ab-table"]:
+        with open(sys.argv[2]) as log:
+            ab_table(line for line in log if line.startswith("AB "))
         return
     if sys.argv[1:2] == ["--cost-ab"]:
         os.makedirs(sys.argv[4], exist_ok=True)
