@@ -38,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 
 OPS = ["alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"]
 # --cost-ab's other arm (COST_AB_VS): the event bits it keeps (NCCL's ncclProfile* types: 1 << 3 proxy
@@ -85,46 +86,56 @@ def child(rank, world):
     # each collective is called once at 1 MiB first (CONNECT_FIRST=0: not), untimed, unprinted: every size
     # below is then its calls' own.
     first = [(op, 1) for op in ops] if os.environ.get("CONNECT_FIRST", "1") != "0" else []
-    for op, mib, timed in [(op, mib, False) for op, mib in first] + [(op, mib, True) for op in ops for mib in sizes]:
-            size = mib << 20
-            n = size // 4
-            x = torch.ones(n, device="cuda")
-            y = torch.empty_like(x)
-            part = torch.ones(n // world, device="cuda")
 
-            def call():
-                if op == "alltoall":
-                    dist.all_to_all_single(y, x)
-                elif op == "allreduce":
-                    dist.all_reduce(x)
-                elif op == "allgather":
-                    dist.all_gather_into_tensor(y, part)
-                elif op == "reducescatter":
-                    dist.reduce_scatter_tensor(part, x)
-                elif op == "broadcast":
-                    dist.broadcast(x, src=0)
-                elif op == "sendrecv":
-                    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, peer)]):
-                        work.wait()
-                else:
-                    raise SystemExit(f"OPS: unknown collective {op!r} (allowed: {', '.join(OPS)})")
+    def make_call(op, mib):
+        size = mib << 20
+        n = size // 4
+        x = torch.ones(n, device="cuda")
+        y = torch.empty_like(x)
+        part = torch.ones(n // world, device="cuda")
 
-            if not timed:
+        def call():
+            if op == "alltoall":
+                dist.all_to_all_single(y, x)
+            elif op == "allreduce":
+                dist.all_reduce(x)
+            elif op == "allgather":
+                dist.all_gather_into_tensor(y, part)
+            elif op == "reducescatter":
+                dist.reduce_scatter_tensor(part, x)
+            elif op == "broadcast":
+                dist.broadcast(x, src=0)
+            elif op == "sendrecv":
+                for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, peer)]):
+                    work.wait()
+            else:
+                raise SystemExit(f"OPS: unknown collective {op!r} (allowed: {', '.join(OPS)})")
+
+        return call
+
+    for op, mib in first:
+        make_call(op, mib)()
+        torch.cuda.synchronize()
+        dist.barrier()
+    blocks = int(os.environ.get("COST_AB_BLOCKS", "0"))
+    if blocks:
+        # The plugin's cost inside this job: blocks of ITERS calls with the plugin on and off, in pairs whose
+        # order alternates (on-off, off-on, ...), both ranks switching between the same calls. The job goes
+        # round every collective and size a pair at a time (each one's pair b, then each one's pair b + 1):
+        # every collective's pairs then span the whole job, and a job cut short by its time limit holds as
+        # many pairs of each (until 2026-12-07 each took all its blocks in turn, and a device call that ran
+        # out of time kept none of the later ones).
+        lib = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"])
+        lib.efatop_profiler_events.argtypes = [ctypes.c_uint64]
+        versus = os.environ.get("COST_AB_VS", "off")
+        calls = [(op, mib << 20, make_call(op, mib)) for op in ops for mib in sizes]
+        for _op, _size, call in calls:
+            for _ in range(2):
                 call()
-                torch.cuda.synchronize()
-                dist.barrier()
-                continue
-            blocks = int(os.environ.get("COST_AB_BLOCKS", "0"))
-            if blocks:
-                # The plugin's cost inside this job: blocks of ITERS calls with the plugin on and off, in pairs
-                # whose order alternates (on-off, off-on, ...), both ranks switching between the same calls.
-                lib = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"])
-                lib.efatop_profiler_events.argtypes = [ctypes.c_uint64]
-                versus = os.environ.get("COST_AB_VS", "off")
-                for _ in range(2):
-                    call()
-                torch.cuda.synchronize()
-                for b in range(blocks):
+        torch.cuda.synchronize()
+        for pair in range(0, blocks - 1, 2):
+            for op, size, call in calls:
+                for b in (pair, pair + 1):
                     arm = ("on", "off")[(b + b // 2) % 2]
                     # The "off" arm: the plugin off (mask 0), or idle (NCCL calls it, it does nothing), or on
                     # without some of its events (VS_KEEP: the event bits kept).
@@ -136,10 +147,15 @@ def child(rank, world):
                     dist.barrier()
                     torch.cuda.synchronize()
                     print(f"AB {rank} {op} {size} {b} {arm} {timed_ms(call, iters) * 1e3:.1f}", flush=True)
-                lib.efatop_profiler_idle(0)
-                lib.efatop_profiler_skip(0)
-                lib.efatop_profiler_events(0xFFFFFFFFFFFFFFFF)
-                continue
+        lib.efatop_profiler_idle(0)
+        lib.efatop_profiler_skip(0)
+        lib.efatop_profiler_events(0xFFFFFFFFFFFFFFFF)
+        dist.destroy_process_group()
+        return
+    for op in ops:
+        for mib in sizes:
+            size = mib << 20
+            call = make_call(op, mib)
             # The warm-up calls, each timed alone: efatop watch sees every call, so the job's figure over
             # all of them (the 7th field) is the one to hold the watcher's mean against.
             warm_ms = [timed_ms(call, 1) for _ in range(2)]
@@ -151,7 +167,7 @@ def child(rank, world):
     dist.destroy_process_group()
 
 
-def job(plugin, out, port, tag="", trace=True):
+def job(plugin, out, port, tag="", trace=True, echo=None):
     """Runs the two ranks once; with `plugin` None, without the profiler. Returns the JOB lines. With `trace`
     the plugin also writes every record (EFATOP_PROFILER_TRACE: each state timed and pushed, its thread
     writing a line a record), which a job watched in production does not: the cost modes leave it out."""
@@ -179,13 +195,30 @@ def job(plugin, out, port, tag="", trace=True):
             else:
                 env.pop("EFATOP_PROFILER_TRACE", None)
         procs.append(subprocess.Popen([sys.executable, __file__], env=env, stdout=subprocess.PIPE, text=True))
+    # Each rank's lines are read as they come; those `echo` picks are printed at once, so that a job its time
+    # limit ends keeps them in its log.
+    said = [[] for _ in procs]
+    printing = threading.Lock()
+
+    def read(proc, into):
+        for line in proc.stdout:
+            into.append(line.rstrip("\n"))
+            if echo is not None and echo(line):
+                with printing:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+
+    readers = [threading.Thread(target=read, args=pair) for pair in zip(procs, said)]
+    for reader in readers:
+        reader.start()
     lines = []
-    for p in procs:
-        text, _ = p.communicate()
+    for p, reader, text in zip(procs, readers, said):
+        p.wait()
+        reader.join()
         if p.returncode != 0:
-            sys.stdout.write(text)
+            sys.stdout.write("\n".join(text) + "\n")
             raise SystemExit(f"torch-alltoall-check: a rank exited {p.returncode}")
-        lines += text.splitlines()
+        lines += text
     return lines
 
 
@@ -240,24 +273,24 @@ def cost_ab(blocks, plugin, out):
     os.environ.setdefault("SIZES_MIB", "16,32,64")
     os.environ.setdefault("ITERS", "10")
     os.environ["COST_AB_BLOCKS"] = str(blocks)
-    ab_table(line for line in job(plugin, out, 29560, tag="-ab", trace=COST_TRACE) if line.startswith("AB "))
+    lines = job(plugin, out, 29560, tag="-ab", trace=COST_TRACE, echo=lambda line: line.startswith("AB "))
+    ab_table((line for line in lines if line.startswith("AB ")), COST_TRACE)
 
 
-def ab_table(lines):
-    """cost_ab's table from its AB lines (`AB rank op bytes block arm us`), each printed first so that the job's
-    log keeps every block; `--ab-table LOG` reads them back from a log, a run cut short included."""
+def ab_table(lines, trace=None):
+    """cost_ab's table from its AB lines (`AB rank op bytes block arm us`; the job printed each as it came, so
+    that its log keeps every block); `--ab-table LOG` reads them back from a log, a run cut short included."""
     times = {}  # (op, size) -> block -> [us per rank], and the block's arm
     arms = {}
     for line in lines:
-        # Every block's time kept in the log, so that another estimator can be held against the same blocks.
-        print(line.rstrip("\n"))
         _, _rank, op, size, block, arm, us = line.split()
         times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
         arms[(op, int(size), int(block))] = arm
     versus = os.environ.get("COST_AB_VS", "off")
     if versus != "off":
         print(f"# the other arm: {versus} (COST_AB_VS), not the plugin off")
-    print(f"# the plugin's trace: {'written (COST_TRACE=1)' if COST_TRACE else 'not written'}")
+    if trace is not None:
+        print(f"# the plugin's trace: {'written (COST_TRACE=1)' if trace else 'not written'}")
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}"
           f" {'median':>8} {'its 95% band':>18} {'width':>7}")
     for (op, size), blocks_us in sorted(times.items()):
@@ -303,7 +336,7 @@ def main():
         return
     if sys.argv[1:2] == ["--ab-table"]:
         with open(sys.argv[2]) as log:
-            ab_table(line for line in log if line.startswith("AB "))
+            ab_table(line for line in log if line.startswith("AB "))  # whether that job wrote its trace: not known here
         return
     if sys.argv[1:2] == ["--cost-ab"]:
         os.makedirs(sys.argv[4], exist_ok=True)
