@@ -28,6 +28,11 @@ pub trait Bootstrap {
         let _ = idle;
         self.allgather(data)
     }
+    /// Every rank's host, once the world has gathered them: a bootstrap that names a rank in its own errors
+    /// (the launcher's word on a rank that left) names its host too, as every other line does.
+    fn know_hosts(&self, hosts: &[String]) {
+        let _ = hosts;
+    }
 }
 
 /// What the user asked for on the command line that shapes the world.
@@ -184,6 +189,7 @@ impl<'b> World<'b> {
         let rank = bootstrap.rank();
         let size = bootstrap.size();
         let hosts: Vec<String> = crate::gather(bootstrap, &hostname(), "host name")?;
+        bootstrap.know_hosts(&hosts);
 
         let provider = resolve_provider(bootstrap, &options.provider, options.capabilities, &hosts)?;
         let options = &WorldOptions {

@@ -142,6 +142,8 @@ pub struct LocalBootstrap {
     rank: usize,
     size: usize,
     stream: Mutex<(Reader, Writer)>,
+    /// Every rank's host, once the world knows them ([`Bootstrap::know_hosts`]).
+    hosts: std::sync::OnceLock<Vec<String>>,
 }
 
 impl LocalBootstrap {
@@ -176,7 +178,7 @@ impl LocalBootstrap {
         let (reader, mut writer) = sealed(stream, session, peer)?;
         writer.write_all(&(rank as u32).to_le_bytes())?;
         writer.flush()?;
-        Ok(Self { rank, size, stream: Mutex::new((reader, writer)) })
+        Ok(Self { rank, size, stream: Mutex::new((reader, writer)), hosts: std::sync::OnceLock::new() })
     }
 }
 
@@ -198,6 +200,10 @@ impl Bootstrap for LocalBootstrap {
     /// reading its completion queues while the others catch up.
     fn allgather_while(&self, data: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<Vec<u8>>, ExperimentError> {
         self.round(data, Some(idle))
+    }
+
+    fn know_hosts(&self, hosts: &[String]) {
+        let _ = self.hosts.set(hosts.to_vec());
     }
 }
 
@@ -227,8 +233,9 @@ impl LocalBootstrap {
         if count == LEFT {
             // The launcher's word on which rank left before the round could complete.
             let rank = read_u32(reader).map_err(lost)?;
+            let host = self.hosts.get().and_then(|hosts| hosts.get(rank as usize)).map_or(String::new(), |host| format!(" ({host})"));
             return Err(ExperimentError::Bootstrap(format!(
-                "lost the launcher's rendezvous: rank {rank} left it mid-run (it failed or was killed)"
+                "lost the launcher's rendezvous: rank {rank}{host} left it mid-run (it failed or was killed)"
             )));
         }
         let count = count as usize;
@@ -514,9 +521,11 @@ mod tests {
         let server = std::thread::spawn(move || rendezvous.serve(Duration::from_secs(10)));
         let quitter = LocalBootstrap::connect(&address, 1, 2, &secret).expect("connect");
         let stayer = LocalBootstrap::connect(&address, 0, 2, &secret).expect("connect");
+        // The world has gathered the hosts: the rank that left is named with its host, as every line names a rank.
+        stayer.know_hosts(&["vm".into(), "vm:efatop-node1".into()]);
         drop(quitter);
         let err = stayer.allgather(b"x").expect_err("the round cannot complete");
-        assert!(err.to_string().contains("rank 1 left it mid-run"), "the launcher names the rank that left: {err}");
+        assert!(err.to_string().contains("rank 1 (vm:efatop-node1) left it mid-run"), "the launcher names the rank that left: {err}");
         server.join().expect("server").expect("serve");
     }
 

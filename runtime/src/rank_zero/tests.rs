@@ -254,11 +254,11 @@ fn a_rank_that_said_it_was_leaving_is_not_named_for_a_death_elsewhere() {
     run.experiment(|forward, _| {
         begin(forward);
         std::thread::sleep(Duration::from_millis(100));
-        Some(Err(ExperimentError::Bootstrap("lost the launcher's rendezvous: rank 7 left it mid-run (it failed or was killed)".into())))
+        Some(Err(ExperimentError::Bootstrap("lost the launcher's rendezvous: rank 7 (h) left it mid-run (it failed or was killed)".into())))
     });
     let (ending, told, saved) = run.end();
     let error = ending.code.expect_err("the run failed").to_string();
-    assert!(error.contains("rank 7 left it mid-run"), "rank 0's own word is the reason: {error}");
+    assert!(error.contains("rank 7 (h) left it mid-run"), "rank 0's own word is the reason: {error}");
     assert!(!error.contains("rank 1 (b)"), "{error}");
     let status = saved.status.expect("a status");
     assert_eq!(status.state, RunState::Failed);
