@@ -5,7 +5,9 @@
 //! counters stay flat), the hang locator (a rank behind its peer; a rank stopped with SIGSTOP while its
 //! peer waits), the straggler line of a v7 trace (the lagging rank, its host and GPU, from the kernel
 //! phases; from the kernels' starts through v4–v6) and its `userTag`, `--prometheus` scraped by a real
-//! Prometheus, and that a missing, refusing or stalled watcher never holds up the hot path.
+//! Prometheus, and that a missing, refusing or stalled watcher never holds up the hot path. And the GPU
+//! machine's cost step (`scripts/gpu/fleet-goals cost`) with stand-in ranks: a job its limit cuts keeps every
+//! block it printed, and its table.
 //!
 //! A player is this test binary again (`player_child`, which does nothing unless `EFATOP_TEST_PLAY` is
 //! set; tests/common/player.rs), so that each rank is a process with its own plugin, as under NCCL.
@@ -607,4 +609,55 @@ fn a_real_prometheus_scrapes_watch_busbw_bytes_the_straggler_and_the_hang() {
         let _ = player.child.kill();
         let _ = player.child.wait();
     }
+}
+
+/// The GPU machine's cost step (`scripts/gpu/fleet-goals cost`, `torch-alltoall-check.py --cost-ab`) with two
+/// stand-in ranks in place of the PyTorch job (`TORCH_CHECK_CHILD`; no GPU): each prints its blocks' `AB`
+/// lines and then never ends, as a job that outlasts its limit. The step's limit ends it, and its log must
+/// still hold every block printed (a device run of 360 s once kept none: the ranks' output was read only at
+/// their end) and a table made from them, a block that only one rank finished left out.
+#[test]
+fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
+    let dir = scratch();
+    let bin = dir.path().join("bin");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let rank = dir.path().join("stand-in-rank");
+    // Blocks 0..6 of one collective from both ranks, the plugin on 1 % slower than off; block 6 from rank 1
+    // only; then the job hangs.
+    std::fs::write(
+        &rank,
+        "#!/bin/sh\nfor b in 0 1 2 3 4 5; do\n  if [ $(( (b + b / 2) % 2 )) = 0 ]; then arm=on us=4545.0; else arm=off us=4500.0; fi\n  \
+         echo \"AB $TORCH_CHECK_RANK alltoall 16777216 $b $arm $us\"\ndone\n\
+         [ \"$TORCH_CHECK_RANK\" = 1 ] && echo \"AB 1 alltoall 16777216 6 on 4545.0\"\nexec sleep 120\n",
+    )
+    .expect("stand-in");
+    std::fs::set_permissions(&rank, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let started = std::time::Instant::now();
+    let step = std::process::Command::new("scripts/gpu/fleet-goals")
+        .arg("cost")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("BIN", &bin)
+        .env("OUT", &out)
+        .env("TORCH_CHECK_CHILD", &rank)
+        .env("OPS", "alltoall")
+        .env("SIZES_MIB", "16")
+        .env("COST_BLOCKS", "100")
+        .env("COST_TIMEOUT", "4")
+        .output()
+        .expect("fleet-goals");
+    let said = String::from_utf8_lossy(&step.stdout);
+    println!("fleet-goals cost, {:.1} s:\n{said}{}", started.elapsed().as_secs_f64(), String::from_utf8_lossy(&step.stderr));
+    assert!(said.contains("cost: exit 124"), "the step's limit ended the job: {said}");
+    let log = std::fs::read_to_string(out.join("cost.log")).expect("the step's log");
+    let blocks = log.lines().filter(|l| l.starts_with("AB ")).count();
+    assert_eq!(blocks, 13, "every block printed is in the log:\n{log}");
+    assert!(log.contains("# cut short (exit 124)"), "{log}");
+    let row = log.lines().find(|l| l.starts_with("alltoall ")).unwrap_or_else(|| panic!("no table row:\n{log}"));
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    // coll, size, off us, on us, cost, band, width, pairs, median, its band, width
+    assert_eq!((fields[1], fields[2], fields[3], fields[4]), ("16777216", "4500.0", "4545.0", "+1.00%"), "{row}");
+    assert_eq!(fields[7], "3", "three whole pairs; block 6, which one rank alone finished, is left out: {row}");
+    // The table is printed where the step's summary shows it.
+    assert!(said.contains(row), "{said}");
 }

@@ -31,7 +31,9 @@ without the proxy's steps, or without its operations and steps, or without the k
 nopush, noclock, neither: the plugin on, its hooks doing all their work but the push into the ring, or but
 reading the clock, or both: efatop_profiler_skip; same: both arms the plugin on, an A/A that shows the A/B's own
 floor), COST_TRACE (1: the cost modes' plugin also writes its trace,
-as every cost run did before the twenty-first session; default 0, as a watched job runs)
+as every cost run did before the twenty-first session; default 0, as a watched job runs), TORCH_CHECK_CHILD (a
+program each rank runs in place of this script, with TORCH_CHECK_RANK set: tests/gpu_scripts.rs's stand-in
+ranks, which need no GPU)
 """
 import ctypes
 import os
@@ -194,7 +196,8 @@ def job(plugin, out, port, tag="", trace=True, echo=None):
                 env.update(EFATOP_PROFILER_TRACE=f"{out}/torch{tag}-r{rank}.trace")
             else:
                 env.pop("EFATOP_PROFILER_TRACE", None)
-        procs.append(subprocess.Popen([sys.executable, __file__], env=env, stdout=subprocess.PIPE, text=True))
+        rank_program = [os.environ["TORCH_CHECK_CHILD"]] if os.environ.get("TORCH_CHECK_CHILD") else [sys.executable, __file__]
+        procs.append(subprocess.Popen(rank_program, env=env, stdout=subprocess.PIPE, text=True))
     # Each rank's lines are read as they come; those `echo` picks are printed at once, so that a job its time
     # limit ends keeps them in its log.
     said = [[] for _ in procs]
