@@ -7,7 +7,7 @@
 //! phases; from the kernels' starts through v4–v6) and its `userTag`, `--prometheus` scraped by a real
 //! Prometheus, and that a missing, refusing or stalled watcher never holds up the hot path. And the GPU
 //! machine's cost step (`scripts/gpu/fleet-goals cost`) with stand-in ranks: a job its limit cuts keeps every
-//! block it printed, and its table.
+//! block it printed, and its table; and `torch-alltoall-check.py --cost-ab`'s own ranks over a stand-in `torch`.
 //!
 //! A player is this test binary again (`player_child`, which does nothing unless `EFATOP_TEST_PLAY` is
 //! set; tests/common/player.rs), so that each rank is a process with its own plugin, as under NCCL.
@@ -660,4 +660,60 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
     assert_eq!(fields[7], "3", "three whole pairs; block 6, which one rank alone finished, is left out: {row}");
     // The table is printed where the step's summary shows it.
     assert!(said.contains(row), "{said}");
+}
+
+/// `torch-alltoall-check.py --cost-ab`'s ranks themselves (a stand-in `torch` package and the plugin's switches
+/// doing nothing: tests/fixtures/torch-stand-in): the job goes round every collective a pair of blocks at a
+/// time, the arms alternating on-off, off-on, so that a job cut short holds as many pairs of each; and the table
+/// counts each collective's pairs.
+#[test]
+fn the_cost_ab_goes_round_every_collective_a_pair_at_a_time() {
+    let dir = scratch();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch-stand-in");
+    let switches = dir.path().join("switches.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&switches)
+        .arg(fixture.join("profiler_switches.c"))
+        .status()
+        .expect("cc");
+    assert!(built.success(), "cc: {built}");
+    let job = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
+        .args(["--cost-ab", "8"])
+        .arg(&switches)
+        .arg(dir.path().join("out"))
+        .current_dir(dir.path())
+        .env("PYTHONPATH", &fixture)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("OPS", "alltoall,sendrecv,allreduce")
+        .env("SIZES_MIB", "16")
+        .env("ITERS", "2")
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&job.stdout);
+    assert!(job.status.success(), "{}\n{said}{}", job.status, String::from_utf8_lossy(&job.stderr));
+    // Rank 0's blocks in the order it ran them: (collective, block, arm).
+    let ran: Vec<(String, u32, String)> = said
+        .lines()
+        .filter_map(|l| l.strip_prefix("AB 0 "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[2].parse().expect("block"), f[3].to_string())
+        })
+        .collect();
+    let expected: Vec<(String, u32, String)> = (0..8u32)
+        .step_by(2)
+        .flat_map(|pair| {
+            ["alltoall", "sendrecv", "allreduce"].into_iter().flat_map(move |op| {
+                [pair, pair + 1].map(|b| (op.to_string(), b, ["on", "off"][((b + b / 2) % 2) as usize].to_string()))
+            })
+        })
+        .collect();
+    assert_eq!(ran, expected, "{said}");
+    assert_eq!(said.lines().filter(|l| l.starts_with("AB 1 ")).count(), 24, "{said}");
+    for op in ["alltoall", "sendrecv", "allreduce"] {
+        let row = said.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row:\n{said}"));
+        assert_eq!(row.split_whitespace().nth(7), Some("4"), "four pairs of {op}: {row}");
+    }
 }
