@@ -1,6 +1,7 @@
 //! Rank 0's watchdog rule: telemetry doubles as a heartbeat. A rank whose telemetry connection closes before
 //! the run is over has died, and is named at once. A rank silent (no sample, no phase change) for longer
-//! than `--hang-timeout` has hung or been stopped. The rule only decides: rank 0's loop
+//! than `--hang-timeout` has hung or been stopped; one never heard from since the telemetry round (the
+//! clock's start, [`Liveness::counting_from`]) never reached rank 0's collector. The rule only decides: rank 0's loop
 //! (`rank_zero.rs`) keeps the one liveness clock, asks the rule after every batch and every tick,
 //! raises the world's abort with the verdict, and ends the run through its ordinary ending (tables, the
 //! JSON `error` and `summary`, the stream's and the recording's end, the results file's status).
