@@ -115,11 +115,12 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// The dashboard of the run `start` describes.
-    pub fn new(start: &RunStart) -> Self {
+    /// The dashboard of the run `start` describes, told `at` in the run: its liveness clock counts a rank's
+    /// silence from then, as rank 0's counts from its telemetry round just before (not from rank 0's start).
+    pub fn new(start: &RunStart, at: Duration) -> Self {
         let interval = Duration::from_millis(start.interval_ms.max(10));
         let hang_timeout = Duration::from_secs(start.results.metadata.hang_timeout_s.max(1));
-        let app = App::for_run(start.clone(), Liveness::new(start.info.ranks, interval, hang_timeout));
+        let app = App::for_run(start.clone(), Liveness::new(start.info.ranks, interval, hang_timeout).counting_from(at));
         let mut tally = Tally::default();
         tally.add(&ConsumerEvent::Run(Box::new(start.clone())));
         let nodes = (start.info.experiment == efatop_runtime::serve::MONITOR).then(|| NodesView::new("", start.info.ranks.max(1)));
@@ -180,7 +181,7 @@ impl Viewer {
     fn take(&mut self, event: ConsumerEvent, at: Duration) {
         match (self.watched.as_mut(), event) {
             (None, ConsumerEvent::Run(start)) => {
-                let mut fresh = Watched::new(&start);
+                let mut fresh = Watched::new(&start, at);
                 fresh.app.add_help(self.keys);
                 if let Some(view) = self.kept.take() {
                     fresh.app.keep_view(view);

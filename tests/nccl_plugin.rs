@@ -643,7 +643,8 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
         .env("OPS", "alltoall")
         .env("SIZES_MIB", "16")
         .env("COST_BLOCKS", "100")
-        .env("COST_TIMEOUT", "4")
+        // The stand-ins print within milliseconds of their start; 8 s leaves a loaded machine's Python room.
+        .env("COST_TIMEOUT", "8")
         .output()
         .expect("fleet-goals");
     let said = String::from_utf8_lossy(&step.stdout);
@@ -678,7 +679,10 @@ fn the_cost_ab_goes_round_every_collective_a_pair_at_a_time() {
         .status()
         .expect("cc");
     assert!(built.success(), "cc: {built}");
-    let job = std::process::Command::new("python3")
+    // Bounded: a job that hung would otherwise hold the suite up.
+    let calls = dir.path().join("calls");
+    let job = std::process::Command::new("timeout")
+        .args(["-k", "5", "120", "python3"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
         .args(["--cost-ab", "8"])
         .arg(&switches)
@@ -689,6 +693,7 @@ fn the_cost_ab_goes_round_every_collective_a_pair_at_a_time() {
         .env("OPS", "alltoall,sendrecv,allreduce")
         .env("SIZES_MIB", "16")
         .env("ITERS", "2")
+        .env("TORCH_STAND_IN_CALLS", &calls)
         .output()
         .expect("python3");
     let said = String::from_utf8_lossy(&job.stdout);
@@ -715,5 +720,13 @@ fn the_cost_ab_goes_round_every_collective_a_pair_at_a_time() {
     for op in ["alltoall", "sendrecv", "allreduce"] {
         let row = said.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row:\n{said}"));
         assert_eq!(row.split_whitespace().nth(7), Some("4"), "four pairs of {op}: {row}");
+    }
+    // Each block called its own collective: per collective one call to connect, two warm-ups, 8 blocks of 2.
+    for rank in ["0", "1"] {
+        let log = std::fs::read_to_string(format!("{}.{rank}", calls.display())).expect("the stand-in's calls");
+        for function in ["all_to_all_single", "batch_isend_irecv", "all_reduce"] {
+            assert_eq!(log.lines().filter(|l| *l == function).count(), 19, "rank {rank}'s {function} calls:\n{log}");
+        }
+        assert_eq!(log.lines().count(), 57, "no other collective: {log}");
     }
 }

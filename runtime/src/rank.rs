@@ -100,6 +100,10 @@ pub fn run(plan: Plan, show: Box<dyn Show>) -> i32 {
     }
     // Rank 0 hands its setup over once the world is up; any rank's thread says when it is done.
     let mut orphaned: Option<(String, Instant)> = None;
+    // Rank 0's collector starts before its loop does: what it hears until then (each rank's hello as it
+    // connects, a connection that closed) is kept for the loop, bounded (EARLY_EVENTS).
+    let mut early: Vec<Vec<efatop_proto::events::CollectorEvent>> = Vec::new();
+    let mut early_events = 0usize;
     loop {
         let next = match &orphaned {
             None => heard.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
@@ -121,7 +125,7 @@ pub fn run(plan: Plan, show: Box<dyn Show>) -> i32 {
         match next {
             Ok(Input::Orphaned(reason)) => orphaned = Some((reason, Instant::now())),
             Ok(Input::Ready(setup)) => {
-                let Ending { code, abandoned } = rank_zero::run(*setup, &heard);
+                let Ending { code, abandoned } = rank_zero::run(*setup, &heard, std::mem::take(&mut early));
                 let code = exit_code(0, code);
                 if !abandoned {
                     // Rank 0's thread closes its world now; a moment for that, never a hang.
@@ -152,7 +156,13 @@ pub fn run(plan: Plan, show: Box<dyn Show>) -> i32 {
                 efatop_fabric::ending::abandon();
                 return stop.exit_code();
             }
-            Ok(Input::Telemetry(_) | Input::Experiment(_) | Input::Sweep(_) | Input::Ended(_)) => {}
+            Ok(Input::Telemetry(batch)) => {
+                if early_events + batch.len() <= EARLY_EVENTS {
+                    early_events += batch.len();
+                    early.push(batch);
+                }
+            }
+            Ok(Input::Experiment(_) | Input::Sweep(_) | Input::Ended(_)) => {}
             Err(_) => {
                 eprintln!("efatop: error: the rank's thread ended without a result (it panicked)");
                 return 1;
@@ -160,6 +170,11 @@ pub fn run(plan: Plan, show: Box<dyn Show>) -> i32 {
         }
     }
 }
+
+/// At most how many telemetry events rank 0 keeps from before its loop starts (each rank's hello and any
+/// closing in the moment between its collector's start and its loop's: a few per rank; 4096 p5 hosts are
+/// 32,768 ranks).
+const EARLY_EVENTS: usize = 1 << 17;
 
 /// How long rank 0's process waits, after the run's ending, for its thread to close the world.
 const CLOSE_LIMIT: Duration = Duration::from_secs(10);

@@ -271,10 +271,15 @@ struct Loop {
     judged_at: Instant,
 }
 
-/// Runs rank 0's loop until the run has ended, and ends it.
-pub fn run(setup: Setup, inputs: &Receiver<Input>) -> Ending {
+/// Runs rank 0's loop until the run has ended, and ends it; `early`: the telemetry its collector heard before the
+/// loop began.
+pub fn run(setup: Setup, inputs: &Receiver<Input>, early: Vec<Vec<CollectorEvent>>) -> Ending {
     let mut this = Loop { setup, consumer: None, save_error: None, closed_verdict_at: None, liveness_told_at: Instant::now(), judged_at: Instant::now() };
     this.start();
+    // What the collector heard before this loop began (the ranks' hellos, a connection that closed), first.
+    for batch in early {
+        this.fold(Input::Telemetry(batch));
+    }
     let (outcome, abandoned) = this.follow(inputs);
     this.end(outcome, abandoned, inputs)
 }

@@ -211,7 +211,8 @@ def job(plugin, out, port, tag="", trace=True, echo=None):
                     sys.stdout.write(line)
                     sys.stdout.flush()
 
-    readers = [threading.Thread(target=read, args=pair) for pair in zip(procs, said)]
+    # Daemons: a rank that failed does not leave this process waiting on its peer's output.
+    readers = [threading.Thread(target=read, args=pair, daemon=True) for pair in zip(procs, said)]
     for reader in readers:
         reader.start()
     lines = []
@@ -219,7 +220,11 @@ def job(plugin, out, port, tag="", trace=True, echo=None):
         p.wait()
         reader.join()
         if p.returncode != 0:
-            sys.stdout.write("\n".join(text) + "\n")
+            # Its lines, less those already printed; its peers are stopped (they would wait on it).
+            sys.stdout.write("".join(line + "\n" for line in text if echo is None or not echo(line)))
+            for other in procs:
+                if other.poll() is None:
+                    other.terminate()
             raise SystemExit(f"torch-alltoall-check: a rank exited {p.returncode}")
         lines += text
     return lines
@@ -283,11 +288,11 @@ def cost_ab(blocks, plugin, out):
 def ab_table(lines, trace=None):
     """cost_ab's table from its AB lines (`AB rank op bytes block arm us`; the job printed each as it came, so
     that its log keeps every block); `--ab-table LOG` reads them back from a log, a run cut short included."""
-    times = {}  # (op, size) -> block -> [us per rank], and the block's arm
+    times = {}  # (op, size) -> block -> rank -> us, and the block's arm
     arms = {}
     for line in lines:
-        _, _rank, op, size, block, arm, us = line.split()
-        times.setdefault((op, int(size)), {}).setdefault(int(block), []).append(float(us))
+        _, rank, op, size, block, arm, us = line.split()
+        times.setdefault((op, int(size)), {}).setdefault(int(block), {})[int(rank)] = float(us)
         arms[(op, int(size), int(block))] = arm
     versus = os.environ.get("COST_AB_VS", "off")
     if versus != "off":
@@ -297,8 +302,8 @@ def ab_table(lines, trace=None):
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}"
           f" {'median':>8} {'its 95% band':>18} {'width':>7}")
     for (op, size), blocks_us in sorted(times.items()):
-        # A block with one rank's time only (a run cut short) is left out.
-        mean = {b: statistics.mean(us) for b, us in blocks_us.items() if len(us) == 2}
+        # A block without both ranks' times (a run cut short) is left out.
+        mean = {b: statistics.mean(us.values()) for b, us in blocks_us.items() if set(us) == {0, 1}}
         paired, on_all, off_all = [], [], []
         for b in range(0, max(mean, default=-1) + 1, 2):
             if b in mean and b + 1 in mean:
@@ -342,6 +347,9 @@ def main():
             ab_table(line for line in log if line.startswith("AB "))  # whether that job wrote its trace: not known here
         return
     if sys.argv[1:2] == ["--cost-ab"]:
+        if not sys.argv[2].isdigit() or int(sys.argv[2]) < 2 or int(sys.argv[2]) % 2:
+            print(f"torch-alltoall-check: --cost-ab BLOCKS: {sys.argv[2]!r} (allowed: an even number of blocks, 2 or more: they run in pairs)", file=sys.stderr)
+            sys.exit(2)
         os.makedirs(sys.argv[4], exist_ok=True)
         cost_ab(int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return

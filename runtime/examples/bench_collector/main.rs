@@ -233,7 +233,7 @@ fn run(args: &BenchCollectorArgs) -> std::io::Result<bool> {
     };
     let loop_thread = std::thread::Builder::new().name("efatop-loop".into()).spawn(move || {
         pin_consumer_side();
-        efatop_runtime::rank_zero::run(setup, &from_run)
+        efatop_runtime::rank_zero::run(setup, &from_run, Vec::new())
     })?;
     // The experiment's first events, as rank 0's thread tells them once the world is up.
     let step = Column::write(Layout::Single, Memory::Host);

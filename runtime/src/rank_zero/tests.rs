@@ -67,6 +67,8 @@ struct Run {
     told: Arc<Mutex<Told>>,
     inputs: Sender<Input>,
     heard: Receiver<Input>,
+    /// What the collector heard before the loop began.
+    early: Vec<Vec<CollectorEvent>>,
     _released: Receiver<()>,
     _dir: tempfile::TempDir,
 }
@@ -106,7 +108,7 @@ impl Run {
             collector: None,
             release,
         };
-        Self { setup, told, inputs, heard, _released: released, _dir: dir }
+        Self { setup, told, inputs, heard, early: Vec::new(), _released: released, _dir: dir }
     }
 
     /// Rank 0's experiment on a thread of its own, as the rank's thread runs it: `play` gets its observer
@@ -128,7 +130,7 @@ impl Run {
     /// Runs the loop to its ending; what the consumer was told, and the results file as saved.
     fn end(self) -> (Ending, Told, RunResults) {
         let path = self.setup.file.path.clone();
-        let ending = run(self.setup, &self.heard);
+        let ending = run(self.setup, &self.heard, self.early);
         let told = std::mem::take(&mut *self.told.lock().expect("told"));
         let saved = serde_json::from_slice(&std::fs::read(&path).expect("the results file")).expect("results");
         (ending, told, saved)
@@ -328,10 +330,30 @@ fn a_signal_ends_the_run_with_its_reason_and_the_signals_exit_code() {
 #[test]
 fn rank_0s_thread_ending_without_a_word_ends_the_run() {
     let run = Run::new(Duration::from_mins(1), false);
-    let Run { setup, told, inputs, heard, _released, _dir } = run;
+    let Run { setup, told, inputs, heard, early, _released, _dir } = run;
     drop(inputs);
-    let ending = super::run(setup, &heard);
+    let ending = super::run(setup, &heard, early);
     let error = ending.code.expect_err("the run failed").to_string();
     assert!(error.contains("rank 0's thread ended without a result"), "{error}");
     assert_eq!(told.lock().expect("told").finished.as_ref().map(|(s, _)| s.state), Some(RunState::Failed));
+}
+
+#[test]
+fn what_the_collector_heard_before_the_loop_began_is_folded_first() {
+    // Rank 1 connected (its hello) and closed before rank 0's loop began, without saying it was leaving:
+    // named at once as a rank that exited, not later as one that never reached the collector.
+    let mut run = Run::new(Duration::from_mins(1), false);
+    let hello = CollectorEvent::Phase(PhaseReport { rank: 1, changes: 0, phase: 0, bytes: 0 });
+    let closed = CollectorEvent::Closed { from: "127.0.0.1:1".parse().expect("address"), rank: Some(1) };
+    run.early = vec![vec![sample(0), hello], vec![closed]];
+    run.experiment(|forward, abort| {
+        begin(forward);
+        Some(abandoned_wait(abort))
+    });
+    let started = Instant::now();
+    let (ending, _told, saved) = run.end();
+    let error = ending.code.expect_err("the run failed").to_string();
+    assert!(error.contains("rank 1 (b) exited mid-run: its telemetry connection closed"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(30), "named at once, not after a timeout");
+    assert_eq!(saved.status.map(|s| s.state), Some(RunState::Failed));
 }
