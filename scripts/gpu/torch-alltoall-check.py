@@ -32,7 +32,7 @@ nopush, noclock, neither: the plugin on, its hooks doing all their work but the 
 reading the clock, or both: efatop_profiler_skip; same: both arms the plugin on, an A/A that shows the A/B's own
 floor), COST_TRACE (1: the cost modes' plugin also writes its trace,
 as every cost run did before the twenty-first session; default 0, as a watched job runs), TORCH_CHECK_CHILD (a
-program each rank runs in place of this script, with TORCH_CHECK_RANK set: tests/gpu_scripts.rs's stand-in
+program each rank runs in place of this script, with TORCH_CHECK_RANK set: tests/nccl_plugin.rs's stand-in
 ranks, which need no GPU)
 """
 import ctypes
@@ -281,16 +281,20 @@ def cost_ab(blocks, plugin, out):
     os.environ.setdefault("SIZES_MIB", "16,32,64")
     os.environ.setdefault("ITERS", "10")
     os.environ["COST_AB_BLOCKS"] = str(blocks)
-    lines = job(plugin, out, 29560, tag="-ab", trace=COST_TRACE, echo=lambda line: line.startswith("AB "))
-    ab_table((line for line in lines if line.startswith("AB ")), COST_TRACE)
+    ab_table(job(plugin, out, 29560, tag="-ab", trace=COST_TRACE, echo=is_block), COST_TRACE)
+
+
+def is_block(line):
+    """Whether a rank's line is one block's time (`AB rank op bytes block arm us`)."""
+    return line.startswith("AB ")
 
 
 def ab_table(lines, trace=None):
-    """cost_ab's table from its AB lines (`AB rank op bytes block arm us`; the job printed each as it came, so
-    that its log keeps every block); `--ab-table LOG` reads them back from a log, a run cut short included."""
+    """cost_ab's table from the AB lines among `lines` (the job printed each as it came, so that its log keeps
+    every block); `--ab-table LOG` reads them back from a log, a run cut short included."""
     times = {}  # (op, size) -> block -> rank -> us, and the block's arm
     arms = {}
-    for line in lines:
+    for line in filter(is_block, lines):
         _, rank, op, size, block, arm, us = line.split()
         times.setdefault((op, int(size)), {}).setdefault(int(block), {})[int(rank)] = float(us)
         arms[(op, int(size), int(block))] = arm
@@ -344,7 +348,7 @@ def main():
         return
     if sys.argv[1:2] == ["--ab-table"]:
         with open(sys.argv[2]) as log:
-            ab_table(line for line in log if line.startswith("AB "))  # whether that job wrote its trace: not known here
+            ab_table(log)  # whether that job wrote its trace: not known here
         return
     if sys.argv[1:2] == ["--cost-ab"]:
         if not sys.argv[2].isdigit() or int(sys.argv[2]) < 2 or int(sys.argv[2]) % 2:
