@@ -143,7 +143,7 @@ fn main() {
                 Event::KernelCh { .. } | Event::KernelPhase { .. } => "start kernel",
                 _ => "start other",
             },
-            Record::State { .. } => "state",
+            Record::State { .. } | Record::OpSteps { .. } => "state",
             Record::Stop { .. } => "stop",
         };
         let entry = by_kind.entry(kind).or_default();

@@ -3,13 +3,16 @@
 //! says why it holds).
 //!
 //! Handles: an event's handle is its id (a counter, never 0; a proxy step's, its operation's id with
-//! [`STEP_TAG`]) cast to a pointer. NCCL never dereferences a
+//! [`STEP_TAG`]; a proxy operation's that holds a slot of [`crate::opsteps`], and its steps', with
+//! [`SLOT_TAG`] too) cast to a pointer. NCCL never dereferences a
 //! handle (it hands it back to `stopEvent` and `recordEventState`, and to `startEvent` as a child's
 //! `parentObj`), so no memory is tied to an event and nothing is allocated for one.
 //!
 //! The hot path (`startEvent`, `stopEvent`, `recordEventState`) reads the descriptor, copies its names inline
 //! and pushes one fixed-size record into the lock-free ring ([`crate::runtime`]); when the ring is full the
-//! record is dropped and counted. It takes no lock, makes no system call and never allocates.
+//! record is dropped and counted. A proxy step's states are summed into its operation's slot instead
+//! ([`crate::opsteps`]), pushed as one record at the operation's stop. It takes no lock, makes no system
+//! call and never allocates.
 
 #[cfg(feature = "player")]
 pub mod player;
@@ -136,6 +139,11 @@ const IDLE_HANDLE: u64 = u64::MAX;
 
 use crate::record::STEP_TAG;
 
+/// The bit a handle carries when its proxy operation holds a slot of [`crate::opsteps`] (the operation's,
+/// and its steps'): the steps' states go into the slot and the operation's stop pushes them. A handle's
+/// bit only: no record's id or parent carries it (ids count up from 1 and never reach it).
+const SLOT_TAG: u64 = 1 << 61;
+
 macro_rules! shared_table {
     ($($table:ty),*) => {$(
         // SAFETY: the tables are immutable statics whose only pointer is to a static C string; sharing them
@@ -232,30 +240,38 @@ fn push_start(context: *mut c_void, handle: *mut *mut c_void, parent: *mut c_voi
     let Some(runtime) = runtime::get() else { return NCCL_SUCCESS };
     // SAFETY: the context is null or one `init` gave NCCL.
     let Some(ctx) = (unsafe { ctx_index(context) }) else { return NCCL_SUCCESS };
+    // A parent is pushed as its id: a slot's bit is the handle's alone.
+    let slotted = parent as u64 & SLOT_TAG != 0;
+    let parent = parent as u64 & !SLOT_TAG;
     // A proxy step, NCCL's most frequent event (a point-to-point call over the network has hundreds a call,
     // each on the proxy thread that paces the transfer): its handle is its operation's id, tagged, so that
     // its states name the operation whose peer and channel their bytes go to, with no record of their own
     // step. Only an operation's first step is pushed (its start is where the proxy's timing of the call
-    // begins), and no step's stop (the fold reads nothing of it); a trace keeps every one.
+    // begins), and no step's stop (the fold reads nothing of it); a trace keeps every one. Under an
+    // operation that holds a slot, its states are summed there (`record`).
     if let Event::ProxyStep { step } = event {
-        let op = parent as u64;
+        let op = parent;
         if op != 0 && op & STEP_TAG == 0 {
             let id = op | STEP_TAG;
             if step == 0 || runtime.states_timed() {
                 push(runtime, Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: op, rank, event });
             }
             if !handle.is_null() {
+                let handle_id = if slotted { id | SLOT_TAG } else { id };
                 // SAFETY: NCCL passes a valid slot for the event's handle.
-                unsafe { *handle = id as *mut c_void };
+                unsafe { *handle = handle_id as *mut c_void };
             }
             return NCCL_SUCCESS;
         }
     }
     let id = runtime.id();
-    push(runtime, Record::Start { t_ns: runtime.record_ns(), id, ctx, parent: parent as u64, rank, event });
+    // A proxy operation takes a slot for its steps, unless a trace is written (which keeps every step's
+    // record) or another open operation holds its slot (then its steps push their records).
+    let handle_id = if matches!(event, Event::ProxyOp { .. }) && !runtime.states_timed() && runtime.op_slots.claim(id) { id | SLOT_TAG } else { id };
+    push(runtime, Record::Start { t_ns: runtime.record_ns(), id, ctx, parent, rank, event });
     if !handle.is_null() {
         // SAFETY: NCCL passes a valid slot for the event's handle.
-        unsafe { *handle = id as *mut c_void };
+        unsafe { *handle = handle_id as *mut c_void };
     }
     NCCL_SUCCESS
 }
@@ -447,10 +463,17 @@ unsafe extern "C" fn stop(handle: *mut c_void) -> NcclResult {
         return NCCL_SUCCESS;
     }
     if let Some(runtime) = runtime::get() {
-        let id = handle as u64;
+        let id = handle as u64 & !SLOT_TAG;
         // A proxy step's stop is left out but where a trace is written (the fold reads nothing of it).
         if id & STEP_TAG == 0 || runtime.states_timed() {
-            push(runtime, Record::Stop { t_ns: runtime.record_ns(), id });
+            let t_ns = runtime.record_ns();
+            // An operation with a slot: what its steps came to, just before its stop.
+            if handle as u64 & SLOT_TAG != 0 && id & STEP_TAG == 0 {
+                if let Some(s) = runtime.op_slots.release(id) {
+                    push(runtime, Record::OpSteps { t_ns, id, bytes: s.bytes, steps: s.steps, handed_ns: s.handed_ns, peer_waits: s.peer_waits });
+                }
+            }
+            push(runtime, Record::Stop { t_ns, id });
         }
     }
     NCCL_SUCCESS
@@ -488,7 +511,12 @@ unsafe extern "C" fn record(handle: *mut c_void, state: c_int, args: *mut StateA
     // A send step's hand-over by the GPU is when the call's sends were done for the GPU, where the fold
     // ends a call (fold.rs): one clock read a send step; the other states only when a trace is written.
     let t_ns = if runtime.states_timed() || crate::abi::send_handed(state) { runtime.record_ns() } else { 0 };
-    push(runtime, Record::State { t_ns, id: handle as u64, state, arg });
+    let id = handle as u64;
+    // A step of an operation with a slot: summed there, no record (its operation's stop pushes the sum).
+    if id & SLOT_TAG != 0 && id & STEP_TAG != 0 && runtime.op_slots.step(id & !(SLOT_TAG | STEP_TAG), state, arg, t_ns) {
+        return NCCL_SUCCESS;
+    }
+    push(runtime, Record::State { t_ns, id: id & !SLOT_TAG, state, arg });
     NCCL_SUCCESS
 }
 

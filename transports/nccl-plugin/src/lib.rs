@@ -3,7 +3,8 @@
 //!
 //! - [`ffi`]: the ABI tables NCCL looks up (`ncclProfiler_v7`, `_v6`, `_v5`, `_v4`) over [`abi`]'s layouts; the
 //!   hot path pushes fixed-size [`record::Record`]s into a lock-free ring ([`runtime`]) and returns: it
-//!   never blocks, locks or allocates, and a full ring drops and counts.
+//!   never blocks, locks or allocates, and a full ring drops and counts. A proxy operation's steps are
+//!   summed in a slot of their own ([`opsteps`]) and pushed once, at the operation's end.
 //! - [`worker`]: the plugin's own thread folds the records ([`fold`]: per communicator and collective,
 //!   per peer, per channel, progress by sequence number), reads the node's EFA counters ([`identity`], with
 //!   what [`host`] looks up in the process) and
@@ -22,6 +23,7 @@ pub mod fold;
 #[allow(unsafe_code)]
 pub mod host;
 pub mod identity;
+pub mod opsteps;
 pub mod record;
 pub mod relay;
 pub mod runtime;

@@ -60,6 +60,11 @@ pub enum Record {
     /// `arg`: a proxy step's `transSize`, a kernel channel's or phase's stop `pTimer`, else 0. `t_ns` is 0
     /// unless a trace is written (`Runtime::states_timed`).
     State { t_ns: u64, id: u64, state: i32, arg: u64 },
+    /// What proxy operation `id`'s steps came to ([`crate::opsteps`]), pushed at its stop, just before its
+    /// stop record, in place of a record of each step's states: the sizes their sized states carried and how
+    /// many there were, a send's hand-over (`handed_ns`, 0 for none) and whether it was reported as v4's peer
+    /// wait. Never in a trace (a trace keeps every step's record).
+    OpSteps { t_ns: u64, id: u64, bytes: u64, steps: u64, handed_ns: u64, peer_waits: bool },
     Stop { t_ns: u64, id: u64 },
 }
 
@@ -67,7 +72,7 @@ impl Record {
     /// When it happened (ns since the plugin started).
     pub fn t_ns(&self) -> u64 {
         match self {
-            Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::Stop { t_ns, .. } => *t_ns,
+            Record::Start { t_ns, .. } | Record::State { t_ns, .. } | Record::OpSteps { t_ns, .. } | Record::Stop { t_ns, .. } => *t_ns,
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Runtime {
     /// Written by every `startEvent` (NCCL's main and proxy threads both): apart from the hooks' reads.
     next_id: CachePadded<AtomicU64>,
     pub ring: ArrayQueue<Record>,
+    /// Proxy operations' steps, summed until each operation stops ([`crate::opsteps`]).
+    pub op_slots: crate::opsteps::OpSlots,
     /// Events the full ring dropped. Those it took are counted by the fold's thread as it drains them: a
     /// shared counter bumped by every hook call would be one more atomic write on NCCL's threads, contended
     /// between its main and proxy threads.
@@ -79,6 +81,7 @@ impl Runtime {
             }),
             next_id: CachePadded::new(AtomicU64::new(1)),
             ring: ArrayQueue::new(RING_RECORDS),
+            op_slots: crate::opsteps::OpSlots::new(crate::opsteps::OP_SLOTS),
             next_ctx: AtomicU32::new(0),
             dropped: CachePadded::new(AtomicU64::new(0)),
             epoch_base_ns: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),

@@ -71,6 +71,7 @@ pub fn line(record: &Record, out: &mut String) {
             }
         }
         Record::State { t_ns, id, state, arg } => writeln!(out, "R {} {id} {state} {arg}", t_ns / 1000),
+        Record::OpSteps { t_ns, id, bytes, steps, handed_ns, peer_waits } => writeln!(out, "O {} {id} {bytes} {steps} {handed_ns} {}", t_ns / 1000, u8::from(*peer_waits)),
         Record::Stop { t_ns, id } => writeln!(out, "E {} {id}", t_ns / 1000),
     };
 }
@@ -138,6 +139,14 @@ pub fn parse(text: &str) -> Result<Trace, String> {
             Some("F") => trace.lines.push(Line::Finalize { t_us: num(1)?, ctx: num(2)? as u32 }),
             Some("D") => trace.lines.push(Line::Dropped(num(1)?)),
             Some("E") => trace.lines.push(Line::Record(Record::Stop { t_ns: num(1)? * 1000, id: num(2)? })),
+            Some("O") => trace.lines.push(Line::Record(Record::OpSteps {
+                t_ns: num(1)? * 1000,
+                id: num(2)?,
+                bytes: num(3)?,
+                steps: num(4)?,
+                handed_ns: num(5)?,
+                peer_waits: num(6)? != 0,
+            })),
             Some("R") => trace.lines.push(Line::Record(Record::State { t_ns: num(1)? * 1000, id: num(2)?, state: int(3)? as i32, arg: num(4)? })),
             Some("S") => {
                 let event = match word(6)? {
@@ -198,6 +207,7 @@ mod tests {
             Record::Start { t_ns: 11000, id: 8, ctx: 0, parent: 7, rank: 1, event: Event::KernelPhase { channel: 3, phase: 2, ptimer: 123_456_789 } },
             Record::Start { t_ns: 6000, id: 4, ctx: 0, parent: 3, rank: 1, event: Event::ProxyOp { channel: 1, peer: 0, steps: 8, chunk: 524_288, send: true } },
             Record::State { t_ns: 7000, id: 5, state: 9, arg: 65536 },
+            Record::OpSteps { t_ns: 7000, id: 4, bytes: 1 << 20, steps: 16, handed_ns: 7_400_123, peer_waits: true },
             Record::Stop { t_ns: 8000, id: 5 },
         ];
         let mut text = format!("{HEADER}\n# nccl 2.28.3 abi 5 synthetic\n");

@@ -234,6 +234,8 @@ impl Plugin {
                 unsafe { (self.record)(handle, *state, &raw mut args) };
                 Ok(began.elapsed())
             }
+            // Not a call of NCCL's (the plugin's own summary of an operation's steps): nothing to play.
+            Record::OpSteps { .. } => Ok(Duration::ZERO),
             Record::Stop { id, .. } => {
                 // NCCL keeps a stopped task's handle as its children's parent: so does the map.
                 let handle = handle_of(id, handles);
