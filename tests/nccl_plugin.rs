@@ -659,8 +659,34 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
     // coll, size, off us, on us, cost, band, width, pairs, median, its band, width
     assert_eq!((fields[1], fields[2], fields[3], fields[4]), ("16777216", "4500.0", "4545.0", "+1.00%"), "{row}");
     assert_eq!(fields[7], "3", "three whole pairs; block 6, which one rank alone finished, is left out: {row}");
-    // The table is printed where the step's summary shows it.
+    // The table is printed where the step's summary shows it, with its verdict on the goal (+1.00 %, a band
+    // of no width: met, judged on the figures as printed).
     assert!(said.contains(row), "{said}");
+    assert!(said.contains("# the goal (a cost of at most 1 %, its 95 % band under 1 % wide): alltoall 16777216 met"), "{said}");
+    // A log whose send/recv costs +1.50 % and whose allreduce swings ±3 % from pair to pair: neither is met,
+    // each for its own reason.
+    let planted = dir.path().join("planted.log");
+    let mut text = String::new();
+    for b in 0..8u32 {
+        let arm = ["on", "off"][((b + b / 2) % 2) as usize];
+        for rank in 0..2 {
+            let sendrecv = if arm == "on" { 8120.0 } else { 8000.0 };
+            let swing = if (b / 2) % 2 == 0 { 1.03 } else { 0.97 };
+            let allreduce = if arm == "on" { 9000.0 * swing } else { 9000.0 };
+            text += &format!("AB {rank} sendrecv 16777216 {b} {arm} {sendrecv:.1}\nAB {rank} allreduce 16777216 {b} {arm} {allreduce:.1}\n");
+        }
+    }
+    std::fs::write(&planted, text).expect("planted log");
+    let table = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
+        .arg("--ab-table")
+        .arg(&planted)
+        .output()
+        .expect("--ab-table");
+    let table = String::from_utf8_lossy(&table.stdout);
+    let goal = table.lines().find(|l| l.starts_with("# the goal")).unwrap_or_else(|| panic!("no verdict:\n{table}"));
+    assert!(goal.contains("sendrecv 16777216 not met (cost +1.50 %)"), "{goal}");
+    assert!(goal.contains("allreduce 16777216 not met (band ") && !goal.contains("allreduce 16777216 not met (cost"), "{goal}");
 }
 
 /// `torch-alltoall-check.py --cost-ab`'s ranks themselves (a stand-in `torch` package and the plugin's switches

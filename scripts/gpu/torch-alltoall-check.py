@@ -305,6 +305,7 @@ def ab_table(lines, trace=None):
         print(f"# the plugin's trace: {'written (COST_TRACE=1)' if trace else 'not written'}")
     print(f"{'coll':14} {'size':>9} {'off us':>9} {'on us':>9} {'cost':>8} {'95% band':>18} {'width':>7} {'pairs':>5}"
           f" {'median':>8} {'its 95% band':>18} {'width':>7}")
+    verdicts = []
     for (op, size), blocks_us in sorted(times.items()):
         # A block without both ranks' times (a run cut short) is left out.
         mean = {b: statistics.mean(us.values()) for b, us in blocks_us.items() if set(us) == {0, 1}}
@@ -323,6 +324,22 @@ def ab_table(lines, trace=None):
         print(f"{op:14} {size:>9} {statistics.mean(off_all):>9.1f} {statistics.mean(on_all):>9.1f} {m:>+7.2f}% "
               f"{f'{m - half:+.2f}..{m + half:+.2f}%':>18} {2 * half:>6.2f}% {len(paired):>5}"
               f" {hl:>+7.2f}% {f'{lo:+.2f}..{hi:+.2f}%':>18} {hi - lo:>6.2f}%")
+        verdicts.append(goal_verdict(op, size, m, 2 * half))
+    if verdicts:
+        print(f"# the goal (a cost of at most {GOAL_PCT:g} %, its 95 % band under {GOAL_PCT:g} % wide): " + "; ".join(verdicts))
+
+
+# Issue 58's goal for the plugin's cost, per collective and size: the mean at most this, its band narrower.
+GOAL_PCT = 1.0
+
+
+def goal_verdict(op, size, cost, width):
+    """Whether one row of the table meets the goal, judged on the figures as printed (two decimals): the
+    pairs' mean cost and the width of its t band."""
+    cost, width = round(cost, 2), round(width, 2)
+    why = [f"cost {cost:+.2f} %"] if cost > GOAL_PCT else []
+    why += [f"band {width:.2f} % wide"] if width >= GOAL_PCT else []
+    return f"{op} {size} " + (f"not met ({', '.join(why)})" if why else "met")
 
 
 def hodges_lehmann(diffs):
