@@ -743,6 +743,12 @@ fn the_cost_ab_goes_round_every_collective_a_pair_at_a_time() {
         .collect();
     assert_eq!(ran, expected, "{said}");
     assert_eq!(said.lines().filter(|l| l.starts_with("AB 1 ")).count(), 24, "{said}");
+    // Each rank's versions, printed once, as it began (a job its limit cuts still names what it ran on).
+    for rank in ["0", "1"] {
+        let named: Vec<usize> = said.lines().enumerate().filter(|(_, l)| l.starts_with(&format!("NCCL {rank} torch=stand-in nccl=(0, 0, 0)"))).map(|(i, _)| i).collect();
+        let first_block = said.lines().position(|l| l.starts_with(&format!("AB {rank} "))).expect("a block");
+        assert!(named.len() == 1 && named[0] < first_block, "rank {rank}: {named:?}, its first block at line {first_block}:\n{said}");
+    }
     for op in ["alltoall", "sendrecv", "allreduce"] {
         let row = said.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row:\n{said}"));
         assert_eq!(row.split_whitespace().nth(7), Some("4"), "four pairs of {op}: {row}");

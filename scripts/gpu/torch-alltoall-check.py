@@ -281,7 +281,9 @@ def cost_ab(blocks, plugin, out):
     os.environ.setdefault("SIZES_MIB", "16,32,64")
     os.environ.setdefault("ITERS", "10")
     os.environ["COST_AB_BLOCKS"] = str(blocks)
-    ab_table(job(plugin, out, 29560, tag="-ab", trace=COST_TRACE, echo=is_block), COST_TRACE)
+    # Each rank's NCCL line (torch's and NCCL's versions) is printed at once as the blocks are, so that a job
+    # its limit cuts still names what it ran on.
+    ab_table(job(plugin, out, 29560, tag="-ab", trace=COST_TRACE, echo=lambda line: is_block(line) or line.startswith("NCCL ")), COST_TRACE)
 
 
 def is_block(line):
