@@ -689,6 +689,30 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
     assert!(goal.contains("allreduce 16777216 not met (band ") && !goal.contains("allreduce 16777216 not met (cost"), "{goal}");
 }
 
+/// A real log of the GPU machine's cost step (tests/fixtures/torch-cost: an H100 under MPS, 2,000 pairs of
+/// point-to-point blocks at 16 MiB, cut by its limit) tables again to the figures docs/watch.md gives, with the
+/// verdict that the goal was not met.
+#[test]
+fn the_h100_runs_cost_log_tables_to_the_figures_the_docs_give() {
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch-cost/h100-mps-p2p-16mib-d9c9f4e.log.gz");
+    let out = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
+        .arg("--ab-table")
+        .arg(&log)
+        .output()
+        .expect("--ab-table");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{table}", String::from_utf8_lossy(&out.stderr));
+    let row = |op: &str| -> Vec<String> {
+        let line = table.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row:\n{table}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    // coll, size, off us, on us, cost, band, width, pairs, median, its band, width
+    assert_eq!(row("alltoall")[2..], ["4326.8", "4372.6", "+1.16%", "+0.97..+1.34%", "0.37%", "2001", "+1.14%", "+1.01..+1.26%", "0.25%"], "{table}");
+    assert_eq!(row("sendrecv")[2..], ["8603.6", "8701.3", "+1.16%", "+1.01..+1.31%", "0.30%", "2000", "+1.11%", "+1.00..+1.23%", "0.23%"], "{table}");
+    assert!(table.contains("alltoall 16777216 not met (cost +1.16 %); sendrecv 16777216 not met (cost +1.16 %)"), "{table}");
+}
+
 /// `torch-alltoall-check.py --cost-ab`'s ranks themselves (a stand-in `torch` package and the plugin's switches
 /// doing nothing: tests/fixtures/torch-stand-in): the job goes round every collective a pair of blocks at a
 /// time, the arms alternating on-off, off-on, so that a job cut short holds as many pairs of each; and the table

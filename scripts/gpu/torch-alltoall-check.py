@@ -17,7 +17,7 @@ usage: torch-alltoall-check.py PLUGIN.so OUTDIR    (the plugin writes OUTDIR/tor
            Wilcoxon band; every block's time is printed first (AB lines). No spread between two jobs enters it.
        torch-alltoall-check.py --ab-table LOG
            --cost-ab's table from the AB lines a log kept (a job cut short by its timeout included: a block
-           only one rank finished is left out).
+           only one rank finished is left out); LOG may be gzipped (its name ending .gz).
        torch-alltoall-check.py --cost ROUNDS PLUGIN.so OUTDIR
            the plugin's cost: ROUNDS jobs with the plugin and ROUNDS without, alternating, at 16-64 MiB
            (ITERS calls a size, default 40); per collective and size, each arm's mean call time and the
@@ -36,6 +36,7 @@ program each rank runs in place of this script, with TORCH_CHECK_RANK set: tests
 ranks, which need no GPU)
 """
 import ctypes
+import gzip
 import os
 import statistics
 import subprocess
@@ -366,7 +367,8 @@ def main():
         cost(int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return
     if sys.argv[1:2] == ["--ab-table"]:
-        with open(sys.argv[2]) as log:
+        path = sys.argv[2]
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as log:
             ab_table(log)  # whether that job wrote its trace: not known here
         return
     if sys.argv[1:2] == ["--cost-ab"]:
