@@ -677,16 +677,24 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
         }
     }
     std::fs::write(&planted, text).expect("planted log");
-    let table = std::process::Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
-        .arg("--ab-table")
-        .arg(&planted)
-        .output()
-        .expect("--ab-table");
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = ab_table(&planted);
     let goal = table.lines().find(|l| l.starts_with("# the goal")).unwrap_or_else(|| panic!("no verdict:\n{table}"));
     assert!(goal.contains("sendrecv 16777216 not met (cost +1.50 %)"), "{goal}");
     assert!(goal.contains("allreduce 16777216 not met (band ") && !goal.contains("allreduce 16777216 not met (cost"), "{goal}");
+}
+
+/// `torch-alltoall-check.py --ab-table LOG`'s output (the cost table and its verdict), the script having
+/// succeeded.
+fn ab_table(log: &Path) -> String {
+    let out = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
+        .arg("--ab-table")
+        .arg(log)
+        .output()
+        .expect("--ab-table");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "--ab-table {}: {}\n{table}", log.display(), String::from_utf8_lossy(&out.stderr));
+    table
 }
 
 /// A real log of the GPU machine's cost step (tests/fixtures/torch-cost: an H100 under MPS, 2,000 pairs of
@@ -694,15 +702,7 @@ fn the_cost_step_keeps_every_block_a_time_limit_cuts_and_tables_them() {
 /// verdict that the goal was not met.
 #[test]
 fn the_h100_runs_cost_log_tables_to_the_figures_the_docs_give() {
-    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch-cost/h100-mps-p2p-16mib-d9c9f4e.log.gz");
-    let out = std::process::Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu/torch-alltoall-check.py"))
-        .arg("--ab-table")
-        .arg(&log)
-        .output()
-        .expect("--ab-table");
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}\n{table}", String::from_utf8_lossy(&out.stderr));
+    let table = ab_table(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch-cost/h100-mps-p2p-16mib-d9c9f4e.log.gz"));
     let row = |op: &str| -> Vec<String> {
         let line = table.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row:\n{table}"));
         line.split_whitespace().map(str::to_string).collect()

@@ -48,6 +48,24 @@ pub const STATE_PROXY_STEP_SEND_WAIT: c_int = 9;
 pub fn send_handed(state: c_int) -> bool {
     state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || state == STATE_PROXY_STEP_SEND_WAIT
 }
+/// A proxy operation's hand-over by the GPU so far (`handed`, and whether a step reported it as v4's peer wait),
+/// updated by one of its steps' states at `t_ns` (0: not timed, no change). A step's hand-over is its first such
+/// state: the peer wait where NCCL reports one (2.28 still reports it before each send wait), else the send
+/// wait; the operation's is its last step's. The first peer wait replaces what the send waits before it said,
+/// and after it only peer waits count. The fold (every step's records) and the hot path's slots
+/// (`crate::opsteps`) both go by this.
+pub fn hand_over(state: c_int, t_ns: u64, peer_waits: &mut bool, handed: &mut Option<u64>) {
+    if !send_handed(state) || t_ns == 0 {
+        return;
+    }
+    let peer_wait = state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4;
+    if peer_wait && !*peer_waits {
+        *peer_waits = true;
+        *handed = Some(t_ns);
+    } else if peer_wait || !*peer_waits {
+        *handed = Some(handed.map_or(t_ns, |h| h.max(t_ns)));
+    }
+}
 /// Whether a proxy step's `state` carries that step's own size in its `transSize`: NCCL (2.27 on,
 /// `transport/net.cc`) sets `sub->transSize` just before a send step's SendWait and a receive step's
 /// RecvFlushWait. Every other step state reads the same field while it still holds an earlier step's size,

@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use efatop_proto::nccl::{type_size, CallSample, ChannelRow, CollRow, CommInfo, Func, PeerRow, PluginMessage, Progress, Timing, MAX_CALL_SAMPLES};
 
 use crate::abi::{
-    carries_size, send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP, STATE_PROXY_STEP_SEND_PEER_WAIT_V4,
+    carries_size, hand_over, send_handed, PHASE_COMPUTE, PHASE_FINAL_SYNC, PHASE_INITIAL_SYNC, STATE_KERNEL_CH_STOP, STATE_KERNEL_PHASE_STOP,
 };
 use crate::record::{Event, Record, STEP_TAG};
 
@@ -368,17 +368,9 @@ impl Fold {
             self.unmatched += 1;
             return;
         };
-        // A step's hand-over is its first such state: the peer wait where NCCL reports one (v4's state,
-        // which 2.28 still reports before each send wait), else the send wait. The operation's is its last
-        // step's. A step's own records are not kept: the first peer wait of the operation says which it is.
-        if send_handed(state) && t_ns > 0 {
-            if state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 && !*peer_waits {
-                *peer_waits = true;
-                *handed = Some(t_ns);
-            } else if state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4 || !*peer_waits {
-                *handed = max_opt(*handed, Some(t_ns));
-            }
-        }
+        // A step's own records are not kept: the first peer wait of the operation says which state is a
+        // step's hand-over.
+        hand_over(state, t_ns, peer_waits, handed);
         if !carries_size(state) {
             return;
         }
@@ -865,15 +857,34 @@ mod tests {
         fold_fixture_until(name, u64::MAX)
     }
 
+    /// A trace of tests/fixtures/nccl.
+    fn fixture_trace(name: &str) -> crate::trace::Trace {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
+        parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace")
+    }
+
+    /// A trace's communicator start: its context and what the fold is told of it.
+    fn comm_of(line: &Line) -> Option<(u32, CommInfo)> {
+        let Line::Init { ctx, comm, rank, nranks, nnodes, .. } = line else { return None };
+        Some((*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 }))
+    }
+
+    /// Two folds of one trace have every figure alike (what differs is shown where it starts).
+    fn assert_same_figures(what: &str, a: &mut Fold, b: &mut Fold) {
+        let (a, b) = (format!("{:?}", a.intervals(0, 0)), format!("{:?}", b.intervals(0, 0)));
+        let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+        assert!(a == b, "{what}: the figures differ at byte {at}: {:?} against {:?}", &a[at.saturating_sub(120)..(at + 60).min(a.len())], &b[at.saturating_sub(120)..(at + 60).min(b.len())]);
+    }
+
     /// The fixture's records up to `until_ns` (its own clock), as the plugin had folded them then.
     fn fold_fixture_until(name: &str, until_ns: u64) -> Fold {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
-        let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
+        let trace = fixture_trace(name);
         let mut fold = Fold::default();
         for line in &trace.lines {
             match line {
-                Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
-                    fold.comm_started(*ctx, CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 });
+                Line::Init { .. } => {
+                    let (ctx, info) = comm_of(line).expect("an init line");
+                    fold.comm_started(ctx, info);
                 }
                 Line::Record(record) if record.t_ns() > until_ns => break,
                 Line::Record(r) => fold.add(r),
@@ -992,20 +1003,17 @@ mod tests {
     #[test]
     fn steps_under_their_operations_id_fold_to_what_every_steps_records_did() {
         for name in ["nccl-2.28.3-two-rank-sweep-r1.trace", "pytorch-2.11-nccl-2.28.9-two-rank-r0.trace", "synthetic-full-r0.trace"] {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
-            let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
-            let (mut whole, mut lean) = (Fold::default(), Fold::default());
+            let trace = fixture_trace(name);
+            let (mut whole, mut lean) = (fold_fixture(name), Fold::default());
             let mut op_of_step: HashMap<u64, u64> = HashMap::new();
             let mut pushed = 0;
             for line in &trace.lines {
                 match line {
-                    Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
-                        let info = CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 };
-                        whole.comm_started(*ctx, info.clone());
-                        lean.comm_started(*ctx, info);
+                    Line::Init { .. } => {
+                        let (ctx, info) = comm_of(line).expect("an init line");
+                        lean.comm_started(ctx, info);
                     }
                     Line::Record(record) => {
-                        whole.add(record);
                         let now = match *record {
                             Record::Start { t_ns, id, ctx, parent, rank, event: event @ Event::ProxyStep { step } } => {
                                 op_of_step.insert(id, parent);
@@ -1026,10 +1034,7 @@ mod tests {
                 }
             }
             assert!(!op_of_step.is_empty(), "{name}: no proxy steps");
-            let (a, b) = (whole.intervals(0, 0), lean.intervals(0, 0));
-            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
-            let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-            assert!(a == b, "{name}: the figures differ at byte {at}: {:?} against {:?}", &a[at.saturating_sub(120)..(at + 60).min(a.len())], &b[at.saturating_sub(120)..(at + 60).min(b.len())]);
+            assert_same_figures(name, &mut whole, &mut lean);
             assert_eq!((whole.unmatched, lean.unmatched), (0, 0), "{name}");
             let records = trace.lines.iter().filter(|l| matches!(l, Line::Record(_))).count();
             assert!(pushed * 10 < records * 7, "{name}: {pushed} of {records} records pushed");
@@ -1045,11 +1050,8 @@ mod tests {
     fn a_proxy_operations_steps_summed_in_its_slot_fold_to_what_every_steps_records_did() {
         use crate::opsteps::{OpSlots, OP_SLOTS};
         for name in ["nccl-2.28.3-two-rank-sweep-r1.trace", "pytorch-2.11-nccl-2.28.9-two-rank-r0.trace", "synthetic-full-r0.trace"] {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nccl").join(name);
-            let trace = parse(&std::fs::read_to_string(path).expect("fixture")).expect("trace");
-            let mut whole = Fold::default();
-            // The whole fold's figures, taken once (taking them drains what changed).
-            let mut want: Option<String> = None;
+            let trace = fixture_trace(name);
+            let records = trace.lines.iter().filter(|l| matches!(l, Line::Record(_))).count() as u64;
             let mut shares = Vec::new();
             for (n, slots) in [(OP_SLOTS, OpSlots::new(OP_SLOTS)), (3, OpSlots::new(3))] {
                 let mut summed = Fold::default();
@@ -1057,17 +1059,11 @@ mod tests {
                 let (mut pushed, mut fell_back) = (0u64, 0u64);
                 for line in &trace.lines {
                     match line {
-                        Line::Init { ctx, comm, rank, nranks, nnodes, .. } => {
-                            let info = CommInfo { comm: *comm, name: None, rank: *rank as u32, nranks: *nranks as u32, nnodes: *nnodes as u32 };
-                            if n == OP_SLOTS {
-                                whole.comm_started(*ctx, info.clone());
-                            }
-                            summed.comm_started(*ctx, info);
+                        Line::Init { .. } => {
+                            let (ctx, info) = comm_of(line).expect("an init line");
+                            summed.comm_started(ctx, info);
                         }
                         Line::Record(record) => {
-                            if n == OP_SLOTS {
-                                whole.add(record);
-                            }
                             let mut now = Vec::new();
                             match *record {
                                 Record::Start { id, event: Event::ProxyOp { .. }, .. } => {
@@ -1105,12 +1101,8 @@ mod tests {
                         _ => {}
                     }
                 }
-                let a = want.get_or_insert_with(|| format!("{:?}", whole.intervals(0, 0))).clone();
-                let b = format!("{:?}", summed.intervals(0, 0));
-                let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-                assert!(a == b, "{name}, {n} slots: the figures differ at byte {at}: {:?} against {:?}", &a[at.saturating_sub(120)..(at + 60).min(a.len())], &b[at.saturating_sub(120)..(at + 60).min(b.len())]);
+                assert_same_figures(&format!("{name}, {n} slots"), &mut fold_fixture(name), &mut summed);
                 assert_eq!(summed.unmatched, 0, "{name}, {n} slots");
-                let records = trace.lines.iter().filter(|l| matches!(l, Line::Record(_))).count() as u64;
                 shares.push((n, pushed, records, fell_back));
             }
             // With the plugin's table no step falls back; with 3 slots some do, and the figures still agree.

@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::abi::{carries_size, send_handed, STATE_PROXY_STEP_SEND_PEER_WAIT_V4};
+use crate::abi::{carries_size, hand_over, send_handed};
 
 /// Slots in the table: operations open at once beyond it (sharing an index with one still open) fall back
 /// to a record a step. 256 KB.
@@ -46,7 +46,7 @@ pub struct Summed {
     /// The sizes the steps' sized states carried, and how many such states there were.
     pub bytes: u64,
     pub steps: u64,
-    /// A send's hand-over (the fold's rule, `Fold::step_state`): its last step's; 0 for none.
+    /// A send's hand-over (`abi::hand_over`): its last step's; 0 for none.
     pub handed_ns: u64,
     /// A step reported the hand-over as v4's peer wait.
     pub peer_waits: bool,
@@ -81,18 +81,14 @@ impl OpSlots {
         if slot.id.load(Ordering::Relaxed) != op {
             return false;
         }
-        // The fold's rule for a hand-over: the first peer wait (where NCCL reports one) replaces what the
-        // send waits before it said; after it, only peer waits count; the latest wins. One writer, the
-        // operation's proxy thread: loads and stores, no read-modify-write.
+        // The fold's rule for a hand-over (`abi::hand_over`). One writer, the operation's proxy thread: loads
+        // and stores, no read-modify-write.
         if send_handed(state) && t_ns > 0 {
-            let peer_wait = state == STATE_PROXY_STEP_SEND_PEER_WAIT_V4;
-            let waits = slot.peer_waits.load(Ordering::Relaxed);
-            if peer_wait && !waits {
-                slot.peer_waits.store(true, Ordering::Relaxed);
-                slot.handed.store(t_ns, Ordering::Relaxed);
-            } else if (peer_wait || !waits) && t_ns > slot.handed.load(Ordering::Relaxed) {
-                slot.handed.store(t_ns, Ordering::Relaxed);
-            }
+            let mut waits = slot.peer_waits.load(Ordering::Relaxed);
+            let mut handed = Some(slot.handed.load(Ordering::Relaxed)).filter(|&h| h > 0);
+            hand_over(state, t_ns, &mut waits, &mut handed);
+            slot.peer_waits.store(waits, Ordering::Relaxed);
+            slot.handed.store(handed.unwrap_or(0), Ordering::Relaxed);
         }
         if carries_size(state) {
             slot.bytes.store(slot.bytes.load(Ordering::Relaxed) + size, Ordering::Relaxed);
@@ -123,7 +119,7 @@ impl OpSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{STATE_PROXY_STEP_RECV_FLUSH_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT, STATE_PROXY_STEP_SEND_WAIT};
+    use crate::abi::{STATE_PROXY_STEP_RECV_FLUSH_WAIT, STATE_PROXY_STEP_SEND_GPU_WAIT, STATE_PROXY_STEP_SEND_PEER_WAIT_V4, STATE_PROXY_STEP_SEND_WAIT};
 
     #[test]
     fn a_slot_sums_its_operations_steps_and_is_free_again_after_its_stop() {
